@@ -1,0 +1,195 @@
+"""The artifact store: where every table lives, schema-checked atomic reads and writes, stage manifests.
+
+This is the only module that touches paths. Layout (DESIGN.md, "Data contracts")::
+
+    data/<corpus>/<NN_stage>/<table>.parquet      tables
+    data/<corpus>/<NN_stage>/<name>.json          small JSON facts (funnels, stats)
+    data/<corpus>/<NN_stage>/<name>.npy           arrays (vectors)
+    data/<corpus>/<NN_stage>/manifest.json        written by the runner after the stage succeeded
+    figures/<corpus>/                             written by 08_figures
+
+Every write goes to a temporary file in the same folder and is renamed into place, so an interrupted stage never
+leaves a half-written table for a later stage to read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+
+from .config import Config
+
+
+class SchemaError(ValueError):
+    """A table lacks required columns (the message names the table, the file and the stage that writes it)."""
+
+
+#: table name -> (stage folder, required columns). Extra columns are allowed.
+TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "documents": ("01_corpus", ("doc_id", "title", "text", "source")),
+    "paragraphs": ("01_corpus", ("doc_id", "para_idx", "start", "end")),
+    "sections_gold": ("01_corpus", ("doc_id", "section_id", "parent_id", "level", "title", "first_para",
+                                    "last_para", "start", "end")),
+    "harvested": ("01_corpus", ("query_id", "doc_id", "qtype", "text", "spans")),
+    "corpus_funnel": ("01_corpus", ("step", "count")),
+    "sections_induced": ("02_induce", ("doc_id", "section_id", "parent_id", "level", "title", "first_para",
+                                       "last_para", "start", "end")),
+    "induction_log": ("02_induce", ("doc_id", "status")),
+    "contexts_a1": ("02_induce", ("doc_id", "start", "end", "context")),
+    "queries": ("03_queries", ("query_id", "doc_id", "qtype", "text", "spans")),
+    "query_funnel": ("03_queries", ("step",)),
+    "chunks": ("04_chunk_embed", ("condition", "doc_id", "chunk_id", "start", "end", "prefix", "n_content_tokens",
+                                  "n_prefix_tokens", "route_key")),
+    "size_matching": ("04_chunk_embed", ("doc_id",)),
+    "placebo": ("04_chunk_embed", ("doc_id",)),
+    "runs": ("05_retrieve", ("embedder", "reranker", "condition", "query_id", "rank", "chunk_id", "score")),
+    "section_recall": ("05_retrieve", ("embedder", "reranker", "condition", "query_id", "section_recall")),
+    "scores": ("06_metrics", ("corpus", "embedder", "reranker", "condition", "query_id", "metric", "value")),
+    "contrasts": ("07_stats", ("cell", "contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "dz",
+                               "n_queries", "n_docs")),
+    "mixedlm": ("07_stats", ("contrast",)),
+    "dose_response": ("07_stats", ("embedder",)),
+    "per_type": ("07_stats", ("contrast", "qtype")),
+    "condition_means": ("07_stats", ("condition", "metric")),
+}
+
+STAGES = ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve", "06_metrics", "07_stats",
+          "08_figures")
+
+
+def project_root(cfg: Config) -> Path:
+    return cfg.root
+
+
+def stage_dir(cfg: Config, stage: str) -> Path:
+    if stage not in STAGES:
+        raise KeyError(f"unknown stage {stage!r}; stages: {list(STAGES)}")
+    return cfg.root / "data" / cfg.corpus / stage
+
+
+def corpus_dir(cfg: Config) -> Path:
+    return cfg.root / "data" / cfg.corpus
+
+
+def figures_dir(cfg: Config) -> Path:
+    return cfg.root / "figures" / cfg.corpus
+
+
+def cache_dir(cfg: Config, name: str) -> Path:
+    """A persistent cache folder (model calls, embeddings, downloads) that survives stage reruns."""
+    p = cfg.root / "data" / cfg.corpus / "cache" / name
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def table_path(cfg: Config, table: str) -> Path:
+    if table not in TABLES:
+        raise KeyError(f"unknown table {table!r}; known tables: {sorted(TABLES)}")
+    return stage_dir(cfg, TABLES[table][0]) / f"{table}.parquet"
+
+
+def check_schema(df: pd.DataFrame, table: str, where: str = "") -> None:
+    missing = [c for c in TABLES[table][1] if c not in df.columns]
+    if missing:
+        raise SchemaError(
+            f"{table}{' (' + where + ')' if where else ''}: missing columns {missing}; has {list(df.columns)}; "
+            f"written by {TABLES[table][0]}")
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success rename it over ``path`` (atomic on POSIX)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write(cfg: Config, table: str, df: pd.DataFrame) -> Path:
+    """Schema-check ``df`` and write it atomically to its place in the store."""
+    check_schema(df, table)
+    path = table_path(cfg, table)
+    with atomic_path(path) as tmp:
+        df.reset_index(drop=True).to_parquet(tmp, index=False)
+    return path
+
+
+def read(cfg: Config, table: str) -> pd.DataFrame:
+    path = table_path(cfg, table)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{table}: {path} does not exist; it is written by notebook {TABLES[table][0]} "
+            f"(run ./run_all.sh {cfg.corpus} --only {TABLES[table][0][:2]})")
+    df = pd.read_parquet(path)
+    check_schema(df, table, str(path))
+    return df
+
+
+def exists(cfg: Config, table: str) -> bool:
+    return table_path(cfg, table).is_file()
+
+
+def json_path(cfg: Config, stage: str, name: str) -> Path:
+    return stage_dir(cfg, stage) / f"{name}.json"
+
+
+def write_json(cfg: Config, stage: str, name: str, obj: Any) -> Path:
+    path = json_path(cfg, stage, name)
+    write_json_file(path, obj)
+    return path
+
+
+def write_json_file(path: Path, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default))
+
+
+def read_json(cfg: Config, stage: str, name: str) -> Any:
+    path = json_path(cfg, stage, name)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; it is written by notebook {stage}")
+    return json.loads(path.read_text())
+
+
+def write_array(path: Path, arr: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, arr)
+
+
+def read_array(path: Path, mmap: bool = False) -> np.ndarray:
+    return np.load(path, mmap_mode="r" if mmap else None)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
+
+
+def file_hash(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()

