@@ -1,0 +1,207 @@
+"""BM25 diagnostic (paper, Section 5.1): how often does plain lexical retrieval put the gold chunk first?
+
+The paper reports BM25 gold-top-1 of 36.3% (Wikipedia-FA) and 22.7% (QASPER) to show that the benchmark is not
+trivially lexical. This module measures the same share over a stated chunking (parameter
+``queries.bm25_condition``, default ``G2``: structural chunks of the gold outline, the text between consecutive
+section starts, split/merged by the chunking rules).
+
+Scoring (bm25s, ``method="lucene"``; Kamphuis et al. 2020), for query tokens q (a repeated token counts again):
+
+    score(q, c) = Σ_{t ∈ q} idf(t) · tf(t, c) / (tf(t, c) + k1 · (1 − b + b · |c| / avgdl))
+    idf(t)      = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
+
+with N chunks in the **whole corpus** (every document's chunks form one index, as in the retrieval stage), |c|
+the chunk's token count and avgdl the mean over chunks. Defaults k1 = 1.5, b = 0.75 (``queries.bm25_k1/b``).
+
+Tokenisation (``bm25s.tokenize``): lowercase, tokens are ``(?u)\\b\\w\\w+\\b`` (two or more word characters),
+bm25s's English stopword list removed, no stemming. Chunks are scored on their content text only
+(``documents.text[start:end]``): prefixes never take part.
+
+Definitions, stated because the figure depends on them:
+
+* **gold chunk** of a query: the chunk of the query's own document with the largest character overlap with the
+  union of the query's gold spans (half-open offsets); ties go to the earlier chunk (smaller ``start``).
+* **rank** of a chunk: position in the corpus-wide order by (−score, corpus order of chunks), 1-based.
+* **gold-top-1 (primary)**: the gold chunk has rank 1 *and* a positive score (a query with no scoring term
+  ranks nothing first).
+* **relevant-top-1 (secondary)**: the rank-1 chunk (positive score) is relevant to at least one gold span under
+  the study's relevance rule: it covers ≥ ``span_frac`` (0.5) of the span, or ≥ ``chunk_frac`` (0.8) of the
+  chunk lies inside the span.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import bm25s
+import numpy as np
+import pandas as pd
+
+TOKENISATION = ("bm25s.tokenize: lowercase, (?u)\\b\\w\\w+\\b tokens, bm25s English stopwords removed, "
+                "no stemming; content text only")
+
+
+def tokenize(texts: Sequence[str]) -> list[list[str]]:
+    """The diagnostic's tokenizer (see module doc) applied to each text."""
+    if isinstance(texts, str):
+        raise TypeError("tokenize takes a sequence of texts, not one string")
+    if len(texts) == 0:
+        return []
+    return bm25s.tokenize(list(texts), lower=True, stopwords="en", stemmer=None, return_ids=False,
+                          show_progress=False)
+
+
+def build_index(chunk_tokens: Sequence[Sequence[str]], k1: float = 1.5, b: float = 0.75) -> bm25s.BM25:
+    """A bm25s Lucene-variant index over pre-tokenised chunks (index position = chunk order given)."""
+    index = bm25s.BM25(k1=k1, b=b, method="lucene")
+    index.index([list(t) for t in chunk_tokens], show_progress=False)
+    return index
+
+
+def scores(index: bm25s.BM25, query_tokens: Sequence[str]) -> np.ndarray:
+    """BM25 scores of every indexed chunk for one tokenised query (all zeros when no token is indexed)."""
+    n = int(index.scores["num_docs"])
+    toks = [t for t in query_tokens if t in index.vocab_dict]
+    if not toks:
+        return np.zeros(n, dtype=np.float64)
+    return np.asarray(index.get_scores(toks), dtype=np.float64)
+
+
+def rank_of(score_vec: np.ndarray, i: int) -> int:
+    """1-based rank of item ``i`` under the order (−score, index)."""
+    s = score_vec[i]
+    return int(1 + np.count_nonzero(score_vec > s) + np.count_nonzero(score_vec[:i] == s))
+
+
+def overlap(start: int, end: int, spans: Sequence[Sequence[int]]) -> int:
+    """Characters of ``[start, end)`` inside the union of ``spans`` (half-open; spans may overlap)."""
+    cut = sorted((max(int(s), start), min(int(e), end)) for s, e in spans)
+    total, cur = 0, start
+    for s, e in cut:
+        s = max(s, cur)
+        if e > s:
+            total += e - s
+            cur = e
+    return total
+
+
+def is_relevant(start: int, end: int, spans: Sequence[Sequence[int]], span_frac: float = 0.5,
+                chunk_frac: float = 0.8) -> bool:
+    """The study's relevance rule for a chunk ``[start, end)`` against any one gold span (DESIGN.md, Metrics)."""
+    for s, e in spans:
+        s, e = int(s), int(e)
+        ov = max(0, min(end, e) - max(start, s))
+        if ov == 0:
+            continue
+        if ov >= span_frac * (e - s) or (end > start and ov >= chunk_frac * (end - start)):
+            return True
+    return False
+
+
+def gold_chunk(chunks: pd.DataFrame, spans: Sequence[Sequence[int]]) -> int:
+    """Row position (in ``chunks``, one document's chunks) of the chunk with the largest overlap with the union
+    of ``spans``; ties go to the smaller ``start``. -1 when no chunk overlaps."""
+    best, best_ov, best_start = -1, 0, None
+    for pos, (s, e) in enumerate(zip(chunks["start"].to_numpy(), chunks["end"].to_numpy())):
+        ov = overlap(int(s), int(e), spans)
+        if ov > best_ov or (ov == best_ov and ov > 0 and int(s) < best_start):
+            best, best_ov, best_start = pos, ov, int(s)
+    return best
+
+
+def _spans(x) -> list[list[int]]:
+    return [[int(s), int(e)] for s, e in x]
+
+
+def diagnostic(documents: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, k1: float = 1.5,
+               b: float = 0.75, span_frac: float = 0.5, chunk_frac: float = 0.8,
+               condition: str = "") -> tuple[pd.DataFrame, dict]:
+    """Rank every chunk of the corpus for every query with BM25; return ``(per_query, summary)``.
+
+    ``chunks`` needs doc_id, chunk_id, start, end (one condition's chunks; offsets into ``documents.text``).
+    ``per_query`` columns: query_id, doc_id, qtype, gold_chunk_id, gold_rank, gold_score, top1_chunk_id,
+    top1_doc_id, top1_score, gold_top1, relevant_top1. ``summary`` holds the shares overall and per qtype,
+    the counts, the parameters and the definitions (JSON-able; written to bm25.json).
+    """
+    missing = [c for c in ("doc_id", "chunk_id", "start", "end") if c not in chunks.columns]
+    if missing:
+        raise ValueError(f"bm25 diagnostic: chunks lack columns {missing}")
+    texts = dict(zip(documents["doc_id"].astype(str), documents["text"]))
+    ch = chunks.reset_index(drop=True)
+    unknown = sorted(set(ch["doc_id"].astype(str)) - set(texts))
+    if unknown:
+        raise ValueError(f"bm25 diagnostic: chunks name documents absent from the documents table: {unknown[:5]}")
+    contents = [texts[str(d)][int(s):int(e)] for d, s, e in zip(ch["doc_id"], ch["start"], ch["end"])]
+    index = build_index(tokenize(contents), k1=k1, b=b)
+    by_doc = {str(d): g for d, g in ch.groupby(ch["doc_id"].astype(str), sort=False)}
+    q_tokens = tokenize(list(queries["text"]))
+    rows = []
+    for q, toks in zip(queries.itertuples(index=False), q_tokens):
+        spans = _spans(q.spans)
+        if not spans:
+            raise ValueError(f"bm25 diagnostic: query {q.query_id!r} (doc {q.doc_id!r}) has no gold spans")
+        doc_chunks = by_doc.get(str(q.doc_id))
+        if doc_chunks is None:
+            raise ValueError(f"bm25 diagnostic: query {q.query_id!r}: document {q.doc_id!r} has no chunks")
+        g = gold_chunk(doc_chunks, spans)
+        if g < 0:
+            raise ValueError(f"bm25 diagnostic: query {q.query_id!r}: no chunk of {q.doc_id!r} overlaps its spans")
+        gi = int(doc_chunks.index[g])
+        sv = scores(index, toks)
+        top = int(np.argmax(sv))  # argmax returns the first maximum: the (−score, index) order
+        top_ok = sv[top] > 0
+        top_row = ch.iloc[top]
+        rows.append({
+            "query_id": str(q.query_id), "doc_id": str(q.doc_id), "qtype": q.qtype,
+            "gold_chunk_id": str(ch.at[gi, "chunk_id"]), "gold_rank": rank_of(sv, gi), "gold_score": float(sv[gi]),
+            "top1_chunk_id": str(top_row["chunk_id"]), "top1_doc_id": str(top_row["doc_id"]),
+            "top1_score": float(sv[top]),
+            "gold_top1": bool(top_ok and top == gi),
+            "relevant_top1": bool(top_ok and str(top_row["doc_id"]) == str(q.doc_id)
+                                  and is_relevant(int(top_row["start"]), int(top_row["end"]), spans, span_frac,
+                                                  chunk_frac)),
+        })
+    per_query = pd.DataFrame(rows, columns=["query_id", "doc_id", "qtype", "gold_chunk_id", "gold_rank",
+                                            "gold_score", "top1_chunk_id", "top1_doc_id", "top1_score",
+                                            "gold_top1", "relevant_top1"])
+    return per_query, summarize(per_query, condition=condition, n_chunks=len(ch), k1=k1, b=b,
+                                span_frac=span_frac, chunk_frac=chunk_frac)
+
+
+def summarize(per_query: pd.DataFrame, condition: str = "", n_chunks: int = 0, k1: float = 1.5, b: float = 0.75,
+              span_frac: float = 0.5, chunk_frac: float = 0.8) -> dict:
+    """The JSON facts of the diagnostic (shares are fractions in [0, 1], unrounded)."""
+    n = len(per_query)
+    by_type = {
+        str(t): {"n_queries": int(len(g)), "gold_top1_share": float(g["gold_top1"].mean()),
+                 "relevant_top1_share": float(g["relevant_top1"].mean())}
+        for t, g in per_query.groupby("qtype", sort=True)}
+    return {
+        "condition": condition,
+        "n_queries": int(n),
+        "n_docs": int(per_query["doc_id"].nunique()) if n else 0,
+        "n_chunks": int(n_chunks),
+        "gold_top1_share": float(per_query["gold_top1"].mean()) if n else float("nan"),
+        "relevant_top1_share": float(per_query["relevant_top1"].mean()) if n else float("nan"),
+        "median_gold_rank": float(per_query["gold_rank"].median()) if n else float("nan"),
+        "by_qtype": by_type,
+        "bm25": {"library": f"bm25s {bm25s.__version__}", "method": "lucene", "k1": k1, "b": b,
+                 "tokenisation": TOKENISATION, "scope": "all chunks of the corpus"},
+        "definitions": {
+            "gold_chunk": "chunk of the query's document with the largest character overlap with the union of its "
+                          "gold spans; ties to the earlier chunk",
+            "gold_top1": "gold chunk ranked first by (-score, corpus chunk order) with a positive score",
+            "relevant_top1": f"rank-1 chunk (positive score) covers >= {span_frac} of a gold span or lies >= "
+                             f"{chunk_frac} inside one",
+        },
+    }
+
+
+def chunk_structure(condition: str) -> str:
+    """The section table a structural BM25 condition is cut from: G* -> sections_gold, A2..A4/P -> induced."""
+    if condition in ("G2", "G3", "G4"):
+        return "sections_gold"
+    if condition in ("A2", "A3-d1", "A3-d2", "A3", "P", "A4"):
+        return "sections_induced"
+    raise ValueError(f"queries.bm25_condition {condition!r}: the diagnostic ranks structural chunks; use one of "
+                     "G2 (gold structure) or A2 (induced structure)")

@@ -1,0 +1,137 @@
+"""BM25 diagnostic: bm25s against a brute-force Lucene BM25, the gold-chunk rule, and a worked corpus."""
+
+import math
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunkstudy import bm25
+
+
+def brute_bm25(corpus_tokens, query_tokens, k1=1.5, b=0.75):
+    """Lucene BM25 written out from the formula: Σ_t idf(t)·tf/(tf + k1(1 − b + b·|d|/avgdl)),
+    idf = ln(1 + (N − df + 0.5)/(df + 0.5)); a repeated query token counts again."""
+    n = len(corpus_tokens)
+    avgdl = sum(len(d) for d in corpus_tokens) / n
+    df = Counter(t for d in corpus_tokens for t in set(d))
+    out = []
+    for d in corpus_tokens:
+        tf = Counter(d)
+        s = 0.0
+        for t in query_tokens:
+            if tf[t]:
+                idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+                s += idf * tf[t] / (tf[t] + k1 * (1 - b + b * len(d) / avgdl))
+        out.append(s)
+    return np.array(out)
+
+
+VOCAB = ["apollo", "moon", "crew", "orbit", "launch", "rocket", "lunar", "earth", "ocean", "ship"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=12), min_size=2, max_size=12),
+       st.lists(st.sampled_from(VOCAB + ["zebra"]), min_size=1, max_size=5),
+       st.sampled_from([(1.5, 0.75), (0.9, 0.4), (1.2, 1.0)]))
+def test_bm25s_matches_brute_force(corpus, query, params):
+    k1, b = params
+    index = bm25.build_index(corpus, k1=k1, b=b)
+    np.testing.assert_allclose(bm25.scores(index, query), brute_bm25(corpus, query, k1, b), rtol=1e-5, atol=1e-6)
+
+
+def test_tokenisation_is_the_stated_one():
+    assert bm25.tokenize(["The Crew of Apollo-8 orbited THE moon, a 2nd time."]) == [
+        ["crew", "apollo", "orbited", "moon", "2nd", "time"]]  # stopwords and 1-char tokens gone, no stemming
+
+
+def test_overlap_counts_union_once():
+    assert bm25.overlap(0, 100, [[10, 30], [20, 40], [90, 150]]) == 30 + 10
+    assert bm25.overlap(50, 60, [[0, 10]]) == 0
+
+
+def test_relevance_rule_both_arms():
+    assert bm25.is_relevant(0, 100, [[0, 50]])            # covers 100% of the span
+    assert bm25.is_relevant(0, 100, [[50, 150]])          # covers exactly 50% of the span
+    assert not bm25.is_relevant(0, 100, [[51, 200]])      # 49 of 149 chars, and 49% of the chunk
+    assert bm25.is_relevant(0, 10, [[2, 1000]])           # 80% of the chunk lies inside the span
+    assert not bm25.is_relevant(0, 10, [[3, 1000]])
+
+
+def test_gold_chunk_largest_overlap_ties_to_earlier():
+    chunks = pd.DataFrame({"start": [0, 10, 20], "end": [10, 20, 30]})
+    assert bm25.gold_chunk(chunks, [[5, 15]]) == 0       # 5 vs 5 characters: the earlier chunk
+    assert bm25.gold_chunk(chunks, [[8, 30]]) == 1       # 2, 10, 10
+    assert bm25.gold_chunk(chunks, [[0, 2], [21, 30]]) == 2
+    assert bm25.gold_chunk(chunks, [[40, 50]]) == -1
+
+
+def test_rank_ties_go_to_the_earlier_index():
+    v = np.array([1.0, 3.0, 3.0, 0.5])
+    assert [bm25.rank_of(v, i) for i in range(4)] == [3, 1, 2, 4]
+
+
+def _corpus():
+    docs = pd.DataFrame({"doc_id": ["d1", "d2"], "text": [
+        "Apollo rocket launch from Florida.\n\nThe crew saw the lunar far side.",
+        "Oceans cover most of Earth.\n\nShips cross oceans carrying cargo and crew."]})
+    t1, t2 = docs.at[0, "text"], docs.at[1, "text"]
+    chunks = pd.DataFrame({
+        "doc_id": ["d1", "d1", "d2", "d2"], "chunk_id": ["d1#0", "d1#1", "d2#0", "d2#1"],
+        "start": [0, t1.index("The"), 0, t2.index("Ships")],
+        "end": [t1.index("\n\n"), len(t1), t2.index("\n\n"), len(t2)]})
+    queries = pd.DataFrame({
+        "query_id": ["q1", "q2", "q3", "q4"], "doc_id": ["d1", "d1", "d2", "d2"],
+        "qtype": ["factoid", "factoid", "structural", "factoid"],
+        "text": ["which rocket launch", "crew", "vessels at sea", "oceans cover Earth"],
+        "spans": [[[0, 10]], [[t1.index("The"), len(t1)]], [[t2.index("Ships"), len(t2)]], [[0, 27]]]})
+    return docs, chunks, queries
+
+
+def test_diagnostic_on_a_worked_corpus():
+    docs, chunks, queries = _corpus()
+    per_q, summary = bm25.diagnostic(docs, chunks, queries, condition="G2")
+    got = per_q.set_index("query_id")
+    # q1: only d1#0 holds "rocket"/"launch"; it is also the gold chunk
+    assert got.at["q1", "top1_chunk_id"] == "d1#0" and got.at["q1", "gold_top1"]
+    # q2: "crew" occurs in d1#1 (gold) and d2#1; d1#1 is shorter, so BM25 ranks it first
+    assert got.at["q2", "top1_chunk_id"] == "d1#1" and got.at["q2", "gold_top1"]
+    # q3 shares no indexed token: every score is 0, nothing is ranked first
+    assert got.at["q3", "top1_score"] == 0 and not got.at["q3", "gold_top1"] and not got.at["q3", "relevant_top1"]
+    # q4: "oceans" is in both d2 chunks; "cover"/"earth" only in d2#0 = gold
+    assert got.at["q4", "gold_top1"] and got.at["q4", "gold_rank"] == 1
+    assert summary["gold_top1_share"] == 0.75 and summary["n_queries"] == 4 and summary["n_chunks"] == 4
+    assert summary["by_qtype"]["structural"]["gold_top1_share"] == 0.0
+    assert summary["by_qtype"]["factoid"]["gold_top1_share"] == 1.0
+    # brute-force cross-check of the whole ranking for one query
+    toks = bm25.tokenize([docs.set_index("doc_id").at[d, "text"][s:e]
+                          for d, s, e in zip(chunks.doc_id, chunks.start, chunks.end)])
+    want = brute_bm25(toks, bm25.tokenize(["crew"])[0])
+    assert int(np.argmax(want)) == 1 and got.at["q2", "gold_score"] == pytest.approx(want[1], rel=1e-5)
+
+
+def test_diagnostic_does_not_mutate_inputs():
+    docs, chunks, queries = _corpus()
+    before = [x.copy(deep=True) for x in (docs, chunks, queries)]
+    bm25.diagnostic(docs, chunks, queries)
+    for a, b in zip(before, (docs, chunks, queries)):
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_diagnostic_errors_name_the_query():
+    docs, chunks, queries = _corpus()
+    bad = queries.assign(doc_id=["d1", "d1", "d9", "d2"])
+    with pytest.raises(ValueError, match="q3.*d9"):
+        bm25.diagnostic(docs, chunks, bad)
+    with pytest.raises(ValueError, match="q1"):
+        bm25.diagnostic(docs, chunks, queries.assign(spans=[[], [[0, 1]], [[0, 1]], [[0, 1]]]))
+
+
+def test_chunk_structure():
+    assert bm25.chunk_structure("G2") == "sections_gold"
+    assert bm25.chunk_structure("A2") == "sections_induced"
+    with pytest.raises(ValueError, match="A0"):
+        bm25.chunk_structure("A0")
