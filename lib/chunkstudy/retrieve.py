@@ -1,0 +1,476 @@
+"""Retrieval (stage 05): exact flat inner-product search, two-stage route-to-section search, section recall.
+
+Conventions
+-----------
+* Vectors are rows of float32 matrices; inputs of another dtype are cast to float32 once (the embedder writes
+  float32, normalised). Scores are inner products; for unit vectors they are cosine similarities in [-1, 1].
+* **Exact scores.** Whatever the backend (faiss ``IndexFlatIP`` or numpy), it only proposes candidates. Every
+  returned score is recomputed as a float64 sum of the exact float32 x float32 products, with one code path, so the
+  same (query, chunk) pair always gets the bit-identical score: in flat and two-stage search, with either backend.
+* **Ties** are broken by ``(-score, chunk_id)``: equal scores rank in ascending chunk_id order (DESIGN.md,
+  "Policy is explicit"). A candidate list that may be cut inside a group of (near-)ties is recomputed in full
+  for that query, so the result is the exact top k under this order, never an artefact of faiss' heap.
+* Offsets in chunk/query tables are half-open character indices into ``documents.text`` (content offsets: a
+  prefix never contributes to an extent, so section recall cannot be created by a heading path).
+
+Two-stage search (paper, Method, "Representation constancy (guards C4)"): a *section* is a document plus one
+top-level heading (the lead before the first heading is its own section); chunks carry it as ``route_key``. A
+section's centroid is the renormalised mean of the very chunk vectors flat search ranks, so A4 vs A3 (C4)
+compares retrieval algorithms over one representation. Stage 1 keeps the top ``n_sections`` (5) centroids; stage 2
+ranks the chunks inside them; when they hold fewer than k chunks the global flat ranking backfills the list.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import numpy as np
+import pandas as pd
+
+#: Conditions retrieved two-stage unless the parameters say otherwise (DESIGN.md, "Conditions").
+TWO_STAGE_DEFAULT = ("A4", "G4")
+#: Extra candidates a backend proposes beyond k, so float32 rounding in the backend cannot cost a true top-k item.
+_PAD = 16
+_U32 = 2.0 ** -24  # unit roundoff of float32
+_RUNS_COLUMNS = ["embedder", "reranker", "condition", "query_id", "rank", "chunk_id", "score", "doc_id", "source"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# exact scores and the tie order
+
+
+def _as_matrix(x: Any, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-D array (rows = vectors), got shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.number):
+        raise ValueError(f"{name}: expected numbers, got dtype {a.dtype}")
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if not np.isfinite(a).all():
+        bad = int(np.flatnonzero(~np.isfinite(a).all(axis=1))[0])
+        raise ValueError(f"{name}: row {bad} holds NaN or inf")
+    return a
+
+
+def _tie_rank(ids: Any, name: str = "chunk_ids") -> np.ndarray:
+    """Position of each id in ascending id order (the secondary sort key); ids must be unique."""
+    arr = np.asarray(ids)
+    if arr.dtype == object:
+        arr = arr.astype(str)
+    order = np.argsort(arr, kind="stable")
+    srt = arr[order]
+    if len(srt) > 1 and (srt[1:] == srt[:-1]).any():
+        dup = srt[1:][srt[1:] == srt[:-1]][0]
+        raise ValueError(f"{name}: id {dup!r} occurs more than once; ids must be unique")
+    rank = np.empty(len(arr), dtype=np.int64)
+    rank[order] = np.arange(len(arr))
+    return rank
+
+
+def exact_scores(q_rows: np.ndarray, c_rows: np.ndarray) -> np.ndarray:
+    """Row-wise inner products ``sum_i q[i]*c[i]`` in float64 of float32 vectors, shape (m,).
+
+    Each float32 x float32 product is exact in float64; the sum runs along the contiguous last axis of a 2-D array
+    with numpy's fixed pairwise order, so equal inputs give bit-equal scores wherever they are computed.
+    """
+    q64 = np.asarray(q_rows, dtype=np.float64).reshape(-1, q_rows.shape[-1])
+    c64 = np.asarray(c_rows, dtype=np.float64).reshape(-1, c_rows.shape[-1])
+    return (q64 * c64).sum(axis=1)
+
+
+def _error_bound(q: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Per query, an upper bound on |float32 backend score - exact score| (standard dot-product bound).
+
+    |fl(q.c) - q.c| <= gamma_d * sum|q_i c_i| <= gamma_d * ||q|| * max_j ||c_j||, gamma_d = d*u/(1-d*u); doubled
+    for safety against blocked BLAS kernels.
+    """
+    d = q.shape[1]
+    gamma = (d + 2) * _U32 / (1 - (d + 2) * _U32)
+    cmax = float(np.sqrt((c.astype(np.float64) ** 2).sum(axis=1).max())) if len(c) else 0.0
+    return 2 * gamma * np.sqrt((q.astype(np.float64) ** 2).sum(axis=1)) * cmax + 1e-30
+
+
+def _backend_candidates(q: np.ndarray, c: np.ndarray, n_cand: int, backend: str,
+                        batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``n_cand`` rows per query by float32 inner product (any order within): (rows int64, scores float32)."""
+    if backend == "faiss":
+        import faiss
+
+        index = faiss.IndexFlatIP(c.shape[1])
+        index.add(c)
+        scores, rows = index.search(q, n_cand)
+        return rows.astype(np.int64), scores
+    if backend == "numpy":
+        rows = np.empty((len(q), n_cand), dtype=np.int64)
+        scores = np.empty((len(q), n_cand), dtype=np.float32)
+        for lo in range(0, len(q), batch_size):
+            s = q[lo:lo + batch_size] @ c.T
+            part = np.argpartition(-s, n_cand - 1, axis=1)[:, :n_cand] if n_cand < c.shape[0] else \
+                np.broadcast_to(np.arange(c.shape[0]), s.shape).copy()
+            rows[lo:lo + batch_size] = part
+            scores[lo:lo + batch_size] = np.take_along_axis(s, part, axis=1)
+        return rows, scores
+    raise ValueError(f"retrieve.backend: {backend!r} is not one of ['faiss', 'numpy']")
+
+
+def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int = 50, backend: str = "faiss",
+                batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k inner-product search of every query over every chunk.
+
+    Returns ``(idx, scores)``, both shape (n_queries, min(k, n_chunks)): ``idx`` int64 rows into ``chunk_vecs``,
+    ``scores`` float64 exact inner products (see module docstring), ranked by ``(-score, chunk_id)``.
+    ``backend`` ("faiss" = ``IndexFlatIP``, or "numpy") only proposes candidates; both give identical results.
+    """
+    q = _as_matrix(query_vecs, "query_vecs")
+    c = _as_matrix(chunk_vecs, "chunk_vecs")
+    if len(chunk_ids) != len(c):
+        raise ValueError(f"chunk_ids: {len(chunk_ids)} ids for {len(c)} chunk vectors")
+    if q.shape[1] != c.shape[1] and len(c) and len(q):
+        raise ValueError(f"query_vecs have dimension {q.shape[1]}, chunk_vecs {c.shape[1]}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    tie = _tie_rank(chunk_ids)
+    n, kk = len(c), min(k, len(c))
+    idx = np.zeros((len(q), kk), dtype=np.int64)
+    out = np.zeros((len(q), kk), dtype=np.float64)
+    if kk == 0 or len(q) == 0:
+        return idx, out
+    n_cand = min(n, kk + _PAD)
+    cand, backend_scores = _backend_candidates(q, c, n_cand, backend, batch_size)
+    err = _error_bound(q, c)
+    for lo in range(0, len(q), batch_size):
+        hi = min(lo + batch_size, len(q))
+        rows = cand[lo:hi]
+        m = hi - lo
+        s = exact_scores(np.repeat(q[lo:hi], n_cand, axis=0), c[rows.ravel()]).reshape(m, n_cand)
+        order = np.lexsort((tie[rows], -s), axis=1)[:, :kk]
+        idx[lo:hi] = np.take_along_axis(rows, order, axis=1)
+        out[lo:hi] = np.take_along_axis(s, order, axis=1)
+        if n_cand < n:
+            # a chunk outside the candidates scores at most min(backend) + err exactly; if that could reach the
+            # k-th exact score (ties or rounding at the cut), rank this query over all chunks instead
+            unsafe = backend_scores[lo:hi].min(axis=1).astype(np.float64) + 2 * err[lo:hi] >= out[lo:hi, -1]
+            for i in np.flatnonzero(unsafe):
+                full = exact_scores(np.broadcast_to(q[lo + i], c.shape), c)
+                order_i = np.lexsort((tie, -full))[:kk]
+                idx[lo + i] = order_i
+                out[lo + i] = full[order_i]
+    return idx, out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# two-stage search
+
+
+def section_centroids(chunk_vecs: Any, route_keys: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Centroids of sections: ``(keys, centroids, codes)``.
+
+    ``keys`` are the sorted unique ``route_keys``; ``centroids[j]`` = sum of the chunk vectors of section j divided
+    by its norm (the renormalised mean: mean/||mean|| = sum/||sum||), float32; ``codes[i]`` = section of chunk i.
+    A section whose vectors sum to zero has no direction and raises.
+    """
+    c = _as_matrix(chunk_vecs, "chunk_vecs")
+    keys = np.asarray(route_keys)
+    if keys.dtype == object:
+        keys = keys.astype(str)
+    if len(keys) != len(c):
+        raise ValueError(f"route_keys: {len(keys)} keys for {len(c)} chunk vectors")
+    uniq, codes = np.unique(keys, return_inverse=True)
+    order = np.argsort(codes, kind="stable")
+    starts = np.searchsorted(codes[order], np.arange(len(uniq)))
+    sums = np.add.reduceat(c[order].astype(np.float64), starts, axis=0) if len(c) else np.zeros((0, c.shape[1]))
+    norms = np.sqrt((sums ** 2).sum(axis=1))
+    if (norms == 0).any():
+        raise ValueError(f"section {uniq[np.flatnonzero(norms == 0)[0]]!r}: its chunk vectors sum to zero; "
+                         "the centroid has no direction")
+    return uniq, (sums / norms[:, None]).astype(np.float32), codes.astype(np.int64)
+
+
+class TwoStageResult(NamedTuple):
+    """Result of :func:`two_stage_search` (all arrays have one row per query)."""
+
+    idx: np.ndarray          # (n_q, k) int64 rows into chunk_vecs, -1 never occurs when n_chunks >= k
+    scores: np.ndarray       # (n_q, k) float64 exact inner products
+    routed: np.ndarray       # (n_q, n_sections) section keys kept by stage 1, best first
+    routed_scores: np.ndarray  # (n_q, n_sections) float64 centroid scores
+    n_routed: np.ndarray     # (n_q,) how many list entries come from routed sections (the rest is backfill)
+
+
+def two_stage_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, route_keys: Sequence, k: int = 50,
+                     n_sections: int = 5, backend: str = "faiss", batch_size: int = 512) -> TwoStageResult:
+    """Route-to-section, then rank (paper, Method, "Representation constancy").
+
+    Stage 1 ranks section centroids (:func:`section_centroids`) by inner product, ties by ``(-score, key)``, and
+    keeps ``n_sections``. Stage 2 ranks all chunks of the routed sections by ``(-score, chunk_id)``. If they are
+    fewer than k, the global flat ranking (:func:`flat_search`) backfills the list, in its order, skipping chunks
+    already listed. So: routed chunks come first, the list has min(k, n_chunks) entries, no chunk repeats, and
+    with every section routed the result equals flat search.
+    """
+    q = _as_matrix(query_vecs, "query_vecs")
+    c = _as_matrix(chunk_vecs, "chunk_vecs")
+    keys, centroids, codes = section_centroids(c, route_keys)
+    tie = _tie_rank(chunk_ids)
+    kk = min(k, len(c))
+    sec_idx, sec_scores = flat_search(q, centroids, keys, k=n_sections, backend=backend, batch_size=batch_size)
+    g_idx, g_scores = flat_search(q, c, chunk_ids, k=kk, backend=backend, batch_size=batch_size)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+    idx = np.empty((len(q), kk), dtype=np.int64)
+    scores = np.empty((len(q), kk), dtype=np.float64)
+    n_routed = np.empty(len(q), dtype=np.int64)
+    for i in range(len(q)):
+        rows = np.concatenate([order[bounds[s]:bounds[s + 1]] for s in sec_idx[i]]) if sec_idx.shape[1] else \
+            np.zeros(0, dtype=np.int64)
+        s = exact_scores(np.broadcast_to(q[i], (len(rows), q.shape[1])), c[rows])
+        top = np.lexsort((tie[rows], -s))[:kk]
+        m = len(top)
+        idx[i, :m], scores[i, :m] = rows[top], s[top]
+        n_routed[i] = m
+        if m < kk:
+            keep = ~np.isin(g_idx[i], rows)
+            fill_rows, fill_scores = g_idx[i][keep][:kk - m], g_scores[i][keep][:kk - m]
+            if len(fill_rows) < kk - m:  # the global top k cannot be short of k chunks outside the routed ones
+                raise RuntimeError("backfill found fewer chunks than needed; this is a bug")
+            idx[i, m:], scores[i, m:] = fill_rows, fill_scores
+    return TwoStageResult(idx, scores, keys[sec_idx], sec_scores, n_routed)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# section recall
+
+
+def section_extents(chunks: pd.DataFrame) -> pd.DataFrame:
+    """Character extent of every section as the union of its chunks' ``[start, end)`` in its document.
+
+    Returns one row per maximal interval: doc_id, route_key, start, end (half-open content offsets; adjacent
+    chunks merge into one interval).
+    """
+    _require(chunks, ("doc_id", "route_key", "start", "end"), "chunks")
+    df = chunks[["doc_id", "route_key", "start", "end"]].sort_values(["doc_id", "route_key", "start", "end"])
+    df = df[df["end"] > df["start"]]
+    if df.empty:
+        return pd.DataFrame({"doc_id": [], "route_key": [], "start": [], "end": []})
+    same = (df["doc_id"].eq(df["doc_id"].shift()) & df["route_key"].eq(df["route_key"].shift())).to_numpy()
+    run_end = df.groupby(["doc_id", "route_key"], sort=False)["end"].cummax().shift().to_numpy()
+    new = ~same | (df["start"].to_numpy() > np.where(same, run_end, -1))
+    grp = np.cumsum(new)
+    out = df.groupby(grp, sort=False).agg(doc_id=("doc_id", "first"), route_key=("route_key", "first"),
+                                          start=("start", "min"), end=("end", "max"))
+    return out.reset_index(drop=True).astype({"start": np.int64, "end": np.int64})
+
+
+def gold_sections(queries: pd.DataFrame, chunks: pd.DataFrame) -> pd.DataFrame:
+    """Sections overlapping each query's gold evidence: query_id, doc_id, route_key (one row per pair).
+
+    Overlap means at least one shared character between a gold span and the section's extent, both half-open
+    content offsets in the query's own document (offsets are per-document coordinates).
+    """
+    _require(queries, ("query_id", "doc_id", "spans"), "queries")
+    spans = queries[["query_id", "doc_id", "spans"]].explode("spans").dropna(subset=["spans"])
+    if spans.empty:
+        return pd.DataFrame({"query_id": [], "doc_id": [], "route_key": []})
+    pairs = np.array([list(map(int, sp)) for sp in spans["spans"]], dtype=np.int64).reshape(-1, 2)
+    spans = spans.drop(columns="spans").assign(s_start=pairs[:, 0], s_end=pairs[:, 1])
+    hits = spans.merge(section_extents(chunks), on="doc_id")
+    hits = hits[np.maximum(hits["s_start"], hits["start"]) < np.minimum(hits["s_end"], hits["end"])]
+    return hits[["query_id", "doc_id", "route_key"]].drop_duplicates().reset_index(drop=True)
+
+
+def section_recall(routed: pd.DataFrame, queries: pd.DataFrame, chunks: pd.DataFrame) -> pd.DataFrame:
+    """Per query: did stage 1 keep any section that overlaps gold evidence? (paper, Sections 4 and 6.4)
+
+    ``routed``: query_id, route_rank (1-based), doc_id, route_key — the sections stage 1 kept. ``chunks``: the
+    condition's chunks (their union per section is its extent, :func:`section_extents`).
+    Returns query_id, doc_id, section_recall (nullable boolean: NA when no section overlaps the evidence, e.g. an
+    empty span list), n_gold_sections, n_routed_gold, first_gold_route_rank (NA when none was routed).
+    """
+    _require(routed, ("query_id", "route_rank", "doc_id", "route_key"), "routed")
+    gold = gold_sections(queries, chunks)
+    n_gold = gold.groupby("query_id").size()
+    hit = routed.merge(gold, on=["query_id", "doc_id", "route_key"])
+    n_hit = hit.groupby("query_id").size()
+    first = hit.groupby("query_id")["route_rank"].min()
+    out = queries[["query_id", "doc_id"]].copy().reset_index(drop=True)
+    out["n_gold_sections"] = out["query_id"].map(n_gold).fillna(0).astype(np.int64)
+    out["n_routed_gold"] = out["query_id"].map(n_hit).fillna(0).astype(np.int64)
+    out["section_recall"] = pd.array(out["n_routed_gold"] > 0, dtype="boolean")
+    out.loc[out["n_gold_sections"] == 0, "section_recall"] = pd.NA
+    out["first_gold_route_rank"] = pd.array(out["query_id"].map(first), dtype="Int64")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the whole stage
+
+
+def _require(df: pd.DataFrame, cols: Sequence[str], name: str) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise ValueError(f"{name}: missing columns {missing}; has {list(df.columns)}")
+
+
+def _runs_frame(embedder: str, condition: str, query_ids: np.ndarray, cond_chunks: pd.DataFrame,
+                idx: np.ndarray, scores: np.ndarray, source: np.ndarray) -> pd.DataFrame:
+    nq, kk = idx.shape
+    flat = idx.ravel()
+    return pd.DataFrame({
+        "embedder": embedder,
+        "reranker": "none",
+        "condition": condition,
+        "query_id": np.repeat(query_ids, kk),
+        "rank": np.tile(np.arange(1, kk + 1, dtype=np.int64), nq),
+        "chunk_id": cond_chunks["chunk_id"].to_numpy()[flat],
+        "score": scores.ravel(),
+        "doc_id": cond_chunks["doc_id"].to_numpy()[flat],
+        "source": source.ravel(),
+    }, columns=_RUNS_COLUMNS)
+
+
+def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndarray],
+                 query_vecs_by_embedder: Mapping[str, np.ndarray], queries: pd.DataFrame,
+                 retrieve_params: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+    """Retrieve every query under every (embedder, condition): flat, or two-stage for ``two_stage_conditions``.
+
+    ``chunks``: the 04 table (condition, doc_id, chunk_id, start, end, route_key, text_row); a condition's chunk
+    vectors are ``vectors_by_embedder[e][chunks.text_row]``. ``query_vecs_by_embedder[e]`` has one row per row of
+    ``queries`` (same order). ``retrieve_params``: the params ``retrieve`` section (k, route_sections, backend,
+    two_stage_conditions). Every query searches all chunks of the corpus under that condition.
+
+    Returns ``{"runs": ..., "section_recall": ...}``. runs: embedder, reranker ("none"), condition, query_id, rank
+    (1-based), chunk_id, score, doc_id, source ("flat" | "routed" | "backfill"). section_recall (two-stage
+    conditions only): embedder, reranker, condition, query_id, doc_id, section_recall, n_gold_sections,
+    n_routed_gold, first_gold_route_rank, routed_doc_ids, routed_route_keys, routed_scores (lists, best first).
+    """
+    _require(chunks, ("condition", "doc_id", "chunk_id", "start", "end", "route_key", "text_row"), "chunks")
+    _require(queries, ("query_id", "doc_id", "spans"), "queries")
+    if chunks["chunk_id"].duplicated().any():
+        raise ValueError(f"chunks: chunk_id {chunks.loc[chunks['chunk_id'].duplicated(), 'chunk_id'].iloc[0]!r} "
+                         "occurs more than once (chunk ids must be unique across conditions)")
+    k = int(retrieve_params.get("k", 50))
+    n_sections = int(retrieve_params.get("route_sections", 5))
+    backend = retrieve_params.get("backend", "faiss")
+    two_stage = set(retrieve_params.get("two_stage_conditions", TWO_STAGE_DEFAULT))
+    query_ids = queries["query_id"].astype(str).to_numpy()
+    runs, recall = [], []
+    for embedder in vectors_by_embedder:
+        if embedder not in query_vecs_by_embedder:
+            raise KeyError(f"query vectors for embedder {embedder!r} are missing; have {list(query_vecs_by_embedder)}")
+        matrix = np.asarray(vectors_by_embedder[embedder])
+        qv = _as_matrix(query_vecs_by_embedder[embedder], f"query vectors ({embedder})")
+        if len(qv) != len(queries):
+            raise ValueError(f"query vectors ({embedder}): {len(qv)} rows for {len(queries)} queries")
+        for condition, cc in chunks.groupby("condition", sort=True):
+            cc = cc.reset_index(drop=True)
+            rows = cc["text_row"].to_numpy()
+            if len(rows) and (rows.min() < 0 or rows.max() >= len(matrix)):
+                raise IndexError(f"chunks ({condition}): text_row {int(rows.max())} is outside the {embedder!r} "
+                                 f"vectors matrix of {len(matrix)} rows; 04_chunk_embed wrote them inconsistently")
+            cvec = matrix[rows]
+            ids = cc["chunk_id"].astype(str).to_numpy()
+            if condition in two_stage:
+                # a section is (document, top-level heading); route_key alone may repeat across documents
+                labels = cc["doc_id"].astype(str) + "\x1f" + cc["route_key"].astype(str)
+                res = two_stage_search(qv, cvec, ids, labels.to_numpy(), k=k, n_sections=n_sections,
+                                       backend=backend)
+                source = np.where(np.arange(res.idx.shape[1])[None, :] < res.n_routed[:, None], "routed",
+                                  "backfill")
+                runs.append(_runs_frame(embedder, condition, query_ids, cc, res.idx, res.scores, source))
+                split = np.char.partition(res.routed.astype(str), "\x1f")
+                routed = pd.DataFrame({
+                    "query_id": np.repeat(query_ids, res.routed.shape[1]),
+                    "route_rank": np.tile(np.arange(1, res.routed.shape[1] + 1), len(query_ids)),
+                    "doc_id": split[..., 0].ravel(), "route_key": split[..., 2].ravel()})
+                sr = section_recall(routed, queries.assign(query_id=query_ids), cc.astype({"doc_id": str,
+                                                                                           "route_key": str}))
+                sr.insert(0, "condition", condition)
+                sr.insert(0, "reranker", "none")
+                sr.insert(0, "embedder", embedder)
+                sr["routed_doc_ids"] = list(split[..., 0])
+                sr["routed_route_keys"] = list(split[..., 2])
+                sr["routed_scores"] = list(res.routed_scores)
+                recall.append(sr)
+            else:
+                idx, scores = flat_search(qv, cvec, ids, k=k, backend=backend)
+                source = np.full(idx.shape, "flat", dtype=object)
+                runs.append(_runs_frame(embedder, condition, query_ids, cc, idx, scores, source))
+    runs_df = pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(columns=_RUNS_COLUMNS)
+    recall_cols = ["embedder", "reranker", "condition", "query_id", "doc_id", "section_recall", "n_gold_sections",
+                   "n_routed_gold", "first_gold_route_rank", "routed_doc_ids", "routed_route_keys", "routed_scores"]
+    recall_df = pd.concat(recall, ignore_index=True) if recall else pd.DataFrame(columns=recall_cols)
+    return {"runs": runs_df, "section_recall": recall_df}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# helpers the notebook displays
+
+
+def embed_queries(queries: pd.DataFrame, embedders: Mapping[str, Any], store: Any) -> dict[str, np.ndarray]:
+    """Query vectors per embedder key, one row per row of ``queries``, through the persistent embedding store.
+
+    ``embedders``: the params ``embed.embedders`` section (key -> spec); ``store``: an ``embed.EmbeddingStore``.
+    Queries are embedded with ``kind="query"`` (the BGE query instruction where the spec asks for it).
+    """
+    from . import embed
+
+    texts = queries["text"].astype(str).tolist()
+    return {key: np.asarray(store.embed(embed.load_embedder(spec, key), texts, kind="query"))
+            for key, spec in embedders.items()}
+
+
+def section_recall_summary(section_recall_df: pd.DataFrame) -> pd.DataFrame:
+    """Mean section recall per (embedder, condition) over queries where it is defined, with counts."""
+    df = section_recall_df.assign(defined=section_recall_df["section_recall"].notna(),
+                                  hit=section_recall_df["section_recall"].astype("float64"))
+    return (df.groupby(["embedder", "reranker", "condition"])
+              .agg(section_recall=("hit", "mean"), n_queries=("query_id", "size"), n_defined=("defined", "sum"),
+                   mean_gold_sections=("n_gold_sections", "mean"))
+              .reset_index())
+
+
+def query_view(runs: pd.DataFrame, section_recall_df: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
+               documents: pd.DataFrame, query_id: str, conditions: Sequence[str] = ("A3", "A4"),
+               embedder: str | None = None, reranker: str = "none", n: int = 10,
+               snippet_chars: int = 90) -> pd.DataFrame:
+    """The top ``n`` results of one query under ``conditions``, for reading: condition, rank, chunk_id, doc_id,
+    route_key, score, source, in_routed (the chunk's section was kept by stage 1), gold_chars (characters of the
+    query's gold spans inside the chunk, content offsets) and a content snippet."""
+    sel = runs[(runs["query_id"] == query_id) & runs["condition"].isin(conditions) & (runs["reranker"] == reranker)
+               & (runs["rank"] <= n)]
+    if embedder is not None:
+        sel = sel[sel["embedder"] == embedder]
+    if sel.empty:
+        raise KeyError(f"runs: no rows for query {query_id!r} under {list(conditions)} (embedder {embedder!r})")
+    view = sel.merge(chunks[["chunk_id", "start", "end", "route_key"]], on="chunk_id", how="left")
+    q = queries.loc[queries["query_id"] == query_id].iloc[0]
+    spans = np.array([list(map(int, s)) for s in q["spans"]], dtype=np.int64).reshape(-1, 2)
+    same_doc = (view["doc_id"] == q["doc_id"]).to_numpy()
+    st, en = view["start"].to_numpy()[:, None], view["end"].to_numpy()[:, None]
+    inter = np.clip(np.minimum(en, spans[:, 1]) - np.maximum(st, spans[:, 0]), 0, None).sum(axis=1)
+    view["gold_chars"] = np.where(same_doc, inter, 0)
+    routed = section_recall_df[(section_recall_df["query_id"] == query_id)
+                               & section_recall_df["condition"].isin(conditions)]
+    if embedder is not None:
+        routed = routed[routed["embedder"] == embedder]
+    kept = {(r.embedder, r.condition, d, k) for r in routed.itertuples()
+            for d, k in zip(r.routed_doc_ids, r.routed_route_keys)}
+    view["in_routed"] = [(e, c, d, k) in kept if c in set(routed["condition"]) else pd.NA
+                         for e, c, d, k in zip(view["embedder"], view["condition"], view["doc_id"],
+                                               view["route_key"])]
+    text = documents.set_index("doc_id")["text"]
+    view["snippet"] = [text[d][s:s + snippet_chars].replace("\n", " ") for d, s in zip(view["doc_id"],
+                                                                                         view["start"])]
+    return view[["embedder", "condition", "rank", "chunk_id", "doc_id", "route_key", "score", "source",
+                 "in_routed", "gold_chars", "snippet"]].reset_index(drop=True)
+
+
+def routed_sections(section_recall_df: pd.DataFrame, query_id: str) -> pd.DataFrame:
+    """The sections stage 1 kept for one query (one row per routed section, best first) with their centroid
+    scores."""
+    sel = section_recall_df[section_recall_df["query_id"] == query_id]
+    if sel.empty:
+        raise KeyError(f"section_recall: no rows for query {query_id!r}")
+    out = sel[["embedder", "condition", "query_id", "routed_doc_ids", "routed_route_keys", "routed_scores"]]
+    out = out.explode(["routed_doc_ids", "routed_route_keys", "routed_scores"]).rename(
+        columns={"routed_doc_ids": "doc_id", "routed_route_keys": "route_key", "routed_scores": "centroid_score"})
+    out["route_rank"] = out.groupby(["embedder", "condition"]).cumcount() + 1
+    return out.reset_index(drop=True)
