@@ -175,6 +175,36 @@ def read_array(path: Path, mmap: bool = False) -> np.ndarray:
     return np.load(path, mmap_mode="r" if mmap else None)
 
 
+def vectors_path(cfg: Config, embedder: str) -> Path:
+    """``data/<corpus>/04_chunk_embed/embeddings/<embedder>.npy``: float32 (n_unique_texts, dim); row i embeds
+    unique embedded text i, and ``chunks.text_row`` indexes it (the same rows for every embedder)."""
+    return stage_dir(cfg, "04_chunk_embed") / "embeddings" / f"{embedder}.npy"
+
+
+def write_vectors(cfg: Config, embedder: str, vectors: np.ndarray, ids: pd.DataFrame | None = None) -> Path:
+    """Write one embedder's vectors (float32, 2-D) and, beside them, ``<embedder>.ids.parquet`` giving the row
+    order (``text_row`` plus e.g. the sha256 of each text)."""
+    if vectors.dtype != np.float32 or vectors.ndim != 2:
+        raise ValueError(f"vectors for {embedder!r}: expected float32 (n, dim), got {vectors.dtype} {vectors.shape}")
+    path = vectors_path(cfg, embedder)
+    write_array(path, vectors)
+    if ids is not None:
+        if len(ids) != len(vectors):
+            raise ValueError(f"vectors for {embedder!r}: {len(vectors)} rows but {len(ids)} ids")
+        with atomic_path(path.with_suffix(".ids.parquet")) as tmp:
+            ids.reset_index(drop=True).to_parquet(tmp, index=False)
+    return path
+
+
+def read_vectors(cfg: Config, embedder: str, mmap: bool = False) -> np.ndarray:
+    """One embedder's vectors; index with ``chunks["text_row"]``."""
+    path = vectors_path(cfg, embedder)
+    if not path.is_file():
+        raise FileNotFoundError(f"vectors for embedder {embedder!r}: {path} does not exist; written by notebook "
+                                f"04_chunk_embed (run ./run_all.sh {cfg.corpus} --only 04)")
+    return read_array(path, mmap)
+
+
 def _json_default(o: Any) -> Any:
     if isinstance(o, (np.integer,)):
         return int(o)

@@ -1,0 +1,411 @@
+"""Chunk boundaries: sentence bounds, structural chunks, size-matched fixed windows (paper 3.2, "Size matching").
+
+Conventions
+-----------
+* Offsets are half-open character indices ``[start, end)`` into ``documents.text``.
+* Every chunk set tiles each document exactly: the first chunk starts at 0, each chunk ends where the next one
+  starts, the last ends at ``len(text)``. Whitespace between two chunks (the paragraph separator ``"\\n\\n"`` or
+  the space after a sentence) belongs to the *preceding* chunk, because cuts fall where a sentence starts.
+* The content of a chunk, as embedded and as counted, is :func:`content`: the chunk's characters with leading and
+  trailing whitespace removed (so a chunk's trailing separator is never embedded). Relevance (06_metrics) uses
+  the raw offsets; whitespace carries no evidence.
+* Token counts are *content* tokens of the embedder's own tokenizer, without special tokens
+  (:func:`load_counter`). Prefix tokens are counted apart, in :mod:`chunkstudy.conditions`.
+
+Sentence boundaries come from pysbd 0.3 (English, ``clean=False``), run paragraph by paragraph (a paragraph start
+is always a sentence start); each returned sentence is located in order with ``str.find`` from the end of the
+previous one (what pysbd's ``char_span=True`` computes, without its per-sentence regex compilation, and exact for
+repeated sentences). ``splitter="regex"`` is a fast fallback: a cut after ``.?!`` (and
+closing quotes/brackets) followed by whitespace and an upper-case letter, digit, quote or bracket.
+
+Token counts while cutting are sums over sentence units (each unit counted on its own). With a WordPiece
+tokenizer (BERT/BGE/MiniLM) that sum equals the count of the concatenated text, because units meet at whitespace;
+the reported ``n_content_tokens`` is always the direct count of :func:`content`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import models
+from .corpus import model as docmodel
+
+TokenCounter = Callable[[list], list]
+
+STRUCTURAL_COLUMNS = ["doc_id", "start", "end", "section_id", "route_key", "n_content_tokens"]
+WINDOW_COLUMNS = ["doc_id", "start", "end", "n_content_tokens"]
+
+
+class ChunkingError(ValueError):
+    """Input tables cannot be chunked (the message names the document and the offending row)."""
+
+
+# --------------------------------------------------------------------------------------------- token counting
+@dataclass
+class _HFCounter:
+    """``counter(texts) -> [n tokens of each text]``: the tokenizer's content tokens, no special tokens, no
+    truncation (a text longer than the model's window is counted whole)."""
+
+    name: str
+    _backend: object = None
+    _slow: object = None
+
+    def __call__(self, texts: Sequence[str]) -> list[int]:
+        texts = list(texts)
+        if not texts:
+            return []
+        if self._backend is not None:
+            return [len(e.ids) for e in self._backend.encode_batch(texts, add_special_tokens=False)]
+        ids = self._slow(texts, add_special_tokens=False, verbose=False)["input_ids"]
+        return [len(x) for x in ids]
+
+
+@functools.lru_cache(maxsize=None)
+def load_counter(tokenizer_name: str) -> TokenCounter:
+    """The content-token counter of ``tokenizer_name`` (a parameter-file model name, see :func:`models.resolve`).
+
+    Memoised per process, so every stage and every condition counts with the same object.
+    """
+    from transformers import AutoTokenizer
+
+    path = models.resolve(tokenizer_name)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # noqa: BLE001 - re-raised with the parameter that named it
+        raise ChunkingError(f"chunking.tokenizer {tokenizer_name!r} (resolved to {path!r}) cannot be loaded: {e}")
+    if getattr(tok, "is_fast", False):
+        import copy
+
+        backend = copy.deepcopy(tok.backend_tokenizer)
+        backend.no_truncation()
+        backend.no_padding()
+        return _HFCounter(tokenizer_name, _backend=backend)
+    return _HFCounter(tokenizer_name, _slow=tok)
+
+
+# ----------------------------------------------------------------------------------------- sentence boundaries
+_REGEX_CUT = re.compile(r"[.!?][\"'\u201d\u2019)\]]*\s+(?=[A-Z0-9\"'\u201c\u2018(\[])")
+
+
+@functools.lru_cache(maxsize=None)
+def _pysbd_segmenter():
+    import pysbd
+
+    # char_span=False: pysbd's char_span mode compiles one regex per sentence (half its run time on QASPER);
+    # _block_starts locates the sentences in order instead, which is what char_span computes.
+    return pysbd.Segmenter(language="en", clean=False, char_span=False)
+
+
+def _block_starts(block: str, splitter: str) -> list[int]:
+    """Sentence starts inside one paragraph block (offsets relative to the block)."""
+    if splitter == "regex":
+        return [0] + [m.end() for m in _REGEX_CUT.finditer(block)]
+    if splitter != "pysbd":
+        raise ChunkingError(f"sentence splitter {splitter!r} is not one of ['pysbd', 'regex']")
+    starts, pos = [], 0
+    for sent in _pysbd_segmenter().segment(block):
+        sent = sent.strip()
+        s = block.find(sent, pos) if sent else -1
+        if s < 0:  # clean=False keeps the text verbatim, so this is not expected; skip rather than guess
+            continue
+        starts.append(s)
+        pos = s + len(sent)
+    return starts
+
+
+@functools.lru_cache(maxsize=4096)
+def _bounds_cached(text: str, splitter: str) -> tuple[int, ...]:
+    out = {0}
+    for m in re.finditer(r"[^\n]+(?:\n(?!\n)[^\n]*)*", text):  # blocks between blank lines (paragraphs)
+        block, base = m.group(), m.start()
+        for s in _block_starts(block, splitter):
+            # a sentence starts at its first non-whitespace character
+            while s < len(block) and block[s].isspace():
+                s += 1
+            if s < len(block):
+                out.add(base + s)
+    return tuple(sorted(out))
+
+
+def sentence_bounds(text: str, splitter: str = "pysbd") -> list[int]:
+    """Sorted character offsets where a sentence may start; always includes 0 and every paragraph start.
+
+    Used both to snap fixed-window edges and to split long structural chunks. Never includes ``len(text)``.
+    Memoised per process on ``(text, splitter)``.
+    """
+    if not text:
+        return [0]
+    return list(_bounds_cached(text, splitter))
+
+
+def content(text: str, start: int, end: int) -> str:
+    """The content string of chunk ``[start, end)`` as embedded and counted: ``text[start:end].strip()``."""
+    return text[start:end].strip()
+
+
+# ------------------------------------------------------------------------------------------------ unit table
+@dataclass
+class _Units:
+    """One document cut at its sentence bounds: ``bounds[i]`` starts unit i; ``cum[i]`` tokens before it."""
+
+    text: str
+    bounds: list[int]  # unit starts, then len(text) appended
+    cum: np.ndarray  # len(bounds), cum[0] = 0
+
+    def index(self, offset: int) -> int:
+        i = bisect.bisect_left(self.bounds, offset)
+        if i >= len(self.bounds) or self.bounds[i] != offset:
+            raise KeyError(offset)
+        return i
+
+    def tokens(self, i: int, j: int) -> float:
+        return float(self.cum[j] - self.cum[i])
+
+
+def _units(text: str, counter: TokenCounter, splitter: str) -> _Units:
+    b = sentence_bounds(text, splitter) + [len(text)]
+    counts = counter([content(text, b[i], b[i + 1]) for i in range(len(b) - 1)])
+    return _Units(text, b, np.concatenate([[0.0], np.cumsum(np.asarray(counts, dtype=float))]))
+
+
+def _nearest_cut(u: _Units, target: float, lo: int, hi: int) -> int | None:
+    """The unit index in ``(lo, hi)`` whose cumulative token count is nearest ``target`` (ties: the earlier)."""
+    if hi - lo < 2:
+        return None
+    j = int(np.searchsorted(u.cum[lo + 1:hi], target)) + lo + 1
+    cands = [c for c in (j - 1, j) if lo < c < hi]
+    return min(cands, key=lambda c: (abs(u.cum[c] - target), c))
+
+
+def _split(u: _Units, lo: int, hi: int, max_tokens: int) -> list[tuple[int, int]]:
+    """Split units ``[lo, hi)`` into ``ceil(T / max_tokens)`` near-equal parts at sentence bounds; recurse on any
+    part still above ``max_tokens``. A single sentence above the limit stays whole (it has no inner bound)."""
+    total = u.tokens(lo, hi)
+    if total <= max_tokens or hi - lo < 2:
+        return [(lo, hi)]
+    k = math.ceil(total / max_tokens)
+    cuts, prev = [], lo
+    for j in range(1, k):
+        c = _nearest_cut(u, u.cum[lo] + j * total / k, prev, hi)
+        if c is None:
+            break
+        cuts.append(c)
+        prev = c
+    edges = [lo, *cuts, hi]  # k >= 2 and hi - lo >= 2, so at least one cut landed: every part is smaller
+    out = []
+    for a, b in zip(edges, edges[1:]):
+        out.extend(_split(u, a, b, max_tokens))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- structural
+def _by_doc(df: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
+    if df is None or len(df) == 0:
+        return {}
+    return dict(tuple(df.groupby("doc_id", sort=False)))
+
+
+def _merge_small(pieces: list[dict], min_tokens: int, max_tokens: int) -> list[dict]:
+    """Merge every piece below ``min_tokens`` into a neighbour until none is left (or one piece remains).
+
+    The smallest piece goes first (ties: the earlier). Its neighbour is chosen by, in order: same top-level
+    section (``route_key``), the merged piece staying within ``max_tokens``, the smaller neighbour, the earlier.
+    The merged piece keeps the section and route of its larger part (ties: the earlier part).
+    """
+    pieces = [dict(p) for p in pieces]
+    while len(pieces) > 1:
+        small = [i for i, p in enumerate(pieces) if p["tokens"] < min_tokens]
+        if not small:
+            break
+        i = min(small, key=lambda i: (pieces[i]["tokens"], i))
+        nbrs = [j for j in (i - 1, i + 1) if 0 <= j < len(pieces)]
+        j = min(nbrs, key=lambda j: (pieces[j]["route_key"] != pieces[i]["route_key"],
+                                     pieces[i]["tokens"] + pieces[j]["tokens"] > max_tokens,
+                                     pieces[j]["tokens"], j))
+        a, b = sorted((i, j))
+        keep = pieces[a] if pieces[a]["tokens"] >= pieces[b]["tokens"] else pieces[b]
+        merged = {**keep, "lo": pieces[a]["lo"], "hi": pieces[b]["hi"],
+                  "tokens": pieces[a]["tokens"] + pieces[b]["tokens"]}
+        pieces[a:b + 1] = [merged]
+    return pieces
+
+
+def _doc_structural(doc_id: str, text: str, secs: pd.DataFrame, u: _Units, max_tokens: int,
+                    min_tokens: int) -> list[dict]:
+    if not text:
+        return []
+    if secs is None or len(secs) == 0:
+        raise ChunkingError(f"sections: document {doc_id!r} has text but no sections")
+    secs = secs.reset_index(drop=True)
+    top = docmodel.top_level_ids(secs)
+    nonempty = [r for r in secs.itertuples(index=False) if int(r.end) > int(r.start)]
+    if not nonempty or int(nonempty[0].start) != 0:
+        raise ChunkingError(f"sections: document {doc_id!r}: the first non-empty section starts at "
+                            f"{nonempty[0].start if nonempty else None}, expected 0 (sections must tile the text)")
+    starts = []
+    for r in nonempty:
+        try:
+            starts.append(u.index(int(r.start)))
+        except KeyError:
+            raise ChunkingError(f"sections: document {doc_id!r}, section {r.section_id!r} starts at "
+                                f"{int(r.start)}, which is not a paragraph start") from None
+    if any(b <= a for a, b in zip(starts, starts[1:])):
+        raise ChunkingError(f"sections: document {doc_id!r}: non-empty section starts are not increasing")
+    ends = starts[1:] + [len(u.bounds) - 1]
+    pieces = []
+    for r, lo, hi in zip(nonempty, starts, ends):
+        for a, b in _split(u, lo, hi, max_tokens):
+            pieces.append({"lo": a, "hi": b, "tokens": u.tokens(a, b), "section_id": r.section_id,
+                           "route_key": top[r.section_id]})
+    return _merge_small(pieces, min_tokens, max_tokens)
+
+
+def _finish(rows: list[dict], text_by_doc: Mapping[str, str], counter: TokenCounter, columns: list[str]
+            ) -> pd.DataFrame:
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("start", "end", "n_content_tokens") else object)
+                             for c in columns})
+    df = pd.DataFrame(rows)
+    df["n_content_tokens"] = counter([content(text_by_doc[d], s, e)
+                                      for d, s, e in zip(df["doc_id"], df["start"], df["end"])])
+    return df[columns].astype({"start": "int64", "end": "int64", "n_content_tokens": "int64"})
+
+
+def _units_for(documents: pd.DataFrame, counter: TokenCounter, splitter: str,
+               cache: dict | None = None) -> dict[str, _Units]:
+    cache = {} if cache is None else cache
+    out = {}
+    for doc_id, text in zip(documents["doc_id"], documents["text"]):
+        key = (doc_id, splitter)
+        if key not in cache or cache[key].text != text:
+            cache[key] = _units(text, counter, splitter)
+        out[doc_id] = cache[key]
+    return out
+
+
+def structural_chunks(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections: pd.DataFrame,
+                      counter: TokenCounter, max_tokens: int = 350, min_tokens: int = 60,
+                      splitter: str = "pysbd", _unit_cache: dict | None = None) -> pd.DataFrame:
+    """Structural chunks of one outline (gold or induced), paper 3.2.
+
+    A chunk is the text between consecutive section starts (an empty section contributes no chunk; its title
+    still reaches its descendants' heading paths). A chunk above ``max_tokens`` content tokens is split at sentence
+    bounds into ``ceil(T / max_tokens)`` near-equal parts; then every chunk below ``min_tokens`` is merged into a
+    neighbour, preferring one in the same top-level section (see :func:`_merge_small`). A single sentence above
+    ``max_tokens`` is not split, and merging may exceed ``max_tokens`` when no neighbour fits.
+
+    Returns ``[doc_id, start, end, section_id, route_key, n_content_tokens]`` in document order, where
+    ``section_id`` is the (larger) section the chunk came from and ``route_key`` the section_id of its level-1
+    ancestor (:func:`model.top_level_ids`). ``paragraphs`` is accepted for symmetry with the verifier; offsets come
+    from the section table, which the corpus/induction stages derive from the paragraph table.
+    """
+    del paragraphs  # section offsets already come from the paragraph table (model.sections_from_outline)
+    if min_tokens > max_tokens:
+        raise ChunkingError(f"chunking: min_tokens {min_tokens} exceeds max_tokens {max_tokens}")
+    units = _units_for(documents, counter, splitter, _unit_cache)
+    secs_by = _by_doc(sections)
+    rows, text_by_doc = [], dict(zip(documents["doc_id"], documents["text"]))
+    for doc_id, text in text_by_doc.items():
+        u = units[doc_id]
+        for p in _doc_structural(doc_id, text, secs_by.get(doc_id), u, max_tokens, min_tokens):
+            rows.append({"doc_id": doc_id, "start": u.bounds[p["lo"]], "end": u.bounds[p["hi"]],
+                         "section_id": p["section_id"], "route_key": p["route_key"]})
+    return _finish(rows, text_by_doc, counter, STRUCTURAL_COLUMNS)
+
+
+def fixed_windows(documents: pd.DataFrame, targets: Mapping[str, float], counter: TokenCounter,
+                  splitter: str = "pysbd", _unit_cache: dict | None = None) -> pd.DataFrame:
+    """Fixed windows of about ``targets[doc_id]`` content tokens per document, edges snapped to sentence bounds.
+
+    With ``N`` the document's content tokens, the window count is ``k = max(1, floor(N / target + 0.5))`` and cut
+    ``j`` (``j = 1..k-1``) is the sentence bound whose cumulative token count is nearest ``j * N / k`` (strictly
+    after the previous cut), so windows hold ``N / k`` tokens give or take half a sentence. Windows ignore
+    paragraphs and sections. Returns ``[doc_id, start, end, n_content_tokens]``; every document must have a
+    positive finite target unless its text is empty.
+    """
+    units = _units_for(documents, counter, splitter, _unit_cache)
+    rows, text_by_doc = [], dict(zip(documents["doc_id"], documents["text"]))
+    for doc_id, text in text_by_doc.items():
+        if not text:
+            continue
+        if doc_id not in targets:
+            raise ChunkingError(f"fixed_windows: no window target for document {doc_id!r}")
+        target = float(targets[doc_id])
+        if not math.isfinite(target) or target <= 0:
+            raise ChunkingError(f"fixed_windows: document {doc_id!r} has window target {target!r}; expected > 0")
+        u = units[doc_id]
+        m = len(u.bounds) - 1
+        total = u.tokens(0, m)
+        k = max(1, math.floor(total / target + 0.5))
+        edges = [0]
+        for j in range(1, k):
+            c = _nearest_cut(u, j * total / k, edges[-1], m)
+            if c is not None:
+                edges.append(c)
+        edges.append(m)
+        for a, b in zip(edges, edges[1:]):
+            rows.append({"doc_id": doc_id, "start": u.bounds[a], "end": u.bounds[b]})
+    return _finish(rows, text_by_doc, counter, WINDOW_COLUMNS)
+
+
+def doc_means(chunks: pd.DataFrame) -> dict[str, float]:
+    """Per-document mean ``n_content_tokens`` of a chunk table (the A0 window target when given A2 chunks)."""
+    return {d: float(v) for d, v in chunks.groupby("doc_id", sort=False)["n_content_tokens"].mean().items()}
+
+
+def a0_windows(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_induced: pd.DataFrame,
+               chunking_params: Mapping, counter: TokenCounter | None = None,
+               _unit_cache: dict | None = None) -> pd.DataFrame:
+    """The A0 (and A1) windows: structural chunks of the induced outline, their per-document mean content-token
+    length as the target, then :func:`fixed_windows`. Deterministic, so 02_induce (A1 contexts) and
+    04_chunk_embed cut identical ``(doc_id, start, end)``. ``chunking_params`` is ``cfg["chunking"]``.
+    """
+    counter = counter or load_counter(chunking_params["tokenizer"])
+    splitter = chunking_params.get("sentence_splitter", "pysbd")
+    cache = {} if _unit_cache is None else _unit_cache
+    a2 = structural_chunks(documents, paragraphs, sections_induced, counter, chunking_params["max_tokens"],
+                           chunking_params["min_tokens"], splitter, _unit_cache=cache)
+    return fixed_windows(documents, doc_means(a2), counter, splitter, _unit_cache=cache)
+
+
+def verify_tiling(chunks: pd.DataFrame, documents: pd.DataFrame) -> dict[str, list[str]]:
+    """``{doc_id: violations}`` for documents whose chunks do not tile the text exactly (empty dict = valid).
+
+    Checks: chunks sorted by start begin at 0, have no gap, overlap or empty chunk, and end at ``len(text)``;
+    a document with text has at least one chunk; no chunk names an unknown document.
+    """
+    bad: dict[str, list[str]] = {}
+    by = _by_doc(chunks)
+    for doc_id, text in zip(documents["doc_id"], documents["text"]):
+        g = by.pop(doc_id, None)
+        v = []
+        if g is None or len(g) == 0:
+            if text:
+                v.append("no chunks")
+        else:
+            s = g["start"].to_numpy()
+            e = g["end"].to_numpy()
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
+            if s[0] != 0:
+                v.append(f"first chunk starts at {s[0]}")
+            if e[-1] != len(text):
+                v.append(f"last chunk ends at {e[-1]}, text length {len(text)}")
+            if (e <= s).any():
+                v.append(f"{int((e <= s).sum())} empty chunk(s)")
+            if (s[1:] != e[:-1]).any():
+                i = int(np.flatnonzero(s[1:] != e[:-1])[0])
+                v.append(f"gap/overlap: chunk ends at {e[i]}, next starts at {s[i + 1]}")
+        if v:
+            bad[doc_id] = v
+    for doc_id in by:
+        bad[doc_id] = ["chunks name a document that is not in the documents table"]
+    return bad

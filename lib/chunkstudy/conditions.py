@@ -1,0 +1,299 @@
+"""Every chunk set of the study (DESIGN.md "Conditions"; paper 3.2 and appendix E): boundaries plus prefixes.
+
+=========  ==========================================  ==============================================
+condition  boundaries                                  prefix at embedding time
+=========  ==========================================  ==============================================
+A0         fixed windows, size-matched to A2 per doc   none
+A1         A0                                          LLM/extractive situating context + ``"\\n\\n"``
+A2         induced structure                           none
+A3-d1/d2   induced structure                           heading path cut to depth 1 / 2
+A3         induced structure                           heading path cut to depth 3
+P          induced structure (A3's chunks)             a real depth-matched path from another document
+A4         A3's chunks, own chunk_ids                  as A3 (same embedded text, so the same vectors)
+G2/G3/G4   gold structure                              as A2 / A3 / A4
+=========  ==========================================  ==============================================
+
+Offsets are half-open character indices into ``documents.text`` and describe *content only*: a prefix never
+shifts or enters them, so relevance (computed on offsets) cannot come from a prefix. The embedded text is
+``prefix + chunking.content(text, start, end)`` (:func:`embedded_texts`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from . import chunking
+from .chunking import ChunkingError, TokenCounter
+from .corpus import model as docmodel
+
+PATH_SEP = " \u203a "  # " › "
+ALL_CONDITIONS = ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4")
+CHUNK_COLUMNS = ["condition", "doc_id", "chunk_id", "start", "end", "prefix", "n_content_tokens",
+                 "n_prefix_tokens", "route_key", "section_id", "prefix_depth", "shares_vectors_with", "text_row"]
+INDUCED = {"A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4"}
+GOLD = {"G2", "G3", "G4"}
+
+
+def render_prefix(title: str, path: list[str]) -> str:
+    """``"[Title › Section › Subsection]\\n\\n"``: the document title, then the heading path, joined by ``" › "``.
+
+    Empty components (an untitled lead) are left out; a lead chunk therefore renders as ``"[Title]\\n\\n"``.
+    """
+    parts = [p for p in [title, *path] if p]
+    return "[" + PATH_SEP.join(parts) + "]\n\n"
+
+
+def embedded_texts(chunks: pd.DataFrame, documents: pd.DataFrame) -> pd.Series:
+    """THE text embedded for each chunk and shown to rerankers: ``prefix + content(text, start, end)``."""
+    text = dict(zip(documents["doc_id"], documents["text"]))
+    missing = sorted(set(chunks["doc_id"]) - set(text))
+    if missing:
+        raise ChunkingError(f"chunks: {len(missing)} doc_id(s) not in documents, e.g. {missing[0]!r}")
+    vals = [p + chunking.content(text[d], s, e)
+            for p, d, s, e in zip(chunks["prefix"], chunks["doc_id"], chunks["start"], chunks["end"])]
+    return pd.Series(vals, index=chunks.index, name="embedded_text", dtype=object)
+
+
+def text_rows(texts: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """``(row of each text, unique texts in first-appearance order)``: the embedding matrix row order."""
+    codes, uniques = pd.factorize(texts, sort=False)
+    return codes.astype("int64"), list(uniques)
+
+
+def prefix_depth(condition: str, depths: list[int]) -> int:
+    """Heading levels a condition's prefix keeps: A3-dN -> N; A3, P, A4, G3, G4 -> max(depths); else 0."""
+    if condition.startswith("A3-d"):
+        return int(condition[4:])
+    if condition in ("A3", "P", "A4", "G3", "G4"):
+        return int(max(depths))
+    return 0
+
+
+# -------------------------------------------------------------------------------------------------- placebo
+def placebo_assign(pairs: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """Depth-bucketed cross-document derangement of heading paths (paper 3.2 "Placebo construction", E.3).
+
+    ``pairs`` has ``doc_id`` and ``path`` (a tuple of heading titles, already cut to the prefix depth); duplicate
+    ``(doc_id, path)`` rows are collapsed. Within each depth bucket (``len(path)``) the pairs are grouped by
+    document, the groups and the pairs inside each group are shuffled with ``numpy.random.default_rng(seed)``
+    (buckets in ascending depth), laid out group after group, and pair ``i`` receives the path of pair
+    ``(i + m) mod n`` where ``n`` is the bucket size and ``m`` its largest group. The map is a permutation of the
+    bucket, and a pair receives a path of its own document only when that cannot be avoided: the residual is
+    ``max(0, 2m - n)`` per bucket, the minimum any permutation can reach (the largest group's ``m`` pairs have
+    only ``n - m`` foreign paths to take).
+
+    Returns one row per unique pair: ``doc_id, depth, path, placebo_doc_id, placebo_path, same_doc`` (the
+    residual same-document assignment) and ``same_path`` (a non-empty foreign path with the same headings, e.g.
+    two papers' "Introduction"). The placebo title is the source document's title (the whole breadcrumb is foreign).
+    """
+    rng = np.random.default_rng(seed)
+    uniq = pairs[["doc_id", "path"]].copy()
+    uniq["path"] = [tuple(p) for p in uniq["path"]]
+    uniq = uniq.drop_duplicates().sort_values(["doc_id", "path"], kind="stable").reset_index(drop=True)
+    uniq["depth"] = [len(p) for p in uniq["path"]]
+    rows = []
+    for depth in sorted(uniq["depth"].unique()):
+        bucket = uniq[uniq["depth"] == depth]
+        groups = [list(g.itertuples(index=False)) for _, g in bucket.groupby("doc_id", sort=True)]
+        order = rng.permutation(len(groups))
+        laid = []
+        for gi in order:
+            g = groups[gi]
+            laid.extend(g[k] for k in rng.permutation(len(g)))
+        n, m = len(laid), max(len(g) for g in groups)
+        for i, r in enumerate(laid):
+            src = laid[(i + m) % n]
+            rows.append({"doc_id": r.doc_id, "depth": int(depth), "path": list(r.path),
+                         "placebo_doc_id": src.doc_id, "placebo_path": list(src.path),
+                         "same_doc": src.doc_id == r.doc_id, "same_path": bool(r.path) and tuple(src.path) == tuple(r.path)})
+    cols = ["doc_id", "depth", "path", "placebo_doc_id", "placebo_path", "same_doc", "same_path"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def min_residual(pairs: pd.DataFrame) -> int:
+    """The fewest same-document assignments any within-depth permutation allows: sum of max(0, 2m - n)."""
+    uniq = pairs[["doc_id", "path"]].assign(path=[tuple(p) for p in pairs["path"]]).drop_duplicates()
+    uniq["depth"] = [len(p) for p in uniq["path"]]
+    total = 0
+    for _, b in uniq.groupby("depth"):
+        n, m = len(b), int(b["doc_id"].value_counts().max())
+        total += max(0, 2 * m - n)
+    return total
+
+
+# ------------------------------------------------------------------------------------------------ build_all
+def _with_prefixes(base: pd.DataFrame, condition: str, prefixes: list[str], depth: int,
+                   shares: str | None = None) -> pd.DataFrame:
+    df = base.copy()
+    df.insert(0, "condition", condition)
+    df["prefix"] = prefixes
+    df["prefix_depth"] = depth
+    df["shares_vectors_with"] = shares
+    for c in ("route_key", "section_id"):
+        if c not in df.columns:
+            df[c] = None
+    return df
+
+
+def _a1_prefixes(a0: pd.DataFrame, contexts_a1: pd.DataFrame | None) -> list[str]:
+    if contexts_a1 is None:
+        raise ChunkingError("A1 is in chunking.conditions but no contexts_a1 table was given (written by 02_induce)")
+    ctx = contexts_a1[["doc_id", "start", "end", "context"]]
+    dup = ctx.duplicated(["doc_id", "start", "end"])
+    if dup.any():
+        r = ctx[dup].iloc[0]
+        raise ChunkingError(f"contexts_a1: {int(dup.sum())} duplicate window(s), e.g. doc {r.doc_id!r} "
+                            f"[{r.start},{r.end}); written by 02_induce")
+    look = {(d, int(s), int(e)): c for d, s, e, c in ctx.itertuples(index=False)}
+    out, missing = [], []
+    for d, s, e in zip(a0["doc_id"], a0["start"], a0["end"]):
+        c = look.get((d, int(s), int(e)))
+        if c is None:
+            missing.append((d, s, e))
+            c = ""
+        c = str(c).strip()
+        out.append(c + "\n\n" if c else "")
+    if missing:
+        d, s, e = missing[0]
+        raise ChunkingError(f"contexts_a1: no context for {len(missing)} of {len(a0)} A0 windows, e.g. doc {d!r} "
+                            f"[{s},{e}); 02_induce must cut windows with chunking.a0_windows and the same "
+                            f"chunking parameters")
+    return out
+
+
+def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame | None,
+              sections_induced: pd.DataFrame | None, contexts_a1: pd.DataFrame | None, chunking_params: Mapping,
+              counter: TokenCounter | None = None) -> dict:
+    """Build every condition in ``chunking_params["conditions"]`` (``cfg["chunking"]``).
+
+    Returns a dict:
+
+    * ``"chunks"``: one row per chunk and condition, columns :data:`CHUNK_COLUMNS`; ``chunk_id`` is
+      ``"<condition>|<doc_id>|<nnnn>"`` (unique across conditions); ``text_row`` indexes the unique embedded
+      texts (``"texts"``), the same rows for every embedder. A4/G4 share A3/G3's offsets, prefixes and text rows.
+    * ``"texts"``: the unique embedded texts in row order (a list of str).
+    * ``"size_matching"``: per document, the A0 target (mean content tokens of its A2 chunks) and the realised
+      chunk counts and means of A0, A2 and G2, with ``gap_A0_A2 = mean_A0 - mean_A2``.
+    * ``"placebo"``: :func:`placebo_assign` over the A3 (induced, full-depth) pairs, plus ``n_chunks`` using each.
+    * ``"summary"``: realised pooled means per chunk set, the A0-A2 gap, placebo residuals, unique-text share.
+    """
+    conds = list(chunking_params["conditions"])
+    bad = [c for c in conds if c not in ALL_CONDITIONS]
+    if bad:
+        raise ChunkingError(f"chunking.conditions: {bad[0]!r} is not one of {list(ALL_CONDITIONS)}")
+    counter = counter or chunking.load_counter(chunking_params["tokenizer"])
+    splitter = chunking_params.get("sentence_splitter", "pysbd")
+    mx, mn = int(chunking_params["max_tokens"]), int(chunking_params["min_tokens"])
+    depths = list(chunking_params.get("depths", [1, 2, 3]))
+    cache: dict = {}
+    titles = dict(zip(documents["doc_id"], documents["title"]))
+
+    sets: dict[str, pd.DataFrame] = {}
+    if INDUCED & set(conds):
+        if sections_induced is None:
+            raise ChunkingError(f"conditions {sorted(INDUCED & set(conds))} need sections_induced (02_induce)")
+        sets["A2"] = chunking.structural_chunks(documents, paragraphs, sections_induced, counter, mx, mn, splitter,
+                                                _unit_cache=cache)
+        sets["A0"] = chunking.fixed_windows(documents, chunking.doc_means(sets["A2"]), counter, splitter,
+                                            _unit_cache=cache)
+    if GOLD & set(conds):
+        if sections_gold is None:
+            raise ChunkingError(f"conditions {sorted(GOLD & set(conds))} need sections_gold (01_corpus)")
+        sets["G2"] = chunking.structural_chunks(documents, paragraphs, sections_gold, counter, mx, mn, splitter,
+                                                _unit_cache=cache)
+    for name, df in sets.items():
+        bad_tiles = chunking.verify_tiling(df, documents)
+        if bad_tiles:
+            d, v = next(iter(bad_tiles.items()))
+            raise ChunkingError(f"{name} chunks do not tile document {d!r}: {v}")  # a bug, never expected
+
+    # gold and induced section ids may coincide ("doc::s003"), so their heading paths are kept apart
+    paths_of = {"induced": docmodel.heading_paths(sections_induced) if sections_induced is not None else {},
+                "gold": docmodel.heading_paths(sections_gold) if sections_gold is not None else {}}
+
+    def breadcrumb(df: pd.DataFrame, depth: int, paths: dict) -> list[str]:
+        return [render_prefix(titles[d], paths[s][:depth]) for d, s in zip(df["doc_id"], df["section_id"])]
+
+    frames, placebo = [], None
+    for cond in conds:
+        depth = prefix_depth(cond, depths)
+        base = sets["A0"] if cond in ("A0", "A1") else sets["G2"] if cond in GOLD else sets["A2"]
+        paths = paths_of["gold" if cond in GOLD else "induced"]
+        if cond == "A0" or cond in ("A2", "G2"):
+            pre = [""] * len(base)
+        elif cond == "A1":
+            pre = _a1_prefixes(base, contexts_a1)
+        elif cond == "P":
+            pairs = pd.DataFrame({"doc_id": base["doc_id"],
+                                  "path": [tuple(paths[s][:depth]) for s in base["section_id"]]})
+            placebo = placebo_assign(pairs, int(chunking_params["placebo_seed"]))
+            look = {(r.doc_id, tuple(r.path)): (r.placebo_doc_id, r.placebo_path)
+                    for r in placebo.itertuples(index=False)}
+            pre = [render_prefix(titles[look[k][0]], look[k][1]) for k in zip(pairs["doc_id"], pairs["path"])]
+            used = pairs.assign(path=[tuple(p) for p in pairs["path"]]).value_counts(["doc_id", "path"])
+            placebo["n_chunks"] = [int(used[(d, tuple(p))]) for d, p in zip(placebo["doc_id"], placebo["path"])]
+        else:
+            pre = breadcrumb(base, depth, paths)
+        shares = {"A4": "A3", "G4": "G3"}.get(cond)
+        frames.append(_with_prefixes(base, cond, pre, depth, shares))
+
+    chunks = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CHUNK_COLUMNS)
+    chunks["chunk_id"] = (chunks["condition"] + "|" + chunks["doc_id"] + "|"
+                          + chunks.groupby(["condition", "doc_id"], sort=False).cumcount().map("{:04d}".format))
+    uniq_prefix = list(dict.fromkeys(chunks["prefix"]))
+    n_pre = dict(zip(uniq_prefix, counter(uniq_prefix)))
+    chunks["n_prefix_tokens"] = chunks["prefix"].map(n_pre).astype("int64")
+    rows, texts = text_rows(embedded_texts(chunks, documents))
+    chunks["text_row"] = rows
+    chunks = chunks[CHUNK_COLUMNS]
+
+    size = _size_matching(sets)
+    summary = _summary(chunks, sets, size, placebo, texts, mx, mn)
+    if placebo is None:
+        placebo = pd.DataFrame(columns=["doc_id", "depth", "path", "placebo_doc_id", "placebo_path", "same_doc",
+                                        "same_path", "n_chunks"])
+    return {"chunks": chunks, "texts": texts, "size_matching": size, "placebo": placebo, "summary": summary}
+
+
+def _size_matching(sets: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    parts = []
+    for name in ("A0", "A2", "G2"):
+        if name in sets:
+            g = sets[name].groupby("doc_id", sort=False)["n_content_tokens"]
+            parts.append(pd.DataFrame({f"n_{name}": g.size(), f"mean_{name}": g.mean().astype(float)}))
+    if not parts:
+        return pd.DataFrame(columns=["doc_id"])
+    out = pd.concat(parts, axis=1).rename_axis("doc_id").reset_index()
+    if "A2" in sets:
+        out.insert(1, "target", out["mean_A2"])
+        out["gap_A0_A2"] = out["mean_A0"] - out["mean_A2"]
+    return out
+
+
+def _summary(chunks, sets, size, placebo, texts, mx, mn) -> dict:
+    by = chunks.groupby("condition", sort=False)
+    out = {
+        "n_chunks": {k: int(v) for k, v in by.size().items()},
+        "mean_content_tokens": {k: float(v) for k, v in by["n_content_tokens"].mean().items()},
+        "mean_prefix_tokens": {k: float(v) for k, v in by["n_prefix_tokens"].mean().items()},
+        "realised_mean": {k: float(v["n_content_tokens"].mean()) for k, v in sets.items()},
+        "over_max": {k: int((v["n_content_tokens"] > mx).sum()) for k, v in sets.items() if k != "A0"},
+        "under_min": {k: int((v["n_content_tokens"] < mn).sum()) for k, v in sets.items() if k != "A0"},
+        "n_texts": len(texts),
+        "n_chunk_rows": int(len(chunks)),
+        "unique_text_share": float(len(texts) / len(chunks)) if len(chunks) else math.nan,
+    }
+    if "A0" in sets:
+        out["size_gap_A0_A2"] = out["realised_mean"]["A0"] - out["realised_mean"]["A2"]
+        out["max_abs_doc_gap_A0_A2"] = float(size["gap_A0_A2"].abs().max()) if len(size) else 0.0
+    if placebo is not None:
+        out["placebo_pairs"] = int(len(placebo))
+        out["placebo_residual_same_doc"] = int(placebo["same_doc"].sum())
+        out["placebo_residual_chunks"] = int(placebo.loc[placebo["same_doc"], "n_chunks"].sum())
+        out["placebo_min_residual"] = min_residual(placebo)
+        out["placebo_same_path"] = int(placebo["same_path"].sum())
+    return out
