@@ -1,0 +1,361 @@
+"""Statistics (07): Holm, dz, the document-clustered bootstrap, the contrast/MixedLM/exploratory tables.
+
+Oracles: statsmodels ``multipletests(method="holm")``, ``scipy.stats.ttest_rel``, ``scipy.stats.bootstrap``,
+``numpy.polyfit``/``scipy.stats.linregress``, ``scipy.stats.sem``. Worked examples are computed by hand in the
+comments. Properties (hypothesis): identical conditions give 0/[0, 0]/p = 1; swapping the conditions negates the
+effect; the same seed gives identical tables.
+"""
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from statsmodels.stats.multitest import multipletests
+
+from chunkstudy import stats
+
+PARAMS = {"n_boot": 2000, "seed": 20260710, "alpha": 0.05, "primary_metric": "cov-nDCG@10",
+          "primary_embedder": "strong", "primary_reranker": "none",
+          "contrasts": {"C1": ["A3", "A1"], "C2": ["A3", "P"], "C3": ["G3", "A3"], "C4": ["A4", "A3"]},
+          "mixedlm": True}
+EFFECTS = {"A0": 0.0, "A1": 0.01, "A2": 0.02, "A3-d1": 0.03, "A3-d2": 0.04, "A3": 0.05, "P": 0.02, "A4": 0.03,
+           "G2": 0.02, "G3": 0.06, "G4": 0.03}
+
+
+@pytest.fixture(scope="module")
+def sim():
+    """Two embedders × two reranker settings × two metrics, 120 queries over 40 documents."""
+    return stats.simulate_scores(40, 120, EFFECTS, seed=7, embedders=("strong", "weak"), rerankers=("none", "xenc"),
+                                 metrics=("cov-nDCG@10", "recall@50"))
+
+
+# ------------------------------------------------------------------------------------------------ Holm
+
+def test_holm_worked_example():
+    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → running max 0.06
+    got = stats.holm([0.01, 0.04, 0.03, 0.005])
+    np.testing.assert_allclose(got, [0.03, 0.06, 0.06, 0.02])
+
+
+# multipletests calls gc.collect() on every call (~0.1 s here), so the example count is kept modest
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 1), st.sampled_from([0.0, 0.01, 0.05, 0.2, 1.0])), min_size=1, max_size=12))
+def test_holm_matches_statsmodels(p):
+    expected = multipletests(p, method="holm")[1]
+    np.testing.assert_allclose(stats.holm(p), expected, rtol=1e-12, atol=1e-15)
+
+
+def test_holm_missing_p_stays_nan_and_keeps_the_family_size():
+    got = stats.holm([0.01, np.nan, 0.02, 0.03])
+    full = stats.holm([0.01, 1.0, 0.02, 0.03])
+    assert np.isnan(got[1])
+    np.testing.assert_allclose(got[[0, 2, 3]], full[[0, 2, 3]])
+    np.testing.assert_allclose(got[[0, 2, 3]], [0.04, 0.06, 0.06])  # m = 4, not 3
+
+
+def test_holm_rejects_out_of_range():
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        stats.holm([0.5, 1.2])
+
+
+# ------------------------------------------------------------------------------------------------ dz
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1, 1), st.floats(-1, 1)), min_size=3, max_size=60))
+def test_dz_matches_paired_t(pairs):
+    a, b = np.array(pairs).T
+    assume(np.std(a - b, ddof=1) > 1e-6)
+    t = scipy.stats.ttest_rel(a, b).statistic
+    assert stats.cohens_dz(a - b) * np.sqrt(len(a)) == pytest.approx(t, rel=1e-9, abs=1e-9)
+
+
+def test_dz_worked_example_and_undefined_cases():
+    # deltas 1, 2, 3: mean 2, sd (ddof=1) 1 → dz 2
+    assert stats.cohens_dz([1.0, 2.0, 3.0]) == pytest.approx(2.0)
+    assert np.isnan(stats.cohens_dz([0.0, 0.0, 0.0]))
+    assert np.isnan(stats.cohens_dz([0.3]))
+
+
+# ------------------------------------------------------------------------------------------------ bootstrap
+
+def test_cluster_bootstrap_worked_example():
+    # doc a holds deltas 1, 2 (sum 3, count 2); doc b holds 3 (sum 3, count 1). Drawing two documents:
+    # (a,a) → 6/4 = 1.5, (b,b) → 6/2 = 3, (a,b)/(b,a) → 6/3 = 2, with probabilities 1/4, 1/4, 1/2.
+    boot = stats.cluster_bootstrap([1.0, 2.0, 3.0], ["a", "a", "b"], n_boot=8000, seed=1)
+    assert boot.estimate == 2.0 and boot.n == 3 and boot.n_clusters == 2
+    values, counts = np.unique(boot.replicates, return_counts=True)
+    np.testing.assert_allclose(values, [1.5, 2.0, 3.0])
+    np.testing.assert_allclose(counts / 8000, [0.25, 0.5, 0.25], atol=0.02)
+    assert (boot.ci_low, boot.ci_high) == (1.5, 3.0)
+    assert boot.p == 0.0  # no replicate ≤ 0
+
+
+def test_one_query_per_document_is_the_ordinary_paired_bootstrap():
+    rng = np.random.default_rng(3)
+    deltas = rng.normal(0.02, 0.1, 300)
+    docs = [f"d{i:03d}" for i in range(300)]  # sorted labels: same order as the deltas
+    boot = stats.cluster_bootstrap(deltas, docs, n_boot=3000, seed=11)
+    # the ordinary paired bootstrap, written out: resample queries with replacement, same generator and draws
+    draws = np.random.default_rng(11).integers(0, 300, size=(3000, 300))
+    ordinary = deltas[draws].mean(axis=1)
+    np.testing.assert_allclose(boot.replicates, ordinary, rtol=1e-12)
+    assert boot.p == pytest.approx(min(1.0, 2 * min(np.mean(ordinary <= 0), np.mean(ordinary >= 0))))
+    # and statistically against an independent implementation (scipy, its own random stream)
+    ref = scipy.stats.bootstrap((deltas,), np.mean, n_resamples=3000, method="percentile",
+                                rng=np.random.default_rng(5)).confidence_interval
+    width = ref.high - ref.low
+    assert boot.ci_low == pytest.approx(ref.low, abs=0.1 * width)
+    assert boot.ci_high == pytest.approx(ref.high, abs=0.1 * width)
+
+
+def test_clustering_widens_the_interval():
+    # 60 documents × 5 queries whose deltas share a document effect (sd 0.1) over small noise (sd 0.02): the design
+    # effect is about 1 + 4·0.1²/(0.1² + 0.02²) ≈ 4.8, so the clustered CI is about √4.8 ≈ 2.2× the ordinary one.
+    rng = np.random.default_rng(0)
+    docs = np.repeat(np.arange(60), 5)
+    deltas = rng.normal(0, 0.1, 60)[docs] + rng.normal(0, 0.02, 300)
+    clustered = stats.cluster_bootstrap(deltas, docs, 4000, seed=1)
+    ordinary = stats.cluster_bootstrap(deltas, np.arange(300), 4000, seed=1)
+    ratio = (clustered.ci_high - clustered.ci_low) / (ordinary.ci_high - ordinary.ci_low)
+    assert 1.8 < ratio < 2.7
+
+
+def test_cluster_bootstrap_rejects_bad_input():
+    with pytest.raises(ValueError, match="n_boot"):
+        stats.cluster_bootstrap([1.0], ["a"], 0, 1)
+    with pytest.raises(ValueError, match="no observations"):
+        stats.cluster_bootstrap([], [], 10, 1)
+    with pytest.raises(ValueError, match="NaN"):
+        stats.cluster_bootstrap([1.0, np.nan], ["a", "b"], 10, 1)
+
+
+def test_cluster_se_with_one_query_per_document_is_the_ordinary_se():
+    y = np.random.default_rng(2).normal(size=50)
+    assert stats.cluster_se(y, np.arange(50)) == pytest.approx(scipy.stats.sem(y))
+
+
+# ------------------------------------------------------------------------------------------------ contrasts table
+
+def test_contrasts_table_structure_and_values(sim):
+    scores, queries = sim
+    table = stats.contrasts_table(scores, queries, PARAMS, "sim")
+    assert len(table) == 8 * 4  # 2 metrics × 2 embedders × 2 rerankers, 4 contrasts each
+    primary = table[table["confirmatory"]]
+    assert primary["cell"].unique().tolist() == ["cov-nDCG@10|strong|none"]
+    assert primary["contrast"].tolist() == ["C1", "C2", "C3", "C4"]
+    assert set(table.loc[~table["confirmatory"], "label"]) == {"exploratory"}
+    assert set(primary["label"]) == {"confirmatory"}
+    assert table.index[:4].tolist() == primary.index.tolist()  # Table 1 first
+    # mean delta and dz from the raw scores
+    s = scores[(scores.metric == "cov-nDCG@10") & (scores.embedder == "strong") & (scores.reranker == "none")]
+    wide = s.pivot(index="query_id", columns="condition", values="value")
+    delta = wide["A4"] - wide["A3"]
+    c4 = primary.set_index("contrast").loc["C4"]
+    assert c4["mean_delta"] == pytest.approx(delta.mean())
+    assert c4["dz"] == pytest.approx(delta.mean() / delta.std(ddof=1))
+    assert c4["mean_a"] - c4["mean_b"] == pytest.approx(c4["mean_delta"])
+    assert (c4["n_queries"], c4["n_docs"]) == (120, 40)
+    assert c4["ci_low"] < c4["mean_delta"] < c4["ci_high"]
+    # Holm within each cell's family of four
+    for _, cell in table.groupby("cell"):
+        np.testing.assert_allclose(cell["p_holm"], stats.holm(cell["p"].to_numpy()))
+    assert (table["reject_holm"] == (table["p_holm"] < 0.05)).all()
+
+
+def test_unpaired_queries_are_left_out(sim):
+    scores, queries = sim
+    gone = queries["query_id"].iloc[:10]
+    cut = scores[~((scores.condition == "A1") & scores.query_id.isin(gone))].copy()
+    cut.loc[(cut.condition == "A1") & (cut.query_id == queries["query_id"].iloc[10]), "value"] = np.nan
+    table = stats.contrasts_table(cut, queries, PARAMS, "sim").set_index(["cell", "contrast"])
+    assert table.loc[("cov-nDCG@10|strong|none", "C1"), "n_queries"] == 109
+    assert table.loc[("cov-nDCG@10|strong|none", "C2"), "n_queries"] == 120
+
+
+def test_missing_condition_is_noted_not_fatal(sim):
+    scores, queries = sim
+    no_gold = scores[~scores.condition.str.startswith("G")]
+    table = stats.contrasts_table(no_gold, queries, PARAMS, "sim")
+    c3 = table[table.contrast == "C3"]
+    assert c3["mean_delta"].isna().all() and c3["p_holm"].isna().all() and (c3["n_queries"] == 0).all()
+    assert c3["note"].str.contains("G3").all()
+    # the family stays four: the others are adjusted as if C3's p were 1
+    primary = table[table.confirmatory]
+    np.testing.assert_allclose(primary["p_holm"], stats.holm(primary["p"].to_numpy()), equal_nan=True)
+    assert (table.loc[table.contrast != "C3", "note"] == "").all()
+
+
+@st.composite
+def paired_tables(draw):
+    n_docs = draw(st.integers(2, 8))
+    per_doc = draw(st.lists(st.integers(1, 4), min_size=n_docs, max_size=n_docs))
+    docs = np.repeat([f"d{i}" for i in range(n_docs)], per_doc)
+    n = len(docs)
+    values = draw(st.lists(st.floats(0, 1), min_size=2 * n, max_size=2 * n))
+    qids = [f"q{i}" for i in range(n)]
+    queries = pd.DataFrame({"query_id": qids, "doc_id": docs, "qtype": "factoid"})
+    scores = pd.DataFrame({"corpus": "c", "embedder": "strong", "reranker": "none", "metric": "cov-nDCG@10",
+                           "query_id": qids * 2, "condition": ["A3"] * n + ["A1"] * n, "value": values})
+    return scores, queries
+
+
+ONE = {**PARAMS, "n_boot": 300, "contrasts": {"C1": ["A3", "A1"]}}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(paired_tables())
+def test_identical_conditions_give_zero_and_p_one(tables):
+    scores, queries = tables
+    copy = scores[scores.condition == "A3"].assign(condition="A1")
+    same = pd.concat([scores[scores.condition == "A3"], copy], ignore_index=True)
+    row = stats.contrasts_table(same, queries, ONE, "c").iloc[0]
+    assert row["mean_delta"] == 0.0 and (row["ci_low"], row["ci_high"]) == (0.0, 0.0)
+    assert row["p"] == 1.0 and row["p_holm"] == 1.0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(paired_tables())
+def test_swapping_conditions_negates_the_contrast(tables):
+    scores, queries = tables
+    forward = stats.contrasts_table(scores, queries, ONE, "c").iloc[0]
+    backward = stats.contrasts_table(scores, queries, {**ONE, "contrasts": {"C1": ["A1", "A3"]}}, "c").iloc[0]
+    assert backward["mean_delta"] == pytest.approx(-forward["mean_delta"], abs=1e-12)
+    assert backward["ci_low"] == pytest.approx(-forward["ci_high"], abs=1e-9)
+    assert backward["ci_high"] == pytest.approx(-forward["ci_low"], abs=1e-9)
+    assert backward["p"] == forward["p"]
+
+
+def test_same_seed_same_tables_other_seed_differs(sim):
+    scores, queries = sim
+    for fn in (stats.contrasts_table, stats.dose_response, stats.per_type):
+        first, again = fn(scores, queries, PARAMS, "sim"), fn(scores, queries, PARAMS, "sim")
+        pd.testing.assert_frame_equal(first, again)
+        other = fn(scores, queries, {**PARAMS, "seed": 1}, "sim")
+        assert not np.allclose(first["ci_low"], other["ci_low"], equal_nan=True)
+
+
+def test_input_errors_name_the_table(sim):
+    scores, queries = sim
+    with pytest.raises(ValueError, match="duplicated"):
+        stats.contrasts_table(pd.concat([scores, scores.iloc[:1]]), queries, PARAMS, "sim")
+    with pytest.raises(ValueError, match="no row in queries"):
+        stats.contrasts_table(scores, queries.iloc[1:], PARAMS, "sim")
+    with pytest.raises(ValueError, match=r"corpora present: \['sim'\]"):
+        stats.contrasts_table(scores, queries, PARAMS, "qasper")
+    with pytest.raises(ValueError, match="stats.contrasts.C1"):
+        stats.contrasts_table(scores, queries, {**PARAMS, "contrasts": {"C1": ["A3"]}}, "sim")
+
+
+def test_inputs_not_mutated(sim):
+    scores, queries = sim
+    before_s, before_q = scores.copy(), queries.copy()
+    stats.contrasts_table(scores, queries, PARAMS, "sim")
+    stats.condition_means(scores, queries, PARAMS, "sim")
+    pd.testing.assert_frame_equal(scores, before_s)
+    pd.testing.assert_frame_equal(queries, before_q)
+
+
+def test_paired_deltas(sim):
+    scores, queries = sim
+    d = stats.paired_deltas(scores, queries, "A3", "A1", corpus="sim", metric="recall@50", embedder="weak",
+                            reranker="xenc")
+    assert len(d) == 120 and (d["delta"] == d["value_a"] - d["value_b"]).all()
+    assert d.merge(queries, on="query_id")["doc_id_x"].eq(d.merge(queries, on="query_id")["doc_id_y"]).all()
+    empty = stats.paired_deltas(scores, queries, "A3", "ZZ", corpus="sim", metric="recall@50", embedder="weak",
+                                reranker="xenc")
+    assert empty.empty and "delta" in empty.columns
+
+
+# ------------------------------------------------------------------------------------------------ MixedLM
+
+def test_mixedlm_recovers_a_planted_effect():
+    # A3 − A1 = 0.04 planted, with document and query intercepts much larger than the effect
+    scores, queries = stats.simulate_scores(150, 450, {"A3": 0.04, "A1": 0.0}, seed=3, noise_sd=0.05)
+    params = {**PARAMS, "contrasts": {"C1": ["A3", "A1"]}}
+    table = stats.mixedlm_table(scores, queries, params, "sim")
+    row = table.iloc[0]
+    assert row["converged"]
+    assert abs(row["coef"] - 0.04) < 3 * row["se"] and row["ci_low"] < 0.04 < row["ci_high"]
+    assert row["p"] < 1e-3 and row["z"] == pytest.approx(row["coef"] / row["se"])
+    assert (row["n_obs"], row["n_queries"], row["n_docs"]) == (900, 450, 150)
+    # each document holds every query under both conditions, so the GLS coefficient is the mean paired delta
+    mean_delta = stats.contrasts_table(scores, queries, params, "sim").iloc[0]["mean_delta"]
+    assert row["coef"] == pytest.approx(mean_delta, abs=1e-8)
+    assert "misspecified" in row["note"]
+
+
+def test_mixedlm_skips_missing_and_can_be_switched_off(sim):
+    scores, queries = sim
+    few = scores[(scores.metric == "cov-nDCG@10") & (scores.embedder == "strong") & (scores.reranker == "none")
+                 & scores.condition.isin(["A3", "A1"])]
+    table = stats.mixedlm_table(few, queries, PARAMS, "sim")
+    assert table["contrast"].tolist() == ["C1", "C2", "C3", "C4"]
+    assert table.loc[1:, "coef"].isna().all() and table.loc[1:, "note"].str.contains("skipped").all()
+    assert np.isfinite(table.loc[0, "coef"])
+    off = stats.mixedlm_table(scores, queries, {**PARAMS, "mixedlm": False}, "sim")
+    assert off.empty and "coef" in off.columns
+
+
+# ------------------------------------------------------------------------------------------------ exploratory
+
+def test_per_query_slopes_match_polyfit_and_pooled_ols():
+    rng = np.random.default_rng(4)
+    y = rng.normal(size=(30, 4))
+    depths = [0, 1, 2, 3]
+    expected = np.array([np.polyfit(depths, row, 1)[0] for row in y])
+    slopes = stats.per_query_slopes(y, depths)
+    np.testing.assert_allclose(slopes, expected)
+    pooled = scipy.stats.linregress(np.tile(depths, 30), y.ravel()).slope
+    assert slopes.mean() == pytest.approx(pooled)
+
+
+def test_dose_response_recovers_a_planted_slope():
+    # effects rise by 0.01 per level: A2 0, A3-d1 0.01, A3-d2 0.02, A3 0.03
+    ladder = {"A2": 0.0, "A3-d1": 0.01, "A3-d2": 0.02, "A3": 0.03}
+    scores, queries = stats.simulate_scores(200, 600, ladder, seed=9, embedders=("strong", "weak"),
+                                            doc_condition_sd=0.005, noise_sd=0.02)
+    table = stats.dose_response(scores, queries, PARAMS, "sim")
+    assert table["embedder"].tolist() == ["strong", "weak"]
+    for _, row in table.iterrows():
+        assert row["ci_low"] < 0.01 < row["ci_high"] and row["p"] < 0.01
+        assert row["mean_d3"] - row["mean_d0"] == pytest.approx(0.03, abs=0.005)
+        assert row["label"] == "exploratory" and row["levels"] == "A2,A3-d1,A3-d2,A3"
+
+
+def test_dose_response_with_a_missing_level(sim):
+    scores, queries = sim
+    table = stats.dose_response(scores[scores.condition != "A3-d2"], queries, PARAMS, "sim")
+    assert table["note"].str.contains("A3-d2").all() and np.isnan(table["mean_d2"]).all()
+    assert np.isfinite(table["slope"]).all()
+    assert (table["metric"] == "cov-nDCG@10").all() and len(table) == 4
+
+
+def test_per_type_partitions_the_queries(sim):
+    scores, queries = sim
+    table = stats.per_type(scores, queries, PARAMS, "sim")
+    overall = stats.contrasts_table(scores, queries, PARAMS, "sim")
+    assert set(table["metric"]) == {"cov-nDCG@10"} and set(table["label"]) == {"exploratory"}
+    merged = table.groupby(["cell", "contrast"]).apply(
+        lambda g: pd.Series({"n": g["n_queries"].sum(), "mean": np.average(g["mean_delta"], weights=g["n_queries"])}),
+        include_groups=False)
+    ref = overall.set_index(["cell", "contrast"]).loc[merged.index]
+    np.testing.assert_array_equal(merged["n"], ref["n_queries"])
+    np.testing.assert_allclose(merged["mean"], ref["mean_delta"])
+    assert set(table["qtype"]) == {"factoid", "multihop", "structural"}
+
+
+def test_condition_means(sim):
+    scores, queries = sim
+    table = stats.condition_means(scores, queries, PARAMS, "sim")
+    ref = scores.groupby(["metric", "embedder", "reranker", "condition"])["value"].mean()
+    got = table.set_index(["metric", "embedder", "reranker", "condition"])["mean"]
+    np.testing.assert_allclose(got.loc[ref.index], ref)
+    primary = table[table.primary_cell]
+    assert primary["condition"].tolist() == ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"]
+    assert set(table["metric"]) == {"cov-nDCG@10", "recall@50"} and (table["n_docs"] == 40).all()
+    row = table.iloc[0]
+    s = scores[(scores.metric == row.metric) & (scores.embedder == row.embedder) & (scores.reranker == row.reranker)
+               & (scores.condition == row.condition)].merge(queries, on="query_id")
+    assert row["se_cluster"] == pytest.approx(stats.cluster_se(s["value"], s["doc_id"]))
