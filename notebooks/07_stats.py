@@ -1,0 +1,99 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · Statistics
+#
+# **Reads** `06_metrics/scores` (per-query scores, long form) and `03_queries/queries` (query → document, type).
+# **Writes** `07_stats/contrasts`, `mixedlm`, `dose_response`, `per_type`, `condition_means`.
+#
+# The four pre-registered contrasts (C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) are tested on one cell fixed
+# in advance — cov-nDCG@10 × strong embedder × no reranker — with a document-clustered bootstrap (resampling
+# documents, `stats.n_boot` resamples, `stats.seed`), 95% percentile CIs, two-sided p, Holm across the four and
+# Cohen's dz. That family is **confirmatory**. The MixedLM is the pre-registered **secondary** check and is
+# misspecified by design (no per-query random effect). Everything else — other cells, the depth dose-response,
+# query-type cuts, per-condition means — is **exploratory**.
+
+# %% tags=["parameters"]
+params_file = "params/demo.yaml"
+
+# %%
+from chunkstudy import artifacts, config, stats
+
+cfg = config.load(params_file)
+stats_params = cfg["stats"]
+scores = artifacts.read(cfg, "scores")
+queries = artifacts.read(cfg, "queries")
+scores.groupby(["metric", "embedder", "reranker"]).agg(conditions=("condition", "nunique"),
+                                                       queries=("query_id", "nunique"))
+
+# %% [markdown]
+# ## Table 1 — the confirmatory family (primary cell)
+# Mean paired delta, 95% cluster-bootstrap CI, two-sided p, Holm-adjusted p and dz.
+
+# %%
+contrasts = stats.contrasts_table(scores, queries, stats_params, cfg.corpus)
+artifacts.write(cfg, "contrasts", contrasts)
+contrasts.loc[contrasts["confirmatory"], ["label", "cell", "contrast", "condition_a", "condition_b", "mean_delta",
+                                          "ci_low", "ci_high", "p", "p_holm", "reject_holm", "dz", "n_queries",
+                                          "n_docs", "note"]]
+
+# %% [markdown]
+# ## Secondary — MixedLM `score ~ condition + (1 | document)` on the primary cell
+# Misspecified by design: it omits a per-query random effect, so query-to-query variance inflates its standard
+# errors and it is conservative for small paired effects. Reported for pre-registration fidelity only.
+
+# %%
+mixedlm = stats.mixedlm_table(scores, queries, stats_params, cfg.corpus)
+artifacts.write(cfg, "mixedlm", mixedlm)
+mixedlm.drop(columns=["note"])
+
+# %%
+mixedlm["note"].drop_duplicates().to_list()
+
+# %% [markdown]
+# ## Exploratory — the same contrasts in every other cell
+# Other metrics, the weak embedder and the reranked cells. Holm is applied within each cell's family of four.
+
+# %%
+contrasts.loc[~contrasts["confirmatory"], ["label", "cell", "contrast", "mean_delta", "ci_low", "ci_high", "p",
+                                           "p_holm", "dz", "n_queries", "note"]]
+
+# %% [markdown]
+# ## Exploratory — breadcrumb-depth dose-response
+# Slope of cov-nDCG@10 on injected heading-path depth (A2 = 0, A3-d1 = 1, A3-d2 = 2, A3 = 3), per embedder ×
+# reranker, with a document-clustered bootstrap CI and p; per-level means alongside.
+
+# %%
+dose = stats.dose_response(scores, queries, stats_params, cfg.corpus)
+artifacts.write(cfg, "dose_response", dose)
+dose
+
+# %% [markdown]
+# ## Exploratory — cuts by query type (unadjusted; hypothesis-generating only)
+
+# %%
+by_type = stats.per_type(scores, queries, stats_params, cfg.corpus)
+artifacts.write(cfg, "per_type", by_type)
+by_type[["label", "cell", "contrast", "qtype", "mean_delta", "ci_low", "ci_high", "p", "dz", "n_queries", "note"]]
+
+# %% [markdown]
+# ## Exploratory — per-condition means (Table 2 is the primary cell's rows; recall@50 per condition included)
+
+# %%
+means = stats.condition_means(scores, queries, stats_params, cfg.corpus)
+artifacts.write(cfg, "condition_means", means)
+means.pivot_table(index="condition", columns=["metric", "embedder", "reranker"], values="mean", sort=False)
+
+# %%
+means.loc[means["metric"] == "recall@50", ["label", "embedder", "reranker", "condition", "mean", "se_cluster",
+                                            "n_queries"]]

@@ -1,0 +1,77 @@
+"""Statistics (07), slow checks: CI coverage over simulations, and the 07_stats notebook end to end."""
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from chunkstudy import artifacts, config, stats
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "07_stats.py"
+
+
+@pytest.mark.slow
+def test_clustered_ci_covers_the_truth_about_95_percent():
+    """200 simulated studies, 80 documents × 1..6 queries, deltas = 0.03 + document effect (sd 0.05) + noise
+    (sd 0.05). The clustered 95% CI should cover 0.03 in ≈95% of them (binomial sd ≈ 1.5 points); an ordinary
+    per-query bootstrap on the same data ignores the document effect and must cover clearly less."""
+    rng = np.random.default_rng(20260710)
+    truth, covered, covered_naive = 0.03, 0, 0
+    for sim in range(200):
+        sizes = rng.integers(1, 7, 80)
+        docs = np.repeat(np.arange(80), sizes)
+        deltas = truth + rng.normal(0, 0.05, 80)[docs] + rng.normal(0, 0.05, docs.size)
+        boot = stats.cluster_bootstrap(deltas, docs, 2000, seed=sim)
+        covered += boot.ci_low <= truth <= boot.ci_high
+        naive = stats.cluster_bootstrap(deltas, np.arange(docs.size), 2000, seed=sim)
+        covered_naive += naive.ci_low <= truth <= naive.ci_high
+    assert 0.90 <= covered / 200 <= 0.985, covered
+    assert covered_naive / 200 < 0.85, covered_naive
+
+
+def test_notebook_is_thin():
+    tree = ast.parse(NOTEBOOK.read_text())
+    banned = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.ListComp, ast.DictComp,
+              ast.Lambda)
+    assert not [type(n).__name__ for n in ast.walk(tree) if isinstance(n, banned)]
+    assert '# %% tags=["parameters"]\nparams_file = "params/demo.yaml"' in NOTEBOOK.read_text()
+
+
+@pytest.mark.slow
+def test_notebook_runs_on_simulated_scores(tmp_path, root):
+    """Execute 07_stats with papermill on a simulated store (tmp root) and check what it writes."""
+    pytest.importorskip("papermill")
+    effects = {"A0": 0.0, "A1": 0.01, "A2": 0.02, "A3-d1": 0.03, "A3-d2": 0.035, "A3": 0.04, "P": 0.02, "A4": 0.02,
+               "G2": 0.02, "G3": 0.05, "G4": 0.03}
+    params = tmp_path / "params" / "sim.yaml"
+    params.parent.mkdir()
+    params.write_text(f"base: {root / 'params' / 'demo.yaml'}\ncorpus:\n  name: demo\nstats:\n  n_boot: 500\n")
+    cfg = config.load(params, root=tmp_path)
+    scores, queries = stats.simulate_scores(30, 90, effects, seed=1, corpus="demo", embedders=("strong", "weak"),
+                                            metrics=("cov-nDCG@10", "recall@50"))
+    artifacts.write(cfg, "scores", scores)
+    artifacts.write(cfg, "queries", queries)
+    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")  # lets config.find_root land in tmp_path
+    (tmp_path / "lib" / "chunkstudy").mkdir(parents=True)
+    ipynb = tmp_path / "07_stats.ipynb"
+    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "-o", str(ipynb), str(NOTEBOOK)], check=True,
+                   capture_output=True)
+    import papermill
+
+    papermill.execute_notebook(str(ipynb), str(tmp_path / "out.ipynb"), parameters={"params_file": str(params)},
+                               cwd=str(tmp_path), kernel_name="python3", progress_bar=False)
+    contrasts = artifacts.read(cfg, "contrasts")
+    assert len(contrasts) == 2 * 2 * 4 and contrasts["confirmatory"].sum() == 4
+    assert (contrasts.loc[~contrasts.confirmatory, "label"] == "exploratory").all()
+    assert len(artifacts.read(cfg, "mixedlm")) == 4
+    assert len(artifacts.read(cfg, "dose_response")) == 2
+    assert set(artifacts.read(cfg, "per_type")["qtype"]) == {"factoid", "multihop", "structural"}
+    means = artifacts.read(cfg, "condition_means")
+    assert len(means) == 2 * 2 * 11
+    expected = stats.contrasts_table(scores, queries, cfg["stats"], "demo")
+    pd.testing.assert_frame_equal(contrasts, expected)
