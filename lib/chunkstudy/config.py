@@ -99,6 +99,9 @@ SCHEMA: dict[str, Any] = {
         "fuzzy_threshold": P(90.0, (float,)),
         "max_docs": P(None, (int,), nullable=True, doc="cap on documents (local runs); null = all"),
         "drop_numeric_only": P(True, (bool,)),
+        "evidence_annotators": P("majority", (str,), ("majority", "union", "first"),
+                                 doc="QASPER gold spans: paragraphs cited by >= half of the answering annotators, "
+                                     "by any of them, or by the first"),
     },
     "llm": {
         "backend": P("none", (str,), ("none", "scripted", "openai", "vllm", "transformers")),

@@ -1,0 +1,418 @@
+"""QASPER: the official archives in, flattened papers and harvested questions with gold spans out (paper, data
+section; issue 3).
+
+* **Reading.** :func:`read_qasper` accepts ``qasper-train-dev-v0.3.tgz``, ``qasper-test-and-evaluator-v0.3.tgz``
+  or the ``qasper-{train,dev,test}-v0.3.json`` files extracted from them, and merges whatever splits are given
+  (a ``split`` column records each paper's split).
+* **Flattening** (:func:`flatten_paper`): the abstract is a level-1 section titled "Abstract" (one paragraph per
+  non-empty line block), then each ``full_text`` section, where QASPER writes nesting as ``"A ::: B"``; a nested
+  section whose ancestors were not written as sections of their own gets empty ancestor headings, so the tree is
+  the path QASPER records. Each paragraph string is one paragraph.
+* **Evidence matching** (:func:`match_evidence`): ``exact`` (whitespace-normalised equality with a paragraph), then
+  ``fuzzy`` (best ``rapidfuzz.fuzz.ratio`` >= ``fuzzy_threshold``), then ``section`` (the evidence is contained,
+  by ``rapidfuzz.fuzz.partial_ratio`` >= threshold, in one section's own text: the span is that whole section).
+  Evidence that matches nothing is reported (document and question named) and left out.
+* **Figures and tables.** Evidence strings starting with ``FLOAT SELECTED:`` quote a figure/table caption, which
+  is not part of the flat text; they are not matched and are counted apart (the same choice as the official
+  evaluator's ``--text_evidence_only``). A question whose only evidence is figures/tables has no text evidence
+  and is dropped as "no evidence".
+* **Annotators.** A question has one or more annotations. Unanswerable annotations are ignored; a question with
+  no answerable annotation is dropped as unanswerable. The gold spans combine the answerable annotations that
+  have matched text evidence by ``corpus.evidence_annotators`` (:func:`combine_annotators`): ``majority``
+  (default: a paragraph cited by at least half of them; with one annotator, its evidence), ``union`` or
+  ``first``. On the test split (about 2.4 annotations per question) ``union`` gives 58% multi-span and 2.47
+  spans per question against the paper's 43% / 2.10; ``majority`` gives numbers close to the paper's. ``qtype`` is the majority answer type among answerable annotations
+  (extractive / abstractive / boolean; ties go to the first annotation's type).
+* **Numeric-only** (``drop_numeric_only``): a question is dropped when every answerable annotation's answer is
+  only digits, punctuation and units-free symbols (``"3,044"``, ``"85.3%"``), the items the study leaves out.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+from rapidfuzz import fuzz, process
+
+from .model import DocumentBuilder, depth
+
+_SPLIT = re.compile(r"qasper-(train|dev|test)-v[\d.]+\.json$")
+FLOAT_PREFIX = "FLOAT SELECTED"
+MATCH_RULES = ("exact", "fuzzy", "section")
+HARVESTED_COLUMNS = ["query_id", "doc_id", "qtype", "text", "spans", "match_rules", "n_spans", "answer",
+                     "split", "n_annotations", "n_evidence", "n_float_evidence", "n_unmatched"]
+
+
+def _split_of(name: str) -> str:
+    m = _SPLIT.search(Path(name).name)
+    return m.group(1) if m else Path(name).stem
+
+
+def read_qasper(paths: Iterable[str | Path], warnings: list[str] | None = None) -> dict[str, tuple[str, dict]]:
+    """``{paper_id: (split, record)}`` from QASPER archives (``.tgz``) and/or extracted ``.json`` files.
+
+    A paper id present in two splits keeps the first and warns; an unreadable file warns (naming it) and the
+    others are still read (raised when ``warnings`` is None).
+    """
+    out: dict[str, tuple[str, dict]] = {}
+
+    def add(split: str, data: dict, name: str):
+        for pid, rec in data.items():
+            if pid in out:
+                _warn(warnings, f"{name}: paper {pid} already read from split {out[pid][0]!r}; kept the first")
+                continue
+            out[pid] = (split, rec)
+
+    for path in paths:
+        path = Path(path)
+        try:
+            if path.suffix in (".tgz", ".gz") or path.name.endswith(".tar.gz"):
+                with tarfile.open(path, "r:gz") as tar:
+                    members = [m for m in tar.getmembers() if m.isfile() and _SPLIT.search(m.name)]
+                    if not members:
+                        raise ValueError("no qasper-*-v0.3.json inside")
+                    for m in sorted(members, key=lambda m: m.name):
+                        add(_split_of(m.name), json.load(io.TextIOWrapper(tar.extractfile(m), "utf-8")),
+                            f"{path.name}:{m.name}")
+            else:
+                add(_split_of(path.name), json.loads(path.read_text()), path.name)
+        except (OSError, EOFError, ValueError, tarfile.TarError) as e:
+            _warn(warnings, f"{path.name}: cannot read QASPER file ({type(e).__name__}: {e})")
+    return out
+
+
+def _warn(warnings: list[str] | None, msg: str) -> None:
+    if warnings is None:
+        raise ValueError(msg)
+    warnings.append(msg)
+
+
+def _norm(s: str) -> str:
+    return " ".join((s or "").split())
+
+
+def flatten_paper(paper_id: str, record: dict, split: str = "") -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """One QASPER paper as ``(document row, paragraphs, sections)`` (module docstring: flattening).
+
+    Raises ``ValueError`` naming the paper when ``full_text`` is missing or not a list.
+    """
+    full = record.get("full_text")
+    if not isinstance(full, list):
+        raise ValueError(f"QASPER paper {paper_id}: record has no full_text list")
+    b = DocumentBuilder(paper_id, _norm(record.get("title") or ""))
+    b.heading(1, "Abstract")
+    for block in re.split(r"\n\s*\n", record.get("abstract") or ""):
+        b.paragraph(_norm(block))
+    cur: list[str] = []
+    for sec in full:
+        name = sec.get("section_name") or ""
+        path = [_norm(p) for p in name.split(":::")] if name.strip() else [""]
+        common = 0
+        while common < min(len(cur), len(path) - 1) and cur[common] == path[common]:
+            common += 1
+        for lvl in range(common, len(path)):
+            b.heading(lvl + 1, path[lvl])
+        cur = path
+        for p in sec.get("paragraphs") or []:
+            b.paragraph(_norm(p))
+    doc, paras, secs = b.build(source="qasper", split=split)
+    doc["n_words"] = len(doc["text"].split())
+    return doc, paras, secs
+
+
+class EvidenceMatcher:
+    """Match evidence strings to one document: exact → fuzzy → section fallback.
+
+    * ``exact``: the whitespace-normalised evidence equals a paragraph; the span is that paragraph.
+    * ``fuzzy``: the best ``rapidfuzz.fuzz.ratio`` against the paragraphs is >= ``threshold``; that paragraph.
+    * ``section``: the evidence names a section (QASPER annotators sometimes cite a heading such as
+      ``"Baseline Systems"`` or ``"Dataset ::: Final Dataset"``, matched by its last part): equal to a section title after case folding, or ``fuzz.ratio`` >= threshold
+      with one; otherwise it is contained (``fuzz.partial_ratio`` >= threshold) in one section's own text. The
+      span is the section with its sub-sections (start of the section to the end of its last descendant).
+
+    :meth:`match` returns ``(rule, [start, end])`` (half-open offsets into the text) or ``None``.
+    """
+
+    def __init__(self, text: str, paras: pd.DataFrame, sections: pd.DataFrame, threshold: float):
+        self.threshold = float(threshold)
+        self.spans = [(int(s), int(e)) for s, e in zip(paras["start"], paras["end"])]
+        self.texts = [_norm(text[s:e]) for s, e in self.spans]
+        self.index: dict[str, int] = {}
+        for i, t in enumerate(self.texts):
+            self.index.setdefault(t, i)
+        rows = list(sections.itertuples(index=False))
+        self.subtree: list[tuple[int, int]] = []  # (start, end) of each section with its descendants
+        for i, r in enumerate(rows):
+            end = int(r.end)
+            for r2 in rows[i + 1:]:
+                if int(r2.level) <= int(r.level):
+                    break
+                end = max(end, int(r2.end))
+            self.subtree.append((int(r.start), end))
+        self.titles = [_norm(r.title).casefold() for r in rows]
+        self.own = [_norm(text[int(r.start):int(r.end)]) for r in rows]
+
+    def match(self, evidence: str) -> tuple[str, list[int]] | None:
+        ev = _norm(evidence)
+        if not ev:
+            return None
+        if ev in self.index:
+            s, e = self.spans[self.index[ev]]
+            return "exact", [s, e]
+        if self.texts:
+            best = process.extractOne(ev, self.texts, scorer=fuzz.ratio, score_cutoff=self.threshold)
+            if best is not None:
+                s, e = self.spans[best[2]]
+                return "fuzzy", [s, e]
+        return self._section(ev)
+
+    def _section(self, ev: str) -> tuple[str, list[int]] | None:
+        key = _norm(ev.split(":::")[-1]).casefold()  # QASPER cites nested sections as "A ::: B"
+        hit = next((i for i, t in enumerate(self.titles) if t and t == key), None)
+        if hit is None and self.titles:
+            best = process.extractOne(key, self.titles, scorer=fuzz.ratio, score_cutoff=self.threshold)
+            hit = best[2] if best is not None else None
+        if hit is None:
+            scores = [(fuzz.partial_ratio(ev, t) if t and len(ev) <= len(t) else 0.0, i)
+                      for i, t in enumerate(self.own)]
+            good = [(sc, i) for sc, i in scores if sc >= self.threshold]
+            hit = max(good, key=lambda x: (x[0], -x[1]))[1] if good else None
+        if hit is None or self.subtree[hit][1] <= self.subtree[hit][0]:
+            return None
+        return "section", list(self.subtree[hit])
+
+
+_NUMERIC_ONLY = re.compile(r"^[\d\s.,%+\-−–/×x:;()~<>=$€£]*\d[\d\s.,%+\-−–/×x:;()~<>=$€£]*$")
+
+
+def is_numeric_only(answer: str) -> bool:
+    """True when an answer is only a number (digits with separators, signs, %, currency): ``"3,044"``, ``"85.3%"``.
+
+    >>> is_numeric_only("85.3%"), is_numeric_only("3,044"), is_numeric_only("BERT"), is_numeric_only("")
+    (True, True, False, False)
+    """
+    return bool(_NUMERIC_ONLY.match(answer.strip()))
+
+
+def answer_type(ans: dict) -> str | None:
+    """``boolean`` / ``extractive`` / ``abstractive`` for an answerable annotation, ``None`` when unanswerable."""
+    if ans.get("unanswerable"):
+        return None
+    if ans.get("yes_no") is not None:
+        return "boolean"
+    if any(_norm(x) for x in ans.get("extractive_spans") or []):
+        return "extractive"
+    if _norm(ans.get("free_form_answer") or ""):
+        return "abstractive"
+    return None
+
+
+def answer_text(ans: dict) -> str:
+    if ans.get("yes_no") is not None:
+        return "Yes" if ans["yes_no"] else "No"
+    spans = [_norm(x) for x in ans.get("extractive_spans") or [] if _norm(x)]
+    return " | ".join(spans) if spans else _norm(ans.get("free_form_answer") or "")
+
+
+def combine_annotators(per_annotation: list[dict[tuple[int, int], str]], policy: str
+                       ) -> dict[tuple[int, int], str]:
+    """Combine the matched spans of the answerable annotations that have text evidence.
+
+    ``majority``: spans cited by at least half of them (a lone annotator's spans are kept as they are);
+    ``union``: spans cited by any; ``first``: the first annotation's. Each span keeps its best match rule.
+
+    >>> a, b = {(0, 5): "exact", (7, 9): "exact"}, {(0, 5): "fuzzy"}
+    >>> sorted(combine_annotators([a, b], "majority")), sorted(combine_annotators([a, b], "first"))
+    ([(0, 5), (7, 9)], [(0, 5), (7, 9)])
+    >>> sorted(combine_annotators([a, b, {(0, 5): "exact"}], "majority"))
+    [(0, 5)]
+    """
+    sets = [s for s in per_annotation if s]
+    if not sets:
+        return {}
+    if policy == "first":
+        return dict(sets[0])
+    votes = Counter(k for s in sets for k in s)
+    keep = [k for k, v in votes.items() if policy == "union" or 2 * v >= len(sets)]
+    best: dict[tuple[int, int], str] = {}
+    for s in sets:
+        for k, rule in s.items():
+            if k in keep and (k not in best or MATCH_RULES.index(rule) < MATCH_RULES.index(best[k])):
+                best[k] = rule
+    return best
+
+
+def harvest_paper(paper_id: str, record: dict, doc: dict, paras: pd.DataFrame, secs: pd.DataFrame,
+                  threshold: float, drop_numeric_only: bool, warnings: list[str] | None = None,
+                  annotators: str = "majority") -> tuple[list[dict], Counter]:
+    """Harvest one paper's questions (module docstring). Returns ``(rows, counts)``; ``counts`` feeds the funnel.
+
+    Each row: ``query_id`` (QASPER question id), ``doc_id``, ``qtype``, ``text``, ``spans`` (sorted, unique
+    ``[start, end]`` half-open offsets into the document text), ``match_rules`` (one rule per span, aligned with
+    ``spans``), ``n_spans``, ``answer`` (first answerable annotation), counts of evidence strings.
+    """
+    matcher = EvidenceMatcher(doc["text"], paras, secs, threshold)
+    counts: Counter = Counter()
+    rows = []
+    for qa in record.get("qas") or []:
+        counts["questions read"] += 1
+        qid = str(qa.get("question_id"))
+        answers = [a.get("answer") or {} for a in qa.get("answers") or []]
+        answerable = [a for a in answers if answer_type(a) is not None]
+        if not answerable:
+            counts["dropped: unanswerable"] += 1
+            continue
+        if drop_numeric_only and all(is_numeric_only(answer_text(a)) for a in answerable
+                                     if answer_type(a) != "boolean") and \
+                any(answer_type(a) != "boolean" for a in answerable):
+            counts["dropped: numeric-only"] += 1
+            continue
+        per_ann: list[dict[tuple[int, int], str]] = []
+        n_ev = n_float = n_miss = 0
+        for a in answerable:
+            got: dict[tuple[int, int], str] = {}
+            for ev in a.get("evidence") or []:
+                if not _norm(ev):
+                    continue
+                if ev.strip().startswith(FLOAT_PREFIX):
+                    n_float += 1
+                    continue
+                n_ev += 1
+                m = matcher.match(ev)
+                counts[f"evidence: {m[0] if m else 'unmatched'}"] += 1
+                if m is None:
+                    n_miss += 1
+                    _warn(warnings, f"QASPER paper {paper_id}, question {qid}: evidence matches no paragraph or "
+                                    f"section: {_norm(ev)[:80]!r}")
+                    continue
+                key = (m[1][0], m[1][1])
+                if key not in got or MATCH_RULES.index(m[0]) < MATCH_RULES.index(got[key]):
+                    got[key] = m[0]
+            per_ann.append(got)
+        found = combine_annotators(per_ann, annotators)
+        counts["evidence: figure/table"] += n_float
+        if not found:
+            counts["dropped: no text evidence" if n_ev or n_float else "dropped: no evidence"] += 1
+            continue
+        spans = _merge_nested(sorted(found))
+        types = [answer_type(a) for a in answerable]
+        tally = Counter(types)
+        top = max(tally.values())
+        qtype = next(t for t in types if tally[t] == top)
+        rows.append({"query_id": qid, "doc_id": paper_id, "qtype": qtype, "text": _norm(qa.get("question")),
+                     "spans": [list(s) for s in spans], "match_rules": [found.get(s, "section") for s in spans],
+                     "n_spans": len(spans), "answer": answer_text(answerable[0]), "split": doc.get("split", ""),
+                     "n_annotations": len(answerable), "n_evidence": n_ev, "n_float_evidence": n_float,
+                     "n_unmatched": n_miss})
+        counts["usable"] += 1
+    return rows, counts
+
+
+def _merge_nested(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Drop spans contained in another span (a section fallback that swallows a matched paragraph)."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(spans, key=lambda x: (x[0], -x[1])):
+        if out and s >= out[-1][0] and e <= out[-1][1]:
+            continue
+        out.append((s, e))
+    return out
+
+
+def build_qasper(papers: dict[str, tuple[str, dict]], params: dict, warnings: list[str] | None = None) -> dict:
+    """Flatten and harvest papers (``read_qasper`` output) into the 01_corpus tables and the funnel.
+
+    ``params`` is the ``corpus`` section (fuzzy_threshold, drop_numeric_only, max_docs). Papers are processed in
+    sorted id order; ``max_docs`` keeps the first N. A paper without ``full_text`` warns and is skipped.
+    """
+    warnings = [] if warnings is None else warnings
+    ids = sorted(papers)
+    if params.get("max_docs") is not None:
+        ids = ids[: params["max_docs"]]
+    docs, paras_l, secs_l, rows = [], [], [], []
+    counts: Counter = Counter()
+    for pid in ids:
+        split, rec = papers[pid]
+        try:
+            doc, paras, secs = flatten_paper(pid, rec, split)
+        except ValueError as e:
+            warnings.append(str(e) + "; skipped")
+            counts["papers skipped (bad record)"] += 1
+            counts["questions read"] += len(rec.get("qas") or [])
+            continue
+        r, c = harvest_paper(pid, rec, doc, paras, secs, params["fuzzy_threshold"], params["drop_numeric_only"],
+                             warnings, params.get("evidence_annotators", "majority"))
+        counts.update(c)
+        docs.append(doc)
+        paras_l.append(paras)
+        secs_l.append(secs)
+        rows.extend(r)
+    documents = pd.DataFrame(docs)
+    if len(documents):
+        documents["revision"] = None
+        documents["topic_bucket"] = None
+    harvested = pd.DataFrame(rows, columns=HARVESTED_COLUMNS)
+    paragraphs = pd.concat(paras_l, ignore_index=True) if paras_l else pd.DataFrame(
+        columns=["doc_id", "para_idx", "start", "end"])
+    sections = pd.concat(secs_l, ignore_index=True) if secs_l else pd.DataFrame()
+    stats = harvest_stats(harvested, sections, counts)
+    stats["papers_read"] = len(ids)
+    stats["papers_built"] = len(documents)
+    stats["splits"] = dict(Counter(papers[p][0] for p in ids))
+    funnel = harvest_funnel(stats)
+    return {"documents": documents, "paragraphs": paragraphs, "sections_gold": sections, "harvested": harvested,
+            "corpus_funnel": funnel, "stats": stats}
+
+
+def harvest_stats(harvested: pd.DataFrame, sections: pd.DataFrame, counts: Counter) -> dict:
+    """Funnel numbers (paper, data section): questions read → usable, papers with a usable question, evidence
+    match shares (exact / fuzzy / section over matched evidence strings), multi-span share, mean spans per
+    question, and the share of depth-1 papers (over all built papers)."""
+    matched = sum(counts[f"evidence: {r}"] for r in MATCH_RULES)
+    depths = sections.groupby("doc_id")["level"].max() if len(sections) else pd.Series(dtype=int)
+    n_q = len(harvested)
+    return {
+        "questions_read": int(counts["questions read"]),
+        "usable": n_q,
+        "dropped_unanswerable": int(counts["dropped: unanswerable"]),
+        "dropped_numeric_only": int(counts["dropped: numeric-only"]),
+        "dropped_no_evidence": int(counts["dropped: no evidence"] + counts["dropped: no text evidence"]),
+        "dropped_only_figure_table_or_unmatched_evidence": int(counts["dropped: no text evidence"]),
+        "papers_with_usable_questions": int(harvested["doc_id"].nunique()) if n_q else 0,
+        "evidence_strings_matched": int(matched),
+        "evidence_unmatched": int(counts["evidence: unmatched"]),
+        "evidence_figure_table": int(counts["evidence: figure/table"]),
+        "share_exact": counts["evidence: exact"] / matched if matched else 0.0,
+        "share_fuzzy": counts["evidence: fuzzy"] / matched if matched else 0.0,
+        "share_section": counts["evidence: section"] / matched if matched else 0.0,
+        "share_multi_span": float((harvested["n_spans"] > 1).mean()) if n_q else 0.0,
+        "mean_spans": float(harvested["n_spans"].mean()) if n_q else 0.0,
+        "share_depth1_papers": float((depths == 1).mean()) if len(depths) else 0.0,
+        "depth_distribution": {str(k): int(v) for k, v in sorted(Counter(depths.tolist()).items())},
+        "qtype_counts": {str(k): int(v) for k, v in harvested["qtype"].value_counts().items()} if n_q else {},
+    }
+
+
+def harvest_funnel(stats: dict) -> pd.DataFrame:
+    """The funnel as a table: ``step``, ``count`` and, for shares, ``value`` (a fraction in [0, 1])."""
+    rows = [("questions read", stats["questions_read"], None),
+            ("dropped: unanswerable", stats["dropped_unanswerable"], None),
+            ("dropped: numeric-only", stats["dropped_numeric_only"], None),
+            ("dropped: no text evidence", stats["dropped_no_evidence"], None),
+            ("usable questions", stats["usable"], None),
+            ("papers read", stats.get("papers_read", 0), None),
+            ("papers with usable questions", stats["papers_with_usable_questions"], None),
+            ("evidence matched: exact", None, stats["share_exact"]),
+            ("evidence matched: fuzzy", None, stats["share_fuzzy"]),
+            ("evidence matched: section fallback", None, stats["share_section"]),
+            ("evidence unmatched (strings)", stats["evidence_unmatched"], None),
+            ("evidence figure/table (strings, not matched)", stats["evidence_figure_table"], None),
+            ("multi-span questions", None, stats["share_multi_span"]),
+            ("mean spans per question", None, stats["mean_spans"]),
+            ("depth-1 papers", None, stats["share_depth1_papers"])]
+    return pd.DataFrame(rows, columns=["step", "count", "value"]).astype({"count": "Int64", "value": "float64"})
