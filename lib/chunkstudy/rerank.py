@@ -196,3 +196,20 @@ def rerank_runs(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mappi
     out = out.sort_values(keys + ["_tail", "_k1", "_k2"], kind="stable")
     out["rank"] = out.groupby(keys, sort=False).cumcount().astype(np.int64) + 1
     return out.drop(columns=["_tail", "_k1", "_k2"]).reset_index(drop=True)
+
+
+def rerank_all(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mapping[str, str] | pd.Series,
+               retrieve_params: Mapping[str, Any], cache_dir: str | Path | None = None) -> pd.DataFrame:
+    """The stage's reranked cells: every reranker of params ``retrieve.rerankers`` over the first-stage lists of
+    ``retrieve.rerank_embedder`` (all conditions, two-stage included), each with its own ``top_n``.
+
+    Returns the reranked runs of all rerankers stacked (empty, with the runs columns, when none is configured).
+    """
+    embedder = retrieve_params.get("rerank_embedder", "strong")
+    first = runs[(runs["embedder"] == embedder) & (runs["reranker"] == "none")]
+    if retrieve_params.get("rerankers") and first.empty:
+        raise ValueError(f"retrieve.rerank_embedder: no first-stage runs for embedder {embedder!r}; runs hold "
+                         f"{sorted(set(runs['embedder']))}")
+    parts = [rerank_runs(first, queries, texts_by_chunk, load_reranker(spec, key, cache_dir), int(spec["top_n"]))
+             for key, spec in retrieve_params.get("rerankers", {}).items()]
+    return pd.concat(parts, ignore_index=True) if parts else runs.iloc[:0].copy()

@@ -463,10 +463,12 @@ def query_view(runs: pd.DataFrame, section_recall_df: pd.DataFrame, chunks: pd.D
                  "in_routed", "gold_chars", "snippet"]].reset_index(drop=True)
 
 
-def routed_sections(section_recall_df: pd.DataFrame, query_id: str) -> pd.DataFrame:
+def routed_sections(section_recall_df: pd.DataFrame, query_id: str, embedder: str | None = None) -> pd.DataFrame:
     """The sections stage 1 kept for one query (one row per routed section, best first) with their centroid
     scores."""
     sel = section_recall_df[section_recall_df["query_id"] == query_id]
+    if embedder is not None:
+        sel = sel[sel["embedder"] == embedder]
     if sel.empty:
         raise KeyError(f"section_recall: no rows for query {query_id!r}")
     out = sel[["embedder", "condition", "query_id", "routed_doc_ids", "routed_route_keys", "routed_scores"]]
@@ -474,3 +476,14 @@ def routed_sections(section_recall_df: pd.DataFrame, query_id: str) -> pd.DataFr
         columns={"routed_doc_ids": "doc_id", "routed_route_keys": "route_key", "routed_scores": "centroid_score"})
     out["route_rank"] = out.groupby(["embedder", "condition"]).cumcount() + 1
     return out.reset_index(drop=True)
+
+
+def example_query(section_recall_df: pd.DataFrame, embedder: str, condition: str = "A4") -> str:
+    """A query to read in the notebook: the first (by query_id) whose gold sections stage 1 missed under
+    ``condition`` (a routing failure shows what C4 measures), else the first query."""
+    sel = section_recall_df[(section_recall_df["embedder"] == embedder)
+                            & (section_recall_df["condition"] == condition)].sort_values("query_id")
+    if sel.empty:
+        raise KeyError(f"section_recall: no rows for embedder {embedder!r}, condition {condition!r}")
+    missed = sel[sel["section_recall"].eq(False).fillna(False).astype(bool)]
+    return str((missed if len(missed) else sel)["query_id"].iloc[0])

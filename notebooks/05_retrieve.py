@@ -1,0 +1,104 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · Retrieval
+#
+# **Reads** `04_chunk_embed/chunks` and `04_chunk_embed/embeddings/<embedder>.npy` (one row per unique embedded
+# text; a chunk's vector is row `text_row`), `03_queries/queries`, `01_corpus/documents` (the reranker reads the
+# embedded text, prefix + content; the display shows content).
+# **Writes** `05_retrieve/runs` (embedder, reranker, condition, query_id, rank, chunk_id, score, doc_id, source)
+# and `05_retrieve/section_recall` (two-stage conditions: did stage 1 keep a section overlapping gold evidence?).
+#
+# * **Flat** (all conditions but A4/G4): exact inner-product search over all chunks of the corpus, top
+#   `retrieve.k`, ties broken by (−score, chunk_id).
+# * **Two-stage** (`retrieve.two_stage_conditions`, A4 and G4): section centroids are the renormalised mean of the
+#   *same* chunk vectors flat search uses (representation constancy, guards C4); stage 1 keeps the top
+#   `retrieve.route_sections` sections (a section = document + top-level heading), stage 2 ranks their chunks,
+#   the global ranking backfills to k.
+# * **Reranked cells**: each cross-encoder in `retrieve.rerankers` rescores the top `top_n` of the
+#   `retrieve.rerank_embedder` lists, every condition, query vs. the embedded text; scores are cached on disk by
+#   (model, query, text).
+
+# %% tags=["parameters"]
+params_file = "params/demo.yaml"
+
+# %%
+import pandas as pd
+
+from chunkstudy import artifacts, conditions, config, embed, rerank, retrieve
+
+cfg = config.load(params_file)
+retrieve_params = cfg["retrieve"]
+chunks = artifacts.read(cfg, "chunks")
+queries = artifacts.read(cfg, "queries")
+documents = artifacts.read(cfg, "documents")
+vectors = {key: artifacts.read_vectors(cfg, key) for key in cfg["embed"]["embedders"]}
+chunks.groupby("condition").agg(chunks=("chunk_id", "size"), documents=("doc_id", "nunique"),
+                                sections=("route_key", "nunique"))
+
+# %% [markdown]
+# ## Query vectors
+# Queries go through the same persistent embedding store as the chunks (query instruction where the embedder
+# spec asks for one).
+
+# %%
+store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]))
+query_vectors = retrieve.embed_queries(queries, cfg["embed"]["embedders"], store)
+pd.DataFrame({key: {"queries": v.shape[0], "dim": v.shape[1]} for key, v in query_vectors.items()})
+
+# %% [markdown]
+# ## First-stage retrieval (flat and two-stage)
+
+# %%
+retrieved = retrieve.retrieve_all(chunks, vectors, query_vectors, queries, retrieve_params)
+retrieved["runs"].groupby(["embedder", "condition", "source"]).size().unstack(fill_value=0)
+
+# %% [markdown]
+# ## Reranked cells
+# The demo parameters configure an **untrained** cross-encoder: the real `BertForSequenceClassification`
+# architecture built from the bundled MiniLM encoder with a freshly initialised (seeded) one-logit head. It
+# exercises the code path — pair scoring, caching, reordering — but its scores carry no relevance signal, so the
+# demo's reranked cells say nothing about reranking quality. The real parameter files name bge-reranker-v2-m3.
+
+# %%
+texts = rerank.texts_by_chunk(chunks, conditions.embedded_texts(chunks, documents))
+reranked = rerank.rerank_all(retrieved["runs"], queries, texts, retrieve_params, artifacts.cache_dir(cfg, "rerank"))
+runs = pd.concat([retrieved["runs"], reranked], ignore_index=True)
+artifacts.write(cfg, "runs", runs)
+artifacts.write(cfg, "section_recall", retrieved["section_recall"])
+runs.groupby(["embedder", "reranker"]).agg(conditions=("condition", "nunique"), queries=("query_id", "nunique"),
+                                           rows=("chunk_id", "size"))
+
+# %% [markdown]
+# ## Section recall (two-stage diagnostic)
+# Per query: did stage 1 keep any section overlapping the gold evidence (content offsets)? Whatever stage 1 drops,
+# stage 2 cannot recover (paper, Section 6.4).
+
+# %%
+retrieve.section_recall_summary(retrieved["section_recall"])
+
+# %% [markdown]
+# ## One query under A3 (flat) and A4 (two-stage)
+# The first query whose gold sections stage 1 missed (else the first query). `in_routed`: the chunk's section was
+# kept by stage 1; `source`: routed or backfill; `gold_chars`: characters of gold evidence inside the chunk.
+
+# %%
+example = retrieve.example_query(retrieved["section_recall"], cfg["embed"]["strong"])
+queries.loc[queries["query_id"] == example, ["query_id", "doc_id", "qtype", "text", "spans"]]
+
+# %%
+retrieve.routed_sections(retrieved["section_recall"], example, embedder=cfg["embed"]["strong"])
+
+# %%
+retrieve.query_view(runs, retrieved["section_recall"], chunks, queries, documents, example,
+                    conditions=("A3", "A4"), embedder=cfg["embed"]["strong"], n=10)
