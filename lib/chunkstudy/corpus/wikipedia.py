@@ -279,11 +279,12 @@ def featured_from_tsv(text: str) -> set[str]:
 def page_document(page: dict, drop_sections: Iterable[str]) -> tuple[dict, pd.DataFrame, pd.DataFrame, dict]:
     """Normalise one page into ``(document row, paragraphs, sections, info)``.
 
-    ``doc_id`` is ``wiki:<page_id>`` (or ``wiki:<title>`` when the id is unknown). ``info`` holds the filter
+    ``doc_id`` is ``page["doc_id"]`` when given (the demo corpus), else ``wiki:<page_id>`` (or ``wiki:<title>``
+    when the id is unknown). ``info`` holds the filter
     quantities: ``n_words`` (whitespace tokens of the flat text), ``n_sections`` (headed sections, the lead not
     counted), ``depth`` (deepest level after clamping), plus normaliser repairs.
     """
-    doc_id = f"wiki:{page['page_id'] or page['title']}"
+    doc_id = page.get("doc_id") or f"wiki:{page['page_id'] or page['title']}"
     builder = DocumentBuilder(doc_id, page["title"])
     report = normalise(page["wikitext"], builder, drop_sections)
     cats = page.get("categories")

@@ -1,0 +1,102 @@
+"""The bundled demo corpus (``data/demo_raw/``): wikitext articles and harvested-style questions.
+
+Files (see ``data/demo_raw/README.md``): ``documents.yaml`` (a list of ``{doc_id, title, file, categories}``),
+``<doc_id>.wiki`` (MediaWiki wikitext) and ``questions.yaml`` (a list of ``{query_id, doc_id, qtype, question,
+answer, evidence: [paragraph strings]}``).
+
+Articles go through the same canonical normaliser, filters and bucket walk as Wikipedia exports
+(:func:`~chunkstudy.corpus.wikipedia.build_wikipedia`), and questions through the same evidence matcher as QASPER
+(:class:`~chunkstudy.corpus.qasper.EvidenceMatcher`: exact → fuzzy → section fallback). Evidence that matches
+nothing (e.g. a table caption naming no section) is reported and left out; a question left with no evidence is
+dropped and counted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pandas as pd
+
+from .qasper import HARVESTED_COLUMNS, EvidenceMatcher, _norm, harvest_funnel, harvest_stats
+from .wikipedia import build_wikipedia
+
+
+def demo_pages(documents: list[dict], wikitext: dict[str, str]) -> list[dict]:
+    """Turn ``documents.yaml`` entries plus their wikitext (``{doc_id: text}``) into pages for
+    :func:`~chunkstudy.corpus.wikipedia.build_wikipedia` (``doc_id`` kept, categories from the YAML)."""
+    pages = []
+    for d in documents:
+        for key in ("doc_id", "title", "file"):
+            if key not in d:
+                raise ValueError(f"documents.yaml: entry {d!r} lacks {key!r}")
+        pages.append({"doc_id": str(d["doc_id"]), "title": d["title"], "page_id": str(d["doc_id"]),
+                      "revision": "demo", "timestamp": "", "wikitext": wikitext.get(str(d["doc_id"]), ""),
+                      "source": f"demo:{d['file']}", "redirect": False,
+                      "categories": list(d.get("categories") or [])})
+    return pages
+
+
+def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs: pd.DataFrame,
+                      sections: pd.DataFrame, threshold: float, warnings: list[str] | None = None
+                      ) -> tuple[pd.DataFrame, Counter]:
+    """Resolve each question's evidence strings to spans of the accepted documents (one annotator per question).
+
+    Returns the harvested table (columns :data:`~chunkstudy.corpus.qasper.HARVESTED_COLUMNS`) and counts for the
+    funnel. A question about a document that was not accepted is counted as ``dropped: document not in corpus``.
+    """
+    warnings = [] if warnings is None else warnings
+    texts = dict(zip(documents["doc_id"], documents["text"]))
+    by_p = dict(tuple(paragraphs.groupby("doc_id", sort=False)))
+    by_s = dict(tuple(sections.groupby("doc_id", sort=False)))
+    matchers: dict[str, EvidenceMatcher] = {}
+    counts: Counter = Counter()
+    rows = []
+    for q in questions:
+        counts["questions read"] += 1
+        qid, doc_id = str(q.get("query_id")), str(q.get("doc_id"))
+        if doc_id not in texts:
+            counts["dropped: document not in corpus"] += 1
+            warnings.append(f"questions.yaml: question {qid} names document {doc_id!r}, which is not in the corpus")
+            continue
+        if doc_id not in matchers:
+            matchers[doc_id] = EvidenceMatcher(texts[doc_id], by_p[doc_id], by_s[doc_id], threshold)
+        found: dict[tuple[int, int], str] = {}
+        n_ev = n_miss = 0
+        for ev in q.get("evidence") or []:
+            n_ev += 1
+            m = matchers[doc_id].match(str(ev))
+            counts[f"evidence: {m[0] if m else 'unmatched'}"] += 1
+            if m is None:
+                n_miss += 1
+                warnings.append(f"questions.yaml: question {qid} ({doc_id}): evidence matches no paragraph or "
+                                f"section: {_norm(str(ev))[:80]!r}")
+                continue
+            found.setdefault((m[1][0], m[1][1]), m[0])
+        if not found:
+            counts["dropped: no text evidence" if n_ev else "dropped: no evidence"] += 1
+            continue
+        spans = sorted(found)
+        rows.append({"query_id": qid, "doc_id": doc_id, "qtype": q.get("qtype"), "text": _norm(q.get("question")),
+                     "spans": [list(s) for s in spans], "match_rules": [found[s] for s in spans],
+                     "n_spans": len(spans), "answer": _norm(str(q.get("answer") or "")), "split": None,
+                     "n_annotations": 1, "n_evidence": n_ev, "n_float_evidence": 0, "n_unmatched": n_miss})
+        counts["usable"] += 1
+    return pd.DataFrame(rows, columns=HARVESTED_COLUMNS), counts
+
+
+def build_demo(documents: list[dict], wikitext: dict[str, str], questions: list[dict], params: dict,
+               warnings: list[str] | None = None) -> dict:
+    """The demo corpus tables: Wikipedia-style documents plus harvested questions, funnel and stats."""
+    warnings = [] if warnings is None else warnings
+    out = build_wikipedia(demo_pages(documents, wikitext), params, featured=None, warnings=warnings)
+    harvested, counts = harvest_questions(questions, out["documents"], out["paragraphs"], out["sections_gold"],
+                                          params["fuzzy_threshold"], warnings)
+    qstats = harvest_stats(harvested, out["sections_gold"], counts)
+    qstats["papers_read"] = len(out["documents"])
+    qstats["dropped_document_not_in_corpus"] = int(counts["dropped: document not in corpus"])
+    out["harvested"] = harvested
+    out["stats"]["questions"] = qstats
+    funnel = harvest_funnel(qstats)
+    funnel["step"] = "questions: " + funnel["step"].str.replace("papers", "documents")
+    out["corpus_funnel"] = pd.concat([out["corpus_funnel"].assign(value=float("nan")), funnel], ignore_index=True)
+    return out
