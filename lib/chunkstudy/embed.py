@@ -121,7 +121,8 @@ class Embedder:
     def dim(self) -> int:
         m = self._load()
         if self.backend == "sentence-transformers":
-            return int(m.get_sentence_embedding_dimension())
+            get = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
+            return int(get())
         return int(self.encode(["dimension probe"], "passage").shape[1])
 
 
