@@ -84,33 +84,52 @@ def _corpus():
         "start": [0, t1.index("The"), 0, t2.index("Ships")],
         "end": [t1.index("\n\n"), len(t1), t2.index("\n\n"), len(t2)]})
     queries = pd.DataFrame({
-        "query_id": ["q1", "q2", "q3", "q4"], "doc_id": ["d1", "d1", "d2", "d2"],
-        "qtype": ["factoid", "factoid", "structural", "factoid"],
-        "text": ["which rocket launch", "crew", "vessels at sea", "oceans cover Earth"],
-        "spans": [[[0, 10]], [[t1.index("The"), len(t1)]], [[t2.index("Ships"), len(t2)]], [[0, 27]]]})
+        "query_id": ["q1", "q2", "q3", "q4", "q5"], "doc_id": ["d1", "d1", "d2", "d2", "d2"],
+        "qtype": ["factoid", "factoid", "structural", "factoid", "structural"],
+        "text": ["which rocket launch", "crew", "vessels at sea", "oceans cover Earth", "crew"],
+        "spans": [[[0, 10]], [[t1.index("The"), len(t1)]], [[t2.index("Ships"), len(t2)]], [[0, 27]],
+                  [[t2.index("Ships"), len(t2)]]]})
     return docs, chunks, queries
 
 
 def test_diagnostic_on_a_worked_corpus():
     docs, chunks, queries = _corpus()
-    per_q, summary = bm25.diagnostic(docs, chunks, queries, condition="G2")
+    per_q, summary = bm25.diagnostic(docs, chunks, queries, condition="G2", scope="document")
     got = per_q.set_index("query_id")
-    # q1: only d1#0 holds "rocket"/"launch"; it is also the gold chunk
-    assert got.at["q1", "top1_chunk_id"] == "d1#0" and got.at["q1", "gold_top1"]
-    # q2: "crew" occurs in d1#1 (gold) and d2#1; d1#1 is shorter, so BM25 ranks it first
-    assert got.at["q2", "top1_chunk_id"] == "d1#1" and got.at["q2", "gold_top1"]
+    # q1: only d1#0 holds "rocket"/"launch"; it is also the gold chunk (both scopes)
+    assert got.at["q1", "top1_chunk_id_corpus"] == "d1#0" and got.at["q1", "gold_top1_corpus"]
+    assert got.at["q1", "gold_top1_document"]
+    # q2: "crew" occurs in d1#1 (gold) and d2#1; d1#1 is shorter (5 vs 6 tokens), so BM25 ranks it first
+    assert got.at["q2", "top1_chunk_id_corpus"] == "d1#1" and got.at["q2", "gold_top1_corpus"]
+    # q5: the same words, gold in d2: the corpus scope puts d1#1 first, the document scope only sees d2's chunks
+    assert got.at["q5", "top1_chunk_id_corpus"] == "d1#1" and got.at["q5", "gold_rank_corpus"] == 2
+    assert not got.at["q5", "gold_top1_corpus"] and not got.at["q5", "relevant_top1_corpus"]
+    assert got.at["q5", "top1_chunk_id_document"] == "d2#1" and got.at["q5", "gold_top1_document"]
     # q3 shares no indexed token: every score is 0, nothing is ranked first
-    assert got.at["q3", "top1_score"] == 0 and not got.at["q3", "gold_top1"] and not got.at["q3", "relevant_top1"]
+    for sc in ("corpus", "document"):
+        assert got.at["q3", f"top1_score_{sc}"] == 0 and not got.at["q3", f"gold_top1_{sc}"]
     # q4: "oceans" is in both d2 chunks; "cover"/"earth" only in d2#0 = gold
-    assert got.at["q4", "gold_top1"] and got.at["q4", "gold_rank"] == 1
-    assert summary["gold_top1_share"] == 0.75 and summary["n_queries"] == 4 and summary["n_chunks"] == 4
-    assert summary["by_qtype"]["structural"]["gold_top1_share"] == 0.0
-    assert summary["by_qtype"]["factoid"]["gold_top1_share"] == 1.0
-    # brute-force cross-check of the whole ranking for one query
-    toks = bm25.tokenize([docs.set_index("doc_id").at[d, "text"][s:e]
-                          for d, s, e in zip(chunks.doc_id, chunks.start, chunks.end)])
+    assert got.at["q4", "gold_top1_corpus"] and got.at["q4", "gold_rank_corpus"] == 1
+    assert summary["scope"] == "document" and summary["gold_top1_share"] == 0.8
+    assert summary["document"]["gold_top1_share"] == 0.8 and summary["corpus"]["gold_top1_share"] == 0.6
+    assert summary["n_queries"] == 5 and summary["n_chunks"] == 4
+    assert summary["corpus"]["by_qtype"]["structural"]["gold_top1_share"] == 0.0
+    assert summary["corpus"]["by_qtype"]["factoid"]["gold_top1_share"] == 1.0
+    # brute-force cross-check of the corpus ranking and of the document index (idf over d2's chunks alone)
+    text = docs.set_index("doc_id")["text"]
+    toks = bm25.tokenize([text[d][s:e] for d, s, e in zip(chunks.doc_id, chunks.start, chunks.end)])
     want = brute_bm25(toks, bm25.tokenize(["crew"])[0])
-    assert int(np.argmax(want)) == 1 and got.at["q2", "gold_score"] == pytest.approx(want[1], rel=1e-5)
+    assert int(np.argmax(want)) == 1 and got.at["q2", "gold_score_corpus"] == pytest.approx(want[1], rel=1e-5)
+    want_d2 = brute_bm25(toks[2:], bm25.tokenize(["crew"])[0])
+    assert got.at["q5", "gold_score_document"] == pytest.approx(want_d2[1], rel=1e-5)
+    # the headline follows the scope parameter
+    assert bm25.diagnostic(docs, chunks, queries, scope="corpus")[1]["gold_top1_share"] == 0.6
+
+
+def test_chunk_ids_are_derived_when_absent():
+    docs, chunks, queries = _corpus()
+    per_q, _ = bm25.diagnostic(docs, chunks.drop(columns="chunk_id"), queries)
+    assert list(per_q["gold_chunk_id"]) == ["d1#0", "d1#1", "d2#1", "d2#0", "d2#1"]
 
 
 def test_diagnostic_does_not_mutate_inputs():
@@ -123,11 +142,13 @@ def test_diagnostic_does_not_mutate_inputs():
 
 def test_diagnostic_errors_name_the_query():
     docs, chunks, queries = _corpus()
-    bad = queries.assign(doc_id=["d1", "d1", "d9", "d2"])
+    bad = queries.assign(doc_id=["d1", "d1", "d9", "d2", "d2"])
     with pytest.raises(ValueError, match="q3.*d9"):
         bm25.diagnostic(docs, chunks, bad)
     with pytest.raises(ValueError, match="q1"):
-        bm25.diagnostic(docs, chunks, queries.assign(spans=[[], [[0, 1]], [[0, 1]], [[0, 1]]]))
+        bm25.diagnostic(docs, chunks, queries.assign(spans=[[], [[0, 1]], [[0, 1]], [[0, 1]], [[0, 1]]]))
+    with pytest.raises(ValueError, match="bm25_scope"):
+        bm25.diagnostic(docs, chunks, queries, scope="web")
 
 
 def test_chunk_structure():

@@ -10,8 +10,8 @@ Scoring (bm25s, ``method="lucene"``; Kamphuis et al. 2020), for query tokens q (
     score(q, c) = Σ_{t ∈ q} idf(t) · tf(t, c) / (tf(t, c) + k1 · (1 − b + b · |c| / avgdl))
     idf(t)      = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))
 
-with N chunks in the **whole corpus** (every document's chunks form one index, as in the retrieval stage), |c|
-the chunk's token count and avgdl the mean over chunks. Defaults k1 = 1.5, b = 0.75 (``queries.bm25_k1/b``).
+with N the number of indexed chunks (see *scope* below), |c| the chunk's token count and avgdl the mean over
+the indexed chunks. Defaults k1 = 1.5, b = 0.75 (``queries.bm25_k1/b``).
 
 Tokenisation (``bm25s.tokenize``): lowercase, tokens are ``(?u)\\b\\w\\w+\\b`` (two or more word characters),
 bm25s's English stopword list removed, no stemming. Chunks are scored on their content text only
@@ -21,7 +21,10 @@ Definitions, stated because the figure depends on them:
 
 * **gold chunk** of a query: the chunk of the query's own document with the largest character overlap with the
   union of the query's gold spans (half-open offsets); ties go to the earlier chunk (smaller ``start``).
-* **rank** of a chunk: position in the corpus-wide order by (−score, corpus order of chunks), 1-based.
+* **scope**: ``document`` ranks the query against its own document's chunks (an index over them alone);
+  ``corpus`` against every chunk of the corpus (one index). Both are reported; ``queries.bm25_scope`` names
+  the headline one.
+* **rank** of a chunk: position in the order by (−score, chunk order), 1-based.
 * **gold-top-1 (primary)**: the gold chunk has rank 1 *and* a positive score (a query with no scoring term
   ranks nothing first).
 * **relevant-top-1 (secondary)**: the rank-1 chunk (positive score) is relevant to at least one gold span under
@@ -113,84 +116,113 @@ def _spans(x) -> list[list[int]]:
     return [[int(s), int(e)] for s, e in x]
 
 
-def diagnostic(documents: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, k1: float = 1.5,
-               b: float = 0.75, span_frac: float = 0.5, chunk_frac: float = 0.8,
-               condition: str = "") -> tuple[pd.DataFrame, dict]:
-    """Rank every chunk of the corpus for every query with BM25; return ``(per_query, summary)``.
+SCOPES = ("document", "corpus")
 
-    ``chunks`` needs doc_id, chunk_id, start, end (one condition's chunks; offsets into ``documents.text``).
-    ``per_query`` columns: query_id, doc_id, qtype, gold_chunk_id, gold_rank, gold_score, top1_chunk_id,
-    top1_doc_id, top1_score, gold_top1, relevant_top1. ``summary`` holds the shares overall and per qtype,
-    the counts, the parameters and the definitions (JSON-able; written to bm25.json).
+
+def _top1(sv: np.ndarray, rows: pd.DataFrame, gold_pos: int, spans, doc_id: str, span_frac: float,
+          chunk_frac: float) -> dict:
+    """Rank-1 facts of one score vector over ``rows`` (the chunks the vector scores, in order)."""
+    top = int(np.argmax(sv))  # argmax returns the first maximum: the (-score, index) order
+    ok = bool(sv[top] > 0)
+    r = rows.iloc[top]
+    return {"gold_rank": rank_of(sv, gold_pos), "gold_score": float(sv[gold_pos]),
+            "top1_chunk_id": str(r["chunk_id"]), "top1_score": float(sv[top]),
+            "gold_top1": ok and top == gold_pos,
+            "relevant_top1": ok and str(r["doc_id"]) == doc_id and is_relevant(int(r["start"]), int(r["end"]), spans,
+                                                                              span_frac, chunk_frac)}
+
+
+def diagnostic(documents: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, k1: float = 1.5,
+               b: float = 0.75, span_frac: float = 0.5, chunk_frac: float = 0.8, condition: str = "",
+               scope: str = "document") -> tuple[pd.DataFrame, dict]:
+    """BM25 gold-top-1 for every query, in both scopes; return ``(per_query, summary)``.
+
+    * ``document`` scope: the query is ranked against the chunks of its own document only, with a BM25 index
+      built over that document's chunks (idf and avgdl from them);
+    * ``corpus`` scope: one index over every chunk of the corpus (as the retrieval stage searches).
+
+    ``scope`` names the primary one (``queries.bm25_scope``), reported as ``gold_top1_share``; both are in the
+    summary. ``chunks`` needs doc_id, start, end (one condition's chunks; offsets into ``documents.text``) and may
+    carry chunk_id (else ``<doc_id>#<n>``, n counting the document's chunks in table order). ``per_query``
+    columns: query_id, doc_id, qtype, gold_chunk_id and, per scope ``s``, gold_rank_s, gold_score_s,
+    top1_chunk_id_s, top1_score_s, gold_top1_s, relevant_top1_s.
     """
-    missing = [c for c in ("doc_id", "chunk_id", "start", "end") if c not in chunks.columns]
+    if scope not in SCOPES:
+        raise ValueError(f"queries.bm25_scope {scope!r} is not one of {list(SCOPES)}")
+    missing = [c for c in ("doc_id", "start", "end") if c not in chunks.columns]
     if missing:
         raise ValueError(f"bm25 diagnostic: chunks lack columns {missing}")
     texts = dict(zip(documents["doc_id"].astype(str), documents["text"]))
-    ch = chunks.reset_index(drop=True)
-    unknown = sorted(set(ch["doc_id"].astype(str)) - set(texts))
+    ch = chunks.reset_index(drop=True).assign(doc_id=lambda x: x["doc_id"].astype(str))
+    if "chunk_id" not in ch.columns:  # chunking.structural_chunks output: number chunks per document in order
+        ch = ch.assign(chunk_id=[f"{d}#{i}" for d, i in zip(ch["doc_id"], ch.groupby("doc_id").cumcount())])
+    unknown = sorted(set(ch["doc_id"]) - set(texts))
     if unknown:
         raise ValueError(f"bm25 diagnostic: chunks name documents absent from the documents table: {unknown[:5]}")
-    contents = [texts[str(d)][int(s):int(e)] for d, s, e in zip(ch["doc_id"], ch["start"], ch["end"])]
-    index = build_index(tokenize(contents), k1=k1, b=b)
-    by_doc = {str(d): g for d, g in ch.groupby(ch["doc_id"].astype(str), sort=False)}
+    tokens = tokenize([texts[d][int(s):int(e)] for d, s, e in zip(ch["doc_id"], ch["start"], ch["end"])])
+    index = build_index(tokens, k1=k1, b=b)
+    by_doc = {d: g for d, g in ch.groupby("doc_id", sort=False)}
+    doc_index: dict[str, bm25s.BM25] = {}
     q_tokens = tokenize(list(queries["text"]))
     rows = []
     for q, toks in zip(queries.itertuples(index=False), q_tokens):
-        spans = _spans(q.spans)
+        spans, doc_id = _spans(q.spans), str(q.doc_id)
         if not spans:
-            raise ValueError(f"bm25 diagnostic: query {q.query_id!r} (doc {q.doc_id!r}) has no gold spans")
-        doc_chunks = by_doc.get(str(q.doc_id))
+            raise ValueError(f"bm25 diagnostic: query {q.query_id!r} (doc {doc_id!r}) has no gold spans")
+        doc_chunks = by_doc.get(doc_id)
         if doc_chunks is None:
-            raise ValueError(f"bm25 diagnostic: query {q.query_id!r}: document {q.doc_id!r} has no chunks")
+            raise ValueError(f"bm25 diagnostic: query {q.query_id!r}: document {doc_id!r} has no chunks")
         g = gold_chunk(doc_chunks, spans)
         if g < 0:
-            raise ValueError(f"bm25 diagnostic: query {q.query_id!r}: no chunk of {q.doc_id!r} overlaps its spans")
-        gi = int(doc_chunks.index[g])
-        sv = scores(index, toks)
-        top = int(np.argmax(sv))  # argmax returns the first maximum: the (−score, index) order
-        top_ok = sv[top] > 0
-        top_row = ch.iloc[top]
-        rows.append({
-            "query_id": str(q.query_id), "doc_id": str(q.doc_id), "qtype": q.qtype,
-            "gold_chunk_id": str(ch.at[gi, "chunk_id"]), "gold_rank": rank_of(sv, gi), "gold_score": float(sv[gi]),
-            "top1_chunk_id": str(top_row["chunk_id"]), "top1_doc_id": str(top_row["doc_id"]),
-            "top1_score": float(sv[top]),
-            "gold_top1": bool(top_ok and top == gi),
-            "relevant_top1": bool(top_ok and str(top_row["doc_id"]) == str(q.doc_id)
-                                  and is_relevant(int(top_row["start"]), int(top_row["end"]), spans, span_frac,
-                                                  chunk_frac)),
-        })
-    per_query = pd.DataFrame(rows, columns=["query_id", "doc_id", "qtype", "gold_chunk_id", "gold_rank",
-                                            "gold_score", "top1_chunk_id", "top1_doc_id", "top1_score",
-                                            "gold_top1", "relevant_top1"])
-    return per_query, summarize(per_query, condition=condition, n_chunks=len(ch), k1=k1, b=b,
+            raise ValueError(f"bm25 diagnostic: query {q.query_id!r}: no chunk of {doc_id!r} overlaps its spans")
+        if doc_id not in doc_index:
+            doc_index[doc_id] = build_index([tokens[i] for i in doc_chunks.index], k1=k1, b=b)
+        row = {"query_id": str(q.query_id), "doc_id": doc_id, "qtype": q.qtype,
+               "gold_chunk_id": str(doc_chunks["chunk_id"].iat[g])}
+        facts = {"document": _top1(scores(doc_index[doc_id], toks), doc_chunks, g, spans, doc_id, span_frac,
+                                   chunk_frac),
+                 "corpus": _top1(scores(index, toks), ch, int(doc_chunks.index[g]), spans, doc_id, span_frac,
+                                 chunk_frac)}
+        for sc, f in facts.items():
+            row.update({f"{k}_{sc}": v for k, v in f.items()})
+        rows.append(row)
+    cols = ["query_id", "doc_id", "qtype", "gold_chunk_id"] + [
+        f"{k}_{sc}" for sc in SCOPES for k in ("gold_rank", "gold_score", "top1_chunk_id", "top1_score", "gold_top1",
+                                                "relevant_top1")]
+    per_query = pd.DataFrame(rows, columns=cols)
+    return per_query, summarize(per_query, condition=condition, scope=scope, n_chunks=len(ch), k1=k1, b=b,
                                 span_frac=span_frac, chunk_frac=chunk_frac)
 
 
-def summarize(per_query: pd.DataFrame, condition: str = "", n_chunks: int = 0, k1: float = 1.5, b: float = 0.75,
-              span_frac: float = 0.5, chunk_frac: float = 0.8) -> dict:
+def _shares(per_query: pd.DataFrame, sc: str) -> dict:
+    n = len(per_query)
+    return {"gold_top1_share": float(per_query[f"gold_top1_{sc}"].mean()) if n else float("nan"),
+            "relevant_top1_share": float(per_query[f"relevant_top1_{sc}"].mean()) if n else float("nan"),
+            "median_gold_rank": float(per_query[f"gold_rank_{sc}"].median()) if n else float("nan")}
+
+
+def summarize(per_query: pd.DataFrame, condition: str = "", scope: str = "document", n_chunks: int = 0,
+              k1: float = 1.5, b: float = 0.75, span_frac: float = 0.5, chunk_frac: float = 0.8) -> dict:
     """The JSON facts of the diagnostic (shares are fractions in [0, 1], unrounded)."""
     n = len(per_query)
-    by_type = {
-        str(t): {"n_queries": int(len(g)), "gold_top1_share": float(g["gold_top1"].mean()),
-                 "relevant_top1_share": float(g["relevant_top1"].mean())}
-        for t, g in per_query.groupby("qtype", sort=True)}
     return {
         "condition": condition,
+        "scope": scope,
+        "gold_top1_share": _shares(per_query, scope)["gold_top1_share"],
         "n_queries": int(n),
         "n_docs": int(per_query["doc_id"].nunique()) if n else 0,
         "n_chunks": int(n_chunks),
-        "gold_top1_share": float(per_query["gold_top1"].mean()) if n else float("nan"),
-        "relevant_top1_share": float(per_query["relevant_top1"].mean()) if n else float("nan"),
-        "median_gold_rank": float(per_query["gold_rank"].median()) if n else float("nan"),
-        "by_qtype": by_type,
+        **{sc: {**_shares(per_query, sc),
+                "by_qtype": {str(t): {"n_queries": int(len(g)), **_shares(g, sc)}
+                             for t, g in per_query.groupby("qtype", sort=True)}} for sc in SCOPES},
         "bm25": {"library": f"bm25s {bm25s.__version__}", "method": "lucene", "k1": k1, "b": b,
-                 "tokenisation": TOKENISATION, "scope": "all chunks of the corpus"},
+                 "tokenisation": TOKENISATION,
+                 "scopes": {"document": "the query's own document's chunks, index over them alone",
+                            "corpus": "one index over all chunks of the corpus"}},
         "definitions": {
             "gold_chunk": "chunk of the query's document with the largest character overlap with the union of its "
                           "gold spans; ties to the earlier chunk",
-            "gold_top1": "gold chunk ranked first by (-score, corpus chunk order) with a positive score",
+            "gold_top1": "gold chunk ranked first by (-score, chunk order) with a positive score",
             "relevant_top1": f"rank-1 chunk (positive score) covers >= {span_frac} of a gold span or lies >= "
                              f"{chunk_frac} inside one",
         },
