@@ -83,6 +83,40 @@ def figures_dir(cfg: Config) -> Path:
     return cfg.root / "figures" / cfg.corpus
 
 
+def tables_dir(cfg: Config) -> Path:
+    """``figures/<corpus>/tables/``: the Markdown and LaTeX tables of 08_figures."""
+    return figures_dir(cfg) / "tables"
+
+
+def write_figure(cfg: Config, name: str, fig: Any) -> list[Path]:
+    """Save a matplotlib figure as ``figures/<corpus>/<name>.<fmt>`` for every ``figures.formats`` (atomic)."""
+    paths = []
+    for fmt in cfg["figures"]["formats"]:
+        path = figures_dir(cfg) / f"{name}.{fmt}"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt, dpi=cfg["figures"]["dpi"])
+        paths.append(path)
+    return paths
+
+
+def write_text(cfg: Config, relpath: str, text: str) -> Path:
+    """Write a text file under ``figures/<corpus>/`` (e.g. ``report.md``, ``tables/table1.tex``), atomically."""
+    path = figures_dir(cfg) / relpath
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path
+
+
+def partner_config(cfg: Config) -> Config | None:
+    """The Config of the corpus named by ``figures.replicate_with`` (a params file relative to this one), rooted
+    in the same project root; None when unset. Raises ConfigError when the file is named but absent."""
+    other = cfg["figures"].get("replicate_with")
+    if not other:
+        return None
+    from .config import load
+    return load(cfg.resolve(other), root=cfg.root)
+
+
 def cache_dir(cfg: Config, name: str) -> Path:
     """A persistent cache folder (model calls, embeddings, downloads) that survives stage reruns."""
     p = cfg.root / "data" / cfg.corpus / "cache" / name

@@ -221,6 +221,9 @@ SCHEMA: dict[str, Any] = {
         "formats": P(["png", "pdf"], (list,), ("png", "pdf", "svg")),
         "dpi": P(150, (int,)),
         "example_doc": P(None, (str,), nullable=True, doc="doc_id drawn in Figure 1; null = first document"),
+        "replicate_with": P(None, (str,), nullable=True,
+                            doc="params file of the other corpus (relative to this file) whose 07_stats contrasts "
+                                "the replication table sets beside this corpus's; null = none"),
     },
 }
 

@@ -1,0 +1,457 @@
+"""The paper's figures, drawn from a run's own tables (stage 08). Every function is pure: tables in, a
+``matplotlib.figure.Figure`` out (built without pyplot, so no global figure state and no GUI backend; saving is
+``artifacts.write_figure``). One style for all (:data:`STYLE`, :data:`CONDITION_COLORS`).
+
+* :func:`mechanisms` — Figure 1: what each mechanism does to one real document of the run (boundaries of A0, A2
+  and G2 along the document's character axis; the prefixes A1, A3 and P put before the same content; the
+  sections stage 1 of A4 kept for one query).
+* :func:`contrasts_forest` — Table 1 as a picture (primary cell, with the other cells faded as exploratory).
+* :func:`dose_response` — cov-nDCG@10 against injected heading-path depth (A2 → A3-d1 → A3-d2 → A3).
+* :func:`budget_coverage` — token-budget coverage at 512/1024/2048 tokens per condition.
+* :func:`section_recall` — stage-1 section recall of the two-stage conditions (A4, G4).
+* :func:`per_type` — the contrasts cut by query type.
+* :func:`reranker_lift` — reranked minus not reranked, per condition.
+
+Numbers printed on figures are rounded here (stage 08) with the formatters of :mod:`chunkstudy.tables`.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from . import tables  # noqa: E402
+
+#: rcParams applied to every figure (one consistent style).
+STYLE: dict = {
+    "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8, "xtick.labelsize": 8,
+    "ytick.labelsize": 8, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.alpha": 0.3, "grid.linewidth": 0.6, "figure.facecolor": "white", "savefig.bbox": "tight",
+    "font.family": "DejaVu Sans",
+}
+
+#: One colour per condition: fixed windows grey/brown, induced blues, placebo purple, routing orange, gold greens.
+CONDITION_COLORS: dict[str, str] = {
+    "A0": "#8c8c8c", "A1": "#a6761d", "A2": "#9ecae1", "A3-d1": "#6baed6", "A3-d2": "#3182bd", "A3": "#08519c",
+    "P": "#7b3294", "A4": "#e6550d", "G2": "#a1d99b", "G3": "#31a354", "G4": "#006d2c",
+}
+EMBEDDER_COLORS = ("#08519c", "#e6550d", "#31a354", "#7b3294")
+
+
+def color(condition: str) -> str:
+    return CONDITION_COLORS.get(condition, "#444444")
+
+
+def _figure(w: float, h: float) -> Figure:
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(w, h), layout="constrained")
+    return fig
+
+
+def _styled(fn):
+    """Run a drawing function under :data:`STYLE` (rcParams are read when artists are created)."""
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context(STYLE):
+            return fn(*args, **kwargs)
+    wrapper.__doc__, wrapper.__name__, wrapper.__wrapped__ = fn.__doc__, fn.__name__, fn
+    return wrapper
+
+
+@_styled
+def placeholder(title: str, message: str) -> Figure:
+    """A small figure that says why a plot is empty (a missing input or a run without that cell)."""
+    fig = _figure(6, 1.6)
+    ax = fig.add_subplot()
+    ax.axis("off")
+    ax.set_title(title)
+    ax.text(0.5, 0.5, textwrap.fill(message, 90), ha="center", va="center", transform=ax.transAxes,
+            color="#555555")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Figure 1
+# ---------------------------------------------------------------------------------------------------------------
+
+def example_chunk(chunks: pd.DataFrame, doc_id: str, condition: str = "A3") -> pd.Series | None:
+    """The chunk of ``doc_id`` under ``condition`` that Figure 1 shows: the one with the longest prefix (the
+    deepest heading path), ties to the earliest. None when the condition has no chunk in that document."""
+    c = chunks[(chunks["condition"] == condition) & (chunks["doc_id"] == doc_id)]
+    if c.empty:
+        return None
+    c = c.assign(_plen=c["prefix"].astype(str).str.len()).sort_values(["_plen", "start"], ascending=[False, True],
+                                                                     kind="stable")
+    return c.iloc[0].drop("_plen")
+
+
+def section_extents(chunks: pd.DataFrame, doc_id: str, condition: str) -> pd.DataFrame:
+    """Per route_key (top-level section) of ``doc_id`` under ``condition``: its character extent ``[start, end)``
+    as the span of its chunks, in document order."""
+    c = chunks[(chunks["condition"] == condition) & (chunks["doc_id"] == doc_id)]
+    if c.empty:
+        return pd.DataFrame(columns=["route_key", "start", "end"])
+    g = c.groupby(c["route_key"].astype(str), sort=False).agg(start=("start", "min"), end=("end", "max"))
+    return g.reset_index().sort_values("start", kind="stable").reset_index(drop=True)
+
+
+def routing_example(section_recall_df: pd.DataFrame | None, queries: pd.DataFrame | None, doc_id: str,
+                    condition: str = "A4", embedder: str | None = None) -> dict | None:
+    """For Figure 1: the first query (by query_id) of ``doc_id`` with a stage-1 record under ``condition``
+    (``embedder`` if given, else the first embedder), as a dict: query_id, text, spans, kept (route_keys of
+    ``doc_id`` stage 1 kept), n_kept, n_other_docs, section_recall. None when there is none."""
+    if section_recall_df is None or queries is None or section_recall_df.empty:
+        return None
+    need = {"routed_doc_ids", "routed_route_keys"}
+    if not need <= set(section_recall_df.columns):
+        return None
+    sr = section_recall_df[(section_recall_df["condition"] == condition)
+                           & (section_recall_df["reranker"].astype(str) == "none")]
+    if embedder is not None and (sr["embedder"] == embedder).any():
+        sr = sr[sr["embedder"] == embedder]
+    q = queries[queries["doc_id"].astype(str) == str(doc_id)]
+    sr = sr[sr["query_id"].astype(str).isin(set(q["query_id"].astype(str)))]
+    if sr.empty:
+        return None
+    sr = sr.sort_values(["embedder", "query_id"], kind="stable")
+    row = sr.iloc[0]
+    qrow = q[q["query_id"].astype(str) == str(row["query_id"])].iloc[0]
+    docs = [str(d) for d in row["routed_doc_ids"]]
+    keys = [str(k) for k in row["routed_route_keys"]]
+    kept = [k for d, k in zip(docs, keys) if d == str(doc_id)]
+    rec = row["section_recall"]
+    return {"query_id": str(row["query_id"]), "text": str(qrow.get("text", "")), "embedder": str(row["embedder"]),
+            "spans": [[int(a), int(b)] for a, b in qrow["spans"]], "kept": kept, "n_kept": len(docs),
+            "n_other_docs": len({d for d in docs if d != str(doc_id)}),
+            "section_recall": None if pd.isna(rec) else bool(rec)}
+
+
+def _bars(ax, y: float, starts: Sequence[int], ends: Sequence[int], base: str, height: float = 0.6) -> None:
+    spans = [(int(s), int(e) - int(s)) for s, e in zip(starts, ends)]
+    shades = [base if i % 2 == 0 else _lighter(base) for i in range(len(spans))]
+    ax.broken_barh(spans, (y - height / 2, height), facecolors=shades, edgecolors="white", linewidth=0.8)
+
+
+def _lighter(hex_color: str, amount: float = 0.45) -> tuple:
+    rgb = np.array(matplotlib.colors.to_rgb(hex_color))
+    return tuple(rgb + (1 - rgb) * amount)
+
+
+def _short(s: str, width: int, lines: int) -> str:
+    wrapped = textwrap.wrap(" ".join(str(s).split()), width) or [""]
+    out = wrapped[:lines]
+    if len(wrapped) > lines:
+        out[-1] = out[-1][: max(0, width - 2)] + " \u2026"
+    return "\n".join(out)
+
+
+@_styled
+def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None = None,
+               queries: pd.DataFrame | None = None, section_recall_df: pd.DataFrame | None = None,
+               embedder: str | None = None) -> Figure:
+    """Figure 1 (paper §3.1): what each mechanism does to one document of the run.
+
+    Top: chunk boundaries of A0 (fixed windows), A2 (induced structure) and G2 (gold structure) as alternating
+    bars along the document's character axis (content offsets, half-open). Middle: the top-level sections of A4
+    coloured by whether stage 1 kept them for one query of this document, with that query's gold spans.
+    Bottom: the prefixes A1, A3 and P put before the same content at embedding time (the A3 chunk with the
+    deepest heading path; A1 shows the context of the A0 window holding that chunk's start).
+    ``doc_id`` None = the first document of ``documents``."""
+    if documents.empty:
+        raise ValueError("mechanisms: the documents table is empty (01_corpus)")
+    doc_id = str(documents["doc_id"].iat[0]) if doc_id is None else str(doc_id)
+    drow = documents[documents["doc_id"].astype(str) == doc_id]
+    if drow.empty:
+        raise ValueError(f"mechanisms: figures.example_doc {doc_id!r} is not in documents; first documents: "
+                         f"{documents['doc_id'].astype(str).head(5).tolist()}")
+    text, title = str(drow["text"].iat[0]), str(drow["title"].iat[0])
+    n = len(text)
+    dc = chunks[chunks["doc_id"].astype(str) == doc_id]
+    fig = _figure(11, 7.2)
+    gs = fig.add_gridspec(3, 1, height_ratios=[2.1, 1.0, 2.3])
+    ax = fig.add_subplot(gs[0])
+    rows = [c for c in ("A0", "A2", "G2") if (dc["condition"] == c).any()]
+    labels = {"A0": "A0 fixed windows", "A2": "A2 induced structure", "G2": "G2 gold structure"}
+    for i, c in enumerate(rows):
+        cc = dc[dc["condition"] == c].sort_values("start")
+        _bars(ax, len(rows) - 1 - i, cc["start"], cc["end"], color(c))
+        ax.text(n * 1.005, len(rows) - 1 - i, f"{len(cc)} chunks", va="center", fontsize=8, color="#555555")
+    ex = example_chunk(chunks, doc_id, "A3")
+    if ex is not None and "A2" in rows:
+        y = len(rows) - 1 - rows.index("A2")
+        ax.add_patch(matplotlib.patches.Rectangle((int(ex["start"]), y - 0.42), int(ex["end"]) - int(ex["start"]),
+                                                  0.84, fill=False, edgecolor="black", linewidth=1.4))
+    ax.set_yticks(range(len(rows)), [labels[c] for c in reversed(rows)])
+    ax.set_xlim(0, n)
+    ax.set_ylim(-0.6, max(len(rows), 1) - 0.4)
+    ax.set_xlabel("character offset in the document's flat text (content only; headings are not in the text)")
+    ax.grid(False)
+    ax.set_title(f"Figure 1 \u2014 {title} ({doc_id}): boundaries, routing and prefixes", loc="left")
+    if not rows:
+        ax.text(0.5, 0.5, "no A0/A2/G2 chunks for this document", transform=ax.transAxes, ha="center")
+
+    ax2 = fig.add_subplot(gs[1], sharex=ax)
+    route = routing_example(section_recall_df, queries, doc_id, "A4", embedder)
+    ext = section_extents(chunks, doc_id, "A4")
+    ax2.grid(False)
+    ax2.set_yticks([0.5], ["A4 top-level sections"])
+    if ext.empty or route is None:
+        ax2.text(0.5, 0.5, "A4 routing: no two-stage record for a query of this document", ha="center",
+                 va="center", transform=ax2.transAxes, color="#555555")
+    else:
+        kept = set(route["kept"])
+        for s, e, k in zip(ext["start"], ext["end"], ext["route_key"]):
+            ax2.broken_barh([(int(s), int(e) - int(s))], (0.25, 0.5), facecolors=color("A4") if k in kept
+                            else "#e0e0e0", edgecolors="white", linewidth=1.0)
+        for s, e in route["spans"]:
+            ax2.broken_barh([(s, max(e - s, n / 400))], (0.02, 0.16), facecolors="black")
+        rec = {True: "kept gold evidence", False: "missed all gold evidence", None: "undefined"}[
+            route["section_recall"]]
+        ax2.set_title(
+            _short(f"A4 stage 1 for query {route['query_id']} \u201c{route['text']}\u201d: kept {len(kept)} "
+                   f"section(s) of this document (orange) and {route['n_kept'] - len(kept)} in "
+                   f"{route['n_other_docs']} other document(s); section recall: {rec}. Black: gold spans.", 150, 2),
+            loc="left", fontsize=8)
+        ax2.set_ylim(0, 1)
+    ax2.tick_params(labelbottom=False)
+
+    ax3 = fig.add_subplot(gs[2])
+    ax3.axis("off")
+    if ex is None:
+        ax3.text(0, 0.5, "no A3 chunk in this document", transform=ax3.transAxes)
+        return fig
+    s, e = int(ex["start"]), int(ex["end"])
+    same = dc[(dc["start"] == s) & (dc["end"] == e)].set_index("condition")
+    a1 = dc[(dc["condition"] == "A1") & (dc["start"] <= s) & (dc["end"] > s)]
+    lines = [("A3", "heading path (depth 3)", str(ex["prefix"])),
+             ("P", "placebo: a real path from another document",
+              str(same.loc["P", "prefix"]) if "P" in same.index else "(P not in this run)"),
+             ("A1", "situating context of the A0 window holding this chunk's start",
+              str(a1["prefix"].iat[0]) if len(a1) else "(A1 not in this run)")]
+    y = 0.97
+    ax3.text(0, y, f"Prefixes put before the same content (outlined chunk, characters [{s}, {e})):",
+             transform=ax3.transAxes, va="top", fontweight="bold")
+    y -= 0.12
+    for cond, what, prefix in lines:
+        ax3.text(0, y, cond, transform=ax3.transAxes, va="top", color=color(cond), fontweight="bold")
+        body = _short(prefix.strip() or "(empty)", 118, 3 if cond == "A1" else 1)
+        ax3.text(0.075, y, f"{what}:\n{body}", transform=ax3.transAxes, va="top", family="DejaVu Sans Mono",
+                 fontsize=7.5)
+        y -= 0.13 + 0.065 * body.count("\n") + 0.065
+    ax3.text(0, y, "content", transform=ax3.transAxes, va="top", fontweight="bold", color="#333333")
+    ax3.text(0.075, y, _short(text[s:e], 118, 2), transform=ax3.transAxes, va="top", family="DejaVu Sans Mono",
+             fontsize=7.5, color="#333333")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Result figures
+# ---------------------------------------------------------------------------------------------------------------
+
+@_styled
+def contrasts_forest(contrasts: pd.DataFrame, metric: str = "cov-nDCG@10") -> Figure:
+    """Table 1 as a forest plot: Δ and 95% CI of each contrast in every cell of ``metric``; the primary
+    (confirmatory) cell drawn solid and labelled with its Holm p, the other cells hollow (exploratory)."""
+    c = contrasts[(contrasts["metric"] == metric)] if "metric" in contrasts else contrasts
+    c = c[c["mean_delta"].notna()]
+    if c.empty:
+        return placeholder("Pre-registered contrasts", f"no computed contrast for {metric}")
+    names = list(dict.fromkeys(c["contrast"]))
+    cells = list(dict.fromkeys(c["cell"]))
+    fig = _figure(8, 1.0 + 0.75 * len(names))
+    ax = fig.add_subplot()
+    width = 0.7 / max(len(cells), 1)
+    for j, cell in enumerate(cells):
+        sub = c[c["cell"] == cell].set_index("contrast")
+        conf = bool(sub["confirmatory"].any()) if "confirmatory" in sub else j == 0
+        for i, name in enumerate(names):
+            if name not in sub.index:
+                continue
+            r = sub.loc[name]
+            y = i - 0.35 + width * (j + 0.5)
+            col = EMBEDDER_COLORS[j % len(EMBEDDER_COLORS)] if not conf else "black"
+            ax.errorbar(r["mean_delta"], y, xerr=[[r["mean_delta"] - r["ci_low"]], [r["ci_high"] - r["mean_delta"]]],
+                        fmt="o", color=col, mfc=col if conf else "white", ms=5 if conf else 4, capsize=2,
+                        lw=1.4 if conf else 0.8, label=f"{cell}{' (confirmatory)' if conf else ''}" if i == 0 else None)
+            if conf:
+                ax.annotate(f"Holm p {tables.fmt_p(r['p_holm'], r.get('n_boot'))}", (r["ci_high"], y),
+                            xytext=(4, 0), textcoords="offset points", va="center", fontsize=7.5)
+    ax.axvline(0, color="#999999", lw=0.8)
+    ax.set_yticks(range(len(names)), [f"{n}: {a} \u2212 {b}" for n, a, b in
+                                      c.drop_duplicates("contrast")[["contrast", "condition_a", "condition_b"]]
+                                      .itertuples(index=False)])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"\u0394 {metric} (paired mean, 95% document-clustered bootstrap CI)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    ax.set_title("Pre-registered contrasts: primary cell solid; other cells exploratory", loc="left")
+    return fig
+
+
+@_styled
+def dose_response(dose: pd.DataFrame) -> Figure:
+    """Exploratory depth dose-response: the mean of the primary metric at injected heading-path depth 0..3
+    (A2 → A3-d1 → A3-d2 → A3) per embedder (solid: no reranker; dashed: reranked), with the bootstrap slope
+    per level and its CI in the legend."""
+    need = ["mean_d0", "mean_d1", "mean_d2", "mean_d3"]
+    if dose.empty or not set(need) <= set(dose.columns) or dose[need].isna().all().all():
+        return placeholder("Depth dose-response", "no dose-response rows (A2/A3-d1/A3-d2/A3 not scored)")
+    fig = _figure(6.4, 4.0)
+    ax = fig.add_subplot()
+    embedders = list(dict.fromkeys(dose["embedder"]))
+    for r in dose.itertuples(index=False):
+        y = np.array([getattr(r, m) for m in need], dtype=float)
+        col = EMBEDDER_COLORS[embedders.index(r.embedder) % len(EMBEDDER_COLORS)]
+        ls = "-" if r.reranker == "none" else "--"
+        ax.plot(range(4), y, marker="o", color=col, ls=ls,
+                label=f"{r.embedder}, rerank {r.reranker}: slope {tables.fmt_delta(r.slope)}/level "
+                      f"{tables.fmt_ci(r.ci_low, r.ci_high)}")
+    ax.set_xticks(range(4), ["A2\n(no path)", "A3-d1\n(depth 1)", "A3-d2\n(depth 2)", "A3\n(depth 3)"])
+    ax.set_ylabel(f"mean {dose['metric'].iat[0] if 'metric' in dose else 'cov-nDCG@10'}")
+    ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    ax.set_title("Breadcrumb depth dose-response (exploratory)", loc="left")
+    return fig
+
+
+@_styled
+def budget_coverage(condition_means: pd.DataFrame, embedder: str = "strong", reranker: str = "none") -> Figure:
+    """Token-budget coverage curves: mean budget-cov@B against the budget B (512/1024/2048 tokens, prefix tokens
+    charged) for every condition, on one embedder × reranker."""
+    m = condition_means[condition_means["metric"].astype(str).str.startswith("budget-cov@")
+                        & (condition_means["embedder"] == embedder) & (condition_means["reranker"] == reranker)]
+    if m.empty:
+        return placeholder("Token-budget coverage", f"no budget-cov@ metrics for {embedder} × {reranker}")
+    m = m.assign(budget=m["metric"].str.split("@").str[1].astype(int))
+    fig = _figure(6.4, 4.2)
+    ax = fig.add_subplot()
+    for cond in tables._order(m["condition"], tables.CONDITION_ORDER):
+        s = m[m["condition"] == cond].sort_values("budget")
+        ax.plot(s["budget"], s["mean"], marker="o", ms=3.5, color=color(cond), label=cond,
+                ls="--" if cond in ("A1", "P") else "-")
+    budgets = sorted(m["budget"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
+    ax.set_xlabel("context budget (tokens; prefix tokens count against it)")
+    ax.set_ylabel("mean gold-evidence coverage")
+    ax.legend(ncol=2, frameon=False, loc="best")
+    ax.set_title(f"Token-budget coverage ({embedder} embedder, reranker {reranker})", loc="left")
+    return fig
+
+
+@_styled
+def section_recall(summary: pd.DataFrame) -> Figure:
+    """Stage-1 section recall of the two-stage conditions (bars per condition, one per embedder × reranker, with
+    ±1.96 binomial SE), from :func:`chunkstudy.tables.section_recall_summary`."""
+    if summary.empty:
+        return placeholder("Section recall", "no two-stage condition in this run")
+    fig = _figure(5.6, 3.6)
+    ax = fig.add_subplot()
+    conds = tables._order(summary["condition"], tables.CONDITION_ORDER)
+    groups = list(dict.fromkeys(zip(summary["embedder"], summary["reranker"])))
+    width = 0.8 / len(groups)
+    for j, (e, r) in enumerate(groups):
+        s = summary[(summary["embedder"] == e) & (summary["reranker"] == r)].set_index("condition").reindex(conds)
+        x = np.arange(len(conds)) - 0.4 + width * (j + 0.5)
+        ax.bar(x, s["recall"], width * 0.9, yerr=1.96 * s["se"], capsize=3,
+               color=EMBEDDER_COLORS[j % len(EMBEDDER_COLORS)], label=f"{e}" + ("" if r == "none" else f", {r}"))
+        for xi, v, nd in zip(x, s["recall"], s["n_defined"]):
+            if not pd.isna(v):
+                ax.text(xi, 0.02, f"{tables.fmt_num(v, 2)}\nn={tables.fmt_int(nd)}", ha="center", va="bottom",
+                        fontsize=7, color="white")
+    ax.set_xticks(range(len(conds)), conds)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("P(stage 1 keeps a gold-bearing section)")
+    ax.legend(frameon=False, title="embedder")
+    ax.set_title("Section recall of route-to-section retrieval", loc="left")
+    return fig
+
+
+@_styled
+def per_type(per_type_df: pd.DataFrame, embedder: str = "strong", reranker: str = "none") -> Figure:
+    """The contrasts cut by query type (exploratory): one panel per contrast, Δ and 95% CI per query type."""
+    d = per_type_df
+    if "embedder" in d:
+        d = d[(d["embedder"] == embedder) & (d["reranker"] == reranker)]
+    d = d[d["mean_delta"].notna()]
+    if d.empty:
+        return placeholder("Per-query-type cuts", f"no per-type rows for {embedder} × {reranker}")
+    names = list(dict.fromkeys(d["contrast"]))
+    fig = _figure(2.6 * len(names) + 0.8, 0.9 + 0.35 * d["qtype"].nunique())
+    axes = fig.subplots(1, len(names), sharey=True, squeeze=False)[0]
+    qtypes = sorted(d["qtype"].unique())
+    for ax, name in zip(axes, names):
+        s = d[d["contrast"] == name].set_index("qtype").reindex(qtypes)
+        y = np.arange(len(qtypes))
+        ok = s["mean_delta"].notna().to_numpy()
+        ax.errorbar(s["mean_delta"][ok], y[ok], xerr=[(s["mean_delta"] - s["ci_low"])[ok],
+                                                      (s["ci_high"] - s["mean_delta"])[ok]],
+                    fmt="o", color="black", ms=4, capsize=2, lw=1)
+        ax.axvline(0, color="#999999", lw=0.8)
+        a, b = s["condition_a"].dropna().iat[0], s["condition_b"].dropna().iat[0]
+        ax.set_title(f"{name}: {a} \u2212 {b}", fontsize=9)
+        ax.set_yticks(y, qtypes)
+        ax.set_xlabel("\u0394 (95% CI)")
+    axes[0].invert_yaxis()
+    fig.suptitle(f"Contrasts by query type ({embedder}, reranker {reranker}; exploratory, unadjusted)",
+                 x=0.01, ha="left", fontsize=10)
+    return fig
+
+
+@_styled
+def reranker_lift(lift: pd.DataFrame) -> Figure:
+    """Reranker lift per condition: reranked minus not reranked mean (from
+    :func:`chunkstudy.tables.reranker_lift_data`), one bar group per condition, one bar per reranker."""
+    if lift.empty:
+        return placeholder("Reranker lift", "no reranked cell in this run (retrieve.rerankers is empty)")
+    conds = tables._order(lift["condition"], tables.CONDITION_ORDER)
+    rerankers = list(dict.fromkeys(lift["reranker"]))
+    fig = _figure(max(5.0, 0.6 * len(conds) + 1.5), 3.6)
+    ax = fig.add_subplot()
+    width = 0.8 / len(rerankers)
+    for j, r in enumerate(rerankers):
+        s = lift[lift["reranker"] == r].set_index("condition").reindex(conds)
+        x = np.arange(len(conds)) - 0.4 + width * (j + 0.5)
+        ax.bar(x, s["lift"], width * 0.9, color=[color(c) for c in conds], edgecolor="black" if j else "none",
+               label=r)
+    ax.axhline(0, color="#555555", lw=0.8)
+    ax.set_xticks(range(len(conds)), conds)
+    ax.set_ylabel("\u0394 mean (reranked \u2212 none)")
+    ax.legend(frameon=False, title="reranker")
+    ax.set_title("Reranker lift per condition (exploratory)", loc="left")
+    return fig
+
+
+def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_id: str | None = None) -> dict:
+    """Every figure of the report from the tables in ``inputs`` (keys as in :data:`chunkstudy.artifacts.TABLES`;
+    a missing or None table gives a :func:`placeholder` saying so). ``params`` = ``cfg.data``. Returns
+    ``{name: Figure}`` in report order."""
+    st = params["stats"]
+    emb, rr, metric = st["primary_embedder"], st["primary_reranker"], st["primary_metric"]
+
+    def have(*names: str) -> bool:
+        return all(inputs.get(n) is not None for n in names)
+
+    figs: dict[str, Figure] = {}
+    figs["fig1_mechanisms"] = mechanisms(inputs["documents"], inputs["chunks"], doc_id, inputs.get("queries"),
+                                         inputs.get("section_recall"), emb) if have("documents", "chunks") else \
+        placeholder("Figure 1", "documents (01) or chunks (04) missing")
+    figs["fig_contrasts"] = contrasts_forest(inputs["contrasts"], metric) if have("contrasts") else \
+        placeholder("Contrasts", "contrasts (07) missing")
+    figs["fig_dose_response"] = dose_response(inputs["dose_response"]) if have("dose_response") else \
+        placeholder("Depth dose-response", "dose_response (07) missing")
+    figs["fig_budget_coverage"] = budget_coverage(inputs["condition_means"], emb, rr) if have("condition_means") \
+        else placeholder("Token-budget coverage", "condition_means (07) missing")
+    figs["fig_section_recall"] = section_recall(tables.section_recall_summary(inputs["section_recall"])) \
+        if have("section_recall") else placeholder("Section recall", "section_recall (05) missing")
+    figs["fig_per_type"] = per_type(inputs["per_type"], emb, rr) if have("per_type") else \
+        placeholder("Per-query-type cuts", "per_type (07) missing")
+    figs["fig_reranker_lift"] = reranker_lift(tables.reranker_lift_data(inputs["condition_means"], metric, emb)) \
+        if have("condition_means") else placeholder("Reranker lift", "condition_means (07) missing")
+    return figs

@@ -1,0 +1,367 @@
+"""The per-corpus report of stage 08 (``figures/<corpus>/report.md``) and the cross-corpus replication table.
+
+The report gathers the tables (:mod:`chunkstudy.tables`) and figures (:mod:`chunkstudy.figures`) of one run and
+says, in this order: what models were actually used (and loudly, when they are not the study's: an LLM that is not
+``capable``, a baseline inducer or A1 context method, an untrained reranker, stand-in embedders); what is
+confirmatory (the four contrasts of the primary cell only) and what is exploratory (everything else); whether the
+contrasts replicate on the other corpus (when its 07_stats contrasts exist); and how the data were built.
+
+A missing optional input never stops the stage: :func:`gather` records it and the report prints a note where the
+table or figure would have been. Reading goes through :mod:`chunkstudy.artifacts` (the only module that touches
+paths); every other function here is pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from . import artifacts, figures, tables
+from .config import Config
+
+#: Tables 08 reads (runs are not needed: the scores already summarise them).
+INPUT_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced", "induction_log", "queries",
+                "query_funnel", "chunks", "size_matching", "placebo", "section_recall", "contrasts", "mixedlm",
+                "dose_response", "per_type", "condition_means")
+#: JSON facts 08 reads when present: (stage, name).
+INPUT_JSON = (("01_corpus", "stats"), ("02_induce", "induction_stats"), ("03_queries", "funnel"),
+              ("03_queries", "bm25"), ("04_chunk_embed", "summary"))
+#: The paper's BM25 gold-top-1 shares (§5), by corpus kind.
+PAPER_BM25 = {"wikipedia": 0.363, "qasper": 0.227}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------------------------
+
+def gather(cfg: Config, names: tuple[str, ...] = INPUT_TABLES) -> dict[str, Any]:
+    """Read every table in ``names`` and every JSON of :data:`INPUT_JSON` that exists. Returns
+    ``{table: DataFrame or None, ..., "json": {"<stage>/<name>": obj}, "missing": [names not found]}``."""
+    out: dict[str, Any] = {"json": {}, "missing": []}
+    for name in names:
+        try:
+            out[name] = artifacts.read(cfg, name)
+        except FileNotFoundError:
+            out[name] = None
+            out["missing"].append(name)
+    for stage, name in INPUT_JSON:
+        try:
+            out["json"][f"{stage}/{name}"] = artifacts.read_json(cfg, stage, name)
+        except FileNotFoundError:
+            out["missing"].append(f"{stage}/{name}.json")
+    return out
+
+
+def partner_contrasts(cfg: Config) -> tuple[str | None, pd.DataFrame | None, str]:
+    """The other corpus of the replication pair (``figures.replicate_with``): ``(corpus, contrasts, note)``;
+    contrasts None (and a note saying why) when unset or when its 07_stats has not run."""
+    try:
+        other = artifacts.partner_config(cfg)
+    except Exception as e:  # a named but unreadable params file is a note, not a crash
+        return None, None, f"replication: figures.replicate_with could not be loaded ({e})"
+    if other is None:
+        return None, None, "replication: no partner corpus configured (figures.replicate_with is null)"
+    if not artifacts.exists(other, "contrasts"):
+        return other.corpus, None, (f"replication: corpus {other.corpus!r} has no 07_stats contrasts yet "
+                                    f"(run ./run_all.sh {other.corpus}); the replication table is left out")
+    return other.corpus, artifacts.read(other, "contrasts"), ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Models and warnings
+# ---------------------------------------------------------------------------------------------------------------
+
+def models_used(params: Mapping) -> pd.DataFrame:
+    """What each model role actually was in this run (from the parameters): role, method/backend, model, label."""
+    llm, ind, ctx, q = params["llm"], params["induce"], params["contexts"], params["queries"]
+    llm_name = f"{llm['model'] or '(none)'} via {llm['backend']}" + ("" if llm["capable"] else " — not capable")
+    rows = [("generative LLM", llm["backend"], llm["model"] or "(none)",
+             "capable (study class)" if llm["capable"] else "NOT of the study's class (llm.capable: false)"),
+            ("structure induction", ind["method"], llm_name if ind["method"] == "llm" else "(no model)",
+             "LLM arm" if ind["method"] == "llm" else "non-LLM baseline"),
+            ("A1 situating contexts", ctx["method"], llm_name if ctx["method"] == "llm" else "(no model)",
+             "LLM arm" if ctx["method"] == "llm" else "non-LLM baseline"),
+            ("queries", q["source"], llm_name if q["source"] == "generated" else "(harvested)",
+             "generated + paraphrased, leakage-filtered" if q["source"] == "generated" else "real questions"),
+            ("token counts", "tokenizer", params["chunking"]["tokenizer"], "")]
+    for key, e in params["embed"]["embedders"].items():
+        rows.append((f"embedder '{key}'", e["backend"], e["model"], e["label"]))
+    for key, r in params["retrieve"]["rerankers"].items():
+        rows.append((f"reranker '{key}'", r["backend"], r["model"],
+                     (r["label"] or key) + ("" if r["trained"] else " — UNTRAINED (plumbing only)")))
+    return pd.DataFrame(rows, columns=["role", "method / backend", "model", "label / status"])
+
+
+def model_warnings(params: Mapping) -> list[str]:
+    """Loud warnings for every way the run's models differ from the study's (empty list = none)."""
+    w = []
+    llm = params["llm"]
+    if not llm["capable"]:
+        w.append(f"The LLM is not of the study's class (llm.capable is false; backend {llm['backend']!r}, model "
+                 f"{llm['model'] or '(none)'!r}). Nothing generative in this run stands for the paper's "
+                 "Gemma-4-26B-A4B.")
+    if params["induce"]["method"] != "llm":
+        w.append(f"Structure induction used the non-LLM baseline {params['induce']['method']!r}: the induced "
+                 "conditions (A2, A3*, P, A4) and contrast C3 measure that baseline, not an LLM inducer.")
+    if params["contexts"]["method"] != "llm":
+        w.append(f"A1 contexts are the non-LLM {params['contexts']['method']!r} baseline: contrast C1 compares "
+                 "against that baseline, not against LLM-written situating contexts.")
+    if params["queries"]["source"] == "generated" and not llm["capable"]:
+        w.append("Queries were generated by a model that is not of the study's class.")
+    for key, r in params["retrieve"]["rerankers"].items():
+        if not r["trained"]:
+            w.append(f"Reranker {key!r} is untrained (trained: false): its reranked cells only prove the plumbing.")
+    stand_in = [k for k, e in params["embed"]["embedders"].items()
+                if str(e["model"]).startswith("package:") or "stand-in" in str(e["label"]).lower()]
+    if stand_in:
+        w.append(f"Embedders {stand_in} are stand-ins bundled for offline runs, not bge-large-en-v1.5 / "
+                 "bge-small-en-v1.5.")
+    if int(params["stats"]["n_boot"]) < 10000:
+        w.append(f"stats.n_boot is {params['stats']['n_boot']} (the paper resamples 10,000 times).")
+    return w
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Replication
+# ---------------------------------------------------------------------------------------------------------------
+
+def _sign(x: float) -> str:
+    return "?" if pd.isna(x) else "+" if x > 0 else "\u2212" if x < 0 else "0"
+
+
+def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float = 0.05) -> pd.DataFrame:
+    """The four pre-registered contrasts side by side across corpora (paper §6: "Three contrasts replicate across
+    both corpora with the same sign and Holm significance. One is corpus-dependent.").
+
+    Uses each corpus's confirmatory rows (primary cell). One row per contrast (in the first corpus's order) with,
+    per corpus ``c``: ``delta[c]`` (mean paired delta), ``p_holm[c]``, ``sign[c]`` (+, −, 0, ? when missing) and
+    ``significant[c]`` (``p_holm < alpha``); then ``same_sign`` (all corpora share one non-zero sign),
+    ``all_significant`` and ``verdict``: "replicates" (same sign and Holm-significant everywhere),
+    "corpus-dependent" (significant somewhere but not replicated), or "null" (significant nowhere)."""
+    if len(contrasts_by_corpus) < 2:
+        raise ValueError(f"replication_table: need two or more corpora, got {list(contrasts_by_corpus)}")
+    conf = {}
+    for corpus, c in contrasts_by_corpus.items():
+        sel = c[c["confirmatory"].astype(bool)] if "confirmatory" in c else c
+        if sel.empty:
+            raise ValueError(f"replication_table: corpus {corpus!r} has no confirmatory contrasts (07_stats)")
+        conf[corpus] = sel.drop_duplicates("contrast").set_index("contrast")
+    first = next(iter(conf.values()))
+    names = list(dict.fromkeys(first.index.tolist() + [n for c in conf.values() for n in c.index]))
+    rows = []
+    for name in names:
+        src = next(c for c in conf.values() if name in c.index).loc[name]
+        row: dict[str, Any] = {"contrast": name, "condition_a": src.get("condition_a", ""),
+                               "condition_b": src.get("condition_b", "")}
+        for corpus, c in conf.items():
+            d = float(c.loc[name, "mean_delta"]) if name in c.index else np.nan
+            p = float(c.loc[name, "p_holm"]) if name in c.index else np.nan
+            row[f"delta[{corpus}]"] = d
+            row[f"p_holm[{corpus}]"] = p
+            row[f"sign[{corpus}]"] = _sign(d)
+            row[f"significant[{corpus}]"] = bool(p < alpha) if not pd.isna(p) else False
+        signs = {row[f"sign[{c}]"] for c in conf}
+        sig = [row[f"significant[{c}]"] for c in conf]
+        row["same_sign"] = len(signs) == 1 and signs <= {"+", "\u2212"}
+        row["all_significant"] = all(sig)
+        row["verdict"] = "replicates" if row["same_sign"] and row["all_significant"] else \
+            "corpus-dependent" if any(sig) else "null"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float = 0.05) -> tables.Table:
+    """:func:`replication_table` rendered: per corpus ``Δ (Holm p)`` with a star when Holm-significant."""
+    data = replication_table(contrasts_by_corpus, alpha)
+    display = pd.DataFrame({"Contrast": data["contrast"],
+                            "A \u2212 B": [f"{a} \u2212 {b}" for a, b in zip(data["condition_a"],
+                                                                            data["condition_b"])]})
+    for corpus in contrasts_by_corpus:
+        display[f"{corpus}: \u0394 (Holm p)"] = [
+            f"{tables.fmt_delta(d)} ({tables.fmt_p(p)}){' *' if s else ''}" for d, p, s in
+            zip(data[f"delta[{corpus}]"], data[f"p_holm[{corpus}]"], data[f"significant[{corpus}]"])]
+    display["Verdict"] = data["verdict"]
+    return tables.Table("replication", "Replication of the pre-registered contrasts across corpora", data, display,
+                        (f"Primary cell of each corpus; * = Holm p < {alpha:g}. \"replicates\" = same sign and "
+                         "Holm-significant on every corpus.",))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Assembly
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Bundle:
+    """Everything one report holds: tables and figures by name (report order), notes on missing inputs, model
+    warnings, and the facts the text quotes."""
+
+    corpus: str
+    tables: dict[str, tables.Table] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    models: pd.DataFrame | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def _try(bundle: Bundle, name: str, fn, *args, **kwargs) -> None:
+    try:
+        bundle.tables[name] = fn(*args, **kwargs)
+    except (ValueError, KeyError) as e:
+        bundle.notes.append(f"table {name!r} left out: {e}")
+
+
+def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
+          partner: tuple[str | None, pd.DataFrame | None, str] = (None, None, "")) -> Bundle:
+    """Every table and figure of one corpus's report from the gathered ``inputs`` (:func:`gather`); ``params`` is
+    ``cfg.data``; ``partner`` = :func:`partner_contrasts`. Missing inputs become notes, never errors."""
+    b = Bundle(corpus=corpus, warnings=model_warnings(params), models=models_used(params))
+    st = params["stats"]
+    emb, rr = st["primary_embedder"], st["primary_reranker"]
+    kind = params["corpus"]["kind"]
+    got = {k: v for k, v in inputs.items() if isinstance(v, pd.DataFrame)}
+    b.notes += [f"input {m} is missing (its stage has not run or does not write it)" for m in inputs.get("missing", [])
+                if not m.endswith(".json")]
+
+    if "contrasts" in got:
+        _try(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"))
+    other, other_contrasts, note = partner
+    if note:
+        b.notes.append(note)
+    if "contrasts" in got and other_contrasts is not None:
+        _try(b, "replication", replication, {corpus: got["contrasts"], other: other_contrasts}, float(st["alpha"]))
+    if "condition_means" in got:
+        _try(b, "table2", tables.table2, got["condition_means"], emb, rr)
+        _try(b, "reranker_lift", tables.reranker_lift, got["condition_means"], st["primary_metric"], emb)
+    if "dose_response" in got:
+        _try(b, "dose_response", tables.dose_response, got["dose_response"])
+    if "section_recall" in got:
+        _try(b, "section_recall", tables.section_recall, got["section_recall"])
+    if "per_type" in got:
+        _try(b, "per_type", tables.per_type, got["per_type"], emb, rr)
+    _try(b, "table4", tables.table4, params["chunking"]["conditions"], got.get("chunks"))
+    if "corpus_funnel" in got:
+        _try(b, "funnel_corpus", tables.corpus_funnel, got["corpus_funnel"], kind)
+    if any(k in got for k in ("induction_log", "sections_induced")):
+        _try(b, "funnel_induction", tables.induction, got.get("induction_log"), got.get("sections_induced"),
+             got.get("sections_gold"), got.get("chunks"), kind, params["induce"]["method"])
+    if "query_funnel" in got:
+        _try(b, "funnel_queries", tables.query_funnel, got["query_funnel"], kind)
+    if "size_matching" in got:
+        _try(b, "funnel_size_matching", tables.size_matching, got["size_matching"], kind)
+    if "placebo" in got:
+        _try(b, "funnel_placebo", tables.placebo, got["placebo"])
+
+    bm25 = inputs.get("json", {}).get("03_queries/bm25")
+    if isinstance(bm25, Mapping) and "gold_top1_share" in bm25:
+        b.facts["bm25_gold_top1"] = bm25["gold_top1_share"]
+        b.facts["bm25_paper"] = PAPER_BM25.get(kind)
+    if "queries" in got:
+        b.facts["n_queries"] = len(got["queries"])
+        b.facts["n_query_docs"] = got["queries"]["doc_id"].nunique()
+    if "documents" in got:
+        b.facts["n_documents"] = len(got["documents"])
+    b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params["figures"]["example_doc"])
+    return b
+
+
+FIGURE_CAPTIONS = {
+    "fig1_mechanisms": "Figure 1 — what each mechanism does to one document of this run",
+    "fig_contrasts": "Pre-registered contrasts (primary cell solid; other cells exploratory)",
+    "fig_dose_response": "Breadcrumb-depth dose-response (exploratory)",
+    "fig_budget_coverage": "Token-budget coverage (exploratory)",
+    "fig_section_recall": "Stage-1 section recall of the two-stage conditions (exploratory diagnostic)",
+    "fig_per_type": "Contrasts by query type (exploratory, unadjusted)",
+    "fig_reranker_lift": "Reranker lift per condition (exploratory)",
+}
+
+
+def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
+    """The report as Markdown (``figures/<corpus>/report.md``): figures are linked by relative path
+    (``<name>.png``), tables are inlined (their LaTeX lies in ``tables/<name>.tex``)."""
+    out: list[str] = [f"# chunkstudy — report for corpus `{b.corpus}`", ""]
+    facts = [f"parameters `{params_file}`" if params_file else "",
+             f"{tables.fmt_int(b.facts['n_documents'])} documents" if "n_documents" in b.facts else "",
+             f"{tables.fmt_int(b.facts['n_queries'])} queries over {tables.fmt_int(b.facts['n_query_docs'])} "
+             "documents" if "n_queries" in b.facts else ""]
+    out += ["Every number below was written by this run's pipeline (stages 01–07) and rounded only here (08). "
+            + "; ".join(f for f in facts if f) + ".", ""]
+    if b.warnings:
+        out += ["## ⚠ Warnings — read before any number", ""]
+        out += [f"> **WARNING:** {w}" + "\n>" for w in b.warnings]
+        out += [""]
+    out += ["## Models actually used", "", b.models.to_markdown(index=False) if b.models is not None else "", ""]
+
+    def table(name: str) -> None:
+        t = b.tables.get(name)
+        if t is None:
+            out.extend([f"_{name}: not available in this run (see the notes at the end)._", ""])
+            return
+        out.extend([f"### {t.title}", "", t.markdown(), f"LaTeX: [`tables/{t.name}.tex`](tables/{t.name}.tex)", ""])
+
+    def figure(name: str) -> None:
+        if name in b.figures:
+            out.extend([f"![{FIGURE_CAPTIONS.get(name, name)}]({name}.png)", "",
+                        f"*{FIGURE_CAPTIONS.get(name, name)}.*", ""])
+
+    st = params["stats"]
+    out += ["## Confirmatory", "",
+            f"Only the four pre-registered contrasts on the primary cell — {st['primary_metric']} × embedder "
+            f"'{st['primary_embedder']}' × reranker '{st['primary_reranker']}' — are confirmatory, with Holm "
+            "across the four. The MixedLM beside them is the pre-registered secondary check (misspecified by "
+            "design). Everything in the next sections is **exploratory**.", ""]
+    table("table1")
+    figure("fig_contrasts")
+    out += ["## Replication across corpora", ""]
+    if "replication" in b.tables:
+        table("replication")
+    else:
+        out += ["_Not available: " + next((n for n in b.notes if n.startswith("replication")),
+                                          "the other corpus has no results") + "._", ""]
+    out += ["## Exploratory", "", "Labelled exploratory: other metrics and cells, the depth dose-response, "
+            "per-query-type cuts, reranked cells, recall and section-recall diagnostics.", ""]
+    for name, fig in (("table2", "fig_budget_coverage"), ("dose_response", "fig_dose_response"),
+                      ("section_recall", "fig_section_recall"), ("per_type", "fig_per_type"),
+                      ("reranker_lift", "fig_reranker_lift")):
+        table(name)
+        figure(fig)
+    out += ["## How the data were built", ""]
+    table("table4")
+    figure("fig1_mechanisms")
+    for name in ("funnel_corpus", "funnel_induction", "funnel_queries", "funnel_size_matching", "funnel_placebo"):
+        table(name)
+    if "bm25_gold_top1" in b.facts:
+        paper = b.facts.get("bm25_paper")
+        out += [f"BM25 places the gold chunk first for {tables.fmt_pct(b.facts['bm25_gold_top1'])} of queries"
+                + (f" (paper: {tables.fmt_pct(paper)})." if paper else "."), ""]
+    if b.notes:
+        out += ["## Notes on missing inputs", ""] + [f"- {n}" for n in b.notes] + [""]
+    return "\n".join(out)
+
+
+def warnings_markdown(b: Bundle) -> str:
+    """The model warnings as a Markdown list (or a line saying there are none)."""
+    return "\n".join(f"- **WARNING:** {w}" for w in b.warnings) or "_no warnings: the run used the study's models_"
+
+
+def tables_markdown(b: Bundle, prefix: str = "") -> str:
+    """The bundle's tables whose key starts with ``prefix``, each under a heading, as one Markdown string."""
+    parts = [f"### {t.title}\n\n{t.markdown()}" for k, t in b.tables.items() if k.startswith(prefix)]
+    return "\n\n".join(parts) or f"_no {prefix or 'tables'} tables in this run_"
+
+
+def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
+    """Write every table (``tables/<name>.md`` and ``.tex``), every figure (``<name>.<fmt>``) and ``report.md``
+    under ``figures/<corpus>/`` through :mod:`chunkstudy.artifacts`; returns the list of files written."""
+    written = []
+    for t in b.tables.values():
+        written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.md", f"# {t.title}\n\n"
+                                                                + t.markdown())))
+        written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.tex", t.latex())))
+    for name, fig in b.figures.items():
+        written += [("figure", name, p) for p in artifacts.write_figure(cfg, name, fig)]
+    written.append(("report", "report", artifacts.write_text(cfg, "report.md", render(b, cfg.data, params_file))))
+    return pd.DataFrame(written, columns=["kind", "name", "path"])

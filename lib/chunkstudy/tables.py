@@ -1,0 +1,605 @@
+"""The paper's tables, rebuilt from a run's own tables (stage 08; paper §6, Tables 1, 2 and 4, and the funnel and
+construction numbers of §3-§5). Also the only place in the project that rounds numbers.
+
+Every builder is pure: it takes the tables of stages 01-07 and returns a :class:`Table`, which keeps two views:
+
+* ``data``: the unrounded values (what tests check, and what a reader can recompute);
+* ``display``: the same rows as strings, rounded by the formatters below (:func:`fmt_num`, :func:`fmt_delta`,
+  :func:`fmt_p`, :func:`fmt_ci`, :func:`fmt_pct`, :func:`fmt_int`), rendered to Markdown (``tabulate``, pipe
+  format) and LaTeX (``booktabs``: ``\\toprule``/``\\midrule``/``\\bottomrule``).
+
+Rounding policy (stated once): cov-nDCG and other metric means to 3 decimals; paired deltas, CIs and slopes to 4
+decimals with an explicit sign; dz to 2 decimals; p-values to 3 decimals, ``< 0.001`` below that, and
+``< 1/B`` when a bootstrap p is exactly 0 (no replicate crossed 0 among ``B`` resamples); shares as percentages
+with 1 decimal; token means to 1 decimal. A missing value prints as an em dash.
+
+The paper's own numbers (the ``paper`` columns) are constants here (:data:`PAPER`), quoted from the study text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+#: Display order of conditions (the paper's).
+CONDITION_ORDER: tuple[str, ...] = ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4")
+#: Display order of metrics (primary first, then the secondary ladder).
+METRIC_ORDER: tuple[str, ...] = ("cov-nDCG@10", "recall@50", "MRR", "nDCG@10", "budget-cov@512",
+                                 "budget-cov@1024", "budget-cov@2048")
+#: The mechanism question each pre-registered contrast asks (paper §3.2), keyed by (condition_a, condition_b).
+CONTRAST_QUESTIONS: dict[tuple[str, str], str] = {
+    ("A3", "A1"): "organization vs. contextualization",
+    ("A3", "P"): "content vs. tokens",
+    ("G3", "A3"): "cost of induction",
+    ("A4", "A3"): "routing vs. flat",
+}
+#: Table 4 of the paper (appendix; DESIGN.md "Conditions"): boundaries, prefix at embedding time, retrieval.
+CONDITIONS: dict[str, tuple[str, str, str]] = {
+    "A0": ("fixed windows, size-matched per document to A2, edges at sentence boundaries", "none", "flat"),
+    "A1": ("A0", "LLM situating context (contextual-retrieval prompt)", "flat"),
+    "A2": ("induced structure", "none", "flat"),
+    "A3-d1": ("induced structure", "heading path, depth 1", "flat"),
+    "A3-d2": ("induced structure", "heading path, depth 2", "flat"),
+    "A3": ("induced structure", "heading path, depth 3", "flat"),
+    "P": ("induced structure", "real heading path of the same depth from another document (placebo)", "flat"),
+    "A4": ("induced structure (A3's chunks and vectors)", "as A3", "two-stage (top 5 sections)"),
+    "G2": ("gold structure", "none", "flat"),
+    "G3": ("gold structure", "heading path, depth 3", "flat"),
+    "G4": ("gold structure (G3's chunks and vectors)", "as G3", "two-stage (top 5 sections)"),
+}
+
+#: The paper's numbers for the funnel/construction tables, by corpus kind (``corpus.kind``).
+PAPER: dict[str, dict[str, Any]] = {
+    "wikipedia": {
+        "label": "Wikipedia-FA",
+        "induction": {"documents": 200, "usable": 198, "repaired": 116, "sections_per_doc": 21.9,
+                      "gold_sections_per_doc": math.nan, "span_identity": 0.789},
+        "size_matching": {"A0": 255.4, "A2": 259.6},
+        "queries": {"generated": 2306, "paraphrase survivors (round 2)": 1945, "balanced finals": 951,
+                    "documents": 184},
+        "corpus": ["200 Featured Articles (>= 3,000 words, heading depth >= 3, >= 12 sections), seed 20260710",
+                   "buckets: history/war 60, other 60, biography 30, arts/media 22, science/nature 15, "
+                   "geography/places 13"],
+    },
+    "qasper": {
+        "label": "QASPER",
+        "induction": {"documents": 1585, "usable": 1579, "repaired": 590, "sections_per_doc": 14.5,
+                      "gold_sections_per_doc": 14.8, "span_identity": 0.758},
+        "size_matching": {"A0": 244.9, "A2": 249.8},
+        "queries": {"harvested": 5049, "finals": 4303, "documents": 1508},
+        "corpus": ["all splits merged: 5,049 -> 4,303 usable questions over 1,508 papers",
+                   "evidence matched 95.7% exact; 43% multi-span; mean 2.10 spans/question; 61% depth-1 papers"],
+    },
+}
+
+DASH = "\u2014"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Formatting (the only rounding in the project)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _missing(x: Any) -> bool:
+    if x is None or x is pd.NA:
+        return True
+    try:
+        return bool(np.isnan(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_num(x: Any, digits: int = 3) -> str:
+    """``x`` to ``digits`` decimals; missing -> em dash."""
+    return DASH if _missing(x) else f"{float(x):.{digits}f}"
+
+
+def fmt_delta(x: Any, digits: int = 4) -> str:
+    """A signed difference, e.g. ``+0.0129`` / ``-0.0326``; missing -> em dash."""
+    return DASH if _missing(x) else f"{float(x):+.{digits}f}"
+
+
+def fmt_int(x: Any) -> str:
+    """An integer with thousands separators (``1,579``); missing -> em dash."""
+    return DASH if _missing(x) else f"{int(round(float(x))):,}"
+
+
+def fmt_pct(x: Any, digits: int = 1) -> str:
+    """A share in [0, 1] as a percentage (``0.789`` -> ``78.9%``); missing -> em dash."""
+    return DASH if _missing(x) else f"{100 * float(x):.{digits}f}%"
+
+
+def fmt_ci(lo: Any, hi: Any, digits: int = 4) -> str:
+    """A signed interval ``[+0.0100, +0.0300]``; missing -> em dash."""
+    if _missing(lo) or _missing(hi):
+        return DASH
+    return f"[{float(lo):+.{digits}f}, {float(hi):+.{digits}f}]"
+
+
+def fmt_p(p: Any, n_boot: Any = None) -> str:
+    """A p-value: 3 decimals; ``< 0.001`` below 0.001; ``< 1/B`` (e.g. ``< 0.0001``) when a bootstrap p is
+    exactly 0 with ``n_boot = B`` resamples (its resolution); missing -> em dash."""
+    if _missing(p):
+        return DASH
+    p = float(p)
+    if p == 0.0 and not _missing(n_boot) and n_boot:
+        return f"< {1.0 / float(n_boot):.2g}"
+    if p < 0.001:
+        return "< 0.001"
+    return f"{p:.3f}"
+
+
+def fmt_n(n_queries: Any, n_docs: Any) -> str:
+    """``"951 / 184"``: queries / documents."""
+    return f"{fmt_int(n_queries)} / {fmt_int(n_docs)}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The Table record and its renderings
+# ---------------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Table:
+    """One table of the report: ``name`` (file stem), ``title`` (caption), ``data`` (unrounded), ``display``
+    (rounded strings, the rendered rows), ``notes`` (printed under the table)."""
+
+    name: str
+    title: str
+    data: pd.DataFrame
+    display: pd.DataFrame
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def markdown(self) -> str:
+        """A pipe table (tabulate) followed by its notes as a list."""
+        body = self.display.to_markdown(index=False, disable_numparse=True) if len(self.display.columns) else ""
+        if self.display.empty:
+            body = "_(no rows)_"
+        notes = "".join(f"\n- {n}" for n in self.notes)
+        return body + ("\n" + notes if notes else "") + "\n"
+
+    def latex(self) -> str:
+        """A LaTeX ``table`` float with a booktabs ``tabular`` (numeric-looking columns right-aligned)."""
+        return to_latex(self.display, caption=self.title, label=f"tab:{self.name}", notes=self.notes)
+
+
+_NUMERIC_CELL = re.compile(r"^[\s<>+\-\u2212\d.,%\[\]/\u2014*]*$")
+
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+    "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"$<$", ">": r"$>$",
+    "\u0394": r"$\Delta$", "\u2212": r"$-$", "\u203a": r"$\rangle$", "\u2264": r"$\le$", "\u2265": r"$\ge$",
+    "\u00d7": r"$\times$", "\u2192": r"$\rightarrow$", "\u2014": "---", "\u2013": "--", "\u00b1": r"$\pm$",
+}
+
+
+def latex_escape(s: Any) -> str:
+    """Escape LaTeX specials and map the few non-ASCII symbols the tables use (Δ − › ≤ ≥ × → —) to LaTeX."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(s))
+
+
+def to_latex(display: pd.DataFrame, caption: str, label: str, notes: Sequence[str] = ()) -> str:
+    """Render string rows as a booktabs table: ``\\toprule`` header ``\\midrule`` rows ``\\bottomrule``.
+    Columns whose every cell looks numeric are right-aligned, the others left-aligned."""
+    cols = list(display.columns)
+    align = "".join("r" if len(display) and display[c].astype(str).map(lambda v: bool(_NUMERIC_CELL.match(v))).all()
+                    else "l" for c in cols)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", f"\\caption{{{latex_escape(caption)}}}",
+             f"\\label{{{label}}}", f"\\begin{{tabular}}{{{align}}}", r"\toprule",
+             " & ".join(latex_escape(c) for c in cols) + r" \\", r"\midrule"]
+    for row in display.itertuples(index=False):
+        lines.append(" & ".join(latex_escape(v) for v in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if notes:
+        lines.append(r"\par\smallskip\footnotesize " + " ".join(latex_escape(n) for n in notes))
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
+def _order(values: Sequence[str], order: Sequence[str]) -> list[str]:
+    rank = {c: i for i, c in enumerate(order)}
+    return sorted(dict.fromkeys(map(str, values)), key=lambda c: (rank.get(c, len(rank)), c))
+
+
+def _require(df: pd.DataFrame, cols: Sequence[str], table: str, stage: str) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise ValueError(f"{table}: missing columns {missing}; has {list(df.columns)}; written by {stage}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Table 1, Table 2, Table 4
+# ---------------------------------------------------------------------------------------------------------------
+
+def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None) -> Table:
+    """Table 1 — the confirmatory family: the primary cell's contrasts (rows with ``confirmatory`` true in the
+    07_stats ``contrasts`` table), one row per contrast in the table's order, with Δ (mean paired delta A − B),
+    the 95% cluster-bootstrap CI, two-sided p, Holm p, Cohen's dz, queries / documents, and the secondary
+    MixedLM coefficient and p for the same contrast (joined on ``contrast``) when ``mixedlm`` is given."""
+    _require(contrasts, ["contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "dz", "n_queries", "n_docs"],
+             "contrasts", "07_stats")
+    rows = contrasts[contrasts["confirmatory"].astype(bool)] if "confirmatory" in contrasts else contrasts
+    if rows.empty:
+        raise ValueError("contrasts: no confirmatory rows (primary cell absent from the scores?); written by 07_stats")
+    d = rows.reset_index(drop=True).copy()
+    for c in ("condition_a", "condition_b"):
+        if c not in d:
+            d[c] = ""
+    if "reject_holm" not in d:
+        d["reject_holm"] = d["p_holm"] < 0.05
+    d["question"] = [CONTRAST_QUESTIONS.get((a, b), "") for a, b in zip(d["condition_a"], d["condition_b"])]
+    if mixedlm is not None and len(mixedlm):
+        m = mixedlm.set_index("contrast")
+        d["mixedlm_coef"] = d["contrast"].map(m["coef"]).astype(float)
+        d["mixedlm_p"] = d["contrast"].map(m["p"]).astype(float)
+        d["mixedlm_p_holm"] = d["contrast"].map(m["p_holm"]).astype(float) if "p_holm" in m else np.nan
+    else:
+        d["mixedlm_coef"] = d["mixedlm_p"] = d["mixedlm_p_holm"] = np.nan
+    cols = ["contrast", "condition_a", "condition_b", "question", "mean_delta", "ci_low", "ci_high", "p", "p_holm",
+            "reject_holm", "dz", "n_queries", "n_docs", "mixedlm_coef", "mixedlm_p", "mixedlm_p_holm"]
+    extra = [c for c in ("n_boot", "cell") if c in d]
+    data = d[cols + extra]
+    n_boot = d["n_boot"] if "n_boot" in d else pd.Series([None] * len(d))
+    display = pd.DataFrame({
+        "Contrast": d["contrast"],
+        "A \u2212 B": [f"{a} \u2212 {b}" for a, b in zip(d["condition_a"], d["condition_b"])],
+        "Question": d["question"],
+        "\u0394": d["mean_delta"].map(fmt_delta),
+        "95% CI": [fmt_ci(lo, hi) for lo, hi in zip(d["ci_low"], d["ci_high"])],
+        "p": [fmt_p(p, b) for p, b in zip(d["p"], n_boot)],
+        "Holm p": [fmt_p(p, b) + (" *" if r else "") for p, b, r in zip(d["p_holm"], n_boot, d["reject_holm"])],
+        "dz": d["dz"].map(lambda x: fmt_num(x, 2)),
+        "n (q / docs)": [fmt_n(q, n) for q, n in zip(d["n_queries"], d["n_docs"])],
+        "MixedLM coef": d["mixedlm_coef"].map(fmt_delta),
+        "MixedLM p": d["mixedlm_p"].map(fmt_p),
+    })
+    cell = str(d["cell"].iat[0]) if "cell" in d else "primary cell"
+    b = d["n_boot"].iat[0] if "n_boot" in d else None
+    notes = (f"Confirmatory family, primary cell {cell}. \u0394 = mean of paired per-query deltas A \u2212 B; "
+             f"95% percentile CI and two-sided p from a document-clustered bootstrap"
+             f"{f' ({fmt_int(b)} resamples)' if b is not None and not _missing(b) else ''}; "
+             "Holm across the four contrasts (* = Holm p < alpha); dz = mean/sd of the deltas.",
+             "MixedLM (score ~ condition + random intercept per document) is the pre-registered secondary check, "
+             "misspecified by design (no per-query random effect) and conservative for small paired effects.")
+    return Table("table1_primary", "Table 1: pre-registered contrasts on the primary cell", data, display, notes)
+
+
+def table2(condition_means: pd.DataFrame, embedder: str = "strong", reranker: str = "none") -> Table:
+    """Table 2 — per-condition means for every metric on one embedder × reranker (the paper's: strong, none),
+    from the 07_stats ``condition_means`` table: rows = conditions in paper order, columns = metrics in
+    :data:`METRIC_ORDER` (others after), values = ``mean`` over each condition's scored queries. Exploratory."""
+    _require(condition_means, ["metric", "embedder", "reranker", "condition", "mean"], "condition_means", "07_stats")
+    sel = condition_means[(condition_means["embedder"] == embedder) & (condition_means["reranker"] == reranker)]
+    if sel.empty:
+        raise ValueError(f"condition_means: no rows for embedder {embedder!r} × reranker {reranker!r}; present: "
+                         f"{sorted(set(zip(condition_means['embedder'], condition_means['reranker'])))}")
+    wide = sel.pivot_table(index="condition", columns="metric", values="mean", aggfunc="first")
+    wide = wide.loc[_order(wide.index, CONDITION_ORDER), _order(wide.columns, METRIC_ORDER)]
+    n = sel.groupby("condition")["n_queries"].max() if "n_queries" in sel else None
+    data = wide.reset_index().rename_axis(columns=None)
+    if n is not None:
+        data.insert(1, "n_queries", data["condition"].map(n).astype("Int64"))
+    display = pd.DataFrame({"Condition": data["condition"]})
+    if n is not None:
+        display["n"] = data["n_queries"].map(fmt_int)
+    for m in wide.columns:
+        display[m] = data[m].map(fmt_num)
+    notes = (f"Exploratory. Mean per query over each condition's scored queries; embedder {embedder}, "
+             f"reranker {reranker}. budget-cov@B charges prefix tokens against the budget.",)
+    return Table(f"table2_means_{embedder}_{reranker}",
+                 f"Table 2: per-condition means ({embedder} embedder, reranker {reranker})", data, display, notes)
+
+
+def table4(conditions: Sequence[str], chunks: pd.DataFrame | None = None) -> Table:
+    """Table 4 — the conditions of the run (paper appendix, DESIGN.md "Conditions"): boundaries, prefix at
+    embedding time and retrieval, plus, when ``chunks`` (04) is given, the realised chunk count and mean content /
+    prefix tokens of each condition."""
+    unknown = [c for c in conditions if c not in CONDITIONS]
+    if unknown:
+        raise ValueError(f"table4: unknown condition {unknown[0]!r}; known: {list(CONDITIONS)}")
+    conds = _order(conditions, CONDITION_ORDER)
+    data = pd.DataFrame({"condition": conds, "boundaries": [CONDITIONS[c][0] for c in conds],
+                         "prefix": [CONDITIONS[c][1] for c in conds],
+                         "retrieval": [CONDITIONS[c][2] for c in conds]})
+    display = data.rename(columns=str.capitalize)
+    if chunks is not None and len(chunks):
+        _require(chunks, ["condition", "n_content_tokens", "n_prefix_tokens"], "chunks", "04_chunk_embed")
+        g = chunks.groupby("condition")
+        data["n_chunks"] = data["condition"].map(g.size()).astype("Int64")
+        data["mean_content_tokens"] = data["condition"].map(g["n_content_tokens"].mean()).astype(float)
+        data["mean_prefix_tokens"] = data["condition"].map(g["n_prefix_tokens"].mean()).astype(float)
+        display = display.assign(**{"Chunks": data["n_chunks"].map(fmt_int),
+                                    "Content tok.": data["mean_content_tokens"].map(lambda x: fmt_num(x, 1)),
+                                    "Prefix tok.": data["mean_prefix_tokens"].map(lambda x: fmt_num(x, 1))})
+    notes = ("Chunks of every condition tile each document exactly; offsets are content-only, so a prefix can "
+             "never create relevance. Prefix tokens are counted apart from content tokens.",)
+    return Table("table4_conditions", "Table 4: experimental conditions", data, display, notes)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Funnel and construction tables
+# ---------------------------------------------------------------------------------------------------------------
+
+def corpus_funnel(funnel: pd.DataFrame, kind: str = "") -> Table:
+    """The corpus funnel (01_corpus ``corpus_funnel``: step, count, ...) in its own order; the paper's corpus
+    facts for ``kind`` follow as notes (its funnel steps are not named alike, so they are not aligned row by row)."""
+    _require(funnel, ["step", "count"], "corpus_funnel", "01_corpus")
+    data = funnel.reset_index(drop=True).copy()
+    display = pd.DataFrame({"Step": data["step"].astype(str), "Count": data["count"].map(fmt_int)})
+    for c in data.columns:
+        if c not in ("step", "count"):
+            col = data[c]
+            display[c] = col.map(fmt_int) if pd.api.types.is_integer_dtype(col) else \
+                col.map(fmt_num) if pd.api.types.is_float_dtype(col) else col.astype(str)
+    paper = PAPER.get(kind, {})
+    notes = tuple(f"Paper ({paper['label']}): {x}" for x in paper.get("corpus", []))
+    return Table("funnel_corpus", "Corpus funnel", data, display, notes)
+
+
+FAILED_STATUS = re.compile(r"fail|error|unusable", re.I)
+REPAIRED_STATUS = re.compile(r"repair", re.I)
+
+
+def span_identity(chunks: pd.DataFrame, induced: str = "A2", gold: str = "G2") -> float:
+    """Share of ``induced`` chunk spans byte-identical to a ``gold`` chunk span (same doc_id, start, end), over
+    the documents chunked under both (paper §3.3: 78.9% Wikipedia-FA, 75.8% QASPER). NaN when either is absent."""
+    a = chunks.loc[chunks["condition"] == induced, ["doc_id", "start", "end"]]
+    g = chunks.loc[chunks["condition"] == gold, ["doc_id", "start", "end"]]
+    a = a[a["doc_id"].isin(set(g["doc_id"]))]
+    if a.empty:
+        return float("nan")
+    hit = a.merge(g.drop_duplicates(), on=["doc_id", "start", "end"], how="left", indicator=True)
+    return float((hit["_merge"] == "both").mean())
+
+
+def induction(induction_log: pd.DataFrame | None, sections_induced: pd.DataFrame | None,
+              sections_gold: pd.DataFrame | None, chunks: pd.DataFrame | None, kind: str = "",
+              method: str = "") -> Table:
+    """Induction funnel beside the paper's (§3.3): documents, usable (status not matching fail/error/unusable),
+    repaired (status mentions "repair"), mean sections per document (induced and gold, over the documents each
+    table holds), and span identity with gold (:func:`span_identity` on A2 vs G2 chunks). Inputs may be None
+    (that row is then missing, shown as a dash)."""
+    nan = float("nan")
+    ours: dict[str, float] = dict.fromkeys(["documents", "usable", "repaired", "sections_per_doc",
+                                            "gold_sections_per_doc", "span_identity"], nan)
+    if induction_log is not None and len(induction_log):
+        _require(induction_log, ["doc_id", "status"], "induction_log", "02_induce")
+        per_doc = induction_log.drop_duplicates("doc_id", keep="last")
+        status = per_doc["status"].astype(str)
+        ours["documents"] = float(len(per_doc))
+        ours["usable"] = float((~status.str.contains(FAILED_STATUS)).sum())
+        ours["repaired"] = float(status.str.contains(REPAIRED_STATUS).sum())
+    if sections_induced is not None and len(sections_induced):
+        ours["sections_per_doc"] = float(sections_induced.groupby("doc_id").size().mean())
+    if sections_gold is not None and len(sections_gold):
+        ours["gold_sections_per_doc"] = float(sections_gold.groupby("doc_id").size().mean())
+    if chunks is not None and len(chunks):
+        ours["span_identity"] = span_identity(chunks)
+    paper = PAPER.get(kind, {}).get("induction", dict.fromkeys(ours, nan))
+    labels = {"documents": "documents", "usable": "usable structure", "repaired": "repaired",
+              "sections_per_doc": "sections / doc (induced)", "gold_sections_per_doc": "sections / doc (gold)",
+              "span_identity": "induced chunk spans identical to gold"}
+    data = pd.DataFrame({"quantity": list(ours), "ours": [ours[k] for k in ours],
+                         "paper": [float(paper.get(k, nan)) for k in ours]})
+
+    def show(k: str, v: float, of: float) -> str:
+        if k == "span_identity":
+            return fmt_pct(v)
+        if k in ("sections_per_doc", "gold_sections_per_doc"):
+            return fmt_num(v, 1)
+        if k == "usable" and not _missing(v) and not _missing(of):
+            return f"{fmt_int(v)}/{fmt_int(of)}"
+        return fmt_int(v)
+
+    display = pd.DataFrame({
+        "Quantity": [labels[k] for k in ours],
+        "Ours": [show(k, ours[k], ours["documents"]) for k in ours],
+        f"Paper ({PAPER[kind]['label']})" if kind in PAPER else "Paper": [
+            show(k, float(paper.get(k, nan)), float(paper.get("documents", nan))) for k in ours]})
+    notes = (f"Inducer: {method or 'unknown'}. The paper's inducer is Gemma-4-26B-A4B with one self-correction "
+             "round and a deterministic repair.",) + (
+        ("Non-LLM baseline inducer: its numbers are not comparable to the paper's LLM arm.",)
+        if method and method != "llm" else ())
+    return Table("funnel_induction", "Structure induction, ours beside the paper's", data, display, notes)
+
+
+def query_funnel(funnel: pd.DataFrame, kind: str = "") -> Table:
+    """The query funnel (03_queries ``query_funnel``: stage, step, qtype, count, n_docs): one row per step in
+    stage order, one column per query type plus ``all`` and the documents of ``all``; the paper's count beside
+    the steps it reports (§5: Wikipedia 2,306 generated → 1,945 survivors → 951 finals over 184 documents;
+    QASPER 5,049 harvested → 4,303 usable over 1,508 papers)."""
+    _require(funnel, ["step", "count"], "query_funnel", "03_queries")
+    f = funnel.copy()
+    if "qtype" not in f:
+        f["qtype"] = "all"
+    if "stage" not in f:
+        f["stage"] = pd.factorize(f["step"])[0]
+    steps = f.drop_duplicates("step").sort_values("stage", kind="stable")["step"].tolist()
+    wide = f.pivot_table(index="step", columns="qtype", values="count", aggfunc="sum").reindex(steps)
+    qtypes = [c for c in wide.columns if c != "all"] + (["all"] if "all" in wide.columns else [])
+    data = wide[qtypes].reset_index().rename_axis(columns=None)
+    if "n_docs" in f:
+        docs = f[f["qtype"] == "all"].set_index("step")["n_docs"] if (f["qtype"] == "all").any() else \
+            f.groupby("step")["n_docs"].max()
+        data["documents"] = data["step"].map(docs)
+    paper = PAPER.get(kind, {}).get("queries", {})
+    data["paper"] = data["step"].map(lambda s: paper.get(s, np.nan)).astype(float)
+    display = pd.DataFrame({"Step": data["step"]})
+    for c in data.columns[1:]:
+        display[c if c != "paper" else f"paper ({PAPER[kind]['label']}, all)" if kind in PAPER else "paper"] = \
+            data[c].map(fmt_int)
+    notes = ((f"Paper: {fmt_int(paper['documents'])} documents in the final set.",) if "documents" in paper else ())
+    return Table("funnel_queries", "Query funnel", data, display, notes)
+
+
+def size_matching(size: pd.DataFrame, kind: str = "", tolerance: float = 4.0) -> Table:
+    """Size matching (guards C1; paper §3.2): pooled realised mean content tokens per chunk of the fixed windows
+    (A0), the induced chunks (A2) and the gold chunks (G2), computed from the 04 ``size_matching`` table as
+    ``Σ n_c·mean_c / Σ n_c`` over documents, beside the paper's (Wikipedia-FA 255.4 vs 259.6; QASPER 244.9 vs
+    249.8); then the per-document gap ``mean_A0 − mean_A2``: mean |gap|, max |gap|, documents above
+    ``tolerance`` tokens."""
+    _require(size, ["doc_id"], "size_matching", "04_chunk_embed")
+    paper = PAPER.get(kind, {}).get("size_matching", {})
+    names = {"A0": "A0 fixed windows", "A2": "A2 induced chunks", "G2": "G2 gold chunks"}
+    rows = []
+    for c, label in names.items():
+        if f"n_{c}" in size and f"mean_{c}" in size:
+            n = size[f"n_{c}"].astype(float)
+            m = size[f"mean_{c}"].astype(float)
+            ok = n.notna() & m.notna()
+            rows.append({"quantity": f"{label}: mean content tokens", "ours": float((n[ok] * m[ok]).sum() /
+                                                                                     n[ok].sum()),
+                         "paper": float(paper.get(c, np.nan)), "n_chunks": float(n[ok].sum())})
+    if "gap_A0_A2" in size:
+        gap = size["gap_A0_A2"].astype(float).abs()
+        rows += [{"quantity": "per-document |A0 − A2| gap: mean", "ours": float(gap.mean()), "paper": np.nan,
+                  "n_chunks": np.nan},
+                 {"quantity": "per-document |A0 − A2| gap: max", "ours": float(gap.max()), "paper": np.nan,
+                  "n_chunks": np.nan},
+                 {"quantity": f"documents with |gap| > {tolerance:g} tokens", "ours": float((gap > tolerance).sum()),
+                  "paper": np.nan, "n_chunks": np.nan}]
+    data = pd.DataFrame(rows, columns=["quantity", "ours", "paper", "n_chunks"])
+    display = pd.DataFrame({
+        "Quantity": data["quantity"],
+        "Ours": [fmt_int(v) if q.startswith("documents") else fmt_num(v, 1) for q, v in zip(data["quantity"],
+                                                                                            data["ours"])],
+        "Paper": data["paper"].map(lambda v: fmt_num(v, 1)),
+        "Chunks": data["n_chunks"].map(fmt_int)})
+    return Table("funnel_size_matching", "Size matching of the fixed windows", data, display,
+                 (f"{len(size)} documents. Per document, the A0 target is the mean content-token length of its "
+                  "A2 chunks; window edges snap to sentence boundaries.",))
+
+
+def placebo(placebo_pairs: pd.DataFrame) -> Table:
+    """Placebo residuals (guards C2; paper §3.2 and appendix E.3), per depth bucket and in total: unique
+    (document, path) pairs, same-document residual assignments and the minimum any within-bucket permutation
+    allows (``Σ max(0, 2m − n)``, ``m`` = the largest document's pairs, ``n`` = the bucket), chunks carrying a
+    residual path, and foreign paths with identical headings (e.g. two papers' "Introduction")."""
+    _require(placebo_pairs, ["doc_id", "depth", "same_doc"], "placebo", "04_chunk_embed")
+    p = placebo_pairs.copy()
+    if "n_chunks" not in p:
+        p["n_chunks"] = 1
+    if "same_path" not in p:
+        p["same_path"] = False
+    rows = []
+    for depth, b in p.groupby("depth", sort=True):
+        n, m = len(b), int(b["doc_id"].value_counts().max())
+        rows.append({"depth": str(depth), "pairs": len(b), "documents": b["doc_id"].nunique(),
+                     "same_doc": int(b["same_doc"].astype(bool).sum()), "min_same_doc": max(0, 2 * m - n),
+                     "same_doc_chunks": int(b.loc[b["same_doc"].astype(bool), "n_chunks"].sum()),
+                     "chunks": int(b["n_chunks"].sum()), "same_path": int(b["same_path"].astype(bool).sum())})
+    total = pd.DataFrame(rows)
+    if len(total):
+        tot = total.drop(columns="depth").sum()
+        tot["documents"] = p["doc_id"].nunique()
+        rows.append({"depth": "all", **tot.to_dict()})
+    data = pd.DataFrame(rows, columns=["depth", "pairs", "documents", "same_doc", "min_same_doc", "same_doc_chunks",
+                                       "chunks", "same_path"])
+    display = pd.DataFrame({"Depth": data["depth"], "Pairs": data["pairs"].map(fmt_int),
+                            "Docs": data["documents"].map(fmt_int),
+                            "Same-doc residual": data["same_doc"].map(fmt_int),
+                            "Minimum possible": data["min_same_doc"].map(fmt_int),
+                            "Residual chunks": [f"{fmt_int(a)} of {fmt_int(b)}" for a, b in
+                                                zip(data["same_doc_chunks"], data["chunks"])],
+                            "Same headings": data["same_path"].map(fmt_int)})
+    return Table("funnel_placebo", "Placebo construction: residual same-document assignments", data, display,
+                 ("Paths are permuted within depth buckets toward a cross-document derangement (fixed seed).",))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exploratory tables behind the figures
+# ---------------------------------------------------------------------------------------------------------------
+
+def dose_response(dose: pd.DataFrame) -> Table:
+    """The breadcrumb-depth dose-response (07 ``dose_response``; exploratory): per embedder × reranker the mean
+    at depth 0..3 (A2 → A3-d1 → A3-d2 → A3), the slope per level, its bootstrap CI and p."""
+    _require(dose, ["embedder", "reranker", "slope", "ci_low", "ci_high", "p"], "dose_response", "07_stats")
+    data = dose.reset_index(drop=True)
+    display = pd.DataFrame({"Embedder": data["embedder"], "Reranker": data["reranker"]})
+    for d, c in enumerate(("A2", "A3-d1", "A3-d2", "A3")):
+        col = f"mean_d{d}"
+        display[f"{c} (d{d})"] = data[col].map(fmt_num) if col in data else DASH
+    nb = data["n_boot"] if "n_boot" in data else pd.Series([None] * len(data))
+    display["slope / level"] = data["slope"].map(fmt_delta)
+    display["95% CI"] = [fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])]
+    display["p"] = [fmt_p(p, b) for p, b in zip(data["p"], nb)]
+    return Table("exploratory_dose_response", "Exploratory: breadcrumb-depth dose-response (cov-nDCG@10)", data,
+                 display, ("Exploratory, outside the pre-registered family.",))
+
+
+def section_recall_summary(section_recall: pd.DataFrame) -> pd.DataFrame:
+    """Per embedder × reranker × condition (the two-stage conditions): the share of queries for which stage 1
+    kept a section overlapping gold evidence (``section_recall`` true), over the queries where it is defined
+    (not NA), with ``n_defined``, ``n_queries`` and the binomial standard error ``sqrt(r(1−r)/n)``."""
+    _require(section_recall, ["embedder", "reranker", "condition", "query_id", "section_recall"], "section_recall",
+             "05_retrieve")
+    s = section_recall.assign(hit=section_recall["section_recall"].astype("Float64"))
+    g = s.groupby(["embedder", "reranker", "condition"], sort=True)
+    out = g.agg(n_queries=("query_id", "size"), n_defined=("hit", "count"), recall=("hit", "mean")).reset_index()
+    out["recall"] = out["recall"].astype(float)
+    out["se"] = np.sqrt(out["recall"] * (1 - out["recall"]) / out["n_defined"].where(out["n_defined"] > 0))
+    return out
+
+
+def section_recall(section_recall_df: pd.DataFrame) -> Table:
+    """Section recall of the two-stage conditions (paper §6.4): :func:`section_recall_summary` as a table."""
+    data = section_recall_summary(section_recall_df)
+    display = pd.DataFrame({"Embedder": data["embedder"], "Reranker": data["reranker"],
+                            "Condition": data["condition"], "Section recall": data["recall"].map(fmt_num),
+                            "\u00b1 SE": data["se"].map(fmt_num),
+                            "Queries (defined / all)": [f"{fmt_int(a)} / {fmt_int(b)}" for a, b in
+                                                        zip(data["n_defined"], data["n_queries"])]})
+    return Table("exploratory_section_recall", "Stage-1 section recall of the two-stage conditions", data, display,
+                 ("Share of queries for which stage 1 kept a section overlapping gold evidence.",))
+
+
+def reranker_lift_data(condition_means: pd.DataFrame, metric: str = "cov-nDCG@10",
+                       embedder: str = "strong") -> pd.DataFrame:
+    """Per condition and reranker ≠ none: the mean of ``metric`` on ``embedder`` without a reranker, with it,
+    and ``lift = reranked − none`` (difference of condition means; exploratory). Empty when no reranked cell."""
+    _require(condition_means, ["metric", "embedder", "reranker", "condition", "mean"], "condition_means", "07_stats")
+    s = condition_means[(condition_means["metric"] == metric) & (condition_means["embedder"] == embedder)]
+    base = s[s["reranker"] == "none"].set_index("condition")["mean"]
+    rer = s[s["reranker"] != "none"]
+    cols = ["reranker", "condition", "none", "reranked", "lift"]
+    if rer.empty or base.empty:
+        return pd.DataFrame(columns=cols)
+    out = pd.DataFrame({"reranker": rer["reranker"].to_numpy(), "condition": rer["condition"].to_numpy(),
+                        "reranked": rer["mean"].astype(float).to_numpy()})
+    out["none"] = out["condition"].map(base).astype(float)
+    out["lift"] = out["reranked"] - out["none"]
+    rank = {c: i for i, c in enumerate(CONDITION_ORDER)}
+    out = out.sort_values(["reranker", "condition"], key=lambda c: c.map(lambda v: rank.get(v, len(rank)))
+                          if c.name == "condition" else c, kind="stable")
+    return out[cols].reset_index(drop=True)
+
+
+def reranker_lift(condition_means: pd.DataFrame, metric: str = "cov-nDCG@10", embedder: str = "strong") -> Table:
+    """The reranker lift per condition (paper §6 "Reranking lifts all boats") as a table."""
+    data = reranker_lift_data(condition_means, metric, embedder)
+    display = pd.DataFrame({"Reranker": data["reranker"], "Condition": data["condition"],
+                            "No reranker": data["none"].map(fmt_num), "Reranked": data["reranked"].map(fmt_num),
+                            "Lift": data["lift"].map(fmt_delta)})
+    notes = ("Exploratory. Difference of condition means.",) if len(data) else (
+        "No reranked cell in this run (retrieve.rerankers is empty).",)
+    return Table("exploratory_reranker_lift", f"Reranker lift per condition ({metric}, {embedder} embedder)", data,
+                 display, notes)
+
+
+def per_type(per_type_df: pd.DataFrame, embedder: str = "strong", reranker: str = "none") -> Table:
+    """The per-query-type cuts (07 ``per_type``; exploratory, unadjusted) of one embedder × reranker."""
+    _require(per_type_df, ["contrast", "qtype", "mean_delta", "ci_low", "ci_high", "p"], "per_type", "07_stats")
+    d = per_type_df
+    if "embedder" in d:
+        d = d[(d["embedder"] == embedder) & (d["reranker"] == reranker)]
+    data = d.reset_index(drop=True)
+    display = pd.DataFrame({"Contrast": data["contrast"], "Query type": data["qtype"],
+                            "\u0394": data["mean_delta"].map(fmt_delta),
+                            "95% CI": [fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])],
+                            "p (unadjusted)": data["p"].map(fmt_p),
+                            "Queries": data["n_queries"].map(fmt_int) if "n_queries" in data else DASH})
+    return Table("exploratory_per_type", f"Exploratory: contrasts by query type ({embedder}, reranker {reranker})",
+                 data, display, ("Hypothesis-generating only; no multiplicity adjustment.",))

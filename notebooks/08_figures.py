@@ -1,0 +1,96 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 · Figures, tables and report
+#
+# **Reads** the tables of every earlier stage: `01_corpus` (documents, sections_gold, corpus_funnel, stats.json),
+# `02_induce` (sections_induced, induction_log), `03_queries` (queries, query_funnel, bm25.json), `04_chunk_embed`
+# (chunks, size_matching, placebo), `05_retrieve` (section_recall), `07_stats` (contrasts, mixedlm,
+# dose_response, per_type, condition_means) — and, for the replication table, the `07_stats/contrasts` of the
+# corpus named by `figures.replicate_with` when it exists.
+# **Writes** `figures/<corpus>/`: every figure as PNG and PDF (`figures.formats`), `tables/*.md` and
+# `tables/*.tex` (booktabs), and `report.md`. This is the only stage that rounds numbers.
+# A missing input becomes a note in the report, never a failure.
+
+# %% tags=["parameters"]
+params_file = "params/demo.yaml"
+
+# %%
+from IPython.display import Markdown, display
+
+from chunkstudy import config, report
+
+cfg = config.load(params_file)
+inputs = report.gather(cfg)
+partner = report.partner_contrasts(cfg)
+{"missing inputs": inputs["missing"], "replication partner": partner[0], "partner note": partner[2]}
+
+# %% [markdown]
+# ## Build every table and figure
+
+# %%
+bundle = report.build(cfg.data, cfg.corpus, inputs, partner)
+written = report.write_all(cfg, bundle, params_file)
+written.groupby("kind").size()
+
+# %% [markdown]
+# ## Models used and warnings
+
+# %%
+display(bundle.models)
+Markdown(report.warnings_markdown(bundle))
+
+# %% [markdown]
+# ## Table 1 — confirmatory (primary cell)
+
+# %%
+Markdown(bundle.tables["table1"].markdown() if "table1" in bundle.tables else "_Table 1 not available_")
+
+# %%
+bundle.figures["fig_contrasts"]
+
+# %% [markdown]
+# ## Exploratory: Table 2 and the figures
+
+# %%
+Markdown(bundle.tables["table2"].markdown() if "table2" in bundle.tables else "_Table 2 not available_")
+
+# %%
+bundle.figures["fig_budget_coverage"]
+
+# %%
+bundle.figures["fig_dose_response"]
+
+# %%
+bundle.figures["fig_section_recall"]
+
+# %%
+bundle.figures["fig_per_type"]
+
+# %%
+bundle.figures["fig_reranker_lift"]
+
+# %% [markdown]
+# ## Figure 1 and the construction tables
+
+# %%
+bundle.figures["fig1_mechanisms"]
+
+# %%
+Markdown(report.tables_markdown(bundle, prefix="funnel"))
+
+# %% [markdown]
+# ## The report (`figures/<corpus>/report.md`)
+
+# %%
+Markdown(report.render(bundle, cfg.data, params_file))

@@ -1,0 +1,365 @@
+"""Figures and tables of stage 08 (issue 10).
+
+Inputs are a small synthetic run built by the real library chain: documents with gold and (different) induced
+outlines (corpus.model), every condition's chunks (conditions.build_all, MiniLM tokenizer), A1 contexts keyed by the
+A0 windows, queries with spans on real paragraphs, retrieval (retrieve.retrieve_all) over *random unit vectors*
+(the figures do not care what the embedder is; no model is loaded), scores (metrics.score_runs) and the 07
+statistics (stats.*) with a small bootstrap. Tables are checked against independent pandas computations on those
+inputs; every figure must render (Agg) to a non-trivial PNG.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+matplotlib.use("Agg")
+
+from chunkstudy import conditions, figures, stats, tables  # noqa: E402
+from chunkstudy import config as config_mod  # noqa: E402
+from chunkstudy import chunking, metrics, retrieve  # noqa: E402
+from chunkstudy.corpus import model  # noqa: E402
+
+ALL = ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"]
+WORDS = ("river valley harbour engine council winter archive signal bridge market orchard lantern census canal "
+         "furnace treaty glacier quarry ferry beacon").split()
+
+
+def _sentence(rng: np.random.Generator, i: int) -> str:
+    w = rng.choice(WORDS, size=int(rng.integers(8, 16)))
+    return f"{w[0].capitalize()} {' '.join(w[1:])} number {i}."
+
+
+def _paragraph(rng, i: int) -> str:
+    return " ".join(_sentence(rng, 10 * i + k) for k in range(int(rng.integers(3, 7))))
+
+
+def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> dict:
+    """A complete miniature run: every table stages 01-07 write, for n_docs documents and ~8 queries each."""
+    rng = np.random.default_rng(seed)
+    docs, paras, gold, induced = [], [], [], []
+    for d in range(n_docs):
+        doc_id = f"d{d:05d}"
+        b = model.DocumentBuilder(doc_id, f"Synthetic article {d}", lead_title="")
+        for i in range(3):
+            b.paragraph(_paragraph(rng, i))
+        p = 3
+        for s in range(3):
+            b.heading(2, f"Part {s + 1}")
+            for t in range(2):
+                b.heading(3, f"Topic {s + 1}.{t + 1}")
+                for _ in range(2):
+                    b.heading(4, f"Detail {p}")
+                    b.paragraph(_paragraph(rng, p))
+                    b.paragraph(_paragraph(rng, p + 1))
+                    p += 2
+        doc, pt, st = b.build(source="synthetic")
+        docs.append(doc)
+        paras.append(pt)
+        gold.append(st)
+        n = len(pt)
+        cuts = [0, 2, 7, 12, 18, 22, n]   # an induced outline that disagrees with the gold one
+        outline = [(f"Induced {k}", 1 if k % 3 == 0 else 2, cuts[k], cuts[k + 1] - 1) for k in range(len(cuts) - 1)]
+        induced.append(model.sections_from_outline(doc_id, pt, outline, text_len=len(doc["text"])))
+    documents = pd.DataFrame(docs)
+    paragraphs = pd.concat(paras, ignore_index=True)
+    sections_gold = pd.concat(gold, ignore_index=True)
+    sections_induced = pd.concat(induced, ignore_index=True)
+    chunk_params = dict(config_mod.SCHEMA["chunking"])
+    chunk_params = {k: v.default for k, v in chunk_params.items()}
+    counter = chunking.load_counter(chunk_params["tokenizer"])
+    a0 = chunking.a0_windows(documents, paragraphs, sections_induced, chunk_params, counter)
+    contexts = a0[["doc_id", "start", "end"]].assign(
+        context=[f"This passage of {d} discusses its part at characters {s} to {e}." for d, s, e in
+                 zip(a0["doc_id"], a0["start"], a0["end"])])
+    built = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts, chunk_params,
+                                 counter)
+    chunks = built["chunks"]
+
+    qrows = []
+    for d, pt in zip(documents["doc_id"], paras):
+        picks = rng.choice(len(pt), size=8, replace=False)
+        for j, pi in enumerate(picks):
+            spans = [[int(pt["start"].iat[pi]), int(pt["end"].iat[pi])]]
+            if j % 3 == 2:
+                pj = (pi + 5) % len(pt)
+                spans.append([int(pt["start"].iat[pj]), int(pt["end"].iat[pj])])
+            qrows.append({"query_id": f"{d}-q{j}", "doc_id": d, "qtype": ("factoid", "multihop", "structural")[j % 3],
+                          "text": f"synthetic question {j} about {d}", "spans": spans})
+    queries = pd.DataFrame(qrows)
+
+    n_rows = int(chunks["text_row"].max()) + 1
+    vecs, qvecs = {}, {}
+    for e, dim in (("strong", 24), ("weak", 12)):
+        v = rng.normal(size=(n_rows, dim)).astype(np.float32)
+        vecs[e] = v / np.linalg.norm(v, axis=1, keepdims=True)
+        q = rng.normal(size=(len(queries), dim)).astype(np.float32)
+        qvecs[e] = q / np.linalg.norm(q, axis=1, keepdims=True)
+    ret = retrieve.retrieve_all(chunks, vecs, qvecs, queries, {"k": 20, "route_sections": 3, "backend": "numpy",
+                                                               "two_stage_conditions": ["A4", "G4"]})
+    runs = ret["runs"]
+    # a "reranked" copy of the strong runs (reversed top 10), so the reranker-lift view has a cell to show
+    rr = runs[(runs["embedder"] == "strong") & (runs["rank"] <= 10)].copy()
+    rr["reranker"] = "xenc"
+    rr["rank"] = 11 - rr["rank"]
+    runs = pd.concat([runs, rr], ignore_index=True)
+    mparams = {k: v.default for k, v in config_mod.SCHEMA["metrics"].items()}
+    scores = metrics.score_runs(runs, chunks, queries, mparams, "synthetic")
+    sp = {k: v.default for k, v in config_mod.SCHEMA["stats"].items()}
+    sp["n_boot"] = n_boot
+    out = dict(documents=documents, paragraphs=paragraphs, sections_gold=sections_gold,
+               sections_induced=sections_induced, contexts_a1=contexts, chunks=chunks,
+               size_matching=built["size_matching"], placebo=built["placebo"], queries=queries, runs=runs,
+               section_recall=ret["section_recall"], scores=scores,
+               contrasts=stats.contrasts_table(scores, queries, sp, "synthetic"),
+               mixedlm=stats.mixedlm_table(scores, queries, sp, "synthetic"),
+               dose_response=stats.dose_response(scores, queries, sp, "synthetic"),
+               per_type=stats.per_type(scores, queries, sp, "synthetic"),
+               condition_means=stats.condition_means(scores, queries, sp, "synthetic"))
+    out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
+                                         "status": (["valid", "repaired", "repaired", "failed"] * n_docs)[:n_docs]})
+    out["query_funnel"] = pd.DataFrame({"stage": [0, 0, 1, 1], "step": ["harvested", "harvested", "finals",
+                                                                          "finals"],
+                                        "qtype": ["factoid", "all", "factoid", "all"], "count": [20, 40, 11, 32],
+                                        "n_docs": [4, 4, 4, 4]})
+    out["corpus_funnel"] = pd.DataFrame({"step": ["pages read", "accepted"], "count": [12, n_docs]})
+    return out
+
+
+@pytest.fixture(scope="module")
+def run() -> dict:
+    return build_synthetic_run()
+
+
+def _png_bytes(fig) -> int:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=60)
+    return buf.tell()
+
+
+# ------------------------------------------------------------------------------------------------ formatting
+
+@pytest.mark.parametrize("value,expected", [(0.0125, "+0.0125"), (-0.03264, "-0.0326"), (float("nan"), "\u2014"),
+                                            (None, "\u2014"), (0.0, "+0.0000")])
+def test_fmt_delta(value, expected):
+    assert tables.fmt_delta(value) == expected
+
+
+@pytest.mark.parametrize("p,n_boot,expected", [(0.0213, None, "0.021"), (0.0004, None, "< 0.001"),
+                                               (0.0, 10000, "< 0.0001"), (0.0, 2000, "< 0.0005"),
+                                               (1.0, 10000, "1.000"), (float("nan"), 10000, "\u2014")])
+def test_fmt_p(p, n_boot, expected):
+    assert tables.fmt_p(p, n_boot) == expected
+
+
+def test_fmt_misc():
+    assert tables.fmt_pct(0.789) == "78.9%"
+    assert tables.fmt_int(1579) == "1,579"
+    assert tables.fmt_ci(-0.01, 0.03) == "[-0.0100, +0.0300]"
+    assert tables.fmt_num(0.40349) == "0.403"
+
+
+def test_latex_is_booktabs_and_escaped():
+    t = tables.Table("x", "A_B & 50% \u0394", pd.DataFrame(), pd.DataFrame({"name": ["a_b", "c&d"],
+                                                                          "val": ["+0.10", "< 0.001"]}))
+    tex = t.latex()
+    assert tex.index(r"\toprule") < tex.index(r"\midrule") < tex.index(r"\bottomrule")
+    assert r"\begin{tabular}{lr}" in tex          # text column left, numeric column right
+    assert r"a\_b & +0.10 \\" in tex and r"c\&d & $<$ 0.001 \\" in tex
+    assert r"\caption{A\_B \& 50\% $\Delta$}" in tex
+
+
+# ------------------------------------------------------------------------------------------------ tables
+
+def test_table1_rows_equal_the_confirmatory_contrasts(run):
+    c, m = run["contrasts"], run["mixedlm"]
+    t = tables.table1(c, m)
+    conf = c[c["confirmatory"]].reset_index(drop=True)
+    assert t.data["contrast"].tolist() == ["C1", "C2", "C3", "C4"]
+    assert list(zip(t.data["condition_a"], t.data["condition_b"])) == [("A3", "A1"), ("A3", "P"), ("G3", "A3"),
+                                                                         ("A4", "A3")]
+    for col in ("mean_delta", "ci_low", "ci_high", "p", "p_holm", "dz"):
+        np.testing.assert_array_equal(t.data[col].to_numpy(float), conf[col].to_numpy(float))  # unrounded
+    np.testing.assert_array_equal(t.data["mixedlm_coef"].to_numpy(float), m.set_index("contrast").loc[
+        t.data["contrast"], "coef"].to_numpy(float))
+    # the paired mean delta of C1, recomputed from the scores table by hand
+    s = run["scores"]
+    cell = s[(s["metric"] == "cov-nDCG@10") & (s["embedder"] == "strong") & (s["reranker"] == "none")]
+    w = cell.pivot(index="query_id", columns="condition", values="value")
+    assert t.data["mean_delta"].iat[0] == pytest.approx((w["A3"] - w["A1"]).mean(), abs=1e-12)
+    assert t.display["\u0394"].iat[0] == f"{(w['A3'] - w['A1']).mean():+.4f}"
+    assert t.display["Question"].tolist()[0] == "organization vs. contextualization"
+    assert t.display["n (q / docs)"].iat[0] == "32 / 4"
+
+
+def test_table1_without_a_primary_cell_is_an_error(run):
+    c = run["contrasts"].assign(confirmatory=False)
+    with pytest.raises(ValueError, match="no confirmatory rows"):
+        tables.table1(c)
+
+
+def test_table2_means_match_groupby_oracle(run):
+    t = tables.table2(run["condition_means"], "strong", "none")
+    s = run["scores"]
+    oracle = s[(s["embedder"] == "strong") & (s["reranker"] == "none")].pivot_table(
+        index="condition", columns="metric", values="value", aggfunc="mean")
+    assert t.data["condition"].tolist() == ALL   # paper order
+    assert list(t.data.columns[2:]) == list(tables.METRIC_ORDER)
+    for m in tables.METRIC_ORDER:
+        np.testing.assert_allclose(t.data[m].to_numpy(float), oracle.loc[ALL, m].to_numpy(float), rtol=0, atol=1e-12)
+    assert (t.data["n_queries"] == 32).all()
+    a3 = t.display.set_index("Condition").loc["A3", "cov-nDCG@10"]
+    assert a3 == f"{oracle.loc['A3', 'cov-nDCG@10']:.3f}"
+
+
+def test_table2_unknown_cell_names_what_exists(run):
+    with pytest.raises(ValueError, match="no rows for embedder 'huge'"):
+        tables.table2(run["condition_means"], "huge", "none")
+
+
+def test_table4_lists_conditions_with_realised_sizes(run):
+    t = tables.table4(list(reversed(ALL)), run["chunks"])
+    assert t.data["condition"].tolist() == ALL
+    assert t.data.set_index("condition").loc["A4", "retrieval"].startswith("two-stage")
+    ch = run["chunks"]
+    assert t.data.set_index("condition").loc["P", "n_chunks"] == (ch["condition"] == "P").sum()
+    assert t.data.set_index("condition").loc["A2", "mean_prefix_tokens"] == 0.0
+    with pytest.raises(ValueError, match="unknown condition 'Z9'"):
+        tables.table4(["A0", "Z9"])
+
+
+def test_span_identity_worked_example():
+    ch = pd.DataFrame({"condition": ["A2"] * 4 + ["G2"] * 3, "doc_id": ["d"] * 7,
+                       "start": [0, 10, 20, 35, 0, 10, 30], "end": [10, 20, 35, 50, 10, 30, 50]})
+    assert tables.span_identity(ch) == 0.25   # only [0,10) is shared; [10,20) is not a gold span
+
+
+def test_induction_table_counts_and_paper_column(run):
+    t = tables.induction(run["induction_log"], run["sections_induced"], run["sections_gold"], run["chunks"],
+                         kind="qasper", method="texttiling")
+    d = t.data.set_index("quantity")
+    assert d.loc["documents", "ours"] == 4 and d.loc["usable", "ours"] == 3 and d.loc["repaired", "ours"] == 2
+    assert d.loc["sections_per_doc", "ours"] == 6.0
+    assert d.loc["gold_sections_per_doc", "ours"] == run["sections_gold"].groupby("doc_id").size().mean()
+    assert d.loc["span_identity", "ours"] == tables.span_identity(run["chunks"])
+    assert d.loc["usable", "paper"] == 1579 and d.loc["span_identity", "paper"] == 0.758
+    disp = t.display.set_index("Quantity")
+    assert disp.loc["usable structure", "Ours"] == "3/4"
+    assert disp.loc["usable structure", "Paper (QASPER)"] == "1,579/1,585"
+    assert any("baseline" in n for n in t.notes)
+
+
+def test_size_matching_pooled_means(run):
+    size = run["size_matching"]
+    t = tables.size_matching(size, kind="wikipedia")
+    ch = run["chunks"]
+    d = t.data.set_index("quantity")
+    for cond, label in (("A0", "A0 fixed windows"), ("A2", "A2 induced chunks"), ("G2", "G2 gold chunks")):
+        pooled = ch.loc[ch["condition"] == cond, "n_content_tokens"].mean()
+        assert d.loc[f"{label}: mean content tokens", "ours"] == pytest.approx(pooled, rel=1e-12)
+    assert d.loc["A0 fixed windows: mean content tokens", "paper"] == 255.4
+    assert d.loc["per-document |A0 − A2| gap: max", "ours"] == pytest.approx(size["gap_A0_A2"].abs().max())
+
+
+def test_placebo_table_worked_example():
+    p = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "c"], "depth": [1, 1, 1, 1, 2],
+                      "same_doc": [True, False, False, False, False], "same_path": [False] * 4 + [True],
+                      "n_chunks": [2, 1, 1, 1, 3]})
+    t = tables.placebo(p)
+    d = t.data.set_index("depth")
+    assert d.loc["1", "pairs"] == 4 and d.loc["1", "min_same_doc"] == 2   # m=3, n=4: 2m-n = 2
+    assert d.loc["1", "same_doc"] == 1 and d.loc["1", "same_doc_chunks"] == 2
+    assert d.loc["2", "min_same_doc"] == 1                                 # a bucket of one pair cannot move
+    assert d.loc["all", "pairs"] == 5 and d.loc["all", "documents"] == 3 and d.loc["all", "same_path"] == 1
+    assert t.display.set_index("Depth").loc["all", "Residual chunks"] == "2 of 8"
+
+
+def test_query_funnel_pivot_and_paper(run):
+    t = tables.query_funnel(run["query_funnel"], kind="qasper")
+    assert t.data["step"].tolist() == ["harvested", "finals"]
+    assert t.data.set_index("step").loc["finals", "all"] == 32
+    assert t.data.set_index("step").loc["harvested", "paper"] == 5049
+    assert t.data.set_index("step").loc["finals", "documents"] == 4
+
+
+def test_reranker_lift_is_difference_of_means(run):
+    lift = tables.reranker_lift_data(run["condition_means"])
+    cm = run["condition_means"]
+    cm = cm[(cm["metric"] == "cov-nDCG@10") & (cm["embedder"] == "strong")].set_index(["reranker", "condition"])
+    assert lift["condition"].tolist() == ALL and set(lift["reranker"]) == {"xenc"}
+    for r in lift.itertuples():
+        assert r.lift == pytest.approx(cm.loc[("xenc", r.condition), "mean"] - cm.loc[("none", r.condition), "mean"])
+    none_only = run["condition_means"][run["condition_means"]["reranker"] == "none"]
+    assert tables.reranker_lift_data(none_only).empty
+    assert "No reranked cell" in tables.reranker_lift(none_only).notes[0]
+
+
+def test_section_recall_summary_matches_mean(run):
+    sr = run["section_recall"]
+    summ = tables.section_recall_summary(sr)
+    assert set(summ["condition"]) == {"A4", "G4"}
+    for r in summ.itertuples():
+        sel = sr[(sr["embedder"] == r.embedder) & (sr["condition"] == r.condition)]["section_recall"].dropna()
+        assert r.recall == pytest.approx(sel.astype(float).mean()) and r.n_defined == len(sel)
+
+
+def test_every_table_renders_markdown_and_latex(run):
+    ts = [tables.table1(run["contrasts"], run["mixedlm"]), tables.table2(run["condition_means"]),
+          tables.table4(ALL, run["chunks"]), tables.corpus_funnel(run["corpus_funnel"], "wikipedia"),
+          tables.induction(run["induction_log"], None, None, None, "demo"),
+          tables.query_funnel(run["query_funnel"]), tables.size_matching(run["size_matching"]),
+          tables.placebo(run["placebo"]), tables.dose_response(run["dose_response"]),
+          tables.section_recall(run["section_recall"]), tables.per_type(run["per_type"]),
+          tables.reranker_lift(run["condition_means"])]
+    for t in ts:
+        md, tex = t.markdown(), t.latex()
+        assert md.count("\n|") >= len(t.display) and "\\bottomrule" in tex, t.name
+        assert len({t.name for t in ts}) == len(ts)
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+def test_every_figure_renders(run):
+    params = config_mod.load(config_mod.find_root(__import__("pathlib").Path(__file__)) / "params/demo.yaml").data
+    figs = figures.all_figures(run, params)
+    assert list(figs) == ["fig1_mechanisms", "fig_contrasts", "fig_dose_response", "fig_budget_coverage",
+                          "fig_section_recall", "fig_per_type", "fig_reranker_lift"]
+    for name, fig in figs.items():
+        assert len(fig.axes) >= 1, name
+        assert _png_bytes(fig) > 5000, name
+
+
+def test_missing_inputs_give_placeholders_not_crashes(run):
+    params = {"stats": {"primary_embedder": "strong", "primary_reranker": "none", "primary_metric": "cov-nDCG@10"}}
+    figs = figures.all_figures({"documents": run["documents"]}, params)
+    assert len(figs) == 7
+    for fig in figs.values():
+        assert "missing" in " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_figure1_shows_real_boundaries_and_prefixes(run):
+    doc = run["documents"]["doc_id"].iat[1]
+    fig = figures.mechanisms(run["documents"], run["chunks"], doc, run["queries"], run["section_recall"], "strong")
+    ax = fig.axes[0]
+    ch = run["chunks"]
+    # one bar per chunk for each of A0, A2, G2 (broken_barh collections, top to bottom)
+    counts = sorted(len(c.get_paths()) for c in ax.collections)
+    assert counts == sorted(int(((ch["condition"] == c) & (ch["doc_id"] == doc)).sum()) for c in ("A0", "A2", "G2"))
+    ex = figures.example_chunk(ch, doc, "A3")
+    texts = " ".join(t.get_text() for t in fig.axes[2].texts)
+    assert ex["prefix"].strip()[:40].split()[0] in texts and "placebo" in texts and "situating" in texts
+    route = figures.routing_example(run["section_recall"], run["queries"], doc, "A4", "strong")
+    assert route is not None and route["query_id"].startswith(doc) and route["n_kept"] == 3
+    with pytest.raises(ValueError, match="not in documents"):
+        figures.mechanisms(run["documents"], ch, "nope")
+
+
+def test_example_chunk_picks_deepest_prefix():
+    ch = pd.DataFrame({"condition": ["A3"] * 3, "doc_id": ["d"] * 3, "start": [0, 5, 9], "end": [5, 9, 12],
+                       "prefix": ["[T]\n\n", "[T › A › B]\n\n", "[T › A]\n\n"]})
+    assert figures.example_chunk(ch, "d")["start"] == 5
+    assert figures.example_chunk(ch, "other") is None

@@ -1,0 +1,134 @@
+"""The 08 report: model warnings, the replication table, and the whole stage on a synthetic artifact store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from chunkstudy import artifacts, config, report, tables
+from test_figures import build_synthetic_run
+
+STORE_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced", "induction_log", "queries",
+                "query_funnel", "chunks", "size_matching", "placebo", "section_recall", "contrasts", "mixedlm",
+                "dose_response", "per_type", "condition_means", "scores")
+
+
+def _contrasts(rows):
+    return pd.DataFrame([dict(contrast=c, condition_a=a, condition_b=b, mean_delta=d, p_holm=p, confirmatory=True)
+                         for c, a, b, d, p in rows])
+
+
+def test_replication_table_worked_example():
+    wiki = _contrasts([("C1", "A3", "A1", 0.021, 0.001), ("C2", "A3", "P", 0.0099, 0.03),
+                       ("C3", "G3", "A3", 0.0129, 0.01), ("C4", "A4", "A3", -0.0326, 0.0001)])
+    qasper = _contrasts([("C1", "A3", "A1", 0.011, 0.002), ("C2", "A3", "P", 0.0161, 0.0001),
+                         ("C3", "G3", "A3", 0.0011, 0.60), ("C4", "A4", "A3", -0.0147, 0.0004)])
+    # an exploratory row must be ignored
+    qasper = pd.concat([qasper, _contrasts([("C3", "G3", "A3", 0.5, 0.0)]).assign(confirmatory=False)])
+    t = report.replication_table({"wikipedia_fa": wiki, "qasper": qasper})
+    d = t.set_index("contrast")
+    assert d["verdict"].to_dict() == {"C1": "replicates", "C2": "replicates", "C3": "corpus-dependent",
+                                      "C4": "replicates"}   # the paper's pattern: three replicate, one does not
+    assert d.loc["C4", "sign[qasper]"] == "\u2212" and d.loc["C3", "delta[qasper]"] == 0.0011
+    assert not d.loc["C3", "significant[qasper]"] and d.loc["C3", "significant[wikipedia_fa]"]
+
+
+def test_replication_opposite_signs_and_nulls():
+    a = _contrasts([("C1", "A3", "A1", 0.02, 0.01), ("C2", "A3", "P", 0.001, 0.5)])
+    b = _contrasts([("C1", "A3", "A1", -0.02, 0.01), ("C2", "A3", "P", -0.001, 0.7)])
+    d = report.replication_table({"x": a, "y": b}).set_index("contrast")
+    assert d.loc["C1", "verdict"] == "corpus-dependent" and not d.loc["C1", "same_sign"]
+    assert d.loc["C2", "verdict"] == "null"
+    shown = report.replication({"x": a, "y": b}).display
+    assert shown["x: \u0394 (Holm p)"].iat[0] == "+0.0200 (0.010) *"
+    with pytest.raises(ValueError, match="two or more corpora"):
+        report.replication_table({"x": a})
+
+
+def test_warnings_for_demo_and_paper_params(root):
+    demo = config.load(root / "params" / "demo.yaml").data
+    w = " ".join(report.model_warnings(demo))
+    for needle in ("llm.capable is false", "'texttiling'", "'extractive'", "untrained", "stand-ins", "n_boot"):
+        assert needle in w
+    paper = config.load(root / "params" / "wikipedia_fa.yaml").data
+    assert report.model_warnings(paper) == []
+    m = report.models_used(paper)
+    assert "BAAI/bge-large-en-v1.5" in m["model"].tolist() and "google/gemma-4-26b-a4b-it" in m["model"].tolist()
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    return build_synthetic_run()
+
+
+def _store(cfg, run, skip=()):
+    for name in STORE_TABLES:
+        if name not in skip:
+            artifacts.write(cfg, name, run[name].assign(corpus=cfg.corpus) if name == "scores" else run[name])
+    artifacts.write_json(cfg, "03_queries", "bm25", {"gold_top1_share": 0.25})
+
+
+def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
+    cfg = config.load(root / "params" / "demo.yaml", root=tmp_path,
+                      overrides={"figures": {"replicate_with": "qasper_local.yaml", "formats": ["png", "pdf"]}})
+    _store(cfg, synthetic)
+    other = config.load(root / "params" / "qasper_local.yaml", root=tmp_path)
+    partner = report.partner_contrasts(cfg)
+    assert partner[0] == "qasper_local" and partner[1] is None and "no 07_stats contrasts" in partner[2]
+    artifacts.write(other, "contrasts", synthetic["contrasts"])
+    partner = report.partner_contrasts(cfg)
+    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), partner)
+    written = report.write_all(cfg, b, "params/demo.yaml")
+    out = artifacts.figures_dir(cfg)
+    for name in b.figures:
+        assert (out / f"{name}.png").stat().st_size > 5000 and (out / f"{name}.pdf").is_file()
+    expected = {"table1", "replication", "table2", "reranker_lift", "dose_response", "section_recall", "per_type",
+                "table4", "funnel_corpus", "funnel_induction", "funnel_queries", "funnel_size_matching",
+                "funnel_placebo"}
+    assert set(b.tables) == expected, b.notes
+    for t in b.tables.values():
+        assert (out / "tables" / f"{t.name}.md").is_file() and "\\toprule" in (out / "tables" / f"{t.name}.tex").read_text()
+    text = (out / "report.md").read_text()
+    assert text.count("**WARNING:**") == len(report.model_warnings(cfg.data)) >= 4
+    assert "## Confirmatory" in text and "## Exploratory" in text and "fig1_mechanisms.png" in text
+    # the same synthetic contrasts on both sides: every contrast has one sign, so the verdict follows Holm only
+    rep = b.tables["replication"].data
+    assert (rep["same_sign"] | (rep["delta[demo]"] == 0)).all()
+    assert "BM25 places the gold chunk first for 25.0% of queries" in text
+    # only 08 rounds: Table 1 of the report shows the 4-decimal delta of the unrounded contrasts table
+    c1 = synthetic["contrasts"].query("confirmatory and contrast == 'C1'")["mean_delta"].iat[0]
+    assert f"| {c1:+.4f} " in text
+    assert len(written) == 2 * len(b.tables) + 2 * len(b.figures) + 1
+
+
+def test_missing_inputs_become_notes(tmp_path, root, synthetic):
+    cfg = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"figures": {"formats": ["png"]}})
+    _store(cfg, synthetic, skip=("placebo", "per_type", "section_recall", "induction_log", "sections_induced"))
+    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    assert {"funnel_placebo", "per_type", "section_recall", "funnel_induction", "replication"}.isdisjoint(b.tables)
+    assert any("placebo is missing" in n for n in b.notes)
+    text = report.render(b, cfg.data)
+    assert "Notes on missing inputs" in text and "replicate_with is null" in text
+    report.write_all(cfg, b)
+    assert (artifacts.figures_dir(cfg) / "fig_per_type.png").is_file()   # a placeholder figure says why
+
+
+@pytest.mark.slow
+def test_notebook_runs_on_a_synthetic_store(tmp_path, root, synthetic):
+    """Executes notebooks/08_figures.py with papermill against a store holding the synthetic run."""
+    cfg = config.load(root / "params" / "demo.yaml", root=tmp_path)
+    _store(cfg, synthetic)
+    nb = tmp_path / "08.ipynb"
+    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "-o", str(nb),
+                    str(root / "notebooks" / "08_figures.py")], check=True, capture_output=True)
+    env = {"CHUNKSTUDY_ROOT": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": ""}
+    import os
+    env = {**os.environ, **env}
+    subprocess.run([sys.executable, "-m", "papermill", str(nb), str(tmp_path / "out.ipynb"), "-p", "params_file",
+                    str(root / "params" / "demo.yaml"), "--cwd", str(root)], check=True, env=env,
+                   capture_output=True)
+    assert (tmp_path / "figures" / "demo" / "report.md").is_file()
+    assert (tmp_path / "figures" / "demo" / "tables" / f"{tables.table1(synthetic['contrasts']).name}.tex").is_file()
