@@ -40,7 +40,7 @@ from .wikitext import is_maintenance_category, is_redirect, normalise
 TOPIC_BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("history_war", ("war", "battle", "military", "army", "armies", "navy", "naval", "warship", "empire",
                      "dynasty", "dynasties", "revolution", "conflict", "siege", "campaign", "regiment",
-                     "soldier", "rebellion", "invasion", "archaeolog*", "ancient", "medieval", "history")),
+                     "soldier", "rebellion", "invasion", "fort", "fortification", "archaeolog*", "ancient", "medieval", "history")),
     ("biography", ("births", "deaths", "people", "politician", "monarch", "writer", "player", "actor",
                    "actress", "singer", "musician", "scientist", "philosopher", "president", "saint",
                    "biograph*", "alumni", "recipient", "chancellor", "emperor", "king", "queen", "women",

@@ -1,0 +1,233 @@
+"""build_corpus on the demo corpus and a tiny demo-format fixture, bad inputs through the whole build, the
+01_corpus notebook, and the acceptance checks on the real data in ../shared/data."""
+
+import ast
+import bz2
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chunkstudy import artifacts, config
+from chunkstudy.corpus import build, fetch
+from chunkstudy.corpus.model import verify_sections
+from chunkstudy.corpus.wikitext import forbidden_markup
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = Path(__file__).parent / "fixtures" / "corpus"
+NOTEBOOK = ROOT / "notebooks" / "01_corpus.py"
+
+
+def _params(tmp_path, text):
+    p = tmp_path / "params" / "t.yaml"
+    p.parent.mkdir(exist_ok=True)
+    p.write_text(text)
+    return config.load(p, root=tmp_path)
+
+
+def _write_demo(folder: Path):
+    folder.mkdir(parents=True)
+    (folder / "documents.yaml").write_text(
+        "- {doc_id: d1, title: One, file: d1.wiki, categories: [Rivers of Nowhere]}\n"
+        "- {doc_id: d2, title: Two, file: d2.wiki, categories: [1900 births]}\n"
+        "- {doc_id: d3, title: Gone, file: missing.wiki, categories: []}\n")
+    (folder / "d1.wiki").write_text("The river is long.\n\n== Course ==\nIt flows west.<ref>x</ref>\n\n"
+                                    "=== Mouth ===\nIt ends in a delta.\n\n== References ==\n{{reflist}}\n")
+    (folder / "d2.wiki").write_text("'''Two''' was a person.\n\n== Life ==\nBorn in 1900.\n")
+    (folder / "questions.yaml").write_text(
+        "- {query_id: q1, doc_id: d1, qtype: extractive, question: 'Where does it flow?', answer: west,\n"
+        "   evidence: [It flows west., It ends in a delta.]}\n"
+        "- {query_id: q2, doc_id: d2, qtype: boolean, question: 'Born?', answer: Yes, evidence: [Born in 1900!]}\n"
+        "- {query_id: q3, doc_id: d2, qtype: boolean, question: 'Caption?', answer: No,\n"
+        "   evidence: ['Table 9: nothing like this']}\n"
+        "- {query_id: q4, doc_id: d9, qtype: boolean, question: 'Unknown doc?', answer: No, evidence: [x]}\n")
+
+
+def test_demo_format_fixture_builds_with_exact_spans_and_reports_bad_inputs(tmp_path):
+    _write_demo(tmp_path / "raw")
+    cfg = _params(tmp_path, f"corpus:\n  kind: demo\n  mirror: {tmp_path / 'raw'}\n  require_featured: false\n"
+                            "  min_words: 1\n  min_heading_depth: 1\n  min_sections: 1\n")
+    out = build.build_corpus(cfg)
+    d = out["documents"].set_index("doc_id")
+    assert d.at["d1", "text"] == "The river is long.\n\nIt flows west.\n\nIt ends in a delta."
+    assert d.at["d1", "topic_bucket"] == "geography_places" and d.at["d2", "topic_bucket"] == "biography"
+    h = out["harvested"].set_index("query_id")
+    assert h.at["q1", "spans"] == [[20, 34], [36, 55]] and h.at["q1", "match_rules"] == ["exact", "exact"]
+    assert h.at["q2", "match_rules"] == ["fuzzy"]
+    assert list(h.index) == ["q1", "q2"]
+    w = " | ".join(out["stats"]["warnings"])
+    assert "missing.wiki" in w and "q3" in w and "q4" in w
+    assert out["stats"]["verification_failures"] == {}
+    build.require_verified(out)
+
+
+def test_bundled_demo_corpus(demo_cfg):
+    out = build.build_corpus(demo_cfg)
+    build.require_verified(out)
+    docs = out["documents"]
+    assert len(docs) == 10 and not any(forbidden_markup(t) for t in docs["text"])
+    q = out["stats"]["questions"]
+    h = out["harvested"]
+    # data/demo_raw/README.md: 62 questions, dq061 fuzzy by design, dq062 cites a table caption (dropped)
+    assert q["questions_read"] == 62 and len(h) == 61 and "dq062" not in set(h["query_id"])
+    assert h.set_index("query_id").at["dq061", "match_rules"] == ["fuzzy"]
+    assert sum(r.count("exact") for r in h["match_rules"]) == 89
+    for row in h.itertuples():
+        text = docs.set_index("doc_id").at[row.doc_id, "text"]
+        assert all(0 <= s < e <= len(text) and text[s:e].strip() == text[s:e] for s, e in row.spans)
+
+
+def test_wikipedia_build_survives_truncated_bz2(tmp_path):
+    raw = (FIX / "tiny_export.xml").read_bytes()
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "good.xml.bz2").write_bytes(bz2.compress(raw))
+    blob = bz2.compress(raw.replace(b"Alpha Fort", b"Gamma Fort").replace(b"<id>101", b"<id>201")
+                        .replace(b"<id>105", b"<id>205"))
+    (mirror / "bad.xml.bz2").write_bytes(blob[: len(blob) // 2])
+    cfg = _params(tmp_path, f"corpus:\n  kind: wikipedia\n  mirror: {mirror}\n  sources: [good.xml.bz2, bad.xml.bz2]\n"
+                            "  require_featured: false\n  min_words: 1\n  min_heading_depth: 1\n  min_sections: 1\n")
+    out = build.build_corpus(cfg)
+    assert set(out["documents"]["title"]) >= {"Alpha Fort", "Beta Battle"}
+    assert any("bad.xml.bz2" in w for w in out["stats"]["warnings"])
+    assert len(out["harvested"]) == 0 and list(out["harvested"].columns)[:5] == [
+        "query_id", "doc_id", "qtype", "text", "spans"]
+    assert out["stats"]["revisions"]["Alpha Fort"] == "9001"
+
+
+def test_fetch_downloads_once_with_a_fake_session(tmp_path):
+    class Resp:
+        def raise_for_status(self):
+            pass
+
+        def iter_content(self, n):
+            yield b"abc"
+            yield b"def"
+
+    class Session:
+        n = 0
+
+        def get(self, url, stream=True, timeout=None):
+            Session.n += 1
+            return Resp()
+
+    urls = ["https://example.org/a/qasper-test-v0.3.tgz"]
+    assert fetch.download(urls, tmp_path, Session())[0].read_bytes() == b"abcdef"
+    fetch.download(urls, tmp_path, Session())
+    assert Session.n == 1
+
+
+def test_notebook_is_thin():
+    tree = ast.parse(NOTEBOOK.read_text())
+    banned = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.ListComp, ast.DictComp,
+              ast.Lambda)
+    assert not [type(n).__name__ for n in ast.walk(tree) if isinstance(n, banned)]
+    assert '# %% tags=["parameters"]\nparams_file = "params/demo.yaml"' in NOTEBOOK.read_text()
+
+
+@pytest.mark.slow
+def test_notebook_runs_on_the_demo_corpus(tmp_path):
+    pytest.importorskip("papermill")
+    params = tmp_path / "params" / "demo.yaml"
+    params.parent.mkdir()
+    params.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus:\n  mirror: {ROOT / 'data' / 'demo_raw'}\n")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "lib" / "chunkstudy").mkdir(parents=True)
+    ipynb = tmp_path / "01_corpus.ipynb"
+    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "-o", str(ipynb), str(NOTEBOOK)], check=True,
+                   capture_output=True)
+    import papermill
+
+    papermill.execute_notebook(str(ipynb), str(tmp_path / "out.ipynb"), parameters={"params_file": str(params)},
+                               cwd=str(tmp_path), kernel_name="python3", progress_bar=False)
+    cfg = config.load(params, root=tmp_path)
+    assert len(artifacts.read(cfg, "documents")) == 10 and len(artifacts.read(cfg, "harvested")) == 61
+    assert artifacts.read_json(cfg, "01_corpus", "stats")["verification_failures"] == {}
+
+
+# ------------------------------------------------------------------------------------- real data
+
+def _local_cfg(shared_data, tmp_path, name):
+    p = tmp_path / "params" / f"{name}.yaml"
+    p.parent.mkdir(exist_ok=True)
+    p.write_text(f"base: {ROOT / 'params' / (name + '.yaml')}\ncorpus:\n  mirror: {shared_data / name.split('_')[0]}\n")
+    return config.load(p, root=tmp_path)
+
+
+def _corruption_caught(out, seed=0, n=200):
+    rng = random.Random(seed)
+    paras = dict(tuple(out["paragraphs"].groupby("doc_id")))
+    secs = dict(tuple(out["sections_gold"].groupby("doc_id")))
+    lens = dict(zip(out["documents"]["doc_id"], out["documents"]["text"].str.len()))
+    for _ in range(n):
+        d = rng.choice(sorted(lens))
+        s = secs[d].reset_index(drop=True).copy()
+        i = rng.randrange(len(s))
+        col = rng.choice(["start", "end", "level", "first_para"])
+        s.loc[i, col] = s.loc[i, col] + rng.choice([-1, 1]) * (5 if col == "level" else 1)
+        nonempty = s.loc[i, "last_para"] >= s.loc[i, "first_para"] or col in ("level", "first_para")
+        if nonempty:
+            assert verify_sections(s, paras[d], lens[d]), (d, i, col)
+
+
+@pytest.fixture(scope="module")
+def qasper_local(shared_data, tmp_path_factory):
+    return build.build_corpus(_local_cfg(shared_data, tmp_path_factory.mktemp("q"), "qasper_local"))
+
+
+@pytest.fixture(scope="module")
+def wikipedia_local(shared_data, tmp_path_factory):
+    return build.build_corpus(_local_cfg(shared_data, tmp_path_factory.mktemp("w"), "wikipedia_local"))
+
+
+@pytest.mark.slow
+@pytest.mark.realdata
+def test_qasper_test_split_funnel_matches_the_paper(qasper_local):
+    out = qasper_local
+    st = out["stats"]
+    print({k: st[k] for k in ("questions_read", "usable", "papers_with_usable_questions", "share_exact",
+                              "share_fuzzy", "share_section", "share_multi_span", "mean_spans",
+                              "share_depth1_papers")})
+    assert st["verification_failures"] == {} and len(out["documents"]) == 416
+    assert st["questions_read"] == 1451
+    assert abs(st["share_exact"] - 0.957) < 0.03          # paper: 95.7% exact (all splits)
+    assert abs(st["share_multi_span"] - 0.43) < 0.05      # paper: 43% multi-span
+    assert abs(st["mean_spans"] - 2.10) < 0.25            # paper: 2.10 spans per question
+    assert abs(st["share_depth1_papers"] - 0.61) < 0.05   # paper: 61% depth-1 papers
+    assert st["evidence_unmatched"] == 0
+    _corruption_caught(out)
+
+
+@pytest.mark.slow
+@pytest.mark.realdata
+def test_wikipedia_exports_every_accepted_document_is_clean_and_verified(wikipedia_local):
+    out = wikipedia_local
+    st = out["stats"]
+    print({k: st[k] for k in ("candidates", "pass_each", "accepted", "per_bucket", "mean_sections_per_doc",
+                              "depth_distribution")})
+    assert st["verification_failures"] == {}
+    assert st["accepted"] >= 30 and sum(st["per_bucket"].values()) == st["accepted"]
+    bad = {t: forbidden_markup(x) for t, x in zip(out["documents"]["title"], out["documents"]["text"])
+           if forbidden_markup(x)}
+    assert bad == {}
+    assert (out["documents"]["n_words"] >= 3000).all()
+    assert min(int(k) for k in st["depth_distribution"]) >= 3
+    _corruption_caught(out)
+
+
+@pytest.mark.realdata
+def test_real_table_heavy_export_normalises_cleanly(shared_data):
+    from chunkstudy.corpus import wikipedia as W
+
+    warnings = []
+    pages = list(W.iter_export(shared_data / "wikipedia" / "enwiki-table-markup.xml.bz2", warnings))
+    assert warnings == [] and len([p for p in pages if not p["redirect"]]) >= 3
+    for p in pages:
+        if p["redirect"]:
+            continue
+        doc, paras, secs, info = W.page_document(p, ["References", "External links", "See also"])
+        assert forbidden_markup(doc["text"]) == [], p["title"]
+        assert verify_sections(secs, paras, len(doc["text"])) == [], p["title"]

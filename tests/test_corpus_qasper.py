@@ -1,0 +1,106 @@
+"""QASPER: reading archives/JSON, flattening with ':::' nesting, evidence matching and harvesting policies."""
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from chunkstudy.corpus import qasper as Q
+from chunkstudy.corpus.model import verify_corpus
+
+FIX = Path(__file__).parent / "fixtures" / "corpus"
+PARAMS = {"fuzzy_threshold": 90.0, "drop_numeric_only": True, "max_docs": None, "evidence_annotators": "majority"}
+
+
+@pytest.fixture(scope="module")
+def built():
+    warnings = []
+    papers = Q.read_qasper([FIX / "qasper-test-v0.3.json"], warnings)
+    return Q.build_qasper(papers, PARAMS, warnings), warnings
+
+
+def test_reads_tgz_and_json_and_merges_splits(tmp_path):
+    tgz = tmp_path / "qasper-train-dev-v0.3.tgz"
+    data = json.loads((FIX / "qasper-test-v0.3.json").read_text())
+    train = tmp_path / "qasper-train-v0.3.json"
+    train.write_text(json.dumps({"9999.00001": data["2001.00001"]}))
+    with tarfile.open(tgz, "w:gz") as tar:
+        tar.add(train, arcname="qasper-train-v0.3.json")
+    warnings = []
+    papers = Q.read_qasper([tgz, FIX / "qasper-test-v0.3.json", tmp_path / "missing.tgz"], warnings)
+    assert {k: v[0] for k, v in papers.items()} == {"9999.00001": "train", "2001.00001": "test", "2001.00002": "test"}
+    assert len(warnings) == 1 and "missing.tgz" in warnings[0]
+
+
+def test_flatten_abstract_then_nested_sections():
+    rec = json.loads((FIX / "qasper-test-v0.3.json").read_text())["2001.00001"]
+    doc, paras, secs = Q.flatten_paper("2001.00001", rec, "test")
+    assert doc["title"] == "A Tiny Paper" and doc["split"] == "test"
+    assert secs[["title", "level"]].values.tolist() == [
+        ["Abstract", 1], ["Introduction", 1], ["Method", 1], ["Encoder", 2], ["Decoder", 2], ["Attention", 3],
+        ["Results", 1]]
+    assert doc["text"].split("\n\n") == ["We study tiny things.", "Tiny things matter.", "We propose TinyNet.",
+                                         "The encoder has two layers.", "Attention is dot-product.",
+                                         "TinyNet reaches 85.3% accuracy.",
+                                         "It beats the baseline by a wide margin on every dataset we tried."]
+
+
+def test_harvest_rules_policies_and_funnel(built):
+    out, warnings = built
+    h = out["harvested"].set_index("query_id")
+    text = out["documents"].set_index("doc_id").at["2001.00001", "text"]
+    assert set(h.index) == {"q-exact", "q-fuzzy", "q-section", "q-multi"}
+    assert h.at["q-exact", "match_rules"] == ["exact"] and h.at["q-exact", "n_float_evidence"] == 1
+    s, e = h.at["q-exact", "spans"][0]
+    assert text[s:e] == "The encoder has two layers."
+    assert h.at["q-fuzzy", "match_rules"] == ["fuzzy"] and h.at["q-fuzzy", "qtype"] == "boolean"
+    s, e = h.at["q-section", "spans"][0]  # the empty "Decoder" heading: its subtree is the Attention paragraph
+    assert h.at["q-section", "match_rules"] == ["section"] and text[s:e] == "Attention is dot-product."
+    assert h.at["q-section", "qtype"] == "abstractive"
+    assert [text[s:e] for s, e in h.at["q-multi", "spans"]] == ["Tiny things matter.", "We propose TinyNet."]
+    assert h.at["q-multi", "n_unmatched"] == 1
+    st = out["stats"]
+    assert (st["questions_read"], st["usable"], st["dropped_unanswerable"], st["dropped_numeric_only"],
+            st["dropped_no_evidence"]) == (8, 4, 1, 1, 1)
+    assert st["share_exact"] == pytest.approx(4 / 6) and st["share_fuzzy"] == pytest.approx(1 / 6)
+    assert st["share_multi_span"] == pytest.approx(0.25) and st["mean_spans"] == pytest.approx(5 / 4)
+
+
+def test_bad_inputs_are_reported_by_name_and_the_rest_builds(built):
+    out, warnings = built
+    assert any("2001.00002" in w and "full_text" in w for w in warnings)
+    assert any("2001.00001" in w and "q-multi" in w and "matches no paragraph" in w for w in warnings)
+    assert out["documents"]["doc_id"].tolist() == ["2001.00001"]
+    assert verify_corpus(out["documents"], out["paragraphs"], out["sections_gold"]) == {}
+    with pytest.raises(ValueError, match="2001.00002"):
+        Q.flatten_paper("2001.00002", {"title": "x", "abstract": "y"})
+
+
+def test_annotator_policies():
+    a, b, c = {(0, 5): "exact", (7, 9): "exact"}, {(0, 5): "fuzzy"}, {(0, 5): "exact", (20, 30): "section"}
+    assert sorted(Q.combine_annotators([a, b, c], "union")) == [(0, 5), (7, 9), (20, 30)]
+    assert Q.combine_annotators([a, b, c], "majority") == {(0, 5): "exact"}
+    assert Q.combine_annotators([{}, b], "first") == {(0, 5): "fuzzy"}  # first annotation with text evidence
+    assert Q.combine_annotators([{}, {}], "majority") == {}
+
+
+def test_numeric_only_and_answer_types():
+    assert [Q.is_numeric_only(x) for x in ["85.3%", "3,044", "-0.5", "BERT", "2 layers", ""]] == [
+        True, True, True, False, False, False]
+    assert Q.answer_type({"unanswerable": True}) is None
+    assert Q.answer_type({"yes_no": False}) == "boolean"
+    assert Q.answer_type({"extractive_spans": [" x "], "yes_no": None}) == "extractive"
+    assert Q.answer_type({"extractive_spans": [], "free_form_answer": "y", "yes_no": None}) == "abstractive"
+
+
+def test_matcher_prefers_exact_then_fuzzy_then_section():
+    rec = json.loads((FIX / "qasper-test-v0.3.json").read_text())["2001.00001"]
+    doc, paras, secs = Q.flatten_paper("p", rec)
+    m = Q.EvidenceMatcher(doc["text"], paras, secs, 90)
+    assert m.match("  Tiny things   matter. ")[0] == "exact"
+    assert m.match("Tiny things matter!")[0] == "fuzzy"
+    rule, (s, e) = m.match("Results")
+    assert rule == "section" and doc["text"][s:e].startswith("TinyNet reaches")
+    assert m.match("beats the baseline by a wide margin")[0] == "section"  # contained in one section's text
+    assert m.match("Completely unrelated sentence about the weather in Oslo.") is None

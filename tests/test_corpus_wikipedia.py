@@ -1,0 +1,188 @@
+"""Wikipedia sources: XML exports (plain and bz2, truncated), the MediaWiki API with recorded responses and a fake
+session, the Featured Article list, topic buckets, filters and the seeded bucket-capped walk."""
+
+import bz2
+import json
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunkstudy import config
+from chunkstudy.corpus import wikipedia as W
+from chunkstudy.corpus.model import verify_corpus
+
+FIX = Path(__file__).parent / "fixtures" / "corpus"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def params(**over):
+    c = dict(config.load(ROOT / "params" / "wikipedia_local.yaml")["corpus"])
+    c.update(min_words=1, min_heading_depth=1, min_sections=1, require_featured=False)
+    c.update(over)
+    return c
+
+
+def test_export_streams_main_namespace_and_flags_redirects():
+    pages = list(W.iter_export(FIX / "tiny_export.xml"))
+    assert [(p["title"], p["redirect"]) for p in pages] == [
+        ("Alpha Fort", False), ("Alpha", True), ("Empty page", False), ("Beta Battle", False)]
+    assert pages[0]["page_id"] == "101" and pages[0]["revision"] == "9001"
+    assert pages[0]["source"] == "tiny_export.xml"
+
+
+def test_bz2_export_and_truncated_bz2_keeps_pages_read_before_the_damage(tmp_path):
+    raw = (FIX / "tiny_export.xml").read_bytes()
+    whole = tmp_path / "x.xml.bz2"
+    whole.write_bytes(bz2.compress(raw))
+    assert len(list(W.iter_export(whole))) == 4
+    cut = tmp_path / "cut.xml.bz2"
+    cut.write_bytes(bz2.compress(raw)[: len(bz2.compress(raw)) * 3 // 4])
+    warnings = []
+    got = list(W.iter_export(cut, warnings))
+    assert len(got) < 4
+    assert len(warnings) == 1 and "cut.xml.bz2" in warnings[0] and "truncated" in warnings[0]
+    with pytest.raises(ValueError, match="cut.xml.bz2"):
+        list(W.iter_export(cut))
+
+
+def test_build_from_export_filters_warns_on_empty_page_and_verifies():
+    warnings = []
+    out = W.build_wikipedia(W.iter_export(FIX / "tiny_export.xml"), params(), None, warnings)
+    assert out["documents"]["title"].tolist() in (["Alpha Fort", "Beta Battle"], ["Beta Battle", "Alpha Fort"])
+    assert any("Empty page" in w and "tiny_export.xml" in w for w in warnings)
+    assert verify_corpus(out["documents"], out["paragraphs"], out["sections_gold"]) == {}
+    alpha = out["documents"].set_index("title").loc["Alpha Fort"]
+    assert alpha["text"] == ("Alpha Fort is a fort on the Velna. It was built in 1700.\n\nIt has two towers.\n\n"
+                             "The fort was besieged in 1740.\n\nThe first assault failed.\n\nNorth tower\nSouth tower")
+    assert alpha["categories"] == ["Forts in Morvania"] and alpha["revision"] == "9001"
+    assert alpha["topic_bucket"] == "history_war"  # "Forts" is a history_war keyword
+    f = dict(zip(out["corpus_funnel"]["step"], out["corpus_funnel"]["count"]))
+    assert f["pages read (main namespace)"] == 4 and f["candidates (not redirect, has prose)"] == 2
+    assert out["stats"]["depth_distribution"] == {"1": 1, "3": 1}
+
+
+def test_filters_count_each_and_cumulatively():
+    out = W.build_wikipedia(W.iter_export(FIX / "tiny_export.xml"), params(min_heading_depth=3, min_words=5), None,
+                            [])
+    assert out["stats"]["pass_each"]["min_heading_depth"] == 1
+    assert out["documents"]["title"].tolist() == ["Alpha Fort"]
+    with pytest.raises(ValueError, match="featured"):
+        W.build_wikipedia(W.iter_export(FIX / "tiny_export.xml"), params(require_featured=True), None, [])
+    out = W.build_wikipedia(W.iter_export(FIX / "tiny_export.xml"), params(require_featured=True), {"Beta Battle"},
+                            [])
+    assert out["documents"]["title"].tolist() == ["Beta Battle"]
+
+
+# ------------------------------------------------------------------------------------------------ API
+
+class FakeResponse:
+    def __init__(self, data):
+        self.data = data
+
+    def raise_for_status(self):
+        pass
+
+    def json(self):
+        return self.data
+
+
+class FakeSession:
+    """Answers MediaWiki API requests from recorded responses; records every request it gets."""
+
+    def __init__(self):
+        self.calls = []
+
+    def get(self, url, params=None, headers=None, timeout=None):
+        self.calls.append(dict(params))
+        if params.get("list") == "categorymembers":
+            name = "api_featured_page2.json" if "cmcontinue" in params else "api_featured_page1.json"
+        elif params.get("revids") == "9001":
+            name = "api_query_alpha_rev9001.json"
+        elif params.get("titles") == "Alpha Fort":
+            name = "api_query_alpha.json"
+        else:
+            name = "api_query_missing.json"
+        return FakeResponse(json.loads((FIX / name).read_text()))
+
+
+def _client(tmp_path, session, clock=None):
+    t = {"now": 0.0}
+    sleeps = []
+
+    def sleep(s):
+        sleeps.append(s)
+        t["now"] += s
+
+    c = W.ApiClient(session, "https://example.org/w/api.php", tmp_path / "api", rate_limit_s=1.5, sleep=sleep,
+                    clock=lambda: t["now"])
+    return c, sleeps
+
+
+def test_api_fetch_records_revision_categories_rate_limit_and_cache(tmp_path):
+    s = FakeSession()
+    client, sleeps = _client(tmp_path, s)
+    warnings = []
+    pages = W.fetch_api_pages(["Alpha Fort", "No Such Page"], client, None, warnings)
+    assert [(p["title"], p["revision"]) for p in pages] == [("Alpha Fort", "9100")]
+    assert pages[0]["categories"] == ["Forts in Morvania", "Military history of Morvania"]
+    assert s.calls[0]["clshow"] == "!hidden" and s.calls[0]["rvslots"] == "main"
+    assert warnings == ["MediaWiki API: page 'No Such Page' is missing or has no revision"]
+    assert sleeps == [1.5]  # one polite wait between the two sent requests
+    assert len(list((tmp_path / "api").glob("*.json"))) == 2
+    again = W.fetch_api_pages(["Alpha Fort"], client)  # served from the on-disk cache
+    assert len(s.calls) == 2 and again == pages and client.n_cached == 1
+
+
+def test_api_revision_pins_fetch_the_pinned_text(tmp_path):
+    s = FakeSession()
+    client, _ = _client(tmp_path, s)
+    pins = W.read_revision_pins("title\trevid\nAlpha Fort\t9001\n")
+    pages = W.fetch_api_pages(["Alpha Fort"], client, pins)
+    assert s.calls[0]["revids"] == "9001" and "titles" not in s.calls[0]
+    assert pages[0]["revision"] == "9001" and "old fort" in pages[0]["wikitext"]
+    doc, paras, secs, info = W.page_document(pages[0], ["References"])
+    assert doc["text"] == "Alpha Fort is an old fort.\n\nBuilt in 1700." and doc["revision"] == "9001"
+
+
+def test_featured_list_from_api_follows_continuation_and_strips_talk(tmp_path):
+    s = FakeSession()
+    client, _ = _client(tmp_path, s)
+    assert W.featured_from_api(client) == ["Alpha Fort", "Apollo 8", "Beta Battle"]
+    assert s.calls[1]["cmcontinue"] == "page|4a|2"
+
+
+def test_featured_list_from_tsv():
+    assert W.featured_from_tsv("page_id\ttitle\n25\tAutism\n33653136\t? (film)\n") == {"Autism", "? (film)"}
+
+
+# ------------------------------------------------------------------------------------ buckets and walk
+
+@pytest.mark.parametrize("cats, bucket", [
+    (["1809 births", "Presidents of the United States"], "biography"),
+    (["Union Army generals", "1809 births"], "history_war"),
+    (["Apollo program", "Crewed missions to the Moon"], "science_nature"),
+    (["1987 manga", "Anime series"], "arts_media"),
+    (["Rivers of Morvania"], "geography_places"),
+    (["Software companies", "Award winners of nothing"], "other"),
+    (["Articles with short description"], "other"),
+    ([], "other"),
+])
+def test_topic_bucket_first_match_in_table_order(cats, bucket):
+    assert W.topic_bucket(cats) == bucket
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(W.BUCKETS), max_size=80), st.integers(1, 15), st.integers(0, 60),
+       st.integers(0, 2**31))
+def test_seeded_walk_caps_buckets_reaches_target_when_possible_and_is_reproducible(buckets, cap, target, seed):
+    cand = pd.DataFrame({"doc_id": [f"d{i:03d}" for i in range(len(buckets))], "topic_bucket": buckets})
+    got = W.seeded_walk(cand, seed, cap, target)
+    counts = Counter(got["topic_bucket"])
+    assert max(counts.values(), default=0) <= cap
+    possible = sum(min(cap, n) for n in Counter(buckets).values())
+    assert len(got) == min(target, possible)
+    assert got["doc_id"].tolist() == W.seeded_walk(cand.iloc[::-1], seed, cap, target)["doc_id"].tolist()
