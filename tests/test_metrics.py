@@ -335,7 +335,7 @@ def test_agrees_with_reference_on_overlapping_intervals(case):
 def test_perfect_ranking_scores_one(case):
     by_cond, queries, _, params = case
     params = dict(params, recall_k=50)
-    lists = {}
+    lists, has_rel = {}, {}
     for cond, chunks in by_cond.items():
         for qid, (doc, spans) in queries.items():
             own = [c for c in chunks if c.doc_id == doc]
@@ -346,12 +346,17 @@ def test_perfect_ranking_scores_one(case):
             # for the binary metrics the perfect ranking puts the relevant chunks first
             rel = [c.chunk_id for c in own if is_relevant(c, doc, spans, params["span_frac"], params["chunk_frac"])]
             lists[("bin", "none", cond, qid)] = rel + [c.chunk_id for c in own if c.chunk_id not in rel]
+            has_rel[(cond, qid)] = bool(rel)
     scores = metrics.score_runs(run_table(lists), chunk_table(by_cond), query_table(queries), params, "t")
     k = params["cutoff"]
     for embedder, metric in [("cov", f"cov-nDCG@{k}"), ("cov", "recall@50"), ("bin", "MRR"), ("bin", f"nDCG@{k}"),
                              ("bin", "recall@50")]:
-        vals = scores[(scores.metric == metric) & (scores.embedder == embedder)].value
-        np.testing.assert_allclose(vals, 1.0, err_msg=metric)
+        got = scores[(scores.metric == metric) & (scores.embedder == embedder)]
+        # a query none of whose chunks passes the relevance rule has no relevant chunk to rank first (and its
+        # binary ideal is 0): it scores 0 on MRR/nDCG by definition
+        want = [1.0 if metric.startswith(("cov", "recall")) or has_rel[(c, q)] else 0.0
+                for c, q in zip(got.condition, got.query_id)]
+        np.testing.assert_allclose(got.value, want, err_msg=metric)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
