@@ -156,3 +156,12 @@ def test_chunk_structure():
     assert bm25.chunk_structure("A2") == "sections_induced"
     with pytest.raises(ValueError, match="A0"):
         bm25.chunk_structure("A0")
+
+
+def test_summary_table_rows():
+    docs, chunks, queries = _corpus()
+    _, summary = bm25.diagnostic(docs, chunks, queries)
+    t = bm25.summary_table(summary).set_index(["scope", "qtype"])
+    assert list(t.index) == [(sc, q) for sc in ("document", "corpus") for q in ("all", "factoid", "structural")]
+    assert t.at[("corpus", "all"), "gold_top1_share"] == 0.6 and t.at[("corpus", "structural"), "n_queries"] == 2
+    assert t.at[("document", "structural"), "gold_top1_share"] == 0.5

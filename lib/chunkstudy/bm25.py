@@ -237,3 +237,17 @@ def chunk_structure(condition: str) -> str:
         return "sections_induced"
     raise ValueError(f"queries.bm25_condition {condition!r}: the diagnostic ranks structural chunks; use one of "
                      "G2 (gold structure) or A2 (induced structure)")
+
+
+def summary_table(summary: dict) -> pd.DataFrame:
+    """The diagnostic summary as rows ``scope × qtype`` (qtype ``all`` first): n_queries, gold_top1_share,
+    relevant_top1_share, median_gold_rank (shares are fractions, unrounded)."""
+    rows = []
+    for sc in SCOPES:
+        part = summary[sc]
+        rows.append({"scope": sc, "qtype": "all", "n_queries": summary["n_queries"],
+                     **{k: part[k] for k in ("gold_top1_share", "relevant_top1_share", "median_gold_rank")}})
+        for t, v in part["by_qtype"].items():
+            rows.append({"scope": sc, "qtype": t, **v})
+    cols = ["scope", "qtype", "n_queries", "gold_top1_share", "relevant_top1_share", "median_gold_rank"]
+    return pd.DataFrame(rows, columns=cols)

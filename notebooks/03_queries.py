@@ -1,0 +1,100 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Queries
+#
+# **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold` and, for harvested corpora (QASPER, demo),
+# `01_corpus/harvested`; for `queries.bm25_condition: A2` also `02_induce/sections_induced`.
+# **Writes** `03_queries/queries` (query_id, doc_id, qtype, text, spans, provenance), `03_queries/query_funnel`,
+# `03_queries/funnel.json` and `03_queries/bm25.json`.
+#
+# Paper, Section 5.1. **Generated** (Wikipedia): the pipeline samples the gold spans per document with a seed
+# (factoid: a sentence run; underspecified: a sentence run, vague referent; multihop: two runs in different
+# top-level sections; structural: one whole top-level section); the model writes a query and never reports
+# evidence. A query is rejected if its ROUGE-L F1 against a gold span exceeds `queries.rouge_max` (0.35) or it
+# shares any verbatim `queries.ngram`-gram (4); a second call paraphrases each survivor, the paraphrase passes
+# the same filter, and the paraphrases are balanced to `queries.targets` per type. **Harvested** (QASPER, demo):
+# the human questions from 01 pass through with their gold spans; their leakage scores are recorded, not used.
+#
+# **BM25 diagnostic**: the share of queries whose gold chunk (the chunk with the largest character overlap with
+# the gold spans) BM25 ranks first, over the structural chunks of `queries.bm25_condition` (G2 = gold structure).
+# The paper reports 36.3% (Wikipedia-FA) and 22.7% (QASPER).
+
+# %% tags=["parameters"]
+params_file = "params/demo.yaml"
+
+# %%
+from chunkstudy import artifacts, bm25, chunking, config, llm, queries
+
+cfg = config.load(params_file)
+qp = cfg["queries"]
+documents = artifacts.read(cfg, "documents")
+paragraphs = artifacts.read(cfg, "paragraphs")
+sections_gold = artifacts.read(cfg, "sections_gold")
+harvested = artifacts.read(cfg, "harvested") if qp["source"] == "harvested" else None
+print(queries.capability_note(cfg["llm"], qp["source"]))
+{"corpus": cfg.corpus, "source": qp["source"], "documents": len(documents),
+ "harvested": None if harvested is None else len(harvested)}
+
+# %% [markdown]
+# ## Build the queries
+# Generated runs call the model through the cached client (`data/<corpus>/cache/<llm.cache>/calls.jsonl`): a
+# rerun replays every call from the cache.
+
+# %%
+client = (llm.make_client(cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
+          if qp["source"] == "generated" else None)
+result = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp, client=client)
+query_table = result["queries"]
+artifacts.write(cfg, "queries", query_table)
+artifacts.write(cfg, "query_funnel", result["funnel"])
+artifacts.write_json(cfg, "03_queries", "funnel", {**result["summary"], "note": queries.capability_note(
+    cfg["llm"], qp["source"]), "llm": llm.describe(client) if client is not None else None})
+query_table.groupby("qtype").agg(queries=("query_id", "size"), documents=("doc_id", "nunique"),
+                                 mean_spans=("spans", lambda s: s.map(len).mean()),
+                                 median_rouge_l=("rouge_l", "median"))
+
+# %% [markdown]
+# ## The funnel
+# Counts of queries (and of documents they come from) at each step, per type.
+
+# %%
+result["funnel"].pivot(index=["stage", "step"], columns="qtype", values="count")
+
+# %%
+result["funnel"].pivot(index=["stage", "step"], columns="qtype", values="n_docs")
+
+# %% [markdown]
+# ## Example queries beside their gold span text
+
+# %%
+queries.examples(query_table, documents, per_type=2, seed=qp["seed"])
+
+# %% [markdown]
+# ## BM25 diagnostic
+# Structural chunks of the chosen outline (the chunking parameters of 04), bm25s Lucene BM25 (k1, b from
+# `queries.bm25_k1/bm25_b`). Both scopes are reported — the query's own document's chunks, and every chunk of
+# the corpus — with `queries.bm25_scope` as the headline.
+
+# %%
+bm25_sections = artifacts.read(cfg, bm25.chunk_structure(qp["bm25_condition"]))
+bm25_chunks = chunking.structural_chunks(documents, paragraphs, bm25_sections,
+                                         chunking.load_counter(cfg["chunking"]["tokenizer"]),
+                                         cfg["chunking"]["max_tokens"], cfg["chunking"]["min_tokens"],
+                                         cfg["chunking"]["sentence_splitter"])
+bm25_per_query, bm25_summary = bm25.diagnostic(documents, bm25_chunks, query_table, k1=qp["bm25_k1"],
+                                               b=qp["bm25_b"], span_frac=cfg["metrics"]["span_frac"],
+                                               chunk_frac=cfg["metrics"]["chunk_frac"],
+                                               condition=qp["bm25_condition"], scope=qp["bm25_scope"])
+artifacts.write_json(cfg, "03_queries", "bm25", bm25_summary)
+bm25.summary_table(bm25_summary)
