@@ -68,26 +68,28 @@ def _tie_rank(ids: Any, name: str = "chunk_ids") -> np.ndarray:
 
 
 def exact_scores(q_rows: np.ndarray, c_rows: np.ndarray) -> np.ndarray:
-    """Row-wise inner products ``sum_i q[i]*c[i]`` in float64 of float32 vectors, shape (m,).
+    """Inner products ``sum_i q[i]*c[i]`` over the last axis, in float64, of float32 vectors.
 
-    Each float32 x float32 product is exact in float64; the sum runs along the contiguous last axis of a 2-D array
-    with numpy's fixed pairwise order, so equal inputs give bit-equal scores wherever they are computed.
+    ``q_rows`` broadcasts against ``c_rows`` (e.g. one query (d,) against chunks (m, d), or queries (b, 1, d)
+    against their candidates (b, n, d)). Each float32 x float32 product is exact in float64; the sum runs along
+    the contiguous last axis with numpy's fixed pairwise order, so equal inputs give bit-equal scores wherever
+    they are computed (flat search, two-stage search, the full-row fallback).
     """
-    q64 = np.asarray(q_rows, dtype=np.float64).reshape(-1, q_rows.shape[-1])
-    c64 = np.asarray(c_rows, dtype=np.float64).reshape(-1, c_rows.shape[-1])
-    return (q64 * c64).sum(axis=1)
+    prod = np.multiply(np.asarray(q_rows, dtype=np.float64), np.asarray(c_rows, dtype=np.float64))
+    return np.ascontiguousarray(prod).sum(axis=-1)
 
 
 def _error_bound(q: np.ndarray, c: np.ndarray) -> np.ndarray:
     """Per query, an upper bound on |float32 backend score - exact score| (standard dot-product bound).
 
     |fl(q.c) - q.c| <= gamma_d * sum|q_i c_i| <= gamma_d * ||q|| * max_j ||c_j||, gamma_d = d*u/(1-d*u); doubled
-    for safety against blocked BLAS kernels.
+    for safety against blocked BLAS kernels (norms from float32 sums, inflated by 1% to cover their own rounding).
     """
     d = q.shape[1]
     gamma = (d + 2) * _U32 / (1 - (d + 2) * _U32)
-    cmax = float(np.sqrt((c.astype(np.float64) ** 2).sum(axis=1).max())) if len(c) else 0.0
-    return 2 * gamma * np.sqrt((q.astype(np.float64) ** 2).sum(axis=1)) * cmax + 1e-30
+    cmax = float(np.sqrt(np.einsum("ij,ij->i", c, c).max())) if len(c) else 0.0
+    qn = np.sqrt(np.einsum("ij,ij->i", q, q).astype(np.float64))
+    return 2.02 * gamma * qn * cmax + 1e-30
 
 
 def _backend_candidates(q: np.ndarray, c: np.ndarray, n_cand: int, backend: str,
@@ -141,8 +143,7 @@ def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int = 
     for lo in range(0, len(q), batch_size):
         hi = min(lo + batch_size, len(q))
         rows = cand[lo:hi]
-        m = hi - lo
-        s = exact_scores(np.repeat(q[lo:hi], n_cand, axis=0), c[rows.ravel()]).reshape(m, n_cand)
+        s = exact_scores(q[lo:hi, None, :], c[rows])
         order = np.lexsort((tie[rows], -s), axis=1)[:, :kk]
         idx[lo:hi] = np.take_along_axis(rows, order, axis=1)
         out[lo:hi] = np.take_along_axis(s, order, axis=1)
@@ -151,7 +152,7 @@ def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int = 
             # k-th exact score (ties or rounding at the cut), rank this query over all chunks instead
             unsafe = backend_scores[lo:hi].min(axis=1).astype(np.float64) + 2 * err[lo:hi] >= out[lo:hi, -1]
             for i in np.flatnonzero(unsafe):
-                full = exact_scores(np.broadcast_to(q[lo + i], c.shape), c)
+                full = np.concatenate([exact_scores(q[lo + i], c[j:j + 8192]) for j in range(0, n, 8192)])
                 order_i = np.lexsort((tie, -full))[:kk]
                 idx[lo + i] = order_i
                 out[lo + i] = full[order_i]
@@ -221,7 +222,7 @@ def two_stage_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, rout
     for i in range(len(q)):
         rows = np.concatenate([order[bounds[s]:bounds[s + 1]] for s in sec_idx[i]]) if sec_idx.shape[1] else \
             np.zeros(0, dtype=np.int64)
-        s = exact_scores(np.broadcast_to(q[i], (len(rows), q.shape[1])), c[rows])
+        s = exact_scores(q[i], c[rows])
         top = np.lexsort((tie[rows], -s))[:kk]
         m = len(top)
         idx[i, :m], scores[i, :m] = rows[top], s[top]
