@@ -228,6 +228,9 @@ def test_table4_lists_conditions_with_realised_sizes(run):
     ch = run["chunks"]
     assert t.data.set_index("condition").loc["P", "n_chunks"] == (ch["condition"] == "P").sum()
     assert t.data.set_index("condition").loc["A2", "mean_prefix_tokens"] == 0.0
+    base = tables.table4(["A1", "G4"], contexts_method="extractive", route_sections=3).data.set_index("condition")
+    assert base.loc["A1", "prefix"].startswith("extractive") and "baseline" in base.loc["A1", "prefix"]
+    assert base.loc["G4", "retrieval"] == "two-stage (top 3 sections)"
     with pytest.raises(ValueError, match="unknown condition 'Z9'"):
         tables.table4(["A0", "Z9"])
 

@@ -91,7 +91,7 @@ def models_used(params: Mapping) -> pd.DataFrame:
         rows.append((f"embedder '{key}'", e["backend"], e["model"], e["label"]))
     for key, r in params["retrieve"]["rerankers"].items():
         rows.append((f"reranker '{key}'", r["backend"], r["model"],
-                     (r["label"] or key) + ("" if r["trained"] else " — UNTRAINED (plumbing only)")))
+                     (r["label"] or key) + ("" if r["trained"] else " — UNTRAINED")))
     return pd.DataFrame(rows, columns=["role", "method / backend", "model", "label / status"])
 
 
@@ -242,7 +242,8 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
         _try(b, "section_recall", tables.section_recall, got["section_recall"])
     if "per_type" in got:
         _try(b, "per_type", tables.per_type, got["per_type"], emb, rr)
-    _try(b, "table4", tables.table4, params["chunking"]["conditions"], got.get("chunks"))
+    _try(b, "table4", tables.table4, params["chunking"]["conditions"], got.get("chunks"),
+         params["contexts"]["method"], params["retrieve"]["route_sections"])
     if "corpus_funnel" in got:
         _try(b, "funnel_corpus", tables.corpus_funnel, got["corpus_funnel"], kind)
     if any(k in got for k in ("induction_log", "sections_induced")):

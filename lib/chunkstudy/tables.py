@@ -293,17 +293,24 @@ def table2(condition_means: pd.DataFrame, embedder: str = "strong", reranker: st
                  f"Table 2: per-condition means ({embedder} embedder, reranker {reranker})", data, display, notes)
 
 
-def table4(conditions: Sequence[str], chunks: pd.DataFrame | None = None) -> Table:
+def table4(conditions: Sequence[str], chunks: pd.DataFrame | None = None, contexts_method: str = "llm",
+           route_sections: int = 5) -> Table:
     """Table 4 — the conditions of the run (paper appendix, DESIGN.md "Conditions"): boundaries, prefix at
     embedding time and retrieval, plus, when ``chunks`` (04) is given, the realised chunk count and mean content /
-    prefix tokens of each condition."""
+    prefix tokens of each condition. ``contexts_method`` (``contexts.method``) names A1's prefix as this run made
+    it (a non-LLM baseline is said so); ``route_sections`` (``retrieve.route_sections``) is stage 1's top n."""
     unknown = [c for c in conditions if c not in CONDITIONS]
     if unknown:
         raise ValueError(f"table4: unknown condition {unknown[0]!r}; known: {list(CONDITIONS)}")
     conds = _order(conditions, CONDITION_ORDER)
-    data = pd.DataFrame({"condition": conds, "boundaries": [CONDITIONS[c][0] for c in conds],
-                         "prefix": [CONDITIONS[c][1] for c in conds],
-                         "retrieval": [CONDITIONS[c][2] for c in conds]})
+    spec = dict(CONDITIONS)
+    if contexts_method != "llm":
+        spec["A1"] = (spec["A1"][0], f"{contexts_method} situating context (non-LLM baseline)", spec["A1"][2])
+    for c in ("A4", "G4"):
+        spec[c] = (spec[c][0], spec[c][1], f"two-stage (top {route_sections} sections)")
+    data = pd.DataFrame({"condition": conds, "boundaries": [spec[c][0] for c in conds],
+                         "prefix": [spec[c][1] for c in conds],
+                         "retrieval": [spec[c][2] for c in conds]})
     display = data.rename(columns=str.capitalize)
     if chunks is not None and len(chunks):
         _require(chunks, ["condition", "n_content_tokens", "n_prefix_tokens"], "chunks", "04_chunk_embed")
