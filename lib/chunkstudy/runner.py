@@ -125,6 +125,11 @@ def read_manifest(cfg: config.Config, stage: str) -> dict | None:
         return None
 
 
+def _outputs_digest(manifest: dict) -> str:
+    return hashlib.sha256(json.dumps({k: v["sha256"] for k, v in manifest["outputs"].items()},
+                                     sort_keys=True).encode()).hexdigest()[:16]
+
+
 def stage_key(cfg: config.Config, stage: Stage, lib_hash: str) -> dict:
     inputs = {}
     for dep in STAGE_DEPS.get(stage.name, ()):
@@ -132,8 +137,13 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str) -> dict:
         if m is None:
             raise StageFailed(f"{stage.name} reads the outputs of {dep}, which has not completed for corpus "
                               f"'{cfg.corpus}' (run ./run_all.sh {cfg.corpus} --only {dep[:2]})")
-        inputs[dep] = hashlib.sha256(
-            json.dumps({k: v["sha256"] for k, v in m["outputs"].items()}, sort_keys=True).encode()).hexdigest()[:16]
+        inputs[dep] = _outputs_digest(m)
+    if stage.name == "08_figures":
+        # the replication table reads the partner corpus's contrasts: its completion reruns 08 here
+        partner = artifacts.partner_config(cfg)
+        m = read_manifest(partner, "07_stats") if partner is not None else None
+        if m is not None:
+            inputs[f"{partner.corpus}/07_stats"] = _outputs_digest(m)
     params = (config.stage_digest(cfg, stage.name) if stage.name in config.STAGE_SECTIONS else cfg.digest())
     return {
         "params_digest": params,
