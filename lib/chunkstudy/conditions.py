@@ -297,3 +297,18 @@ def _summary(chunks, sets, size, placebo, texts, mx, mn) -> dict:
         out["placebo_min_residual"] = min_residual(placebo)
         out["placebo_same_path"] = int(placebo["same_path"].sum())
     return out
+
+
+def side_by_side(chunks: pd.DataFrame, documents: pd.DataFrame, doc_id: str,
+                 conds: tuple[str, ...] = ("A0", "A2", "G2"), preview: int = 70) -> pd.DataFrame:
+    """One document cut under several conditions, one column per condition and one row per chunk position:
+    ``"[start, end) n tok | prefix-free opening words…"`` (for display only)."""
+    text = dict(zip(documents["doc_id"], documents["text"]))
+    if doc_id not in text:
+        raise ChunkingError(f"side_by_side: document {doc_id!r} is not in documents")
+    cols = {}
+    for c in conds:
+        g = chunks[(chunks["condition"] == c) & (chunks["doc_id"] == doc_id)].sort_values("start")
+        cols[c] = pd.Series([f"[{s}, {e}) {n} tok | {chunking.content(text[doc_id], s, e)[:preview]}"
+                             for s, e, n in zip(g["start"], g["end"], g["n_content_tokens"])], dtype=object)
+    return pd.DataFrame(cols).fillna("")

@@ -280,3 +280,34 @@ def embed_texts(embedder: Embedder, store: EmbeddingStore, texts: Sequence[str],
                 progress: bool = True) -> np.ndarray:
     """The stage's call: ``store.embed`` with a progress bar (what 04 writes as ``embeddings/<key>.npy``)."""
     return store.embed(embedder, texts, kind, progress=progress)
+
+
+def ids_table(texts: Sequence[str]) -> "pd.DataFrame":
+    """The row order of a vectors file: ``text_row``, ``sha256`` of the exact text, ``n_chars``."""
+    import pandas as pd
+
+    return pd.DataFrame({"text_row": np.arange(len(texts), dtype=np.int64),
+                         "sha256": [text_key(t) for t in texts],
+                         "n_chars": np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))})
+
+
+def embed_all(specs: Mapping[str, Mapping], texts: Sequence[str], store: EmbeddingStore, kind: str = "passage",
+              progress: bool = True) -> tuple[dict[str, np.ndarray], "pd.DataFrame"]:
+    """Embed ``texts`` with every embedder in ``specs`` (``params embed.embedders``) through ``store``.
+
+    Returns ``({key: float32 (len(texts), dim)}, report)`` where the report has one row per embedder:
+    ``embedder, model_key, n_texts, n_embedded, n_calls, seconds`` (``n_embedded == 0`` on a rerun).
+    """
+    import time
+
+    import pandas as pd
+
+    vectors, rows = {}, []
+    for key, spec in specs.items():
+        e = load_embedder(spec, key)
+        n0, c0, t0 = store.n_embedded, store.n_calls, time.perf_counter()
+        vectors[key] = store.embed(e, texts, kind, progress=progress)
+        rows.append({"embedder": key, "model_key": e.model_key, "n_texts": len(texts),
+                     "n_embedded": store.n_embedded - n0, "n_calls": store.n_calls - c0,
+                     "seconds": time.perf_counter() - t0, "dim": int(vectors[key].shape[1]) if len(texts) else 0})
+    return vectors, pd.DataFrame(rows)
