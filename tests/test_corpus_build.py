@@ -195,7 +195,7 @@ def test_qasper_test_split_funnel_matches_the_paper(qasper_local):
     assert st["questions_read"] == 1451
     assert abs(st["share_exact"] - 0.957) < 0.03          # paper: 95.7% exact (all splits)
     assert abs(st["share_multi_span"] - 0.43) < 0.05      # paper: 43% multi-span
-    assert abs(st["mean_spans"] - 2.10) < 0.25            # paper: 2.10 spans per question
+    assert abs(st["mean_spans"] - 2.10) < 0.2             # paper: 2.10 spans per question
     assert abs(st["share_depth1_papers"] - 0.61) < 0.05   # paper: 61% depth-1 papers
     assert st["evidence_unmatched"] == 0
     _corruption_caught(out)

@@ -104,3 +104,12 @@ def test_matcher_prefers_exact_then_fuzzy_then_section():
     assert rule == "section" and doc["text"][s:e].startswith("TinyNet reaches")
     assert m.match("beats the baseline by a wide margin")[0] == "section"  # contained in one section's text
     assert m.match("Completely unrelated sentence about the weather in Oslo.") is None
+
+
+def test_docstring_examples():
+    import doctest
+
+    from chunkstudy.corpus import wikipedia
+
+    for mod in (Q, wikipedia):
+        assert doctest.testmod(mod).failed == 0
