@@ -229,3 +229,13 @@ def test_placebo_worked_example_and_seed_matters():
     many = to_pairs([(d, 1, j) for d in "abcd" for j in range(3)])
     runs = {tuple(conditions.placebo_assign(many, s).placebo_doc_id) for s in range(5)}
     assert len(runs) > 1
+
+
+def test_side_by_side_lists_each_condition_in_document_order(built):
+    docs, *_, out = built
+    sbs = conditions.side_by_side(out["chunks"], docs, "doc1", ("A0", "A2", "G2"))
+    n = out["chunks"][out["chunks"].doc_id == "doc1"].groupby("condition").size()
+    assert len(sbs) == max(n["A0"], n["A2"], n["G2"])
+    assert sbs["G2"].iat[0].startswith("[0, ")
+    with pytest.raises(chunking.ChunkingError, match="'nope' is not in documents"):
+        conditions.side_by_side(out["chunks"], docs, "nope")

@@ -202,3 +202,17 @@ def test_write_and_read_vectors(demo_cfg):
         artifacts.write_vectors(demo_cfg, "weak", v.astype(np.float64))
     with pytest.raises(FileNotFoundError, match="written by notebook 04_chunk_embed"):
         artifacts.read_vectors(demo_cfg, "weak")
+
+
+def test_embed_all_reports_each_embedder_and_ids_table(server, tmp_path):
+    specs = {"strong": {**SPEC, "backend": "openai", "model": "m-large", "base_url": server, "batch_size": 4},
+             "weak": {**SPEC, "backend": "openai", "model": "m-small", "base_url": server, "batch_size": 4}}
+    store = embed.EmbeddingStore(tmp_path)
+    vecs, rep = embed.embed_all(specs, TEXTS + TEXTS, store, progress=False)
+    assert set(vecs) == {"strong", "weak"} and vecs["strong"].shape == (8, 3)
+    assert list(rep.n_embedded) == [4, 4] and list(rep.n_texts) == [8, 8]
+    _, rep2 = embed.embed_all(specs, TEXTS, embed.EmbeddingStore(tmp_path), progress=False)
+    assert list(rep2.n_embedded) == [0, 0] and list(rep2.n_calls) == [0, 0]
+    ids = embed.ids_table(TEXTS)
+    assert list(ids.text_row) == [0, 1, 2, 3] and ids.sha256.iat[0] == embed.text_key(TEXTS[0])
+    assert ids.n_chars.iat[1] == len(TEXTS[1])
