@@ -1,0 +1,265 @@
+"""A1 situating contexts (paper 3.2, condition A1): one short context per A0 fixed window.
+
+``method: llm`` — the paper's arm, Anthropic's Contextual Retrieval recipe with its prompt verbatim
+(:data:`CONTEXTUAL_RETRIEVAL_PROMPT`): the whole document inside ``<document>`` tags, the window's content inside
+``<chunk>`` tags. One call per window; the request allows ``contexts.request_max_tokens`` model tokens, and the
+reply (whitespace collapsed) is cut to the hard cap of ``contexts.max_tokens`` content tokens of the chunking
+tokenizer at the last whole word that fits (the recipe's target is 50–100 tokens; the cut is recorded in
+``truncated``). A failed call leaves an empty context and its error (counted, never a crash).
+
+Long documents: when the document does not fit the model's context (``llm.context_tokens`` minus
+``request_max_tokens``, the chunk and a 256-token allowance for the instructions; tokens estimated as characters
+/ 4), ``<document>`` holds instead the largest run of whole paragraphs centred on the window that fits; the
+columns ``doc_start``/``doc_end`` record the excerpt (the whole document otherwise).
+
+``method: extractive`` — a NAMED NON-LLM BASELINE for offline runs (demo, CI), never the LLM arm: the document
+title, its lead sentence, then ``Key terms:`` and the most salient tf-idf terms of the window's neighbourhood
+(the window and ``contexts.neighbourhood`` windows on each side; terms already in the title or lead are skipped),
+adding terms until the context reaches the middle of the ``contexts.min_tokens``..``max_tokens`` range (the
+paper's generated contexts run about 80 tokens, Section 6.2), never exceeding ``max_tokens``. A title and lead
+longer than the cap are cut at a word (``truncated``); a document too short for enough terms may stay below
+``min_tokens``.
+
+Output: ``[doc_id, start, end, context, method, n_tokens]`` plus ``truncated, error, doc_start, doc_end``, keyed
+by ``(doc_id, start, end)`` — half-open character offsets of the window in ``documents.text`` — so contexts
+survive reruns. ``n_tokens`` counts the context's tokens with ``counter`` (``chunking.load_counter`` of the
+chunking tokenizer); without one, a stated approximation (words and punctuation marks) is used.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .corpus.model import SEP
+
+#: Anthropic, "Introducing Contextual Retrieval" (2024): the prompt, verbatim.
+CONTEXTUAL_RETRIEVAL_PROMPT = """<document>
+{{WHOLE_DOCUMENT}}
+</document>
+Here is the chunk we want to situate within the whole document
+<chunk>
+{{CHUNK_CONTENT}}
+</chunk>
+Please give a short succinct context to situate this chunk within the overall document for the purposes of \
+improving search retrieval of the chunk. Answer only with the succinct context and nothing else."""
+
+COLUMNS = ["doc_id", "start", "end", "context", "method", "n_tokens", "truncated", "error", "doc_start", "doc_end"]
+PROMPT_ALLOWANCE_TOKENS = 256
+CHARS_PER_TOKEN = 4.0
+_APPROX = re.compile(r"\w+|[^\w\s]")
+
+
+class ContextsError(ValueError):
+    """Bad input to A1 contexts (names the table and the document)."""
+
+
+def approx_counter(texts: Sequence[str]) -> list[int]:
+    """Fallback token counter: words and punctuation marks (a WordPiece count is usually a little higher)."""
+    return [len(_APPROX.findall(t)) for t in texts]
+
+
+def render_prompt(document: str, chunk: str) -> str:
+    """The Contextual Retrieval prompt with the document and the chunk filled in (plain replacement, so braces
+    in the text are harmless)."""
+    return CONTEXTUAL_RETRIEVAL_PROMPT.replace("{{WHOLE_DOCUMENT}}", document).replace("{{CHUNK_CONTENT}}", chunk)
+
+
+def cap_tokens(text: str, max_tokens: int, counter: Callable) -> tuple[str, bool]:
+    """``text`` with whitespace collapsed, cut at the last whole word that keeps it within ``max_tokens``
+    (the longest fitting prefix of words, found by bisection); ``(text, was_cut)``."""
+    words = text.split()
+    full = " ".join(words)
+    if not words or counter([full])[0] <= max_tokens:
+        return full, False
+    lo, hi = 0, len(words)  # invariant: words[:lo] fits, words[:hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if counter([" ".join(words[:mid])])[0] <= max_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return " ".join(words[:lo]), True
+
+
+def document_excerpt(text: str, start: int, end: int, max_chars: int) -> tuple[int, int]:
+    """The ``[a, b)`` character range given to the model as ``<document>``: the whole text when it fits in
+    ``max_chars``, else the largest run of whole paragraphs (cut at ``SEP``) around the window's centre that
+    fits, and always at least the window itself."""
+    n = len(text)
+    if n <= max_chars:
+        return 0, n
+    bounds = [0] + [m.end() for m in re.finditer(re.escape(SEP), text)]
+    ends = [m.start() for m in re.finditer(re.escape(SEP), text)] + [n]
+    centre = (start + end) // 2
+    half = max_chars // 2
+    a_want, b_want = max(0, centre - half), min(n, centre + half)
+    if a_want == 0:
+        b_want = min(n, max_chars)
+    if b_want == n:
+        a_want = max(0, n - max_chars)
+    a = min((b for b in bounds if b >= a_want), default=start)
+    b = max((e for e in ends if e <= b_want), default=end)
+    return min(a, start), max(b, end)
+
+
+def _check(documents: pd.DataFrame, windows: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    for col in ("doc_id", "start", "end"):
+        if col not in windows.columns:
+            raise ContextsError(f"windows: missing column {col!r}; A0 windows come from chunking.a0_windows")
+    docs = {str(d): (str(t), x) for d, t, x in zip(documents["doc_id"], documents["title"], documents["text"])}
+    for d, s, e in zip(windows["doc_id"], windows["start"], windows["end"]):
+        if str(d) not in docs:
+            raise ContextsError(f"windows: document {d!r} is not in the documents table")
+        if not 0 <= int(s) < int(e) <= len(docs[str(d)][1]):
+            raise ContextsError(f"windows: document {d!r} has window [{s},{e}) outside its text "
+                                f"(0..{len(docs[str(d)][1])}) or empty")
+    return docs
+
+
+def lead_sentence(text: str, max_chars: int = 600) -> str:
+    """The document's first sentence (regex cut after ``.?!`` followed by whitespace and a capital), at most
+    ``max_chars`` characters, cut at a word."""
+    first = text.split(SEP, 1)[0]
+    m = re.search(r"[.!?][\"')\]]*\s+(?=[A-Z0-9\"'(\[])", first)
+    s = first[: m.end()].strip() if m else first.strip()
+    if len(s) > max_chars:
+        s = s[:max_chars].rsplit(" ", 1)[0]
+    return s
+
+
+def _with_terms(head: str, terms: list[str], lo_t: int, hi_t: int, counter: Callable) -> str:
+    """``head`` plus the fewest leading ``terms`` whose count reaches ``lo_t`` tokens, or the most that stay within
+    ``hi_t`` (token counts grow with the number of terms, so both are found by bisection)."""
+    def render(k: int) -> str:
+        return f"{head} Key terms: {', '.join(terms[:k])}." if k else head
+
+    def n(k: int) -> int:
+        return counter([render(k)])[0]
+
+    lo, hi = 0, len(terms)  # largest k within hi_t
+    if n(hi) > hi_t:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if n(mid) <= hi_t else (lo, mid)
+        kmax = lo
+    else:
+        kmax = hi
+    if n(kmax) < lo_t:
+        return render(kmax)
+    a, b = 0, kmax  # smallest k in 0..kmax reaching lo_t: n(b) >= lo_t
+    if n(a) >= lo_t:
+        return render(a)
+    while b - a > 1:
+        mid = (a + b) // 2
+        a, b = (a, mid) if n(mid) >= lo_t else (mid, b)
+    return render(b)
+
+
+def _extractive(docs, windows: pd.DataFrame, p: Mapping, counter: Callable) -> list[dict]:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    lo_t, hi_t, nb = int(p.get("min_tokens", 50)), int(p.get("max_tokens", 100)), int(p.get("neighbourhood", 1))
+    w = windows.reset_index(drop=True)
+    texts = [docs[str(d)][1][int(s):int(e)] for d, s, e in zip(w["doc_id"], w["start"], w["end"])]
+    vec = TfidfVectorizer(stop_words="english", sublinear_tf=True, token_pattern=r"(?u)\b[^\W\d_]{3,}\b")
+    try:
+        mat = vec.fit_transform(texts).tocsr()
+        vocab = np.asarray(vec.get_feature_names_out())
+    except ValueError:
+        mat, vocab = None, np.asarray([])
+    rows = []
+    for doc_id, g in w.groupby("doc_id", sort=False):
+        title, text = docs[str(doc_id)]
+        lead = lead_sentence(text)
+        head = f"{title}. {lead}".strip() if lead else f"{title}."
+        seen = set(re.findall(r"[a-z]+", head.lower()))
+        order = g.sort_values("start").index.to_list()
+        for pos, i in enumerate(order):
+            terms: list[str] = []
+            if mat is not None and mat.shape[1]:
+                nbh = order[max(0, pos - nb): pos + nb + 1]
+                wts = np.asarray(mat[nbh].sum(axis=0)).ravel()
+                idx = np.flatnonzero(wts > 0)
+                top = idx[np.argsort(-wts[idx], kind="stable")][: 60 + len(seen)]
+                terms = [str(vocab[j]) for j in top if vocab[j] not in seen][:60]
+            head_capped, cut = cap_tokens(head, hi_t, counter)
+            ctx = head_capped
+            if not cut and terms:
+                ctx = _with_terms(head_capped, terms, (lo_t + hi_t) // 2, hi_t, counter)
+            rows.append({"doc_id": str(doc_id), "start": int(w.at[i, "start"]), "end": int(w.at[i, "end"]),
+                         "context": ctx, "method": "extractive", "truncated": cut, "error": "",
+                         "doc_start": 0, "doc_end": len(text), "_i": i})
+    rows.sort(key=lambda r: r.pop("_i"))
+    return rows
+
+
+def _llm(docs, windows: pd.DataFrame, p: Mapping, client, counter: Callable) -> list[dict]:
+    from . import llm
+
+    req_max = int(p.get("request_max_tokens", 160))
+    hi_t = int(p.get("max_tokens", 100))
+    metas, reqs = [], []
+    for d, s, e in zip(windows["doc_id"], windows["start"], windows["end"]):
+        title, text = docs[str(d)]
+        s, e = int(s), int(e)
+        chunk = text[s:e].strip()
+        budget = (client.context_tokens - req_max - PROMPT_ALLOWANCE_TOKENS) * CHARS_PER_TOKEN - len(chunk)
+        if budget <= 0:
+            raise ContextsError(f"llm.context_tokens {client.context_tokens} cannot hold the chunk of document "
+                                f"{d!r} [{s},{e}) plus the reply")
+        a, b = document_excerpt(text, s, e, int(budget))
+        metas.append((str(d), s, e, a, b))
+        reqs.append(llm.Request([{"role": "user", "content": render_prompt(text[a:b], chunk)}],
+                                max_tokens=req_max, tag=f"a1:{d}:{s}:{e}"))
+    rows = []
+    for (d, s, e, a, b), r in zip(metas, client.generate(reqs, desc="A1 contexts")):
+        ctx, cut = cap_tokens(r.text, hi_t, counter) if not r.error else ("", False)
+        rows.append({"doc_id": d, "start": s, "end": e, "context": ctx, "method": "llm", "truncated": cut,
+                     "error": r.error or "", "doc_start": a, "doc_end": b})
+    return rows
+
+
+def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params: Mapping, client=None,
+                counter: Callable[[list[str]], list[int]] | None = None) -> pd.DataFrame:
+    """One situating context per A0 window (module docstring); ``contexts_params`` is ``cfg["contexts"]``.
+
+    ``windows`` holds ``doc_id, start, end`` (half-open character offsets into ``documents.text``), e.g. from
+    ``chunking.a0_windows``. ``client`` (:func:`llm.make_client`) is needed for ``method: llm`` only;
+    ``counter(texts) -> token counts`` is the chunking tokenizer's (``chunking.load_counter``). Returns the
+    columns of :data:`COLUMNS` in the order of ``windows``; inputs are not modified.
+    """
+    method = contexts_params.get("method", "extractive")
+    counter = counter or approx_counter
+    docs = _check(documents, windows)
+    if len(windows) == 0:
+        return pd.DataFrame(columns=COLUMNS)
+    if method == "extractive":
+        rows = _extractive(docs, windows, contexts_params, counter)
+    elif method == "llm":
+        if client is None:
+            raise ContextsError("contexts.method is 'llm' but no LLM client was given (llm.make_client)")
+        rows = _llm(docs, windows, contexts_params, client, counter)
+    else:
+        raise ContextsError(f"contexts.method {method!r} is not one of ['llm', 'extractive']")
+    out = pd.DataFrame(rows)
+    out["n_tokens"] = counter(out["context"].tolist()) if len(out) else []
+    dup = out.duplicated(["doc_id", "start", "end"])
+    if dup.any():
+        r = out[dup].iloc[0]
+        raise ContextsError(f"windows: duplicate window ({r.doc_id!r}, {r.start}, {r.end})")
+    return out[COLUMNS].astype({"start": "int64", "end": "int64", "n_tokens": "int64", "doc_start": "int64",
+                                "doc_end": "int64"})
+
+
+def summary(contexts: pd.DataFrame) -> dict:
+    """Counts for the stage report: windows, method, token statistics, cut and failed contexts (no rounding)."""
+    n = contexts["n_tokens"]
+    return {"n_windows": int(len(contexts)), "method": ",".join(sorted(set(contexts["method"]))),
+            "tokens_mean": float(n.mean()) if len(n) else float("nan"),
+            "tokens_min": int(n.min()) if len(n) else 0, "tokens_max": int(n.max()) if len(n) else 0,
+            "truncated": int(contexts["truncated"].sum()), "failed": int((contexts["error"] != "").sum()),
+            "excerpted_docs": int(contexts.loc[contexts["doc_start"] > 0, "doc_id"].nunique())}
