@@ -66,6 +66,8 @@ from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import config
 
@@ -204,6 +206,13 @@ def _expand(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return np.repeat(start, count) + offset, row
 
 
+def _run_ids(key: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... numbering the runs of equal values of a sorted key (a cheap ``np.unique(..., return_inverse)``)."""
+    if len(key) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.r_[0, np.cumsum(key[1:] != key[:-1])]
+
+
 def _group_sum(key: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(key, weights=values, minlength=n) if len(key) else np.zeros(n)
 
@@ -216,6 +225,28 @@ def _need(df: pd.DataFrame, cols: tuple[str, ...], table: str, stage: str) -> No
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise MetricsInputError(f"{table}: missing columns {missing}; has {list(df.columns)}; written by {stage}")
+
+
+def _strings(values) -> pa.Array:
+    """A column as an Arrow string array (ids may arrive as str, object or int columns)."""
+    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(
+        values.astype(str) if getattr(values, "dtype", None) is not None and values.dtype.kind in "iuf" else values)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    return arr if pa.types.is_large_string(arr.type) else pc.cast(arr, pa.large_string())
+
+
+def _index_in(values, universe) -> np.ndarray:
+    """Position of each value in ``universe`` (-1 when absent), by Arrow hashing (fast on millions of ids)."""
+    idx = pc.index_in(_strings(values), value_set=_strings(universe))
+    return idx.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _encode(values) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names) of a string column, like :func:`pandas.factorize`."""
+    enc = pc.dictionary_encode(_strings(values))
+    return (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            np.asarray(enc.dictionary.to_pylist(), dtype=object))
 
 
 @dataclass
@@ -232,7 +263,7 @@ class _Queries:
     gold_chars: np.ndarray   # |union of gold spans| per q
 
 
-def _parse_queries(queries: pd.DataFrame, doc_index: pd.Index) -> _Queries:
+def _parse_queries(queries: pd.DataFrame, docs: np.ndarray) -> _Queries:
     _need(queries, _QUERY_COLUMNS, "queries", "03_queries")
     ids = queries["query_id"].astype(str).to_numpy(dtype=object)
     if len(set(ids)) != len(ids):
@@ -252,7 +283,7 @@ def _parse_queries(queries: pd.DataFrame, doc_index: pd.Index) -> _Queries:
             tlo.append(int(sp[0]))
             thi.append(int(sp[1]))
     t_q, t_lo, t_hi = (np.asarray(x, dtype=np.int64) for x in (tq, tlo, thi))
-    doc = doc_index.get_indexer(queries["doc_id"].astype(str))
+    doc = _index_in(queries["doc_id"], docs)
     # Merge overlapping or touching spans per query into disjoint intervals (the union of gold characters).
     order = np.lexsort((t_lo, t_q))
     sq, slo, shi = t_q[order], t_lo[order], t_hi[order]
@@ -284,10 +315,10 @@ class _Chunks:
     n_docs: int
 
 
-def _parse_chunks(chunks: pd.DataFrame, conds: pd.Index, docs: pd.Index) -> _Chunks:
+def _parse_chunks(chunks: pd.DataFrame, conds: np.ndarray, docs: np.ndarray) -> _Chunks:
     _need(chunks, _CHUNK_COLUMNS, "chunks", "04_chunk_embed")
-    cond = conds.get_indexer(chunks["condition"].astype(str))
-    doc = docs.get_indexer(chunks["doc_id"].astype(str))
+    cond = _index_in(chunks["condition"], conds)
+    doc = _index_in(chunks["doc_id"], docs)
     start = chunks["start"].to_numpy(dtype=np.int64)
     end = chunks["end"].to_numpy(dtype=np.int64)
     bad = np.flatnonzero((start < 0) | (end < start))
@@ -300,8 +331,12 @@ def _parse_chunks(chunks: pd.DataFrame, conds: pd.Index, docs: pd.Index) -> _Chu
     if (n_content < 0).any() or (n_prefix < 0).any() or np.isnan(n_content).any() or np.isnan(n_prefix).any():
         raise MetricsInputError("chunks: negative or missing n_content_tokens/n_prefix_tokens; written by "
                                 "04_chunk_embed")
-    chunk_id = chunks["chunk_id"].astype(str).to_numpy(dtype=object)
-    order = np.lexsort((chunk_id, end, start, doc, cond))
+    chunk_id = np.asarray(_strings(chunks["chunk_id"]).to_pylist(), dtype=object)
+    order = np.lexsort((end, start, doc, cond))
+    same = (np.diff(cond[order]) == 0) & (np.diff(doc[order]) == 0) & (np.diff(start[order]) == 0) & (
+        np.diff(end[order]) == 0)
+    if same.any():                                 # identical offsets: order them by chunk_id (slow path, rare)
+        order = np.lexsort((chunk_id, end, start, doc, cond))
     cond, doc, start, end = cond[order], doc[order], start[order], end[order]
     n_content, n_prefix, chunk_id = n_content[order], n_prefix[order], chunk_id[order]
     n_docs = max(len(docs), 1)
@@ -355,71 +390,69 @@ class _Scored:
 
 
 def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: MetricParams) -> tuple[
-        _Scored, _Queries, _Chunks, pd.Index, pd.Index]:
+        _Scored, _Queries, _Chunks, np.ndarray, np.ndarray]:
     _need(runs, _RUN_COLUMNS, "runs", "05_retrieve")
-    docs = pd.Index(pd.unique(pd.concat([chunks["doc_id"].astype(str), queries["doc_id"].astype(str)])))
-    conds = pd.Index(pd.unique(chunks["condition"].astype(str)))
+    docs = np.asarray(pc.unique(pa.concat_arrays([_strings(chunks["doc_id"]), _strings(queries["doc_id"])]))
+                      .to_pylist(), dtype=object)
+    conds = np.asarray(pc.unique(_strings(chunks["condition"])).to_pylist(), dtype=object)
     q = _parse_queries(queries, docs)
     ch = _parse_chunks(chunks, conds, docs)
     n_q = len(q.ids)
 
     # --- run rows -> list id, chunk row -------------------------------------------------------------------
-    run_cond = runs["condition"].astype(str)
-    rc = conds.get_indexer(run_cond)
+    rc = _index_in(runs["condition"], conds)
     if (rc < 0).any():
-        missing = run_cond[rc < 0].iloc[0]
+        missing = runs["condition"].iloc[int(np.flatnonzero(rc < 0)[0])]
         raise MetricsInputError(f"runs: condition {missing!r} has no chunks (chunks hold {list(conds)}); "
                                 "written by 05_retrieve / 04_chunk_embed")
-    emb_codes, emb_names = pd.factorize(runs["embedder"].astype(str))
-    rer_codes, rer_names = pd.factorize(runs["reranker"].astype(str))
-    qi = pd.Index(q.ids).get_indexer(runs["query_id"].astype(str))
+    emb_codes, emb_names = _encode(runs["embedder"])
+    rer_codes, rer_names = _encode(runs["reranker"])
+    qi = _index_in(runs["query_id"], q.ids)
     if (qi < 0).any():
-        raise MetricsInputError(f"runs: query_id {runs['query_id'].astype(str)[qi < 0].iloc[0]!r} is not in the "
-                                "queries table; written by 05_retrieve")
-    cell_key = (emb_codes.astype(np.int64) * len(rer_names) + rer_codes) * len(conds) + rc
-    cell_keys, cell = np.unique(cell_key, return_inverse=True)
+        raise MetricsInputError(f"runs: query_id {runs['query_id'].iloc[int(np.flatnonzero(qi < 0)[0])]!r} is "
+                                "not in the queries table; written by 05_retrieve")
+    cell_key = (emb_codes * len(rer_names) + rer_codes) * len(conds) + rc
+    cell_keys = np.flatnonzero(np.bincount(cell_key)) if len(cell_key) else np.zeros(0, dtype=np.int64)
+    cell = np.zeros(int(cell_key.max()) + 1 if len(cell_key) else 0, dtype=np.int64)
+    cell[cell_keys] = np.arange(len(cell_keys))
+    cell = cell[cell_key]                        # (a small dense lookup: cell keys are few)
     cell_cond = (cell_keys % len(conds)).astype(np.int64)
     cells = pd.DataFrame({
-        "embedder": np.asarray(emb_names, dtype=object)[cell_keys // len(conds) // len(rer_names)],
-        "reranker": np.asarray(rer_names, dtype=object)[cell_keys // len(conds) % len(rer_names)],
-        "condition": np.asarray(conds, dtype=object)[cell_cond]})
+        "embedder": emb_names[cell_keys // len(conds) // len(rer_names)],
+        "reranker": rer_names[cell_keys // len(conds) % len(rer_names)],
+        "condition": conds[cell_cond]})
     n_lists = len(cells) * n_q
     lst = cell.astype(np.int64) * n_q + qi
 
-    chunk_codes = pd.Index(pd.unique(ch.chunk_id))
-    ch_cid = chunk_codes.get_indexer(ch.chunk_id).astype(np.int64)
+    chunk_codes = pc.unique(_strings(ch.chunk_id))
+    ch_cid = _index_in(ch.chunk_id, chunk_codes)
     ch_key = ch.cond.astype(np.int64) * len(chunk_codes) + ch_cid
     if len(np.unique(ch_key)) != len(ch_key):
         k = pd.Series(ch_key).duplicated()
         raise MetricsInputError(f"chunks: chunk_id {ch.chunk_id[k.to_numpy()][0]!r} appears twice in one "
                                 "condition; written by 04_chunk_embed")
-    key_order = np.argsort(ch_key)
-    sorted_key = ch_key[key_order]
-    run_cid = chunk_codes.get_indexer(runs["chunk_id"].astype(str)).astype(np.int64)
-    run_key = rc.astype(np.int64) * len(chunk_codes) + run_cid
-    pos = np.minimum(np.searchsorted(sorted_key, run_key), max(len(sorted_key) - 1, 0))
-    found = (run_cid >= 0) & (len(sorted_key) > 0) & (sorted_key[pos] == run_key) if len(run_key) else run_cid >= 0
-    if not found.all():
-        i = np.flatnonzero(~found)[0]
-        raise MetricsInputError(f"runs: chunk {runs['chunk_id'].iloc[i]!r} of condition {run_cond.iloc[i]!r} is "
+    # (condition, chunk id) -> chunk row through a dense table: one gather instead of a search per run row
+    table = np.full(len(conds) * len(chunk_codes), -1, dtype=np.int64)
+    table[ch_key] = np.arange(len(ch_key))
+    run_cid = _index_in(runs["chunk_id"], chunk_codes)
+    chunk_row = np.where(run_cid >= 0, table[rc * len(chunk_codes) + np.maximum(run_cid, 0)], -1)
+    if (chunk_row < 0).any():
+        i = int(np.flatnonzero(chunk_row < 0)[0])
+        raise MetricsInputError(f"runs: chunk {runs['chunk_id'].iloc[i]!r} of condition {runs['condition'].iloc[i]!r} is "
                                 "not in the chunks table; written by 05_retrieve")
-    chunk_row = key_order[pos] if len(run_key) else np.zeros(0, dtype=np.int64)
     rank = runs["rank"].to_numpy(dtype=np.int64)
     if (rank < 1).any():
         raise MetricsInputError(f"runs: rank {rank[rank < 1][0]} found; ranks are 1-based; written by 05_retrieve")
-    order = np.lexsort((rank, lst))
-    lst, rank, chunk_row = lst[order], rank[order], chunk_row[order]
-    same = np.flatnonzero((lst[1:] == lst[:-1]) & (rank[1:] == rank[:-1]))
-    if len(same):
-        i = order[same[0]]
-        raise MetricsInputError(f"runs: rank {rank[same[0]]} appears twice for {_describe(runs, i)}; "
-                                "written by 05_retrieve")
-    dup_key = np.sort(lst * len(ch.cond) + chunk_row)
-    dup = np.flatnonzero(dup_key[1:] == dup_key[:-1])
-    if len(dup):
-        k = dup_key[dup[0]]
-        raise MetricsInputError(f"runs: chunk {ch.chunk_id[k % len(ch.cond)]!r} is ranked twice for "
-                                f"{_describe_list(cells, q.ids, k // len(ch.cond), n_q)}; written by 05_retrieve")
+    list_rank = lst * (int(rank.max()) + 1 if len(rank) else 1) + rank
+    if len(list_rank) > 1 and not (list_rank[1:] > list_rank[:-1]).all():    # 05 usually writes lists in order
+        order = np.argsort(list_rank, kind="stable")
+        lst, rank, chunk_row, list_rank = lst[order], rank[order], chunk_row[order], list_rank[order]
+        same = np.flatnonzero(list_rank[1:] == list_rank[:-1])
+        if len(same):
+            i = int(order[same[0]])
+            raise MetricsInputError(f"runs: rank {rank[same[0]]} appears twice for {_describe(runs, i)}; "
+                                    "written by 05_retrieve")
+    _check_repeats(lst, chunk_row, ch, cells, q.ids, n_q)
     run_q = lst % n_q
     run_c = cell_cond[lst // n_q]
     same_doc = (ch.doc[chunk_row] == q.doc[run_q]) & (q.doc[run_q] >= 0)
@@ -459,7 +492,7 @@ def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: M
     t = cand["t"][ci]
     o = np.lexsort((rank[rr], t, lst[rr]))
     rr, t, olo, ohi = rr[o], t[o], cand["lo"][ci][o], cand["hi"][ci][o]
-    grp = np.unique(lst[rr] * len(q.t_q) + t, return_inverse=True)[1]
+    grp = _run_ids(lst[rr] * len(q.t_q) + t)
     new = new_coverage(grp, olo, ohi)
     span_len_rt = (q.t_hi - q.t_lo)[t]
     gain_rt = new / span_len_rt / q.n_spans[q.t_q[t]]
@@ -494,6 +527,24 @@ def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: M
                      {"list": lst, "rank": rank, "chunk": chunk_row, "same_doc": same_doc, "rel": rel, "gain": gain},
                      ideal)
     return scored, q, ch, docs, conds
+
+
+def _check_repeats(lst, chunk_row, ch: _Chunks, cells, ids, n_q) -> None:
+    """Raise when a list ranks the same chunk twice (rows sorted by list): sort each list's chunk rows."""
+    if len(lst) < 2:
+        return
+    starts = np.r_[0, np.flatnonzero(lst[1:] != lst[:-1]) + 1]
+    sizes = np.diff(np.r_[starts, len(lst)])
+    col = np.arange(len(lst)) - np.repeat(starts, sizes)
+    grid = np.full((len(starts), int(sizes.max())), -1, dtype=np.int64)
+    grid -= np.arange(grid.shape[1])             # distinct negative fillers never collide
+    grid[np.repeat(np.arange(len(starts)), sizes), col] = chunk_row
+    grid.sort(axis=1)
+    hit = np.argwhere(grid[:, 1:] == grid[:, :-1])
+    if len(hit):
+        r, c = hit[0]
+        raise MetricsInputError(f"runs: chunk {ch.chunk_id[grid[r, c]]!r} is ranked twice for "
+                                f"{_describe_list(cells, ids, lst[starts[r]], n_q)}; written by 05_retrieve")
 
 
 def _safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -569,40 +620,49 @@ def _greedy(cands: pd.DataFrame, q: _Queries, k: int) -> dict[str, np.ndarray]:
             "gain": np.asarray(gains, dtype=np.float64)}
 
 
-def _budget_kept(lst, chunk_row, ch: _Chunks, budget: int, policy: str) -> np.ndarray:
-    """Content characters of each run row (rows sorted by list, rank) that enter a ``budget``-token window
-    (see the module docstring for the partial-chunk policy)."""
+def _budget_kept(lst, chunk_row, ch: _Chunks, budgets: tuple[int, ...], policy: str) -> list[np.ndarray]:
+    """Per budget: content characters of each run row (rows sorted by list, rank) that enter a ``budget``-token
+    window (see the module docstring for the partial-chunk policy)."""
     n = len(lst)
-    kept = np.zeros(n, dtype=np.int64)
     if n == 0:
-        return kept
+        return [np.zeros(0, dtype=np.int64) for _ in budgets]
     starts = np.r_[0, np.flatnonzero(lst[1:] != lst[:-1]) + 1]
     sizes = np.diff(np.r_[starts, n])
-    col = np.arange(n) - np.repeat(starts, sizes)          # position of the row in its list
-    rows = np.repeat(np.arange(len(starts)), sizes)
-    by_col = np.argsort(col, kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(col))]
     n_content, n_prefix = ch.n_content[chunk_row], ch.n_prefix[chunk_row]
     length = ch.end[chunk_row] - ch.start[chunk_row]
-    used = np.zeros(len(starts))
-    stopped = np.zeros(len(starts), dtype=bool)
-    for j in range(len(bounds) - 1):                       # one vectorised step per rank position
-        at = by_col[bounds[j]:bounds[j + 1]]
-        r = rows[at]
-        cost = n_content[at] + n_prefix[at]
-        live = ~stopped[r]
-        fits = live & (used[r] + cost <= budget)
-        kept[at[fits]] = length[at[fits]]
-        miss = live & ~fits
-        if policy == "truncate":
-            left = budget - used[r] - n_prefix[at]
-            part = miss & (left > 0) & (n_content[at] > 0)
-            share = np.floor(length[at] * np.clip(left, 0, None) / np.where(n_content[at] > 0, n_content[at], 1))
-            kept[at[part]] = np.minimum(share[part], length[at[part]]).astype(np.int64)
-        if policy in ("truncate", "stop"):
-            stopped[r[miss]] = True
-        used[r] += np.where(fits, cost, 0.0)
-    return kept
+    cost = n_content + n_prefix
+    out = []
+    if policy in ("truncate", "stop"):
+        # the rows that enter form a prefix of each list: tokens used before a row = its list's running sum
+        total = np.cumsum(cost)
+        before = total - cost - np.repeat(total[starts] - cost[starts], sizes)
+        for budget in budgets:
+            kept = np.zeros(n, dtype=np.int64)
+            fits = before + cost <= budget
+            kept[fits] = length[fits]
+            if policy == "truncate":
+                # the first row that does not fit is the only non-fitting one with ``before <= budget``
+                left = budget - before - n_prefix
+                part = ~fits & (before <= budget) & (left > 0) & (n_content > 0)
+                share = np.floor(length[part] * left[part] / n_content[part])
+                kept[part] = np.minimum(share, length[part]).astype(np.int64)
+            out.append(kept)
+        return out
+    # skip: whether a row fits depends on which earlier rows did; one vectorised step per rank position
+    col = np.arange(n) - np.repeat(starts, sizes)
+    grid = np.full((len(starts), int(sizes.max())), -1, dtype=np.int64)
+    grid[np.repeat(np.arange(len(starts)), sizes), col] = np.arange(n)
+    for budget in budgets:
+        kept = np.zeros(n, dtype=np.int64)
+        used = np.zeros(len(starts))
+        for j in range(grid.shape[1]):
+            at = grid[:, j]
+            c = np.where(at >= 0, cost[at], np.inf)
+            fits = used + c <= budget
+            kept[at[fits]] = length[at[fits]]
+            used = np.where(fits, used + c, used)
+        out.append(kept)
+    return out
 
 
 def _budget_coverage(lst, rank, chunk_row, same_doc, run_c, run_q, ch: _Chunks, q: _Queries, used_conds, n_q,
@@ -623,12 +683,11 @@ def _budget_coverage(lst, rank, chunk_row, same_doc, run_c, run_q, ch: _Chunks, 
     rr0, t0, lo0, hi0 = rr0[order], t0[order], cand["lo"][ci][order], cand["hi"][ci][order]
     gold = q.gold_chars[np.arange(n_lists) % n_q]
     out = []
-    for budget in budgets:
-        kept = _budget_kept(lst, chunk_row, ch, budget, policy)
+    for kept in _budget_kept(lst, chunk_row, ch, budgets, policy):
         hi = np.minimum(hi0, ch.start[chunk_row[rr0]] + kept[rr0])
         live = hi > lo0
         rr, lo, hi, t = rr0[live], lo0[live], hi[live], t0[live]
-        grp = np.unique(lst[rr] * max(len(q.m_q), 1) + t, return_inverse=True)[1] if len(rr) else rr
+        grp = _run_ids(lst[rr] * max(len(q.m_q), 1) + t)
         covered = _group_sum(lst[rr], new_coverage(grp, lo, hi), n_lists)
         out.append(_safe_ratio(covered, gold))
     return out
