@@ -788,3 +788,23 @@ def cell_means(scores: pd.DataFrame) -> pd.DataFrame:
     wide = scores.pivot_table(index=["embedder", "reranker", "condition"], columns="metric", values="value",
                               aggfunc="mean", sort=True)
     return wide[metrics]
+
+
+def walk_example(scores: pd.DataFrame, queries: pd.DataFrame, embedder: str, reranker: str = "none",
+                 condition: str = "A3") -> dict[str, str]:
+    """A query worth walking through in the notebook: in the given cell and condition (else the first condition
+    scored there), the query with the most gold spans whose coverage-nDCG lies strictly between 0 and 1 (the
+    novelty and the ideal both visible), ties to the smallest query_id; else the smallest query_id scored.
+    Returns the keyword arguments of :func:`coverage_walk`."""
+    cell = scores[(scores["embedder"] == embedder) & (scores["reranker"] == reranker)]
+    if cell.empty:
+        raise MetricsInputError(f"scores: no rows for embedder {embedder!r} reranker {reranker!r}; cells: "
+                                f"{sorted(set(zip(scores['embedder'], scores['reranker'])))}")
+    if condition not in set(cell["condition"]):
+        condition = sorted(set(cell["condition"]))[0]
+    primary = cell[(cell["condition"] == condition) & cell["metric"].str.startswith("cov-nDCG@")]
+    n_spans = queries.set_index("query_id")["spans"].map(len)
+    table = primary.assign(n_spans=primary["query_id"].map(n_spans).to_numpy(),
+                           inside=(primary["value"] > 0) & (primary["value"] < 1))
+    best = table.sort_values(["inside", "n_spans", "query_id"], ascending=[False, False, True]).iloc[0]
+    return {"embedder": embedder, "reranker": reranker, "condition": condition, "query_id": str(best["query_id"])}

@@ -1,0 +1,72 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Metrics
+#
+# **Reads** `05_retrieve/runs` (ranked chunk lists per embedder × reranker × condition × query),
+# `04_chunk_embed/chunks` (content offsets and token counts of every condition's chunks) and
+# `03_queries/queries` (gold evidence spans, half-open character offsets on the query's document).
+# **Writes** `06_metrics/scores`: one row per cell × condition × query × metric (long form; with `doc_id`, the
+# bootstrap's cluster, and `qtype`).
+#
+# Relevance comes only from character overlap on content offsets — a prefix can never create relevance; it only
+# costs tokens in the budget metrics. Metrics (paper Section 5.1 and the appendix on coverage-nDCG):
+# **cov-nDCG@10** (primary: novelty gains, per-condition greedy ideal over the condition's own chunks of the
+# document), **recall@50** (a span counts when ≥ `span_frac` of it is covered by the union of the top 50),
+# **MRR**, binary **nDCG@10**, and **budget-cov@512/1024/2048** (prefix tokens charged; a chunk that only partly
+# fits follows `metrics.budget_partial`). A query with no retrieved results scores 0; so does one whose ideal is 0.
+# Definitions: `chunkstudy.metrics`.
+
+# %% tags=["parameters"]
+params_file = "params/demo.yaml"
+
+# %%
+from chunkstudy import artifacts, config, metrics
+
+cfg = config.load(params_file)
+metrics_params = cfg["metrics"]
+runs = artifacts.read(cfg, "runs")
+chunks = artifacts.read(cfg, "chunks")
+queries = artifacts.read(cfg, "queries")
+runs.groupby(["embedder", "reranker", "condition"]).agg(queries=("query_id", "nunique"), rows=("rank", "size"))
+
+# %% [markdown]
+# ## Scores
+# Every metric for every (embedder, reranker, condition, query) in the runs, plus the policy in force.
+
+# %%
+scores = metrics.score_runs(runs, chunks, queries, metrics_params, cfg.corpus)
+artifacts.write(cfg, "scores", scores)
+print(metrics_params)
+scores.groupby("metric", sort=False)["value"].describe()
+
+# %% [markdown]
+# ## Per-condition means for every cell (exploratory)
+# Rows: embedder × reranker × condition; columns: metrics. The confirmatory test of the primary cell
+# (cov-nDCG@10 × strong × no reranker) is 07_stats' job.
+
+# %%
+metrics.cell_means(scores)
+
+# %% [markdown]
+# ## One query's coverage walk
+# Rank by rank: the gain (mean over gold spans of the newly covered fraction), the running DCG, and beside it the
+# greedy ideal over the condition's own chunks of that document. The example is the query with the most gold spans
+# whose score lies strictly between 0 and 1 in the strong embedder's A3 list.
+
+# %%
+example = metrics.walk_example(scores, queries, embedder=cfg["embed"]["strong"])
+walk = metrics.coverage_walk(runs, chunks, queries, metrics_params, **example)
+print(example, walk.attrs)
+print(queries.set_index("query_id").loc[example["query_id"], ["text", "spans"]].to_dict())
+walk
