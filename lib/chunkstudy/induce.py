@@ -624,7 +624,8 @@ def induction_stats(sections_induced: pd.DataFrame, log: pd.DataFrame, sections_
     out["usable"] = out["ok"] + out["repaired"]
     if sections_gold is not None and len(sections_gold):
         out["gold_sections_per_doc"] = float(sections_gold.groupby("doc_id").size().mean())
-        out["gold_depth_mean"] = float(sections_gold.groupby("doc_id")["level"].max().mean())
+        if "level" in sections_gold.columns:
+            out["gold_depth_mean"] = float(sections_gold.groupby("doc_id")["level"].max().mean())
     if induced_chunks is not None and gold_chunks is not None:
         out["identity_with_gold"] = span_identity(induced_chunks, gold_chunks)
         out["identity_basis"] = "structural chunks"
