@@ -775,6 +775,7 @@ def coverage_walk(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFram
     walk = walk.merge(ide, on="rank", how="left")
     walk["ideal_gain"] = walk["ideal_gain"].fillna(0.0)
     walk["idcg"] = np.cumsum(walk["ideal_gain"].to_numpy() * discount(walk["rank"]))
+    walk = walk.astype({c: "Int64" for c in ("start", "end", "ideal_start", "ideal_end")})
     dcg, idcg = float(walk["dcg"].iloc[-1]), float(walk["idcg"].iloc[-1])
     walk.attrs.update({"dcg": dcg, "idcg": idcg, "score": dcg / idcg if idcg > 0 else 0.0,
                        "metric": p.names[0], "query_id": query_id, "condition": condition})
