@@ -34,11 +34,15 @@ Definitions, stated because the figure depends on them:
 
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 import bm25s
 import numpy as np
 import pandas as pd
+
+# bm25s logs one DEBUG line per index; the document scope builds one index per document
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 TOKENISATION = ("bm25s.tokenize: lowercase, (?u)\\b\\w\\w+\\b tokens, bm25s English stopwords removed, "
                 "no stemming; content text only")
