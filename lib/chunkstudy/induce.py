@@ -652,7 +652,7 @@ def outline_view(sections: pd.DataFrame, doc_id: str) -> pd.DataFrame:
     """One document's outline as an indented tree: ``[heading, paragraphs]`` rows (for display)."""
     s = sections[sections["doc_id"] == doc_id]
     return pd.DataFrame({
-        "heading": [("    " * (lv - 1)) + (t or "(untitled lead)") for lv, t in zip(s["level"], s["title"])],
+        "heading": [("· " * (lv - 1)) + (t or "(untitled lead)") for lv, t in zip(s["level"], s["title"])],
         "paragraphs": [f"{a}-{b}" if b >= a else f"(empty at {a})" for a, b in zip(s["first_para"], s["last_para"])],
     }).reset_index(drop=True)
 
@@ -665,3 +665,20 @@ def side_by_side(gold: pd.DataFrame, induced: pd.DataFrame, doc_id: str) -> pd.D
     i = i.reindex(range(n)).fillna("")
     return pd.DataFrame({"gold": g["heading"], "gold paragraphs": g["paragraphs"], "induced": i["heading"],
                          "induced paragraphs": i["paragraphs"]})
+
+
+def model_note(llm_params: Mapping, induce_params: Mapping, contexts_params: Mapping) -> str:
+    """A plain statement of what produced induced structure and A1 contexts, and whether that is the study's
+    class of model (``llm.capable``); reports print it above their numbers."""
+    parts = []
+    model = f"{llm_params.get('backend')} model {llm_params.get('model') or '(none)'}"
+    below = not llm_params.get("capable", False)
+    for what, method, baseline in (("Structure induction", induce_params.get("method"), "texttiling"),
+                                   ("A1 contexts", contexts_params.get("method"), "extractive")):
+        if method == baseline:
+            parts.append(f"{what}: the non-LLM '{method}' BASELINE, not the paper's LLM arm.")
+        else:
+            parts.append(f"{what}: {model}" + (" - BELOW the study's model class (llm.capable is false); "
+                                                "numbers show the pipeline, not the paper's result." if below
+                                                else " (llm.capable: a model of the study's class)."))
+    return " ".join(parts)
