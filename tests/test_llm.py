@@ -256,3 +256,44 @@ def test_transformers_smollm2_gguf_smoke(tmp_path):
     again = llm.make_client(params, tmp_path, backend=c.backend).generate(
         [req("What is the capital of France? Answer in one word.")])
     assert again[0].cached and again[0].text == out[0].text
+
+
+def test_vllm_adapter_passes_schema_seed_and_survives_a_bad_prompt(monkeypatch, tmp_path):
+    """vLLM cannot run on these CPU machines: a stand-in module checks what the adapter hands to vllm.LLM."""
+    import types
+
+    seen = {}
+
+    class SamplingParams:
+        def __init__(self, **kw):
+            self.kw = kw
+
+    class StructuredOutputsParams:
+        def __init__(self, json):
+            self.json = json
+
+    class LLM:
+        def __init__(self, model, seed, max_model_len):
+            seen["init"] = (model, seed, max_model_len)
+
+        def chat(self, messages, sampling, use_tqdm=False):
+            if any(m[-1]["content"] == "too long" for m in messages):
+                raise ValueError("prompt longer than max_model_len")
+            seen.setdefault("batches", []).append(len(messages))
+            seen.setdefault("sampling", []).extend(s.kw for s in sampling)
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text="out:" + m[-1]["content"])])
+                    for m in messages]
+
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = LLM, SamplingParams
+    fake.sampling_params = types.SimpleNamespace(StructuredOutputsParams=StructuredOutputsParams)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    c = llm.make_client({**PARAMS, "backend": "vllm", "model": "google/gemma", "context_tokens": 4096,
+                         "max_retries": 0}, tmp_path)
+    assert seen["init"] == ("google/gemma", 7, 4096)
+    out = c.generate([req("a", json_schema={"type": "object"}), req("too long"), req("b")])
+    assert [r.text for r in out] == ["out:a", "", "out:b"] and "max_model_len" in out[1].error
+    kw = seen["sampling"][0]
+    assert kw["seed"] == 7 and kw["temperature"] == 0.0 and kw["max_tokens"] == 64
+    assert kw["structured_outputs"].json == {"type": "object"}
+    assert len(c.cache) == 2
