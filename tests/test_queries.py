@@ -382,3 +382,13 @@ def test_examples_show_span_text(corpus):
     assert len(ex) == 2 and ex.at["c", "span_text"] == t[3:9]
     first_x = ex.index[0]
     assert ex.at[first_x, "span_text"] in (t[0:10] + " ‖ " + t[20:30], t[0:5])
+
+
+def test_pick_docs_is_seeded_and_order_free(corpus):
+    docs = corpus[0]
+    assert queries.pick_docs(docs, None, 1) is docs and queries.pick_docs(docs, 5, 1) is docs
+    a = queries.pick_docs(docs, 2, 3)
+    assert len(a) == 2 and list(a["doc_id"]) == [d for d in docs["doc_id"] if d in set(a["doc_id"])]
+    assert set(queries.pick_docs(docs.iloc[::-1], 2, 3)["doc_id"]) == set(a["doc_id"])
+    assert {frozenset(queries.pick_docs(docs, 1, s)["doc_id"]) for s in range(20)} == {
+        frozenset([d]) for d in docs["doc_id"]}  # every document can be drawn

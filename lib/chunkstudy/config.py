@@ -162,6 +162,8 @@ SCHEMA: dict[str, Any] = {
         "gen_max_tokens": P(128, (int,), doc="max new tokens per query generation / paraphrase call"),
         "bm25_k1": P(1.5, (float,)),
         "bm25_b": P(0.75, (float,)),
+        "max_docs": P(None, (int,), nullable=True,
+                      doc="generated path: a seeded sample of this many documents gets queries; null = all"),
         "bm25_scope": P("document", (str,), ("document", "corpus"),
                         doc="headline BM25 scope: the query's own document's chunks, or all chunks"),
     },

@@ -444,9 +444,25 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def pick_docs(documents: pd.DataFrame, max_docs: int | None, seed: int) -> pd.DataFrame:
+    """``documents`` itself when ``max_docs`` is None or not smaller; else ``max_docs`` of them drawn with
+    ``seed`` (from the doc_ids in sorted order, so the draw does not depend on row order), in table order."""
+    if max_docs is None or max_docs >= len(documents):
+        return documents
+    ids = sorted(documents["doc_id"].astype(str))
+    keep = {ids[i] for i in np.random.default_rng([int(seed), 104729]).choice(len(ids), size=max_docs,
+                                                                              replace=False)}
+    return documents[documents["doc_id"].astype(str).isin(keep)]
+
+
 def from_generated(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame,
                    params: Mapping[str, Any], client) -> dict:
-    """The generated path end to end; returns ``dict(queries, funnel, summary, log)``."""
+    """The generated path end to end; returns ``dict(queries, funnel, summary, log)``.
+
+    With ``queries.max_docs`` set, only a seeded sample of that many documents gets queries (:func:`pick_docs`).
+    """
+    n_corpus = len(documents)
+    documents = pick_docs(documents, params.get("max_docs"), int(params["seed"]))
     samples = sample_spans(documents, paragraphs, sections_gold, params)
     log = generate(samples, documents, params, client)
     kept = log[log["status"] == "kept"]
@@ -482,6 +498,8 @@ def from_generated(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_g
         "targets": {t: int(params["targets"].get(t, 0)) for t in QTYPES},
         "n_docs": int(queries["doc_id"].nunique()),
         "n_docs_input": int(len(documents)),
+        "n_docs_corpus": int(n_corpus),
+        "max_docs": params.get("max_docs"),
         "rouge_l_finals": _score_stats(queries["rouge_l"]),
         "filter": {"rouge_max": float(params["rouge_max"]), "ngram": int(params["ngram"]),
                    "rouge_stemmer": bool(params["rouge_stemmer"]),
