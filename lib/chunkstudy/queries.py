@@ -391,8 +391,8 @@ def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str
 def balance(kept: pd.DataFrame, targets: Mapping[str, int], seed: int) -> pd.DataFrame:
     """At most ``targets[qtype]`` rows per type by a seeded round-robin over documents (see module doc).
 
-    Deterministic for a given seed and input order of documents-as-sets: documents and each document's rows
-    are ordered by id before shuffling, so the input row order does not matter.
+    Deterministic for a given seed and independent of the input row order: documents and each document's rows
+    are sorted by id before the seeded shuffles.
     """
     picked = []
     for t_i, qtype in enumerate(sorted(kept["qtype"].unique())):
