@@ -134,3 +134,26 @@ def test_rerank_input_errors(reranker):
         rerank.load_reranker({**SPEC, "backend": "colbert"}, KEY)
     with pytest.raises(ValueError, match="3 texts for 2 chunks"):
         rerank.texts_by_chunk(pd.DataFrame({"chunk_id": ["a", "b"]}), ["x", "y", "z"])
+
+
+def test_interrupted_scoring_keeps_finished_blocks(tmp_path):
+    """Scores are written to the store block by block: a run killed midway loses only the block in flight."""
+    spec = dict(SPEC, batch_size=1)
+    r = rerank.load_reranker(spec, "xenc-untrained", cache_dir=tmp_path)
+    calls = []
+
+    def flaky(pairs):
+        calls.append(len(pairs))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the kill arrives during the second block
+        return np.arange(len(pairs), dtype=np.float64)
+
+    r._predict = flaky
+    queries, texts = ["q"] * 40, [f"text {i}" for i in range(40)]
+    with pytest.raises(KeyboardInterrupt):
+        r.score(queries, texts)
+    assert calls == [16, 16]
+    resumed = rerank.load_reranker(spec, "xenc-untrained", cache_dir=tmp_path)
+    resumed._predict = lambda pairs: calls.append(len(pairs)) or np.zeros(len(pairs))
+    resumed.score(queries, texts)
+    assert calls[2:] == [16, 8] and resumed.n_computed == 24  # the 16 finished pairs were not scored again

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 import pandas as pd
 
 from . import models
@@ -125,12 +126,17 @@ class Reranker:
         if missing:
             # longest first keeps padding low inside a batch; the order is fixed by the pair set
             todo = sorted(missing.items(), key=lambda kv: (-len(kv[1][0]) - len(kv[1][1]), kv[0]))
-            values = self._predict([pair for _, pair in todo])
-            self.n_computed += len(todo)
-            fresh = {key: float(v) for (key, _), v in zip(todo, values)}
-            if self.store is not None:
-                self.store.put_many(fresh.items())
-            known.update(fresh)
+            # scored in blocks, each written to the store as it completes: an interrupted run resumes
+            block = max(int(self.spec.get("batch_size", 16)) * 16, 1)
+            for i in tqdm(range(0, len(todo), block), desc=f"rerank {self.key}", unit="block",
+                          disable=len(todo) <= block):
+                part = todo[i:i + block]
+                values = self._predict([pair for _, pair in part])
+                self.n_computed += len(part)
+                fresh = {key: float(v) for (key, _), v in zip(part, values)}
+                if self.store is not None:
+                    self.store.put_many(fresh.items())
+                known.update(fresh)
         return np.array([known[k] for k in keys], dtype=np.float64)
 
 
