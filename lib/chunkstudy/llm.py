@@ -300,7 +300,7 @@ class TransformersBackend(Backend):
 
     name = "transformers"
 
-    def __init__(self, model: str, gguf_file: str | None = None, device: str = "cpu"):
+    def __init__(self, model: str, gguf_file: str | None = None, device: str = "cpu", cpu_threads: int = 0):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from . import models
@@ -313,23 +313,35 @@ class TransformersBackend(Backend):
         self.tok = AutoTokenizer.from_pretrained(path, **kw)
         self.lm = AutoModelForCausalLM.from_pretrained(path, **kw).to(device).eval()
         self.device = device
+        self.cpu_threads = cpu_threads
         self._lock = threading.Lock()
 
     def complete(self, call: Call) -> str:
         import torch
 
         with self._lock:
-            enc = self.tok.apply_chat_template(list(call.messages), add_generation_prompt=True,
-                                               return_tensors="pt", return_dict=True)
-            enc = {k: v.to(self.device) for k, v in enc.items()}
-            torch.manual_seed(call.seed)
-            sample = call.temperature > 0
-            kw = dict(do_sample=True, temperature=call.temperature, top_p=call.top_p) if sample else dict(
-                do_sample=False)
-            with torch.no_grad():
-                out = self.lm.generate(**enc, max_new_tokens=call.max_tokens,
-                                       pad_token_id=self.tok.pad_token_id or self.tok.eos_token_id, **kw)
-            return self.tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            threads = torch.get_num_threads()
+            if self.cpu_threads > 0:  # on a shared CPU, fewer threads avoid oversubscription (10x slower decode)
+                torch.set_num_threads(self.cpu_threads)
+            try:
+                return self._generate(call)
+            finally:
+                torch.set_num_threads(threads)
+
+    def _generate(self, call: Call) -> str:
+        import torch
+
+        enc = self.tok.apply_chat_template(list(call.messages), add_generation_prompt=True,
+                                           return_tensors="pt", return_dict=True)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        torch.manual_seed(call.seed)
+        sample = call.temperature > 0
+        kw = dict(do_sample=True, temperature=call.temperature, top_p=call.top_p) if sample else dict(
+            do_sample=False)
+        with torch.no_grad():
+            out = self.lm.generate(**enc, max_new_tokens=call.max_tokens,
+                                   pad_token_id=self.tok.pad_token_id or self.tok.eos_token_id, **kw)
+        return self.tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
 def make_backend(llm_params: dict) -> Backend:
@@ -346,7 +358,7 @@ def make_backend(llm_params: dict) -> Backend:
         return VLLMBackend(p["model"], int(p.get("seed", 0)), int(p.get("context_tokens", 32768)),
                            p.get("device", "cuda"))
     if kind == "transformers":
-        return TransformersBackend(p["model"], p.get("gguf_file"), p.get("device", "cpu"))
+        return TransformersBackend(p["model"], p.get("gguf_file"), p.get("device", "cpu"), int(p.get("cpu_threads", 0)))
     if kind == "scripted":
         raise ValueError("llm.backend 'scripted' needs a ScriptedBackend passed to make_client(backend=...)")
     raise ValueError(f"llm.backend {kind!r} is not one of ['none', 'scripted', 'openai', 'vllm', 'transformers']")
