@@ -234,12 +234,12 @@ SCHEMA: dict[str, Any] = {
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "01_corpus": ("corpus",),
     "02_induce": ("llm", "induce", "contexts", "chunking"),
-    "03_queries": ("llm", "queries", "chunking"),
+    "03_queries": ("llm", "queries", "chunking", "metrics"),  # the BM25 diagnostic uses the relevance rule
     "04_chunk_embed": ("chunking", "embed"),
     "05_retrieve": ("retrieve", "embed"),
-    "06_metrics": ("metrics",),
+    "06_metrics": ("metrics", "embed"),  # embed: which embedder the example walk shows
     "07_stats": ("stats",),
-    "08_figures": ("figures", "stats"),
+    "08_figures": tuple(SCHEMA),  # the report names the models and settings of every stage
 }
 
 
