@@ -1,0 +1,84 @@
+"""Golden results: a run's headline numbers, pinned in a file that changes only in a commit saying why.
+
+As Anserini's regression YAMLs do, ``tests/golden/<corpus>.json`` states the corpus counts and the primary cell's
+results of one parameter file. :func:`headline` reads them from a finished run's tables; :func:`compare` lists the
+differences beyond a tolerance. ``.venv/bin/python -m chunkstudy.golden demo --write`` re-pins after a deliberate
+change (say why in the commit message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from . import artifacts, config
+
+
+def headline(cfg: config.Config) -> dict:
+    """Counts and primary-cell numbers of a finished run (unrounded)."""
+    s = cfg["stats"]
+    chunks = artifacts.read(cfg, "chunks")
+    contrasts = artifacts.read(cfg, "contrasts")
+    means = artifacts.read(cfg, "condition_means")
+    primary = contrasts[contrasts["confirmatory"]].sort_values("contrast")
+    cell = means[(means["metric"] == s["primary_metric"]) & (means["embedder"] == s["primary_embedder"])
+                 & (means["reranker"] == s["primary_reranker"])]
+    return {
+        "corpus": cfg.corpus,
+        "documents": int(len(artifacts.read(cfg, "documents"))),
+        "queries": int(len(artifacts.read(cfg, "queries"))),
+        "chunks_per_condition": {k: int(v) for k, v in chunks.groupby("condition").size().items()},
+        "primary_cell": f"{s['primary_metric']}|{s['primary_embedder']}|{s['primary_reranker']}",
+        "condition_means": {r.condition: float(r.mean) for r in cell.itertuples()},
+        "contrasts": {r.contrast: {"mean_delta": float(r.mean_delta), "p": float(r.p), "p_holm": float(r.p_holm),
+                                   "dz": float(r.dz)} for r in primary.itertuples()},
+    }
+
+
+def compare(expected, actual, tol: float = 1e-6, where: str = "") -> list[str]:
+    """Differences between two headline dicts: numbers beyond ``tol`` (absolute), anything else unequal."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        out = []
+        for k in sorted(set(expected) | set(actual)):
+            if k not in actual or k not in expected:
+                out.append(f"{where}{k}: {'missing' if k not in actual else 'unexpected'}")
+            else:
+                out += compare(expected[k], actual[k], tol, f"{where}{k}.")
+        return out
+    if isinstance(expected, float) or isinstance(actual, float):
+        both_nan = isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected) \
+            and math.isnan(actual)
+        if both_nan or abs(float(expected) - float(actual)) <= tol:
+            return []
+    elif expected == actual:
+        return []
+    return [f"{where.rstrip('.')}: pinned {expected!r}, got {actual!r}"]
+
+
+def golden_path(root: Path, corpus: str) -> Path:
+    return root / "tests" / "golden" / f"{corpus}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("corpus")
+    ap.add_argument("--write", action="store_true", help="re-pin the golden file from the current run")
+    args = ap.parse_args(argv)
+    root = Path.cwd()
+    cfg = config.load(root / "params" / f"{args.corpus}.yaml", root=root)
+    got = headline(cfg)
+    path = golden_path(root, cfg.corpus)
+    if args.write:
+        artifacts.write_json_file(path, got)
+        print(f"pinned {path}")
+        return 0
+    diffs = compare(json.loads(path.read_text()), got)
+    print("\n".join(diffs) or f"{cfg.corpus}: matches {path}")
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
