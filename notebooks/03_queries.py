@@ -60,9 +60,7 @@ artifacts.write(cfg, "queries", query_table)
 artifacts.write(cfg, "query_funnel", result["funnel"])
 artifacts.write_json(cfg, "03_queries", "funnel", {**result["summary"], "note": queries.capability_note(
     cfg["llm"], qp["source"]), "llm": llm.describe(client) if client is not None else None})
-query_table.groupby("qtype").agg(queries=("query_id", "size"), documents=("doc_id", "nunique"),
-                                 mean_spans=("spans", lambda s: s.map(len).mean()),
-                                 median_rouge_l=("rouge_l", "median"))
+queries.by_type(query_table)
 
 # %% [markdown]
 # ## The funnel

@@ -31,3 +31,14 @@ def demo_cfg(tmp_path):
     from chunkstudy import config
 
     return config.load(ROOT / "params" / "demo.yaml", root=tmp_path)
+
+
+@pytest.fixture
+def run_notebook(tmp_path):
+    """Execute ``notebooks/<stem>.py`` the way run_all.sh does (papermill, fresh kernel) against ``cfg``'s store."""
+    from chunkstudy import runner
+
+    def run(cfg, stem: str):
+        runner.execute(cfg, runner.Stage(stem, ROOT / "notebooks" / f"{stem}.py"), tmp_path / "executed")
+
+    return run

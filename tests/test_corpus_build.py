@@ -1,12 +1,8 @@
 """build_corpus on the demo corpus and a tiny demo-format fixture, bad inputs through the whole build, the
 01_corpus notebook, and the acceptance checks on the real data in ../shared/data."""
 
-import ast
 import bz2
 import random
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -120,30 +116,15 @@ def test_fetch_downloads_once_with_a_fake_session(tmp_path):
     assert Session.n == 1
 
 
-def test_notebook_is_thin():
-    tree = ast.parse(NOTEBOOK.read_text())
-    banned = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.ListComp, ast.DictComp,
-              ast.Lambda)
-    assert not [type(n).__name__ for n in ast.walk(tree) if isinstance(n, banned)]
-    assert '# %% tags=["parameters"]\nparams_file = "params/demo.yaml"' in NOTEBOOK.read_text()
 
 
 @pytest.mark.slow
-def test_notebook_runs_on_the_demo_corpus(tmp_path):
-    pytest.importorskip("papermill")
+def test_notebook_runs_on_the_demo_corpus(tmp_path, run_notebook):
     params = tmp_path / "params" / "demo.yaml"
     params.parent.mkdir()
     params.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus:\n  mirror: {ROOT / 'data' / 'demo_raw'}\n")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    (tmp_path / "lib" / "chunkstudy").mkdir(parents=True)
-    ipynb = tmp_path / "01_corpus.ipynb"
-    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "-o", str(ipynb), str(NOTEBOOK)], check=True,
-                   capture_output=True)
-    import papermill
-
-    papermill.execute_notebook(str(ipynb), str(tmp_path / "out.ipynb"), parameters={"params_file": str(params)},
-                               cwd=str(tmp_path), kernel_name="python3", progress_bar=False)
     cfg = config.load(params, root=tmp_path)
+    run_notebook(cfg, "01_corpus")
     assert len(artifacts.read(cfg, "documents")) == 10 and len(artifacts.read(cfg, "harvested")) == 61
     assert artifacts.read_json(cfg, "01_corpus", "stats")["verification_failures"] == {}
 

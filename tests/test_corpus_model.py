@@ -1,7 +1,5 @@
 """Document model: builder offsets, outline normalisation, and the verifier (hypothesis properties)."""
 
-import pandas as pd
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -4,7 +4,6 @@ against a local OpenAI-compatible server process, and the none backend's error."
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -49,13 +45,6 @@ def synthetic_store(cfg, seed: int = 0) -> None:
     artifacts.write(cfg, "runs", pd.DataFrame(run_rows))
 
 
-def test_notebook_is_thin():
-    text = NOTEBOOK.read_text()
-    banned = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.ListComp, ast.DictComp,
-              ast.Lambda)
-    assert not [type(n).__name__ for n in ast.walk(ast.parse(text)) if isinstance(n, banned)]
-    assert '# %% tags=["parameters"]\nparams_file = "params/demo.yaml"' in text
-    assert "artifacts.write(cfg, \"scores\"" in text
 
 
 def test_walk_example_prefers_a_multispan_query_between_0_and_1(demo_cfg):
@@ -73,20 +62,13 @@ def test_walk_example_prefers_a_multispan_query_between_0_and_1(demo_cfg):
 
 
 @pytest.mark.slow
-def test_notebook_runs_on_a_synthetic_store(tmp_path):
-    papermill = pytest.importorskip("papermill")
+def test_notebook_runs_on_a_synthetic_store(tmp_path, run_notebook):
     params = tmp_path / "params" / "demo.yaml"
     params.parent.mkdir()
     params.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\n")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    (tmp_path / "lib" / "chunkstudy").mkdir(parents=True)
     cfg = config.load(params, root=tmp_path)
     synthetic_store(cfg)
-    ipynb = tmp_path / "06_metrics.ipynb"
-    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "-o", str(ipynb), str(NOTEBOOK)], check=True,
-                   capture_output=True)
-    papermill.execute_notebook(str(ipynb), str(tmp_path / "out.ipynb"), parameters={"params_file": str(params)},
-                               cwd=str(tmp_path), kernel_name="python3", progress_bar=False)
+    run_notebook(cfg, "06_metrics")
     scores = artifacts.read(cfg, "scores")
     assert len(scores) == 2 * 2 * 12 * 7
     assert scores.value.between(0, 1).all()

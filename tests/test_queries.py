@@ -392,3 +392,10 @@ def test_pick_docs_is_seeded_and_order_free(corpus):
     assert set(queries.pick_docs(docs.iloc[::-1], 2, 3)["doc_id"]) == set(a["doc_id"])
     assert {frozenset(queries.pick_docs(docs, 1, s)["doc_id"]) for s in range(20)} == {
         frozenset([d]) for d in docs["doc_id"]}  # every document can be drawn
+
+
+def test_by_type_counts_spans_and_documents():
+    t = pd.DataFrame({"query_id": ["a", "b", "c"], "doc_id": ["d1", "d1", "d2"], "qtype": ["x", "x", "y"],
+                      "spans": [[[0, 1]], [[0, 1], [2, 3], [4, 5]], [[0, 1], [2, 3]]], "rouge_l": [0.1, 0.3, 0.2]})
+    out = queries.by_type(t)
+    assert out.loc["x"].tolist() == [2, 1, 2.0, 0.2] and out.loc["y"].tolist() == [1, 1, 2.0, 0.2]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -117,18 +115,10 @@ def test_missing_inputs_become_notes(tmp_path, root, synthetic):
 
 
 @pytest.mark.slow
-def test_notebook_runs_on_a_synthetic_store(tmp_path, root, synthetic):
+def test_notebook_runs_on_a_synthetic_store(tmp_path, root, synthetic, run_notebook):
     """Executes notebooks/08_figures.py with papermill against a store holding the synthetic run."""
     cfg = config.load(root / "params" / "demo.yaml", root=tmp_path)
     _store(cfg, synthetic)
-    nb = tmp_path / "08.ipynb"
-    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "-o", str(nb),
-                    str(root / "notebooks" / "08_figures.py")], check=True, capture_output=True)
-    env = {"CHUNKSTUDY_ROOT": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": ""}
-    import os
-    env = {**os.environ, **env}
-    subprocess.run([sys.executable, "-m", "papermill", str(nb), str(tmp_path / "out.ipynb"), "-p", "params_file",
-                    str(root / "params" / "demo.yaml"), "--cwd", str(root)], check=True, env=env,
-                   capture_output=True)
+    run_notebook(cfg, "08_figures")
     assert (tmp_path / "figures" / "demo" / "report.md").is_file()
     assert (tmp_path / "figures" / "demo" / "tables" / f"{tables.table1(synthetic['contrasts']).name}.tex").is_file()

@@ -1,9 +1,5 @@
 """Statistics (07), slow checks: CI coverage over simulations, and the 07_stats notebook end to end."""
 
-import ast
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,18 +30,11 @@ def test_clustered_ci_covers_the_truth_about_95_percent():
     assert covered_naive / 200 < 0.85, covered_naive
 
 
-def test_notebook_is_thin():
-    tree = ast.parse(NOTEBOOK.read_text())
-    banned = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.While, ast.ListComp, ast.DictComp,
-              ast.Lambda)
-    assert not [type(n).__name__ for n in ast.walk(tree) if isinstance(n, banned)]
-    assert '# %% tags=["parameters"]\nparams_file = "params/demo.yaml"' in NOTEBOOK.read_text()
 
 
 @pytest.mark.slow
-def test_notebook_runs_on_simulated_scores(tmp_path, root):
+def test_notebook_runs_on_simulated_scores(tmp_path, root, run_notebook):
     """Execute 07_stats with papermill on a simulated store (tmp root) and check what it writes."""
-    pytest.importorskip("papermill")
     effects = {"A0": 0.0, "A1": 0.01, "A2": 0.02, "A3-d1": 0.03, "A3-d2": 0.035, "A3": 0.04, "P": 0.02, "A4": 0.02,
                "G2": 0.02, "G3": 0.05, "G4": 0.03}
     params = tmp_path / "params" / "sim.yaml"
@@ -56,15 +45,7 @@ def test_notebook_runs_on_simulated_scores(tmp_path, root):
                                             metrics=("cov-nDCG@10", "recall@50"))
     artifacts.write(cfg, "scores", scores)
     artifacts.write(cfg, "queries", queries)
-    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")  # lets config.find_root land in tmp_path
-    (tmp_path / "lib" / "chunkstudy").mkdir(parents=True)
-    ipynb = tmp_path / "07_stats.ipynb"
-    subprocess.run([sys.executable, "-m", "jupytext", "--to", "ipynb", "-o", str(ipynb), str(NOTEBOOK)], check=True,
-                   capture_output=True)
-    import papermill
-
-    papermill.execute_notebook(str(ipynb), str(tmp_path / "out.ipynb"), parameters={"params_file": str(params)},
-                               cwd=str(tmp_path), kernel_name="python3", progress_bar=False)
+    run_notebook(cfg, "07_stats")
     contrasts = artifacts.read(cfg, "contrasts")
     assert len(contrasts) == 2 * 2 * 4 and contrasts["confirmatory"].sum() == 4
     assert (contrasts.loc[~contrasts.confirmatory, "label"] == "exploratory").all()

@@ -59,7 +59,6 @@ All functions are pure: they never mutate their inputs and never round.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Mapping

@@ -584,6 +584,15 @@ def build_queries(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_go
 # ------------------------------------------------------------------------------------------- reporting
 
 
+def by_type(queries_table: pd.DataFrame) -> pd.DataFrame:
+    """Per query type: queries, documents, mean gold spans per query, median ROUGE-L against the evidence."""
+    t = queries_table.assign(n_spans=queries_table["spans"].map(len))
+    if "rouge_l" not in t.columns:
+        t = t.assign(rouge_l=np.nan)
+    return t.groupby("qtype").agg(queries=("query_id", "size"), documents=("doc_id", "nunique"),
+                                  mean_spans=("n_spans", "mean"), median_rouge_l=("rouge_l", "median"))
+
+
 def capability_note(llm_params: Mapping[str, Any], source: str) -> str:
     """One plain sentence on what the queries can support, for the notebook and the reports."""
     if source == "harvested":

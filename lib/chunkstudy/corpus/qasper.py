@@ -41,7 +41,7 @@ from typing import Iterable
 import pandas as pd
 from rapidfuzz import fuzz, process
 
-from .model import DocumentBuilder, depth
+from .model import DocumentBuilder
 
 _SPLIT = re.compile(r"qasper-(train|dev|test)-v[\d.]+\.json$")
 FLOAT_PREFIX = "FLOAT SELECTED"
