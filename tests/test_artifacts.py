@@ -45,3 +45,13 @@ def test_json_roundtrip_numpy_values(demo_cfg):
 
     artifacts.write_json(demo_cfg, "07_stats", "x", {"a": np.int64(3), "b": np.float32(0.5), "c": np.arange(2)})
     assert artifacts.read_json(demo_cfg, "07_stats", "x") == {"a": 3, "b": 0.5, "c": [0, 1]}
+
+
+def test_written_files_get_ordinary_permissions(demo_cfg):
+    import os
+    import stat
+
+    path = artifacts.write(demo_cfg, "corpus_funnel", pd.DataFrame({"step": ["a"], "count": [1]}))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask

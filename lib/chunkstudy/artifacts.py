@@ -138,6 +138,10 @@ def check_schema(df: pd.DataFrame, table: str, where: str = "") -> None:
             f"written by {TABLES[table][0]}")
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path`` (atomic on POSIX)."""
@@ -147,6 +151,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp creates 0600; outputs get the usual permissions
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
