@@ -79,3 +79,10 @@ def test_stage_digest_tracks_only_the_sections_a_stage_reads():
 def test_resolve_is_relative_to_the_params_file():
     cfg = config.load(ROOT / "params" / "qasper_local.yaml")
     assert cfg.resolve(cfg["corpus"]["mirror"]) == (ROOT / "params" / "../../shared/data/qasper").resolve()
+
+
+def test_empty_mapping_in_a_local_file_clears_the_base_entries():
+    """qasper_local runs without a reranker although qasper.yaml names bge-reranker-v2-m3."""
+    assert config.load(ROOT / "params" / "qasper.yaml")["retrieve"]["rerankers"]
+    for name in ("qasper_local", "wikipedia_local", "qasper_smoke"):
+        assert config.load(ROOT / "params" / f"{name}.yaml")["retrieve"]["rerankers"] == {}

@@ -5,7 +5,8 @@ the pipeline uses. It is validated against :data:`SCHEMA` on load: an unknown ke
 :class:`ConfigError` naming the file, the dotted key and the valid choices.
 
 ``base: other.yaml`` (a path relative to the file) loads that file first and deep-merges this one over it, so
-``params/qasper_local.yaml`` restates only what differs from ``params/qasper.yaml``.
+``params/qasper_local.yaml`` restates only what differs from ``params/qasper.yaml``. An explicitly empty mapping
+replaces instead of merging: ``rerankers: {}`` removes the base file's rerankers.
 
 Each notebook stage declares the parameter sections it reads (:data:`STAGE_SECTIONS`); :func:`stage_digest`
 hashes exactly those, so changing ``metrics.budgets`` reruns 06 onwards but not 04.
@@ -276,7 +277,7 @@ class Config:
 def _merge(base: dict, over: Mapping) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+        if isinstance(v, Mapping) and v and isinstance(out.get(k), dict):
             out[k] = _merge(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
