@@ -18,7 +18,7 @@ def official_name(folder):
     """The tiny fixture under the upstream file name (which tells its split), written at test time: the hook that
     keeps upstream data out of the repository matches on that name."""
     path = folder / "qasper-test-v0.3.json"
-    shutil.copy(FIX / "tiny-qasper-test.json", path)
+    shutil.copy(FIX / "tiny_qasper_fixture.json", path)
     return path
 
 
@@ -31,7 +31,7 @@ def built(tmp_path_factory):
 
 def test_reads_tgz_and_json_and_merges_splits(tmp_path):
     tgz = tmp_path / "qasper-train-dev-v0.3.tgz"
-    data = json.loads((FIX / "tiny-qasper-test.json").read_text())
+    data = json.loads((FIX / "tiny_qasper_fixture.json").read_text())
     train = tmp_path / "qasper-train-v0.3.json"
     train.write_text(json.dumps({"9999.00001": data["2001.00001"]}))
     with tarfile.open(tgz, "w:gz") as tar:
@@ -43,7 +43,7 @@ def test_reads_tgz_and_json_and_merges_splits(tmp_path):
 
 
 def test_flatten_abstract_then_nested_sections():
-    rec = json.loads((FIX / "tiny-qasper-test.json").read_text())["2001.00001"]
+    rec = json.loads((FIX / "tiny_qasper_fixture.json").read_text())["2001.00001"]
     doc, paras, secs = Q.flatten_paper("2001.00001", rec, "test")
     assert doc["title"] == "A Tiny Paper" and doc["split"] == "test"
     assert secs[["title", "level"]].values.tolist() == [
@@ -104,7 +104,7 @@ def test_numeric_only_and_answer_types():
 
 
 def test_matcher_prefers_exact_then_fuzzy_then_section():
-    rec = json.loads((FIX / "tiny-qasper-test.json").read_text())["2001.00001"]
+    rec = json.loads((FIX / "tiny_qasper_fixture.json").read_text())["2001.00001"]
     doc, paras, secs = Q.flatten_paper("p", rec)
     m = Q.EvidenceMatcher(doc["text"], paras, secs, 90)
     assert m.match("  Tiny things   matter. ")[0] == "exact"
