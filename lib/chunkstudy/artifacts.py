@@ -65,18 +65,10 @@ STAGES = ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve
           "08_figures")
 
 
-def project_root(cfg: Config) -> Path:
-    return cfg.root
-
-
 def stage_dir(cfg: Config, stage: str) -> Path:
     if stage not in STAGES:
         raise KeyError(f"unknown stage {stage!r}; stages: {list(STAGES)}")
     return cfg.root / "data" / cfg.corpus / stage
-
-
-def corpus_dir(cfg: Config) -> Path:
-    return cfg.root / "data" / cfg.corpus
 
 
 def figures_dir(cfg: Config) -> Path:
