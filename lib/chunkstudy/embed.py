@@ -276,12 +276,6 @@ class EmbeddingStore:
         return out
 
 
-def embed_texts(embedder: Embedder, store: EmbeddingStore, texts: Sequence[str], kind: str = "passage",
-                progress: bool = True) -> np.ndarray:
-    """The stage's call: ``store.embed`` with a progress bar (what 04 writes as ``embeddings/<key>.npy``)."""
-    return store.embed(embedder, texts, kind, progress=progress)
-
-
 def ids_table(texts: Sequence[str]) -> "pd.DataFrame":
     """The row order of a vectors file: ``text_row``, ``sha256`` of the exact text, ``n_chars``."""
     import pandas as pd
