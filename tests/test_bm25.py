@@ -59,6 +59,7 @@ def test_relevance_rule_both_arms():
     assert not bm25.is_relevant(0, 100, [[51, 200]])      # 49 of 149 chars, and 49% of the chunk
     assert bm25.is_relevant(0, 10, [[2, 1000]])           # 80% of the chunk lies inside the span
     assert not bm25.is_relevant(0, 10, [[3, 1000]])
+    assert bm25.is_relevant(0, 15, [[3, 1000]])           # 12 of 15 = 80%, though 0.8 * 15 > 12 in floats
 
 
 def test_gold_chunk_largest_overlap_ties_to_earlier():

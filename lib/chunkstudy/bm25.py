@@ -41,6 +41,8 @@ import bm25s
 import numpy as np
 import pandas as pd
 
+from . import metrics
+
 # bm25s logs one DEBUG line per index; the document scope builds one index per document
 logging.getLogger("bm25s").setLevel(logging.WARNING)
 
@@ -94,15 +96,12 @@ def overlap(start: int, end: int, spans: Sequence[Sequence[int]]) -> int:
 
 def is_relevant(start: int, end: int, spans: Sequence[Sequence[int]], span_frac: float = 0.5,
                 chunk_frac: float = 0.8) -> bool:
-    """The study's relevance rule for a chunk ``[start, end)`` against any one gold span (DESIGN.md, Metrics)."""
-    for s, e in spans:
-        s, e = int(s), int(e)
-        ov = max(0, min(end, e) - max(start, s))
-        if ov == 0:
-            continue
-        if ov >= span_frac * (e - s) or (end > start and ov >= chunk_frac * (end - start)):
-            return True
-    return False
+    """The study's relevance rule for a chunk ``[start, end)`` against any one gold span (DESIGN.md, Metrics):
+    :func:`chunkstudy.metrics.relevant`, so the diagnostic and the metrics agree at the thresholds."""
+    if not len(spans):
+        return False
+    starts, ends = zip(*((int(s), int(e)) for s, e in spans))
+    return bool(metrics.relevant(start, end, starts, ends, span_frac, chunk_frac).any())
 
 
 def gold_chunk(chunks: pd.DataFrame, spans: Sequence[Sequence[int]]) -> int:
