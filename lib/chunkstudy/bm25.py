@@ -232,14 +232,18 @@ def summarize(per_query: pd.DataFrame, condition: str = "", scope: str = "docume
     }
 
 
+GOLD_STRUCTURAL = ("G2", "G3", "G4")
+INDUCED_STRUCTURAL = ("A2", "A3-d1", "A3-d2", "A3", "P", "A4")
+
+
 def chunk_structure(condition: str) -> str:
     """The section table a structural BM25 condition is cut from: G* -> sections_gold, A2..A4/P -> induced."""
-    if condition in ("G2", "G3", "G4"):
+    if condition in GOLD_STRUCTURAL:
         return "sections_gold"
-    if condition in ("A2", "A3-d1", "A3-d2", "A3", "P", "A4"):
+    if condition in INDUCED_STRUCTURAL:
         return "sections_induced"
     raise ValueError(f"queries.bm25_condition {condition!r}: the diagnostic ranks structural chunks; use one of "
-                     "G2 (gold structure) or A2 (induced structure)")
+                     f"{list(GOLD_STRUCTURAL)} (gold structure) or {list(INDUCED_STRUCTURAL)} (induced structure)")
 
 
 def summary_table(summary: dict) -> pd.DataFrame:
