@@ -177,6 +177,7 @@ def _extractive(docs, windows: pd.DataFrame, p: Mapping, counter: Callable) -> l
         lead = lead_sentence(text)
         head = f"{title}. {lead}".strip() if lead else f"{title}."
         seen = set(re.findall(r"[a-z]+", head.lower()))
+        head_capped, cut = cap_tokens(head, hi_t, counter)  # one head per document
         order = g.sort_values("start").index.to_list()
         for pos, i in enumerate(order):
             terms: list[str] = []
@@ -186,7 +187,6 @@ def _extractive(docs, windows: pd.DataFrame, p: Mapping, counter: Callable) -> l
                 idx = np.flatnonzero(wts > 0)
                 top = idx[np.argsort(-wts[idx], kind="stable")][: 60 + len(seen)]
                 terms = [str(vocab[j]) for j in top if vocab[j] not in seen][:60]
-            head_capped, cut = cap_tokens(head, hi_t, counter)
             ctx = head_capped
             if not cut and terms:
                 ctx = _with_terms(head_capped, terms, (lo_t + hi_t) // 2, hi_t, counter)
