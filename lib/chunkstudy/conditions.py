@@ -28,10 +28,11 @@ import pandas as pd
 
 from . import chunking
 from .chunking import ChunkingError, TokenCounter
+from .config import SCHEMA
 from .corpus import model as docmodel
 
 PATH_SEP = " \u203a "  # " › "
-ALL_CONDITIONS = ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4")
+ALL_CONDITIONS: tuple[str, ...] = tuple(SCHEMA["chunking"]["conditions"].choices)  # the paper's order
 CHUNK_COLUMNS = ["condition", "doc_id", "chunk_id", "start", "end", "prefix", "n_content_tokens",
                  "n_prefix_tokens", "route_key", "section_id", "prefix_depth", "shares_vectors_with", "text_row"]
 INDUCED = {"A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4"}

@@ -33,7 +33,7 @@ import pandas as pd
 from .config import SCHEMA
 
 #: Display order of conditions (the paper's: A0 A1 A2 A3-d1 A3-d2 A3 P A4 G2 G3 G4); others follow alphabetically.
-CONDITION_ORDER: tuple[str, ...] = tuple(SCHEMA["chunking"]["conditions"].default)
+CONDITION_ORDER: tuple[str, ...] = tuple(SCHEMA["chunking"]["conditions"].choices)
 
 #: The breadcrumb-depth ladder of the dose-response analysis: (condition, injected heading-path depth).
 DEPTH_LADDER: tuple[tuple[str, int], ...] = (("A2", 0), ("A3-d1", 1), ("A3-d2", 2), ("A3", 3))

@@ -26,8 +26,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-#: Display order of conditions (the paper's).
-CONDITION_ORDER: tuple[str, ...] = ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4")
+from .config import SCHEMA
+
+#: Display order of conditions (the paper's), defined once in the parameter schema.
+CONDITION_ORDER: tuple[str, ...] = tuple(SCHEMA["chunking"]["conditions"].choices)
 #: Display order of metrics (primary first, then the secondary ladder).
 METRIC_ORDER: tuple[str, ...] = ("cov-nDCG@10", "recall@50", "MRR", "nDCG@10", "budget-cov@512",
                                  "budget-cov@1024", "budget-cov@2048")
