@@ -384,3 +384,9 @@ def test_llm_induction_with_a_real_small_model_never_crashes(six, tmp_path):
     secs2, _ = induce.induce_structure(docs, paras, PARAMS, client=again)
     assert again.stats["called"] == 0 and again.stats["cached"] >= 1
     pd.testing.assert_frame_equal(secs, secs2)
+
+
+def test_repair_levels_missing_repeats_previous_and_jumps_close_up():
+    items = [{"first_paragraph": 0, "level": 2}, {"first_paragraph": 1, "level": 3},
+             {"first_paragraph": 2}, {"first_paragraph": 3, "level": 9}, {"first_paragraph": 4, "level": "x"}]
+    assert [o.level for o in induce.repair(items, 5, 4)] == [1, 2, 2, 3, 3]

@@ -222,11 +222,9 @@ def repair(items: Sequence, n_paragraphs: int, max_level: int = docmodel.MAX_LEV
     starts = [k[0] for k in kept]
     starts[0] = 0
     ends = [s - 1 for s in starts[1:]] + [m - 1]
-    out, prev = [], 0
-    for i, ((_, _, level, title), s, e) in enumerate(zip(kept, starts, ends)):
-        lv = prev if level is None else level
-        lv = 1 if i == 0 else min(max(lv, 1), max_level, prev + 1)
-        prev = lv
+    levels = _legal_levels([k[2] for k in kept], max_level)
+    out = []
+    for i, ((_, _, _, title), s, e, lv) in enumerate(zip(kept, starts, ends, levels)):
         if title is None or isinstance(title, (dict, list)):
             title = title_fn(s, e) if title_fn else f"Section {i + 1}"
         elif not isinstance(title, str):
@@ -368,10 +366,12 @@ def texttiling_boundaries(vectors: np.ndarray, block: int, cutoff: float, levels
     return [(g + 1, band[g]) for g in sorted(chosen)]
 
 
-def _legal_levels(levels: list[int], max_level: int) -> list[int]:
+def _legal_levels(levels: list[int | None], max_level: int) -> list[int]:
+    """Levels made legal: the first is 1, each lies in ``1..max_level`` and is at most one deeper than the
+    previous; a missing level (``None``) repeats the previous one."""
     out, prev = [], 0
     for i, lv in enumerate(levels):
-        lv = 1 if i == 0 else min(max(lv, 1), prev + 1, max_level)
+        lv = 1 if i == 0 else min(max(prev if lv is None else lv, 1), prev + 1, max_level)
         out.append(lv)
         prev = lv
     return out
