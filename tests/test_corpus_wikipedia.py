@@ -70,8 +70,11 @@ def test_filters_count_each_and_cumulatively():
                             [])
     assert out["stats"]["pass_each"]["min_heading_depth"] == 1
     assert out["documents"]["title"].tolist() == ["Alpha Fort"]
+    pages = W.iter_export(FIX / "tiny_export.xml")
     with pytest.raises(ValueError, match="featured"):
-        W.build_wikipedia(W.iter_export(FIX / "tiny_export.xml"), params(require_featured=True), None, [])
+        W.build_wikipedia(pages, params(require_featured=True), None, [])
+    # the configuration error comes before any page is read and normalised
+    assert len(list(pages)) == len(list(W.iter_export(FIX / "tiny_export.xml")))
     out = W.build_wikipedia(W.iter_export(FIX / "tiny_export.xml"), params(require_featured=True), {"Beta Battle"},
                             [])
     assert out["documents"]["title"].tolist() == ["Beta Battle"]

@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator
 
 import pandas as pd
 
-from .model import DocumentBuilder, depth
+from .model import SECTION_COLUMNS, DocumentBuilder, depth
 from .wikitext import categories as page_categories
 from .wikitext import is_maintenance_category, is_redirect, normalise
 
@@ -321,7 +321,7 @@ def seeded_walk(candidates: pd.DataFrame, seed: int, max_per_bucket: int, target
             continue
         counts[b] += 1
         keep.append(doc_id)
-    out = candidates.set_index("doc_id").loc[keep].reset_index()
+    out = by_id.loc[keep].reset_index()
     out["walk_rank"] = range(len(out))
     return out
 
@@ -337,6 +337,9 @@ def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | No
     filter's count on its own.
     """
     warnings = [] if warnings is None else warnings
+    if params["require_featured"] and featured is None:
+        raise ValueError("corpus.require_featured is true but no Featured Article list was given "
+                         "(corpus.featured_list: a TSV in the mirror, or 'api')")
     drop = params["drop_sections"]
     rows, built = [], {}
     n_read = n_redirect = n_empty = 0
@@ -367,9 +370,6 @@ def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | No
     cand = pd.DataFrame(rows, columns=["doc_id", "title", "source", "topic_bucket", "featured", "n_words",
                                        "n_sections", "depth", "n_paragraphs", "residual_repairs",
                                        "dropped_sections"])
-    if params["require_featured"] and featured is None:
-        raise ValueError("corpus.require_featured is true but no Featured Article list was given "
-                         "(corpus.featured_list: a TSV in the mirror, or 'api')")
     tests = {
         "featured": cand["featured"] if params["require_featured"] else pd.Series(True, index=cand.index),
         "min_words": cand["n_words"] >= params["min_words"],
@@ -399,8 +399,7 @@ def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | No
     paras = (pd.concat([built[d][1] for d in accepted["doc_id"]], ignore_index=True) if len(accepted)
              else pd.DataFrame(columns=["doc_id", "para_idx", "start", "end"]))
     secs = (pd.concat([built[d][2] for d in accepted["doc_id"]], ignore_index=True) if len(accepted)
-            else pd.DataFrame(columns=["doc_id", "section_id", "parent_id", "level", "title", "first_para",
-                                       "last_para", "start", "end"]))
+            else pd.DataFrame(columns=SECTION_COLUMNS))
     depth_dist = Counter(int(x) for x in accepted["depth"]) if len(accepted) else Counter()
     stats = {
         "pages_read": n_read, "redirects": n_redirect, "empty_pages": n_empty, "candidates": len(cand),
