@@ -41,7 +41,7 @@ from typing import Iterable
 import pandas as pd
 from rapidfuzz import fuzz, process
 
-from .model import DocumentBuilder
+from .model import SECTION_COLUMNS, DocumentBuilder
 
 _SPLIT = re.compile(r"qasper-(train|dev|test)-v[\d.]+\.json$")
 FLOAT_PREFIX = "FLOAT SELECTED"
@@ -365,7 +365,7 @@ def build_qasper(papers: dict[str, tuple[str, dict]], params: dict, warnings: li
     harvested = pd.DataFrame(rows, columns=HARVESTED_COLUMNS)
     paragraphs = pd.concat(paras_l, ignore_index=True) if paras_l else pd.DataFrame(
         columns=["doc_id", "para_idx", "start", "end"])
-    sections = pd.concat(secs_l, ignore_index=True) if secs_l else pd.DataFrame()
+    sections = pd.concat(secs_l, ignore_index=True) if secs_l else pd.DataFrame(columns=SECTION_COLUMNS)
     stats = harvest_stats(harvested, sections, counts)
     stats["papers_read"] = len(ids)
     stats["papers_built"] = len(documents)
