@@ -38,7 +38,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -254,7 +254,7 @@ class VLLMBackend(Backend):
 
     name = "vllm"
 
-    def __init__(self, model: str, seed: int, context_tokens: int, device: str = "cuda", batch: int = 256):
+    def __init__(self, model: str, seed: int, context_tokens: int, batch: int = 256):
         try:
             import vllm  # noqa: F401  (a separate GPU environment)
         except ImportError as e:
@@ -355,8 +355,7 @@ def make_backend(llm_params: dict) -> Backend:
                              float(p.get("timeout_s", 300.0)), int(p.get("concurrency", 8)),
                              p.get("structured_output", "json_schema"))
     if kind == "vllm":
-        return VLLMBackend(p["model"], int(p.get("seed", 0)), int(p.get("context_tokens", 32768)),
-                           p.get("device", "cuda"))
+        return VLLMBackend(p["model"], int(p.get("seed", 0)), int(p.get("context_tokens", 32768)))
     if kind == "transformers":
         return TransformersBackend(p["model"], p.get("gguf_file"), p.get("device", "cpu"), int(p.get("cpu_threads", 0)))
     if kind == "scripted":
@@ -575,7 +574,3 @@ def make_client(llm_params: dict, cache_dir: Path | None, backend: Backend | Non
 def describe(client: Client) -> dict:
     """What a report says about the model: backend, model name, call statistics."""
     return {"backend": client.backend.name, "model": client.backend.model, **client.stats}
-
-
-def response_dict(r: Response) -> dict:
-    return asdict(r)
