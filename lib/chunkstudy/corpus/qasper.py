@@ -9,8 +9,10 @@ section; issue 3).
   section whose ancestors were not written as sections of their own gets empty ancestor headings, so the tree is
   the path QASPER records. Each paragraph string is one paragraph.
 * **Evidence matching** (:func:`match_evidence`): ``exact`` (whitespace-normalised equality with a paragraph), then
-  ``fuzzy`` (best ``rapidfuzz.fuzz.ratio`` >= ``fuzzy_threshold``), then ``section`` (the evidence is contained,
-  by ``rapidfuzz.fuzz.partial_ratio`` >= threshold, in one section's own text: the span is that whole section).
+  ``fuzzy`` (best ``rapidfuzz.fuzz.ratio`` >= ``fuzzy_threshold``), then ``section`` (the evidence names a section
+  title, equal after case folding or by ``fuzz.ratio`` >= threshold, or else is contained, by
+  ``rapidfuzz.fuzz.partial_ratio`` >= threshold, in one section's own text: the span is that section with its
+  sub-sections; :class:`EvidenceMatcher`).
   Evidence that matches nothing is reported (document and question named) and left out.
 * **Figures and tables.** Evidence strings starting with ``FLOAT SELECTED:`` quote a figure/table caption, which
   is not part of the flat text; they are not matched and are counted apart (the same choice as the official
