@@ -116,6 +116,27 @@ def test_fetch_downloads_once_with_a_fake_session(tmp_path):
     assert Session.n == 1
 
 
+def test_source_paths_names_a_source_the_downloads_lack(tmp_path):
+    class Resp:
+        def raise_for_status(self):
+            pass
+
+        def iter_content(self, n):
+            yield b"x"
+
+    class Session:
+        def get(self, url, stream=True, timeout=None):
+            return Resp()
+
+    cfg = _params(tmp_path, "corpus:\n  kind: qasper\n  mirror: null\n  sources: [a.tgz, b.tgz]\n"
+                            "  fetch_urls: [https://example.org/a.tgz, https://example.org/c.tgz]\n")
+    with pytest.raises(FileNotFoundError, match=r"\['b.tgz'\]"):
+        build.source_paths(cfg, Session())
+    cfg = _params(tmp_path, "corpus:\n  kind: qasper\n  mirror: null\n  sources: [c.tgz]\n"
+                            "  fetch_urls: [https://example.org/a.tgz, https://example.org/c.tgz]\n")
+    assert [p.name for p in build.source_paths(cfg, Session())] == ["c.tgz"]
+
+
 
 
 @pytest.mark.slow

@@ -20,7 +20,8 @@ HARVESTED_EMPTY = pd.DataFrame({c: pd.Series(dtype="object") for c in qasper.HAR
 
 
 def source_paths(cfg: Config, session=None) -> list[Path]:
-    """Local paths of ``corpus.sources`` (from the mirror, or downloaded when no mirror is set)."""
+    """Local paths of ``corpus.sources`` (from the mirror, or downloaded when no mirror is set; with no sources
+    named, every downloaded file). A named source that is not there raises, naming it."""
     c = cfg["corpus"]
     if c["mirror"] is not None:
         root = cfg.resolve(c["mirror"])
@@ -32,8 +33,14 @@ def source_paths(cfg: Config, session=None) -> list[Path]:
     if not c["fetch_urls"]:
         return []
     got = fetch.download(c["fetch_urls"], artifacts.cache_dir(cfg, "downloads"), session=session)
+    if not c["sources"]:
+        return got
     by_name = {p.name: p for p in got}
-    return [by_name[s] for s in c["sources"] if s in by_name] or got
+    missing = [s for s in c["sources"] if s not in by_name]
+    if missing:
+        raise FileNotFoundError(f"{cfg.path.name}: corpus.sources {missing} are not among the files of "
+                                f"corpus.fetch_urls {sorted(by_name)}")
+    return [by_name[s] for s in c["sources"]]
 
 
 def _resolve_in_mirror(cfg: Config, name: str) -> Path:
