@@ -400,7 +400,8 @@ def balance(kept: pd.DataFrame, targets: Mapping[str, int], seed: int) -> pd.Dat
         rng = np.random.default_rng([int(seed), 7919, t_i, *map(ord, qtype)])
         sub = kept[kept["qtype"] == qtype].sort_values("query_id")
         by_doc = {d: list(g["query_id"]) for d, g in sub.groupby("doc_id", sort=True)}
-        order = [list(by_doc)[i] for i in rng.permutation(len(by_doc))]
+        docs = list(by_doc)
+        order = [docs[i] for i in rng.permutation(len(docs))]
         queues = {d: [by_doc[d][i] for i in rng.permutation(len(by_doc[d]))] for d in order}
         chosen: list[str] = []
         while len(chosen) < target and any(queues.values()):
