@@ -147,3 +147,13 @@ def test_bad_windows_are_named(doc):
         contexts.a1_contexts(docs, windows, {"method": "llm"})
     with pytest.raises(contexts.ContextsError, match="duplicate"):
         contexts.a1_contexts(docs, pd.concat([windows, windows.iloc[:1]]), {"method": "extractive"})
+
+
+def test_summary_counts_an_excerpt_that_starts_at_the_document_start():
+    """A long document whose first window's excerpt is [0, 60) of 100 characters was excerpted too."""
+    rows = pd.DataFrame({"doc_id": ["long", "long", "short"], "start": [0, 50, 0], "end": [50, 100, 40],
+                         "context": ["a", "b", "c"], "method": "llm", "n_tokens": [60, 70, 80],
+                         "truncated": False, "error": "", "doc_start": [0, 40, 0], "doc_end": [60, 100, 40]})
+    out = contexts.summary(rows)
+    assert out["excerpted_docs"] == 1 and out["n_windows"] == 3 and out["failed"] == 0
+    assert contexts.summary(rows.assign(doc_start=0, doc_end=[100, 100, 40]))["excerpted_docs"] == 0

@@ -258,8 +258,11 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
 def summary(contexts: pd.DataFrame) -> dict:
     """Counts for the stage report: windows, method, token statistics, cut and failed contexts (no rounding)."""
     n = contexts["n_tokens"]
+    # the windows tile each document, so the largest window end is the document's length
+    doc_len = contexts.groupby("doc_id")["end"].transform("max")
+    excerpted = (contexts["doc_start"] > 0) | (contexts["doc_end"] < doc_len)
     return {"n_windows": int(len(contexts)), "method": ",".join(sorted(set(contexts["method"]))),
             "tokens_mean": float(n.mean()) if len(n) else float("nan"),
             "tokens_min": int(n.min()) if len(n) else 0, "tokens_max": int(n.max()) if len(n) else 0,
             "truncated": int(contexts["truncated"].sum()), "failed": int((contexts["error"] != "").sum()),
-            "excerpted_docs": int(contexts.loc[contexts["doc_start"] > 0, "doc_id"].nunique())}
+            "excerpted_docs": int(contexts.loc[excerpted, "doc_id"].nunique())}
