@@ -419,13 +419,19 @@ def embed_queries(queries: pd.DataFrame, embedders: Mapping[str, Any], store: An
 
 
 def section_recall_summary(section_recall_df: pd.DataFrame) -> pd.DataFrame:
-    """Mean section recall per (embedder, condition) over queries where it is defined, with counts."""
+    """Per (embedder, reranker, condition): mean section recall over the queries where it is defined (not NA),
+    ``n_queries``, ``n_defined``, the binomial standard error ``se = sqrt(r(1−r)/n_defined)`` and, when the
+    table has it, the mean number of gold sections per query. The one summary 05 displays and 08 reports."""
     df = section_recall_df.assign(defined=section_recall_df["section_recall"].notna(),
                                   hit=section_recall_df["section_recall"].astype("float64"))
-    return (df.groupby(["embedder", "reranker", "condition"])
-              .agg(section_recall=("hit", "mean"), n_queries=("query_id", "size"), n_defined=("defined", "sum"),
-                   mean_gold_sections=("n_gold_sections", "mean"))
-              .reset_index())
+    extra = {"mean_gold_sections": ("n_gold_sections", "mean")} if "n_gold_sections" in df.columns else {}
+    out = (df.groupby(["embedder", "reranker", "condition"])
+             .agg(section_recall=("hit", "mean"), n_queries=("query_id", "size"), n_defined=("defined", "sum"),
+                  **extra)
+             .reset_index())
+    r = out["section_recall"]
+    out["se"] = np.sqrt(r * (1 - r) / out["n_defined"].where(out["n_defined"] > 0))
+    return out
 
 
 def query_view(runs: pd.DataFrame, section_recall_df: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from . import retrieve
 from .config import SCHEMA
 
 #: Display order of conditions (the paper's), defined once in the parameter schema.
@@ -545,12 +546,7 @@ def section_recall_summary(section_recall: pd.DataFrame) -> pd.DataFrame:
     (not NA), with ``n_defined``, ``n_queries`` and the binomial standard error ``sqrt(r(1−r)/n)``."""
     _require(section_recall, ["embedder", "reranker", "condition", "query_id", "section_recall"], "section_recall",
              "05_retrieve")
-    s = section_recall.assign(hit=section_recall["section_recall"].astype("Float64"))
-    g = s.groupby(["embedder", "reranker", "condition"], sort=True)
-    out = g.agg(n_queries=("query_id", "size"), n_defined=("hit", "count"), recall=("hit", "mean")).reset_index()
-    out["recall"] = out["recall"].astype(float)
-    out["se"] = np.sqrt(out["recall"] * (1 - out["recall"]) / out["n_defined"].where(out["n_defined"] > 0))
-    return out
+    return retrieve.section_recall_summary(section_recall).rename(columns={"section_recall": "recall"})
 
 
 def section_recall(section_recall_df: pd.DataFrame) -> Table:
