@@ -86,3 +86,17 @@ def test_empty_mapping_in_a_local_file_clears_the_base_entries():
     assert config.load(ROOT / "params" / "qasper.yaml")["retrieve"]["rerankers"]
     for name in ("qasper_local", "wikipedia_local", "qasper_smoke"):
         assert config.load(ROOT / "params" / f"{name}.yaml")["retrieve"]["rerankers"] == {}
+
+
+def test_paths_a_base_file_states_stay_anchored_to_it(tmp_path):
+    """A child in another folder inherits the demo's mirror as the demo meant it (../data/demo_raw from params/);
+    its own relative paths stay relative to itself."""
+    child = tmp_path / "mine.yaml"
+    child.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus: {{name: mine}}\n")
+    cfg = config.load(child, root=tmp_path)
+    assert cfg.resolve(cfg["corpus"]["mirror"]) == (ROOT / "data" / "demo_raw").resolve()
+    child.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus: {{name: mine, mirror: raw}}\n")
+    assert config.load(child, root=tmp_path).resolve("raw") == tmp_path / "raw"
+    # 'api' names no file and is inherited as written
+    child.write_text(f"base: {ROOT / 'params' / 'wikipedia_fa.yaml'}\n")
+    assert config.load(child, root=tmp_path)["corpus"]["featured_list"] == "api"

@@ -38,6 +38,7 @@ class P:
     choices: tuple | None = None
     nullable: bool = False
     doc: str = ""
+    path: bool = False  # a file or folder, relative to the params file that states it
 
     def check(self, value: Any, where: str) -> Any:
         if value is None:
@@ -79,15 +80,15 @@ SCHEMA: dict[str, Any] = {
     "corpus": {
         "name": P("demo", (str,)),
         "kind": P("demo", (str,), ("demo", "wikipedia", "qasper")),
-        "mirror": P(None, (str,), nullable=True, doc="folder holding upstream files; relative to the params file"),
+        "mirror": P(None, (str,), nullable=True, path=True, doc="folder holding upstream files; relative to the params file"),
         "sources": P([], (list,), doc="files to read, relative to mirror (wiki XML exports, QASPER archives)"),
         "fetch_urls": P([], (list,), doc="upstream URLs the fetch step downloads when no mirror is set"),
-        "featured_list": P(None, (str,), nullable=True, doc="TSV of page_id<TAB>title, or 'api'"),
+        "featured_list": P(None, (str,), nullable=True, path=True, doc="TSV of page_id<TAB>title, or 'api'"),
         "require_featured": P(True, (bool,)),
         "api_titles": P([], (list,), doc="titles to fetch from the MediaWiki API (online users)"),
         "api_endpoint": P("https://en.wikipedia.org/w/api.php", (str,)),
         "api_rate_limit_s": P(1.0, (float,)),
-        "api_revisions": P(None, (str,), nullable=True, doc="TSV title<TAB>revid pinning API fetches"),
+        "api_revisions": P(None, (str,), nullable=True, path=True, doc="TSV title<TAB>revid pinning API fetches"),
         "min_words": P(3000, (int,)),
         "min_heading_depth": P(3, (int,)),
         "min_sections": P(12, (int,)),
@@ -225,7 +226,7 @@ SCHEMA: dict[str, Any] = {
         "formats": P(["png", "pdf"], (list,), ("png", "pdf", "svg")),
         "dpi": P(150, (int,)),
         "example_doc": P(None, (str,), nullable=True, doc="doc_id drawn in Figure 1; null = first document"),
-        "replicate_with": P(None, (str,), nullable=True,
+        "replicate_with": P(None, (str,), nullable=True, path=True,
                             doc="params file of the other corpus (relative to this file) whose 07_stats contrasts "
                                 "the replication table sets beside this corpus's; null = none"),
     },
@@ -298,7 +299,28 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     base = raw.pop("base", None)
     if base is None:
         return raw
-    return _merge(_read_yaml((path.parent / base).resolve(), seen + (path,)), raw)
+    base_path = (path.parent / base).resolve()
+    inherited = _anchor_paths(_read_yaml(base_path, seen + (path,)), base_path.parent)
+    return _merge(inherited, raw)
+
+
+#: literal values of path parameters that name no file (``featured_list: api`` fetches the list online)
+_NOT_PATHS = {"api"}
+
+
+def _anchor_paths(raw: dict, folder: Path) -> dict:
+    """Make the relative path values a base file states absolute, so they keep pointing where that file meant
+    even when a child file in another folder inherits them (the child's own values stay relative to it)."""
+    out = copy.deepcopy(raw)
+    for section, spec in SCHEMA.items():
+        values = out.get(section)
+        if not isinstance(values, dict) or "*" in spec:
+            continue
+        for key, p in spec.items():
+            v = values.get(key)
+            if isinstance(p, P) and p.path and isinstance(v, str) and v not in _NOT_PATHS:
+                values[key] = str((folder / v).expanduser().resolve())
+    return out
 
 
 def _validate(spec: Any, value: Any, where: str, file: Path) -> Any:
