@@ -42,3 +42,32 @@ def run_notebook(tmp_path):
         runner.execute(cfg, runner.Stage(stem, ROOT / "notebooks" / f"{stem}.py"), tmp_path / "executed")
 
     return run
+
+
+@pytest.fixture
+def params_file(tmp_path):
+    """Write ``<tmp>/params/<name>.yaml`` = ``base: params/<base>.yaml`` plus section overrides; return its path.
+    Notebook tests need a file (the runner hands the notebook a path); plain tests use ``config.load(...,
+    overrides=...)``."""
+    import yaml
+
+    def write(base: str = "demo", name: str | None = None, **sections) -> Path:
+        path = tmp_path / "params" / f"{name or base}.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(yaml.safe_dump({"base": str(ROOT / "params" / f"{base}.yaml"), **sections}))
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def local_cfg(shared_data):
+    """The ``*_local`` parameters reading the real mirror, rooted in a given folder, with corpus overrides."""
+    from chunkstudy import config
+
+    def load(name: str, root: Path, **corpus):
+        mirror = shared_data / name.split("_")[0]
+        return config.load(ROOT / "params" / f"{name}.yaml", root=root,
+                           overrides={"corpus": {"mirror": str(mirror), **corpus}})
+
+    return load

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import chunking, conditions, config
+from chunkstudy import chunking, conditions
 from chunkstudy.corpus.model import sections_from_outline, verify_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.realdata]
@@ -30,9 +30,9 @@ def stand_in_induced(documents, paragraphs):
 
 
 @pytest.fixture(scope="module", params=["qasper_local", "wikipedia_local"])
-def real(request, shared_data, root):
+def real(request, local_cfg, tmp_path_factory):
     build = pytest.importorskip("chunkstudy.corpus.build")
-    cfg = config.load(root / "params" / f"{request.param}.yaml")
+    cfg = local_cfg(request.param, tmp_path_factory.mktemp(request.param))
     corpus = build.build_corpus(cfg)
     docs, paras, gold = corpus["documents"], corpus["paragraphs"], corpus["sections_gold"]
     induced = stand_in_induced(docs, paras)

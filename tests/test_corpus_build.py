@@ -140,24 +140,14 @@ def test_source_paths_names_a_source_the_downloads_lack(tmp_path):
 
 
 @pytest.mark.slow
-def test_notebook_runs_on_the_demo_corpus(tmp_path, run_notebook):
-    params = tmp_path / "params" / "demo.yaml"
-    params.parent.mkdir()
-    params.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus:\n  mirror: {ROOT / 'data' / 'demo_raw'}\n")
-    cfg = config.load(params, root=tmp_path)
+def test_notebook_runs_on_the_demo_corpus(tmp_path, run_notebook, params_file):
+    cfg = config.load(params_file("demo"), root=tmp_path)
     run_notebook(cfg, "01_corpus")
     assert len(artifacts.read(cfg, "documents")) == 10 and len(artifacts.read(cfg, "harvested")) == 61
     assert artifacts.read_json(cfg, "01_corpus", "stats")["verification_failures"] == {}
 
 
 # ------------------------------------------------------------------------------------- real data
-
-def _local_cfg(shared_data, tmp_path, name):
-    p = tmp_path / "params" / f"{name}.yaml"
-    p.parent.mkdir(exist_ok=True)
-    p.write_text(f"base: {ROOT / 'params' / (name + '.yaml')}\ncorpus:\n  mirror: {shared_data / name.split('_')[0]}\n")
-    return config.load(p, root=tmp_path)
-
 
 def _corruption_caught(out, seed=0, n=200):
     rng = random.Random(seed)
@@ -176,13 +166,13 @@ def _corruption_caught(out, seed=0, n=200):
 
 
 @pytest.fixture(scope="module")
-def qasper_local(shared_data, tmp_path_factory):
-    return build.build_corpus(_local_cfg(shared_data, tmp_path_factory.mktemp("q"), "qasper_local"))
+def qasper_local(local_cfg, tmp_path_factory):
+    return build.build_corpus(local_cfg("qasper_local", tmp_path_factory.mktemp("q")))
 
 
 @pytest.fixture(scope="module")
-def wikipedia_local(shared_data, tmp_path_factory):
-    return build.build_corpus(_local_cfg(shared_data, tmp_path_factory.mktemp("w"), "wikipedia_local"))
+def wikipedia_local(local_cfg, tmp_path_factory):
+    return build.build_corpus(local_cfg("wikipedia_local", tmp_path_factory.mktemp("w")))
 
 
 @pytest.mark.slow

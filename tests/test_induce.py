@@ -341,11 +341,10 @@ def test_texttiling_on_the_demo_corpus(demo_cfg):
 
 
 @pytest.mark.slow
-def test_texttiling_on_real_qasper_test_split(shared_data, root, tmp_path):
-    from chunkstudy import config
+def test_texttiling_on_real_qasper_test_split(local_cfg, tmp_path):
     from chunkstudy.corpus import build
 
-    cfg = config.load(root / "params" / "qasper_local.yaml", root=tmp_path)
+    cfg = local_cfg("qasper_local", tmp_path)
     out = build.build_corpus(cfg)
     secs, log = induce.induce_structure(out["documents"], out["paragraphs"], cfg["induce"])
     assert docmodel.verify_corpus(out["documents"], out["paragraphs"], secs) == {}

@@ -62,11 +62,8 @@ def test_walk_example_prefers_a_multispan_query_between_0_and_1(demo_cfg):
 
 
 @pytest.mark.slow
-def test_notebook_runs_on_a_synthetic_store(tmp_path, run_notebook):
-    params = tmp_path / "params" / "demo.yaml"
-    params.parent.mkdir()
-    params.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\n")
-    cfg = config.load(params, root=tmp_path)
+def test_notebook_runs_on_a_synthetic_store(tmp_path, run_notebook, params_file):
+    cfg = config.load(params_file("demo"), root=tmp_path)
     synthetic_store(cfg)
     run_notebook(cfg, "06_metrics")
     scores = artifacts.read(cfg, "scores")

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chunkstudy import bm25, chunking, config, queries
+from chunkstudy import bm25, chunking, queries
 from chunkstudy.corpus import build
 
 from test_bm25 import brute_bm25
@@ -16,17 +16,10 @@ from test_queries import _params, check_invariants
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _local_cfg(shared_data, tmp_path, name, max_docs):
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(f"base: {ROOT / 'params' / (name + '.yaml')}\n"
-                 f"corpus:\n  mirror: {shared_data / name.split('_')[0]}\n  max_docs: {max_docs}\n")
-    return config.load(p, root=tmp_path)
-
-
 @pytest.mark.slow
 @pytest.mark.realdata
-def test_span_sampling_invariants_on_real_wikipedia_articles(shared_data, tmp_path):
-    cfg = _local_cfg(shared_data, tmp_path, "wikipedia_local", 12)
+def test_span_sampling_invariants_on_real_wikipedia_articles(local_cfg, tmp_path):
+    cfg = local_cfg("wikipedia_local", tmp_path, max_docs=12)
     out = build.build_corpus(cfg)
     docs, paras, secs = out["documents"], out["paragraphs"], out["sections_gold"]
     assert len(docs) >= 5
@@ -42,8 +35,8 @@ def test_span_sampling_invariants_on_real_wikipedia_articles(shared_data, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.realdata
-def test_qasper_harvested_queries_and_bm25_against_brute_force(shared_data, tmp_path):
-    cfg = _local_cfg(shared_data, tmp_path, "qasper_local", 40)
+def test_qasper_harvested_queries_and_bm25_against_brute_force(local_cfg, tmp_path):
+    cfg = local_cfg("qasper_local", tmp_path, max_docs=40)
     out = build.build_corpus(cfg)
     docs, paras, secs = out["documents"], out["paragraphs"], out["sections_gold"]
     res = queries.build_queries(docs, paras, secs, out["harvested"], cfg["queries"])

@@ -33,14 +33,11 @@ def test_clustered_ci_covers_the_truth_about_95_percent():
 
 
 @pytest.mark.slow
-def test_notebook_runs_on_simulated_scores(tmp_path, root, run_notebook):
+def test_notebook_runs_on_simulated_scores(tmp_path, root, run_notebook, params_file):
     """Execute 07_stats with papermill on a simulated store (tmp root) and check what it writes."""
     effects = {"A0": 0.0, "A1": 0.01, "A2": 0.02, "A3-d1": 0.03, "A3-d2": 0.035, "A3": 0.04, "P": 0.02, "A4": 0.02,
                "G2": 0.02, "G3": 0.05, "G4": 0.03}
-    params = tmp_path / "params" / "sim.yaml"
-    params.parent.mkdir()
-    params.write_text(f"base: {root / 'params' / 'demo.yaml'}\ncorpus:\n  name: demo\nstats:\n  n_boot: 500\n")
-    cfg = config.load(params, root=tmp_path)
+    cfg = config.load(params_file("demo", name="sim", stats={"n_boot": 500}), root=tmp_path)
     scores, queries = stats.simulate_scores(30, 90, effects, seed=1, corpus="demo", embedders=("strong", "weak"),
                                             metrics=("cov-nDCG@10", "recall@50"))
     artifacts.write(cfg, "scores", scores)
