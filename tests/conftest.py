@@ -4,6 +4,14 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests are derandomized by default: a run of ./run_tests.sh depends on no random seed and on no leftover
+# .hypothesis/ example database. HYPOTHESIS_PROFILE=explore opts into random exploration (more examples, a seed
+# per run, failures shrunk and reported as usual).
+settings.register_profile("default", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", derandomize=False, database=None, deadline=None, max_examples=500)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

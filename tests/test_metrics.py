@@ -398,8 +398,34 @@ def test_prefix_changes_no_relevance(case, extra_prefix_tokens):
                                   query_table(queries), params, "t")
     relevance = ~base.metric.str.startswith("budget")
     np.testing.assert_array_equal(prefixed[relevance].value.to_numpy(), base[relevance].value.to_numpy())
-    # the budget metric is the only one prefixes touch, and only downwards
-    assert (prefixed[~relevance].value.to_numpy() <= base[~relevance].value.to_numpy() + 1e-12).all()
+    # the budget metric is the only one prefixes touch; under `truncate` and `stop` only downwards. `skip` is not
+    # monotone in prefix cost (test_skip_budget_is_not_monotone_in_prefix_cost), so no direction is asserted there
+    if params["budget_partial"] in ("truncate", "stop"):
+        assert (prefixed[~relevance].value.to_numpy() <= base[~relevance].value.to_numpy() + 1e-12).all()
+
+
+def test_skip_budget_is_not_monotone_in_prefix_cost():
+    """The counterexample that broke the old property: budget 10, gold [0, 10), ranking a = [0, 1) at 6 tokens then
+    b = [1, 10) at 5 tokens. Without prefixes `skip` takes a (6), cannot fit b (11 > 10): coverage 0.1. With 5 prefix
+    tokens on every chunk a costs 11 and is skipped, b costs 10 and fits: coverage 0.9. `truncate` and `stop` only
+    fall."""
+    spans = [(0, 10)]
+    bare = [Chunk("a", "d", 0, 1, 6, 0), Chunk("b", "d", 1, 10, 5, 0)]
+    prefixed = [Chunk("a", "d", 0, 1, 6, 5), Chunk("b", "d", 1, 10, 5, 5)]
+    got = {}
+    for policy in ("skip", "truncate", "stop"):
+        params = {"budgets": [10], "budget_partial": policy}
+        for name, chunks in (("bare", bare), ("prefixed", prefixed)):
+            scores, _ = one_list(chunks, ["a", "b"], spans, params)
+            got[(policy, name)] = value(scores, "budget-cov@10")
+    assert got[("skip", "bare")] == pytest.approx(0.1)
+    assert got[("skip", "prefixed")] == pytest.approx(0.9)
+    # truncate: bare a (6) then 4 of b's 5 content tokens -> 1 + floor(9 * 4 / 5) = 8 characters; prefixed: a is
+    # charged 5 + 5 of its 6 content tokens -> floor(1 * 5 / 6) = 0 characters, and the budget is full
+    assert got[("truncate", "bare")] == pytest.approx(0.8)
+    assert got[("truncate", "prefixed")] == pytest.approx(0.0)
+    assert got[("stop", "bare")] == pytest.approx(0.1)
+    assert got[("stop", "prefixed")] == pytest.approx(0.0)
 
 
 def test_cell_means_is_wide_by_metric():

@@ -54,6 +54,11 @@ Let the query's gold spans be ``G = {g_1..g_S}`` and the ranked chunks ``c_1, c_
     * ``skip``: a chunk that does not fit is left out and the walk continues with the next, smaller ones may
       still fit.
 
+    Under ``truncate`` and ``stop`` a longer prefix can only lower budget coverage. ``skip`` is **not monotone in
+    prefix cost**: a prefix can push an early chunk out of the budget and let a later, more useful one in (budget
+    10, gold ``[0, 10)``, ranking ``a = [0, 1)`` at 6 tokens then ``b = [1, 10)`` at 5: coverage 0.1 without
+    prefixes, 0.9 with 5 prefix tokens on each chunk).
+
 All functions are pure: they never mutate their inputs and never round.
 """
 
