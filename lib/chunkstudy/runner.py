@@ -41,7 +41,7 @@ STAGE_DEPS: dict[str, tuple[str, ...]] = {
     "03_queries": ("01_corpus",),
     "04_chunk_embed": ("01_corpus", "02_induce"),
     "05_retrieve": ("01_corpus", "03_queries", "04_chunk_embed"),
-    "06_metrics": ("03_queries", "04_chunk_embed", "05_retrieve"),
+    "06_metrics": ("01_corpus", "03_queries", "04_chunk_embed", "05_retrieve"),  # 01: the drill-down's texts
     "07_stats": ("03_queries", "06_metrics"),
     "08_figures": ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve", "06_metrics",
                    "07_stats"),
