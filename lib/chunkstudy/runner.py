@@ -74,7 +74,7 @@ def library_hash() -> str:
     h = hashlib.sha256()
     pkg = Path(__file__).resolve().parent
     for p in sorted(pkg.rglob("*")):
-        if p.suffix in {".py", ".yaml", ".json", ".txt"} and "__pycache__" not in p.parts:
+        if p.suffix in {".py", ".yaml", ".json", ".txt", ".j2"} and "__pycache__" not in p.parts:
             h.update(str(p.relative_to(pkg)).encode())
             h.update(p.read_bytes())
     return h.hexdigest()[:16]
