@@ -121,4 +121,6 @@ def test_notebook_runs_on_a_synthetic_store(tmp_path, root, synthetic, run_noteb
     _store(cfg, synthetic)
     run_notebook(cfg, "08_figures")
     assert (tmp_path / "figures" / "demo" / "report.md").is_file()
+    assert (tmp_path / "figures" / "demo" / "report.html").stat().st_size > 10000
+    assert "Figures, tables and report" in (tmp_path / "executed" / "08_figures.html").read_text()  # nbconvert
     assert (tmp_path / "figures" / "demo" / "tables" / f"{tables.table1(synthetic['contrasts']).name}.tex").is_file()
