@@ -271,8 +271,9 @@ def _list_note(rows: pd.DataFrame, side: str, cond: str, metric: str, value: flo
     if s.empty:
         return f"{cond}: no retrieved chunks in the top {cutoff}; {metric} = {tables.fmt_num(value)}."
     dcg, idcg, ndcg = float(s["discounted_gain"].sum()), float(s["idcg"].iloc[0]), float(s["ndcg"].iloc[0])
+    primary = "" if metric == f"cov-nDCG@{cutoff}" else f"; {metric} (the contrast's metric) = {tables.fmt_num(value)}"
     return (f"{cond}: DCG@{cutoff} = \u03a3 gain/log\u2082(rank+1) = {tables.fmt_num(dcg)}; IDCG = "
-            f"{tables.fmt_num(idcg)}; cov-nDCG@{cutoff} = {tables.fmt_num(ndcg)}; {metric} = {tables.fmt_num(value)}.")
+            f"{tables.fmt_num(idcg)}; cov-nDCG@{cutoff} = DCG/IDCG = {tables.fmt_num(ndcg)}{primary}.")
 
 
 def report_parts(drill: pd.DataFrame, params: Mapping[str, Any]) -> tuple[tables.Table, list[ContrastDrill]]:
