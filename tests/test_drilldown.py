@@ -175,6 +175,10 @@ def test_report_parts_round_only_for_display(drill):
     rows = q.table.data
     a1 = rows[rows["side"] == "A"].iloc[0]
     assert q.table.display["A3: gain"].iat[0] == f"{a1['gain']:.3f}"
+    assert q.table.display["A3: chunk"].iat[0].split(" ")[0] == a1["chunk_id"].split("|")[-1]
+    assert ("(other doc: " in q.table.display["A3: chunk"].iat[0]) == (a1["chunk_doc_id"] != a1["doc_id"])
+    assert drilldown.short_chunk_id("A3|doc|0002", "A3", "doc") == "0002"
+    assert drilldown.short_chunk_id("A3|doc|0002", "A1", "doc") == "A3|doc|0002"
     assert q.table.display["A3: prefix"].iat[0] == " ".join(a1["prefix"].split())
     assert q.table.data["gain"].iat[0] == a1["gain"]            # the data view keeps the unrounded values
     dcg = float(rows[rows["side"] == "A"]["discounted_gain"].sum())

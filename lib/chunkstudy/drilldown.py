@@ -242,9 +242,16 @@ def _clip(s: Any, n: int) -> str:
     return s if len(s) <= n else s[: n - 1].rstrip() + "\u2026"
 
 
+def short_chunk_id(chunk_id: Any, condition: str, doc_id: Any) -> str:
+    """A chunk id without the ``<condition>|<doc_id>|`` it starts with (04's ids), else the id unchanged."""
+    head = f"{condition}|{doc_id}|"
+    s = str(chunk_id)
+    return s[len(head):] if s.startswith(head) and len(s) > len(head) else s
+
+
 def side_by_side(rows: pd.DataFrame, condition_a: str, condition_b: str, cutoff: int) -> pd.DataFrame:
-    """The display rows of one picked query: ranks 1..``cutoff``; per condition (A, then B) the chunk id, the
-    retrieval score, the prefix as embedded, the gold characters, the gain and the discounted gain (rounded by the
+    """The display rows of one picked query: ranks 1..``cutoff``; per condition (A, then B) the chunk id
+    (:func:`short_chunk_id`, with the document named when it is not the query's), the retrieval score, the prefix as embedded, the gold characters, the gain and the discounted gain (rounded by the
     :mod:`chunkstudy.tables` formatters; an empty cell where the list is shorter)."""
     out = pd.DataFrame({"Rank": [str(r) for r in range(1, cutoff + 1)]})
     for side, cond in (("A", condition_a), ("B", condition_b)):
@@ -256,7 +263,8 @@ def side_by_side(rows: pd.DataFrame, condition_a: str, condition_b: str, cutoff:
         def col(values):
             return [v if h else "" for v, h in zip(values, have)]
 
-        out[f"{cond}: chunk"] = col([f"{c}{' (other doc)' if o else ''}" for c, o in zip(pick["chunk_id"], other)])
+        out[f"{cond}: chunk"] = col([short_chunk_id(c, cond, d) + (f" (other doc: {d})" if o else "")
+                                     for c, d, o in zip(pick["chunk_id"], pick["chunk_doc_id"], other)])
         out[f"{cond}: score"] = col([tables.fmt_num(v) for v in pick["score"]])
         out[f"{cond}: prefix"] = col([_clip(v, PREFIX_CHARS) if str(v).strip() else "(none)"
                                       for v in pick["prefix"].fillna("")])
