@@ -4,6 +4,7 @@ an independent character-set overlap."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -20,9 +21,16 @@ METRICS = {k: v.default for k, v in config.SCHEMA["metrics"].items()}
 N = 3
 
 
+@functools.lru_cache(maxsize=1)
+def synthetic_run() -> dict:
+    """One small synthetic run (every table of stages 01-07), built once per session for this module and
+    test_report_html. Read-only: a test that needs a changed table changes a copy."""
+    return build_synthetic_run(n_docs=3)
+
+
 @pytest.fixture(scope="module")
 def run() -> dict:
-    return build_synthetic_run(n_docs=3)
+    return synthetic_run()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from chunkstudy import artifacts, config, drilldown, report, report_html, runner
-from test_figures import build_synthetic_run
+from test_drilldown import synthetic_run
 from test_report import _store
 
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -33,8 +33,8 @@ def built(tmp_path_factory, root):
     """A report built through report.build / write_all from a synthetic store that holds a drill-down table; one
     question carries markup, to prove it is escaped."""
     tmp = tmp_path_factory.mktemp("html")
-    run = build_synthetic_run(n_docs=3)
-    cfg = config.load(root / "params" / "demo.yaml", root=tmp, overrides={"figures": {"formats": ["png"], "dpi": 60}})
+    run = synthetic_run()
+    cfg = config.load(root / "params" / "demo.yaml", root=tmp, overrides={"figures": {"formats": ["png"], "dpi": 40}})
     _store(cfg, run)
     scores = run["scores"].assign(corpus=cfg.corpus)
     drill = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], scores, cfg["stats"],
