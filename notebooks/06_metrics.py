@@ -15,9 +15,10 @@
 #
 # **Reads** `05_retrieve/runs` (ranked chunk lists per embedder × reranker × condition × query),
 # `04_chunk_embed/chunks` (content offsets and token counts of every condition's chunks) and
-# `03_queries/queries` (gold evidence spans, half-open character offsets on the query's document).
+# `03_queries/queries` (gold evidence spans, half-open character offsets on the query's document) and
+# `01_corpus/documents` (the texts the drill-down quotes).
 # **Writes** `06_metrics/scores`: one row per cell × condition × query × metric (long form; with `doc_id`, the
-# bootstrap's cluster, and `qtype`).
+# bootstrap's cluster, and `qtype`), and `06_metrics/drilldown`: the per-query drill-down of the primary cell.
 #
 # Relevance comes only from character overlap on content offsets — a prefix can never create relevance; it only
 # costs tokens in the budget metrics. Metrics (paper Section 5.1 and the appendix on coverage-nDCG):
@@ -31,7 +32,7 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, config, metrics
+from chunkstudy import artifacts, config, drilldown, metrics
 
 cfg = config.load(params_file)
 metrics_params = cfg["metrics"]
@@ -70,3 +71,18 @@ walk = metrics.coverage_walk(runs, chunks, queries, metrics_params, **example)
 print(example, walk.attrs)
 print(queries.set_index("query_id").loc[example["query_id"], ["text", "spans"]].to_dict())
 walk
+
+# %% [markdown]
+# ## Per-query drill-down (primary cell)
+# For each pre-registered contrast (`stats.contrasts`) in the primary cell, the `stats.drilldown_queries` queries
+# with the largest gains and the largest losses of the paired delta, and for each of them the top chunks under both
+# conditions: rank, retrieval score, the prefix as embedded, the gold characters the chunk covers and the
+# coverage-nDCG gain of the rank (`gain / log2(rank + 1)` summed over the ranks, divided by the IDCG, is the
+# query's score). 08 formats it: a summary table in `report.md`, the side-by-side lists in `report.html`.
+
+# %%
+documents = artifacts.read(cfg, "documents")
+drill = drilldown.drilldown(runs, chunks, queries, documents, scores, cfg["stats"], metrics_params, cfg.corpus,
+                            cfg["stats"]["drilldown_queries"])
+artifacts.write(cfg, "drilldown", drill)
+drilldown.overview(drill)

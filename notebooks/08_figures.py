@@ -15,11 +15,12 @@
 #
 # **Reads** the tables of every earlier stage: `01_corpus` (documents, sections_gold, corpus_funnel, stats.json),
 # `02_induce` (sections_induced, induction_log), `03_queries` (queries, query_funnel, bm25.json), `04_chunk_embed`
-# (chunks, size_matching, placebo), `05_retrieve` (section_recall), `07_stats` (contrasts, mixedlm,
-# dose_response, per_type, condition_means) — and, for the replication table, the `07_stats/contrasts` of the
-# corpus named by `figures.replicate_with` when it exists.
+# (chunks, size_matching, placebo), `05_retrieve` (section_recall), `06_metrics` (drilldown), `07_stats`
+# (contrasts, mixedlm, dose_response, per_type, condition_means) — and, for the replication table, the
+# `07_stats/contrasts` of the corpus named by `figures.replicate_with` when it exists.
 # **Writes** `figures/<corpus>/`: every figure as PNG and PDF (`figures.formats`), `tables/*.md` and
-# `tables/*.tex` (booktabs), and `report.md`. This is the only stage that rounds numbers.
+# `tables/*.tex` (booktabs), `report.md`, and `report.html` (the same report in one self-contained file: figures
+# embedded, sortable tables, one collapsible drill-down per contrast). This is the only stage that rounds numbers.
 # A missing input becomes a note in the report, never a failure.
 
 # %% tags=["parameters"]
@@ -88,6 +89,12 @@ bundle.figures["fig1_mechanisms"]
 
 # %%
 Markdown(report.tables_markdown(bundle, prefix="funnel"))
+
+# %% [markdown]
+# ## Per-query drill-down (summary; `report.html` has the side-by-side lists)
+
+# %%
+Markdown(report.tables_markdown(bundle, prefix="drilldown"))
 
 # %% [markdown]
 # ## The report (`figures/<corpus>/report.md`)

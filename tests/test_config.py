@@ -69,7 +69,8 @@ def test_stage_digest_tracks_only_the_sections_a_stage_reads():
     b = config.load(ROOT / "params" / "demo.yaml", overrides={"stats": {"n_boot": 500}})
     assert config.stage_digest(a, "07_stats") != config.stage_digest(b, "07_stats")
     assert config.stage_digest(a, "08_figures") != config.stage_digest(b, "08_figures")  # the report reads all
-    for stage in ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve", "06_metrics"):
+    assert config.stage_digest(a, "06_metrics") != config.stage_digest(b, "06_metrics")  # the drill-down's cell
+    for stage in ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve"):
         assert config.stage_digest(a, stage) == config.stage_digest(b, stage)
     # stable across loads (a digest, not an id)
     assert config.stage_digest(a, "07_stats") == config.stage_digest(

@@ -41,6 +41,8 @@ def synthetic_store(cfg, seed: int = 0) -> None:
                 run_rows += [{"embedder": emb, "reranker": "none", "condition": cond, "query_id": f"q{qn}",
                               "rank": r + 1, "chunk_id": c, "score": 1.0 - r / 20} for r, c in enumerate(ids)]
     artifacts.write(cfg, "chunks", chunks)
+    artifacts.write(cfg, "documents", pd.DataFrame({"doc_id": [f"d{d}" for d in range(6)], "title": "T",
+                                                    "text": [f"{d}" * 2000 for d in range(6)], "source": "synthetic"}))
     artifacts.write(cfg, "queries", pd.DataFrame(query_rows))
     artifacts.write(cfg, "runs", pd.DataFrame(run_rows))
 
@@ -63,9 +65,11 @@ def test_walk_example_prefers_a_multispan_query_between_0_and_1(demo_cfg):
 
 @pytest.mark.slow
 def test_notebook_runs_on_a_synthetic_store(tmp_path, run_notebook, params_file):
-    cfg = config.load(params_file("demo"), root=tmp_path)
+    cfg = config.load(params_file("demo", stats={"contrasts": {"CX": ["A3", "A0"]}}), root=tmp_path)
     synthetic_store(cfg)
     run_notebook(cfg, "06_metrics")
     scores = artifacts.read(cfg, "scores")
     assert len(scores) == 2 * 2 * 12 * 7
     assert scores.value.between(0, 1).all()
+    drill = artifacts.read(cfg, "drilldown")   # C1..C4 name absent conditions: only CX has rows
+    assert set(drill["contrast"]) == {"CX"} and set(drill["condition"]) == {"A3", "A0"}

@@ -99,7 +99,7 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     # only 08 rounds: Table 1 of the report shows the 4-decimal delta of the unrounded contrasts table
     c1 = synthetic["contrasts"].query("confirmatory and contrast == 'C1'")["mean_delta"].iat[0]
     assert f"| {c1:+.4f} " in text
-    assert len(written) == 2 * len(b.tables) + 2 * len(b.figures) + 1
+    assert len(written) == 2 * len(b.tables) + 2 * len(b.figures) + 2   # report.md and report.html
 
 
 def test_missing_inputs_become_notes(tmp_path, root, synthetic):
@@ -121,4 +121,6 @@ def test_notebook_runs_on_a_synthetic_store(tmp_path, root, synthetic, run_noteb
     _store(cfg, synthetic)
     run_notebook(cfg, "08_figures")
     assert (tmp_path / "figures" / "demo" / "report.md").is_file()
+    assert (tmp_path / "figures" / "demo" / "report.html").stat().st_size > 10000
+    assert "Figures, tables and report" in (tmp_path / "executed" / "08_figures.html").read_text()  # nbconvert
     assert (tmp_path / "figures" / "demo" / "tables" / f"{tables.table1(synthetic['contrasts']).name}.tex").is_file()

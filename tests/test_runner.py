@@ -35,6 +35,8 @@ def test_skip_rerun_and_dependency_tracking(project):
     out = json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text())
     assert out == {"n": 13}
     assert (project / "build/executed/tiny/02_induce.ipynb").is_file()
+    html = (project / "build/executed/tiny/02_induce.html").read_text()   # the nbconvert export beside it
+    assert html.lstrip().lower().startswith("<!doctype html") and "induction_stats" in html
 
     assert statuses(runner.run(params, project, log=lambda *_: None)) == {"01_corpus": "skipped",
                                                                           "02_induce": "skipped"}
@@ -61,6 +63,8 @@ def test_failure_names_notebook_and_cell(project):
     params = write_params(project, title_terms=99)
     with pytest.raises(runner.StageFailed, match=r"02_induce\.py failed in cell .*RuntimeError: requested failure"):
         runner.run(params, project, log=lambda *_: None)
+    # the failed notebook's HTML export shows the traceback too
+    assert "requested failure" in (project / "build/executed/tiny/02_induce.html").read_text()
     # stage 1 completed and stays; stage 2 left no manifest
     assert (project / "data/tiny/01_corpus/manifest.json").is_file()
     assert not (project / "data/tiny/02_induce/manifest.json").exists()

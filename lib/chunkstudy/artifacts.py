@@ -53,6 +53,7 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "runs": ("05_retrieve", ("embedder", "reranker", "condition", "query_id", "rank", "chunk_id", "score")),
     "section_recall": ("05_retrieve", ("embedder", "reranker", "condition", "query_id", "section_recall")),
     "scores": ("06_metrics", ("corpus", "embedder", "reranker", "condition", "query_id", "metric", "value")),
+    "drilldown": ("06_metrics", ("contrast", "direction", "pick", "query_id", "side", "condition", "rank", "chunk_id")),
     "contrasts": ("07_stats", ("cell", "contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "dz",
                                "n_queries", "n_docs")),
     "mixedlm": ("07_stats", ("contrast",)),

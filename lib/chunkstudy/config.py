@@ -221,6 +221,9 @@ SCHEMA: dict[str, Any] = {
         "primary_reranker": P("none", (str,)),
         "contrasts": P({"C1": ["A3", "A1"], "C2": ["A3", "P"], "C3": ["G3", "A3"], "C4": ["A4", "A3"]}, (dict,)),
         "mixedlm": P(True, (bool,)),
+        "drilldown_queries": P(3, (int,), doc="per-query drill-down (06_metrics/drilldown, report.html): how many "
+                                              "queries with the largest gains and how many with the largest losses "
+                                              "each contrast of the primary cell shows"),
     },
     "figures": {
         "formats": P(["png", "pdf"], (list,), ("png", "pdf", "svg")),
@@ -239,7 +242,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "03_queries": ("llm", "queries", "chunking", "metrics"),  # the BM25 diagnostic uses the relevance rule
     "04_chunk_embed": ("chunking", "embed"),
     "05_retrieve": ("retrieve", "embed"),
-    "06_metrics": ("metrics", "embed"),  # embed: which embedder the example walk shows
+    "06_metrics": ("metrics", "embed", "stats"),  # embed: the example walk's embedder; stats: the drill-down's cell
     "07_stats": ("stats",),
     "08_figures": tuple(SCHEMA),  # the report names the models and settings of every stage
 }

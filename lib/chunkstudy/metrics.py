@@ -786,6 +786,43 @@ def coverage_walk(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFram
     return walk
 
 
+def rank_gains(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
+               metrics_params: Mapping[str, Any] | MetricParams) -> pd.DataFrame:
+    """The coverage-nDCG terms of every retrieved row within the cutoff, for every list in ``runs`` at once (the
+    vectorised counterpart of :func:`coverage_walk`, for the per-query drill-down).
+
+    One row per run row with ``rank <= cutoff``, sorted by list then rank. Columns: ``embedder``, ``reranker``,
+    ``condition``, ``query_id``, ``rank``, ``chunk_id``, ``same_doc`` (the chunk lies in the query's document),
+    ``relevant`` (the relevance rule), ``gain`` (mean over gold spans of the newly covered fraction, as in
+    cov-nDCG), ``discounted_gain`` = ``gain / log2(rank + 1)``, ``dcg`` (running sum of ``discounted_gain``
+    within the list), ``idcg`` (the list's greedy ideal over the condition's own chunks of the document) and
+    ``ndcg`` (the list's cov-nDCG@cutoff = final ``dcg`` / ``idcg``, 0 when ``idcg`` is 0; the value
+    :func:`score_runs` reports). Inputs and conventions as in :func:`score_runs`.
+    """
+    p = params_from(metrics_params)
+    scored, q, ch, _, conds = _score(runs, chunks, queries, p)
+    r = scored.run
+    keep = r["rank"] <= p.cutoff
+    lst, rank, chunk = r["list"][keep], r["rank"][keep], r["chunk"][keep]
+    cell, qi = lst // scored.n_q, lst % scored.n_q
+    n_cq = len(conds) * scored.n_q
+    idcg_cq = _group_sum(scored.ideal["cq"], scored.ideal["gain"] * discount(scored.ideal["pos"]), n_cq)
+    gain = r["gain"][keep]
+    disc = gain * discount(rank)
+    starts = np.r_[0, np.flatnonzero(lst[1:] != lst[:-1]) + 1] if len(lst) else np.zeros(0, dtype=np.int64)
+    total = np.cumsum(disc)
+    before = np.repeat(total[starts] - disc[starts], np.diff(np.r_[starts, len(lst)])) if len(lst) else total
+    return pd.DataFrame({
+        "embedder": scored.cells["embedder"].to_numpy()[cell],
+        "reranker": scored.cells["reranker"].to_numpy()[cell],
+        "condition": scored.cells["condition"].to_numpy()[cell],
+        "query_id": q.ids[qi], "rank": rank, "chunk_id": ch.chunk_id[chunk],
+        "same_doc": r["same_doc"][keep], "relevant": r["rel"][keep], "gain": gain, "discounted_gain": disc,
+        "dcg": total - before, "idcg": idcg_cq[scored.cell_cond[cell] * scored.n_q + qi],
+        "ndcg": scored.values[p.names[0]][lst],
+    })
+
+
 def cell_means(scores: pd.DataFrame) -> pd.DataFrame:
     """Mean of every metric per (embedder, reranker, condition): rows = cell × condition, columns = metrics in
     table order (exploratory summary; the confirmatory statistics live in 07_stats)."""

@@ -19,13 +19,13 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import artifacts, figures, tables
+from . import artifacts, drilldown, figures, report_html, tables
 from .config import Config
 
 #: Tables 08 reads (runs are not needed: the scores already summarise them).
 INPUT_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced", "induction_log", "queries",
                 "query_funnel", "chunks", "size_matching", "placebo", "section_recall", "contrasts", "mixedlm",
-                "dose_response", "per_type", "condition_means")
+                "dose_response", "per_type", "condition_means", "drilldown")
 #: JSON facts 08 reads when present: (stage, name).
 INPUT_JSON = (("01_corpus", "stats"), ("02_induce", "induction_stats"), ("03_queries", "funnel"),
               ("03_queries", "bm25"), ("04_chunk_embed", "summary"))
@@ -205,6 +205,7 @@ class Bundle:
     warnings: list[str] = field(default_factory=list)
     models: pd.DataFrame | None = None
     facts: dict[str, Any] = field(default_factory=dict)
+    drilldown: list = field(default_factory=list)  # drilldown.ContrastDrill per contrast (report.html)
 
 
 def _try(bundle: Bundle, name: str, fn, *args, **kwargs) -> None:
@@ -255,6 +256,11 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
         _try(b, "funnel_size_matching", tables.size_matching, got["size_matching"], kind)
     if "placebo" in got:
         _try(b, "funnel_placebo", tables.placebo, got["placebo"])
+    if "drilldown" in got:
+        try:
+            b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)
+        except (ValueError, KeyError) as e:
+            b.notes.append(f"table 'drilldown' left out: {e}")
 
     bm25 = inputs.get("json", {}).get("03_queries/bm25")
     if isinstance(bm25, Mapping) and "gold_top1_share" in bm25:
@@ -329,6 +335,10 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
                       ("reranker_lift", "fig_reranker_lift")):
         table(name)
         figure(fig)
+    out += [f"## {drilldown.HEADING}", "", "Exploratory reading of the confirmatory contrasts: the queries with the "
+            "largest gains and losses in the primary cell (`06_metrics/drilldown`); `report.html` shows each one's "
+            "top chunks under both conditions side by side.", ""]
+    table("drilldown")
     out += ["## How the data were built", ""]
     table("table4")
     figure("fig1_mechanisms")
@@ -355,8 +365,9 @@ def tables_markdown(b: Bundle, prefix: str = "") -> str:
 
 
 def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
-    """Write every table (``tables/<name>.md`` and ``.tex``), every figure (``<name>.<fmt>``) and ``report.md``
-    under ``figures/<corpus>/`` through :mod:`chunkstudy.artifacts`; returns the list of files written."""
+    """Write every table (``tables/<name>.md`` and ``.tex``), every figure (``<name>.<fmt>``), ``report.md`` and
+    ``report.html`` (:mod:`chunkstudy.report_html`: the same report, self-contained) under ``figures/<corpus>/``
+    through :mod:`chunkstudy.artifacts`; returns the list of files written."""
     written = []
     for t in b.tables.values():
         written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.md", f"# {t.title}\n\n"
@@ -364,5 +375,8 @@ def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
         written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.tex", t.latex())))
     for name, fig in b.figures.items():
         written += [("figure", name, p) for p in artifacts.write_figure(cfg, name, fig)]
-    written.append(("report", "report", artifacts.write_text(cfg, "report.md", render(b, cfg.data, params_file))))
+    markdown = render(b, cfg.data, params_file)
+    written.append(("report", "report", artifacts.write_text(cfg, "report.md", markdown)))
+    written.append(("report", "report.html", artifacts.write_text(
+        cfg, "report.html", report_html.render(b, markdown, cfg["figures"]["dpi"]))))
     return pd.DataFrame(written, columns=["kind", "name", "path"])

@@ -9,7 +9,8 @@
 2. skips the stage when its manifest holds the same key and every output it recorded is still there unchanged
    (size and mtime, else a fresh content hash) — never "the file exists";
 3. otherwise removes the stage's manifest and old outputs, executes the notebook in a fresh kernel with
-   ``params_file`` injected, writes the executed copy to ``build/executed/CORPUS/``, hashes the outputs and
+   ``params_file`` injected, writes the executed copy to ``build/executed/CORPUS/`` (and its HTML export beside
+   it, :func:`export_html`), hashes the outputs and
    writes the manifest last (atomically). A run killed midway leaves no manifest, so the stage reruns; tables
    are written atomically, so a later stage never reads a half-written one.
 
@@ -41,7 +42,7 @@ STAGE_DEPS: dict[str, tuple[str, ...]] = {
     "03_queries": ("01_corpus",),
     "04_chunk_embed": ("01_corpus", "02_induce"),
     "05_retrieve": ("01_corpus", "03_queries", "04_chunk_embed"),
-    "06_metrics": ("03_queries", "04_chunk_embed", "05_retrieve"),
+    "06_metrics": ("01_corpus", "03_queries", "04_chunk_embed", "05_retrieve"),  # 01: the drill-down's texts
     "07_stats": ("03_queries", "06_metrics"),
     "08_figures": ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve", "06_metrics",
                    "07_stats"),
@@ -74,7 +75,7 @@ def library_hash() -> str:
     h = hashlib.sha256()
     pkg = Path(__file__).resolve().parent
     for p in sorted(pkg.rglob("*")):
-        if p.suffix in {".py", ".yaml", ".json", ".txt"} and "__pycache__" not in p.parts:
+        if p.suffix in {".py", ".yaml", ".json", ".txt", ".j2"} and "__pycache__" not in p.parts:
             h.update(str(p.relative_to(pkg)).encode())
             h.update(p.read_bytes())
     return h.hexdigest()[:16]
@@ -239,10 +240,31 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path) -> None:
                           f" {e.ename}: {e.evalue}\n  executed copy with the traceback: {out}") from None
     finally:
         src.unlink(missing_ok=True)
+        export_html(out)
         if env_root is None:
             os.environ.pop("CHUNKSTUDY_ROOT", None)
         else:
             os.environ["CHUNKSTUDY_ROOT"] = env_root
+
+
+def export_html(executed: Path) -> Path | None:
+    """Export an executed notebook to HTML beside it (``NN_stage.html``, nbconvert's standard template, outputs and
+    figures embedded): how Jupyter users share a notebook. Runs for a failed stage too (its traceback is the
+    point); a failed export is reported on stderr and never fails the stage."""
+    if not executed.is_file():
+        return None
+    try:
+        import nbconvert
+        import nbformat
+
+        body, _ = nbconvert.HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+        target = executed.with_suffix(".html")
+        with artifacts.atomic_path(target) as tmp:
+            tmp.write_text(body, encoding="utf-8")
+        return target
+    except Exception as e:  # the executed .ipynb is the record; its HTML copy is a convenience
+        print(f"run_all: could not export {executed} to HTML: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
 
 
 def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start: str | None = None,

@@ -1,0 +1,144 @@
+"""The HTML report of stage 08: ``figures/<corpus>/report.html``, one self-contained file (issue 18 §3).
+
+It renders the **same** report as ``report.md`` (:func:`chunkstudy.report.render`: the same sections, tables,
+warnings and notes, in the same order) and adds what only HTML can:
+
+* every figure embedded as a base64 PNG (``data:image/png;base64,...``), so the file opens anywhere, offline;
+* every table sortable by a click on its header (a few lines of inline vanilla JavaScript, no server, no CDN);
+* one collapsible ``<details>`` drill-down per pre-registered contrast (:mod:`chunkstudy.drilldown`) under the
+  report's drill-down section: each picked query's question, gold evidence, its top chunks under both conditions
+  side by side, and the chunks' texts with the gold characters highlighted;
+* the model warnings first, as in the Markdown, styled as a warning box;
+* a table of contents.
+
+The Markdown is turned into HTML by markdown-it-py (CommonMark plus pipe tables, raw HTML disabled so that no
+text of the run can inject markup); the page is a Jinja2 template shipped in the package
+(``chunkstudy/templates/report.html.j2``) with autoescaping on. Everything here is pure: strings and figures in,
+a string out; :func:`chunkstudy.report.write_all` writes it through :mod:`chunkstudy.artifacts`.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import jinja2
+from markdown_it import MarkdownIt
+
+from . import drilldown
+
+if TYPE_CHECKING:  # report imports this module; the Bundle type is only needed for annotations
+    from .report import Bundle
+
+TEMPLATE = "report.html.j2"
+
+
+def figure_png(fig: Any, dpi: int) -> bytes:
+    """A matplotlib figure as PNG bytes at ``dpi``."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def data_uri(png: bytes) -> str:
+    """``data:image/png;base64,...`` for PNG bytes (what makes the page self-contained)."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def markdown_to_html(text: str, images: Mapping[str, str] | None = None) -> str:
+    """CommonMark (with pipe tables; raw HTML is escaped, not passed through) to HTML. Every table gets
+    ``class="sortable"``; an image whose ``src`` is a key of ``images`` gets that value as its ``src`` (a data
+    URI)."""
+    images = dict(images or {})
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+    def table_open(self, tokens, idx, options, env):
+        tokens[idx].attrSet("class", "sortable")
+        return self.renderToken(tokens, idx, options, env)
+
+    def image(self, tokens, idx, options, env):
+        src = tokens[idx].attrGet("src")
+        if src in images:
+            tokens[idx].attrSet("src", images[src])
+        return self.image(tokens, idx, options, env)
+
+    md.add_render_rule("table_open", table_open)
+    md.add_render_rule("image", image)
+    return md.render(text)
+
+
+_H2 = re.compile(r"^## (.+)$", re.MULTILINE)
+
+
+def split_sections(markdown: str) -> tuple[str, str, list[tuple[str, str]]]:
+    """Split a report at its level-2 headings: ``(title, preamble, [(heading, body), ...])``; ``title`` is the
+    level-1 heading's text (empty when there is none), ``preamble`` what lies between it and the first ``## ``."""
+    heads = list(_H2.finditer(markdown))
+    head = markdown[: heads[0].start()] if heads else markdown
+    m = re.match(r"\s*# (.+)\n", head)
+    title, preamble = (m.group(1).strip(), head[m.end():]) if m else ("", head)
+    sections = [(h.group(1).strip(), markdown[h.end(): heads[i + 1].start() if i + 1 < len(heads) else len(markdown)])
+                for i, h in enumerate(heads)]
+    return title, preamble, sections
+
+
+def slug(text: str) -> str:
+    """An HTML id for a heading: lower case, runs of other characters as one hyphen."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+
+
+def _inline(text: str) -> str:
+    """Inline Markdown (code spans, emphasis) of a heading, as HTML without the paragraph."""
+    return MarkdownIt("commonmark", {"html": False}).renderInline(text)
+
+
+def _table_view(t) -> dict[str, Any]:
+    columns = [str(c) for c in t.display.columns]
+    return {"name": t.name, "title": t.title, "columns": columns, "rows": t.display.astype(str).to_numpy().tolist(),
+            "notes": list(t.notes), "wide": [i for i, c in enumerate(columns) if c.endswith("prefix")]}
+
+
+def _chunk_texts(q: drilldown.QueryDrill) -> list[dict[str, Any]]:
+    rows = q.table.data.sort_values(["side", "rank"], kind="stable")
+    return [{"condition": r.condition, "rank": int(r.rank), "chunk_id": r.chunk_id, "prefix": str(r.prefix).strip(),
+             "segments": drilldown.highlight_segments(r.content, r.gold_ranges)} for r in rows.itertuples()]
+
+
+def drill_views(drills: Sequence[drilldown.ContrastDrill]) -> list[dict[str, Any]]:
+    """The template's view of the drill-downs: per contrast its title, notes, counts and queries (title,
+    question, gold texts, side-by-side table, chunk texts as (text, is_gold) segments)."""
+    out = []
+    for c in drills:
+        queries = [{"direction": q.direction, "title": q.title, "question": q.question, "gold": list(q.gold_text),
+                    "table": _table_view(q.table), "chunks": _chunk_texts(q)} for q in c.queries]
+        out.append({"contrast": c.contrast, "id": "drill-" + slug(c.contrast), "title": c.title,
+                    "notes": list(c.notes), "queries": queries,
+                    "n_gain": sum(q.direction == "gain" for q in c.queries),
+                    "n_loss": sum(q.direction == "loss" for q in c.queries)})
+    return out
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.PackageLoader("chunkstudy", "templates"), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def render(b: "Bundle", markdown: str, dpi: int = 100) -> str:
+    """The self-contained HTML page of a report: ``markdown`` is :func:`chunkstudy.report.render` of bundle
+    ``b`` (the same content), ``b.figures`` are embedded as PNG at ``dpi``, ``b.drilldown`` becomes one
+    ``<details>`` per contrast under the section headed :data:`chunkstudy.drilldown.HEADING` (appended at the end
+    when the Markdown has no such section)."""
+    images = {f"{name}.png": data_uri(figure_png(fig, dpi)) for name, fig in b.figures.items()}
+    title, preamble, sections = split_sections(markdown)
+    views = [{"id": slug(h), "heading": _inline(h), "body": markdown_to_html(body, images),
+              "warning": "Warnings" in h, "drilldown": h == drilldown.HEADING} for h, body in sections]
+    drills = drill_views(getattr(b, "drilldown", []) or [])
+    if drills and not any(v["drilldown"] for v in views):
+        views.append({"id": slug(drilldown.HEADING), "heading": drilldown.HEADING, "body": "", "warning": False,
+                      "drilldown": True})
+    return _environment().get_template(TEMPLATE).render(
+        title=title.replace("`", "") or f"chunkstudy report: {b.corpus}", title_html=_inline(title or b.corpus),
+        corpus=b.corpus,
+        preamble=markdown_to_html(preamble, images), sections=views, drills=drills)

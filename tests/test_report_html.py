@@ -1,0 +1,232 @@
+"""report.html: the same report as report.md in one self-contained page (figures embedded, sortable tables, one
+collapsible drill-down per contrast, warnings first), and a real headless browser that opens it.
+
+The browser tests drive Debian's Chromium (``/usr/bin/chromium``, or ``$CHUNKSTUDY_CHROMIUM``) with Playwright's
+Python package, never a browser Playwright downloads; they skip with a message where either is missing
+(``apt-get install -y chromium`` and ``pip install playwright`` enable them).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from chunkstudy import artifacts, config, drilldown, report, report_html, runner
+from test_drilldown import synthetic_run
+from test_report import _store
+
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage"]
+
+
+# ---------------------------------------------------------------------------------------------- a small report
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, root):
+    """A report built through report.build / write_all from a synthetic store that holds a drill-down table; one
+    question carries markup, to prove it is escaped."""
+    tmp = tmp_path_factory.mktemp("html")
+    run = synthetic_run()
+    cfg = config.load(root / "params" / "demo.yaml", root=tmp, overrides={"figures": {"formats": ["png"], "dpi": 40}})
+    _store(cfg, run)
+    scores = run["scores"].assign(corpus=cfg.corpus)
+    drill = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], scores, cfg["stats"],
+                                cfg["metrics"], cfg.corpus, 2)
+    drill.loc[drill["query_id"] == drill["query_id"].iat[0], "question"] = (
+        "<script>window.INJECTED = 1</script> what & why?")
+    artifacts.write(cfg, "drilldown", drill)
+    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    written = report.write_all(cfg, b, "params/demo.yaml")
+    path = artifacts.figures_dir(cfg) / "report.html"
+    return {"cfg": cfg, "bundle": b, "written": written, "path": path, "html": path.read_text(encoding="utf-8"),
+            "drill": drill}
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag not in {"meta", "img", "br", "hr", "link", "input"}:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if tag in {"p", "li"} and self.stack and self.stack[-1] != tag:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+        else:
+            self.stack.pop()
+
+
+def test_html_is_written_beside_the_markdown_and_is_well_formed(built):
+    assert ("report", "report.html") in {(k, n) for k, n in zip(built["written"]["kind"], built["written"]["name"])}
+    parser = _Collect()
+    parser.feed(built["html"])
+    assert parser.errors == [] and parser.stack == []
+    assert built["html"].startswith("<!DOCTYPE html>")
+
+
+def test_html_is_self_contained(built):
+    parser = _Collect()
+    parser.feed(built["html"])
+    imgs = [a for t, a in parser.tags if t == "img"]
+    assert len(imgs) == len([n for n in built["bundle"].figures]) >= 6
+    for a in imgs:
+        assert a["src"].startswith("data:image/png;base64,")
+        assert base64.b64decode(a["src"].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [a for t, a in parser.tags if t in {"script", "link", "iframe"} and ("src" in a or "href" in a)]
+    assert "http://" not in built["html"] and "https://" not in built["html"]
+
+
+def test_html_has_the_markdown_reports_content(built):
+    """Not a second report: every table title and every warning of report.md is in the page, in the same order."""
+    html, b = built["html"], built["bundle"]
+    md = (artifacts.figures_dir(built["cfg"]) / "report.md").read_text()
+    titles = [t.title for t in b.tables.values() if t.title in md]
+    positions = [html.find(report_html._inline(t).replace("&amp;", "&")) for t in titles]
+    assert -1 not in positions
+    md_order = sorted(titles, key=md.find)
+    assert [t for _, t in sorted(zip(positions, titles))] == md_order
+    assert html.count("<strong>WARNING:</strong>") == len(b.warnings) >= 4
+    first_warning, first_table, first_img = (html.find("WARNING:"), html.find("<table"), html.find("<img"))
+    assert 0 < first_warning < first_table and first_warning < first_img
+    assert html.count('<table class="sortable"') == html.count("<table") > len(b.tables)
+
+
+def test_one_collapsible_drilldown_per_contrast(built):
+    html, cfg = built["html"], built["cfg"]
+    contrasts = list(cfg["stats"]["contrasts"])
+    found = re.findall(r'<details class="drilldown" id="drill-([a-z0-9-]+)">', html)
+    assert found == [report_html.slug(c) for c in contrasts]
+    assert html.find(f"<h2>{drilldown.HEADING}</h2>") < html.find('<details class="drilldown"')
+    n_picked = built["drill"].drop_duplicates(["contrast", "direction", "pick"]).shape[0]
+    assert html.count('<article class="query') == n_picked > 0
+    assert html.count("<mark>") > 0     # gold characters highlighted in the chunk texts
+
+
+def test_text_from_the_run_is_escaped(built):
+    assert "<script>window.INJECTED" not in built["html"]
+    assert "&lt;script&gt;window.INJECTED = 1&lt;/script&gt; what &amp; why?" in built["html"]
+
+
+def test_markdown_to_html_tables_images_and_raw_html():
+    out = report_html.markdown_to_html("| a | b |\n|--:|---|\n| 1 | <b>x</b> |\n\n![cap](f.png) ![other](g.png)\n",
+                                       {"f.png": "data:image/png;base64,AAAA"})
+    assert '<table class="sortable">' in out and "&lt;b&gt;x&lt;/b&gt;" in out
+    assert 'src="data:image/png;base64,AAAA"' in out and 'src="g.png"' in out
+
+
+def test_split_sections():
+    title, pre, sections = report_html.split_sections("# T `x`\n\nintro\n\n## One\n\na\n\n### sub\n\n## Two\nb\n")
+    assert title == "T `x`" and pre.strip() == "intro"
+    assert [(h, body.strip()) for h, body in sections] == [("One", "a\n\n### sub"), ("Two", "b")]
+
+
+def test_template_ships_as_package_data(root):
+    """The template is found through the package (a wheel must carry it: pyproject's package-data)."""
+    import tomllib
+
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    assert "templates/*.j2" in pyproject["tool"]["setuptools"]["package-data"]["chunkstudy"]
+    assert report_html._environment().get_template(report_html.TEMPLATE) is not None
+    assert ".j2" in Path(runner.__file__).read_text()   # the library hash covers the template (08 reruns)
+
+
+# ---------------------------------------------------------------------------------------------- in a real browser
+
+def _chromium() -> str:
+    exe = os.environ.get("CHUNKSTUDY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(exe).is_file():
+        pytest.skip("browser test: no Chromium (apt-get install -y chromium, or set CHUNKSTUDY_CHROMIUM)")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def page():
+    pw = pytest.importorskip("playwright.sync_api", reason="browser test: the playwright package is not installed "
+                                                           "(pip install playwright; never `playwright install`)")
+    exe = _chromium()
+    with pw.sync_playwright() as p:
+        # Playwright gives the browser a fresh, empty profile of its own (the --user-data-dir the flags call for)
+        browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_FLAGS)
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
+
+
+def check_in_browser(page, path: Path, n_figures: int, contrasts: list[str]) -> None:
+    """Open ``path``; the page renders, every image decodes, a table sorts on a header click, a drill-down
+    expands."""
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(path.resolve().as_uri())
+    assert page.locator("h1").inner_text().startswith("chunkstudy")
+    assert page.locator("main section").count() >= 6
+    images = page.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
+    assert len(images) == n_figures and all(c and w > 0 and h > 0 for c, w, h in images), images
+
+    # sorting: the drill-down summary's delta column (numbers with signs), ascending then descending
+    table = page.locator(f"#{report_html.slug(drilldown.HEADING)} > table.sortable").first
+    header = table.locator("th").filter(has_text=re.compile("^\u03b4$")).first
+    col = int(header.evaluate("th => th.cellIndex"))
+
+    def column() -> list[float]:
+        cells = table.locator("tbody tr").evaluate_all(f"rows => rows.map(r => r.cells[{col}].textContent)")
+        return [float(c.replace("\u2212", "-")) for c in cells]
+
+    before = column()
+    assert len(before) >= 3 and before != sorted(before)      # the click must change something
+    header.click()
+    assert column() == sorted(before) and header.get_attribute("aria-sort") == "ascending"
+    header.click()
+    assert column() == sorted(before, reverse=True) and header.get_attribute("aria-sort") == "descending"
+
+    # a text column sorts too (the query ids)
+    qhead = table.locator("th").filter(has_text=re.compile("^Query$")).first
+    qcol = int(qhead.evaluate("th => th.cellIndex"))
+    qhead.click()
+    ids = table.locator("tbody tr").evaluate_all(f"rows => rows.map(r => r.cells[{qcol}].textContent)")
+    assert ids == sorted(ids, key=lambda s: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)])
+
+    # drill-downs: closed, one per contrast; a click on the summary opens one and shows its side-by-side table
+    drills = page.locator("details.drilldown")
+    assert drills.count() == len(contrasts)
+    first = drills.first
+    inner = first.locator("table.sortable").first
+    assert first.get_attribute("open") is None and not inner.is_visible()
+    first.locator("summary").first.click()
+    assert first.get_attribute("open") is not None and inner.is_visible()
+    assert inner.locator("tbody tr").count() >= 1
+    assert errors == []
+
+
+def test_report_opens_in_a_headless_browser(built, page):
+    check_in_browser(page, built["path"], len(built["bundle"].figures), list(built["cfg"]["stats"]["contrasts"]))
+
+
+@pytest.mark.slow
+def test_demo_report_opens_in_a_headless_browser(root, page):
+    """The demo's own report: ./run_all.sh demo (stages already current are skipped), then the browser checks."""
+    runner.run(root / "params" / "demo.yaml", root, log=print)
+    cfg = config.load(root / "params" / "demo.yaml", root=root)
+    path = artifacts.figures_dir(cfg) / "report.html"
+    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    check_in_browser(page, path, len(b.figures), list(cfg["stats"]["contrasts"]))
+    executed = root / "build" / "executed" / cfg.corpus
+    assert sorted(p.stem for p in executed.glob("*.html")) == [s.name for s in runner.discover(root / "notebooks")]
