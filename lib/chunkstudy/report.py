@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import artifacts, figures, tables
+from . import artifacts, figures, paper, tables
 from .config import Config
 
 #: Tables 08 reads (runs are not needed: the scores already summarise them).
@@ -29,8 +29,8 @@ INPUT_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced
 #: JSON facts 08 reads when present: (stage, name).
 INPUT_JSON = (("01_corpus", "stats"), ("02_induce", "induction_stats"), ("03_queries", "funnel"),
               ("03_queries", "bm25"), ("04_chunk_embed", "summary"))
-#: The paper's BM25 gold-top-1 shares (§5), by corpus kind.
-PAPER_BM25 = {"wikipedia": 0.363, "qasper": 0.227}
+#: The paper's BM25 gold-top-1 shares (§5), by corpus kind; read from :mod:`chunkstudy.paper`.
+PAPER_BM25 = {kind: paper.value(kind, "bm25", "gold_top1") for kind in ("wikipedia", "qasper")}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ decimals with an explicit sign; dz to 2 decimals; p-values to 3 decimals, ``< 0.
 ``< 1/B`` when a bootstrap p is exactly 0 (no replicate crossed 0 among ``B`` resamples); shares as percentages
 with 1 decimal; token means to 1 decimal. A missing value prints as an em dash.
 
-The paper's own numbers (the ``paper`` columns) are constants here (:data:`PAPER`), quoted from the study text.
+The paper's own numbers (the ``paper`` columns, :data:`PAPER`) come from :mod:`chunkstudy.paper`, their one home.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from . import retrieve
+from . import paper, retrieve
 from .config import SCHEMA
 
 #: Display order of conditions (the paper's), defined once in the parameter schema.
@@ -56,29 +56,40 @@ CONDITIONS: dict[str, tuple[str, str, str]] = {
     "G4": ("gold structure (G3's chunks and vectors)", "as G3", "two-stage (top 5 sections)"),
 }
 
-#: The paper's numbers for the funnel/construction tables, by corpus kind (``corpus.kind``).
-PAPER: dict[str, dict[str, Any]] = {
-    "wikipedia": {
-        "label": "Wikipedia-FA",
-        "induction": {"documents": 200, "usable": 198, "repaired": 116, "sections_per_doc": 21.9,
-                      "gold_sections_per_doc": math.nan, "span_identity": 0.789},
-        "size_matching": {"A0": 255.4, "A2": 259.6},
-        "queries": {"generated": 2306, "paraphrase survivors (round 2)": 1945, "balanced finals": 951,
-                    "documents": 184},
-        "corpus": ["200 Featured Articles (>= 3,000 words, heading depth >= 3, >= 12 sections), seed 20260710",
-                   "buckets: history/war 60, other 60, biography 30, arts/media 22, science/nature 15, "
-                   "geography/places 13"],
-    },
-    "qasper": {
-        "label": "QASPER",
-        "induction": {"documents": 1585, "usable": 1579, "repaired": 590, "sections_per_doc": 14.5,
-                      "gold_sections_per_doc": 14.8, "span_identity": 0.758},
-        "size_matching": {"A0": 244.9, "A2": 249.8},
-        "queries": {"harvested": 5049, "finals": 4303, "documents": 1508},
-        "corpus": ["all splits merged: 5,049 -> 4,303 usable questions over 1,508 papers",
-                   "evidence matched 95.7% exact; 43% multi-span; mean 2.10 spans/question; 61% depth-1 papers"],
-    },
+#: Which query-funnel step (03 ``query_funnel``) each paper count stands beside, by corpus kind.
+PAPER_QUERY_STEPS: dict[str, dict[str, str]] = {
+    "wikipedia": {"generated": "generated", "paraphrase survivors (round 2)": "survivors",
+                  "balanced finals": "finals", "documents": "documents"},
+    "qasper": {"harvested": "harvested", "finals": "finals", "documents": "documents"},
 }
+
+
+def _paper_tables(kind: str) -> dict[str, Any]:
+    """The paper's numbers in the shape the funnel/construction tables use, read from :mod:`chunkstudy.paper`."""
+    ind = paper.values(kind, "induction")
+    ind.setdefault("gold_sections_per_doc", math.nan)
+    c = paper.values(kind, "corpus")
+    pct = {k: f"{100 * v:g}%" for k, v in c.items() if isinstance(v, float) and v < 1}
+    if kind == "wikipedia":
+        b = paper.values(kind, "topic_buckets")
+        seed = paper.value("study", "design", "seed")
+        corpus = [f"{c['documents']} Featured Articles (>= {c['min_words']:,} words, heading depth >= "
+                  f"{c['min_heading_depth']}, >= {c['min_sections']} sections), seed {seed}",
+                  "buckets: " + ", ".join(f"{k.replace('_', '/')} {v}" for k, v in b.items())]
+    else:
+        corpus = [f"all splits merged: {c['questions']:,} -> {c['usable']:,} usable questions over {c['papers']:,} "
+                  "papers",
+                  f"evidence matched {pct['share_exact']} exact; {pct['multi_span']} multi-span "
+                  f"({pct['multi_span_appendix']} in its appendix); mean {c['spans_per_question']:.2f} "
+                  f"spans/question; {pct['share_depth1_papers']} depth-1 papers"]
+    q = paper.values(kind, "queries")
+    return {"label": paper.label(kind), "induction": ind, "size_matching": paper.values(kind, "size_matching"),
+            "queries": {step: q[key] for step, key in PAPER_QUERY_STEPS[kind].items()}, "corpus": corpus}
+
+
+#: The paper's numbers for the funnel/construction tables, by corpus kind (``corpus.kind``); one home:
+#: :mod:`chunkstudy.paper`.
+PAPER: dict[str, dict[str, Any]] = {kind: _paper_tables(kind) for kind in ("wikipedia", "qasper")}
 
 DASH = "\u2014"
 
@@ -435,13 +446,16 @@ def query_funnel(funnel: pd.DataFrame, kind: str = "") -> Table:
         docs = f[f["qtype"] == "all"].set_index("step")["n_docs"] if (f["qtype"] == "all").any() else \
             f.groupby("step")["n_docs"].max()
         data["documents"] = data["step"].map(docs)
-    paper = PAPER.get(kind, {}).get("queries", {})
-    data["paper"] = data["step"].map(lambda s: paper.get(s, np.nan)).astype(float)
+    counts = PAPER.get(kind, {}).get("queries", {})
+    data["paper"] = data["step"].map(lambda s: counts.get(s, np.nan)).astype(float)
     display = pd.DataFrame({"Step": data["step"]})
     for c in data.columns[1:]:
         display[c if c != "paper" else f"paper ({PAPER[kind]['label']}, all)" if kind in PAPER else "paper"] = \
             data[c].map(fmt_int)
-    notes = ((f"Paper: {fmt_int(paper['documents'])} documents in the final set.",) if "documents" in paper else ())
+    by_type = {k[len("finals_"):]: v for k, v in paper.values(kind, "queries").items() if k.startswith("finals_")}
+    notes = ((f"Paper: {fmt_int(counts['documents'])} documents in the final set.",) if "documents" in counts
+             else ()) + ((("Paper finals by type: " + ", ".join(f"{t} {fmt_int(n)}" for t, n in by_type.items())
+                           + "."),) if by_type else ())
     return Table("funnel_queries", "Query funnel", data, display, notes)
 
 
