@@ -132,7 +132,9 @@ SCHEMA: dict[str, Any] = {
         "method": P("texttiling", (str,), ("llm", "texttiling")),
         "self_correct_rounds": P(1, (int,)),
         "max_level": P(4, (int,)),
-        "window_paragraphs": P(120, (int,), doc="paragraphs per induction window for long documents"),
+        "window_paragraphs": P(None, (int,), nullable=True,
+                               doc="null = one call per document whenever prompt + reply fit llm.context_tokens "
+                                   "(windows only beyond); a number also caps the paragraphs per call"),
         "texttiling_block": P(2, (int,)),
         "texttiling_depth_cutoff": P(0.5, (float,)),
         "title_terms": P(3, (int,)),
