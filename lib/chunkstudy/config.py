@@ -146,6 +146,9 @@ SCHEMA: dict[str, Any] = {
         "max_tokens": P(100, (int,), doc="hard cap (chunking-tokenizer tokens); longer contexts are cut at a word"),
         "request_max_tokens": P(160, (int,), doc="max_tokens of each A1 LLM request (model tokens)"),
         "neighbourhood": P(1, (int,), doc="extractive baseline: windows on each side whose terms count"),
+        "document_view": P("full", (str,), ("full", "body"),
+                           doc="what <document> holds for the LLM arm: 'full' = title, headings and paragraphs "
+                               "as a reader sees them (contexts.document_view); 'body' = paragraphs only"),
     },
     "queries": {
         "source": P("harvested", (str,), ("harvested", "generated")),

@@ -83,7 +83,7 @@ def models_used(params: Mapping) -> pd.DataFrame:
             ("structure induction", ind["method"], llm_name if ind["method"] == "llm" else "(no model)",
              "LLM arm" if ind["method"] == "llm" else "non-LLM baseline"),
             ("A1 situating contexts", ctx["method"], llm_name if ctx["method"] == "llm" else "(no model)",
-             "LLM arm" if ctx["method"] == "llm" else "non-LLM baseline"),
+             f"LLM arm; <document> view: {ctx['document_view']}" if ctx["method"] == "llm" else "non-LLM baseline"),
             ("queries", q["source"], llm_name if q["source"] == "generated" else "(harvested)",
              "generated + paraphrased, leakage-filtered" if q["source"] == "generated" else "real questions"),
             ("token counts", "tokenizer", params["chunking"]["tokenizer"], "")]
