@@ -101,9 +101,9 @@ SCHEMA: dict[str, Any] = {
         "fuzzy_threshold": P(90.0, (float,)),
         "max_docs": P(None, (int,), nullable=True, doc="cap on documents (local runs); null = all"),
         "drop_numeric_only": P(True, (bool,)),
-        "evidence_annotators": P("majority", (str,), ("majority", "union", "first"),
-                                 doc="QASPER gold spans: paragraphs cited by >= half of the answering annotators, "
-                                     "by any of them, or by the first"),
+        "evidence_annotators": P("union", (str,), ("union", "majority", "first"),
+                                 doc="QASPER gold spans: paragraphs cited by any answering annotator (the paper's "
+                                     "counts are unions), by >= half of them, or by the first"),
     },
     "llm": {
         "backend": P("none", (str,), ("none", "scripted", "openai", "vllm", "transformers")),
