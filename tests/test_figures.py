@@ -283,6 +283,20 @@ def test_placebo_table_worked_example():
     assert d.loc["2", "min_same_doc"] == 1                                 # a bucket of one pair cannot move
     assert d.loc["all", "pairs"] == 5 and d.loc["all", "documents"] == 3 and d.loc["all", "same_path"] == 1
     assert t.display.set_index("Depth").loc["all", "Residual chunks"] == "2 of 8"
+    assert d["donors_mean"].isna().all()  # no placebo_doc_id column: no donor statistics, shown as dashes
+
+
+def test_placebo_table_reports_donors_per_document():
+    p = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "b", "c"], "depth": [1, 1, 2, 1, 2, 1],
+                      "placebo_doc_id": ["b", "c", "b", "a", "a", "a"], "same_doc": [False] * 6})
+    t = tables.placebo(p, "permute")
+    d = t.data.set_index("depth")
+    # all depths: a <- {b: 2, c: 1}, b <- {a: 2}, c <- {a: 1}
+    assert (d.loc["all", "donors_mean"], d.loc["all", "donors_min"], d.loc["all", "donors_max"]) == (4 / 3, 1, 2)
+    assert d.loc["all", "top_donor_share"] == pytest.approx((2 / 3 + 1 + 1) / 3)
+    assert d.loc["1", "donors_mean"] == pytest.approx(4 / 3)  # depth 1: a <- {b, c}, b <- {a}, c <- {a}
+    assert t.display.set_index("Depth").loc["all", "Donors / doc (min–max)"] == "1.3 (1–2)"
+    assert "chunking.placebo_method: permute" in t.notes[0]
 
 
 def test_query_funnel_pivot_and_paper(run):

@@ -182,6 +182,10 @@ SCHEMA: dict[str, Any] = {
         "sentence_splitter": P("pysbd", (str,), ("pysbd", "regex")),
         "depths": P([1, 2, 3], (list,)),
         "placebo_seed": P(20260710, (int,)),
+        "placebo_method": P("permute", (str,), ("permute", "shift"),
+                            doc="'permute': a seeded random permutation within each depth bucket, repaired "
+                                "toward a cross-document derangement (the paper); 'shift': the older cyclic "
+                                "shift of document groups (few donors per document)"),
         "conditions": P(
             ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"], (list,),
             ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4")),

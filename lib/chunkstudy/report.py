@@ -254,7 +254,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     if "size_matching" in got:
         _try(b, "funnel_size_matching", tables.size_matching, got["size_matching"], kind)
     if "placebo" in got:
-        _try(b, "funnel_placebo", tables.placebo, got["placebo"])
+        _try(b, "funnel_placebo", tables.placebo, got["placebo"], params["chunking"].get("placebo_method", ""))
 
     bm25 = inputs.get("json", {}).get("03_queries/bm25")
     if isinstance(bm25, Mapping) and "gold_top1_share" in bm25:

@@ -502,40 +502,66 @@ def size_matching(size: pd.DataFrame, kind: str = "", tolerance: float = 4.0) ->
                   "A2 chunks; window edges snap to sentence boundaries.",))
 
 
-def placebo(placebo_pairs: pd.DataFrame) -> Table:
-    """Placebo residuals (guards C2; paper §3.2 and appendix E.3), per depth bucket and in total: unique
-    (document, path) pairs, same-document residual assignments and the minimum any within-bucket permutation
-    allows (``Σ max(0, 2m − n)``, ``m`` = the largest document's pairs, ``n`` = the bucket), chunks carrying a
-    residual path, and foreign paths with identical headings (e.g. two papers' "Introduction")."""
+def placebo(placebo_pairs: pd.DataFrame, method: str = "") -> Table:
+    """Placebo residuals and donors (guards C2; paper §3.2 and appendix E.3), per depth bucket and in total:
+    unique (document, path) pairs, same-document residual assignments and the minimum any within-bucket
+    permutation allows (``Σ max(0, 2m − n)``, ``m`` = the largest document's pairs, ``n`` = the bucket), chunks
+    carrying a residual path, foreign paths with identical headings (e.g. two papers' "Introduction"), and, when
+    the table names each pair's source (``placebo_doc_id``), the donor documents per document (mean, min, max)
+    and the mean share of a document's paths that come from its single largest donor
+    (:func:`chunkstudy.conditions.placebo_donors`). ``method`` is ``chunking.placebo_method`` (named in a note)."""
+    from .conditions import placebo_donors
+
     _require(placebo_pairs, ["doc_id", "depth", "same_doc"], "placebo", "04_chunk_embed")
     p = placebo_pairs.copy()
     if "n_chunks" not in p:
         p["n_chunks"] = 1
     if "same_path" not in p:
         p["same_path"] = False
+    has_donors = "placebo_doc_id" in p
+
+    def donors(b: pd.DataFrame) -> dict:
+        d = placebo_donors(b) if has_donors and len(b) else {}
+        return {"donors_mean": d.get("donors_mean", np.nan), "donors_min": d.get("donors_min", np.nan),
+                "donors_max": d.get("donors_max", np.nan), "top_donor_share": d.get("top_donor_share_mean", np.nan)}
+
     rows = []
     for depth, b in p.groupby("depth", sort=True):
         n, m = len(b), int(b["doc_id"].value_counts().max())
         rows.append({"depth": str(depth), "pairs": len(b), "documents": b["doc_id"].nunique(),
                      "same_doc": int(b["same_doc"].astype(bool).sum()), "min_same_doc": max(0, 2 * m - n),
                      "same_doc_chunks": int(b.loc[b["same_doc"].astype(bool), "n_chunks"].sum()),
-                     "chunks": int(b["n_chunks"].sum()), "same_path": int(b["same_path"].astype(bool).sum())})
+                     "chunks": int(b["n_chunks"].sum()), "same_path": int(b["same_path"].astype(bool).sum()),
+                     **donors(b)})
     total = pd.DataFrame(rows)
     if len(total):
-        tot = total.drop(columns="depth").sum()
+        tot = total.drop(columns=["depth", "donors_mean", "donors_min", "donors_max", "top_donor_share"]).sum()
         tot["documents"] = p["doc_id"].nunique()
-        rows.append({"depth": "all", **tot.to_dict()})
+        rows.append({"depth": "all", **tot.to_dict(), **donors(p)})
     data = pd.DataFrame(rows, columns=["depth", "pairs", "documents", "same_doc", "min_same_doc", "same_doc_chunks",
-                                       "chunks", "same_path"])
+                                       "chunks", "same_path", "donors_mean", "donors_min", "donors_max",
+                                       "top_donor_share"])
     display = pd.DataFrame({"Depth": data["depth"], "Pairs": data["pairs"].map(fmt_int),
                             "Docs": data["documents"].map(fmt_int),
                             "Same-doc residual": data["same_doc"].map(fmt_int),
                             "Minimum possible": data["min_same_doc"].map(fmt_int),
                             "Residual chunks": [f"{fmt_int(a)} of {fmt_int(b)}" for a, b in
                                                 zip(data["same_doc_chunks"], data["chunks"])],
-                            "Same headings": data["same_path"].map(fmt_int)})
-    return Table("funnel_placebo", "Placebo construction: residual same-document assignments", data, display,
-                 ("Paths are permuted within depth buckets toward a cross-document derangement (fixed seed).",))
+                            "Same headings": data["same_path"].map(fmt_int),
+                            "Donors / doc (min–max)": [
+                                DASH if _missing(a) else f"{fmt_num(a, 1)} ({fmt_int(lo)}–{fmt_int(hi)})"
+                                for a, lo, hi in zip(data["donors_mean"], data["donors_min"], data["donors_max"])],
+                            "Largest donor's share": data["top_donor_share"].map(fmt_pct)})
+    how = {"permute": "randomly permuted within depth buckets (fixed seed) and repaired by swaps toward a "
+                      "cross-document derangement",
+           "shift": "cyclically shifted by document groups within depth buckets (fixed seed; the older method, "
+                    "few donors per document)"}
+    notes = (f"Placebo paths {how.get(method, 'reassigned within depth buckets (fixed seed)')}"
+             + (f" (chunking.placebo_method: {method})." if method else "."),
+             "Donors: distinct documents a document's placebo paths come from; largest donor's share: the mean, "
+             "over documents, of the share of its paths taken from one donor.")
+    return Table("funnel_placebo", "Placebo construction: residual same-document assignments and donors", data,
+                 display, notes)
 
 
 # ---------------------------------------------------------------------------------------------------------------
