@@ -105,3 +105,15 @@ def test_corpus_beside_puts_our_topic_buckets_next_to_the_papers():
                                "demo")
     assert demo["paper"].isna().all() and "questions read" in set(demo["line"])
     assert isinstance(demo, pd.DataFrame)
+
+
+def test_the_wikipedia_spec_samples_as_many_spans_as_the_papers_funnel_needs(root):
+    """2,306 generated over 200 documents and 4 types is 2.9 per type per document: queries.per_doc is the
+    smallest whole number whose sample covers it (every slot fills on long real articles)."""
+    from chunkstudy import config
+
+    cfg = config.load(root / "params" / "wikipedia_fa.yaml")
+    n_docs, per = cfg["corpus"]["target_docs"], cfg["queries"]["per_doc"]
+    assert n_docs == paper.value("wikipedia", "corpus", "documents")
+    slots = n_docs * len(queries.QTYPES)
+    assert (per - 1) * slots < paper.value("wikipedia", "queries", "generated") <= per * slots
