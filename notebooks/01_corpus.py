@@ -26,7 +26,7 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, config
+from chunkstudy import artifacts, config, paper
 from chunkstudy.corpus import build
 
 cfg = config.load(params_file)
@@ -53,6 +53,18 @@ sorted(p.name for p in artifacts.stage_dir(cfg, "01_corpus").iterdir())
 
 # %%
 out["corpus_funnel"]
+
+# %% [markdown]
+# ## Beside the paper, line by line
+# QASPER: the paper merges all three splits (5,049 → 4,303 usable over 1,508 papers); a run on fewer splits differs
+# in size, and the test split's ~2.4 annotators per question raise its multi-span shares. Spans per question and
+# multi-span appear at both levels: *evidence strings as annotated* (distinct across annotators, before matching:
+# the paper's 2.10 and 43.9%) and *matched spans* (what the metric scores). Wikipedia-FA: the realised topic
+# buckets beside the paper's (the paper's keyword table is not in its text; ours is in
+# `chunkstudy.corpus.wikipedia`). Paper numbers come from `chunkstudy.paper`.
+
+# %%
+paper.corpus_beside(out["stats"], cfg["corpus"]["kind"])
 
 # %% [markdown]
 # ## Warnings collected while building (bad inputs are reported, the rest still builds)

@@ -19,10 +19,13 @@
 # `contexts_a1` (one situating context per A0 window, keyed by `(doc_id, start, end)`) and
 # `induction_stats.json`.
 #
-# `induce.method: llm` is the paper's arm: numbered paragraphs with headings stripped, JSON output verified
+# `induce.method: llm` is the paper's arm: numbered paragraphs with headings stripped (the whole document in one
+# call whenever prompt and reply fit `llm.context_tokens`; windows only beyond), JSON output verified
 # mechanically, one self-correction round listing the violations, then a deterministic repair (a document with
 # no usable reply falls back to one section and is counted as failed). `texttiling` is a named non-LLM
-# baseline. A1 contexts use Anthropic's Contextual Retrieval prompt verbatim (`contexts.method: llm`) or a named
+# baseline. A1 contexts use Anthropic's Contextual Retrieval prompt verbatim (`contexts.method: llm`; the
+# `<document>` is the document as a reader sees it — title, headings from `sections_gold`, paragraphs — under
+# `contexts.document_view: full`, or its paragraphs only under `body`) or a named
 # extractive baseline (title, lead sentence, salient terms of the window's neighbourhood). Every model call
 # goes through the cached client (`data/<corpus>/cache/<llm.cache>/calls.jsonl`): a rerun makes no call twice.
 
@@ -56,7 +59,8 @@ induction_log["status"].value_counts()
 # %%
 counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
 windows = chunking.a0_windows(documents, paragraphs, sections_induced, cfg["chunking"], counter)
-contexts_a1 = contexts.a1_contexts(documents, windows, cfg["contexts"], client=client, counter=counter)
+contexts_a1 = contexts.a1_contexts(documents, windows, cfg["contexts"], client=client, counter=counter,
+                                   sections=sections_gold)
 artifacts.write(cfg, "contexts_a1", contexts_a1)
 contexts_a1[["doc_id", "start", "end", "method", "n_tokens", "context"]].head()
 
@@ -64,6 +68,8 @@ contexts_a1[["doc_id", "start", "end", "method", "n_tokens", "context"]].head()
 # ## Stats next to the paper
 # Identity with gold is the paper's measure: the share of induced structural chunk spans (split above
 # `chunking.max_tokens`, merged below `min_tokens`) byte-identical to a gold structural chunk span.
+# `induced_whole` counts the documents induced in one call (not cut into windows); the paper's model sees every
+# document's paragraphs whole.
 
 # %%
 ck = cfg["chunking"]

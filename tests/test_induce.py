@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import induce, llm
+from chunkstudy import induce, llm, paper
 from chunkstudy.corpus import model as docmodel
 from chunkstudy.corpus.model import DocumentBuilder, Outline
 
@@ -43,7 +44,7 @@ def six():
     return corpus({"d1": ps})
 
 
-PARAMS = {"method": "llm", "self_correct_rounds": 1, "max_level": 4, "window_paragraphs": 120, "title_terms": 3}
+PARAMS = {"method": "llm", "self_correct_rounds": 1, "max_level": 4, "window_paragraphs": None, "title_terms": 3}
 LLM = {"max_retries": 0, "retry_backoff_s": 0.0, "max_tokens": 256, "context_tokens": 32768}
 
 VALID = json.dumps({"sections": [
@@ -159,7 +160,39 @@ def test_long_documents_are_windowed_and_each_window_starts_level_1():
     assert log2.iloc[0].n_windows == 10
 
 
+def test_a_document_that_fits_the_context_is_induced_in_one_call_a_longer_one_in_windows():
+    """Issue 14 §2: with the parameter file's defaults (``window_paragraphs: null``) a 300-paragraph document that
+    fits ``llm.context_tokens`` is one call and one outline; the same document with a context it does not fit
+    is windowed, each window numbered from 0."""
+    from chunkstudy import config
+
+    ps = [TOPICS[t] + f" Item {i}." for i, t in enumerate((["cats"] * 100) + (["rockets"] * 100) + (["bread"] * 100))]
+    docs, paras, _ = corpus({"long": ps})
+    params = config.load(config.find_root(Path(__file__)) / "params" / "qasper.yaml")
+    assert params["induce"]["window_paragraphs"] is None  # "as the context allows"
+
+    def fn(r):
+        last = int(re.search(r"numbered from 0 to (\d+)", r.messages[0]["content"]).group(1))
+        return json.dumps({"sections": [{"title": "All", "level": 1, "first_paragraph": 0, "last_paragraph": last}]})
+
+    llm_params = {**LLM, "context_tokens": params["llm"]["context_tokens"], "max_tokens": params["llm"]["max_tokens"]}
+    secs, log, be = run(docs, paras, fn, params=params["induce"], llm_params=llm_params)
+    assert len(be.calls) == 1 and log.iloc[0].n_windows == 1 and len(secs) == 1
+    assert len(re.findall(r"^\[\d+\] ", be.calls[0].messages[0]["content"], re.M)) == 300
+    s = induce.induction_stats(secs, log)
+    assert s["windowed_docs"] == 0
+    assert induce.stats_table(s, "qasper")["induced_whole"].tolist() == ["1/1", "1,585/1,585"]
+    # prompt + reply no longer fit: windows, each within the context
+    small = {**llm_params, "context_tokens": 4096, "max_tokens": 1024}
+    secs2, log2, be2 = run(docs, paras, fn, params=params["induce"], llm_params=small)
+    budget = (4096 - 1024 - induce.PROMPT_ALLOWANCE_TOKENS) * induce.CHARS_PER_TOKEN
+    assert log2.iloc[0].n_windows == len(be2.calls) > 1 and (secs2["level"] == 1).all()
+    assert all(len(c.messages[0]["content"]) - len(induce.PROMPT) < budget for c in be2.calls)
+    assert induce.induction_stats(secs2, log2)["windowed_docs"] == 1
+
+
 def test_windows_for_respects_both_limits():
+    assert induce.windows_for(["a" * 10] * 5, None, 1e9) == [(0, 5)]
     assert induce.windows_for(["a" * 10] * 5, 2, 1e9) == [(0, 2), (2, 4), (4, 5)]
     assert induce.windows_for(["a" * 10] * 5, 100, 40) == [(0, 2), (2, 4), (4, 5)]
     assert induce.windows_for(["a" * 100, "b"], 100, 40) == [(0, 1), (1, 2)]  # an oversize paragraph alone
@@ -314,7 +347,8 @@ def test_span_identity_and_stats_worked_example():
     assert s["identity_basis"] == "section spans"
     table = induce.stats_table(s, "qasper")
     assert list(table.index) == ["this run (llm)", "QASPER (paper, Gemma)"]
-    assert table.loc["QASPER (paper, Gemma)", "sections_per_doc"] == 14.5
+    assert table.loc["QASPER (paper, Gemma)", "sections_per_doc"] == paper.value("qasper", "induction",
+                                                                                "sections_per_doc")
 
 
 def test_side_by_side_shows_both_trees(six):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, report, tables
+from chunkstudy import artifacts, config, paper, report, tables
 from test_figures import build_synthetic_run
 
 STORE_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced", "induction_log", "queries",
@@ -19,18 +19,27 @@ def _contrasts(rows):
                          for c, a, b, d, p in rows])
 
 
+def _paper_table1(kind: str) -> pd.DataFrame:
+    """The paper's Table 1 as its text gives it (chunkstudy.paper): deltas where stated, Holm significance as a
+    p below / above alpha. Wikipedia-FA's C1 delta is not in the text; only its sign is (C1 replicates)."""
+    t1 = paper.values(kind, "table1")
+    pairs = {"C1": ("A3", "A1"), "C2": ("A3", "P"), "C3": ("G3", "A3"), "C4": ("A4", "A3")}
+    return _contrasts([(c, a, b, t1.get(f"{c}_delta", 0.01), 0.01 if t1[f"{c}_holm_significant"] else 0.6)
+                       for c, (a, b) in pairs.items()])
+
+
 def test_replication_table_worked_example():
-    wiki = _contrasts([("C1", "A3", "A1", 0.021, 0.001), ("C2", "A3", "P", 0.0099, 0.03),
-                       ("C3", "G3", "A3", 0.0129, 0.01), ("C4", "A4", "A3", -0.0326, 0.0001)])
-    qasper = _contrasts([("C1", "A3", "A1", 0.011, 0.002), ("C2", "A3", "P", 0.0161, 0.0001),
-                         ("C3", "G3", "A3", 0.0011, 0.60), ("C4", "A4", "A3", -0.0147, 0.0004)])
+    wiki, qasper = _paper_table1("wikipedia"), _paper_table1("qasper")
     # an exploratory row must be ignored
     qasper = pd.concat([qasper, _contrasts([("C3", "G3", "A3", 0.5, 0.0)]).assign(confirmatory=False)])
     t = report.replication_table({"wikipedia_fa": wiki, "qasper": qasper})
     d = t.set_index("contrast")
+    # the paper's pattern (§6.1): three replicate, one is corpus-dependent
     assert d["verdict"].to_dict() == {"C1": "replicates", "C2": "replicates", "C3": "corpus-dependent",
-                                      "C4": "replicates"}   # the paper's pattern: three replicate, one does not
-    assert d.loc["C4", "sign[qasper]"] == "\u2212" and d.loc["C3", "delta[qasper]"] == 0.0011
+                                      "C4": "replicates"}
+    assert set(d.index[d["verdict"] == "replicates"]) == set(paper.value("study", "effects", "replicating_contrasts"))
+    assert d.loc["C4", "sign[qasper]"] == "\u2212"
+    assert d.loc["C3", "delta[qasper]"] == paper.value("qasper", "table1", "C3_delta")
     assert not d.loc["C3", "significant[qasper]"] and d.loc["C3", "significant[wikipedia_fa]"]
 
 
@@ -51,10 +60,15 @@ def test_warnings_for_demo_and_paper_params(root):
     w = " ".join(report.model_warnings(demo))
     for needle in ("llm.capable is false", "'texttiling'", "'extractive'", "untrained", "stand-ins", "n_boot"):
         assert needle in w
-    paper = config.load(root / "params" / "wikipedia_fa.yaml").data
-    assert report.model_warnings(paper) == []
-    m = report.models_used(paper)
+    spec = config.load(root / "params" / "wikipedia_fa.yaml").data
+    assert report.model_warnings(spec) == []
+    m = report.models_used(spec)
     assert "BAAI/bge-large-en-v1.5" in m["model"].tolist() and "google/gemma-4-26b-a4b-it" in m["model"].tolist()
+    # the report states which document A1's model saw
+    a1 = m.set_index("role").loc["A1 situating contexts", "label / status"]
+    assert a1 == "LLM arm; <document> view: full"
+    spec["contexts"]["document_view"] = "body"
+    assert report.models_used(spec).set_index("role").loc["A1 situating contexts", "label / status"].endswith("body")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,8 @@ section first — the library behind the notebooks in ``notebooks/`` (see README
 
 Imports flow one way: ``config``/``artifacts`` → domain modules (``corpus``, ``llm``, ``induce``, ``contexts``,
 ``queries``, ``chunking``, ``conditions``, ``embed``, ``retrieve``, ``rerank``, ``metrics``, ``stats``) →
-``tables``/``figures``/``report``. Only ``artifacts`` touches paths.
+``tables``/``figures``/``report``. ``paper`` holds the paper's own numbers (imports nothing of the project; any
+module may read it). Only ``artifacts`` touches paths.
 """
 
 __version__ = "0.1.0"

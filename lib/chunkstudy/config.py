@@ -101,9 +101,9 @@ SCHEMA: dict[str, Any] = {
         "fuzzy_threshold": P(90.0, (float,)),
         "max_docs": P(None, (int,), nullable=True, doc="cap on documents (local runs); null = all"),
         "drop_numeric_only": P(True, (bool,)),
-        "evidence_annotators": P("majority", (str,), ("majority", "union", "first"),
-                                 doc="QASPER gold spans: paragraphs cited by >= half of the answering annotators, "
-                                     "by any of them, or by the first"),
+        "evidence_annotators": P("union", (str,), ("union", "majority", "first"),
+                                 doc="QASPER gold spans: paragraphs cited by any answering annotator (the paper's "
+                                     "counts are unions), by >= half of them, or by the first"),
     },
     "llm": {
         "backend": P("none", (str,), ("none", "scripted", "openai", "vllm", "transformers")),
@@ -132,7 +132,9 @@ SCHEMA: dict[str, Any] = {
         "method": P("texttiling", (str,), ("llm", "texttiling")),
         "self_correct_rounds": P(1, (int,)),
         "max_level": P(4, (int,)),
-        "window_paragraphs": P(120, (int,), doc="paragraphs per induction window for long documents"),
+        "window_paragraphs": P(None, (int,), nullable=True,
+                               doc="null = one call per document whenever prompt + reply fit llm.context_tokens "
+                                   "(windows only beyond); a number also caps the paragraphs per call"),
         "texttiling_block": P(2, (int,)),
         "texttiling_depth_cutoff": P(0.5, (float,)),
         "title_terms": P(3, (int,)),
@@ -144,6 +146,9 @@ SCHEMA: dict[str, Any] = {
         "max_tokens": P(100, (int,), doc="hard cap (chunking-tokenizer tokens); longer contexts are cut at a word"),
         "request_max_tokens": P(160, (int,), doc="max_tokens of each A1 LLM request (model tokens)"),
         "neighbourhood": P(1, (int,), doc="extractive baseline: windows on each side whose terms count"),
+        "document_view": P("full", (str,), ("full", "body"),
+                           doc="what <document> holds for the LLM arm: 'full' = title, headings and paragraphs "
+                               "as a reader sees them (contexts.document_view); 'body' = paragraphs only"),
     },
     "queries": {
         "source": P("harvested", (str,), ("harvested", "generated")),
@@ -177,6 +182,10 @@ SCHEMA: dict[str, Any] = {
         "sentence_splitter": P("pysbd", (str,), ("pysbd", "regex")),
         "depths": P([1, 2, 3], (list,)),
         "placebo_seed": P(20260710, (int,)),
+        "placebo_method": P("permute", (str,), ("permute", "shift"),
+                            doc="'permute': a seeded random permutation within each depth bucket, repaired "
+                                "toward a cross-document derangement (the paper); 'shift': the older cyclic "
+                                "shift of document groups (few donors per document)"),
         "conditions": P(
             ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"], (list,),
             ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4")),

@@ -7,10 +7,19 @@ reply (whitespace collapsed) is cut to the hard cap of ``contexts.max_tokens`` c
 tokenizer at the last whole word that fits (the recipe's target is 50–100 tokens; the cut is recorded in
 ``truncated``). A failed call leaves an empty context and its error (counted, never a crash).
 
-Long documents: when the document does not fit the model's context (``llm.context_tokens`` minus
+The document as a reader sees it (``contexts.document_view``): ``full`` (default) fills ``<document>`` with
+:func:`document_view` — the title, every heading line at its level and the paragraphs verbatim, in order — so A1
+sees what A3's breadcrumbs carry (title and headings; guards C1 = A3 − A1). ``body`` gives the paragraphs only
+(``documents.text``, the behaviour before issue 14). The view is rendered once per document, so the document part
+of every prompt of one document is the same bytes (a serving engine's prefix cache reuses it). The chunk inside
+``<chunk>`` is always the window's body text. (Structure induction, by contrast, never sees a heading: the
+paper strips them, :mod:`chunkstudy.induce`.)
+
+Long documents: when the view does not fit the model's context (``llm.context_tokens`` minus
 ``request_max_tokens``, the chunk and a 256-token allowance for the instructions; tokens estimated as characters
-/ 4), ``<document>`` holds instead the largest run of whole paragraphs centred on the window that fits; the
-columns ``doc_start``/``doc_end`` record the excerpt (the whole document otherwise).
+/ 4), ``<document>`` holds instead the largest run of whole blocks of the view (paragraphs and heading lines, cut
+at their boundaries) centred on the window that fits; the columns ``doc_start``/``doc_end`` record which body
+text ``[doc_start, doc_end)`` of ``documents.text`` the model saw (``0, len(text)``: the whole document).
 
 ``method: extractive`` — a NAMED NON-LLM BASELINE for offline runs (demo, CI), never the LLM arm: the document
 title, its lead sentence, then ``Key terms:`` and the most salient tf-idf terms of the window's neighbourhood
@@ -20,7 +29,8 @@ paper's generated contexts run about 80 tokens, Section 6.2), never exceeding ``
 longer than the cap are cut at a word (``truncated``); a document too short for enough terms may stay below
 ``min_tokens``.
 
-Output: ``[doc_id, start, end, context, method, n_tokens]`` plus ``truncated, error, doc_start, doc_end``, keyed
+Output: ``[doc_id, start, end, context, method, n_tokens]`` plus ``truncated, error, doc_start, doc_end,
+document_view`` (``full``/``body`` for the LLM arm, empty for the extractive baseline), keyed
 by ``(doc_id, start, end)`` — half-open character offsets of the window in ``documents.text`` — so contexts
 survive reruns. ``n_tokens`` counts the context's tokens with ``counter`` (``chunking.load_counter`` of the
 chunking tokenizer); without one, a stated approximation (words and punctuation marks) is used.
@@ -47,7 +57,9 @@ Here is the chunk we want to situate within the whole document
 Please give a short succinct context to situate this chunk within the overall document for the purposes of \
 improving search retrieval of the chunk. Answer only with the succinct context and nothing else."""
 
-COLUMNS = ["doc_id", "start", "end", "context", "method", "n_tokens", "truncated", "error", "doc_start", "doc_end"]
+COLUMNS = ["doc_id", "start", "end", "context", "method", "n_tokens", "truncated", "error", "doc_start", "doc_end",
+           "document_view"]
+VIEWS = ("full", "body")
 PROMPT_ALLOWANCE_TOKENS = 256
 CHARS_PER_TOKEN = 4.0
 _APPROX = re.compile(r"\w+|[^\w\s]")
@@ -85,10 +97,107 @@ def cap_tokens(text: str, max_tokens: int, counter: Callable) -> tuple[str, bool
     return " ".join(words[:lo]), True
 
 
+# ------------------------------------------------------------------------------------------- document view
+
+
+class _View:
+    """One document rendered for ``<document>``: ``text`` (the view) and, for each body segment placed in it,
+    ``(text_start, text_end, view_start)`` so that body offsets map to view offsets and back."""
+
+    def __init__(self, text: str, segments: list[tuple[int, int, int]]):
+        self.text = text
+        self.segments = segments
+
+    def view_start(self, pos: int) -> int:
+        """View offset of a window starting at body offset ``pos`` (in a separator: the next segment's start)."""
+        for ts, te, vs in self.segments:
+            if pos < te:
+                return vs + max(0, pos - ts)
+        ts, te, vs = self.segments[-1]
+        return vs + (te - ts)
+
+    def view_end(self, pos: int) -> int:
+        """View offset of a window ending at body offset ``pos`` (in a separator: the previous segment's end)."""
+        for ts, te, vs in reversed(self.segments):
+            if pos > ts:
+                return vs + (min(pos, te) - ts)
+        return self.segments[0][2]
+
+    def to_body(self, a: int, b: int) -> tuple[int, int]:
+        """The body range ``[start, end)`` covered by the view range ``[a, b)`` (headings carry no body)."""
+        lo = hi = None
+        for ts, te, vs in self.segments:
+            ve = vs + (te - ts)
+            s, e = max(a, vs), min(b, ve)
+            if s < e:
+                lo = ts + (s - vs) if lo is None else lo
+                hi = ts + (e - vs)
+        return (lo, hi) if lo is not None else (0, 0)
+
+
+def _heading_line(title: str, level: int) -> str:
+    return "#" * level + " " + " ".join(str(title).split())
+
+
+def _render(doc_id: str, title: str, text: str, secs: pd.DataFrame | None, view: str) -> _View:
+    """The view of one document (:func:`document_view`); ``secs`` are its section rows in outline order."""
+    if view == "body":
+        return _View(text, [(0, len(text), 0)])
+    if secs is None or len(secs) == 0:
+        raise ContextsError(f"sections: document {doc_id!r} has no sections, so its headings cannot be shown "
+                            "(contexts.document_view: full needs sections_gold, written by 01_corpus)")
+    blocks: list[str] = []
+    segments: list[tuple[int, int, int]] = []
+    pos = 0
+
+    def add(block: str) -> int:
+        nonlocal pos
+        if blocks:
+            pos += len(SEP)
+        at = pos
+        blocks.append(block)
+        pos += len(block)
+        return at
+
+    if " ".join(str(title).split()):
+        add(_heading_line(title, 1))
+    for t, lv, a, b in zip(secs["title"], secs["level"], secs["start"], secs["end"]):
+        if isinstance(t, str) and t.strip():
+            add(_heading_line(t, int(lv) + 1))
+        a, b = int(a), int(b)
+        if b > a:
+            segments.append((a, b, add(text[a:b])))
+    body = SEP.join(text[a:b] for a, b, _ in segments)
+    if body != text:
+        raise ContextsError(f"sections: the sections of document {doc_id!r} do not tile its text (their bodies, "
+                            f"joined, give {len(body)} of {len(text)} characters); written by 01_corpus")
+    return _View(SEP.join(blocks), segments)
+
+
+def document_view(documents: pd.DataFrame, sections: pd.DataFrame, doc_id: str) -> str:
+    """Document ``doc_id`` as a reader sees it, in Markdown: the title as ``# Title``, then each section's heading
+    line one level deeper than its outline level (``## `` for level 1 ... ``##### `` for level 4, so the title
+    is the only top heading) followed by the section's own paragraphs, verbatim; blocks joined by a blank line
+    (:data:`~chunkstudy.corpus.model.SEP`). An empty heading (an untitled lead) has no line; a heading directly
+    followed by a sub-heading has no paragraphs. Whitespace inside a title or heading is collapsed to single
+    spaces (one line each). Every paragraph of ``documents.text`` appears verbatim and in order: the sections
+    must tile the text (raises :class:`ContextsError`, naming the document, otherwise).
+
+    ``sections`` is a section table (gold: ``sections_gold``), in outline order. The result depends only on the
+    document, so every window of one document gets the same bytes."""
+    docs = documents[documents["doc_id"].astype(str) == str(doc_id)]
+    if docs.empty:
+        raise ContextsError(f"documents: document {doc_id!r} is not in the documents table")
+    row = docs.iloc[0]
+    secs = sections[sections["doc_id"].astype(str) == str(doc_id)]
+    return _render(str(doc_id), str(row["title"]), str(row["text"]), secs, "full").text
+
+
 def document_excerpt(text: str, start: int, end: int, max_chars: int) -> tuple[int, int]:
     """The ``[a, b)`` character range given to the model as ``<document>``: the whole text when it fits in
-    ``max_chars``, else the largest run of whole paragraphs (cut at ``SEP``) around the window's centre that
-    fits, and always at least the window itself."""
+    ``max_chars``, else the largest run of whole blocks (paragraphs, or the heading lines of a document view: cut
+    at ``SEP``) around the window's centre that fits, and always at least the blocks holding the window itself
+    (so ``a`` and ``b`` always sit on block boundaries, even when those blocks alone exceed ``max_chars``)."""
     n = len(text)
     if n <= max_chars:
         return 0, n
@@ -101,9 +210,9 @@ def document_excerpt(text: str, start: int, end: int, max_chars: int) -> tuple[i
         b_want = min(n, max_chars)
     if b_want == n:
         a_want = max(0, n - max_chars)
-    a = min((b for b in bounds if b >= a_want), default=start)
-    b = max((e for e in ends if e <= b_want), default=end)
-    return min(a, start), max(b, end)
+    a = min(min((b for b in bounds if b >= a_want), default=start), start)
+    b = max(max((e for e in ends if e <= b_want), default=end), end)
+    return max(x for x in bounds if x <= a), min(x for x in ends if x >= b)
 
 
 def _check(documents: pd.DataFrame, windows: pd.DataFrame) -> dict[str, tuple[str, str]]:
@@ -192,45 +301,61 @@ def _extractive(docs, windows: pd.DataFrame, p: Mapping, counter: Callable) -> l
                 ctx = _with_terms(head_capped, terms, (lo_t + hi_t) // 2, hi_t, counter)
             rows.append({"doc_id": str(doc_id), "start": int(w.at[i, "start"]), "end": int(w.at[i, "end"]),
                          "context": ctx, "method": "extractive", "truncated": cut, "error": "",
-                         "doc_start": 0, "doc_end": len(text), "_i": i})
+                         "doc_start": 0, "doc_end": len(text), "document_view": "", "_i": i})
     rows.sort(key=lambda r: r.pop("_i"))
     return rows
 
 
-def _llm(docs, windows: pd.DataFrame, p: Mapping, client, counter: Callable) -> list[dict]:
+def _llm(docs, windows: pd.DataFrame, p: Mapping, client, counter: Callable,
+         sections: pd.DataFrame | None) -> list[dict]:
     from . import llm
 
     req_max = int(p.get("request_max_tokens", 160))
     hi_t = int(p.get("max_tokens", 100))
+    view = p.get("document_view", "full")
+    if view not in VIEWS:
+        raise ContextsError(f"contexts.document_view {view!r} is not one of {list(VIEWS)}")
+    if view == "full" and sections is None:
+        raise ContextsError("contexts.document_view is 'full' but no sections table was given: pass sections_gold "
+                            "(written by 01_corpus) so that <document> shows the title and headings")
+    by_doc = dict(tuple(sections.groupby(sections["doc_id"].astype(str), sort=False))) if view == "full" else {}
+    views: dict[str, _View] = {}  # rendered once per document: the same bytes for all its windows
     metas, reqs = [], []
     for d, s, e in zip(windows["doc_id"], windows["start"], windows["end"]):
-        title, text = docs[str(d)]
-        s, e = int(s), int(e)
+        d, s, e = str(d), int(s), int(e)
+        title, text = docs[d]
+        if d not in views:
+            views[d] = _render(d, title, text, by_doc.get(d), view)
+        v = views[d]
         chunk = text[s:e].strip()
         budget = (client.context_tokens - req_max - PROMPT_ALLOWANCE_TOKENS) * CHARS_PER_TOKEN - len(chunk)
         if budget <= 0:
             raise ContextsError(f"llm.context_tokens {client.context_tokens} cannot hold the chunk of document "
                                 f"{d!r} [{s},{e}) plus the reply")
-        a, b = document_excerpt(text, s, e, int(budget))
-        metas.append((str(d), s, e, a, b))
-        reqs.append(llm.Request([{"role": "user", "content": render_prompt(text[a:b], chunk)}],
+        vs, ve = v.view_start(s), v.view_end(e)
+        a, b = document_excerpt(v.text, vs, max(ve, vs), int(budget))
+        doc_a, doc_b = v.to_body(a, b)
+        metas.append((d, s, e, doc_a, doc_b))
+        reqs.append(llm.Request([{"role": "user", "content": render_prompt(v.text[a:b], chunk)}],
                                 max_tokens=req_max, tag=f"a1:{d}:{s}:{e}"))
     rows = []
     for (d, s, e, a, b), r in zip(metas, client.generate(reqs, desc="A1 contexts")):
         ctx, cut = cap_tokens(r.text, hi_t, counter) if not r.error else ("", False)
         rows.append({"doc_id": d, "start": s, "end": e, "context": ctx, "method": "llm", "truncated": cut,
-                     "error": r.error or "", "doc_start": a, "doc_end": b})
+                     "error": r.error or "", "doc_start": a, "doc_end": b, "document_view": view})
     return rows
 
 
 def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params: Mapping, client=None,
-                counter: Callable[[list[str]], list[int]] | None = None) -> pd.DataFrame:
+                counter: Callable[[list[str]], list[int]] | None = None,
+                sections: pd.DataFrame | None = None) -> pd.DataFrame:
     """One situating context per A0 window (module docstring); ``contexts_params`` is ``cfg["contexts"]``.
 
     ``windows`` holds ``doc_id, start, end`` (half-open character offsets into ``documents.text``), e.g. from
     ``chunking.a0_windows``. ``client`` (:func:`llm.make_client`) is needed for ``method: llm`` only;
-    ``counter(texts) -> token counts`` is the chunking tokenizer's (``chunking.load_counter``). Returns the
-    columns of :data:`COLUMNS` in the order of ``windows``; inputs are not modified.
+    ``counter(texts) -> token counts`` is the chunking tokenizer's (``chunking.load_counter``). ``sections``
+    (``sections_gold``) gives the headings of the document view; ``method: llm`` with ``document_view: full``
+    needs it. Returns the columns of :data:`COLUMNS` in the order of ``windows``; inputs are not modified.
     """
     method = contexts_params.get("method", "extractive")
     counter = counter or approx_counter
@@ -242,7 +367,7 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
     elif method == "llm":
         if client is None:
             raise ContextsError("contexts.method is 'llm' but no LLM client was given (llm.make_client)")
-        rows = _llm(docs, windows, contexts_params, client, counter)
+        rows = _llm(docs, windows, contexts_params, client, counter, sections)
     else:
         raise ContextsError(f"contexts.method {method!r} is not one of ['llm', 'extractive']")
     out = pd.DataFrame(rows)
@@ -261,7 +386,9 @@ def summary(contexts: pd.DataFrame) -> dict:
     # the windows tile each document, so the largest window end is the document's length
     doc_len = contexts.groupby("doc_id")["end"].transform("max")
     excerpted = (contexts["doc_start"] > 0) | (contexts["doc_end"] < doc_len)
+    views = sorted(set(contexts["document_view"]) - {""}) if "document_view" in contexts else []
     return {"n_windows": int(len(contexts)), "method": ",".join(sorted(set(contexts["method"]))),
+            "document_view": ",".join(views) or "none (no model sees the document)",
             "tokens_mean": float(n.mean()) if len(n) else float("nan"),
             "tokens_min": int(n.min()) if len(n) else 0, "tokens_max": int(n.max()) if len(n) else 0,
             "truncated": int(contexts["truncated"].sum()), "failed": int((contexts["error"] != "").sum()),

@@ -25,13 +25,18 @@ Two inducers, one output contract (the section table of :mod:`chunkstudy.corpus.
 
 Policies (stated, and recorded in the log):
 
-* **Long documents.** A document whose numbered prompt would not fit the model's context
-  (``llm.context_tokens`` minus ``llm.max_tokens`` minus a 512-token allowance for instructions; tokens
-  estimated as characters / 4, since the served model's tokenizer is not available to the client) or that has
-  more than ``window_paragraphs`` paragraphs is cut into consecutive windows of whole paragraphs that fit both
-  limits. Each window is induced as a document of its own (numbered from 0, corrected and repaired on its own);
-  the windows' outlines are concatenated, so every window starts a level-1 section. The log records the window
-  count; a document's status is the worst of its windows'.
+* **Whole documents.** A document is induced in ONE call whenever its numbered prompt plus the reply fit the
+  model's context: ``llm.context_tokens`` minus ``llm.max_tokens`` (the reply's allowance: about 60 sections of
+  JSON at 2,048) minus a 512-token allowance for the instructions, tokens estimated as characters / 4 (the
+  served model's tokenizer is not available to the client). The paper's model sees "the document's paragraphs";
+  with its 131k-token context every Wikipedia-FA article and QASPER paper fits.
+* **Long documents.** Only a document whose prompt does not fit is cut into consecutive windows of whole
+  paragraphs that fit; ``induce.window_paragraphs`` (default null: "as the context allows") additionally caps
+  the paragraphs per call when set. Each window is induced as a document of its own (numbered from 0, corrected
+  and repaired on its own); the windows' outlines are concatenated, so every window starts a level-1 section
+  (which is why windows are a last resort: they move the A2/A3/P/A4 boundaries and routing sections of exactly
+  the longest documents). The log records the window count (``n_windows``), :func:`induction_stats` the
+  windowed documents; a document's status is the worst of its windows'.
 * **Repair** (:func:`repair`): keep each section whose ``first_paragraph`` is an integer (ints, integral floats
   and digit strings are accepted); clamp it into ``0..m``; order sections by start (stable); the first section
   starts at 0; each section ends where the next one starts (the reported ``last_paragraph`` is ignored: gaps go
@@ -57,16 +62,22 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from . import paper
 from .corpus import model as docmodel
 from .corpus.model import Outline
 
-#: The paper's induction results (Section 3.3), shown next to ours.
-PAPER_INDUCTION = {
-    "wikipedia": {"corpus": "Wikipedia-FA", "usable": "198/200", "repaired": 116, "sections_per_doc": 21.9,
-                  "gold_sections_per_doc": None, "identity_with_gold": 0.789},
-    "qasper": {"corpus": "QASPER", "usable": "1,579/1,585", "repaired": 590, "sections_per_doc": 14.5,
-               "gold_sections_per_doc": 14.8, "identity_with_gold": 0.758},
-}
+
+def _paper_row(kind: str) -> dict:
+    p = paper.values(kind, "induction")
+    gold = p.get("gold_sections_per_doc")
+    return {"corpus": paper.label(kind), "usable": f"{p['usable']:,}/{p['documents']:,}",
+            "induced_whole": f"{p['induced_whole']:,}/{p['documents']:,}", "repaired": p["repaired"],
+            "sections_per_doc": p["sections_per_doc"], "gold_sections_per_doc": gold,
+            "identity_with_gold": p["span_identity"]}
+
+
+#: The paper's induction results (Section 3.3), shown next to ours; read from :mod:`chunkstudy.paper`.
+PAPER_INDUCTION = {kind: _paper_row(kind) for kind in ("wikipedia", "qasper")}
 
 OUTPUT_SCHEMA = {
     "type": "object",
@@ -241,13 +252,15 @@ def is_valid_outline(outline: Sequence[Outline], paras: pd.DataFrame, max_level:
 # ------------------------------------------------------------------------------------------------- windowing
 
 
-def windows_for(para_texts: Sequence[str], max_paragraphs: int, max_chars: float) -> list[tuple[int, int]]:
-    """Consecutive ``[lo, hi)`` paragraph windows, each at most ``max_paragraphs`` paragraphs and (unless a single
-    paragraph is longer) at most ``max_chars`` characters of numbered prompt. One window when all fits."""
+def windows_for(para_texts: Sequence[str], max_paragraphs: int | None, max_chars: float) -> list[tuple[int, int]]:
+    """Consecutive ``[lo, hi)`` paragraph windows, each (unless a single paragraph is longer) at most
+    ``max_chars`` characters of numbered prompt and, when ``max_paragraphs`` is not None, at most that many
+    paragraphs. One window — the whole document — when all fits."""
     out, lo, size = [], 0, 0.0
+    cap = math.inf if max_paragraphs is None else max_paragraphs
     for i, t in enumerate(para_texts):
         add = len(t) + 8  # "[123] " and the separator
-        if i > lo and (i - lo >= max_paragraphs or size + add > max_chars):
+        if i > lo and (i - lo >= cap or size + add > max_chars):
             out.append((lo, i))
             lo, size = i, 0.0
         size += add
@@ -479,7 +492,8 @@ def _llm(docs: list[_Doc], p: Mapping, lex: _Lexicon, client) -> tuple[list, lis
     # one state per (document, window)
     states = []
     for d in docs:
-        for lo, hi in windows_for(d.texts, int(p.get("window_paragraphs", 120)), max_chars):
+        cap = p.get("window_paragraphs")
+        for lo, hi in windows_for(d.texts, None if cap is None else int(cap), max_chars):
             states.append({"doc": d, "lo": lo, "hi": hi, "paras": _local_paras(d.paras, lo, hi),
                            "messages": build_messages(d.texts[lo:hi], max_level), "items": None,
                            "violations": None, "first_violations": None, "rounds": 0, "errors": []})
@@ -637,9 +651,12 @@ def induction_stats(sections_induced: pd.DataFrame, log: pd.DataFrame, sections_
 
 def stats_table(stats: dict, corpus_kind: str) -> pd.DataFrame:
     """Our stats next to the paper's row for the same corpus kind (``wikipedia`` or ``qasper``; the demo has
-    no paper row). Values are not rounded."""
+    no paper row). ``induced_whole`` = documents induced in one call (not windowed) / documents. Values are not
+    rounded."""
+    whole = stats["n_docs"] - stats.get("windowed_docs", 0)
     ours = {"corpus": f"this run ({stats.get('method', '')})", "usable": f"{stats['usable']}/{stats['n_docs']}",
-            "repaired": stats["repaired"], "sections_per_doc": stats["sections_per_doc"],
+            "induced_whole": f"{whole}/{stats['n_docs']}", "repaired": stats["repaired"],
+            "sections_per_doc": stats["sections_per_doc"],
             "gold_sections_per_doc": stats.get("gold_sections_per_doc"),
             "identity_with_gold": stats.get("identity_with_gold")}
     rows = [ours]

@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import leakage
+from . import leakage, paper
 from .corpus import model as docmodel
 
 QTYPES = ("factoid", "underspecified", "multihop", "structural")
@@ -456,6 +456,13 @@ def pick_docs(documents: pd.DataFrame, max_docs: int | None, seed: int) -> pd.Da
     return documents[documents["doc_id"].astype(str).isin(keep)]
 
 
+def _paper_funnel(kind: str) -> dict:
+    """The paper's query funnel (:mod:`chunkstudy.paper`): generated, survivors, finals, n_docs, finals_by_type."""
+    q = paper.values(kind, "queries")
+    return {"generated": q["generated"], "survivors": q["survivors"], "finals": q["finals"], "n_docs": q["documents"],
+            "finals_by_type": {t: q[f"finals_{t}"] for t in QTYPES}}
+
+
 def from_generated(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame,
                    params: Mapping[str, Any], client) -> dict:
     """The generated path end to end; returns ``dict(queries, funnel, summary, log)``.
@@ -505,8 +512,7 @@ def from_generated(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_g
         "filter": {"rouge_max": float(params["rouge_max"]), "ngram": int(params["ngram"]),
                    "rouge_stemmer": bool(params["rouge_stemmer"]),
                    "ngram_tokens": "lowercase \\w+ runs", "rouge_tokens": "rouge-score tokenizer"},
-        "paper": {"generated": 2306, "survivors": 1945, "finals": 951, "n_docs": 184,
-                  "finals_by_type": {"factoid": 250, "underspecified": 250, "multihop": 201, "structural": 250}},
+        "paper": _paper_funnel("wikipedia"),
     }
     return {"queries": queries, "funnel": funnel, "summary": summary, "log": log}
 

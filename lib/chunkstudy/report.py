@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import artifacts, drilldown, figures, report_html, tables
+from . import artifacts, drilldown, figures, paper, report_html, tables
 from .config import Config
 
 #: Tables 08 reads (runs are not needed: the scores already summarise them).
@@ -29,8 +29,8 @@ INPUT_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced
 #: JSON facts 08 reads when present: (stage, name).
 INPUT_JSON = (("01_corpus", "stats"), ("02_induce", "induction_stats"), ("03_queries", "funnel"),
               ("03_queries", "bm25"), ("04_chunk_embed", "summary"))
-#: The paper's BM25 gold-top-1 shares (§5), by corpus kind.
-PAPER_BM25 = {"wikipedia": 0.363, "qasper": 0.227}
+#: The paper's BM25 gold-top-1 shares (§5), by corpus kind; read from :mod:`chunkstudy.paper`.
+PAPER_BM25 = {kind: paper.value(kind, "bm25", "gold_top1") for kind in ("wikipedia", "qasper")}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -83,7 +83,7 @@ def models_used(params: Mapping) -> pd.DataFrame:
             ("structure induction", ind["method"], llm_name if ind["method"] == "llm" else "(no model)",
              "LLM arm" if ind["method"] == "llm" else "non-LLM baseline"),
             ("A1 situating contexts", ctx["method"], llm_name if ctx["method"] == "llm" else "(no model)",
-             "LLM arm" if ctx["method"] == "llm" else "non-LLM baseline"),
+             f"LLM arm; <document> view: {ctx['document_view']}" if ctx["method"] == "llm" else "non-LLM baseline"),
             ("queries", q["source"], llm_name if q["source"] == "generated" else "(harvested)",
              "generated + paraphrased, leakage-filtered" if q["source"] == "generated" else "real questions"),
             ("token counts", "tokenizer", params["chunking"]["tokenizer"], "")]
@@ -255,7 +255,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     if "size_matching" in got:
         _try(b, "funnel_size_matching", tables.size_matching, got["size_matching"], kind)
     if "placebo" in got:
-        _try(b, "funnel_placebo", tables.placebo, got["placebo"])
+        _try(b, "funnel_placebo", tables.placebo, got["placebo"], params["chunking"].get("placebo_method", ""))
     if "drilldown" in got:
         try:
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)

@@ -13,7 +13,7 @@ decimals with an explicit sign; dz to 2 decimals; p-values to 3 decimals, ``< 0.
 ``< 1/B`` when a bootstrap p is exactly 0 (no replicate crossed 0 among ``B`` resamples); shares as percentages
 with 1 decimal; token means to 1 decimal. A missing value prints as an em dash.
 
-The paper's own numbers (the ``paper`` columns) are constants here (:data:`PAPER`), quoted from the study text.
+The paper's own numbers (the ``paper`` columns, :data:`PAPER`) come from :mod:`chunkstudy.paper`, their one home.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from . import retrieve
+from . import paper, retrieve
 from .config import SCHEMA
 
 #: Display order of conditions (the paper's), defined once in the parameter schema.
@@ -56,29 +56,40 @@ CONDITIONS: dict[str, tuple[str, str, str]] = {
     "G4": ("gold structure (G3's chunks and vectors)", "as G3", "two-stage (top 5 sections)"),
 }
 
-#: The paper's numbers for the funnel/construction tables, by corpus kind (``corpus.kind``).
-PAPER: dict[str, dict[str, Any]] = {
-    "wikipedia": {
-        "label": "Wikipedia-FA",
-        "induction": {"documents": 200, "usable": 198, "repaired": 116, "sections_per_doc": 21.9,
-                      "gold_sections_per_doc": math.nan, "span_identity": 0.789},
-        "size_matching": {"A0": 255.4, "A2": 259.6},
-        "queries": {"generated": 2306, "paraphrase survivors (round 2)": 1945, "balanced finals": 951,
-                    "documents": 184},
-        "corpus": ["200 Featured Articles (>= 3,000 words, heading depth >= 3, >= 12 sections), seed 20260710",
-                   "buckets: history/war 60, other 60, biography 30, arts/media 22, science/nature 15, "
-                   "geography/places 13"],
-    },
-    "qasper": {
-        "label": "QASPER",
-        "induction": {"documents": 1585, "usable": 1579, "repaired": 590, "sections_per_doc": 14.5,
-                      "gold_sections_per_doc": 14.8, "span_identity": 0.758},
-        "size_matching": {"A0": 244.9, "A2": 249.8},
-        "queries": {"harvested": 5049, "finals": 4303, "documents": 1508},
-        "corpus": ["all splits merged: 5,049 -> 4,303 usable questions over 1,508 papers",
-                   "evidence matched 95.7% exact; 43% multi-span; mean 2.10 spans/question; 61% depth-1 papers"],
-    },
+#: Which query-funnel step (03 ``query_funnel``) each paper count stands beside, by corpus kind.
+PAPER_QUERY_STEPS: dict[str, dict[str, str]] = {
+    "wikipedia": {"generated": "generated", "paraphrase survivors (round 2)": "survivors",
+                  "balanced finals": "finals", "documents": "documents"},
+    "qasper": {"harvested": "harvested", "finals": "finals", "documents": "documents"},
 }
+
+
+def _paper_tables(kind: str) -> dict[str, Any]:
+    """The paper's numbers in the shape the funnel/construction tables use, read from :mod:`chunkstudy.paper`."""
+    ind = paper.values(kind, "induction")
+    ind.setdefault("gold_sections_per_doc", math.nan)
+    c = paper.values(kind, "corpus")
+    pct = {k: f"{100 * v:g}%" for k, v in c.items() if isinstance(v, float) and v < 1}
+    if kind == "wikipedia":
+        b = paper.values(kind, "topic_buckets")
+        seed = paper.value("study", "design", "seed")
+        corpus = [f"{c['documents']} Featured Articles (>= {c['min_words']:,} words, heading depth >= "
+                  f"{c['min_heading_depth']}, >= {c['min_sections']} sections), seed {seed}",
+                  "buckets: " + ", ".join(f"{k.replace('_', '/')} {v}" for k, v in b.items())]
+    else:
+        corpus = [f"all splits merged: {c['questions']:,} -> {c['usable']:,} usable questions over {c['papers']:,} "
+                  "papers",
+                  f"evidence matched {pct['share_exact']} exact; {pct['multi_span']} multi-span "
+                  f"({pct['multi_span_appendix']} in its appendix); mean {c['spans_per_question']:.2f} "
+                  f"spans/question; {pct['share_depth1_papers']} depth-1 papers"]
+    q = paper.values(kind, "queries")
+    return {"label": paper.label(kind), "induction": ind, "size_matching": paper.values(kind, "size_matching"),
+            "queries": {step: q[key] for step, key in PAPER_QUERY_STEPS[kind].items()}, "corpus": corpus}
+
+
+#: The paper's numbers for the funnel/construction tables, by corpus kind (``corpus.kind``); one home:
+#: :mod:`chunkstudy.paper`.
+PAPER: dict[str, dict[str, Any]] = {kind: _paper_tables(kind) for kind in ("wikipedia", "qasper")}
 
 DASH = "\u2014"
 
@@ -369,11 +380,13 @@ def induction(induction_log: pd.DataFrame | None, sections_induced: pd.DataFrame
               sections_gold: pd.DataFrame | None, chunks: pd.DataFrame | None, kind: str = "",
               method: str = "") -> Table:
     """Induction funnel beside the paper's (§3.3): documents, usable (status not matching fail/error/unusable),
-    repaired (status mentions "repair"), mean sections per document (induced and gold, over the documents each
+    induced whole (documents induced in one call, ``n_windows`` <= 1 in the log; the paper's model sees each
+    document's paragraphs), repaired (status mentions "repair"), mean sections per document (induced and gold,
+    over the documents each
     table holds), and span identity with gold (:func:`span_identity` on A2 vs G2 chunks). Inputs may be None
     (that row is then missing, shown as a dash)."""
     nan = float("nan")
-    ours: dict[str, float] = dict.fromkeys(["documents", "usable", "repaired", "sections_per_doc",
+    ours: dict[str, float] = dict.fromkeys(["documents", "usable", "induced_whole", "repaired", "sections_per_doc",
                                             "gold_sections_per_doc", "span_identity"], nan)
     if induction_log is not None and len(induction_log):
         _require(induction_log, ["doc_id", "status"], "induction_log", "02_induce")
@@ -382,6 +395,8 @@ def induction(induction_log: pd.DataFrame | None, sections_induced: pd.DataFrame
         ours["documents"] = float(len(per_doc))
         ours["usable"] = float((~status.str.contains(FAILED_STATUS)).sum())
         ours["repaired"] = float(status.str.contains(REPAIRED_STATUS).sum())
+        if "n_windows" in per_doc:
+            ours["induced_whole"] = float((per_doc["n_windows"].astype(int) <= 1).sum())
     if sections_induced is not None and len(sections_induced):
         ours["sections_per_doc"] = float(sections_induced.groupby("doc_id").size().mean())
     if sections_gold is not None and len(sections_gold):
@@ -389,7 +404,8 @@ def induction(induction_log: pd.DataFrame | None, sections_induced: pd.DataFrame
     if chunks is not None and len(chunks):
         ours["span_identity"] = span_identity(chunks)
     paper = PAPER.get(kind, {}).get("induction", dict.fromkeys(ours, nan))
-    labels = {"documents": "documents", "usable": "usable structure", "repaired": "repaired",
+    labels = {"documents": "documents", "usable": "usable structure",
+              "induced_whole": "induced whole (one call, not windowed)", "repaired": "repaired",
               "sections_per_doc": "sections / doc (induced)", "gold_sections_per_doc": "sections / doc (gold)",
               "span_identity": "induced chunk spans identical to gold"}
     data = pd.DataFrame({"quantity": list(ours), "ours": [ours[k] for k in ours],
@@ -400,7 +416,7 @@ def induction(induction_log: pd.DataFrame | None, sections_induced: pd.DataFrame
             return fmt_pct(v)
         if k in ("sections_per_doc", "gold_sections_per_doc"):
             return fmt_num(v, 1)
-        if k == "usable" and not _missing(v) and not _missing(of):
+        if k in ("usable", "induced_whole") and not _missing(v) and not _missing(of):
             return f"{fmt_int(v)}/{fmt_int(of)}"
         return fmt_int(v)
 
@@ -435,13 +451,16 @@ def query_funnel(funnel: pd.DataFrame, kind: str = "") -> Table:
         docs = f[f["qtype"] == "all"].set_index("step")["n_docs"] if (f["qtype"] == "all").any() else \
             f.groupby("step")["n_docs"].max()
         data["documents"] = data["step"].map(docs)
-    paper = PAPER.get(kind, {}).get("queries", {})
-    data["paper"] = data["step"].map(lambda s: paper.get(s, np.nan)).astype(float)
+    counts = PAPER.get(kind, {}).get("queries", {})
+    data["paper"] = data["step"].map(lambda s: counts.get(s, np.nan)).astype(float)
     display = pd.DataFrame({"Step": data["step"]})
     for c in data.columns[1:]:
         display[c if c != "paper" else f"paper ({PAPER[kind]['label']}, all)" if kind in PAPER else "paper"] = \
             data[c].map(fmt_int)
-    notes = ((f"Paper: {fmt_int(paper['documents'])} documents in the final set.",) if "documents" in paper else ())
+    by_type = {k[len("finals_"):]: v for k, v in paper.values(kind, "queries").items() if k.startswith("finals_")}
+    notes = ((f"Paper: {fmt_int(counts['documents'])} documents in the final set.",) if "documents" in counts
+             else ()) + ((("Paper finals by type: " + ", ".join(f"{t} {fmt_int(n)}" for t, n in by_type.items())
+                           + "."),) if by_type else ())
     return Table("funnel_queries", "Query funnel", data, display, notes)
 
 
@@ -483,40 +502,66 @@ def size_matching(size: pd.DataFrame, kind: str = "", tolerance: float = 4.0) ->
                   "A2 chunks; window edges snap to sentence boundaries.",))
 
 
-def placebo(placebo_pairs: pd.DataFrame) -> Table:
-    """Placebo residuals (guards C2; paper §3.2 and appendix E.3), per depth bucket and in total: unique
-    (document, path) pairs, same-document residual assignments and the minimum any within-bucket permutation
-    allows (``Σ max(0, 2m − n)``, ``m`` = the largest document's pairs, ``n`` = the bucket), chunks carrying a
-    residual path, and foreign paths with identical headings (e.g. two papers' "Introduction")."""
+def placebo(placebo_pairs: pd.DataFrame, method: str = "") -> Table:
+    """Placebo residuals and donors (guards C2; paper §3.2 and appendix E.3), per depth bucket and in total:
+    unique (document, path) pairs, same-document residual assignments and the minimum any within-bucket
+    permutation allows (``Σ max(0, 2m − n)``, ``m`` = the largest document's pairs, ``n`` = the bucket), chunks
+    carrying a residual path, foreign paths with identical headings (e.g. two papers' "Introduction"), and, when
+    the table names each pair's source (``placebo_doc_id``), the donor documents per document (mean, min, max)
+    and the mean share of a document's paths that come from its single largest donor
+    (:func:`chunkstudy.conditions.placebo_donors`). ``method`` is ``chunking.placebo_method`` (named in a note)."""
+    from .conditions import placebo_donors
+
     _require(placebo_pairs, ["doc_id", "depth", "same_doc"], "placebo", "04_chunk_embed")
     p = placebo_pairs.copy()
     if "n_chunks" not in p:
         p["n_chunks"] = 1
     if "same_path" not in p:
         p["same_path"] = False
+    has_donors = "placebo_doc_id" in p
+
+    def donors(b: pd.DataFrame) -> dict:
+        d = placebo_donors(b) if has_donors and len(b) else {}
+        return {"donors_mean": d.get("donors_mean", np.nan), "donors_min": d.get("donors_min", np.nan),
+                "donors_max": d.get("donors_max", np.nan), "top_donor_share": d.get("top_donor_share_mean", np.nan)}
+
     rows = []
     for depth, b in p.groupby("depth", sort=True):
         n, m = len(b), int(b["doc_id"].value_counts().max())
         rows.append({"depth": str(depth), "pairs": len(b), "documents": b["doc_id"].nunique(),
                      "same_doc": int(b["same_doc"].astype(bool).sum()), "min_same_doc": max(0, 2 * m - n),
                      "same_doc_chunks": int(b.loc[b["same_doc"].astype(bool), "n_chunks"].sum()),
-                     "chunks": int(b["n_chunks"].sum()), "same_path": int(b["same_path"].astype(bool).sum())})
+                     "chunks": int(b["n_chunks"].sum()), "same_path": int(b["same_path"].astype(bool).sum()),
+                     **donors(b)})
     total = pd.DataFrame(rows)
     if len(total):
-        tot = total.drop(columns="depth").sum()
+        tot = total.drop(columns=["depth", "donors_mean", "donors_min", "donors_max", "top_donor_share"]).sum()
         tot["documents"] = p["doc_id"].nunique()
-        rows.append({"depth": "all", **tot.to_dict()})
+        rows.append({"depth": "all", **tot.to_dict(), **donors(p)})
     data = pd.DataFrame(rows, columns=["depth", "pairs", "documents", "same_doc", "min_same_doc", "same_doc_chunks",
-                                       "chunks", "same_path"])
+                                       "chunks", "same_path", "donors_mean", "donors_min", "donors_max",
+                                       "top_donor_share"])
     display = pd.DataFrame({"Depth": data["depth"], "Pairs": data["pairs"].map(fmt_int),
                             "Docs": data["documents"].map(fmt_int),
                             "Same-doc residual": data["same_doc"].map(fmt_int),
                             "Minimum possible": data["min_same_doc"].map(fmt_int),
                             "Residual chunks": [f"{fmt_int(a)} of {fmt_int(b)}" for a, b in
                                                 zip(data["same_doc_chunks"], data["chunks"])],
-                            "Same headings": data["same_path"].map(fmt_int)})
-    return Table("funnel_placebo", "Placebo construction: residual same-document assignments", data, display,
-                 ("Paths are permuted within depth buckets toward a cross-document derangement (fixed seed).",))
+                            "Same headings": data["same_path"].map(fmt_int),
+                            "Donors / doc (min–max)": [
+                                DASH if _missing(a) else f"{fmt_num(a, 1)} ({fmt_int(lo)}–{fmt_int(hi)})"
+                                for a, lo, hi in zip(data["donors_mean"], data["donors_min"], data["donors_max"])],
+                            "Largest donor's share": data["top_donor_share"].map(fmt_pct)})
+    how = {"permute": "randomly permuted within depth buckets (fixed seed) and repaired by swaps toward a "
+                      "cross-document derangement",
+           "shift": "cyclically shifted by document groups within depth buckets (fixed seed; the older method, "
+                    "few donors per document)"}
+    notes = (f"Placebo paths {how.get(method, 'reassigned within depth buckets (fixed seed)')}"
+             + (f" (chunking.placebo_method: {method})." if method else "."),
+             "Donors: distinct documents a document's placebo paths come from; largest donor's share: the mean, "
+             "over documents, of the share of its paths taken from one donor.")
+    return Table("funnel_placebo", "Placebo construction: residual same-document assignments and donors", data,
+                 display, notes)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,6 +10,11 @@ Sources (issue 3):
   makes a rerun fetch exactly the same revisions.
 
 A page becomes a document through the one canonical normaliser (:mod:`chunkstudy.corpus.wikitext`).
+
+Topic buckets: the paper names its six buckets and reports the realised counts (history/war 60, other 60,
+biography 30, arts/media 22, science/nature 15, geography/places 13; :mod:`chunkstudy.paper`), but its keyword
+table is not in its text. The keyword table here (:data:`TOPIC_BUCKETS`) is ours, so a run's bucket counts can
+differ from the paper's; notebook 01 prints them side by side.
 """
 
 from __future__ import annotations
