@@ -331,3 +331,57 @@ def test_needed_table_from_a_power_table():
     assert need.loc["paper", "null_rejection_at_needed"] == 0.12 and need.loc["paper", "oversized"]
     assert need.loc["observed", "null_rejection_at_needed"] == 0.05 and not need.loc["observed", "oversized"]
 
+
+# ------------------------------------------------------------------------------------------------ 08 displays
+
+def hand_power_table() -> pd.DataFrame:
+    rows = []
+    common = dict(corpus="x", condition_a="A3", condition_b="P", mc_se=0.01, target_power=0.8, n_docs_observed=40,
+                  design_effect=1.5, icc=0.1, alpha=0.05, n_sims=200, n_boot=1000, require_sign=True, note="")
+    for n, p_obs, p_pap, size in [(10, 0.2, 0.5, 0.2), (40, 0.5, 0.9, 0.12), (160, 0.8, 1.0, 0.05)]:
+        for contrast in ("C2", "C4"):
+            rows += [dict(scenario="observed", effect_source="observed (this run)", contrast=contrast,
+                          target_dz=-0.14, n_docs=n, power=p_obs, null_rejection=size, **common),
+                     dict(scenario="paper", effect_source="paper (wikipedia)", contrast=contrast,
+                          target_dz=0.09 if contrast == "C2" else np.nan, n_docs=n,
+                          power=p_pap if contrast == "C2" else np.nan, null_rejection=size, **common)]
+    return pd.DataFrame(rows)
+
+
+def test_power_table_display_and_report_sentences():
+    from chunkstudy import report, tables
+
+    t = tables.power(hand_power_table())
+    shown = t.display.set_index(["Contrast", "Effect"])
+    assert shown.loc[("C2", "paper (Wikipedia-FA)"), "Docs for 80% power"] == "\u2248 28 \u2020"
+    assert shown.loc[("C2", "observed (this run)"), "Docs for 80% power"] == "\u2248 160"
+    assert shown.loc[("C4", "paper (Wikipedia-FA)"), "Docs for 80% power"] == "\u2014"
+    assert shown.loc[("C2", "paper (Wikipedia-FA)"), "Power at this corpus"] == "90% \u00b1 1%"
+    assert shown.loc[("C2", "paper (Wikipedia-FA)"), "dz"] == "+0.09"
+    assert "\\bottomrule" in t.latex()
+    sentences = report.power_sentences(t.data)
+    assert sentences == [
+        "- **C2** (A3 \u2212 P) at the paper's effect (Wikipedia-FA, dz +0.09) needs about 28 documents (optimistic: "
+        "at that size the test rejects a zero effect more often than alpha) for 80% power; this corpus has 40. At "
+        "this run's effect (dz -0.14) it needs about 160 documents.",
+        "- **C4** (A3 \u2212 P): the paper states no dz for Wikipedia-FA; this corpus has 40. At this run's effect "
+        "(dz -0.14) it needs about 160 documents."]
+    only_observed = report.power_sentences(t.data[t.data.scenario == "observed"])
+    assert only_observed[0] == ("- **C2** (A3 \u2212 P) at this run's effect (dz -0.14) needs about 160 documents "
+                                "for 80% power; this corpus has 40.")
+
+
+def test_power_figure_has_a_panel_per_scenario_and_a_line_per_contrast():
+    import io
+
+    from chunkstudy import figures
+
+    fig = figures.power_curves(hand_power_table())
+    assert len(fig.axes) == 2
+    assert [len(ax.get_lines()) for ax in fig.axes] == [2 + 2, 1 + 2]  # contrasts + target and corpus-size lines
+    assert "Wikipedia-FA" in fig.axes[1].get_title(loc="left")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=60)
+    assert buf.tell() > 5000
+    empty = figures.power_curves(hand_power_table().assign(power=np.nan))
+    assert "no simulated power" in " ".join(t.get_text() for ax in empty.axes for t in ax.texts)
