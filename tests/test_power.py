@@ -361,14 +361,18 @@ def test_power_table_display_and_report_sentences():
     assert "\\bottomrule" in t.latex()
     sentences = report.power_sentences(t.data)
     assert sentences == [
-        "- **C2** (A3 \u2212 P) at the paper's effect (Wikipedia-FA, dz +0.09) needs about 28 documents (optimistic: "
-        "at that size the test rejects a zero effect more often than alpha) for 80% power; this corpus has 40. At "
+        "- **C2** (A3 \u2212 P) at the paper's effect (Wikipedia-FA, dz +0.09) needs about 28 documents for 80% power "
+        "(optimistic: at that size the test rejects a zero effect more often than alpha); this corpus has 40. At "
         "this run's effect (dz -0.14) it needs about 160 documents.",
         "- **C4** (A3 \u2212 P): the paper states no dz for Wikipedia-FA; this corpus has 40. At this run's effect "
         "(dz -0.14) it needs about 160 documents."]
     only_observed = report.power_sentences(t.data[t.data.scenario == "observed"])
     assert only_observed[0] == ("- **C2** (A3 \u2212 P) at this run's effect (dz -0.14) needs about 160 documents "
                                 "for 80% power; this corpus has 40.")
+    beyond = t.data.assign(status="above_largest", oversized=False)
+    assert "needs more than 160 documents for 80% power (the largest size simulated); this corpus has 40. At this " \
+        "run's effect (dz -0.14) it needs more than 160 documents (the largest size simulated)." \
+        in report.power_sentences(beyond)[0]
 
 
 def test_power_figure_has_a_panel_per_scenario_and_a_line_per_contrast():

@@ -439,7 +439,7 @@ def power_curves(power_df: pd.DataFrame) -> Figure:
         return placeholder("Power analysis", "no simulated power (no contrast could be simulated)")
     scenarios = list(dict.fromkeys(d["scenario"]))
     names = list(dict.fromkeys(power_df["contrast"]))
-    fig = _figure(4.2 * len(scenarios) + 0.6, 3.8)
+    fig = _figure(4.2 * len(scenarios) + 0.6, 4.4)
     axes = fig.subplots(1, len(scenarios), sharey=True, squeeze=False)[0]
     target = float(power_df["target_power"].iat[0])
     n_obs = int(power_df["n_docs_observed"].iat[0])
@@ -468,7 +468,7 @@ def power_curves(power_df: pd.DataFrame) -> Figure:
         ax.set_xlabel("documents in the corpus (simulated)")
         source = tables.paper_source_label(sub["effect_source"].iat[0]) if "effect_source" in sub else scenario
         ax.set_title(f"effect: {source}", loc="left")
-        ax.legend(frameon=False, loc="lower right", fontsize=7)
+        ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, fontsize=7)
     axes[0].set_ylabel(f"power (Holm p < {tables.fmt_num(power_df['alpha'].iat[0], 2)}, clustered bootstrap)"
                        if "alpha" in power_df else "power")
     fig.suptitle(f"Power vs. corpus size ({tables.fmt_int(power_df['n_sims'].iat[0])} simulated studies per size; "

@@ -357,13 +357,15 @@ def power_sentences(needed: pd.DataFrame) -> list[str]:
     """One sentence per contrast from :func:`chunkstudy.power.needed_table` (the data of the ``power`` table), as
     a Markdown list: "**C2** (A3 − P) at the paper's effect (Wikipedia-FA, dz +0.09) needs about 130 documents
     for 80% power; this corpus has 10. At this run's effect (dz -0.14) it needs about 68." """
-    def needs(r: pd.Series) -> str:
-        text = {"interpolated": f"about {tables.fmt_approx_n(r['n_docs_needed'])}",
-                "at_or_below_smallest": f"at most {tables.fmt_int(r['n_docs_needed'])}",
-                "above_largest": f"more than {tables.fmt_int(r['largest_simulated'])} (the largest size simulated)",
-                "no_effect": "no number of"}.get(r["status"], "an unknown number of")
-        return text + " documents" + (" (optimistic: at that size the test rejects a zero effect more often than "
-                                      "alpha)" if r["oversized"] else "")
+    def needs(r: pd.Series, goal: str = "") -> str:
+        text = {"interpolated": f"about {tables.fmt_approx_n(r['n_docs_needed'])} documents{goal}",
+                "at_or_below_smallest": f"at most {tables.fmt_int(r['n_docs_needed'])} documents{goal}",
+                "above_largest": f"more than {tables.fmt_int(r['largest_simulated'])} documents{goal} (the largest "
+                                 "size simulated)",
+                "no_effect": f"no number of documents{goal} (the effect is zero)"}.get(
+                    r["status"], f"an unknown number of documents{goal}")
+        return text + (" (optimistic: at that size the test rejects a zero effect more often than alpha)"
+                       if r["oversized"] else "")
 
     out = []
     for name, d in needed.groupby("contrast", sort=False):
@@ -377,14 +379,14 @@ def power_sentences(needed: pd.DataFrame) -> list[str]:
             source = tables.paper_source_label(r["effect_source"]).replace("paper (", "").rstrip(")")
             text = (f"{head}: the paper states no dz for {source}; {corpus}" if pd.isna(r["target_dz"]) else
                     f"{head} at the paper's effect ({source}, dz {tables.fmt_delta(r['target_dz'], 2)}) needs "
-                    f"{needs(r)} for {pct} power; {corpus}")
+                    f"{needs(r, f' for {pct} power')}; {corpus}")
             if "observed" in rows.index:
                 o = rows.loc["observed"]
                 text += f" At this run's effect (dz {tables.fmt_delta(o['target_dz'], 2)}) it needs {needs(o)}."
         else:
             o = rows.loc["observed"]
-            text = (f"{head} at this run's effect (dz {tables.fmt_delta(o['target_dz'], 2)}) needs {needs(o)} for "
-                    f"{pct} power; {corpus}")
+            text = (f"{head} at this run's effect (dz {tables.fmt_delta(o['target_dz'], 2)}) needs "
+                    f"{needs(o, f' for {pct} power')}; {corpus}")
         out.append(f"- {text}")
     return out
 
