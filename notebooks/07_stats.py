@@ -14,7 +14,7 @@
 # # 07 · Statistics
 #
 # **Reads** `06_metrics/scores` (per-query scores, long form) and `03_queries/queries` (query → document, type).
-# **Writes** `07_stats/contrasts`, `mixedlm`, `dose_response`, `per_type`, `condition_means`.
+# **Writes** `07_stats/contrasts`, `mixedlm`, `dose_response`, `per_type`, `condition_means`, `power`.
 #
 # The four pre-registered contrasts (C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) are tested on one cell fixed
 # in advance — cov-nDCG@10 × strong embedder × no reranker — with a document-clustered bootstrap (resampling
@@ -27,7 +27,7 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, config, stats
+from chunkstudy import artifacts, config, paper, power, stats
 
 cfg = config.load(params_file)
 stats_params = cfg["stats"]
@@ -97,3 +97,23 @@ means.pivot_table(index="condition", columns=["metric", "embedder", "reranker"],
 # %%
 means.loc[means["metric"] == "recall@50", ["label", "embedder", "reranker", "condition", "mean", "se_cluster",
                                             "n_queries"]]
+
+# %% [markdown]
+# ## Planning — power: how many documents would each contrast need?
+# For each contrast of the confirmatory family, the power of the same test (document-clustered bootstrap, Holm
+# across the four, alpha `stats.alpha`) in simulated studies of N documents drawn with replacement from this run's
+# documents, each bringing its queries' deltas of all four contrasts: at the effect observed here, and with every
+# delta shifted so that dz equals the paper's (from `chunkstudy.paper`; `stats.power_paper_corpus` picks which
+# corpus). `stats.power_n_sims` studies per N (`stats.power_n_docs` plus this corpus's size), `stats.power_n_boot`
+# resamples per study, seed `stats.seed`. `null_rejection` is the test's size at N (every contrast at mean 0).
+# The method is stated in `chunkstudy.power`'s docstring. Not part of the confirmatory analysis.
+
+# %%
+paper_corpus = power.paper_corpus(stats_params, cfg["corpus"]["kind"])
+power_curves = power.power_table(scores, queries, stats_params, cfg.corpus, paper.effects_dz(paper_corpus),
+                                 f"paper ({paper_corpus})")
+artifacts.write(cfg, "power", power_curves)
+power_curves.pivot_table(index=["scenario", "contrast", "target_dz"], columns="n_docs", values="power")
+
+# %%
+power.needed_table(power_curves)

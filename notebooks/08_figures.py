@@ -16,7 +16,7 @@
 # **Reads** the tables of every earlier stage: `01_corpus` (documents, sections_gold, corpus_funnel, stats.json),
 # `02_induce` (sections_induced, induction_log), `03_queries` (queries, query_funnel, bm25.json), `04_chunk_embed`
 # (chunks, size_matching, placebo), `05_retrieve` (section_recall), `06_metrics` (drilldown), `07_stats`
-# (contrasts, mixedlm, dose_response, per_type, condition_means) — and, for the replication table, the
+# (contrasts, mixedlm, dose_response, per_type, condition_means, power) — and, for the replication table, the
 # `07_stats/contrasts` of the corpus named by `figures.replicate_with` when it exists.
 # **Writes** `figures/<corpus>/`: every figure as PNG and PDF (`figures.formats`), `tables/*.md` and
 # `tables/*.tex` (booktabs), `report.md`, and `report.html` (the same report in one self-contained file: figures
@@ -59,6 +59,15 @@ Markdown(bundle.tables["table1"].markdown() if "table1" in bundle.tables else "_
 
 # %%
 bundle.figures["fig_contrasts"]
+
+# %% [markdown]
+# ## Planning: how many documents would each contrast need? (07's power analysis)
+
+# %%
+Markdown(report.power_markdown(bundle))
+
+# %%
+bundle.figures["fig_power"]
 
 # %% [markdown]
 # ## Exploratory: Table 2 and the figures

@@ -19,7 +19,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from chunkstudy import conditions, figures, paper, stats, tables  # noqa: E402
+from chunkstudy import conditions, figures, paper, power, stats, tables  # noqa: E402
 from chunkstudy import config as config_mod  # noqa: E402
 from chunkstudy import chunking, metrics, retrieve  # noqa: E402
 from chunkstudy.corpus import model  # noqa: E402
@@ -119,7 +119,10 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                mixedlm=stats.mixedlm_table(scores, queries, sp, "synthetic"),
                dose_response=stats.dose_response(scores, queries, sp, "synthetic"),
                per_type=stats.per_type(scores, queries, sp, "synthetic"),
-               condition_means=stats.condition_means(scores, queries, sp, "synthetic"))
+               condition_means=stats.condition_means(scores, queries, sp, "synthetic"),
+               power=power.power_table(scores, queries, {**sp, "power_n_docs": [4, 20, 100], "power_n_sims": 40,
+                                                         "power_n_boot": 100}, "synthetic",
+                                       paper.effects_dz("wikipedia"), "paper (wikipedia)"))
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
                                          "status": (["valid", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
                                          "n_windows": ([1, 2, 1, 1] * n_docs)[:n_docs]})
@@ -335,7 +338,7 @@ def test_every_table_renders_markdown_and_latex(run):
           tables.query_funnel(run["query_funnel"]), tables.size_matching(run["size_matching"]),
           tables.placebo(run["placebo"]), tables.dose_response(run["dose_response"]),
           tables.section_recall(run["section_recall"]), tables.per_type(run["per_type"]),
-          tables.reranker_lift(run["condition_means"])]
+          tables.reranker_lift(run["condition_means"]), tables.power(run["power"])]
     for t in ts:
         md, tex = t.markdown(), t.latex()
         assert md.count("\n|") >= len(t.display) and "\\bottomrule" in tex, t.name
@@ -348,7 +351,7 @@ def test_every_figure_renders(run):
     params = config_mod.load(config_mod.find_root(__import__("pathlib").Path(__file__)) / "params/demo.yaml").data
     figs = figures.all_figures(run, params)
     assert list(figs) == ["fig1_mechanisms", "fig_contrasts", "fig_dose_response", "fig_budget_coverage",
-                          "fig_section_recall", "fig_per_type", "fig_reranker_lift"]
+                          "fig_section_recall", "fig_per_type", "fig_reranker_lift", "fig_power"]
     for name, fig in figs.items():
         assert len(fig.axes) >= 1, name
         assert _png_bytes(fig) > 5000, name
@@ -357,7 +360,7 @@ def test_every_figure_renders(run):
 def test_missing_inputs_give_placeholders_not_crashes(run):
     params = {"stats": {"primary_embedder": "strong", "primary_reranker": "none", "primary_metric": "cov-nDCG@10"}}
     figs = figures.all_figures({"documents": run["documents"]}, params)
-    assert len(figs) == 7
+    assert len(figs) == 8
     for fig in figs.values():
         assert "missing" in " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
 

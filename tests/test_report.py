@@ -11,7 +11,7 @@ from test_figures import build_synthetic_run
 
 STORE_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced", "induction_log", "queries",
                 "query_funnel", "chunks", "size_matching", "placebo", "section_recall", "contrasts", "mixedlm",
-                "dose_response", "per_type", "condition_means", "scores")
+                "dose_response", "per_type", "condition_means", "scores", "power")
 
 
 def _contrasts(rows):
@@ -99,7 +99,7 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
         assert (out / f"{name}.png").stat().st_size > 5000 and (out / f"{name}.pdf").is_file()
     expected = {"table1", "replication", "table2", "reranker_lift", "dose_response", "section_recall", "per_type",
                 "table4", "funnel_corpus", "funnel_induction", "funnel_queries", "funnel_size_matching",
-                "funnel_placebo"}
+                "funnel_placebo", "power"}
     assert set(b.tables) == expected, b.notes
     for t in b.tables.values():
         assert (out / "tables" / f"{t.name}.md").is_file() and "\\toprule" in (out / "tables" / f"{t.name}.tex").read_text()
@@ -110,6 +110,8 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     rep = b.tables["replication"].data
     assert (rep["same_sign"] | (rep["delta[demo]"] == 0)).all()
     assert "BM25 places the gold chunk first for 25.0% of queries" in text
+    # the power analysis: one sentence per contrast, the table and the figure
+    assert "## Planning" in text and text.count("; this corpus has 4.") == 4 and "fig_power.png" in text
     # only 08 rounds: Table 1 of the report shows the 4-decimal delta of the unrounded contrasts table
     c1 = synthetic["contrasts"].query("confirmatory and contrast == 'C1'")["mean_delta"].iat[0]
     assert f"| {c1:+.4f} " in text

@@ -60,6 +60,7 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "dose_response": ("07_stats", ("embedder",)),
     "per_type": ("07_stats", ("contrast", "qtype")),
     "condition_means": ("07_stats", ("condition", "metric")),
+    "power": ("07_stats", ("scenario", "contrast", "target_dz", "n_docs", "power", "mc_se", "n_docs_observed")),
 }
 
 STAGES = ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve", "06_metrics", "07_stats",

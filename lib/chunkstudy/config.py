@@ -233,6 +233,16 @@ SCHEMA: dict[str, Any] = {
         "drilldown_queries": P(3, (int,), doc="per-query drill-down (06_metrics/drilldown, report.html): how many "
                                               "queries with the largest gains and how many with the largest losses "
                                               "each contrast of the primary cell shows"),
+        "power_n_docs": P([5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000], (list,),
+                          doc="power analysis: corpus sizes (documents) simulated; this corpus's own size is added"),
+        "power_n_sims": P(200, (int,), doc="power analysis: simulated studies per corpus size (MC SE ≤ 0.035)"),
+        "power_n_boot": P(1000, (int,), doc="power analysis: cluster-bootstrap resamples per simulated study"),
+        "power_target": P(0.8, (float,), doc="power analysis: the power a corpus size must reach"),
+        "power_require_sign": P(True, (bool,), doc="power analysis: a detection also needs the study's mean delta "
+                                                    "to have the target effect's sign"),
+        "power_paper_corpus": P(None, (str,), ("wikipedia", "qasper"), nullable=True,
+                                doc="power analysis: the paper corpus whose dz is the 'paper' scenario; null = "
+                                    "corpus.kind when the paper ran it, else wikipedia"),
     },
     "figures": {
         "formats": P(["png", "pdf"], (list,), ("png", "pdf", "svg")),

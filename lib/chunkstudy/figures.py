@@ -11,6 +11,7 @@
 * :func:`section_recall` — stage-1 section recall of the two-stage conditions (A4, G4).
 * :func:`per_type` — the contrasts cut by query type.
 * :func:`reranker_lift` — reranked minus not reranked, per condition.
+* :func:`power_curves` — simulated power against the number of documents, per contrast (issue 18 §2).
 
 Numbers printed on figures are rounded here (stage 08) with the formatters of :mod:`chunkstudy.tables`.
 """
@@ -428,6 +429,54 @@ def reranker_lift(lift: pd.DataFrame) -> Figure:
     return fig
 
 
+@_styled
+def power_curves(power_df: pd.DataFrame) -> Figure:
+    """The power analysis (07 ``power``): simulated power against the number of documents (log scale), one line
+    per contrast with a ±1.96 Monte Carlo SE band, one panel per effect scenario (this run's effect; the paper's
+    dz); the target power dashed, this corpus's size dotted."""
+    d = power_df[power_df["power"].notna()] if "power" in power_df else power_df.iloc[0:0]
+    if d.empty:
+        return placeholder("Power analysis", "no simulated power (no contrast could be simulated)")
+    scenarios = list(dict.fromkeys(d["scenario"]))
+    names = list(dict.fromkeys(power_df["contrast"]))
+    fig = _figure(4.2 * len(scenarios) + 0.6, 4.4)
+    axes = fig.subplots(1, len(scenarios), sharey=True, squeeze=False)[0]
+    target = float(power_df["target_power"].iat[0])
+    n_obs = int(power_df["n_docs_observed"].iat[0])
+    for ax, scenario in zip(axes, scenarios):
+        sub = d[d["scenario"] == scenario]
+        for i, name in enumerate(names):
+            c = sub[sub["contrast"] == name].sort_values("n_docs")
+            if c.empty:
+                continue
+            col = EMBEDDER_COLORS[i % len(EMBEDDER_COLORS)]
+            lo = (c["power"] - 1.96 * c["mc_se"]).clip(0, 1)
+            hi = (c["power"] + 1.96 * c["mc_se"]).clip(0, 1)
+            ax.fill_between(c["n_docs"], lo, hi, color=col, alpha=0.15, lw=0)
+            ax.plot(c["n_docs"], c["power"], marker="o", ms=3, color=col,
+                    label=f"{name}: {c['condition_a'].iat[0]} \u2212 {c['condition_b'].iat[0]} "
+                          f"(dz {tables.fmt_delta(c['target_dz'].iat[0], 2)})")
+        ax.axhline(target, color="#555555", ls="--", lw=0.9)
+        ax.axvline(n_obs, color="#555555", ls=":", lw=0.9)
+        ax.annotate(f"this corpus: {tables.fmt_int(n_obs)}", (n_obs, 0.97), xytext=(3, 0),
+                    textcoords="offset points", fontsize=7.5, color="#555555", va="top")
+        ax.set_xscale("log")
+        grid = sorted(power_df["n_docs"].unique())
+        ax.set_xticks(grid, [tables.fmt_int(n) for n in grid], rotation=45 if len(grid) > 6 else 0)
+        ax.minorticks_off()
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("documents in the corpus (simulated)")
+        source = tables.paper_source_label(sub["effect_source"].iat[0]) if "effect_source" in sub else scenario
+        ax.set_title(f"effect: {source}", loc="left")
+        ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, fontsize=7)
+    axes[0].set_ylabel(f"power (Holm p < {tables.fmt_num(power_df['alpha'].iat[0], 2)}, clustered bootstrap)"
+                       if "alpha" in power_df else "power")
+    fig.suptitle(f"Power vs. corpus size ({tables.fmt_int(power_df['n_sims'].iat[0])} simulated studies per size; "
+                 f"band \u00b1 1.96 MC SE; dashed: {tables.fmt_pct(target, 0)})" if "n_sims" in power_df else
+                 "Power vs. corpus size", x=0.01, ha="left", fontsize=10)
+    return fig
+
+
 def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_id: str | None = None) -> dict:
     """Every figure of the report from the tables in ``inputs`` (keys as in :data:`chunkstudy.artifacts.TABLES`;
     a missing or None table gives a :func:`placeholder` saying so). ``params`` = ``cfg.data``. Returns
@@ -454,4 +503,6 @@ def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_
         placeholder("Per-query-type cuts", "per_type (07) missing")
     figs["fig_reranker_lift"] = reranker_lift(tables.reranker_lift_data(inputs["condition_means"], metric, emb)) \
         if have("condition_means") else placeholder("Reranker lift", "condition_means (07) missing")
+    figs["fig_power"] = power_curves(inputs["power"]) if have("power") else \
+        placeholder("Power analysis", "power (07) missing")
     return figs

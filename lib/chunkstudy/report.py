@@ -25,7 +25,7 @@ from .config import Config
 #: Tables 08 reads (runs are not needed: the scores already summarise them).
 INPUT_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced", "induction_log", "queries",
                 "query_funnel", "chunks", "size_matching", "placebo", "section_recall", "contrasts", "mixedlm",
-                "dose_response", "per_type", "condition_means", "drilldown")
+                "dose_response", "per_type", "condition_means", "drilldown", "power")
 #: JSON facts 08 reads when present: (stage, name).
 INPUT_JSON = (("01_corpus", "stats"), ("02_induce", "induction_stats"), ("03_queries", "funnel"),
               ("03_queries", "bm25"), ("04_chunk_embed", "summary"))
@@ -243,6 +243,8 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
         _try(b, "section_recall", tables.section_recall, got["section_recall"])
     if "per_type" in got:
         _try(b, "per_type", tables.per_type, got["per_type"], emb, rr)
+    if "power" in got:
+        _try(b, "power", tables.power, got["power"])
     _try(b, "table4", tables.table4, params["chunking"]["conditions"], got.get("chunks"),
          params["contexts"]["method"], params["retrieve"]["route_sections"])
     if "corpus_funnel" in got:
@@ -283,6 +285,7 @@ FIGURE_CAPTIONS = {
     "fig_section_recall": "Stage-1 section recall of the two-stage conditions (exploratory diagnostic)",
     "fig_per_type": "Contrasts by query type (exploratory, unadjusted)",
     "fig_reranker_lift": "Reranker lift per condition (exploratory)",
+    "fig_power": "Power vs. number of documents per contrast, at this run's effect and at the paper's (planning)",
 }
 
 
@@ -328,6 +331,13 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
     else:
         out += ["_Not available: " + next((n for n in b.notes if n.startswith("replication")),
                                           "the other corpus has no results") + "._", ""]
+    out += ["## Planning: how many documents would each contrast need?", ""]
+    if "power" in b.tables:
+        out += power_sentences(b.tables["power"].data) + [""]
+        table("power")
+        figure("fig_power")
+    else:
+        out += [power_markdown(b), ""]
     out += ["## Exploratory", "", "Labelled exploratory: other metrics and cells, the depth dose-response, "
             "per-query-type cuts, reranked cells, recall and section-recall diagnostics.", ""]
     for name, fig in (("table2", "fig_budget_coverage"), ("dose_response", "fig_dose_response"),
@@ -351,6 +361,53 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
     if b.notes:
         out += ["## Notes on missing inputs", ""] + [f"- {n}" for n in b.notes] + [""]
     return "\n".join(out)
+
+
+def power_sentences(needed: pd.DataFrame) -> list[str]:
+    """One sentence per contrast from :func:`chunkstudy.power.needed_table` (the data of the ``power`` table), as
+    a Markdown list: "**C2** (A3 − P) at the paper's effect (Wikipedia-FA, dz +0.09) needs about 130 documents
+    for 80% power; this corpus has 10. At this run's effect (dz -0.14) it needs about 68." """
+    def needs(r: pd.Series, goal: str = "") -> str:
+        text = {"interpolated": f"about {tables.fmt_approx_n(r['n_docs_needed'])} documents{goal}",
+                "at_or_below_smallest": f"at most {tables.fmt_int(r['n_docs_needed'])} documents{goal}",
+                "above_largest": f"more than {tables.fmt_int(r['largest_simulated'])} documents{goal} (the largest "
+                                 "size simulated)",
+                "no_effect": f"no number of documents{goal} (the effect is zero)"}.get(
+                    r["status"], f"an unknown number of documents{goal}")
+        return text + (" (optimistic: at that size the test rejects a zero effect more often than alpha)"
+                       if r["oversized"] else "")
+
+    out = []
+    for name, d in needed.groupby("contrast", sort=False):
+        rows = d.set_index("scenario")
+        first = d.iloc[0]
+        head = f"**{name}** ({first['condition_a']} \u2212 {first['condition_b']})"
+        corpus = f"this corpus has {tables.fmt_int(first['n_docs_observed'])}."
+        pct = tables.fmt_pct(first["target_power"], 0)
+        if "paper" in rows.index:
+            r = rows.loc["paper"]
+            source = tables.paper_source_label(r["effect_source"]).replace("paper (", "").rstrip(")")
+            text = (f"{head}: the paper states no dz for {source}; {corpus}" if pd.isna(r["target_dz"]) else
+                    f"{head} at the paper's effect ({source}, dz {tables.fmt_delta(r['target_dz'], 2)}) needs "
+                    f"{needs(r, f' for {pct} power')}; {corpus}")
+            if "observed" in rows.index:
+                o = rows.loc["observed"]
+                text += f" At this run's effect (dz {tables.fmt_delta(o['target_dz'], 2)}) it needs {needs(o)}."
+        else:
+            o = rows.loc["observed"]
+            text = (f"{head} at this run's effect (dz {tables.fmt_delta(o['target_dz'], 2)}) needs "
+                    f"{needs(o, f' for {pct} power')}; {corpus}")
+        out.append(f"- {text}")
+    return out
+
+
+def power_markdown(b: Bundle) -> str:
+    """The power analysis as Markdown: one sentence per contrast (:func:`power_sentences`) and the table, or a
+    line saying it is not available."""
+    t = b.tables.get("power")
+    if t is None:
+        return "_Not available: the power analysis of 07_stats has not run._"
+    return "\n".join(power_sentences(t.data)) + "\n\n" + t.markdown()
 
 
 def warnings_markdown(b: Bundle) -> str:

@@ -653,3 +653,86 @@ def per_type(per_type_df: pd.DataFrame, embedder: str = "strong", reranker: str 
                             "Queries": data["n_queries"].map(fmt_int) if "n_queries" in data else DASH})
     return Table("exploratory_per_type", f"Exploratory: contrasts by query type ({embedder}, reranker {reranker})",
                  data, display, ("Hypothesis-generating only; no multiplicity adjustment.",))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Power analysis (07 ``power``; issue 18 §2)
+# ---------------------------------------------------------------------------------------------------------------
+
+def fmt_approx_n(x: Any) -> str:
+    """A corpus size read off a simulated power curve, to 2 significant digits (``276.1`` -> ``280``,
+    ``1424`` -> ``1,400``, ``19.2`` -> ``19``); missing -> em dash."""
+    if _missing(x):
+        return DASH
+    v = float(x)
+    if v <= 0:
+        return fmt_int(v)
+    return fmt_int(round(v, 1 - int(math.floor(math.log10(v)))))
+
+
+def paper_source_label(source: str) -> str:
+    """``"paper (wikipedia)"`` -> ``"paper (Wikipedia-FA)"``: the power table's effect source with the paper's
+    corpus label (:data:`PAPER`)."""
+    out = str(source)
+    for kind, facts in PAPER.items():
+        out = out.replace(f"({kind})", f"({facts['label']})")
+    return out
+
+
+def fmt_needed(n: Any, status: str, largest: Any) -> str:
+    """The documents a contrast needs, as the report prints it: ``≈ 280``, ``> 5,000`` (no simulated size
+    reaches the target), ``≤ 5`` (the smallest already does), ``no effect`` (target dz 0) or an em dash."""
+    if status == "interpolated":
+        return f"\u2248 {fmt_approx_n(n)}"
+    if status == "at_or_below_smallest":
+        return f"\u2264 {fmt_int(n)}"
+    if status == "above_largest":
+        return f"> {fmt_int(largest)}"
+    if status == "no_effect":
+        return "no effect"
+    return DASH
+
+
+def power(power_df: pd.DataFrame) -> Table:
+    """The power analysis (07 ``power``; planning, not confirmatory): per contrast and effect scenario (this
+    run's effect, the paper's dz), the documents the clustered-bootstrap + Holm test needs for the target power
+    (interpolated on the simulated grid; :func:`chunkstudy.power.needed_table`), the simulated power at this
+    corpus's own size, and the design effect and ICC of its deltas. ``†`` marks an N where the test's size under
+    the null exceeds alpha (anti-conservative with few documents), so that N is optimistic."""
+    from . import power as power_mod
+
+    _require(power_df, ["scenario", "contrast", "n_docs", "power", "target_power", "n_docs_observed"], "power",
+             "07_stats")
+    data = power_mod.needed_table(power_df)
+    if data.empty:
+        raise ValueError("power: the table has no rows; written by 07_stats")
+    first = power_df.iloc[0]
+    target = float(first["target_power"])
+    display = pd.DataFrame({
+        "Contrast": data["contrast"],
+        "A \u2212 B": [f"{a} \u2212 {b}" for a, b in zip(data["condition_a"], data["condition_b"])],
+        "Effect": data["effect_source"].map(paper_source_label),
+        "dz": data["target_dz"].map(lambda x: fmt_delta(x, 2)),
+        f"Docs for {fmt_pct(target, 0)} power": [fmt_needed(n, s, lg) + (" \u2020" if o else "") for n, s, lg, o in
+                                                 zip(data["n_docs_needed"], data["status"],
+                                                     data["largest_simulated"], data["oversized"])],
+        "Power at this corpus": [f"{fmt_pct(p, 0)} \u00b1 {fmt_pct(se, 0)}" if not _missing(p) else DASH
+                                 for p, se in zip(data["power_at_observed"], data["mc_se_at_observed"])],
+        "Design effect": data["design_effect"].map(lambda x: fmt_num(x, 2)),
+        "ICC": data["icc"].map(lambda x: fmt_num(x, 2)),
+    })
+    n_obs = int(data["n_docs_observed"].iat[0])
+    nb = first.get("n_boot")
+    notes = (f"Planning, not confirmatory. Simulated studies of N documents drawn with replacement from this "
+             f"corpus's {fmt_int(n_obs)} documents (each with its queries' deltas of all four contrasts); per study "
+             f"the document-clustered bootstrap ({fmt_int(nb)} resamples) and Holm across the four at alpha "
+             f"{float(first.get('alpha', 0.05)):g}; power = share of {fmt_int(first.get('n_sims'))} studies with "
+             f"Holm p < alpha{' and the effect’s sign' if bool(first.get('require_sign', True)) else ''} "
+             f"(\u00b1 = Monte Carlo SE). The paper scenario shifts every delta by one constant so that dz = "
+             "mean/sd equals the paper's.",
+             f"Docs needed: first crossing of {fmt_pct(target, 0)} on the simulated grid "
+             f"({', '.join(fmt_int(n) for n in sorted(power_df['n_docs'].unique()))}), interpolated in log N. "
+             "\u2020 = the test rejects a zero effect more often than alpha at that size (few documents), so the "
+             "number is optimistic.")
+    notes += tuple(dict.fromkeys(f"{c}: {n}" for c, n in zip(data["contrast"], data["note"]) if n))
+    return Table("power", "Power: documents needed per contrast (clustered bootstrap + Holm)", data, display, notes)
