@@ -2,7 +2,6 @@
 session, the Featured Article list, topic buckets, filters and the seeded bucket-capped walk."""
 
 import bz2
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -82,37 +81,29 @@ def test_filters_count_each_and_cumulatively():
 
 # ------------------------------------------------------------------------------------------------ API
 
-class FakeResponse:
-    def __init__(self, data):
-        self.data = data
-
-    def raise_for_status(self):
-        pass
-
-    def json(self):
-        return self.data
+UA = "chunkstudy-tests/0.1 (tests@example.org)"
+ALPHA_9100 = ("'''Alpha Fort''' is a fort.<ref>x</ref>\n\n== History ==\nBuilt in 1700.\n\n=== Siege ===\n"
+              "Besieged in 1740.\n\n[[Category:Forts in Morvania]]")
 
 
-class FakeSession:
-    """Answers MediaWiki API requests from recorded responses; records every request it gets."""
+def tiny_wiki():
+    """Alpha Fort (revisions 9001 and 9100, one hidden category), Apollo 8 and Beta Battle, all Featured; the
+    redirect Alpha -> Alpha Fort."""
+    from fake_mediawiki import FakePage, FakeWiki
 
-    def __init__(self):
-        self.calls = []
-
-    def get(self, url, params=None, headers=None, timeout=None):
-        self.calls.append(dict(params))
-        if params.get("list") == "categorymembers":
-            name = "api_featured_page2.json" if "cmcontinue" in params else "api_featured_page1.json"
-        elif params.get("revids") == "9001":
-            name = "api_query_alpha_rev9001.json"
-        elif params.get("titles") == "Alpha Fort":
-            name = "api_query_alpha.json"
-        else:
-            name = "api_query_missing.json"
-        return FakeResponse(json.loads((FIX / name).read_text()))
+    return FakeWiki([
+        FakePage(101, "Alpha Fort", {9001: "'''Alpha Fort''' is an old fort.\n\n== History ==\nBuilt in 1700.",
+                                     9100: ALPHA_9100},
+                 ["Forts in Morvania", "Military history of Morvania"], ["Biography with signature"], talk_id=11),
+        FakePage(102, "Apollo 8", {9200: "'''Apollo 8''' flew.\n\n== Flight ==\nIt orbited the Moon."},
+                 ["Apollo program"], talk_id=12),
+        FakePage(103, "Beta Battle", {9300: "'''Beta Battle''' was fought.\n\n== Course ==\nIt was short."},
+                 ["Battles of Morvania"], talk_id=13),
+        FakePage(104, "Alpha", {9400: "#REDIRECT [[Alpha Fort]]"}, featured=False, redirect_to="Alpha Fort"),
+    ])
 
 
-def _client(tmp_path, session, clock=None):
+def _client(tmp_path, session, ua=UA):
     t = {"now": 0.0}
     sleeps = []
 
@@ -121,45 +112,73 @@ def _client(tmp_path, session, clock=None):
         t["now"] += s
 
     c = W.ApiClient(session, "https://example.org/w/api.php", tmp_path / "api", rate_limit_s=1.5, sleep=sleep,
-                    clock=lambda: t["now"])
+                    clock=lambda: t["now"], user_agent=ua)
     return c, sleeps
 
 
 def test_api_fetch_records_revision_categories_rate_limit_and_cache(tmp_path):
-    s = FakeSession()
+    s = tiny_wiki()
     client, sleeps = _client(tmp_path, s)
     warnings = []
-    pages = W.fetch_api_pages(["Alpha Fort", "No Such Page"], client, None, warnings)
-    assert [(p["title"], p["revision"]) for p in pages] == [("Alpha Fort", "9100")]
-    assert pages[0]["categories"] == ["Forts in Morvania", "Military history of Morvania"]
+    pages = W.fetch_api_pages(["Alpha", "No Such Page", "apollo_8"], client, None, warnings)
+    # one request for all three titles: the redirect is followed, the name normalised, the missing page warned
+    assert [(p["title"], p["revision"], p["requested_title"]) for p in pages] == [
+        ("Alpha Fort", "9100", "Alpha"), ("Apollo 8", "9200", "apollo_8")]
+    assert pages[0]["wikitext"] == ALPHA_9100 and pages[0]["page_id"] == "101"
+    assert pages[0]["categories"] == ["Forts in Morvania", "Military history of Morvania"]  # hidden one left out
     assert s.calls[0]["clshow"] == "!hidden" and s.calls[0]["rvslots"] == "main"
-    assert warnings == ["MediaWiki API: page 'No Such Page' is missing or has no revision"]
+    assert s.calls[0]["titles"] == "Alpha|No Such Page|apollo_8" and len(s.calls) == 1
+    assert warnings == ["MediaWiki API: page 'No Such Page': missing or has no revision"]
+    W.fetch_api_pages(["Beta Battle"], client)
     assert sleeps == [1.5]  # one polite wait between the two sent requests
     assert len(list((tmp_path / "api").glob("*.json"))) == 2
-    again = W.fetch_api_pages(["Alpha Fort"], client)  # served from the on-disk cache
+    again = W.fetch_api_pages(["Alpha", "No Such Page", "apollo_8"], client, None, [])  # from the on-disk cache
     assert len(s.calls) == 2 and again == pages and client.n_cached == 1
 
 
 def test_api_revision_pins_fetch_the_pinned_text(tmp_path):
-    s = FakeSession()
+    s = tiny_wiki()
     client, _ = _client(tmp_path, s)
     pins = W.read_revision_pins("title\trevid\nAlpha Fort\t9001\n")
-    pages = W.fetch_api_pages(["Alpha Fort"], client, pins)
-    assert s.calls[0]["revids"] == "9001" and "titles" not in s.calls[0]
+    pages = W.fetch_api_pages(["Alpha Fort", "Beta Battle"], client, pins, page_ids={"Beta Battle": "103"})
+    assert [c.get("revids") or c.get("pageids") for c in s.calls] == ["9001", "103"]
     assert pages[0]["revision"] == "9001" and "old fort" in pages[0]["wikitext"]
     doc, paras, secs, info = W.page_document(pages[0], ["References"])
     assert doc["text"] == "Alpha Fort is an old fort.\n\nBuilt in 1700." and doc["revision"] == "9001"
+    assert pages[1]["revision"] == "9300"
+    assert W.read_revision_pins(W.revision_pins_tsv(pages)) == {"Alpha Fort": "9001", "Beta Battle": "9300"}
 
 
-def test_featured_list_from_api_follows_continuation_and_strips_talk(tmp_path):
-    s = FakeSession()
+def test_api_refuses_to_send_without_a_user_agent_naming_a_contact(tmp_path):
+    s = tiny_wiki()
+    for ua in ("", "python-requests/2.31", "chunkstudy/0.1 (research reproduction)"):
+        client, _ = _client(tmp_path, s, ua=ua)
+        with pytest.raises(ValueError, match="corpus.api_user_agent.*User-Agent"):
+            W.fetch_api_pages(["Alpha Fort"], client)
+    assert s.calls == []  # refused before anything was sent
     client, _ = _client(tmp_path, s)
+    W.fetch_api_pages(["Alpha Fort"], client)
+    assert s.headers[0]["User-Agent"] == UA
+
+
+def test_featured_list_from_api_follows_continuation_and_maps_talk_pages_to_articles(tmp_path):
+    from fake_mediawiki import synthetic_wiki
+
+    s = synthetic_wiki(1201)
+    client, _ = _client(tmp_path, s)
+    listed = W.featured_ids_from_api(client)
+    assert len(listed) == 1201 and len(s.calls) == 3  # 500 per request for an ordinary client
+    assert s.calls[1]["gcmcontinue"] == "500" and s.calls[1]["continue"] == "gcmcontinue||"
+    assert all(listed[p.title] == str(p.page_id) for p in s.pages.values())  # subject ids, not talk-page ids
+    client, _ = _client(tmp_path / "x", tiny_wiki())
     assert W.featured_from_api(client) == ["Alpha Fort", "Apollo 8", "Beta Battle"]
-    assert s.calls[1]["cmcontinue"] == "page|4a|2"
 
 
 def test_featured_list_from_tsv():
     assert W.featured_from_tsv("page_id\ttitle\n25\tAutism\n33653136\t? (film)\n") == {"Autism", "? (film)"}
+    listed = W.featured_ids_from_tsv("page_id\ttitle\n25\tAutism\n33653136\t? (film)\n")
+    assert listed == {"Autism": "25", "? (film)": "33653136"}
+    assert W.featured_ids_from_tsv(W.featured_tsv(listed)) == listed
 
 
 # ------------------------------------------------------------------------------------ buckets and walk
@@ -189,3 +208,28 @@ def test_seeded_walk_caps_buckets_reaches_target_when_possible_and_is_reproducib
     possible = sum(min(cap, n) for n in Counter(buckets).values())
     assert len(got) == min(target, possible)
     assert got["doc_id"].tolist() == W.seeded_walk(cand.iloc[::-1], seed, cap, target)["doc_id"].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(W.BUCKETS), min_size=1, max_size=80), st.data(), st.integers(0, 2**31))
+def test_walk_order_of_a_subset_is_the_full_order_restricted_so_walking_a_prefix_is_enough(buckets, data, seed):
+    """What the lazy API fetch rests on: the walk's order of any subset (pages that pass the filters, pages
+    fetched so far) is the full order restricted to it, so the walk over a prefix of the order that reaches the
+    stopping point accepts what the walk over everything accepts."""
+    ids = [f"wiki:{i}" for i in range(len(buckets))]
+    full = W.walk_order(ids, seed)
+    subset = data.draw(st.lists(st.sampled_from(ids), unique=True))
+    assert W.walk_order(subset, seed) == [d for d in full if d in set(subset)]
+    cand = pd.DataFrame({"doc_id": ids, "topic_bucket": buckets})
+    cap, target = data.draw(st.integers(1, 10)), data.draw(st.integers(0, 40))
+    everything = W.seeded_walk(cand, seed, cap, target)["doc_id"].tolist()
+    rank = {d: i for i, d in enumerate(full)}
+    stop = max((rank[d] for d in everything), default=-1)  # where the full walk took its last document
+    prefix = set(full[:stop + 1 + data.draw(st.integers(0, 5))])
+    assert W.seeded_walk(cand[cand["doc_id"].isin(prefix)], seed, cap, target)["doc_id"].tolist() == everything
+
+
+def test_walk_order_is_a_seeded_shuffle():
+    ids = [f"wiki:{i}" for i in range(200)]
+    a, b = W.walk_order(ids, 1), W.walk_order(ids, 2)
+    assert sorted(a) == sorted(ids) and a != b and a != sorted(ids) and a == W.walk_order(ids[::-1], 1)

@@ -89,6 +89,19 @@ SCHEMA: dict[str, Any] = {
         "api_endpoint": P("https://en.wikipedia.org/w/api.php", (str,)),
         "api_rate_limit_s": P(1.0, (float,)),
         "api_revisions": P(None, (str,), nullable=True, path=True, doc="TSV title<TAB>revid pinning API fetches"),
+        "api_user_agent": P(None, (str,), nullable=True,
+                            doc="User-Agent of every MediaWiki API request: the tool and a contact (e-mail or URL), "
+                                "as Wikimedia's policy asks, e.g. 'chunkstudy/0.1 (you@example.org)'; required "
+                                "before the first request is sent"),
+        "api_batch_size": P(50, (int,), doc="titles per MediaWiki API content request (1..50, the ordinary-client "
+                                            "limit); the API's continuations come on top"),
+        "api_fetch": P("lazy", (str,), ("lazy", "all"),
+                       doc="lazy: fetch the Featured list in walk order and stop once the walk is satisfied (same "
+                           "documents, far fewer requests); all: fetch every listed page first (full funnel counts)"),
+        "api_revisions_out": P(None, (str,), nullable=True, path=True,
+                               doc="where to record title<TAB>revid of every page fetched from the API (a file for "
+                                   "api_revisions; an API-fetched Featured list goes beside it); null = "
+                                   "data/<corpus>/cache/mediawiki_api/api_revisions.tsv"),
         "min_words": P(3000, (int,)),
         "min_heading_depth": P(3, (int,)),
         "min_sections": P(12, (int,)),

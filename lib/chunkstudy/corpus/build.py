@@ -87,7 +87,21 @@ def build_corpus(cfg: Config, session=None) -> dict:
 
 
 def _build_wikipedia(cfg: Config, session, warnings: list[str]) -> dict:
+    """Wikipedia from XML exports and/or the MediaWiki API.
+
+    With no exports, the Featured Article list (``featured_list: api`` or a ``page_id<TAB>title`` TSV) is the
+    candidate list: its pages are fetched in the seeded walk's order, ``api_batch_size`` per request, and with
+    ``api_fetch: lazy`` only until the walk is satisfied (:func:`wikipedia.build_wikipedia_api`). Every page
+    fetched is recorded as ``title<TAB>revid`` in ``api_revisions_out`` (default
+    ``data/<corpus>/cache/mediawiki_api/api_revisions.tsv``) and a list fetched from the API beside it as
+    ``<stem>_featured_list.tsv``, so a later run that names them in ``api_revisions`` and ``featured_list``
+    fetches the same text of the same list.
+    """
     c = cfg["corpus"]
+    if not 1 <= c["api_batch_size"] <= wikipedia.MAX_TITLES_PER_REQUEST:
+        raise ValueError(f"{cfg.path.name}: corpus.api_batch_size: {c['api_batch_size']} is outside "
+                         f"1..{wikipedia.MAX_TITLES_PER_REQUEST} (titles per MediaWiki API request for an ordinary "
+                         "client)")
     client = None
     if c["api_titles"] or c["featured_list"] == "api" or (not c["sources"] and c["mirror"] is None):
         if session is None:
@@ -95,30 +109,56 @@ def _build_wikipedia(cfg: Config, session, warnings: list[str]) -> dict:
 
             session = requests.Session()
         client = wikipedia.ApiClient(session, c["api_endpoint"], artifacts.cache_dir(cfg, "mediawiki_api"),
-                                     c["api_rate_limit_s"])
-    featured = None
+                                     c["api_rate_limit_s"], user_agent=c["api_user_agent"] or "")
+    featured = listed = None
     if c["featured_list"] == "api":
-        featured = set(wikipedia.featured_from_api(client))
+        listed = wikipedia.featured_ids_from_api(client, progress=True)
     elif c["featured_list"]:
-        featured = wikipedia.featured_from_tsv(_resolve_in_mirror(cfg, c["featured_list"]).read_text())
+        listed = wikipedia.featured_ids_from_tsv(_resolve_in_mirror(cfg, c["featured_list"]).read_text())
+    if listed is not None:
+        featured = set(listed)
     sources = source_paths(cfg, session) if c["sources"] else []
     titles = list(c["api_titles"])
-    if not titles and not sources and featured is not None and client is not None:
-        titles = sorted(featured)  # the online path of the paper's spec: every Featured Article, via the API
     pins = {}
     if c["api_revisions"]:
         pins = wikipedia.read_revision_pins(cfg.resolve(c["api_revisions"]).read_text())
+    fetched: list[dict] = []
 
-    def pages():
-        for p in sources:
-            yield from wikipedia.iter_export(p, warnings)
-        if titles:
-            yield from wikipedia.fetch_api_pages(titles, client, pins, warnings)
+    def fetch(names: list[str], ids: dict | None = None) -> list[dict]:
+        got = wikipedia.fetch_api_pages(names, client, pins, warnings, page_ids=ids, batch_size=c["api_batch_size"])
+        fetched.extend({k: p[k] for k in ("title", "revision", "page_id")} for p in got)
+        return got
 
-    out = wikipedia.build_wikipedia(pages(), c, featured, warnings)
+    if not titles and not sources and listed is not None and client is not None:
+        # the online path of the paper's spec: the Featured Article list, fetched in walk order
+        out = wikipedia.build_wikipedia_api(
+            listed, lambda names: fetch(names, listed), c, featured, warnings, batch_size=c["api_batch_size"],
+            lazy=c["api_fetch"] == "lazy", progress=True,
+            status=lambda: {"requests": client.n_sent, "cached": client.n_cached})
+    else:
+        def pages():
+            for p in sources:
+                yield from wikipedia.iter_export(p, warnings)
+            if titles:
+                yield from fetch(titles)
+
+        out = wikipedia.build_wikipedia(pages(), c, featured, warnings)
     out["stats"]["revisions"] = dict(zip(out["documents"].get("title", []), out["documents"].get("revision", [])))
     if client is not None:
         out["stats"]["api_requests"] = {"sent": client.n_sent, "cached": client.n_cached}
+        # the record a rerun needs: revision pins of every fetched page, and a Featured list fetched online
+        pins_out = (cfg.resolve(c["api_revisions_out"]) if c["api_revisions_out"]
+                    else artifacts.cache_dir(cfg, "mediawiki_api") / "api_revisions.tsv")
+        record = out["stats"]["api_record"] = {}
+        for key, path, text in (
+                ("api_revisions", pins_out, wikipedia.revision_pins_tsv(fetched) if fetched else None),
+                ("featured_list", pins_out.with_name(f"{pins_out.stem}_featured_list.tsv"),
+                 wikipedia.featured_tsv(listed) if listed and c["featured_list"] == "api" else None)):
+            if text is not None:
+                with artifacts.atomic_path(path) as tmp:
+                    tmp.write_text(text, encoding="utf-8")
+                inside = path.resolve().is_relative_to(cfg.root.resolve())  # stats.json stays portable
+                record[key] = str(path.resolve().relative_to(cfg.root.resolve()) if inside else path)
     return out
 
 

@@ -5,9 +5,13 @@ Sources (issue 3):
 
 * :func:`iter_export` streams a MediaWiki XML export (``.xml`` or ``.xml.bz2``; a full dump works because pages
   are parsed one by one with ``iterparse`` and cleared). Main namespace only; redirects are skipped.
-* :func:`fetch_api_pages` fetches wikitext, categories and revision ids from the MediaWiki API with a polite
-  rate limit; every raw response is cached on disk (a folder the caller gives), and a ``title -> revid`` pin
-  makes a rerun fetch exactly the same revisions.
+* :func:`fetch_api_pages` fetches wikitext, non-hidden categories and revision ids from the MediaWiki API, up to
+  50 titles per request with the API's continuations, one request at a time with a polite rate limit and a
+  User-Agent naming a contact; every raw response is cached on disk (keyed by endpoint and parameters), and a
+  ``title -> revid`` pin makes a rerun fetch exactly the same revisions.
+* :func:`build_wikipedia_api` fetches a listed set of pages (the Featured Article list, with page ids) in the
+  seeded walk's order and, lazily, only until the walk is satisfied: the walk order (:func:`walk_order`) depends
+  on page ids alone, so the result is the same as fetching everything first.
 
 A page becomes a document through the one canonical normaliser (:mod:`chunkstudy.corpus.wikitext`).
 
@@ -22,7 +26,6 @@ from __future__ import annotations
 import bz2
 import hashlib
 import json
-import random
 import re
 import time
 import xml.etree.ElementTree as ET
@@ -159,8 +162,40 @@ def iter_export(path: str | Path, warnings: list[str] | None = None, name: str |
 
 # ------------------------------------------------------------------------------------------- MediaWiki API
 
-def _cache_key(params: dict) -> str:
-    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:24]
+#: Values one request may name in ``titles``, ``pageids`` or ``revids`` for an ordinary (non-bot) client. Content
+#: of several pages comes back in one reply; when it outgrows the reply size limit the API stops early and says
+#: where to go on (``continue``/``rvcontinue``), which :func:`query_pages` follows.
+MAX_TITLES_PER_REQUEST = 50
+#: ``cllimit`` for ordinary clients: categories of all pages of one request together, followed by ``clcontinue``.
+MAX_CATEGORIES_PER_REQUEST = 500
+#: ``gcmlimit`` for ordinary clients: members of the Featured Article category per listing request.
+MAX_LIST_PER_REQUEST = 500
+
+_CONTACT = re.compile(r"[^\s@()]+@[^\s@()]+\.[^\s@()]+|https?://\S+")
+
+
+def _cache_key(endpoint: str, params: dict) -> str:
+    """The cache file name of one request: the endpoint and every parameter (a reply of en.wikipedia.org is never
+    served to a client of de.wikipedia.org)."""
+    return hashlib.sha256(json.dumps({"endpoint": endpoint, "params": params}, sort_keys=True).encode()
+                          ).hexdigest()[:24]
+
+
+def check_user_agent(user_agent: str | None, key: str = "corpus.api_user_agent") -> str:
+    """Return ``user_agent`` if it names a client and a contact (an e-mail address or a URL), as Wikimedia's
+    User-Agent policy asks of every API client (https://meta.wikimedia.org/wiki/User-Agent_policy); else raise
+    a ValueError naming ``key``.
+
+    >>> check_user_agent("chunkstudy/0.1 (https://example.org/chunkstudy; me@example.org)")
+    'chunkstudy/0.1 (https://example.org/chunkstudy; me@example.org)'
+    """
+    ua = (user_agent or "").strip()
+    if not ua or not _CONTACT.search(ua) or not re.match(r"[A-Za-z0-9][\w.-]*/", ua):
+        raise ValueError(
+            f"{key}: {user_agent!r} does not identify the client. Wikimedia asks every API client for a User-Agent "
+            "naming the tool and a contact (https://meta.wikimedia.org/wiki/User-Agent_policy), e.g. "
+            "'chunkstudy/0.1 (you@example.org)' or 'chunkstudy/0.1 (https://your.project.page)'")
+    return ua
 
 
 @dataclass
@@ -169,15 +204,17 @@ class ApiClient:
 
     ``session`` is anything with ``get(url, params=..., headers=..., timeout=...)`` returning an object with
     ``json()`` and ``raise_for_status()`` (a ``requests.Session`` or a test fake). Raw responses are cached as
-    ``<cache_dir>/<sha256(params)>.json``; a cached request is never sent again. Between two sent requests the
-    client waits at least ``rate_limit_s`` seconds.
+    ``<cache_dir>/<sha256(endpoint, params)>.json`` (written as each reply arrives); a cached request is never
+    sent again. Between two sent requests the client waits at least ``rate_limit_s`` seconds, one request at a
+    time. Every request carries ``user_agent``, which must name the client and a contact
+    (:func:`check_user_agent`).
     """
 
     session: object
     endpoint: str
     cache_dir: Path
     rate_limit_s: float = 1.0
-    user_agent: str = "chunkstudy/0.1 (research reproduction; https://github.com/)"
+    user_agent: str = ""
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     n_sent: int = 0
@@ -186,10 +223,11 @@ class ApiClient:
 
     def get(self, params: dict) -> dict:
         params = {"format": "json", "formatversion": "2", **params}
-        path = Path(self.cache_dir) / f"{_cache_key(params)}.json"
+        path = Path(self.cache_dir) / f"{_cache_key(self.endpoint, params)}.json"
         if path.is_file():
             self.n_cached += 1
             return json.loads(path.read_text())
+        check_user_agent(self.user_agent)
         if self._last is not None:
             wait = self.rate_limit_s - (self.clock() - self._last)
             if wait > 0:
@@ -200,12 +238,65 @@ class ApiClient:
         resp.raise_for_status()
         data = resp.json()
         if "error" in data:
-            raise ValueError(f"MediaWiki API error for {params}: {data['error']}")
+            raise ValueError(f"MediaWiki API error from {self.endpoint} for {params}: {data['error']}")
         Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, sort_keys=True))
         tmp.replace(path)
         return data
+
+
+def query_continued(client: ApiClient, params: dict) -> Iterator[dict]:
+    """Send ``params`` and follow the API's ``continue`` protocol (every value of the reply's ``continue`` goes
+    back with the next request, unchanged, until a reply has none); yield each reply."""
+    cont: dict = {}
+    seen = set()
+    while True:
+        data = client.get({**params, **cont})
+        yield data
+        if "continue" not in data:
+            return
+        cont = {k: str(v) for k, v in data["continue"].items()}
+        key = json.dumps(cont, sort_keys=True)
+        if key in seen:
+            raise ValueError(f"MediaWiki API {client.endpoint}: continuation repeats {cont} for {params}")
+        seen.add(key)
+
+
+def query_pages(client: ApiClient, params: dict) -> dict:
+    """One ``action=query`` request with its continuations, the pages merged.
+
+    With several pages per request the API spreads a page's data over the replies: content that does not fit one
+    reply follows with ``rvcontinue``, categories past ``cllimit`` with ``clcontinue``, and every reply lists
+    every page, with only what it carries. Returns ``{"pages": {key: page}, "normalized": {from: to},
+    "redirects": {from: to}, "badrevids": set}``; ``key`` is the page id (``("title", t)`` for a missing page
+    without one) and each page's ``revisions`` and ``categories`` are the union over the replies, in order.
+    """
+    pages: dict = {}
+    out = {"pages": pages, "normalized": {}, "redirects": {}, "badrevids": set()}
+    for data in query_continued(client, params):
+        q = data.get("query") or {}
+        for n in q.get("normalized") or []:
+            out["normalized"][n["from"]] = n["to"]
+        for r in q.get("redirects") or []:
+            out["redirects"][r["from"]] = r["to"]
+        bad = q.get("badrevids") or {}
+        out["badrevids"] |= {str(b.get("revid", k)) for k, b in (bad.items() if isinstance(bad, dict)
+                                                                    else ((b.get("revid"), b) for b in bad))}
+        for p in q.get("pages") or []:
+            key = p["pageid"] if p.get("pageid") else ("title", p.get("title"))
+            have = pages.setdefault(key, {k: v for k, v in p.items() if k not in ("revisions", "categories")})
+            for name, ident in (("revisions", "revid"), ("categories", "title")):
+                got = have.setdefault(name, [])
+                known = {x.get(ident) for x in got}
+                got.extend(x for x in p.get(name) or [] if x.get(ident) not in known)
+    return out
+
+
+#: The parameters of a content request: wikitext of the main slot, revision id and timestamp, and the page's
+#: non-hidden categories (the topic buckets classify by those; the API knows the hidden flag, a dump does not).
+CONTENT_PARAMS = {"action": "query", "prop": "revisions|categories", "rvprop": "ids|timestamp|content",
+                  "rvslots": "main", "clshow": "!hidden", "cllimit": "max"}
 
 
 def read_revision_pins(text: str) -> dict[str, str]:
@@ -218,65 +309,143 @@ def read_revision_pins(text: str) -> dict[str, str]:
     return out
 
 
-def fetch_api_pages(titles: Iterable[str], client: ApiClient, revisions: dict[str, str] | None = None,
-                    warnings: list[str] | None = None) -> list[dict]:
-    """Fetch wikitext, non-hidden categories and revision id for each title (one request per title).
+def revision_pins_tsv(pages: Iterable[dict]) -> str:
+    """``title<TAB>revid<TAB>page_id`` lines (with a header) of fetched pages, in the order given: the file a
+    later run names in ``corpus.api_revisions`` to fetch exactly these revisions again."""
+    lines = ["title\trevid\tpage_id"]
+    lines += [f"{p['title']}\t{p['revision']}\t{p.get('page_id', '')}" for p in pages if str(p.get("revision", ""))]
+    return "\n".join(lines) + "\n"
 
-    With a pin in ``revisions`` the request asks for that revision id (``revids=``) so a rerun fetches the same
-    text; otherwise the latest revision is fetched and its id recorded. Categories come from
-    ``prop=categories&clshow=!hidden`` (the API knows the hidden flag). A missing page gives a warning naming
-    the title. Pages come back in the same shape as :func:`iter_export` plus ``categories``.
+
+def _api_page(page: dict, requested: str) -> dict:
+    rev = page["revisions"][0]
+    slot = (rev.get("slots") or {}).get("main") or {}
+    text = slot.get("content", rev.get("content", ""))
+    cats = [c["title"].split(":", 1)[1] for c in page.get("categories") or []]
+    return {"title": page.get("title", requested), "page_id": str(page.get("pageid", "")),
+            "revision": str(rev.get("revid", "")), "timestamp": rev.get("timestamp", ""), "wikitext": text,
+            "source": "api", "redirect": is_redirect(text), "categories": cats, "requested_title": requested}
+
+
+def _fetch_batch(batch: list[str], client: ApiClient, revisions: dict, page_ids: dict) -> dict[str, dict | str]:
+    """``{title: page dict or the reason it is not there}`` for at most one request's worth of titles."""
+    got: dict[str, dict | str] = {}
+    pinned = [t for t in batch if t in revisions]
+    by_id = [t for t in batch if t not in revisions and t in page_ids]
+    by_title = [t for t in batch if t not in revisions and t not in page_ids]
+    if pinned:
+        res = query_pages(client, {**CONTENT_PARAMS, "revids": "|".join(str(revisions[t]) for t in pinned)})
+        by_rev = {str(r.get("revid")): p for p in res["pages"].values() for r in p.get("revisions") or []}
+        for t in pinned:
+            rid = str(revisions[t])
+            page = by_rev.get(rid)
+            if page is None:
+                got[t] = f"pinned revision {rid} is missing or deleted"
+            elif t in page_ids and str(page.get("pageid")) != str(page_ids[t]):
+                got[t] = (f"pinned revision {rid} belongs to page {page.get('pageid')}, not to the listed page "
+                          f"{page_ids[t]}")
+            else:
+                got[t] = {**page, "revisions": [r for r in page["revisions"] if str(r.get("revid")) == rid]}
+    if by_id:
+        res = query_pages(client, {**CONTENT_PARAMS, "pageids": "|".join(str(page_ids[t]) for t in by_id)})
+        for t in by_id:
+            got[t] = res["pages"].get(int(page_ids[t])) or res["pages"].get(str(page_ids[t])) or "not returned"
+    if by_title:
+        res = query_pages(client, {**CONTENT_PARAMS, "titles": "|".join(by_title), "redirects": "1"})
+        by_name = {p.get("title"): p for p in res["pages"].values()}
+        for t in by_title:
+            name = res["normalized"].get(t, t)
+            name = res["redirects"].get(name, name)
+            got[t] = by_name.get(name) or "not returned"
+    return got
+
+
+def fetch_api_pages(titles: Iterable[str], client: ApiClient, revisions: dict[str, str] | None = None,
+                    warnings: list[str] | None = None, page_ids: dict[str, str] | None = None,
+                    batch_size: int = MAX_TITLES_PER_REQUEST) -> list[dict]:
+    """Fetch wikitext, non-hidden categories and revision id of each title, ``batch_size`` titles per request
+    (plus the continuations the API asks for), in the order given.
+
+    A title pinned in ``revisions`` is fetched at that revision (``revids=``), so a rerun gets the same text; a
+    title with a page id in ``page_ids`` (the Featured Article list gives them) is fetched by id (``pageids=``),
+    so its document id is known before its content; any other title by name, following redirects. A missing
+    page gives a warning naming the title (raised when ``warnings`` is None). Pages come back in the shape of
+    :func:`iter_export` plus ``categories`` and ``requested_title``.
     """
-    revisions = revisions or {}
+    if not 1 <= int(batch_size) <= MAX_TITLES_PER_REQUEST:
+        raise ValueError(f"corpus.api_batch_size: {batch_size} is outside 1..{MAX_TITLES_PER_REQUEST} (titles per "
+                         "MediaWiki API request for an ordinary client)")
+    revisions, page_ids, titles = revisions or {}, page_ids or {}, list(titles)
     out = []
-    for title in titles:
-        params = {"action": "query", "prop": "revisions|categories", "rvprop": "ids|timestamp|content",
-                  "rvslots": "main", "clshow": "!hidden", "cllimit": "max", "redirects": "1"}
-        if title in revisions:
-            params["revids"] = str(revisions[title])
-        else:
-            params["titles"] = title
-        data = client.get(params)
-        pages = (data.get("query") or {}).get("pages") or []
-        page = pages[0] if pages else {}
-        if not page or page.get("missing") or page.get("invalid") or not page.get("revisions"):
-            msg = f"MediaWiki API: page {title!r} is missing or has no revision"
-            if warnings is None:
-                raise ValueError(msg)
-            warnings.append(msg)
-            continue
-        rev = page["revisions"][0]
-        slot = (rev.get("slots") or {}).get("main") or {}
-        text = slot.get("content", rev.get("content", ""))
-        cats = [c["title"].split(":", 1)[1] for c in page.get("categories") or []]
-        out.append({"title": page.get("title", title), "page_id": str(page.get("pageid", "")),
-                    "revision": str(rev.get("revid", "")), "timestamp": rev.get("timestamp", ""),
-                    "wikitext": text, "source": "api", "redirect": False, "categories": cats})
+    for start in range(0, len(titles), batch_size):
+        batch = titles[start:start + batch_size]
+        got = _fetch_batch(batch, client, revisions, page_ids)
+        for title in batch:
+            page = got.get(title, "not returned")
+            if isinstance(page, dict) and (page.get("missing") or page.get("invalid") or not page.get("revisions")):
+                page = "missing or has no revision"
+            if isinstance(page, str):
+                msg = f"MediaWiki API: page {title!r}: {page}"
+                if warnings is None:
+                    raise ValueError(msg)
+                warnings.append(msg)
+                continue
+            out.append(_api_page(page, title))
+    return out
+
+
+def featured_ids_from_api(client: ApiClient, category: str = "Category:Featured articles",
+                          progress: bool = False) -> dict[str, str]:
+    """``{article title: page id}`` of the members of ``category``, in the API's order.
+
+    Listed with ``generator=categorymembers`` (500 per request) and ``prop=info&inprop=subjectid``: a member that
+    is a talk page (``Talk:X``) stands for its article, whose page id is the talk page's ``subjectid``; the ids
+    let the seeded walk order the articles before any content is fetched. ``progress`` shows a tqdm counter.
+    """
+    from tqdm.auto import tqdm
+
+    out: dict[str, str] = {}
+    params = {"action": "query", "generator": "categorymembers", "gcmtitle": category,
+              "gcmlimit": str(MAX_LIST_PER_REQUEST), "prop": "info", "inprop": "subjectid"}
+    with tqdm(desc=f"01_corpus: listing {category}", unit="title", disable=not progress) as bar:
+        for data in query_continued(client, params):
+            members = (data.get("query") or {}).get("pages") or []
+            for m in sorted(members, key=lambda p: p.get("title", "")):
+                title, ns = m["title"], int(m.get("ns", 0))
+                if ns % 2 == 1:  # a talk namespace: the member stands for its subject page
+                    title, pid = title.split(":", 1)[1], m.get("subjectid")
+                else:
+                    pid = m.get("pageid")
+                if pid and title not in out:
+                    out[title] = str(pid)
+            bar.update(len(members))
     return out
 
 
 def featured_from_api(client: ApiClient, category: str = "Category:Featured articles") -> list[str]:
-    """Article titles in ``Category:Featured articles`` (its members are talk pages; ``Talk:`` is removed)."""
-    titles, cont = [], {}
-    while True:
-        data = client.get({"action": "query", "list": "categorymembers", "cmtitle": category, "cmlimit": "500",
-                           **cont})
-        for m in (data.get("query") or {}).get("categorymembers", []):
-            t = m["title"]
-            titles.append(t.split(":", 1)[1] if t.startswith("Talk:") else t)
-        if "continue" not in data:
-            return titles
-        cont = {k: v for k, v in data["continue"].items() if k != "continue"}
+    """Article titles in ``Category:Featured articles`` (talk-page members stand for their articles)."""
+    return list(featured_ids_from_api(client, category))
+
+
+def featured_ids_from_tsv(text: str) -> dict[str, str]:
+    """``{title: page_id}`` from a ``page_id<TAB>title`` list (a header line is skipped)."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 2 and parts[0].strip().isdigit():
+            out[parts[1].strip()] = parts[0].strip()
+    return out
 
 
 def featured_from_tsv(text: str) -> set[str]:
     """Titles from the mirror's ``page_id<TAB>title`` list (a header line is skipped)."""
-    out = set()
-    for line in text.splitlines():
-        parts = line.split("\t")
-        if len(parts) >= 2 and parts[0].strip().isdigit():
-            out.add(parts[1].strip())
-    return out
+    return set(featured_ids_from_tsv(text))
+
+
+def featured_tsv(listed: dict[str, str]) -> str:
+    """``page_id<TAB>title`` lines (with a header) of a Featured Article list: the format ``corpus.featured_list``
+    reads, so a later run can walk exactly the list this one walked."""
+    return "page_id\ttitle\n" + "".join(f"{pid}\t{t}\n" for t, pid in sorted(listed.items()))
 
 
 # ------------------------------------------------------------------------------- documents, filters, sample
@@ -305,16 +474,34 @@ def page_document(page: dict, drop_sections: Iterable[str]) -> tuple[dict, pd.Da
     return doc, paras, secs, info
 
 
+def _walk_key(seed: int, doc_id: str) -> bytes:
+    return hashlib.sha256(f"{seed}\x00{doc_id}".encode()).digest()
+
+
+def walk_order(doc_ids: Iterable[str], seed: int) -> list[str]:
+    """The seeded walk's order: ``doc_ids`` sorted by ``sha256(seed, doc_id)`` (ties by id).
+
+    A seeded shuffle in which the relative order of two documents depends on the seed and their two ids only,
+    never on which other pages exist, were fetched, or pass the filters: the order of a subset is the full
+    order restricted to it. That is what lets the API path fetch in walk order and stop once the walk is
+    satisfied with the same result as fetching everything first, and makes an XML dump and the API choose the
+    same Featured Articles when they hold the same revisions.
+
+    >>> walk_order(["wiki:3", "wiki:1", "wiki:2"], 7) == [d for d in walk_order(["wiki:1", "wiki:2", "wiki:3",
+    ...                                                   "wiki:9"], 7) if d != "wiki:9"]
+    True
+    """
+    return sorted(doc_ids, key=lambda d: (_walk_key(seed, d), d))
+
+
 def seeded_walk(candidates: pd.DataFrame, seed: int, max_per_bucket: int, target: int) -> pd.DataFrame:
     """The bucket-capped seeded sample (paper, appendix "Topic buckets").
 
-    Candidates (columns ``doc_id``, ``topic_bucket``) are sorted by ``doc_id`` and shuffled with
-    ``random.Random(seed)``; the walk accepts a candidate unless its bucket already holds ``max_per_bucket``
-    documents, and stops at ``target``. No minimum per bucket, no round-robin. Returns the accepted rows in walk
-    order with a ``walk_rank`` column.
+    Candidates (columns ``doc_id``, ``topic_bucket``) are visited in :func:`walk_order`; the walk accepts a
+    candidate unless its bucket already holds ``max_per_bucket`` documents, and stops at ``target``. No minimum
+    per bucket, no round-robin. Returns the accepted rows in walk order with a ``walk_rank`` column.
     """
-    order = sorted(candidates["doc_id"].tolist())
-    random.Random(seed).shuffle(order)
+    order = walk_order(candidates["doc_id"].tolist(), seed)
     by_id = candidates.set_index("doc_id")
     counts: Counter = Counter()
     keep = []
@@ -331,6 +518,77 @@ def seeded_walk(candidates: pd.DataFrame, seed: int, max_per_bucket: int, target
     return out
 
 
+_CANDIDATE_COLUMNS = ["doc_id", "title", "source", "topic_bucket", "featured", "n_words", "n_sections", "depth",
+                      "n_paragraphs", "residual_repairs", "dropped_sections"]
+
+
+class _Candidates:
+    """Pages normalised into candidate rows and built documents, with the counts of what was set aside."""
+
+    def __init__(self, drop_sections, featured: set[str] | None, warnings: list[str]):
+        self.drop, self.featured, self.warnings = drop_sections, featured, warnings
+        self.rows: list[dict] = []
+        self.built: dict[str, tuple] = {}
+        self.n_read = self.n_redirect = self.n_empty = 0
+
+    def add(self, page: dict) -> dict | None:
+        """The candidate row of ``page``, or None when it is a redirect, empty, or a duplicate (warned)."""
+        self.n_read += 1
+        if page.get("redirect"):
+            self.n_redirect += 1
+            return None
+        if not (page.get("wikitext") or "").strip():
+            self.n_empty += 1
+            self.warnings.append(f"{page.get('source', '?')}: page {page.get('title')!r} has no text; skipped")
+            return None
+        doc, paras, secs, info = page_document(page, self.drop)
+        if not len(paras):
+            self.n_empty += 1
+            self.warnings.append(f"{page.get('source', '?')}: page {page.get('title')!r} has no prose after "
+                                 "normalisation; skipped")
+            return None
+        if doc["doc_id"] in self.built:
+            self.warnings.append(f"{page.get('source', '?')}: duplicate page {doc['doc_id']} "
+                                 f"({page.get('title')!r}); kept the first")
+            return None
+        doc["topic_bucket"] = topic_bucket(doc["categories"])
+        doc["featured"] = self.featured is not None and (page["title"] in self.featured
+                                                         or page.get("requested_title") in self.featured)
+        self.built[doc["doc_id"]] = (doc, paras, secs)
+        row = {"doc_id": doc["doc_id"], "title": page["title"], "source": doc["source"],
+               "topic_bucket": doc["topic_bucket"], "featured": doc["featured"], **info}
+        self.rows.append(row)
+        return row
+
+
+def _filter_tests(cand: pd.DataFrame, params: dict) -> dict[str, pd.Series]:
+    """Each quality filter's pass/fail per candidate row, in funnel order."""
+    return {
+        "featured": cand["featured"] if params["require_featured"] else pd.Series(True, index=cand.index),
+        "min_words": cand["n_words"] >= params["min_words"],
+        "min_heading_depth": cand["depth"] >= params["min_heading_depth"],
+        "min_sections": cand["n_sections"] >= params["min_sections"],
+    }
+
+
+def _passing(cand: pd.DataFrame, params: dict) -> pd.Series:
+    ok = pd.Series(True, index=cand.index)
+    for passed in _filter_tests(cand, params).values():
+        ok &= passed.astype(bool)
+    return ok
+
+
+def _target(params: dict) -> int:
+    return params["target_docs"] if params.get("max_docs") is None else min(params["target_docs"],
+                                                                             params["max_docs"])
+
+
+def _require_featured_list(params: dict, featured) -> None:
+    if params["require_featured"] and featured is None:
+        raise ValueError("corpus.require_featured is true but no Featured Article list was given "
+                         "(corpus.featured_list: a TSV in the mirror, or 'api')")
+
+
 def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | None = None,
                     warnings: list[str] | None = None) -> dict:
     """Normalise, filter, bucket and sample pages into the 01_corpus tables.
@@ -342,46 +600,18 @@ def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | No
     filter's count on its own.
     """
     warnings = [] if warnings is None else warnings
-    if params["require_featured"] and featured is None:
-        raise ValueError("corpus.require_featured is true but no Featured Article list was given "
-                         "(corpus.featured_list: a TSV in the mirror, or 'api')")
-    drop = params["drop_sections"]
-    rows, built = [], {}
-    n_read = n_redirect = n_empty = 0
+    _require_featured_list(params, featured)
+    cands = _Candidates(params["drop_sections"], featured, warnings)
     for page in pages:
-        n_read += 1
-        if page.get("redirect"):
-            n_redirect += 1
-            continue
-        if not (page.get("wikitext") or "").strip():
-            n_empty += 1
-            warnings.append(f"{page.get('source', '?')}: page {page.get('title')!r} has no text; skipped")
-            continue
-        doc, paras, secs, info = page_document(page, drop)
-        if not len(paras):
-            n_empty += 1
-            warnings.append(f"{page.get('source', '?')}: page {page.get('title')!r} has no prose after "
-                            "normalisation; skipped")
-            continue
-        if doc["doc_id"] in built:
-            warnings.append(f"{page.get('source', '?')}: duplicate page {doc['doc_id']} ({page.get('title')!r}); "
-                            "kept the first")
-            continue
-        doc["topic_bucket"] = topic_bucket(doc["categories"])
-        doc["featured"] = featured is not None and page["title"] in featured
-        built[doc["doc_id"]] = (doc, paras, secs)
-        rows.append({"doc_id": doc["doc_id"], "title": page["title"], "source": doc["source"],
-                     "topic_bucket": doc["topic_bucket"], "featured": doc["featured"], **info})
-    cand = pd.DataFrame(rows, columns=["doc_id", "title", "source", "topic_bucket", "featured", "n_words",
-                                       "n_sections", "depth", "n_paragraphs", "residual_repairs",
-                                       "dropped_sections"])
-    tests = {
-        "featured": cand["featured"] if params["require_featured"] else pd.Series(True, index=cand.index),
-        "min_words": cand["n_words"] >= params["min_words"],
-        "min_heading_depth": cand["depth"] >= params["min_heading_depth"],
-        "min_sections": cand["n_sections"] >= params["min_sections"],
-    }
-    funnel = [{"step": "pages read (main namespace)", "count": n_read},
+        cands.add(page)
+    return _finish(cands, params)
+
+
+def _finish(cands: _Candidates, params: dict) -> dict:
+    built = cands.built
+    cand = pd.DataFrame(cands.rows, columns=_CANDIDATE_COLUMNS)
+    tests = _filter_tests(cand, params)
+    funnel = [{"step": "pages read (main namespace)", "count": cands.n_read},
               {"step": "candidates (not redirect, has prose)", "count": len(cand)}]
     ok = pd.Series(True, index=cand.index)
     for name, passed in tests.items():
@@ -389,9 +619,7 @@ def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | No
         funnel.append({"step": f"pass {name}" + ("" if name != "featured" or params["require_featured"]
                                                  else " (not required)"), "count": int(ok.sum())})
     passing = cand[ok].reset_index(drop=True)
-    target = params["target_docs"] if params.get("max_docs") is None else min(params["target_docs"],
-                                                                               params["max_docs"])
-    accepted = seeded_walk(passing, params["seed"], params["max_per_bucket"], target)
+    accepted = seeded_walk(passing, params["seed"], params["max_per_bucket"], _target(params))
     funnel.append({"step": "accepted (seeded bucket-capped walk)", "count": len(accepted)})
 
     docs = pd.DataFrame([built[d][0] for d in accepted["doc_id"]])
@@ -407,7 +635,8 @@ def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | No
             else pd.DataFrame(columns=SECTION_COLUMNS))
     depth_dist = Counter(int(x) for x in accepted["depth"]) if len(accepted) else Counter()
     stats = {
-        "pages_read": n_read, "redirects": n_redirect, "empty_pages": n_empty, "candidates": len(cand),
+        "pages_read": cands.n_read, "redirects": cands.n_redirect, "empty_pages": cands.n_empty,
+        "candidates": len(cand),
         "pass_each": {k: int(v.sum()) for k, v in tests.items()},
         "passing_all_filters": len(passing),
         "accepted": len(accepted),
@@ -424,3 +653,81 @@ def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | No
     }
     return {"documents": docs, "paragraphs": paras, "sections_gold": secs,
             "corpus_funnel": pd.DataFrame(funnel), "stats": stats}
+
+
+def build_wikipedia_api(listed: dict[str, str], fetch: Callable[[list[str]], Iterable[dict]], params: dict,
+                        featured: set[str] | None = None, warnings: list[str] | None = None,
+                        batch_size: int = MAX_TITLES_PER_REQUEST, lazy: bool = True, progress: bool = False,
+                        status: Callable[[], dict] | None = None) -> dict:
+    """The 01_corpus tables of the listed pages (``{title: page id}``, e.g. the Featured Article list), fetched
+    with ``fetch(titles) -> pages`` in :func:`walk_order`, ``batch_size`` titles at a time.
+
+    ``lazy``: fetch a batch only when the walk reaches a page not yet fetched, and stop once the walk holds
+    ``target_docs`` documents or every topic bucket is full. Because the walk order depends on the page ids
+    alone (known from the list before any content) and each fetched page keeps its listed id, the pages
+    fetched are a prefix of the walk order that contains every page the full walk would visit before it stops:
+    the documents, paragraphs and sections are identical to fetching every listed page first (``lazy=False``),
+    which the function checks. What differs is the funnel and the candidate statistics, which count the pages
+    fetched; two funnel rows say how many were listed and fetched. ``progress`` shows a tqdm bar (accepted
+    documents of the target when lazy, pages otherwise) with ``status()`` (e.g. request counts) as postfix.
+    """
+    from tqdm.auto import tqdm
+
+    warnings = [] if warnings is None else warnings
+    _require_featured_list(params, featured)
+    ids: dict[str, str] = {}
+    for title, pid in listed.items():
+        ids.setdefault(f"wiki:{pid}", title)
+    order = walk_order(list(ids), params["seed"])
+    target, cap = _target(params), params["max_per_bucket"]
+    cands = _Candidates(params["drop_sections"], featured, warnings)
+    passing: dict[str, str] = {}
+    fetched = 0
+    bar = tqdm(total=target if lazy else len(order), disable=not progress, unit="doc" if lazy else "page",
+               desc="01_corpus: Wikipedia walk (accepted)" if lazy else "01_corpus: Wikipedia fetch (pages)")
+
+    def fetch_next() -> int:
+        nonlocal fetched
+        chunk = order[fetched:fetched + batch_size]
+        rows = [r for r in (cands.add(p) for p in fetch([ids[d] for d in chunk])) if r is not None]
+        if rows:
+            df = pd.DataFrame(rows, columns=_CANDIDATE_COLUMNS)
+            ok = _passing(df, params)
+            passing.update(zip(df.loc[ok, "doc_id"], df.loc[ok, "topic_bucket"]))
+        fetched += len(chunk)
+        if status is not None:
+            bar.set_postfix(pages=fetched, **status(), refresh=False)
+        return len(chunk)
+
+    accepted: list[str] = []
+    try:
+        if not lazy:
+            while fetched < len(order):
+                bar.update(fetch_next())
+        else:
+            counts: Counter = Counter()
+            i = 0
+            while i < len(order) and len(accepted) < target and any(counts[b] < cap for b in BUCKETS):
+                if i == fetched:
+                    fetch_next()
+                d, i = order[i], i + 1
+                b = passing.get(d)
+                if b is None or counts[b] >= cap:
+                    continue
+                counts[b] += 1
+                accepted.append(d)
+                bar.update(1)
+    finally:
+        bar.close()
+    out = _finish(cands, params)
+    if lazy and out["documents"]["doc_id"].tolist() != accepted:
+        raise RuntimeError("the lazy Wikipedia walk and the walk over the fetched pages disagree: "
+                           f"{accepted[:5]}... vs {out['documents']['doc_id'].tolist()[:5]}... "
+                           "(set corpus.api_fetch: all to fetch every listed page)")
+    head = pd.DataFrame([{"step": "listed (titles with page ids)", "count": len(order)},
+                         {"step": ("fetched (lazily, in walk order, until the walk was satisfied)" if lazy
+                                   else "fetched (every listed page)"), "count": fetched}])
+    out["corpus_funnel"] = pd.concat([head, out["corpus_funnel"]], ignore_index=True)
+    out["stats"]["api_fetch"] = {"mode": "lazy" if lazy else "all", "listed": len(order), "fetched": fetched,
+                                 "batch_size": batch_size}
+    return out
