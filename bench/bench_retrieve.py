@@ -4,8 +4,10 @@ argpartition + sort of the top k), printed as ratios measured in one run; and th
 condition x both embedders) beside its matrix-product floor.
 
 Random unit vectors stand in for embeddings (only shapes matter for speed). Each method is timed ``--repeats``
-times, interleaved with the others (so a burst of load from other processes hits every method alike), and the
-fastest run counts.
+times, interleaved with the others in an order that rotates each repeat (so a burst of load from other processes,
+or running first, favours no method), and the fastest run counts. "plain numpy, flat's blocks" is the baseline
+again at flat_search's block size: when the blocks are equal (512 queries) its gap to the first line shows the
+run's noise.
 
     .venv/bin/python bench/bench_retrieve.py                 # 100k chunks x 500 queries, d = 384 and 1024
     .venv/bin/python bench/bench_retrieve.py --qasper        # + the QASPER-scale line (several minutes)
@@ -80,9 +82,10 @@ def micro(a, rng, ids, keys):
         }
         best = {name: float("inf") for name in methods}
         results = {}
-        for _ in range(a.repeats):
-            for name, fn in methods.items():
-                t, results[name] = timed(fn)
+        names = list(methods)
+        for r in range(a.repeats):  # the order rotates each repeat, so no method always runs first or last
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                t, results[name] = timed(methods[name])
                 best[name] = min(best[name], t)
         fn_, ff_ = results["flat_search backend=numpy"], results["flat_search backend=faiss"]
         agree = np.array_equal(fn_[0], ff_[0]) and np.array_equal(fn_[1], ff_[1])
@@ -145,7 +148,7 @@ def main(argv=None):
     ap.add_argument("--dims", type=int, nargs="+", default=[384, 1024])
     ap.add_argument("--k", type=int, default=50)
     ap.add_argument("--sections", type=int, default=22_000, help="top-level sections for two-stage routing")
-    ap.add_argument("--repeats", type=int, default=3, help="timed runs per method (interleaved); the fastest counts")
+    ap.add_argument("--repeats", type=int, default=4, help="timed runs per method (interleaved); the fastest counts")
     ap.add_argument("--qasper", action="store_true", help="add the QASPER-scale line (several minutes)")
     ap.add_argument("--qasper-only", action="store_true", help="only the QASPER-scale line")
     ap.add_argument("--qasper-queries", type=int, default=4_303)
