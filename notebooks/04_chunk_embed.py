@@ -94,7 +94,7 @@ out["chunks"].assign(embedded=conditions.embedded_texts(out["chunks"], documents
 # Unique texts are shared by conditions (A4 = A3, G4 = G3, and identical bodies without a prefix).
 
 # %%
-store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]))
+store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
 vectors, report = embed.embed_all(cfg["embed"]["embedders"], out["texts"], store)
 ids = embed.ids_table(out["texts"])
 written = {key: artifacts.write_vectors(cfg, key, vec, ids) for key, vec in vectors.items()}

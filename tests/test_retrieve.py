@@ -348,3 +348,128 @@ def test_display_helpers():
     assert routed["route_key"].tolist() == ["doc1#s0", "doc1#s0"] and routed["route_rank"].tolist() == [1, 1]
     summary = retrieve.section_recall_summary(out["section_recall"])
     assert summary["section_recall"].tolist() == [1.0, 1.0] and summary["n_queries"].tolist() == [1, 1]
+
+
+# ---------------------------------------------------------------------------------------------- exactness of the fast path
+
+
+def exact_oracle(q, c, ids, k):
+    """The definition: every pair's exact score (one query row at a time), full sort by (-score, chunk_id)."""
+    kk = min(k, len(c))
+    idx = np.zeros((len(q), kk), dtype=np.int64)
+    sc = np.zeros((len(q), kk))
+    for i in range(len(q)):
+        s = retrieve.exact_scores(q[i], c)
+        order = np.lexsort((ids, -s))[:kk]
+        idx[i], sc[i] = order, s[order]
+    return idx, sc
+
+
+def near_tie_corpus(rng, n=4000, d=96):
+    """Unit vectors plus a cluster of 300 copies of one vector nudged by ~1e-7 (float32 cannot order them the
+    way the exact scores do) and 40 exact duplicates: the cut at k falls inside both for queries near them."""
+    c = unit(rng, n, d)
+    base = c[7].copy()
+    c[100:400] = base + rng.normal(scale=1e-7, size=(300, d)).astype(np.float32)
+    c[500:540] = base
+    q = np.vstack([np.repeat(base[None], 3, axis=0) + rng.normal(scale=1e-6, size=(3, d)).astype(np.float32),
+                   unit(rng, 40, d)])
+    return q.astype(np.float32), c
+
+
+@pytest.mark.parametrize("backend", ["numpy", "faiss"])
+@pytest.mark.parametrize("batch_size", [None, 5])
+def test_flat_search_is_bit_identical_to_exact_scores_of_every_pair(backend, batch_size):
+    rng = np.random.default_rng(11)
+    q, c = near_tie_corpus(rng)
+    ids = shuffled_ids(rng, len(c))
+    want_idx, want_scores = exact_oracle(q, c, ids, 50)
+    idx, scores = retrieve.flat_search(q, c, ids, k=50, backend=backend, batch_size=batch_size)
+    np.testing.assert_array_equal(scores, want_scores)  # bit for bit, not approximately
+    np.testing.assert_array_equal(idx, want_idx)
+    # the near-tie queries really cut inside the cluster (so the widening path ran)
+    assert set(idx[0]) <= set(range(100, 400)) | set(range(500, 540)) | {7}
+
+
+def test_flat_search_k_at_or_above_the_corpus_and_a_zero_query():
+    rng = np.random.default_rng(12)
+    c = unit(rng, 30, 8)
+    ids = shuffled_ids(rng, 30)
+    q = np.vstack([unit(rng, 2, 8), np.zeros((1, 8), np.float32)])  # a zero query ties every chunk at 0.0
+    for k in (29, 30, 31):
+        idx, scores = retrieve.flat_search(q, c, ids, k=k)
+        want_idx, want_scores = exact_oracle(q, c, ids, k)
+        np.testing.assert_array_equal(idx, want_idx)
+        np.testing.assert_array_equal(scores, want_scores)
+    idx, _ = retrieve.flat_search(q, c, ids, k=5)
+    assert list(idx[2]) == list(np.argsort(ids)[:5])  # all scores 0: the five smallest chunk ids
+
+
+def test_exact_scores_are_float64_sums_of_exact_products():
+    rng = np.random.default_rng(13)
+    a, b = unit(rng, 50, 300), unit(rng, 50, 300)
+    want = (a.astype(np.float64) * b.astype(np.float64)).sum(axis=-1)
+    np.testing.assert_array_equal(retrieve.exact_scores(a, b), want)
+    # a row scores the same alone, in a 2-D batch and in a 3-D block
+    np.testing.assert_array_equal(retrieve.exact_scores(a[3], b)[3], want[3])
+    np.testing.assert_array_equal(retrieve.exact_scores(a[:, None, :], b[None, :5, :])[:5, 0],
+                                  retrieve.exact_scores(a[:5], np.repeat(b[:1], 5, axis=0)))
+
+
+@pytest.mark.parametrize("n,d,n_keys", [(5000, 16, 40), (3000, 8, 3), (2000, 32, 1500), (300, 4, 1)])
+def test_section_sums_equal_numpy_reduceat_bit_for_bit(n, d, n_keys):
+    # sections of 1 to ~2000 chunks: numpy's pairwise blocks (8 and 128) are crossed
+    rng = np.random.default_rng(14)
+    c = (unit(rng, n, d) * rng.choice([1, 1e3, 1e-3], size=(n, 1))).astype(np.float32)
+    keys = np.array([f"s{v}" for v in rng.integers(0, n_keys, n)])
+    uniq, cent, codes = retrieve.section_centroids(c, keys)
+    order = np.argsort(codes, kind="stable")
+    starts = np.searchsorted(codes[order], np.arange(len(uniq)))
+    sums = np.add.reduceat(c[order].astype(np.float64), starts, axis=0)
+    np.testing.assert_array_equal(retrieve._section_sums(c, codes, len(uniq)), sums)
+    np.testing.assert_array_equal(cent, (sums / np.sqrt((sums ** 2).sum(axis=1))[:, None]).astype(np.float32))
+
+
+def two_stage_reference(q, c, ids, keys, k, n_sections):
+    """Two-stage search as the paper states it, one query at a time (exact scores of every routed chunk)."""
+    uniq, cent, codes = retrieve.section_centroids(c, keys)
+    sec_idx, _ = exact_oracle(q, cent, uniq, n_sections)
+    g_idx, g_scores = exact_oracle(q, c, ids, k)
+    kk = min(k, len(c))
+    idx, sc, n_routed = np.zeros((len(q), kk), np.int64), np.zeros((len(q), kk)), np.zeros(len(q), np.int64)
+    for i in range(len(q)):
+        rows = np.flatnonzero(np.isin(codes, sec_idx[i]))
+        s = retrieve.exact_scores(q[i], c[rows])
+        top = np.lexsort((ids[rows], -s))[:kk]
+        m = len(top)
+        idx[i, :m], sc[i, :m], n_routed[i] = rows[top], s[top], m
+        fill = [j for j in range(kk) if not np.isin(g_idx[i, j], rows)][:kk - m]
+        idx[i, m:], sc[i, m:] = g_idx[i, fill], g_scores[i, fill]
+    return idx, sc, uniq[sec_idx], n_routed
+
+
+@pytest.mark.parametrize("backend", ["numpy", "faiss"])
+@pytest.mark.parametrize("n_keys", [4, 60, 3000])
+def test_two_stage_is_bit_identical_to_the_per_query_definition(backend, n_keys):
+    # few keys: routed sections hold far more than k chunks (the float32 preselection decides); many keys: the
+    # list is mostly backfill
+    rng = np.random.default_rng(15)
+    q, c = near_tie_corpus(rng, n=3000, d=32)
+    ids = shuffled_ids(rng, len(c))
+    keys = np.array([f"s{v}" for v in rng.integers(0, n_keys, len(c))])
+    res = retrieve.two_stage_search(q, c, ids, keys, k=40, n_sections=3, backend=backend, batch_size=17)
+    idx, sc, routed, n_routed = two_stage_reference(q, c, ids, keys, 40, 3)
+    np.testing.assert_array_equal(res.idx, idx)
+    np.testing.assert_array_equal(res.scores, sc)
+    np.testing.assert_array_equal(res.routed, routed)
+    np.testing.assert_array_equal(res.n_routed, n_routed)
+
+
+def test_the_default_backend_is_numpy():
+    from chunkstudy import config
+
+    assert config.SCHEMA["retrieve"]["backend"].default == "numpy"
+    import inspect
+
+    for fn in (retrieve.flat_search, retrieve.two_stage_search):
+        assert inspect.signature(fn).parameters["backend"].default == "numpy"

@@ -72,6 +72,20 @@ def _embedder_spec() -> dict:
         "base_url": P(None, (str,), nullable=True),
         "api_key_env": P("OPENAI_API_KEY", (str,)),
         "label": P("", (str,), doc="how reports name it, e.g. 'bge-large-en-v1.5 (strong)'"),
+        "runtime": P("torch", (str,), ("torch", "onnx"),
+                     doc="sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported once, cached "
+                         "under $CHUNKSTUDY_ONNX_CACHE or ~/.cache/chunkstudy/onnx; float32)"),
+        "dtype": P("auto", (str,), ("auto", "float32", "float16", "bfloat16"),
+                   doc="weights' type for sentence-transformers/flag; auto = float16 on CUDA, float32 on CPU"),
+        "truncation": P("server", (str,), ("server", "start"),
+                        doc="openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an "
+                            "over-long input with HTTP 4xx); 'start' asks the server to keep the first "
+                            "max_seq_length tokens (vLLM's truncate_prompt_tokens, truncation_side: right)"),
+        "concurrency": P(4, (int,), doc="openai backend: batches in flight at once over one pooled session"),
+        "max_retries": P(3, (int,), doc="openai backend: retries of a batch after a connection error, timeout, "
+                                        "HTTP 408/409/425/429/5xx (honouring Retry-After)"),
+        "retry_backoff_s": P(1.0, (float,), doc="openai backend: first retry waits this long, then doubles"),
+        "timeout_s": P(300.0, (float,), doc="openai backend: seconds one request may take"),
     }
 
 
@@ -207,18 +221,27 @@ SCHEMA: dict[str, Any] = {
         "embedders": {"*": _embedder_spec()},
         "strong": P("strong", (str,), doc="key of the embedder used by the primary cell"),
         "store": P("embeddings", (str,), doc="embedding store folder under data/<corpus>/04_chunk_embed/"),
+        "flush_every": P(1024, (int,), doc="unseen texts per model call of the embedding store, each group written "
+                                           "as one checksummed shard before the next (a kill loses at most one)"),
     },
     "retrieve": {
         "k": P(50, (int,)),
         "route_sections": P(5, (int,)),
-        "backend": P("faiss", (str,), ("faiss", "numpy")),
+        "backend": P("numpy", (str,), ("faiss", "numpy"),
+                     doc="candidate search before exact rescoring (results identical); numpy: blocked float32 "
+                         "matrix products, measured faster here than faiss IndexFlatIP (bench/bench_retrieve.py)"),
         "rerankers": {"*": {
             "backend": P("cross-encoder", (str,), ("cross-encoder", "flag")),
             "model": P("", (str,)),
             "top_n": P(50, (int,)),
-            "batch_size": P(16, (int,)),
+            "batch_size": P(64, (int,), doc="pairs per forward pass; scores are stored every 16 batches"),
             "device": P("cpu", (str,)),
             "max_length": P(512, (int,)),
+            "runtime": P("torch", (str,), ("torch", "onnx"),
+                         doc="cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the seeded head, "
+                             "cached like the embedders'; float32)"),
+            "dtype": P("auto", (str,), ("auto", "float32", "float16", "bfloat16"),
+                       doc="weights' type; auto = float16 on CUDA, float32 on CPU"),
             "label": P("", (str,)),
             "trained": P(True, (bool,), doc="false for an untrained architecture (plumbing only)"),
             "seed": P(20260710, (int,), doc="torch seed for weights the checkpoint lacks (an untrained head)"),

@@ -1,16 +1,32 @@
 """Embedders and the persistent embedding store (DESIGN.md "Models and generation"; paper 4, "Embedders").
 
-* :func:`load_embedder` builds an :class:`Embedder` from one entry of ``params embed.embedders``. Backends:
-  ``sentence-transformers`` (local path, ``package:`` name or hub name), ``flag`` (FlagEmbedding, optional,
-  imported lazily) and ``openai`` (any OpenAI-compatible ``/v1/embeddings`` server: vLLM, text-embeddings-
-  inference, ...). Vectors are float32 and L2-normalised, so inner product = cosine. The model loads on the first
-  :meth:`Embedder.encode`.
+* :func:`load_embedder` builds an :class:`Embedder` from one entry of ``params embed.embedders``. Backends (the
+  library family): ``sentence-transformers`` (local path, ``package:`` name or hub name), ``flag`` (FlagEmbedding,
+  optional, imported lazily) and ``openai`` (any OpenAI-compatible ``/v1/embeddings`` server: vLLM,
+  text-embeddings-inference, ...). Vectors are float32 and L2-normalised, so inner product = cosine. The model
+  loads on the first :meth:`Embedder.encode`.
+* ``runtime`` (sentence-transformers only): ``torch`` (default) or ``onnx`` = ONNX Runtime through
+  sentence-transformers' own ``backend="onnx"``. The ONNX graph is exported once by optimum's exporter, offline,
+  from the local model folder, and cached under :func:`onnx_cache_root` (``$CHUNKSTUDY_ONNX_CACHE``, else
+  ``$XDG_CACHE_HOME/chunkstudy/onnx``, else ``~/.cache/chunkstudy/onnx``), one folder per model, exporter
+  versions and (for an untrained reranker head) seed: later runs load it without exporting. ``runtime`` is a key
+  of its own rather than a value of ``backend`` because ``backend`` names the library family (and its other
+  values, flag and openai, have no ONNX form). The ONNX model is float32: its vectors agree with torch's to
+  cosine >= 0.9999 (tests/test_embed.py), about 1.2x torch's speed on 2 CPU threads (bench/bench_onnx.py).
+  *No int8 option*: no dynamic int8 scheme tried keeps the minimum cosine to float32 at 0.99 or more on the demo's
+  521 chunk texts (bench/bench_onnx.py, all-MiniLM-L6-v2): per-tensor weights (arm64 config) 0.876 (top-10
+  agreement with float32 retrieval 0.887), per-channel (avx512_vnni) 0.978 (0.949), per-channel MatMul only
+  0.985 (0.949), per-channel with reduced range (avx2) 0.973 (0.946), for 2.5-4x the speed. Vectors that move
+  that much would change the study's rankings, so int8 is left out.
+* ``dtype`` (sentence-transformers and flag): ``auto`` (float16 on CUDA, float32 elsewhere), ``float32``,
+  ``float16`` or ``bfloat16``; the weights are cast after loading. :func:`resolve_dtype` says what ``auto`` becomes.
 * Queries of ``bge-*-en-v1.5`` models get the BGE instruction
   ``"Represent this sentence for searching relevant passages: "`` when ``query_instruction == "auto"``; passages
   never get an instruction.
 * :class:`EmbeddingStore` keys vectors by ``(model_key, kind, exact text)``: each distinct text is embedded once
-  across conditions and runs; every finished batch is on disk before the next begins (a killed run resumes), and
-  a rerun makes zero model calls.
+  across conditions and runs; every finished group is on disk before the next begins (a killed run resumes), a
+  rerun makes zero model calls, and every shard carries its shape and checksum, verified when the store is read:
+  a damaged or swapped shard is set aside (renamed, named in a warning) and its texts are embedded again.
 """
 
 from __future__ import annotations
@@ -19,8 +35,11 @@ import hashlib
 import json
 import os
 import re
+import tempfile
+import time
+import warnings
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -29,6 +48,20 @@ from . import models
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 _BGE_V15 = re.compile(r"bge-[a-z]+-en-v1\.5", re.IGNORECASE)
 KINDS = ("query", "passage")
+BACKENDS = ("sentence-transformers", "flag", "openai")
+RUNTIMES = ("torch", "onnx")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+#: ``truncation`` of the openai backend: ``server`` sends no truncation field (the server's own rule applies: OpenAI's
+#: API, text-embeddings-inference without ``--auto-truncate`` and vLLM all refuse an over-long input with an HTTP
+#: 4xx, which stops the stage naming the server's message); ``start`` asks the server to keep the first
+#: ``max_seq_length`` tokens, as sentence-transformers does locally, with vLLM's request fields
+#: ``truncate_prompt_tokens`` and ``truncation_side: right`` (servers that do not know them may reject the request).
+TRUNCATIONS = ("server", "start")
+#: HTTP statuses of the openai backend that are retried (with backoff, honouring Retry-After); others fail at once.
+RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
+#: longest wait a server's Retry-After may impose on one retry, seconds.
+RETRY_AFTER_CAP_S = 120.0
+_sleep = time.sleep  # the openai backend's waits between retries (tests replace it to read them)
 
 
 class EmbedError(RuntimeError):
@@ -50,30 +83,140 @@ def _normalise(v: np.ndarray) -> np.ndarray:
     return (v / np.where(n > 0, n, 1.0)).astype(np.float32)
 
 
+def resolve_dtype(spec: Mapping, where: str) -> str:
+    """The floating-point type an encoder runs in: ``dtype`` as written, or for ``auto`` float16 on a CUDA device
+    and float32 elsewhere. The ONNX runtime runs its exported float32 graph (``auto`` -> float32; another explicit
+    dtype is an error naming ``where``)."""
+    dt = spec.get("dtype", "auto")
+    if dt not in DTYPES:
+        raise EmbedError(f"{where}.dtype: {dt!r} is not one of {list(DTYPES)}")
+    runtime = spec.get("runtime", "torch")
+    if runtime not in RUNTIMES:
+        raise EmbedError(f"{where}.runtime: {runtime!r} is not one of {list(RUNTIMES)}")
+    if runtime == "onnx":
+        if dt not in ("auto", "float32"):
+            raise EmbedError(f"{where}.dtype: {dt!r} with runtime 'onnx': the exported ONNX model is float32; use "
+                             "dtype: float32 (or auto), or runtime: torch")
+        return "float32"
+    if dt == "auto":
+        return "float16" if str(spec.get("device", "cpu")).startswith("cuda") else "float32"
+    return dt
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def onnx_cache_root() -> Path:
+    """Where exported ONNX models are kept: ``$CHUNKSTUDY_ONNX_CACHE``, else ``$XDG_CACHE_HOME/chunkstudy/onnx``,
+    else ``~/.cache/chunkstudy/onnx``. Deleting it costs one export per model on the next run."""
+    if os.environ.get("CHUNKSTUDY_ONNX_CACHE"):
+        return Path(os.environ["CHUNKSTUDY_ONNX_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "chunkstudy" / "onnx"
+
+
+def _source_fingerprint(path: str) -> Any:
+    """What identifies a model's source: for a local folder its files' names, sizes and modification times."""
+    p = Path(path)
+    if not p.is_dir():
+        return path
+    return sorted((str(f.relative_to(p)), f.stat().st_size, f.stat().st_mtime_ns) for f in p.rglob("*") if f.is_file())
+
+
+def onnx_model_dir(kind: str, model: str, save_torch: Callable[[Path], None], onnx_class: Any,
+                   extra: Mapping | None = None) -> Path:
+    """The folder of the exported ONNX form of ``model`` (``kind``: "embedder" or "cross-encoder"), exporting it on
+    first use: ``save_torch(folder)`` writes the torch model (for an untrained reranker, with its seeded head),
+    then ``onnx_class(folder, backend="onnx")`` runs optimum's exporter on it, offline, and the result is saved
+    under :func:`onnx_cache_root` and renamed into place whole (a killed export leaves nothing half-written).
+
+    The folder name carries a digest of the model name, its source files, ``extra`` and the exporter's package
+    versions, so a changed model or exporter exports again.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    def ver(pkg: str) -> str:
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return "-"
+
+    ident = {"kind": kind, "model": model, "source": _source_fingerprint(models.resolve(model)),
+             "extra": dict(extra or {}),
+             "versions": {p: ver(p) for p in ("onnxruntime", "optimum-onnx", "optimum", "transformers", "torch",
+                                              "sentence-transformers")}}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", str(model).rstrip("/").split("/")[-1].split(":")[-1])
+    root = onnx_cache_root()
+    final = root / f"{base}-{kind}-{digest}"
+    if (final / "onnx" / "model.onnx").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{base}-", dir=root) as tmp:
+        torch_dir, onnx_dir = Path(tmp) / "torch", Path(tmp) / "onnx-model"
+        save_torch(torch_dir)
+        onnx_class(str(torch_dir), backend="onnx", device="cpu").save_pretrained(str(onnx_dir))
+        (onnx_dir / "chunkstudy-export.json").write_text(json.dumps(ident, indent=1, sort_keys=True, default=str))
+        try:
+            os.replace(onnx_dir, final)
+        except OSError:  # another process exported the same model first: keep its copy
+            if not (final / "onnx" / "model.onnx").is_file():
+                raise
+    return final
+
+
+#: the exported float32 graph inside an export folder
+ONNX_FILE = "onnx/model.onnx"
+
+
+def _onnx_provider(device: str) -> str:
+    return "CUDAExecutionProvider" if str(device).startswith("cuda") else "CPUExecutionProvider"
+
+
 class Embedder:
     """One embedder from the parameters. ``encode(texts, kind)`` -> float32 ``(n, dim)``, unit-norm rows.
 
     ``model_key`` names what determines the vectors (backend, model name as written in the parameters,
-    max_seq_length, query instruction): two parameter keys with the same ``model_key`` share stored vectors.
+    max_seq_length, query instruction, and where they apply the runtime, the resolved dtype and the openai
+    truncation rule): two parameter keys with the same ``model_key`` share stored vectors. The defaults (torch,
+    float32, server truncation) add nothing to the key, so stores written before these options existed stay valid;
+    any other value gives another key.
     """
 
     def __init__(self, spec: Mapping, key: str, show_progress: bool = False):
         self.spec = dict(spec)
         self.key = key
+        where = f"embed.embedders.{key}"
         self.backend = self.spec.get("backend", "sentence-transformers")
-        if self.backend not in ("sentence-transformers", "flag", "openai"):
-            raise EmbedError(f"embed.embedders.{key}.backend: {self.backend!r} is not one of "
-                             f"['sentence-transformers', 'flag', 'openai']")
+        if self.backend not in BACKENDS:
+            raise EmbedError(f"{where}.backend: {self.backend!r} is not one of {list(BACKENDS)}")
         if not self.spec.get("model"):
-            raise EmbedError(f"embed.embedders.{key}.model is empty")
+            raise EmbedError(f"{where}.model is empty")
         self.instruction = query_instruction(self.spec)
         self.batch_size = int(self.spec.get("batch_size", 32))
         self.max_seq_length = int(self.spec.get("max_seq_length", 512))
         self.device = self.spec.get("device", "cpu")
+        self.runtime = self.spec.get("runtime", "torch")
+        if self.runtime != "torch" and self.backend != "sentence-transformers":
+            raise EmbedError(f"{where}.runtime: {self.runtime!r} needs backend 'sentence-transformers' "
+                             f"(backend is {self.backend!r})")
+        self.dtype = resolve_dtype(self.spec, where) if self.backend != "openai" else "server"
+        self.truncation = self.spec.get("truncation", "server")
+        if self.truncation not in TRUNCATIONS:
+            raise EmbedError(f"{where}.truncation: {self.truncation!r} is not one of {list(TRUNCATIONS)}")
         self.show_progress = show_progress
         self._model = None
         ident = {"backend": self.backend, "model": self.spec["model"], "max_seq_length": self.max_seq_length,
                  "instruction": self.instruction}
+        if self.runtime != "torch":
+            ident["runtime"] = self.runtime
+        if self.backend != "openai" and self.dtype != "float32":
+            ident["dtype"] = self.dtype
+        if self.backend == "openai" and self.truncation != "server":
+            ident["truncation"] = self.truncation
         h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", str(self.spec["model"]).rstrip("/").split("/")[-1].split(":")[-1])
         self.model_key = f"{base}-{self.max_seq_length}-{h}"
@@ -85,7 +228,18 @@ class Embedder:
         if self.backend == "sentence-transformers":
             from sentence_transformers import SentenceTransformer
 
-            m = SentenceTransformer(models.resolve(self.spec["model"]), device=self.device)
+            if self.runtime == "onnx":
+                folder = onnx_model_dir(
+                    "embedder", self.spec["model"],
+                    lambda d: SentenceTransformer(models.resolve(self.spec["model"]), device="cpu").save_pretrained(
+                        str(d)), SentenceTransformer)
+                m = SentenceTransformer(str(folder), device=self.device, backend="onnx",
+                                        model_kwargs={"provider": _onnx_provider(self.device),
+                                                      "file_name": ONNX_FILE})
+            else:
+                m = SentenceTransformer(models.resolve(self.spec["model"]), device=self.device)
+                if self.dtype != "float32":
+                    m.to(_torch_dtype(self.dtype))
             m.max_seq_length = self.max_seq_length
             self._model = m
         elif self.backend == "flag":
@@ -94,8 +248,11 @@ class Embedder:
             except ImportError as e:
                 raise EmbedError(f"embed.embedders.{self.key}: backend 'flag' needs FlagEmbedding "
                                  f"(pip install 'chunkstudy[flag]'): {e}") from None
+            if self.dtype == "bfloat16":
+                raise EmbedError(f"embed.embedders.{self.key}.dtype: FlagEmbedding runs float16 or float32, "
+                                 "not bfloat16")
             # the instruction is added here (encode), so FlagEmbedding gets none of its own
-            self._model = FlagModel(models.resolve(self.spec["model"]), use_fp16=self.device != "cpu")
+            self._model = FlagModel(models.resolve(self.spec["model"]), use_fp16=self.dtype == "float16")
         else:
             self._model = _OpenAIEmbeddings(self.spec, self.key)
         return self._model
@@ -127,37 +284,117 @@ class Embedder:
 
 
 class _OpenAIEmbeddings:
-    """``POST {base_url}/embeddings`` (base_url ends in ``/v1``, as for the OpenAI client), key from the env."""
+    """``POST {base_url}/embeddings`` (base_url ends in ``/v1``, as for the OpenAI client), key from the env.
+
+    Batches of ``batch_size`` texts go out over one pooled HTTP session, up to ``concurrency`` at a time, and come
+    back in order. A connection error, a timeout or an HTTP status in :data:`RETRY_STATUS` is retried up to
+    ``max_retries`` times, waiting ``retry_backoff_s`` x 2^attempt, or what the server's ``Retry-After`` asks
+    (capped at :data:`RETRY_AFTER_CAP_S`); any other HTTP error fails at once, naming the URL, the status and the
+    server's message. ``truncation`` is explicit (:data:`TRUNCATIONS`).
+    """
 
     def __init__(self, spec: Mapping, key: str):
+        self.where = f"embed.embedders.{key}"
         if not spec.get("base_url"):
-            raise EmbedError(f"embed.embedders.{key}: backend 'openai' needs base_url (e.g. http://host:8000/v1)")
+            raise EmbedError(f"{self.where}: backend 'openai' needs base_url (e.g. http://host:8000/v1)")
         self.url = spec["base_url"].rstrip("/") + "/embeddings"
         self.model = spec["model"]
         self.key_env = spec.get("api_key_env", "OPENAI_API_KEY")
-        self.where = f"embed.embedders.{key}"
+        self.concurrency = max(int(spec.get("concurrency", 4)), 1)
+        self.max_retries = max(int(spec.get("max_retries", 3)), 0)
+        self.backoff = float(spec.get("retry_backoff_s", 1.0))
+        self.timeout = float(spec.get("timeout_s", 300.0))
+        self.truncation = spec.get("truncation", "server")
+        self.max_tokens = int(spec.get("max_seq_length", 512))
+        self.n_requests = 0  # HTTP requests sent, retries included
+        self.n_retries = 0
+        self._session = None
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def session(self):
+        if self._session is None:
+            import requests
+            from requests.adapters import HTTPAdapter
+
+            s = requests.Session()
+            adapter = HTTPAdapter(pool_connections=1, pool_maxsize=self.concurrency, max_retries=0)
+            s.mount("http://", adapter)
+            s.mount("https://", adapter)
+            self._session = s
+        return self._session
+
+    def _wait(self, attempt: int, retry_after: str | None) -> float:
+        if retry_after:
+            try:
+                return min(max(float(retry_after), 0.0), RETRY_AFTER_CAP_S)
+            except ValueError:
+                from email.utils import parsedate_to_datetime
+
+                try:
+                    when = parsedate_to_datetime(retry_after).timestamp()
+                    return min(max(when - time.time(), 0.0), RETRY_AFTER_CAP_S)
+                except (TypeError, ValueError):
+                    pass
+        return self.backoff * 2 ** attempt
+
+    def _post(self, batch: list[str]) -> np.ndarray:
         import requests
 
         headers = {"Content-Type": "application/json"}
         if os.environ.get(self.key_env):
             headers["Authorization"] = f"Bearer {os.environ[self.key_env]}"
-        out = []
-        for i in range(0, len(texts), batch_size):
-            batch = texts[i:i + batch_size]
+        body: dict[str, Any] = {"model": self.model, "input": batch, "encoding_format": "float"}
+        if self.truncation == "start":
+            body.update(truncate_prompt_tokens=self.max_tokens, truncation_side="right")
+        problem = ""
+        for attempt in range(self.max_retries + 1):
+            self.n_requests += 1
+            retry_after = None
             try:
-                r = requests.post(self.url, json={"model": self.model, "input": batch,
-                                                  "encoding_format": "float"}, headers=headers, timeout=300)
+                r = self.session().post(self.url, json=body, headers=headers, timeout=self.timeout)
             except requests.RequestException as e:
-                raise EmbedError(f"{self.where}: {self.url} unreachable: {e}") from None
-            if r.status_code != 200:
-                raise EmbedError(f"{self.where}: {self.url} answered HTTP {r.status_code}: {r.text[:300]}")
+                problem = f"{self.url} unreachable: {e}"
+            else:
+                if r.status_code == 200:
+                    return self._parse(r, len(batch))
+                if r.status_code not in RETRY_STATUS:
+                    hint = ""
+                    if r.status_code in (400, 413, 422):
+                        longest = max(len(t) for t in batch) if batch else 0
+                        hint = (f" (the longest text of this batch has {longest} characters; an over-long input "
+                                f"is refused under truncation: {self.truncation!r}, see embed.TRUNCATIONS)")
+                    raise EmbedError(f"{self.where}: {self.url} answered HTTP {r.status_code}: {r.text[:300]}{hint}")
+                problem = f"{self.url} answered HTTP {r.status_code}: {r.text[:300]}"
+                retry_after = r.headers.get("Retry-After")
+            if attempt == self.max_retries:
+                break
+            self.n_retries += 1
+            _sleep(self._wait(attempt, retry_after))
+        raise EmbedError(f"{self.where}: gave up after {self.max_retries + 1} attempts: {problem}")
+
+    def _parse(self, r, n: int) -> np.ndarray:
+        try:
             data = sorted(r.json()["data"], key=lambda d: d["index"])
-            if len(data) != len(batch):
-                raise EmbedError(f"{self.where}: sent {len(batch)} texts, got {len(data)} embeddings")
-            out.append(np.asarray([d["embedding"] for d in data], dtype=np.float32))
-        return np.concatenate(out)
+            vecs = [d["embedding"] for d in data]
+        except (ValueError, KeyError, TypeError) as e:
+            raise EmbedError(f"{self.where}: {self.url} sent a malformed reply ({e!r}): {r.text[:200]}") from None
+        if len(vecs) != n:
+            raise EmbedError(f"{self.where}: sent {n} texts, got {len(vecs)} embeddings")
+        if len({len(v) for v in vecs}) > 1:
+            raise EmbedError(f"{self.where}: {self.url} returned embeddings of different lengths")
+        return np.asarray(vecs, dtype=np.float32).reshape(n, -1)
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
+        if self.concurrency == 1 or len(batches) <= 1:
+            return np.concatenate([self._post(b) for b in batches])
+        from concurrent.futures import ThreadPoolExecutor
+
+        ex = ThreadPoolExecutor(max_workers=min(self.concurrency, len(batches)))
+        try:
+            futures = [ex.submit(self._post, b) for b in batches]
+            return np.concatenate([f.result() for f in futures])
+        finally:
+            ex.shutdown(wait=True, cancel_futures=True)  # a failed batch stops the ones not yet sent
 
 
 def load_embedder(spec: Mapping, key: str, show_progress: bool = False) -> Embedder:
@@ -171,48 +408,137 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+class ShardWarning(UserWarning):
+    """An embedding-store shard failed its check and was set aside (its texts are embedded again)."""
+
+
+#: first line of a shard's ``.keys`` file: its rows, dimension, dtype and the sha256 of its ``.npy`` file
+_SHARD_HEADER = re.compile(r"^# shard rows=(\d+) dim=(\d+) dtype=(\w+) sha256=([0-9a-f]{64})$")
+
+
 class EmbeddingStore:
     """Persistent vectors keyed by ``(model_key, kind, exact text)`` under ``folder``.
 
-    Layout: ``folder/<model_key>/<kind>/shard-NNNNNN.npy`` (float32 rows) and ``shard-NNNNNN.keys`` (one sha256
-    per row, in row order). The ``.npy`` is written first and the ``.keys`` renamed into place last, so a shard
-    counts only once complete; a run killed mid-batch loses that batch alone. One writer per folder at a time.
+    Layout: ``folder/<model_key>/<kind>/shard-NNNNNN.npy`` (float32 rows) and ``shard-NNNNNN.keys``: a header line
+    ``# shard rows=R dim=D dtype=float32 sha256=<of the .npy file>``, then one text sha256 per row, in row order.
+    The ``.npy`` is written first and the ``.keys`` renamed into place last, so a shard counts only once complete;
+    a run killed mid-group loses that group alone. One writer per folder at a time.
 
-    ``n_embedded`` counts texts sent to a model and ``n_calls`` model calls, since this object was made.
+    **Checked on read.** When the store first reads a (model_key, kind) folder it checks every shard: the header's
+    rows and key count agree, the ``.npy`` loads with that shape and dtype, and its bytes have that sha256. A shard
+    that fails (truncated, swapped with another, rewritten, its keys lost) is *set aside*: both files are renamed
+    with a ``.bad`` suffix (never deleted), a :class:`ShardWarning` names them and the reason, and its texts count as
+    unseen, so the next :meth:`embed` recomputes them. Shards written before checksums existed (no header) are
+    checked for shape only.
+
+    ``flush_every`` (params ``embed.flush_every``): unseen texts go to the model in groups of this many, each
+    written as one shard before the next group starts. Larger groups give the model (or an OpenAI-compatible
+    server, with ``concurrency``) more to batch and cost fewer files; a kill loses at most one group.
+
+    ``n_embedded`` counts texts sent to a model and ``n_calls`` model calls, since this object was made;
+    ``set_aside`` lists the shards this object set aside.
     """
 
     def __init__(self, folder: str | Path, flush_every: int = 256):
         self.folder = Path(folder)
         self.flush_every = int(flush_every)
+        if self.flush_every < 1:
+            raise EmbedError(f"embed.flush_every must be >= 1, got {flush_every}")
         self.n_embedded = 0
         self.n_calls = 0
+        self.set_aside: list[Path] = []
         self._index: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
 
     def _dir(self, model_key: str, kind: str) -> Path:
         return self.folder / model_key / kind
 
+    @staticmethod
+    def _check_shard(keys_path: Path) -> tuple[list[str], str | None]:
+        """The shard's text hashes and, if it fails its check, why."""
+        npy = keys_path.with_suffix(".npy")
+        lines = keys_path.read_text().split("\n")
+        m = _SHARD_HEADER.match(lines[0]) if lines else None
+        hashes = [h for h in (lines[1:] if m else lines) if h]
+        if not npy.is_file():
+            return hashes, f"{npy.name} is missing"
+        raw = npy.read_bytes()
+        try:
+            import io
+
+            arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            return hashes, f"{npy.name} does not load ({e})"
+        if m is not None:
+            rows, dim, dtype, digest = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
+            if hashlib.sha256(raw).hexdigest() != digest:
+                return hashes, f"{npy.name} does not have the checksum its keys file records (swapped or rewritten)"
+            if arr.shape != (rows, dim) or str(arr.dtype) != dtype:
+                return hashes, f"{npy.name} holds {arr.dtype} {arr.shape}, its keys file records {dtype} {(rows, dim)}"
+            if len(hashes) != rows:
+                return hashes, f"{keys_path.name} lists {len(hashes)} texts for {rows} rows"
+        elif arr.ndim != 2 or arr.shape[0] != len(hashes):
+            return hashes, f"{npy.name} holds shape {arr.shape} for {len(hashes)} texts"
+        return hashes, None
+
+    def _set_aside(self, keys_path: Path, reason: str) -> None:
+        moved = []
+        for p in (keys_path.with_suffix(".npy"), keys_path):
+            if p.exists():
+                n = 0
+                dest = p.with_name(p.name + ".bad")
+                while dest.exists():
+                    n += 1
+                    dest = p.with_name(f"{p.name}.bad{n}")
+                os.replace(p, dest)
+                moved.append(dest)
+        self.set_aside.extend(moved)
+        warnings.warn(f"embedding store: shard {keys_path.with_suffix('')} failed its check: {reason}; set aside as "
+                      f"{', '.join(p.name for p in moved)}; its texts will be embedded again", ShardWarning,
+                      stacklevel=3)
+
     def _load_index(self, model_key: str, kind: str) -> dict[str, tuple[int, int]]:
         k = (model_key, kind)
         if k not in self._index:
             idx: dict[str, tuple[int, int]] = {}
+            dims: dict[int, int] = {}
             d = self._dir(model_key, kind)
             for keys in sorted(d.glob("shard-*.keys")) if d.is_dir() else []:
                 shard = int(keys.stem.split("-")[1])
-                for row, h in enumerate(keys.read_text().split()):
+                hashes, problem = self._check_shard(keys)
+                if problem is None:
+                    dim = int(np.load(keys.with_suffix(".npy"), mmap_mode="r").shape[1])
+                    if dims and dim not in dims.values():
+                        problem = f"its vectors have dimension {dim}, the other shards {sorted(set(dims.values()))}"
+                    dims[shard] = dim
+                if problem is not None:
+                    self._set_aside(keys, problem)
+                    continue
+                for row, h in enumerate(hashes):
                     idx.setdefault(h, (shard, row))
             self._index[k] = idx
         return self._index[k]
 
     def _write_shard(self, model_key: str, kind: str, hashes: list[str], vecs: np.ndarray) -> int:
-        from .artifacts import atomic_path, write_array
+        import io
+
+        from .artifacts import atomic_path
 
         d = self._dir(model_key, kind)
         d.mkdir(parents=True, exist_ok=True)
         existing = [int(p.stem.split("-")[1]) for p in d.glob("shard-*.keys")]
         shard = max(existing, default=-1) + 1
-        write_array(d / f"shard-{shard:06d}.npy", np.ascontiguousarray(vecs, dtype=np.float32))
+        arr = np.ascontiguousarray(vecs, dtype=np.float32)
+        if arr.ndim != 2 or arr.shape[0] != len(hashes):
+            raise EmbedError(f"embedding store: {len(hashes)} texts but vectors of shape {arr.shape}")
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        raw = buf.getvalue()
+        with atomic_path(d / f"shard-{shard:06d}.npy") as tmp:
+            tmp.write_bytes(raw)
+        header = f"# shard rows={arr.shape[0]} dim={arr.shape[1]} dtype={arr.dtype} " \
+                 f"sha256={hashlib.sha256(raw).hexdigest()}"
         with atomic_path(d / f"shard-{shard:06d}.keys") as tmp:
-            tmp.write_text("\n".join(hashes) + "\n")
+            tmp.write_text(header + "\n" + "\n".join(hashes) + "\n")
         return shard
 
     def __len__(self) -> int:
@@ -244,34 +570,43 @@ class EmbeddingStore:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(order), desc=f"embed {embedder.key} ({kind})", unit="text")
+        fresh: dict[int, np.ndarray] = {}
         for i in range(0, len(order), self.flush_every):
             group = order[i:i + self.flush_every]
             vecs = embedder.encode([todo[h] for h in group], kind)
             self.n_calls += 1
             self.n_embedded += len(group)
             shard = self._write_shard(embedder.model_key, kind, group, vecs)
+            fresh[shard] = np.asarray(vecs, dtype=np.float32)
             for row, h in enumerate(group):
                 idx[h] = (shard, row)
             if bar is not None:
                 bar.update(len(group))
         if bar is not None:
             bar.close()
-        return self._gather(embedder.model_key, kind, hashes)
+        return self._gather(embedder.model_key, kind, hashes, fresh)
 
-    def _gather(self, model_key: str, kind: str, hashes: list[str]) -> np.ndarray:
+    def _gather(self, model_key: str, kind: str, hashes: list[str],
+                fresh: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+        """Rows for ``hashes``; shards just written (``fresh``) are taken from memory, the rest read from disk."""
         idx = self._load_index(model_key, kind)
         d = self._dir(model_key, kind)
-        locs = [idx[h] for h in hashes]
-        shards: dict[int, np.ndarray] = {}
-        for s in sorted({s for s, _ in locs}):
-            shards[s] = np.load(d / f"shard-{s:06d}.npy", mmap_mode="r")
-        if not locs:
+        if not hashes:
             return np.zeros((0, 0), dtype=np.float32)
+        locs = [idx[h] for h in hashes]
         sid = np.fromiter((s for s, _ in locs), dtype=np.int64, count=len(locs))
         row = np.fromiter((r for _, r in locs), dtype=np.int64, count=len(locs))
-        out = np.empty((len(locs), shards[locs[0][0]].shape[1]), dtype=np.float32)
-        for s, arr in shards.items():
-            sel = sid == s
+        shards: dict[int, np.ndarray] = {}
+        for s in np.unique(sid).tolist():
+            shards[s] = fresh[s] if fresh and s in fresh else np.load(d / f"shard-{s:06d}.npy", mmap_mode="r")
+        out = np.empty((len(locs), shards[int(sid[0])].shape[1]), dtype=np.float32)
+        if len(shards) == 1:
+            out[:] = shards[int(sid[0])][row]
+            return out
+        order = np.argsort(sid, kind="stable")
+        bounds = np.searchsorted(sid[order], list(shards) + [np.iinfo(np.int64).max])
+        for j, (s, arr) in enumerate(shards.items()):
+            sel = order[bounds[j]:bounds[j + 1]]
             out[sel] = arr[row[sel]]
         return out
 
@@ -290,7 +625,8 @@ def embed_all(specs: Mapping[str, Mapping], texts: Sequence[str], store: Embeddi
     """Embed ``texts`` with every embedder in ``specs`` (``params embed.embedders``) through ``store``.
 
     Returns ``({key: float32 (len(texts), dim)}, report)`` where the report has one row per embedder:
-    ``embedder, model_key, n_texts, n_embedded, n_calls, seconds`` (``n_embedded == 0`` on a rerun).
+    ``embedder, model_key, runtime, dtype, n_texts, n_embedded, n_calls, seconds, dim`` (``n_embedded == 0`` on a
+    rerun; ``dtype`` is the resolved one, "server" for the openai backend).
     """
     import time
 
@@ -301,7 +637,8 @@ def embed_all(specs: Mapping[str, Mapping], texts: Sequence[str], store: Embeddi
         e = load_embedder(spec, key)
         n0, c0, t0 = store.n_embedded, store.n_calls, time.perf_counter()
         vectors[key] = store.embed(e, texts, kind, progress=progress)
-        rows.append({"embedder": key, "model_key": e.model_key, "n_texts": len(texts),
+        rows.append({"embedder": key, "model_key": e.model_key, "runtime": e.runtime, "dtype": e.dtype,
+                     "n_texts": len(texts),
                      "n_embedded": store.n_embedded - n0, "n_calls": store.n_calls - c0,
                      "seconds": time.perf_counter() - t0, "dim": int(vectors[key].shape[1]) if len(texts) else 0})
     return vectors, pd.DataFrame(rows)

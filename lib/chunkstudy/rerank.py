@@ -10,6 +10,13 @@ the bundled all-MiniLM-L6-v2 encoder weights; its classification head is freshly
 ``spec["seed"]``. Its scores are deterministic and flow through the real code path (tokenisation of pairs,
 batching, caching, reordering), but they are not relevance judgements: reranked demo cells prove the plumbing,
 never the paper's reranking gains.
+
+Runtime and precision (params ``retrieve.rerankers.<key>``): ``runtime: torch`` (default) or ``onnx`` (ONNX
+Runtime through sentence-transformers' ``CrossEncoder(..., backend="onnx")``; the torch model, its seeded head
+included, is exported once by optimum and cached beside the embedders' exports, see
+:func:`chunkstudy.embed.onnx_model_dir`), and ``dtype`` (``auto`` = float16 on CUDA, float32 on CPU). Both enter
+the cache identity when they differ from torch/float32. ``batch_size`` pairs go through one forward pass (64 by
+default: a GPU cross-encoder is far from saturated at 16); scores reach the store every 16 batches.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from tqdm.auto import tqdm
 import pandas as pd
 
 from . import models
+from .embed import ONNX_FILE, _onnx_provider, _torch_dtype, onnx_model_dir, resolve_dtype
 
 
 class ScoreStore:
@@ -74,9 +82,15 @@ class Reranker:
         self.spec = dict(spec)
         self.trained = bool(spec.get("trained", True))
         self.store = store
+        self.runtime = spec.get("runtime", "torch")
+        self.dtype = resolve_dtype(spec, f"retrieve.rerankers.{key}")
         ident = [spec.get("backend", "cross-encoder"), spec["model"], int(spec.get("max_length", 512))]
         if not self.trained:
             ident.append(f"untrained-seed={int(spec.get('seed', 0))}")
+        if self.runtime != "torch":  # the defaults (torch, float32) keep the identity scores were cached under
+            ident.append(f"runtime={self.runtime}")
+        if self.dtype != "float32":
+            ident.append(f"dtype={self.dtype}")
         self.model_id = "|".join(map(str, ident))
         self.n_computed = 0  # pairs actually sent to the model (cache misses), for tests and logs
         self._model = None
@@ -93,21 +107,39 @@ class Reranker:
             except ImportError:
                 raise ImportError(f"reranker {self.key!r}: backend 'flag' needs FlagEmbedding "
                                   "(pip install 'chunkstudy[flag]'), or use backend: cross-encoder") from None
-            self._model = FlagReranker(path, use_fp16=spec.get("device", "cpu") != "cpu")
+            if self.dtype == "bfloat16":
+                raise ValueError(f"retrieve.rerankers.{self.key}.dtype: FlagEmbedding runs float16 or float32")
+            self._model = FlagReranker(path, use_fp16=self.dtype == "float16")
             return
+        from sentence_transformers import CrossEncoder
+
+        max_length = int(spec.get("max_length", 512))
+        device = spec.get("device", "cpu")
+        if self.runtime == "onnx":
+            extra = {} if self.trained else {"untrained-seed": int(spec.get("seed", 0))}
+            folder = onnx_model_dir("cross-encoder", spec["model"],
+                                    lambda d: self._torch_model(path, max_length, "cpu").save_pretrained(str(d)),
+                                    CrossEncoder, extra)
+            self._model = CrossEncoder(str(folder), max_length=max_length, device=device, backend="onnx",
+                                       model_kwargs={"provider": _onnx_provider(device), "file_name": ONNX_FILE})
+            return
+        self._model = self._torch_model(path, max_length, device)
+        if self.dtype != "float32":
+            self._model.to(_torch_dtype(self.dtype))
+
+    def _torch_model(self, path: str, max_length: int, device: str):
         import torch
         from sentence_transformers import CrossEncoder
 
         # weights the checkpoint lacks (an untrained classification head) are drawn from the parameter seed,
         # without disturbing the global torch random state
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(spec.get("seed", 0)))
-            self._model = CrossEncoder(path, num_labels=1, max_length=int(spec.get("max_length", 512)),
-                                       device=spec.get("device", "cpu"))
+            torch.manual_seed(int(self.spec.get("seed", 0)))
+            return CrossEncoder(path, num_labels=1, max_length=max_length, device=device)
 
     def _predict(self, pairs: list[tuple[str, str]]) -> np.ndarray:
         self._load()
-        bs = int(self.spec.get("batch_size", 16))
+        bs = int(self.spec.get("batch_size", 64))
         if self.spec.get("backend", "cross-encoder") == "flag":
             s = self._model.compute_score(pairs, batch_size=bs, max_length=int(self.spec.get("max_length", 512)))
             return np.atleast_1d(np.asarray(s, dtype=np.float64))
@@ -127,7 +159,7 @@ class Reranker:
             # longest first keeps padding low inside a batch; the order is fixed by the pair set
             todo = sorted(missing.items(), key=lambda kv: (-len(kv[1][0]) - len(kv[1][1]), kv[0]))
             # scored in blocks, each written to the store as it completes: an interrupted run resumes
-            block = max(int(self.spec.get("batch_size", 16)) * 16, 1)
+            block = max(int(self.spec.get("batch_size", 64)) * 16, 1)
             for i in tqdm(range(0, len(todo), block), desc=f"rerank {self.key}", unit="block",
                           disable=len(todo) <= block):
                 part = todo[i:i + block]

@@ -4,12 +4,18 @@ Conventions
 -----------
 * Vectors are rows of float32 matrices; inputs of another dtype are cast to float32 once (the embedder writes
   float32, normalised). Scores are inner products; for unit vectors they are cosine similarities in [-1, 1].
-* **Exact scores.** Whatever the backend (faiss ``IndexFlatIP`` or numpy), it only proposes candidates. Every
-  returned score is recomputed as a float64 sum of the exact float32 x float32 products, with one code path, so the
-  same (query, chunk) pair always gets the bit-identical score: in flat and two-stage search, with either backend.
+* **Exact scores.** Whatever the backend (numpy's blocked float32 matrix products, or faiss ``IndexFlatIP``), it
+  only proposes candidates. Every returned score is recomputed as a float64 sum of the exact float32 x float32
+  products, with one code path (:func:`exact_scores`), so the same (query, chunk) pair always gets the
+  bit-identical score: in flat and two-stage search, with either backend, in any block size.
 * **Ties** are broken by ``(-score, chunk_id)``: equal scores rank in ascending chunk_id order (DESIGN.md,
-  "Policy is explicit"). A candidate list that may be cut inside a group of (near-)ties is recomputed in full
-  for that query, so the result is the exact top k under this order, never an artefact of faiss' heap.
+  "Policy is explicit"). The candidates are every chunk whose float32 score is within twice the float32 error
+  bound of the k-th best float32 score, so a group of (near-)ties at the cut is always rescored whole and the
+  result is the exact top k under this order, never an artefact of float32 rounding or faiss' heap.
+* **Speed** (``bench/bench_retrieve.py``): per block of queries one float32 matrix product against all chunks;
+  the k-th best score is bracketed from a strided sample of the block's columns (no full selection over each row),
+  and only the ~k candidates are rescored exactly. Two-stage search reuses the same block for the routed chunks
+  and the backfill, with no loop over queries.
 * Offsets in chunk/query tables are half-open character indices into ``documents.text`` (content offsets: a
   prefix never contributes to an extent, so section recall cannot be created by a heading path).
 
@@ -29,8 +35,15 @@ import pandas as pd
 
 #: Conditions retrieved two-stage unless the parameters say otherwise (DESIGN.md, "Conditions").
 TWO_STAGE_DEFAULT = ("A4", "G4")
-#: Extra candidates a backend proposes beyond k, so float32 rounding in the backend cannot cost a true top-k item.
+#: Extra candidates faiss proposes beyond k, so float32 rounding in the backend rarely needs a wider look.
 _PAD = 16
+#: Entries of one float32 score block (queries x chunks) at most, 256 MiB: up to _BLOCK_MAX_ROWS queries per block.
+_BLOCK_ENTRIES = 1 << 26
+#: Queries per block when the chunks allow it: BLAS repacks the chunk matrix once per product, so a product over
+#: 512 queries runs about 1.7x the queries/s of one over 83 (d = 1024, 100k chunks, measured here).
+_BLOCK_MAX_ROWS = 512
+#: Entries of the float64 temporaries of one piece of exact rescoring (pairs x dimension), about 32 MiB.
+_EXACT_ENTRIES = 1 << 22
 _U32 = 2.0 ** -24  # unit roundoff of float32
 _RUNS_COLUMNS = ["embedder", "reranker", "condition", "query_id", "rank", "chunk_id", "score", "doc_id", "source"]
 
@@ -46,7 +59,7 @@ def _as_matrix(x: Any, name: str) -> np.ndarray:
     if not np.issubdtype(a.dtype, np.number):
         raise ValueError(f"{name}: expected numbers, got dtype {a.dtype}")
     a = np.ascontiguousarray(a, dtype=np.float32)
-    if not np.isfinite(a).all():
+    if not np.isfinite(a.sum(dtype=np.float64)) and not np.isfinite(a).all():  # one pass, no n x d temporary
         bad = int(np.flatnonzero(~np.isfinite(a).all(axis=1))[0])
         raise ValueError(f"{name}: row {bad} holds NaN or inf")
     return a
@@ -75,15 +88,16 @@ def exact_scores(q_rows: np.ndarray, c_rows: np.ndarray) -> np.ndarray:
     the contiguous last axis with numpy's fixed pairwise order, so equal inputs give bit-equal scores wherever
     they are computed (flat search, two-stage search, the full-row fallback).
     """
-    prod = np.multiply(np.asarray(q_rows, dtype=np.float64), np.asarray(c_rows, dtype=np.float64))
+    prod = np.multiply(q_rows, c_rows, dtype=np.float64)  # inputs widened to float64 inside the ufunc
     return np.ascontiguousarray(prod).sum(axis=-1)
 
 
 def _error_bound(q: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Per query, an upper bound on |float32 backend score - exact score| (standard dot-product bound).
+    """Per query, an upper bound on |float32 score - exact score| (standard dot-product bound).
 
-    |fl(q.c) - q.c| <= gamma_d * sum|q_i c_i| <= gamma_d * ||q|| * max_j ||c_j||, gamma_d = d*u/(1-d*u); doubled
-    for safety against blocked BLAS kernels (norms from float32 sums, inflated by 1% to cover their own rounding).
+    |fl(q.c) - q.c| <= gamma_d * sum|q_i c_i| <= gamma_d * ||q|| * max_j ||c_j||, gamma_d = d*u/(1-d*u), for any
+    summation order (BLAS blocking, FMA, faiss' kernels); doubled for safety (norms from float32 sums, inflated by
+    1% to cover their own rounding).
     """
     d = q.shape[1]
     gamma = (d + 2) * _U32 / (1 - (d + 2) * _U32)
@@ -92,36 +106,166 @@ def _error_bound(q: np.ndarray, c: np.ndarray) -> np.ndarray:
     return 2.02 * gamma * qn * cmax + 1e-30
 
 
-def _backend_candidates(q: np.ndarray, c: np.ndarray, n_cand: int, backend: str,
-                        batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top ``n_cand`` rows per query by float32 inner product (any order within): (rows int64, scores float32)."""
+def _block_rows(n_chunks: int, batch_size: int | None) -> int:
+    """Queries per score block: ``batch_size`` when given, else ``_BLOCK_MAX_ROWS`` (an efficient matrix product)
+    unless the float32 block would exceed ``_BLOCK_ENTRIES`` entries (memory)."""
+    if batch_size:
+        return max(int(batch_size), 1)
+    return int(min(_BLOCK_MAX_ROWS, max(16, _BLOCK_ENTRIES // max(n_chunks, 1))))
+
+
+def _kth_threshold(s: np.ndarray, kk: int) -> np.ndarray:
+    """Per row of the float32 block ``s``, a value t with at least ``kk`` entries >= t: the kk-th largest of a
+    strided sample of the columns (the sample's own entries are >= t, so the guarantee holds for any sample). The
+    sample (about sqrt(n * kk) columns) makes this far cheaper than selecting over the whole row."""
+    n = s.shape[1]
+    step = max(1, int(np.sqrt(n / kk))) if n >= 4 * kk else 1
+    sub = s[:, ::step]
+    m = sub.shape[1]
+    return np.partition(sub, m - kk, axis=1)[:, m - kk]
+
+
+def _kth_largest_ragged(qi: np.ndarray, f: np.ndarray, n_rows: int, kk: int) -> np.ndarray:
+    """Per group ``qi`` (ascending), the kk-th largest of ``f``; -inf for a group with fewer than kk entries."""
+    counts = np.bincount(qi, minlength=n_rows)
+    out = np.full(n_rows, -np.inf, dtype=np.float32)
+    full = np.flatnonzero(counts >= kk)
+    if len(full) == 0:
+        return out
+    width = int(counts.max())
+    starts = np.cumsum(counts) - counts
+    pad = np.full((n_rows, width), -np.inf, dtype=np.float32)
+    pad[qi, np.arange(len(qi)) - starts[qi]] = f
+    out[full] = np.partition(pad[full], width - kk, axis=1)[:, width - kk]
+    return out
+
+
+def _pair_scores(q: np.ndarray, c: np.ndarray, qi: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """:func:`exact_scores` of the pairs (query ``qi``, chunk ``rows``), ``qi`` ascending. Each query's pairs are
+    laid out as one padded row, so its vector is widened to float64 once, not once per pair; a query with very
+    many pairs (a wide tie group) goes through a flat layout instead. Every pair gets the same bits either way."""
+    n_rows = int(qi[-1]) + 1 if len(qi) else 0
+    counts = np.bincount(qi, minlength=n_rows)
+    pos = np.arange(len(qi)) - (np.cumsum(counts) - counts)[qi]
+    out = np.empty(len(qi), dtype=np.float64)
+    d = max(q.shape[1], 1)
+    narrow = counts <= 4 * max(int(np.median(counts[counts > 0])) if (counts > 0).any() else 1, _PAD)
+    sel = narrow[qi]
+    if sel.any():
+        width = int(counts[narrow].max())
+        group = np.flatnonzero(narrow & (counts > 0))
+        slot = np.full(n_rows, -1, dtype=np.int64)
+        slot[group] = np.arange(len(group))
+        pad = np.zeros((len(group), width), dtype=np.int64)
+        pad[slot[qi[sel]], pos[sel]] = rows[sel]
+        step = max(1, _EXACT_ENTRIES // (width * d))  # queries per piece: bounded float64 temporaries
+        got = np.empty((len(group), width), dtype=np.float64)
+        for lo in range(0, len(group), step):
+            g = group[lo:lo + step]
+            got[lo:lo + step] = exact_scores(q[g][:, None, :], c[pad[lo:lo + step]])
+        out[sel] = got[slot[qi[sel]], pos[sel]]
+    wide = np.flatnonzero(~sel)
+    step = max(1, _EXACT_ENTRIES // d)
+    for lo in range(0, len(wide), step):
+        w = wide[lo:lo + step]
+        out[w] = exact_scores(q[qi[w]], c[rows[w]])
+    return out
+
+
+def _rank_exact(q: np.ndarray, c: np.ndarray, tie: np.ndarray, qi: np.ndarray, rows: np.ndarray, n_rows: int,
+                kk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact scores of the (query ``qi``, chunk ``rows``) pairs (``qi`` ascending), ranked per query by
+    ``(-score, chunk_id)``: the first ``kk`` of each query as ``(idx, scores, n)`` — (n_rows, kk) arrays (unused
+    slots 0) and how many each query filled."""
+    s = _pair_scores(q, c, qi, rows)
+    order = np.lexsort((tie[rows], -s, qi))
+    qi, rows, s = qi[order], rows[order], s[order]
+    counts = np.bincount(qi, minlength=n_rows)
+    rank = np.arange(len(qi)) - (np.cumsum(counts) - counts)[qi]
+    keep = rank < kk
+    idx = np.zeros((n_rows, kk), dtype=np.int64)
+    out = np.zeros((n_rows, kk), dtype=np.float64)
+    idx[qi[keep], rank[keep]] = rows[keep]
+    out[qi[keep], rank[keep]] = s[keep]
+    return idx, out, np.minimum(counts, kk)
+
+
+def _block_candidates(q: np.ndarray, c: np.ndarray, s: np.ndarray | None, kk: int, err: np.ndarray,
+                      faiss_index: Any = None, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (qi, rows) whose exact scores decide the top ``kk`` of each query of a block.
+
+    With f a float32 score (|f - exact| <= err) and T the kk-th largest f of the query, every chunk with
+    f < T - 2 err scores exactly below each of the kk chunks with f >= T (their exact scores are >= T - err), so
+    the exact top kk, ties at the cut included, lies among the chunks with f >= T - 2 err: that set is returned,
+    found from the score block ``s`` (``q @ c.T``) or, with faiss, from its top ``kk + _PAD`` (widened to a
+    float32 pass over all chunks for a query whose candidate list could end inside that set).
+    """
+    n = c.shape[0]
+    b = len(q)
+    if kk >= n:  # every chunk is listed: rank them all
+        return np.repeat(np.arange(b), n), np.tile(np.arange(n, dtype=np.int64), b)
+    if s is not None:
+        t = _kth_threshold(s, kk)
+        flat = np.flatnonzero(np.greater_equal(s, t[:, None], out=mask))  # row-major: queries ascending
+        qi, rows = np.divmod(flat, n)
+        f = s.ravel()[flat]
+        cut = _kth_largest_ragged(qi, f, b, kk).astype(np.float64) - 2 * err
+        wide = ~(t.astype(np.float64) <= cut)  # the cut lies below t (or is not finite): look at the whole row
+    else:
+        n_cand = min(n, kk + _PAD)
+        f2, r2 = faiss_index.search(q, n_cand)
+        qi = np.repeat(np.arange(b), n_cand)
+        rows, f = r2.ravel().astype(np.int64), f2.ravel()
+        cut = np.sort(f2, axis=1)[:, n_cand - kk].astype(np.float64) - 2 * err
+        wide = (n_cand < n) & ~(f2.min(axis=1).astype(np.float64) < cut) | (r2 < 0).any(axis=1)
+    keep = ~wide[qi] & (f >= cut[qi])
+    qi, rows = qi[keep], rows[keep].astype(np.int64)
+    if wide.any():
+        w = np.flatnonzero(wide)
+        sw = s[w] if s is not None else q[w] @ c.T
+        cw = cut[w]
+        full = ~np.isfinite(cw)
+        wq, wr = np.divmod(np.flatnonzero((sw >= cw[:, None]) | full[:, None]), n)
+        qi, rows = np.concatenate([qi, w[wq]]), np.concatenate([rows, wr.astype(np.int64)])
+        order = np.argsort(qi, kind="stable")
+        qi, rows = qi[order], rows[order]
+    return qi, rows
+
+
+def _flat_blocks(q: np.ndarray, c: np.ndarray, tie: np.ndarray, kk: int, backend: str, batch_size: int | None):
+    """Exact top ``kk`` per query, block by block: yields ``(lo, hi, idx, scores, s)`` where ``s`` is the block's
+    float32 score matrix ``q[lo:hi] @ c.T`` (None with faiss, which never forms it)."""
+    if backend not in ("faiss", "numpy"):
+        raise ValueError(f"retrieve.backend: {backend!r} is not one of ['faiss', 'numpy']")
+    err = _error_bound(q, c)
+    index = None
     if backend == "faiss":
         import faiss
 
         index = faiss.IndexFlatIP(c.shape[1])
         index.add(c)
-        scores, rows = index.search(q, n_cand)
-        return rows.astype(np.int64), scores
-    if backend == "numpy":
-        rows = np.empty((len(q), n_cand), dtype=np.int64)
-        scores = np.empty((len(q), n_cand), dtype=np.float32)
-        for lo in range(0, len(q), batch_size):
-            s = q[lo:lo + batch_size] @ c.T
-            part = np.argpartition(-s, n_cand - 1, axis=1)[:, :n_cand] if n_cand < c.shape[0] else \
-                np.broadcast_to(np.arange(c.shape[0]), s.shape).copy()
-            rows[lo:lo + batch_size] = part
-            scores[lo:lo + batch_size] = np.take_along_axis(s, part, axis=1)
-        return rows, scores
-    raise ValueError(f"retrieve.backend: {backend!r} is not one of ['faiss', 'numpy']")
+    step = _block_rows(len(c), batch_size)
+    ct = c.T
+    # one score buffer and one mask buffer for all blocks: a fresh 100+ MB array per block costs its page faults
+    buf = np.empty((min(step, len(q)), len(c)), dtype=np.float32) if index is None else None
+    mask = np.empty(buf.shape, dtype=bool) if buf is not None else None
+    for lo in range(0, len(q), step):
+        hi = min(lo + step, len(q))
+        qb = q[lo:hi]
+        s = np.matmul(qb, ct, out=buf[:hi - lo]) if index is None else None
+        qi, rows = _block_candidates(qb, c, s, kk, err[lo:hi], index, None if mask is None else mask[:hi - lo])
+        idx, scores, _ = _rank_exact(qb, c, tie, qi, rows, hi - lo, kk)
+        yield lo, hi, idx, scores, s
 
 
-def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int = 50, backend: str = "faiss",
-                batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
+def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int = 50, backend: str = "numpy",
+                batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k inner-product search of every query over every chunk.
 
     Returns ``(idx, scores)``, both shape (n_queries, min(k, n_chunks)): ``idx`` int64 rows into ``chunk_vecs``,
     ``scores`` float64 exact inner products (see module docstring), ranked by ``(-score, chunk_id)``.
-    ``backend`` ("faiss" = ``IndexFlatIP``, or "numpy") only proposes candidates; both give identical results.
+    ``backend`` only proposes candidates ("numpy": one float32 matrix product per block of ``batch_size``
+    queries (default: sized to the number of chunks); "faiss": ``IndexFlatIP``); both give identical results.
     """
     q = _as_matrix(query_vecs, "query_vecs")
     c = _as_matrix(chunk_vecs, "chunk_vecs")
@@ -131,31 +275,16 @@ def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int = 
         raise ValueError(f"query_vecs have dimension {q.shape[1]}, chunk_vecs {c.shape[1]}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    if backend not in ("faiss", "numpy"):
+        raise ValueError(f"retrieve.backend: {backend!r} is not one of ['faiss', 'numpy']")
     tie = _tie_rank(chunk_ids)
-    n, kk = len(c), min(k, len(c))
+    kk = min(k, len(c))
     idx = np.zeros((len(q), kk), dtype=np.int64)
     out = np.zeros((len(q), kk), dtype=np.float64)
     if kk == 0 or len(q) == 0:
         return idx, out
-    n_cand = min(n, kk + _PAD)
-    cand, backend_scores = _backend_candidates(q, c, n_cand, backend, batch_size)
-    err = _error_bound(q, c)
-    for lo in range(0, len(q), batch_size):
-        hi = min(lo + batch_size, len(q))
-        rows = cand[lo:hi]
-        s = exact_scores(q[lo:hi, None, :], c[rows])
-        order = np.lexsort((tie[rows], -s), axis=1)[:, :kk]
-        idx[lo:hi] = np.take_along_axis(rows, order, axis=1)
-        out[lo:hi] = np.take_along_axis(s, order, axis=1)
-        if n_cand < n:
-            # a chunk outside the candidates scores at most min(backend) + err exactly; if that could reach the
-            # k-th exact score (ties or rounding at the cut), rank this query over all chunks instead
-            unsafe = backend_scores[lo:hi].min(axis=1).astype(np.float64) + 2 * err[lo:hi] >= out[lo:hi, -1]
-            for i in np.flatnonzero(unsafe):
-                full = np.concatenate([exact_scores(q[lo + i], c[j:j + 8192]) for j in range(0, n, 8192)])
-                order_i = np.lexsort((tie, -full))[:kk]
-                idx[lo + i] = order_i
-                out[lo + i] = full[order_i]
+    for lo, hi, bi, bs, _ in _flat_blocks(q, c, tie, kk, backend, batch_size):
+        idx[lo:hi], out[lo:hi] = bi, bs
     return idx, out
 
 
@@ -170,21 +299,57 @@ def section_centroids(chunk_vecs: Any, route_keys: Sequence) -> tuple[np.ndarray
     by its norm (the renormalised mean: mean/||mean|| = sum/||sum||), float32; ``codes[i]`` = section of chunk i.
     A section whose vectors sum to zero has no direction and raises.
     """
-    c = _as_matrix(chunk_vecs, "chunk_vecs")
+    return _centroids(_as_matrix(chunk_vecs, "chunk_vecs"), route_keys)
+
+
+def _centroids(c: np.ndarray, route_keys: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`section_centroids` of an already validated float32 matrix."""
     keys = np.asarray(route_keys)
     if keys.dtype == object:
         keys = keys.astype(str)
     if len(keys) != len(c):
         raise ValueError(f"route_keys: {len(keys)} keys for {len(c)} chunk vectors")
     uniq, codes = np.unique(keys, return_inverse=True)
-    order = np.argsort(codes, kind="stable")
-    starts = np.searchsorted(codes[order], np.arange(len(uniq)))
-    sums = np.add.reduceat(c[order].astype(np.float64), starts, axis=0) if len(c) else np.zeros((0, c.shape[1]))
+    codes = codes.reshape(-1)
+    sums = _section_sums(c, codes, len(uniq))
     norms = np.sqrt((sums ** 2).sum(axis=1))
     if (norms == 0).any():
         raise ValueError(f"section {uniq[np.flatnonzero(norms == 0)[0]]!r}: its chunk vectors sum to zero; "
                          "the centroid has no direction")
-    return uniq, (sums / norms[:, None]).astype(np.float32), codes.astype(np.int64)
+    return uniq, np.divide(sums, norms[:, None], out=sums).astype(np.float32), codes.astype(np.int64)
+
+
+def _section_sums(c: np.ndarray, codes: np.ndarray, n_sections: int) -> np.ndarray:
+    """Per section, the float64 sum of its chunk vectors (rows in index order), bit for bit what
+    ``np.add.reduceat(c[order].astype(float64), starts, axis=0)`` gives: the first row plus numpy's pairwise sum
+    of the others, per dimension. reduceat pays a fixed cost per (section, dimension); here sections of one
+    length are summed together, as one reduction along a contiguous axis (numpy's pairwise order), so 22,000
+    sections cost about what one pass over the vectors does."""
+    d = c.shape[1]
+    sums = np.zeros((n_sections, d), dtype=np.float64)
+    if len(c) == 0:
+        return sums
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes, minlength=n_sections)
+    starts = np.cumsum(counts) - counts
+    for length in np.unique(counts[counts > 0]):
+        same = np.flatnonzero(counts == length)
+        step = max(1, _EXACT_ENTRIES // int(length * d))  # sections per piece: bounded float64 temporaries
+        for lo in range(0, len(same), step):
+            sec = same[lo:lo + step]
+            rows = order[starts[sec][:, None] + np.arange(length)]  # (sections, length): chunk rows in order
+            if length == 1:
+                sums[sec] = c[rows[:, 0]]
+            elif length <= 8:  # numpy sums fewer than 8 values left to right: the same, elementwise over sections
+                block = c[rows]
+                rest = block[:, 1].astype(np.float64)
+                for j in range(2, length):
+                    rest += block[:, j]
+                sums[sec] = block[:, 0] + rest
+            else:  # (sections, d, length - 1), contiguous along the summed axis: numpy's pairwise order
+                rest = np.ascontiguousarray(c[rows[:, 1:]].transpose(0, 2, 1), dtype=np.float64)
+                sums[sec] = c[rows[:, 0]] + np.add.reduce(rest, axis=-1)
+    return sums
 
 
 class TwoStageResult(NamedTuple):
@@ -198,7 +363,7 @@ class TwoStageResult(NamedTuple):
 
 
 def two_stage_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, route_keys: Sequence, k: int = 50,
-                     n_sections: int = 5, backend: str = "faiss", batch_size: int = 512) -> TwoStageResult:
+                     n_sections: int = 5, backend: str = "numpy", batch_size: int | None = None) -> TwoStageResult:
     """Route-to-section, then rank (paper, Method, "Representation constancy").
 
     Stage 1 ranks section centroids (:func:`section_centroids`) by inner product, ties by ``(-score, key)``, and
@@ -206,33 +371,54 @@ def two_stage_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, rout
     fewer than k, the global flat ranking (:func:`flat_search`) backfills the list, in its order, skipping chunks
     already listed. So: routed chunks come first, the list has min(k, n_chunks) entries, no chunk repeats, and
     with every section routed the result equals flat search.
+
+    Cost: one matrix product against the centroids, one against the chunks per block of queries; that score
+    block serves both the global ranking and the routed chunks (whose exact scores are computed only for those
+    that can reach the top k), with no loop over queries.
     """
     q = _as_matrix(query_vecs, "query_vecs")
     c = _as_matrix(chunk_vecs, "chunk_vecs")
-    keys, centroids, codes = section_centroids(c, route_keys)
+    keys, centroids, codes = _centroids(c, route_keys)
     tie = _tie_rank(chunk_ids)
     kk = min(k, len(c))
     sec_idx, sec_scores = flat_search(q, centroids, keys, k=n_sections, backend=backend, batch_size=batch_size)
-    g_idx, g_scores = flat_search(q, c, chunk_ids, k=kk, backend=backend, batch_size=batch_size)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
-    idx = np.empty((len(q), kk), dtype=np.int64)
-    scores = np.empty((len(q), kk), dtype=np.float64)
-    n_routed = np.empty(len(q), dtype=np.int64)
-    for i in range(len(q)):
-        rows = np.concatenate([order[bounds[s]:bounds[s + 1]] for s in sec_idx[i]]) if sec_idx.shape[1] else \
-            np.zeros(0, dtype=np.int64)
-        s = exact_scores(q[i], c[rows])
-        top = np.lexsort((tie[rows], -s))[:kk]
-        m = len(top)
-        idx[i, :m], scores[i, :m] = rows[top], s[top]
-        n_routed[i] = m
-        if m < kk:
-            keep = ~np.isin(g_idx[i], rows)
-            fill_rows, fill_scores = g_idx[i][keep][:kk - m], g_scores[i][keep][:kk - m]
-            if len(fill_rows) < kk - m:  # the global top k cannot be short of k chunks outside the routed ones
-                raise RuntimeError("backfill found fewer chunks than needed; this is a bug")
-            idx[i, m:], scores[i, m:] = fill_rows, fill_scores
+    idx = np.zeros((len(q), kk), dtype=np.int64)
+    scores = np.zeros((len(q), kk), dtype=np.float64)
+    n_routed = np.zeros(len(q), dtype=np.int64)
+    if kk == 0 or len(q) == 0:
+        return TwoStageResult(idx, scores, keys[sec_idx], sec_scores, n_routed)
+    err = _error_bound(q, c)
+    ns = sec_idx.shape[1]
+    for lo, hi, g_idx, g_scores, s in _flat_blocks(q, c, tie, kk, backend, batch_size):
+        b = hi - lo
+        sec = sec_idx[lo:hi]
+        # every (query, chunk of a routed section) pair, query by query
+        lens = (bounds[sec + 1] - bounds[sec]).ravel()
+        first = bounds[sec].ravel()
+        seg = np.cumsum(lens) - lens
+        rows = order[np.arange(int(lens.sum())) - np.repeat(seg - first, lens)]
+        qi = np.repeat(np.repeat(np.arange(b), ns), lens)
+        m = np.bincount(qi, minlength=b)
+        big = m > kk
+        if big.any():  # only chunks whose float32 score can reach the query's routed top k are scored exactly
+            f = s[qi, rows] if s is not None else np.einsum("ij,ij->i", q[lo + qi], c[rows])
+            cut = _kth_largest_ragged(qi, f, b, kk).astype(np.float64) - 2 * err[lo:hi]
+            keep = ~big[qi] | (f >= cut[qi]) | ~np.isfinite(cut[qi])
+            qi, rows = qi[keep], rows[keep]
+        r_idx, r_scores, n_r = _rank_exact(q[lo:hi], c, tie, qi, rows, b, kk)
+        # backfill: the global ranking in its order, minus chunks of routed sections
+        free = ~(codes[g_idx][:, :, None] == sec[:, None, :]).any(axis=2)
+        pos = np.cumsum(free, axis=1) - 1
+        need = kk - n_r
+        take = free & (pos < need[:, None])
+        if (take.sum(axis=1) != need).any():  # the global top k cannot be short of k chunks outside the routed
+            raise RuntimeError("backfill found fewer chunks than needed; this is a bug")
+        ti, tj = np.nonzero(take)
+        dest = n_r[ti] + pos[ti, tj]
+        r_idx[ti, dest], r_scores[ti, dest] = g_idx[ti, tj], g_scores[ti, tj]
+        idx[lo:hi], scores[lo:hi], n_routed[lo:hi] = r_idx, r_scores, n_r
     return TwoStageResult(idx, scores, keys[sec_idx], sec_scores, n_routed)
 
 
@@ -349,7 +535,7 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
                          "occurs more than once (chunk ids must be unique across conditions)")
     k = int(retrieve_params.get("k", 50))
     n_sections = int(retrieve_params.get("route_sections", 5))
-    backend = retrieve_params.get("backend", "faiss")
+    backend = retrieve_params.get("backend", "numpy")
     two_stage = set(retrieve_params.get("two_stage_conditions", TWO_STAGE_DEFAULT))
     query_ids = queries["query_id"].astype(str).to_numpy()
     runs, recall = [], []
