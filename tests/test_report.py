@@ -54,7 +54,7 @@ def test_warnings_for_demo_and_paper_params(root):
     paper = config.load(root / "params" / "wikipedia_fa.yaml").data
     assert report.model_warnings(paper) == []
     m = report.models_used(paper)
-    assert "BAAI/bge-large-en-v1.5" in m["model"].tolist() and "google/gemma-4-26b-a4b-it" in m["model"].tolist()
+    assert "BAAI/bge-large-en-v1.5" in m["model"].tolist() and "google/gemma-4-26B-A4B-it" in m["model"].tolist()
 
 
 @pytest.fixture(scope="module")
