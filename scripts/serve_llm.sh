@@ -12,10 +12,11 @@
 # scripts keep HF_HUB_OFFLINE=1 unless you set it to 0.
 #
 # Environment: SERVE_VENV (default .venv-serve), SERVE_PYTHON (python3; vLLM needs 3.11+), SERVE_TIMEOUT_S
-# (1800: loading and compiling a 26B model takes minutes), VLLM_EXTRA_ARGS (appended verbatim).
+# (1800: loading and compiling a 26B model takes minutes), VLLM_EXTRA_ARGS (appended verbatim), SERVE_STATE (the
+# folder of the pid file and the log, default build/serve).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-state=build/serve
+state=${SERVE_STATE:-build/serve}
 pidfile=$state/vllm.pid
 log=$state/vllm.log
 mkdir -p "$state"

@@ -1,6 +1,6 @@
 """A minimal OpenAI-compatible chat-completions server for the HTTP tests (127.0.0.1 only, standard library).
 
-Run as ``python tests/fake_openai_server.py``: it binds an ephemeral port on 127.0.0.1, prints ``PORT <n>`` on
+Run as ``python tests/fake_openai_server.py``: it binds an ephemeral port (or ``--port``) on 127.0.0.1, prints ``PORT <n>`` on
 stdout and serves until killed (or ``--lifetime`` seconds, a safety bound). Behaviour is chosen by the last
 user message, so one server covers the cases the tests need:
 
@@ -169,10 +169,11 @@ def main() -> None:
     ap.add_argument("--lifetime", type=float, default=120.0, help="exit after this many seconds (safety bound)")
     ap.add_argument("--models", default="served-model", help="comma-separated model ids GET /models lists")
     ap.add_argument("--failing", action="store_true", help="start failing prompts that contain FAILME")
+    ap.add_argument("--port", type=int, default=0, help="port to bind (default: an ephemeral one)")
     a = ap.parse_args()
     STATE["models"] = a.models.split(",")
     STATE["failing"] = a.failing
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     srv.daemon_threads = True
     print(f"PORT {srv.server_address[1]}", flush=True)
     timer = threading.Timer(a.lifetime, srv.shutdown)

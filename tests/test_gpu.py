@@ -288,3 +288,79 @@ def test_convert_gguf_writes_a_standard_fp16_folder(tmp_path):
         "float16")
     tok = AutoTokenizer.from_pretrained(out)
     assert "<|im_start|>" in tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+
+
+# ------------------------------------------------------------------------------------- scripts/serve_llm.sh
+
+FAKE_VLLM = """#!/usr/bin/env bash
+# stands in for vllm: records its arguments, then serves --served-model-name on --port (or dies, on request)
+echo "$@" > "$(dirname "$0")/../args.txt"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --served-model-name) name=$2; shift ;;
+    --port) port=$2; shift ;;
+  esac
+  shift
+done
+[ -n "${FAKE_VLLM_DIE:-}" ] && { echo "ValueError: $FAKE_VLLM_DIE" >&2; exit 1; }
+exec "%(python)s" "%(server)s" --port "$port" --models "$name" --lifetime 60
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve_env(tmp_path: Path) -> tuple[dict, Path]:
+    import hashlib
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    exe = venv / "bin" / "vllm"
+    exe.write_text(FAKE_VLLM % {"python": sys.executable, "server": HERE / "fake_openai_server.py"})
+    exe.chmod(0o755)
+    pins = (ROOT / "constraints" / "serve.txt").read_bytes() + (ROOT / "constraints" / "serve-lock.txt").read_bytes()
+    (venv / ".deps-hash").write_text(hashlib.sha256(pins).hexdigest()[:16] + "\n")  # "installed": no pip run
+    port = _free_port()
+    params = tmp_path / "params" / "served.yaml"
+    params.parent.mkdir()
+    params.write_text(yaml.safe_dump({"base": str(ROOT / "params" / "demo.yaml"), "corpus": {"name": "served"},
+                                      "llm": {"backend": "openai", "model": "served-x", "context_tokens": 4096,
+                                              "base_url": f"http://127.0.0.1:{port}/v1",
+                                              "vllm_engine": {"max_num_seqs": 32}}}))
+    env = {**os.environ, "SERVE_VENV": str(venv), "SERVE_STATE": str(tmp_path / "state"), "SERVE_TIMEOUT_S": "60"}
+    return env, params
+
+
+def test_serve_llm_script_starts_waits_and_stops(tmp_path):
+    import requests
+
+    env, params = _serve_env(tmp_path)
+    script = str(ROOT / "scripts" / "serve_llm.sh")
+    r = subprocess.run([script, str(params)], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    base = yaml.safe_load(params.read_text())["llm"]["base_url"]
+    assert requests.get(base + "/models", timeout=5).json()["data"][0]["id"] == "served-x"
+    args = (tmp_path / "venv" / "args.txt").read_text().split()
+    assert args == gpu.serve_args(config.load(params)["llm"])  # exactly the flags the params give
+    pid = int((tmp_path / "state" / "vllm.pid").read_text())
+    again = subprocess.run([script, str(params)], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and "is running" in again.stderr  # never two servers on one state folder
+    assert subprocess.run([script, "--stop"], env=env, capture_output=True, text=True, timeout=90).returncode == 0
+    time.sleep(0.2)
+    assert not gpu._alive(pid) and not (tmp_path / "state" / "vllm.pid").exists()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(base + "/models", timeout=2)
+
+
+def test_serve_llm_script_fails_with_the_server_log_when_vllm_dies(tmp_path):
+    env, params = _serve_env(tmp_path)
+    env["FAKE_VLLM_DIE"] = "the model is not in the Hugging Face cache"
+    r = subprocess.run([str(ROOT / "scripts" / "serve_llm.sh"), str(params)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0
+    assert "exited before serving 'served-x'" in r.stderr and "not in the Hugging Face cache" in r.stderr
