@@ -364,3 +364,25 @@ def test_vllm_engine_settings_may_not_restate_other_llm_parameters():
     with pytest.raises(ValueError, match="llm.vllm_engine.max_model_len: set llm.context_tokens instead"):
         llm.check_engine_args({"max_model_len": 4096})
     assert llm.check_engine_args({"max_num_seqs": 64}) == {"max_num_seqs": 64}
+
+
+def test_a_bug_under_the_vllm_backend_propagates_while_a_model_error_is_a_failed_call(monkeypatch):
+    import types
+
+    class LLM:
+        def __init__(self, **kw):
+            pass
+
+        def chat(self, messages, sampling, use_tqdm=False):
+            content = messages[0][-1]["content"]
+            if content == "bug":
+                raise TypeError("chat() got an unexpected keyword argument")
+            raise ValueError("prompt longer than max_model_len")
+
+    fake = types.ModuleType("vllm")
+    fake.LLM, fake.SamplingParams = LLM, lambda **kw: kw
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    c = llm.make_client({**PARAMS, "backend": "vllm", "max_retries": 0}, None)
+    assert "max_model_len" in c.generate([req("too long")])[0].error
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        c.generate([req("bug")])

@@ -696,12 +696,12 @@ class CallCache:
 
 
 def prefix_group(call: Call, chars: int) -> str | None:
-    """The first ``chars`` characters of the call's prompt (roles and contents in order), or ``None`` when the
-    prompt is not longer than that (such a call shares nothing worth waiting for)."""
+    """A digest of the first ``chars`` characters of the call's prompt (roles and contents in order), or ``None``
+    when the prompt is not longer than that (such a call shares nothing worth waiting for)."""
     if chars <= 0:
         return None
     text = "".join(f"{m.get('role', '')}\x1f{m.get('content', '')}\x1e" for m in call.messages)
-    return text[:chars] if len(text) > chars else None
+    return hashlib.sha256(text[:chars].encode()).hexdigest() if len(text) > chars else None
 
 
 @dataclass
