@@ -163,6 +163,13 @@ def test_hub_models_list_what_prefetch_downloads():
         assert gpu.hub_models(load(offline)) == {}
 
 
+def test_prefetch_needs_the_network_and_doctor_sees_what_is_missing(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="prefetch needs the network: run it with HF_HUB_OFFLINE=0"):
+        gpu.prefetch(["BAAI/bge-small-en-v1.5"])
+    assert gpu.cached_offline("BAAI/no-such-model-in-this-cache") is False
+
+
 def test_require_cuda_names_the_keys_and_the_torch_build():
     cfg = load("qasper")
     assert gpu.cuda_keys(cfg) == ["embed.embedders.strong.device", "embed.embedders.weak.device",
