@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 T0=$SECONDS
 step() { echo; echo "== [$((SECONDS - T0)) s] $*"; }
 out=build/gpu_smoke
-weights=$out/smollm2-135m-instruct-fp16
+weights=$PWD/$out/smollm2-135m-instruct-fp16
 params=params/gpu_smoke.yaml
 mkdir -p "$out"
 if [ -n "${CHUNKSTUDY_SHARED_DATA:-}" ]; then  # the same parameters, reading the mirror from elsewhere
