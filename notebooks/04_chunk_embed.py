@@ -29,9 +29,10 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, conditions, config, embed, tables
+from chunkstudy import artifacts, conditions, config, embed, gpu, tables
 
 cfg = config.load(params_file)
+gpu.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
 documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")

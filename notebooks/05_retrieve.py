@@ -35,9 +35,10 @@ params_file = "params/demo.yaml"
 # %%
 import pandas as pd
 
-from chunkstudy import artifacts, conditions, config, embed, rerank, retrieve
+from chunkstudy import artifacts, conditions, config, embed, gpu, rerank, retrieve
 
 cfg = config.load(params_file)
+gpu.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
 retrieve_params = cfg["retrieve"]
 chunks = artifacts.read(cfg, "chunks")
 queries = artifacts.read(cfg, "queries")

@@ -26,5 +26,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
   echo "env: ready in $((SECONDS - t0)) s" >&2
 fi
+# Offline unless the caller says otherwise: a stage never downloads a model. Hub models (BGE, Gemma) are fetched
+# once with scripts/prefetch_models.sh PARAMS; HF_HUB_OFFLINE=0 ./run_all.sh X lets a run download them itself.
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
 export TOKENIZERS_PARALLELISM=false PYTHONHASHSEED=0 MPLBACKEND=Agg

@@ -1,6 +1,6 @@
 """A minimal OpenAI-compatible chat-completions server for the HTTP tests (127.0.0.1 only, standard library).
 
-Run as ``python tests/fake_openai_server.py``: it binds an ephemeral port on 127.0.0.1, prints ``PORT <n>`` on
+Run as ``python tests/fake_openai_server.py``: it binds an ephemeral port (or ``--port``) on 127.0.0.1, prints ``PORT <n>`` on
 stdout and serves until killed (or ``--lifetime`` seconds, a safety bound). Behaviour is chosen by the last
 user message, so one server covers the cases the tests need:
 
@@ -8,11 +8,18 @@ user message, so one server covers the cases the tests need:
 * ``json``          reply a JSON object that satisfies the request's ``response_format`` schema (it echoes back
                     the schema's required keys with type-correct dummy values and the request's ``seed``);
 * ``flaky:<id>``    HTTP 500 on the first request for ``<id>``, then ``ok <id>``;
-* ``slow:<secs>``   sleep ``<secs>`` seconds, then reply ``slow done``;
-* ``bad``           HTTP 400.
+* ``slow:<secs>[:<id>]``  sleep ``<secs>`` seconds, then reply ``slow done``;
+* ``bad``           HTTP 400;
+* ``empty`` / ``none``  a reply whose content is ``""`` / ``null``;
+* ``retry-after:<id>``  HTTP 429 with ``Retry-After: 1`` on the first request for ``<id>``, then ``ok <id>``;
+* any prompt containing ``FAILME``: HTTP 500 while the server is *failing* (``POST /control {"failing": b}``,
+  initially ``--failing``), else as above.
 
-``GET /stats`` returns ``{"requests": n, "auth": [authorization headers seen]}`` so tests can check counts
-and that the key arrived as a bearer token.
+``GET /stats`` returns ``{"requests": n, "auth": [authorization headers seen], "max_inflight": n, "chat":
+[the last message of every chat request, in arrival order], "times": {id: [arrival times]}}`` so tests can check
+counts, overlap, and that the key arrived as a bearer token. ``GET {prefix}/models`` lists ``--models``;
+``GET /metrics`` is a Prometheus text with vLLM's prefix-cache counters, modelled in characters: every prompt
+queries its length and hits its longest common prefix with any earlier prompt.
 """
 
 from __future__ import annotations
@@ -24,8 +31,17 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-STATE = {"requests": 0, "seen": {}, "auth": []}
+STATE = {"requests": 0, "seen": {}, "auth": [], "inflight": 0, "max_inflight": 0, "chat": [], "times": {},
+         "failing": False, "models": ["served-model"], "prompts": [], "pc_queries": 0, "pc_hits": 0, "success": 0}
 LOCK = threading.Lock()
+
+
+def _common(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def _dummy(schema: dict):
@@ -47,10 +63,12 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep test output quiet
         pass
 
-    def _send(self, code: int, obj) -> None:
-        body = json.dumps(obj).encode()
+    def _send(self, code: int, obj, headers: dict | None = None) -> None:
+        body = (obj if isinstance(obj, str) else json.dumps(obj)).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", "application/json" if not isinstance(obj, str) else "text/plain")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         try:
@@ -59,9 +77,20 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
     def do_GET(self):
-        if self.path.rstrip("/").endswith("/stats"):
+        path = self.path.rstrip("/")
+        if path.endswith("/stats"):
             with LOCK:
-                self._send(200, {"requests": STATE["requests"], "auth": STATE["auth"]})
+                self._send(200, {k: STATE[k] for k in ("requests", "auth", "max_inflight", "chat", "times")})
+        elif path.endswith("/models"):
+            self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in STATE["models"]]})
+        elif path == "/metrics":
+            with LOCK:
+                text = "".join(f"# TYPE vllm:{n} counter\nvllm:{n}_total{{engine=\"0\"}} {float(v)}\n"
+                               f"vllm:{n}_created{{engine=\"0\"}} 1.7e9\n"
+                               for n, v in (("prefix_cache_queries", STATE["pc_queries"]),
+                                            ("prefix_cache_hits", STATE["pc_hits"]),
+                                            ("request_success", STATE["success"])))
+            self._send(200, text)
         else:
             self._send(404, {"error": "not found"})
 
@@ -71,9 +100,35 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATE["requests"] += 1
             STATE["auth"].append(self.headers.get("Authorization"))
+        if self.path.rstrip("/").endswith("/control"):
+            with LOCK:
+                STATE["failing"] = bool(req.get("failing", STATE["failing"]))
+            return self._send(200, {"failing": STATE["failing"]})
         if not self.path.endswith("/chat/completions"):
             return self._send(404, {"error": "not found"})
+        with LOCK:
+            STATE["inflight"] += 1
+            STATE["max_inflight"] = max(STATE["max_inflight"], STATE["inflight"])
+        try:
+            self._chat(req)
+        finally:
+            with LOCK:
+                STATE["inflight"] -= 1
+
+    def _chat(self, req: dict) -> None:
         last = req["messages"][-1]["content"]
+        prompt = "".join(m["content"] for m in req["messages"])
+        with LOCK:
+            STATE["chat"].append(last)
+            STATE["times"].setdefault(last, []).append(time.time())
+            failing = STATE["failing"]
+        if failing and "FAILME" in prompt:
+            return self._send(500, {"error": {"message": "scripted failure"}})
+        with LOCK:
+            STATE["pc_queries"] += len(prompt)
+            STATE["pc_hits"] += max((_common(prompt, p) for p in STATE["prompts"]), default=0)
+            STATE["prompts"].append(prompt)
+            STATE["success"] += 1
         if last == "bad":
             return self._send(400, {"error": {"message": "bad request"}})
         if last.startswith("flaky:"):
@@ -84,7 +139,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(500, {"error": {"message": "transient"}})
             text = "ok " + last.split(":", 1)[1]
         elif last.startswith("slow:"):
-            time.sleep(float(last.split(":", 1)[1]))
+            time.sleep(float(last.split(":")[1]))  # slow:<secs>[:<id>]
             text = "slow done"
         elif last == "json":
             rf = req.get("response_format") or {}
@@ -93,6 +148,15 @@ class Handler(BaseHTTPRequestHandler):
             text = json.dumps({"response_format_type": rf.get("type"), "seed": req.get("seed"), "value": obj})
         elif last.startswith("echo:"):
             text = last.split(":", 1)[1]
+        elif last in ("empty", "none"):
+            text = "" if last == "empty" else None
+        elif last.startswith("retry-after:"):
+            with LOCK:
+                first = last not in STATE["seen"]
+                STATE["seen"][last] = True
+            if first:
+                return self._send(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "1"})
+            text = "ok " + last.split(":", 1)[1]
         else:
             text = last
         self._send(200, {"id": "x", "object": "chat.completion", "model": req.get("model"),
@@ -103,8 +167,13 @@ class Handler(BaseHTTPRequestHandler):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lifetime", type=float, default=120.0, help="exit after this many seconds (safety bound)")
+    ap.add_argument("--models", default="served-model", help="comma-separated model ids GET /models lists")
+    ap.add_argument("--failing", action="store_true", help="start failing prompts that contain FAILME")
+    ap.add_argument("--port", type=int, default=0, help="port to bind (default: an ephemeral one)")
     a = ap.parse_args()
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    STATE["models"] = a.models.split(",")
+    STATE["failing"] = a.failing
+    srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     srv.daemon_threads = True
     print(f"PORT {srv.server_address[1]}", flush=True)
     timer = threading.Timer(a.lifetime, srv.shutdown)

@@ -105,14 +105,56 @@ def test_export_import_replays_exactly_without_the_model(tmp_path):
     assert dst.backend.calls == []
 
 
-def test_torn_last_line_is_ignored(tmp_path):
+def test_torn_last_line_is_dropped_and_the_next_record_keeps_its_own_line(tmp_path):
     c = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "v"))
     c.generate([req("a"), req("b")])
-    with open(tmp_path / llm.CACHE_FILE, "a") as f:
+    path = tmp_path / llm.CACHE_FILE
+    whole = path.read_bytes()
+    with open(path, "a") as f:
         f.write('{"key": "abc", "te')  # a kill in the middle of a write
-    c2 = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "w"))
-    assert len(c2.cache) == 2
+    with pytest.warns(UserWarning, match=r"calls\.jsonl: dropped a torn last line"):
+        c2 = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "w"))
+    assert len(c2.cache) == 2 and c2.cache.report["torn_tail"] == 1
+    assert path.read_bytes() == whole  # repaired: the file ends at the last whole record
     assert [r.cached for r in c2.generate([req("a"), req("b")])] == [True, True]
+    c2.generate([req("c")])  # appended after the repair: it must not be glued to the torn bytes
+    c3 = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(["unused"]))
+    assert len(c3.cache) == 3 and c3.cache.report["bad_lines"] == []
+    assert c3.generate([req("c")])[0].text == "w"
+
+
+def test_a_whole_last_record_without_its_newline_is_kept_and_terminated(tmp_path):
+    c = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "v"))
+    c.generate([req("a")])
+    path = tmp_path / llm.CACHE_FILE
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    c2 = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "w"))
+    assert len(c2.cache) == 1 and c2.cache.report["torn_tail"] == 0
+    c2.generate([req("b")])
+    assert len(llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend([])).cache) == 2
+
+
+def test_a_damaged_middle_line_is_reported_and_a_glued_record_recovered(tmp_path):
+    c = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "v:" + r.messages[0]["content"]))
+    c.generate([req("a"), req("b"), req("c")])
+    path = tmp_path / llm.CACHE_FILE
+    lines = path.read_text().splitlines()
+    # line 2: a torn record with the next record glued on (what the old code left after a kill); line 3: garbage
+    path.write_text("\n".join([lines[0], '{"key": "zz", "te' + lines[1], "not json at all", lines[2]]) + "\n")
+    with pytest.warns(UserWarning, match=r"calls\.jsonl: 2 damaged line\(s\) skipped \(line 2, 3\); 1 whole"):
+        c2 = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(["unused"]))
+    assert c2.cache.report["bad_lines"] == [2, 3] and c2.cache.report["salvaged"] == 1
+    assert [r.text for r in c2.generate([req("a"), req("b"), req("c")])] == ["v:a", "v:b", "v:c"]
+    assert llm.describe(c2)["cache"]["bad_lines"] == [2, 3]
+
+
+def test_cached_empty_replies_are_asked_again(tmp_path):
+    rec = {"key": llm.make_client(PARAMS, None, backend=llm.ScriptedBackend([])).key(req("a")), "text": "  "}
+    (tmp_path / llm.CACHE_FILE).write_text(json.dumps(rec) + "\n")
+    be = llm.ScriptedBackend(lambda r: "now")
+    c = llm.make_client(PARAMS, tmp_path, backend=be)
+    assert c.cache.report["empty_replies"] == 1
+    assert c.generate([req("a")])[0].text == "now" and len(be.calls) == 1
 
 
 def test_concurrent_calls_keep_request_order(tmp_path):
@@ -223,9 +265,9 @@ def test_http_retry_timeout_and_permanent_error(server, tmp_path):
 
 
 def test_http_connection_refused_is_an_error_not_a_crash(tmp_path):
-    c = http_client("http://127.0.0.1:9/v1", tmp_path, max_retries=0)
+    c = http_client("http://127.0.0.1:9/v1", tmp_path, max_retries=0, preflight=False)
     r = c.generate([req("x")])[0]
-    assert r.error and "connection error" in r.error
+    assert r.error and "connection error" in r.error and "TransportError" in r.error
 
 
 def test_unknown_backend_and_missing_settings_are_named():
@@ -272,8 +314,9 @@ def test_vllm_adapter_passes_schema_seed_and_survives_a_bad_prompt(monkeypatch, 
             self.json = json
 
     class LLM:
-        def __init__(self, model, seed, max_model_len):
+        def __init__(self, model, seed, max_model_len, **engine):
             seen["init"] = (model, seed, max_model_len)
+            seen["engine"] = engine
 
         def chat(self, messages, sampling, use_tqdm=False):
             if any(m[-1]["content"] == "too long" for m in messages):
@@ -288,8 +331,10 @@ def test_vllm_adapter_passes_schema_seed_and_survives_a_bad_prompt(monkeypatch, 
     fake.sampling_params = types.SimpleNamespace(StructuredOutputsParams=StructuredOutputsParams)
     monkeypatch.setitem(sys.modules, "vllm", fake)
     c = llm.make_client({**PARAMS, "backend": "vllm", "model": "google/gemma", "context_tokens": 4096,
-                         "max_retries": 0}, tmp_path)
+                         "max_retries": 0, "vllm_engine": {"gpu_memory_utilization": 0.6, "max_num_seqs": 128}},
+                        tmp_path)
     assert seen["init"] == ("google/gemma", 7, 4096)
+    assert seen["engine"] == {"gpu_memory_utilization": 0.6, "max_num_seqs": 128}
     out = c.generate([req("a", json_schema={"type": "object"}), req("too long"), req("b")])
     assert [r.text for r in out] == ["out:a", "", "out:b"] and "max_model_len" in out[1].error
     kw = seen["sampling"][0]

@@ -63,7 +63,7 @@ def test_warnings_for_demo_and_paper_params(root):
     spec = config.load(root / "params" / "wikipedia_fa.yaml").data
     assert report.model_warnings(spec) == []
     m = report.models_used(spec)
-    assert "BAAI/bge-large-en-v1.5" in m["model"].tolist() and "google/gemma-4-26b-a4b-it" in m["model"].tolist()
+    assert "BAAI/bge-large-en-v1.5" in m["model"].tolist() and "google/gemma-4-26B-A4B-it" in m["model"].tolist()
     # the report states which document A1's model saw
     a1 = m.set_index("role").loc["A1 situating contexts", "label / status"]
     assert a1 == "LLM arm; <document> view: full"

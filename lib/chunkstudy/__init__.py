@@ -4,7 +4,9 @@ section first — the library behind the notebooks in ``notebooks/`` (see README
 Imports flow one way: ``config``/``artifacts`` → domain modules (``corpus``, ``llm``, ``induce``, ``contexts``,
 ``queries``, ``chunking``, ``conditions``, ``embed``, ``retrieve``, ``rerank``, ``metrics``, ``stats``) →
 ``tables``/``figures``/``report``. ``paper`` holds the paper's own numbers (imports nothing of the project; any
-module may read it). Only ``artifacts`` touches paths.
+module may read it). Only ``artifacts`` touches paths. Beside the stages: ``runner`` (run_all.sh),
+``plan`` (a run's model calls and texts, estimated before any model runs) and ``gpu`` (vLLM serving, model
+prefetch, CUDA checks, the GPU smoke run's checks).
 """
 
 __version__ = "0.1.0"

@@ -154,6 +154,21 @@ SCHEMA: dict[str, Any] = {
                                doc="openai backend: response_format sent with a JSON schema request"),
         "retry_backoff_s": P(1.0, (float,), doc="first retry waits this long, then doubles"),
         "cpu_threads": P(0, (int,), doc="transformers backend on CPU: torch threads while generating; 0 = default"),
+        "max_error_share": P(0.01, (float,), doc="a stage fails (no manifest) when more than this share of its model "
+                                                 "calls failed; its successes are cached, so a rerun retries only "
+                                                 "the failures"),
+        "breaker_failures": P(10, (int,), doc="this many consecutive connection failures stop the stage; 0 = never"),
+        "preflight": P(True, (bool,), doc="openai backend: before the first uncached call, check that the server "
+                                          "answers and serves llm.model"),
+        "retry_after_max_s": P(120.0, (float,), doc="longest server Retry-After a retry waits"),
+        "prefix_group_chars": P(2048, (int,), doc="requests sharing this many leading prompt characters (one "
+                                                  "document's A1 windows) go first-one-alone, so the server's prefix "
+                                                  "cache holds the document for the rest; 0 = off; timing only"),
+        "server_metrics": P(False, (bool,), doc="openai backend on vLLM: record the prefix-cache hit rate per batch "
+                                                "from the server's /metrics"),
+        "vllm_engine": P({}, (dict,), doc="vLLM engine arguments (gpu_memory_utilization, max_num_seqs, "
+                                          "language_model_only, tensor_parallel_size, ...): passed to vllm.LLM by the "
+                                          "vllm backend, and as --flags by scripts/serve_llm.sh"),
     },
     "induce": {
         "method": P("texttiling", (str,), ("llm", "texttiling")),

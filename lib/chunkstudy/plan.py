@@ -1,0 +1,262 @@
+"""Estimate a run before any model runs: ``python -m chunkstudy.plan params/qasper.yaml [--build] [--json]``.
+
+Prints the model calls each generative batch will make (and how many the LLM cache already holds), their prompt
+tokens, the texts each embedder will embed, and the reranker pairs — from stage 01's tables, without loading a
+model. ``--build`` builds the corpus in memory when 01 has not run (reading or downloading its sources, as 01
+would).
+
+How. The pipeline's own request builders run with a dry-run client (:class:`DryRunClient`) that records every
+request and answers with a placeholder: induction (``induce.induce_structure``), A1 contexts
+(``contexts.a1_contexts`` on ``chunking.a0_windows``) and generated queries (``queries.build_queries``). The chunk
+sets come from ``conditions.build_all``, the function 04 runs. So the counts follow the code, not a copy of it.
+
+What is exact and what is estimated:
+
+* prompt tokens are characters / 4 (the estimate ``induce`` and ``contexts`` size their windows with); the
+  model's tokenizer is not loaded. ``generated tokens`` is the sum of ``max_tokens``: an upper bound.
+* induction: first-round calls are exact; the self-correction round is an upper bound (every window corrected);
+* A1 windows and the induced chunk sets follow 02's ``sections_induced`` when it exists, else the gold structure
+  stands in for it (same documents, the authors' outline instead of the model's): an estimate;
+* A1 prefix share: the characters of each A1 prompt equal to the start of the previous prompt of the same
+  document, over all A1 prompt characters — about the prefix-cache hit rate a server can reach (vLLM caches
+  whole blocks of 16 tokens, so a little less);
+* generated queries: generation calls are exact; paraphrases are at most one per generated query;
+* texts to embed are the unique embedded texts (the embedding store embeds each distinct text once per model)
+  plus the queries; token counts use ``chunking.tokenizer`` when it loads offline, else an approximation
+  (words and punctuation), which the output says;
+* reranker pairs: queries x conditions x min(top_n, k) per reranker, an upper bound (a pair repeated across
+  conditions, A3/A4 say, is scored once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from . import llm
+
+CHARS_PER_TOKEN = 4.0
+PLACEHOLDER = "(dry run: no model was called)"
+A1_DOCS_PER_BATCH = 50  # A1 prompts hold whole documents: build them a few documents at a time
+
+
+class _DryBackend(llm.Backend):
+    """Carries the configured backend's name and model, so cache keys match a real run's; never called."""
+
+    def __init__(self, llm_params: Mapping[str, Any]):
+        self.name = str(llm_params.get("backend", "none"))
+        model = str(llm_params.get("model", ""))
+        gguf = llm_params.get("gguf_file")
+        self.model = f"{model}/{gguf}" if self.name == "transformers" and gguf else model
+
+    def complete(self, call):  # pragma: no cover - the dry run never calls a model
+        raise RuntimeError("the dry-run backend is never called")
+
+
+def _prompt_text(call: llm.Call) -> str:
+    return "".join(str(m.get("content", "")) for m in call.messages)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    return len(os.path.commonprefix([a, b]))
+
+
+class DryRunClient:
+    """Stands in for :class:`chunkstudy.llm.Client` in the request builders: ``generate`` records the batch and
+    answers each request with its cached reply, else :data:`PLACEHOLDER`. ``records`` are the LLM cache's records
+    (read, never written), so cached requests are counted as such and later rounds follow the cached replies."""
+
+    def __init__(self, llm_params: Mapping[str, Any], records: Mapping[str, dict] | None = None):
+        self._client = llm.make_client(dict(llm_params), None, backend=_DryBackend(llm_params))
+        self.context_tokens = self._client.context_tokens
+        self.max_tokens = self._client.max_tokens
+        self.model = self._client.backend.model
+        self.records = records or {}
+        self.batches: dict[str, dict] = {}
+        self._last: dict[str, str] = {}  # per batch label: the previous prompt (for the prefix share)
+
+    def generate(self, requests: Sequence[llm.Request], desc: str = "") -> list[llm.Response]:
+        requests = list(requests)
+        b = self.batches.setdefault(desc, {"requests": 0, "calls": 0, "cached": 0, "prompt_chars": 0,
+                                           "shared_prefix_chars": 0, "max_new_tokens": 0})
+        seen: set[str] = set()
+        out = []
+        for r in requests:
+            call = self._client.resolve(r)
+            key = llm.cache_key(self._client.backend.name, self._client.backend.model, call)
+            rec = self.records.get(key)
+            # a cached reply is what the run will see (a self-correction round depends on it)
+            out.append(llm.Response(rec["text"] if rec else PLACEHOLDER, rec is not None, None, 0.0, self.model))
+            b["requests"] += 1
+            if key in seen:
+                continue
+            seen.add(key)
+            if rec is not None:
+                b["cached"] += 1
+                continue
+            text = _prompt_text(call)
+            b["calls"] += 1
+            b["prompt_chars"] += len(text)
+            b["max_new_tokens"] += call.max_tokens
+            b["shared_prefix_chars"] += _common_prefix(self._last.get(desc, ""), text)
+            self._last[desc] = text
+        return out
+
+
+def _counter(tokenizer: str):
+    from . import chunking, contexts
+
+    try:
+        return chunking.load_counter(tokenizer), f"{tokenizer} tokens"
+    except Exception as e:  # noqa: BLE001 - the plan falls back and says so
+        return contexts.approx_counter, (f"approximate tokens (words and punctuation): {tokenizer!r} does not load "
+                                         f"here ({type(e).__name__})")
+
+
+def corpus_tables(cfg, build: bool = False) -> tuple[dict[str, pd.DataFrame], str]:
+    """01's tables (documents, paragraphs, sections_gold, harvested) from the run's store, else built in memory
+    with ``build``; ``(tables, where they came from)``."""
+    from . import artifacts
+
+    names = ("documents", "paragraphs", "sections_gold", "harvested")
+    if all(artifacts.exists(cfg, n) for n in names):
+        return {n: artifacts.read(cfg, n) for n in names}, f"01_corpus of corpus '{cfg.corpus}'"
+    if not build:
+        raise FileNotFoundError(f"01_corpus has not run for corpus '{cfg.corpus}' (no {artifacts.table_path(cfg, 'documents')}): "
+                                f"run ./run_all.sh {cfg.path.stem} --only 01 (no model is needed), or pass --build to "
+                                f"build the corpus in memory")
+    from .corpus import build as corpus_build
+
+    out = corpus_build.build_corpus(cfg)
+    return {n: out[n] for n in names}, "the corpus built in memory (--build)"
+
+
+def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
+    """The plan of a run of ``cfg`` over 01's ``tables`` (module docstring): a dict of plain numbers and notes."""
+    from . import artifacts, chunking, conditions, contexts, embed, induce, queries
+
+    documents, paragraphs = tables["documents"], tables["paragraphs"]
+    sections_gold, harvested = tables["sections_gold"], tables.get("harvested")
+    notes: list[str] = []
+    lp = cfg["llm"]
+    cache_path = Path(cfg.root) / "data" / cfg.corpus / "cache" / lp["cache"] / llm.CACHE_FILE  # read, not created
+    records = llm.CallCache._load(cache_path)[0] if cache_path.is_file() else {}
+    client = DryRunClient(lp, records)
+    counter, counted = _counter(cfg["chunking"]["tokenizer"])
+    if artifacts.exists(cfg, "sections_induced"):
+        structure = artifacts.read(cfg, "sections_induced")
+        notes.append("A1 windows and induced chunk sets: from 02's sections_induced")
+    else:
+        structure = sections_gold
+        notes.append("A1 windows and induced chunk sets: the gold structure stands in for 02's induced one (not "
+                     "run yet)")
+
+    if cfg["induce"]["method"] == "llm":
+        induce.induce_structure(documents, paragraphs, cfg["induce"], client=client)
+        notes.append("induction self-correction: an upper bound (every window corrected)")
+    windows = chunking.a0_windows(documents, paragraphs, structure, cfg["chunking"], counter)
+    if cfg["contexts"]["method"] == "llm":
+        ids = list(dict.fromkeys(windows["doc_id"]))
+        for i in range(0, len(ids), A1_DOCS_PER_BATCH):
+            part = set(ids[i:i + A1_DOCS_PER_BATCH])
+            contexts.a1_contexts(documents[documents["doc_id"].isin(part)], windows[windows["doc_id"].isin(part)],
+                                 cfg["contexts"], client=client, counter=counter)
+    qp = cfg["queries"]
+    q = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp,
+                              client=client if qp["source"] == "generated" else None)
+    n_queries = len(q["queries"]) if qp["source"] == "harvested" else int(sum(qp["targets"].values()))
+    if qp["source"] == "generated":
+        gen = client.batches.get("queries: generate", {}).get("calls", 0)
+        client.batches["queries: paraphrase (at most)"] = {"requests": gen, "calls": gen, "cached": 0,
+                                                           "prompt_chars": 0, "shared_prefix_chars": 0,
+                                                           "max_new_tokens": gen * int(qp["gen_max_tokens"])}
+        client.batches.pop("queries: paraphrase", None)
+        notes.append(f"generated queries: at most {n_queries} after balancing (queries.targets)")
+
+    if artifacts.exists(cfg, "contexts_a1"):
+        ctx = artifacts.read(cfg, "contexts_a1")
+    else:
+        ctx = windows.assign(context=[f"(A1 context {i})" for i in range(len(windows))])
+    built = conditions.build_all(documents, paragraphs, sections_gold, structure, ctx, cfg["chunking"], counter)
+    chunks, texts = built["chunks"], built["texts"]
+    embedders = {}
+    keys_seen: dict[str, str] = {}
+    for key, spec in cfg["embed"]["embedders"].items():
+        mk = embed.Embedder(spec, key).model_key
+        embedders[key] = {"model": spec["model"], "device": spec.get("device", "cpu"), "passages": len(texts),
+                          "queries": n_queries, "shares_vectors_with": keys_seen.get(mk)}
+        keys_seen.setdefault(mk, key)
+    n_conditions = chunks["condition"].nunique()
+    k = int(cfg["retrieve"]["k"])
+    rerankers = {key: {"model": spec["model"], "pairs_at_most": n_queries * n_conditions * min(int(spec["top_n"]), k)}
+                 for key, spec in cfg["retrieve"]["rerankers"].items()}
+
+    llm_rows = {}
+    for desc, b in client.batches.items():
+        llm_rows[desc] = {**b, "prompt_tokens": b["prompt_chars"] / CHARS_PER_TOKEN,
+                          "prefix_share": b["shared_prefix_chars"] / b["prompt_chars"] if b["prompt_chars"] else None}
+    return {
+        "params": str(cfg.path), "corpus": cfg.corpus, "documents": int(len(documents)),
+        "llm": {"backend": lp["backend"], "model": client.model, "concurrency": lp["concurrency"],
+                "cache_records": len(records), "batches": llm_rows},
+        "chunks": {"rows": int(len(chunks)), "conditions": int(n_conditions), "unique_texts": len(texts),
+                   "a0_windows": int(len(windows)), "counted_in": counted},
+        "queries": n_queries, "embedders": embedders, "rerankers": rerankers, "notes": notes,
+    }
+
+
+def render(plan: Mapping[str, Any]) -> str:
+    """The plan as text: one table per kind of work, then the notes."""
+    lines = [f"plan for {plan['params']} (corpus '{plan['corpus']}', {plan['documents']} documents)", ""]
+    lp = plan["llm"]
+    lines.append(f"model calls  (llm.backend {lp['backend']}, model {lp['model']!r}, concurrency {lp['concurrency']}; "
+                 f"{lp['cache_records']} records in the LLM cache)")
+    if lp["batches"]:
+        cols = ["requests", "cached", "calls", "prompt_tokens", "max_new_tokens"]
+        rows = {d: {**{c: f"{b[c]:,.0f}" for c in cols},
+                    "prefix_share": "" if b["prefix_share"] is None else f"{b['prefix_share']:.3f}"}
+                for d, b in lp["batches"].items()}
+        rows["total"] = {**{c: f"{sum(b[c] for b in lp['batches'].values()):,.0f}" for c in cols}, "prefix_share": ""}
+        lines.append(pd.DataFrame(rows).T.to_string())
+    else:
+        lines.append("  none (no stage of these parameters calls a language model)")
+    c = plan["chunks"]
+    lines += ["", f"chunks  {c['rows']:,} rows over {c['conditions']} conditions, {c['unique_texts']:,} unique "
+                  f"embedded texts, {c['a0_windows']:,} A0/A1 windows (sizes in {c['counted_in']})",
+              "", f"texts to embed  ({plan['queries']:,} queries)",
+              pd.DataFrame(plan["embedders"]).T.to_string()]
+    if plan["rerankers"]:
+        lines += ["", "reranker pairs", pd.DataFrame(plan["rerankers"]).T.to_string()]
+    lines += ["", "notes"] + [f"  - {n}" for n in plan["notes"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import config
+
+    ap = argparse.ArgumentParser(prog="python -m chunkstudy.plan", description=__doc__.split("\n\n")[0])
+    ap.add_argument("params", help="a parameter file (params/qasper.yaml) or a name in params/")
+    ap.add_argument("--build", action="store_true", help="build the corpus in memory when 01 has not run")
+    ap.add_argument("--json", action="store_true", help="print the plan as JSON")
+    a = ap.parse_args(argv)
+    p = Path(a.params)
+    cfg = config.load(p if p.suffix in {".yaml", ".yml"} else Path("params") / f"{a.params}.yaml")
+    try:
+        tables, source = corpus_tables(cfg, a.build)
+    except FileNotFoundError as e:
+        print(f"plan: {e}", file=sys.stderr)
+        return 1
+    plan = estimate(cfg, tables)
+    plan["notes"].insert(0, f"corpus: {source}")
+    print(json.dumps(plan, indent=2, default=str) if a.json else render(plan))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

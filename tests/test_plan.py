@@ -1,0 +1,102 @@
+"""The run plan (python -m chunkstudy.plan): its counts are what the stages' own request builders send — checked
+against a real run of those builders through a scripted backend — and replies a run cached are counted as such."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chunkstudy import artifacts, chunking, config, contexts, induce, llm, plan
+
+ROOT = Path(__file__).resolve().parents[1]
+LLM_ARMS = {"llm": {"backend": "openai", "model": "google/gemma-4-26B-A4B-it", "base_url": "http://localhost:8000/v1",
+                    "context_tokens": 8192, "max_tokens": 1024},
+            "induce": {"method": "llm"}, "contexts": {"method": "llm"}}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plan")
+    cfg = config.load(ROOT / "params" / "demo.yaml", root=root, overrides=LLM_ARMS)
+    tables, source = plan.corpus_tables(cfg, build=True)
+    return cfg, tables
+
+
+def test_dry_run_client_counts_unique_calls_tokens_and_the_shared_prefix():
+    c = plan.DryRunClient({"backend": "openai", "model": "m", "max_tokens": 100})
+    doc = "<document>" + "x" * 390
+    reqs = [llm.Request([{"role": "user", "content": doc + f"<chunk>{i}</chunk>"}]) for i in range(3)]
+    out = c.generate(reqs + reqs[:1], desc="A1 contexts")
+    assert [r.text for r in out] == [plan.PLACEHOLDER] * 4
+    b = c.batches["A1 contexts"]
+    n = len(doc) + len("<chunk>0</chunk>")
+    assert (b["requests"], b["calls"], b["prompt_chars"], b["max_new_tokens"]) == (4, 3, 3 * n, 300)
+    assert b["shared_prefix_chars"] == 2 * (len(doc) + len("<chunk>"))  # each later prompt repeats the document
+
+
+def test_the_plan_predicts_the_calls_a_run_makes_and_sees_the_cache(demo, tmp_path):
+    cfg, tables = demo
+    docs, paras, gold = tables["documents"], tables["paragraphs"], tables["sections_gold"]
+    p = plan.estimate(cfg, tables)
+    batches = p["llm"]["batches"]
+    assert set(batches) == {"induction", "induction self-correction", "A1 contexts"}
+
+    class Recording(llm.ScriptedBackend):
+        name = "openai"  # the configured backend's name and model: the cache keys a real run writes
+
+    be = Recording(lambda r: "not a valid outline", model=cfg["llm"]["model"])
+    client = llm.make_client(cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]), backend=be)
+    induce.induce_structure(docs, paras, cfg["induce"], client=client)
+    counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
+    windows = chunking.a0_windows(docs, paras, gold, cfg["chunking"], counter)  # gold stands in for 02's outline
+    contexts.a1_contexts(docs, windows, cfg["contexts"], client=client, counter=counter)
+
+    def made(prefix):
+        calls = [c for c in be.calls if c.tag.startswith(prefix)]
+        return len(calls), sum(len("".join(m["content"] for m in c.messages)) for c in calls)
+
+    for desc, prefix in (("induction", "induce:"), ("A1 contexts", "a1:")):
+        n, chars = made(prefix)
+        if desc == "induction":  # first round: the tags end in r0
+            calls = [c for c in be.calls if c.tag.startswith("induce:") and c.tag.endswith(":r0")]
+            n, chars = len(calls), sum(len("".join(m["content"] for m in c.messages)) for c in calls)
+        assert (batches[desc]["calls"], batches[desc]["prompt_tokens"]) == (n, chars / 4), desc
+    corrections = [c for c in be.calls if c.tag.startswith("induce:") and c.tag.endswith(":r1")]
+    assert batches["induction self-correction"]["calls"] == len(corrections)  # every reply was unusable
+    assert batches["A1 contexts"]["calls"] == p["chunks"]["a0_windows"] == len(windows)
+    assert 0.3 < batches["A1 contexts"]["prefix_share"] < 1  # one document's windows share its text
+
+    again = plan.estimate(cfg, tables)  # the run above cached every reply
+    for desc, b in again["llm"]["batches"].items():
+        assert b["calls"] == 0 and b["cached"] == batches[desc]["calls"], desc
+    assert again["llm"]["cache_records"] == len(client.cache)
+
+
+def test_embedding_and_reranking_work_follow_the_chunk_sets(demo):
+    cfg, tables = demo
+    p = plan.estimate(cfg, tables)
+    n_q = p["queries"]
+    assert n_q == len(tables["harvested"]) > 0
+    assert p["chunks"]["conditions"] == len(cfg["chunking"]["conditions"])
+    assert 0 < p["chunks"]["unique_texts"] < p["chunks"]["rows"]  # A4/G4 share A3/G3's texts
+    for e in p["embedders"].values():
+        assert (e["passages"], e["queries"]) == (p["chunks"]["unique_texts"], n_q)
+    top_n = cfg["retrieve"]["rerankers"]["xenc-untrained"]["top_n"]
+    assert p["rerankers"]["xenc-untrained"]["pairs_at_most"] == n_q * 11 * min(top_n, cfg["retrieve"]["k"])
+    text = plan.render(p)
+    assert "A1 contexts" in text and "texts to embed" in text and "reranker pairs" in text
+
+
+def test_without_01_the_command_says_what_to_run(tmp_path):
+    params = tmp_path / "params" / "fresh.yaml"
+    params.parent.mkdir()
+    params.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus: {{name: fresh}}\n")
+    r = subprocess.run([sys.executable, "-m", "chunkstudy.plan", str(params)], cwd=tmp_path, capture_output=True,
+                       text=True, env={**os.environ, "CHUNKSTUDY_ROOT": str(tmp_path)})
+    assert r.returncode == 1
+    assert "01_corpus has not run for corpus 'fresh'" in r.stderr and "./run_all.sh fresh --only 01" in r.stderr
+    assert "--build" in r.stderr
