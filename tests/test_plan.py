@@ -53,7 +53,7 @@ def test_the_plan_predicts_the_calls_a_run_makes_and_sees_the_cache(demo, tmp_pa
     induce.induce_structure(docs, paras, cfg["induce"], client=client)
     counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
     windows = chunking.a0_windows(docs, paras, gold, cfg["chunking"], counter)  # gold stands in for 02's outline
-    contexts.a1_contexts(docs, windows, cfg["contexts"], client=client, counter=counter)
+    contexts.a1_contexts(docs, windows, cfg["contexts"], client=client, counter=counter, sections=gold)
 
     def made(prefix):
         calls = [c for c in be.calls if c.tag.startswith(prefix)]

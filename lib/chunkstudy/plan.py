@@ -166,7 +166,7 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
         for i in range(0, len(ids), A1_DOCS_PER_BATCH):
             part = set(ids[i:i + A1_DOCS_PER_BATCH])
             contexts.a1_contexts(documents[documents["doc_id"].isin(part)], windows[windows["doc_id"].isin(part)],
-                                 cfg["contexts"], client=client, counter=counter)
+                                 cfg["contexts"], client=client, counter=counter, sections=sections_gold)
     qp = cfg["queries"]
     q = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp,
                               client=client if qp["source"] == "generated" else None)
