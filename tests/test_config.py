@@ -153,6 +153,8 @@ def test_a_variant_that_changes_only_the_name_resolves_every_path_like_its_base(
     """`base: wikipedia_local.yaml` plus a new corpus.name failed in 01: the inherited featured_list (relative to
     the mirror) was re-anchored to the base file's folder. Checked for every path parameter of every shipped file,
     from a variant in another folder."""
+    from chunkstudy.corpus import build
+
     variant = tmp_path / "elsewhere" / "variant.yaml"
     variant.parent.mkdir()
     variant.write_text(f"base: {ROOT / 'params' / name}\ncorpus: {{name: variant}}\n")
@@ -164,6 +166,8 @@ def test_a_variant_that_changes_only_the_name_resolves_every_path_like_its_base(
             "figures.replicate_with"} <= set(keys)
     for key in keys:
         assert var.resolve_param(key, downloads) == base.resolve_param(key, downloads), key
+    if base["corpus"]["mirror"] is not None:  # every file stage 01 would read, demo files included
+        assert build.source_files(var) == build.source_files(base)
 
 
 def test_anchors_apply_the_same_way_stated_or_inherited(tmp_path):
