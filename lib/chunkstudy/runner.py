@@ -374,13 +374,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", metavar="NN", help="run stage NN alone")
     ap.add_argument("--force", action="store_true", help="rerun the selected stages even if nothing changed")
     ap.add_argument("--root", type=Path, default=Path.cwd(), help="project root (default: the current folder)")
+    ap.add_argument("--notebooks", type=Path, default=None, help="notebooks folder (default: ROOT/notebooks)")
     args = ap.parse_args(argv)
     root = args.root.resolve()
     p = Path(args.corpus)
     params_file = p if p.suffix in {".yaml", ".yml"} else root / "params" / f"{args.corpus}.yaml"
     t0 = time.perf_counter()
     try:
-        results = run(params_file, root, start=args.start, only=args.only, force=args.force)
+        results = run(params_file, root, notebooks_dir=args.notebooks, start=args.start, only=args.only,
+                      force=args.force)
     except (StageFailed, config.ConfigError) as e:
         print(f"run_all: FAILED: {e}", file=sys.stderr)
         return 1
