@@ -194,3 +194,27 @@ def test_runner_output_has_no_unencrypted_kernel_warning(project, capfd):
     runner.run(params, project, only="01", log=lambda *_: None)
     err = capfd.readouterr().err
     assert "without encryption" not in err
+
+
+def test_a_source_downloaded_during_01_enters_its_key_as_downloaded(project, no_kernel, monkeypatch):
+    """With no mirror the archives are downloaded by 01 itself: absent when the key is made, they enter the key
+    as downloaded, so the next run skips instead of rerunning once more."""
+    params = project / "params" / "tiny.yaml"
+    params.write_text("corpus: {name: tiny, kind: qasper, mirror: null, fetch_urls: [https://example.org/a.tgz]}\n")
+    download = project / "data" / "tiny" / "cache" / "downloads" / "a.tgz"
+    executed = runner.execute
+
+    def execute_and_download(cfg, stage, executed_dir):
+        executed(cfg, stage, executed_dir)
+        download.parent.mkdir(parents=True, exist_ok=True)
+        download.write_bytes(b"archive")
+
+    monkeypatch.setattr(runner, "execute", execute_and_download)
+    quiet = dict(only="01", log=lambda *_: None)
+    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran"}
+    m = json.loads((project / "data/tiny/01_corpus/manifest.json").read_text())
+    assert m["key"]["sources"] == [{"role": "corpus.sources", "path": "data/tiny/cache/downloads/a.tgz", "size": 7,
+                                    "sha256": __import__("hashlib").sha256(b"archive").hexdigest()}]
+    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "skipped"}
+    download.write_bytes(b"another archive")
+    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran"}
