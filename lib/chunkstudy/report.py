@@ -65,7 +65,7 @@ def run_facts(cfg: Config) -> dict[str, Any]:
     from .runner import environment
 
     manifests = {s: m for s in artifacts.STAGES[:-1] if (m := artifacts.read_manifest(cfg, s)) is not None}
-    return {"manifests": manifests, "environment": environment(cfg.root),
+    return {"manifests": manifests, "environment": environment(),
             "params_file": artifacts.project_relative(cfg, cfg.path), "root": str(cfg.root)}
 
 

@@ -210,10 +210,11 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def environment(root: Path | None = None) -> dict:
+def environment() -> dict:
     """Where a stage ran: Python, platform, CPU model and count, GPUs, torch's intra-op thread count and CUDA
-    version, the key package versions, and (given the project root) the git commit and whether tracked files
-    differed from it. Recorded in every manifest and printed by the report."""
+    version, the key package versions, and the git commit of the checkout the library was loaded from (and whether
+    its tracked files differed from it; None outside a git checkout). Recorded in every manifest and printed by the
+    report."""
     env = {"python": f"{platform.python_implementation()} {platform.python_version()}",
            "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
            "gpus": [], "torch_threads": None, "cuda": None, "packages": _versions()}
@@ -226,9 +227,9 @@ def environment(root: Path | None = None) -> dict:
             env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     except ImportError:
         pass
-    if root is not None:
-        env["git_commit"] = _git_commit(root)
-        env["git_dirty"] = _git_dirty(root)
+    code = Path(__file__).resolve().parent  # the code that ran, wherever the data root is
+    env["git_commit"] = _git_commit(code)
+    env["git_dirty"] = _git_dirty(code) if env["git_commit"] else None
     return env
 
 
@@ -246,7 +247,7 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
                    sources: list[dict] | None = None) -> dict:
     """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
     (:func:`environment`) and, for 01, the fingerprints of its source files. Paths are relative to the project."""
-    env = environment(cfg.root)
+    env = environment()
     manifest = {
         "stage": stage.name,
         "corpus": cfg.corpus,
