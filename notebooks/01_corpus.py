@@ -67,10 +67,25 @@ out["corpus_funnel"]
 paper.corpus_beside(out["stats"], cfg["corpus"]["kind"])
 
 # %% [markdown]
-# ## Warnings collected while building (bad inputs are reported, the rest still builds)
+# ## Records skipped for their shape
+# A QASPER paper or question, or a demo document or question, of the wrong shape (a string where a list belongs,
+# a missing id) is skipped and counted here; the warnings below name each one. Damaged or unreadable files stop
+# the stage instead (unless `corpus.allow_partial: true`).
+
+# %%
+build.skipped_records(out)
+
+# %% [markdown]
+# ## Warnings collected while building
 
 # %%
 out["stats"]["warnings"][:20]
+
+# %% [markdown]
+# ## Source files read (path relative to the project, size, sha256; a change reruns this stage)
+
+# %%
+build.sources_table(out)
 
 # %% [markdown]
 # ## Gold section trees of a few documents

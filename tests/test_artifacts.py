@@ -55,3 +55,53 @@ def test_written_files_get_ordinary_permissions(demo_cfg):
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+def _unchecked(cfg, name):
+    """``cfg`` with a corpus name that load() refuses: each folder helper must still refuse to leave its root."""
+    import copy
+    from dataclasses import replace
+
+    data = copy.deepcopy(cfg.data)
+    data["corpus"]["name"] = name
+    return replace(cfg, data=data)
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", "../..", "a/../.."])
+def test_folder_helpers_refuse_paths_outside_their_root(demo_cfg, name):
+    """Had such a name reached them, 'data/..' or 'figures/.' would have been the corpus's folder."""
+    bad = _unchecked(demo_cfg, name)
+    for helper in (lambda: artifacts.corpus_dir(bad), lambda: artifacts.stage_dir(bad, "01_corpus"),
+                   lambda: artifacts.figures_dir(bad), lambda: artifacts.cache_dir(bad, "llm_cache")):
+        with pytest.raises(artifacts.PathError, match="is not inside"):
+            helper()
+
+
+def test_names_from_data_or_code_cannot_leave_their_folder(demo_cfg):
+    with pytest.raises(artifacts.PathError, match="cache folder '../x'"):
+        artifacts.cache_dir(demo_cfg, "../x")
+    with pytest.raises(artifacts.PathError, match="report file '../../x.md'"):
+        artifacts.write_text(demo_cfg, "../../x.md", "x")
+    with pytest.raises(artifacts.PathError, match="vectors of embedder '../w'"):
+        artifacts.vectors_path(demo_cfg, "../w")
+    with pytest.raises(artifacts.PathError, match="JSON file '../../x'"):
+        artifacts.json_path(demo_cfg, "07_stats", "../../x")
+    assert artifacts.write_text(demo_cfg, "tables/t.md", "ok").read_text() == "ok"
+
+
+def test_project_relative_paths(demo_cfg):
+    root = demo_cfg.root
+    assert artifacts.project_relative(demo_cfg, root / "params" / "demo.yaml") == "params/demo.yaml"
+    assert artifacts.project_relative(demo_cfg, root.parent / "shared" / "x.tgz") == "../shared/x.tgz"
+    assert artifacts.project_relative(demo_cfg, "params/x.yaml") == "params/x.yaml"
+
+
+@pytest.mark.parametrize("text", ['{"stage": "01_corpus", "key": {}}', '[]', '{"key": {}, "outputs": {"a": 1}}',
+                                  '{"outputs": {}}', '{"key": {}, "outputs": {"a": {"size": 1}}}', '{trunc'])
+def test_a_malformed_manifest_counts_as_absent(demo_cfg, text):
+    path = artifacts.manifest_path(demo_cfg, "01_corpus")
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    assert artifacts.read_manifest(demo_cfg, "01_corpus") is None
+    path.write_text('{"key": {}, "outputs": {"a": {"sha256": "00", "size": 1, "mtime_ns": 2}}}')
+    assert artifacts.read_manifest(demo_cfg, "01_corpus")["outputs"]["a"]["size"] == 1

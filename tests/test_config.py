@@ -1,8 +1,10 @@
 """Parameter files: validation errors name the file and key, base inheritance, stage digests."""
 
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from chunkstudy import config
 
@@ -13,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_shipped_params_file_validates(name):
     cfg = config.load(ROOT / "params" / name)
     assert cfg.corpus == name.removesuffix(".yaml")
+    # shipped files leave corpus.name to their file name, so a copy under another name writes its own results
+    assert "name" not in (yaml.safe_load((ROOT / "params" / name).read_text()).get("corpus") or {})
 
 
 def test_misspelled_key_names_key_file_and_valid_keys(tmp_path):
@@ -101,3 +105,155 @@ def test_paths_a_base_file_states_stay_anchored_to_it(tmp_path):
     # 'api' names no file and is inherited as written
     child.write_text(f"base: {ROOT / 'params' / 'wikipedia_fa.yaml'}\n")
     assert config.load(child, root=tmp_path)["corpus"]["featured_list"] == "api"
+
+
+# ------------------------------------------------------------------------------------------- names and paths
+
+@pytest.mark.parametrize("section,key", [("corpus", "name"), ("llm", "cache"), ("embed", "store")])
+@pytest.mark.parametrize("bad", ["..", ".", "", "a/../b", "../x", "/tmp/x", "x/y", "-x"])
+def test_names_that_could_leave_their_folder_are_refused_at_load(tmp_path, section, key, bad):
+    """corpus.name '..' made stage 08's cleanup delete the project root's contents; '' or '.' every corpus's
+    figures; llm.cache and embed.store could write anywhere."""
+    p = tmp_path / "x.yaml"
+    p.write_text(yaml.safe_dump({section: {key: bad}}))
+    with pytest.raises(config.ConfigError, match=rf"{p}: {section}\.{key}: .* is not a plain name"):
+        config.load(p, root=tmp_path)
+
+
+@pytest.mark.parametrize("where", ["embed.embedders", "retrieve.rerankers"])
+def test_embedder_and_reranker_keys_are_names(tmp_path, where):
+    section, key = where.split(".")
+    p = tmp_path / "x.yaml"
+    p.write_text(yaml.safe_dump({section: {key: {"../../w": {"model": "m"}}}}))
+    with pytest.raises(config.ConfigError, match=rf"{where}: key '../../w' is not a plain name"):
+        config.load(p, root=tmp_path)
+
+
+def test_corpus_name_is_the_file_name_unless_stated_and_never_inherited(tmp_path):
+    """A variant that inherited corpus.name silently overwrote its base corpus's results."""
+    base = tmp_path / "base.yaml"
+    base.write_text("corpus: {name: basecorpus, min_words: 7}\n")
+    child = tmp_path / "variant.yaml"
+    child.write_text("base: base.yaml\n")
+    assert config.load(base, root=tmp_path).corpus == "basecorpus"
+    got = config.load(child, root=tmp_path)
+    assert got.corpus == "variant" and got["corpus"]["min_words"] == 7
+    child.write_text("base: base.yaml\ncorpus: {name: mine}\n")
+    assert config.load(child, root=tmp_path).corpus == "mine"
+    odd = tmp_path / "my params.yaml"
+    odd.write_text("base: base.yaml\n")
+    with pytest.raises(config.ConfigError, match="state corpus.name"):
+        config.load(odd, root=tmp_path)
+
+
+SHIPPED = sorted(p.name for p in (ROOT / "params").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_variant_that_changes_only_the_name_resolves_every_path_like_its_base(tmp_path, name):
+    """`base: wikipedia_local.yaml` plus a new corpus.name failed in 01: the inherited featured_list (relative to
+    the mirror) was re-anchored to the base file's folder. Checked for every path parameter of every shipped file,
+    from a variant in another folder."""
+    from chunkstudy.corpus import build
+
+    variant = tmp_path / "elsewhere" / "variant.yaml"
+    variant.parent.mkdir()
+    variant.write_text(f"base: {ROOT / 'params' / name}\ncorpus: {{name: variant}}\n")
+    base, var = config.load(ROOT / "params" / name), config.load(variant)
+    assert var.corpus == "variant"
+    downloads = tmp_path / "downloads"
+    keys = [k for k, _ in config.path_params()]
+    assert {"corpus.mirror", "corpus.sources", "corpus.featured_list", "corpus.api_revisions",
+            "figures.replicate_with"} <= set(keys)
+    for key in keys:
+        assert var.resolve_param(key, downloads) == base.resolve_param(key, downloads), key
+    if base["corpus"]["mirror"] is not None:  # every file stage 01 would read, demo files included
+        assert build.source_files(var) == build.source_files(base)
+
+
+def test_anchors_apply_the_same_way_stated_or_inherited(tmp_path):
+    mirror = tmp_path / "m"
+    mirror.mkdir()
+    (tmp_path / "p").mkdir()
+    base = tmp_path / "p" / "base.yaml"
+    base.write_text(f"corpus: {{kind: wikipedia, mirror: ../m, featured_list: f.tsv, sources: [a.xml],"
+                    f" api_revisions: pins.tsv}}\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("base: p/base.yaml\n")
+    stated = tmp_path / "p" / "stated.yaml"
+    stated.write_text(base.read_text())
+    for cfg in (config.load(child), config.load(stated), config.load(base)):
+        assert cfg.resolve_param("corpus.featured_list") == mirror / "f.tsv"  # mirror-anchored
+        assert cfg.resolve_param("corpus.sources") == [mirror / "a.xml"]
+        assert cfg.resolve_param("corpus.api_revisions") == tmp_path / "p" / "pins.tsv"  # params-anchored
+    # a child that moves the mirror moves the mirror-anchored files with it
+    child.write_text("base: p/base.yaml\ncorpus: {mirror: other}\n")
+    assert config.load(child).resolve_param("corpus.featured_list") == tmp_path / "other" / "f.tsv"
+    # relative to a null mirror: an error naming the key, unless a downloads folder is given
+    child.write_text("base: p/base.yaml\ncorpus: {mirror: null}\n")
+    with pytest.raises(config.ConfigError, match="corpus.featured_list: 'f.tsv' is relative to corpus.mirror"):
+        config.load(child).resolve_param("corpus.featured_list")
+    assert config.load(child).resolve_param("corpus.featured_list", tmp_path / "dl") == tmp_path / "dl" / "f.tsv"
+
+
+# ------------------------------------------------------------------------------------- ranges and cross-checks
+
+@pytest.mark.parametrize("over,key", [
+    ({"retrieve": {"k": -5}}, "retrieve.k"),
+    ({"stats": {"n_boot": 0}}, "stats.n_boot"),
+    ({"stats": {"alpha": 2}}, "stats.alpha"),
+    ({"stats": {"alpha": 0}}, "stats.alpha"),
+    ({"chunking": {"min_tokens": 400, "max_tokens": 350}}, "chunking.min_tokens"),
+    ({"contexts": {"min_tokens": 100, "max_tokens": 100}}, "contexts.min_tokens"),
+    ({"retrieve": {"rerankers": {"x": {"model": "m", "top_n": 0}}}}, "retrieve.rerankers.x.top_n"),
+    ({"corpus": {"fuzzy_threshold": 0.9}}, "corpus.fuzzy_threshold"),
+    ({"corpus": {"fuzzy_threshold": 101}}, "corpus.fuzzy_threshold"),
+    ({"metrics": {"span_frac": 0}}, "metrics.span_frac"),
+    ({"metrics": {"budgets": [512, 512]}}, "metrics.budgets"),
+    ({"metrics": {"budgets": [0]}}, "metrics.budgets"),
+    ({"metrics": {"recall_k": 100}}, "metrics.recall_k"),
+    ({"stats": {"primary_metric": "cov-ndcg@10"}}, "stats.primary_metric"),
+    ({"metrics": {"cutoff": 5}}, "stats.primary_metric"),  # the default primary metric no longer exists
+    ({"stats": {"primary_embedder": "strnog"}}, "stats.primary_embedder"),
+    ({"embed": {"strong": "large"}}, "embed.strong"),
+    ({"retrieve": {"rerank_embedder": "x"}}, "retrieve.rerank_embedder"),
+    ({"stats": {"primary_reranker": "bge"}}, "stats.primary_reranker"),
+    ({"stats": {"contrasts": {"C1": ["A3", "A9"]}}}, "stats.contrasts"),
+    ({"stats": {"contrasts": {"C1": ["A3"]}}}, "stats.contrasts"),
+    ({"chunking": {"conditions": ["A0", "A3"]}}, "stats.contrasts"),  # C1 needs A1
+    ({"queries": {"bm25_condition": "A0"}}, "queries.bm25_condition"),
+    ({"embed": {"embedders": {"strong": {"model": "m", "batch_size": 0}}}}, "embed.embedders.strong.batch_size"),
+])
+def test_bad_values_fail_at_load_naming_file_and_key(tmp_path, over, key):
+    """Today these loaded and failed (or silently produced 0 confirmatory rows) stages later."""
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump({"base": str(ROOT / "params" / "demo.yaml"), **over}))
+    with pytest.raises(config.ConfigError, match=f"^{re.escape(str(p))}: {re.escape(key)}: "):
+        config.load(p, root=tmp_path)
+
+
+def test_consistent_changes_load(tmp_path):
+    p = tmp_path / "ok.yaml"
+    p.write_text(yaml.safe_dump({"base": str(ROOT / "params" / "demo.yaml"), "metrics": {"cutoff": 5},
+                                 "stats": {"primary_metric": "cov-nDCG@5", "primary_reranker": "xenc-untrained",
+                                           "contrasts": {"X": ["G3", "G2"]}},
+                                 "corpus": {"fuzzy_threshold": 85}}))
+    cfg = config.load(p, root=tmp_path)
+    assert cfg["stats"]["primary_metric"] == "cov-nDCG@5" and cfg["corpus"]["fuzzy_threshold"] == 85.0
+
+
+def test_every_rule_and_range_names_a_real_key():
+    for rule in config.RULES:
+        section, *rest = rule.key.split(".")
+        assert section in config.SCHEMA and rest[0] in config.SCHEMA[section], rule.key
+
+
+def test_duplicate_yaml_keys_are_an_error(tmp_path):
+    p = tmp_path / "dup.yaml"
+    p.write_text("stats:\n  n_boot: 100\n  alpha: 0.05\n  n_boot: 200\n")
+    with pytest.raises(config.ConfigError, match=rf"{p}: line 4: duplicate key 'stats.n_boot' \(first stated on "
+                                                 r"line 2\)"):
+        config.load(p, root=tmp_path)
+    p.write_text("stats: {n_boot: 100}\nmetrics: {cutoff: 10}\nstats: {alpha: 0.1}\n")
+    with pytest.raises(config.ConfigError, match="duplicate key 'stats'"):
+        config.load(p, root=tmp_path)

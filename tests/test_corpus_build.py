@@ -42,10 +42,13 @@ def _write_demo(folder: Path):
         "- {query_id: q4, doc_id: d9, qtype: boolean, question: 'Unknown doc?', answer: No, evidence: [x]}\n")
 
 
+DEMO_PARAMS = "corpus:\n  kind: demo\n  mirror: {mirror}\n  require_featured: false\n" \
+              "  min_words: 1\n  min_heading_depth: 1\n  min_sections: 1\n  allow_partial: {partial}\n"
+
+
 def test_demo_format_fixture_builds_with_exact_spans_and_reports_bad_inputs(tmp_path):
     _write_demo(tmp_path / "raw")
-    cfg = _params(tmp_path, f"corpus:\n  kind: demo\n  mirror: {tmp_path / 'raw'}\n  require_featured: false\n"
-                            "  min_words: 1\n  min_heading_depth: 1\n  min_sections: 1\n")
+    cfg = _params(tmp_path, DEMO_PARAMS.format(mirror=tmp_path / "raw", partial="true"))
     out = build.build_corpus(cfg)
     d = out["documents"].set_index("doc_id")
     assert d.at["d1", "text"] == "The river is long.\n\nIt flows west.\n\nIt ends in a delta."
@@ -58,6 +61,79 @@ def test_demo_format_fixture_builds_with_exact_spans_and_reports_bad_inputs(tmp_
     assert "missing.wiki" in w and "q3" in w and "q4" in w
     assert out["stats"]["verification_failures"] == {}
     build.require_verified(out)
+
+
+def test_a_missing_or_undecodable_document_file_is_fatal_unless_allow_partial(tmp_path):
+    _write_demo(tmp_path / "raw")
+    cfg = _params(tmp_path, DEMO_PARAMS.format(mirror=tmp_path / "raw", partial="false"))
+    with pytest.raises(build.CorpusInputError, match=r"d3: file .*missing.wiki not found"):
+        build.build_corpus(cfg)
+    (tmp_path / "raw" / "missing.wiki").write_bytes("Gone is \u00e9t\u00e9.\n".encode("latin-1"))
+    with pytest.raises(build.CorpusInputError, match=r"missing.wiki: not valid UTF-8"):
+        build.build_corpus(cfg)
+
+
+def test_demo_files_must_stay_inside_their_mirror(tmp_path):
+    _write_demo(tmp_path / "raw")
+    (tmp_path / "secret.wiki").write_text("A secret outside the mirror.\n\n== Part ==\nMore secret.\n")
+    docs = tmp_path / "raw" / "documents.yaml"
+    docs.write_text(docs.read_text().replace("file: missing.wiki", "file: ../secret.wiki"))
+    cfg = _params(tmp_path, DEMO_PARAMS.format(mirror=tmp_path / "raw", partial="true"))
+    with pytest.raises(build.CorpusInputError, match=r"secret.wiki is not inside .*raw.*inside corpus.mirror"):
+        build.build_corpus(cfg)
+    assert "secret.wiki" not in str(build.source_files(cfg))  # never fingerprinted (read) either
+
+
+def test_demo_records_of_the_wrong_shape_are_skipped_named_and_counted(tmp_path):
+    """A scalar ``evidence:`` used to be matched character by character; a missing query_id became "None"."""
+    _write_demo(tmp_path / "raw")
+    q = tmp_path / "raw" / "questions.yaml"
+    q.write_text(q.read_text()
+                 + "- {query_id: q5, doc_id: d1, qtype: extractive, question: 'Scalar?', answer: x,\n"
+                   "   evidence: It flows west.}\n"
+                 + "- {doc_id: d1, qtype: extractive, question: 'No id?', answer: x, evidence: [It flows west.]}\n")
+    d = tmp_path / "raw" / "documents.yaml"
+    d.write_text(d.read_text() + "- {doc_id: d4, file: d1.wiki}\n")
+    out = build.build_corpus(_params(tmp_path, DEMO_PARAMS.format(mirror=tmp_path / "raw", partial="true")))
+    assert out["stats"]["skipped_records"] == {"documents": 1, "questions": 2}
+    assert set(out["harvested"]["query_id"]) == {"q1", "q2"}
+    w = out["stats"]["warnings"]
+    assert any("question q5: evidence is a str" in x for x in w)
+    assert any("question #5: query_id is missing" in x for x in w)
+    assert any("document d4: title is missing" in x for x in w)
+    assert build.skipped_records(out).set_index("record")["skipped"].to_dict() == {"documents": 1, "questions": 2}
+
+
+def test_duplicate_keys_in_a_demo_file_are_an_error(tmp_path):
+    _write_demo(tmp_path / "raw")
+    q = tmp_path / "raw" / "questions.yaml"
+    q.write_text("- query_id: q1\n  doc_id: d1\n  question: 'x?'\n  evidence: [It flows west.]\n"
+                 "  evidence: [It ends in a delta.]\n")
+    with pytest.raises(config.ConfigError, match=r"questions.yaml: line 5: duplicate key '\[0\].evidence'"):
+        build.build_corpus(_params(tmp_path, DEMO_PARAMS.format(mirror=tmp_path / "raw", partial="true")))
+
+
+def test_zero_documents_is_an_error(tmp_path):
+    _write_demo(tmp_path / "raw")
+    cfg = _params(tmp_path, DEMO_PARAMS.format(mirror=tmp_path / "raw", partial="true"))
+    cfg = config.load(cfg.path, root=tmp_path, overrides={"corpus": {"min_words": 10 ** 6}})
+    with pytest.raises(build.CorpusInputError, match=r"corpus 't' \(demo\) has no documents"):
+        build.build_corpus(cfg)
+
+
+def test_stats_fingerprint_every_source_file(tmp_path):
+    import hashlib
+
+    _write_demo(tmp_path / "raw")
+    (tmp_path / "raw" / "missing.wiki").write_text("x\n")
+    out = build.build_corpus(_params(tmp_path, DEMO_PARAMS.format(mirror=tmp_path / "raw", partial="false")))
+    got = {(f["role"], Path(f["path"]).name): f for f in out["stats"]["sources"]}
+    assert set(got) == {("demo:documents.yaml", "documents.yaml"), ("demo:questions.yaml", "questions.yaml"),
+                        ("demo:file", "d1.wiki"), ("demo:file", "d2.wiki"), ("demo:file", "missing.wiki")}
+    q = tmp_path / "raw" / "questions.yaml"
+    f = got[("demo:questions.yaml", "questions.yaml")]
+    assert f["sha256"] == hashlib.sha256(q.read_bytes()).hexdigest() and f["size"] == q.stat().st_size
+    assert f["path"] == "raw/questions.yaml"  # relative to the project root (tmp_path here)
 
 
 def test_bundled_demo_corpus(demo_cfg):
@@ -76,7 +152,7 @@ def test_bundled_demo_corpus(demo_cfg):
         assert all(0 <= s < e <= len(text) and text[s:e].strip() == text[s:e] for s, e in row.spans)
 
 
-def test_wikipedia_build_survives_truncated_bz2(tmp_path):
+def test_wikipedia_build_truncated_bz2_is_fatal_unless_allow_partial(tmp_path):
     raw = (FIX / "tiny_export.xml").read_bytes()
     mirror = tmp_path / "mirror"
     mirror.mkdir()
@@ -86,6 +162,9 @@ def test_wikipedia_build_survives_truncated_bz2(tmp_path):
     (mirror / "bad.xml.bz2").write_bytes(blob[: len(blob) // 2])
     cfg = _params(tmp_path, f"corpus:\n  kind: wikipedia\n  mirror: {mirror}\n  sources: [good.xml.bz2, bad.xml.bz2]\n"
                             "  require_featured: false\n  min_words: 1\n  min_heading_depth: 1\n  min_sections: 1\n")
+    with pytest.raises(build.CorpusInputError, match=r"mirror/bad.xml.bz2: export is truncated"):
+        build.build_corpus(cfg)
+    cfg = config.load(cfg.path, root=tmp_path, overrides={"corpus": {"allow_partial": True}})
     out = build.build_corpus(cfg)
     assert set(out["documents"]["title"]) >= {"Alpha Fort", "Beta Battle"}
     assert any("bad.xml.bz2" in w for w in out["stats"]["warnings"])
@@ -221,6 +300,20 @@ def test_wikipedia_exports_every_accepted_document_is_clean_and_verified(wikiped
     assert (out["documents"]["n_words"] >= 3000).all()
     assert min(int(k) for k in st["depth_distribution"]) >= 3
     _corruption_caught(out)
+
+
+@pytest.mark.realdata
+def test_truncated_real_export_is_fatal(shared_data, tmp_path):
+    """A copy of a real export cut in half: a smaller corpus and a warning before, a stop naming the file now."""
+    src = shared_data / "wikipedia" / "enwiki-minidump-2021.xml.bz2"
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    blob = src.read_bytes()
+    (mirror / src.name).write_bytes(blob[: len(blob) // 2])
+    cfg = config.load(ROOT / "params" / "wikipedia_local.yaml", root=tmp_path,
+                      overrides={"corpus": {"mirror": str(mirror), "sources": [src.name], "featured_list": None}})
+    with pytest.raises(build.CorpusInputError, match=f"mirror/{src.name}: export is truncated"):
+        build.build_corpus(cfg)
 
 
 @pytest.mark.realdata

@@ -37,9 +37,79 @@ def test_reads_tgz_and_json_and_merges_splits(tmp_path):
     with tarfile.open(tgz, "w:gz") as tar:
         tar.add(train, arcname="qasper-train-v0.3.json")
     warnings = []
-    papers = Q.read_qasper([tgz, official_name(tmp_path), tmp_path / "missing.tgz"], warnings)
+    papers = Q.read_qasper([tgz, official_name(tmp_path)], warnings)
     assert {k: v[0] for k, v in papers.items()} == {"9999.00001": "train", "2001.00001": "test", "2001.00002": "test"}
-    assert len(warnings) == 1 and "missing.tgz" in warnings[0]
+    assert warnings == []
+    # an unreadable file is fatal, naming it; allow_partial makes it a warning and keeps the rest
+    with pytest.raises(Q.QasperReadError, match="missing.tgz"):
+        Q.read_qasper([tgz, official_name(tmp_path), tmp_path / "missing.tgz"], warnings)
+    papers = Q.read_qasper([tgz, official_name(tmp_path), tmp_path / "missing.tgz"], warnings, allow_partial=True)
+    assert len(papers) == 3 and len(warnings) == 1 and "missing.tgz" in warnings[0]
+
+
+def _truncated_copy(src: Path, dst: Path, keep: float) -> Path:
+    blob = src.read_bytes()
+    dst.write_bytes(blob[: int(len(blob) * keep)])
+    return dst
+
+
+def test_truncated_archive_and_bad_bytes_are_fatal_naming_the_file(tmp_path):
+    """A cut .tgz used to drop a whole split with a warning; a non-UTF-8 .json the same. Both now stop the read."""
+    data = json.loads((FIX / "tiny_qasper_fixture.json").read_text())
+    train = tmp_path / "qasper-train-v0.3.json"
+    train.write_text(json.dumps({f"9999.{i:05d}": data["2001.00001"] for i in range(200)}))
+    tgz = tmp_path / "qasper-train-dev-v0.3.tgz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        tar.add(train, arcname="qasper-train-v0.3.json")
+    (tmp_path / "cut").mkdir()
+    cut = _truncated_copy(tgz, tmp_path / "cut" / "qasper-train-dev-v0.3.tgz", 0.5)
+    with pytest.raises(Q.QasperReadError, match=r"cut/qasper-train-dev-v0.3.tgz"):
+        Q.read_qasper([cut], [])
+    bad = tmp_path / "qasper-test-v0.3.json"
+    bad.write_bytes(json.dumps(data).encode().replace(b"tiny things", b"tiny \xff things", 1))
+    with pytest.raises(Q.QasperReadError, match=r"qasper-test-v0.3.json.*(UnicodeDecodeError|utf-8)"):
+        Q.read_qasper([bad], [])
+
+
+@pytest.mark.realdata
+def test_truncated_real_archive_is_fatal(shared_data, tmp_path):
+    src = shared_data / "qasper" / "qasper-test-and-evaluator-v0.3.tgz"
+    cut = _truncated_copy(src, tmp_path / src.name, 0.6)
+    with pytest.raises(Q.QasperReadError, match=src.name):
+        Q.read_qasper([cut], [])
+    warnings = []
+    assert Q.read_qasper([cut], warnings, allow_partial=True) == {} and src.name in warnings[0]
+
+
+def _paper(**over):
+    rec = json.loads((FIX / "tiny_qasper_fixture.json").read_text())["2001.00001"]
+    rec.update(over)
+    return rec
+
+
+def test_records_of_the_wrong_shape_are_skipped_named_and_counted():
+    """QASPER paragraphs or evidence given as a string used to be read character by character (a gold span over the
+    wrong text); a missing question_id became the id "None"."""
+    good = _paper()
+    bad_paras = _paper(full_text=[{"section_name": "Intro", "paragraphs": "one long string"}])
+    bad_qas = _paper()
+    bad_qas["qas"] = [dict(q) for q in bad_qas["qas"]]
+    first = bad_qas["qas"][0]
+    bad_qas["qas"][0] = {**first, "answers": [{"answer": {**a["answer"], "evidence": "The encoder has two layers."}}
+                                              for a in first["answers"]]}
+    bad_qas["qas"][1] = {k: v for k, v in bad_qas["qas"][1].items() if k != "question_id"}
+    papers = {"1.good": ("test", good), "2.paras": ("test", bad_paras), "3.qas": ("test", bad_qas)}
+    warnings = []
+    out = Q.build_qasper(papers, PARAMS, warnings)
+    assert out["stats"]["skipped_records"] == {"papers": 1, "questions": 2}
+    assert out["documents"]["doc_id"].tolist() == ["1.good", "3.qas"]
+    assert any("2.paras" in w and "paragraphs is not a list of strings" in w for w in warnings)
+    assert any(f"3.qas, question {first['question_id']}" in w and "evidence is not a list" in w for w in warnings)
+    assert any("3.qas, question #1" in w and "question_id is missing" in w for w in warnings)
+    h = out["harvested"]
+    assert "None" not in set(h["query_id"])
+    assert set(h[h["doc_id"] == "3.qas"]["query_id"]) == set(h[h["doc_id"] == "1.good"]["query_id"]) - {
+        first["question_id"], good["qas"][1]["question_id"]}
 
 
 def test_flatten_abstract_then_nested_sections():

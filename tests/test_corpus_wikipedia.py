@@ -33,7 +33,7 @@ def test_export_streams_main_namespace_and_flags_redirects():
     assert pages[0]["source"] == "tiny_export.xml"
 
 
-def test_bz2_export_and_truncated_bz2_keeps_pages_read_before_the_damage(tmp_path):
+def test_truncated_bz2_is_fatal_unless_allow_partial_keeps_pages_read_before_the_damage(tmp_path):
     raw = (FIX / "tiny_export.xml").read_bytes()
     whole = tmp_path / "x.xml.bz2"
     whole.write_bytes(bz2.compress(raw))
@@ -41,11 +41,22 @@ def test_bz2_export_and_truncated_bz2_keeps_pages_read_before_the_damage(tmp_pat
     cut = tmp_path / "cut.xml.bz2"
     cut.write_bytes(bz2.compress(raw)[: len(bz2.compress(raw)) * 3 // 4])
     warnings = []
-    got = list(W.iter_export(cut, warnings))
+    with pytest.raises(W.ExportError, match=f"{cut}.*truncated"):
+        list(W.iter_export(cut, warnings))
+    got = list(W.iter_export(cut, warnings, allow_partial=True))
     assert len(got) < 4
     assert len(warnings) == 1 and "cut.xml.bz2" in warnings[0] and "truncated" in warnings[0]
     with pytest.raises(ValueError, match="cut.xml.bz2"):
         list(W.iter_export(cut))
+
+
+def test_a_non_utf8_byte_is_fatal_naming_the_file(tmp_path):
+    """One bad byte used to end the stream quietly (5 of 26 pages kept); it now stops the read, naming the file."""
+    raw = (FIX / "tiny_export.xml").read_bytes()
+    bad = tmp_path / "bad.xml.bz2"
+    bad.write_bytes(bz2.compress(raw.replace(b"It has two towers.", b"It has two \xff towers.")))
+    with pytest.raises(W.ExportError, match=f"{bad}.*(not well-formed|invalid)"):
+        list(W.iter_export(bad, []))
 
 
 def test_build_from_export_filters_warns_on_empty_page_and_verifies():

@@ -140,3 +140,23 @@ def test_notebook_runs_on_a_synthetic_store(tmp_path, root, synthetic, run_noteb
     assert (tmp_path / "figures" / "demo" / "report.html").stat().st_size > 10000
     assert "Figures, tables and report" in (tmp_path / "executed" / "08_figures.html").read_text()  # nbconvert
     assert (tmp_path / "figures" / "demo" / "tables" / f"{tables.table1(synthetic['contrasts']).name}.tex").is_file()
+
+
+def test_report_prints_the_environment_and_only_project_relative_paths(tmp_path, root, synthetic, params_file):
+    from chunkstudy import runner
+
+    cfg = config.load(params_file("demo", figures={"formats": ["png"], "replicate_with": "nowhere.yaml"}),
+                      root=tmp_path)
+    _store(cfg, synthetic)
+    runner.write_manifest(cfg, runner.Stage("07_stats", root / "notebooks" / "07_stats.py"), {"k": 1}, 1.0)
+    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    written = report.write_all(cfg, b, str(cfg.path))  # the runner hands the notebook an absolute path
+    text = (artifacts.figures_dir(cfg) / "report.md").read_text()
+    env = runner.environment()
+    assert "parameters `params/demo.yaml`" in text
+    assert "## Environment" in text and "| 07_stats " in text and "| 08_figures " in text
+    assert env["python"] in text and f"| torch " in text and env["packages"]["torch"] in text
+    assert f"| {env['torch_threads']} " in text
+    assert "figures.replicate_with could not be loaded" in text  # a note whose error names a file under the root
+    assert str(tmp_path) not in text and str(root) not in text
+    assert not any(str(p).startswith("/") for p in written["path"])

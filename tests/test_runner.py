@@ -74,3 +74,154 @@ def test_only_needs_upstream(project):
     params = write_params(project)
     with pytest.raises(runner.StageFailed, match="01_corpus, which has not completed"):
         runner.run(params, project, only="02", log=lambda *_: None)
+
+
+# ------------------------------------------------------------------------------------- safety and provenance
+
+def test_cleanup_refuses_anything_not_strictly_inside_data_or_figures(project):
+    """corpus.name '..' made stage 08's cleanup delete the project root's contents. load() refuses such names; the
+    cleanup itself refuses too, whatever reaches it."""
+    import copy
+    from dataclasses import replace
+
+    from chunkstudy import artifacts, config
+
+    cfg = config.load(write_params(project), root=project)
+    (project / "figures" / "other").mkdir(parents=True)
+    (project / "figures" / "other" / "keep.png").write_text("x")
+    for name in ("..", ".", "", "tiny/.."):
+        data = copy.deepcopy(cfg.data)
+        data["corpus"]["name"] = name
+        with pytest.raises(artifacts.PathError):
+            runner._clear_outputs(replace(cfg, data=data), "08_figures")
+    assert (project / "notebooks").is_dir() and (project / "figures" / "other" / "keep.png").is_file()
+
+
+@pytest.fixture
+def no_kernel(monkeypatch):
+    """Stage execution replaced by a direct write of the fixture notebooks' outputs: these tests are about the skip
+    decision, and a kernel start costs seconds."""
+    import pandas as pd
+
+    from chunkstudy import artifacts
+
+    def execute(cfg, stage, executed_dir):
+        if stage.name == "01_corpus":
+            artifacts.write(cfg, "corpus_funnel", pd.DataFrame({"step": ["min_words"],
+                                                                "count": [cfg["corpus"]["min_words"]]}))
+        else:
+            artifacts.write_json(cfg, "02_induce", "induction_stats", {"n": 1})
+
+    monkeypatch.setattr(runner, "execute", execute)
+
+
+def _demo_project(project, kind="demo"):
+    raw = project / "raw"
+    shutil.copytree(ROOT / "data" / "demo_raw", raw)
+    p = project / "params" / "tiny.yaml"
+    p.write_text(f"corpus: {{name: tiny, kind: demo, mirror: ../raw, min_words: 10}}\n")
+    return p, raw
+
+
+ROOT = FIXTURE.parents[3]
+
+
+def test_stage_01_reruns_when_a_source_file_changes(project, no_kernel):
+    """Stage 01's key covered parameters, library and notebook but not the files it reads: an edited
+    questions.yaml or a replaced archive was never re-read while the runner said "inputs unchanged"."""
+    params, raw = _demo_project(project)
+    quiet = dict(log=lambda *_: None)
+    assert statuses(runner.run(params, project, **quiet))["01_corpus"] == "ran"
+    assert statuses(runner.run(params, project, **quiet))["01_corpus"] == "skipped"
+    m = json.loads((project / "data/tiny/01_corpus/manifest.json").read_text())
+    roles = {f["role"] for f in m["key"]["sources"]}
+    assert roles == {"demo:documents.yaml", "demo:questions.yaml", "demo:file"}
+    assert {f["path"] for f in m["sources"]} >= {"raw/questions.yaml", "raw/velna_river.wiki"}
+    q = raw / "questions.yaml"
+    q.write_text(q.read_text().replace("Which man-made channel", "Which channel"))
+    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran", "02_induce": "skipped"}
+    os_utime = __import__("os").utime
+    os_utime(raw / "velna_river.wiki")  # a touch changes nothing: the hash decides
+    assert statuses(runner.run(params, project, **quiet))["01_corpus"] == "skipped"
+    (raw / "velna_river.wiki").write_text((raw / "velna_river.wiki").read_text() + "\nMore.\n")
+    assert statuses(runner.run(params, project, **quiet))["01_corpus"] == "ran"
+
+
+def test_stage_01_reruns_when_an_archive_is_replaced(project, no_kernel):
+    mirror = project / "mirror"
+    mirror.mkdir()
+    (mirror / "pages.xml.bz2").write_bytes(b"first archive")
+    (mirror / "featured.tsv").write_text("1\tA\n")
+    params = project / "params" / "tiny.yaml"
+    params.write_text("corpus: {name: tiny, kind: wikipedia, mirror: ../mirror, sources: [pages.xml.bz2],"
+                      " featured_list: featured.tsv, min_words: 10}\n")
+    quiet = dict(log=lambda *_: None)
+    assert statuses(runner.run(params, project, only="01", **quiet)) == {"01_corpus": "ran"}
+    assert statuses(runner.run(params, project, only="01", **quiet)) == {"01_corpus": "skipped"}
+    (mirror / "pages.xml.bz2").write_bytes(b"second archive")
+    assert statuses(runner.run(params, project, only="01", **quiet)) == {"01_corpus": "ran"}
+    (mirror / "featured.tsv").write_text("2\tB\n")
+    assert statuses(runner.run(params, project, only="01", **quiet)) == {"01_corpus": "ran"}
+
+
+def test_a_manifest_without_outputs_counts_as_absent(project, no_kernel):
+    params = write_params(project)
+    quiet = dict(log=lambda *_: None)
+    runner.run(params, project, **quiet)
+    mp = project / "data/tiny/01_corpus/manifest.json"
+    m = json.loads(mp.read_text())
+    del m["outputs"]
+    mp.write_text(json.dumps(m))
+    with pytest.raises(runner.StageFailed, match="01_corpus, which has not completed"):
+        runner.run(params, project, only="02", **quiet)
+    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran", "02_induce": "skipped"}
+
+
+def test_manifest_records_the_environment_with_relative_paths(project, no_kernel):
+    params = write_params(project)
+    runner.run(params, project, only="01", log=lambda *_: None)
+    m = json.loads((project / "data/tiny/01_corpus/manifest.json").read_text())
+    env = m["environment"]
+    assert env["python"].split()[-1] == __import__("platform").python_version()
+    assert env["packages"]["numpy"] == __import__("numpy").__version__
+    assert env["packages"]["torch"] == __import__("torch").__version__
+    assert env["torch_threads"] == __import__("torch").get_num_threads() and env["cpu_count"] >= 1
+    assert env["cpu"] and isinstance(env["gpus"], list)
+    # the commit of the checkout the code came from, although the data root (tmp) is no git repository
+    head = __import__("subprocess").run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    assert env["git_commit"] == (head.stdout.strip() or None)
+    assert m["params_file"] == "params/tiny.yaml"
+    assert str(project) not in json.dumps(m)
+
+
+def test_runner_output_has_no_unencrypted_kernel_warning(project, capfd):
+    """ipykernel printed "Kernel is running over TCP without encryption" into the runner's output once per stage;
+    the kernel manager now provisions CurveZMQ keys, so the kernel has nothing to warn about."""
+    params = write_params(project)
+    runner.run(params, project, only="01", log=lambda *_: None)
+    err = capfd.readouterr().err
+    assert "without encryption" not in err
+
+
+def test_a_source_downloaded_during_01_enters_its_key_as_downloaded(project, no_kernel, monkeypatch):
+    """With no mirror the archives are downloaded by 01 itself: absent when the key is made, they enter the key
+    as downloaded, so the next run skips instead of rerunning once more."""
+    params = project / "params" / "tiny.yaml"
+    params.write_text("corpus: {name: tiny, kind: qasper, mirror: null, fetch_urls: [https://example.org/a.tgz]}\n")
+    download = project / "data" / "tiny" / "cache" / "downloads" / "a.tgz"
+    executed = runner.execute
+
+    def execute_and_download(cfg, stage, executed_dir):
+        executed(cfg, stage, executed_dir)
+        download.parent.mkdir(parents=True, exist_ok=True)
+        download.write_bytes(b"archive")
+
+    monkeypatch.setattr(runner, "execute", execute_and_download)
+    quiet = dict(only="01", log=lambda *_: None)
+    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran"}
+    m = json.loads((project / "data/tiny/01_corpus/manifest.json").read_text())
+    assert m["key"]["sources"] == [{"role": "corpus.sources", "path": "data/tiny/cache/downloads/a.tgz", "size": 7,
+                                    "sha256": __import__("hashlib").sha256(b"archive").hexdigest()}]
+    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "skipped"}
+    download.write_bytes(b"another archive")
+    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran"}

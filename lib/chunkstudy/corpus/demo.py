@@ -21,6 +21,48 @@ from .qasper import HARVESTED_COLUMNS, EvidenceMatcher, _norm, harvest_funnel, h
 from .wikipedia import build_wikipedia
 
 
+def document_shape_problem(entry) -> str | None:
+    """What is wrong with one ``documents.yaml`` entry, or None: a mapping with string ``doc_id``, ``title``,
+    ``file`` and an optional list of string ``categories``."""
+    if not isinstance(entry, dict):
+        return f"entry is a {type(entry).__name__}, not a mapping"
+    for key in ("doc_id", "title", "file"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            return f"{key} is missing or not a string ({entry.get(key)!r})"
+    cats = entry.get("categories")
+    if cats is not None and not (isinstance(cats, list) and all(isinstance(c, str) for c in cats)):
+        return "categories is not a list of strings"
+    return None
+
+
+def valid_documents(entries: list, warnings: list[str]) -> tuple[list[dict], int]:
+    """The well-shaped ``documents.yaml`` entries and how many were skipped (each skip warned, naming it)."""
+    good, skipped = [], 0
+    for i, d in enumerate(entries):
+        problem = document_shape_problem(d)
+        if problem:
+            name = d.get("doc_id") if isinstance(d, dict) else None
+            warnings.append(f"documents.yaml: document {name if name else f'#{i}'}: {problem}; skipped")
+            skipped += 1
+        else:
+            good.append(d)
+    return good, skipped
+
+
+def question_shape_problem(q) -> str | None:
+    """What is wrong with one ``questions.yaml`` entry, or None: string ``query_id``, ``doc_id``, ``question``,
+    and ``evidence`` a list of strings (a scalar would be read character by character)."""
+    if not isinstance(q, dict):
+        return f"entry is a {type(q).__name__}, not a mapping"
+    for key in ("query_id", "doc_id", "question"):
+        if not isinstance(q.get(key), str) or not q[key].strip():
+            return f"{key} is missing or not a string ({q.get(key)!r})"
+    ev = q.get("evidence")
+    if ev is not None and not (isinstance(ev, list) and all(isinstance(e, str) for e in ev)):
+        return f"evidence is a {type(ev).__name__}, not a list of paragraph strings"
+    return None
+
+
 def demo_pages(documents: list[dict], wikitext: dict[str, str]) -> list[dict]:
     """Turn ``documents.yaml`` entries plus their wikitext (``{doc_id: text}``) into pages for
     :func:`~chunkstudy.corpus.wikipedia.build_wikipedia` (``doc_id`` kept, categories from the YAML)."""
@@ -51,9 +93,15 @@ def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs
     matchers: dict[str, EvidenceMatcher] = {}
     counts: Counter = Counter()
     rows = []
-    for q in questions:
+    for i, q in enumerate(questions):
         counts["questions read"] += 1
-        qid, doc_id = str(q.get("query_id")), str(q.get("doc_id"))
+        problem = question_shape_problem(q)
+        if problem:
+            qid = q.get("query_id") if isinstance(q, dict) and isinstance(q.get("query_id"), str) else f"#{i}"
+            warnings.append(f"questions.yaml: question {qid}: {problem}; skipped")
+            counts["skipped (bad record)"] += 1
+            continue
+        qid, doc_id = q["query_id"], q["doc_id"]
         if doc_id not in texts:
             counts["dropped: document not in corpus"] += 1
             warnings.append(f"questions.yaml: question {qid} names document {doc_id!r}, which is not in the corpus")
@@ -94,6 +142,7 @@ def build_demo(documents: list[dict], wikitext: dict[str, str], questions: list[
     qstats = harvest_stats(harvested, out["sections_gold"], counts)
     qstats["papers_read"] = len(out["documents"])
     qstats["dropped_document_not_in_corpus"] = int(counts["dropped: document not in corpus"])
+    qstats["skipped_bad_records"] = int(counts["skipped (bad record)"])
     out["harvested"] = harvested
     out["stats"]["questions"] = qstats
     funnel = harvest_funnel(qstats)

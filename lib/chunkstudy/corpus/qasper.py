@@ -80,15 +80,23 @@ def _split_of(name: str) -> str:
     return m.group(1) if m else Path(name).stem
 
 
-def read_qasper(paths: Iterable[str | Path], warnings: list[str] | None = None) -> dict[str, tuple[str, dict]]:
+class QasperReadError(ValueError):
+    """A QASPER file is missing, truncated, corrupt, not UTF-8 or not QASPER JSON (the message names the file)."""
+
+
+def read_qasper(paths: Iterable[str | Path], warnings: list[str] | None = None,
+                allow_partial: bool = False) -> dict[str, tuple[str, dict]]:
     """``{paper_id: (split, record)}`` from QASPER archives (``.tgz``) and/or extracted ``.json`` files.
 
-    A paper id present in two splits keeps the first and warns; an unreadable file warns (naming it) and the
-    others are still read (raised when ``warnings`` is None).
+    A paper id present in two splits keeps the first and warns. An unreadable file (missing, truncated, corrupt,
+    not UTF-8, not a mapping of papers) raises :class:`QasperReadError` naming it; with ``allow_partial`` (and a
+    ``warnings`` list) it is a warning instead and the papers read before the damage are kept.
     """
     out: dict[str, tuple[str, dict]] = {}
 
     def add(split: str, data: dict, name: str):
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a mapping of paper id -> record, got {type(data).__name__}")
         for pid, rec in data.items():
             if pid in out:
                 _warn(warnings, f"{name}: paper {pid} already read from split {out[pid][0]!r}; kept the first")
@@ -108,9 +116,63 @@ def read_qasper(paths: Iterable[str | Path], warnings: list[str] | None = None) 
                             f"{path.name}:{m.name}")
             else:
                 add(_split_of(path.name), json.loads(path.read_text()), path.name)
-        except (OSError, EOFError, ValueError, tarfile.TarError) as e:
-            _warn(warnings, f"{path.name}: cannot read QASPER file ({type(e).__name__}: {e})")
+        except (OSError, EOFError, ValueError, tarfile.TarError) as e:  # ValueError: JSON and UTF-8 errors too
+            msg = f"{path}: cannot read QASPER file ({type(e).__name__}: {e})"
+            if warnings is None or not allow_partial:
+                raise QasperReadError(msg) from None
+            warnings.append(msg + "; kept the papers read before it (corpus.allow_partial)")
     return out
+
+
+def _is_str_list(x) -> bool:
+    return isinstance(x, list) and all(isinstance(v, str) for v in x)
+
+
+def paper_shape_problem(record) -> str | None:
+    """What is wrong with the shape of one QASPER paper record, or None. Checked before flattening: a string where
+    a list belongs would otherwise be iterated character by character (each character a paragraph)."""
+    if not isinstance(record, dict):
+        return f"record is a {type(record).__name__}, not a mapping"
+    for key in ("title", "abstract"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return f"{key} is a {type(record[key]).__name__}, not a string"
+    full = record.get("full_text")
+    if not isinstance(full, list):
+        return "record has no full_text list"
+    for i, sec in enumerate(full):
+        if not isinstance(sec, dict):
+            return f"full_text[{i}] is a {type(sec).__name__}, not a section mapping"
+        if sec.get("section_name") is not None and not isinstance(sec["section_name"], str):
+            return f"full_text[{i}].section_name is a {type(sec['section_name']).__name__}, not a string"
+        if sec.get("paragraphs") is not None and not _is_str_list(sec["paragraphs"]):
+            return f"full_text[{i}].paragraphs is not a list of strings"
+    if record.get("qas") is not None and not isinstance(record["qas"], list):
+        return f"qas is a {type(record['qas']).__name__}, not a list"
+    return None
+
+
+def question_shape_problem(qa) -> str | None:
+    """What is wrong with the shape of one QASPER question (an entry of ``qas``), or None."""
+    if not isinstance(qa, dict):
+        return f"question is a {type(qa).__name__}, not a mapping"
+    qid = qa.get("question_id")
+    if not isinstance(qid, str) or not qid.strip():
+        return f"question_id is missing or not a string ({qid!r})"
+    if not isinstance(qa.get("question"), str):
+        return "question text is missing or not a string"
+    answers = qa.get("answers")
+    if answers is not None and not isinstance(answers, list):
+        return f"answers is a {type(answers).__name__}, not a list"
+    for i, a in enumerate(answers or []):
+        ans = a.get("answer") if isinstance(a, dict) else None
+        if not isinstance(ans, dict):
+            return f"answers[{i}] has no answer mapping"
+        for key in ("evidence", "extractive_spans", "highlighted_evidence"):
+            if ans.get(key) is not None and not _is_str_list(ans[key]):
+                return f"answers[{i}].answer.{key} is not a list of strings"
+        if ans.get("free_form_answer") is not None and not isinstance(ans["free_form_answer"], str):
+            return f"answers[{i}].answer.free_form_answer is not a string"
+    return None
 
 
 def _warn(warnings: list[str] | None, msg: str) -> None:
@@ -291,9 +353,16 @@ def harvest_paper(paper_id: str, record: dict, doc: dict, paras: pd.DataFrame, s
     matcher = EvidenceMatcher(doc["text"], paras, secs, threshold)
     counts: Counter = Counter()
     rows = []
-    for qa in record.get("qas") or []:
+    for i, qa in enumerate(record.get("qas") or []):
         counts["questions read"] += 1
-        qid = str(qa.get("question_id"))
+        problem = question_shape_problem(qa)
+        if problem:
+            qname = qa.get("question_id") if isinstance(qa, dict) and isinstance(qa.get("question_id"), str) \
+                and qa.get("question_id") else f"#{i}"
+            _warn(warnings, f"QASPER paper {paper_id}, question {qname}: {problem}; skipped")
+            counts["questions skipped (bad record)"] += 1
+            continue
+        qid = qa["question_id"]
         answers = [a.get("answer") or {} for a in qa.get("answers") or []]
         answerable = [a for a in answers if answer_type(a) is not None]
         if not answerable:
@@ -371,13 +440,14 @@ def build_qasper(papers: dict[str, tuple[str, dict]], params: dict, warnings: li
     counts: Counter = Counter()
     for pid in ids:
         split, rec = papers[pid]
-        try:
-            doc, paras, secs = flatten_paper(pid, rec, split)
-        except ValueError as e:
-            warnings.append(str(e) + "; skipped")
+        problem = paper_shape_problem(rec)
+        if problem:
+            warnings.append(f"QASPER paper {pid}: {problem}; skipped")
             counts["papers skipped (bad record)"] += 1
-            counts["questions read"] += len(rec.get("qas") or [])
+            qas = rec.get("qas") if isinstance(rec, dict) else None
+            counts["questions read"] += len(qas) if isinstance(qas, list) else 0
             continue
+        doc, paras, secs = flatten_paper(pid, rec, split)
         r, c = harvest_paper(pid, rec, doc, paras, secs, params["fuzzy_threshold"], params["drop_numeric_only"],
                              warnings, params.get("evidence_annotators", "union"))
         counts.update(c)
@@ -396,6 +466,8 @@ def build_qasper(papers: dict[str, tuple[str, dict]], params: dict, warnings: li
     stats = harvest_stats(harvested, sections, counts)
     stats["papers_read"] = len(ids)
     stats["papers_built"] = len(documents)
+    stats["skipped_records"] = {"papers": int(counts["papers skipped (bad record)"]),
+                                "questions": int(counts["questions skipped (bad record)"])}
     stats["splits"] = dict(Counter(papers[p][0] for p in ids))
     funnel = harvest_funnel(stats)
     return {"documents": documents, "paragraphs": paragraphs, "sections_gold": sections, "harvested": harvested,

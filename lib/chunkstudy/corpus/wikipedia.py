@@ -119,12 +119,17 @@ def _open(path: Path):
     return bz2.open(path, "rb") if str(path).endswith(".bz2") else open(path, "rb")
 
 
-def iter_export(path: str | Path, warnings: list[str] | None = None, name: str | None = None) -> Iterator[dict]:
+class ExportError(ValueError):
+    """A MediaWiki export is truncated, corrupt or not valid UTF-8 (the message names the file)."""
+
+
+def iter_export(path: str | Path, warnings: list[str] | None = None, name: str | None = None,
+                allow_partial: bool = False) -> Iterator[dict]:
     """Stream the main-namespace, non-redirect pages of a MediaWiki XML export (``.xml`` or ``.xml.bz2``).
 
-    Yields ``{title, page_id, revision, timestamp, wikitext, source}`` (ids as strings). A truncated or corrupt
-    file ends the stream with a warning naming the file (appended to ``warnings``; raised when ``warnings`` is
-    None); the pages read before the damage are kept.
+    Yields ``{title, page_id, revision, timestamp, wikitext, source}`` (ids as strings). A truncated, corrupt or
+    undecodable file raises :class:`ExportError` naming the file, once the pages before the damage are yielded;
+    with ``allow_partial`` (and a ``warnings`` list) the stream ends there with a warning instead.
     """
     path = Path(path)
     name = name or path.name
@@ -153,11 +158,11 @@ def iter_export(path: str | Path, warnings: list[str] | None = None, name: str |
                 }
                 el.clear()
                 yield page
-    except (EOFError, OSError, ET.ParseError) as e:
-        msg = f"{name}: export is truncated or corrupt ({type(e).__name__}: {e}); kept the pages read before it"
-        if warnings is None:
-            raise ValueError(msg) from e
-        warnings.append(msg)
+    except (EOFError, OSError, ET.ParseError, UnicodeDecodeError) as e:
+        msg = f"{path}: export is truncated, corrupt or not UTF-8 ({type(e).__name__}: {e})"
+        if warnings is None or not allow_partial:
+            raise ExportError(msg) from e
+        warnings.append(msg + "; kept the pages read before it (corpus.allow_partial)")
 
 
 # ------------------------------------------------------------------------------------------- MediaWiki API
