@@ -12,7 +12,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$here/.venv"
 py="${PYTHON:-python3}"
 stamp="$venv/.deps-hash"
-want="$(cat "$here/pyproject.toml" "$here"/constraints/*.txt | sha256sum | cut -c1-16)${CHUNKSTUDY_UNLOCKED:+-unlocked}"
+want="$(cat "$here/pyproject.toml" "$here"/constraints/{cpu,nodeps,cpu-lock,nodeps-lock}.txt | sha256sum | cut -c1-16)${CHUNKSTUDY_UNLOCKED:+-unlocked}"
 if [ ! -x "$venv/bin/python" ]; then
   echo "env: creating $venv with $($py --version 2>&1)" >&2
   "$py" -m venv "$venv"

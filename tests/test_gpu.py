@@ -250,7 +250,7 @@ def _finished_run(tmp_path: Path, llm_stats: dict, contexts_failed: int = 0) -> 
     for stage in runner.discover(ROOT / "notebooks"):
         d = tmp_path / "data" / "demo" / stage.name
         d.mkdir(parents=True, exist_ok=True)
-        (d / "manifest.json").write_text(json.dumps({"stage": stage.name, "outputs": {}}))
+        (d / "manifest.json").write_text(json.dumps({"stage": stage.name, "key": {}, "outputs": {}}))
     (tmp_path / "data/demo/02_induce/induction_stats.json").write_text(json.dumps(
         {"llm": llm_stats, "contexts_a1": {"failed": contexts_failed}}))
     (tmp_path / "notebooks").symlink_to(ROOT / "notebooks")
