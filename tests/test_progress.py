@@ -39,8 +39,20 @@ def test_without_the_runner_a_tqdm_bar_is_used(monkeypatch):
 
 def _records(n_updates: int, total: int = 100) -> list[dict]:
     base = {"id": "1-1", "stage": "05_retrieve", "desc": "rerank", "unit": "pair", "total": total}
-    recs = [{**base, "n": i, "elapsed": 0.01 * i, "done": False} for i in range(n_updates)]
+    recs = [{**base, "n": i // 10, "elapsed": 0.01 * i, "done": False} for i in range(n_updates)]
     return recs + [{**base, "n": total, "elapsed": 4.0, "done": True}]
+
+
+def test_a_quick_loop_shows_only_its_summary_and_an_empty_one_nothing(tmp_path, monkeypatch):
+    base = {"id": "1-2", "stage": "06_metrics", "desc": "score", "unit": "list", "total": 10}
+    recs = [{**base, "n": 0, "elapsed": 0.0, "done": False}, {**base, "n": 10, "elapsed": 0.4, "done": True}]
+    _, out, _ = _feed(tmp_path, recs, tty=False)
+    assert out.getvalue() == "06_metrics | score: 10 list in 0:00 (25.0 list/s)\n"
+    path = tmp_path / "empty.jsonl"
+    monkeypatch.setenv(progress.ENV, str(path))
+    with progress.bar(total=0, desc="nothing") as p:
+        p.update(0)
+    assert not path.exists()
 
 
 def _feed(tmp_path, recs, tty, torn_tail=b""):
@@ -56,8 +68,9 @@ def test_tail_in_a_log_prints_a_start_line_and_a_summary_not_a_flood(tmp_path):
     _, out, _ = _feed(tmp_path, _records(1000), tty=False)
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
-    assert lines[0].startswith("05_retrieve | rerank:") and "0/100" in lines[0]
-    assert lines[1] == "05_retrieve | rerank: 100 pair in 0:04 (25 pair/s)"
+    # the loop's line once it has run a second (elapsed 0.01 s per record here), then its summary
+    assert lines[0].startswith("05_retrieve | rerank:  10%") and "10/100" in lines[0]
+    assert lines[1] == "05_retrieve | rerank: 100 pair in 0:04 (25.0 pair/s)"
 
 
 def test_tail_on_a_terminal_rewrites_one_line(tmp_path):
@@ -77,7 +90,7 @@ def test_tail_waits_for_a_line_still_being_written(tmp_path):
     with open(path, "ab") as f:
         f.write(half[20:] + b"\n")
     tail.poll()
-    assert out.getvalue().endswith("100 pair in 0:04 (25 pair/s)\n")
+    assert out.getvalue().endswith("100 pair in 0:04 (25.0 pair/s)\n")
 
 
 def test_render_shows_count_rate_and_remaining_time():

@@ -2,7 +2,12 @@
 a failing cell is named, an interrupted stage reruns."""
 
 import json
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -119,7 +124,7 @@ def _demo_project(project, kind="demo"):
     raw = project / "raw"
     shutil.copytree(ROOT / "data" / "demo_raw", raw)
     p = project / "params" / "tiny.yaml"
-    p.write_text(f"corpus: {{name: tiny, kind: demo, mirror: ../raw, min_words: 10}}\n")
+    p.write_text("corpus: {name: tiny, kind: demo, mirror: ../raw, min_words: 10}\n")
     return p, raw
 
 
@@ -225,3 +230,65 @@ def test_a_source_downloaded_during_01_enters_its_key_as_downloaded(project, no_
     assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "skipped"}
     download.write_bytes(b"another archive")
     assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran"}
+
+
+# ------------------------------------------------------------------------------------------ progress and Ctrl-C
+
+LOOP_NOTEBOOK = '''# %% tags=["parameters"]
+params_file = "params.yaml"
+
+# %%
+import time
+from chunkstudy import artifacts, config, progress
+
+cfg = config.load(params_file)
+cache = artifacts.cache_dir(cfg, "loop")
+for i in progress.track(range(N_STEPS), desc="tiny loop", unit="step"):
+    if not (cache / f"{i}.done").exists():  # a finished step is never redone
+        time.sleep(SLEEP_S)
+        (cache / f"{i}.done").write_text("ok")
+artifacts.write_json(cfg, "02_induce", "induction_stats", {"steps": len(list(cache.glob("*.done")))})
+'''
+
+
+def _loop_project(project, n_steps, sleep_s):
+    (project / "notebooks" / "02_induce.py").write_text(
+        LOOP_NOTEBOOK.replace("N_STEPS", str(n_steps)).replace("SLEEP_S", str(sleep_s)))
+    return write_params(project)
+
+
+def test_progress_of_a_stage_loop_reaches_the_runner_output(project, capsys):
+    params = _loop_project(project, n_steps=4, sleep_s=0.3)
+    runner.run(params, project)
+    out = capsys.readouterr().out.splitlines()
+    assert "02_induce        running ..." in out
+    loop = [line for line in out if line.startswith("02_induce | tiny loop")]
+    # not a terminal: the loop's line once it has run a second (count, total, rate, remaining time), then its
+    # summary with the time
+    assert re.match(r"02_induce \| tiny loop: +\d+%\|.*\| [0-4]/4 \[", loop[0])
+    assert re.fullmatch(r"02_induce \| tiny loop: 4 step in 0:0\d \([\d.]+ step/s\)", loop[-1])
+    assert out.index(loop[-1]) < next(i for i, line in enumerate(out) if line.startswith("02_induce        ran"))
+    assert not list((project / "build/executed/tiny").glob(".*progress*"))  # the side channel is cleaned up
+
+
+def test_ctrl_c_stops_cleanly_keeps_finished_work_and_says_how_to_resume(project):
+    params = _loop_project(project, n_steps=40, sleep_s=0.25)
+    cache = project / "data/tiny/cache/loop"
+    proc = subprocess.Popen([sys.executable, "-m", "chunkstudy.runner", str(params), "--root", str(project)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list(cache.glob("*.done"))) < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert "interrupted during 02_induce" in err and "Run the same command again (./run_all.sh tiny)" in err
+    assert "Traceback" not in err
+    assert (project / "data/tiny/01_corpus/manifest.json").is_file()
+    assert not (project / "data/tiny/02_induce/manifest.json").exists()  # the stage reruns next time
+    kept = len(list(cache.glob("*.done")))
+    assert 3 <= kept < 40
+    # the rerun resumes: 01 is skipped, 02 redoes only the steps that were not finished
+    results = runner.run(params, project, log=lambda *_: None)
+    assert statuses(results) == {"01_corpus": "skipped", "02_induce": "ran"}
+    assert json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text()) == {"steps": 40}

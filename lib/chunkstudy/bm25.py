@@ -41,7 +41,7 @@ import bm25s
 import numpy as np
 import pandas as pd
 
-from . import metrics
+from . import metrics, progress
 
 # bm25s logs one DEBUG line per index; the document scope builds one index per document
 logging.getLogger("bm25s").setLevel(logging.WARNING)
@@ -168,7 +168,8 @@ def diagnostic(documents: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFr
     doc_index: dict[str, bm25s.BM25] = {}
     q_tokens = tokenize(list(queries["text"]))
     rows = []
-    for q, toks in zip(queries.itertuples(index=False), q_tokens):
+    for q, toks in progress.track(list(zip(queries.itertuples(index=False), q_tokens)), desc="BM25 diagnostic",
+                                  unit="query"):
         spans, doc_id = _spans(q.spans), str(q.doc_id)
         if not spans:
             raise ValueError(f"bm25 diagnostic: query {q.query_id!r} (doc {doc_id!r}) has no gold spans")

@@ -36,7 +36,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import models
+from . import models, progress
 from .corpus import model as docmodel
 
 TokenCounter = Callable[[list], list]
@@ -291,13 +291,11 @@ def _finish(rows: list[dict], text_by_doc: Mapping[str, str], counter: TokenCoun
 def _units_for(documents: pd.DataFrame, counter: TokenCounter, splitter: str,
                cache: dict | None = None) -> dict[str, _Units]:
     cache = {} if cache is None else cache
-    out = {}
-    for doc_id, text in zip(documents["doc_id"], documents["text"]):
-        key = (doc_id, splitter)
-        if key not in cache or cache[key].text != text:
-            cache[key] = _units(text, counter, splitter)
-        out[doc_id] = cache[key]
-    return out
+    todo = [(d, t) for d, t in zip(documents["doc_id"], documents["text"])
+            if (d, splitter) not in cache or cache[(d, splitter)].text != t]
+    for doc_id, text in progress.track(todo, desc=f"sentence bounds and token counts ({splitter})", unit="doc"):
+        cache[(doc_id, splitter)] = _units(text, counter, splitter)
+    return {d: cache[(d, splitter)] for d in documents["doc_id"]}
 
 
 def structural_chunks(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections: pd.DataFrame,

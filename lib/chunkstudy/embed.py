@@ -44,6 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from . import models
+from . import progress as _progress
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 _BGE_V15 = re.compile(r"bge-[a-z]+-en-v1\.5", re.IGNORECASE)
@@ -565,25 +566,25 @@ class EmbeddingStore:
             if h not in idx and h not in todo:
                 todo[h] = t
         order = sorted(todo, key=lambda h: (-len(todo[h]), h))  # similar lengths batch together: less padding
-        bar = None
-        if progress and order:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(order), desc=f"embed {embedder.key} ({kind})", unit="text")
         fresh: dict[int, np.ndarray] = {}
-        for i in range(0, len(order), self.flush_every):
-            group = order[i:i + self.flush_every]
-            vecs = embedder.encode([todo[h] for h in group], kind)
-            self.n_calls += 1
-            self.n_embedded += len(group)
-            shard = self._write_shard(embedder.model_key, kind, group, vecs)
-            fresh[shard] = np.asarray(vecs, dtype=np.float32)
-            for row, h in enumerate(group):
-                idx[h] = (shard, row)
-            if bar is not None:
-                bar.update(len(group))
-        if bar is not None:
-            bar.close()
+        # progress is reported after every piece of a group; a piece is a whole number of batches, so the model
+        # sees the same batches as it would for the whole group (same padding, bit-identical vectors)
+        piece = max(1, 256 // embedder.batch_size) * embedder.batch_size
+        with _progress.bar(len(order), f"embed {embedder.key} ({kind})", unit="text",
+                           disable=not (progress and order)) as bar:
+            for i in range(0, len(order), self.flush_every):
+                group = order[i:i + self.flush_every]
+                parts = []
+                for j in range(0, len(group), piece):
+                    parts.append(embedder.encode([todo[h] for h in group[j:j + piece]], kind))
+                    bar.update(len(group[j:j + piece]))
+                vecs = np.concatenate(parts) if len(parts) > 1 else parts[0]
+                self.n_calls += 1
+                self.n_embedded += len(group)
+                shard = self._write_shard(embedder.model_key, kind, group, vecs)
+                fresh[shard] = np.asarray(vecs, dtype=np.float32)
+                for row, h in enumerate(group):
+                    idx[h] = (shard, row)
         return self._gather(embedder.model_key, kind, hashes, fresh)
 
     def _gather(self, model_key: str, kind: str, hashes: list[str],

@@ -852,11 +852,9 @@ class Client:
         if self.preflight and not self._preflight_done:
             self.check_server()
         before = self._read_metrics() if self.server_metrics else None
-        with warnings.catch_warnings():  # tqdm.auto warns once when a kernel lacks ipywidgets, then uses text bars
-            warnings.simplefilter("ignore")
-            from tqdm.auto import tqdm
+        from . import progress
 
-        bar = tqdm(total=len(todo), desc=f"{desc or 'model calls'} ({len(keys) - len(todo)} cached)", unit="call")
+        bar = progress.bar(len(todo), f"{desc or 'model calls'} ({len(keys) - len(todo)} cached)", unit="call")
 
         def finish(k: str, text: str | None, error: str | None, seconds: float, attempts: int) -> None:
             if error is None:

@@ -70,7 +70,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import nct, norm
 
-from . import stats
+from . import progress, stats
 from .config import SCHEMA
 
 OBSERVED = "observed"
@@ -389,9 +389,10 @@ def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mappi
     g = pop.doc_ids.size
     grid = sorted(set(pp.n_docs) | ({g} if g >= 2 else set()))
     primary = stats.cell_name(*stats._primary(stats_params))
+    sizes = grid if pop.present.any() and g else []
     results = {n: simulate(pop.sums, pop.counts, shifts, n, n_sims=pp.n_sims, n_boot=pp.n_boot, alpha=pp.alpha,
-                           seed=pp.seed, require_sign=pp.require_sign) for n in grid} if pop.present.any() and g \
-        else {}
+                           seed=pp.seed, require_sign=pp.require_sign)
+               for n in progress.track(sizes, desc="power: simulated corpus sizes", unit="size")}
     rows = []
     for i, (scenario, source, shift, target) in enumerate(scenarios):
         for j, name in enumerate(pop.contrasts):

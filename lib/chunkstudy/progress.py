@@ -58,6 +58,7 @@ class _FileBar:
     def __init__(self, path: str, total: int | None, desc: str, unit: str):
         self.path, self.total, self.desc, self.unit = path, total, desc, unit
         self.n = 0
+        self.postfix: dict = {}
         self.id = f"{os.getpid()}-{_next_id()}"
         self.stage = os.environ.get(STAGE_ENV, "")
         self.t0 = time.monotonic()
@@ -72,6 +73,8 @@ class _FileBar:
         self._last = now
         rec = {"id": self.id, "stage": self.stage, "desc": self.desc, "unit": self.unit, "n": self.n,
                "total": self.total, "elapsed": now - self.t0, "done": done}
+        if self.postfix:
+            rec["postfix"] = ", ".join(f"{k}={v}" for k, v in self.postfix.items())
         line = (json.dumps(rec) + "\n").encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -83,6 +86,10 @@ class _FileBar:
         self.n += n
         self._emit()
 
+    def set_postfix(self, refresh: bool = False, **values) -> None:
+        """Extra facts shown after the meter (``failed=2``, ``requests=31``), as tqdm's ``set_postfix``."""
+        self.postfix.update(values)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -93,13 +100,17 @@ def bar(total: int | None, desc: str, unit: str = "it", disable: bool = False):
     """A progress bar for one loop of ``total`` items (``None`` when unknown): the runner's progress file when the
     runner set :data:`ENV`, else ``tqdm.auto``. Use it as a context manager, or call ``close()`` when done."""
     path = os.environ.get(ENV)
-    if disable:
+    if disable or total == 0:  # nothing to count: no line at all
         return tqdm(total=total, disable=True)
     if path:
         return _Closing(_FileBar(path, total, desc, unit))
-    from tqdm.auto import tqdm as auto_tqdm
+    import warnings
 
-    return auto_tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True)
+    with warnings.catch_warnings():  # tqdm.auto warns when a kernel lacks ipywidgets, then draws a text bar
+        warnings.simplefilter("ignore")
+        from tqdm.auto import tqdm as auto_tqdm
+
+        return auto_tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True)
 
 
 class _Closing:
@@ -116,6 +127,9 @@ class _Closing:
 
     def update(self, n: int = 1) -> None:
         self._inner.update(n)
+
+    def set_postfix(self, refresh: bool = False, **values) -> None:
+        self._inner.set_postfix(**values)
 
     def close(self) -> None:
         self._inner.close()
@@ -140,31 +154,41 @@ def _fmt_seconds(s: float) -> str:
 def render(rec: dict) -> str:
     """One progress line: ``stage | desc: 40%|####      | 40/100 [00:12<00:18, 3.25text/s]`` (tqdm's meter)."""
     prefix = f"{rec['stage']} | {rec['desc']}" if rec.get("stage") else rec["desc"]
-    return tqdm.format_meter(rec["n"], rec["total"], rec["elapsed"], unit=rec["unit"], prefix=prefix, ncols=100)
+    return tqdm.format_meter(rec["n"], rec["total"], rec["elapsed"], unit=rec["unit"], prefix=prefix, ncols=110,
+                             postfix=rec.get("postfix"))
 
 
 def summary(rec: dict) -> str:
     """The final line of a finished loop: counts, wall time and rate."""
-    rate = rec["n"] / rec["elapsed"] if rec["elapsed"] > 0 else float("inf")
     prefix = f"{rec['stage']} | {rec['desc']}" if rec.get("stage") else rec["desc"]
     total = f"/{rec['total']}" if rec.get("total") not in (None, rec["n"]) else ""
-    return f"{prefix}: {rec['n']}{total} {rec['unit']} in {_fmt_seconds(rec['elapsed'])} ({rate:.3g} {rec['unit']}/s)"
+    extra = f"; {rec['postfix']}" if rec.get("postfix") else ""
+    return (f"{prefix}: {rec['n']}{total} {rec['unit']} in {_fmt_seconds(rec['elapsed'])} "
+            f"({_fmt_rate(rec['n'], rec['elapsed'])} {rec['unit']}/s{extra})")
+
+
+def _fmt_rate(n: float, seconds: float) -> str:
+    if seconds <= 0:
+        return "-"
+    rate = n / seconds
+    return f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}" if rate >= 10 else f"{rate:.2f}"
 
 
 class Tail:
     """Follow a progress file from the runner process and print it to ``out`` (a thread; :meth:`stop` flushes).
 
     On a terminal each loop is one line rewritten in place (``\\r``); elsewhere (a pipe, a CI log) a loop's line
-    appears when it starts, at most every :data:`LOG_INTERVAL_S` seconds after, and once finished — never a flood.
-    Every finished loop ends with :func:`summary`.
+    appears once it has run ``start_after_s`` (a loop that finishes sooner shows only its summary), then at most
+    every :data:`LOG_INTERVAL_S` seconds, and once finished — never a flood. Every finished loop ends with
+    :func:`summary`.
     """
 
     def __init__(self, path: Path, out: IO[str] | None = None, tty: bool | None = None, poll_s: float = 0.25,
-                 log_interval_s: float = LOG_INTERVAL_S):
+                 log_interval_s: float = LOG_INTERVAL_S, start_after_s: float = 1.0):
         self.path = Path(path)
         self.out = out or sys.stdout
         self.tty = self.out.isatty() if tty is None else tty
-        self.poll_s, self.log_interval_s = poll_s, log_interval_s
+        self.poll_s, self.log_interval_s, self.start_after_s = poll_s, log_interval_s, start_after_s
         self._pos = 0
         self._buf = b""
         self._stop = threading.Event()
@@ -224,6 +248,10 @@ class Tail:
         if rec["done"]:
             self.out.write(summary(rec) + "\n")
             self._printed.pop(rec["id"], None)
-        elif rec["id"] not in self._printed or now - self._printed[rec["id"]] >= self.log_interval_s:
+        elif rec["id"] not in self._printed:
+            if rec["elapsed"] >= self.start_after_s:  # a loop that ends within a second gets its summary only
+                self.out.write(render(rec) + "\n")
+                self._printed[rec["id"]] = now
+        elif now - self._printed[rec["id"]] >= self.log_interval_s:
             self.out.write(render(rec) + "\n")
             self._printed[rec["id"]] = now

@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
 import pandas as pd
 
-from . import models
+from . import models, progress
 from .embed import ONNX_FILE, _onnx_provider, _torch_dtype, onnx_model_dir, resolve_dtype
 
 
@@ -160,15 +159,16 @@ class Reranker:
             todo = sorted(missing.items(), key=lambda kv: (-len(kv[1][0]) - len(kv[1][1]), kv[0]))
             # scored in blocks, each written to the store as it completes: an interrupted run resumes
             block = max(int(self.spec.get("batch_size", 64)) * 16, 1)
-            for i in tqdm(range(0, len(todo), block), desc=f"rerank {self.key}", unit="block",
-                          disable=len(todo) <= block):
-                part = todo[i:i + block]
-                values = self._predict([pair for _, pair in part])
-                self.n_computed += len(part)
-                fresh = {key: float(v) for (key, _), v in zip(part, values)}
-                if self.store is not None:
-                    self.store.put_many(fresh.items())
-                known.update(fresh)
+            with progress.bar(len(todo), f"rerank {self.key}", unit="pair") as bar:
+                for i in range(0, len(todo), block):
+                    part = todo[i:i + block]
+                    values = self._predict([pair for _, pair in part])
+                    self.n_computed += len(part)
+                    fresh = {key: float(v) for (key, _), v in zip(part, values)}
+                    if self.store is not None:
+                        self.store.put_many(fresh.items())
+                    known.update(fresh)
+                    bar.update(len(part))
         return np.array([known[k] for k in keys], dtype=np.float64)
 
 

@@ -32,11 +32,13 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Iterator
 
-from . import artifacts, config
+from . import artifacts, config, progress
 
 #: Which earlier stages each stage reads (its inputs are their outputs).
 STAGE_DEPS: dict[str, tuple[str, ...]] = {
@@ -57,6 +59,20 @@ TRACKED_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "statsmodels", "faiss
 
 class StageFailed(RuntimeError):
     pass
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C while a stage ran: the stage wrote no manifest (it reruns), and its finished model calls, embedding
+    shards and reranker blocks stay in ``data/<corpus>/cache/``, so running the same command again resumes."""
+
+    def __init__(self, stage: str, corpus: str):
+        super().__init__(stage)
+        self.stage, self.corpus = stage, corpus
+
+    def __str__(self) -> str:
+        return (f"interrupted during {self.stage}. Nothing finished is lost: earlier stages are complete, and "
+                f"{self.stage}'s finished model calls, embeddings and reranker scores are kept in "
+                f"data/{self.corpus}/cache/. Run the same command again (./run_all.sh {self.corpus}) to resume.")
 
 
 @dataclass
@@ -284,8 +300,12 @@ def _clear_outputs(cfg: config.Config, stage: str) -> None:
             shutil.rmtree(d)
 
 
-def execute(cfg: config.Config, stage: Stage, executed_dir: Path) -> None:
-    """Execute one notebook with papermill in a fresh kernel (cwd = project root)."""
+def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=None) -> None:
+    """Execute one notebook with papermill in a fresh kernel (cwd = project root).
+
+    The kernel's environment names a progress file (:data:`chunkstudy.progress.ENV`) and the stage; while the
+    notebook runs, a :class:`chunkstudy.progress.Tail` prints its loops' progress to ``progress_out`` (default: this
+    process's stdout) — one updating line per long loop with count, rate and ETA, then a summary with the time."""
     import jupytext
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
@@ -296,22 +316,58 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path) -> None:
     src = executed_dir / f".{stage.name}.input.ipynb"
     jupytext.write(nb, src, fmt="ipynb")
     out = executed_dir / f"{stage.name}.ipynb"
-    env_root = os.environ.get("CHUNKSTUDY_ROOT")
-    os.environ["CHUNKSTUDY_ROOT"] = str(cfg.root)
+    progress_file = executed_dir / f".{stage.name}.progress.jsonl"
+    progress_file.unlink(missing_ok=True)
+    kernel_env = {"CHUNKSTUDY_ROOT": str(cfg.root), progress.ENV: str(progress_file), progress.STAGE_ENV: stage.name}
+    saved = {k: os.environ.get(k) for k in kernel_env}
+    os.environ.update(kernel_env)  # the kernel inherits this process's environment
+    kernel_log = executed_dir / f"{stage.name}.kernel.log"
     try:
-        pm.execute_notebook(str(src), str(out), parameters={"params_file": str(cfg.path)}, cwd=str(cfg.root),
-                            kernel_name="python3", progress_bar=False, log_output=False, report_mode=False,
-                            **_kernel_config())
+        with progress.Tail(progress_file, out=progress_out or sys.stdout), _stderr_to(kernel_log):
+            pm.execute_notebook(str(src), str(out), parameters={"params_file": str(cfg.path)}, cwd=str(cfg.root),
+                                kernel_name="python3", progress_bar=False, log_output=False, report_mode=False,
+                                **_kernel_config())
     except PapermillExecutionError as e:
         raise StageFailed(f"notebook {stage.notebook.name} failed in cell {e.exec_count} (cell index {e.cell_index}):"
                           f" {e.ename}: {e.evalue}\n  executed copy with the traceback: {out}") from None
+    except RuntimeError as e:  # the kernel died (papermill's DeadKernelError is a RuntimeError): show why
+        raise StageFailed(f"notebook {stage.notebook.name}: {type(e).__name__}: {e}\n  the kernel's own messages "
+                          f"(last lines of {kernel_log}):\n{_tail_lines(kernel_log)}") from None
     finally:
         src.unlink(missing_ok=True)
+        progress_file.unlink(missing_ok=True)
         export_html(out)
-        if env_root is None:
-            os.environ.pop("CHUNKSTUDY_ROOT", None)
-        else:
-            os.environ["CHUNKSTUDY_ROOT"] = env_root
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``path`` while a notebook runs, so the kernel (which inherits it) logs there and
+    not into the runner's terminal: ipykernel's shutdown noise after Ctrl-C, library warnings at import. The
+    notebook's own output is in the executed copy; this log keeps the rest (``NN_stage.kernel.log``)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def _tail_lines(path: Path, n: int = 15) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return "    (no kernel log)"
+    return "\n".join("    " + line for line in lines[-n:]) or "    (empty)"
 
 
 def export_html(executed: Path) -> Path | None:
@@ -348,8 +404,11 @@ def _kernel_config() -> dict:
 
 
 def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start: str | None = None,
-        only: str | None = None, force: bool = False, log=print) -> list[tuple[str, str, float]]:
-    """Run the pipeline; return ``[(stage, "ran" | "skipped", seconds)]``. Raises :class:`StageFailed`."""
+        only: str | None = None, force: bool = False, log=None) -> list[tuple[str, str, float]]:
+    """Run the pipeline; return ``[(stage, "ran" | "skipped", seconds)]``. Raises :class:`StageFailed`, or
+    :class:`Interrupted` on Ctrl-C. ``log`` prints one line per stage (default: stdout, flushed, so the lines stay
+    in order with the progress lines of the stage's loops even when the output goes to a file)."""
+    log = log or (lambda line: print(line, flush=True))
     cfg = config.load(params_file, root=root)
     stages = discover(notebooks_dir or root / "notebooks")
     if not stages:
@@ -373,7 +432,10 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
             continue
         log(f"{stage.name:<16} running ...")
         _clear_outputs(cfg, stage.name)
-        execute(cfg, stage, executed_dir)
+        try:
+            execute(cfg, stage, executed_dir)
+        except KeyboardInterrupt:
+            raise Interrupted(stage.name, cfg.corpus) from None
         dt = time.perf_counter() - t0
         sources = None
         if "sources" in key:
@@ -408,6 +470,12 @@ def main(argv: list[str] | None = None) -> int:
     except (StageFailed, config.ConfigError) as e:
         print(f"run_all: FAILED: {e}", file=sys.stderr)
         return 1
+    except Interrupted as e:
+        print(f"\nrun_all: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("\nrun_all: interrupted between stages; run the same command again to resume.", file=sys.stderr)
+        return 130
     ran = sum(1 for _, status, _ in results if status == "ran")
     print(f"run_all: {len(results)} stages ({ran} ran, {len(results) - ran} skipped) in "
           f"{time.perf_counter() - t0:.1f} s")

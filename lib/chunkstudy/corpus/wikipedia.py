@@ -405,14 +405,14 @@ def featured_ids_from_api(client: ApiClient, category: str = "Category:Featured 
 
     Listed with ``generator=categorymembers`` (500 per request) and ``prop=info&inprop=subjectid``: a member that
     is a talk page (``Talk:X``) stands for its article, whose page id is the talk page's ``subjectid``; the ids
-    let the seeded walk order the articles before any content is fetched. ``progress`` shows a tqdm counter.
+    let the seeded walk order the articles before any content is fetched. ``progress`` shows a progress counter (:mod:`chunkstudy.progress`).
     """
-    from tqdm.auto import tqdm
+    from .. import progress as _progress
 
     out: dict[str, str] = {}
     params = {"action": "query", "generator": "categorymembers", "gcmtitle": category,
               "gcmlimit": str(MAX_LIST_PER_REQUEST), "prop": "info", "inprop": "subjectid"}
-    with tqdm(desc=f"01_corpus: listing {category}", unit="title", disable=not progress) as bar:
+    with _progress.bar(None, f"listing {category}", unit="title", disable=not progress) as bar:
         for data in query_continued(client, params):
             members = (data.get("query") or {}).get("pages") or []
             for m in sorted(members, key=lambda p: p.get("title", "")):
@@ -673,10 +673,10 @@ def build_wikipedia_api(listed: dict[str, str], fetch: Callable[[list[str]], Ite
     fetched are a prefix of the walk order that contains every page the full walk would visit before it stops:
     the documents, paragraphs and sections are identical to fetching every listed page first (``lazy=False``),
     which the function checks. What differs is the funnel and the candidate statistics, which count the pages
-    fetched; two funnel rows say how many were listed and fetched. ``progress`` shows a tqdm bar (accepted
+    fetched; two funnel rows say how many were listed and fetched. ``progress`` shows a progress bar (accepted
     documents of the target when lazy, pages otherwise) with ``status()`` (e.g. request counts) as postfix.
     """
-    from tqdm.auto import tqdm
+    from .. import progress as _progress
 
     warnings = [] if warnings is None else warnings
     _require_featured_list(params, featured)
@@ -688,8 +688,8 @@ def build_wikipedia_api(listed: dict[str, str], fetch: Callable[[list[str]], Ite
     cands = _Candidates(params["drop_sections"], featured, warnings)
     passing: dict[str, str] = {}
     fetched = 0
-    bar = tqdm(total=target if lazy else len(order), disable=not progress, unit="doc" if lazy else "page",
-               desc="01_corpus: Wikipedia walk (accepted)" if lazy else "01_corpus: Wikipedia fetch (pages)")
+    bar = _progress.bar(target if lazy else len(order), "Wikipedia walk (accepted)" if lazy else
+                        "Wikipedia fetch (pages)", unit="doc" if lazy else "page", disable=not progress)
 
     def fetch_next() -> int:
         nonlocal fetched
