@@ -672,10 +672,7 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
     the nearest folder above the file holding ``pyproject.toml`` and ``lib/chunkstudy``.
     ``overrides`` (a nested mapping) is merged last; tests use it to change one value.
     """
-    path = Path(path)
-    if not path.is_absolute():
-        path = ((Path(root) if root else Path.cwd()) / path)
-    path = path.resolve()
+    path = params_path(path, root)
     raw = _read_yaml(path)
     if overrides:
         raw = _merge(raw, overrides)
@@ -692,12 +689,39 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
     return Config(data=data, path=path, root=Path(root).resolve() if root else find_root(path))
 
 
-def find_root(start: Path) -> Path:
-    """The project root: the nearest folder above ``start`` holding pyproject.toml (else the cwd)."""
+def _project_root(start: Path) -> Path | None:
     for p in [start, *start.parents]:
         if (p / "pyproject.toml").is_file() and (p / "lib" / "chunkstudy").is_dir():
             return p
-    return Path.cwd().resolve()
+    return None
+
+
+def find_root(start: Path) -> Path:
+    """The project root: the nearest folder above ``start`` holding pyproject.toml (else the cwd)."""
+    return _project_root(start) or Path.cwd().resolve()
+
+
+def params_path(path: str | Path, root: str | Path | None = None) -> Path:
+    """Where a parameter file named ``path`` is. Absolute paths are taken as they are, and a path relative to
+    ``root`` when a root is given. Otherwise a relative path that exists from the working directory is used; else
+    it is relative to the project root — the nearest folder above the working directory holding pyproject.toml,
+    else the project the package was installed from. So ``params/demo.yaml`` names the same file from the project
+    root (the runner, a shell) and from ``notebooks/`` (a kernel JupyterLab started there)."""
+    path = Path(path).expanduser()
+    if path.is_absolute():
+        return path.resolve()
+    if root is not None:
+        return (Path(root) / path).resolve()
+    if (Path.cwd() / path).is_file():
+        return (Path.cwd() / path).resolve()
+    tried = []
+    for base in (_project_root(Path.cwd().resolve()), _project_root(Path(__file__).resolve().parent)):
+        if base is not None and base not in tried:
+            if (base / path).is_file():
+                return (base / path).resolve()
+            tried.append(base)
+    raise ConfigError(f"parameter file not found: {path} (looked in the working directory {Path.cwd()} and in the "
+                      f"project root{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried)) or '(none found)'})")
 
 
 def stage_digest(cfg: Config, stage: str) -> str:

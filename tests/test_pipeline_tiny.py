@@ -1,0 +1,85 @@
+"""The whole pipeline in the default suite: the eight notebooks on params/tiny.yaml (three demo documents, both
+stand-in embedders, no reranker) through the runner, in a scratch copy of the project; the headline numbers against
+tests/golden/tiny.json; a second run skips every stage; and every notebook executed again the way JupyterLab runs
+it — kernel working directory ``notebooks/``, a relative ``params_file``, no runner environment.
+
+About 2-3 minutes on 2 CPU cores (embedding ~140 texts twice, eight kernel starts, twice). A deliberate change that
+moves the tiny numbers re-pins with ``.venv/bin/python -m chunkstudy.golden tiny --write`` in a commit that says why.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from chunkstudy import artifacts, config, golden, runner
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A scratch project (the real notebooks and parameter files, the package and the demo corpus linked in) that
+    has run ``./run_all.sh tiny`` once; returns (project root, runner results)."""
+    project = tmp_path_factory.mktemp("project")
+    (project / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    (project / "lib").symlink_to(ROOT / "lib", target_is_directory=True)
+    (project / "data").mkdir()
+    (project / "data" / "demo_raw").symlink_to(ROOT / "data" / "demo_raw", target_is_directory=True)
+    shutil.copytree(ROOT / "notebooks", project / "notebooks")
+    shutil.copytree(ROOT / "params", project / "params")
+    results = runner.run(project / "params" / "tiny.yaml", project, log=lambda *_: None)
+    return project, results
+
+
+def test_all_eight_stages_run_and_a_second_run_skips_them(tiny):
+    project, first = tiny
+    assert [(s, status) for s, status, _ in first] == [(s, "ran") for s in STAGES]
+    again = runner.run(project / "params" / "tiny.yaml", project, log=lambda *_: None)
+    assert [(s, status) for s, status, _ in again] == [(s, "skipped") for s in STAGES]
+    figures = project / "figures" / "tiny"
+    assert (figures / "report.md").is_file() and (figures / "report.html").is_file()
+    assert len(list(figures.glob("*.png"))) >= 8
+
+
+def test_headline_matches_the_pinned_tiny_run(tiny):
+    project, _ = tiny
+    cfg = config.load(project / "params" / "tiny.yaml", root=project)
+    got = golden.headline(cfg)
+    assert golden.compare(json.loads(golden.golden_path(ROOT, "tiny").read_text()), got) == []
+    # the pipeline's own consistency: a contrast is a paired mean difference over the same queries, so it equals
+    # the difference of the two conditions' means in the primary cell (every query is scored under every condition)
+    for name, (a, b) in cfg["stats"]["contrasts"].items():
+        assert got["contrasts"][name]["mean_delta"] == pytest.approx(
+            got["condition_means"][a] - got["condition_means"][b], abs=1e-12)
+
+
+def test_every_notebook_runs_as_jupyterlab_runs_it(tiny, monkeypatch):
+    """JupyterLab starts the kernel in ``notebooks/``: the parameters cell's relative path must still name
+    ``params/<x>.yaml`` of the project, and results must land in the project's ``data/``, not ``notebooks/data/``."""
+    import jupytext
+    import papermill as pm
+
+    project, _ = tiny
+    monkeypatch.delenv("CHUNKSTUDY_ROOT", raising=False)
+    cfg = config.load(project / "params" / "tiny.yaml", root=project)
+    before = artifacts.read(cfg, "contrasts")
+    out = project / "interactive"
+    out.mkdir()
+    for stage in STAGES:
+        nb = jupytext.read(project / "notebooks" / f"{stage}.py")
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        src = out / f"{stage}.ipynb"
+        jupytext.write(nb, src, fmt="ipynb")
+        pm.execute_notebook(str(src), str(out / f"{stage}.out.ipynb"), parameters={"params_file": "params/tiny.yaml"},
+                            cwd=str(project / "notebooks"), kernel_name="python3", progress_bar=False,
+                            log_output=False)
+    assert not (project / "notebooks" / "data").exists()
+    assert not (project / "notebooks" / "figures").exists()
+    # rerun by hand, the notebooks rewrote the same numbers where the runner had put them
+    after = artifacts.read(cfg, "contrasts")
+    assert after.equals(before)
+    assert os.path.getmtime(artifacts.table_path(cfg, "contrasts")) > os.path.getmtime(project / "params" / "tiny.yaml")
