@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkstudy import chunking, conditions
+from chunkstudy.corpus import build
 from chunkstudy.corpus.model import sections_from_outline, verify_corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.realdata]
@@ -31,7 +32,6 @@ def stand_in_induced(documents, paragraphs):
 
 @pytest.fixture(scope="module", params=["qasper_local", "wikipedia_local"])
 def real(request, local_cfg, tmp_path_factory):
-    build = pytest.importorskip("chunkstudy.corpus.build")
     cfg = local_cfg(request.param, tmp_path_factory.mktemp(request.param))
     corpus = build.build_corpus(cfg)
     docs, paras, gold = corpus["documents"], corpus["paragraphs"], corpus["sections_gold"]
