@@ -43,11 +43,15 @@ def _records(n_updates: int, total: int = 100) -> list[dict]:
     return recs + [{**base, "n": total, "elapsed": 4.0, "done": True}]
 
 
-def test_a_quick_loop_shows_only_its_summary_and_an_empty_one_nothing(tmp_path, monkeypatch):
+def test_a_sub_second_loop_and_an_empty_one_print_nothing_in_a_log(tmp_path, monkeypatch):
     base = {"id": "1-2", "stage": "06_metrics", "desc": "score", "unit": "list", "total": 10}
     recs = [{**base, "n": 0, "elapsed": 0.0, "done": False}, {**base, "n": 10, "elapsed": 0.4, "done": True}]
     _, out, _ = _feed(tmp_path, recs, tty=False)
-    assert out.getvalue() == "06_metrics | score: 10 list in 0:00 (25.0 list/s)\n"
+    assert out.getvalue() == ""
+    recs = [{**base, "n": 0, "elapsed": 0.0, "done": False}, {**base, "n": 10, "elapsed": 1.5, "done": False},
+            {**base, "n": 10, "elapsed": 1.5, "done": True}]
+    _, out, _ = _feed(tmp_path, recs, tty=False)
+    assert out.getvalue() == "06_metrics | score: 10 list in 0:02 (6.67 list/s)\n"  # no 100% line before it
     path = tmp_path / "empty.jsonl"
     monkeypatch.setenv(progress.ENV, str(path))
     with progress.bar(total=0, desc="nothing") as p:

@@ -258,15 +258,15 @@ def _loop_project(project, n_steps, sleep_s):
 
 
 def test_progress_of_a_stage_loop_reaches_the_runner_output(project, capsys):
-    params = _loop_project(project, n_steps=4, sleep_s=0.3)
+    params = _loop_project(project, n_steps=8, sleep_s=0.3)
     runner.run(params, project)
     out = capsys.readouterr().out.splitlines()
     assert "02_induce        running ..." in out
     loop = [line for line in out if line.startswith("02_induce | tiny loop")]
     # not a terminal: the loop's line once it has run a second (count, total, rate, remaining time), then its
     # summary with the time
-    assert re.match(r"02_induce \| tiny loop: +\d+%\|.*\| [0-4]/4 \[", loop[0])
-    assert re.fullmatch(r"02_induce \| tiny loop: 4 step in 0:0\d \([\d.]+ step/s\)", loop[-1])
+    assert re.match(r"02_induce \| tiny loop: +\d+%\|.*\| [0-7]/8 \[", loop[0])
+    assert re.fullmatch(r"02_induce \| tiny loop: 8 step in 0:0\d \([\d.]+ step/s\)", loop[-1])
     assert out.index(loop[-1]) < next(i for i, line in enumerate(out) if line.startswith("02_induce        ran"))
     assert not list((project / "build/executed/tiny").glob(".*progress*"))  # the side channel is cleaned up
 

@@ -178,9 +178,8 @@ class Tail:
     """Follow a progress file from the runner process and print it to ``out`` (a thread; :meth:`stop` flushes).
 
     On a terminal each loop is one line rewritten in place (``\\r``); elsewhere (a pipe, a CI log) a loop's line
-    appears once it has run ``start_after_s`` (a loop that finishes sooner shows only its summary), then at most
-    every :data:`LOG_INTERVAL_S` seconds, and once finished — never a flood. Every finished loop ends with
-    :func:`summary`.
+    appears once it has run ``start_after_s``, then at most every :data:`LOG_INTERVAL_S` seconds, and its
+    :func:`summary` once finished — never a flood; a loop that finishes within ``start_after_s`` prints nothing.
     """
 
     def __init__(self, path: Path, out: IO[str] | None = None, tty: bool | None = None, poll_s: float = 0.25,
@@ -246,8 +245,12 @@ class Tail:
             return
         now = time.monotonic()
         if rec["done"]:
-            self.out.write(summary(rec) + "\n")
+            # a loop that took less than start_after_s is not worth a line of a log
+            if rec["id"] in self._printed or rec["elapsed"] >= self.start_after_s:
+                self.out.write(summary(rec) + "\n")
             self._printed.pop(rec["id"], None)
+        elif rec["total"] is not None and rec["n"] >= rec["total"]:
+            pass  # finished: its summary follows
         elif rec["id"] not in self._printed:
             if rec["elapsed"] >= self.start_after_s:  # a loop that ends within a second gets its summary only
                 self.out.write(render(rec) + "\n")
