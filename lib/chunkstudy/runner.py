@@ -61,6 +61,11 @@ class StageFailed(RuntimeError):
     pass
 
 
+#: Stages whose models may run on CUDA (embedders in 04 and 05, the cross-encoder in 05): when one of them is
+#: selected and a parameter asks for CUDA, the runner checks for a device before the first stage starts.
+CUDA_STAGES = ("04", "05")
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C while a stage ran: the stage wrote no manifest (it reruns), and its finished model calls, embedding
     shards and reranker blocks stay in ``data/<corpus>/cache/``, so running the same command again resumes."""
@@ -419,6 +424,13 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
             raise StageFailed(f"--only {only}: no such stage")
     elif start is not None:
         stages = [s for s in stages if s.number >= start.zfill(2)[:2]]
+    if any(s.number in CUDA_STAGES for s in stages):
+        from . import gpu
+
+        try:  # fail before the first stage, not at 04 after hours of model calls in 02 and 03
+            gpu.require_cuda(cfg)
+        except gpu.CudaUnavailable as e:
+            raise StageFailed(str(e)) from None
     lib_hash = library_hash()
     executed_dir = root / "build" / "executed" / cfg.corpus
     results = []
