@@ -123,7 +123,7 @@ def test_failed_calls_leave_empty_counted_contexts(doc):
     assert contexts.summary(out)["failed"] == 1
 
 
-def test_long_document_gets_a_centred_excerpt_of_whole_paragraphs():
+def test_long_document_gets_a_centred_excerpt_of_whole_paragraphs_when_asked():
     b = DocumentBuilder("big", "Big")
     for i in range(200):
         b.paragraph(f"Paragraph {i} " + "filler " * 40)
@@ -132,8 +132,8 @@ def test_long_document_gets_a_centred_excerpt_of_whole_paragraphs():
     text = d["text"]
     w = pd.DataFrame({"doc_id": ["big"], "start": [int(paras.start[100])], "end": [int(paras.end[101])]})
     client = llm.make_client({"context_tokens": 2000}, None, backend=llm.ScriptedBackend(lambda r: "ctx"))
-    out = contexts.a1_contexts(docs, w, {"method": "llm", "request_max_tokens": 100, "document_view": "body"},
-                               client=client)
+    out = contexts.a1_contexts(docs, w, {"method": "llm", "request_max_tokens": 100, "document_view": "body",
+                                         "long_document": "centred"}, client=client)
     a, b_ = int(out.doc_start[0]), int(out.doc_end[0])
     assert 0 < a < w.start[0] and w.end[0] < b_ < len(text)
     assert a in set(paras["start"]) and b_ in set(paras["end"])  # whole paragraphs
@@ -263,6 +263,43 @@ def test_view_is_the_same_bytes_for_every_window_of_a_document(doc):
                          sections=secs)
     heads = {c.messages[0]["content"].split("</document>")[0] for c in be.calls}
     assert heads == {f"<document>\n{VIEW}\n"}
+
+
+def test_long_document_pages_give_the_windows_of_a_page_the_same_bytes():
+    """A prefix cache reuses an excerpt only if it is byte-identical: with pages (the default) the 100 windows of a
+    long document share a handful of excerpts, each holding its window whole and cut at paragraph boundaries;
+    centred excerpts are (nearly) one per window."""
+    b = DocumentBuilder("big", "Big")
+    for i in range(200):
+        b.paragraph(f"Paragraph {i} " + "filler " * 40)
+    d, paras, _ = b.build()
+    docs = pd.DataFrame([d])
+    text = d["text"]
+    w = pd.DataFrame({"doc_id": "big", "start": paras.start[::2].to_numpy(), "end": paras.end[1::2].to_numpy()})
+    heads = {}
+    for mode in ("pages", "centred"):
+        client = llm.make_client({"context_tokens": 2000}, None, backend=llm.ScriptedBackend(lambda r: "ctx"))
+        out = contexts.a1_contexts(docs, w, {"method": "llm", "request_max_tokens": 100, "document_view": "body",
+                                             "long_document": mode}, client=client)
+        heads[mode] = [c.messages[0]["content"].split("</document>")[0] for c in client.backend.calls]
+        assert (out.doc_start <= w.start).all() and (w.end <= out.doc_end).all()  # every window inside its excerpt
+        assert set(out.doc_start) <= set(paras.start) and set(out.doc_end) <= set(paras.end)
+        budget = (2000 - 100 - contexts.PROMPT_ALLOWANCE_TOKENS) * contexts.CHARS_PER_TOKEN - (w.end - w.start).max()
+        assert ((out.doc_end - out.doc_start) <= budget).all()
+        assert all(text[a:z] in h for a, z, h in zip(out.doc_start, out.doc_end, heads[mode]))
+    assert len(heads["pages"]) == 100 and len(set(heads["pages"])) <= 20
+    assert len(set(heads["centred"])) >= 80
+
+
+def test_excerpt_pages_overlap_and_cover_the_text():
+    text = "\n\n".join(f"block {i:03d} " + "x" * (20 + 7 * (i % 5)) for i in range(60))
+    pages = contexts.excerpt_pages(text, 300)
+    assert pages[0][0] == 0 and pages[-1][1] == len(text)
+    assert all(b - a <= 300 for a, b in pages)
+    assert all(a2 > a1 and a2 < b1 for (a1, b1), (a2, _) in zip(pages, pages[1:]))  # advancing and overlapping
+    starts = {0} | {m.end() for m in __import__("re").finditer("\n\n", text)}
+    assert {a for a, _ in pages} <= starts
+    assert contexts.excerpt_pages("short", 100) == [(0, 5)]
 
 
 def test_long_document_excerpt_cuts_the_view_at_paragraph_or_heading_boundaries():

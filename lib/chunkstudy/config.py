@@ -269,6 +269,11 @@ SCHEMA: dict[str, Any] = {
         "document_view": P("full", (str,), ("full", "body"),
                            doc="what <document> holds for the LLM arm: 'full' = title, headings and paragraphs "
                                "as a reader sees them (contexts.document_view); 'body' = paragraphs only"),
+        "long_document": P("pages", (str,), ("pages", "centred"),
+                           doc="a document too long for llm.context_tokens: 'pages' = overlapping pages of whole "
+                               "blocks cut once per document, each window gets the first page holding it (the "
+                               "same bytes for the windows of a page: prefix-cache friendly); 'centred' = the "
+                               "largest run of whole blocks centred on each window"),
     },
     "queries": {
         "source": P("harvested", (str,), ("harvested", "generated")),

@@ -16,10 +16,19 @@ of every prompt of one document is the same bytes (a serving engine's prefix cac
 paper strips them, :mod:`chunkstudy.induce`.)
 
 Long documents: when the view does not fit the model's context (``llm.context_tokens`` minus
-``request_max_tokens``, the chunk and a 256-token allowance for the instructions; tokens estimated as characters
-/ 4), ``<document>`` holds instead the largest run of whole blocks of the view (paragraphs and heading lines, cut
-at their boundaries) centred on the window that fits; the columns ``doc_start``/``doc_end`` record which body
-text ``[doc_start, doc_end)`` of ``documents.text`` the model saw (``0, len(text)``: the whole document).
+``request_max_tokens``, the document's longest chunk and a 256-token allowance for the instructions; tokens
+estimated as characters / 4), ``<document>`` holds an excerpt of whole blocks of the view (paragraphs and heading
+lines, cut at their boundaries) that contains the window. ``contexts.long_document`` decides which:
+
+* ``pages`` (default): the view is cut once into overlapping pages (:func:`excerpt_pages`: each the largest run of
+  whole blocks that fits, starting every half page), and a window gets the first page that holds it whole. The
+  windows of one page send the same bytes, so a serving engine's prefix cache reuses the excerpt as it does a whole
+  document (a centred excerpt differs for every window and defeats it). A window no page holds whole (longer than
+  about half a page) gets its centred excerpt.
+* ``centred``: the largest run of whole blocks centred on each window (:func:`document_excerpt`).
+
+The columns ``doc_start``/``doc_end`` record which body text ``[doc_start, doc_end)`` of ``documents.text`` the
+model saw (``0, len(text)``: the whole document).
 
 ``method: extractive`` — a NAMED NON-LLM BASELINE for offline runs (demo, CI), never the LLM arm: the document
 title, its lead sentence, then ``Key terms:`` and the most salient tf-idf terms of the window's neighbourhood
@@ -57,6 +66,8 @@ Here is the chunk we want to situate within the whole document
 Please give a short succinct context to situate this chunk within the overall document for the purposes of \
 improving search retrieval of the chunk. Answer only with the succinct context and nothing else."""
 
+#: ``contexts.long_document``: how a document too long for the model's context is excerpted (module docstring).
+LONG_DOCUMENT = ("pages", "centred")
 COLUMNS = ["doc_id", "start", "end", "context", "method", "n_tokens", "truncated", "error", "doc_start", "doc_end",
            "document_view"]
 VIEWS = ("full", "body")
@@ -215,6 +226,42 @@ def document_excerpt(text: str, start: int, end: int, max_chars: int) -> tuple[i
     return max(x for x in bounds if x <= a), min(x for x in ends if x >= b)
 
 
+def excerpt_pages(text: str, max_chars: int) -> list[tuple[int, int]]:
+    """Overlapping excerpts of whole blocks (cut at ``SEP``) covering ``text``: page ``j`` starts at the last block
+    start at or before ``j * max_chars // 2`` and runs over the most whole blocks that fit ``max_chars`` (at least
+    one block, even a longer one). ``[(0, len(text))]`` when the whole text fits. Pages start in increasing order
+    and the last one reaches the end of the text; consecutive pages overlap by about half a page, so a window up
+    to about half a page long lies whole in some page."""
+    import bisect
+
+    n = len(text)
+    if n <= max_chars:
+        return [(0, n)]
+    starts = [0] + [m.end() for m in re.finditer(re.escape(SEP), text)]
+    ends = [m.start() for m in re.finditer(re.escape(SEP), text)] + [n]
+    stride = max(1, max_chars // 2)
+    pages: list[tuple[int, int]] = []
+    j = 0
+    while not pages or pages[-1][1] < n:
+        a = starts[bisect.bisect_right(starts, j * stride) - 1]
+        k = bisect.bisect_right(ends, a + max_chars) - 1  # the last block end within the budget
+        b = ends[k] if k >= 0 and ends[k] > a else ends[bisect.bisect_right(ends, a)]
+        if not pages or (a, b) != pages[-1]:
+            pages.append((a, b))
+        j += 1
+    return pages
+
+
+def page_excerpt(pages: Sequence[tuple[int, int]], text: str, start: int, end: int,
+                 max_chars: int) -> tuple[int, int]:
+    """The first of ``pages`` (:func:`excerpt_pages`) that holds ``[start, end)`` whole; the centred excerpt
+    (:func:`document_excerpt`) when none does."""
+    for a, b in pages:
+        if a <= start and end <= b:
+            return a, b
+    return document_excerpt(text, start, end, max_chars)
+
+
 def _check(documents: pd.DataFrame, windows: pd.DataFrame) -> dict[str, tuple[str, str]]:
     for col in ("doc_id", "start", "end"):
         if col not in windows.columns:
@@ -318,22 +365,30 @@ def _llm(docs, windows: pd.DataFrame, p: Mapping, client, counter: Callable,
     if view == "full" and sections is None:
         raise ContextsError("contexts.document_view is 'full' but no sections table was given: pass sections_gold "
                             "(written by 01_corpus) so that <document> shows the title and headings")
+    long_document = p.get("long_document", "pages")
+    if long_document not in LONG_DOCUMENT:
+        raise ContextsError(f"contexts.long_document {long_document!r} is not one of {list(LONG_DOCUMENT)}")
     by_doc = dict(tuple(sections.groupby(sections["doc_id"].astype(str), sort=False))) if view == "full" else {}
     views: dict[str, _View] = {}  # rendered once per document: the same bytes for all its windows
+    budgets: dict[str, int] = {}  # one excerpt budget per document (its longest chunk's), so pages are shared
+    pages: dict[str, list[tuple[int, int]]] = {}
+    longest = {str(d): int(x) for d, x in (windows["end"] - windows["start"]).groupby(windows["doc_id"]).max().items()}
     metas, reqs = [], []
     for d, s, e in zip(windows["doc_id"], windows["start"], windows["end"]):
         d, s, e = str(d), int(s), int(e)
         title, text = docs[d]
         if d not in views:
             views[d] = _render(d, title, text, by_doc.get(d), view)
+            budgets[d] = int((client.context_tokens - req_max - PROMPT_ALLOWANCE_TOKENS) * CHARS_PER_TOKEN
+                             - longest[d])
+            if budgets[d] <= 0:
+                raise ContextsError(f"llm.context_tokens {client.context_tokens} cannot hold the longest chunk of "
+                                    f"document {d!r} ({longest[d]} characters) plus the reply")
+            pages[d] = excerpt_pages(views[d].text, budgets[d]) if long_document == "pages" else []
         v = views[d]
         chunk = text[s:e].strip()
-        budget = (client.context_tokens - req_max - PROMPT_ALLOWANCE_TOKENS) * CHARS_PER_TOKEN - len(chunk)
-        if budget <= 0:
-            raise ContextsError(f"llm.context_tokens {client.context_tokens} cannot hold the chunk of document "
-                                f"{d!r} [{s},{e}) plus the reply")
         vs, ve = v.view_start(s), v.view_end(e)
-        a, b = document_excerpt(v.text, vs, max(ve, vs), int(budget))
+        a, b = page_excerpt(pages[d], v.text, vs, max(ve, vs), budgets[d])
         doc_a, doc_b = v.to_body(a, b)
         metas.append((d, s, e, doc_a, doc_b))
         reqs.append(llm.Request([{"role": "user", "content": render_prompt(v.text[a:b], chunk)}],
