@@ -123,13 +123,17 @@ def test_failed_calls_leave_empty_counted_contexts(doc):
     assert contexts.summary(out)["failed"] == 1
 
 
-def test_long_document_gets_a_centred_excerpt_of_whole_paragraphs_when_asked():
+def _big_document():
+    """One document of 200 paragraphs of about 300 characters (60 kB): far over a 2,000-token context."""
     b = DocumentBuilder("big", "Big")
     for i in range(200):
         b.paragraph(f"Paragraph {i} " + "filler " * 40)
     d, paras, _ = b.build()
-    docs = pd.DataFrame([d])
-    text = d["text"]
+    return pd.DataFrame([d]), paras, d["text"]
+
+
+def test_long_document_gets_a_centred_excerpt_of_whole_paragraphs_when_asked():
+    docs, paras, text = _big_document()
     w = pd.DataFrame({"doc_id": ["big"], "start": [int(paras.start[100])], "end": [int(paras.end[101])]})
     client = llm.make_client({"context_tokens": 2000}, None, backend=llm.ScriptedBackend(lambda r: "ctx"))
     out = contexts.a1_contexts(docs, w, {"method": "llm", "request_max_tokens": 100, "document_view": "body",
@@ -269,12 +273,7 @@ def test_long_document_pages_give_the_windows_of_a_page_the_same_bytes():
     """A prefix cache reuses an excerpt only if it is byte-identical: with pages (the default) the 100 windows of a
     long document share a handful of excerpts, each holding its window whole and cut at paragraph boundaries;
     centred excerpts are (nearly) one per window."""
-    b = DocumentBuilder("big", "Big")
-    for i in range(200):
-        b.paragraph(f"Paragraph {i} " + "filler " * 40)
-    d, paras, _ = b.build()
-    docs = pd.DataFrame([d])
-    text = d["text"]
+    docs, paras, text = _big_document()
     w = pd.DataFrame({"doc_id": "big", "start": paras.start[::2].to_numpy(), "end": paras.end[1::2].to_numpy()})
     heads = {}
     for mode in ("pages", "centred"):
