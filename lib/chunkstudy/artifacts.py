@@ -29,9 +29,10 @@ from . import stages
 from .config import Config
 from .stages import SchemaError
 
-#: table name -> (stage folder, declared columns), from the stage declarations (:data:`chunkstudy.stages.STAGES`).
+#: table name -> (stage folder, required columns), from the stage declarations (:data:`chunkstudy.stages.STAGES`;
+#: each table's columns and their kinds are there). Extra columns are allowed.
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
-    name: (stages.writer(name), tuple(t.columns)) for name, t in stages.tables().items()}
+    name: (stages.writer(name), t.contract) for name, t in stages.tables().items()}
 
 STAGES: tuple[str, ...] = stages.STAGE_NAMES
 

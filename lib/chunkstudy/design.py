@@ -145,12 +145,17 @@ CONDITION_NAMES: tuple[str, ...] = tuple(c.name for c in CONDITIONS)
 _BY_NAME = {c.name: c for c in CONDITIONS}
 
 
+def lookup(declared: Mapping[str, Any], name: str, what: str, error: type[Exception] = ValueError) -> Any:
+    """``declared[name]``; an unknown name raises ``error`` listing the declared ones (``what`` names them)."""
+    try:
+        return declared[name]
+    except KeyError:
+        raise error(f"unknown {what} {name!r}; {what}s: {list(declared)}") from None
+
+
 def condition(name: str) -> Condition:
     """The declared condition ``name``; a ValueError lists the valid names."""
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        raise ValueError(f"unknown condition {name!r}; conditions: {list(CONDITION_NAMES)}") from None
+    return lookup(_BY_NAME, name, "condition")
 
 
 def chunk_set(boundaries: str) -> str:
@@ -267,10 +272,7 @@ PRIMARY_METRIC: Metric = next(m for m in METRICS if m.role == "primary")
 
 def metric(key: str) -> Metric:
     """The declared metric family ``key`` (``cov-nDCG``, ``recall``, ``MRR``, ``nDCG``, ``budget-cov``)."""
-    try:
-        return _METRIC_BY_KEY[key]
-    except KeyError:
-        raise ValueError(f"unknown metric {key!r}; metrics: {list(_METRIC_BY_KEY)}") from None
+    return lookup(_METRIC_BY_KEY, key, "metric")
 
 
 def metric_names(metrics_params: Mapping[str, Any]) -> list[str]:

@@ -264,17 +264,11 @@ ARTIFACTS: dict[str, tuple[Artifact, str]] = {a.name: (a, s.name) for s in STAGE
 
 
 def stage(name: str) -> Stage:
-    try:
-        return _STAGE[name]
-    except KeyError:
-        raise KeyError(f"unknown stage {name!r}; stages: {list(STAGE_NAMES)}") from None
+    return design.lookup(_STAGE, name, "stage", KeyError)
 
 
 def artifact(name: str) -> Artifact:
-    try:
-        return ARTIFACTS[name][0]
-    except KeyError:
-        raise KeyError(f"unknown artifact {name!r}; artifacts: {sorted(ARTIFACTS)}") from None
+    return design.lookup(ARTIFACTS, name, "artifact", KeyError)[0]
 
 
 def writer(name: str) -> str:
