@@ -44,6 +44,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from . import stages
 from .corpus.model import SEP
 
 #: Anthropic, "Introducing Contextual Retrieval" (2024): the prompt, verbatim.
@@ -57,8 +58,7 @@ Here is the chunk we want to situate within the whole document
 Please give a short succinct context to situate this chunk within the overall document for the purposes of \
 improving search retrieval of the chunk. Answer only with the succinct context and nothing else."""
 
-COLUMNS = ["doc_id", "start", "end", "context", "method", "n_tokens", "truncated", "error", "doc_start", "doc_end",
-           "document_view"]
+COLUMNS = stages.columns("contexts_a1")
 VIEWS = ("full", "body")
 PROMPT_ALLOWANCE_TOKENS = 256
 CHARS_PER_TOKEN = 4.0
