@@ -56,7 +56,7 @@ chunks.groupby("condition").agg(chunks=("chunk_id", "size"), documents=("doc_id"
 # %%
 store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
 query_vectors = retrieve.embed_queries(queries, cfg["embed"]["embedders"], store)
-pd.DataFrame({key: {"queries": v.shape[0], "dim": v.shape[1]} for key, v in query_vectors.items()})
+retrieve.vector_shapes(query_vectors)
 
 # %% [markdown]
 # ## First-stage retrieval (flat and two-stage)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from . import stages
 from .config import Config
-from .stages import SchemaError
+from .stages import SchemaError  # noqa: F401 - re-exported: artifacts.SchemaError is what a bad table raises
 
 #: table name -> (stage folder, required columns), from the stage declarations (:data:`chunkstudy.stages.STAGES`;
 #: each table's columns and their kinds are there). Extra columns are allowed.

@@ -600,6 +600,11 @@ def embed_queries(queries: pd.DataFrame, embedders: Mapping[str, Any], store: An
             for key, spec in embedders.items()}
 
 
+def vector_shapes(vectors_by_embedder: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """Rows and dimension of each embedder's vectors (for display): one column per embedder."""
+    return pd.DataFrame({key: {"queries": v.shape[0], "dim": v.shape[1]} for key, v in vectors_by_embedder.items()})
+
+
 def section_recall_summary(section_recall_df: pd.DataFrame) -> pd.DataFrame:
     """Per (embedder, reranker, condition): mean section recall over the queries where it is defined (not NA),
     ``n_queries``, ``n_defined``, the binomial standard error ``se = sqrt(r(1−r)/n_defined)`` and, when the
