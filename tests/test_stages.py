@@ -259,6 +259,9 @@ def test_schema_check_names_table_column_kind_and_writer():
     with pytest.raises(stages.SchemaError, match=r"column 'doc_id' holds object \(int values\), expected str"):
         stages.check(ok.assign(doc_id=pd.Series([3], dtype=object)), "runs")   # optional, but of its kind
     stages.check(ok.assign(score=[1]), "runs")                                    # an int passes as a float
+    stages.check(ok.assign(rank=pd.Series([np.int64(3)], dtype=object)), "runs")   # ints in an object column
+    with pytest.raises(stages.SchemaError, match=r"'rank' holds object \(bool values\), expected int"):
+        stages.check(ok.assign(rank=pd.Series([True], dtype=object)), "runs")
     stages.check(ok.drop(columns="score"), "runs", columns=["rank", "chunk_id"])  # only what a function needs
 
 

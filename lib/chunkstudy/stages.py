@@ -341,8 +341,13 @@ def _kind_ok(col, kind: str) -> bool:
             return isinstance(v, (list, tuple)) or type(v).__name__ == "ndarray"
         if kind == "bool":
             return isinstance(v, bool) or type(v).__name__ == "bool_"
-        if kind in ("int", "float"):
+        if isinstance(v, bool) or type(v).__name__ == "bool_":
             return False
+        if kind == "int":
+            return isinstance(v, int) or type(v).__module__ == "numpy" and "int" in type(v).__name__
+        if kind == "float":
+            return isinstance(v, (int, float)) or type(v).__module__ == "numpy" and any(
+                t in type(v).__name__ for t in ("int", "float"))
     return False
 
 
