@@ -90,4 +90,5 @@ stats["contexts_a1"]
 # ## One document: gold and induced trees side by side
 
 # %%
-induce.side_by_side(sections_gold, sections_induced, cfg["figures"]["example_doc"] or documents["doc_id"].iat[0])
+induce.outlines_side_by_side(sections_gold, sections_induced,
+                             cfg["figures"]["example_doc"] or documents["doc_id"].iat[0])

@@ -34,17 +34,16 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, bm25, chunking, config, llm, paper, queries, tables
+from chunkstudy import artifacts, bm25, chunking, config, paper, queries, tables
 
 cfg = config.load(params_file)
 qp = cfg["queries"]
 documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
-harvested = artifacts.read(cfg, "harvested") if qp["source"] == "harvested" else None
+harvested = artifacts.read_input(cfg, "03_queries", "harvested")  # harvested queries only
 print(queries.capability_note(cfg["llm"], qp["source"]))
-{"corpus": cfg.corpus, "source": qp["source"], "documents": len(documents),
- "harvested": None if harvested is None else len(harvested)}
+queries.inputs_overview(cfg.corpus, qp["source"], documents, harvested)
 
 # %% [markdown]
 # ## Build the queries
@@ -52,14 +51,13 @@ print(queries.capability_note(cfg["llm"], qp["source"]))
 # rerun replays every call from the cache.
 
 # %%
-client = (llm.make_client(cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
-          if qp["source"] == "generated" else None)
+client = queries.client_for(qp["source"], cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
 result = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp, client=client)
 query_table = result["queries"]
 artifacts.write(cfg, "queries", query_table)
 artifacts.write(cfg, "query_funnel", result["funnel"])
-artifacts.write_json(cfg, "03_queries", "funnel", {**result["summary"], "note": queries.capability_note(
-    cfg["llm"], qp["source"]), "llm": llm.describe(client) if client is not None else None})
+artifacts.write_json(cfg, "03_queries", "funnel", queries.funnel_facts(result["summary"], cfg["llm"], qp["source"],
+                                                                     client))
 queries.by_type(query_table)
 
 # %% [markdown]
@@ -95,7 +93,8 @@ queries.examples(query_table, documents, per_type=2, seed=qp["seed"])
 # the corpus — with `queries.bm25_scope` as the headline.
 
 # %%
-bm25_sections = artifacts.read(cfg, bm25.chunk_structure(qp["bm25_condition"]))
+sections_induced = artifacts.read_input(cfg, "03_queries", "sections_induced")  # an induced bm25_condition only
+bm25_sections = bm25.outline(qp["bm25_condition"], sections_gold, sections_induced)
 bm25_chunks = chunking.structural_chunks(documents, paragraphs, bm25_sections,
                                          chunking.load_counter(cfg["chunking"]["tokenizer"]),
                                          cfg["chunking"]["max_tokens"], cfg["chunking"]["min_tokens"],

@@ -15,7 +15,7 @@
 #
 # **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`; `02_induce/sections_induced`, `contexts_a1`.
 # **Writes** `04_chunk_embed/chunks` (every condition in `chunking.conditions`), `size_matching`, `placebo`,
-# `summary.json`, `embedding_report.json`, and `embeddings/<embedder>.npy` (float32, one row per distinct
+# `placebo_buckets` (the placebo per depth bucket), `summary.json` (with the size-matching numbers), `embedding_report.json`, and `embeddings/<embedder>.npy` (float32, one row per distinct
 # embedded text; `chunks.text_row` indexes it) with `embeddings/<embedder>.ids.parquet` (the row order).
 #
 # Boundaries: A0/A1 fixed windows size-matched per document to the A2 mean, edges at pysbd sentence starts;
@@ -37,11 +37,12 @@ documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
-contexts_a1 = artifacts.read(cfg, "contexts_a1") if "A1" in cfg["chunking"]["conditions"] else None
+contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when A1 is in the run
 out = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg["chunking"])
 artifacts.write(cfg, "chunks", out["chunks"])
 artifacts.write(cfg, "size_matching", out["size_matching"])
 artifacts.write(cfg, "placebo", out["placebo"])
+artifacts.write(cfg, "placebo_buckets", out["placebo_buckets"])
 artifacts.write_json(cfg, "04_chunk_embed", "summary", out["summary"])
 out["chunks"].groupby("condition", sort=False)[["n_content_tokens", "n_prefix_tokens"]].describe()
 
@@ -51,11 +52,10 @@ out["chunks"].groupby("condition", sort=False)[["n_content_tokens", "n_prefix_to
 # means within 4 tokens per chunk set (its numbers beside ours, from `chunkstudy.paper`).
 
 # %%
-{k: out["summary"][k] for k in ("realised_mean", "size_gap_A0_A2", "max_abs_doc_gap_A0_A2", "over_max",
-                                "under_min")}
+tables.size_matching(out["summary"], cfg["corpus"]["kind"]).display
 
 # %%
-tables.size_matching(out["size_matching"], cfg["corpus"]["kind"]).display
+{"over_max": out["summary"]["over_max"], "under_min": out["summary"]["under_min"]}
 
 # %%
 out["size_matching"].describe()
@@ -70,18 +70,13 @@ out["size_matching"].describe()
 # permutation spreads them over many documents, so the placebo is not a coherent fake document.
 
 # %%
-{k: out["summary"].get(k) for k in ("placebo_method", "placebo_pairs", "placebo_residual_same_doc",
-                                    "placebo_min_residual", "placebo_residual_chunks", "placebo_same_path",
-                                    "placebo_donors")}
-
-# %%
-tables.placebo(out["placebo"], cfg["chunking"]["placebo_method"]).display
+tables.placebo(out["placebo_buckets"], cfg["chunking"]["placebo_method"]).display
 
 # %% [markdown]
 # ## One document cut under A0, A2 and G2
 
 # %%
-conditions.side_by_side(out["chunks"], documents, documents["doc_id"].iat[0], ("A0", "A2", "G2"))
+conditions.chunks_side_by_side(out["chunks"], documents, documents["doc_id"].iat[0])
 
 # %% [markdown]
 # ## Embedded texts: prefixes as each condition renders them
@@ -98,6 +93,6 @@ out["chunks"].assign(embedded=conditions.embedded_texts(out["chunks"], documents
 store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
 vectors, report = embed.embed_all(cfg["embed"]["embedders"], out["texts"], store)
 ids = embed.ids_table(out["texts"])
-written = {key: artifacts.write_vectors(cfg, key, vec, ids) for key, vec in vectors.items()}
+written = artifacts.write_all_vectors(cfg, vectors, ids)
 artifacts.write_json(cfg, "04_chunk_embed", "embedding_report", report.to_dict(orient="records"))
 report.assign(unique_share=out["summary"]["unique_text_share"], n_chunk_rows=out["summary"]["n_chunk_rows"])

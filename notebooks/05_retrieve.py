@@ -17,7 +17,8 @@
 # text; a chunk's vector is row `text_row`), `03_queries/queries`, `01_corpus/documents` (the reranker reads the
 # embedded text, prefix + content; the display shows content).
 # **Writes** `05_retrieve/runs` (embedder, reranker, condition, query_id, rank, chunk_id, score, doc_id, source)
-# and `05_retrieve/section_recall` (two-stage conditions: did stage 1 keep a section overlapping gold evidence?).
+# and `05_retrieve/section_recall` (two-stage conditions: did stage 1 keep a section overlapping gold evidence?)
+# with its per-cell summary `05_retrieve/section_recall_summary`.
 #
 # * **Flat** (all conditions but A4/G4): exact inner-product search over all chunks of the corpus, top
 #   `retrieve.k`, ties broken by (−score, chunk_id).
@@ -43,7 +44,7 @@ retrieve_params = cfg["retrieve"]
 chunks = artifacts.read(cfg, "chunks")
 queries = artifacts.read(cfg, "queries")
 documents = artifacts.read(cfg, "documents")
-vectors = {key: artifacts.read_vectors(cfg, key) for key in cfg["embed"]["embedders"]}
+vectors = artifacts.read_all_vectors(cfg, cfg["embed"]["embedders"])
 chunks.groupby("condition").agg(chunks=("chunk_id", "size"), documents=("doc_id", "nunique"),
                                 sections=("route_key", "nunique"))
 
@@ -55,7 +56,7 @@ chunks.groupby("condition").agg(chunks=("chunk_id", "size"), documents=("doc_id"
 # %%
 store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
 query_vectors = retrieve.embed_queries(queries, cfg["embed"]["embedders"], store)
-pd.DataFrame({key: {"queries": v.shape[0], "dim": v.shape[1]} for key, v in query_vectors.items()})
+retrieve.vector_shapes(query_vectors)
 
 # %% [markdown]
 # ## First-stage retrieval (flat and two-stage)
@@ -86,7 +87,9 @@ runs.groupby(["embedder", "reranker"]).agg(conditions=("condition", "nunique"), 
 # stage 2 cannot recover (paper, Section 6.4).
 
 # %%
-retrieve.section_recall_summary(retrieved["section_recall"])
+recall_summary = retrieve.section_recall_summary(retrieved["section_recall"])
+artifacts.write(cfg, "section_recall_summary", recall_summary)
+recall_summary
 
 # %% [markdown]
 # ## One query under A3 (flat) and A4 (two-stage)

@@ -14,7 +14,8 @@
 # # 07 · Statistics
 #
 # **Reads** `06_metrics/scores` (per-query scores, long form) and `03_queries/queries` (query → document, type).
-# **Writes** `07_stats/contrasts`, `mixedlm`, `dose_response`, `per_type`, `condition_means`, `power`.
+# **Writes** `07_stats/contrasts`, `mixedlm`, `dose_response`, `per_type`, `condition_means`, `reranker_lift`,
+# `power` and `power_needed` (the documents each contrast needs).
 #
 # The four pre-registered contrasts (C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) are tested on one cell fixed
 # in advance — cov-nDCG@10 × strong embedder × no reranker — with a document-clustered bootstrap (resampling
@@ -95,8 +96,16 @@ artifacts.write(cfg, "condition_means", means)
 means.pivot_table(index="condition", columns=["metric", "embedder", "reranker"], values="mean", sort=False)
 
 # %%
-means.loc[means["metric"] == "recall@50", ["label", "embedder", "reranker", "condition", "mean", "se_cluster",
-                                            "n_queries"]]
+stats.metric_rows(means, "recall")[["label", "metric", "embedder", "reranker", "condition", "mean", "se_cluster",
+                                    "n_queries"]]
+
+# %% [markdown]
+# ## Exploratory — reranker lift per condition (reranked minus not reranked mean of the primary metric)
+
+# %%
+lift = stats.reranker_lift(means, stats_params)
+artifacts.write(cfg, "reranker_lift", lift)
+lift
 
 # %% [markdown]
 # ## Planning — power: how many documents would each contrast need?
@@ -116,4 +125,6 @@ artifacts.write(cfg, "power", power_curves)
 power_curves.pivot_table(index=["scenario", "contrast", "target_dz"], columns="n_docs", values="power")
 
 # %%
-power.needed_table(power_curves)
+power_needed = power.needed_table(power_curves)
+artifacts.write(cfg, "power_needed", power_needed)
+power_needed

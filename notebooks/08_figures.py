@@ -13,14 +13,16 @@
 # %% [markdown]
 # # 08 · Figures, tables and report
 #
-# **Reads** the tables of every earlier stage: `01_corpus` (documents, sections_gold, corpus_funnel, stats.json),
-# `02_induce` (sections_induced, induction_log), `03_queries` (queries, query_funnel, bm25.json), `04_chunk_embed`
-# (chunks, size_matching, placebo), `05_retrieve` (section_recall), `06_metrics` (drilldown), `07_stats`
-# (contrasts, mixedlm, dose_response, per_type, condition_means, power) — and, for the replication table, the
-# `07_stats/contrasts` of the corpus named by `figures.replicate_with` when it exists.
+# **Reads** what every earlier stage computed (its declared reads, `chunkstudy.stages`): `01_corpus` (documents,
+# corpus_funnel), `02_induce` (induction_stats.json), `03_queries` (queries, query_funnel, bm25.json),
+# `04_chunk_embed` (chunks, summary.json, placebo_buckets), `05_retrieve` (section_recall,
+# section_recall_summary), `06_metrics` (drilldown), `07_stats` (contrasts, mixedlm, dose_response, per_type,
+# condition_means, reranker_lift, power, power_needed) and the manifests of 01–07 — and, for the replication
+# table, the `07_stats/contrasts` of the corpus named by `figures.replicate_with` when it exists.
 # **Writes** `figures/<corpus>/`: every figure as PNG and PDF (`figures.formats`), `tables/*.md` and
 # `tables/*.tex` (booktabs), `report.md`, and `report.html` (the same report in one self-contained file: figures
-# embedded, sortable tables, one collapsible drill-down per contrast). This is the only stage that rounds numbers.
+# embedded, sortable tables, one collapsible drill-down per contrast). This is the only stage that rounds numbers,
+# and it computes none: every number was written by the stage that owns it.
 # A missing input becomes a note in the report, never a failure.
 
 # %% tags=["parameters"]
@@ -55,7 +57,7 @@ Markdown(report.warnings_markdown(bundle))
 # ## Table 1 — confirmatory (primary cell)
 
 # %%
-Markdown(bundle.tables["table1"].markdown() if "table1" in bundle.tables else "_Table 1 not available_")
+Markdown(report.table_markdown(bundle, "table1"))
 
 # %%
 bundle.figures["fig_contrasts"]
@@ -73,7 +75,7 @@ bundle.figures["fig_power"]
 # ## Exploratory: Table 2 and the figures
 
 # %%
-Markdown(bundle.tables["table2"].markdown() if "table2" in bundle.tables else "_Table 2 not available_")
+Markdown(report.table_markdown(bundle, "table2"))
 
 # %%
 bundle.figures["fig_budget_coverage"]

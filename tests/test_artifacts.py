@@ -43,8 +43,18 @@ def test_failed_write_leaves_previous_version_and_no_temp_files(demo_cfg):
 def test_json_roundtrip_numpy_values(demo_cfg):
     import numpy as np
 
-    artifacts.write_json(demo_cfg, "07_stats", "x", {"a": np.int64(3), "b": np.float32(0.5), "c": np.arange(2)})
-    assert artifacts.read_json(demo_cfg, "07_stats", "x") == {"a": 3, "b": 0.5, "c": [0, 1]}
+    artifacts.write_json(demo_cfg, "04_chunk_embed", "summary", {"a": np.int64(3), "b": np.float32(0.5),
+                                                                 "c": np.arange(2)})
+    assert artifacts.read_json(demo_cfg, "04_chunk_embed", "summary") == {"a": 3, "b": 0.5, "c": [0, 1]}
+
+
+def test_only_declared_json_files_are_written(demo_cfg):
+    """A JSON file is an artifact like a table: a stage writes only those its declaration names, so the runner's
+    keys and the notebook completeness test see every one."""
+    with pytest.raises(KeyError, match=r"07_stats declares no JSON file 'x'; its JSON files: \[\]"):
+        artifacts.write_json(demo_cfg, "07_stats", "x", {})
+    with pytest.raises(KeyError, match="03_queries declares no JSON file 'summary'.*'funnel', 'bm25'"):
+        artifacts.json_path(demo_cfg, "03_queries", "summary")   # declared, but by 04
 
 
 def test_written_files_get_ordinary_permissions(demo_cfg):

@@ -49,8 +49,8 @@ def test_tokenisation_is_the_stated_one():
 
 
 def test_overlap_counts_union_once():
-    assert bm25.overlap(0, 100, [[10, 30], [20, 40], [90, 150]]) == 30 + 10
-    assert bm25.overlap(50, 60, [[0, 10]]) == 0
+    assert bm25.chars_in_spans(0, 100, [[10, 30], [20, 40], [90, 150]]) == 30 + 10
+    assert bm25.chars_in_spans(50, 60, [[0, 10]]) == 0
 
 
 def test_relevance_rule_both_arms():

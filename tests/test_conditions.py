@@ -288,9 +288,9 @@ def test_build_all_uses_the_placebo_method_and_reports_donors(built, counter):
 
 def test_side_by_side_lists_each_condition_in_document_order(built):
     docs, *_, out = built
-    sbs = conditions.side_by_side(out["chunks"], docs, "doc1", ("A0", "A2", "G2"))
+    sbs = conditions.chunks_side_by_side(out["chunks"], docs, "doc1")
     n = out["chunks"][out["chunks"].doc_id == "doc1"].groupby("condition").size()
     assert len(sbs) == max(n["A0"], n["A2"], n["G2"])
     assert sbs["G2"].iat[0].startswith("[0, ")
     with pytest.raises(chunking.ChunkingError, match="'nope' is not in documents"):
-        conditions.side_by_side(out["chunks"], docs, "nope")
+        conditions.chunks_side_by_side(out["chunks"], docs, "nope")

@@ -81,6 +81,25 @@ def test_stage_digest_tracks_only_the_sections_a_stage_reads():
         config.load(ROOT / "params" / "demo.yaml"), "07_stats")
 
 
+@pytest.mark.parametrize("change, rerun", [
+    ({"chunking": {"conditions": ["A0", "A1", "A2", "A3", "P", "A4", "G3"]}},
+     {"02_induce", "04_chunk_embed", "08_figures"}),
+    ({"chunking": {"max_tokens": 300}}, {"02_induce", "03_queries", "04_chunk_embed", "08_figures"}),
+    ({"metrics": {"budgets": [256]}}, {"06_metrics", "08_figures"}),
+    ({"metrics": {"span_frac": 0.6}}, {"03_queries", "06_metrics", "08_figures"}),
+    ({"embed": {"strong": "weak"}}, {"05_retrieve", "06_metrics", "08_figures"}),
+    ({"corpus": {"kind": "wikipedia"}}, {"01_corpus", "02_induce", "03_queries", "04_chunk_embed", "07_stats",
+                                         "08_figures"}),
+])
+def test_a_stage_that_reads_single_keys_ignores_the_rest_of_their_section(change, rerun):
+    """03 reads the chunking keys that cut structural chunks and the relevance rule's two fractions, 04 the
+    embedders and their store but not which one is strong, 06 which one is strong, 07 the corpus kind (the power
+    analysis's paper corpus): a change of any other key of those sections leaves their digests alone."""
+    a = config.load(ROOT / "params" / "demo.yaml")
+    b = config.load(ROOT / "params" / "demo.yaml", overrides=change)
+    assert {s for s in config.STAGE_SECTIONS if config.stage_digest(a, s) != config.stage_digest(b, s)} == rerun
+
+
 def test_resolve_is_relative_to_the_params_file():
     cfg = config.load(ROOT / "params" / "qasper_local.yaml")
     assert cfg.resolve(cfg["corpus"]["mirror"]) == (ROOT / "params" / "../../shared/data/qasper").resolve()

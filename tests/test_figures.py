@@ -19,7 +19,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from chunkstudy import conditions, figures, paper, power, stats, tables  # noqa: E402
+from chunkstudy import conditions, figures, induce, paper, power, stats, tables  # noqa: E402
 from chunkstudy import config as config_mod  # noqa: E402
 from chunkstudy import chunking, metrics, retrieve  # noqa: E402
 from chunkstudy.corpus import model  # noqa: E402
@@ -113,8 +113,10 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
     sp["n_boot"] = n_boot
     out = dict(documents=documents, paragraphs=paragraphs, sections_gold=sections_gold,
                sections_induced=sections_induced, contexts_a1=contexts, chunks=chunks,
-               size_matching=built["size_matching"], placebo=built["placebo"], queries=queries, runs=runs,
-               section_recall=ret["section_recall"], scores=scores,
+               size_matching=built["size_matching"], placebo=built["placebo"],
+               placebo_buckets=built["placebo_buckets"], summary=built["summary"], queries=queries, runs=runs,
+               section_recall=ret["section_recall"],
+               section_recall_summary=retrieve.section_recall_summary(ret["section_recall"]), scores=scores,
                contrasts=stats.contrasts_table(scores, queries, sp, "synthetic"),
                mixedlm=stats.mixedlm_table(scores, queries, sp, "synthetic"),
                dose_response=stats.dose_response(scores, queries, sp, "synthetic"),
@@ -123,9 +125,16 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                power=power.power_table(scores, queries, {**sp, "power_n_docs": [4, 20, 100], "power_n_sims": 40,
                                                          "power_n_boot": 100}, "synthetic",
                                        paper.effects_dz("wikipedia"), "paper (wikipedia)"))
+    out["reranker_lift"] = stats.reranker_lift(out["condition_means"], sp)
+    out["power_needed"] = power.needed_table(out["power"])
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
-                                         "status": (["valid", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
+                                         "status": (["ok", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
                                          "n_windows": ([1, 2, 1, 1] * n_docs)[:n_docs]})
+    structural = {name: chunking.structural_chunks(documents, paragraphs, secs, counter, chunk_params["max_tokens"],
+                                                   chunk_params["min_tokens"], chunk_params["sentence_splitter"])
+                  for name, secs in (("induced", sections_induced), ("gold", sections_gold))}
+    out["induction_stats"] = induce.induction_stats(sections_induced, out["induction_log"], sections_gold,
+                                                    structural["induced"], structural["gold"])
     out["query_funnel"] = pd.DataFrame({"stage": [0, 0, 1, 1], "step": ["harvested", "harvested", "finals",
                                                                           "finals"],
                                         "qtype": ["factoid", "all", "factoid", "all"], "count": [20, 40, 11, 32],
@@ -226,12 +235,15 @@ def test_table2_unknown_cell_names_what_exists(run):
 
 
 def test_table4_lists_conditions_with_realised_sizes(run):
-    t = tables.table4(list(reversed(ALL)), run["chunks"])
+    t = tables.table4(list(reversed(ALL)), run["summary"])
     assert t.data["condition"].tolist() == ALL
     assert t.data.set_index("condition").loc["A4", "retrieval"].startswith("two-stage")
-    ch = run["chunks"]
+    ch = run["chunks"]   # 04 computed the sizes; 08 only formats them
     assert t.data.set_index("condition").loc["P", "n_chunks"] == (ch["condition"] == "P").sum()
+    assert t.data.set_index("condition").loc["P", "mean_content_tokens"] == pytest.approx(
+        ch.loc[ch["condition"] == "P", "n_content_tokens"].mean(), rel=1e-12)
     assert t.data.set_index("condition").loc["A2", "mean_prefix_tokens"] == 0.0
+    assert t.data.set_index("condition").loc["A1", "boundaries"] == "A0"  # the declared Table 4 text
     base = tables.table4(["A1", "G4"], contexts_method="extractive", route_sections=3).data.set_index("condition")
     assert base.loc["A1", "prefix"].startswith("extractive") and "baseline" in base.loc["A1", "prefix"]
     assert base.loc["G4", "retrieval"] == "two-stage (top 3 sections)"
@@ -239,20 +251,18 @@ def test_table4_lists_conditions_with_realised_sizes(run):
         tables.table4(["A0", "Z9"])
 
 
-def test_span_identity_worked_example():
-    ch = pd.DataFrame({"condition": ["A2"] * 4 + ["G2"] * 3, "doc_id": ["d"] * 7,
-                       "start": [0, 10, 20, 35, 0, 10, 30], "end": [10, 20, 35, 50, 10, 30, 50]})
-    assert tables.span_identity(ch) == 0.25   # only [0,10) is shared; [10,20) is not a gold span
-
-
-def test_induction_table_counts_and_paper_column(run):
-    t = tables.induction(run["induction_log"], run["sections_induced"], run["sections_gold"], run["chunks"],
-                         kind="qasper", method="texttiling")
+def test_induction_table_formats_02s_numbers_and_paper_column(run):
+    st = run["induction_stats"]
+    t = tables.induction(st, kind="qasper", method="texttiling")
     d = t.data.set_index("quantity")
     assert d.loc["documents", "ours"] == 4 and d.loc["usable", "ours"] == 3 and d.loc["repaired", "ours"] == 2
     assert d.loc["sections_per_doc", "ours"] == 6.0
     assert d.loc["gold_sections_per_doc", "ours"] == run["sections_gold"].groupby("doc_id").size().mean()
-    assert d.loc["span_identity", "ours"] == tables.span_identity(run["chunks"])
+    # the paper's measure, computed once by 02 on the structural chunks (A2 and G2 are those chunks in 04)
+    ch = run["chunks"]
+    a2 = set(map(tuple, ch.loc[ch["condition"] == "A2", ["doc_id", "start", "end"]].to_numpy().tolist()))
+    g2 = set(map(tuple, ch.loc[ch["condition"] == "G2", ["doc_id", "start", "end"]].to_numpy().tolist()))
+    assert d.loc["span_identity", "ours"] == st["identity_with_gold"] == pytest.approx(len(a2 & g2) / len(a2))
     assert d.loc["usable", "paper"] == paper.value("qasper", "induction", "usable")
     assert d.loc["span_identity", "paper"] == paper.value("qasper", "induction", "span_identity")
     assert d.loc["induced_whole", "ours"] == 3  # one of the four documents was induced in two windows
@@ -265,7 +275,7 @@ def test_induction_table_counts_and_paper_column(run):
 
 def test_size_matching_pooled_means(run):
     size = run["size_matching"]
-    t = tables.size_matching(size, kind="wikipedia")
+    t = tables.size_matching(run["summary"], kind="wikipedia")
     ch = run["chunks"]
     d = t.data.set_index("quantity")
     for cond, label in (("A0", "A0 fixed windows"), ("A2", "A2 induced chunks"), ("G2", "G2 gold chunks")):
@@ -273,26 +283,34 @@ def test_size_matching_pooled_means(run):
         assert d.loc[f"{label}: mean content tokens", "ours"] == pytest.approx(pooled, rel=1e-12)
     assert d.loc["A0 fixed windows: mean content tokens", "paper"] == paper.value("wikipedia", "size_matching", "A0")
     assert d.loc["per-document |A0 − A2| gap: max", "ours"] == pytest.approx(size["gap_A0_A2"].abs().max())
+    assert d.loc["per-document |A0 − A2| gap: mean", "ours"] == pytest.approx(size["gap_A0_A2"].abs().mean())
+    assert d.loc["documents with |gap| > 4 tokens", "ours"] == (size["gap_A0_A2"].abs() > 4).sum()
+    n = size.set_index("doc_id")  # pooled = sum n*mean / sum n over documents, as the per-document table says
+    assert d.loc["A2 induced chunks: mean content tokens", "ours"] == pytest.approx(
+        (n["n_A2"] * n["mean_A2"]).sum() / n["n_A2"].sum(), rel=1e-12)
 
 
 def test_placebo_table_worked_example():
     p = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "c"], "depth": [1, 1, 1, 1, 2],
-                      "same_doc": [True, False, False, False, False], "same_path": [False] * 4 + [True],
+                      "placebo_doc_id": ["a", "b", "b", "a", "c"],
+                      "same_doc": [True, False, False, False, True], "same_path": [False] * 4 + [True],
                       "n_chunks": [2, 1, 1, 1, 3]})
-    t = tables.placebo(p)
+    t = tables.placebo(conditions.placebo_buckets(p))
     d = t.data.set_index("depth")
     assert d.loc["1", "pairs"] == 4 and d.loc["1", "min_same_doc"] == 2   # m=3, n=4: 2m-n = 2
     assert d.loc["1", "same_doc"] == 1 and d.loc["1", "same_doc_chunks"] == 2
     assert d.loc["2", "min_same_doc"] == 1                                 # a bucket of one pair cannot move
     assert d.loc["all", "pairs"] == 5 and d.loc["all", "documents"] == 3 and d.loc["all", "same_path"] == 1
-    assert t.display.set_index("Depth").loc["all", "Residual chunks"] == "2 of 8"
-    assert d["donors_mean"].isna().all()  # no placebo_doc_id column: no donor statistics, shown as dashes
+    assert d.loc["all", "min_same_doc"] == 3 == conditions.min_residual(p.assign(path=[("x",), ("y",), ("z",),
+                                                                                     ("w",), ("u", "v")]))
+    assert t.display.set_index("Depth").loc["all", "Residual chunks"] == "5 of 8"
 
 
 def test_placebo_table_reports_donors_per_document():
     p = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "b", "c"], "depth": [1, 1, 2, 1, 2, 1],
                       "placebo_doc_id": ["b", "c", "b", "a", "a", "a"], "same_doc": [False] * 6})
-    t = tables.placebo(p, "permute")
+    p = p.assign(same_path=False, n_chunks=1)
+    t = tables.placebo(conditions.placebo_buckets(p), "permute")
     d = t.data.set_index("depth")
     # all depths: a <- {b: 2, c: 1}, b <- {a: 2}, c <- {a: 1}
     assert (d.loc["all", "donors_mean"], d.loc["all", "donors_min"], d.loc["all", "donors_max"]) == (4 / 3, 1, 2)
@@ -311,34 +329,37 @@ def test_query_funnel_pivot_and_paper(run):
 
 
 def test_reranker_lift_is_difference_of_means(run):
-    lift = tables.reranker_lift_data(run["condition_means"])
+    sp = {k: v.default for k, v in config_mod.SCHEMA["stats"].items()}
+    lift = stats.reranker_lift(run["condition_means"], sp)
     cm = run["condition_means"]
     cm = cm[(cm["metric"] == "cov-nDCG@10") & (cm["embedder"] == "strong")].set_index(["reranker", "condition"])
     assert lift["condition"].tolist() == ALL and set(lift["reranker"]) == {"xenc"}
     for r in lift.itertuples():
         assert r.lift == pytest.approx(cm.loc[("xenc", r.condition), "mean"] - cm.loc[("none", r.condition), "mean"])
     none_only = run["condition_means"][run["condition_means"]["reranker"] == "none"]
-    assert tables.reranker_lift_data(none_only).empty
-    assert "No reranked cell" in tables.reranker_lift(none_only).notes[0]
+    assert stats.reranker_lift(none_only, sp).empty
+    assert "No reranked cell" in tables.reranker_lift(stats.reranker_lift(none_only, sp)).notes[0]
 
 
 def test_section_recall_summary_matches_mean(run):
     sr = run["section_recall"]
-    summ = tables.section_recall_summary(sr)
+    summ = run["section_recall_summary"]   # 05's table
     assert set(summ["condition"]) == {"A4", "G4"}
     for r in summ.itertuples():
         sel = sr[(sr["embedder"] == r.embedder) & (sr["condition"] == r.condition)]["section_recall"].dropna()
-        assert r.recall == pytest.approx(sel.astype(float).mean()) and r.n_defined == len(sel)
+        assert r.section_recall == pytest.approx(sel.astype(float).mean()) and r.n_defined == len(sel)
+    t = tables.section_recall_table(summ)
+    assert t.data["section_recall"].tolist() == summ["section_recall"].tolist()   # formatted, not recomputed
 
 
 def test_every_table_renders_markdown_and_latex(run):
     ts = [tables.table1(run["contrasts"], run["mixedlm"]), tables.table2(run["condition_means"]),
-          tables.table4(ALL, run["chunks"]), tables.corpus_funnel(run["corpus_funnel"], "wikipedia"),
-          tables.induction(run["induction_log"], None, None, None, "demo"),
-          tables.query_funnel(run["query_funnel"]), tables.size_matching(run["size_matching"]),
-          tables.placebo(run["placebo"]), tables.dose_response(run["dose_response"]),
-          tables.section_recall(run["section_recall"]), tables.per_type(run["per_type"]),
-          tables.reranker_lift(run["condition_means"]), tables.power(run["power"])]
+          tables.table4(ALL, run["summary"]), tables.corpus_funnel(run["corpus_funnel"], "wikipedia"),
+          tables.induction(None, "demo"), tables.query_funnel(run["query_funnel"]),
+          tables.size_matching(run["summary"]), tables.placebo(run["placebo_buckets"]),
+          tables.dose_response(run["dose_response"]), tables.section_recall_table(run["section_recall_summary"]),
+          tables.per_type(run["per_type"]), tables.reranker_lift(run["reranker_lift"]),
+          tables.power(run["power_needed"], run["power"])]
     for t in ts:
         md, tex = t.markdown(), t.latex()
         assert md.count("\n|") >= len(t.display) and "\\bottomrule" in tex, t.name

@@ -354,7 +354,7 @@ def test_span_identity_and_stats_worked_example():
 def test_side_by_side_shows_both_trees(six):
     docs, paras, gold = six
     secs, _ = induce.induce_structure(docs, paras, {"method": "texttiling"})
-    view = induce.side_by_side(gold, secs, "d1")
+    view = induce.outlines_side_by_side(gold, secs, "d1")
     assert list(view.columns) == ["gold", "gold paragraphs", "induced", "induced paragraphs"]
     assert view["gold"].iloc[1] == "Second half" and view["gold paragraphs"].iloc[1] == "3-5"
 

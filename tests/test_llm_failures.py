@@ -176,9 +176,10 @@ params_file = "params.yaml"
 from chunkstudy import artifacts, config, llm
 
 cfg = config.load(params_file)
-funnel = artifacts.read(cfg, "corpus_funnel")
+documents = artifacts.read(cfg, "documents")   # the fixture's 01 writes one text of corpus.min_words characters
 client = llm.make_client(cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
-prompts = ["echo:reply " + str(i) + (" FAILME" if i % 4 == 0 else "") for i in range(int(funnel["count"].sum()))]
+prompts = ["echo:reply " + str(i) + (" FAILME" if i % 4 == 0 else "")
+           for i in range(int(documents["text"].str.len().sum()))]
 replies = client.generate(list(map(llm.Request, map(lambda p: [{"role": "user", "content": p}], prompts))),
                           desc="fixture calls")
 artifacts.write_json(cfg, "02_induce", "induction_stats", {"llm": llm.describe(client),

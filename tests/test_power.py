@@ -351,7 +351,8 @@ def hand_power_table() -> pd.DataFrame:
 def test_power_table_display_and_report_sentences():
     from chunkstudy import report, tables
 
-    t = tables.power(hand_power_table())
+    hand = hand_power_table()
+    t = tables.power(power.needed_table(hand), hand)   # 07 writes needed_table's result; 08 formats it
     shown = t.display.set_index(["Contrast", "Effect"])
     assert shown.loc[("C2", "paper (Wikipedia-FA)"), "Docs for 80% power"] == "\u2248 28 \u2020"
     assert shown.loc[("C2", "observed (this run)"), "Docs for 80% power"] == "\u2248 160"

@@ -63,5 +63,5 @@ def test_qasper_harvested_queries_and_bm25_against_brute_force(local_cfg, tmp_pa
         if sv.max() > 0 and (np.sort(sv)[-1] - np.sort(sv)[-2] if len(sv) > 1 else 1) > 1e-4:  # no float32 near-tie
             assert dc["chunk_id"].iat[int(np.argmax(sv))] == pq["top1_chunk_id_document"]
         gold_pos = list(dc["chunk_id"]).index(pq["gold_chunk_id"])
-        ov = [bm25.overlap(int(s), int(e), row["spans"]) for s, e in zip(dc["start"], dc["end"])]
+        ov = [bm25.chars_in_spans(int(s), int(e), row["spans"]) for s, e in zip(dc["start"], dc["end"])]
         assert ov[gold_pos] == max(ov) > 0

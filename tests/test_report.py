@@ -6,12 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, paper, report, tables
+from chunkstudy import artifacts, config, paper, report, stages, tables
 from test_figures import build_synthetic_run
-
-STORE_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced", "induction_log", "queries",
-                "query_funnel", "chunks", "size_matching", "placebo", "section_recall", "contrasts", "mixedlm",
-                "dose_response", "per_type", "condition_means", "scores", "power")
 
 
 def _contrasts(rows):
@@ -76,11 +72,17 @@ def synthetic():
     return build_synthetic_run()
 
 
-def _store(cfg, run, skip=()):
-    for name in STORE_TABLES:
-        if name not in skip:
-            artifacts.write(cfg, name, run[name].assign(corpus=cfg.corpus) if name == "scores" else run[name])
-    artifacts.write_json(cfg, "03_queries", "bm25", {"gold_top1_share": 0.25})
+def _store(cfg, run, skip=("drilldown",)):
+    """Write what stage 08 reads (its declared reads) from the synthetic run; the BM25 diagnostic is a stub."""
+    for name in stages.reads("08_figures"):
+        if name in skip:
+            continue
+        if name == "bm25":
+            artifacts.write_json(cfg, "03_queries", "bm25", {"gold_top1_share": 0.25})
+        elif isinstance(stages.artifact(name), stages.Table):
+            artifacts.write(cfg, name, run[name])
+        else:
+            artifacts.write_json(cfg, stages.writer(name), name, run[name])
 
 
 def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
@@ -120,10 +122,12 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
 
 def test_missing_inputs_become_notes(tmp_path, root, synthetic):
     cfg = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"figures": {"formats": ["png"]}})
-    _store(cfg, synthetic, skip=("placebo", "per_type", "section_recall", "induction_log", "sections_induced"))
+    _store(cfg, synthetic, skip=("drilldown", "placebo_buckets", "per_type", "section_recall_summary",
+                                 "induction_stats"))
     b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     assert {"funnel_placebo", "per_type", "section_recall", "funnel_induction", "replication"}.isdisjoint(b.tables)
-    assert any("placebo is missing" in n for n in b.notes)
+    assert any("placebo_buckets is missing" in n for n in b.notes)
+    assert any("02_induce/induction_stats.json is missing" in n for n in b.notes)
     text = report.render(b, cfg.data)
     assert "Notes on missing inputs" in text and "replicate_with is null" in text
     report.write_all(cfg, b)

@@ -112,8 +112,8 @@ def no_kernel(monkeypatch):
 
     def execute(cfg, stage, executed_dir):
         if stage.name == "01_corpus":
-            artifacts.write(cfg, "corpus_funnel", pd.DataFrame({"step": ["min_words"],
-                                                                "count": [cfg["corpus"]["min_words"]]}))
+            artifacts.write(cfg, "documents", pd.DataFrame({"doc_id": ["d"], "title": ["t"], "source": ["s"],
+                                                            "text": ["x" * cfg["corpus"]["min_words"]]}))
         else:
             artifacts.write_json(cfg, "02_induce", "induction_stats", {"n": 1})
 

@@ -25,46 +25,16 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
+from . import stages
 from .config import Config
+from .stages import SchemaError  # noqa: F401 - re-exported: artifacts.SchemaError is what a bad table raises
 
-
-class SchemaError(ValueError):
-    """A table lacks required columns (the message names the table, the file and the stage that writes it)."""
-
-
-#: table name -> (stage folder, required columns). Extra columns are allowed.
+#: table name -> (stage folder, required columns), from the stage declarations (:data:`chunkstudy.stages.STAGES`;
+#: each table's columns and their kinds are there). Extra columns are allowed.
 TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "documents": ("01_corpus", ("doc_id", "title", "text", "source")),
-    "paragraphs": ("01_corpus", ("doc_id", "para_idx", "start", "end")),
-    "sections_gold": ("01_corpus", ("doc_id", "section_id", "parent_id", "level", "title", "first_para",
-                                    "last_para", "start", "end")),
-    "harvested": ("01_corpus", ("query_id", "doc_id", "qtype", "text", "spans")),
-    "corpus_funnel": ("01_corpus", ("step", "count")),
-    "sections_induced": ("02_induce", ("doc_id", "section_id", "parent_id", "level", "title", "first_para",
-                                       "last_para", "start", "end")),
-    "induction_log": ("02_induce", ("doc_id", "status")),
-    "contexts_a1": ("02_induce", ("doc_id", "start", "end", "context")),
-    "queries": ("03_queries", ("query_id", "doc_id", "qtype", "text", "spans")),
-    "query_funnel": ("03_queries", ("step",)),
-    "chunks": ("04_chunk_embed", ("condition", "doc_id", "chunk_id", "start", "end", "prefix", "n_content_tokens",
-                                  "n_prefix_tokens", "route_key")),
-    "size_matching": ("04_chunk_embed", ("doc_id",)),
-    "placebo": ("04_chunk_embed", ("doc_id",)),
-    "runs": ("05_retrieve", ("embedder", "reranker", "condition", "query_id", "rank", "chunk_id", "score")),
-    "section_recall": ("05_retrieve", ("embedder", "reranker", "condition", "query_id", "section_recall")),
-    "scores": ("06_metrics", ("corpus", "embedder", "reranker", "condition", "query_id", "metric", "value")),
-    "drilldown": ("06_metrics", ("contrast", "direction", "pick", "query_id", "side", "condition", "rank", "chunk_id")),
-    "contrasts": ("07_stats", ("cell", "contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "dz",
-                               "n_queries", "n_docs")),
-    "mixedlm": ("07_stats", ("contrast",)),
-    "dose_response": ("07_stats", ("embedder",)),
-    "per_type": ("07_stats", ("contrast", "qtype")),
-    "condition_means": ("07_stats", ("condition", "metric")),
-    "power": ("07_stats", ("scenario", "contrast", "target_dz", "n_docs", "power", "mc_se", "n_docs_observed")),
-}
+    name: (stages.writer(name), t.contract) for name, t in stages.tables().items()}
 
-STAGES = ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve", "06_metrics", "07_stats",
-          "08_figures")
+STAGES: tuple[str, ...] = stages.STAGE_NAMES
 
 
 class PathError(ValueError):
@@ -161,11 +131,8 @@ def table_path(cfg: Config, table: str) -> Path:
 
 
 def check_schema(df: pd.DataFrame, table: str, where: str = "") -> None:
-    missing = [c for c in TABLES[table][1] if c not in df.columns]
-    if missing:
-        raise SchemaError(
-            f"{table}{' (' + where + ')' if where else ''}: missing columns {missing}; has {list(df.columns)}; "
-            f"written by {TABLES[table][0]}")
+    """The declared columns of ``table`` and their kinds (:func:`chunkstudy.stages.check`)."""
+    stages.check(df, table, where=where)
 
 
 _UMASK = os.umask(0)
@@ -208,12 +175,26 @@ def read(cfg: Config, table: str) -> pd.DataFrame:
     return df
 
 
+def read_input(cfg: Config, stage: str, name: str) -> pd.DataFrame | None:
+    """A table ``stage`` reads only under some parameters (a ``Read(..., when=...)`` of
+    :data:`chunkstudy.stages.STAGES`): the table when the read holds for ``cfg``, else None (e.g. 03 reads
+    ``harvested`` only for harvested queries)."""
+    return read(cfg, name) if stages.read_spec(stage, name).active(cfg.data) else None
+
+
 def exists(cfg: Config, table: str) -> bool:
     return table_path(cfg, table).is_file()
 
 
 def json_path(cfg: Config, stage: str, name: str) -> Path:
-    return inside(stage_dir(cfg, stage) / f"{name}.json", stage_dir(cfg, stage), f"JSON file {name!r}")
+    """``data/<corpus>/<stage>/<name>.json``, for a JSON file the stage declares (:data:`chunkstudy.stages.STAGES`;
+    KeyError otherwise)."""
+    path = inside(stage_dir(cfg, stage) / f"{name}.json", stage_dir(cfg, stage), f"JSON file {name!r}")
+    if not isinstance(stages.ARTIFACTS.get(name, (None,))[0], stages.Json) or stages.writer(name) != stage:
+        declared = [a.name for a in stages.stage(stage).writes if isinstance(a, stages.Json)]
+        raise KeyError(f"{stage} declares no JSON file {name!r}; its JSON files: {declared} "
+                       "(chunkstudy.stages.STAGES)")
+    return path
 
 
 def write_json(cfg: Config, stage: str, name: str, obj: Any) -> Path:
@@ -269,11 +250,30 @@ def read_array(path: Path, mmap: bool = False) -> np.ndarray:
     return np.load(path, mmap_mode="r" if mmap else None)
 
 
+#: The vectors artifact (:class:`chunkstudy.stages.Vectors`): its folder name and the stage that writes it.
+VECTORS = "embeddings"
+
+
+def vectors_dir(cfg: Config) -> Path:
+    """``data/<corpus>/04_chunk_embed/embeddings/``: one ``<embedder>.npy`` (+ ``.ids.parquet``) per embedder."""
+    return stage_dir(cfg, stages.writer(VECTORS)) / VECTORS
+
+
 def vectors_path(cfg: Config, embedder: str) -> Path:
     """``data/<corpus>/04_chunk_embed/embeddings/<embedder>.npy``: float32 (n_unique_texts, dim); row i embeds
     unique embedded text i, and ``chunks.text_row`` indexes it (the same rows for every embedder)."""
-    folder = stage_dir(cfg, "04_chunk_embed") / "embeddings"
+    folder = vectors_dir(cfg)
     return inside(folder / f"{embedder}.npy", folder, f"vectors of embedder {embedder!r}")
+
+
+def artifact_path(cfg: Config, name: str) -> Path:
+    """Where artifact ``name`` lives: its parquet or JSON file, or the vectors folder."""
+    a = stages.artifact(name)
+    if isinstance(a, stages.Table):
+        return table_path(cfg, name)
+    if isinstance(a, stages.Json):
+        return json_path(cfg, stages.writer(name), name)
+    return vectors_dir(cfg)
 
 
 def write_vectors(cfg: Config, embedder: str, vectors: np.ndarray, ids: pd.DataFrame | None = None) -> Path:
@@ -291,13 +291,24 @@ def write_vectors(cfg: Config, embedder: str, vectors: np.ndarray, ids: pd.DataF
     return path
 
 
+def write_all_vectors(cfg: Config, vectors: dict[str, np.ndarray], ids: pd.DataFrame | None = None) -> dict:
+    """:func:`write_vectors` for every embedder of ``vectors``; returns ``{embedder: path}``."""
+    return {key: write_vectors(cfg, key, vec, ids) for key, vec in vectors.items()}
+
+
 def read_vectors(cfg: Config, embedder: str, mmap: bool = False) -> np.ndarray:
     """One embedder's vectors; index with ``chunks["text_row"]``."""
     path = vectors_path(cfg, embedder)
     if not path.is_file():
+        stage = stages.writer(VECTORS)
         raise FileNotFoundError(f"vectors for embedder {embedder!r}: {path} does not exist; written by notebook "
-                                f"04_chunk_embed (run ./run_all.sh {cfg.corpus} --only 04)")
+                                f"{stage} (run ./run_all.sh {cfg.corpus} --only {stage[:2]})")
     return read_array(path, mmap)
+
+
+def read_all_vectors(cfg: Config, embedders, mmap: bool = False) -> dict[str, np.ndarray]:
+    """``{embedder: vectors}`` for every key of ``embedders`` (the ``embed.embedders`` section)."""
+    return {key: read_vectors(cfg, key, mmap) for key in embedders}
 
 
 def _json_default(o: Any) -> Any:

@@ -41,7 +41,7 @@ import bm25s
 import numpy as np
 import pandas as pd
 
-from . import metrics, progress
+from . import design, metrics, progress, stages
 
 # bm25s logs one DEBUG line per index; the document scope builds one index per document
 logging.getLogger("bm25s").setLevel(logging.WARNING)
@@ -82,8 +82,9 @@ def rank_of(score_vec: np.ndarray, i: int) -> int:
     return int(1 + np.count_nonzero(score_vec > s) + np.count_nonzero(score_vec[:i] == s))
 
 
-def overlap(start: int, end: int, spans: Sequence[Sequence[int]]) -> int:
-    """Characters of ``[start, end)`` inside the union of ``spans`` (half-open; spans may overlap)."""
+def chars_in_spans(start: int, end: int, spans: Sequence[Sequence[int]]) -> int:
+    """Characters of ``[start, end)`` inside the union of ``spans`` (half-open; spans may overlap, a character
+    covered twice counts once)."""
     cut = sorted((max(int(s), start), min(int(e), end)) for s, e in spans)
     total, cur = 0, start
     for s, e in cut:
@@ -109,7 +110,7 @@ def gold_chunk(chunks: pd.DataFrame, spans: Sequence[Sequence[int]]) -> int:
     of ``spans``; ties go to the smaller ``start``. -1 when no chunk overlaps."""
     best, best_ov, best_start = -1, 0, None
     for pos, (s, e) in enumerate(zip(chunks["start"].to_numpy(), chunks["end"].to_numpy())):
-        ov = overlap(int(s), int(e), spans)
+        ov = chars_in_spans(int(s), int(e), spans)
         if ov > best_ov or (ov == best_ov and ov > 0 and int(s) < best_start):
             best, best_ov, best_start = pos, ov, int(s)
     return best
@@ -152,9 +153,7 @@ def diagnostic(documents: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFr
     """
     if scope not in SCOPES:
         raise ValueError(f"queries.bm25_scope {scope!r} is not one of {list(SCOPES)}")
-    missing = [c for c in ("doc_id", "start", "end") if c not in chunks.columns]
-    if missing:
-        raise ValueError(f"bm25 diagnostic: chunks lack columns {missing}")
+    stages.check(chunks, "chunks", ("doc_id", "start", "end"), "bm25 diagnostic")
     texts = dict(zip(documents["doc_id"].astype(str), documents["text"]))
     ch = chunks.reset_index(drop=True).assign(doc_id=lambda x: x["doc_id"].astype(str))
     if "chunk_id" not in ch.columns:  # chunking.structural_chunks output: number chunks per document in order
@@ -233,18 +232,25 @@ def summarize(per_query: pd.DataFrame, condition: str = "", scope: str = "docume
     }
 
 
-GOLD_STRUCTURAL = ("G2", "G3", "G4")
-INDUCED_STRUCTURAL = ("A2", "A3-d1", "A3-d2", "A3", "P", "A4")
-
-
 def chunk_structure(condition: str) -> str:
-    """The section table a structural BM25 condition is cut from: G* -> sections_gold, A2..A4/P -> induced."""
-    if condition in GOLD_STRUCTURAL:
-        return "sections_gold"
-    if condition in INDUCED_STRUCTURAL:
-        return "sections_induced"
-    raise ValueError(f"queries.bm25_condition {condition!r}: the diagnostic ranks structural chunks; use one of "
-                     f"{list(GOLD_STRUCTURAL)} (gold structure) or {list(INDUCED_STRUCTURAL)} (induced structure)")
+    """The section table a structural BM25 condition is cut from (its declared outline): G* -> sections_gold,
+    A2..A4/P -> sections_induced. A condition with fixed windows has no structure to rank."""
+    spec = design.condition(condition) if condition in design.CONDITION_NAMES else None
+    if spec is None or not spec.structural:
+        gold = design.names_where(boundaries="gold")
+        induced = [c for c in design.STRUCTURAL if c not in gold]
+        raise ValueError(f"queries.bm25_condition {condition!r}: the diagnostic ranks structural chunks; use one of "
+                         f"{list(gold)} (gold structure) or {induced} (induced structure)")
+    return spec.outline
+
+
+def outline(condition: str, sections_gold: pd.DataFrame, sections_induced: pd.DataFrame | None) -> pd.DataFrame:
+    """The outline the diagnostic cuts for ``condition`` (:func:`chunk_structure`); ``sections_induced`` may be
+    None when the condition is cut from the gold outline (03 reads it only then)."""
+    table = {"sections_gold": sections_gold, "sections_induced": sections_induced}[chunk_structure(condition)]
+    if table is None:
+        raise ValueError(f"queries.bm25_condition {condition!r} needs sections_induced (02_induce), which was not read")
+    return table
 
 
 def summary_table(summary: dict) -> pd.DataFrame:

@@ -26,17 +26,16 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from . import chunking
+from . import chunking, design, paper, stages
 from .chunking import ChunkingError, TokenCounter
-from .config import SCHEMA
 from .corpus import model as docmodel
 
 PATH_SEP = " \u203a "  # " › "
-ALL_CONDITIONS: tuple[str, ...] = tuple(SCHEMA["chunking"]["conditions"].choices)  # the paper's order
-CHUNK_COLUMNS = ["condition", "doc_id", "chunk_id", "start", "end", "prefix", "n_content_tokens",
-                 "n_prefix_tokens", "route_key", "section_id", "prefix_depth", "shares_vectors_with", "text_row"]
-INDUCED = {"A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4"}
-GOLD = {"G2", "G3", "G4"}
+ALL_CONDITIONS: tuple[str, ...] = design.CONDITION_NAMES  # the paper's order
+CHUNK_COLUMNS = stages.columns("chunks")
+#: The conditions cut from the induced outline (A0/A1 too: fixed windows are size-matched to it), and from gold.
+INDUCED = set(design.names_where(boundaries=("fixed", "induced")))
+GOLD = set(design.names_where(boundaries="gold"))
 
 
 def render_prefix(title: str, path: list[str]) -> str:
@@ -66,17 +65,14 @@ def text_rows(texts: pd.Series) -> tuple[np.ndarray, list[str]]:
 
 
 def prefix_depth(condition: str, depths: list[int]) -> int:
-    """Heading levels a condition's prefix keeps: A3-dN -> N; A3, P, A4, G3, G4 -> max(depths); else 0."""
-    if condition.startswith("A3-d"):
-        return int(condition[4:])
-    if condition in ("A3", "P", "A4", "G3", "G4"):
-        return int(max(depths))
-    return 0
+    """Heading levels a condition's prefix keeps (:meth:`chunkstudy.design.Condition.prefix_depth`): A3-dN -> N;
+    A3, P, A4, G3, G4 -> max(depths); else 0."""
+    return design.condition(condition).prefix_depth(depths)
 
 
 # -------------------------------------------------------------------------------------------------- placebo
 PLACEBO_METHODS = ("permute", "shift")
-PLACEBO_COLUMNS = ["doc_id", "depth", "path", "placebo_doc_id", "placebo_path", "same_doc", "same_path"]
+PLACEBO_COLUMNS = [c for c in stages.columns("placebo") if c != "n_chunks"]
 
 
 def derangement_repair(labels: np.ndarray, perm: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -208,15 +204,42 @@ def placebo_donors(placebo: pd.DataFrame) -> dict:
             "residual_same_doc": int(placebo["same_doc"].sum())}
 
 
+def _bucket_min_residual(doc_ids: pd.Series) -> int:
+    """The fewest same-document assignments a permutation of one depth bucket allows: ``max(0, 2m - n)``, ``n``
+    the bucket's pairs and ``m`` those of its largest document (:func:`derangement_repair`)."""
+    n, m = len(doc_ids), int(doc_ids.value_counts().max()) if len(doc_ids) else 0
+    return max(0, 2 * m - n)
+
+
 def min_residual(pairs: pd.DataFrame) -> int:
     """The fewest same-document assignments any within-depth permutation allows: sum of max(0, 2m - n)."""
     uniq = pairs[["doc_id", "path"]].assign(path=[tuple(p) for p in pairs["path"]]).drop_duplicates()
     uniq["depth"] = [len(p) for p in uniq["path"]]
-    total = 0
-    for _, b in uniq.groupby("depth"):
-        n, m = len(b), int(b["doc_id"].value_counts().max())
-        total += max(0, 2 * m - n)
-    return total
+    return int(sum(_bucket_min_residual(b["doc_id"]) for _, b in uniq.groupby("depth")))
+
+
+def placebo_buckets(placebo: pd.DataFrame) -> pd.DataFrame:
+    """The placebo per depth bucket and in total (``depth`` = ``"all"``; paper §3.2 and appendix E.3), the
+    ``placebo_buckets`` table of 04: unique (document, path) ``pairs``, ``documents``, same-document residual
+    assignments (``same_doc``) beside the minimum any within-bucket permutation allows (``min_same_doc``,
+    :func:`_bucket_min_residual`; the total is :func:`min_residual`), ``chunks`` and ``same_doc_chunks`` (chunks
+    carrying a residual path), ``same_path`` (foreign paths with identical headings, e.g. two papers'
+    "Introduction") and the donor statistics of :func:`placebo_donors` (``donors_mean/min/max``,
+    ``top_donor_share`` = the mean share from the largest donor). ``placebo``: :func:`placebo_assign`'s table with
+    ``n_chunks``. No rounding."""
+    def row(depth: str, b: pd.DataFrame, min_same: int) -> dict:
+        d = placebo_donors(b)
+        same = b["same_doc"].astype(bool)
+        return {"depth": depth, "pairs": len(b), "documents": int(b["doc_id"].nunique()), "same_doc": int(same.sum()),
+                "min_same_doc": int(min_same), "same_doc_chunks": int(b.loc[same, "n_chunks"].sum()),
+                "chunks": int(b["n_chunks"].sum()), "same_path": int(b["same_path"].astype(bool).sum()),
+                "donors_mean": d["donors_mean"], "donors_min": float(d["donors_min"]),
+                "donors_max": float(d["donors_max"]), "top_donor_share": d["top_donor_share_mean"]}
+
+    rows = [row(str(depth), b, _bucket_min_residual(b["doc_id"])) for depth, b in placebo.groupby("depth", sort=True)]
+    if rows:
+        rows.append(row("all", placebo, sum(r["min_same_doc"] for r in rows)))
+    return pd.DataFrame(rows, columns=stages.columns("placebo_buckets"))
 
 
 # ------------------------------------------------------------------------------------------------ build_all
@@ -286,18 +309,20 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     cache: dict = {}
     titles = dict(zip(documents["doc_id"], documents["title"]))
 
+    fixed, induced, gold = design.CHUNK_SETS  # A0 (size-matched to A2), A2, G2: every condition reuses one
+    outlines = {"sections_induced": sections_induced, "sections_gold": sections_gold}
+    need = {o: sorted(c for c in conds if design.condition(c).outline == o) for o in outlines}
+    for outline, table in outlines.items():
+        if need[outline] and table is None:
+            raise ChunkingError(f"conditions {need[outline]} need {outline} ({stages.writer(outline)})")
     sets: dict[str, pd.DataFrame] = {}
-    if INDUCED & set(conds):
-        if sections_induced is None:
-            raise ChunkingError(f"conditions {sorted(INDUCED & set(conds))} need sections_induced (02_induce)")
-        sets["A2"] = chunking.structural_chunks(documents, paragraphs, sections_induced, counter, mx, mn, splitter,
-                                                _unit_cache=cache)
-        sets["A0"] = chunking.fixed_windows(documents, chunking.doc_means(sets["A2"]), counter, splitter,
-                                            _unit_cache=cache)
-    if GOLD & set(conds):
-        if sections_gold is None:
-            raise ChunkingError(f"conditions {sorted(GOLD & set(conds))} need sections_gold (01_corpus)")
-        sets["G2"] = chunking.structural_chunks(documents, paragraphs, sections_gold, counter, mx, mn, splitter,
+    if need["sections_induced"]:
+        sets[induced] = chunking.structural_chunks(documents, paragraphs, sections_induced, counter, mx, mn,
+                                                   splitter, _unit_cache=cache)
+        sets[fixed] = chunking.fixed_windows(documents, chunking.doc_means(sets[induced]), counter, splitter,
+                                             _unit_cache=cache)
+    if need["sections_gold"]:
+        sets[gold] = chunking.structural_chunks(documents, paragraphs, sections_gold, counter, mx, mn, splitter,
                                                 _unit_cache=cache)
     for name, df in sets.items():
         bad_tiles = chunking.verify_tiling(df, documents)
@@ -306,22 +331,22 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
             raise ChunkingError(f"{name} chunks do not tile document {d!r}: {v}")  # a bug, never expected
 
     # gold and induced section ids may coincide ("doc::s003"), so their heading paths are kept apart
-    paths_of = {"induced": docmodel.heading_paths(sections_induced) if sections_induced is not None else {},
-                "gold": docmodel.heading_paths(sections_gold) if sections_gold is not None else {}}
+    paths_of = {o: docmodel.heading_paths(t) if t is not None else {} for o, t in outlines.items()}
 
     def breadcrumb(df: pd.DataFrame, depth: int, paths: dict) -> list[str]:
         return [render_prefix(titles[d], paths[s][:depth]) for d, s in zip(df["doc_id"], df["section_id"])]
 
     frames, placebo = [], None
     for cond in conds:
-        depth = prefix_depth(cond, depths)
-        base = sets["A0"] if cond in ("A0", "A1") else sets["G2"] if cond in GOLD else sets["A2"]
-        paths = paths_of["gold" if cond in GOLD else "induced"]
-        if cond == "A0" or cond in ("A2", "G2"):
+        spec = design.condition(cond)
+        depth = spec.prefix_depth(depths)
+        base = sets[spec.chunk_set]
+        paths = paths_of[spec.outline]
+        if spec.prefix == "none":
             pre = [""] * len(base)
-        elif cond == "A1":
+        elif spec.prefix == "context":
             pre = _a1_prefixes(base, contexts_a1)
-        elif cond == "P":
+        elif spec.prefix == "placebo":
             pairs = pd.DataFrame({"doc_id": base["doc_id"],
                                   "path": [tuple(paths[s][:depth]) for s in base["section_id"]]})
             placebo = placebo_assign(pairs, int(chunking_params["placebo_seed"]),
@@ -331,10 +356,9 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
             pre = [render_prefix(titles[look[k][0]], look[k][1]) for k in zip(pairs["doc_id"], pairs["path"])]
             used = pairs.assign(path=[tuple(p) for p in pairs["path"]]).value_counts(["doc_id", "path"])
             placebo["n_chunks"] = [int(used[(d, tuple(p))]) for d, p in zip(placebo["doc_id"], placebo["path"])]
-        else:
+        else:  # a heading path
             pre = breadcrumb(base, depth, paths)
-        shares = {"A4": "A3", "G4": "G3"}.get(cond)
-        frames.append(_with_prefixes(base, cond, pre, depth, shares))
+        frames.append(_with_prefixes(base, cond, pre, depth, spec.shares_vectors_with))
 
     chunks = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CHUNK_COLUMNS)
     chunks["chunk_id"] = (chunks["condition"] + "|" + chunks["doc_id"] + "|"
@@ -352,40 +376,56 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
         summary["placebo_method"] = chunking_params.get("placebo_method", "permute")
     if placebo is None:
         placebo = pd.DataFrame(columns=PLACEBO_COLUMNS + ["n_chunks"])
-    return {"chunks": chunks, "texts": texts, "size_matching": size, "placebo": placebo, "summary": summary}
+    return {"chunks": chunks, "texts": texts, "size_matching": size, "placebo": placebo,
+            "placebo_buckets": placebo_buckets(placebo), "summary": summary}
 
 
 def _size_matching(sets: dict[str, pd.DataFrame]) -> pd.DataFrame:
     parts = []
-    for name in ("A0", "A2", "G2"):
+    for name in design.CHUNK_SETS:
         if name in sets:
             g = sets[name].groupby("doc_id", sort=False)["n_content_tokens"]
             parts.append(pd.DataFrame({f"n_{name}": g.size(), f"mean_{name}": g.mean().astype(float)}))
     if not parts:
         return pd.DataFrame(columns=["doc_id"])
     out = pd.concat(parts, axis=1).rename_axis("doc_id").reset_index()
-    if "A2" in sets:
-        out.insert(1, "target", out["mean_A2"])
-        out["gap_A0_A2"] = out["mean_A0"] - out["mean_A2"]
+    fixed, induced, _ = design.CHUNK_SETS
+    if induced in sets:
+        out.insert(1, "target", out[f"mean_{induced}"])
+        out[f"gap_{fixed}_{induced}"] = out[f"mean_{fixed}"] - out[f"mean_{induced}"]
     return out
 
 
 def _summary(chunks, sets, size, placebo, texts, mx, mn) -> dict:
+    """04's ``summary.json``: per condition the chunk count and mean content/prefix tokens; per chunk set its
+    realised count and pooled mean content tokens (the size-matching numbers, paper §3.2), chunks over/under the
+    split/merge bounds; the A0 - A2 gap pooled and per document (mean and max |gap|, documents whose |gap|
+    exceeds the paper's bound ``size_gap_tolerance``); the placebo's residuals (:func:`placebo_buckets`)."""
     by = chunks.groupby("condition", sort=False)
     out = {
         "n_chunks": {k: int(v) for k, v in by.size().items()},
         "mean_content_tokens": {k: float(v) for k, v in by["n_content_tokens"].mean().items()},
         "mean_prefix_tokens": {k: float(v) for k, v in by["n_prefix_tokens"].mean().items()},
+        "realised_n": {k: int(len(v)) for k, v in sets.items()},
         "realised_mean": {k: float(v["n_content_tokens"].mean()) for k, v in sets.items()},
-        "over_max": {k: int((v["n_content_tokens"] > mx).sum()) for k, v in sets.items() if k != "A0"},
-        "under_min": {k: int((v["n_content_tokens"] < mn).sum()) for k, v in sets.items() if k != "A0"},
+        "over_max": {k: int((v["n_content_tokens"] > mx).sum()) for k, v in sets.items()
+                     if design.condition(k).structural},
+        "under_min": {k: int((v["n_content_tokens"] < mn).sum()) for k, v in sets.items()
+                      if design.condition(k).structural},
         "n_texts": len(texts),
         "n_chunk_rows": int(len(chunks)),
         "unique_text_share": float(len(texts) / len(chunks)) if len(chunks) else math.nan,
     }
-    if "A0" in sets:
-        out["size_gap_A0_A2"] = out["realised_mean"]["A0"] - out["realised_mean"]["A2"]
-        out["max_abs_doc_gap_A0_A2"] = float(size["gap_A0_A2"].abs().max()) if len(size) else 0.0
+    fixed, induced, _ = design.CHUNK_SETS
+    if fixed in sets:
+        gap = size[f"gap_{fixed}_{induced}"].abs()
+        tolerance = paper.value("study", "design", "size_gap_max")
+        out[f"size_gap_{fixed}_{induced}"] = out["realised_mean"][fixed] - out["realised_mean"][induced]
+        out[f"max_abs_doc_gap_{fixed}_{induced}"] = float(gap.max()) if len(size) else 0.0
+        out[f"mean_abs_doc_gap_{fixed}_{induced}"] = float(gap.mean()) if len(size) else 0.0
+        out["size_gap_tolerance"] = tolerance
+        out[f"n_docs_{fixed}_{induced}"] = int(len(size))
+        out[f"docs_over_tolerance_{fixed}_{induced}"] = int((gap > tolerance).sum())
     if placebo is not None:
         out["placebo_pairs"] = int(len(placebo))
         out["placebo_residual_same_doc"] = int(placebo["same_doc"].sum())
@@ -396,13 +436,13 @@ def _summary(chunks, sets, size, placebo, texts, mx, mn) -> dict:
     return out
 
 
-def side_by_side(chunks: pd.DataFrame, documents: pd.DataFrame, doc_id: str,
-                 conds: tuple[str, ...] = ("A0", "A2", "G2"), preview: int = 70) -> pd.DataFrame:
+def chunks_side_by_side(chunks: pd.DataFrame, documents: pd.DataFrame, doc_id: str,
+                        conds: tuple[str, ...] = design.CHUNK_SETS, preview: int = 70) -> pd.DataFrame:
     """One document cut under several conditions, one column per condition and one row per chunk position:
     ``"[start, end) n tok | prefix-free opening words…"`` (for display only)."""
     text = dict(zip(documents["doc_id"], documents["text"]))
     if doc_id not in text:
-        raise ChunkingError(f"side_by_side: document {doc_id!r} is not in documents")
+        raise ChunkingError(f"chunks_side_by_side: document {doc_id!r} is not in documents")
     cols = {}
     for c in conds:
         g = chunks[(chunks["condition"] == c) & (chunks["doc_id"] == doc_id)].sort_values("start")

@@ -25,6 +25,8 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from . import design, stages
+
 
 class ConfigError(ValueError):
     """A parameter file is malformed: the message names the file and the key."""
@@ -287,8 +289,7 @@ SCHEMA: dict[str, Any] = {
         "rouge_max": P(0.35, (float,), ge=0, le=1),
         "ngram": P(4, (int,), ge=1),
         "seed": P(20260710, (int,)),
-        "bm25_condition": P("G2", (str,), ("A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"),
-                             doc="structural chunk set the BM25 diagnostic ranks"),
+        "bm25_condition": P("G2", (str,), design.STRUCTURAL, doc="structural chunk set the BM25 diagnostic ranks"),
         "factoid_span_sentences": P(2, (int,), ge=1),
         "rouge_stemmer": P(True, (bool,), doc="Porter stemming inside ROUGE-L (rouge-score use_stemmer)"),
         "min_span_words": P(8, (int,), ge=0, doc="sentence-run spans shorter than this many words are not sampled"),
@@ -312,9 +313,7 @@ SCHEMA: dict[str, Any] = {
                             doc="'permute': a seeded random permutation within each depth bucket, repaired "
                                 "toward a cross-document derangement (the paper); 'shift': the older cyclic "
                                 "shift of document groups (few donors per document)"),
-        "conditions": P(
-            ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"], (list,),
-            ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"), unique=True),
+        "conditions": P(list(design.CONDITION_NAMES), (list,), design.CONDITION_NAMES, unique=True),
     },
     "embed": {
         "embedders": {"*": _embedder_spec()},
@@ -347,8 +346,7 @@ SCHEMA: dict[str, Any] = {
             "seed": P(20260710, (int,), doc="torch seed for weights the checkpoint lacks (an untrained head)"),
         }},
         "rerank_embedder": P("strong", (str,)),
-        "two_stage_conditions": P(["A4", "G4"], (list,), ("A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2",
-                                                          "G3", "G4"),
+        "two_stage_conditions": P(list(design.TWO_STAGE), (list,), design.CONDITION_NAMES,
                                   doc="conditions retrieved route-to-section; others flat"),
     },
     "metrics": {
@@ -366,7 +364,7 @@ SCHEMA: dict[str, Any] = {
         "primary_metric": P("cov-nDCG@10", (str,)),
         "primary_embedder": P("strong", (str,)),
         "primary_reranker": P("none", (str,)),
-        "contrasts": P({"C1": ["A3", "A1"], "C2": ["A3", "P"], "C3": ["G3", "A3"], "C4": ["A4", "A3"]}, (dict,)),
+        "contrasts": P({c.name: [c.a, c.b] for c in design.CONTRASTS}, (dict,)),
         "mixedlm": P(True, (bool,)),
         "drilldown_queries": P(3, (int,), ge=0, doc="per-query drill-down (06_metrics/drilldown, report.html): how many "
                                               "queries with the largest gains and how many with the largest losses "
@@ -438,8 +436,7 @@ def _embedders(d: dict) -> list[str]:
 
 
 def _metric_names(d: dict) -> list[str]:
-    from .metrics import metric_names  # the canonical names, as 06 writes them (metrics imports config)
-    return metric_names(d["metrics"])
+    return design.metric_names(d["metrics"])  # the canonical names, as 06 writes them
 
 
 def _contrasts(d: dict) -> str | None:
@@ -469,17 +466,11 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-#: The parameter sections each notebook stage reads (its digest covers exactly these).
+#: The parameters each notebook stage reads (its digest covers exactly these): sections (``"llm"``) or single
+#: keys (``"corpus.kind"``), from the stage declarations (:data:`chunkstudy.stages.STAGES`); 08 reads every section
+#: (the report names the models and settings of every stage).
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
-    "01_corpus": ("corpus",),
-    "02_induce": ("llm", "induce", "contexts", "chunking"),
-    "03_queries": ("llm", "queries", "chunking", "metrics"),  # the BM25 diagnostic uses the relevance rule
-    "04_chunk_embed": ("chunking", "embed"),
-    "05_retrieve": ("retrieve", "embed"),
-    "06_metrics": ("metrics", "embed", "stats"),  # embed: the example walk's embedder; stats: the drill-down's cell
-    "07_stats": ("stats",),
-    "08_figures": tuple(SCHEMA),  # the report names the models and settings of every stage
-}
+    s.name: tuple(SCHEMA) if stages.ALL_PARAMS in s.params else s.params for s in stages.STAGES}
 
 
 @dataclass
@@ -536,8 +527,13 @@ class Config:
         return out if isinstance(value, list) else out[0]
 
     def digest(self, sections: tuple[str, ...] | None = None) -> str:
-        part = {s: self.data[s] for s in (sections or tuple(self.data))}
+        """Digest of the given sections or dotted keys (``"corpus.kind"``); all sections when None."""
+        part = self.values(sections or tuple(self.data))
         return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def values(self, keys: tuple[str, ...]) -> dict[str, Any]:
+        """``{key: value}`` of sections (``"stats"``) and dotted keys (``"corpus.kind"``)."""
+        return {k: _get(self.data, k) for k in keys}
 
 
 def path_params() -> list[tuple[str, str]]:

@@ -53,6 +53,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from . import stages
 from .corpus.model import SEP
 
 #: Anthropic, "Introducing Contextual Retrieval" (2024): the prompt, verbatim.
@@ -68,8 +69,7 @@ improving search retrieval of the chunk. Answer only with the succinct context a
 
 #: ``contexts.long_document``: how a document too long for the model's context is excerpted (module docstring).
 LONG_DOCUMENT = ("pages", "centred")
-COLUMNS = ["doc_id", "start", "end", "context", "method", "n_tokens", "truncated", "error", "doc_start", "doc_end",
-           "document_view"]
+COLUMNS = stages.columns("contexts_a1")
 VIEWS = ("full", "body")
 PROMPT_ALLOWANCE_TOKENS = 256
 CHARS_PER_TOKEN = 4.0

@@ -39,17 +39,13 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import metrics, stats, tables
+from . import design, metrics, stages, stats, tables
 
 #: The heading of the drill-down section in report.md; report.html puts the collapsible drill-downs under it.
 HEADING = "Per-query drill-down"
 
 #: Columns of the ``drilldown`` table (06_metrics), one row per (contrast, direction, pick, side, rank).
-COLUMNS = ["contrast", "condition_a", "condition_b", "metric", "embedder", "reranker", "direction", "pick",
-           "query_id", "doc_id", "qtype", "question", "gold_spans", "gold_text", "value_a", "value_b", "delta",
-           "side", "condition", "rank", "chunk_id", "chunk_doc_id", "start", "end", "score", "prefix", "content",
-           "n_prefix_tokens", "n_content_tokens", "same_doc", "relevant", "gold_chars", "gold_ranges", "gain",
-           "discounted_gain", "dcg", "idcg", "ndcg"]
+COLUMNS = stages.columns("drilldown")
 
 DIRECTIONS = ("gain", "loss")
 
@@ -69,9 +65,6 @@ def pick_queries(deltas: pd.DataFrame, n: int) -> pd.DataFrame:
     'loss') and ``pick`` (1 = the most extreme) first."""
     if n < 0:
         raise DrilldownError(f"stats.drilldown_queries: expected a count >= 0, got {n}")
-    missing = [c for c in ("query_id", "delta") if c not in deltas.columns]
-    if missing:
-        raise DrilldownError(f"paired deltas: missing columns {missing}; has {list(deltas.columns)}")
     d = deltas.assign(query_id=deltas["query_id"].astype(str), delta=deltas["delta"].astype(float))
     gains = d[d["delta"] > 0].sort_values(["delta", "query_id"], ascending=[False, True], kind="stable").head(n)
     losses = d[d["delta"] < 0].sort_values(["delta", "query_id"], ascending=[True, True], kind="stable").head(n)
@@ -249,7 +242,7 @@ def short_chunk_id(chunk_id: Any, condition: str, doc_id: Any) -> str:
     return s[len(head):] if s.startswith(head) and len(s) > len(head) else s
 
 
-def side_by_side(rows: pd.DataFrame, condition_a: str, condition_b: str, cutoff: int) -> pd.DataFrame:
+def lists_side_by_side(rows: pd.DataFrame, condition_a: str, condition_b: str, cutoff: int) -> pd.DataFrame:
     """The display rows of one picked query: ranks 1..``cutoff``; per condition (A, then B) the chunk id
     (:func:`short_chunk_id`, with the document named when it is not the query's), the retrieval score, the prefix as embedded, the gold characters, the gain and the discounted gain (rounded by the
     :mod:`chunkstudy.tables` formatters; an empty cell where the list is shorter)."""
@@ -279,9 +272,10 @@ def _list_note(rows: pd.DataFrame, side: str, cond: str, metric: str, value: flo
     if s.empty:
         return f"{cond}: no retrieved chunks in the top {cutoff}; {metric} = {tables.fmt_num(value)}."
     dcg, idcg, ndcg = float(s["discounted_gain"].sum()), float(s["idcg"].iloc[0]), float(s["ndcg"].iloc[0])
-    primary = "" if metric == f"cov-nDCG@{cutoff}" else f"; {metric} (the contrast's metric) = {tables.fmt_num(value)}"
+    walked = design.PRIMARY_METRIC.names({"cutoff": cutoff})[0]  # the metric the gains add up to
+    primary = "" if metric == walked else f"; {metric} (the contrast's metric) = {tables.fmt_num(value)}"
     return (f"{cond}: DCG@{cutoff} = \u03a3 gain/log\u2082(rank+1) = {tables.fmt_num(dcg)}; IDCG = "
-            f"{tables.fmt_num(idcg)}; cov-nDCG@{cutoff} = DCG/IDCG = {tables.fmt_num(ndcg)}{primary}.")
+            f"{tables.fmt_num(idcg)}; {walked} = DCG/IDCG = {tables.fmt_num(ndcg)}{primary}.")
 
 
 def report_parts(drill: pd.DataFrame, params: Mapping[str, Any]) -> tuple[tables.Table, list[ContrastDrill]]:
@@ -294,7 +288,7 @@ def report_parts(drill: pd.DataFrame, params: Mapping[str, Any]) -> tuple[tables
     summary, out = [], []
     for name, (a, b) in st["contrasts"].items():
         rows = drill[drill["contrast"] == name]
-        question = tables.CONTRAST_QUESTIONS.get((a, b))
+        question = design.contrast_question(a, b)
         title = f"{name}: {a} \u2212 {b}" + (f" ({question})" if question else "")
         notes, picks = [], []
         if rows.empty:
@@ -309,7 +303,7 @@ def report_parts(drill: pd.DataFrame, params: Mapping[str, Any]) -> tuple[tables
                 qtitle = (f"{direction} {pick} \u00b7 query {h['query_id']} \u00b7 \u03b4 = "
                           f"{tables.fmt_delta(h['delta'])} ({a} {tables.fmt_num(h['value_a'])}, "
                           f"{b} {tables.fmt_num(h['value_b'])})")
-                disp = side_by_side(r, a, b, cutoff)
+                disp = lists_side_by_side(r, a, b, cutoff)
                 tnotes = (_list_note(r, "A", a, metric, h["value_a"], cutoff),
                           _list_note(r, "B", b, metric, h["value_b"], cutoff))
                 t = tables.Table(f"drilldown_{name}_{direction}{pick}", f"{name} {qtitle}", r, disp, tnotes)

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from . import tables  # noqa: E402
+from . import design, tables  # noqa: E402
 
 #: rcParams applied to every figure (one consistent style).
 STYLE: dict = {
@@ -39,16 +39,19 @@ STYLE: dict = {
     "font.family": "DejaVu Sans",
 }
 
-#: One colour per condition: fixed windows grey/brown, induced blues, placebo purple, routing orange, gold greens.
-CONDITION_COLORS: dict[str, str] = {
-    "A0": "#8c8c8c", "A1": "#a6761d", "A2": "#9ecae1", "A3-d1": "#6baed6", "A3-d2": "#3182bd", "A3": "#08519c",
-    "P": "#7b3294", "A4": "#e6550d", "G2": "#a1d99b", "G3": "#31a354", "G4": "#006d2c",
-}
+#: One colour per condition (declared with it, :data:`chunkstudy.design.CONDITIONS`): fixed windows grey/brown,
+#: induced blues, placebo purple, routing orange, gold greens.
+CONDITION_COLORS: dict[str, str] = {c.name: c.colour for c in design.CONDITIONS}
 EMBEDDER_COLORS = ("#08519c", "#e6550d", "#31a354", "#7b3294")
 
 
 def color(condition: str) -> str:
     return CONDITION_COLORS.get(condition, "#444444")
+
+
+def _control(condition: str) -> bool:
+    """Conditions drawn dashed: a prefix that is not the document's own structure (A1's context, P's placebo)."""
+    return condition in design.CONDITION_NAMES and design.condition(condition).prefix in ("context", "placebo")
 
 
 def _figure(w: float, h: float) -> Figure:
@@ -178,8 +181,8 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
     fig = _figure(11, 7.2)
     gs = fig.add_gridspec(3, 1, height_ratios=[2.1, 1.0, 2.3])
     ax = fig.add_subplot(gs[0])
-    rows = [c for c in ("A0", "A2", "G2") if (dc["condition"] == c).any()]
-    labels = {"A0": "A0 fixed windows", "A2": "A2 induced structure", "G2": "G2 gold structure"}
+    rows = [c for c in design.CHUNK_SETS if (dc["condition"] == c).any()]
+    labels = {c: f"{c} {design.BOUNDARIES[design.condition(c).boundaries].label}" for c in rows}
     for i, c in enumerate(rows):
         cc = dc[dc["condition"] == c].sort_values("start")
         _bars(ax, len(rows) - 1 - i, cc["start"], cc["end"], color(c))
@@ -300,9 +303,11 @@ def dose_response(dose: pd.DataFrame) -> Figure:
     """Exploratory depth dose-response: the mean of the primary metric at injected heading-path depth 0..3
     (A2 → A3-d1 → A3-d2 → A3) per embedder (solid: no reranker; dashed: reranked), with the bootstrap slope
     per level and its CI in the legend."""
-    need = ["mean_d0", "mean_d1", "mean_d2", "mean_d3"]
+    ladder = design.depth_ladder()
+    need = [f"mean_d{d}" for _, d in ladder]
     if dose.empty or not set(need) <= set(dose.columns) or dose[need].isna().all().all():
-        return placeholder("Depth dose-response", "no dose-response rows (A2/A3-d1/A3-d2/A3 not scored)")
+        return placeholder("Depth dose-response", "no dose-response rows ("
+                           + "/".join(c for c, _ in ladder) + " not scored)")
     fig = _figure(6.4, 4.0)
     ax = fig.add_subplot()
     embedders = list(dict.fromkeys(dose["embedder"]))
@@ -310,11 +315,11 @@ def dose_response(dose: pd.DataFrame) -> Figure:
         y = np.array([getattr(r, m) for m in need], dtype=float)
         col = EMBEDDER_COLORS[embedders.index(r.embedder) % len(EMBEDDER_COLORS)]
         ls = "-" if r.reranker == "none" else "--"
-        ax.plot(range(4), y, marker="o", color=col, ls=ls,
+        ax.plot(range(len(need)), y, marker="o", color=col, ls=ls,
                 label=f"{r.embedder}, rerank {r.reranker}: slope {tables.fmt_delta(r.slope)}/level "
                       f"{tables.fmt_ci(r.ci_low, r.ci_high)}")
-    ax.set_xticks(range(4), ["A2\n(no path)", "A3-d1\n(depth 1)", "A3-d2\n(depth 2)", "A3\n(depth 3)"])
-    ax.set_ylabel(f"mean {dose['metric'].iat[0] if 'metric' in dose else 'cov-nDCG@10'}")
+    ax.set_xticks(range(len(ladder)), [f"{c}\n(depth {d})" if d else f"{c}\n(no path)" for c, d in ladder])
+    ax.set_ylabel(f"mean {dose['metric'].iat[0] if 'metric' in dose else design.PRIMARY_METRIC.key}")
     ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     ax.set_title("Breadcrumb depth dose-response (exploratory)", loc="left")
     return fig
@@ -324,17 +329,19 @@ def dose_response(dose: pd.DataFrame) -> Figure:
 def budget_coverage(condition_means: pd.DataFrame, embedder: str = "strong", reranker: str = "none") -> Figure:
     """Token-budget coverage curves: mean budget-cov@B against the budget B (512/1024/2048 tokens, prefix tokens
     charged) for every condition, on one embedder × reranker."""
-    m = condition_means[condition_means["metric"].astype(str).str.startswith("budget-cov@")
-                        & (condition_means["embedder"] == embedder) & (condition_means["reranker"] == reranker)]
+    family = design.metric("budget-cov")
+    budget = condition_means["metric"].astype(str).map(family.argument)
+    m = condition_means[budget.notna() & (condition_means["embedder"] == embedder)
+                        & (condition_means["reranker"] == reranker)]
     if m.empty:
-        return placeholder("Token-budget coverage", f"no budget-cov@ metrics for {embedder} × {reranker}")
-    m = m.assign(budget=m["metric"].str.split("@").str[1].astype(int))
+        return placeholder("Token-budget coverage", f"no {family.key} metrics for {embedder} × {reranker}")
+    m = m.assign(budget=budget[m.index].astype(int))
     fig = _figure(6.4, 4.2)
     ax = fig.add_subplot()
     for cond in tables._order(m["condition"], tables.CONDITION_ORDER):
         s = m[m["condition"] == cond].sort_values("budget")
         ax.plot(s["budget"], s["mean"], marker="o", ms=3.5, color=color(cond), label=cond,
-                ls="--" if cond in ("A1", "P") else "-")
+                ls="--" if _control(cond) else "-")
     budgets = sorted(m["budget"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(budgets, [str(b) for b in budgets])
@@ -349,7 +356,7 @@ def budget_coverage(condition_means: pd.DataFrame, embedder: str = "strong", rer
 @_styled
 def section_recall(summary: pd.DataFrame) -> Figure:
     """Stage-1 section recall of the two-stage conditions (bars per condition, one per embedder × reranker, with
-    ±1.96 binomial SE), from :func:`chunkstudy.tables.section_recall_summary`."""
+    ±1.96 binomial SE), from 05's ``section_recall_summary`` (:func:`chunkstudy.retrieve.section_recall_summary`)."""
     if summary.empty:
         return placeholder("Section recall", "no two-stage condition in this run")
     fig = _figure(5.6, 3.6)
@@ -360,9 +367,9 @@ def section_recall(summary: pd.DataFrame) -> Figure:
     for j, (e, r) in enumerate(groups):
         s = summary[(summary["embedder"] == e) & (summary["reranker"] == r)].set_index("condition").reindex(conds)
         x = np.arange(len(conds)) - 0.4 + width * (j + 0.5)
-        ax.bar(x, s["recall"], width * 0.9, yerr=1.96 * s["se"], capsize=3,
+        ax.bar(x, s["section_recall"], width * 0.9, yerr=1.96 * s["se"], capsize=3,
                color=EMBEDDER_COLORS[j % len(EMBEDDER_COLORS)], label=f"{e}" + ("" if r == "none" else f", {r}"))
-        for xi, v, nd in zip(x, s["recall"], s["n_defined"]):
+        for xi, v, nd in zip(x, s["section_recall"], s["n_defined"]):
             if not pd.isna(v):
                 ax.text(xi, 0.02, f"{tables.fmt_num(v, 2)}\nn={tables.fmt_int(nd)}", ha="center", va="bottom",
                         fontsize=7, color="white")
@@ -407,8 +414,8 @@ def per_type(per_type_df: pd.DataFrame, embedder: str = "strong", reranker: str 
 
 @_styled
 def reranker_lift(lift: pd.DataFrame) -> Figure:
-    """Reranker lift per condition: reranked minus not reranked mean (from
-    :func:`chunkstudy.tables.reranker_lift_data`), one bar group per condition, one bar per reranker."""
+    """Reranker lift per condition: reranked minus not reranked mean (07's ``reranker_lift``,
+    :func:`chunkstudy.stats.reranker_lift`), one bar group per condition, one bar per reranker."""
     if lift.empty:
         return placeholder("Reranker lift", "no reranked cell in this run (retrieve.rerankers is empty)")
     conds = tables._order(lift["condition"], tables.CONDITION_ORDER)
@@ -497,12 +504,12 @@ def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_
         placeholder("Depth dose-response", "dose_response (07) missing")
     figs["fig_budget_coverage"] = budget_coverage(inputs["condition_means"], emb, rr) if have("condition_means") \
         else placeholder("Token-budget coverage", "condition_means (07) missing")
-    figs["fig_section_recall"] = section_recall(tables.section_recall_summary(inputs["section_recall"])) \
-        if have("section_recall") else placeholder("Section recall", "section_recall (05) missing")
+    figs["fig_section_recall"] = section_recall(inputs["section_recall_summary"]) \
+        if have("section_recall_summary") else placeholder("Section recall", "section_recall_summary (05) missing")
     figs["fig_per_type"] = per_type(inputs["per_type"], emb, rr) if have("per_type") else \
         placeholder("Per-query-type cuts", "per_type (07) missing")
-    figs["fig_reranker_lift"] = reranker_lift(tables.reranker_lift_data(inputs["condition_means"], metric, emb)) \
-        if have("condition_means") else placeholder("Reranker lift", "condition_means (07) missing")
+    figs["fig_reranker_lift"] = reranker_lift(inputs["reranker_lift"]) if have("reranker_lift") else \
+        placeholder("Reranker lift", "reranker_lift (07) missing")
     figs["fig_power"] = power_curves(inputs["power"]) if have("power") else \
         placeholder("Power analysis", "power (07) missing")
     return figs

@@ -62,7 +62,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import paper
+from . import paper, stages
 from .corpus import model as docmodel
 from .corpus.model import Outline
 
@@ -126,8 +126,7 @@ Return the corrected, complete JSON for all paragraphs 0 to {last}, and nothing 
 PROMPT_ALLOWANCE_TOKENS = 512
 CHARS_PER_TOKEN = 4.0
 
-LOG_COLUMNS = ["doc_id", "status", "method", "rounds", "n_windows", "n_sections", "fixed_by", "n_violations",
-               "violations", "error", "model"]
+LOG_COLUMNS = stages.columns("induction_log")
 
 
 class InductionError(ValueError):
@@ -619,7 +618,8 @@ def induction_stats(sections_induced: pd.DataFrame, log: pd.DataFrame, sections_
                     induced_chunks: pd.DataFrame | None = None, gold_chunks: pd.DataFrame | None = None) -> dict:
     """Counts and rates of an induction run (no rounding).
 
-    ``usable`` = ok + repaired; ``sections_per_doc`` counts every outline row (empty parent sections too);
+    ``usable`` = ok + repaired; ``induced_whole`` = documents induced in one call (not cut into windows);
+    ``sections_per_doc`` counts every outline row (empty parent sections too);
     ``identity_with_gold`` is :func:`span_identity` of the structural chunks of both outlines when
     ``induced_chunks``/``gold_chunks`` are given (``identity_basis: "structural chunks"``, the paper's measure),
     else of the non-empty section spans (``"section spans"``)."""
@@ -636,6 +636,7 @@ def induction_stats(sections_induced: pd.DataFrame, log: pd.DataFrame, sections_
         else float("nan"),
     }
     out["usable"] = out["ok"] + out["repaired"]
+    out["induced_whole"] = out["n_docs"] - out["windowed_docs"]
     if sections_gold is not None and len(sections_gold):
         out["gold_sections_per_doc"] = float(sections_gold.groupby("doc_id").size().mean())
         if "level" in sections_gold.columns:
@@ -653,9 +654,8 @@ def stats_table(stats: dict, corpus_kind: str) -> pd.DataFrame:
     """Our stats next to the paper's row for the same corpus kind (``wikipedia`` or ``qasper``; the demo has
     no paper row). ``induced_whole`` = documents induced in one call (not windowed) / documents. Values are not
     rounded."""
-    whole = stats["n_docs"] - stats.get("windowed_docs", 0)
     ours = {"corpus": f"this run ({stats.get('method', '')})", "usable": f"{stats['usable']}/{stats['n_docs']}",
-            "induced_whole": f"{whole}/{stats['n_docs']}", "repaired": stats["repaired"],
+            "induced_whole": f"{stats['induced_whole']}/{stats['n_docs']}", "repaired": stats["repaired"],
             "sections_per_doc": stats["sections_per_doc"],
             "gold_sections_per_doc": stats.get("gold_sections_per_doc"),
             "identity_with_gold": stats.get("identity_with_gold")}
@@ -674,7 +674,7 @@ def outline_view(sections: pd.DataFrame, doc_id: str) -> pd.DataFrame:
     }).reset_index(drop=True)
 
 
-def side_by_side(gold: pd.DataFrame, induced: pd.DataFrame, doc_id: str) -> pd.DataFrame:
+def outlines_side_by_side(gold: pd.DataFrame, induced: pd.DataFrame, doc_id: str) -> pd.DataFrame:
     """Gold and induced trees of one document next to each other (rows aligned by position, padded)."""
     g, i = outline_view(gold, doc_id), outline_view(induced, doc_id)
     n = max(len(g), len(i))

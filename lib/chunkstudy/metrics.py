@@ -73,7 +73,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import config
+from . import config, design, stages
 
 #: Slack (in characters) of every inclusive threshold comparison; see the module docstring.
 EPS = 1e-9
@@ -81,7 +81,7 @@ EPS = 1e-9
 _RUN_COLUMNS = ("embedder", "reranker", "condition", "query_id", "rank", "chunk_id")
 _CHUNK_COLUMNS = ("condition", "doc_id", "chunk_id", "start", "end", "n_content_tokens", "n_prefix_tokens")
 _QUERY_COLUMNS = ("query_id", "doc_id", "spans")
-SCORE_COLUMNS = ["corpus", "embedder", "reranker", "condition", "query_id", "metric", "value"]
+SCORE_COLUMNS = stages.columns("scores")[:7]  # corpus ... value; doc_id and qtype follow
 
 
 class MetricsInputError(ValueError):
@@ -105,9 +105,23 @@ class MetricParams:
 
     @property
     def names(self) -> list[str]:
-        """Canonical metric names, in the order of the scores table."""
-        return ([f"cov-nDCG@{self.cutoff}", f"recall@{self.recall_k}", "MRR", f"nDCG@{self.cutoff}"]
-                + [f"budget-cov@{b}" for b in self.budgets])
+        """Canonical metric names, in the order of the scores table (:func:`chunkstudy.design.metric_names`)."""
+        return design.metric_names(self.__dict__)
+
+    @property
+    def primary(self) -> str:
+        """The confirmatory metric's name under these parameters (``cov-nDCG@10``)."""
+        return design.PRIMARY_METRIC.names(self.__dict__)[0]
+
+    def named(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Computed values keyed by metric family (:data:`chunkstudy.design.METRICS`; a list parameter's family
+        holds one value per element) renamed to the canonical names, in table order. A declared family that
+        was not computed raises KeyError."""
+        out = {}
+        for m in design.METRICS:
+            listed = m.parameter is not None and isinstance(getattr(self, m.parameter), (list, tuple))
+            out.update(zip(m.names(self.__dict__), values[m.key] if listed else [values[m.key]], strict=True))
+        return out
 
 
 def params_from(metrics_params: Mapping[str, Any] | MetricParams) -> MetricParams:
@@ -225,10 +239,8 @@ def _group_sum(key: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 # Input normalisation
 # --------------------------------------------------------------------------------------------------------------
 
-def _need(df: pd.DataFrame, cols: tuple[str, ...], table: str, stage: str) -> None:
-    missing = [c for c in cols if c not in df.columns]
-    if missing:
-        raise MetricsInputError(f"{table}: missing columns {missing}; has {list(df.columns)}; written by {stage}")
+def _need(df: pd.DataFrame, cols: tuple[str, ...], table: str) -> None:
+    stages.check(df, table, cols, "metrics input", error=MetricsInputError)
 
 
 def _strings(values) -> pa.Array:
@@ -268,7 +280,7 @@ class _Queries:
 
 
 def _parse_queries(queries: pd.DataFrame, docs: np.ndarray) -> _Queries:
-    _need(queries, _QUERY_COLUMNS, "queries", "03_queries")
+    _need(queries, _QUERY_COLUMNS, "queries")
     ids = queries["query_id"].astype(str).to_numpy(dtype=object)
     if len(set(ids)) != len(ids):
         dup = pd.Series(ids)[pd.Series(ids).duplicated()].iloc[0]
@@ -320,7 +332,7 @@ class _Chunks:
 
 
 def _parse_chunks(chunks: pd.DataFrame, conds: np.ndarray, docs: np.ndarray) -> _Chunks:
-    _need(chunks, _CHUNK_COLUMNS, "chunks", "04_chunk_embed")
+    _need(chunks, _CHUNK_COLUMNS, "chunks")
     cond = _index_in(chunks["condition"], conds)
     doc = _index_in(chunks["doc_id"], docs)
     start = chunks["start"].to_numpy(dtype=np.int64)
@@ -395,7 +407,7 @@ class _Scored:
 
 def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: MetricParams) -> tuple[
         _Scored, _Queries, _Chunks, np.ndarray, np.ndarray]:
-    _need(runs, _RUN_COLUMNS, "runs", "05_retrieve")
+    _need(runs, _RUN_COLUMNS, "runs")
     docs = np.asarray(pc.unique(pa.concat_arrays([_strings(chunks["doc_id"]), _strings(queries["doc_id"])]))
                       .to_pylist(), dtype=object)
     conds = np.asarray(pc.unique(_strings(chunks["condition"])).to_pylist(), dtype=object)
@@ -507,27 +519,27 @@ def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: M
     ok = s_pos < len(static_keys)
     rel[rows_sd[ok]] = static_rel[s_pos[ok]] & (static_keys[s_pos[ok]] == r_key[ok])
 
-    values: dict[str, np.ndarray] = {}
+    values: dict[str, Any] = {}   # by metric family (design.METRICS), renamed by p.named
     list_c = np.repeat(cell_cond, n_q) * n_q + np.tile(np.arange(n_q), len(cells))   # cq of each list
     in_k = rank <= p.cutoff
     dcg = _group_sum(lst[in_k], gain[in_k] * discount(rank[in_k]), n_lists)
-    values[p.names[0]] = _safe_ratio(dcg, idcg[list_c])
+    values["cov-nDCG"] = _safe_ratio(dcg, idcg[list_c])
     in_r = rank[rr] <= p.recall_k
     covered = np.bincount(grp[in_r], weights=new[in_r], minlength=grp.max() + 1 if len(grp) else 0)
     grp_first = np.unique(grp, return_index=True)[1]
     g_t = t[grp_first]
     hit = covered >= p.span_frac * (q.t_hi - q.t_lo)[g_t] - EPS
-    values[p.names[1]] = _group_sum(lst[rr][grp_first], hit / q.n_spans[q.t_q[g_t]], n_lists)
+    values["recall"] = _group_sum(lst[rr][grp_first], hit / q.n_spans[q.t_q[g_t]], n_lists)
     first_rel = np.full(n_lists, np.inf)
     np.minimum.at(first_rel, lst[rel], rank[rel].astype(np.float64))
     values["MRR"] = np.where(np.isfinite(first_rel), 1.0 / first_rel, 0.0)
     rk = rel & in_k
-    values[p.names[3]] = _safe_ratio(_group_sum(lst[rk], discount(rank[rk]), n_lists), bin_idcg[list_c])
+    values["nDCG"] = _safe_ratio(_group_sum(lst[rk], discount(rank[rk]), n_lists), bin_idcg[list_c])
     budget_values = _budget_coverage(lst, rank, chunk_row, same_doc, run_c, run_q, ch, q, used_conds, n_q,
                                      n_lists, p.budgets, p.budget_partial)
-    values.update(zip(p.names[4:], budget_values))
+    values["budget-cov"] = budget_values
 
-    scored = _Scored(cells, cell_cond, n_q, values,
+    scored = _Scored(cells, cell_cond, n_q, p.named(values),
                      {"list": lst, "rank": rank, "chunk": chunk_row, "same_doc": same_doc, "rel": rel, "gain": gain},
                      ideal)
     return scored, q, ch, docs, conds
@@ -782,7 +794,7 @@ def coverage_walk(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFram
     walk = walk.astype({c: "Int64" for c in ("start", "end", "ideal_start", "ideal_end")})
     dcg, idcg = float(walk["dcg"].iloc[-1]), float(walk["idcg"].iloc[-1])
     walk.attrs.update({"dcg": dcg, "idcg": idcg, "score": dcg / idcg if idcg > 0 else 0.0,
-                       "metric": p.names[0], "query_id": query_id, "condition": condition})
+                       "metric": p.primary, "query_id": query_id, "condition": condition})
     return walk
 
 
@@ -819,7 +831,7 @@ def rank_gains(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
         "query_id": q.ids[qi], "rank": rank, "chunk_id": ch.chunk_id[chunk],
         "same_doc": r["same_doc"][keep], "relevant": r["rel"][keep], "gain": gain, "discounted_gain": disc,
         "dcg": total - before, "idcg": idcg_cq[scored.cell_cond[cell] * scored.n_q + qi],
-        "ndcg": scored.values[p.names[0]][lst],
+        "ndcg": scored.values[p.primary][lst],
     })
 
 
@@ -844,7 +856,8 @@ def walk_example(scores: pd.DataFrame, queries: pd.DataFrame, embedder: str, rer
                                 f"{sorted(set(zip(scores['embedder'], scores['reranker'])))}")
     if condition not in set(cell["condition"]):
         condition = sorted(set(cell["condition"]))[0]
-    primary = cell[(cell["condition"] == condition) & cell["metric"].str.startswith("cov-nDCG@")]
+    primary = cell[(cell["condition"] == condition)
+                   & cell["metric"].map(lambda n: design.is_metric(n, design.PRIMARY_METRIC.key))]
     n_spans = queries.set_index("query_id")["spans"].map(len)
     table = primary.assign(n_spans=primary["query_id"].map(n_spans).to_numpy(),
                            inside=(primary["value"] > 0) & (primary["value"] < 1))

@@ -70,7 +70,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import nct, norm
 
-from . import progress, stats
+from . import progress, stages, stats
 from .config import SCHEMA
 
 OBSERVED = "observed"
@@ -82,15 +82,9 @@ _BLOCK_ELEMS = 4_000_000
 #: G population documents (O(min(N, G)) binomial draws per replicate, each a few times dearer than one index).
 _SLOT_FACTOR = 4
 
-POWER_COLUMNS = ["corpus", "cell", "scenario", "effect_source", "contrast", "condition_a", "condition_b",
-                 "target_dz", "target_mean", "shift", "n_docs", "power", "mc_se", "null_rejection",
-                 "power_analytic_bonferroni", "n_docs_observed", "n_queries_observed", "queries_per_doc", "design_effect", "icc", "observed_dz",
-                 "n_sims", "n_boot", "alpha", "target_power", "require_sign", "seed", "note"]
+POWER_COLUMNS = stages.columns("power")
 
-NEEDED_COLUMNS = ["corpus", "scenario", "effect_source", "contrast", "condition_a", "condition_b", "target_dz",
-                  "n_docs_needed", "status", "n_docs_observed", "power_at_observed", "mc_se_at_observed",
-                  "null_rejection_at_needed", "oversized", "largest_simulated", "design_effect", "icc",
-                  "target_power", "alpha", "n_sims", "note"]
+NEEDED_COLUMNS = stages.columns("power_needed")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -455,10 +449,8 @@ def needed_table(power_df: pd.DataFrame) -> pd.DataFrame:
     detect). ``null_rejection_at_needed`` is the test's size (``null_rejection``) at the first simulated size at
     or above the N needed; ``oversized`` flags it above ``alpha`` by more than 2 Monte Carlo SE — there the
     test is anti-conservative and the N needed is optimistic. Rows in contrast order, observed before paper."""
-    need = ["scenario", "contrast", "n_docs", "power", "target_power", "n_docs_observed"]
-    missing = [c for c in need if c not in power_df.columns]
-    if missing:
-        raise ValueError(f"power: missing columns {missing}; has {list(power_df.columns)}; written by 07_stats")
+    stages.check(power_df, "power", ["scenario", "contrast", "n_docs", "power", "target_power", "n_docs_observed"],
+                 "power.needed_table")
     rows = []
     for (scenario, name), d in power_df.groupby(["scenario", "contrast"], sort=False):
         first = d.iloc[0]

@@ -50,13 +50,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import leakage, paper
+from . import leakage, paper, stages
 from .corpus import model as docmodel
 
 QTYPES = ("factoid", "underspecified", "multihop", "structural")
-QUERY_COLUMNS = ["query_id", "doc_id", "qtype", "text", "spans", "provenance", "source", "rouge_l"]
+QUERY_COLUMNS = stages.columns("queries")
 SAMPLE_COLUMNS = ["query_id", "doc_id", "qtype", "spans", "top_level"]
-FUNNEL_COLUMNS = ["stage", "step", "qtype", "count", "n_docs"]
+FUNNEL_COLUMNS = stages.columns("query_funnel")
 GEN_STEPS = ("spans sampled", "generated", "survivors (round 1)", "paraphrased", "paraphrase survivors (round 2)",
              "balanced finals")
 HARVEST_STEPS = ("harvested", "with gold spans", "finals")
@@ -598,6 +598,30 @@ def by_type(queries_table: pd.DataFrame) -> pd.DataFrame:
         t = t.assign(rouge_l=np.nan)
     return t.groupby("qtype").agg(queries=("query_id", "size"), documents=("doc_id", "nunique"),
                                   mean_spans=("n_spans", "mean"), median_rouge_l=("rouge_l", "median"))
+
+
+def inputs_overview(corpus: str, source: str, documents: pd.DataFrame, harvested: pd.DataFrame | None) -> dict:
+    """What 03 starts from: the corpus, ``queries.source``, the documents and, for harvested queries, the
+    harvested questions (None for generated ones, which read no harvested table)."""
+    return {"corpus": corpus, "source": source, "documents": len(documents),
+            "harvested": None if harvested is None else len(harvested)}
+
+
+def client_for(source: str, llm_params: Mapping[str, Any], cache_dir) -> Any:
+    """The cached LLM client generated queries need (:func:`chunkstudy.llm.make_client`); None for harvested
+    queries, which call no model."""
+    from . import llm
+
+    return llm.make_client(dict(llm_params), cache_dir) if source == "generated" else None
+
+
+def funnel_facts(summary: Mapping[str, Any], llm_params: Mapping[str, Any], source: str, client: Any) -> dict:
+    """03's ``funnel.json``: the funnel summary of :func:`build_queries`, the capability note and, when a model
+    wrote the queries, what it was (:func:`chunkstudy.llm.describe`)."""
+    from . import llm
+
+    return {**summary, "note": capability_note(llm_params, source),
+            "llm": llm.describe(client) if client is not None else None}
 
 
 def capability_note(llm_params: Mapping[str, Any], source: str) -> str:

@@ -21,16 +21,16 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import artifacts, drilldown, figures, paper, report_html, tables
+from . import artifacts, drilldown, figures, paper, report_html, stages, tables
 from .config import Config
 
-#: Tables 08 reads (runs are not needed: the scores already summarise them).
-INPUT_TABLES = ("documents", "sections_gold", "corpus_funnel", "sections_induced", "induction_log", "queries",
-                "query_funnel", "chunks", "size_matching", "placebo", "section_recall", "contrasts", "mixedlm",
-                "dose_response", "per_type", "condition_means", "drilldown", "power")
-#: JSON facts 08 reads when present: (stage, name).
-INPUT_JSON = (("01_corpus", "stats"), ("02_induce", "induction_stats"), ("03_queries", "funnel"),
-              ("03_queries", "bm25"), ("04_chunk_embed", "summary"))
+#: Tables 08 reads (its declared reads, :data:`chunkstudy.stages.STAGES`; runs are not needed: the scores already
+#: summarise them).
+INPUT_TABLES: tuple[str, ...] = tuple(n for n in stages.reads("08_figures")
+                                      if isinstance(stages.artifact(n), stages.Table))
+#: JSON facts 08 reads when present: (stage, name), likewise declared.
+INPUT_JSON: tuple[tuple[str, str], ...] = tuple((stages.writer(n), n) for n in stages.reads("08_figures")
+                                                if isinstance(stages.artifact(n), stages.Json))
 #: The paper's BM25 gold-top-1 shares (§5), by corpus kind; read from :mod:`chunkstudy.paper`.
 PAPER_BM25 = {kind: paper.value(kind, "bm25", "gold_top1") for kind in ("wikipedia", "qasper")}
 
@@ -64,7 +64,7 @@ def run_facts(cfg: Config) -> dict[str, Any]:
     itself (so that no absolute path of this machine ends up in the report)."""
     from .runner import environment
 
-    manifests = {s: m for s in artifacts.STAGES[:-1] if (m := artifacts.read_manifest(cfg, s)) is not None}
+    manifests = {s: m for s in stages.upstream("08_figures") if (m := artifacts.read_manifest(cfg, s)) is not None}
     return {"manifests": manifests, "environment": environment(),
             "params_file": artifacts.project_relative(cfg, cfg.path), "root": str(cfg.root)}
 
@@ -276,8 +276,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     emb, rr = st["primary_embedder"], st["primary_reranker"]
     kind = params["corpus"]["kind"]
     got = {k: v for k, v in inputs.items() if isinstance(v, pd.DataFrame)}
-    b.notes += [f"input {m} is missing (its stage has not run or does not write it)" for m in inputs.get("missing", [])
-                if not m.endswith(".json")]
+    b.notes += [f"input {m} is missing (its stage has not run or does not write it)" for m in inputs.get("missing", [])]
 
     if "contrasts" in got:
         _try(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"))
@@ -286,37 +285,40 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
         b.notes.append(note)
     if "contrasts" in got and other_contrasts is not None:
         _try(b, "replication", replication, {corpus: got["contrasts"], other: other_contrasts}, float(st["alpha"]))
+    js = inputs.get("json", {})
     if "condition_means" in got:
         _try(b, "table2", tables.table2, got["condition_means"], emb, rr)
-        _try(b, "reranker_lift", tables.reranker_lift, got["condition_means"], st["primary_metric"], emb)
+    if "reranker_lift" in got:
+        _try(b, "reranker_lift", tables.reranker_lift, got["reranker_lift"], st["primary_metric"], emb)
     if "dose_response" in got:
         _try(b, "dose_response", tables.dose_response, got["dose_response"])
-    if "section_recall" in got:
-        _try(b, "section_recall", tables.section_recall, got["section_recall"])
+    if "section_recall_summary" in got:
+        _try(b, "section_recall", tables.section_recall_table, got["section_recall_summary"])
     if "per_type" in got:
         _try(b, "per_type", tables.per_type, got["per_type"], emb, rr)
-    if "power" in got:
-        _try(b, "power", tables.power, got["power"])
-    _try(b, "table4", tables.table4, params["chunking"]["conditions"], got.get("chunks"),
+    if "power_needed" in got and "power" in got:
+        _try(b, "power", tables.power, got["power_needed"], got["power"])
+    summary = js.get("04_chunk_embed/summary")
+    _try(b, "table4", tables.table4, params["chunking"]["conditions"], summary,
          params["contexts"]["method"], params["retrieve"]["route_sections"])
     if "corpus_funnel" in got:
         _try(b, "funnel_corpus", tables.corpus_funnel, got["corpus_funnel"], kind)
-    if any(k in got for k in ("induction_log", "sections_induced")):
-        _try(b, "funnel_induction", tables.induction, got.get("induction_log"), got.get("sections_induced"),
-             got.get("sections_gold"), got.get("chunks"), kind, params["induce"]["method"])
+    if "02_induce/induction_stats" in js:
+        _try(b, "funnel_induction", tables.induction, js["02_induce/induction_stats"], kind,
+             params["induce"]["method"])
     if "query_funnel" in got:
         _try(b, "funnel_queries", tables.query_funnel, got["query_funnel"], kind)
-    if "size_matching" in got:
-        _try(b, "funnel_size_matching", tables.size_matching, got["size_matching"], kind)
-    if "placebo" in got:
-        _try(b, "funnel_placebo", tables.placebo, got["placebo"], params["chunking"].get("placebo_method", ""))
+    if summary is not None:
+        _try(b, "funnel_size_matching", tables.size_matching, summary, kind)
+    if "placebo_buckets" in got:
+        _try(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params["chunking"].get("placebo_method", ""))
     if "drilldown" in got:
         try:
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)
         except (ValueError, KeyError) as e:
             b.notes.append(f"table 'drilldown' left out: {e}")
 
-    bm25 = inputs.get("json", {}).get("03_queries/bm25")
+    bm25 = js.get("03_queries/bm25")
     if isinstance(bm25, Mapping) and "gold_top1_share" in bm25:
         b.facts["bm25_gold_top1"] = bm25["gold_top1_share"]
         b.facts["bm25_paper"] = PAPER_BM25.get(kind)
@@ -479,6 +481,12 @@ def power_markdown(b: Bundle) -> str:
 def warnings_markdown(b: Bundle) -> str:
     """The model warnings as a Markdown list (or a line saying there are none)."""
     return "\n".join(f"- **WARNING:** {w}" for w in b.warnings) or "_no warnings: the run used the study's models_"
+
+
+def table_markdown(b: Bundle, name: str) -> str:
+    """One table of the bundle as Markdown, or a line saying it is not available in this run."""
+    t = b.tables.get(name)
+    return t.markdown() if t is not None else f"_{name}: not available in this run (see the report's notes)_"
 
 
 def tables_markdown(b: Bundle, prefix: str = "") -> str:

@@ -33,8 +33,11 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-#: Conditions retrieved two-stage unless the parameters say otherwise (DESIGN.md, "Conditions").
-TWO_STAGE_DEFAULT = ("A4", "G4")
+from . import design, stages
+
+#: Conditions retrieved two-stage unless the parameters say otherwise (their declared routing; DESIGN.md,
+#: "Conditions").
+TWO_STAGE_DEFAULT = design.TWO_STAGE
 #: Extra candidates faiss proposes beyond k, so float32 rounding in the backend rarely needs a wider look.
 _PAD = 16
 #: Entries of one float32 score block (queries x chunks) at most, 256 MiB: up to _BLOCK_MAX_ROWS queries per block.
@@ -45,7 +48,7 @@ _BLOCK_MAX_ROWS = 512
 #: Entries of the float64 temporaries of one piece of exact rescoring (pairs x dimension), about 32 MiB.
 _EXACT_ENTRIES = 1 << 22
 _U32 = 2.0 ** -24  # unit roundoff of float32
-_RUNS_COLUMNS = ["embedder", "reranker", "condition", "query_id", "rank", "chunk_id", "score", "doc_id", "source"]
+_RUNS_COLUMNS = stages.columns("runs")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -432,7 +435,7 @@ def section_extents(chunks: pd.DataFrame) -> pd.DataFrame:
     Returns one row per maximal interval: doc_id, route_key, start, end (half-open content offsets; adjacent
     chunks merge into one interval).
     """
-    _require(chunks, ("doc_id", "route_key", "start", "end"), "chunks")
+    stages.check(chunks, "chunks", ("doc_id", "route_key", "start", "end"), "retrieve.section_extents")
     df = chunks[["doc_id", "route_key", "start", "end"]].sort_values(["doc_id", "route_key", "start", "end"])
     df = df[df["end"] > df["start"]]
     if df.empty:
@@ -452,7 +455,7 @@ def gold_sections(queries: pd.DataFrame, chunks: pd.DataFrame) -> pd.DataFrame:
     Overlap means at least one shared character between a gold span and the section's extent, both half-open
     content offsets in the query's own document (offsets are per-document coordinates).
     """
-    _require(queries, ("query_id", "doc_id", "spans"), "queries")
+    stages.check(queries, "queries", ("query_id", "doc_id", "spans"), "retrieve.gold_sections")
     spans = queries[["query_id", "doc_id", "spans"]].explode("spans").dropna(subset=["spans"])
     if spans.empty:
         return pd.DataFrame({"query_id": [], "doc_id": [], "route_key": []})
@@ -471,7 +474,6 @@ def section_recall(routed: pd.DataFrame, queries: pd.DataFrame, chunks: pd.DataF
     Returns query_id, doc_id, section_recall (nullable boolean: NA when no section overlaps the evidence, e.g. an
     empty span list), n_gold_sections, n_routed_gold, first_gold_route_rank (NA when none was routed).
     """
-    _require(routed, ("query_id", "route_rank", "doc_id", "route_key"), "routed")
     gold = gold_sections(queries, chunks)
     n_gold = gold.groupby("query_id").size()
     hit = routed.merge(gold, on=["query_id", "doc_id", "route_key"])
@@ -488,12 +490,6 @@ def section_recall(routed: pd.DataFrame, queries: pd.DataFrame, chunks: pd.DataF
 
 # --------------------------------------------------------------------------------------------------------------
 # the whole stage
-
-
-def _require(df: pd.DataFrame, cols: Sequence[str], name: str) -> None:
-    missing = [c for c in cols if c not in df.columns]
-    if missing:
-        raise ValueError(f"{name}: missing columns {missing}; has {list(df.columns)}")
 
 
 def _runs_frame(embedder: str, condition: str, query_ids: np.ndarray, cond_chunks: pd.DataFrame,
@@ -528,8 +524,9 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
     conditions only): embedder, reranker, condition, query_id, doc_id, section_recall, n_gold_sections,
     n_routed_gold, first_gold_route_rank, routed_doc_ids, routed_route_keys, routed_scores (lists, best first).
     """
-    _require(chunks, ("condition", "doc_id", "chunk_id", "start", "end", "route_key", "text_row"), "chunks")
-    _require(queries, ("query_id", "doc_id", "spans"), "queries")
+    stages.check(chunks, "chunks", ("condition", "doc_id", "chunk_id", "start", "end", "route_key", "text_row"),
+                 "retrieve.retrieve_all")
+    stages.check(queries, "queries", ("query_id", "doc_id", "spans"), "retrieve.retrieve_all")
     if chunks["chunk_id"].duplicated().any():
         raise ValueError(f"chunks: chunk_id {chunks.loc[chunks['chunk_id'].duplicated(), 'chunk_id'].iloc[0]!r} "
                          "occurs more than once (chunk ids must be unique across conditions)")
@@ -581,9 +578,8 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
                 source = np.full(idx.shape, "flat", dtype=object)
                 runs.append(_runs_frame(embedder, condition, query_ids, cc, idx, scores, source))
     runs_df = pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(columns=_RUNS_COLUMNS)
-    recall_cols = ["embedder", "reranker", "condition", "query_id", "doc_id", "section_recall", "n_gold_sections",
-                   "n_routed_gold", "first_gold_route_rank", "routed_doc_ids", "routed_route_keys", "routed_scores"]
-    recall_df = pd.concat(recall, ignore_index=True) if recall else pd.DataFrame(columns=recall_cols)
+    recall_df = (pd.concat(recall, ignore_index=True) if recall
+                 else pd.DataFrame(columns=stages.columns("section_recall")))
     return {"runs": runs_df, "section_recall": recall_df}
 
 
@@ -604,10 +600,18 @@ def embed_queries(queries: pd.DataFrame, embedders: Mapping[str, Any], store: An
             for key, spec in embedders.items()}
 
 
+def vector_shapes(vectors_by_embedder: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """Rows and dimension of each embedder's vectors (for display): one column per embedder."""
+    return pd.DataFrame({key: {"queries": v.shape[0], "dim": v.shape[1]} for key, v in vectors_by_embedder.items()})
+
+
 def section_recall_summary(section_recall_df: pd.DataFrame) -> pd.DataFrame:
     """Per (embedder, reranker, condition): mean section recall over the queries where it is defined (not NA),
     ``n_queries``, ``n_defined``, the binomial standard error ``se = sqrt(r(1−r)/n_defined)`` and, when the
-    table has it, the mean number of gold sections per query. The one summary 05 displays and 08 reports."""
+    table has it, the mean number of gold sections per query: the ``section_recall_summary`` table 05 writes and
+    08 formats."""
+    stages.check(section_recall_df, "section_recall", ("embedder", "reranker", "condition", "query_id",
+                                                       "section_recall"), "retrieve.section_recall_summary")
     df = section_recall_df.assign(defined=section_recall_df["section_recall"].notna(),
                                   hit=section_recall_df["section_recall"].astype("float64"))
     extra = {"mean_gold_sections": ("n_gold_sections", "mean")} if "n_gold_sections" in df.columns else {}
@@ -617,7 +621,7 @@ def section_recall_summary(section_recall_df: pd.DataFrame) -> pd.DataFrame:
              .reset_index())
     r = out["section_recall"]
     out["se"] = np.sqrt(r * (1 - r) / out["n_defined"].where(out["n_defined"] > 0))
-    return out
+    return out.astype({"n_queries": "int64", "n_defined": "int64"})
 
 
 def query_view(runs: pd.DataFrame, section_recall_df: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,

@@ -3,11 +3,12 @@
 ``./run_all.sh CORPUS [--from NN] [--only NN] [--force]`` calls :func:`main`. For each ``notebooks/NN_*.py``
 (jupytext percent format) the runner:
 
-1. computes the stage's *key*: the digest of the parameter sections the stage reads
-   (:data:`chunkstudy.config.STAGE_SECTIONS`), the content hashes of its upstream stages' outputs (as recorded in
-   their manifests), a hash of the library source (``lib/chunkstudy``) and of the notebook itself; for 01, the
-   path, size and sha256 of every source file it reads (:func:`chunkstudy.corpus.build.source_files`), so a
-   replaced archive or an edited ``questions.yaml`` reruns it;
+1. computes the stage's *key* (:func:`stage_key`) from its declaration (:data:`chunkstudy.stages.STAGES`): the
+   digest of the parameters the stage reads (:data:`chunkstudy.config.STAGE_SECTIONS`), the content hashes of the
+   files it reads under these parameters (each input as its writer's manifest recorded it), a hash of the library
+   modules its notebook imports (:func:`library_hash`) and of the notebook itself; for 01, the path, size and
+   sha256 of every source file it reads (:func:`chunkstudy.corpus.build.source_files`), so a replaced archive or an
+   edited ``questions.yaml`` reruns it;
 2. skips the stage when its manifest holds the same key and every output it recorded is still there unchanged
    (size and mtime, else a fresh content hash) — never "the file exists";
 3. otherwise removes the stage's manifest and old outputs, executes the notebook in a fresh kernel with
@@ -24,6 +25,7 @@ replays them instead of recomputing.
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -38,20 +40,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterator
 
-from . import artifacts, config, progress
+from . import artifacts, config, progress, stages
 
-#: Which earlier stages each stage reads (its inputs are their outputs).
-STAGE_DEPS: dict[str, tuple[str, ...]] = {
-    "01_corpus": (),
-    "02_induce": ("01_corpus",),
-    "03_queries": ("01_corpus",),
-    "04_chunk_embed": ("01_corpus", "02_induce"),
-    "05_retrieve": ("01_corpus", "03_queries", "04_chunk_embed"),
-    "06_metrics": ("01_corpus", "03_queries", "04_chunk_embed", "05_retrieve"),  # 01: the drill-down's texts
-    "07_stats": ("03_queries", "06_metrics"),
-    "08_figures": ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve", "06_metrics",
-                   "07_stats"),
-}
+#: Which earlier stages each stage reads (its inputs are their outputs), from :data:`chunkstudy.stages.STAGES`
+#: under any parameters; :func:`stage_key` narrows it to the reads a parameter file switches on.
+STAGE_DEPS: dict[str, tuple[str, ...]] = {s: stages.upstream(s) for s in stages.STAGE_NAMES}
 
 TRACKED_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "statsmodels", "faiss-cpu", "torch", "transformers",
                     "sentence-transformers", "mwparserfromhell", "pysbd", "bm25s", "rapidfuzz", "papermill")
@@ -94,14 +87,95 @@ def discover(notebooks_dir: Path) -> list[Stage]:
     return [Stage(p.stem, p) for p in sorted(notebooks_dir.glob("[0-9][0-9]_*.py"))]
 
 
-def library_hash() -> str:
-    """Hash of every source file of the installed chunkstudy package (its 'version' for skip decisions)."""
+PACKAGE = "chunkstudy"
+
+
+def _module_file(pkg: Path, dotted: str) -> Path | None:
+    """The source file of module ``chunkstudy.<dotted>`` under ``pkg`` (``""`` = the package; None when the name
+    is not a module, e.g. a function imported from one)."""
+    parts = [p for p in dotted.split(".") if p]
+    if parts and pkg.joinpath(*parts).with_suffix(".py").is_file():
+        return pkg.joinpath(*parts).with_suffix(".py")
+    init = pkg.joinpath(*parts, "__init__.py")
+    return init if init.is_file() else None
+
+
+def _imported(tree: ast.AST, package: str) -> set[str]:
+    """Names of the package that ``tree`` imports anywhere (also inside functions), dotted and relative to the
+    package (``"corpus.build"``; ``""`` = the package); ``package`` is the importing module's own package, for
+    relative imports. A name that is not a module (``SCHEMA`` of ``from .config import SCHEMA``) is kept too and
+    dropped by :func:`_module_file`."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.partition(".")[2] for a in node.names if a.name.split(".")[0] == PACKAGE}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[:len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.split(".")[0] == PACKAGE:
+                mod = node.module.partition(".")[2]
+            else:
+                continue
+            out.add(mod)
+            out |= {f"{mod}.{a.name}".lstrip(".") for a in node.names}
+    return out
+
+
+def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
+    """The package files a notebook's code can run: the modules it imports, the modules those import
+    (transitively; every import statement of a module counts, also one inside a function), every package
+    ``__init__`` on the way, and the package data a module among them loads (a non-Python file belongs to each
+    module with a string constant that names it, outside docstrings: ``TEMPLATE = "report.html.j2"`` of
+    ``report_html``). Sorted paths."""
+    pkg = pkg or Path(__file__).resolve().parent
+    seen: set[Path] = set()
+    todo = ["", *_imported(ast.parse(notebook.read_text(encoding="utf-8")), "")]
+    while todo:
+        dotted = todo.pop()
+        path = _module_file(pkg, dotted)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        parts = dotted.split(".") if dotted else []
+        todo += [".".join(parts[:i]) for i in range(len(parts))]  # the packages on the way
+        package = dotted if path.name == "__init__.py" else ".".join(parts[:-1])
+        todo += _imported(ast.parse(path.read_text(encoding="utf-8")), package)
+    named = set().union(*(_strings(p) for p in seen))
+    return sorted(seen | {d for d in package_data(pkg)
+                          if d.name in named or str(d.relative_to(pkg)) in named})
+
+
+def _strings(path: Path) -> set[str]:
+    """The string constants of a module, docstrings and other bare string statements left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bare = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in bare}
+
+
+def package_data(pkg: Path | None = None) -> list[Path]:
+    """The package's non-Python files (templates and the like)."""
+    pkg = pkg or Path(__file__).resolve().parent
+    return sorted(p for p in pkg.rglob("*") if p.is_file() and p.suffix not in {".py", ".pyc"}
+                  and "__pycache__" not in p.parts)
+
+
+def library_hash(notebook: Path | None = None, pkg: Path | None = None) -> str:
+    """Hash of the package files a stage's notebook can run (:func:`module_closure`): a change to ``figures.py``
+    reruns 08 only. Without a notebook, of every source file of the package. ``pkg``: the package folder (default:
+    this one)."""
+    pkg = pkg or Path(__file__).resolve().parent
+    if notebook is None:
+        files = sorted(p for p in pkg.rglob("*") if p.suffix in {".py", ".yaml", ".json", ".txt", ".j2"}
+                       and "__pycache__" not in p.parts)
+    else:
+        files = module_closure(notebook, pkg)
     h = hashlib.sha256()
-    pkg = Path(__file__).resolve().parent
-    for p in sorted(pkg.rglob("*")):
-        if p.suffix in {".py", ".yaml", ".json", ".txt", ".j2"} and "__pycache__" not in p.parts:
-            h.update(str(p.relative_to(pkg)).encode())
-            h.update(p.read_bytes())
+    for p in files:
+        h.update(str(p.relative_to(pkg)).encode())
+        h.update(p.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -145,14 +219,37 @@ def _outputs_digest(manifest: dict) -> str:
                                      sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _input_digest(cfg: config.Config, manifest: dict, name: str) -> str:
+    """Digest of the files of artifact ``name`` as its writer's manifest records them ("absent" when it did not
+    write them: the reading notebook then fails, naming the table)."""
+    where = artifacts.artifact_path(cfg, name)
+    rel = str(where.relative_to(cfg.root))
+    files = {k: v["sha256"] for k, v in manifest["outputs"].items() if k == rel or k.startswith(rel + "/")}
+    if not files:
+        return "absent"
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def stage_key(cfg: config.Config, stage: Stage, lib_hash: str) -> dict:
+    """The stage's skip key: the digest of the parameters it reads, the content of every file it reads (per
+    artifact, as its writer's manifest recorded it; a read switched off by the parameters is not an input), the
+    library it runs (:func:`library_hash`) and its notebook; for 01, its source files; for 08, which reads every
+    earlier manifest, those manifests' keys and outputs, and the replication partner's contrasts."""
     inputs = {}
-    for dep in STAGE_DEPS.get(stage.name, ()):
+    declared = stages.stage(stage.name) if stage.name in stages.STAGE_NAMES else None
+    manifests: dict[str, dict] = {}
+    for dep in stages.upstream(stage.name, cfg.data) if declared else ():
         m = read_manifest(cfg, dep)
         if m is None:
             raise StageFailed(f"{stage.name} reads the outputs of {dep}, which has not completed for corpus "
                               f"'{cfg.corpus}' (run ./run_all.sh {cfg.corpus} --only {dep[:2]})")
-        inputs[dep] = _outputs_digest(m)
+        manifests[dep] = m
+    for name in stages.reads(stage.name, cfg.data) if declared else ():
+        inputs[name] = _input_digest(cfg, manifests[stages.writer(name)], name)
+    if declared is not None and declared.manifests:
+        for dep, m in manifests.items():
+            inputs[f"{dep}/manifest"] = hashlib.sha256(json.dumps(m["key"], sort_keys=True).encode()).hexdigest()[
+                :16] + ":" + _outputs_digest(m)
     if stage.name == "08_figures":
         # the replication table reads the partner corpus's contrasts: its completion reruns 08 here
         partner = artifacts.partner_config(cfg)
@@ -276,8 +373,7 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
         "key": key,
         "outputs": _hash_outputs(cfg, stage.name),
         "row_counts": _row_counts(cfg, stage.name),
-        "seeds": {f"{sec}.{k}": v for sec in config.STAGE_SECTIONS.get(stage.name, ())
-                  for k, v in cfg[sec].items() if "seed" in k},
+        "seeds": _seeds(cfg, config.STAGE_SECTIONS.get(stage.name, ())),
         "packages": env["packages"],
         "git_commit": env.get("git_commit"),
         "environment": env,
@@ -288,6 +384,15 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
         manifest["sources"] = sources
     artifacts.write_json_file(manifest_path(cfg, stage.name), manifest)
     return manifest
+
+
+def _seeds(cfg: config.Config, keys: tuple[str, ...]) -> dict:
+    """The seeds among the parameters a stage reads: ``{"section.key": value}``."""
+    out = {}
+    for key, value in cfg.values(keys).items():
+        items = value.items() if "." not in key and isinstance(value, dict) else [(key.rpartition(".")[2], value)]
+        out.update({f"{key.partition('.')[0]}.{k}": v for k, v in items if "seed" in k})
+    return out
 
 
 def _clear_outputs(cfg: config.Config, stage: str) -> None:
@@ -415,28 +520,27 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
     in order with the progress lines of the stage's loops even when the output goes to a file)."""
     log = log or (lambda line: print(line, flush=True))
     cfg = config.load(params_file, root=root)
-    stages = discover(notebooks_dir or root / "notebooks")
-    if not stages:
+    selected = discover(notebooks_dir or root / "notebooks")
+    if not selected:
         raise StageFailed(f"no notebooks NN_*.py in {notebooks_dir or root / 'notebooks'}")
     if only is not None:
-        stages = [s for s in stages if s.number == only.zfill(2)[:2] or s.name == only]
-        if not stages:
+        selected = [s for s in selected if s.number == only.zfill(2)[:2] or s.name == only]
+        if not selected:
             raise StageFailed(f"--only {only}: no such stage")
     elif start is not None:
-        stages = [s for s in stages if s.number >= start.zfill(2)[:2]]
-    if any(s.number in CUDA_STAGES for s in stages):
+        selected = [s for s in selected if s.number >= start.zfill(2)[:2]]
+    if any(s.number in CUDA_STAGES for s in selected):
         from . import gpu
 
         try:  # fail before the first stage, not at 04 after hours of model calls in 02 and 03
             gpu.require_cuda(cfg)
         except gpu.CudaUnavailable as e:
             raise StageFailed(str(e)) from None
-    lib_hash = library_hash()
     executed_dir = root / "build" / "executed" / cfg.corpus
     results = []
-    for stage in stages:
+    for stage in selected:
         t0 = time.perf_counter()
-        key = stage_key(cfg, stage, lib_hash)
+        key = stage_key(cfg, stage, library_hash(stage.notebook))
         if not force and is_current(cfg, stage, key):
             dt = time.perf_counter() - t0
             log(f"{stage.name:<16} skipped  {dt:6.1f} s  (parameters, inputs and library unchanged)")

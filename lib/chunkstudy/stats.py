@@ -30,13 +30,14 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .config import SCHEMA
+from . import design, stages
 
 #: Display order of conditions (the paper's: A0 A1 A2 A3-d1 A3-d2 A3 P A4 G2 G3 G4); others follow alphabetically.
-CONDITION_ORDER: tuple[str, ...] = tuple(SCHEMA["chunking"]["conditions"].choices)
+CONDITION_ORDER: tuple[str, ...] = design.CONDITION_NAMES
 
-#: The breadcrumb-depth ladder of the dose-response analysis: (condition, injected heading-path depth).
-DEPTH_LADDER: tuple[tuple[str, int], ...] = (("A2", 0), ("A3-d1", 1), ("A3-d2", 2), ("A3", 3))
+#: The breadcrumb-depth ladder of the dose-response analysis: (condition, injected heading-path depth), from the
+#: declared conditions (:func:`chunkstudy.design.depth_ladder`).
+DEPTH_LADDER: tuple[tuple[str, int], ...] = design.depth_ladder()
 
 #: Draw this many bootstrap replicates at a time (bounds memory at ``_BLOCK × n_docs`` int64 indices; the random
 #: stream does not depend on it: int64 ``Generator.integers`` draws are sequential).
@@ -232,12 +233,8 @@ def prepare_scores(scores: pd.DataFrame, queries: pd.DataFrame, corpus: str) -> 
     appears twice.
     """
     need = ["corpus", *_SCORE_KEYS, "value"]
-    missing = [c for c in need if c not in scores.columns]
-    if missing:
-        raise ValueError(f"scores: missing columns {missing}; has {list(scores.columns)}; written by 06_metrics")
-    missing = [c for c in ("query_id", "doc_id", "qtype") if c not in queries.columns]
-    if missing:
-        raise ValueError(f"queries: missing columns {missing}; has {list(queries.columns)}; written by 03_queries")
+    stages.check(scores, "scores", need, "stats.prepare_scores")
+    stages.check(queries, "queries", ("query_id", "doc_id", "qtype"), "stats.prepare_scores")
     s = scores.loc[scores["corpus"] == corpus, need]
     if s.empty:
         raise ValueError(f"scores: no rows for corpus {corpus!r}; corpora present: "
@@ -326,9 +323,7 @@ def paired_deltas(scores: pd.DataFrame, queries: pd.DataFrame, condition_a: str,
 # Confirmatory family + the same contrasts in every other cell
 # ---------------------------------------------------------------------------------------------------------------
 
-CONTRAST_COLUMNS = ["corpus", "cell", "metric", "embedder", "reranker", "contrast", "condition_a", "condition_b",
-                    "mean_delta", "ci_low", "ci_high", "p", "p_holm", "reject_holm", "dz", "n_queries", "n_docs",
-                    "mean_a", "mean_b", "confirmatory", "label", "n_boot", "seed", "note"]
+CONTRAST_COLUMNS = stages.columns("contrasts")
 
 
 def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str) -> pd.DataFrame:
@@ -371,9 +366,7 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: M
 # Secondary: MixedLM
 # ---------------------------------------------------------------------------------------------------------------
 
-MIXEDLM_COLUMNS = ["corpus", "cell", "contrast", "condition_a", "condition_b", "coef", "se", "z", "p", "p_holm",
-                   "ci_low", "ci_high", "n_obs", "n_queries", "n_docs", "group_var", "resid_var", "converged",
-                   "label", "note"]
+MIXEDLM_COLUMNS = stages.columns("mixedlm")
 
 
 def fit_mixedlm(values: np.ndarray, treated: np.ndarray, groups: np.ndarray, *, alpha: float = 0.05) -> dict:
@@ -451,8 +444,7 @@ def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Map
 # Exploratory analyses
 # ---------------------------------------------------------------------------------------------------------------
 
-DOSE_COLUMNS = ["corpus", "cell", "metric", "embedder", "reranker", "slope", "ci_low", "ci_high", "p", "n_queries",
-                "n_docs", "levels", "mean_d0", "mean_d1", "mean_d2", "mean_d3", "label", "note"]
+DOSE_COLUMNS = stages.columns("dose_response")
 
 
 def per_query_slopes(values: np.ndarray, depths: Sequence[float]) -> np.ndarray:
@@ -490,7 +482,7 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Map
         absent = [c for c, _ in DEPTH_LADDER if c not in dict(present)]
         row = dict(corpus=corpus, cell=cell_name(m, embedder, reranker), metric=m, embedder=embedder,
                    reranker=reranker, slope=nan, ci_low=nan, ci_high=nan, p=nan, n_queries=0, n_docs=0,
-                   levels=",".join(c for c, _ in present), mean_d0=nan, mean_d1=nan, mean_d2=nan, mean_d3=nan,
+                   levels=",".join(c for c, _ in present), **{f"mean_d{d}": nan for _, d in DEPTH_LADDER},
                    label=EXPLORATORY, note=f"levels absent: {absent}" if absent else "")
         if len(present) < 2:
             row["note"] = f"skipped: fewer than two depth levels present (absent: {absent})"
@@ -512,9 +504,7 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Map
     return pd.DataFrame(rows, columns=DOSE_COLUMNS)
 
 
-PER_TYPE_COLUMNS = ["corpus", "cell", "metric", "embedder", "reranker", "contrast", "condition_a", "condition_b",
-                    "qtype", "mean_delta", "ci_low", "ci_high", "p", "dz", "n_queries", "n_docs", "mean_a", "mean_b",
-                    "label", "note"]
+PER_TYPE_COLUMNS = stages.columns("per_type")
 
 
 def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str) -> pd.DataFrame:
@@ -542,8 +532,7 @@ def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping,
     return pd.DataFrame(rows, columns=PER_TYPE_COLUMNS)
 
 
-MEANS_COLUMNS = ["corpus", "cell", "metric", "embedder", "reranker", "condition", "mean", "sd", "se_cluster",
-                 "n_queries", "n_docs", "primary_cell", "label"]
+MEANS_COLUMNS = stages.columns("condition_means")
 
 
 def condition_means(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str) -> pd.DataFrame:
@@ -578,6 +567,35 @@ def condition_means(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: M
     out["n_queries"] = out["n_queries"].astype(int)
     out["n_docs"] = out["n_docs"].astype(int)
     return out[MEANS_COLUMNS]
+
+
+def metric_rows(table: pd.DataFrame, key: str) -> pd.DataFrame:
+    """The rows of a table with a ``metric`` column whose metric belongs to the declared family ``key``
+    (:data:`chunkstudy.design.METRICS`), e.g. ``metric_rows(means, "recall")`` -> the ``recall@50`` rows."""
+    return table[table["metric"].astype(str).map(lambda n: design.is_metric(n, key))]
+
+
+def reranker_lift(condition_means: pd.DataFrame, stats_params: Mapping) -> pd.DataFrame:
+    """Exploratory reranker lift (paper §6, "Reranking lifts all boats"): per condition and reranker other than
+    ``none``, the mean of the primary metric on the primary embedder without a reranker (``none``), with it
+    (``reranked``) and ``lift = reranked − none`` — a difference of the :func:`condition_means` rows, not a paired
+    test. Rows in reranker, then paper condition order; empty when no reranked cell was scored."""
+    stages.check(condition_means, "condition_means", ["metric", "embedder", "reranker", "condition", "mean"],
+                 "stats.reranker_lift")
+    metric, embedder, _ = _primary(stats_params)
+    s = condition_means[(condition_means["metric"] == metric) & (condition_means["embedder"] == embedder)]
+    base = s[s["reranker"] == "none"].set_index("condition")["mean"]
+    rer = s[s["reranker"] != "none"]
+    cols = stages.columns("reranker_lift")
+    if rer.empty or base.empty:
+        return pd.DataFrame(columns=cols)
+    out = pd.DataFrame({"metric": metric, "embedder": embedder, "reranker": rer["reranker"].to_numpy(),
+                        "condition": rer["condition"].to_numpy(), "reranked": rer["mean"].astype(float).to_numpy()})
+    out["none"] = out["condition"].map(base).astype(float)
+    out["lift"] = out["reranked"] - out["none"]
+    out = out.sort_values(["reranker", "condition"], kind="stable",
+                          key=lambda c: c.map(design.condition_order_key) if c.name == "condition" else c)
+    return out[cols].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------

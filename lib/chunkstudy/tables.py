@@ -21,40 +21,25 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from . import paper, retrieve
+from . import design, paper, stages
 from .config import SCHEMA
 
-#: Display order of conditions (the paper's), defined once in the parameter schema.
-CONDITION_ORDER: tuple[str, ...] = tuple(SCHEMA["chunking"]["conditions"].choices)
-#: Display order of metrics (primary first, then the secondary ladder).
-METRIC_ORDER: tuple[str, ...] = ("cov-nDCG@10", "recall@50", "MRR", "nDCG@10", "budget-cov@512",
-                                 "budget-cov@1024", "budget-cov@2048")
+#: Display order of conditions (the paper's), from the declared conditions (:mod:`chunkstudy.design`).
+CONDITION_ORDER: tuple[str, ...] = design.CONDITION_NAMES
+#: Display order of metrics (primary first, then the secondary ladder) under the default ``metrics`` parameters;
+#: tables order any metric name by :func:`chunkstudy.design.metric_order_key`.
+METRIC_ORDER: tuple[str, ...] = tuple(design.metric_names({k: p.default for k, p in SCHEMA["metrics"].items()}))
 #: The mechanism question each pre-registered contrast asks (paper §3.2), keyed by (condition_a, condition_b).
-CONTRAST_QUESTIONS: dict[tuple[str, str], str] = {
-    ("A3", "A1"): "organization vs. contextualization",
-    ("A3", "P"): "content vs. tokens",
-    ("G3", "A3"): "cost of induction",
-    ("A4", "A3"): "routing vs. flat",
-}
-#: Table 4 of the paper (appendix; DESIGN.md "Conditions"): boundaries, prefix at embedding time, retrieval.
+CONTRAST_QUESTIONS: dict[tuple[str, str], str] = {(c.a, c.b): c.question for c in design.CONTRASTS}
+#: Table 4 of the paper (appendix; DESIGN.md "Conditions"): boundaries, prefix at embedding time, retrieval, from
+#: each declared condition (:meth:`chunkstudy.design.Condition.table4`, stage 1 keeping the paper's 5 sections).
 CONDITIONS: dict[str, tuple[str, str, str]] = {
-    "A0": ("fixed windows, size-matched per document to A2, edges at sentence boundaries", "none", "flat"),
-    "A1": ("A0", "LLM situating context (contextual-retrieval prompt)", "flat"),
-    "A2": ("induced structure", "none", "flat"),
-    "A3-d1": ("induced structure", "heading path, depth 1", "flat"),
-    "A3-d2": ("induced structure", "heading path, depth 2", "flat"),
-    "A3": ("induced structure", "heading path, depth 3", "flat"),
-    "P": ("induced structure", "real heading path of the same depth from another document (placebo)", "flat"),
-    "A4": ("induced structure (A3's chunks and vectors)", "as A3", "two-stage (top 5 sections)"),
-    "G2": ("gold structure", "none", "flat"),
-    "G3": ("gold structure", "heading path, depth 3", "flat"),
-    "G4": ("gold structure (G3's chunks and vectors)", "as G3", "two-stage (top 5 sections)"),
-}
+    c.name: c.table4(paper.value("study", "design", "route_sections")) for c in design.CONDITIONS}
 
 #: Which query-funnel step (03 ``query_funnel``) each paper count stands beside, by corpus kind.
 PAPER_QUERY_STEPS: dict[str, dict[str, str]] = {
@@ -218,10 +203,8 @@ def _order(values: Sequence[str], order: Sequence[str]) -> list[str]:
     return sorted(dict.fromkeys(map(str, values)), key=lambda c: (rank.get(c, len(rank)), c))
 
 
-def _require(df: pd.DataFrame, cols: Sequence[str], table: str, stage: str) -> None:
-    missing = [c for c in cols if c not in df.columns]
-    if missing:
-        raise ValueError(f"{table}: missing columns {missing}; has {list(df.columns)}; written by {stage}")
+def _require(df: pd.DataFrame, cols: Sequence[str], table: str) -> None:
+    stages.check(df, table, cols, "stage 08's tables")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,7 +217,7 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None) -> Tabl
     the 95% cluster-bootstrap CI, two-sided p, Holm p, Cohen's dz, queries / documents, and the secondary
     MixedLM coefficient and p for the same contrast (joined on ``contrast``) when ``mixedlm`` is given."""
     _require(contrasts, ["contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "dz", "n_queries", "n_docs"],
-             "contrasts", "07_stats")
+             "contrasts")
     rows = contrasts[contrasts["confirmatory"].astype(bool)] if "confirmatory" in contrasts else contrasts
     if rows.empty:
         raise ValueError("contrasts: no confirmatory rows (primary cell absent from the scores?); written by 07_stats")
@@ -283,15 +266,16 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None) -> Tabl
 
 def table2(condition_means: pd.DataFrame, embedder: str = "strong", reranker: str = "none") -> Table:
     """Table 2 — per-condition means for every metric on one embedder × reranker (the paper's: strong, none),
-    from the 07_stats ``condition_means`` table: rows = conditions in paper order, columns = metrics in
-    :data:`METRIC_ORDER` (others after), values = ``mean`` over each condition's scored queries. Exploratory."""
-    _require(condition_means, ["metric", "embedder", "reranker", "condition", "mean"], "condition_means", "07_stats")
+    from the 07_stats ``condition_means`` table: rows = conditions in paper order, columns = metrics in their
+    declared order (:func:`chunkstudy.design.metric_order_key`; others after), values = ``mean`` over each
+    condition's scored queries. Exploratory."""
+    _require(condition_means, ["metric", "embedder", "reranker", "condition", "mean"], "condition_means")
     sel = condition_means[(condition_means["embedder"] == embedder) & (condition_means["reranker"] == reranker)]
     if sel.empty:
         raise ValueError(f"condition_means: no rows for embedder {embedder!r} × reranker {reranker!r}; present: "
                          f"{sorted(set(zip(condition_means['embedder'], condition_means['reranker'])))}")
     wide = sel.pivot_table(index="condition", columns="metric", values="mean", aggfunc="first")
-    wide = wide.loc[_order(wide.index, CONDITION_ORDER), _order(wide.columns, METRIC_ORDER)]
+    wide = wide.loc[_order(wide.index, CONDITION_ORDER), sorted(wide.columns, key=design.metric_order_key)]
     n = sel.groupby("condition")["n_queries"].max() if "n_queries" in sel else None
     data = wide.reset_index().rename_axis(columns=None)
     if n is not None:
@@ -307,31 +291,30 @@ def table2(condition_means: pd.DataFrame, embedder: str = "strong", reranker: st
                  f"Table 2: per-condition means ({embedder} embedder, reranker {reranker})", data, display, notes)
 
 
-def table4(conditions: Sequence[str], chunks: pd.DataFrame | None = None, contexts_method: str = "llm",
+def table4(conditions: Sequence[str], summary: Mapping[str, Any] | None = None, contexts_method: str = "llm",
            route_sections: int = 5) -> Table:
-    """Table 4 — the conditions of the run (paper appendix, DESIGN.md "Conditions"): boundaries, prefix at
-    embedding time and retrieval, plus, when ``chunks`` (04) is given, the realised chunk count and mean content /
-    prefix tokens of each condition. ``contexts_method`` (``contexts.method``) names A1's prefix as this run made
-    it (a non-LLM baseline is said so); ``route_sections`` (``retrieve.route_sections``) is stage 1's top n."""
-    unknown = [c for c in conditions if c not in CONDITIONS]
+    """Table 4 — the conditions of the run (paper appendix, DESIGN.md "Conditions"), each declared condition's
+    row (:meth:`chunkstudy.design.Condition.table4`): boundaries, prefix at embedding time and retrieval, plus,
+    when 04's ``summary.json`` is given, the realised chunk count and mean content / prefix tokens of each
+    condition (``n_chunks``, ``mean_content_tokens``, ``mean_prefix_tokens``). ``contexts_method``
+    (``contexts.method``) names A1's prefix as this run made it (a non-LLM baseline is said so);
+    ``route_sections`` (``retrieve.route_sections``) is stage 1's top n."""
+    unknown = [c for c in conditions if c not in design.CONDITION_NAMES]
     if unknown:
-        raise ValueError(f"table4: unknown condition {unknown[0]!r}; known: {list(CONDITIONS)}")
+        raise ValueError(f"table4: unknown condition {unknown[0]!r}; known: {list(design.CONDITION_NAMES)}")
     conds = _order(conditions, CONDITION_ORDER)
-    spec = dict(CONDITIONS)
+    spec = {c: design.condition(c).table4(route_sections) for c in conds}
     if contexts_method != "llm":
-        spec["A1"] = (spec["A1"][0], f"{contexts_method} situating context (non-LLM baseline)", spec["A1"][2])
-    for c in ("A4", "G4"):
-        spec[c] = (spec[c][0], spec[c][1], f"two-stage (top {route_sections} sections)")
+        spec = {c: (b, f"{contexts_method} situating context (non-LLM baseline)", r)
+                if design.condition(c).prefix == "context" else (b, p, r) for c, (b, p, r) in spec.items()}
     data = pd.DataFrame({"condition": conds, "boundaries": [spec[c][0] for c in conds],
                          "prefix": [spec[c][1] for c in conds],
                          "retrieval": [spec[c][2] for c in conds]})
     display = data.rename(columns=str.capitalize)
-    if chunks is not None and len(chunks):
-        _require(chunks, ["condition", "n_content_tokens", "n_prefix_tokens"], "chunks", "04_chunk_embed")
-        g = chunks.groupby("condition")
-        data["n_chunks"] = data["condition"].map(g.size()).astype("Int64")
-        data["mean_content_tokens"] = data["condition"].map(g["n_content_tokens"].mean()).astype(float)
-        data["mean_prefix_tokens"] = data["condition"].map(g["n_prefix_tokens"].mean()).astype(float)
+    if summary and summary.get("n_chunks"):
+        data["n_chunks"] = data["condition"].map(summary["n_chunks"]).astype("Int64")
+        data["mean_content_tokens"] = data["condition"].map(summary["mean_content_tokens"]).astype(float)
+        data["mean_prefix_tokens"] = data["condition"].map(summary["mean_prefix_tokens"]).astype(float)
         display = display.assign(**{"Chunks": data["n_chunks"].map(fmt_int),
                                     "Content tok.": data["mean_content_tokens"].map(lambda x: fmt_num(x, 1)),
                                     "Prefix tok.": data["mean_prefix_tokens"].map(lambda x: fmt_num(x, 1))})
@@ -347,7 +330,7 @@ def table4(conditions: Sequence[str], chunks: pd.DataFrame | None = None, contex
 def corpus_funnel(funnel: pd.DataFrame, kind: str = "") -> Table:
     """The corpus funnel (01_corpus ``corpus_funnel``: step, count, ...) in its own order; the paper's corpus
     facts for ``kind`` follow as notes (its funnel steps are not named alike, so they are not aligned row by row)."""
-    _require(funnel, ["step", "count"], "corpus_funnel", "01_corpus")
+    _require(funnel, ["step", "count"], "corpus_funnel")
     data = funnel.reset_index(drop=True).copy()
     display = pd.DataFrame({"Step": data["step"].astype(str), "Count": data["count"].map(fmt_int)})
     for c in data.columns:
@@ -360,71 +343,48 @@ def corpus_funnel(funnel: pd.DataFrame, kind: str = "") -> Table:
     return Table("funnel_corpus", "Corpus funnel", data, display, notes)
 
 
-FAILED_STATUS = re.compile(r"fail|error|unusable", re.I)
-REPAIRED_STATUS = re.compile(r"repair", re.I)
+#: The induction funnel's rows: a key of 02's ``induction_stats.json``, its label, how it prints.
+INDUCTION_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("documents", "documents", "int"),
+    ("usable", "usable structure", "of_documents"),
+    ("induced_whole", "induced whole (one call, not windowed)", "of_documents"),
+    ("repaired", "repaired", "int"),
+    ("sections_per_doc", "sections / doc (induced)", "num1"),
+    ("gold_sections_per_doc", "sections / doc (gold)", "num1"),
+    ("span_identity", "induced chunk spans identical to gold", "pct"),
+)
+#: Where each induction row's value lives in ``induction_stats.json`` (02 names some of them differently).
+_INDUCTION_KEYS = {"documents": "n_docs", "span_identity": "identity_with_gold"}
 
 
-def span_identity(chunks: pd.DataFrame, induced: str = "A2", gold: str = "G2") -> float:
-    """Share of ``induced`` chunk spans byte-identical to a ``gold`` chunk span (same doc_id, start, end), over
-    the documents chunked under both (paper §3.3: 78.9% Wikipedia-FA, 75.8% QASPER). NaN when either is absent."""
-    a = chunks.loc[chunks["condition"] == induced, ["doc_id", "start", "end"]]
-    g = chunks.loc[chunks["condition"] == gold, ["doc_id", "start", "end"]]
-    a = a[a["doc_id"].isin(set(g["doc_id"]))]
-    if a.empty:
-        return float("nan")
-    hit = a.merge(g.drop_duplicates(), on=["doc_id", "start", "end"], how="left", indicator=True)
-    return float((hit["_merge"] == "both").mean())
-
-
-def induction(induction_log: pd.DataFrame | None, sections_induced: pd.DataFrame | None,
-              sections_gold: pd.DataFrame | None, chunks: pd.DataFrame | None, kind: str = "",
-              method: str = "") -> Table:
-    """Induction funnel beside the paper's (§3.3): documents, usable (status not matching fail/error/unusable),
-    induced whole (documents induced in one call, ``n_windows`` <= 1 in the log; the paper's model sees each
-    document's paragraphs), repaired (status mentions "repair"), mean sections per document (induced and gold,
-    over the documents each
-    table holds), and span identity with gold (:func:`span_identity` on A2 vs G2 chunks). Inputs may be None
-    (that row is then missing, shown as a dash)."""
+def induction(stats: Mapping[str, Any] | None, kind: str = "", method: str = "") -> Table:
+    """Induction funnel beside the paper's (§3.3), formatted from 02's ``induction_stats.json``
+    (:func:`chunkstudy.induce.induction_stats`, every number computed there once): documents, usable (ok +
+    repaired), induced whole (documents induced in one call, not windowed; the paper's model sees each
+    document's paragraphs), repaired, mean sections per document (induced and gold), and span identity with gold
+    (the paper's measure: the share of induced structural chunk spans byte-identical to a gold one). ``stats``
+    None or a missing key prints a dash."""
     nan = float("nan")
-    ours: dict[str, float] = dict.fromkeys(["documents", "usable", "induced_whole", "repaired", "sections_per_doc",
-                                            "gold_sections_per_doc", "span_identity"], nan)
-    if induction_log is not None and len(induction_log):
-        _require(induction_log, ["doc_id", "status"], "induction_log", "02_induce")
-        per_doc = induction_log.drop_duplicates("doc_id", keep="last")
-        status = per_doc["status"].astype(str)
-        ours["documents"] = float(len(per_doc))
-        ours["usable"] = float((~status.str.contains(FAILED_STATUS)).sum())
-        ours["repaired"] = float(status.str.contains(REPAIRED_STATUS).sum())
-        if "n_windows" in per_doc:
-            ours["induced_whole"] = float((per_doc["n_windows"].astype(int) <= 1).sum())
-    if sections_induced is not None and len(sections_induced):
-        ours["sections_per_doc"] = float(sections_induced.groupby("doc_id").size().mean())
-    if sections_gold is not None and len(sections_gold):
-        ours["gold_sections_per_doc"] = float(sections_gold.groupby("doc_id").size().mean())
-    if chunks is not None and len(chunks):
-        ours["span_identity"] = span_identity(chunks)
-    paper = PAPER.get(kind, {}).get("induction", dict.fromkeys(ours, nan))
-    labels = {"documents": "documents", "usable": "usable structure",
-              "induced_whole": "induced whole (one call, not windowed)", "repaired": "repaired",
-              "sections_per_doc": "sections / doc (induced)", "gold_sections_per_doc": "sections / doc (gold)",
-              "span_identity": "induced chunk spans identical to gold"}
-    data = pd.DataFrame({"quantity": list(ours), "ours": [ours[k] for k in ours],
+    found = {k: (stats or {}).get(_INDUCTION_KEYS.get(k, k)) for k, _, _ in INDUCTION_ROWS}
+    ours = {k: nan if v is None else float(v) for k, v in found.items()}
+    paper = PAPER.get(kind, {}).get("induction", {})
+    data = pd.DataFrame({"quantity": [k for k, _, _ in INDUCTION_ROWS], "ours": [ours[k] for k in ours],
                          "paper": [float(paper.get(k, nan)) for k in ours]})
 
-    def show(k: str, v: float, of: float) -> str:
-        if k == "span_identity":
+    def show(how: str, v: float, of: float) -> str:
+        if how == "pct":
             return fmt_pct(v)
-        if k in ("sections_per_doc", "gold_sections_per_doc"):
+        if how == "num1":
             return fmt_num(v, 1)
-        if k in ("usable", "induced_whole") and not _missing(v) and not _missing(of):
+        if how == "of_documents" and not _missing(v) and not _missing(of):
             return f"{fmt_int(v)}/{fmt_int(of)}"
         return fmt_int(v)
 
     display = pd.DataFrame({
-        "Quantity": [labels[k] for k in ours],
-        "Ours": [show(k, ours[k], ours["documents"]) for k in ours],
+        "Quantity": [label for _, label, _ in INDUCTION_ROWS],
+        "Ours": [show(how, ours[k], ours["documents"]) for k, _, how in INDUCTION_ROWS],
         f"Paper ({PAPER[kind]['label']})" if kind in PAPER else "Paper": [
-            show(k, float(paper.get(k, nan)), float(paper.get("documents", nan))) for k in ours]})
+            show(how, float(paper.get(k, nan)), float(paper.get("documents", nan))) for k, _, how in INDUCTION_ROWS]})
     notes = (f"Inducer: {method or 'unknown'}. The paper's inducer is Gemma-4-26B-A4B with one self-correction "
              "round and a deterministic repair.",) + (
         ("Non-LLM baseline inducer: its numbers are not comparable to the paper's LLM arm.",)
@@ -437,7 +397,7 @@ def query_funnel(funnel: pd.DataFrame, kind: str = "") -> Table:
     stage order, one column per query type plus ``all`` and the documents of ``all``; the paper's count beside
     the steps it reports (§5: Wikipedia 2,306 generated → 1,945 survivors → 951 finals over 184 documents;
     QASPER 5,049 harvested → 4,303 usable over 1,508 papers)."""
-    _require(funnel, ["step", "count"], "query_funnel", "03_queries")
+    _require(funnel, ["step", "count"], "query_funnel")
     f = funnel.copy()
     if "qtype" not in f:
         f["qtype"] = "all"
@@ -464,32 +424,27 @@ def query_funnel(funnel: pd.DataFrame, kind: str = "") -> Table:
     return Table("funnel_queries", "Query funnel", data, display, notes)
 
 
-def size_matching(size: pd.DataFrame, kind: str = "", tolerance: float = 4.0) -> Table:
-    """Size matching (guards C1; paper §3.2): pooled realised mean content tokens per chunk of the fixed windows
-    (A0), the induced chunks (A2) and the gold chunks (G2), computed from the 04 ``size_matching`` table as
-    ``Σ n_c·mean_c / Σ n_c`` over documents, beside the paper's (Wikipedia-FA 255.4 vs 259.6; QASPER 244.9 vs
-    249.8); then the per-document gap ``mean_A0 − mean_A2``: mean |gap|, max |gap|, documents above
-    ``tolerance`` tokens."""
-    _require(size, ["doc_id"], "size_matching", "04_chunk_embed")
+def size_matching(summary: Mapping[str, Any], kind: str = "") -> Table:
+    """Size matching (guards C1; paper §3.2), formatted from 04's ``summary.json`` (every number computed there
+    once, :func:`chunkstudy.conditions.build_all`): the realised mean content tokens per chunk of each chunk set —
+    the fixed windows (A0), the induced chunks (A2), the gold chunks (G2), pooled over documents — beside the
+    paper's (Wikipedia-FA 255.4 vs 259.6; QASPER 244.9 vs 249.8); then the per-document gap ``mean_A0 − mean_A2``:
+    mean |gap|, max |gap|, documents above the paper's bound (``size_gap_tolerance``, 4 tokens)."""
     paper = PAPER.get(kind, {}).get("size_matching", {})
-    names = {"A0": "A0 fixed windows", "A2": "A2 induced chunks", "G2": "G2 gold chunks"}
-    rows = []
-    for c, label in names.items():
-        if f"n_{c}" in size and f"mean_{c}" in size:
-            n = size[f"n_{c}"].astype(float)
-            m = size[f"mean_{c}"].astype(float)
-            ok = n.notna() & m.notna()
-            rows.append({"quantity": f"{label}: mean content tokens", "ours": float((n[ok] * m[ok]).sum() /
-                                                                                     n[ok].sum()),
-                         "paper": float(paper.get(c, np.nan)), "n_chunks": float(n[ok].sum())})
-    if "gap_A0_A2" in size:
-        gap = size["gap_A0_A2"].astype(float).abs()
-        rows += [{"quantity": "per-document |A0 − A2| gap: mean", "ours": float(gap.mean()), "paper": np.nan,
-                  "n_chunks": np.nan},
-                 {"quantity": "per-document |A0 − A2| gap: max", "ours": float(gap.max()), "paper": np.nan,
-                  "n_chunks": np.nan},
-                 {"quantity": f"documents with |gap| > {tolerance:g} tokens", "ours": float((gap > tolerance).sum()),
-                  "paper": np.nan, "n_chunks": np.nan}]
+    means, counts = summary.get("realised_mean", {}), summary.get("realised_n", {})
+    rows = [{"quantity": f"{c} {design.BOUNDARIES[design.condition(c).boundaries].chunks}: mean content tokens",
+             "ours": float(means[c]), "paper": float(paper.get(c, np.nan)), "n_chunks": float(counts.get(c, np.nan))}
+            for c in design.CHUNK_SETS if c in means]
+    fixed, induced, _ = design.CHUNK_SETS
+    pair = f"{fixed}_{induced}"
+    if f"mean_abs_doc_gap_{pair}" in summary:
+        tol = summary["size_gap_tolerance"]
+        rows += [{"quantity": f"per-document |{fixed} − {induced}| gap: mean", "ours": summary[f"mean_abs_doc_gap_{pair}"],
+                  "paper": np.nan, "n_chunks": np.nan},
+                 {"quantity": f"per-document |{fixed} − {induced}| gap: max", "ours": summary[f"max_abs_doc_gap_{pair}"],
+                  "paper": np.nan, "n_chunks": np.nan},
+                 {"quantity": f"documents with |gap| > {tol:g} tokens",
+                  "ours": float(summary[f"docs_over_tolerance_{pair}"]), "paper": np.nan, "n_chunks": np.nan}]
     data = pd.DataFrame(rows, columns=["quantity", "ours", "paper", "n_chunks"])
     display = pd.DataFrame({
         "Quantity": data["quantity"],
@@ -497,50 +452,22 @@ def size_matching(size: pd.DataFrame, kind: str = "", tolerance: float = 4.0) ->
                                                                                             data["ours"])],
         "Paper": data["paper"].map(lambda v: fmt_num(v, 1)),
         "Chunks": data["n_chunks"].map(fmt_int)})
-    return Table("funnel_size_matching", "Size matching of the fixed windows", data, display,
-                 (f"{len(size)} documents. Per document, the A0 target is the mean content-token length of its "
-                  "A2 chunks; window edges snap to sentence boundaries.",))
+    n_docs = summary.get(f"n_docs_{pair}")
+    note = ((f"{fmt_int(n_docs)} documents. " if n_docs is not None else "")
+            + f"Per document, the {fixed} target is the mean content-token length of its {induced} chunks; window "
+              "edges snap to sentence boundaries.")
+    return Table("funnel_size_matching", "Size matching of the fixed windows", data, display, (note,))
 
 
-def placebo(placebo_pairs: pd.DataFrame, method: str = "") -> Table:
-    """Placebo residuals and donors (guards C2; paper §3.2 and appendix E.3), per depth bucket and in total:
-    unique (document, path) pairs, same-document residual assignments and the minimum any within-bucket
-    permutation allows (``Σ max(0, 2m − n)``, ``m`` = the largest document's pairs, ``n`` = the bucket), chunks
-    carrying a residual path, foreign paths with identical headings (e.g. two papers' "Introduction"), and, when
-    the table names each pair's source (``placebo_doc_id``), the donor documents per document (mean, min, max)
-    and the mean share of a document's paths that come from its single largest donor
-    (:func:`chunkstudy.conditions.placebo_donors`). ``method`` is ``chunking.placebo_method`` (named in a note)."""
-    from .conditions import placebo_donors
-
-    _require(placebo_pairs, ["doc_id", "depth", "same_doc"], "placebo", "04_chunk_embed")
-    p = placebo_pairs.copy()
-    if "n_chunks" not in p:
-        p["n_chunks"] = 1
-    if "same_path" not in p:
-        p["same_path"] = False
-    has_donors = "placebo_doc_id" in p
-
-    def donors(b: pd.DataFrame) -> dict:
-        d = placebo_donors(b) if has_donors and len(b) else {}
-        return {"donors_mean": d.get("donors_mean", np.nan), "donors_min": d.get("donors_min", np.nan),
-                "donors_max": d.get("donors_max", np.nan), "top_donor_share": d.get("top_donor_share_mean", np.nan)}
-
-    rows = []
-    for depth, b in p.groupby("depth", sort=True):
-        n, m = len(b), int(b["doc_id"].value_counts().max())
-        rows.append({"depth": str(depth), "pairs": len(b), "documents": b["doc_id"].nunique(),
-                     "same_doc": int(b["same_doc"].astype(bool).sum()), "min_same_doc": max(0, 2 * m - n),
-                     "same_doc_chunks": int(b.loc[b["same_doc"].astype(bool), "n_chunks"].sum()),
-                     "chunks": int(b["n_chunks"].sum()), "same_path": int(b["same_path"].astype(bool).sum()),
-                     **donors(b)})
-    total = pd.DataFrame(rows)
-    if len(total):
-        tot = total.drop(columns=["depth", "donors_mean", "donors_min", "donors_max", "top_donor_share"]).sum()
-        tot["documents"] = p["doc_id"].nunique()
-        rows.append({"depth": "all", **tot.to_dict(), **donors(p)})
-    data = pd.DataFrame(rows, columns=["depth", "pairs", "documents", "same_doc", "min_same_doc", "same_doc_chunks",
-                                       "chunks", "same_path", "donors_mean", "donors_min", "donors_max",
-                                       "top_donor_share"])
+def placebo(buckets: pd.DataFrame, method: str = "") -> Table:
+    """Placebo residuals and donors (guards C2; paper §3.2 and appendix E.3), formatted from 04's
+    ``placebo_buckets`` table (:func:`chunkstudy.conditions.placebo_buckets`, every number computed there once):
+    per depth bucket and in total, unique (document, path) pairs, same-document residual assignments beside the
+    minimum any within-bucket permutation allows, chunks carrying a residual path, foreign paths with identical
+    headings, and the donor documents per document (mean, min, max) with the mean share of a document's paths
+    taken from its single largest donor. ``method`` is ``chunking.placebo_method`` (named in a note)."""
+    _require(buckets, stages.columns("placebo_buckets"), "placebo_buckets")
+    data = buckets.reset_index(drop=True)
     display = pd.DataFrame({"Depth": data["depth"], "Pairs": data["pairs"].map(fmt_int),
                             "Docs": data["documents"].map(fmt_int),
                             "Same-doc residual": data["same_doc"].map(fmt_int),
@@ -570,35 +497,32 @@ def placebo(placebo_pairs: pd.DataFrame, method: str = "") -> Table:
 
 def dose_response(dose: pd.DataFrame) -> Table:
     """The breadcrumb-depth dose-response (07 ``dose_response``; exploratory): per embedder × reranker the mean
-    at depth 0..3 (A2 → A3-d1 → A3-d2 → A3), the slope per level, its bootstrap CI and p."""
-    _require(dose, ["embedder", "reranker", "slope", "ci_low", "ci_high", "p"], "dose_response", "07_stats")
+    at each depth of the ladder (:func:`chunkstudy.design.depth_ladder`: A2 → A3-d1 → A3-d2 → A3), the slope per
+    level, its bootstrap CI and p."""
+    _require(dose, ["embedder", "reranker", "slope", "ci_low", "ci_high", "p"], "dose_response")
     data = dose.reset_index(drop=True)
     display = pd.DataFrame({"Embedder": data["embedder"], "Reranker": data["reranker"]})
-    for d, c in enumerate(("A2", "A3-d1", "A3-d2", "A3")):
+    for c, d in design.depth_ladder():
         col = f"mean_d{d}"
         display[f"{c} (d{d})"] = data[col].map(fmt_num) if col in data else DASH
     nb = data["n_boot"] if "n_boot" in data else pd.Series([None] * len(data))
     display["slope / level"] = data["slope"].map(fmt_delta)
     display["95% CI"] = [fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])]
     display["p"] = [fmt_p(p, b) for p, b in zip(data["p"], nb)]
-    return Table("exploratory_dose_response", "Exploratory: breadcrumb-depth dose-response (cov-nDCG@10)", data,
+    metric = str(data["metric"].iat[0]) if "metric" in data and len(data) else design.PRIMARY_METRIC.key
+    return Table("exploratory_dose_response", f"Exploratory: breadcrumb-depth dose-response ({metric})", data,
                  display, ("Exploratory, outside the pre-registered family.",))
 
 
-def section_recall_summary(section_recall: pd.DataFrame) -> pd.DataFrame:
-    """Per embedder × reranker × condition (the two-stage conditions): the share of queries for which stage 1
-    kept a section overlapping gold evidence (``section_recall`` true), over the queries where it is defined
-    (not NA), with ``n_defined``, ``n_queries`` and the binomial standard error ``sqrt(r(1−r)/n)``."""
-    _require(section_recall, ["embedder", "reranker", "condition", "query_id", "section_recall"], "section_recall",
-             "05_retrieve")
-    return retrieve.section_recall_summary(section_recall).rename(columns={"section_recall": "recall"})
-
-
-def section_recall(section_recall_df: pd.DataFrame) -> Table:
-    """Section recall of the two-stage conditions (paper §6.4): :func:`section_recall_summary` as a table."""
-    data = section_recall_summary(section_recall_df)
+def section_recall_table(summary: pd.DataFrame) -> Table:
+    """Section recall of the two-stage conditions (paper §6.4), formatted from 05's ``section_recall_summary``
+    (:func:`chunkstudy.retrieve.section_recall_summary`): per embedder × reranker × condition, the share of
+    queries for which stage 1 kept a section overlapping gold evidence, its binomial SE and the queries."""
+    _require(summary, ["embedder", "reranker", "condition", "section_recall", "se", "n_defined", "n_queries"],
+             "section_recall_summary")
+    data = summary.reset_index(drop=True)
     display = pd.DataFrame({"Embedder": data["embedder"], "Reranker": data["reranker"],
-                            "Condition": data["condition"], "Section recall": data["recall"].map(fmt_num),
+                            "Condition": data["condition"], "Section recall": data["section_recall"].map(fmt_num),
                             "\u00b1 SE": data["se"].map(fmt_num),
                             "Queries (defined / all)": [f"{fmt_int(a)} / {fmt_int(b)}" for a, b in
                                                         zip(data["n_defined"], data["n_queries"])]})
@@ -606,30 +530,12 @@ def section_recall(section_recall_df: pd.DataFrame) -> Table:
                  ("Share of queries for which stage 1 kept a section overlapping gold evidence.",))
 
 
-def reranker_lift_data(condition_means: pd.DataFrame, metric: str = "cov-nDCG@10",
-                       embedder: str = "strong") -> pd.DataFrame:
-    """Per condition and reranker ≠ none: the mean of ``metric`` on ``embedder`` without a reranker, with it,
-    and ``lift = reranked − none`` (difference of condition means; exploratory). Empty when no reranked cell."""
-    _require(condition_means, ["metric", "embedder", "reranker", "condition", "mean"], "condition_means", "07_stats")
-    s = condition_means[(condition_means["metric"] == metric) & (condition_means["embedder"] == embedder)]
-    base = s[s["reranker"] == "none"].set_index("condition")["mean"]
-    rer = s[s["reranker"] != "none"]
-    cols = ["reranker", "condition", "none", "reranked", "lift"]
-    if rer.empty or base.empty:
-        return pd.DataFrame(columns=cols)
-    out = pd.DataFrame({"reranker": rer["reranker"].to_numpy(), "condition": rer["condition"].to_numpy(),
-                        "reranked": rer["mean"].astype(float).to_numpy()})
-    out["none"] = out["condition"].map(base).astype(float)
-    out["lift"] = out["reranked"] - out["none"]
-    rank = {c: i for i, c in enumerate(CONDITION_ORDER)}
-    out = out.sort_values(["reranker", "condition"], key=lambda c: c.map(lambda v: rank.get(v, len(rank)))
-                          if c.name == "condition" else c, kind="stable")
-    return out[cols].reset_index(drop=True)
-
-
-def reranker_lift(condition_means: pd.DataFrame, metric: str = "cov-nDCG@10", embedder: str = "strong") -> Table:
-    """The reranker lift per condition (paper §6 "Reranking lifts all boats") as a table."""
-    data = reranker_lift_data(condition_means, metric, embedder)
+def reranker_lift(lift: pd.DataFrame, metric: str = "cov-nDCG@10", embedder: str = "strong") -> Table:
+    """The reranker lift per condition (paper §6 "Reranking lifts all boats"), formatted from 07's
+    ``reranker_lift`` table (:func:`chunkstudy.stats.reranker_lift`); ``metric`` and ``embedder`` name its cell
+    in the title."""
+    _require(lift, ["metric", "embedder", "reranker", "condition", "none", "reranked", "lift"], "reranker_lift")
+    data = lift.reset_index(drop=True)
     display = pd.DataFrame({"Reranker": data["reranker"], "Condition": data["condition"],
                             "No reranker": data["none"].map(fmt_num), "Reranked": data["reranked"].map(fmt_num),
                             "Lift": data["lift"].map(fmt_delta)})
@@ -641,7 +547,7 @@ def reranker_lift(condition_means: pd.DataFrame, metric: str = "cov-nDCG@10", em
 
 def per_type(per_type_df: pd.DataFrame, embedder: str = "strong", reranker: str = "none") -> Table:
     """The per-query-type cuts (07 ``per_type``; exploratory, unadjusted) of one embedder × reranker."""
-    _require(per_type_df, ["contrast", "qtype", "mean_delta", "ci_low", "ci_high", "p"], "per_type", "07_stats")
+    _require(per_type_df, ["contrast", "qtype", "mean_delta", "ci_low", "ci_high", "p"], "per_type")
     d = per_type_df
     if "embedder" in d:
         d = d[(d["embedder"] == embedder) & (d["reranker"] == reranker)]
@@ -693,17 +599,16 @@ def fmt_needed(n: Any, status: str, largest: Any) -> str:
     return DASH
 
 
-def power(power_df: pd.DataFrame) -> Table:
-    """The power analysis (07 ``power``; planning, not confirmatory): per contrast and effect scenario (this
-    run's effect, the paper's dz), the documents the clustered-bootstrap + Holm test needs for the target power
-    (interpolated on the simulated grid; :func:`chunkstudy.power.needed_table`), the simulated power at this
-    corpus's own size, and the design effect and ICC of its deltas. ``†`` marks an N where the test's size under
-    the null exceeds alpha (anti-conservative with few documents), so that N is optimistic."""
-    from . import power as power_mod
-
-    _require(power_df, ["scenario", "contrast", "n_docs", "power", "target_power", "n_docs_observed"], "power",
-             "07_stats")
-    data = power_mod.needed_table(power_df)
+def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:
+    """The power analysis (07 ``power_needed`` and ``power``; planning, not confirmatory): per contrast and effect
+    scenario (this run's effect, the paper's dz), the documents the clustered-bootstrap + Holm test needs for the
+    target power (interpolated on the simulated grid by 07, :func:`chunkstudy.power.needed_table`), the simulated
+    power at this corpus's own size, and the design effect and ICC of its deltas; the notes name the simulation's
+    settings from ``power``. ``†`` marks an N where the test's size under the null exceeds alpha
+    (anti-conservative with few documents), so that N is optimistic."""
+    _require(needed, stages.columns("power_needed"), "power_needed")
+    _require(power_df, ["scenario", "contrast", "n_docs", "power", "target_power", "n_docs_observed"], "power")
+    data = needed.reset_index(drop=True)
     if data.empty:
         raise ValueError("power: the table has no rows; written by 07_stats")
     first = power_df.iloc[0]

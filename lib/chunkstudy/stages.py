@@ -1,0 +1,382 @@
+"""The pipeline's stage graph, declared once: per stage, its notebook, the parameters it reads, the artifacts it
+reads and the artifacts it writes, each table with its columns and their kinds (DESIGN.md "Data contracts").
+
+Everything else derives from :data:`STAGES`: the runner's dependencies and skip keys (:mod:`chunkstudy.runner`:
+a stage reruns when a parameter it reads or a file it reads changed), the parameter sections of each stage
+(:data:`chunkstudy.config.STAGE_SECTIONS`), where each artifact lives and which stage writes it
+(:mod:`chunkstudy.artifacts`), 08's input list (:mod:`chunkstudy.report`), and the one schema check
+(:func:`check`) every module applies to the tables it is given. A test parses each notebook and compares its
+``artifacts.read*``/``write*`` calls with this declaration.
+
+A read may hold only under some parameters (``Read(..., when=...)``): 03 reads ``sections_induced`` only when the
+BM25 diagnostic ranks an induced structure, so only then does a change of 02's outline rerun 03. The notebook
+reads such an input with :func:`chunkstudy.artifacts.read_input`, which returns None when the read is off.
+
+Column kinds (:data:`KINDS`): ``int``, ``float`` (an int column passes too), ``str``, ``bool``, ``list`` (a list,
+tuple or array per cell) and ``any``. A table may carry more columns than it declares; a column with no
+non-null value passes any kind (an empty table has no values to check). Like :mod:`chunkstudy.design`, this
+module sits at the bottom of the import floors (it imports only ``design``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from . import design
+
+KINDS = ("int", "float", "str", "bool", "list", "any")
+ALL_PARAMS = "*"
+
+
+class SchemaError(ValueError):
+    """A table lacks a declared column or holds a column of another kind (the message names the table, the
+    column, where the table came from and the stage that writes it)."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """A parquet table ``data/<corpus>/<stage>/<name>.parquet``: the columns its writer writes and their kinds, in
+    order; ``required``: the contract every table of that name holds at least (DESIGN.md "columns (at least)";
+    None = every column). A declared column that is present must hold its kind; extra columns are allowed."""
+
+    name: str
+    columns: Mapping[str, str]
+    doc: str = ""
+    required: tuple[str, ...] | None = None
+
+    def __post_init__(self):
+        bad = {c: k for c, k in self.columns.items() if k not in KINDS}
+        if bad:
+            raise ValueError(f"table {self.name}: unknown column kinds {bad}; kinds: {list(KINDS)}")
+        if self.required is not None and not set(self.required) <= set(self.columns):
+            raise ValueError(f"table {self.name}: required columns {sorted(set(self.required) - set(self.columns))} "
+                             "are not declared")
+
+    @property
+    def contract(self) -> tuple[str, ...]:
+        """The columns every table of this name must hold."""
+        return tuple(self.columns) if self.required is None else self.required
+
+
+@dataclass(frozen=True)
+class Json:
+    """A small JSON file of facts ``data/<corpus>/<stage>/<name>.json``."""
+
+    name: str
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """One float32 matrix per embedder, ``data/<corpus>/<stage>/<name>/<embedder>.npy`` (+ ``.ids.parquet``)."""
+
+    name: str
+    doc: str = ""
+
+
+Artifact = Table | Json | Vectors
+
+
+@dataclass(frozen=True)
+class Read:
+    """An artifact a stage reads; ``when`` (the validated parameters -> bool) limits the read to some parameters,
+    ``unless`` says in words when it is off."""
+
+    name: str
+    when: Callable[[Mapping[str, Any]], bool] | None = None
+    unless: str = ""
+
+    def active(self, params: Mapping[str, Any] | None) -> bool:
+        return self.when is None or params is None or bool(self.when(params))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One notebook stage: ``params`` are the parameter sections (``"llm"``) or single keys (``"corpus.kind"``) it
+    reads (:data:`ALL_PARAMS` for every section), ``reads``/``writes`` its artifacts; ``manifests``: it reads the
+    manifests of every earlier stage too (08's environment table), so any rerun upstream reruns it."""
+
+    name: str
+    params: tuple[str, ...]
+    reads: tuple[Read, ...]
+    writes: tuple[Artifact, ...]
+    manifests: bool = False
+
+    @property
+    def notebook(self) -> str:
+        """The notebook's path relative to the project root."""
+        return f"notebooks/{self.name}.py"
+
+
+def _r(*names: str) -> tuple[Read, ...]:
+    return tuple(Read(n) for n in names)
+
+
+I, F, S, B, L, A = "int", "float", "str", "bool", "list", "any"
+
+_SECTIONS = {"doc_id": S, "section_id": S, "parent_id": S, "level": I, "title": S, "first_para": I, "last_para": I,
+             "start": I, "end": I}
+_CELL = {"corpus": S, "cell": S, "metric": S, "embedder": S, "reranker": S}
+_PAIR = {"contrast": S, "condition_a": S, "condition_b": S}
+_BOOT = {"mean_delta": F, "ci_low": F, "ci_high": F, "p": F}
+
+
+def _bm25_reads_induced(p: Mapping[str, Any]) -> bool:
+    return design.condition(p["queries"]["bm25_condition"]).outline == "sections_induced"
+
+
+def _a1_in_run(p: Mapping[str, Any]) -> bool:
+    return any(design.condition(c).prefix == "context" for c in p["chunking"]["conditions"])
+
+
+#: The pipeline, in run order.
+STAGES: tuple[Stage, ...] = (
+    Stage("01_corpus", ("corpus",), (), (
+        Table("documents", {"doc_id": S, "title": S, "text": S, "source": S},
+              "one row per document; text = body paragraphs joined by the separator"),
+        Table("paragraphs", {"doc_id": S, "para_idx": I, "start": I, "end": I}),
+        Table("sections_gold", _SECTIONS, "the gold outline (tiles the paragraphs)"),
+        Table("harvested", {"query_id": S, "doc_id": S, "qtype": S, "text": S, "spans": L},
+              "questions with gold spans (QASPER, demo; empty for Wikipedia)"),
+        Table("corpus_funnel", {"step": S, "count": I}),
+        Json("stats", "the corpus funnel's numbers, sources read, warnings"),
+    )),
+    Stage("02_induce", ("llm", "induce", "contexts", "chunking", "corpus.kind", "figures.example_doc"),
+          _r("documents", "paragraphs", "sections_gold"), (
+        Table("sections_induced", _SECTIONS, "the induced outline (tiles the paragraphs)"),
+        Table("induction_log", {"doc_id": S, "status": S, "method": S, "rounds": I, "n_windows": I,
+                                "n_sections": I, "fixed_by": S, "n_violations": I, "violations": S, "error": S,
+                                "model": S},
+              required=('doc_id', 'status')),
+        Table("contexts_a1", {"doc_id": S, "start": I, "end": I, "context": S, "method": S, "n_tokens": I,
+                              "truncated": B, "error": S, "doc_start": I, "doc_end": I, "document_view": S},
+              "one situating context per A0 window",
+              required=('doc_id', 'start', 'end', 'context')),
+        Json("induction_stats", "induction counts, span identity with gold (the paper's measure), A1 summary"),
+    )),
+    Stage("03_queries", ("llm", "queries", "chunking.tokenizer", "chunking.max_tokens", "chunking.min_tokens",
+                         "chunking.sentence_splitter", "metrics.span_frac", "metrics.chunk_frac", "corpus.kind"), (
+        *_r("documents", "paragraphs", "sections_gold"),
+        Read("harvested", lambda p: p["queries"]["source"] == "harvested", "queries.source is generated"),
+        Read("sections_induced", _bm25_reads_induced, "queries.bm25_condition is cut from the gold outline"),
+    ), (
+        Table("queries", {"query_id": S, "doc_id": S, "qtype": S, "text": S, "spans": L, "provenance": S,
+                          "source": S, "rouge_l": F}, "every corpus, one schema",
+              required=('query_id', 'doc_id', 'qtype', 'text', 'spans')),
+        Table("query_funnel", {"stage": I, "step": S, "qtype": S, "count": I, "n_docs": I},
+              required=('step',)),
+        Json("funnel", "the query funnel's summary"),
+        Json("bm25", "the BM25 diagnostic"),
+    )),
+    Stage("04_chunk_embed", ("chunking", "embed.embedders", "embed.store", "embed.flush_every", "corpus.kind"), (
+        *_r("documents", "paragraphs", "sections_gold", "sections_induced"),
+        Read("contexts_a1", _a1_in_run, "chunking.conditions has no A1"),
+    ), (
+        Table("chunks", {"condition": S, "doc_id": S, "chunk_id": S, "start": I, "end": I, "prefix": S,
+                         "n_content_tokens": I, "n_prefix_tokens": I, "route_key": S, "section_id": S,
+                         "prefix_depth": I, "shares_vectors_with": S, "text_row": I},
+              "every condition's chunks; offsets are content-only",
+              required=('condition', 'doc_id', 'chunk_id', 'start', 'end', 'prefix', 'n_content_tokens', 'n_prefix_tokens', 'route_key')),
+        Table("size_matching", {"doc_id": S}, "per document: n_<set>, mean_<set> of each chunk set, A0's target"),
+        Table("placebo", {"doc_id": S, "depth": I, "path": L, "placebo_doc_id": S, "placebo_path": L,
+                          "same_doc": B, "same_path": B, "n_chunks": I}, "one row per unique (document, path)",
+              required=('doc_id',)),
+        Table("placebo_buckets", {"depth": S, "pairs": I, "documents": I, "same_doc": I, "min_same_doc": I,
+                                  "same_doc_chunks": I, "chunks": I, "same_path": I, "donors_mean": F,
+                                  "donors_min": F, "donors_max": F, "top_donor_share": F},
+              "the placebo per depth bucket and in total (depth 'all')"),
+        Json("summary", "realised chunk counts and means, size matching, placebo residuals"),
+        Json("embedding_report"),
+        Vectors("embeddings", "one float32 row per distinct embedded text; chunks.text_row indexes it"),
+    )),
+    Stage("05_retrieve", ("retrieve", "embed"), _r("documents", "queries", "chunks", "embeddings"), (
+        Table("runs", {"embedder": S, "reranker": S, "condition": S, "query_id": S, "rank": I, "chunk_id": S,
+                       "score": F, "doc_id": S, "source": S}, "ranked chunk lists, ranks 1-based",
+              required=('embedder', 'reranker', 'condition', 'query_id', 'rank', 'chunk_id', 'score')),
+        Table("section_recall", {"embedder": S, "reranker": S, "condition": S, "query_id": S, "doc_id": S,
+                                 "section_recall": B, "n_gold_sections": I, "n_routed_gold": I,
+                                 "first_gold_route_rank": I, "routed_doc_ids": L, "routed_route_keys": L,
+                                 "routed_scores": L}, "two-stage conditions: per query",
+              required=('embedder', 'reranker', 'condition', 'query_id', 'section_recall')),
+        Table("section_recall_summary", {"embedder": S, "reranker": S, "condition": S, "section_recall": F,
+                                         "n_queries": I, "n_defined": I, "se": F},
+              "two-stage conditions: per cell"),
+    )),
+    Stage("06_metrics", ("metrics", "embed.strong", "stats"), _r("documents", "queries", "chunks", "runs"), (
+        Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
+                         "value": F, "doc_id": S, "qtype": S}, "long form: one row per cell x condition x query",
+              required=('corpus', 'embedder', 'reranker', 'condition', 'query_id', 'metric', 'value')),
+        Table("drilldown", {**_PAIR, "metric": S, "embedder": S, "reranker": S, "direction": S, "pick": I,
+                            "query_id": S, "doc_id": S, "qtype": S, "question": S, "gold_spans": L, "gold_text": L,
+                            "value_a": F, "value_b": F, "delta": F, "side": S, "condition": S, "rank": I,
+                            "chunk_id": S, "chunk_doc_id": S, "start": I, "end": I, "score": F, "prefix": S,
+                            "content": S, "n_prefix_tokens": I, "n_content_tokens": I, "same_doc": B,
+                            "relevant": B, "gold_chars": I, "gold_ranges": L, "gain": F, "discounted_gain": F,
+                            "dcg": F, "idcg": F, "ndcg": F}, "the primary cell's per-query drill-down",
+              required=('contrast', 'direction', 'pick', 'query_id', 'side', 'condition', 'rank', 'chunk_id')),
+    )),
+    Stage("07_stats", ("stats", "corpus.kind"), _r("queries", "scores"), (
+        Table("contrasts", {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I,
+                            "n_docs": I, "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I,
+                            "seed": I, "note": S},
+              required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
+        Table("mixedlm", {"corpus": S, "cell": S, **_PAIR, "coef": F, "se": F, "z": F, "p": F, "p_holm": F,
+                          "ci_low": F, "ci_high": F, "n_obs": I, "n_queries": I, "n_docs": I, "group_var": F,
+                          "resid_var": F, "converged": B, "label": S, "note": S},
+              required=('contrast',)),
+        Table("dose_response", {**_CELL, "slope": F, "ci_low": F, "ci_high": F, "p": F, "n_queries": I,
+                                "n_docs": I, "levels": S,
+                                **{f"mean_d{d}": F for _, d in design.depth_ladder()},
+                                "label": S, "note": S},
+              required=('embedder',)),
+        Table("per_type", {**_CELL, **_PAIR, "qtype": S, **_BOOT, "dz": F, "n_queries": I, "n_docs": I,
+                           "mean_a": F, "mean_b": F, "label": S, "note": S},
+              required=('contrast', 'qtype')),
+        Table("condition_means", {**_CELL, "condition": S, "mean": F, "sd": F, "se_cluster": F, "n_queries": I,
+                                  "n_docs": I, "primary_cell": B, "label": S},
+              required=('condition', 'metric')),
+        Table("reranker_lift", {"metric": S, "embedder": S, "reranker": S, "condition": S, "none": F,
+                                "reranked": F, "lift": F}, "per condition: reranked minus not reranked means"),
+        Table("power", {"corpus": S, "cell": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
+                        "target_mean": F, "shift": F, "n_docs": I, "power": F, "mc_se": F, "null_rejection": F,
+                        "power_analytic_bonferroni": F, "n_docs_observed": I, "n_queries_observed": I,
+                        "queries_per_doc": F, "design_effect": F, "icc": F, "observed_dz": F, "n_sims": I,
+                        "n_boot": I, "alpha": F, "target_power": F, "require_sign": B, "seed": I, "note": S},
+              required=('scenario', 'contrast', 'target_dz', 'n_docs', 'power', 'mc_se', 'n_docs_observed')),
+        Table("power_needed", {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
+                               "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
+                               "mc_se_at_observed": F, "null_rejection_at_needed": F, "oversized": B,
+                               "largest_simulated": I, "design_effect": F, "icc": F, "target_power": F,
+                               "alpha": F, "n_sims": F, "note": S}, "documents each contrast needs"),
+    )),
+    Stage("08_figures", (ALL_PARAMS,), _r(
+        "documents", "corpus_funnel", "induction_stats", "queries", "query_funnel", "bm25", "chunks", "summary",
+        "placebo_buckets", "section_recall", "section_recall_summary", "drilldown", "contrasts", "mixedlm",
+        "dose_response", "per_type", "condition_means", "reranker_lift", "power", "power_needed"), (),
+        manifests=True),
+)
+
+STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+_STAGE = {s.name: s for s in STAGES}
+#: artifact name -> (artifact, the stage that writes it)
+ARTIFACTS: dict[str, tuple[Artifact, str]] = {a.name: (a, s.name) for s in STAGES for a in s.writes}
+
+
+def stage(name: str) -> Stage:
+    return design.lookup(_STAGE, name, "stage", KeyError)
+
+
+def artifact(name: str) -> Artifact:
+    return design.lookup(ARTIFACTS, name, "artifact", KeyError)[0]
+
+
+def writer(name: str) -> str:
+    """The stage that writes artifact ``name``."""
+    artifact(name)
+    return ARTIFACTS[name][1]
+
+
+def tables() -> dict[str, Table]:
+    return {n: a for n, (a, _) in ARTIFACTS.items() if isinstance(a, Table)}
+
+
+def columns(table: str) -> list[str]:
+    """The declared columns of ``table``, in order."""
+    a = artifact(table)
+    if not isinstance(a, Table):
+        raise KeyError(f"{table} is a {type(a).__name__.lower()}, not a table")
+    return list(a.columns)
+
+
+def reads(stage_name: str, params: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """Artifacts ``stage_name`` reads; with ``params`` (validated ``cfg.data``), only those it reads under them."""
+    return tuple(r.name for r in stage(stage_name).reads if r.active(params))
+
+
+def read_spec(stage_name: str, name: str) -> Read:
+    found = [r for r in stage(stage_name).reads if r.name == name]
+    if not found:
+        raise KeyError(f"stage {stage_name} does not declare a read of {name!r}; it reads "
+                       f"{list(reads(stage_name))} (chunkstudy.stages.STAGES)")
+    return found[0]
+
+
+def upstream(stage_name: str, params: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """The stages whose outputs ``stage_name`` reads (under ``params`` when given), in run order."""
+    used = {writer(n) for n in reads(stage_name, params)}
+    if stage(stage_name).manifests:
+        used |= set(STAGE_NAMES[:STAGE_NAMES.index(stage_name)])
+    return tuple(s for s in STAGE_NAMES if s in used)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The one schema check
+# ---------------------------------------------------------------------------------------------------------------
+
+def _first(col) -> Any:
+    nn = col.dropna()
+    return nn.iloc[0] if len(nn) else None
+
+
+def _kind_ok(col, kind: str) -> bool:
+    from pandas.api import types as t
+
+    if kind == "any":
+        return True
+    dtype = col.dtype
+    if t.is_bool_dtype(dtype):
+        return kind == "bool"
+    if t.is_integer_dtype(dtype):
+        return kind in ("int", "float")
+    if t.is_float_dtype(dtype):
+        return kind == "float" or not col.notna().any()
+    if t.is_string_dtype(dtype) or t.is_object_dtype(dtype):
+        v = _first(col)
+        if v is None:
+            return True
+        if kind == "str":
+            return isinstance(v, str)
+        if kind == "list":
+            return isinstance(v, (list, tuple)) or type(v).__name__ == "ndarray"
+        if kind == "bool":
+            return isinstance(v, bool) or type(v).__name__ == "bool_"
+        if isinstance(v, bool) or type(v).__name__ == "bool_":
+            return False
+        if kind == "int":
+            return isinstance(v, int) or type(v).__module__ == "numpy" and "int" in type(v).__name__
+        if kind == "float":
+            return isinstance(v, (int, float)) or type(v).__module__ == "numpy" and any(
+                t in type(v).__name__ for t in ("int", "float"))
+    return False
+
+
+def _what(col) -> str:
+    v = _first(col)
+    return str(col.dtype) + (f" ({type(v).__name__} values)" if v is not None and str(col.dtype) == "object" else "")
+
+
+def check(df, table: str, columns: Sequence[str] | None = None, where: str = "",
+          error: type[Exception] = SchemaError) -> None:
+    """THE schema check: ``df`` must hold the contract columns of ``table`` (:attr:`Table.contract`; ``columns``
+    of its declared columns instead, when given), and every declared column it holds must be of its declared
+    kind. Raises ``error`` (default :class:`SchemaError`) naming the table, ``where`` it came
+    from (a file, a function), the columns and the stage that writes the table."""
+    spec = artifact(table)
+    if not isinstance(spec, Table):
+        raise KeyError(f"{table} is not a table")
+    names = list(spec.contract) if columns is None else list(columns)
+    unknown = [c for c in names if c not in spec.columns]
+    if unknown:
+        raise KeyError(f"{table}: {unknown} are not declared columns; declared: {list(spec.columns)}")
+    at = f" ({where})" if where else ""
+    missing = [c for c in names if c not in df.columns]
+    if missing:
+        raise error(f"{table}{at}: missing columns {missing}; has {list(df.columns)}; written by {writer(table)}")
+    present = [c for c in spec.columns if c in df.columns and (columns is None or c in names)]
+    bad = [(c, spec.columns[c], _what(df[c])) for c in present if not _kind_ok(df[c], spec.columns[c])]
+    if bad:
+        c, kind, got = bad[0]
+        raise error(f"{table}{at}: column {c!r} holds {got}, expected {kind}"
+                    + (f" (and {len(bad) - 1} more: {[b[0] for b in bad[1:]]})" if len(bad) > 1 else "")
+                    + f"; written by {writer(table)}")

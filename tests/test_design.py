@@ -1,0 +1,161 @@
+"""The study's design, declared once (chunkstudy.design): every condition has what every consumer needs, every
+registry that used to restate the conditions or the metrics derives from the declaration, and no module holds a
+second list of them."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from chunkstudy import (bm25, conditions, config, design, figures, metrics, retrieve, stats, tables)
+
+LIB = Path(__file__).resolve().parents[1] / "lib" / "chunkstudy"
+#: The paper's conditions and metric names, written out here as the oracle (DESIGN.md, paper §3.2 and §5.1).
+PAPER_CONDITIONS = ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"]
+PAPER_METRICS = ["cov-nDCG@10", "recall@50", "MRR", "nDCG@10", "budget-cov@512", "budget-cov@1024",
+                 "budget-cov@2048"]
+
+
+# ---------------------------------------------------------------------------------------------------- conditions
+
+def test_each_condition_is_declared_once_in_the_papers_order():
+    assert list(design.CONDITION_NAMES) == PAPER_CONDITIONS
+    assert len(set(design.CONDITION_NAMES)) == len(design.CONDITIONS)
+    with pytest.raises(ValueError, match=r"unknown condition 'A5'; conditions: \['A0', 'A1'"):
+        design.condition("A5")
+
+
+@pytest.mark.parametrize("name", PAPER_CONDITIONS)
+def test_every_condition_has_a_colour_a_table4_row_and_a_chunk_set(name):
+    c = design.condition(name)
+    assert re.fullmatch(r"#[0-9a-f]{6}", c.colour) and figures.color(name) == c.colour
+    row = tables.table4([name], route_sections=5).data.iloc[0]
+    assert row["condition"] == name and all(row[k] for k in ("boundaries", "prefix", "retrieval"))
+    assert c.chunk_set in design.CHUNK_SETS and c.boundaries in design.BOUNDARIES
+    assert c.prefix in design.PREFIXES and c.routing in design.ROUTINGS
+    assert c.matched_to is None or c.matched_to in design.CONDITION_NAMES
+
+
+def test_colours_tell_conditions_apart():
+    colours = [c.colour for c in design.CONDITIONS]
+    assert len(set(colours)) == len(colours)
+
+
+def test_every_declared_condition_gets_chunks_from_its_chunk_set():
+    """build_all cuts every declared condition, each on the offsets of its declared chunk set."""
+    from test_conditions import PARAMS, contexts_for, make_corpus
+
+    docs, paras, gold, induced = make_corpus(n_docs=2)
+    out = conditions.build_all(docs, paras, gold, induced, contexts_for(docs, paras, induced), PARAMS)
+    ch = out["chunks"]
+    assert list(ch["condition"].unique()) == PAPER_CONDITIONS
+    spans = {c: ch.loc[ch["condition"] == c, ["doc_id", "start", "end"]].reset_index(drop=True)
+             for c in PAPER_CONDITIONS}
+    for c in design.CONDITIONS:
+        pd.testing.assert_frame_equal(spans[c.name], spans[c.chunk_set])
+        got = ch.loc[ch["condition"] == c.name, ["prefix_depth", "shares_vectors_with"]]
+        assert (got["prefix_depth"] == c.prefix_depth(PARAMS["depths"])).all()
+        assert got["shares_vectors_with"].isna().all() if c.shares_vectors_with is None else \
+            (got["shares_vectors_with"] == c.shares_vectors_with).all()
+
+
+def test_derived_facts_of_the_conditions():
+    assert design.CHUNK_SETS == ("A0", "A2", "G2")
+    assert design.TWO_STAGE == ("A4", "G4") == retrieve.TWO_STAGE_DEFAULT
+    assert {c.name: c.shares_vectors_with for c in design.CONDITIONS if c.shares_vectors_with} == \
+        {"A4": "A3", "G4": "G3"}
+    assert stats.DEPTH_LADDER == (("A2", 0), ("A3-d1", 1), ("A3-d2", 2), ("A3", 3))   # paper §6
+    assert [c for c in PAPER_CONDITIONS if design.condition(c).structural] == list(design.STRUCTURAL)
+    assert conditions.INDUCED == {"A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4"}
+    assert conditions.GOLD == {"G2", "G3", "G4"}
+    assert [conditions.prefix_depth(c, [1, 2, 4]) for c in PAPER_CONDITIONS] == [0, 0, 0, 1, 2, 4, 4, 4, 0, 4, 4]
+    assert bm25.chunk_structure("G3") == "sections_gold" and bm25.chunk_structure("P") == "sections_induced"
+
+
+def test_the_parameter_schema_takes_its_choices_and_defaults_from_the_declaration():
+    s = config.SCHEMA
+    assert s["chunking"]["conditions"].default == PAPER_CONDITIONS
+    assert tuple(s["chunking"]["conditions"].choices) == design.CONDITION_NAMES
+    assert tuple(s["retrieve"]["two_stage_conditions"].choices) == design.CONDITION_NAMES
+    assert s["retrieve"]["two_stage_conditions"].default == ["A4", "G4"]
+    assert tuple(s["queries"]["bm25_condition"].choices) == ("A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3",
+                                                             "G4")
+    assert s["stats"]["contrasts"].default == {"C1": ["A3", "A1"], "C2": ["A3", "P"], "C3": ["G3", "A3"],
+                                               "C4": ["A4", "A3"]}
+
+
+def test_contrast_questions_come_from_the_declared_contrasts():
+    assert tables.CONTRAST_QUESTIONS[("A3", "P")] == "content vs. tokens"
+    assert design.contrast_question("A4", "A3") == "routing vs. flat" and design.contrast_question("A0", "A1") == ""
+
+
+# ---------------------------------------------------------------------------------------------------- metrics
+
+def test_metric_names_follow_the_declaration():
+    defaults = {k: p.default for k, p in config.SCHEMA["metrics"].items()}
+    assert design.metric_names(defaults) == PAPER_METRICS == list(tables.METRIC_ORDER)
+    assert design.metric_names({"cutoff": 5, "recall_k": 20, "budgets": [256]}) == [
+        "cov-nDCG@5", "recall@20", "MRR", "nDCG@5", "budget-cov@256"]
+    assert design.metric_of("budget-cov@1024") == (design.metric("budget-cov"), 1024)
+    assert design.metric_of("MRR") == (design.metric("MRR"), 0) and design.metric_of("nDCG") is None
+    assert design.metric_of("cov-nDCG@10")[0] is design.PRIMARY_METRIC
+    names = ["budget-cov@2048", "other", "MRR", "budget-cov@512", "cov-nDCG@20", "recall@5"]
+    assert sorted(names, key=design.metric_order_key) == ["cov-nDCG@20", "recall@5", "MRR", "budget-cov@512",
+                                                          "budget-cov@2048", "other"]
+
+
+@pytest.mark.parametrize("params", [{}, {"cutoff": 3, "recall_k": 4, "budgets": [8, 64]}])
+def test_score_runs_computes_every_declared_metric_in_order(params):
+    """Each declared metric family is computed by metrics.score_runs (a family without a computation raises),
+    under the names and in the order the declaration gives."""
+    chunks = pd.DataFrame({"condition": "A2", "doc_id": "d", "chunk_id": ["a", "b", "c"], "start": [0, 40, 70],
+                           "end": [40, 70, 100], "n_content_tokens": [10, 8, 9], "n_prefix_tokens": 0})
+    runs = pd.DataFrame({"embedder": "e", "reranker": "none", "condition": "A2", "query_id": "q",
+                         "rank": [1, 2, 3], "chunk_id": ["b", "a", "c"]})
+    queries = pd.DataFrame({"query_id": ["q"], "doc_id": ["d"], "spans": [[[30, 60]]], "qtype": ["factoid"]})
+    scores = metrics.score_runs(runs, chunks, queries, params, "x")
+    expected = design.metric_names(metrics.params_from(params).__dict__)
+    assert list(pd.unique(scores["metric"])) == expected
+    assert scores["value"].notna().all() and ((scores["value"] >= 0) & (scores["value"] <= 1)).all()
+    broken = metrics.params_from(params)
+    with pytest.raises(KeyError, match="budget-cov"):
+        broken.named({"cov-nDCG": 0, "recall": 0, "MRR": 0, "nDCG": 0})
+
+
+def test_metric_rows_select_a_family():
+    t = pd.DataFrame({"metric": PAPER_METRICS, "mean": np.arange(7.0)})
+    assert stats.metric_rows(t, "budget-cov")["metric"].tolist() == PAPER_METRICS[4:]
+    assert stats.metric_rows(t, "recall")["mean"].tolist() == [1.0]
+
+
+# ---------------------------------------------------------------------------------------------------- declared once
+
+def _literal_strings(node: ast.AST) -> set[str] | None:
+    elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else \
+        [k for k in node.keys if k is not None] if isinstance(node, ast.Dict) else None
+    if elts is None:
+        return None
+    return {e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+
+
+def test_no_module_holds_a_second_registry_of_conditions_or_metrics():
+    """A literal collection naming three or more conditions, or two or more metrics, outside chunkstudy.design is a
+    second registry waiting to disagree with it (paper.py holds the paper's own numbers, keyed by condition)."""
+    found = []
+    for path in sorted(LIB.rglob("*.py")):
+        if path.name in ("design.py", "paper.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            strings = _literal_strings(node)
+            if not strings:
+                continue
+            conds = strings & set(PAPER_CONDITIONS)
+            named = {s for s in strings if design.metric_of(s) is not None}
+            if len(conds) >= 3 or len(named) >= 2:
+                found.append(f"{path.relative_to(LIB)}:{node.lineno}: {sorted(conds | named)}")
+    assert found == []

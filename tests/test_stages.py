@@ -1,0 +1,284 @@
+"""The stage graph, declared once (chunkstudy.stages): the notebooks read and write what their stages declare, the
+runner's keys follow the declared reads (the 03 -> 02 bug), a stage's library hash covers only what its notebook
+imports, and one schema check with declared column kinds."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from chunkstudy import artifacts, config, report, runner, stages
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = {p.stem: p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))}
+
+READS = {"read": 1, "read_input": 2, "read_json": 2}      # function -> position of the artifact name
+WRITES = {"write": 1, "write_json": 2}
+VECTORS = {"read_vectors", "read_all_vectors", "write_vectors", "write_all_vectors"}
+
+
+def _calls(tree: ast.AST, module: str):
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                and n.func.value.id == module:
+            yield n.func.attr, n
+
+
+def notebook_io(path: Path) -> dict[str, set]:
+    """What a notebook reads and writes through chunkstudy.artifacts, from its source: artifact names of the
+    read*/write* calls (a name must be a literal), read_input's reads apart, and the stage named by the calls that
+    take one."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = {"read": set(), "read_input": set(), "write": set(), "stage_args": set(), "dynamic": set()}
+    for fn, call in _calls(tree, "artifacts"):
+        if fn in VECTORS:
+            out["read" if fn.startswith("read") else "write"].add("embeddings")
+            continue
+        pos = READS.get(fn, WRITES.get(fn))
+        if pos is None:
+            continue
+        arg = call.args[pos]
+        if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+            out["dynamic"].add(f"{fn} at line {call.lineno}")
+            continue
+        out["read_input" if fn == "read_input" else "read" if fn in READS else "write"].add(arg.value)
+        if pos == 2:
+            out["stage_args"].add(call.args[1].value)
+    if any(fn == "gather" for fn, _ in _calls(tree, "report")):   # 08 reads its declared inputs through gather
+        out["read"] |= set(report.INPUT_TABLES) | {name for _, name in report.INPUT_JSON}
+    return out
+
+
+def test_every_stage_has_its_notebook_and_every_notebook_its_stage():
+    assert list(NOTEBOOKS) == list(stages.STAGE_NAMES) == list(config.STAGE_SECTIONS)
+    assert all((ROOT / s.notebook).is_file() for s in stages.STAGES)
+
+
+@pytest.mark.parametrize("name", list(stages.STAGE_NAMES))
+def test_notebook_reads_and_writes_what_its_stage_declares(name):
+    io = notebook_io(NOTEBOOKS[name])
+    spec = stages.stage(name)
+    assert io["dynamic"] == set(), f"{name}: artifact names must be literals to be checked: {io['dynamic']}"
+    conditional = {r.name for r in spec.reads if r.when is not None}
+    assert io["read"] | io["read_input"] == set(stages.reads(name)), name
+    assert io["read_input"] == conditional, f"{name}: a read that holds only under some parameters goes through " \
+                                            "artifacts.read_input (and only such a read)"
+    assert io["write"] == {a.name for a in spec.writes}, name
+    assert io["stage_args"] <= {name} | {stages.writer(n) for n in io["read"]}, io["stage_args"]
+
+
+def _param_uses(path: Path) -> set[str]:
+    """Parameters a notebook reads: ``cfg["s"]["k"]`` -> ``s.k``, ``cfg["s"]`` used whole -> ``s``, through
+    aliases (``qp = cfg["queries"]``); ``cfg.data`` -> every section."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    parent = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+
+    def key(node) -> str | None:
+        return node.slice.value if isinstance(node.slice, ast.Constant) else None
+
+    aliases = {t.id: key(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+               for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value, ast.Subscript)
+               and isinstance(n.value.value, ast.Name) and n.value.value.id == "cfg"}
+    uses = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "cfg" \
+                and n.attr == "data":
+            uses |= set(config.SCHEMA)
+        if not isinstance(n, ast.Name) or (n.id != "cfg" and n.id not in aliases):
+            continue
+        up = parent.get(n)
+        section = aliases.get(n.id)
+        if n.id == "cfg":
+            if not (isinstance(up, ast.Subscript) and up.value is n):
+                continue
+            section, up = key(up), parent.get(up)
+        elif isinstance(parent.get(n), ast.Assign) and n in parent[n].targets:
+            continue
+        if isinstance(up, ast.Subscript) and isinstance(up.slice, ast.Constant):
+            uses.add(f"{section}.{key(up)}")
+        else:
+            uses.add(section)
+    return uses
+
+
+@pytest.mark.parametrize("name", list(stages.STAGE_NAMES))
+def test_notebook_reads_the_parameters_its_stage_declares(name):
+    declared = set(config.STAGE_SECTIONS[name])
+    uses = _param_uses(NOTEBOOKS[name])
+    uncovered = {u for u in uses if u not in declared and u.split(".")[0] not in declared}
+    assert uncovered == set(), f"{name} reads {uncovered} without declaring them: a change would not rerun it"
+    if stages.ALL_PARAMS not in stages.stage(name).params:
+        unused = {d for d in declared if d not in uses and not any(u.startswith(d + ".") for u in uses)}
+        assert unused == set(), f"{name} declares {unused} but its notebook does not read them"
+
+
+def test_the_graph_is_well_formed():
+    seen: set[str] = set()
+    for s in stages.STAGES:
+        for r in s.reads:
+            assert r.name in seen, f"{s.name} reads {r.name}, which no earlier stage writes"
+        names = [a.name for a in s.writes]
+        assert not set(names) & seen, f"{s.name} writes an artifact an earlier stage writes"
+        seen |= set(names)
+        for p in s.params:
+            if p != stages.ALL_PARAMS:
+                sec, _, k = p.partition(".")
+                assert sec in config.SCHEMA and (not k or k in config.SCHEMA[sec]), p
+    assert runner.STAGE_DEPS["03_queries"] == ("01_corpus", "02_induce")     # under some parameters
+    assert runner.STAGE_DEPS["08_figures"] == stages.STAGE_NAMES[:-1]
+    assert artifacts.TABLES["chunks"][0] == "04_chunk_embed"
+    assert report.INPUT_JSON == (("02_induce", "induction_stats"), ("03_queries", "bm25"), ("04_chunk_embed", "summary"))
+
+
+def test_a_reads_condition_follows_the_parameters(root):
+    cfg = config.load(root / "params" / "demo.yaml")
+    assert stages.upstream("03_queries", cfg.data) == ("01_corpus",)          # bm25_condition G2: gold outline
+    cfg.data["queries"]["bm25_condition"] = "A3"
+    assert stages.upstream("03_queries", cfg.data) == ("01_corpus", "02_induce")
+    cfg.data["queries"]["source"] = "generated"
+    assert "harvested" not in stages.reads("03_queries", cfg.data)
+    cfg.data["chunking"]["conditions"] = ["A0", "A2"]
+    assert "contexts_a1" not in stages.reads("04_chunk_embed", cfg.data)
+
+
+def test_read_input_reads_only_what_the_parameters_switch_on(demo_cfg):
+    harvested = pd.DataFrame({"query_id": ["q"], "doc_id": ["d"], "qtype": ["t"], "text": ["?"], "spans": [[[0, 1]]]})
+    artifacts.write(demo_cfg, "harvested", harvested)
+    assert len(artifacts.read_input(demo_cfg, "03_queries", "harvested")) == 1
+    demo_cfg.data["queries"]["source"] = "generated"
+    assert artifacts.read_input(demo_cfg, "03_queries", "harvested") is None
+    with pytest.raises(KeyError, match="03_queries does not declare a read of 'chunks'"):
+        artifacts.read_input(demo_cfg, "03_queries", "chunks")
+
+
+# ------------------------------------------------------------------------------------------- runner keys
+
+def _tiny_outputs(cfg, stage: str, version: int = 0) -> None:
+    """Minimal tables of a stage plus its manifest (content hashes only): enough for runner.stage_key."""
+    s = lambda **kw: pd.DataFrame(kw)  # noqa: E731
+    secs = s(doc_id=["d"], section_id=["d::s0"], parent_id=[None], level=[1], title=[f"v{version}"], first_para=[0],
+             last_para=[0], start=[0], end=[4])
+    if stage == "01_corpus":
+        artifacts.write(cfg, "documents", s(doc_id=["d"], title=["t"], text=["abcd"], source=["x"]))
+        artifacts.write(cfg, "paragraphs", s(doc_id=["d"], para_idx=[0], start=[0], end=[4]))
+        artifacts.write(cfg, "sections_gold", secs)
+        artifacts.write(cfg, "harvested", s(query_id=["q"], doc_id=["d"], qtype=["t"], text=["?"], spans=[[[0, 1]]]))
+        artifacts.write(cfg, "corpus_funnel", s(step=["read"], count=[version]))
+    else:
+        artifacts.write(cfg, "sections_induced", secs)
+        artifacts.write(cfg, "contexts_a1", s(doc_id=["d"], start=[0], end=[4], context=[f"c{version}"]))
+    artifacts.write_json_file(artifacts.manifest_path(cfg, stage),
+                              {"key": {"v": version}, "outputs": runner._hash_outputs(cfg, stage)})
+
+
+def _key03(cfg) -> dict:
+    return runner.stage_key(cfg, runner.Stage("03_queries", NOTEBOOKS["03_queries"]), "lib")
+
+
+def test_a_new_induced_outline_reruns_03_only_when_its_bm25_diagnostic_reads_it(tmp_path, root):
+    """The bug: 03 reads 02_induce/sections_induced when queries.bm25_condition is induced, but its key held only
+    01's outputs, so a new outline left 03's BM25 diagnostic stale."""
+    induced = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"queries": {"bm25_condition": "A2"}})
+    gold = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"queries": {"bm25_condition": "G2"}})
+    _tiny_outputs(induced, "01_corpus")
+    _tiny_outputs(induced, "02_induce", 1)
+    before = {"A2": _key03(induced), "G2": _key03(gold)}
+    assert "sections_induced" in before["A2"]["inputs"] and "sections_induced" not in before["G2"]["inputs"]
+    _tiny_outputs(induced, "02_induce", 2)                    # 02 reran and wrote another outline
+    assert _key03(induced)["inputs"] != before["A2"]["inputs"]  # 03 reruns
+    assert _key03(gold) == before["G2"]                        # nothing 03 reads under G2 changed
+
+
+def test_a_key_covers_the_files_a_stage_reads_not_everything_upstream_wrote(tmp_path, root):
+    cfg = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"queries": {"bm25_condition": "A2"}})
+    _tiny_outputs(cfg, "01_corpus")
+    _tiny_outputs(cfg, "02_induce", 1)
+    before = _key03(cfg)
+    artifacts.write(cfg, "contexts_a1", pd.DataFrame({"doc_id": ["d"], "start": [0], "end": [4], "context": ["new"]}))
+    artifacts.write(cfg, "corpus_funnel", pd.DataFrame({"step": ["read"], "count": [99]}))
+    for stage in ("01_corpus", "02_induce"):
+        artifacts.write_json_file(artifacts.manifest_path(cfg, stage),
+                                  {"key": {}, "outputs": runner._hash_outputs(cfg, stage)})
+    assert _key03(cfg) == before          # 03 reads neither A1's contexts nor the corpus funnel
+    artifacts.manifest_path(cfg, "02_induce").unlink()
+    with pytest.raises(runner.StageFailed, match="reads the outputs of 02_induce, which has not completed"):
+        _key03(cfg)
+
+
+# ------------------------------------------------------------------------------------------- library hashes
+
+def _rel(paths, pkg):
+    return {str(p.relative_to(pkg)) for p in paths}
+
+
+def test_a_stage_hashes_only_the_modules_its_notebook_imports():
+    pkg = ROOT / "lib" / "chunkstudy"
+    closures = {n: _rel(runner.module_closure(p, pkg), pkg) for n, p in NOTEBOOKS.items()}
+    assert [n for n, c in closures.items() if "figures.py" in c] == ["08_figures"]
+    assert [n for n, c in closures.items() if "templates/report.html.j2" in c] == ["08_figures"]
+    assert {"__init__.py", "config.py", "artifacts.py", "stages.py", "design.py"} <= closures["07_stats"]
+    assert "llm.py" not in closures["07_stats"] and "embed.py" not in closures["07_stats"]
+    assert "runner.py" in closures["04_chunk_embed"]    # imported inside a gpu function: it still counts
+    assert "corpus/build.py" in closures["01_corpus"] and "corpus/__init__.py" in closures["01_corpus"]
+
+
+def test_every_package_data_file_belongs_to_a_module():
+    pkg = ROOT / "lib" / "chunkstudy"
+    owned = set().union(*(runner.module_closure(p, pkg) for p in NOTEBOOKS.values()))
+    assert set(runner.package_data(pkg)) <= owned
+
+
+def test_editing_figures_reruns_08_alone(tmp_path):
+    pkg = tmp_path / "chunkstudy"
+    shutil.copytree(ROOT / "lib" / "chunkstudy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    before = {n: runner.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    (pkg / "figures.py").write_text((pkg / "figures.py").read_text() + "\n# an edit\n")
+    after = {n: runner.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    assert [n for n in NOTEBOOKS if before[n] != after[n]] == ["08_figures"]
+    (pkg / "stages.py").write_text((pkg / "stages.py").read_text() + "\n# an edit\n")
+    assert all(runner.library_hash(p, pkg) != after[n] for n, p in NOTEBOOKS.items())   # every stage imports it
+
+
+# ------------------------------------------------------------------------------------------- the schema check
+
+def test_schema_check_names_table_column_kind_and_writer():
+    ok = pd.DataFrame({"embedder": ["e"], "reranker": ["none"], "condition": ["A2"], "query_id": ["q"],
+                       "rank": np.array([1], dtype=np.int64), "chunk_id": ["c"], "score": [0.5], "extra": [object()]})
+    stages.check(ok, "runs")
+    with pytest.raises(stages.SchemaError, match=r"runs \(here\): missing columns \['score'\].*written by 05_retrieve"):
+        stages.check(ok.drop(columns="score"), "runs", where="here")
+    with pytest.raises(stages.SchemaError, match=r"runs: column 'rank' holds float64, expected int"):
+        stages.check(ok.assign(rank=[1.5]), "runs")
+    with pytest.raises(stages.SchemaError, match=r"column 'query_id' holds int64, expected str"):
+        stages.check(ok.assign(query_id=[7]), "runs")
+    with pytest.raises(stages.SchemaError, match=r"column 'doc_id' holds object \(int values\), expected str"):
+        stages.check(ok.assign(doc_id=pd.Series([3], dtype=object)), "runs")   # optional, but of its kind
+    stages.check(ok.assign(score=[1]), "runs")                                    # an int passes as a float
+    stages.check(ok.assign(rank=pd.Series([np.int64(3)], dtype=object)), "runs")   # ints in an object column
+    with pytest.raises(stages.SchemaError, match=r"'rank' holds object \(bool values\), expected int"):
+        stages.check(ok.assign(rank=pd.Series([True], dtype=object)), "runs")
+    stages.check(ok.drop(columns="score"), "runs", columns=["rank", "chunk_id"])  # only what a function needs
+
+
+def test_schema_check_kinds_for_lists_bools_and_empty_tables():
+    sr = pd.DataFrame({"embedder": ["e"], "reranker": ["none"], "condition": ["A4"], "query_id": ["q"],
+                       "section_recall": pd.array([pd.NA], dtype="boolean"), "routed_doc_ids": [np.array(["d"])]})
+    stages.check(sr, "section_recall")
+    with pytest.raises(stages.SchemaError, match="'routed_doc_ids' holds str, expected list"):
+        stages.check(sr.assign(routed_doc_ids=["d"]), "section_recall")
+    with pytest.raises(stages.SchemaError, match="'section_recall' holds float64, expected bool"):
+        stages.check(sr.assign(section_recall=[0.5]), "section_recall")
+    stages.check(pd.DataFrame(columns=stages.columns("placebo_buckets")), "placebo_buckets")  # no values to check
+    with pytest.raises(KeyError, match="are not declared columns"):
+        stages.check(sr, "section_recall", columns=["nope"])
+
+
+def test_artifacts_write_applies_the_check(demo_cfg):
+    with pytest.raises(artifacts.SchemaError, match="'count' holds str, expected int"):
+        artifacts.write(demo_cfg, "corpus_funnel", pd.DataFrame({"step": ["a"], "count": ["7"]}))
+    assert not artifacts.exists(demo_cfg, "corpus_funnel")
