@@ -167,7 +167,7 @@ def test_the_fetch_refuses_to_start_without_a_user_agent_and_checks_the_batch_si
 def test_progress_bar_shows_accepted_documents_of_the_target(tmp_path, capsys):
     build.build_corpus(_cfg(tmp_path), session=small_wiki())
     err = capsys.readouterr().err
-    assert "01_corpus: Wikipedia walk (accepted)" in err and "10/10" in err and "requests=" in err
+    assert "Wikipedia walk (accepted)" in err and "10/10" in err and "requests=" in err
 
 
 def test_cache_key_holds_the_endpoint(tmp_path):
