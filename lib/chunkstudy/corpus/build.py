@@ -16,8 +16,9 @@ key, so a replaced archive or an edited ``questions.yaml`` reruns 01, and ``stat
 
 Damaged inputs fail loudly: a truncated, corrupt, undecodable or missing file stops the stage, naming it, unless
 ``corpus.allow_partial`` is true (then it is a warning and the readable part builds); a record of the wrong shape
-(a QASPER paper or question, a demo document or question) is skipped with a warning naming it and counted in
-``stats["skipped_records"]``; a corpus with no documents is an error.
+(a QASPER paper or question, a demo document or question, a line of a folder corpus's ``questions.jsonl``) is
+skipped with a warning naming it and counted in ``stats["skipped_records"]``; a corpus with no documents is an
+error.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pandas as pd
 
 from .. import artifacts
 from ..config import CORPUS_KINDS, Config
-from . import demo, qasper, wikipedia
+from . import demo, htmltext, mdtext, qasper, wikipedia
 from .model import verify_corpus
 from .sources import CorpusInputError, source_paths  # noqa: F401  (public names of stage 01)
 
@@ -45,7 +46,8 @@ class CorpusKind(Protocol):
 
 
 #: ``corpus.kind`` -> the module that builds it.
-KINDS: dict[str, CorpusKind] = {"demo": demo, "wikipedia": wikipedia, "qasper": qasper}
+KINDS: dict[str, CorpusKind] = {"demo": demo, "wikipedia": wikipedia, "qasper": qasper, "markdown": mdtext,
+                                "html": htmltext}
 if tuple(KINDS) != CORPUS_KINDS:  # pragma: no cover - a kind added on one side only
     raise ImportError(f"chunkstudy.corpus.build.KINDS {list(KINDS)} differ from config.CORPUS_KINDS "
                       f"{list(CORPUS_KINDS)}: add the kind to both")
@@ -62,8 +64,9 @@ def kind_of(cfg: Config) -> CorpusKind:
 def source_files(cfg: Config) -> list[tuple[str, Path]]:
     """``(role, path)`` of every file stage 01 reads, resolved without reading them (the kind's
     ``source_files``). Roles: ``corpus.sources``, ``demo:documents.yaml``, ``demo:questions.yaml``,
-    ``demo:file``, ``corpus.featured_list``, ``corpus.api_revisions``. With no mirror, sources are the downloaded files of ``corpus.fetch_urls`` (they may not
-    be there yet)."""
+    ``demo:file``, ``corpus.featured_list``, ``corpus.api_revisions``, ``markdown:file``, ``html:file``,
+    ``questions.jsonl``. With no mirror, sources are the downloaded files of ``corpus.fetch_urls`` (they may
+    not be there yet)."""
     return kind_of(cfg).source_files(cfg)
 
 
