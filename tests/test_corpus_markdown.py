@@ -358,3 +358,15 @@ def test_real_markdown_of_installed_packages_verifies_and_no_markup_survives():
     assert totals["docs"] >= 10 and totals["sections"] > totals["docs"]
     assert totals["code_block"] > 0 and totals["html_block"] > 0  # real READMEs do exercise the drops
     assert failures == {} and markup == {}
+
+
+def test_a_folder_with_no_prose_is_an_error_naming_the_corpus(tmp_path):
+    f = _folder(tmp_path)
+    for p in list(f.rglob("*.md")) + list(f.rglob("*.markdown")):
+        p.write_text("```\nonly code\n```\n")
+    with pytest.raises(build.CorpusInputError,
+                       match=r"(?s)corpus .t. \(markdown\) has no documents.*a.md: no prose"):
+        build.build_corpus(_params(tmp_path, f))
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(build.CorpusInputError, match="has no documents"):
+        build.build_corpus(_params(tmp_path, tmp_path / "nothing"))

@@ -234,7 +234,8 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
         docs.append(doc)
         paras_l.append(paras)
         secs_l.append(secs)
-    documents = pd.DataFrame(docs)
+    documents = pd.DataFrame(docs) if docs else pd.DataFrame(columns=["doc_id", "title", "text", "source",
+                                                                       "n_words"])
     paragraphs = pd.concat(paras_l, ignore_index=True) if paras_l else pd.DataFrame(
         columns=["doc_id", "para_idx", "start", "end"])
     sections = pd.concat(secs_l, ignore_index=True) if secs_l else pd.DataFrame(columns=SECTION_COLUMNS)
