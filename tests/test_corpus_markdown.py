@@ -370,3 +370,14 @@ def test_a_folder_with_no_prose_is_an_error_naming_the_corpus(tmp_path):
     (tmp_path / "nothing").mkdir()
     with pytest.raises(build.CorpusInputError, match="has no documents"):
         build.build_corpus(_params(tmp_path, tmp_path / "nothing"))
+
+
+@pytest.mark.slow
+def test_notebook_01_builds_and_verifies_the_markdown_example(tmp_path, run_notebook, params_file):
+    from chunkstudy import artifacts
+
+    cfg = config.load(params_file("markdown_example"), root=tmp_path)
+    run_notebook(cfg, "01_corpus")
+    assert len(artifacts.read(cfg, "documents")) == 5 and len(artifacts.read(cfg, "harvested")) == 42
+    stats = artifacts.read_json(cfg, "01_corpus", "stats")
+    assert stats["verification_failures"] == {} and stats["kind"] == "markdown"
