@@ -183,7 +183,8 @@ def _folder(tmp_path) -> Path:
           {"doc": "guide/b.markdown", "question": "Table?", "evidence": ["| 1 | 2 |"]},
           {"doc": "zzz.md", "question": "Unknown doc?", "evidence": ["x"]},
           "not an object", {"id": "q1", "doc": "a.md", "question": "Repeated id?", "evidence": ["x"]},
-          {"doc": "a.md", "question": "Scalar evidence?", "evidence": "Alpha body paragraph."}]
+          {"doc": "a.md", "question": "Scalar evidence?", "evidence": "Alpha body paragraph."},
+          {"id": "q0002", "doc": "a.md", "question": "Takes the id a later line gets by default", "evidence": ["x"]}]
     (f / "questions.jsonl").write_text("\n".join(json.dumps(q) for q in qs) + "\n{broken json\n\n")
     return f
 
@@ -207,11 +208,11 @@ def test_a_markdown_folder_builds_with_exact_spans_counts_and_named_warnings(tmp
     assert [text_a[s:e] for s, e in h.at["q1", "spans"]] == ["Alpha body paragraph."]
     assert h.at["q0002", "match_rules"] == ["exact", "fuzzy"] and pd.isna(h.at["q0002", "qtype"])
     assert list(h.index) == ["q1", "q0002"]  # q0003: the table is dropped, its row matches nothing
-    assert st_["skipped_records"] == {"questions": 4} and st_["questions"]["questions_read"] == 8
+    assert st_["skipped_records"] == {"questions": 5} and st_["questions"]["questions_read"] == 9
     w = "\n".join(st_["warnings"])
     for needle in ("empty.md: no prose", "q0003 (guide/b): evidence matches no paragraph",
                    "line 5: a str, not an object", "line 6: id 'q1' repeats", "line 7: evidence is 'Alpha",
-                   "line 8: not valid JSON", "names document 'zzz'"):
+                   "line 9: not valid JSON", "line 8: id 'q0002' repeats", "names document 'zzz'"):
         assert needle in w, needle
     roles = [(f["role"], Path(f["path"]).name) for f in st_["sources"]]
     assert roles == [("markdown:file", "a.md"), ("markdown:file", "empty.md"), ("markdown:file", "b.markdown"),

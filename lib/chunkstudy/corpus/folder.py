@@ -161,13 +161,13 @@ def read_questions(path: Path, doc_ids: Iterable[str], warnings: list[str]) -> t
             skipped += 1
             continue
         problem = _question_problem(rec)
-        if problem is None and str(rec.get("id", f"q{n:04d}")) in seen:
-            problem = f"id {rec['id']!r} repeats an earlier line's"
+        qid = str(rec["id"] if rec.get("id") is not None else f"q{n:04d}") if problem is None else ""
+        if problem is None and qid in seen:
+            problem = f"id {qid!r} repeats an earlier line's"
         if problem:
             warnings.append(f"{where}: {problem}; skipped")
             skipped += 1
             continue
-        qid = str(rec.get("id", f"q{n:04d}"))
         seen.add(qid)
         doc = rec["doc"].strip()
         doc_id = doc if doc in ids else doc_id_of(doc)
@@ -184,7 +184,7 @@ def _question_problem(rec) -> str | None:
             return f"{key} is missing or not a string ({rec.get(key)!r})"
     ev = rec.get("evidence")
     if not (isinstance(ev, list) and ev and all(isinstance(e, str) for e in ev)):
-        return f"evidence is {ev!r}, not a non-empty list of quotes"
+        return f"evidence is {repr(ev)[:60]}, not a non-empty list of quotes"
     for key in ("id", "qtype", "answer"):
         if rec.get(key) is not None and not isinstance(rec[key], (str, int) if key == "id" else str):
             return f"{key} is a {type(rec[key]).__name__}"
@@ -207,6 +207,7 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
     dropped: Counter = Counter()
     titles: Counter = Counter()
     n_empty = n_title_heading = 0
+    built: set[str] = set()
     for rel, path in files:
         doc_id = doc_id_of(rel)
         try:
@@ -218,7 +219,7 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
                 raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
             warnings.append(f"{e}; skipped (corpus.allow_partial)")
             continue
-        if any(d["doc_id"] == doc_id for d in docs):
+        if doc_id in built:
             warnings.append(f"{rel}: doc_id {doc_id!r} repeats another file's (same path, other extension); "
                             "kept the first")
             continue
@@ -229,6 +230,7 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
             n_empty += 1
             warnings.append(f"{rel}: no prose left after parsing; skipped")
             continue
+        built.add(doc_id)
         titles[report.title_source] += 1
         n_title_heading += int(report.title_heading)
         docs.append(doc)
