@@ -14,8 +14,9 @@
 # # 01 · Corpus
 #
 # **Reads** the corpus sources named by the parameters: MediaWiki XML exports / the MediaWiki API and the
-# Featured Article list (`wikipedia`), the official QASPER archives (`qasper`), or `data/demo_raw/` (`demo`),
-# from `corpus.mirror` (or downloaded from `corpus.fetch_urls` when no mirror is set).
+# Featured Article list (`wikipedia`), the official QASPER archives (`qasper`), `data/demo_raw/` (`demo`), or a
+# folder of Markdown or HTML files with a `questions.jsonl` (`markdown`, `html`), from `corpus.mirror` (or
+# downloaded from `corpus.fetch_urls` when no mirror is set). Each kind's module reads its own inputs.
 # **Writes** `01_corpus/documents`, `paragraphs`, `sections_gold`, `harvested` (questions with gold spans; empty
 # for Wikipedia), `corpus_funnel` and `stats.json`.
 #
@@ -50,6 +51,8 @@ sorted(p.name for p in artifacts.stage_dir(cfg, "01_corpus").iterdir())
 # ## Funnel
 # Wikipedia: pages read → filters (cumulative) → the seeded, bucket-capped walk. QASPER and demo: questions read →
 # usable, with the evidence-match shares (exact / fuzzy / section fallback), multi-span share and mean spans.
+# Markdown and HTML: files read → documents built, the markup dropped by kind (code blocks, tables, images, page
+# chrome, ...), then the questions' funnel.
 
 # %%
 out["corpus_funnel"]
@@ -68,7 +71,7 @@ paper.corpus_beside(out["stats"], cfg["corpus"]["kind"])
 
 # %% [markdown]
 # ## Records skipped for their shape
-# A QASPER paper or question, or a demo document or question, of the wrong shape (a string where a list belongs,
+# A QASPER paper or question, a demo document or question, or a line of `questions.jsonl`, of the wrong shape (a string where a list belongs,
 # a missing id) is skipped and counted here; the warnings below name each one. Damaged or unreadable files stop
 # the stage instead (unless `corpus.allow_partial: true`).
 
@@ -94,7 +97,7 @@ build.sources_table(out)
 build.section_trees(out["documents"], out["sections_gold"], n_docs=3)
 
 # %% [markdown]
-# ## Harvested questions (QASPER, demo)
+# ## Harvested questions (QASPER, demo, Markdown, HTML)
 
 # %%
 out["harvested"].head(10)

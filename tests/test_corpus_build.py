@@ -329,3 +329,63 @@ def test_real_table_heavy_export_normalises_cleanly(shared_data):
         doc, paras, secs, info = W.page_document(p, ["References", "External links", "See also"])
         assert forbidden_markup(doc["text"]) == [], p["title"]
         assert verify_sections(secs, paras, len(doc["text"])) == [], p["title"]
+
+
+# ------------------------------------------------------------------------------------- corpus kinds (issue 15 §3b)
+
+def test_every_corpus_kind_has_the_same_entry_points_and_config_offers_exactly_those():
+    import inspect
+
+    assert tuple(build.KINDS) == config.CORPUS_KINDS == config.SCHEMA["corpus"]["kind"].choices
+    for name, kind in build.KINDS.items():
+        assert list(inspect.signature(kind.build).parameters) == ["cfg", "session", "warnings"], name
+        assert list(inspect.signature(kind.source_files).parameters) == ["cfg"], name
+
+
+def test_build_corpus_only_dispatches_and_a_new_kind_plugs_in_through_the_registry(tmp_path, monkeypatch):
+    """A kind is its two entry points: build_corpus adds verification, warnings, fingerprints and an empty
+    harvested table (a kind without questions), whatever the kind."""
+    from chunkstudy.corpus.model import DocumentBuilder
+
+    src = tmp_path / "raw" / "one.txt"
+    src.parent.mkdir()
+    src.write_text("First.\n\nSecond.\n")
+
+    class Plain:
+        @staticmethod
+        def source_files(cfg):
+            return [("plain:file", src)]
+
+        @staticmethod
+        def build(cfg, session, warnings):
+            b = DocumentBuilder("one", "One")
+            for i, p in enumerate(src.read_text().split("\n\n")):
+                if i:
+                    b.heading(1, "Rest")
+                b.paragraph(p)
+            doc, paras, secs = b.build(source="plain")
+            warnings.append("plain: read one file")
+            import pandas as pd
+            return {"documents": pd.DataFrame([doc]), "paragraphs": paras, "sections_gold": secs,
+                    "corpus_funnel": pd.DataFrame([{"step": "files", "count": 1}]), "stats": {}}
+
+    monkeypatch.setitem(build.KINDS, "demo", Plain)
+    cfg = _params(tmp_path, "corpus:\n  kind: demo\n  mirror: raw\n")
+    out = build.build_corpus(cfg)
+    assert out["documents"]["text"].tolist() == ["First.\n\nSecond."]
+    assert out["stats"]["verification_failures"] == {} and out["stats"]["warnings"] == ["plain: read one file"]
+    assert [(f["role"], f["path"]) for f in out["stats"]["sources"]] == [("plain:file", "raw/one.txt")]
+    assert len(out["harvested"]) == 0 and "spans" in out["harvested"].columns
+    assert build.source_files(cfg) == [("plain:file", src)]
+
+
+def test_each_kind_lists_only_the_files_it_reads(tmp_path):
+    """Wikipedia's featured list and revision pins belong to the wikipedia kind: a QASPER run that inherits them
+    never reads them, so they are not in its fingerprints."""
+    (tmp_path / "m").mkdir()
+    text = ("corpus:\n  kind: {kind}\n  mirror: m\n  sources: [a.tgz]\n  featured_list: f.tsv\n"
+            "  api_revisions: pins.tsv\n")
+    roles = {k: [r for r, _ in build.source_files(_params(tmp_path, text.format(kind=k)))]
+             for k in ("qasper", "wikipedia")}
+    assert roles == {"qasper": ["corpus.sources"],
+                     "wikipedia": ["corpus.sources", "corpus.featured_list", "corpus.api_revisions"]}

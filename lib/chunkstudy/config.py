@@ -154,13 +154,19 @@ def _embedder_spec() -> dict:
     }
 
 
+#: The corpus kinds (``corpus.kind``): one entry point each in :mod:`chunkstudy.corpus.build`'s registry, which
+#: checks on import that it serves exactly these (config stays below corpus/ in the import order).
+CORPUS_KINDS = ("demo", "wikipedia", "qasper", "markdown", "html")
+
 #: Every parameter the pipeline reads, by section. A nested dict of :class:`P`; ``"*"`` maps any key to a spec.
 SCHEMA: dict[str, Any] = {
     "corpus": {
         "name": P("demo", (str,), name=True,
                   doc="results go to data/<name>/ and figures/<name>/; when the file that is run does not state it, "
                       "the file's name (params/foo.yaml -> foo); never inherited through base:"),
-        "kind": P("demo", (str,), ("demo", "wikipedia", "qasper")),
+        "kind": P("demo", (str,), CORPUS_KINDS,
+                  doc="demo (data/demo_raw format), wikipedia, qasper, markdown (a folder of .md files) or html "
+                      "(a folder of .html files); see README 'Adding a corpus'"),
         "mirror": P(None, (str,), nullable=True, anchor="params",
                     doc="folder holding upstream files; relative to the params file"),
         "sources": P([], (list,), anchor="mirror",

@@ -9,15 +9,21 @@ Articles go through the same canonical normaliser, filters and bucket walk as Wi
 (:class:`~chunkstudy.corpus.qasper.EvidenceMatcher`: exact → fuzzy → section fallback). Evidence that matches
 nothing (e.g. a table caption naming no section) is reported and left out; a question left with no evidence is
 dropped and counted.
+
+The kind's entry points (:mod:`chunkstudy.corpus.build`'s registry): :func:`build` reads ``documents.yaml``, the
+files it names (inside ``corpus.mirror``) and ``questions.yaml``; :func:`source_files` lists them.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
 
+from ..config import Config, read_yaml
 from .qasper import HARVESTED_COLUMNS, EvidenceMatcher, _norm, harvest_funnel, harvest_stats
+from .sources import CorpusInputError, mirror_file, mirror_root, read_text
 from .wikipedia import build_wikipedia
 
 
@@ -79,9 +85,10 @@ def demo_pages(documents: list[dict], wikitext: dict[str, str]) -> list[dict]:
 
 
 def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs: pd.DataFrame,
-                      sections: pd.DataFrame, threshold: float, warnings: list[str] | None = None
-                      ) -> tuple[pd.DataFrame, Counter]:
+                      sections: pd.DataFrame, threshold: float, warnings: list[str] | None = None,
+                      where: str = "questions.yaml") -> tuple[pd.DataFrame, Counter]:
     """Resolve each question's evidence strings to spans of the accepted documents (one annotator per question).
+    Warnings name the questions file as ``where``.
 
     Returns the harvested table (columns :data:`~chunkstudy.corpus.qasper.HARVESTED_COLUMNS`) and counts for the
     funnel. A question about a document that was not accepted is counted as ``dropped: document not in corpus``.
@@ -98,13 +105,13 @@ def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs
         problem = question_shape_problem(q)
         if problem:
             qid = q.get("query_id") if isinstance(q, dict) and isinstance(q.get("query_id"), str) else f"#{i}"
-            warnings.append(f"questions.yaml: question {qid}: {problem}; skipped")
+            warnings.append(f"{where}: question {qid}: {problem}; skipped")
             counts["skipped (bad record)"] += 1
             continue
         qid, doc_id = q["query_id"], q["doc_id"]
         if doc_id not in texts:
             counts["dropped: document not in corpus"] += 1
-            warnings.append(f"questions.yaml: question {qid} names document {doc_id!r}, which is not in the corpus")
+            warnings.append(f"{where}: question {qid} names document {doc_id!r}, which is not in the corpus")
             continue
         if doc_id not in matchers:
             matchers[doc_id] = EvidenceMatcher(texts[doc_id], by_p[doc_id], by_s[doc_id], threshold)
@@ -116,7 +123,7 @@ def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs
             counts[f"evidence: {m[0] if m else 'unmatched'}"] += 1
             if m is None:
                 n_miss += 1
-                warnings.append(f"questions.yaml: question {qid} ({doc_id}): evidence matches no paragraph or "
+                warnings.append(f"{where}: question {qid} ({doc_id}): evidence matches no paragraph or "
                                 f"section: {_norm(str(ev))[:80]!r}")
                 continue
             found.setdefault((m[1][0], m[1][1]), m[0])
@@ -148,4 +155,64 @@ def build_demo(documents: list[dict], wikitext: dict[str, str], questions: list[
     funnel = harvest_funnel(qstats)
     funnel["step"] = "questions: " + funnel["step"].str.replace("papers", "documents")
     out["corpus_funnel"] = pd.concat([out["corpus_funnel"].assign(value=float("nan")), funnel], ignore_index=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------ the kind's entry points
+
+def _entries(mirror: Path) -> list:
+    path = mirror / "documents.yaml"
+    if not path.is_file():
+        raise CorpusInputError(f"{path}: not found (corpus.kind demo reads documents.yaml from corpus.mirror)")
+    docs = read_yaml(read_text(path), path) or []
+    if not isinstance(docs, list):
+        raise CorpusInputError(f"{path}: expected a list of documents, got {type(docs).__name__}")
+    return docs
+
+
+def source_files(cfg: Config) -> list[tuple[str, Path]]:
+    """``(role, path)`` of every file :func:`build` reads: ``demo:documents.yaml``, ``demo:questions.yaml`` and
+    each ``demo:file`` that ``documents.yaml`` names (read for the names; a file outside the mirror is never
+    listed, as the build never reads it)."""
+    if cfg["corpus"]["mirror"] is None:
+        return []
+    mirror = cfg.resolve(cfg["corpus"]["mirror"])
+    out = [("demo:documents.yaml", mirror / "documents.yaml"), ("demo:questions.yaml", mirror / "questions.yaml")]
+    try:
+        entries = _entries(mirror)
+    except (CorpusInputError, ValueError):
+        entries = []  # the stage itself reports the damage; its file is fingerprinted above
+    for d in entries:
+        if isinstance(d, dict) and isinstance(d.get("file"), str):
+            try:
+                out.append(("demo:file", mirror_file(mirror, d["file"], f"documents.yaml: {d.get('doc_id')}")))
+            except CorpusInputError:
+                continue  # outside the mirror: never read; the stage itself stops on it
+    return out
+
+
+def build(cfg: Config, session, warnings: list[str]) -> dict:
+    """The demo corpus of ``corpus.mirror`` (``documents.yaml``, its files, ``questions.yaml``): see the module
+    docstring. A missing or undecodable document file stops the build unless ``corpus.allow_partial``."""
+    c = cfg["corpus"]
+    mirror = mirror_root(cfg, "documents.yaml")
+    entries, skipped = valid_documents(_entries(mirror), warnings)
+    text = {}
+    for d in entries:
+        f = mirror_file(mirror, str(d["file"]), f"documents.yaml: {d['doc_id']}")
+        try:
+            if not f.is_file():
+                raise CorpusInputError(f"documents.yaml: {d['doc_id']}: file {f} not found")
+            text[str(d["doc_id"])] = read_text(f)
+        except CorpusInputError as e:
+            if not c["allow_partial"]:
+                raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
+            warnings.append(f"{e}; skipped (corpus.allow_partial)")
+    qpath = mirror / "questions.yaml"
+    questions = (read_yaml(read_text(qpath), qpath) or []) if qpath.is_file() else []
+    if not isinstance(questions, list):
+        raise CorpusInputError(f"{qpath}: expected a list of questions, got {type(questions).__name__}")
+    out = build_demo([d for d in entries if str(d["doc_id"]) in text], text, questions, c, warnings)
+    out["stats"]["skipped_records"] = {"documents": skipped,
+                                       "questions": int(out["stats"]["questions"].get("skipped_bad_records", 0))}
     return out

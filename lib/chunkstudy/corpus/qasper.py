@@ -51,6 +51,9 @@ section; issue 3).
   non-boolean annotation's answer is only digits, punctuation and units-free symbols (``"3,044"``,
   ``"85.3%"``), the items the study leaves out. ``false`` keeps them: 1,310 usable on the test split (+12; one
   of the 13 then fails for lack of text evidence).
+* **The kind's entry points** (:mod:`chunkstudy.corpus.build`'s registry): :func:`build` reads the archives named
+  by ``corpus.sources`` (in ``corpus.mirror``, or downloaded from ``corpus.fetch_urls``); :func:`source_files`
+  lists them.
 """
 
 from __future__ import annotations
@@ -66,7 +69,9 @@ from typing import Iterable
 import pandas as pd
 from rapidfuzz import fuzz, process
 
+from ..config import Config
 from .model import SECTION_COLUMNS, DocumentBuilder
+from .sources import CorpusInputError, listed_sources, source_paths
 
 _SPLIT = re.compile(r"qasper-(train|dev|test)-v[\d.]+\.json$")
 FLOAT_PREFIX = "FLOAT SELECTED"
@@ -538,3 +543,22 @@ def harvest_funnel(stats: dict) -> pd.DataFrame:
             ("spans per question: matched spans (scored)", None, stats["mean_spans"]),
             ("depth-1 papers", None, stats["share_depth1_papers"])]
     return pd.DataFrame(rows, columns=["step", "count", "value"]).astype({"count": "Int64", "value": "float64"})
+
+
+# ------------------------------------------------------------------------------------ the kind's entry points
+
+def source_files(cfg: Config) -> list[tuple[str, Path]]:
+    """``(role, path)`` of every file :func:`build` reads: the archives of ``corpus.sources``."""
+    return listed_sources(cfg)
+
+
+def build(cfg: Config, session, warnings: list[str]) -> dict:
+    """QASPER from the archives of ``corpus.sources`` (``session`` downloads them when there is no mirror). A
+    damaged archive raises :class:`~chunkstudy.corpus.sources.CorpusInputError` naming it, unless
+    ``corpus.allow_partial``."""
+    c = cfg["corpus"]
+    try:
+        papers = read_qasper(source_paths(cfg, session), warnings, allow_partial=c["allow_partial"])
+    except QasperReadError as e:
+        raise CorpusInputError(f"{e} (corpus.allow_partial: true builds from the readable part)") from None
+    return build_qasper(papers, c, warnings)

@@ -19,6 +19,10 @@ Topic buckets: the paper names its six buckets and reports the realised counts (
 biography 30, arts/media 22, science/nature 15, geography/places 13; :mod:`chunkstudy.paper`), but its keyword
 table is not in its text. The keyword table here (:data:`TOPIC_BUCKETS`) is ours, so a run's bucket counts can
 differ from the paper's; notebook 01 prints them side by side.
+
+The kind's entry points (:mod:`chunkstudy.corpus.build`'s registry): :func:`build` resolves the sources (exports
+in ``corpus.mirror`` or downloaded, the Featured Article list, revision pins, the API) and builds;
+:func:`source_files` lists the local files it reads.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from typing import Callable, Iterable, Iterator
 
 import pandas as pd
 
+from .. import artifacts
+from ..config import Config
 from .model import SECTION_COLUMNS, DocumentBuilder, depth
+from .sources import CorpusInputError, listed_sources, resolve_in_mirror, source_paths
 from .wikitext import categories as page_categories
 from .wikitext import is_maintenance_category, is_redirect, normalise
 
@@ -735,4 +742,100 @@ def build_wikipedia_api(listed: dict[str, str], fetch: Callable[[list[str]], Ite
     out["corpus_funnel"] = pd.concat([head, out["corpus_funnel"]], ignore_index=True)
     out["stats"]["api_fetch"] = {"mode": "lazy" if lazy else "all", "listed": len(order), "fetched": fetched,
                                  "batch_size": batch_size}
+    return out
+
+
+# ------------------------------------------------------------------------------------ the kind's entry points
+
+def source_files(cfg: Config) -> list[tuple[str, Path]]:
+    """``(role, path)`` of every local file :func:`build` reads: the exports of ``corpus.sources``
+    (``corpus.sources``), a Featured Article TSV (``corpus.featured_list``) and revision pins
+    (``corpus.api_revisions``). Pages fetched from the API are pinned by ``api_revisions``, not fingerprinted."""
+    c = cfg["corpus"]
+    out = listed_sources(cfg)
+    if c["featured_list"] and c["featured_list"] != "api":
+        out.append(("corpus.featured_list", resolve_in_mirror(cfg, c["featured_list"])))
+    if c["api_revisions"]:
+        out.append(("corpus.api_revisions", cfg.resolve_param("corpus.api_revisions")))
+    return out
+
+
+def build(cfg: Config, session, warnings: list[str]) -> dict:
+    """Wikipedia from the sources ``cfg`` names (:func:`_build`); a truncated or corrupt export raises
+    :class:`~chunkstudy.corpus.sources.CorpusInputError` naming it, unless ``corpus.allow_partial``."""
+    try:
+        return _build(cfg, session, warnings)
+    except ExportError as e:
+        raise CorpusInputError(f"{e} (corpus.allow_partial: true keeps the pages read before it)") from None
+
+
+def _build(cfg: Config, session, warnings: list[str]) -> dict:
+    """Wikipedia from XML exports and/or the MediaWiki API.
+
+    With no exports, the Featured Article list (``featured_list: api`` or a ``page_id<TAB>title`` TSV) is the
+    candidate list: its pages are fetched in the seeded walk's order, ``api_batch_size`` per request, and with
+    ``api_fetch: lazy`` only until the walk is satisfied (:func:`build_wikipedia_api`). Every page
+    fetched is recorded as ``title<TAB>revid`` in ``api_revisions_out`` (default
+    ``data/<corpus>/cache/mediawiki_api/api_revisions.tsv``) and a list fetched from the API beside it as
+    ``<stem>_featured_list.tsv``, so a later run that names them in ``api_revisions`` and ``featured_list``
+    fetches the same text of the same list.
+    """
+    c = cfg["corpus"]
+    client = None
+    if c["api_titles"] or c["featured_list"] == "api" or (not c["sources"] and c["mirror"] is None):
+        if session is None:
+            import requests
+
+            session = requests.Session()
+        client = ApiClient(session, c["api_endpoint"], artifacts.cache_dir(cfg, "mediawiki_api"),
+                           c["api_rate_limit_s"], user_agent=c["api_user_agent"] or "")
+    featured = listed = None
+    if c["featured_list"] == "api":
+        listed = featured_ids_from_api(client, progress=True)
+    elif c["featured_list"]:
+        listed = featured_ids_from_tsv(resolve_in_mirror(cfg, c["featured_list"]).read_text())
+    if listed is not None:
+        featured = set(listed)
+    sources = source_paths(cfg, session) if c["sources"] else []
+    titles = list(c["api_titles"])
+    pins = {}
+    if c["api_revisions"]:
+        pins = read_revision_pins(cfg.resolve(c["api_revisions"]).read_text())
+    fetched: list[dict] = []
+
+    def fetch(names: list[str], ids: dict | None = None) -> list[dict]:
+        got = fetch_api_pages(names, client, pins, warnings, page_ids=ids, batch_size=c["api_batch_size"])
+        fetched.extend({k: p[k] for k in ("title", "revision", "page_id")} for p in got)
+        return got
+
+    if not titles and not sources and listed is not None and client is not None:
+        # the online path of the paper's spec: the Featured Article list, fetched in walk order
+        out = build_wikipedia_api(
+            listed, lambda names: fetch(names, listed), c, featured, warnings, batch_size=c["api_batch_size"],
+            lazy=c["api_fetch"] == "lazy", progress=True,
+            status=lambda: {"requests": client.n_sent, "cached": client.n_cached})
+    else:
+        def pages():
+            for p in sources:
+                yield from iter_export(p, warnings, allow_partial=c["allow_partial"])
+            if titles:
+                yield from fetch(titles)
+
+        out = build_wikipedia(pages(), c, featured, warnings)
+    out["stats"]["revisions"] = dict(zip(out["documents"].get("title", []), out["documents"].get("revision", [])))
+    if client is not None:
+        out["stats"]["api_requests"] = {"sent": client.n_sent, "cached": client.n_cached}
+        # the record a rerun needs: revision pins of every fetched page, and a Featured list fetched online
+        pins_out = (cfg.resolve(c["api_revisions_out"]) if c["api_revisions_out"]
+                    else artifacts.cache_dir(cfg, "mediawiki_api") / "api_revisions.tsv")
+        record = out["stats"]["api_record"] = {}
+        for key, path, text in (
+                ("api_revisions", pins_out, revision_pins_tsv(fetched) if fetched else None),
+                ("featured_list", pins_out.with_name(f"{pins_out.stem}_featured_list.tsv"),
+                 featured_tsv(listed) if listed and c["featured_list"] == "api" else None)):
+            if text is not None:
+                with artifacts.atomic_path(path) as tmp:
+                    tmp.write_text(text, encoding="utf-8")
+                inside = path.resolve().is_relative_to(cfg.root.resolve())  # stats.json stays portable
+                record[key] = str(path.resolve().relative_to(cfg.root.resolve()) if inside else path)
     return out

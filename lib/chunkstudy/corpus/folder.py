@@ -1,0 +1,276 @@
+"""Bring your own corpus: a folder of documents (Markdown or HTML) plus an optional ``questions.jsonl``.
+
+The two folder kinds (``corpus.kind: markdown`` in :mod:`chunkstudy.corpus.mdtext`, ``corpus.kind: html`` in
+:mod:`chunkstudy.corpus.htmltext`) share everything here; they differ only in the parser that turns one file
+into blocks.
+
+**Files.** ``corpus.mirror`` is the folder. Documents are the files named by ``corpus.sources`` (paths relative to
+the folder) or, when it is empty, every file under the folder (sub-folders included, hidden ones not) with the
+kind's extensions, in sorted path order; ``corpus.max_docs`` keeps the first N. A document's ``doc_id`` is its
+path relative to the folder without the extension (``guide/install.md`` -> ``guide/install``); ``source`` is the
+path. A file with no prose left after parsing is skipped with a warning. Wikipedia's quality filters
+(``min_words``, ...) do not apply: every file is a document.
+
+**Blocks to a document.** A parser yields blocks in document order: ``("heading", level, text)`` for a heading of
+the document's outline (Markdown ``#``..``######`` and setext, HTML ``h1``..``h6``) and ``("para", text)`` for a
+paragraph (:func:`assemble`). The structural policy is the same for both kinds:
+
+* **Title.** Front matter ``title:`` (Markdown) or ``<title>`` (HTML), else the first level-1 heading's text, else
+  the file name. The *title heading*: when the first heading of the document is its only level-1 heading, it
+  names the page (as a Wikipedia page title does) and is not a section; the headings under it start at level 1.
+  Any other heading is a section.
+* **Levels.** A heading is one level deeper than the nearest preceding heading with a smaller source level (1
+  when there is none), capped at ``model.MAX_LEVEL`` (4): levels never jump (``##`` then ``####`` is 1, 2), the
+  shallowest heading level in use becomes level 1, and a heading deeper than 4 becomes a level-4 section, a
+  sibling of the level-4 section above it (the same normalisation as wikitext, :class:`model.DocumentBuilder`).
+* A heading with no text is skipped; a heading followed directly by another owns an empty section.
+
+**Questions** (``questions.jsonl`` in the folder; optional: without it, use ``queries.source: generated``). One
+JSON object per line: ``question`` and ``doc`` (the document's path, with or without extension, or its doc_id)
+and ``evidence`` (a list of verbatim quotes; like QASPER's, each is best a whole paragraph, or a whole list,
+which is one paragraph), optionally ``id`` (default ``q<line number>``), ``qtype`` and ``answer``. Evidence is
+matched by the QASPER matcher (exact -> fuzzy -> section; :class:`~chunkstudy.corpus.qasper.EvidenceMatcher`),
+as the demo's questions are. A line that is not a JSON object of that shape, or repeats an id, is skipped with
+a warning naming the line and counted in ``stats["skipped_records"]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import pandas as pd
+
+from ..config import Config
+from .demo import harvest_questions
+from .model import MAX_LEVEL, SECTION_COLUMNS, DocumentBuilder, depth
+from .qasper import harvest_funnel, harvest_stats
+from .sources import CorpusInputError, mirror_file, mirror_root, read_text
+
+QUESTIONS_FILE = "questions.jsonl"
+
+
+@dataclass
+class ParseReport:
+    """What a parser did to one file: markup dropped (``dropped``: kind -> count), problems worth a warning
+    (``problems``), where the title came from and whether a title heading was taken out of the outline."""
+
+    dropped: Counter = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    title_source: str = ""
+    n_headings: int = 0
+    title_heading: bool = False
+
+
+def assemble(doc_id: str, blocks: Iterable[tuple], meta_title: str | None, fallback_title: str,
+             report: ParseReport, max_level: int = MAX_LEVEL, **doc_fields) -> tuple[dict, pd.DataFrame,
+                                                                                       pd.DataFrame]:
+    """One document from parser blocks (module docstring: title, title heading, levels).
+
+    ``blocks``: ``("heading", level, text)`` / ``("para", text)``; ``meta_title``: front matter ``title:`` or
+    ``<title>`` (None when absent); ``fallback_title``: the file name's title.
+
+    >>> r = ParseReport()
+    >>> doc, paras, secs = assemble("d", [("heading", 1, "Guide"), ("para", "Intro."), ("heading", 2, "Use"),
+    ...                                  ("heading", 4, "Deep"), ("para", "Body.")], None, "guide", r)
+    >>> doc["title"], doc["text"], list(zip(secs["title"], secs["level"]))
+    ('Guide', 'Intro.\\n\\nBody.', [('', 1), ('Use', 1), ('Deep', 2)])
+    """
+    blocks = [b for b in blocks if not (b[0] == "heading" and not b[2].strip())]
+    heads = [b for b in blocks if b[0] == "heading"]
+    h1 = [b for b in heads if b[1] == 1]
+    title_heading = len(h1) == 1 and heads[0] is h1[0]
+    if meta_title:
+        title, report.title_source = meta_title, "metadata"
+    elif h1:
+        title, report.title_source = h1[0][2], "first level-1 heading"
+    else:
+        title, report.title_source = fallback_title, "file name"
+    report.title_heading = title_heading
+    b = DocumentBuilder(doc_id, title, max_level=max_level)
+    for blk in blocks:
+        if blk[0] == "para":
+            b.paragraph(blk[1])
+        elif not (title_heading and blk is h1[0]):
+            b.heading(blk[1], blk[2])
+            report.n_headings += 1
+    doc, paras, secs = b.build(**doc_fields)
+    doc["n_words"] = len(doc["text"].split())
+    return doc, paras, secs
+
+
+def title_from_name(rel: str) -> str:
+    """A readable title from a file name: ``guide/getting-started.md`` -> ``getting started``."""
+    return " ".join(Path(rel).stem.replace("_", " ").replace("-", " ").split())
+
+
+def document_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """``(relative path, path)`` of the folder's documents (module docstring: files), without reading them. A
+    file named in ``corpus.sources`` must lie inside the folder."""
+    folder = mirror_root(cfg, f"its {'/'.join(extensions)} files").resolve()
+    if cfg["corpus"]["sources"]:
+        paths = [mirror_file(folder, s, f"corpus.sources: {s}", kind) for s in cfg["corpus"]["sources"]]
+    else:
+        paths = sorted((p for p in folder.rglob("*") if p.suffix.lower() in extensions and p.is_file()
+                        and not any(part.startswith(".") for part in p.relative_to(folder).parts)),
+                       key=lambda p: p.relative_to(folder).as_posix())
+    out = [(p.relative_to(folder).as_posix(), p) for p in paths]
+    if cfg["corpus"]["max_docs"] is not None:
+        out = out[: cfg["corpus"]["max_docs"]]
+    return out
+
+
+def source_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """``(role, path)`` of every file a folder kind reads: each document (``<kind>:file``) and
+    ``questions.jsonl``."""
+    if cfg["corpus"]["mirror"] is None:
+        return []
+    try:
+        docs = document_files(cfg, kind, extensions)
+    except CorpusInputError:
+        docs = []  # a file named outside the folder: never read; the stage itself stops on it
+    folder = cfg.resolve(cfg["corpus"]["mirror"])
+    return [(f"{kind}:file", p) for _, p in docs] + [(QUESTIONS_FILE, folder / QUESTIONS_FILE)]
+
+
+def doc_id_of(rel: str) -> str:
+    """``guide/install.md`` -> ``guide/install``."""
+    p = Path(rel)
+    return p.with_suffix("").as_posix()
+
+
+def read_questions(path: Path, doc_ids: Iterable[str], warnings: list[str]) -> tuple[list[dict], int]:
+    """The records of ``questions.jsonl`` in the demo's question shape (``query_id``, ``doc_id``, ``qtype``,
+    ``question``, ``answer``, ``evidence``) and how many lines were skipped (each warned, naming the line).
+
+    ``doc`` may be the document's path (``install.md``), its path without extension or its doc_id. A ``doc``
+    that names no document is passed on and dropped by the harvest (``dropped: document not in corpus``)."""
+    ids = set(doc_ids)
+    out, seen, skipped = [], set(), 0
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path.name}: line {n}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            warnings.append(f"{where}: not valid JSON ({e.msg}); skipped")
+            skipped += 1
+            continue
+        problem = _question_problem(rec)
+        qid = str(rec["id"] if rec.get("id") is not None else f"q{n:04d}") if problem is None else ""
+        if problem is None and qid in seen:
+            problem = f"id {qid!r} repeats an earlier line's"
+        if problem:
+            warnings.append(f"{where}: {problem}; skipped")
+            skipped += 1
+            continue
+        seen.add(qid)
+        doc = rec["doc"].strip()
+        doc_id = doc if doc in ids else doc_id_of(doc)
+        out.append({"query_id": qid, "doc_id": doc_id, "qtype": rec.get("qtype"), "question": rec["question"],
+                    "answer": rec.get("answer") or "", "evidence": list(rec["evidence"])})
+    return out, skipped
+
+
+def _question_problem(rec) -> str | None:
+    if not isinstance(rec, dict):
+        return f"a {type(rec).__name__}, not an object"
+    for key in ("question", "doc"):
+        if not isinstance(rec.get(key), str) or not rec[key].strip():
+            return f"{key} is missing or not a string ({rec.get(key)!r})"
+    ev = rec.get("evidence")
+    if not (isinstance(ev, list) and ev and all(isinstance(e, str) for e in ev)):
+        return f"evidence is {repr(ev)[:60]}, not a non-empty list of quotes"
+    for key in ("id", "qtype", "answer"):
+        if rec.get(key) is not None and not isinstance(rec[key], (str, int) if key == "id" else str):
+            return f"{key} is a {type(rec[key]).__name__}"
+    return None
+
+
+Parser = Callable[[str, str, str], tuple[dict, pd.DataFrame, pd.DataFrame, ParseReport]]
+
+
+def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ...], parse: Parser,
+          drop_labels: dict[str, str]) -> dict:
+    """The tables of a folder corpus: every document parsed by ``parse(text, doc_id, source)``, questions from
+    ``questions.jsonl`` harvested with exact spans. ``drop_labels`` names the parser's drop counters in the funnel
+    (``code_block`` -> ``code blocks``) in the order they are shown. A missing or undecodable file stops the build
+    unless ``corpus.allow_partial``."""
+    c = cfg["corpus"]
+    folder = mirror_root(cfg, f"its {'/'.join(extensions)} files")
+    files = document_files(cfg, kind, extensions)
+    docs, paras_l, secs_l = [], [], []
+    dropped: Counter = Counter()
+    titles: Counter = Counter()
+    n_empty = n_title_heading = 0
+    built: set[str] = set()
+    for rel, path in files:
+        doc_id = doc_id_of(rel)
+        try:
+            if not path.is_file():
+                raise CorpusInputError(f"{path}: not found (corpus.sources)")
+            text = read_text(path)
+        except CorpusInputError as e:
+            if not c["allow_partial"]:
+                raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
+            warnings.append(f"{e}; skipped (corpus.allow_partial)")
+            continue
+        if doc_id in built:
+            warnings.append(f"{rel}: doc_id {doc_id!r} repeats another file's (same path, other extension); "
+                            "kept the first")
+            continue
+        doc, paras, secs, report = parse(text, doc_id, rel)
+        dropped.update(report.dropped)
+        warnings.extend(f"{rel}: {p}" for p in report.problems)
+        if not len(paras):
+            n_empty += 1
+            warnings.append(f"{rel}: no prose left after parsing; skipped")
+            continue
+        built.add(doc_id)
+        titles[report.title_source] += 1
+        n_title_heading += int(report.title_heading)
+        docs.append(doc)
+        paras_l.append(paras)
+        secs_l.append(secs)
+    documents = pd.DataFrame(docs) if docs else pd.DataFrame(columns=["doc_id", "title", "text", "source",
+                                                                       "n_words"])
+    paragraphs = pd.concat(paras_l, ignore_index=True) if paras_l else pd.DataFrame(
+        columns=["doc_id", "para_idx", "start", "end"])
+    sections = pd.concat(secs_l, ignore_index=True) if secs_l else pd.DataFrame(columns=SECTION_COLUMNS)
+    depths = Counter(depth(s) for s in secs_l)
+    stats = {"files_read": len(files), "documents_built": len(docs), "empty_documents": n_empty,
+             "markup_dropped": {k: int(dropped[k]) for k in drop_labels},
+             "title_from": dict(titles), "title_headings": n_title_heading,
+             "mean_sections_per_doc": float(sections.groupby("doc_id").size().mean()) if len(docs) else 0.0,
+             "mean_words_per_doc": float(documents["n_words"].mean()) if len(docs) else 0.0,
+             "depth_distribution": {str(k): v for k, v in sorted(depths.items())}}
+    funnel = pd.DataFrame(
+        [{"step": "files read", "count": len(files)}, {"step": "skipped: no prose", "count": n_empty},
+         {"step": "documents built", "count": len(docs)}]
+        + [{"step": f"dropped: {label}", "count": int(dropped[k])} for k, label in drop_labels.items()])
+
+    qpath = folder / QUESTIONS_FILE
+    questions, skipped = read_questions(qpath, documents.get("doc_id", []), warnings) if qpath.is_file() else ([], 0)
+    harvested, counts = harvest_questions(questions, documents, paragraphs, sections, c["fuzzy_threshold"],
+                                          warnings, where=QUESTIONS_FILE)
+    counts["questions read"] += skipped
+    qstats = harvest_stats(harvested, sections, counts)
+    qstats["papers_read"] = len(documents)
+    qstats["dropped_document_not_in_corpus"] = int(counts["dropped: document not in corpus"])
+    qstats["skipped_bad_records"] = skipped
+    qstats["file"] = QUESTIONS_FILE if qpath.is_file() else None
+    stats["questions"] = qstats
+    stats["skipped_records"] = {"questions": skipped}
+    qfunnel = harvest_funnel(qstats)
+    qfunnel["step"] = "questions: " + qfunnel["step"].str.replace("papers", "documents")
+    if len(documents):
+        documents["revision"] = None
+        documents["topic_bucket"] = None
+        documents["split"] = None
+    return {"documents": documents, "paragraphs": paragraphs, "sections_gold": sections, "harvested": harvested,
+            "corpus_funnel": pd.concat([funnel.assign(value=float("nan")), qfunnel], ignore_index=True),
+            "stats": stats}

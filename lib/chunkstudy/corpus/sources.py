@@ -1,0 +1,100 @@
+"""Where stage 01's input files are: the helpers every corpus kind uses to find and read its inputs.
+
+A corpus kind (:mod:`chunkstudy.corpus.build`'s registry) reads its own inputs with these: the files named by
+``corpus.sources`` in ``corpus.mirror`` (or downloaded from ``corpus.fetch_urls`` when there is no mirror:
+:func:`source_paths`), files that must lie inside the mirror (:func:`mirror_file`), mirror-anchored parameters
+(:func:`resolve_in_mirror`), and text files read as UTF-8 with an error naming the file (:func:`read_text`).
+Every failure to read an input is a :class:`CorpusInputError` whose message names the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .. import artifacts
+from ..config import Config
+from . import fetch
+
+
+class CorpusInputError(ValueError):
+    """An input of stage 01 is unreadable, damaged or yields nothing (the message names the file)."""
+
+
+def downloads(cfg: Config) -> Path:
+    """The folder ``corpus.fetch_urls`` are downloaded into (not created here)."""
+    return artifacts.cache_dir(cfg, "downloads", create=False)
+
+
+def mirror_root(cfg: Config, what: str) -> Path:
+    """``corpus.mirror`` resolved; a kind that reads ``what`` from the mirror cannot run without one."""
+    mirror = cfg["corpus"]["mirror"]
+    if mirror is None:
+        raise CorpusInputError(f"{cfg.path}: corpus.kind {cfg['corpus']['kind']} reads {what} from corpus.mirror, "
+                               "which is null")
+    return cfg.resolve(mirror)
+
+
+def source_paths(cfg: Config, session=None) -> list[Path]:
+    """Local paths of ``corpus.sources`` (from the mirror, or downloaded when no mirror is set; with no sources
+    named, every downloaded file). A named source that is not there raises, naming it."""
+    c = cfg["corpus"]
+    if c["mirror"] is not None:
+        root = cfg.resolve(c["mirror"])
+        paths = cfg.resolve_param("corpus.sources")
+        missing = [str(p) for p in paths if not p.exists()]
+        if missing:
+            raise FileNotFoundError(f"{cfg.path.name}: corpus.sources not found in mirror {root}: {missing}")
+        return paths
+    if not c["fetch_urls"]:
+        return []
+    got = fetch.download(c["fetch_urls"], artifacts.cache_dir(cfg, "downloads"), session=session)
+    if not c["sources"]:
+        return got
+    by_name = {p.name: p for p in got}
+    missing = [s for s in c["sources"] if s not in by_name]
+    if missing:
+        raise FileNotFoundError(f"{cfg.path.name}: corpus.sources {missing} are not among the files of "
+                                f"corpus.fetch_urls {sorted(by_name)}")
+    return [by_name[s] for s in c["sources"]]
+
+
+def listed_sources(cfg: Config) -> list[tuple[str, Path]]:
+    """``("corpus.sources", path)`` of each file :func:`source_paths` would read, resolved without reading or
+    downloading anything (with no mirror, the downloaded files of ``corpus.fetch_urls``, which may not be there
+    yet)."""
+    c = cfg["corpus"]
+    if c["sources"]:
+        return [("corpus.sources", p) for p in cfg.resolve_param("corpus.sources", downloads(cfg))]
+    if c["mirror"] is None:
+        return [("corpus.sources", downloads(cfg) / Path(urlparse(u).path).name) for u in c["fetch_urls"]]
+    return []
+
+
+def resolve_in_mirror(cfg: Config, name: str) -> Path:
+    """A mirror-anchored file (e.g. ``corpus.featured_list``): relative to ``corpus.mirror``, or to the downloads
+    folder when there is no mirror (config.ANCHORS)."""
+    p = Path(name).expanduser()
+    if p.is_absolute():
+        return p
+    mirror = cfg["corpus"]["mirror"]
+    return ((cfg.resolve(mirror) if mirror is not None else downloads(cfg)) / p).resolve()
+
+
+def mirror_file(mirror: Path, name: str, where: str, kind: str = "demo") -> Path:
+    """A file named by an input (``file:`` of the demo's ``documents.yaml``, a document of a folder corpus): it
+    must lie inside the mirror (``file: ../x`` would read any file on the machine)."""
+    try:
+        return artifacts.inside(mirror / name, mirror, where)
+    except artifacts.PathError as e:
+        raise CorpusInputError(f"{e}; {kind}-format files must lie inside corpus.mirror") from None
+
+
+def read_text(path: Path) -> str:
+    """A text input read as UTF-8; an undecodable or unreadable file raises :class:`CorpusInputError` naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise CorpusInputError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise CorpusInputError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
