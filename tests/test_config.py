@@ -276,3 +276,31 @@ def test_duplicate_yaml_keys_are_an_error(tmp_path):
     p.write_text("stats: {n_boot: 100}\nmetrics: {cutoff: 10}\nstats: {alpha: 0.1}\n")
     with pytest.raises(config.ConfigError, match="duplicate key 'stats'"):
         config.load(p, root=tmp_path)
+
+
+# --------------------------------------------------------------------------------- typed records (issue 15 §4)
+
+def test_every_section_record_round_trips_a_loaded_file_and_is_frozen():
+    import dataclasses
+    cfg = config.load(ROOT / "params" / "demo.yaml")
+    for section in config.SCHEMA:
+        rec = cfg.params(section)
+        assert config.as_dict(rec) == cfg.data[section], section
+        first = dataclasses.fields(rec)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(rec, first, None)
+
+
+def test_a_record_takes_its_defaults_from_the_schema_alone_and_checks_values_like_a_file():
+    rec = config.record("llm", {"seed": 7})
+    assert rec.seed == 7 and rec.max_tokens == config.SCHEMA["llm"]["max_tokens"].default
+    assert config.record("llm", rec) is rec
+    assert config.record("queries.targets", {"factoid": 3}).structural == 250
+    spec = config.record("embed.embedders.*", {"model": "m"})
+    assert spec.batch_size == config.SCHEMA["embed"]["embedders"]["*"]["batch_size"].default
+    with pytest.raises(config.ConfigError, match=r"metrics\.cutoff: 0 is outside"):
+        config.record("metrics", {"cutoff": 0})
+    with pytest.raises(config.ConfigError, match=r"unknown key 'llm\.sede'"):
+        config.record("llm", {"sede": 1})
+    with pytest.raises(config.ConfigError, match=r"not one of"):
+        config.record("metrics", {"budget_partial": "halve"})

@@ -19,7 +19,8 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields as dataclass_fields, is_dataclass, make_dataclass
+from types import MappingProxyType
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -493,6 +494,14 @@ class Config:
     def section(self, name: str) -> dict:
         return self.data[name]
 
+    def params(self, name: str, base: type = object) -> Any:
+        """A section (or nested group such as ``"queries.targets"``) as a frozen typed record
+        (:func:`record`): ``cfg.params("llm").seed``. Library functions take these, never raw dicts."""
+        value: Any = self.data
+        for part in name.split("."):
+            value = value[part]
+        return record(name, value, base=base, where=self.path)
+
     @property
     def corpus(self) -> str:
         return self.data["corpus"]["name"]
@@ -540,6 +549,76 @@ class Config:
     def values(self, keys: tuple[str, ...]) -> dict[str, Any]:
         """``{key: value}`` of sections (``"stats"``) and dotted keys (``"corpus.kind"``)."""
         return {k: _get(self.data, k) for k in keys}
+
+
+# ------------------------------------------------------------------------------------------ typed section records
+
+#: The spec of a section or nested group by dotted name (``"llm"``, ``"queries.targets"``, ``"embed.embedders.*"``).
+def _spec_at(dotted: str) -> dict:
+    spec: Any = SCHEMA
+    for part in dotted.split("."):
+        spec = spec[part]
+    if not isinstance(spec, dict):
+        raise KeyError(f"{dotted} is a parameter, not a section")
+    return spec
+
+
+_RECORD_TYPES: dict[tuple[str, type], type] = {}
+
+
+def record_type(dotted: str, base: type = object) -> type:
+    """The frozen dataclass generated from :data:`SCHEMA` for a section (``record_type("llm")``) or a nested group
+    (``"queries.targets"``, ``"embed.embedders.*"``, ``"retrieve.rerankers.*"``): one field per key, no defaults of
+    its own (:func:`record` fills them from the schema). ``base`` adds methods (``metrics.MetricParams``)."""
+    key = (dotted, base)
+    if key not in _RECORD_TYPES:
+        fields = [(k, Any) for k in _spec_at(dotted)]
+        name = "".join(w.capitalize() for w in re.split(r"[._*]+", dotted) if w) + "Params"
+        cls = make_dataclass(name, fields, bases=(base,) if base is not object else (), frozen=True)
+        cls.__doc__ = f"The validated ``{dotted}`` parameters (generated from config.SCHEMA)."
+        cls.__module__ = __name__
+        _RECORD_TYPES[key] = cls
+    return _RECORD_TYPES[key]
+
+
+def _freeze(spec: Any, value: Any, dotted: str, base: type = object) -> Any:
+    if isinstance(spec, P):
+        return tuple(value) if isinstance(value, list) else value
+    if "*" in spec:
+        return MappingProxyType({k: _freeze(spec["*"], v, f"{dotted}.*") for k, v in value.items()})
+    cls = record_type(dotted, base)
+    return cls(**{k: _freeze(sub, value[k], f"{dotted}.{k}") for k, sub in spec.items()})
+
+
+def record(dotted: str, values: Mapping[str, Any] | Any = None, *, base: type = object, where: str | Path = "") -> Any:
+    """A section's values as a frozen, typed record (:func:`record_type`): keys not given take the schema's
+    default, and every value is checked as a parameter file's would be (types, choices, ranges), so a record
+    holds only valid values. A record of the same type passes through unchanged. Lists become tuples; a ``"*"``
+    group (embedders, rerankers) becomes a read-only mapping of records."""
+    cls = record_type(dotted, base)
+    if isinstance(values, cls):
+        return values
+    if is_dataclass(values) and not isinstance(values, type):
+        values = {f.name: getattr(values, f.name) for f in dataclass_fields(values)}
+    spec = _spec_at(dotted)
+    data = _validate(spec, _thaw(values or {}), dotted, Path(str(where or "<parameters>")))
+    return _freeze(spec, data, dotted, base)
+
+
+def _thaw(value: Any) -> Any:
+    """Records, read-only mappings and tuples back to the plain dicts and lists the validator reads."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _thaw(getattr(value, f.name)) for f in dataclass_fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def as_dict(rec: Any) -> dict:
+    """A record as plain dicts and lists (for JSON, manifests and reports)."""
+    return _thaw(rec)
 
 
 def path_params() -> list[tuple[str, str]]:

@@ -92,16 +92,8 @@ class MetricsInputError(ValueError):
 # Parameters and names
 # --------------------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class MetricParams:
-    """The validated ``metrics`` parameter section."""
-
-    cutoff: int
-    recall_k: int
-    budgets: tuple[int, ...]
-    span_frac: float
-    chunk_frac: float
-    budget_partial: str
+class _MetricNames:
+    """Methods of the ``metrics`` record (:data:`MetricParams`): its metric names."""
 
     @property
     def names(self) -> list[str]:
@@ -124,32 +116,15 @@ class MetricParams:
         return out
 
 
+#: The validated ``metrics`` section: the record :func:`chunkstudy.config.record` generates from the schema, with
+#: the metric-name methods above.
+MetricParams = config.record_type("metrics", base=_MetricNames)
+
+
 def params_from(metrics_params: Mapping[str, Any] | MetricParams) -> MetricParams:
-    """Validate a ``metrics`` section (missing keys take the defaults of :data:`chunkstudy.config.SCHEMA`)."""
-    if isinstance(metrics_params, MetricParams):
-        return metrics_params
-    schema = config.SCHEMA["metrics"]
-    unknown = sorted(set(metrics_params) - set(schema))
-    if unknown:
-        raise config.ConfigError(f"metrics: unknown key {unknown[0]!r}; valid keys: {sorted(schema)}")
-    merged = {k: metrics_params.get(k, spec.default) for k, spec in schema.items()}
-    for k in ("cutoff", "recall_k"):
-        if not isinstance(merged[k], (int, np.integer)) or merged[k] < 1:
-            raise config.ConfigError(f"metrics.{k}: expected a positive integer, got {merged[k]!r}")
-    budgets = list(merged["budgets"])
-    if not budgets or any(not isinstance(b, (int, np.integer)) or b < 1 for b in budgets):
-        raise config.ConfigError(f"metrics.budgets: expected positive integers (tokens), got {budgets!r}")
-    if len(set(budgets)) != len(budgets):
-        raise config.ConfigError(f"metrics.budgets: repeated budget in {budgets!r}")
-    for k in ("span_frac", "chunk_frac"):
-        if not 0.0 < float(merged[k]) <= 1.0:
-            raise config.ConfigError(f"metrics.{k}: expected a fraction in (0, 1], got {merged[k]!r}")
-    choices = schema["budget_partial"].choices
-    if merged["budget_partial"] not in choices:
-        raise config.ConfigError(
-            f"metrics.budget_partial: {merged['budget_partial']!r} is not one of {list(choices)}")
-    return MetricParams(int(merged["cutoff"]), int(merged["recall_k"]), tuple(int(b) for b in budgets),
-                        float(merged["span_frac"]), float(merged["chunk_frac"]), merged["budget_partial"])
+    """The ``metrics`` record; missing keys take the defaults of :data:`chunkstudy.config.SCHEMA`, and every value
+    is checked by the schema's types and ranges (ConfigError naming the key)."""
+    return config.record("metrics", metrics_params, base=_MetricNames)
 
 
 def metric_names(metrics_params: Mapping[str, Any] | MetricParams) -> list[str]:
