@@ -20,8 +20,9 @@ import requests
 from chunkstudy import contexts, llm, runner
 
 HERE = Path(__file__).resolve().parent
-PARAMS = {"backend": "scripted", "model": "m", "max_tokens": 64, "seed": 7, "max_retries": 2,
-          "retry_backoff_s": 0.01, "concurrency": 4, "timeout_s": 5.0}
+PARAMS = {"backend": "scripted", "model": "m", "max_reply_tokens": 64, "seed": 7, "max_retries": 2,
+          "retry_backoff_s": 0.01, "concurrency": 4, "timeout_s": 5.0,
+          "max_error_share": 1.0}  # these tests look at single failures; the error-share stop has its own tests
 
 
 def req(text: str, **kw) -> llm.Request:

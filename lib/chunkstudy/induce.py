@@ -26,7 +26,7 @@ Two inducers, one output contract (the section table of :mod:`chunkstudy.corpus.
 Policies (stated, and recorded in the log):
 
 * **Whole documents.** A document is induced in ONE call whenever its numbered prompt plus the reply fit the
-  model's context: ``llm.context_tokens`` minus ``llm.max_tokens`` (the reply's allowance: about 60 sections of
+  model's context: ``llm.context_tokens`` minus ``llm.max_reply_tokens`` (the reply's allowance: about 60 sections of
   JSON at 2,048) minus a 512-token allowance for the instructions, tokens estimated as characters / 4 (the
   served model's tokenizer is not available to the client). The paper's model sees "the document's paragraphs";
   with its 131k-token context every Wikipedia-FA article and QASPER paper fits.
@@ -486,7 +486,7 @@ def _llm(docs: list[_Doc], p: Mapping, lex: _Lexicon, client) -> tuple[list, lis
     budget_tokens = client.context_tokens - client.max_tokens - PROMPT_ALLOWANCE_TOKENS
     if budget_tokens <= 0:
         raise InductionError(f"llm.context_tokens {client.context_tokens} leaves no room for a document after "
-                             f"llm.max_tokens {client.max_tokens} and {PROMPT_ALLOWANCE_TOKENS} prompt tokens")
+                             f"llm.max_reply_tokens {client.max_tokens} and {PROMPT_ALLOWANCE_TOKENS} prompt tokens")
     max_chars = budget_tokens * CHARS_PER_TOKEN
     # one state per (document, window)
     states = []

@@ -273,7 +273,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     ``cfg.data``; ``partner`` = :func:`partner_contrasts`. Missing inputs become notes, never errors."""
     b = Bundle(corpus=corpus, warnings=model_warnings(params), models=models_used(params))
     st = params["stats"]
-    emb, rr = st["primary_embedder"], st["primary_reranker"]
+    emb, rr = params["embed"]["strong"], st["primary_reranker"]
     kind = params["corpus"]["kind"]
     got = {k: v for k, v in inputs.items() if isinstance(v, pd.DataFrame)}
     b.notes += [f"input {m} is missing (its stage has not run or does not write it)" for m in inputs.get("missing", [])]
@@ -381,7 +381,7 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
     st = params["stats"]
     out += ["## Confirmatory", "",
             f"Only the four pre-registered contrasts on the primary cell — {st['primary_metric']} × embedder "
-            f"'{st['primary_embedder']}' × reranker '{st['primary_reranker']}' — are confirmatory, with Holm "
+            f"'{params['embed']['strong']}' × reranker '{st['primary_reranker']}' — are confirmatory, with Holm "
             "across the four. The MixedLM beside them is the pre-registered secondary check (misspecified by "
             "design). Everything in the next sections is **exploratory**.", ""]
     table("table1")
