@@ -44,7 +44,7 @@ def literal_power(deltas, docs, shifts, n, *, n_sims, n_boot, alpha, seed):
         clusters = np.repeat(np.arange(n), [by_doc[d].size for d in draw])
         ps, est = [], []
         for j in range(deltas.shape[1]):
-            boot = stats.cluster_bootstrap(shifted[rows, j], clusters, n_boot, seed=seed + 1 + s)
+            boot = stats.cluster_bootstrap(shifted[rows, j], clusters, n_boot, seed=seed + 1 + s, alpha=0.05)
             ps.append(boot.p)
             est.append(boot.estimate)
         hits += (stats.holm(ps) < alpha) & (np.sign(est) == signs)

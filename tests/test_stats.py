@@ -83,7 +83,7 @@ def test_dz_worked_example_and_undefined_cases():
 def test_cluster_bootstrap_worked_example():
     # doc a holds deltas 1, 2 (sum 3, count 2); doc b holds 3 (sum 3, count 1). Drawing two documents:
     # (a,a) → 6/4 = 1.5, (b,b) → 6/2 = 3, (a,b)/(b,a) → 6/3 = 2, with probabilities 1/4, 1/4, 1/2.
-    boot = stats.cluster_bootstrap([1.0, 2.0, 3.0], ["a", "a", "b"], n_boot=8000, seed=1)
+    boot = stats.cluster_bootstrap([1.0, 2.0, 3.0], ["a", "a", "b"], n_boot=8000, seed=1, alpha=0.05)
     assert boot.estimate == 2.0 and boot.n == 3 and boot.n_clusters == 2
     values, counts = np.unique(boot.replicates, return_counts=True)
     np.testing.assert_allclose(values, [1.5, 2.0, 3.0])
@@ -96,7 +96,7 @@ def test_one_query_per_document_is_the_ordinary_paired_bootstrap():
     rng = np.random.default_rng(3)
     deltas = rng.normal(0.02, 0.1, 300)
     docs = [f"d{i:03d}" for i in range(300)]  # sorted labels: same order as the deltas
-    boot = stats.cluster_bootstrap(deltas, docs, n_boot=3000, seed=11)
+    boot = stats.cluster_bootstrap(deltas, docs, n_boot=3000, seed=11, alpha=0.05)
     # the ordinary paired bootstrap, written out: resample queries with replacement, same generator and draws
     draws = np.random.default_rng(11).integers(0, 300, size=(3000, 300))
     ordinary = deltas[draws].mean(axis=1)
@@ -116,19 +116,19 @@ def test_clustering_widens_the_interval():
     rng = np.random.default_rng(0)
     docs = np.repeat(np.arange(60), 5)
     deltas = rng.normal(0, 0.1, 60)[docs] + rng.normal(0, 0.02, 300)
-    clustered = stats.cluster_bootstrap(deltas, docs, 4000, seed=1)
-    ordinary = stats.cluster_bootstrap(deltas, np.arange(300), 4000, seed=1)
+    clustered = stats.cluster_bootstrap(deltas, docs, 4000, seed=1, alpha=0.05)
+    ordinary = stats.cluster_bootstrap(deltas, np.arange(300), 4000, seed=1, alpha=0.05)
     ratio = (clustered.ci_high - clustered.ci_low) / (ordinary.ci_high - ordinary.ci_low)
     assert 1.8 < ratio < 2.7
 
 
 def test_cluster_bootstrap_rejects_bad_input():
     with pytest.raises(ValueError, match="n_boot"):
-        stats.cluster_bootstrap([1.0], ["a"], 0, 1)
+        stats.cluster_bootstrap([1.0], ["a"], 0, 1, alpha=0.05)
     with pytest.raises(ValueError, match="no observations"):
-        stats.cluster_bootstrap([], [], 10, 1)
+        stats.cluster_bootstrap([], [], 10, 1, alpha=0.05)
     with pytest.raises(ValueError, match="NaN"):
-        stats.cluster_bootstrap([1.0, np.nan], ["a", "b"], 10, 1)
+        stats.cluster_bootstrap([1.0, np.nan], ["a", "b"], 10, 1, alpha=0.05)
 
 
 def test_cluster_se_with_one_query_per_document_is_the_ordinary_se():

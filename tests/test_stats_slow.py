@@ -22,9 +22,9 @@ def test_clustered_ci_covers_the_truth_about_95_percent():
         sizes = rng.integers(1, 7, 80)
         docs = np.repeat(np.arange(80), sizes)
         deltas = truth + rng.normal(0, 0.05, 80)[docs] + rng.normal(0, 0.05, docs.size)
-        boot = stats.cluster_bootstrap(deltas, docs, 2000, seed=sim)
+        boot = stats.cluster_bootstrap(deltas, docs, 2000, seed=sim, alpha=0.05)
         covered += boot.ci_low <= truth <= boot.ci_high
-        naive = stats.cluster_bootstrap(deltas, np.arange(docs.size), 2000, seed=sim)
+        naive = stats.cluster_bootstrap(deltas, np.arange(docs.size), 2000, seed=sim, alpha=0.05)
         covered_naive += naive.ci_low <= truth <= naive.ci_high
     assert 0.90 <= covered / 200 <= 0.985, covered
     assert covered_naive / 200 < 0.85, covered_naive

@@ -308,8 +308,8 @@ class OpenAIBackend(Backend):
 
     name = "openai"
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 300.0,
-                 concurrency: int = 8, structured_output: str = "json_schema"):
+    def __init__(self, base_url: str, model: str, api_key_env: str, timeout_s: float, concurrency: int,
+                 structured_output: str):
         if not base_url:
             raise ValueError("llm.base_url is required for llm.backend 'openai' (e.g. http://localhost:8000/v1)")
         if not model:
@@ -497,7 +497,7 @@ class TransformersBackend(Backend):
 
     name = "transformers"
 
-    def __init__(self, model: str, gguf_file: str | None = None, device: str = "cpu", cpu_threads: int = 0):
+    def __init__(self, model: str, gguf_file: str | None, device: str, cpu_threads: int):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from . import models

@@ -182,7 +182,7 @@ def _sign(x: float) -> str:
     return "?" if pd.isna(x) else "+" if x > 0 else "\u2212" if x < 0 else "0"
 
 
-def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float = 0.05) -> pd.DataFrame:
+def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -> pd.DataFrame:
     """The four pre-registered contrasts side by side across corpora (paper §6: "Three contrasts replicate across
     both corpora with the same sign and Holm significance. One is corpus-dependent.").
 
@@ -223,7 +223,7 @@ def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: fl
     return pd.DataFrame(rows)
 
 
-def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float = 0.05) -> tables.Table:
+def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -> tables.Table:
     """:func:`replication_table` rendered: per corpus ``Δ (Holm p)`` with a star when Holm-significant."""
     data = replication_table(contrasts_by_corpus, alpha)
     display = pd.DataFrame({"Contrast": data["contrast"],
@@ -311,7 +311,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     if summary is not None:
         _try(b, "funnel_size_matching", tables.size_matching, summary, kind)
     if "placebo_buckets" in got:
-        _try(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params["chunking"].get("placebo_method", ""))
+        _try(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params["chunking"]["placebo_method"])
     if "drilldown" in got:
         try:
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)

@@ -108,7 +108,7 @@ def cohens_dz(deltas: Sequence[float] | np.ndarray) -> float:
     return float(np.mean(d)) / sd
 
 
-def percentile_ci(replicates: np.ndarray, alpha: float = 0.05) -> tuple[float, float]:
+def percentile_ci(replicates: np.ndarray, alpha: float) -> tuple[float, float]:
     """The ``(1−alpha)`` percentile interval: the ``100·alpha/2`` and ``100·(1−alpha/2)`` percentiles of the
     bootstrap replicates (numpy's default linear interpolation). alpha = 0.05 gives the 2.5th/97.5th percentiles."""
     if not 0 < alpha < 1:
@@ -155,7 +155,7 @@ def cluster_sums(values: Sequence[float] | np.ndarray, clusters: Sequence) -> tu
 
 
 def cluster_bootstrap(deltas: Sequence[float] | np.ndarray, clusters: Sequence, n_boot: int, seed: int,
-                      *, alpha: float = 0.05) -> Bootstrap:
+                      *, alpha: float) -> Bootstrap:
     """Document-clustered bootstrap of the mean of ``deltas`` (paper, statistics appendix, "cluster bootstrap";
     Cameron, Gelbach & Miller 2008).
 
@@ -375,7 +375,7 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: A
 MIXEDLM_COLUMNS = stages.columns("mixedlm")
 
 
-def fit_mixedlm(values: np.ndarray, treated: np.ndarray, groups: np.ndarray, *, alpha: float = 0.05) -> dict:
+def fit_mixedlm(values: np.ndarray, treated: np.ndarray, groups: np.ndarray, *, alpha: float) -> dict:
     """Fit ``value ~ treated`` with a random intercept per group (statsmodels ``MixedLM``, REML).
 
     ``treated`` is 1 for condition A and 0 for condition B, so the fixed-effect coefficient is the A − B
