@@ -117,8 +117,10 @@ def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs
             matchers[doc_id] = EvidenceMatcher(texts[doc_id], by_p[doc_id], by_s[doc_id], threshold)
         found: dict[tuple[int, int], str] = {}
         n_ev = n_miss = 0
+        strings = set()  # distinct evidence strings as annotated (the paper's spans-per-question count)
         for ev in q.get("evidence") or []:
             n_ev += 1
+            strings.add(_norm(str(ev)))
             m = matchers[doc_id].match(str(ev))
             counts[f"evidence: {m[0] if m else 'unmatched'}"] += 1
             if m is None:
@@ -134,7 +136,8 @@ def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs
         rows.append({"query_id": qid, "doc_id": doc_id, "qtype": q.get("qtype"), "text": _norm(q.get("question")),
                      "spans": [list(s) for s in spans], "match_rules": [found[s] for s in spans],
                      "n_spans": len(spans), "answer": _norm(str(q.get("answer") or "")), "split": None,
-                     "n_annotations": 1, "n_evidence": n_ev, "n_float_evidence": 0, "n_unmatched": n_miss})
+                     "n_annotations": 1, "n_evidence": n_ev, "n_float_evidence": 0, "n_unmatched": n_miss,
+                     "n_strings": len(strings)})
         counts["usable"] += 1
     return pd.DataFrame(rows, columns=HARVESTED_COLUMNS), counts
 
