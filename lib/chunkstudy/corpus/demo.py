@@ -27,14 +27,22 @@ from .sources import CorpusInputError, mirror_file, mirror_root, read_text
 from .wikipedia import build_wikipedia
 
 
+def _strings_problem(entry, keys: tuple[str, ...]) -> str | None:
+    """Why ``entry`` is not a mapping holding a non-empty string under each of ``keys``, or None."""
+    if not isinstance(entry, dict):
+        return f"entry is a {type(entry).__name__}, not a mapping"
+    for key in keys:
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            return f"{key} is missing or not a string ({entry.get(key)!r})"
+    return None
+
+
 def document_shape_problem(entry) -> str | None:
     """What is wrong with one ``documents.yaml`` entry, or None: a mapping with string ``doc_id``, ``title``,
     ``file`` and an optional list of string ``categories``."""
-    if not isinstance(entry, dict):
-        return f"entry is a {type(entry).__name__}, not a mapping"
-    for key in ("doc_id", "title", "file"):
-        if not isinstance(entry.get(key), str) or not entry[key].strip():
-            return f"{key} is missing or not a string ({entry.get(key)!r})"
+    problem = _strings_problem(entry, ("doc_id", "title", "file"))
+    if problem:
+        return problem
     cats = entry.get("categories")
     if cats is not None and not (isinstance(cats, list) and all(isinstance(c, str) for c in cats)):
         return "categories is not a list of strings"
@@ -58,11 +66,9 @@ def valid_documents(entries: list, warnings: list[str]) -> tuple[list[dict], int
 def question_shape_problem(q) -> str | None:
     """What is wrong with one ``questions.yaml`` entry, or None: string ``query_id``, ``doc_id``, ``question``,
     and ``evidence`` a list of strings (a scalar would be read character by character)."""
-    if not isinstance(q, dict):
-        return f"entry is a {type(q).__name__}, not a mapping"
-    for key in ("query_id", "doc_id", "question"):
-        if not isinstance(q.get(key), str) or not q[key].strip():
-            return f"{key} is missing or not a string ({q.get(key)!r})"
+    problem = _strings_problem(q, ("query_id", "doc_id", "question"))
+    if problem:
+        return problem
     ev = q.get("evidence")
     if ev is not None and not (isinstance(ev, list) and all(isinstance(e, str) for e in ev)):
         return f"evidence is a {type(ev).__name__}, not a list of paragraph strings"
