@@ -143,11 +143,11 @@ def overlap(a_start, a_end, b_start, b_end) -> np.ndarray:
     return np.maximum(np.minimum(a_end, b_end) - np.maximum(a_start, b_start), 0)
 
 
-def relevant(chunk_start, chunk_end, span_start, span_end, span_frac: float = 0.5,
-             chunk_frac: float = 0.8) -> np.ndarray:
+def relevant(chunk_start, chunk_end, span_start, span_end, span_frac: float, chunk_frac: float) -> np.ndarray:
     """The relevance rule, elementwise: chunk ``[chunk_start, chunk_end)`` is relevant to gold span
     ``[span_start, span_end)`` iff they overlap and ``|c ∩ g| >= span_frac·|g|`` or ``|c ∩ g| >= chunk_frac·|c|``
-    (content offsets of the same document; DESIGN.md "Metrics")."""
+    (content offsets of the same document; DESIGN.md "Metrics"). ``span_frac`` and ``chunk_frac`` are
+    ``metrics.span_frac`` and ``metrics.chunk_frac``."""
     ov = overlap(chunk_start, chunk_end, span_start, span_end)
     return _rule(ov, np.asarray(span_end) - np.asarray(span_start), np.asarray(chunk_end) - np.asarray(chunk_start),
                  span_frac, chunk_frac)
@@ -888,8 +888,8 @@ def cell_means(scores: pd.DataFrame) -> pd.DataFrame:
     return wide[metrics]
 
 
-def walk_example(scores: pd.DataFrame, queries: pd.DataFrame, embedder: str, reranker: str = "none",
-                 condition: str = "A3") -> dict[str, str]:
+def walk_example(scores: pd.DataFrame, queries: pd.DataFrame, *, embedder: str, reranker: str,
+                 condition: str) -> dict[str, str]:
     """A query worth walking through in the notebook: in the given cell and condition (else the first condition
     scored there), the query with the most gold spans whose coverage-nDCG lies strictly between 0 and 1 (the
     novelty and the ideal both visible), ties to the smallest query_id; else the smallest query_id scored.
