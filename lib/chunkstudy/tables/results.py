@@ -213,7 +213,8 @@ def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:
     settings from ``power``. ``†`` marks an N where the test's size under the null exceeds alpha
     (anti-conservative with few documents), so that N is optimistic."""
     _require(needed, stages.columns("power_needed"), "power_needed")
-    _require(power_df, ["scenario", "contrast", "n_docs", "power", "target_power", "n_docs_observed"], "power")
+    _require(power_df, ["scenario", "contrast", "n_docs", "power", "target_power", "n_docs_observed", "n_sims", "n_boot",
+                        "alpha", "require_sign"], "power")
     data = needed.reset_index(drop=True)
     if data.empty:
         raise ValueError("power: the table has no rows; written by 07_stats")
@@ -233,12 +234,12 @@ def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:
         "ICC": data["icc"].map(lambda x: fmt_num(x, 2)),
     })
     n_obs = int(data["n_docs_observed"].iat[0])
-    nb = first.get("n_boot")
+    nb = first["n_boot"]
     notes = (f"Planning, not confirmatory. Simulated studies of N documents drawn with replacement from this "
              f"corpus's {fmt_int(n_obs)} documents (each with its queries' deltas of all four contrasts); per study "
              f"the document-clustered bootstrap ({fmt_int(nb)} resamples) and Holm across the four at alpha "
-             f"{float(first.get('alpha', 0.05)):g}; power = share of {fmt_int(first.get('n_sims'))} studies with "
-             f"Holm p < alpha{' and the effect’s sign' if bool(first.get('require_sign', True)) else ''} "
+             f"{float(first['alpha']):g}; power = share of {fmt_int(first['n_sims'])} studies with "
+             f"Holm p < alpha{' and the effect’s sign' if bool(first['require_sign']) else ''} "
              f"(\u00b1 = Monte Carlo SE). The paper scenario shifts every delta by one constant so that dz = "
              "mean/sd equals the paper's.",
              f"Docs needed: first crossing of {fmt_pct(target, 0)} on the simulated grid "
