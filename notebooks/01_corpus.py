@@ -45,7 +45,7 @@ artifacts.write(cfg, "sections_gold", out["sections_gold"])
 artifacts.write(cfg, "harvested", out["harvested"])
 artifacts.write(cfg, "corpus_funnel", out["corpus_funnel"])
 artifacts.write_json(cfg, "01_corpus", "stats", out["stats"])
-sorted(p.name for p in artifacts.stage_dir(cfg, "01_corpus").iterdir())
+artifacts.listing(cfg, "01_corpus")
 
 # %% [markdown]
 # ## Funnel

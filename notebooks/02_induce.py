@@ -33,7 +33,7 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, chunking, config, contexts, induce, llm
+from chunkstudy import artifacts, chunking, config, contexts, induce, llm, tables
 
 cfg = config.load(params_file)
 documents = artifacts.read(cfg, "documents")
@@ -81,7 +81,7 @@ stats = {**induce.induction_stats(sections_induced, induction_log, sections_gold
          "contexts_a1": contexts.summary(contexts_a1), "llm": llm.describe(client), "capable": cfg["llm"]["capable"],
          "note": induce.model_note(cfg["llm"], cfg["induce"], cfg["contexts"])}
 artifacts.write_json(cfg, "02_induce", "induction_stats", stats)
-induce.stats_table(stats, cfg["corpus"]["kind"])
+tables.induction(stats, cfg["corpus"]["kind"], cfg["induce"]["method"]).data
 
 # %%
 stats["contexts_a1"]

@@ -66,7 +66,8 @@ metrics.cell_means(scores)
 # whose score lies strictly between 0 and 1 in the strong embedder's A3 list.
 
 # %%
-example = metrics.walk_example(scores, queries, embedder=cfg["embed"]["strong"])
+example = metrics.walk_example(scores, queries, embedder=cfg["embed"]["strong"],
+                               reranker=cfg["stats"]["primary_reranker"], condition="A3")
 walk = metrics.coverage_walk(runs, chunks, queries, metrics_params, **example)
 print(example, walk.attrs)
 print(queries.set_index("query_id").loc[example["query_id"], ["text", "spans"]].to_dict())

@@ -35,7 +35,7 @@ def _write_demo(folder: Path):
     (folder / "d2.wiki").write_text("'''Two''' was a person.\n\n== Life ==\nBorn in 1900.\n")
     (folder / "questions.yaml").write_text(
         "- {query_id: q1, doc_id: d1, qtype: extractive, question: 'Where does it flow?', answer: west,\n"
-        "   evidence: [It flows west., It ends in a delta.]}\n"
+        "   evidence: [It flows west., It ends in a delta., It ends in a delta.,  It ends in a delta.  , ends in a delta]}\n"
         "- {query_id: q2, doc_id: d2, qtype: boolean, question: 'Born?', answer: Yes, evidence: [Born in 1900!]}\n"
         "- {query_id: q3, doc_id: d2, qtype: boolean, question: 'Caption?', answer: No,\n"
         "   evidence: ['Table 9: nothing like this']}\n"
@@ -57,6 +57,11 @@ def test_demo_format_fixture_builds_with_exact_spans_and_reports_bad_inputs(tmp_
     assert h.at["q1", "spans"] == [[20, 34], [36, 55]] and h.at["q1", "match_rules"] == ["exact", "exact"]
     assert h.at["q2", "match_rules"] == ["fuzzy"]
     assert list(h.index) == ["q1", "q2"]
+    # the paper's spans per question count distinct evidence strings as annotated (a repeat, or one differing
+    # only in spacing, is one string; a shorter quote of the same paragraph is another), before matching merges
+    # them into the matched spans the metric scores
+    assert h.at["q1", "n_strings"] == 3 and h.at["q1", "n_spans"] == 2 and h.at["q2", "n_strings"] == 1
+    assert out["stats"]["questions"]["mean_strings"] == pytest.approx(2.0)
     w = " | ".join(out["stats"]["warnings"])
     assert "missing.wiki" in w and "q3" in w and "q4" in w
     assert out["stats"]["verification_failures"] == {}

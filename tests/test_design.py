@@ -34,7 +34,7 @@ def test_each_condition_is_declared_once_in_the_papers_order():
 def test_every_condition_has_a_colour_a_table4_row_and_a_chunk_set(name):
     c = design.condition(name)
     assert re.fullmatch(r"#[0-9a-f]{6}", c.colour) and figures.color(name) == c.colour
-    row = tables.table4([name], route_sections=5).data.iloc[0]
+    row = tables.table4([name], None, "llm", route_sections=5).data.iloc[0]
     assert row["condition"] == name and all(row[k] for k in ("boundaries", "prefix", "retrieval"))
     assert c.chunk_set in design.CHUNK_SETS and c.boundaries in design.BOUNDARIES
     assert c.prefix in design.PREFIXES and c.routing in design.ROUTINGS

@@ -235,7 +235,7 @@ def test_table2_unknown_cell_names_what_exists(run):
 
 
 def test_table4_lists_conditions_with_realised_sizes(run):
-    t = tables.table4(list(reversed(ALL)), run["summary"])
+    t = tables.table4(list(reversed(ALL)), run["summary"], "llm", 5)
     assert t.data["condition"].tolist() == ALL
     assert t.data.set_index("condition").loc["A4", "retrieval"].startswith("two-stage")
     ch = run["chunks"]   # 04 computed the sizes; 08 only formats them
@@ -244,11 +244,11 @@ def test_table4_lists_conditions_with_realised_sizes(run):
         ch.loc[ch["condition"] == "P", "n_content_tokens"].mean(), rel=1e-12)
     assert t.data.set_index("condition").loc["A2", "mean_prefix_tokens"] == 0.0
     assert t.data.set_index("condition").loc["A1", "boundaries"] == "A0"  # the declared Table 4 text
-    base = tables.table4(["A1", "G4"], contexts_method="extractive", route_sections=3).data.set_index("condition")
+    base = tables.table4(["A1", "G4"], None, contexts_method="extractive", route_sections=3).data.set_index("condition")
     assert base.loc["A1", "prefix"].startswith("extractive") and "baseline" in base.loc["A1", "prefix"]
     assert base.loc["G4", "retrieval"] == "two-stage (top 3 sections)"
     with pytest.raises(ValueError, match="unknown condition 'Z9'"):
-        tables.table4(["A0", "Z9"])
+        tables.table4(["A0", "Z9"], None, "llm", 5)
 
 
 def test_induction_table_formats_02s_numbers_and_paper_column(run):
@@ -295,7 +295,7 @@ def test_placebo_table_worked_example():
                       "placebo_doc_id": ["a", "b", "b", "a", "c"],
                       "same_doc": [True, False, False, False, True], "same_path": [False] * 4 + [True],
                       "n_chunks": [2, 1, 1, 1, 3]})
-    t = tables.placebo(conditions.placebo_buckets(p))
+    t = tables.placebo(conditions.placebo_buckets(p), "permute")
     d = t.data.set_index("depth")
     assert d.loc["1", "pairs"] == 4 and d.loc["1", "min_same_doc"] == 2   # m=3, n=4: 2m-n = 2
     assert d.loc["1", "same_doc"] == 1 and d.loc["1", "same_doc_chunks"] == 2
@@ -338,7 +338,8 @@ def test_reranker_lift_is_difference_of_means(run):
         assert r.lift == pytest.approx(cm.loc[("xenc", r.condition), "mean"] - cm.loc[("none", r.condition), "mean"])
     none_only = run["condition_means"][run["condition_means"]["reranker"] == "none"]
     assert stats.reranker_lift(none_only, sp, "strong").empty
-    assert "No reranked cell" in tables.reranker_lift(stats.reranker_lift(none_only, sp, "strong")).notes[0]
+    assert "No reranked cell" in tables.reranker_lift(stats.reranker_lift(none_only, sp, "strong"), "cov-nDCG@10",
+                                                      "strong").notes[0]
 
 
 def test_section_recall_summary_matches_mean(run):
@@ -353,12 +354,12 @@ def test_section_recall_summary_matches_mean(run):
 
 
 def test_every_table_renders_markdown_and_latex(run):
-    ts = [tables.table1(run["contrasts"], run["mixedlm"]), tables.table2(run["condition_means"]),
-          tables.table4(ALL, run["summary"]), tables.corpus_funnel(run["corpus_funnel"], "wikipedia"),
-          tables.induction(None, "demo"), tables.query_funnel(run["query_funnel"]),
-          tables.size_matching(run["summary"]), tables.placebo(run["placebo_buckets"]),
+    ts = [tables.table1(run["contrasts"], run["mixedlm"]), tables.table2(run["condition_means"], "strong", "none"),
+          tables.table4(ALL, run["summary"], "llm", 5), tables.corpus_funnel(run["corpus_funnel"], "wikipedia"),
+          tables.induction(None, "demo", "texttiling"), tables.query_funnel(run["query_funnel"], "demo"),
+          tables.size_matching(run["summary"], "demo"), tables.placebo(run["placebo_buckets"], "permute"),
           tables.dose_response(run["dose_response"]), tables.section_recall_table(run["section_recall_summary"]),
-          tables.per_type(run["per_type"]), tables.reranker_lift(run["reranker_lift"]),
+          tables.per_type(run["per_type"], "strong", "none"), tables.reranker_lift(run["reranker_lift"], "cov-nDCG@10", "strong"),
           tables.power(run["power_needed"], run["power"])]
     for t in ts:
         md, tex = t.markdown(), t.latex()

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import induce, llm, paper
+from chunkstudy import induce, llm, paper, tables
+from chunkstudy.induce import outline
 from chunkstudy.corpus import model as docmodel
 from chunkstudy.corpus.model import DocumentBuilder, Outline
 
@@ -182,7 +183,8 @@ def test_a_document_that_fits_the_context_is_induced_in_one_call_a_longer_one_in
     assert len(re.findall(r"^\[\d+\] ", be.calls[0].messages[0]["content"], re.M)) == 300
     s = induce.induction_stats(secs, log)
     assert s["windowed_docs"] == 0
-    assert induce.stats_table(s, "qasper")["induced_whole"].tolist() == ["1/1", "1,585/1,585"]
+    shown = tables.induction(s, "qasper", "llm").display.set_index("Quantity")
+    assert shown.loc["induced whole (one call, not windowed)"].tolist() == ["1/1", "1,585/1,585"]
     # prompt + reply no longer fit: windows, each within the context
     small = {**llm_params, "context_tokens": 4096, "max_reply_tokens": 1024}
     secs2, log2, be2 = run(docs, paras, fn, params=params["induce"], llm_params=small)
@@ -220,7 +222,7 @@ item = st.fixed_dictionaries({}, optional={
 def test_repair_always_yields_a_valid_tiling_or_none(items, m):
     out = induce.repair(items, m, 4)
     if out is None:
-        assert not any(isinstance(i, dict) and induce._as_int(i.get("first_paragraph")) is not None for i in items)
+        assert not any(isinstance(i, dict) and outline._as_int(i.get("first_paragraph")) is not None for i in items)
         return
     assert induce.is_valid_outline(out, paras_table(m), 4)
     assert all(isinstance(o.title, str) for o in out)
@@ -346,10 +348,11 @@ def test_span_identity_and_stats_worked_example():
     assert (s["usable"], s["repaired"], s["failed"], s["windowed_docs"]) == (2, 1, 1, 1)
     assert s["sections_per_doc"] == pytest.approx(4 / 3)
     assert s["identity_basis"] == "section spans"
-    table = induce.stats_table(s, "qasper")
-    assert list(table.index) == ["this run (llm)", "QASPER (paper, Gemma)"]
-    assert table.loc["QASPER (paper, Gemma)", "sections_per_doc"] == paper.value("qasper", "induction",
-                                                                                "sections_per_doc")
+    table = tables.induction(s, "qasper", "llm")
+    assert list(table.display.columns) == ["Quantity", "Ours", f"Paper ({paper.label('qasper')})"]
+    row = table.data.set_index("quantity").loc["sections_per_doc"]
+    assert row["ours"] == pytest.approx(4 / 3)
+    assert row["paper"] == paper.value("qasper", "induction", "sections_per_doc")
 
 
 def test_side_by_side_shows_both_trees(six):

@@ -53,7 +53,7 @@ def test_walk_example_prefers_a_multispan_query_between_0_and_1(demo_cfg):
     synthetic_store(demo_cfg)
     runs, chunks, queries = (artifacts.read(demo_cfg, t) for t in ("runs", "chunks", "queries"))
     scores = metrics.score_runs(runs, chunks, queries, demo_cfg["metrics"], demo_cfg.corpus)
-    example = metrics.walk_example(scores, queries, embedder="strong")
+    example = metrics.walk_example(scores, queries, embedder="strong", reranker="none", condition="A3")
     assert example["condition"] == "A3" and example["reranker"] == "none"
     value = scores[(scores.embedder == "strong") & (scores.condition == "A3") & (scores.metric == "cov-nDCG@10")
                    & (scores.query_id == example["query_id"])].value.iloc[0]

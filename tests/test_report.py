@@ -67,6 +67,16 @@ def test_warnings_for_demo_and_paper_params(root):
     assert report.models_used(spec).set_index("role").loc["A1 situating contexts", "label / status"].endswith("body")
 
 
+def test_a_condition_smaller_than_recall_k_is_named_in_the_warnings():
+    # the Markdown example: 25 chunks in every induced condition, 51 in the gold ones, recall@50
+    n = {"A0": 25, "A3": 25, "G2": 51, "G3": 51}
+    (w,) = report.corpus_size_warnings(n, 50)
+    assert w.startswith("recall@50 is 1 by construction for A0, A3: each has only 25 chunks")
+    assert report.corpus_size_warnings(n, 20) == [] and report.corpus_size_warnings(None, 50) == []
+    (w,) = report.corpus_size_warnings({"A0": 10, "G2": 12}, 50)
+    assert "only 10-12 chunks" in w
+
+
 @pytest.fixture(scope="module")
 def synthetic():
     return build_synthetic_run()
@@ -106,7 +116,10 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     for t in b.tables.values():
         assert (out / "tables" / f"{t.name}.md").is_file() and "\\toprule" in (out / "tables" / f"{t.name}.tex").read_text()
     text = (out / "report.md").read_text()
-    assert text.count("**WARNING:**") == len(report.model_warnings(cfg.data)) >= 4
+    size = report.corpus_size_warnings(artifacts.read_json(cfg, "04_chunk_embed", "summary")["n_chunks"],
+                                       cfg["metrics"]["recall_k"])
+    assert b.warnings == report.model_warnings(cfg.data) + size and len(size) == 1  # a synthetic corpus is small
+    assert text.count("**WARNING:**") == len(b.warnings) >= 5
     assert "## Confirmatory" in text and "## Exploratory" in text and "fig1_mechanisms.png" in text
     # the same synthetic contrasts on both sides: every contrast has one sign, so the verdict follows Holm only
     rep = b.tables["replication"].data

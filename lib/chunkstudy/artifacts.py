@@ -182,6 +182,11 @@ def read_input(cfg: Config, stage: str, name: str) -> pd.DataFrame | None:
     return read(cfg, name) if stages.read_spec(stage, name).active(cfg.data) else None
 
 
+def listing(cfg: Config, stage: str) -> list[str]:
+    """The file names in a stage's output folder, sorted (what a notebook shows after writing its outputs)."""
+    return sorted(p.name for p in stage_dir(cfg, stage).iterdir())
+
+
 def exists(cfg: Config, table: str) -> bool:
     return table_path(cfg, table).is_file()
 

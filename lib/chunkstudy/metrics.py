@@ -143,11 +143,11 @@ def overlap(a_start, a_end, b_start, b_end) -> np.ndarray:
     return np.maximum(np.minimum(a_end, b_end) - np.maximum(a_start, b_start), 0)
 
 
-def relevant(chunk_start, chunk_end, span_start, span_end, span_frac: float = 0.5,
-             chunk_frac: float = 0.8) -> np.ndarray:
+def relevant(chunk_start, chunk_end, span_start, span_end, span_frac: float, chunk_frac: float) -> np.ndarray:
     """The relevance rule, elementwise: chunk ``[chunk_start, chunk_end)`` is relevant to gold span
     ``[span_start, span_end)`` iff they overlap and ``|c ∩ g| >= span_frac·|g|`` or ``|c ∩ g| >= chunk_frac·|c|``
-    (content offsets of the same document; DESIGN.md "Metrics")."""
+    (content offsets of the same document; DESIGN.md "Metrics"). ``span_frac`` and ``chunk_frac`` are
+    ``metrics.span_frac`` and ``metrics.chunk_frac``."""
     ov = overlap(chunk_start, chunk_end, span_start, span_end)
     return _rule(ov, np.asarray(span_end) - np.asarray(span_start), np.asarray(chunk_end) - np.asarray(chunk_start),
                  span_frac, chunk_frac)
@@ -380,17 +380,78 @@ class _Scored:
     ideal: dict[str, np.ndarray]   # ideal orderings: cq (= cond * n_q + q), pos, chunk, gain
 
 
+@dataclass
+class _Runs:
+    """The run rows encoded against the parsed queries and chunks, sorted by (list, rank)."""
+
+    cells: pd.DataFrame           # embedder, reranker, condition (one row per cell-condition in the runs)
+    cell_cond: np.ndarray         # condition code per cell
+    n_q: int                      # queries (every cell has one list per query)
+    lst: np.ndarray               # list id per row (list = cell * n_q + q)
+    rank: np.ndarray              # 1-based rank per row
+    chunk_row: np.ndarray         # row of the chunk in :class:`_Chunks`
+    q: np.ndarray                 # query code per row
+    c: np.ndarray                 # condition code per row
+    same_doc: np.ndarray          # the chunk lies in the query's document
+
+    @property
+    def n_lists(self) -> int:
+        return len(self.cells) * self.n_q
+
+
+@dataclass
+class _Static:
+    """Gold spans x the condition's own chunks, independent of any ranking: one entry per (condition, query,
+    chunk) that overlaps a gold span (``keys`` = (cond * n_q + q) * n_chunks + chunk, sorted) with its static
+    gain and relevance, plus the raw (condition, span, chunk) overlaps ``cand`` and their keys ``cqk``."""
+
+    cand: dict[str, np.ndarray]
+    cqk: np.ndarray
+    keys: np.ndarray
+    rel: np.ndarray
+    ideal: dict[str, np.ndarray]   # ideal orderings: cq (= cond * n_q + q), pos, chunk, gain
+    idcg: np.ndarray               # coverage IDCG@cutoff per cq
+    bin_idcg: np.ndarray           # binary nDCG's IDCG@cutoff per cq
+
+
+@dataclass
+class _RunGains:
+    """Run rows x gold spans: per (run row, span) overlap ``rr, t, grp`` (sorted by list, span, rank) and its
+    newly covered characters ``new``; per run row its coverage ``gain`` and relevance ``rel``."""
+
+    rr: np.ndarray
+    t: np.ndarray
+    grp: np.ndarray
+    new: np.ndarray
+    gain: np.ndarray
+    rel: np.ndarray
+
+
 def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: MetricParams) -> tuple[
         _Scored, _Queries, _Chunks, np.ndarray, np.ndarray]:
+    """Every metric of every run list: encode the inputs, compute the ranking-free gains and ideals, the run
+    rows' gains, and assemble the metric values."""
     _need(runs, _RUN_COLUMNS, "runs")
     docs = np.asarray(pc.unique(pa.concat_arrays([_strings(chunks["doc_id"]), _strings(queries["doc_id"])]))
                       .to_pylist(), dtype=object)
     conds = np.asarray(pc.unique(_strings(chunks["condition"])).to_pylist(), dtype=object)
     q = _parse_queries(queries, docs)
     ch = _parse_chunks(chunks, conds, docs)
-    n_q = len(q.ids)
+    r = _encode_runs(runs, q, ch, conds)
+    st = _static_gains(r, q, ch, len(conds), p)
+    rg = _run_gains(r, q, ch, st)
+    values = _assemble(r, q, ch, st, rg, p)
+    scored = _Scored(r.cells, r.cell_cond, r.n_q, p.named(values),
+                     {"list": r.lst, "rank": r.rank, "chunk": r.chunk_row, "same_doc": r.same_doc, "rel": rg.rel,
+                      "gain": rg.gain},
+                     st.ideal)
+    return scored, q, ch, docs, conds
 
-    # --- run rows -> list id, chunk row -------------------------------------------------------------------
+
+def _encode_runs(runs: pd.DataFrame, q: _Queries, ch: _Chunks, conds: np.ndarray) -> _Runs:
+    """Run rows -> cell, list id and chunk row, sorted by (list, rank); raises on unknown conditions, queries or
+    chunks, non-positive or repeated ranks and a chunk ranked twice in one list."""
+    n_q = len(q.ids)
     rc = _index_in(runs["condition"], conds)
     if (rc < 0).any():
         missing = runs["condition"].iloc[int(np.flatnonzero(rc < 0)[0])]
@@ -412,7 +473,6 @@ def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: M
         "embedder": emb_names[cell_keys // len(conds) // len(rer_names)],
         "reranker": rer_names[cell_keys // len(conds) % len(rer_names)],
         "condition": conds[cell_cond]})
-    n_lists = len(cells) * n_q
     lst = cell.astype(np.int64) * n_q + qi
 
     chunk_codes = pc.unique(_strings(ch.chunk_id))
@@ -445,12 +505,15 @@ def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: M
                                     "written by 05_retrieve")
     _check_repeats(lst, chunk_row, ch, cells, q.ids, n_q)
     run_q = lst % n_q
-    run_c = cell_cond[lst // n_q]
     same_doc = (ch.doc[chunk_row] == q.doc[run_q]) & (q.doc[run_q] >= 0)
+    return _Runs(cells, cell_cond, n_q, lst, rank, chunk_row, run_q, cell_cond[lst // n_q], same_doc)
 
-    # --- gold spans x the condition's own chunks: static gains, relevance, ideals ------------------------
-    used_conds = np.unique(cell_cond)
-    cand = _join_targets(ch, used_conds, q.t_q, q.t_lo, q.t_hi, q.doc)
+
+def _static_gains(r: _Runs, q: _Queries, ch: _Chunks, n_conds: int, p: MetricParams) -> _Static:
+    """Gold spans x the condition's own chunks of the query's document (every condition the runs use): each
+    chunk's static gain and relevance, the greedy ideal orderings and both IDCGs (ranking-free)."""
+    n_q = r.n_q
+    cand = _join_targets(ch, np.unique(r.cell_cond), q.t_q, q.t_lo, q.t_hi, q.doc)
     c_q = q.t_q[cand["t"]]
     span_len = (q.t_hi - q.t_lo)[cand["t"]]
     ov = cand["hi"] - cand["lo"]
@@ -463,61 +526,67 @@ def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: M
                              minlength=len(static_keys)) > 0
     s_cq = static_keys // n_chunks
     s_chunk = static_keys % n_chunks
-    n_cq = len(conds) * n_q
+    n_cq = n_conds * n_q
     n_rel = np.bincount(s_cq, weights=static_rel, minlength=n_cq)
     ideal = _ideal_orderings(s_cq, s_chunk, static_gain, cand, c_q, q, ch, n_q, p.cutoff)
     idcg = _group_sum(ideal["cq"], ideal["gain"] * discount(ideal["pos"]), n_cq)
     bin_idcg = np.concatenate([[0.0], np.cumsum(discount(np.arange(1, p.cutoff + 1)))])[
         np.minimum(n_rel, p.cutoff).astype(np.int64)]
+    return _Static(cand, cqk, static_keys, static_rel, ideal, idcg, bin_idcg)
 
-    # --- run rows x gold spans: novelty gains, recall ------------------------------------------------------
-    rows_sd = np.flatnonzero(same_doc)
-    r_key = (run_c[rows_sd] * n_q + run_q[rows_sd]) * n_chunks + chunk_row[rows_sd]
-    cand_order = np.argsort(cqk, kind="stable")
-    sorted_cqk = cqk[cand_order]
+
+def _run_gains(r: _Runs, q: _Queries, ch: _Chunks, st: _Static) -> _RunGains:
+    """Run rows x gold spans: the characters each retrieved chunk newly covers (novelty, in rank order within
+    its list and span), its coverage gain and its relevance (looked up among the static entries)."""
+    n_q, n_chunks = r.n_q, len(ch.cond)
+    rows_sd = np.flatnonzero(r.same_doc)
+    r_key = (r.c[rows_sd] * n_q + r.q[rows_sd]) * n_chunks + r.chunk_row[rows_sd]
+    cand_order = np.argsort(st.cqk, kind="stable")
+    sorted_cqk = st.cqk[cand_order]
     a = np.searchsorted(sorted_cqk, r_key, side="left")
     b = np.searchsorted(sorted_cqk, r_key, side="right")
     ci, ri = _expand(a, b - a)
     ci = cand_order[ci]
     rr = rows_sd[ri]                                   # run row of each (run row, span) overlap
-    t = cand["t"][ci]
-    o = np.lexsort((rank[rr], t, lst[rr]))
-    rr, t, olo, ohi = rr[o], t[o], cand["lo"][ci][o], cand["hi"][ci][o]
-    grp = _run_ids(lst[rr] * len(q.t_q) + t)
+    t = st.cand["t"][ci]
+    o = np.lexsort((r.rank[rr], t, r.lst[rr]))
+    rr, t, olo, ohi = rr[o], t[o], st.cand["lo"][ci][o], st.cand["hi"][ci][o]
+    grp = _run_ids(r.lst[rr] * len(q.t_q) + t)
     new = new_coverage(grp, olo, ohi)
     span_len_rt = (q.t_hi - q.t_lo)[t]
     gain_rt = new / span_len_rt / q.n_spans[q.t_q[t]]
-    gain = np.bincount(rr, weights=gain_rt, minlength=len(lst))
+    gain = np.bincount(rr, weights=gain_rt, minlength=len(r.lst))
 
-    s_pos = np.searchsorted(static_keys, r_key)
-    rel = np.zeros(len(lst), dtype=bool)
-    ok = s_pos < len(static_keys)
-    rel[rows_sd[ok]] = static_rel[s_pos[ok]] & (static_keys[s_pos[ok]] == r_key[ok])
+    s_pos = np.searchsorted(st.keys, r_key)
+    rel = np.zeros(len(r.lst), dtype=bool)
+    ok = s_pos < len(st.keys)
+    rel[rows_sd[ok]] = st.rel[s_pos[ok]] & (st.keys[s_pos[ok]] == r_key[ok])
+    return _RunGains(rr, t, grp, new, gain, rel)
 
-    values: dict[str, Any] = {}   # by metric family (design.METRICS), renamed by p.named
-    list_c = np.repeat(cell_cond, n_q) * n_q + np.tile(np.arange(n_q), len(cells))   # cq of each list
+
+def _assemble(r: _Runs, q: _Queries, ch: _Chunks, st: _Static, rg: _RunGains, p: MetricParams) -> dict[str, Any]:
+    """The metric values per list, keyed by metric family (:data:`chunkstudy.design.METRICS`; renamed by
+    :meth:`MetricParams.named`)."""
+    n_q, n_lists, lst, rank = r.n_q, r.n_lists, r.lst, r.rank
+    values: dict[str, Any] = {}
+    list_c = np.repeat(r.cell_cond, n_q) * n_q + np.tile(np.arange(n_q), len(r.cells))   # cq of each list
     in_k = rank <= p.cutoff
-    dcg = _group_sum(lst[in_k], gain[in_k] * discount(rank[in_k]), n_lists)
-    values["cov-nDCG"] = _safe_ratio(dcg, idcg[list_c])
-    in_r = rank[rr] <= p.recall_k
-    covered = np.bincount(grp[in_r], weights=new[in_r], minlength=grp.max() + 1 if len(grp) else 0)
-    grp_first = np.unique(grp, return_index=True)[1]
-    g_t = t[grp_first]
+    dcg = _group_sum(lst[in_k], rg.gain[in_k] * discount(rank[in_k]), n_lists)
+    values["cov-nDCG"] = _safe_ratio(dcg, st.idcg[list_c])
+    in_r = rank[rg.rr] <= p.recall_k
+    covered = np.bincount(rg.grp[in_r], weights=rg.new[in_r], minlength=rg.grp.max() + 1 if len(rg.grp) else 0)
+    grp_first = np.unique(rg.grp, return_index=True)[1]
+    g_t = rg.t[grp_first]
     hit = covered >= p.span_frac * (q.t_hi - q.t_lo)[g_t] - EPS
-    values["recall"] = _group_sum(lst[rr][grp_first], hit / q.n_spans[q.t_q[g_t]], n_lists)
+    values["recall"] = _group_sum(lst[rg.rr][grp_first], hit / q.n_spans[q.t_q[g_t]], n_lists)
     first_rel = np.full(n_lists, np.inf)
-    np.minimum.at(first_rel, lst[rel], rank[rel].astype(np.float64))
+    np.minimum.at(first_rel, lst[rg.rel], rank[rg.rel].astype(np.float64))
     values["MRR"] = np.where(np.isfinite(first_rel), 1.0 / first_rel, 0.0)
-    rk = rel & in_k
-    values["nDCG"] = _safe_ratio(_group_sum(lst[rk], discount(rank[rk]), n_lists), bin_idcg[list_c])
-    budget_values = _budget_coverage(lst, rank, chunk_row, same_doc, run_c, run_q, ch, q, used_conds, n_q,
-                                     n_lists, p.budgets, p.budget_partial)
-    values["budget-cov"] = budget_values
-
-    scored = _Scored(cells, cell_cond, n_q, p.named(values),
-                     {"list": lst, "rank": rank, "chunk": chunk_row, "same_doc": same_doc, "rel": rel, "gain": gain},
-                     ideal)
-    return scored, q, ch, docs, conds
+    rk = rg.rel & in_k
+    values["nDCG"] = _safe_ratio(_group_sum(lst[rk], discount(rank[rk]), n_lists), st.bin_idcg[list_c])
+    values["budget-cov"] = _budget_coverage(lst, rank, r.chunk_row, r.same_doc, r.c, r.q, ch, q,
+                                            np.unique(r.cell_cond), n_q, n_lists, p.budgets, p.budget_partial)
+    return values
 
 
 def _check_repeats(lst, chunk_row, ch: _Chunks, cells, ids, n_q) -> None:
@@ -819,8 +888,8 @@ def cell_means(scores: pd.DataFrame) -> pd.DataFrame:
     return wide[metrics]
 
 
-def walk_example(scores: pd.DataFrame, queries: pd.DataFrame, embedder: str, reranker: str = "none",
-                 condition: str = "A3") -> dict[str, str]:
+def walk_example(scores: pd.DataFrame, queries: pd.DataFrame, *, embedder: str, reranker: str,
+                 condition: str) -> dict[str, str]:
     """A query worth walking through in the notebook: in the given cell and condition (else the first condition
     scored there), the query with the most gold spans whose coverage-nDCG lies strictly between 0 and 1 (the
     novelty and the ideal both visible), ties to the smallest query_id; else the smallest query_id scored.

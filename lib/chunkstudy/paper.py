@@ -1,6 +1,6 @@
 """The paper's own numbers, in one place, each with the part of the paper that states it (the expected results
 of a run, in the spirit of Anserini's regression YAMLs). Every "paper vs. this run" display reads from here:
-``tables.PAPER``, ``induce.PAPER_INDUCTION``, ``report.PAPER_BM25``, the query funnel's ``paper`` summary,
+``tables.PAPER``, ``report.PAPER_BM25``, the query funnel's ``paper`` summary,
 the notebooks' side-by-side tables and the tests that restate a paper number.
 
 Each number is a :class:`Fact`: ``value`` (shares as fractions in [0, 1], never percentages; ranges as

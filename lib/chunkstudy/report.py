@@ -145,6 +145,20 @@ def models_used(params: Mapping) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["role", "method / backend", "model", "label / status"])
 
 
+def corpus_size_warnings(n_chunks: Mapping[str, int] | None, recall_k: int) -> list[str]:
+    """A warning when a condition has no more chunks in the whole corpus than recall@k retrieves (04's
+    ``n_chunks`` per condition): its recall@k is 1 by construction and says nothing about the condition (a small
+    corpus such as the Markdown example's 25 chunks per condition under recall@50)."""
+    small = {c: int(n) for c, n in (n_chunks or {}).items() if int(n) <= recall_k}
+    if not small:
+        return []
+    sizes = sorted(set(small.values()))
+    size = f"{sizes[0]}" if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    return [f"recall@{recall_k} is 1 by construction for {', '.join(small)}: each has only {size} chunks in the "
+            f"whole corpus, so the top {recall_k} holds every chunk. Compare those conditions on the ranking "
+            "metrics, or lower metrics.recall_k."]
+
+
 def model_warnings(params: Mapping) -> list[str]:
     """Loud warnings for every way the run's models differ from the study's (empty list = none)."""
     w = []
@@ -299,6 +313,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     if "power_needed" in got and "power" in got:
         _try(b, "power", tables.power, got["power_needed"], got["power"])
     summary = js.get("04_chunk_embed/summary")
+    b.warnings += corpus_size_warnings((summary or {}).get("n_chunks"), params["metrics"]["recall_k"])
     _try(b, "table4", tables.table4, params["chunking"]["conditions"], summary,
          params["contexts"]["method"], params["retrieve"]["route_sections"])
     if "corpus_funnel" in got:

@@ -27,14 +27,22 @@ from .sources import CorpusInputError, mirror_file, mirror_root, read_text
 from .wikipedia import build_wikipedia
 
 
+def _strings_problem(entry, keys: tuple[str, ...]) -> str | None:
+    """Why ``entry`` is not a mapping holding a non-empty string under each of ``keys``, or None."""
+    if not isinstance(entry, dict):
+        return f"entry is a {type(entry).__name__}, not a mapping"
+    for key in keys:
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            return f"{key} is missing or not a string ({entry.get(key)!r})"
+    return None
+
+
 def document_shape_problem(entry) -> str | None:
     """What is wrong with one ``documents.yaml`` entry, or None: a mapping with string ``doc_id``, ``title``,
     ``file`` and an optional list of string ``categories``."""
-    if not isinstance(entry, dict):
-        return f"entry is a {type(entry).__name__}, not a mapping"
-    for key in ("doc_id", "title", "file"):
-        if not isinstance(entry.get(key), str) or not entry[key].strip():
-            return f"{key} is missing or not a string ({entry.get(key)!r})"
+    problem = _strings_problem(entry, ("doc_id", "title", "file"))
+    if problem:
+        return problem
     cats = entry.get("categories")
     if cats is not None and not (isinstance(cats, list) and all(isinstance(c, str) for c in cats)):
         return "categories is not a list of strings"
@@ -58,11 +66,9 @@ def valid_documents(entries: list, warnings: list[str]) -> tuple[list[dict], int
 def question_shape_problem(q) -> str | None:
     """What is wrong with one ``questions.yaml`` entry, or None: string ``query_id``, ``doc_id``, ``question``,
     and ``evidence`` a list of strings (a scalar would be read character by character)."""
-    if not isinstance(q, dict):
-        return f"entry is a {type(q).__name__}, not a mapping"
-    for key in ("query_id", "doc_id", "question"):
-        if not isinstance(q.get(key), str) or not q[key].strip():
-            return f"{key} is missing or not a string ({q.get(key)!r})"
+    problem = _strings_problem(q, ("query_id", "doc_id", "question"))
+    if problem:
+        return problem
     ev = q.get("evidence")
     if ev is not None and not (isinstance(ev, list) and all(isinstance(e, str) for e in ev)):
         return f"evidence is a {type(ev).__name__}, not a list of paragraph strings"
@@ -117,8 +123,10 @@ def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs
             matchers[doc_id] = EvidenceMatcher(texts[doc_id], by_p[doc_id], by_s[doc_id], threshold)
         found: dict[tuple[int, int], str] = {}
         n_ev = n_miss = 0
+        strings = set()  # distinct evidence strings as annotated (the paper's spans-per-question count)
         for ev in q.get("evidence") or []:
             n_ev += 1
+            strings.add(_norm(str(ev)))
             m = matchers[doc_id].match(str(ev))
             counts[f"evidence: {m[0] if m else 'unmatched'}"] += 1
             if m is None:
@@ -134,7 +142,8 @@ def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs
         rows.append({"query_id": qid, "doc_id": doc_id, "qtype": q.get("qtype"), "text": _norm(q.get("question")),
                      "spans": [list(s) for s in spans], "match_rules": [found[s] for s in spans],
                      "n_spans": len(spans), "answer": _norm(str(q.get("answer") or "")), "split": None,
-                     "n_annotations": 1, "n_evidence": n_ev, "n_float_evidence": 0, "n_unmatched": n_miss})
+                     "n_annotations": 1, "n_evidence": n_ev, "n_float_evidence": 0, "n_unmatched": n_miss,
+                     "n_strings": len(strings)})
         counts["usable"] += 1
     return pd.DataFrame(rows, columns=HARVESTED_COLUMNS), counts
 

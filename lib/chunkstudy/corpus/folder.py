@@ -274,3 +274,21 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
     return {"documents": documents, "paragraphs": paragraphs, "sections_gold": sections, "harvested": harvested,
             "corpus_funnel": pd.concat([funnel.assign(value=float("nan")), qfunnel], ignore_index=True),
             "stats": stats}
+
+
+def entry_points(kind: str, extensions: tuple[str, ...], parse: Parser, drop_labels: dict[str, str]):
+    """The two entry points every corpus kind exposes (``source_files(cfg)`` and ``build(cfg, session,
+    warnings)``, :mod:`chunkstudy.corpus.build`), for a folder kind whose files ``parse`` reads: the Markdown and
+    HTML modules differ only in their parser."""
+
+    def source_files_of_kind(cfg: Config) -> list[tuple[str, Path]]:
+        return source_files(cfg, kind, extensions)
+
+    def build_kind(cfg: Config, session, warnings: list[str]) -> dict:
+        return build(cfg, warnings, kind, extensions, parse, drop_labels)
+
+    source_files_of_kind.__doc__ = (f"``(role, path)`` of every file the {kind} kind reads: each "
+                                    f"{'/'.join(extensions)} file (``{kind}:file``) and ``questions.jsonl``.")
+    build_kind.__doc__ = f"The {kind} folder of ``corpus.mirror`` (:func:`chunkstudy.corpus.folder.build`)."
+    return source_files_of_kind, build_kind
+

@@ -21,11 +21,9 @@ blocks:
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from selectolax.lexbor import LexborHTMLParser
 
-from ..config import Config
 from . import folder
 from .folder import ParseReport, assemble, title_from_name
 
@@ -175,12 +173,5 @@ def parse(text: str, doc_id: str, source: str = "") -> tuple[dict, "object", "ob
     return doc, paras, secs, report
 
 
-def source_files(cfg: Config) -> list[tuple[str, Path]]:
-    """``(role, path)`` of every file :func:`build` reads: each ``.html`` file (``html:file``) and
-    ``questions.jsonl``."""
-    return folder.source_files(cfg, KIND, EXTENSIONS)
-
-
-def build(cfg: Config, session, warnings: list[str]) -> dict:
-    """The HTML folder of ``corpus.mirror`` (:func:`chunkstudy.corpus.folder.build`)."""
-    return folder.build(cfg, warnings, KIND, EXTENSIONS, parse, DROPS)
+#: The corpus-kind entry points (:mod:`chunkstudy.corpus.build`).
+source_files, build = folder.entry_points(KIND, EXTENSIONS, parse, DROPS)

@@ -1,0 +1,317 @@
+"""The LLM arm (``method: llm``): the prompt, windows of whole paragraphs when a document does not fit the
+context, parsing the model's reply, the violations listed back in a correction turn, and the deterministic
+:func:`repair` (policies in :mod:`chunkstudy.induce`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..corpus import model as docmodel
+from ..corpus.model import Outline
+from .common import InductionError, _Doc, _Lexicon, _legal_levels, _log_row, _title
+
+
+OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "sections": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string"},
+                    "level": {"type": "integer", "minimum": 1, "maximum": 4},
+                    "first_paragraph": {"type": "integer", "minimum": 0},
+                    "last_paragraph": {"type": "integer", "minimum": -1},
+                },
+                "required": ["title", "level", "first_paragraph", "last_paragraph"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["sections"],
+    "additionalProperties": False,
+}
+
+
+PROMPT = """Below are the paragraphs of a document, numbered from 0 to {last}. All of its headings have been \
+removed. Recover the document's section structure: where each section starts and ends, its level in the \
+hierarchy, and a short heading for it.
+
+Return only JSON of the form {{"sections": [{{"title": "...", "level": 1, "first_paragraph": 0, \
+"last_paragraph": 3}}, ...]}}, listing the sections in document order, under these hard constraints:
+- The sections tile the paragraphs exactly: the first section starts at paragraph 0, each section starts right \
+after the previous one ends (first_paragraph = previous last_paragraph + 1), and the last section ends at \
+paragraph {last}. No paragraph is skipped or repeated.
+- A section whose heading is directly followed by a sub-heading owns no paragraphs: give it \
+last_paragraph = first_paragraph - 1.
+- level is an integer from 1 to {max_level}; the first section has level 1, and a section is at most one level \
+deeper than the section before it.
+- title is a short heading (a few words) that the document's author could have written.
+
+Paragraphs:
+{paragraphs}"""
+
+
+CORRECTION = """Your answer violates the constraints:
+{violations}
+Return the corrected, complete JSON for all paragraphs 0 to {last}, and nothing else."""
+
+
+PROMPT_ALLOWANCE_TOKENS = 512
+
+
+CHARS_PER_TOKEN = 4.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _as_int(v: Any) -> int | None:
+    """An integer from an int, an integral float or a digit string; ``None`` otherwise (bools are not ints)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v) and v == int(v):
+        return int(v)
+    if isinstance(v, str) and re.fullmatch(r"\s*-?\d+\s*", v):
+        return int(v)
+    return None
+
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+
+
+def parse_reply(text: str) -> tuple[list | None, list[str]]:
+    """The ``sections`` list of a model reply (tolerating code fences and text around the JSON), and the
+    problems found. ``None`` when no list can be read."""
+    if not isinstance(text, str) or not text.strip():
+        return None, ["the reply is empty"]
+    candidates = [text.strip()] + [m.group(1).strip() for m in _FENCE.finditer(text)]
+    for open_, close in (("{", "}"), ("[", "]")):
+        i, j = text.find(open_), text.rfind(close)
+        if 0 <= i < j:
+            candidates.append(text[i:j + 1])
+    for c in candidates:
+        try:
+            obj = json.loads(c)
+        except (json.JSONDecodeError, ValueError):
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("sections"), list):
+            return obj["sections"], []
+        if isinstance(obj, list):
+            return obj, ["the reply is a bare list; expected {\"sections\": [...]}"]
+        return None, ["the reply is JSON but has no \"sections\" list"]
+    return None, ["the reply is not valid JSON"]
+
+
+def type_violations(items: Sequence) -> list[str]:
+    """Type problems of parsed section items, in the words the correction prompt uses."""
+    out = []
+    for i, it in enumerate(items):
+        if not isinstance(it, dict):
+            out.append(f"section {i}: expected an object, got {type(it).__name__}")
+            continue
+        for k in ("first_paragraph", "last_paragraph", "level"):
+            if k not in it:
+                out.append(f"section {i}: missing {k!r}")
+            elif not isinstance(it[k], int) or isinstance(it[k], bool):
+                out.append(f"section {i}: {k!r} must be an integer, got {it[k]!r}")
+        if not isinstance(it.get("title"), str):
+            out.append(f"section {i}: 'title' must be a string, got {it.get('title')!r}")
+    return out
+
+
+def outline_violations(items: Sequence, paras: pd.DataFrame, max_level: int) -> list[str]:
+    """All violations of a parsed reply against one (window's) paragraph table, numbered from 0.
+
+    Type problems first; a type-clean list is then checked with :func:`model.verify_sections` (tiling, bounds,
+    levels)."""
+    if not items:
+        return ["the sections list is empty"]
+    tv = type_violations(items)
+    if tv:
+        return tv
+    outline = [Outline(it["title"], it["level"], it["first_paragraph"], it["last_paragraph"]) for it in items]
+    secs = docmodel.sections_from_outline("w", paras, outline)
+    return docmodel.verify_sections(secs, paras, None, max_level)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Repair
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def repair(items: Sequence, n_paragraphs: int, max_level: int,
+           title_fn: Callable[[int, int], str] | None = None) -> list[Outline] | None:
+    """Snap a near-valid reply to a legal tiling of ``n_paragraphs`` paragraphs (algorithm in the module
+    docstring); ``None`` when no item has a usable ``first_paragraph``. ``title_fn(first, last)`` supplies a
+    title for items without one (default: ``"Section k"``)."""
+    m = n_paragraphs
+    kept = []
+    for order, it in enumerate(items or []):
+        if not isinstance(it, dict):
+            continue
+        first = _as_int(it.get("first_paragraph"))
+        if first is None:
+            continue
+        level = _as_int(it.get("level"))
+        title = it.get("title")
+        kept.append((min(max(first, 0), m), order, level, title))
+    if not kept or m == 0:
+        return None
+    kept.sort(key=lambda t: (t[0], t[1]))
+    starts = [k[0] for k in kept]
+    starts[0] = 0
+    ends = [s - 1 for s in starts[1:]] + [m - 1]
+    levels = _legal_levels([k[2] for k in kept], max_level)
+    out = []
+    for i, ((_, _, _, title), s, e, lv) in enumerate(zip(kept, starts, ends, levels)):
+        if title is None or isinstance(title, (dict, list)):
+            title = title_fn(s, e) if title_fn else f"Section {i + 1}"
+        elif not isinstance(title, str):
+            title = str(title)
+        out.append(Outline(title, lv, s, e))
+    return out
+
+
+def is_valid_outline(outline: Sequence[Outline], paras: pd.DataFrame, max_level: int) -> bool:
+    secs = docmodel.sections_from_outline("w", paras, outline)
+    return not docmodel.verify_sections(secs, paras, None, max_level)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Windowing
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def windows_for(para_texts: Sequence[str], max_paragraphs: int | None, max_chars: float) -> list[tuple[int, int]]:
+    """Consecutive ``[lo, hi)`` paragraph windows, each (unless a single paragraph is longer) at most
+    ``max_chars`` characters of numbered prompt and, when ``max_paragraphs`` is not None, at most that many
+    paragraphs. One window — the whole document — when all fits."""
+    out, lo, size = [], 0, 0.0
+    cap = math.inf if max_paragraphs is None else max_paragraphs
+    for i, t in enumerate(para_texts):
+        add = len(t) + 8  # "[123] " and the separator
+        if i > lo and (i - lo >= cap or size + add > max_chars):
+            out.append((lo, i))
+            lo, size = i, 0.0
+        size += add
+    if para_texts:
+        out.append((lo, len(para_texts)))
+    return out
+
+
+def _local_paras(paras: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    p = paras.iloc[lo:hi].copy()
+    p["para_idx"] = np.arange(hi - lo, dtype="int64")
+    return p.reset_index(drop=True)
+
+
+def build_messages(para_texts: Sequence[str], max_level: int) -> list[dict]:
+    body = "\n\n".join(f"[{i}] {t}" for i, t in enumerate(para_texts))
+    return [{"role": "user", "content": PROMPT.format(last=len(para_texts) - 1, max_level=max_level,
+                                                      paragraphs=body)}]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The LLM arm
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
+    from .. import llm
+
+    max_level, rounds = p.max_level, p.self_correct_rounds
+    budget_tokens = client.context_tokens - client.max_tokens - PROMPT_ALLOWANCE_TOKENS
+    if budget_tokens <= 0:
+        raise InductionError(f"llm.context_tokens {client.context_tokens} leaves no room for a document after "
+                             f"llm.max_reply_tokens {client.max_tokens} and {PROMPT_ALLOWANCE_TOKENS} prompt tokens")
+    max_chars = budget_tokens * CHARS_PER_TOKEN
+    # one state per (document, window)
+    states = []
+    for d in docs:
+        for lo, hi in windows_for(d.texts, p.window_paragraphs, max_chars):
+            states.append({"doc": d, "lo": lo, "hi": hi, "paras": _local_paras(d.paras, lo, hi),
+                           "messages": build_messages(d.texts[lo:hi], max_level), "items": None,
+                           "violations": None, "first_violations": None, "rounds": 0, "errors": []})
+
+    def ask(batch: list[dict], label: str) -> None:
+        reqs = [llm.Request(st["messages"], json_schema=OUTPUT_SCHEMA,
+                            tag=f"induce:{st['doc'].doc_id}:{st['lo']}:r{st['rounds']}") for st in batch]
+        for st, r in zip(batch, client.generate(reqs, desc=label)):
+            st["rounds"] += 1
+            st["reply"] = r.text
+            if r.error:
+                st["errors"].append(r.error)
+                items, problems = None, [f"the model call failed: {r.error}"]
+            else:
+                items, problems = parse_reply(r.text)
+            st["items"] = items if items is not None else st["items"]
+            st["violations"] = problems + (outline_violations(items, st["paras"], max_level)
+                                           if items is not None else [])
+            if st["first_violations"] is None:
+                st["first_violations"] = list(st["violations"])
+
+    ask(states, "induction")
+    for _ in range(rounds):
+        bad = [st for st in states if st["violations"]]
+        if not bad:
+            break
+        for st in bad:
+            st["messages"] = st["messages"] + [
+                {"role": "assistant", "content": st["reply"] or ""},
+                {"role": "user", "content": CORRECTION.format(
+                    violations="\n".join(f"- {v}" for v in st["violations"][:30]), last=st["hi"] - st["lo"] - 1)}]
+        ask(bad, "induction self-correction")
+
+    sections, log = [], []
+    by_doc: dict[str, list[dict]] = {}
+    for st in states:
+        by_doc.setdefault(st["doc"].doc_id, []).append(st)
+    rank = {"ok": 0, "repaired": 1, "failed": 2}
+    for d in docs:
+        outline, status, fixed = [], "ok", set()
+        for st in by_doc[d.doc_id]:
+            lo, hi = st["lo"], st["hi"]
+            m = hi - lo
+            title_fn = lambda s, e, lo=lo: _title(lex.terms(d.doc_id, lo + s, lo + e + 1, p.title_terms))  # noqa: E731
+            if not st["violations"]:
+                local = [Outline(it["title"], it["level"], it["first_paragraph"], it["last_paragraph"])
+                         for it in st["items"]]
+                st_status = "ok" if not st["first_violations"] else "repaired"
+                if st_status == "repaired":
+                    fixed.add("self-correction")
+            else:
+                local = repair(st["items"], m, max_level, title_fn)
+                if local is not None and is_valid_outline(local, st["paras"], max_level):
+                    st_status = "repaired"
+                    fixed.add("repair")
+                else:
+                    local = [Outline(d.title, 1, 0, m - 1)]
+                    st_status = "failed"
+                    fixed.add("fallback")
+            outline += [Outline(o.title, o.level, o.first_para + lo, o.last_para + lo) for o in local]
+            status = max(status, st_status, key=rank.get)
+        secs = docmodel.sections_from_outline(d.doc_id, d.paras, outline, len(d.text))
+        v = docmodel.verify_sections(secs, d.paras, len(d.text), max_level)
+        if v:
+            raise InductionError(f"induction: document {d.doc_id!r} assembled an invalid outline: {v[:3]}")
+        sections.append(secs)
+        sts = by_doc[d.doc_id]
+        first_v = [x for st in sts for x in (st["first_violations"] or [])]
+        log.append(_log_row(
+            d.doc_id, status, "llm", rounds=max(st["rounds"] for st in sts), n_windows=len(sts),
+            n_sections=len(secs), fixed_by="+".join(sorted(fixed)), n_violations=len(first_v),
+            violations=json.dumps(first_v[:20]), error="; ".join(e for st in sts for e in st["errors"])[:500],
+            model=client.model))
+    return sections, log

@@ -1,0 +1,100 @@
+"""Reporting an induction run: span identity with gold (the paper's measure), the counts of
+``induction_stats.json``, outline views for display, and the note on which model produced the structure. The
+table beside the paper's numbers is :func:`chunkstudy.tables.induction`."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pandas as pd
+
+from .. import config
+
+
+def span_identity(induced: pd.DataFrame, gold: pd.DataFrame) -> float:
+    """Share of induced spans ``(doc_id, start, end)`` (half-open character offsets) that are byte-identical to
+    a gold span of the same document (paper 3.3: "induced chunk spans byte-identical to a gold span"). Empty
+    spans are left out. NaN when there are no induced spans."""
+    def spans(df):
+        df = df[df["end"] > df["start"]]
+        return set(zip(df["doc_id"].astype(str), df["start"].astype(int), df["end"].astype(int)))
+
+    ind, gld = spans(induced), spans(gold)
+    return len(ind & gld) / len(ind) if ind else float("nan")
+
+
+def induction_stats(sections_induced: pd.DataFrame, log: pd.DataFrame, sections_gold: pd.DataFrame | None = None,
+                    induced_chunks: pd.DataFrame | None = None, gold_chunks: pd.DataFrame | None = None) -> dict:
+    """Counts and rates of an induction run (no rounding).
+
+    ``usable`` = ok + repaired; ``induced_whole`` = documents induced in one call (not cut into windows);
+    ``sections_per_doc`` counts every outline row (empty parent sections too);
+    ``identity_with_gold`` is :func:`span_identity` of the structural chunks of both outlines when
+    ``induced_chunks``/``gold_chunks`` are given (``identity_basis: "structural chunks"``, the paper's measure),
+    else of the non-empty section spans (``"section spans"``)."""
+    st = log["status"].value_counts()
+    out = {
+        "n_docs": int(len(log)),
+        "ok": int(st.get("ok", 0)), "repaired": int(st.get("repaired", 0)), "failed": int(st.get("failed", 0)),
+        "method": ",".join(sorted(set(log["method"]))) if "method" in log else "",
+        "model": ",".join(sorted(set(m for m in log.get("model", pd.Series(dtype=str)) if m))),
+        "windowed_docs": int((log["n_windows"] > 1).sum()) if "n_windows" in log else 0,
+        "sections_per_doc": float(sections_induced.groupby("doc_id").size().mean()) if len(sections_induced)
+        else float("nan"),
+        "depth_mean": float(sections_induced.groupby("doc_id")["level"].max().mean()) if len(sections_induced)
+        else float("nan"),
+    }
+    out["usable"] = out["ok"] + out["repaired"]
+    out["induced_whole"] = out["n_docs"] - out["windowed_docs"]
+    if sections_gold is not None and len(sections_gold):
+        out["gold_sections_per_doc"] = float(sections_gold.groupby("doc_id").size().mean())
+        if "level" in sections_gold.columns:
+            out["gold_depth_mean"] = float(sections_gold.groupby("doc_id")["level"].max().mean())
+    if induced_chunks is not None and gold_chunks is not None:
+        out["identity_with_gold"] = span_identity(induced_chunks, gold_chunks)
+        out["identity_basis"] = "structural chunks"
+    elif sections_gold is not None:
+        out["identity_with_gold"] = span_identity(sections_induced, sections_gold)
+        out["identity_basis"] = "section spans"
+    return out
+
+
+def outline_view(sections: pd.DataFrame, doc_id: str) -> pd.DataFrame:
+    """One document's outline as an indented tree: ``[heading, paragraphs]`` rows (for display)."""
+    s = sections[sections["doc_id"] == doc_id]
+    return pd.DataFrame({
+        "heading": [("· " * (lv - 1)) + (t or "(untitled lead)") for lv, t in zip(s["level"], s["title"])],
+        "paragraphs": [f"{a}-{b}" if b >= a else f"(empty at {a})" for a, b in zip(s["first_para"], s["last_para"])],
+    }).reset_index(drop=True)
+
+
+def outlines_side_by_side(gold: pd.DataFrame, induced: pd.DataFrame, doc_id: str) -> pd.DataFrame:
+    """Gold and induced trees of one document next to each other (rows aligned by position, padded)."""
+    g, i = outline_view(gold, doc_id), outline_view(induced, doc_id)
+    n = max(len(g), len(i))
+    g = g.reindex(range(n)).fillna("")
+    i = i.reindex(range(n)).fillna("")
+    return pd.DataFrame({"gold": g["heading"], "gold paragraphs": g["paragraphs"], "induced": i["heading"],
+                         "induced paragraphs": i["paragraphs"]})
+
+
+def model_note(llm_params: Mapping[str, Any] | Any, induce_params: Mapping[str, Any] | Any,
+               contexts_params: Mapping[str, Any] | Any) -> str:
+    """A plain statement of what produced induced structure and A1 contexts, and whether that is the study's
+    class of model (``llm.capable``); reports print it above their numbers. Each argument is its section
+    (``cfg["llm"]``, ``cfg["induce"]``, ``cfg["contexts"]``) or its record; a key left out takes the schema's
+    default."""
+    lp, ip, cp = (config.record(s, v) for s, v in (("llm", llm_params), ("induce", induce_params),
+                                                   ("contexts", contexts_params)))
+    parts = []
+    model = f"{lp.backend} model {lp.model or '(none)'}"
+    below = not lp.capable
+    for what, method, baseline in (("Structure induction", ip.method, "texttiling"),
+                                   ("A1 contexts", cp.method, "extractive")):
+        if method == baseline:
+            parts.append(f"{what}: the non-LLM '{method}' BASELINE, not the paper's LLM arm.")
+        else:
+            parts.append(f"{what}: {model}" + (" - BELOW the study's model class (llm.capable is false); "
+                                                "numbers show the pipeline, not the paper's result." if below
+                                                else " (llm.capable: a model of the study's class)."))
+    return " ".join(parts)

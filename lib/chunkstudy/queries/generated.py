@@ -1,0 +1,193 @@
+"""The generated path end to end (steps 2-5 in :mod:`chunkstudy.queries`): generation, the leakage filter in
+two rounds around the paraphrase, the seeded balancing of finals, and the funnel."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .. import config, leakage, paper
+from .common import QTYPES, QUERY_COLUMNS, _funnel_rows, _jsonable, _score_stats, _spans
+from .prompts import (PARAPHRASE, PROMPTS, QUERY_SCHEMA, generation_messages, names_title, paraphrase_messages,
+                      parse_query, template_hash)
+from .spans import sample_spans
+
+
+GEN_STEPS = ("spans sampled", "generated", "survivors (round 1)", "paraphrased", "paraphrase survivors (round 2)",
+             "balanced finals")
+
+
+def _verdict(query: str | None, span_texts: list[str], qtype: str, title: str, p: Any) -> dict:
+    """The leakage filter's verdict on one query (``p``: the ``queries`` record)."""
+    if query is None:
+        return {"passed": False, "reason": "unusable"}
+    r = leakage.check(query, span_texts, rouge_max=p.rouge_max, ngram=p.ngram, use_stemmer=p.rouge_stemmer)
+    if qtype == "underspecified" and names_title(query, title):
+        r = {**r, "passed": False, "reason": "named" if r["reason"] == "ok" else r["reason"] + "+named"}
+    return r
+
+
+def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str, Any], client,
+             request_factory: Callable[..., Any] | None = None) -> pd.DataFrame:
+    """Run generation → filter → paraphrase → filter over span samples; one row per sample (the log).
+
+    Columns: the sample's, ``title``, ``status`` (``model_error``, ``unusable``, ``rejected``,
+    ``paraphrase_error``, ``paraphrase_unusable``, ``paraphrase_rejected``, ``kept``), ``reason``,
+    ``generated_text``, ``text`` (the paraphrase), ``round1``/``round2`` (filter scores), ``model``,
+    ``prompt_hash``, ``prompt_template``, ``paraphrase_prompt_hash``.
+    """
+    from .. import llm
+
+    params = config.record("queries", params)
+    make = request_factory or llm.Request
+    docs = documents.assign(doc_id=documents["doc_id"].astype(str)).set_index("doc_id")
+    max_tokens, max_chars = params.gen_reply_tokens, params.prompt_max_chars
+    rows, reqs = [], []
+    for s in samples.itertuples(index=False):
+        text, title = docs.at[s.doc_id, "text"], str(docs.at[s.doc_id, "title"])
+        spans = _spans(s.spans)
+        span_texts = [text[a:b] for a, b in spans]
+        msgs = generation_messages(s.qtype, title, span_texts, max_chars)
+        rows.append({**s._asdict(), "spans": spans, "title": title, "span_texts": span_texts,
+                     "prompt_hash": llm.prompt_hash(msgs), "prompt_template": template_hash(PROMPTS[s.qtype])})
+        reqs.append(make(msgs, json_schema=QUERY_SCHEMA, max_tokens=max_tokens, tag=f"queries:gen:{s.query_id}"))
+    replies = client.generate(reqs, desc="queries: generate") if reqs else []
+    para_idx, para_reqs = [], []
+    for i, (row, rep) in enumerate(zip(rows, replies)):
+        row.update(model=rep.model, generated_reply=rep.text, generated_text=None, text=None, round1=None,
+                   round2=None, paraphrase_prompt_hash=None)
+        if rep.error:
+            row.update(status="model_error", reason=rep.error)
+            continue
+        q = parse_query(rep.text)
+        row["generated_text"] = q
+        v = _verdict(q, row["span_texts"], row["qtype"], row["title"], params)
+        row["round1"] = v
+        if not v["passed"]:
+            row.update(status="unusable" if q is None else "rejected", reason=v["reason"])
+            continue
+        msgs = paraphrase_messages(q)
+        row["paraphrase_prompt_hash"] = llm.prompt_hash(msgs)
+        para_idx.append(i)
+        para_reqs.append(make(msgs, json_schema=QUERY_SCHEMA, max_tokens=max_tokens,
+                              tag=f"queries:paraphrase:{row['query_id']}"))
+    para = client.generate(para_reqs, desc="queries: paraphrase") if para_reqs else []
+    for i, rep in zip(para_idx, para):
+        row = rows[i]
+        if rep.error:
+            row.update(status="paraphrase_error", reason=rep.error)
+            continue
+        q = parse_query(rep.text)
+        row["text"] = q
+        v = _verdict(q, row["span_texts"], row["qtype"], row["title"], params)
+        row["round2"] = v
+        if v["passed"]:
+            row.update(status="kept", reason="ok")
+        else:
+            row.update(status="paraphrase_unusable" if q is None else "paraphrase_rejected", reason=v["reason"])
+    cols = list(samples.columns) + ["title", "status", "reason", "generated_text", "text", "round1", "round2",
+                                    "model", "prompt_hash", "prompt_template", "paraphrase_prompt_hash"]
+    return pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
+
+
+def balance(kept: pd.DataFrame, targets: Mapping[str, int] | Any, seed: int) -> pd.DataFrame:
+    """At most ``targets[qtype]`` rows per type by a seeded round-robin over documents (see module doc).
+    ``targets``: ``queries.targets`` or its record (a type left out takes the schema's target).
+
+    Deterministic for a given seed and independent of the input row order: documents and each document's rows
+    are sorted by id before the seeded shuffles.
+    """
+    targets = config.record("queries.targets", targets)
+    picked = []
+    for t_i, qtype in enumerate(sorted(kept["qtype"].unique())):
+        target = int(getattr(targets, qtype))
+        rng = np.random.default_rng([int(seed), 7919, t_i, *map(ord, qtype)])
+        sub = kept[kept["qtype"] == qtype].sort_values("query_id")
+        by_doc = {d: list(g["query_id"]) for d, g in sub.groupby("doc_id", sort=True)}
+        docs = list(by_doc)
+        order = [docs[i] for i in rng.permutation(len(docs))]
+        queues = {d: [by_doc[d][i] for i in rng.permutation(len(by_doc[d]))] for d in order}
+        chosen: list[str] = []
+        while len(chosen) < target and any(queues.values()):
+            for d in order:
+                if queues[d] and len(chosen) < target:
+                    chosen.append(queues[d].pop(0))
+        picked.extend(chosen)
+    out = kept[kept["query_id"].isin(set(picked))]
+    return out.sort_values(["doc_id", "qtype", "query_id"]).reset_index(drop=True)
+
+
+def pick_docs(documents: pd.DataFrame, max_docs: int | None, seed: int) -> pd.DataFrame:
+    """``documents`` itself when ``max_docs`` is None or not smaller; else ``max_docs`` of them drawn with
+    ``seed`` (from the doc_ids in sorted order, so the draw does not depend on row order), in table order."""
+    if max_docs is None or max_docs >= len(documents):
+        return documents
+    ids = sorted(documents["doc_id"].astype(str))
+    keep = {ids[i] for i in np.random.default_rng([int(seed), 104729]).choice(len(ids), size=max_docs,
+                                                                              replace=False)}
+    return documents[documents["doc_id"].astype(str).isin(keep)]
+
+
+def _paper_funnel(kind: str) -> dict:
+    """The paper's query funnel (:mod:`chunkstudy.paper`): generated, survivors, finals, n_docs, finals_by_type."""
+    q = paper.values(kind, "queries")
+    return {"generated": q["generated"], "survivors": q["survivors"], "finals": q["finals"], "n_docs": q["documents"],
+            "finals_by_type": {t: q[f"finals_{t}"] for t in QTYPES}}
+
+
+def from_generated(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame,
+                   params: Mapping[str, Any], client) -> dict:
+    """The generated path end to end; returns ``dict(queries, funnel, summary, log)``.
+
+    With ``queries.max_docs`` set, only a seeded sample of that many documents gets queries (:func:`pick_docs`).
+    """
+    params = config.record("queries", params)
+    n_corpus = len(documents)
+    documents = pick_docs(documents, params.max_docs, params.seed)
+    samples = sample_spans(documents, paragraphs, sections_gold, params)
+    log = generate(samples, documents, params, client)
+    kept = log[log["status"] == "kept"]
+    finals = balance(kept, params.targets, params.seed)
+    queries = pd.DataFrame({
+        "query_id": finals["query_id"].astype(str), "doc_id": finals["doc_id"].astype(str),
+        "qtype": finals["qtype"], "text": finals["text"], "spans": finals["spans"],
+        "provenance": [json.dumps(_jsonable({
+            "source": "generated", "model": r.model, "prompt_hash": r.prompt_hash,
+            "prompt_template": r.prompt_template, "paraphrase_prompt_hash": r.paraphrase_prompt_hash,
+            "paraphrase_template": template_hash(PARAPHRASE), "generated_text": r.generated_text,
+            "filter_round1": r.round1, "filter_round2": r.round2, "top_level": r.top_level,
+            "span_seed": int(params.seed)}), sort_keys=True, ensure_ascii=False)
+            for r in finals.itertuples(index=False)],
+        "source": "generated",
+        "rouge_l": [float(r["rouge_l"]) for r in finals["round2"]],
+    }, columns=QUERY_COLUMNS)
+    first = log[log["status"].ne("model_error") & log["generated_text"].notna()]
+    surv1 = log[log["round1"].map(lambda v: bool(v and v.get("passed")))]
+    para = log[log["text"].notna()]
+    funnel = _funnel_rows([(GEN_STEPS[0], samples), (GEN_STEPS[1], first), (GEN_STEPS[2], surv1),
+                           (GEN_STEPS[3], para), (GEN_STEPS[4], kept), (GEN_STEPS[5], finals)], QTYPES)
+    reasons = {
+        rnd: {str(k): int(v) for k, v in log.loc[log["status"].isin(sts), "reason"].value_counts().items()}
+        for rnd, sts in (("round1", ["rejected"]), ("round2", ["paraphrase_rejected"]))}
+    summary = {
+        "source": "generated",
+        "model": sorted(set(log["model"].dropna())),
+        "status_counts": {str(k): int(v) for k, v in log["status"].value_counts().items()},
+        "rejection_reasons": reasons,
+        "steps": {step: int(c) for step, c in funnel.loc[funnel["qtype"] == "all", ["step", "count"]].values},
+        "finals_by_type": {t: int((queries["qtype"] == t).sum()) for t in QTYPES},
+        "targets": {t: int(getattr(params.targets, t)) for t in QTYPES},
+        "n_docs": int(queries["doc_id"].nunique()),
+        "n_docs_input": int(len(documents)),
+        "n_docs_corpus": int(n_corpus),
+        "max_docs": params.max_docs,
+        "rouge_l_finals": _score_stats(queries["rouge_l"]),
+        "filter": {"rouge_max": float(params.rouge_max), "ngram": int(params.ngram),
+                   "rouge_stemmer": bool(params.rouge_stemmer),
+                   "ngram_tokens": "lowercase \\w+ runs", "rouge_tokens": "rouge-score tokenizer"},
+        "paper": _paper_funnel("wikipedia"),
+    }
+    return {"queries": queries, "funnel": funnel, "summary": summary, "log": log}

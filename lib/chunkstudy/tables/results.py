@@ -1,0 +1,250 @@
+"""Builders of the study's result tables: the paper's Tables 1, 2 and 4, the exploratory tables behind the
+figures and the power analysis. Each is pure: 07's (or 04's) tables in, a :class:`Table` out."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import design, stages
+from .common import CONDITION_ORDER, CONTRAST_QUESTIONS, _order, _require, paper_source_label
+from .formatting import DASH, _missing, fmt_ci, fmt_delta, fmt_int, fmt_n, fmt_needed, fmt_num, fmt_p, fmt_pct
+from .record import Table
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Table 1, Table 2, Table 4
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None) -> Table:
+    """Table 1 — the confirmatory family: the primary cell's contrasts (rows with ``confirmatory`` true in the
+    07_stats ``contrasts`` table), one row per contrast in the table's order, with Δ (mean paired delta A − B),
+    the 95% cluster-bootstrap CI, two-sided p, Holm p, Cohen's dz, queries / documents, and the secondary
+    MixedLM coefficient and p for the same contrast (joined on ``contrast``) when ``mixedlm`` is given."""
+    _require(contrasts, ["contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "dz", "n_queries", "n_docs"],
+             "contrasts")
+    rows = contrasts[contrasts["confirmatory"].astype(bool)] if "confirmatory" in contrasts else contrasts
+    if rows.empty:
+        raise ValueError("contrasts: no confirmatory rows (primary cell absent from the scores?); written by 07_stats")
+    d = rows.reset_index(drop=True).copy()
+    for c in ("condition_a", "condition_b"):
+        if c not in d:
+            d[c] = ""
+    if "reject_holm" not in d:
+        d["reject_holm"] = d["p_holm"] < 0.05
+    d["question"] = [CONTRAST_QUESTIONS.get((a, b), "") for a, b in zip(d["condition_a"], d["condition_b"])]
+    if mixedlm is not None and len(mixedlm):
+        m = mixedlm.set_index("contrast")
+        d["mixedlm_coef"] = d["contrast"].map(m["coef"]).astype(float)
+        d["mixedlm_p"] = d["contrast"].map(m["p"]).astype(float)
+        d["mixedlm_p_holm"] = d["contrast"].map(m["p_holm"]).astype(float) if "p_holm" in m else np.nan
+    else:
+        d["mixedlm_coef"] = d["mixedlm_p"] = d["mixedlm_p_holm"] = np.nan
+    cols = ["contrast", "condition_a", "condition_b", "question", "mean_delta", "ci_low", "ci_high", "p", "p_holm",
+            "reject_holm", "dz", "n_queries", "n_docs", "mixedlm_coef", "mixedlm_p", "mixedlm_p_holm"]
+    extra = [c for c in ("n_boot", "cell") if c in d]
+    data = d[cols + extra]
+    n_boot = d["n_boot"] if "n_boot" in d else pd.Series([None] * len(d))
+    display = pd.DataFrame({
+        "Contrast": d["contrast"],
+        "A \u2212 B": [f"{a} \u2212 {b}" for a, b in zip(d["condition_a"], d["condition_b"])],
+        "Question": d["question"],
+        "\u0394": d["mean_delta"].map(fmt_delta),
+        "95% CI": [fmt_ci(lo, hi) for lo, hi in zip(d["ci_low"], d["ci_high"])],
+        "p": [fmt_p(p, b) for p, b in zip(d["p"], n_boot)],
+        "Holm p": [fmt_p(p, b) + (" *" if r else "") for p, b, r in zip(d["p_holm"], n_boot, d["reject_holm"])],
+        "dz": d["dz"].map(lambda x: fmt_num(x, 2)),
+        "n (q / docs)": [fmt_n(q, n) for q, n in zip(d["n_queries"], d["n_docs"])],
+        "MixedLM coef": d["mixedlm_coef"].map(fmt_delta),
+        "MixedLM p": d["mixedlm_p"].map(fmt_p),
+    })
+    cell = str(d["cell"].iat[0]) if "cell" in d else "primary cell"
+    b = d["n_boot"].iat[0] if "n_boot" in d else None
+    notes = (f"Confirmatory family, primary cell {cell}. \u0394 = mean of paired per-query deltas A \u2212 B; "
+             f"95% percentile CI and two-sided p from a document-clustered bootstrap"
+             f"{f' ({fmt_int(b)} resamples)' if b is not None and not _missing(b) else ''}; "
+             "Holm across the four contrasts (* = Holm p < alpha); dz = mean/sd of the deltas.",
+             "MixedLM (score ~ condition + random intercept per document) is the pre-registered secondary check, "
+             "misspecified by design (no per-query random effect) and conservative for small paired effects.")
+    return Table("table1_primary", "Table 1: pre-registered contrasts on the primary cell", data, display, notes)
+
+
+def table2(condition_means: pd.DataFrame, embedder: str, reranker: str) -> Table:
+    """Table 2 — per-condition means for every metric on one embedder × reranker (the paper's: strong, none),
+    from the 07_stats ``condition_means`` table: rows = conditions in paper order, columns = metrics in their
+    declared order (:func:`chunkstudy.design.metric_order_key`; others after), values = ``mean`` over each
+    condition's scored queries. Exploratory."""
+    _require(condition_means, ["metric", "embedder", "reranker", "condition", "mean"], "condition_means")
+    sel = condition_means[(condition_means["embedder"] == embedder) & (condition_means["reranker"] == reranker)]
+    if sel.empty:
+        raise ValueError(f"condition_means: no rows for embedder {embedder!r} × reranker {reranker!r}; present: "
+                         f"{sorted(set(zip(condition_means['embedder'], condition_means['reranker'])))}")
+    wide = sel.pivot_table(index="condition", columns="metric", values="mean", aggfunc="first")
+    wide = wide.loc[_order(wide.index, CONDITION_ORDER), sorted(wide.columns, key=design.metric_order_key)]
+    n = sel.groupby("condition")["n_queries"].max() if "n_queries" in sel else None
+    data = wide.reset_index().rename_axis(columns=None)
+    if n is not None:
+        data.insert(1, "n_queries", data["condition"].map(n).astype("Int64"))
+    display = pd.DataFrame({"Condition": data["condition"]})
+    if n is not None:
+        display["n"] = data["n_queries"].map(fmt_int)
+    for m in wide.columns:
+        display[m] = data[m].map(fmt_num)
+    notes = (f"Exploratory. Mean per query over each condition's scored queries; embedder {embedder}, "
+             f"reranker {reranker}. budget-cov@B charges prefix tokens against the budget.",)
+    return Table(f"table2_means_{embedder}_{reranker}",
+                 f"Table 2: per-condition means ({embedder} embedder, reranker {reranker})", data, display, notes)
+
+
+def table4(conditions: Sequence[str], summary: Mapping[str, Any] | None, contexts_method: str,
+           route_sections: int) -> Table:
+    """Table 4 — the conditions of the run (paper appendix, DESIGN.md "Conditions"), each declared condition's
+    row (:meth:`chunkstudy.design.Condition.table4`): boundaries, prefix at embedding time and retrieval, plus,
+    when 04's ``summary.json`` is given, the realised chunk count and mean content / prefix tokens of each
+    condition (``n_chunks``, ``mean_content_tokens``, ``mean_prefix_tokens``). ``contexts_method``
+    (``contexts.method``) names A1's prefix as this run made it (a non-LLM baseline is said so);
+    ``route_sections`` (``retrieve.route_sections``) is stage 1's top n."""
+    unknown = [c for c in conditions if c not in design.CONDITION_NAMES]
+    if unknown:
+        raise ValueError(f"table4: unknown condition {unknown[0]!r}; known: {list(design.CONDITION_NAMES)}")
+    conds = _order(conditions, CONDITION_ORDER)
+    spec = {c: design.condition(c).table4(route_sections) for c in conds}
+    if contexts_method != "llm":
+        spec = {c: (b, f"{contexts_method} situating context (non-LLM baseline)", r)
+                if design.condition(c).prefix == "context" else (b, p, r) for c, (b, p, r) in spec.items()}
+    data = pd.DataFrame({"condition": conds, "boundaries": [spec[c][0] for c in conds],
+                         "prefix": [spec[c][1] for c in conds],
+                         "retrieval": [spec[c][2] for c in conds]})
+    display = data.rename(columns=str.capitalize)
+    if summary and summary.get("n_chunks"):
+        data["n_chunks"] = data["condition"].map(summary["n_chunks"]).astype("Int64")
+        data["mean_content_tokens"] = data["condition"].map(summary["mean_content_tokens"]).astype(float)
+        data["mean_prefix_tokens"] = data["condition"].map(summary["mean_prefix_tokens"]).astype(float)
+        display = display.assign(**{"Chunks": data["n_chunks"].map(fmt_int),
+                                    "Content tok.": data["mean_content_tokens"].map(lambda x: fmt_num(x, 1)),
+                                    "Prefix tok.": data["mean_prefix_tokens"].map(lambda x: fmt_num(x, 1))})
+    notes = ("Chunks of every condition tile each document exactly; offsets are content-only, so a prefix can "
+             "never create relevance. Prefix tokens are counted apart from content tokens.",)
+    return Table("table4_conditions", "Table 4: experimental conditions", data, display, notes)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exploratory tables behind the figures
+# ---------------------------------------------------------------------------------------------------------------
+
+def dose_response(dose: pd.DataFrame) -> Table:
+    """The breadcrumb-depth dose-response (07 ``dose_response``; exploratory): per embedder × reranker the mean
+    at each depth of the ladder (:func:`chunkstudy.design.depth_ladder`: A2 → A3-d1 → A3-d2 → A3), the slope per
+    level, its bootstrap CI and p."""
+    _require(dose, ["embedder", "reranker", "slope", "ci_low", "ci_high", "p"], "dose_response")
+    data = dose.reset_index(drop=True)
+    display = pd.DataFrame({"Embedder": data["embedder"], "Reranker": data["reranker"]})
+    for c, d in design.depth_ladder():
+        col = f"mean_d{d}"
+        display[f"{c} (d{d})"] = data[col].map(fmt_num) if col in data else DASH
+    nb = data["n_boot"] if "n_boot" in data else pd.Series([None] * len(data))
+    display["slope / level"] = data["slope"].map(fmt_delta)
+    display["95% CI"] = [fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])]
+    display["p"] = [fmt_p(p, b) for p, b in zip(data["p"], nb)]
+    metric = str(data["metric"].iat[0]) if "metric" in data and len(data) else design.PRIMARY_METRIC.key
+    return Table("exploratory_dose_response", f"Exploratory: breadcrumb-depth dose-response ({metric})", data,
+                 display, ("Exploratory, outside the pre-registered family.",))
+
+
+def section_recall_table(summary: pd.DataFrame) -> Table:
+    """Section recall of the two-stage conditions (paper §6.4), formatted from 05's ``section_recall_summary``
+    (:func:`chunkstudy.retrieve.section_recall_summary`): per embedder × reranker × condition, the share of
+    queries for which stage 1 kept a section overlapping gold evidence, its binomial SE and the queries."""
+    _require(summary, ["embedder", "reranker", "condition", "section_recall", "se", "n_defined", "n_queries"],
+             "section_recall_summary")
+    data = summary.reset_index(drop=True)
+    display = pd.DataFrame({"Embedder": data["embedder"], "Reranker": data["reranker"],
+                            "Condition": data["condition"], "Section recall": data["section_recall"].map(fmt_num),
+                            "\u00b1 SE": data["se"].map(fmt_num),
+                            "Queries (defined / all)": [f"{fmt_int(a)} / {fmt_int(b)}" for a, b in
+                                                        zip(data["n_defined"], data["n_queries"])]})
+    return Table("exploratory_section_recall", "Stage-1 section recall of the two-stage conditions", data, display,
+                 ("Share of queries for which stage 1 kept a section overlapping gold evidence.",))
+
+
+def reranker_lift(lift: pd.DataFrame, metric: str, embedder: str) -> Table:
+    """The reranker lift per condition (paper §6 "Reranking lifts all boats"), formatted from 07's
+    ``reranker_lift`` table (:func:`chunkstudy.stats.reranker_lift`); ``metric`` and ``embedder`` name its cell
+    in the title."""
+    _require(lift, ["metric", "embedder", "reranker", "condition", "none", "reranked", "lift"], "reranker_lift")
+    data = lift.reset_index(drop=True)
+    display = pd.DataFrame({"Reranker": data["reranker"], "Condition": data["condition"],
+                            "No reranker": data["none"].map(fmt_num), "Reranked": data["reranked"].map(fmt_num),
+                            "Lift": data["lift"].map(fmt_delta)})
+    notes = ("Exploratory. Difference of condition means.",) if len(data) else (
+        "No reranked cell in this run (retrieve.rerankers is empty).",)
+    return Table("exploratory_reranker_lift", f"Reranker lift per condition ({metric}, {embedder} embedder)", data,
+                 display, notes)
+
+
+def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str) -> Table:
+    """The per-query-type cuts (07 ``per_type``; exploratory, unadjusted) of one embedder × reranker."""
+    _require(per_type_df, ["contrast", "qtype", "mean_delta", "ci_low", "ci_high", "p"], "per_type")
+    d = per_type_df
+    if "embedder" in d:
+        d = d[(d["embedder"] == embedder) & (d["reranker"] == reranker)]
+    data = d.reset_index(drop=True)
+    display = pd.DataFrame({"Contrast": data["contrast"], "Query type": data["qtype"],
+                            "\u0394": data["mean_delta"].map(fmt_delta),
+                            "95% CI": [fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])],
+                            "p (unadjusted)": data["p"].map(fmt_p),
+                            "Queries": data["n_queries"].map(fmt_int) if "n_queries" in data else DASH})
+    return Table("exploratory_per_type", f"Exploratory: contrasts by query type ({embedder}, reranker {reranker})",
+                 data, display, ("Hypothesis-generating only; no multiplicity adjustment.",))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Power analysis (07 ``power``; issue 18 §2)
+# ---------------------------------------------------------------------------------------------------------------
+
+def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:
+    """The power analysis (07 ``power_needed`` and ``power``; planning, not confirmatory): per contrast and effect
+    scenario (this run's effect, the paper's dz), the documents the clustered-bootstrap + Holm test needs for the
+    target power (interpolated on the simulated grid by 07, :func:`chunkstudy.power.needed_table`), the simulated
+    power at this corpus's own size, and the design effect and ICC of its deltas; the notes name the simulation's
+    settings from ``power``. ``†`` marks an N where the test's size under the null exceeds alpha
+    (anti-conservative with few documents), so that N is optimistic."""
+    _require(needed, stages.columns("power_needed"), "power_needed")
+    _require(power_df, ["scenario", "contrast", "n_docs", "power", "target_power", "n_docs_observed", "n_sims", "n_boot",
+                        "alpha", "require_sign"], "power")
+    data = needed.reset_index(drop=True)
+    if data.empty:
+        raise ValueError("power: the table has no rows; written by 07_stats")
+    first = power_df.iloc[0]
+    target = float(first["target_power"])
+    display = pd.DataFrame({
+        "Contrast": data["contrast"],
+        "A \u2212 B": [f"{a} \u2212 {b}" for a, b in zip(data["condition_a"], data["condition_b"])],
+        "Effect": data["effect_source"].map(paper_source_label),
+        "dz": data["target_dz"].map(lambda x: fmt_delta(x, 2)),
+        f"Docs for {fmt_pct(target, 0)} power": [fmt_needed(n, s, lg) + (" \u2020" if o else "") for n, s, lg, o in
+                                                 zip(data["n_docs_needed"], data["status"],
+                                                     data["largest_simulated"], data["oversized"])],
+        "Power at this corpus": [f"{fmt_pct(p, 0)} \u00b1 {fmt_pct(se, 0)}" if not _missing(p) else DASH
+                                 for p, se in zip(data["power_at_observed"], data["mc_se_at_observed"])],
+        "Design effect": data["design_effect"].map(lambda x: fmt_num(x, 2)),
+        "ICC": data["icc"].map(lambda x: fmt_num(x, 2)),
+    })
+    n_obs = int(data["n_docs_observed"].iat[0])
+    nb = first["n_boot"]
+    notes = (f"Planning, not confirmatory. Simulated studies of N documents drawn with replacement from this "
+             f"corpus's {fmt_int(n_obs)} documents (each with its queries' deltas of all four contrasts); per study "
+             f"the document-clustered bootstrap ({fmt_int(nb)} resamples) and Holm across the four at alpha "
+             f"{float(first['alpha']):g}; power = share of {fmt_int(first['n_sims'])} studies with "
+             f"Holm p < alpha{' and the effect’s sign' if bool(first['require_sign']) else ''} "
+             f"(\u00b1 = Monte Carlo SE). The paper scenario shifts every delta by one constant so that dz = "
+             "mean/sd equals the paper's.",
+             f"Docs needed: first crossing of {fmt_pct(target, 0)} on the simulated grid "
+             f"({', '.join(fmt_int(n) for n in sorted(power_df['n_docs'].unique()))}), interpolated in log N. "
+             "\u2020 = the test rejects a zero effect more often than alpha at that size (few documents), so the "
+             "number is optimistic.")
+    notes += tuple(dict.fromkeys(f"{c}: {n}" for c, n in zip(data["contrast"], data["note"]) if n))
+    return Table("power", "Power: documents needed per contrast (clustered bootstrap + Holm)", data, display, notes)
