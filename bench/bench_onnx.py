@@ -104,13 +104,13 @@ def main() -> None:
     row_of = {t: i for i, t in enumerate(texts)}
     a3_rows = np.array([row_of[t] for t in conditions.embedded_texts(a3, documents)])
     ids = a3["chunk_id"].astype(str).to_numpy()
-    ref_top = retrieve.flat_search(qvecs["torch float32"], vecs["torch float32"][a3_rows], ids, k=10)[0]
+    ref_top = retrieve.flat_search(qvecs["torch float32"], vecs["torch float32"][a3_rows], ids, k=10, backend="numpy")[0]
     base = best["torch float32"]
     print(f"\n  {'encoder':34s} {'texts/s':>9s} {'speed vs torch':>15s} {'min cos':>9s} {'mean cos':>9s} "
           f"{'top-10 agreement':>17s}")
     for name in encoders:
         cos = (vecs[name] * vecs["torch float32"]).sum(axis=1)
-        top = retrieve.flat_search(qvecs[name], vecs[name][a3_rows], ids, k=10)[0]
+        top = retrieve.flat_search(qvecs[name], vecs[name][a3_rows], ids, k=10, backend="numpy")[0]
         agree = np.mean([len(set(x) & set(y)) / 10 for x, y in zip(top, ref_top)])
         print(f"  {name:34s} {len(texts) / best[name]:9.1f} {base / best[name]:14.2f}x {cos.min():9.4f} "
               f"{cos.mean():9.4f} {agree:17.3f}")

@@ -39,7 +39,7 @@ def literal(pop: power.Population, n: int, n_sims: int, n_boot: int, alpha: floa
             counts = pop.counts[draw, j].astype(int)
             deltas = np.repeat(pop.sums[draw, j] / pop.counts[draw, j], counts)
             clusters = np.repeat(np.arange(n), counts)
-            ps.append(stats.cluster_bootstrap(deltas, clusters, n_boot, seed + s).p)
+            ps.append(stats.cluster_bootstrap(deltas, clusters, n_boot, seed + s, alpha=0.05).p)
         stats.holm(ps)
     return (time.perf_counter() - t0) / n_sims
 
@@ -54,13 +54,13 @@ def main() -> None:
     scores, queries = stats.simulate_scores(10, 61, EFFECTS, seed=3, corpus="demo")
 
     t0 = time.perf_counter()
-    table = power.power_table(scores, queries, st, "demo", paper.effects_dz("wikipedia"), "paper (wikipedia)")
+    table = power.power_table(scores, queries, st, "strong", "demo", paper.effects_dz("wikipedia"), "paper (wikipedia)")
     t_all = time.perf_counter() - t0
     sizes = sorted(int(n) for n in table["n_docs"].unique())
     print(f"1. demo scale (10 documents, 61 queries): power_table with {len(sizes)} sizes {sizes}, "
           f"{pp.n_sims} studies × {pp.n_boot} resamples each, 3 shift rows (observed, paper, null): {t_all:.2f} s")
 
-    pop = power.population(scores, queries, st, "demo")
+    pop = power.population(scores, queries, st, "strong", "demo")
     shifts = np.zeros((3, 4))
     n = args.size
     t0 = time.perf_counter()

@@ -49,7 +49,7 @@ def main() -> None:
         deltas[name] = (d["delta"].to_numpy(), d["doc_id"].to_numpy())
 
     t0 = time.perf_counter()
-    fast = {name: stats.cluster_bootstrap(d, c, N_BOOT, args.seed) for name, (d, c) in deltas.items()}
+    fast = {name: stats.cluster_bootstrap(d, c, N_BOOT, args.seed, alpha=0.05) for name, (d, c) in deltas.items()}
     t_fast = time.perf_counter() - t0
 
     n_naive = args.naive_resamples

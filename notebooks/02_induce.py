@@ -39,7 +39,7 @@ cfg = config.load(params_file)
 documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
-client = llm.make_client(cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
+client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
 print(induce.model_note(cfg["llm"], cfg["induce"], cfg["contexts"]))
 
 # %% [markdown]
@@ -58,8 +58,8 @@ induction_log["status"].value_counts()
 
 # %%
 counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
-windows = chunking.a0_windows(documents, paragraphs, sections_induced, cfg["chunking"], counter)
-contexts_a1 = contexts.a1_contexts(documents, windows, cfg["contexts"], client=client, counter=counter,
+windows = chunking.a0_windows(documents, paragraphs, sections_induced, cfg.params("chunking"), counter)
+contexts_a1 = contexts.a1_contexts(documents, windows, cfg.params("contexts"), client=client, counter=counter,
                                    sections=sections_gold)
 artifacts.write(cfg, "contexts_a1", contexts_a1)
 contexts_a1[["doc_id", "start", "end", "method", "n_tokens", "context"]].head()
@@ -67,16 +67,16 @@ contexts_a1[["doc_id", "start", "end", "method", "n_tokens", "context"]].head()
 # %% [markdown]
 # ## Stats next to the paper
 # Identity with gold is the paper's measure: the share of induced structural chunk spans (split above
-# `chunking.max_tokens`, merged below `min_tokens`) byte-identical to a gold structural chunk span.
+# `chunking.max_chunk_tokens`, merged below `min_chunk_tokens`) byte-identical to a gold structural chunk span.
 # `induced_whole` counts the documents induced in one call (not cut into windows); the paper's model sees every
 # document's paragraphs whole.
 
 # %%
-ck = cfg["chunking"]
-induced_chunks = chunking.structural_chunks(documents, paragraphs, sections_induced, counter, ck["max_tokens"],
-                                            ck["min_tokens"], ck["sentence_splitter"])
-gold_chunks = chunking.structural_chunks(documents, paragraphs, sections_gold, counter, ck["max_tokens"],
-                                         ck["min_tokens"], ck["sentence_splitter"])
+ck = cfg.params("chunking")
+induced_chunks = chunking.structural_chunks(documents, paragraphs, sections_induced, counter, ck.max_chunk_tokens,
+                                            ck.min_chunk_tokens, ck.sentence_splitter)
+gold_chunks = chunking.structural_chunks(documents, paragraphs, sections_gold, counter, ck.max_chunk_tokens,
+                                         ck.min_chunk_tokens, ck.sentence_splitter)
 stats = {**induce.induction_stats(sections_induced, induction_log, sections_gold, induced_chunks, gold_chunks),
          "contexts_a1": contexts.summary(contexts_a1), "llm": llm.describe(client), "capable": cfg["llm"]["capable"],
          "note": induce.model_note(cfg["llm"], cfg["induce"], cfg["contexts"])}

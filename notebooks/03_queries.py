@@ -97,7 +97,7 @@ sections_induced = artifacts.read_input(cfg, "03_queries", "sections_induced")  
 bm25_sections = bm25.outline(qp["bm25_condition"], sections_gold, sections_induced)
 bm25_chunks = chunking.structural_chunks(documents, paragraphs, bm25_sections,
                                          chunking.load_counter(cfg["chunking"]["tokenizer"]),
-                                         cfg["chunking"]["max_tokens"], cfg["chunking"]["min_tokens"],
+                                         cfg["chunking"]["max_chunk_tokens"], cfg["chunking"]["min_chunk_tokens"],
                                          cfg["chunking"]["sentence_splitter"])
 bm25_per_query, bm25_summary = bm25.diagnostic(documents, bm25_chunks, query_table, k1=qp["bm25_k1"],
                                                b=qp["bm25_b"], span_frac=cfg["metrics"]["span_frac"],

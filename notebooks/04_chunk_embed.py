@@ -19,8 +19,8 @@
 # embedded text; `chunks.text_row` indexes it) with `embeddings/<embedder>.ids.parquet` (the row order).
 #
 # Boundaries: A0/A1 fixed windows size-matched per document to the A2 mean, edges at pysbd sentence starts;
-# A2–A4, P on the induced structure; G2–G4 on the gold structure (split above `max_tokens`, merged below
-# `min_tokens`). Prefixes: `[Title › Section › Subsection]\n\n` cut to depth 1/2/3, the A1 context, or a placebo
+# A2–A4, P on the induced structure; G2–G4 on the gold structure (split above `max_chunk_tokens`, merged below
+# `min_chunk_tokens`). Prefixes: `[Title › Section › Subsection]\n\n` cut to depth 1/2/3, the A1 context, or a placebo
 # path from another document. The embedded text is `prefix + content`; offsets are content-only. Each distinct
 # text is embedded once per embedder, through a persistent store keyed by (model, kind, text): a rerun embeds
 # nothing.
@@ -38,7 +38,7 @@ paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
 contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when A1 is in the run
-out = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg["chunking"])
+out = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"))
 artifacts.write(cfg, "chunks", out["chunks"])
 artifacts.write(cfg, "size_matching", out["size_matching"])
 artifacts.write(cfg, "placebo", out["placebo"])
@@ -91,7 +91,7 @@ out["chunks"].assign(embedded=conditions.embedded_texts(out["chunks"], documents
 
 # %%
 store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
-vectors, report = embed.embed_all(cfg["embed"]["embedders"], out["texts"], store)
+vectors, report = embed.embed_all(cfg.params("embed").embedders, out["texts"], store)
 ids = embed.ids_table(out["texts"])
 written = artifacts.write_all_vectors(cfg, vectors, ids)
 artifacts.write_json(cfg, "04_chunk_embed", "embedding_report", report.to_dict(orient="records"))

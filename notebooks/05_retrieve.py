@@ -27,7 +27,7 @@
 #   `retrieve.route_sections` sections (a section = document + top-level heading), stage 2 ranks their chunks,
 #   the global ranking backfills to k.
 # * **Reranked cells**: each cross-encoder in `retrieve.rerankers` rescores the top `top_n` of the
-#   `retrieve.rerank_embedder` lists, every condition, query vs. the embedded text; scores are cached on disk by
+#   `embed.strong` lists, every condition, query vs. the embedded text; scores are cached on disk by
 #   (model, query, text).
 
 # %% tags=["parameters"]
@@ -40,7 +40,7 @@ from chunkstudy import artifacts, conditions, config, embed, gpu, rerank, retrie
 
 cfg = config.load(params_file)
 gpu.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
-retrieve_params = cfg["retrieve"]
+retrieve_params = cfg.params("retrieve")
 chunks = artifacts.read(cfg, "chunks")
 queries = artifacts.read(cfg, "queries")
 documents = artifacts.read(cfg, "documents")
@@ -55,7 +55,7 @@ chunks.groupby("condition").agg(chunks=("chunk_id", "size"), documents=("doc_id"
 
 # %%
 store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
-query_vectors = retrieve.embed_queries(queries, cfg["embed"]["embedders"], store)
+query_vectors = retrieve.embed_queries(queries, cfg.params("embed").embedders, store)
 retrieve.vector_shapes(query_vectors)
 
 # %% [markdown]
@@ -74,7 +74,8 @@ retrieved["runs"].groupby(["embedder", "condition", "source"]).size().unstack(fi
 
 # %%
 texts = rerank.texts_by_chunk(chunks, conditions.embedded_texts(chunks, documents))
-reranked = rerank.rerank_all(retrieved["runs"], queries, texts, retrieve_params, artifacts.cache_dir(cfg, "rerank"))
+reranked = rerank.rerank_all(retrieved["runs"], queries, texts, retrieve_params, cfg["embed"]["strong"],
+                             artifacts.cache_dir(cfg, "rerank"))
 runs = pd.concat([retrieved["runs"], reranked], ignore_index=True)
 artifacts.write(cfg, "runs", runs)
 artifacts.write(cfg, "section_recall", retrieved["section_recall"])

@@ -35,7 +35,7 @@ params_file = "params/demo.yaml"
 from chunkstudy import artifacts, config, drilldown, metrics
 
 cfg = config.load(params_file)
-metrics_params = cfg["metrics"]
+metrics_params = cfg.params("metrics")
 runs = artifacts.read(cfg, "runs")
 chunks = artifacts.read(cfg, "chunks")
 queries = artifacts.read(cfg, "queries")
@@ -83,7 +83,8 @@ walk
 
 # %%
 documents = artifacts.read(cfg, "documents")
-drill = drilldown.drilldown(runs, chunks, queries, documents, scores, cfg["stats"], metrics_params, cfg.corpus,
+drill = drilldown.drilldown(runs, chunks, queries, documents, scores, cfg.params("stats"), cfg["embed"]["strong"],
+                            metrics_params, cfg.corpus,
                             cfg["stats"]["drilldown_queries"])
 artifacts.write(cfg, "drilldown", drill)
 drilldown.overview(drill)

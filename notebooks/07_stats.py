@@ -31,7 +31,8 @@ params_file = "params/demo.yaml"
 from chunkstudy import artifacts, config, paper, power, stats
 
 cfg = config.load(params_file)
-stats_params = cfg["stats"]
+stats_params = cfg.params("stats")
+strong = cfg["embed"]["strong"]  # the primary cell's embedder
 scores = artifacts.read(cfg, "scores")
 queries = artifacts.read(cfg, "queries")
 scores.groupby(["metric", "embedder", "reranker"]).agg(conditions=("condition", "nunique"),
@@ -42,7 +43,7 @@ scores.groupby(["metric", "embedder", "reranker"]).agg(conditions=("condition", 
 # Mean paired delta, 95% cluster-bootstrap CI, two-sided p, Holm-adjusted p and dz.
 
 # %%
-contrasts = stats.contrasts_table(scores, queries, stats_params, cfg.corpus)
+contrasts = stats.contrasts_table(scores, queries, stats_params, strong, cfg.corpus)
 artifacts.write(cfg, "contrasts", contrasts)
 contrasts.loc[contrasts["confirmatory"], ["label", "cell", "contrast", "condition_a", "condition_b", "mean_delta",
                                           "ci_low", "ci_high", "p", "p_holm", "reject_holm", "dz", "n_queries",
@@ -54,7 +55,7 @@ contrasts.loc[contrasts["confirmatory"], ["label", "cell", "contrast", "conditio
 # errors and it is conservative for small paired effects. Reported for pre-registration fidelity only.
 
 # %%
-mixedlm = stats.mixedlm_table(scores, queries, stats_params, cfg.corpus)
+mixedlm = stats.mixedlm_table(scores, queries, stats_params, strong, cfg.corpus)
 artifacts.write(cfg, "mixedlm", mixedlm)
 mixedlm.drop(columns=["note"])
 
@@ -75,7 +76,7 @@ contrasts.loc[~contrasts["confirmatory"], ["label", "cell", "contrast", "mean_de
 # reranker, with a document-clustered bootstrap CI and p; per-level means alongside.
 
 # %%
-dose = stats.dose_response(scores, queries, stats_params, cfg.corpus)
+dose = stats.dose_response(scores, queries, stats_params, strong, cfg.corpus)
 artifacts.write(cfg, "dose_response", dose)
 dose
 
@@ -83,7 +84,7 @@ dose
 # ## Exploratory — cuts by query type (unadjusted; hypothesis-generating only)
 
 # %%
-by_type = stats.per_type(scores, queries, stats_params, cfg.corpus)
+by_type = stats.per_type(scores, queries, stats_params, strong, cfg.corpus)
 artifacts.write(cfg, "per_type", by_type)
 by_type[["label", "cell", "contrast", "qtype", "mean_delta", "ci_low", "ci_high", "p", "dz", "n_queries", "note"]]
 
@@ -91,7 +92,7 @@ by_type[["label", "cell", "contrast", "qtype", "mean_delta", "ci_low", "ci_high"
 # ## Exploratory — per-condition means (Table 2 is the primary cell's rows; recall@50 per condition included)
 
 # %%
-means = stats.condition_means(scores, queries, stats_params, cfg.corpus)
+means = stats.condition_means(scores, queries, stats_params, strong, cfg.corpus)
 artifacts.write(cfg, "condition_means", means)
 means.pivot_table(index="condition", columns=["metric", "embedder", "reranker"], values="mean", sort=False)
 
@@ -103,7 +104,7 @@ stats.metric_rows(means, "recall")[["label", "metric", "embedder", "reranker", "
 # ## Exploratory — reranker lift per condition (reranked minus not reranked mean of the primary metric)
 
 # %%
-lift = stats.reranker_lift(means, stats_params)
+lift = stats.reranker_lift(means, stats_params, strong)
 artifacts.write(cfg, "reranker_lift", lift)
 lift
 
@@ -119,8 +120,8 @@ lift
 
 # %%
 paper_corpus = power.paper_corpus(stats_params, cfg["corpus"]["kind"])
-power_curves = power.power_table(scores, queries, stats_params, cfg.corpus, paper.effects_dz(paper_corpus),
-                                 f"paper ({paper_corpus})")
+power_curves = power.power_table(scores, queries, stats_params, strong, cfg.corpus,
+                                 paper.effects_dz(paper_corpus), f"paper ({paper_corpus})")
 artifacts.write(cfg, "power", power_curves)
 power_curves.pivot_table(index=["scenario", "contrast", "target_dz"], columns="n_docs", values="power")
 

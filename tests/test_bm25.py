@@ -11,6 +11,11 @@ from hypothesis import strategies as st
 
 from chunkstudy import bm25
 
+#: the paper's relevance rule (span_frac 0.5, chunk_frac 0.8) and BM25's usual k1/b: the worked examples below are
+#: computed at these values, stated here because the functions take them from the caller (no code defaults)
+REL = {"span_frac": 0.5, "chunk_frac": 0.8}
+KW = {"k1": 1.5, "b": 0.75, **REL, "scope": "document"}
+
 
 def brute_bm25(corpus_tokens, query_tokens, k1=1.5, b=0.75):
     """Lucene BM25 written out from the formula: Σ_t idf(t)·tf/(tf + k1(1 − b + b·|d|/avgdl)),
@@ -54,12 +59,12 @@ def test_overlap_counts_union_once():
 
 
 def test_relevance_rule_both_arms():
-    assert bm25.is_relevant(0, 100, [[0, 50]])            # covers 100% of the span
-    assert bm25.is_relevant(0, 100, [[50, 150]])          # covers exactly 50% of the span
-    assert not bm25.is_relevant(0, 100, [[51, 200]])      # 49 of 149 chars, and 49% of the chunk
-    assert bm25.is_relevant(0, 10, [[2, 1000]])           # 80% of the chunk lies inside the span
-    assert not bm25.is_relevant(0, 10, [[3, 1000]])
-    assert bm25.is_relevant(0, 15, [[3, 1000]])           # 12 of 15 = 80%, though 0.8 * 15 > 12 in floats
+    assert bm25.is_relevant(0, 100, [[0, 50]], **REL)            # covers 100% of the span
+    assert bm25.is_relevant(0, 100, [[50, 150]], **REL)          # covers exactly 50% of the span
+    assert not bm25.is_relevant(0, 100, [[51, 200]], **REL)      # 49 of 149 chars, and 49% of the chunk
+    assert bm25.is_relevant(0, 10, [[2, 1000]], **REL)           # 80% of the chunk lies inside the span
+    assert not bm25.is_relevant(0, 10, [[3, 1000]], **REL)
+    assert bm25.is_relevant(0, 15, [[3, 1000]], **REL)           # 12 of 15 = 80%, though 0.8 * 15 > 12 in floats
 
 
 def test_gold_chunk_largest_overlap_ties_to_earlier():
@@ -95,7 +100,7 @@ def _corpus():
 
 def test_diagnostic_on_a_worked_corpus():
     docs, chunks, queries = _corpus()
-    per_q, summary = bm25.diagnostic(docs, chunks, queries, condition="G2", scope="document")
+    per_q, summary = bm25.diagnostic(docs, chunks, queries, condition="G2", **{**KW, "scope": "document"})
     got = per_q.set_index("query_id")
     # q1: only d1#0 holds "rocket"/"launch"; it is also the gold chunk (both scopes)
     assert got.at["q1", "top1_chunk_id_corpus"] == "d1#0" and got.at["q1", "gold_top1_corpus"]
@@ -124,19 +129,19 @@ def test_diagnostic_on_a_worked_corpus():
     want_d2 = brute_bm25(toks[2:], bm25.tokenize(["crew"])[0])
     assert got.at["q5", "gold_score_document"] == pytest.approx(want_d2[1], rel=1e-5)
     # the headline follows the scope parameter
-    assert bm25.diagnostic(docs, chunks, queries, scope="corpus")[1]["gold_top1_share"] == 0.6
+    assert bm25.diagnostic(docs, chunks, queries, **{**KW, "scope": "corpus"})[1]["gold_top1_share"] == 0.6
 
 
 def test_chunk_ids_are_derived_when_absent():
     docs, chunks, queries = _corpus()
-    per_q, _ = bm25.diagnostic(docs, chunks.drop(columns="chunk_id"), queries)
+    per_q, _ = bm25.diagnostic(docs, chunks.drop(columns="chunk_id"), queries, **KW)
     assert list(per_q["gold_chunk_id"]) == ["d1#0", "d1#1", "d2#1", "d2#0", "d2#1"]
 
 
 def test_diagnostic_does_not_mutate_inputs():
     docs, chunks, queries = _corpus()
     before = [x.copy(deep=True) for x in (docs, chunks, queries)]
-    bm25.diagnostic(docs, chunks, queries)
+    bm25.diagnostic(docs, chunks, queries, **KW)
     for a, b in zip(before, (docs, chunks, queries)):
         pd.testing.assert_frame_equal(a, b)
 
@@ -145,11 +150,11 @@ def test_diagnostic_errors_name_the_query():
     docs, chunks, queries = _corpus()
     bad = queries.assign(doc_id=["d1", "d1", "d9", "d2", "d2"])
     with pytest.raises(ValueError, match="q3.*d9"):
-        bm25.diagnostic(docs, chunks, bad)
+        bm25.diagnostic(docs, chunks, bad, **KW)
     with pytest.raises(ValueError, match="q1"):
-        bm25.diagnostic(docs, chunks, queries.assign(spans=[[], [[0, 1]], [[0, 1]], [[0, 1]], [[0, 1]]]))
+        bm25.diagnostic(docs, chunks, queries.assign(spans=[[], [[0, 1]], [[0, 1]], [[0, 1]], [[0, 1]]]), **KW)
     with pytest.raises(ValueError, match="bm25_scope"):
-        bm25.diagnostic(docs, chunks, queries, scope="web")
+        bm25.diagnostic(docs, chunks, queries, **{**KW, "scope": "web"})
 
 
 def test_chunk_structure():
@@ -162,7 +167,7 @@ def test_chunk_structure():
 
 def test_summary_table_rows():
     docs, chunks, queries = _corpus()
-    _, summary = bm25.diagnostic(docs, chunks, queries)
+    _, summary = bm25.diagnostic(docs, chunks, queries, **KW)
     t = bm25.summary_table(summary).set_index(["scope", "qtype"])
     assert list(t.index) == [(sc, q) for sc in ("document", "corpus") for q in ("all", "factoid", "structural")]
     assert t.at[("corpus", "all"), "gold_top1_share"] == 0.6 and t.at[("corpus", "structural"), "n_queries"] == 2

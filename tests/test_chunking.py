@@ -98,7 +98,7 @@ def test_structural_worked_example_split_then_merge_within_top_level_section():
         ("h", 1, "Legacy"), ("p", sent(6, "Leg")),
     ])
     assert verify_sections(secs, paras, len(docs.text[0])) == []
-    ch = chunking.structural_chunks(docs, paras, secs, words, max_tokens=10, min_tokens=3)
+    ch = chunking.structural_chunks(docs, paras, secs, words, max_chunk_tokens=10, min_chunk_tokens=3, splitter="pysbd")
     text = docs.text[0]
     got = [chunking.content(text, s, e) for s, e in zip(ch.start, ch.end)]
     # Early (15 > 10) splits in ceil(15/10) = 2 at the bound nearest 7.5 words: after 4+5 = 9 (not 4);
@@ -113,30 +113,30 @@ def test_structural_worked_example_split_then_merge_within_top_level_section():
 
 def test_merge_falls_back_to_other_top_level_section_and_single_chunk_stays():
     docs, paras, secs = build("d", [("p", sent(6, "Lead")), ("h", 1, "Tiny"), ("p", sent(2, "T"))])
-    ch = chunking.structural_chunks(docs, paras, secs, words, max_tokens=10, min_tokens=3)
+    ch = chunking.structural_chunks(docs, paras, secs, words, max_chunk_tokens=10, min_chunk_tokens=3, splitter="pysbd")
     assert list(zip(ch.start, ch.end)) == [(0, len(docs.text[0]))]
     assert list(ch.n_content_tokens) == [8]
     docs1, paras1, secs1 = build("e", [("p", sent(2, "Only"))])
-    one = chunking.structural_chunks(docs1, paras1, secs1, words, max_tokens=10, min_tokens=3)
+    one = chunking.structural_chunks(docs1, paras1, secs1, words, max_chunk_tokens=10, min_chunk_tokens=3, splitter="pysbd")
     assert list(one.n_content_tokens) == [2]  # below min but the document's only chunk
 
 
 def test_sentence_longer_than_max_is_not_split():
     docs, paras, secs = build("d", [("p", sent(30, "Long"))])
-    ch = chunking.structural_chunks(docs, paras, secs, words, max_tokens=10, min_tokens=3)
+    ch = chunking.structural_chunks(docs, paras, secs, words, max_chunk_tokens=10, min_chunk_tokens=3, splitter="pysbd")
     assert list(ch.n_content_tokens) == [30]
 
 
 def test_fixed_windows_worked_example():
     # 10 sentences of 5 words = 50 words, target 12.5 -> k = 4, cuts nearest 12.5, 25, 37.5 (ties: earlier)
     docs, _, _ = build("d", [("p", para([5] * 10, "S"))])
-    w = chunking.fixed_windows(docs, {"d": 12.5}, words)
+    w = chunking.fixed_windows(docs, {"d": 12.5}, words, "pysbd")
     assert list(w.n_content_tokens) == [10, 15, 10, 15]
     assert tiles(w, docs)
     with pytest.raises(chunking.ChunkingError, match="no window target for document 'd'"):
-        chunking.fixed_windows(docs, {}, words)
+        chunking.fixed_windows(docs, {}, words, "pysbd")
     with pytest.raises(chunking.ChunkingError, match="target 0.0"):
-        chunking.fixed_windows(docs, {"d": 0}, words)
+        chunking.fixed_windows(docs, {"d": 0}, words, "pysbd")
 
 
 def test_bad_section_table_is_named():
@@ -144,14 +144,14 @@ def test_bad_section_table_is_named():
     bad = secs.copy()
     bad.loc[1, "start"] = int(bad.loc[1, "start"]) + 1
     with pytest.raises(chunking.ChunkingError, match=r"document 'd', section 'd::s001' starts at"):
-        chunking.structural_chunks(docs, paras, bad, words)
+        chunking.structural_chunks(docs, paras, bad, words, 350, 60, "pysbd")
 
 
 def test_a0_windows_match_a2_size_per_document(counter):
     docs, paras, secs = build("d", [("p", para([12, 9, 20, 7], "L"))] + sum(
         [[("h", 1, f"S{k}"), ("p", para([15, 11, 18, 9, 14, 10][: 2 + k % 4], f"S{k}x"))] for k in range(8)], []))
-    prm = {"tokenizer": TOKENIZER, "max_tokens": 80, "min_tokens": 20, "sentence_splitter": "pysbd"}
-    a2 = chunking.structural_chunks(docs, paras, secs, counter, 80, 20)
+    prm = {"tokenizer": TOKENIZER, "max_chunk_tokens": 80, "min_chunk_tokens": 20, "sentence_splitter": "pysbd"}
+    a2 = chunking.structural_chunks(docs, paras, secs, counter, 80, 20, "pysbd")
     a0 = chunking.a0_windows(docs, paras, secs, prm)
     assert tiles(a0, docs) and tiles(a2, docs)
     assert len(a0) == len(a2)
@@ -205,7 +205,7 @@ def test_structural_chunks_tile_and_obey_limits(counter, doc, mx, mn, splitter):
 @given(doc=documents(), target=st.floats(5, 300))
 def test_fixed_windows_tile_and_snap(counter, doc, target):
     docs, _, _ = doc
-    w = chunking.fixed_windows(docs, {"doc": target}, counter)
+    w = chunking.fixed_windows(docs, {"doc": target}, counter, "pysbd")
     text = docs.text[0]
     assert "".join(text[s:e] for s, e in zip(w.start, w.end)) == text
     assert set(w.start) <= set(chunking.sentence_bounds(text))

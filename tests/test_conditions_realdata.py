@@ -73,7 +73,7 @@ def test_gold_structural_limits_on_real_corpora(real):
     name, docs, paras, gold, prm, counter, out = real
     g2 = out["chunks"][out["chunks"].condition == "G2"]
     multi = g2.groupby("doc_id").doc_id.transform("size") > 1
-    assert (g2.n_content_tokens[multi] >= prm["min_tokens"]).all()
+    assert (g2.n_content_tokens[multi] >= prm["min_chunk_tokens"]).all()
 
 
 @settings(max_examples=15, deadline=None)

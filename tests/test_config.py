@@ -84,10 +84,11 @@ def test_stage_digest_tracks_only_the_sections_a_stage_reads():
 @pytest.mark.parametrize("change, rerun", [
     ({"chunking": {"conditions": ["A0", "A1", "A2", "A3", "P", "A4", "G3"]}},
      {"02_induce", "04_chunk_embed", "08_figures"}),
-    ({"chunking": {"max_tokens": 300}}, {"02_induce", "03_queries", "04_chunk_embed", "08_figures"}),
+    ({"chunking": {"max_chunk_tokens": 300}}, {"02_induce", "03_queries", "04_chunk_embed", "08_figures"}),
     ({"metrics": {"budgets": [256]}}, {"06_metrics", "08_figures"}),
     ({"metrics": {"span_frac": 0.6}}, {"03_queries", "06_metrics", "08_figures"}),
-    ({"embed": {"strong": "weak"}}, {"05_retrieve", "06_metrics", "08_figures"}),
+    # embed.strong is the primary cell's embedder: reranked lists (05), drill-down (06), stats (07), report (08)
+    ({"embed": {"strong": "weak"}}, {"05_retrieve", "06_metrics", "07_stats", "08_figures"}),
     ({"corpus": {"kind": "wikipedia"}}, {"01_corpus", "02_induce", "03_queries", "04_chunk_embed", "07_stats",
                                          "08_figures"}),
 ])
@@ -222,8 +223,8 @@ def test_anchors_apply_the_same_way_stated_or_inherited(tmp_path):
     ({"stats": {"n_boot": 0}}, "stats.n_boot"),
     ({"stats": {"alpha": 2}}, "stats.alpha"),
     ({"stats": {"alpha": 0}}, "stats.alpha"),
-    ({"chunking": {"min_tokens": 400, "max_tokens": 350}}, "chunking.min_tokens"),
-    ({"contexts": {"min_tokens": 100, "max_tokens": 100}}, "contexts.min_tokens"),
+    ({"chunking": {"min_chunk_tokens": 400, "max_chunk_tokens": 350}}, "chunking.min_chunk_tokens"),
+    ({"contexts": {"min_context_tokens": 100, "max_context_tokens": 100}}, "contexts.min_context_tokens"),
     ({"retrieve": {"rerankers": {"x": {"model": "m", "top_n": 0}}}}, "retrieve.rerankers.x.top_n"),
     ({"corpus": {"fuzzy_threshold": 0.9}}, "corpus.fuzzy_threshold"),
     ({"corpus": {"fuzzy_threshold": 101}}, "corpus.fuzzy_threshold"),
@@ -233,9 +234,7 @@ def test_anchors_apply_the_same_way_stated_or_inherited(tmp_path):
     ({"metrics": {"recall_k": 100}}, "metrics.recall_k"),
     ({"stats": {"primary_metric": "cov-ndcg@10"}}, "stats.primary_metric"),
     ({"metrics": {"cutoff": 5}}, "stats.primary_metric"),  # the default primary metric no longer exists
-    ({"stats": {"primary_embedder": "strnog"}}, "stats.primary_embedder"),
     ({"embed": {"strong": "large"}}, "embed.strong"),
-    ({"retrieve": {"rerank_embedder": "x"}}, "retrieve.rerank_embedder"),
     ({"stats": {"primary_reranker": "bge"}}, "stats.primary_reranker"),
     ({"stats": {"contrasts": {"C1": ["A3", "A9"]}}}, "stats.contrasts"),
     ({"stats": {"contrasts": {"C1": ["A3"]}}}, "stats.contrasts"),
@@ -293,7 +292,7 @@ def test_every_section_record_round_trips_a_loaded_file_and_is_frozen():
 
 def test_a_record_takes_its_defaults_from_the_schema_alone_and_checks_values_like_a_file():
     rec = config.record("llm", {"seed": 7})
-    assert rec.seed == 7 and rec.max_tokens == config.SCHEMA["llm"]["max_tokens"].default
+    assert rec.seed == 7 and rec.max_reply_tokens == config.SCHEMA["llm"]["max_reply_tokens"].default
     assert config.record("llm", rec) is rec
     assert config.record("queries.targets", {"factoid": 3}).structural == 250
     spec = config.record("embed.embedders.*", {"model": "m"})

@@ -53,8 +53,8 @@ def test_llm_one_call_per_window_keyed_by_offsets(doc):
     docs, windows, secs = doc
     text = docs["text"].iloc[0]
     be = llm.ScriptedBackend(lambda r: "  This chunk is\nabout   Halcyon.  ")
-    client = llm.make_client({"max_retries": 0}, None, backend=be)
-    out = contexts.a1_contexts(docs, windows, {"method": "llm", "max_tokens": 100, "request_max_tokens": 160},
+    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0}, None, backend=be)
+    out = contexts.a1_contexts(docs, windows, {"method": "llm", "max_context_tokens": 100, "request_reply_tokens": 160},
                                client=client, sections=secs)
     assert len(be.calls) == 3
     assert list(out.columns[:6]) == ["doc_id", "start", "end", "context", "method", "n_tokens"]
@@ -84,7 +84,7 @@ def test_body_view_is_the_paragraphs_only_and_full_needs_sections(doc):
     docs, windows, secs = doc
     text = docs["text"].iloc[0]
     be = llm.ScriptedBackend(lambda r: "ctx")
-    client = llm.make_client({"max_retries": 0}, None, backend=be)
+    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0}, None, backend=be)
     out = contexts.a1_contexts(docs, windows, {"method": "llm", "document_view": "body"}, client=client)
     assert be.calls[0].messages[0]["content"] == contexts.render_prompt(text, text[:windows.end[0]].strip())
     assert set(out["document_view"]) == {"body"}
@@ -96,7 +96,7 @@ def test_hard_cap_cuts_at_a_word(doc):
     docs, windows, secs = doc
     long_reply = " ".join(f"word{i}" for i in range(300))
     client = llm.make_client({}, None, backend=llm.ScriptedBackend(lambda r: long_reply))
-    out = contexts.a1_contexts(docs, windows.iloc[:1], {"method": "llm", "max_tokens": 100}, client=client,
+    out = contexts.a1_contexts(docs, windows.iloc[:1], {"method": "llm", "max_context_tokens": 100}, client=client,
                                sections=secs)
     assert out["n_tokens"].iloc[0] == 100 and out["truncated"].iloc[0]
     assert out["context"].iloc[0] == " ".join(f"word{i}" for i in range(100))
@@ -115,7 +115,7 @@ def test_cap_tokens_with_a_real_tokenizer():
 
 def test_failed_calls_leave_empty_counted_contexts(doc):
     docs, windows, secs = doc
-    client = llm.make_client({"max_retries": 0}, None, backend=llm.ScriptedBackend(
+    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0}, None, backend=llm.ScriptedBackend(
         ["ok context", llm.PermanentError("refused"), "fine"]))
     out = contexts.a1_contexts(docs, windows, {"method": "llm"}, client=client, sections=secs)
     assert list(out["context"]) == ["ok context", "", "fine"]
@@ -136,7 +136,7 @@ def test_long_document_gets_a_centred_excerpt_of_whole_paragraphs_when_asked():
     docs, paras, text = _big_document()
     w = pd.DataFrame({"doc_id": ["big"], "start": [int(paras.start[100])], "end": [int(paras.end[101])]})
     client = llm.make_client({"context_tokens": 2000}, None, backend=llm.ScriptedBackend(lambda r: "ctx"))
-    out = contexts.a1_contexts(docs, w, {"method": "llm", "request_max_tokens": 100, "document_view": "body",
+    out = contexts.a1_contexts(docs, w, {"method": "llm", "request_reply_tokens": 100, "document_view": "body",
                                          "long_document": "centred"}, client=client)
     a, b_ = int(out.doc_start[0]), int(out.doc_end[0])
     assert 0 < a < w.start[0] and w.end[0] < b_ < len(text)
@@ -159,8 +159,8 @@ def test_extractive_baseline_within_token_range_with_real_counter(demo_cfg):
     p = demo_cfg["contexts"]
     ctx = contexts.a1_contexts(docs, windows, p, counter=counter)
     assert len(ctx) == len(windows) and set(ctx["method"]) == {"extractive"}
-    assert (ctx["n_tokens"] <= p["max_tokens"]).all()
-    assert (ctx["n_tokens"] >= p["min_tokens"]).mean() > 0.9
+    assert (ctx["n_tokens"] <= p["max_context_tokens"]).all()
+    assert (ctx["n_tokens"] >= p["min_context_tokens"]).mean() > 0.9
     assert list(ctx["n_tokens"]) == counter(list(ctx["context"]))
     title = dict(zip(docs["doc_id"], docs["title"]))
     assert all(c.startswith(title[d]) for d, c in zip(ctx["doc_id"], ctx["context"]))
@@ -176,7 +176,7 @@ def test_extractive_head_longer_than_cap_is_cut():
     b.paragraph("Word " * 300)
     d, _, _ = b.build()
     w = pd.DataFrame({"doc_id": ["x"], "start": [0], "end": [len(d["text"])]})
-    out = contexts.a1_contexts(pd.DataFrame([d]), w, {"method": "extractive", "min_tokens": 50, "max_tokens": 100})
+    out = contexts.a1_contexts(pd.DataFrame([d]), w, {"method": "extractive", "min_context_tokens": 50, "max_context_tokens": 100})
     assert out["n_tokens"].iloc[0] <= 100 and out["truncated"].iloc[0]
 
 
@@ -278,7 +278,7 @@ def test_long_document_pages_give_the_windows_of_a_page_the_same_bytes():
     heads = {}
     for mode in ("pages", "centred"):
         client = llm.make_client({"context_tokens": 2000}, None, backend=llm.ScriptedBackend(lambda r: "ctx"))
-        out = contexts.a1_contexts(docs, w, {"method": "llm", "request_max_tokens": 100, "document_view": "body",
+        out = contexts.a1_contexts(docs, w, {"method": "llm", "request_reply_tokens": 100, "document_view": "body",
                                              "long_document": mode}, client=client)
         heads[mode] = [c.messages[0]["content"].split("</document>")[0] for c in client.backend.calls]
         assert (out.doc_start <= w.start).all() and (w.end <= out.doc_end).all()  # every window inside its excerpt
@@ -316,7 +316,7 @@ def test_long_document_excerpt_cuts_the_view_at_paragraph_or_heading_boundaries(
     w = pd.DataFrame({"doc_id": ["big", "big"], "start": [s1, int(paras.start[109])],
                       "end": [int(paras.end[101]), int(paras.end[110])]})
     client = llm.make_client({"context_tokens": 2000}, None, backend=llm.ScriptedBackend(lambda r: "ctx"))
-    out = contexts.a1_contexts(docs, w, {"method": "llm", "request_max_tokens": 100}, client=client, sections=secs)
+    out = contexts.a1_contexts(docs, w, {"method": "llm", "request_reply_tokens": 100}, client=client, sections=secs)
     blocks = view.split("\n\n")
     for k, call in enumerate(client.backend.calls):
         prompt = call.messages[0]["content"]

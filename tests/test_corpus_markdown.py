@@ -290,7 +290,7 @@ def test_generated_queries_work_unchanged_on_a_markdown_corpus(example):
         i = next(n)
         return json.dumps({"query": f"Which zephyr quokka marmalade number {i} applies here?"})
 
-    client = llm.make_client({"max_retries": 0, "seed": 1}, None, backend=llm.ScriptedBackend(reply))
+    client = llm.make_client({"max_retries": 0, "seed": 1, "max_error_share": 1.0}, None, backend=llm.ScriptedBackend(reply))
     got = queries.build_queries(docs, paras, secs, None, qp, client=client)
     q = got["queries"]
     assert len(q) == 16 and set(q["qtype"]) == {"factoid", "underspecified", "multihop", "structural"}

@@ -66,7 +66,7 @@ def test_every_declared_condition_gets_chunks_from_its_chunk_set():
 
 def test_derived_facts_of_the_conditions():
     assert design.CHUNK_SETS == ("A0", "A2", "G2")
-    assert design.TWO_STAGE == ("A4", "G4") == retrieve.TWO_STAGE_DEFAULT
+    assert design.TWO_STAGE == ("A4", "G4") == tuple(config.SCHEMA["retrieve"]["two_stage_conditions"].default)
     assert {c.name: c.shares_vectors_with for c in design.CONDITIONS if c.shares_vectors_with} == \
         {"A4": "A3", "G4": "G3"}
     assert stats.DEPTH_LADDER == (("A2", 0), ("A3-d1", 1), ("A3-d2", 2), ("A3", 3))   # paper §6

@@ -35,7 +35,7 @@ def run() -> dict:
 
 @pytest.fixture(scope="module")
 def drill(run) -> pd.DataFrame:
-    return drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"], STATS,
+    return drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"], STATS, "strong",
                                METRICS, "synthetic", N)
 
 
@@ -159,7 +159,7 @@ def test_merge_spans_and_gold_ranges():
 
 def test_a_contrast_with_an_absent_condition_has_no_rows_and_a_note(run):
     sp = dict(STATS, contrasts={"C1": ["A3", "A1"], "CX": ["A3", "Z9"]})
-    d = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"], sp, METRICS,
+    d = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"], sp, "strong", METRICS,
                             "synthetic", 1)
     assert set(d["contrast"]) == {"C1"}
     params = {"stats": sp, "metrics": METRICS}

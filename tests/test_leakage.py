@@ -8,6 +8,10 @@ from hypothesis import strategies as st
 
 from chunkstudy import leakage
 
+#: the paper's filter (ROUGE-L F1 > 0.35 or a shared verbatim 4-gram rejects; Porter stemming), stated here because
+#: leakage.check takes its thresholds from the caller (queries reads them from the parameter file)
+PAPER = {"rouge_max": 0.35, "ngram": 4, "use_stemmer": True}
+
 # 10 rouge tokens: borman commanded the first crewed flight that orbited the moon
 SPAN = "Borman commanded the first crewed flight that orbited the Moon"
 # 12 tokens; the LCS with SPAN is (commanded, crewed, the, moon) = 4 -> F1 = 2*4/(12+10) = 0.3636...
@@ -43,21 +47,21 @@ def test_rouge_just_below_threshold_passes(stem):
 
 def test_threshold_is_strict_greater_than():
     score = leakage.rouge_l(JUST_ABOVE, SPAN)
-    assert leakage.check(JUST_ABOVE, [SPAN], rouge_max=score)["passed"]
-    assert not leakage.check(JUST_ABOVE, [SPAN], rouge_max=score - 1e-9)["passed"]
+    assert leakage.check(JUST_ABOVE, [SPAN], **{**PAPER, "rouge_max": score})["passed"]
+    assert not leakage.check(JUST_ABOVE, [SPAN], **{**PAPER, "rouge_max": score - 1e-9})["passed"]
 
 
 def test_one_exact_four_gram_rejects_even_with_low_rouge():
     span = ("The spacecraft was launched on December 21, 1968, and it carried three astronauts around the Moon "
             "ten times before returning to a splashdown in the Pacific Ocean near the recovery ship")
     query = "What happened in the Pacific Ocean afterwards?"  # shares 'in the pacific ocean' only
-    r = leakage.check(query, [span])
+    r = leakage.check(query, [span], **PAPER)
     assert r["rouge_l"] < 0.35
     assert (r["passed"], r["reason"], r["shared_ngrams"]) == (False, "ngram", ["in the pacific ocean"])
 
 
 def test_three_gram_alone_does_not_reject():
-    r = leakage.check("Where is the Pacific Ocean located relative to Asia?", ["It sank in the Pacific Ocean after a long voyage across many seas."])
+    r = leakage.check("Where is the Pacific Ocean located relative to Asia?", ["It sank in the Pacific Ocean after a long voyage across many seas."], **PAPER)
     assert r["shared_ngrams"] == [] and r["passed"]
 
 
@@ -69,7 +73,7 @@ def test_ngram_tokens_ignore_case_and_punctuation():
 def test_near_paraphrase_is_rejected_by_rouge_without_any_four_gram():
     span = "Apollo 8 launched on December 21, 1968, from Kennedy Space Center"
     near = "Apollo 8 was launched in December of 1968 from the Kennedy Center"
-    r = leakage.check(near, [span])
+    r = leakage.check(near, [span], **PAPER)
     # LCS = apollo 8 launched december 1968 from kennedy center = 8 tokens; F1 = 2*8 / (12 + 11)
     assert r["rouge_l"] == pytest.approx(16 / 23)
     assert _lcs(leakage.words(near), leakage.words(span)) == 8
@@ -79,22 +83,22 @@ def test_near_paraphrase_is_rejected_by_rouge_without_any_four_gram():
 
 def test_far_paraphrase_passes():
     span = "Apollo 8 launched on December 21, 1968, from Kennedy Space Center"
-    r = leakage.check("Which launch site sent the first lunar orbital crew toward the Moon?", [span])
+    r = leakage.check("Which launch site sent the first lunar orbital crew toward the Moon?", [span], **PAPER)
     assert r["passed"] and r["rouge_l"] < 0.1
 
 
 def test_multi_span_score_is_the_max_and_any_span_can_leak():
     far, leaky = "Completely unrelated words about gardening tools.", SPAN
-    r = leakage.check(JUST_ABOVE, [far, leaky])
+    r = leakage.check(JUST_ABOVE, [far, leaky], **PAPER)
     assert r["rouge_l_spans"][0] < r["rouge_l_spans"][1] == r["rouge_l"]
     assert not r["passed"]
-    r2 = leakage.check("Who commanded the first crewed flight?", [far, leaky])
+    r2 = leakage.check("Who commanded the first crewed flight?", [far, leaky], **PAPER)
     assert r2["reason"] == "rouge+ngram" and r2["shared_ngrams"] == ["commanded the first crewed", "the first crewed flight"]
 
 
 def test_bad_inputs_raise():
     with pytest.raises(TypeError):
-        leakage.check("q", "a span passed as a bare string")
+        leakage.check("q", "a span passed as a bare string", **PAPER)
     with pytest.raises(ValueError):
         leakage.ngrams(["a"], 0)
 

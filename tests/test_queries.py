@@ -275,7 +275,7 @@ def test_scripted_end_to_end_exercises_every_branch_and_balances(corpus, demo_cf
     samples = queries.sample_spans(docs, paras, secs, p)
     fn, plan = _scripted(samples, docs)
     backend = llm.ScriptedBackend(fn)
-    client = llm.make_client({"max_retries": 0, "seed": 1}, None, backend=backend)
+    client = llm.make_client({"max_retries": 0, "seed": 1, "max_error_share": 1.0}, None, backend=backend)
     out = queries.build_queries(docs, paras, secs, None, p, client=client)
     log, q, funnel, summary = out["log"], out["queries"], out["funnel"], out["summary"]
 

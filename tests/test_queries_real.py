@@ -49,8 +49,9 @@ def test_qasper_harvested_queries_and_bm25_against_brute_force(local_cfg, tmp_pa
     assert json.loads(q["provenance"].iat[0])["source"] == "harvested"
 
     ch = chunking.structural_chunks(docs, paras, secs, chunking.load_counter(cfg["chunking"]["tokenizer"]),
-                                    cfg["chunking"]["max_tokens"], cfg["chunking"]["min_tokens"], "regex")
-    per_q, summary = bm25.diagnostic(docs, ch, q, scope="document")
+                                    cfg["chunking"]["max_chunk_tokens"], cfg["chunking"]["min_chunk_tokens"], "regex")
+    per_q, summary = bm25.diagnostic(docs, ch, q, scope="document", k1=cfg["queries"]["bm25_k1"], b=cfg["queries"]["bm25_b"],
+                                     span_frac=cfg["metrics"]["span_frac"], chunk_frac=cfg["metrics"]["chunk_frac"])
     assert summary["n_queries"] == len(q) and 0 < summary["gold_top1_share"] < 1
     # oracle: the document-scope top chunk of a sample of queries, recomputed by brute force
     ch = ch.assign(chunk_id=[f"{d}#{i}" for d, i in zip(ch["doc_id"], ch.groupby("doc_id").cumcount())])

@@ -28,7 +28,7 @@ def test_replication_table_worked_example():
     wiki, qasper = _paper_table1("wikipedia"), _paper_table1("qasper")
     # an exploratory row must be ignored
     qasper = pd.concat([qasper, _contrasts([("C3", "G3", "A3", 0.5, 0.0)]).assign(confirmatory=False)])
-    t = report.replication_table({"wikipedia_fa": wiki, "qasper": qasper})
+    t = report.replication_table({"wikipedia_fa": wiki, "qasper": qasper}, 0.05)
     d = t.set_index("contrast")
     # the paper's pattern (§6.1): three replicate, one is corpus-dependent
     assert d["verdict"].to_dict() == {"C1": "replicates", "C2": "replicates", "C3": "corpus-dependent",
@@ -42,13 +42,13 @@ def test_replication_table_worked_example():
 def test_replication_opposite_signs_and_nulls():
     a = _contrasts([("C1", "A3", "A1", 0.02, 0.01), ("C2", "A3", "P", 0.001, 0.5)])
     b = _contrasts([("C1", "A3", "A1", -0.02, 0.01), ("C2", "A3", "P", -0.001, 0.7)])
-    d = report.replication_table({"x": a, "y": b}).set_index("contrast")
+    d = report.replication_table({"x": a, "y": b}, 0.05).set_index("contrast")
     assert d.loc["C1", "verdict"] == "corpus-dependent" and not d.loc["C1", "same_sign"]
     assert d.loc["C2", "verdict"] == "null"
-    shown = report.replication({"x": a, "y": b}).display
+    shown = report.replication({"x": a, "y": b}, 0.05).display
     assert shown["x: \u0394 (Holm p)"].iat[0] == "+0.0200 (0.010) *"
     with pytest.raises(ValueError, match="two or more corpora"):
-        report.replication_table({"x": a})
+        report.replication_table({"x": a}, 0.05)
 
 
 def test_warnings_for_demo_and_paper_params(root):

@@ -37,7 +37,7 @@ def built(tmp_path_factory, root):
     cfg = config.load(root / "params" / "demo.yaml", root=tmp, overrides={"figures": {"formats": ["png"], "dpi": 40}})
     _store(cfg, run)
     scores = run["scores"].assign(corpus=cfg.corpus)
-    drill = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], scores, cfg["stats"],
+    drill = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], scores, cfg.params("stats"), cfg["embed"]["strong"],
                                 cfg["metrics"], cfg.corpus, 2)
     drill.loc[drill["query_id"] == drill["query_id"].iat[0], "question"] = (
         "<script>window.INJECTED = 1</script> what & why?")

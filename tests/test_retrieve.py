@@ -85,21 +85,21 @@ def test_backends_agree_exactly():
 def test_flat_k_larger_than_corpus_and_input_errors():
     rng = np.random.default_rng(4)
     c, q = unit(rng, 5, 8), unit(rng, 2, 8)
-    idx, scores = retrieve.flat_search(q, c, list("abcde"), k=50)
+    idx, scores = retrieve.flat_search(q, c, list("abcde"), k=50, backend="numpy")
     assert idx.shape == (2, 5) and sorted(idx[0]) == [0, 1, 2, 3, 4]
     assert (np.diff(scores, axis=1) <= 0).all()
     with pytest.raises(ValueError, match="occurs more than once"):
-        retrieve.flat_search(q, c, list("abcda"), k=3)
+        retrieve.flat_search(q, c, list("abcda"), k=3, backend="numpy")
     with pytest.raises(ValueError, match="dimension"):
-        retrieve.flat_search(unit(rng, 2, 4), c, list("abcde"), k=3)
+        retrieve.flat_search(unit(rng, 2, 4), c, list("abcde"), k=3, backend="numpy")
     with pytest.raises(ValueError, match="5 chunk vectors"):
-        retrieve.flat_search(q, c, list("abcd"), k=3)
+        retrieve.flat_search(q, c, list("abcd"), k=3, backend="numpy")
     with pytest.raises(ValueError, match="not one of"):
         retrieve.flat_search(q, c, list("abcde"), k=3, backend="annoy")
     bad = c.copy()
     bad[2, 0] = np.nan
     with pytest.raises(ValueError, match="row 2"):
-        retrieve.flat_search(q, bad, list("abcde"), k=3)
+        retrieve.flat_search(q, bad, list("abcde"), k=3, backend="numpy")
 
 
 # ---------------------------------------------------------------------------------------------- two-stage
@@ -165,8 +165,8 @@ def test_two_stage_equals_flat_when_routing_keeps_every_section(seed, n, n_keys,
     c[: n // 3] = c[0]  # ties too
     ids = shuffled_ids(rng, n)
     keys = rng.integers(0, n_keys, n).astype(str)
-    res = retrieve.two_stage_search(q, c, ids, keys, k=k, n_sections=5)
-    idx, scores = retrieve.flat_search(q, c, ids, k=k)
+    res = retrieve.two_stage_search(q, c, ids, keys, k=k, n_sections=5, backend="numpy")
+    idx, scores = retrieve.flat_search(q, c, ids, k=k, backend="numpy")
     np.testing.assert_array_equal(res.idx, idx)
     np.testing.assert_array_equal(res.scores, scores)
     assert (res.n_routed == min(k, n)).all()
@@ -337,7 +337,7 @@ def test_display_helpers():
     qv = {e: v[a3.loc[[13], "text_row"].to_numpy()] for e, v in vectors.items()}
     out = retrieve.retrieve_all(chunks, vectors, qv, queries, {"k": 10, "route_sections": 1})
     view = retrieve.query_view(out["runs"], out["section_recall"], chunks, queries, documents, "q",
-                               embedder="strong", n=3)
+                               conditions=("A3", "A4"), embedder="strong", n=3)
     assert list(view["condition"]) == ["A3"] * 3 + ["A4"] * 3
     assert view.loc[view["condition"] == "A4", "in_routed"].tolist() == [True, True, True]
     assert view.loc[view["condition"] == "A3", "in_routed"].isna().all()
@@ -397,11 +397,11 @@ def test_flat_search_k_at_or_above_the_corpus_and_a_zero_query():
     ids = shuffled_ids(rng, 30)
     q = np.vstack([unit(rng, 2, 8), np.zeros((1, 8), np.float32)])  # a zero query ties every chunk at 0.0
     for k in (29, 30, 31):
-        idx, scores = retrieve.flat_search(q, c, ids, k=k)
+        idx, scores = retrieve.flat_search(q, c, ids, k=k, backend="numpy")
         want_idx, want_scores = exact_oracle(q, c, ids, k)
         np.testing.assert_array_equal(idx, want_idx)
         np.testing.assert_array_equal(scores, want_scores)
-    idx, _ = retrieve.flat_search(q, c, ids, k=5)
+    idx, _ = retrieve.flat_search(q, c, ids, k=5, backend="numpy")
     assert list(idx[2]) == list(np.argsort(ids)[:5])  # all scores 0: the five smallest chunk ids
 
 
@@ -471,5 +471,9 @@ def test_the_default_backend_is_numpy():
     assert config.SCHEMA["retrieve"]["backend"].default == "numpy"
     import inspect
 
+    # the default lives in the schema alone: the search functions take k, the backend and the routed sections from
+    # their caller (retrieve_all reads the retrieve record), so no code default can differ from the parameter file
     for fn in (retrieve.flat_search, retrieve.two_stage_search):
-        assert inspect.signature(fn).parameters["backend"].default == "numpy"
+        params = inspect.signature(fn).parameters
+        assert all(params[n].default is inspect.Parameter.empty for n in ("k", "backend") if n in params)
+    assert inspect.signature(retrieve.two_stage_search).parameters["n_sections"].default is inspect.Parameter.empty

@@ -84,11 +84,25 @@ def _param_uses(path: Path) -> set[str]:
     aliases = {t.id: key(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
                for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value, ast.Subscript)
                and isinstance(n.value.value, ast.Name) and n.value.value.id == "cfg"}
+    def params_call(node) -> str | None:  # cfg.params("s") -> "s" (a typed record, issue 15 §4)
+        return (node.args[0].value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "params" and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "cfg" and node.args and isinstance(node.args[0], ast.Constant) else None)
+
+    records = {t.id: params_call(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+               for t in n.targets if isinstance(t, ast.Name) and params_call(n.value)}
     uses = set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "cfg" \
                 and n.attr == "data":
             uses |= set(config.SCHEMA)
+        rec = params_call(n) or (records.get(n.id) if isinstance(n, ast.Name) else None)
+        if rec is not None:
+            if isinstance(n, ast.Name) and isinstance(parent.get(n), ast.Assign) and n in parent[n].targets:
+                continue
+            up = parent.get(n)
+            uses.add(f"{rec}.{up.attr}" if isinstance(up, ast.Attribute) and up.value is n else rec)
+            continue
         if not isinstance(n, ast.Name) or (n.id != "cfg" and n.id not in aliases):
             continue
         up = parent.get(n)

@@ -22,9 +22,9 @@ def test_clustered_ci_covers_the_truth_about_95_percent():
         sizes = rng.integers(1, 7, 80)
         docs = np.repeat(np.arange(80), sizes)
         deltas = truth + rng.normal(0, 0.05, 80)[docs] + rng.normal(0, 0.05, docs.size)
-        boot = stats.cluster_bootstrap(deltas, docs, 2000, seed=sim)
+        boot = stats.cluster_bootstrap(deltas, docs, 2000, seed=sim, alpha=0.05)
         covered += boot.ci_low <= truth <= boot.ci_high
-        naive = stats.cluster_bootstrap(deltas, np.arange(docs.size), 2000, seed=sim)
+        naive = stats.cluster_bootstrap(deltas, np.arange(docs.size), 2000, seed=sim, alpha=0.05)
         covered_naive += naive.ci_low <= truth <= naive.ci_high
     assert 0.90 <= covered / 200 <= 0.985, covered
     assert covered_naive / 200 < 0.85, covered_naive
@@ -51,7 +51,7 @@ def test_notebook_runs_on_simulated_scores(tmp_path, root, run_notebook, params_
     assert set(artifacts.read(cfg, "per_type")["qtype"]) == {"factoid", "multihop", "structural"}
     means = artifacts.read(cfg, "condition_means")
     assert len(means) == 2 * 2 * 11
-    expected = stats.contrasts_table(scores, queries, cfg["stats"], "demo")
+    expected = stats.contrasts_table(scores, queries, cfg["stats"], "strong", "demo")
     pd.testing.assert_frame_equal(contrasts, expected)
     pw = artifacts.read(cfg, "power")  # observed + paper scenario × 4 contrasts × (10 grid sizes + this corpus's 30)
     assert len(pw) == 2 * 4 * 11 and set(pw["scenario"]) == {"observed", "paper"} and pw["power"].notna().any()

@@ -109,7 +109,7 @@ def write_text(cfg: Config, relpath: str, text: str) -> Path:
 def partner_config(cfg: Config) -> Config | None:
     """The Config of the corpus named by ``figures.replicate_with`` (a params file relative to this one), rooted
     in the same project root; None when unset. Raises ConfigError when the file is named but absent."""
-    other = cfg["figures"].get("replicate_with")
+    other = cfg.params("figures").replicate_with
     if not other:
         return None
     from .config import load

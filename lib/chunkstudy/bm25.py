@@ -95,8 +95,8 @@ def chars_in_spans(start: int, end: int, spans: Sequence[Sequence[int]]) -> int:
     return total
 
 
-def is_relevant(start: int, end: int, spans: Sequence[Sequence[int]], span_frac: float = 0.5,
-                chunk_frac: float = 0.8) -> bool:
+def is_relevant(start: int, end: int, spans: Sequence[Sequence[int]], span_frac: float,
+                chunk_frac: float) -> bool:
     """The study's relevance rule for a chunk ``[start, end)`` against any one gold span (DESIGN.md, Metrics):
     :func:`chunkstudy.metrics.relevant`, so the diagnostic and the metrics agree at the thresholds."""
     if not len(spans):
@@ -136,9 +136,8 @@ def _top1(sv: np.ndarray, rows: pd.DataFrame, gold_pos: int, spans, doc_id: str,
                                                                               span_frac, chunk_frac)}
 
 
-def diagnostic(documents: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, k1: float = 1.5,
-               b: float = 0.75, span_frac: float = 0.5, chunk_frac: float = 0.8, condition: str = "",
-               scope: str = "document") -> tuple[pd.DataFrame, dict]:
+def diagnostic(documents: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, *, k1: float, b: float,
+               span_frac: float, chunk_frac: float, scope: str, condition: str = "") -> tuple[pd.DataFrame, dict]:
     """BM25 gold-top-1 for every query, in both scopes; return ``(per_query, summary)``.
 
     * ``document`` scope: the query is ranked against the chunks of its own document only, with a BM25 index
@@ -204,8 +203,8 @@ def _shares(per_query: pd.DataFrame, sc: str) -> dict:
             "median_gold_rank": float(per_query[f"gold_rank_{sc}"].median()) if n else float("nan")}
 
 
-def summarize(per_query: pd.DataFrame, condition: str = "", scope: str = "document", n_chunks: int = 0,
-              k1: float = 1.5, b: float = 0.75, span_frac: float = 0.5, chunk_frac: float = 0.8) -> dict:
+def summarize(per_query: pd.DataFrame, *, scope: str, k1: float, b: float, span_frac: float, chunk_frac: float,
+              condition: str = "", n_chunks: int = 0) -> dict:
     """The JSON facts of the diagnostic (shares are fractions in [0, 1], unrounded)."""
     n = len(per_query)
     return {

@@ -31,12 +31,12 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from . import models, progress
+from . import config, models, progress
 from .corpus import model as docmodel
 
 TokenCounter = Callable[[list], list]
@@ -299,15 +299,17 @@ def _units_for(documents: pd.DataFrame, counter: TokenCounter, splitter: str,
 
 
 def structural_chunks(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections: pd.DataFrame,
-                      counter: TokenCounter, max_tokens: int = 350, min_tokens: int = 60,
-                      splitter: str = "pysbd", _unit_cache: dict | None = None) -> pd.DataFrame:
+                      counter: TokenCounter, max_chunk_tokens: int, min_chunk_tokens: int,
+                      splitter: str, _unit_cache: dict | None = None) -> pd.DataFrame:
     """Structural chunks of one outline (gold or induced), paper 3.2.
 
     A chunk is the text between consecutive section starts (an empty section contributes no chunk; its title
-    still reaches its descendants' heading paths). A chunk above ``max_tokens`` content tokens is split at sentence
-    bounds into ``ceil(T / max_tokens)`` near-equal parts; then every chunk below ``min_tokens`` is merged into a
-    neighbour, preferring one in the same top-level section (see :func:`_merge_small`). A single sentence above
-    ``max_tokens`` is not split, and merging may exceed ``max_tokens`` when no neighbour fits.
+    still reaches its descendants' heading paths). A chunk above ``max_chunk_tokens`` content tokens is split at
+    sentence bounds into ``ceil(T / max_chunk_tokens)`` near-equal parts; then every chunk below
+    ``min_chunk_tokens`` is merged into a neighbour, preferring one in the same top-level section (see
+    :func:`_merge_small`). A single sentence above ``max_chunk_tokens`` is not split, and merging may exceed it when
+    no neighbour fits. The three policy values are ``chunking.max_chunk_tokens``, ``min_chunk_tokens`` and
+    ``sentence_splitter``.
 
     Returns ``[doc_id, start, end, section_id, route_key, n_content_tokens]`` in document order, where
     ``section_id`` is the (larger) section the chunk came from and ``route_key`` the section_id of its level-1
@@ -315,8 +317,9 @@ def structural_chunks(documents: pd.DataFrame, paragraphs: pd.DataFrame, section
     from the section table, which the corpus/induction stages derive from the paragraph table.
     """
     del paragraphs  # section offsets already come from the paragraph table (model.sections_from_outline)
+    max_tokens, min_tokens = max_chunk_tokens, min_chunk_tokens
     if min_tokens > max_tokens:
-        raise ChunkingError(f"chunking: min_tokens {min_tokens} exceeds max_tokens {max_tokens}")
+        raise ChunkingError(f"chunking: min_chunk_tokens {min_tokens} exceeds max_chunk_tokens {max_tokens}")
     units = _units_for(documents, counter, splitter, _unit_cache)
     secs_by = _by_doc(sections)
     rows, text_by_doc = [], dict(zip(documents["doc_id"], documents["text"]))
@@ -329,7 +332,7 @@ def structural_chunks(documents: pd.DataFrame, paragraphs: pd.DataFrame, section
 
 
 def fixed_windows(documents: pd.DataFrame, targets: Mapping[str, float], counter: TokenCounter,
-                  splitter: str = "pysbd", _unit_cache: dict | None = None) -> pd.DataFrame:
+                  splitter: str, _unit_cache: dict | None = None) -> pd.DataFrame:
     """Fixed windows of about ``targets[doc_id]`` content tokens per document, edges snapped to sentence bounds.
 
     With ``N`` the document's content tokens, the window count is ``k = max(1, floor(N / target + 0.5))`` and cut
@@ -369,17 +372,19 @@ def doc_means(chunks: pd.DataFrame) -> dict[str, float]:
 
 
 def a0_windows(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_induced: pd.DataFrame,
-               chunking_params: Mapping, counter: TokenCounter | None = None,
+               chunking_params: Any, counter: TokenCounter | None = None,
                _unit_cache: dict | None = None) -> pd.DataFrame:
     """The A0 (and A1) windows: structural chunks of the induced outline, their per-document mean content-token
     length as the target, then :func:`fixed_windows`. Deterministic, so 02_induce (A1 contexts) and
-    04_chunk_embed cut identical ``(doc_id, start, end)``. ``chunking_params`` is ``cfg["chunking"]``.
+    04_chunk_embed cut identical ``(doc_id, start, end)``. ``chunking_params`` is the ``chunking`` record,
+    ``cfg.params("chunking")`` (a mapping is validated into one).
     """
-    counter = counter or load_counter(chunking_params["tokenizer"])
-    splitter = chunking_params.get("sentence_splitter", "pysbd")
+    p = config.record("chunking", chunking_params)
+    counter = counter or load_counter(p.tokenizer)
+    splitter = p.sentence_splitter
     cache = {} if _unit_cache is None else _unit_cache
-    a2 = structural_chunks(documents, paragraphs, sections_induced, counter, chunking_params["max_tokens"],
-                           chunking_params["min_tokens"], splitter, _unit_cache=cache)
+    a2 = structural_chunks(documents, paragraphs, sections_induced, counter, p.max_chunk_tokens, p.min_chunk_tokens,
+                           splitter, _unit_cache=cache)
     return fixed_windows(documents, doc_means(a2), counter, splitter, _unit_cache=cache)
 
 

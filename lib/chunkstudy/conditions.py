@@ -21,12 +21,12 @@ shifts or enters them, so relevance (computed on offsets) cannot come from a pre
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from . import chunking, design, paper, stages
+from . import chunking, config, design, paper, stages
 from .chunking import ChunkingError, TokenCounter
 from .corpus import model as docmodel
 
@@ -143,7 +143,7 @@ def _permute_order(bucket: pd.DataFrame, rng: np.random.Generator) -> tuple[list
     return rows, [rows[k] for k in perm]
 
 
-def placebo_assign(pairs: pd.DataFrame, seed: int, method: str = "permute") -> pd.DataFrame:
+def placebo_assign(pairs: pd.DataFrame, seed: int, method: str) -> pd.DataFrame:
     """Depth-bucketed cross-document reassignment of heading paths (paper 3.2 "Placebo construction", E.3: "We
     bucket unique (document, path) pairs by depth and permute them within-bucket toward a cross-document
     derangement (fixed seed). We count and report residual same-document assignments.").
@@ -283,9 +283,10 @@ def _a1_prefixes(a0: pd.DataFrame, contexts_a1: pd.DataFrame | None) -> list[str
 
 
 def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame | None,
-              sections_induced: pd.DataFrame | None, contexts_a1: pd.DataFrame | None, chunking_params: Mapping,
+              sections_induced: pd.DataFrame | None, contexts_a1: pd.DataFrame | None, chunking_params: Any,
               counter: TokenCounter | None = None) -> dict:
-    """Build every condition in ``chunking_params["conditions"]`` (``cfg["chunking"]``).
+    """Build every condition in ``chunking_params.conditions`` (the ``chunking`` record, ``cfg.params("chunking")``;
+    a mapping is validated into one, its missing keys at the schema's defaults).
 
     Returns a dict:
 
@@ -298,14 +299,10 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     * ``"placebo"``: :func:`placebo_assign` over the A3 (induced, full-depth) pairs, plus ``n_chunks`` using each.
     * ``"summary"``: realised pooled means per chunk set, the A0-A2 gap, placebo residuals, unique-text share.
     """
-    conds = list(chunking_params["conditions"])
-    bad = [c for c in conds if c not in ALL_CONDITIONS]
-    if bad:
-        raise ChunkingError(f"chunking.conditions: {bad[0]!r} is not one of {list(ALL_CONDITIONS)}")
-    counter = counter or chunking.load_counter(chunking_params["tokenizer"])
-    splitter = chunking_params.get("sentence_splitter", "pysbd")
-    mx, mn = int(chunking_params["max_tokens"]), int(chunking_params["min_tokens"])
-    depths = list(chunking_params.get("depths", [1, 2, 3]))
+    p = config.record("chunking", chunking_params)
+    conds = list(p.conditions)  # each one of ALL_CONDITIONS (schema-checked)
+    counter = counter or chunking.load_counter(p.tokenizer)
+    splitter, mx, mn, depths = p.sentence_splitter, p.max_chunk_tokens, p.min_chunk_tokens, list(p.depths)
     cache: dict = {}
     titles = dict(zip(documents["doc_id"], documents["title"]))
 
@@ -349,8 +346,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
         elif spec.prefix == "placebo":
             pairs = pd.DataFrame({"doc_id": base["doc_id"],
                                   "path": [tuple(paths[s][:depth]) for s in base["section_id"]]})
-            placebo = placebo_assign(pairs, int(chunking_params["placebo_seed"]),
-                                     chunking_params.get("placebo_method", "permute"))
+            placebo = placebo_assign(pairs, p.placebo_seed, p.placebo_method)
             look = {(r.doc_id, tuple(r.path)): (r.placebo_doc_id, r.placebo_path)
                     for r in placebo.itertuples(index=False)}
             pre = [render_prefix(titles[look[k][0]], look[k][1]) for k in zip(pairs["doc_id"], pairs["path"])]
@@ -373,7 +369,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     size = _size_matching(sets)
     summary = _summary(chunks, sets, size, placebo, texts, mx, mn)
     if placebo is not None:
-        summary["placebo_method"] = chunking_params.get("placebo_method", "permute")
+        summary["placebo_method"] = p.placebo_method
     if placebo is None:
         placebo = pd.DataFrame(columns=PLACEBO_COLUMNS + ["n_chunks"])
     return {"chunks": chunks, "texts": texts, "size_matching": size, "placebo": placebo,

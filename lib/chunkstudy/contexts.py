@@ -2,8 +2,8 @@
 
 ``method: llm`` — the paper's arm, Anthropic's Contextual Retrieval recipe with its prompt verbatim
 (:data:`CONTEXTUAL_RETRIEVAL_PROMPT`): the whole document inside ``<document>`` tags, the window's content inside
-``<chunk>`` tags. One call per window; the request allows ``contexts.request_max_tokens`` model tokens, and the
-reply (whitespace collapsed) is cut to the hard cap of ``contexts.max_tokens`` content tokens of the chunking
+``<chunk>`` tags. One call per window; the request allows ``contexts.request_reply_tokens`` model tokens, and the
+reply (whitespace collapsed) is cut to the hard cap of ``contexts.max_context_tokens`` content tokens of the chunking
 tokenizer at the last whole word that fits (the recipe's target is 50–100 tokens; the cut is recorded in
 ``truncated``). A failed call leaves an empty context and its error (counted, never a crash).
 
@@ -16,7 +16,7 @@ of every prompt of one document is the same bytes (a serving engine's prefix cac
 paper strips them, :mod:`chunkstudy.induce`.)
 
 Long documents: when the view does not fit the model's context (``llm.context_tokens`` minus
-``request_max_tokens``, the document's longest chunk and a 256-token allowance for the instructions; tokens
+``request_reply_tokens``, the document's longest chunk and a 256-token allowance for the instructions; tokens
 estimated as characters / 4), ``<document>`` holds an excerpt of whole blocks of the view (paragraphs and heading
 lines, cut at their boundaries) that contains the window. ``contexts.long_document`` decides which:
 
@@ -33,10 +33,10 @@ model saw (``0, len(text)``: the whole document).
 ``method: extractive`` — a NAMED NON-LLM BASELINE for offline runs (demo, CI), never the LLM arm: the document
 title, its lead sentence, then ``Key terms:`` and the most salient tf-idf terms of the window's neighbourhood
 (the window and ``contexts.neighbourhood`` windows on each side; terms already in the title or lead are skipped),
-adding terms until the context reaches the middle of the ``contexts.min_tokens``..``max_tokens`` range (the
-paper's generated contexts run about 80 tokens, Section 6.2), never exceeding ``max_tokens``. A title and lead
+adding terms until the context reaches the middle of the ``contexts.min_context_tokens``..``max_context_tokens`` range (the
+paper's generated contexts run about 80 tokens, Section 6.2), never exceeding ``max_context_tokens``. A title and lead
 longer than the cap are cut at a word (``truncated``); a document too short for enough terms may stay below
-``min_tokens``.
+``min_context_tokens``.
 
 Output: ``[doc_id, start, end, context, method, n_tokens]`` plus ``truncated, error, doc_start, doc_end,
 document_view`` (``full``/``body`` for the LLM arm, empty for the extractive baseline), keyed
@@ -48,12 +48,12 @@ chunking tokenizer); without one, a stated approximation (words and punctuation 
 from __future__ import annotations
 
 import re
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from . import stages
+from . import config, stages
 from .corpus.model import SEP
 
 #: Anthropic, "Introducing Contextual Retrieval" (2024): the prompt, verbatim.
@@ -315,10 +315,10 @@ def _with_terms(head: str, terms: list[str], lo_t: int, hi_t: int, counter: Call
     return render(b)
 
 
-def _extractive(docs, windows: pd.DataFrame, p: Mapping, counter: Callable) -> list[dict]:
+def _extractive(docs, windows: pd.DataFrame, p: Any, counter: Callable) -> list[dict]:
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    lo_t, hi_t, nb = int(p.get("min_tokens", 50)), int(p.get("max_tokens", 100)), int(p.get("neighbourhood", 1))
+    lo_t, hi_t, nb = p.min_context_tokens, p.max_context_tokens, p.neighbourhood
     w = windows.reset_index(drop=True)
     texts = [docs[str(d)][1][int(s):int(e)] for d, s, e in zip(w["doc_id"], w["start"], w["end"])]
     vec = TfidfVectorizer(stop_words="english", sublinear_tf=True, token_pattern=r"(?u)\b[^\W\d_]{3,}\b")
@@ -353,21 +353,15 @@ def _extractive(docs, windows: pd.DataFrame, p: Mapping, counter: Callable) -> l
     return rows
 
 
-def _llm(docs, windows: pd.DataFrame, p: Mapping, client, counter: Callable,
+def _llm(docs, windows: pd.DataFrame, p: Any, client, counter: Callable,
          sections: pd.DataFrame | None) -> list[dict]:
     from . import llm
 
-    req_max = int(p.get("request_max_tokens", 160))
-    hi_t = int(p.get("max_tokens", 100))
-    view = p.get("document_view", "full")
-    if view not in VIEWS:
-        raise ContextsError(f"contexts.document_view {view!r} is not one of {list(VIEWS)}")
+    req_max, hi_t, view = p.request_reply_tokens, p.max_context_tokens, p.document_view  # VIEWS: schema-checked
     if view == "full" and sections is None:
         raise ContextsError("contexts.document_view is 'full' but no sections table was given: pass sections_gold "
                             "(written by 01_corpus) so that <document> shows the title and headings")
-    long_document = p.get("long_document", "pages")
-    if long_document not in LONG_DOCUMENT:
-        raise ContextsError(f"contexts.long_document {long_document!r} is not one of {list(LONG_DOCUMENT)}")
+    long_document = p.long_document  # one of LONG_DOCUMENT (schema-checked)
     by_doc = dict(tuple(sections.groupby(sections["doc_id"].astype(str), sort=False))) if view == "full" else {}
     views: dict[str, _View] = {}  # rendered once per document: the same bytes for all its windows
     budgets: dict[str, int] = {}  # one excerpt budget per document (its longest chunk's), so pages are shared
@@ -401,10 +395,11 @@ def _llm(docs, windows: pd.DataFrame, p: Mapping, client, counter: Callable,
     return rows
 
 
-def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params: Mapping, client=None,
+def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params: Any, client=None,
                 counter: Callable[[list[str]], list[int]] | None = None,
                 sections: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One situating context per A0 window (module docstring); ``contexts_params`` is ``cfg["contexts"]``.
+    """One situating context per A0 window (module docstring); ``contexts_params`` is the ``contexts`` record,
+    ``cfg.params("contexts")`` (a mapping is validated into one, its missing keys at the schema's defaults).
 
     ``windows`` holds ``doc_id, start, end`` (half-open character offsets into ``documents.text``), e.g. from
     ``chunking.a0_windows``. ``client`` (:func:`llm.make_client`) is needed for ``method: llm`` only;
@@ -412,7 +407,8 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
     (``sections_gold``) gives the headings of the document view; ``method: llm`` with ``document_view: full``
     needs it. Returns the columns of :data:`COLUMNS` in the order of ``windows``; inputs are not modified.
     """
-    method = contexts_params.get("method", "extractive")
+    contexts_params = config.record("contexts", contexts_params)
+    method = contexts_params.method
     counter = counter or approx_counter
     docs = _check(documents, windows)
     if len(windows) == 0:
@@ -423,8 +419,6 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
         if client is None:
             raise ContextsError("contexts.method is 'llm' but no LLM client was given (llm.make_client)")
         rows = _llm(docs, windows, contexts_params, client, counter, sections)
-    else:
-        raise ContextsError(f"contexts.method {method!r} is not one of ['llm', 'extractive']")
     out = pd.DataFrame(rows)
     out["n_tokens"] = counter(out["context"].tolist()) if len(out) else []
     dup = out.duplicated(["doc_id", "start", "end"])

@@ -30,7 +30,7 @@ class Boundaries:
 
     ``outline``: the section table the boundaries are cut from (fixed windows are size-matched per document to the
     chunks of the induced outline, so they need it too); ``structural``: chunks are the text between consecutive
-    section starts (split above ``chunking.max_tokens``, merged below ``min_tokens``); ``label``: how figures name
+    section starts (split above ``chunking.max_chunk_tokens``, merged below ``min_chunk_tokens``); ``label``: how figures name
     the cut, ``chunks``: how tables name its chunks."""
 
     kind: str

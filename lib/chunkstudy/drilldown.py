@@ -5,7 +5,7 @@ for ``report.md`` (a summary table) and ``report.html`` (one collapsible section
 What is shown
 -------------
 For every contrast ``name: [A, B]`` of ``stats.contrasts`` in the **primary cell** (``stats.primary_metric`` ×
-``stats.primary_embedder`` × ``stats.primary_reranker``), the paired per-query deltas
+``embed.strong`` × ``stats.primary_reranker``), the paired per-query deltas
 ``δ_q = score_A(q) − score_B(q)`` of the primary metric (:func:`chunkstudy.stats.paired_deltas`, the numbers the
 contrast averages) pick ``stats.drilldown_queries`` queries per direction (:func:`pick_queries`):
 
@@ -108,18 +108,19 @@ def highlight_segments(content: str, ranges) -> list[tuple[str, bool]]:
 
 
 def drilldown(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, documents: pd.DataFrame,
-              scores: pd.DataFrame, stats_params: Mapping[str, Any], metrics_params: Mapping[str, Any], corpus: str,
+              scores: pd.DataFrame, stats_params: Any, strong: str, metrics_params: Any, corpus: str,
               n_queries: int) -> pd.DataFrame:
     """The ``drilldown`` table of 06_metrics (columns :data:`COLUMNS`; definitions in the module docstring).
 
     ``runs``/``chunks``/``queries``/``documents`` are the tables of 05/04/03/01, ``scores`` the table
     :func:`chunkstudy.metrics.score_runs` just computed (the primary metric's paired deltas pick the queries),
-    ``stats_params``/``metrics_params`` the ``stats`` and ``metrics`` sections, ``n_queries`` the number of gains
+    ``stats_params``/``metrics_params`` the ``stats`` and ``metrics`` records, ``strong`` ``embed.strong`` (the
+    primary cell's embedder), ``n_queries`` the number of gains
     and of losses per contrast. A contrast whose conditions are absent from the primary cell contributes no rows
     (08 says so)."""
-    metric, embedder, reranker = (str(stats_params[k]) for k in ("primary_metric", "primary_embedder",
-                                                                   "primary_reranker"))
-    contrasts = stats_params["contrasts"]
+    stats_params = stats.params_from(stats_params)
+    metric, embedder, reranker = stats._primary(stats_params, strong)
+    contrasts = stats_params.contrasts
     cutoff = metrics.params_from(metrics_params).cutoff
     prim = scores[(scores["metric"] == metric) & (scores["embedder"] == embedder) & (scores["reranker"] == reranker)]
     picked = []

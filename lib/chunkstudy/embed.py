@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import models
+from . import config, models
 from . import progress as _progress
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
@@ -69,13 +69,21 @@ class EmbedError(RuntimeError):
     """An embedder cannot be built or called (the message names the parameter key and the backend)."""
 
 
-def query_instruction(spec: Mapping) -> str:
+def spec_record(spec: Any, key: str) -> Any:
+    """The ``embed.embedders.<key>`` record (``cfg.params("embed").embedders[key]``); a mapping is validated into
+    one, its missing keys at the schema's defaults. A bad value raises :class:`EmbedError` naming the key."""
+    try:
+        return config.record("embed.embedders.*", spec)
+    except config.ConfigError as e:
+        raise EmbedError(str(e).replace("embed.embedders.*", f"embed.embedders.{key}")) from None
+
+
+def query_instruction(spec: Any) -> str:
     """The instruction prepended to queries: ``"auto"`` -> BGE's for bge-*-en-v1.5 models, else ``""``; any
-    other value is used verbatim (``""`` = none)."""
-    qi = spec.get("query_instruction", "auto")
-    if qi == "auto":
-        return BGE_QUERY_INSTRUCTION if _BGE_V15.search(str(spec.get("model", ""))) else ""
-    return qi
+    other value is used verbatim (``""`` = none). ``spec`` is an embedder record."""
+    if spec.query_instruction == "auto":
+        return BGE_QUERY_INSTRUCTION if _BGE_V15.search(spec.model) else ""
+    return spec.query_instruction
 
 
 def _normalise(v: np.ndarray) -> np.ndarray:
@@ -84,23 +92,18 @@ def _normalise(v: np.ndarray) -> np.ndarray:
     return (v / np.where(n > 0, n, 1.0)).astype(np.float32)
 
 
-def resolve_dtype(spec: Mapping, where: str) -> str:
+def resolve_dtype(spec: Any, where: str) -> str:
     """The floating-point type an encoder runs in: ``dtype`` as written, or for ``auto`` float16 on a CUDA device
     and float32 elsewhere. The ONNX runtime runs its exported float32 graph (``auto`` -> float32; another explicit
     dtype is an error naming ``where``)."""
-    dt = spec.get("dtype", "auto")
-    if dt not in DTYPES:
-        raise EmbedError(f"{where}.dtype: {dt!r} is not one of {list(DTYPES)}")
-    runtime = spec.get("runtime", "torch")
-    if runtime not in RUNTIMES:
-        raise EmbedError(f"{where}.runtime: {runtime!r} is not one of {list(RUNTIMES)}")
+    dt, runtime = spec.dtype, spec.runtime  # values the schema has checked (DTYPES, RUNTIMES)
     if runtime == "onnx":
         if dt not in ("auto", "float32"):
             raise EmbedError(f"{where}.dtype: {dt!r} with runtime 'onnx': the exported ONNX model is float32; use "
                              "dtype: float32 (or auto), or runtime: torch")
         return "float32"
     if dt == "auto":
-        return "float16" if str(spec.get("device", "cpu")).startswith("cuda") else "float32"
+        return "float16" if spec.device.startswith("cuda") else "float32"
     return dt
 
 
@@ -187,30 +190,26 @@ class Embedder:
     any other value gives another key.
     """
 
-    def __init__(self, spec: Mapping, key: str, show_progress: bool = False):
-        self.spec = dict(spec)
+    def __init__(self, spec: Any, key: str, show_progress: bool = False):
+        self.spec = spec_record(spec, key)
         self.key = key
         where = f"embed.embedders.{key}"
-        self.backend = self.spec.get("backend", "sentence-transformers")
-        if self.backend not in BACKENDS:
-            raise EmbedError(f"{where}.backend: {self.backend!r} is not one of {list(BACKENDS)}")
-        if not self.spec.get("model"):
+        self.backend = self.spec.backend
+        if not self.spec.model:
             raise EmbedError(f"{where}.model is empty")
         self.instruction = query_instruction(self.spec)
-        self.batch_size = int(self.spec.get("batch_size", 32))
-        self.max_seq_length = int(self.spec.get("max_seq_length", 512))
-        self.device = self.spec.get("device", "cpu")
-        self.runtime = self.spec.get("runtime", "torch")
+        self.batch_size = self.spec.batch_size
+        self.max_seq_length = self.spec.max_seq_length
+        self.device = self.spec.device
+        self.runtime = self.spec.runtime
         if self.runtime != "torch" and self.backend != "sentence-transformers":
             raise EmbedError(f"{where}.runtime: {self.runtime!r} needs backend 'sentence-transformers' "
                              f"(backend is {self.backend!r})")
         self.dtype = resolve_dtype(self.spec, where) if self.backend != "openai" else "server"
-        self.truncation = self.spec.get("truncation", "server")
-        if self.truncation not in TRUNCATIONS:
-            raise EmbedError(f"{where}.truncation: {self.truncation!r} is not one of {list(TRUNCATIONS)}")
+        self.truncation = self.spec.truncation
         self.show_progress = show_progress
         self._model = None
-        ident = {"backend": self.backend, "model": self.spec["model"], "max_seq_length": self.max_seq_length,
+        ident = {"backend": self.backend, "model": self.spec.model, "max_seq_length": self.max_seq_length,
                  "instruction": self.instruction}
         if self.runtime != "torch":
             ident["runtime"] = self.runtime
@@ -219,7 +218,7 @@ class Embedder:
         if self.backend == "openai" and self.truncation != "server":
             ident["truncation"] = self.truncation
         h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
-        base = re.sub(r"[^A-Za-z0-9._-]+", "_", str(self.spec["model"]).rstrip("/").split("/")[-1].split(":")[-1])
+        base = re.sub(r"[^A-Za-z0-9._-]+", "_", str(self.spec.model).rstrip("/").split("/")[-1].split(":")[-1])
         self.model_key = f"{base}-{self.max_seq_length}-{h}"
 
     # ------------------------------------------------------------------------------------------- backends
@@ -231,14 +230,14 @@ class Embedder:
 
             if self.runtime == "onnx":
                 folder = onnx_model_dir(
-                    "embedder", self.spec["model"],
-                    lambda d: SentenceTransformer(models.resolve(self.spec["model"]), device="cpu").save_pretrained(
+                    "embedder", self.spec.model,
+                    lambda d: SentenceTransformer(models.resolve(self.spec.model), device="cpu").save_pretrained(
                         str(d)), SentenceTransformer)
                 m = SentenceTransformer(str(folder), device=self.device, backend="onnx",
                                         model_kwargs={"provider": _onnx_provider(self.device),
                                                       "file_name": ONNX_FILE})
             else:
-                m = SentenceTransformer(models.resolve(self.spec["model"]), device=self.device)
+                m = SentenceTransformer(models.resolve(self.spec.model), device=self.device)
                 if self.dtype != "float32":
                     m.to(_torch_dtype(self.dtype))
             m.max_seq_length = self.max_seq_length
@@ -253,7 +252,7 @@ class Embedder:
                 raise EmbedError(f"embed.embedders.{self.key}.dtype: FlagEmbedding runs float16 or float32, "
                                  "not bfloat16")
             # the instruction is added here (encode), so FlagEmbedding gets none of its own
-            self._model = FlagModel(models.resolve(self.spec["model"]), use_fp16=self.dtype == "float16")
+            self._model = FlagModel(models.resolve(self.spec.model), use_fp16=self.dtype == "float16")
         else:
             self._model = _OpenAIEmbeddings(self.spec, self.key)
         return self._model
@@ -294,19 +293,19 @@ class _OpenAIEmbeddings:
     server's message. ``truncation`` is explicit (:data:`TRUNCATIONS`).
     """
 
-    def __init__(self, spec: Mapping, key: str):
+    def __init__(self, spec: Any, key: str):
         self.where = f"embed.embedders.{key}"
-        if not spec.get("base_url"):
+        if not spec.base_url:
             raise EmbedError(f"{self.where}: backend 'openai' needs base_url (e.g. http://host:8000/v1)")
-        self.url = spec["base_url"].rstrip("/") + "/embeddings"
-        self.model = spec["model"]
-        self.key_env = spec.get("api_key_env", "OPENAI_API_KEY")
-        self.concurrency = max(int(spec.get("concurrency", 4)), 1)
-        self.max_retries = max(int(spec.get("max_retries", 3)), 0)
-        self.backoff = float(spec.get("retry_backoff_s", 1.0))
-        self.timeout = float(spec.get("timeout_s", 300.0))
-        self.truncation = spec.get("truncation", "server")
-        self.max_tokens = int(spec.get("max_seq_length", 512))
+        self.url = spec.base_url.rstrip("/") + "/embeddings"
+        self.model = spec.model
+        self.key_env = spec.api_key_env
+        self.concurrency = spec.concurrency
+        self.max_retries = spec.max_retries
+        self.backoff = spec.retry_backoff_s
+        self.timeout = spec.timeout_s
+        self.truncation = spec.truncation
+        self.max_tokens = spec.max_seq_length
         self.n_requests = 0  # HTTP requests sent, retries included
         self.n_retries = 0
         self._session = None
@@ -398,7 +397,7 @@ class _OpenAIEmbeddings:
             ex.shutdown(wait=True, cancel_futures=True)  # a failed batch stops the ones not yet sent
 
 
-def load_embedder(spec: Mapping, key: str, show_progress: bool = False) -> Embedder:
+def load_embedder(spec: Any, key: str, show_progress: bool = False) -> Embedder:
     """An :class:`Embedder` for ``params embed.embedders[key]``; nothing loads until the first ``encode``."""
     return Embedder(spec, key, show_progress=show_progress)
 
@@ -440,7 +439,7 @@ class EmbeddingStore:
     ``set_aside`` lists the shards this object set aside.
     """
 
-    def __init__(self, folder: str | Path, flush_every: int = 256):
+    def __init__(self, folder: str | Path, flush_every: int):
         self.folder = Path(folder)
         self.flush_every = int(flush_every)
         if self.flush_every < 1:
@@ -621,7 +620,7 @@ def ids_table(texts: Sequence[str]) -> "pd.DataFrame":
                          "n_chars": np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))})
 
 
-def embed_all(specs: Mapping[str, Mapping], texts: Sequence[str], store: EmbeddingStore, kind: str = "passage",
+def embed_all(specs: Mapping[str, Any], texts: Sequence[str], store: EmbeddingStore, kind: str = "passage",
               progress: bool = True) -> tuple[dict[str, np.ndarray], "pd.DataFrame"]:
     """Embed ``texts`` with every embedder in ``specs`` (``params embed.embedders``) through ``store``.
 

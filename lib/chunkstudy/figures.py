@@ -326,7 +326,7 @@ def dose_response(dose: pd.DataFrame) -> Figure:
 
 
 @_styled
-def budget_coverage(condition_means: pd.DataFrame, embedder: str = "strong", reranker: str = "none") -> Figure:
+def budget_coverage(condition_means: pd.DataFrame, embedder: str, reranker: str) -> Figure:
     """Token-budget coverage curves: mean budget-cov@B against the budget B (512/1024/2048 tokens, prefix tokens
     charged) for every condition, on one embedder × reranker."""
     family = design.metric("budget-cov")
@@ -382,7 +382,7 @@ def section_recall(summary: pd.DataFrame) -> Figure:
 
 
 @_styled
-def per_type(per_type_df: pd.DataFrame, embedder: str = "strong", reranker: str = "none") -> Figure:
+def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str) -> Figure:
     """The contrasts cut by query type (exploratory): one panel per contrast, Δ and 95% CI per query type."""
     d = per_type_df
     if "embedder" in d:
@@ -489,7 +489,7 @@ def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_
     a missing or None table gives a :func:`placeholder` saying so). ``params`` = ``cfg.data``. Returns
     ``{name: Figure}`` in report order."""
     st = params["stats"]
-    emb, rr, metric = st["primary_embedder"], st["primary_reranker"], st["primary_metric"]
+    emb, rr, metric = params["embed"]["strong"], st["primary_reranker"], st["primary_metric"]
 
     def have(*names: str) -> bool:
         return all(inputs.get(n) is not None for n in names)

@@ -27,6 +27,7 @@ check-run,compare-devices} ...`` (``--help`` on each).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -38,7 +39,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from . import llm
+from . import config, llm
 
 #: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (issue 17 §5)
 MIN_DEVICE_COSINE = 0.999
@@ -63,19 +64,20 @@ def _flag(key: str, value: Any) -> list[str]:
     return [f"--{name}", str(value)]
 
 
-def serve_args(llm_params: Mapping[str, Any], weights: str | None = None) -> list[str]:
-    """``vllm serve`` arguments (without the ``vllm`` executable) for the ``llm`` parameter section.
+def serve_args(llm_params: Any, weights: str | None = None) -> list[str]:
+    """``vllm serve`` arguments (without the ``vllm`` executable) for the ``llm`` record (``cfg.params("llm")``; a
+    mapping is validated into one, its missing keys at the schema's defaults).
 
     ``weights`` is a local folder to serve instead of the hub id ``llm.model`` (the smoke run's converted
     SmolLM2); the served name stays ``llm.model`` either way, so the pre-flight check and the cache keys match.
     """
-    p = llm_params
-    if p.get("backend") != "openai":
-        raise ValueError(f"llm.backend is {p.get('backend')!r}: scripts/serve_llm.sh serves parameter files whose "
+    p = config.record("llm", llm_params)
+    if p.backend != "openai":
+        raise ValueError(f"llm.backend is {p.backend!r}: scripts/serve_llm.sh serves parameter files whose "
                          f"llm.backend is 'openai' (the vllm backend loads the model in process)")
-    if not p.get("model"):
+    if not p.model:
         raise ValueError("llm.model is empty: it is the name the server serves and the client asks for")
-    url = p.get("base_url") or ""
+    url = p.base_url or ""
     u = urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ValueError(f"llm.base_url {url!r} is not an http(s) URL")
@@ -84,10 +86,9 @@ def serve_args(llm_params: Mapping[str, Any], weights: str | None = None) -> lis
                          f"in front of the server, so serve the model behind it yourself")
     port = u.port or (443 if u.scheme == "https" else 80)
     host = "127.0.0.1" if u.hostname in LOCAL_HOSTS else "0.0.0.0"
-    args = ["serve", weights or p["model"], "--served-model-name", p["model"], "--host", host, "--port", str(port),
-            "--max-model-len", str(int(p.get("context_tokens", 32768))), "--seed", str(int(p.get("seed", 0))),
-            "--generation-config", "vllm"]
-    for key, value in llm.check_engine_args(p.get("vllm_engine") or {}).items():
+    args = ["serve", weights or p.model, "--served-model-name", p.model, "--host", host, "--port", str(port),
+            "--max-model-len", str(p.context_tokens), "--seed", str(p.seed), "--generation-config", "vllm"]
+    for key, value in llm.check_engine_args(dict(p.vllm_engine)).items():
         args += _flag(key, value)
     return args
 
@@ -111,8 +112,8 @@ def _tail(path: str | Path | None, n: int = 40) -> str:
     return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
 
 
-def wait_ready(base_url: str, model: str, timeout_s: float = 1800.0, pid: int | None = None,
-               log: str | Path | None = None, interval_s: float = 2.0, api_key_env: str = "OPENAI_API_KEY",
+def wait_ready(base_url: str, model: str, timeout_s: float, pid: int | None = None,
+               log: str | Path | None = None, interval_s: float = 2.0, *, api_key_env: str,
                echo=print) -> list[str]:
     """Poll ``GET {base_url}/models`` until it lists ``model``; return the served ids.
 
@@ -167,11 +168,11 @@ def hub_models(cfg) -> dict[str, list[str]]:
     if lp["backend"] in ("openai", "vllm", "transformers"):
         add("llm.model", lp["model"])
     add("chunking.tokenizer", cfg["chunking"]["tokenizer"])
-    for key, spec in cfg["embed"]["embedders"].items():
-        if spec.get("backend") != "openai":
-            add(f"embed.embedders.{key}.model", spec.get("model"))
-    for key, spec in cfg["retrieve"]["rerankers"].items():
-        add(f"retrieve.rerankers.{key}.model", spec.get("model"))
+    for key, spec in cfg.params("embed").embedders.items():
+        if spec.backend != "openai":
+            add(f"embed.embedders.{key}.model", spec.model)
+    for key, spec in cfg.params("retrieve").rerankers.items():
+        add(f"retrieve.rerankers.{key}.model", spec.model)
     return out
 
 
@@ -211,11 +212,11 @@ def cuda_keys(cfg) -> list[str]:
     keys = []
     if cfg["llm"]["backend"] == "transformers" and str(cfg["llm"]["device"]).startswith("cuda"):
         keys.append("llm.device")
-    for key, spec in cfg["embed"]["embedders"].items():
-        if spec.get("backend") != "openai" and str(spec.get("device", "cpu")).startswith("cuda"):
+    for key, spec in cfg.params("embed").embedders.items():
+        if spec.backend != "openai" and spec.device.startswith("cuda"):
             keys.append(f"embed.embedders.{key}.device")
-    for key, spec in cfg["retrieve"]["rerankers"].items():
-        if str(spec.get("device", "cpu")).startswith("cuda"):
+    for key, spec in cfg.params("retrieve").rerankers.items():
+        if spec.device.startswith("cuda"):
             keys.append(f"retrieve.rerankers.{key}.device")
     return keys
 
@@ -299,12 +300,9 @@ def cosine_agreement(a: np.ndarray, b: np.ndarray) -> dict:
             "mean": float(cos.mean()) if len(cos) else float("nan")}
 
 
-def reference_spec(spec: Mapping[str, Any]) -> dict:
-    """The same embedder on the CPU in float32: what a device's vectors are compared against."""
-    ref = {**spec, "device": "cpu"}
-    if "dtype" in spec:
-        ref["dtype"] = "float32"
-    return ref
+def reference_spec(spec: Any) -> Any:
+    """The same embedder record on the CPU in float32: what a device's vectors are compared against."""
+    return dataclasses.replace(config.record("embed.embedders.*", spec), device="cpu", dtype="float32")
 
 
 def compare_devices(specs: Mapping[str, Mapping], texts: Sequence[str],
@@ -318,7 +316,8 @@ def compare_devices(specs: Mapping[str, Mapping], texts: Sequence[str],
         got = embed.load_embedder(spec, key).encode(list(texts), "passage")
         ref = embed.load_embedder(reference_spec(spec), key).encode(list(texts), "passage")
         agree = cosine_agreement(got, ref)
-        rows.append({"embedder": key, "device": spec.get("device", "cpu"), "dtype": spec.get("dtype", "default"),
+        spec = config.record("embed.embedders.*", spec)
+        rows.append({"embedder": key, "device": spec.device, "dtype": spec.dtype,
                      **agree, "ok": bool(agree["min"] >= threshold)})
     return rows
 
@@ -433,11 +432,11 @@ def main(argv: list[str] | None = None) -> int:
         convert_gguf(src, args.gguf_file, args.out, dtype=args.dtype)
         return 0
     cfg = config.load(args.params)
-    lp = cfg["llm"]
+    lp = cfg.params("llm")
     if args.cmd == "serve-args":
         print("\n".join(serve_args(lp, args.weights)))
     elif args.cmd == "wait":
-        wait_ready(lp["base_url"], lp["model"], args.timeout, args.pid, args.log, api_key_env=lp["api_key_env"])
+        wait_ready(lp.base_url, lp.model, args.timeout, args.pid, args.log, api_key_env=lp.api_key_env)
     elif args.cmd in ("models", "prefetch"):
         names = [n for n, keys in hub_models(cfg).items() if not (args.skip_llm and keys == ["llm.model"])]
         if args.cmd == "models":
@@ -476,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                          "detail": {"before": args.requests_before, "after": now}})
         return _print_checks(rows)
     elif args.cmd == "compare-devices":
-        specs = {k: s for k, s in cfg["embed"]["embedders"].items() if str(s.get("device", "")).startswith("cuda")}
+        specs = {k: s for k, s in cfg.params("embed").embedders.items() if s.device.startswith("cuda")}
         if not specs:
             print("no embedder has device: cuda", file=sys.stderr)
             return 1

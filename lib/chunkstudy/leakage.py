@@ -65,8 +65,7 @@ def shared_ngrams(query: str, reference: str, n: int = 4) -> list[str]:
     return sorted(" ".join(g) for g in common)
 
 
-def check(query: str, span_texts: Sequence[str], rouge_max: float = 0.35, ngram: int = 4,
-          use_stemmer: bool = True) -> dict:
+def check(query: str, span_texts: Sequence[str], rouge_max: float, ngram: int, use_stemmer: bool) -> dict:
     """Score one query against its gold span texts and decide.
 
     Returns a JSON-able dict (the provenance kept with the query)::

@@ -78,6 +78,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import config
+
 CACHE_FILE = "calls.jsonl"
 PREFLIGHT_TIMEOUT_S = 10.0
 
@@ -306,8 +308,8 @@ class OpenAIBackend(Backend):
 
     name = "openai"
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 300.0,
-                 concurrency: int = 8, structured_output: str = "json_schema"):
+    def __init__(self, base_url: str, model: str, api_key_env: str, timeout_s: float, concurrency: int,
+                 structured_output: str):
         if not base_url:
             raise ValueError("llm.base_url is required for llm.backend 'openai' (e.g. http://localhost:8000/v1)")
         if not model:
@@ -495,7 +497,7 @@ class TransformersBackend(Backend):
 
     name = "transformers"
 
-    def __init__(self, model: str, gguf_file: str | None = None, device: str = "cpu", cpu_threads: int = 0):
+    def __init__(self, model: str, gguf_file: str | None, device: str, cpu_threads: int):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from . import models
@@ -550,21 +552,20 @@ class TransformersBackend(Backend):
         return self.tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
-def make_backend(llm_params: dict) -> Backend:
-    """The backend ``llm.backend`` names, built from the ``llm`` parameter section."""
-    p = llm_params
-    kind = p.get("backend", "none")
+def make_backend(llm_params: Any) -> Backend:
+    """The backend ``llm.backend`` names, built from the ``llm`` record (``cfg.params("llm")``; a mapping is
+    validated into one, its missing keys at the schema's defaults)."""
+    p = config.record("llm", llm_params)
+    kind = p.backend
     if kind == "none":
         return NoBackend()
     if kind == "openai":
-        return OpenAIBackend(p.get("base_url") or "", p.get("model", ""), p.get("api_key_env", "OPENAI_API_KEY"),
-                             float(p.get("timeout_s", 300.0)), int(p.get("concurrency", 8)),
-                             p.get("structured_output", "json_schema"))
+        return OpenAIBackend(p.base_url or "", p.model, p.api_key_env, p.timeout_s, p.concurrency,
+                             p.structured_output)
     if kind == "vllm":
-        return VLLMBackend(p["model"], int(p.get("seed", 0)), int(p.get("context_tokens", 32768)),
-                           engine=p.get("vllm_engine") or {})
+        return VLLMBackend(p.model, p.seed, p.context_tokens, engine=dict(p.vllm_engine))
     if kind == "transformers":
-        return TransformersBackend(p["model"], p.get("gguf_file"), p.get("device", "cpu"), int(p.get("cpu_threads", 0)))
+        return TransformersBackend(p.model, p.gguf_file, p.device, p.cpu_threads)
     if kind == "scripted":
         raise ValueError("llm.backend 'scripted' needs a ScriptedBackend passed to make_client(backend=...)")
     raise ValueError(f"llm.backend {kind!r} is not one of ['none', 'scripted', 'openai', 'vllm', 'transformers']")
@@ -707,24 +708,25 @@ def prefix_group(call: Call, chars: int) -> str | None:
 @dataclass
 class Client:
     """Cached, retrying, concurrent access to one backend. Build it with :func:`make_client`; the fields mirror
-    the ``llm`` parameters (module docstring). ``max_error_share=None`` sets no threshold."""
+    the ``llm`` parameters (module docstring; ``max_tokens`` is ``llm.max_reply_tokens``) and have no defaults
+    of their own: those live in :data:`chunkstudy.config.SCHEMA`."""
 
     backend: Backend
     cache: CallCache
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_tokens: int = 2048
-    seed: int = 0
-    max_retries: int = 3
-    retry_backoff_s: float = 1.0
-    context_tokens: int = 32768
-    concurrency: int = 1
-    max_error_share: float | None = None
-    breaker_failures: int = 10
-    preflight: bool = True
-    retry_after_max_s: float = 120.0
-    prefix_group_chars: int = 2048
-    server_metrics: bool = False
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+    max_retries: int
+    retry_backoff_s: float
+    context_tokens: int
+    concurrency: int
+    max_error_share: float
+    breaker_failures: int
+    preflight: bool
+    retry_after_max_s: float
+    prefix_group_chars: int
+    server_metrics: bool
     stats: dict = field(default_factory=lambda: {"cached": 0, "called": 0, "failed": 0, "retries": 0})
 
     def __post_init__(self) -> None:
@@ -891,7 +893,7 @@ class Client:
         """Raise :class:`ErrorShareExceeded` when more than ``max_error_share`` of the calls this client made
         failed (cache hits are not calls). :meth:`generate` calls it after every batch."""
         made = self.stats["called"] + self.stats["failed"]
-        if self.max_error_share is None or not made:
+        if not made:
             return
         share = self.stats["failed"] / made
         if share > self.max_error_share:
@@ -1008,27 +1010,20 @@ class Client:
         return len(self.cache) - before
 
 
-def make_client(llm_params: dict, cache_dir: Path | None, backend: Backend | None = None) -> Client:
-    """A :class:`Client` for the ``llm`` parameter section; ``backend`` overrides ``llm.backend`` (tests pass a
-    :class:`ScriptedBackend`). ``cache_dir`` is the folder of the persistent cache (the notebook passes
-    ``artifacts.cache_dir(cfg, cfg['llm']['cache'])``); ``None`` keeps the cache in memory.
-
-    Missing keys take the parameter schema's defaults, except ``max_error_share``: a parameter file always has
-    it (default 0.01), while a bare dict from library code or a test sets no threshold unless it says so."""
-    p = llm_params
+def make_client(llm_params: Any, cache_dir: Path | None, backend: Backend | None = None) -> Client:
+    """A :class:`Client` for the ``llm`` record (``cfg.params("llm")``; a mapping is validated into one, its
+    missing keys at the schema's defaults, so a test states only what it cares about); ``backend`` overrides
+    ``llm.backend`` (tests pass a :class:`ScriptedBackend`). ``cache_dir`` is the folder of the persistent cache
+    (the notebook passes ``artifacts.cache_dir(cfg, cfg['llm']['cache'])``); ``None`` keeps the cache in memory."""
+    p = config.record("llm", llm_params)
     be = backend if backend is not None else make_backend(p)
-    share = p.get("max_error_share")
-    return Client(backend=be, cache=CallCache(cache_dir),
-                  temperature=float(p.get("temperature", 0.0)), top_p=float(p.get("top_p", 1.0)),
-                  max_tokens=int(p.get("max_tokens", 2048)), seed=int(p.get("seed", 0)),
-                  max_retries=int(p.get("max_retries", 3)), retry_backoff_s=float(p.get("retry_backoff_s", 1.0)),
-                  context_tokens=int(p.get("context_tokens", 32768)),
-                  concurrency=max(1, min(int(p.get("concurrency", 8)), getattr(be, "concurrency", 1))),
-                  max_error_share=None if share is None else float(share),
-                  breaker_failures=int(p.get("breaker_failures", 10)), preflight=bool(p.get("preflight", True)),
-                  retry_after_max_s=float(p.get("retry_after_max_s", 120.0)),
-                  prefix_group_chars=int(p.get("prefix_group_chars", 2048)),
-                  server_metrics=bool(p.get("server_metrics", False)))
+    return Client(backend=be, cache=CallCache(cache_dir), temperature=p.temperature, top_p=p.top_p,
+                  max_tokens=p.max_reply_tokens, seed=p.seed, max_retries=p.max_retries,
+                  retry_backoff_s=p.retry_backoff_s, context_tokens=p.context_tokens,
+                  concurrency=max(1, min(p.concurrency, getattr(be, "concurrency", 1))),
+                  max_error_share=p.max_error_share, breaker_failures=p.breaker_failures, preflight=p.preflight,
+                  retry_after_max_s=p.retry_after_max_s, prefix_group_chars=p.prefix_group_chars,
+                  server_metrics=p.server_metrics)
 
 
 def describe(client: Client) -> dict:

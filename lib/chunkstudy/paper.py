@@ -49,8 +49,8 @@ _MLM = "appendix 'MixedLM' (secondary check)"
 FACTS: dict[str, dict[str, dict[str, Fact]]] = {
     "study": {
         "design": {
-            "max_tokens": Fact(350, "§3.2 'Size matching'", "structural chunks split above this many content tokens"),
-            "min_tokens": Fact(60, "§3.2 'Size matching'", "structural chunks merged below this many content tokens"),
+            "max_chunk_tokens": Fact(350, "§3.2 'Size matching'", "structural chunks split above this many content tokens"),
+            "min_chunk_tokens": Fact(60, "§3.2 'Size matching'", "structural chunks merged below this many content tokens"),
             "size_gap_max": Fact(4, "§3.2 'Size matching'", "realised A0 vs A2 means differ by <= 4 tokens"),
             "route_sections": Fact(5, "§3.2 'Representation constancy'", "stage 1 keeps the top 5 sections"),
             "rerank_top_n": Fact(50, "Embedders/reranker paragraph", "bge-reranker-v2-m3 over the top 50"),

@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from . import llm
+from . import config, llm
 
 CHARS_PER_TOKEN = 4.0
 PLACEHOLDER = "(dry run: no model was called)"
@@ -49,10 +49,8 @@ A1_DOCS_PER_BATCH = 50  # A1 prompts hold whole documents: build them a few docu
 class _DryBackend(llm.Backend):
     """Carries the configured backend's name and model, so cache keys match a real run's; never called."""
 
-    def __init__(self, llm_params: Mapping[str, Any]):
-        self.name = str(llm_params.get("backend", "none"))
-        model = str(llm_params.get("model", ""))
-        gguf = llm_params.get("gguf_file")
+    def __init__(self, llm_params: Any):
+        self.name, model, gguf = llm_params.backend, llm_params.model, llm_params.gguf_file
         self.model = f"{model}/{gguf}" if self.name == "transformers" and gguf else model
 
     def complete(self, call):  # pragma: no cover - the dry run never calls a model
@@ -72,8 +70,9 @@ class DryRunClient:
     answers each request with its cached reply, else :data:`PLACEHOLDER`. ``records`` are the LLM cache's records
     (read, never written), so cached requests are counted as such and later rounds follow the cached replies."""
 
-    def __init__(self, llm_params: Mapping[str, Any], records: Mapping[str, dict] | None = None):
-        self._client = llm.make_client(dict(llm_params), None, backend=_DryBackend(llm_params))
+    def __init__(self, llm_params: Any, records: Mapping[str, dict] | None = None):
+        llm_params = config.record("llm", llm_params)  # the ``llm`` record (a mapping is validated into one)
+        self._client = llm.make_client(llm_params, None, backend=_DryBackend(llm_params))
         self.context_tokens = self._client.context_tokens
         self.max_tokens = self._client.max_tokens
         self.model = self._client.backend.model
@@ -144,8 +143,8 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     documents, paragraphs = tables["documents"], tables["paragraphs"]
     sections_gold, harvested = tables["sections_gold"], tables.get("harvested")
     notes: list[str] = []
-    lp = cfg["llm"]
-    cache_path = Path(cfg.root) / "data" / cfg.corpus / "cache" / lp["cache"] / llm.CACHE_FILE  # read, not created
+    lp = cfg.params("llm")
+    cache_path = Path(cfg.root) / "data" / cfg.corpus / "cache" / lp.cache / llm.CACHE_FILE  # read, not created
     records = llm.CallCache._load(cache_path)[0] if cache_path.is_file() else {}
     client = DryRunClient(lp, records)
     counter, counted = _counter(cfg["chunking"]["tokenizer"])
@@ -160,13 +159,13 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     if cfg["induce"]["method"] == "llm":
         induce.induce_structure(documents, paragraphs, cfg["induce"], client=client)
         notes.append("induction self-correction: an upper bound (every window corrected)")
-    windows = chunking.a0_windows(documents, paragraphs, structure, cfg["chunking"], counter)
+    windows = chunking.a0_windows(documents, paragraphs, structure, cfg.params("chunking"), counter)
     if cfg["contexts"]["method"] == "llm":
         ids = list(dict.fromkeys(windows["doc_id"]))
         for i in range(0, len(ids), A1_DOCS_PER_BATCH):
             part = set(ids[i:i + A1_DOCS_PER_BATCH])
             contexts.a1_contexts(documents[documents["doc_id"].isin(part)], windows[windows["doc_id"].isin(part)],
-                                 cfg["contexts"], client=client, counter=counter, sections=sections_gold)
+                                 cfg.params("contexts"), client=client, counter=counter, sections=sections_gold)
     qp = cfg["queries"]
     q = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp,
                               client=client if qp["source"] == "generated" else None)
@@ -175,7 +174,7 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
         gen = client.batches.get("queries: generate", {}).get("calls", 0)
         client.batches["queries: paraphrase (at most)"] = {"requests": gen, "calls": gen, "cached": 0,
                                                            "prompt_chars": 0, "shared_prefix_chars": 0,
-                                                           "max_new_tokens": gen * int(qp["gen_max_tokens"])}
+                                                           "max_new_tokens": gen * int(qp["gen_reply_tokens"])}
         client.batches.pop("queries: paraphrase", None)
         notes.append(f"generated queries: at most {n_queries} after balancing (queries.targets)")
 
@@ -183,13 +182,14 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
         ctx = artifacts.read(cfg, "contexts_a1")
     else:
         ctx = windows.assign(context=[f"(A1 context {i})" for i in range(len(windows))])
-    built = conditions.build_all(documents, paragraphs, sections_gold, structure, ctx, cfg["chunking"], counter)
+    built = conditions.build_all(documents, paragraphs, sections_gold, structure, ctx, cfg.params("chunking"),
+                                 counter)
     chunks, texts = built["chunks"], built["texts"]
     embedders = {}
     keys_seen: dict[str, str] = {}
-    for key, spec in cfg["embed"]["embedders"].items():
+    for key, spec in cfg.params("embed").embedders.items():
         mk = embed.Embedder(spec, key).model_key
-        embedders[key] = {"model": spec["model"], "device": spec.get("device", "cpu"), "passages": len(texts),
+        embedders[key] = {"model": spec.model, "device": spec.device, "passages": len(texts),
                           "queries": n_queries, "shares_vectors_with": keys_seen.get(mk)}
         keys_seen.setdefault(mk, key)
     n_conditions = chunks["condition"].nunique()
@@ -203,7 +203,7 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
                           "prefix_share": b["shared_prefix_chars"] / b["prompt_chars"] if b["prompt_chars"] else None}
     return {
         "params": str(cfg.path), "corpus": cfg.corpus, "documents": int(len(documents)),
-        "llm": {"backend": lp["backend"], "model": client.model, "concurrency": lp["concurrency"],
+        "llm": {"backend": lp.backend, "model": client.model, "concurrency": lp.concurrency,
                 "cache_records": len(records), "batches": llm_rows},
         "chunks": {"rows": int(len(chunks)), "conditions": int(n_conditions), "unique_texts": len(texts),
                    "a0_windows": int(len(windows)), "counted_in": counted},

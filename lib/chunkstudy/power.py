@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -104,37 +104,24 @@ class PowerParams:
     seed: int
 
 
-def params(stats_params: Mapping) -> PowerParams:
-    """The power parameters of ``cfg['stats']`` (``power_n_docs``, ``power_n_sims``, ``power_n_boot``,
-    ``power_target``, ``power_require_sign``, with ``alpha`` and ``seed`` shared with the confirmatory test),
-    validated: errors name the key."""
-    def get(key: str):
-        return stats_params.get(key, SCHEMA["stats"][key].default)
-
-    grid = get("power_n_docs")
-    if not isinstance(grid, (list, tuple)) or not grid or not all(
-            isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in grid):
-        raise ValueError(f"stats.power_n_docs: expected a non-empty list of integers, got {grid!r}")
-    if min(grid) < 2:
-        raise ValueError(f"stats.power_n_docs: every corpus size must be ≥ 2 documents (a clustered bootstrap "
-                         f"needs two clusters), got {list(grid)}")
-    n_sims, n_boot = int(get("power_n_sims")), int(get("power_n_boot"))
-    if n_sims < 1 or n_boot < 1:
-        raise ValueError(f"stats.power_n_sims / power_n_boot must be ≥ 1, got {n_sims} / {n_boot}")
-    target = float(get("power_target"))
-    alpha = float(stats_params["alpha"])
-    if not 0 < target < 1 or not 0 < alpha < 1:
-        raise ValueError(f"stats.power_target and stats.alpha must lie in (0, 1), got {target} and {alpha}")
-    return PowerParams(tuple(sorted({int(n) for n in grid})), n_sims, n_boot, alpha, target,
-                       bool(get("power_require_sign")), int(stats_params["seed"]))
+def params(stats_params: Any) -> PowerParams:
+    """The power parameters of the ``stats`` record (``power_n_docs``, ``power_n_sims``, ``power_n_boot``,
+    ``power_target``, ``power_require_sign``, with ``alpha`` and ``seed`` shared with the confirmatory test). A
+    mapping is validated into the record (missing keys at the schema's defaults; the schema's ranges, e.g. every
+    corpus size ≥ 2 documents, which a clustered bootstrap needs): errors name the key."""
+    p = stats.params_from(stats_params)
+    if not p.power_n_docs:
+        raise ValueError("stats.power_n_docs: expected a non-empty list of corpus sizes, got []")
+    return PowerParams(tuple(sorted(set(p.power_n_docs))), p.power_n_sims, p.power_n_boot, p.alpha,
+                       p.power_target, p.power_require_sign, p.seed)
 
 
-def paper_corpus(stats_params: Mapping, corpus_kind: str) -> str:
+def paper_corpus(stats_params: Any, corpus_kind: str) -> str:
     """Which of the paper's corpora supplies the paper-effect scenario: ``stats.power_paper_corpus`` when set,
     else this run's ``corpus.kind`` when the paper ran that kind, else ``wikipedia`` (the paper's
     Wikipedia-FA, the nearest genre to the demo and to bring-your-own prose)."""
     choices = SCHEMA["stats"]["power_paper_corpus"].choices
-    chosen = stats_params.get("power_paper_corpus")
+    chosen = stats.params_from(stats_params).power_paper_corpus
     if chosen is not None:
         return str(chosen)
     return corpus_kind if corpus_kind in choices else "wikipedia"
@@ -191,10 +178,13 @@ def design_effect(deltas: Sequence[float] | np.ndarray, clusters: Sequence) -> t
     return deff, icc, m
 
 
-def population(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str) -> Population:
-    """The :class:`Population` of the primary cell of ``corpus`` (see the module docstring)."""
+def population(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+               corpus: str) -> Population:
+    """The :class:`Population` of the primary cell of ``corpus`` (see the module docstring); ``strong`` is
+    ``embed.strong``, the primary cell's embedder."""
+    stats_params = stats.params_from(stats_params)
     spec = stats._contrast_spec(stats_params)
-    metric, embedder, reranker = stats._primary(stats_params)
+    metric, embedder, reranker = stats._primary(stats_params, strong)
     names = tuple(spec)
     deltas = {name: stats.paired_deltas(scores, queries, a, b, corpus=corpus, metric=metric, embedder=embedder,
                                         reranker=reranker) for name, (a, b) in spec.items()}
@@ -349,7 +339,7 @@ def analytic_power(dz: float, n_docs: float, queries_per_doc: float, deff: float
 # The 07_stats table and its summary
 # ---------------------------------------------------------------------------------------------------------------
 
-def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str,
+def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str, corpus: str,
                 paper_dz: Mapping[str, float] | None = None, paper_source: str = "paper") -> pd.DataFrame:
     """The ``07_stats/power`` table: one row per scenario × contrast × corpus size N (``stats.power_n_docs`` plus
     this corpus's own size), with the simulated ``power`` and its Monte Carlo SE ``mc_se`` (module docstring),
@@ -364,8 +354,9 @@ def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mappi
     is :func:`analytic_power` (small-sample form) at alpha/K, the Holm threshold of the family's smallest p: a
     design-effect reference that ignores the rest of the family, so Holm's simulated power is usually above it.
     A contrast that cannot be simulated (absent, zero spread, NaN target) gets NaN power and a note."""
+    stats_params = stats.params_from(stats_params)
     pp = params(stats_params)
-    pop = population(scores, queries, stats_params, corpus)
+    pop = population(scores, queries, stats_params, strong, corpus)
     k = len(pop.contrasts)
     scenarios = [(OBSERVED, "observed (this run)", np.where(pop.present, 0.0, np.nan),
                   np.where(pop.present, pop.dz, np.nan))]
@@ -382,7 +373,7 @@ def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mappi
     shifts = np.vstack([s[2] for s in scenarios] + [null_shift])
     g = pop.doc_ids.size
     grid = sorted(set(pp.n_docs) | ({g} if g >= 2 else set()))
-    primary = stats.cell_name(*stats._primary(stats_params))
+    primary = stats.cell_name(*stats._primary(stats_params, strong))
     sizes = grid if pop.present.any() and g else []
     results = {n: simulate(pop.sums, pop.counts, shifts, n, n_sims=pp.n_sims, n_boot=pp.n_boot, alpha=pp.alpha,
                            seed=pp.seed, require_sign=pp.require_sign)

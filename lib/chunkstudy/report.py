@@ -196,7 +196,7 @@ def _sign(x: float) -> str:
     return "?" if pd.isna(x) else "+" if x > 0 else "\u2212" if x < 0 else "0"
 
 
-def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float = 0.05) -> pd.DataFrame:
+def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -> pd.DataFrame:
     """The four pre-registered contrasts side by side across corpora (paper §6: "Three contrasts replicate across
     both corpora with the same sign and Holm significance. One is corpus-dependent.").
 
@@ -237,7 +237,7 @@ def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: fl
     return pd.DataFrame(rows)
 
 
-def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float = 0.05) -> tables.Table:
+def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -> tables.Table:
     """:func:`replication_table` rendered: per corpus ``Δ (Holm p)`` with a star when Holm-significant."""
     data = replication_table(contrasts_by_corpus, alpha)
     display = pd.DataFrame({"Contrast": data["contrast"],
@@ -287,7 +287,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     ``cfg.data``; ``partner`` = :func:`partner_contrasts`. Missing inputs become notes, never errors."""
     b = Bundle(corpus=corpus, warnings=model_warnings(params), models=models_used(params))
     st = params["stats"]
-    emb, rr = st["primary_embedder"], st["primary_reranker"]
+    emb, rr = params["embed"]["strong"], st["primary_reranker"]
     kind = params["corpus"]["kind"]
     got = {k: v for k, v in inputs.items() if isinstance(v, pd.DataFrame)}
     b.notes += [f"input {m} is missing (its stage has not run or does not write it)" for m in inputs.get("missing", [])]
@@ -326,7 +326,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     if summary is not None:
         _try(b, "funnel_size_matching", tables.size_matching, summary, kind)
     if "placebo_buckets" in got:
-        _try(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params["chunking"].get("placebo_method", ""))
+        _try(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params["chunking"]["placebo_method"])
     if "drilldown" in got:
         try:
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)
@@ -396,7 +396,7 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
     st = params["stats"]
     out += ["## Confirmatory", "",
             f"Only the four pre-registered contrasts on the primary cell — {st['primary_metric']} × embedder "
-            f"'{st['primary_embedder']}' × reranker '{st['primary_reranker']}' — are confirmatory, with Holm "
+            f"'{params['embed']['strong']}' × reranker '{st['primary_reranker']}' — are confirmatory, with Holm "
             "across the four. The MixedLM beside them is the pre-registered secondary check (misspecified by "
             "design). Everything in the next sections is **exploratory**.", ""]
     table("table1")

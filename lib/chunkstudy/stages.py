@@ -155,7 +155,7 @@ STAGES: tuple[Stage, ...] = (
               required=('doc_id', 'start', 'end', 'context')),
         Json("induction_stats", "induction counts, span identity with gold (the paper's measure), A1 summary"),
     )),
-    Stage("03_queries", ("llm", "queries", "chunking.tokenizer", "chunking.max_tokens", "chunking.min_tokens",
+    Stage("03_queries", ("llm", "queries", "chunking.tokenizer", "chunking.max_chunk_tokens", "chunking.min_chunk_tokens",
                          "chunking.sentence_splitter", "metrics.span_frac", "metrics.chunk_frac", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold"),
         Read("harvested", lambda p: p["queries"]["source"] == "harvested", "queries.source is generated"),
@@ -216,7 +216,7 @@ STAGES: tuple[Stage, ...] = (
                             "dcg": F, "idcg": F, "ndcg": F}, "the primary cell's per-query drill-down",
               required=('contrast', 'direction', 'pick', 'query_id', 'side', 'condition', 'rank', 'chunk_id')),
     )),
-    Stage("07_stats", ("stats", "corpus.kind"), _r("queries", "scores"), (
+    Stage("07_stats", ("stats", "embed.strong", "corpus.kind"), _r("queries", "scores"), (
         Table("contrasts", {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I,
                             "n_docs": I, "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I,
                             "seed": I, "note": S},

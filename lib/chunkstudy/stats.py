@@ -6,8 +6,8 @@ Vocabulary
 ----------
 * A **cell** is one metric × one embedder × one reranker setting of one corpus; its name is
   ``"<metric>|<embedder>|<reranker>"``, e.g. ``"cov-nDCG@10|strong|none"`` (:func:`cell_name`).
-* The **primary cell** is fixed in advance by ``stats.primary_metric/primary_embedder/primary_reranker``
-  (cov-nDCG@10 × strong × none). Its four contrasts are the *confirmatory* family; every other number this module
+* The **primary cell** is fixed in advance by ``stats.primary_metric`` × ``embed.strong`` × ``stats.primary_reranker``
+  (cov-nDCG@10 × strong × none; the functions that need it take ``embed.strong`` as ``strong``). Its four contrasts are the *confirmatory* family; every other number this module
   produces is labelled *exploratory*.
 * A **contrast** ``name: [A, B]`` (``stats.contrasts``; C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) is the mean
   of the paired per-query deltas ``δ_q = score_A(q) − score_B(q)`` over the queries scored under both conditions
@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from . import design, stages
+from . import config, design, stages
 
 #: Display order of conditions (the paper's: A0 A1 A2 A3-d1 A3-d2 A3 P A4 G2 G3 G4); others follow alphabetically.
 CONDITION_ORDER: tuple[str, ...] = design.CONDITION_NAMES
@@ -108,7 +108,7 @@ def cohens_dz(deltas: Sequence[float] | np.ndarray) -> float:
     return float(np.mean(d)) / sd
 
 
-def percentile_ci(replicates: np.ndarray, alpha: float = 0.05) -> tuple[float, float]:
+def percentile_ci(replicates: np.ndarray, alpha: float) -> tuple[float, float]:
     """The ``(1−alpha)`` percentile interval: the ``100·alpha/2`` and ``100·(1−alpha/2)`` percentiles of the
     bootstrap replicates (numpy's default linear interpolation). alpha = 0.05 gives the 2.5th/97.5th percentiles."""
     if not 0 < alpha < 1:
@@ -155,7 +155,7 @@ def cluster_sums(values: Sequence[float] | np.ndarray, clusters: Sequence) -> tu
 
 
 def cluster_bootstrap(deltas: Sequence[float] | np.ndarray, clusters: Sequence, n_boot: int, seed: int,
-                      *, alpha: float = 0.05) -> Bootstrap:
+                      *, alpha: float) -> Bootstrap:
     """Document-clustered bootstrap of the mean of ``deltas`` (paper, statistics appendix, "cluster bootstrap";
     Cameron, Gelbach & Miller 2008).
 
@@ -206,8 +206,8 @@ def cluster_se(values: Sequence[float] | np.ndarray, clusters: Sequence) -> floa
 # Table plumbing
 # ---------------------------------------------------------------------------------------------------------------
 
-def _contrast_spec(stats_params: Mapping) -> dict[str, tuple[str, str]]:
-    raw = stats_params.get("contrasts")
+def _contrast_spec(stats_params: Any) -> dict[str, tuple[str, str]]:
+    raw = stats_params.contrasts
     if not isinstance(raw, Mapping) or not raw:
         raise ValueError(f"stats.contrasts: expected a mapping name -> [condition_a, condition_b], got {raw!r}")
     out = {}
@@ -218,11 +218,15 @@ def _contrast_spec(stats_params: Mapping) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _primary(stats_params: Mapping) -> tuple[str, str, str]:
-    try:
-        return (stats_params["primary_metric"], stats_params["primary_embedder"], stats_params["primary_reranker"])
-    except KeyError as e:
-        raise ValueError(f"stats: missing parameter {e.args[0]!r}; pass cfg['stats']") from None
+def params_from(stats_params: Any) -> Any:
+    """The ``stats`` record (``cfg.params("stats")``); a mapping is validated into one, its missing keys at the
+    schema's defaults."""
+    return config.record("stats", stats_params)
+
+
+def _primary(stats_params: Any, strong: str) -> tuple[str, str, str]:
+    """The primary cell: ``stats.primary_metric`` × ``embed.strong`` (``strong``) × ``stats.primary_reranker``."""
+    return stats_params.primary_metric, strong, stats_params.primary_reranker
 
 
 def prepare_scores(scores: pd.DataFrame, queries: pd.DataFrame, corpus: str) -> pd.DataFrame:
@@ -326,7 +330,8 @@ def paired_deltas(scores: pd.DataFrame, queries: pd.DataFrame, condition_a: str,
 CONTRAST_COLUMNS = stages.columns("contrasts")
 
 
-def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str) -> pd.DataFrame:
+def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+                    corpus: str) -> pd.DataFrame:
     """The contrasts of ``stats.contrasts`` in every cell of ``corpus`` present in ``scores`` (paper §4 and the
     statistics appendix; the primary cell's rows are Table 1).
 
@@ -338,9 +343,10 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: M
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
     "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``.
     """
+    stats_params = params_from(stats_params)
     contrasts = _contrast_spec(stats_params)
-    primary = _primary(stats_params)
-    n_boot, seed, alpha = int(stats_params["n_boot"]), int(stats_params["seed"]), float(stats_params["alpha"])
+    primary = _primary(stats_params, strong)
+    n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
     wide = _wide(prepare_scores(scores, queries, corpus))
     rows = []
     for metric, embedder, reranker in _cells(wide, primary):
@@ -369,7 +375,7 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: M
 MIXEDLM_COLUMNS = stages.columns("mixedlm")
 
 
-def fit_mixedlm(values: np.ndarray, treated: np.ndarray, groups: np.ndarray, *, alpha: float = 0.05) -> dict:
+def fit_mixedlm(values: np.ndarray, treated: np.ndarray, groups: np.ndarray, *, alpha: float) -> dict:
     """Fit ``value ~ treated`` with a random intercept per group (statsmodels ``MixedLM``, REML).
 
     ``treated`` is 1 for condition A and 0 for condition B, so the fixed-effect coefficient is the A − B
@@ -393,7 +399,8 @@ def fit_mixedlm(values: np.ndarray, treated: np.ndarray, groups: np.ndarray, *, 
                 resid_var=float(result.scale), converged=bool(result.converged), note="; ".join(msgs))
 
 
-def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str) -> pd.DataFrame:
+def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+                  corpus: str) -> pd.DataFrame:
     """The pre-registered secondary check: per contrast of the primary cell, a MixedLM
     ``score ~ condition + (1 | document)`` over the queries scored under both conditions (:func:`fit_mixedlm`;
     paper §4 and the statistics appendix, "mixed-effects regression").
@@ -403,11 +410,12 @@ def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Map
     Holm over the family for comparison with the bootstrap table. Empty (with the columns) when
     ``stats.mixedlm`` is false. A model that fails to fit gives a row of NaNs and the error in ``note``.
     """
-    if not stats_params.get("mixedlm", True):
+    stats_params = params_from(stats_params)
+    if not stats_params.mixedlm:
         return pd.DataFrame(columns=MIXEDLM_COLUMNS)
     contrasts = _contrast_spec(stats_params)
-    primary = _primary(stats_params)
-    alpha = float(stats_params["alpha"])
+    primary = _primary(stats_params, strong)
+    alpha = float(stats_params.alpha)
     wide = _wide(prepare_scores(scores, queries, corpus))
     nan = float("nan")
     try:
@@ -462,19 +470,21 @@ def per_query_slopes(values: np.ndarray, depths: Sequence[float]) -> np.ndarray:
     return (y - y.mean(axis=1, keepdims=True)) @ xc / denom
 
 
-def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str) -> pd.DataFrame:
+def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+                  corpus: str) -> pd.DataFrame:
     """Exploratory breadcrumb-depth dose-response (paper §6, "Breadcrumb depth dose-response"): per embedder ×
     reranker, the OLS slope of the primary metric (cov-nDCG@10) on injected heading-path depth 0..3
     (:data:`DEPTH_LADDER`: A2 → A3-d1 → A3-d2 → A3), in metric units per level, over the queries scored at every
     available level; CI and two-sided p from the document-clustered bootstrap of the per-query slopes
     (:func:`per_query_slopes`, :func:`cluster_bootstrap`). ``mean_d0..mean_d3`` are the per-level means over the
     same queries. A missing level is dropped (noted); fewer than two levels skip the cell (noted)."""
-    metric = _primary(stats_params)[0]
-    n_boot, seed, alpha = int(stats_params["n_boot"]), int(stats_params["seed"]), float(stats_params["alpha"])
+    stats_params = params_from(stats_params)
+    metric = _primary(stats_params, strong)[0]
+    n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
     wide = _wide(prepare_scores(scores, queries, corpus))
     nan = float("nan")
     rows = []
-    for m, embedder, reranker in _cells(wide, _primary(stats_params)):
+    for m, embedder, reranker in _cells(wide, _primary(stats_params, strong)):
         if m != metric:
             continue
         block = wide.xs((m, embedder, reranker), level=["metric", "embedder", "reranker"])
@@ -507,13 +517,15 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Map
 PER_TYPE_COLUMNS = stages.columns("per_type")
 
 
-def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str) -> pd.DataFrame:
+def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+             corpus: str) -> pd.DataFrame:
     """Exploratory per-query-type cuts (paper §6, "Per-query-type cuts"): every contrast within each ``qtype`` of
     the queries table, in every cell of the primary metric (all embedders × rerankers). Statistics as in
     :func:`contrasts_table` but unadjusted (no Holm: these cuts are hypothesis-generating only)."""
+    stats_params = params_from(stats_params)
     contrasts = _contrast_spec(stats_params)
-    primary = _primary(stats_params)
-    n_boot, seed, alpha = int(stats_params["n_boot"]), int(stats_params["seed"]), float(stats_params["alpha"])
+    primary = _primary(stats_params, strong)
+    n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
     wide = _wide(prepare_scores(scores, queries, corpus))
     wide = wide.assign(qtype=wide["qtype"].astype(object).where(wide["qtype"].notna(), "(none)").astype(str))
     rows = []
@@ -535,13 +547,15 @@ def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping,
 MEANS_COLUMNS = stages.columns("condition_means")
 
 
-def condition_means(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Mapping, corpus: str) -> pd.DataFrame:
+def condition_means(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+                    corpus: str) -> pd.DataFrame:
     """Exploratory per-condition means for every metric × embedder × reranker (paper Table 2 and §6, including
     recall@50 per condition): ``mean`` and ``sd`` (ddof = 1) over the queries scored (non-NaN) under that
     condition, ``se_cluster`` = the cluster-robust SE of the mean over documents (:func:`cluster_se`), the query and
     document counts. Unpaired: each condition uses all of its own scored queries. ``primary_cell`` marks the rows
     of the primary cell (Table 2); every row is labelled exploratory, as in the paper."""
-    primary = _primary(stats_params)
+    stats_params = params_from(stats_params)
+    primary = _primary(stats_params, strong)
     s = prepare_scores(scores, queries, corpus).dropna(subset=["value"])
     keys = ["metric", "embedder", "reranker", "condition"]
     grouped = s.groupby(keys, sort=True)
@@ -575,14 +589,15 @@ def metric_rows(table: pd.DataFrame, key: str) -> pd.DataFrame:
     return table[table["metric"].astype(str).map(lambda n: design.is_metric(n, key))]
 
 
-def reranker_lift(condition_means: pd.DataFrame, stats_params: Mapping) -> pd.DataFrame:
+def reranker_lift(condition_means: pd.DataFrame, stats_params: Any, strong: str) -> pd.DataFrame:
     """Exploratory reranker lift (paper §6, "Reranking lifts all boats"): per condition and reranker other than
     ``none``, the mean of the primary metric on the primary embedder without a reranker (``none``), with it
     (``reranked``) and ``lift = reranked − none`` — a difference of the :func:`condition_means` rows, not a paired
     test. Rows in reranker, then paper condition order; empty when no reranked cell was scored."""
+    stats_params = params_from(stats_params)
     stages.check(condition_means, "condition_means", ["metric", "embedder", "reranker", "condition", "mean"],
                  "stats.reranker_lift")
-    metric, embedder, _ = _primary(stats_params)
+    metric, embedder, _ = _primary(stats_params, strong)
     s = condition_means[(condition_means["metric"] == metric) & (condition_means["embedder"] == embedder)]
     base = s[s["reranker"] == "none"].set_index("condition")["mean"]
     rer = s[s["reranker"] != "none"]

@@ -64,11 +64,12 @@ import re
 import tarfile
 from collections import Counter
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import pandas as pd
 from rapidfuzz import fuzz, process
 
+from .. import config
 from ..config import Config
 from .model import SECTION_COLUMNS, DocumentBuilder
 from .sources import CorpusInputError, listed_sources, source_paths
@@ -431,16 +432,17 @@ def _merge_nested(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def build_qasper(papers: dict[str, tuple[str, dict]], params: dict, warnings: list[str] | None = None) -> dict:
+def build_qasper(papers: dict[str, tuple[str, dict]], params: Any, warnings: list[str] | None = None) -> dict:
     """Flatten and harvest papers (``read_qasper`` output) into the 01_corpus tables and the funnel.
 
     ``params`` is the ``corpus`` section (fuzzy_threshold, drop_numeric_only, max_docs). Papers are processed in
     sorted id order; ``max_docs`` keeps the first N. A paper without ``full_text`` warns and is skipped.
     """
+    params = config.record("corpus", params)  # the corpus record; a mapping is validated into one
     warnings = [] if warnings is None else warnings
     ids = sorted(papers)
-    if params.get("max_docs") is not None:
-        ids = ids[: params["max_docs"]]
+    if params.max_docs is not None:
+        ids = ids[: params.max_docs]
     docs, paras_l, secs_l, rows = [], [], [], []
     counts: Counter = Counter()
     for pid in ids:
@@ -453,8 +455,8 @@ def build_qasper(papers: dict[str, tuple[str, dict]], params: dict, warnings: li
             counts["questions read"] += len(qas) if isinstance(qas, list) else 0
             continue
         doc, paras, secs = flatten_paper(pid, rec, split)
-        r, c = harvest_paper(pid, rec, doc, paras, secs, params["fuzzy_threshold"], params["drop_numeric_only"],
-                             warnings, params.get("evidence_annotators", "union"))
+        r, c = harvest_paper(pid, rec, doc, paras, secs, params.fuzzy_threshold, params.drop_numeric_only,
+                             warnings, params.evidence_annotators)
         counts.update(c)
         docs.append(doc)
         paras_l.append(paras)
@@ -556,9 +558,9 @@ def build(cfg: Config, session, warnings: list[str]) -> dict:
     """QASPER from the archives of ``corpus.sources`` (``session`` downloads them when there is no mirror). A
     damaged archive raises :class:`~chunkstudy.corpus.sources.CorpusInputError` naming it, unless
     ``corpus.allow_partial``."""
-    c = cfg["corpus"]
+    c = cfg.params("corpus")
     try:
-        papers = read_qasper(source_paths(cfg, session), warnings, allow_partial=c["allow_partial"])
+        papers = read_qasper(source_paths(cfg, session), warnings, allow_partial=c.allow_partial)
     except QasperReadError as e:
         raise CorpusInputError(f"{e} (corpus.allow_partial: true builds from the readable part)") from None
     return build_qasper(papers, c, warnings)

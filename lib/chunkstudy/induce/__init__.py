@@ -26,7 +26,7 @@ Two inducers, one output contract (the section table of :mod:`chunkstudy.corpus.
 Policies (stated, and recorded in the log):
 
 * **Whole documents.** A document is induced in ONE call whenever its numbered prompt plus the reply fit the
-  model's context: ``llm.context_tokens`` minus ``llm.max_tokens`` (the reply's allowance: about 60 sections of
+  model's context: ``llm.context_tokens`` minus ``llm.max_reply_tokens`` (the reply's allowance: about 60 sections of
   JSON at 2,048) minus a 512-token allowance for the instructions, tokens estimated as characters / 4 (the
   served model's tokenizer is not available to the client). The paper's model sees "the document's paragraphs";
   with its 131k-token context every Wikipedia-FA article and QASPER paper fits.

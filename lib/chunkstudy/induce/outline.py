@@ -235,7 +235,7 @@ def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
     budget_tokens = client.context_tokens - client.max_tokens - PROMPT_ALLOWANCE_TOKENS
     if budget_tokens <= 0:
         raise InductionError(f"llm.context_tokens {client.context_tokens} leaves no room for a document after "
-                             f"llm.max_tokens {client.max_tokens} and {PROMPT_ALLOWANCE_TOKENS} prompt tokens")
+                             f"llm.max_reply_tokens {client.max_tokens} and {PROMPT_ALLOWANCE_TOKENS} prompt tokens")
     max_chars = budget_tokens * CHARS_PER_TOKEN
     # one state per (document, window)
     states = []

