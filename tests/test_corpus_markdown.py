@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from chunkstudy import config, llm, queries
-from chunkstudy.corpus import build, mdtext
+from chunkstudy.corpus import build, folder, mdtext, sources
 from chunkstudy.corpus.model import heading_paths, verify_sections
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,6 +225,13 @@ def test_sources_max_docs_and_files_outside_the_folder(tmp_path):
     assert list(out["documents"]["doc_id"]) == ["guide/b"]
     out = build.build_corpus(_params(tmp_path, f, max_docs=1))
     assert list(out["documents"]["doc_id"]) == ["a"]
+    # a seeded sample: the first of the seeded walk order over the file names, not the first file
+    ext = (".md", ".markdown")
+    names = [n for n, _ in folder.document_files(_params(tmp_path, f), "markdown", ext)]
+    kept = {seed: folder.document_files(_params(tmp_path, f, max_docs=1, max_docs_from="seeded", seed=seed),
+                                        "markdown", ext) for seed in range(8)}
+    assert all([n for n, _ in files] == sources.walk_order(names, seed)[:1] for seed, files in kept.items())
+    assert len({files[0][0] for files in kept.values()}) > 1
     (tmp_path / "outside.md").write_text("# Secret\n\nSecret.\n")
     cfg = _params(tmp_path, f, sources=["../outside.md"])
     with pytest.raises(build.CorpusInputError, match="outside.md is not inside"):

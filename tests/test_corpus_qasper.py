@@ -207,3 +207,33 @@ def test_docstring_examples():
 
     for mod in (Q, wikipedia):
         assert doctest.testmod(mod).failed == 0
+
+
+def test_max_docs_keeps_the_first_papers_or_a_seeded_sample(tmp_path):
+    from chunkstudy.corpus import sources
+    papers = Q.read_qasper([official_name(tmp_path)], [])
+    ids = sorted(papers)
+    first = Q.build_qasper(papers, {**PARAMS, "max_docs": 1}, [])
+    assert list(first["documents"]["doc_id"]) == ids[:1]
+    for seed in range(8):  # (the fixture's second paper has no usable question: no document of its own)
+        out = Q.build_qasper(papers, {**PARAMS, "max_docs": 1, "max_docs_from": "seeded", "seed": seed}, [])
+        assert set(out["documents"].get("doc_id", [])) <= set(sources.walk_order(ids, seed)[:1])
+    picked = {tuple(sources.kept_documents(ids, {"max_docs": 1, "max_docs_from": "seeded", "seed": s}))
+              for s in range(20)}
+    assert len(picked) == len(ids) > 1  # the seed decides; every paper can be drawn
+
+
+@pytest.mark.realdata
+def test_the_first_test_papers_by_id_are_flat_and_a_seeded_sample_is_not(shared_data):
+    """Why params/qasper_smoke.yaml samples its papers: the oldest arXiv ids of the test split have depth-1 section
+    trees only, so a first-N subset would have no nested headings (G3 = G2, no depth ladder)."""
+    from chunkstudy.corpus import sources
+    papers = Q.read_qasper([shared_data / "qasper" / "qasper-test-and-evaluator-v0.3.tgz"], [])
+    ids = sorted(papers)
+
+    def nested(keep):
+        return sum(any(":::" in (s.get("section_name") or "") for s in papers[p][1]["full_text"]) for p in keep)
+
+    assert nested(ids[:150]) == 0 and nested(ids) > 100
+    sample = sources.kept_documents(ids, {"max_docs": 150, "max_docs_from": "seeded", "seed": 20260710})
+    assert len(sample) == 150 and nested(sample) >= 30

@@ -209,6 +209,10 @@ SCHEMA: dict[str, Any] = {
                              doc="rapidfuzz score (0-100) an evidence string needs to match fuzzily; a fraction "
                                  "such as 0.9 is refused"),
         "max_docs": P(None, (int,), nullable=True, ge=1, doc="cap on documents (local runs); null = all"),
+        "max_docs_from": P("first", (str,), ("first", "seeded"),
+                           doc="which max_docs documents a capped QASPER or folder corpus keeps: the first in id "
+                               "(path) order, or a seeded sample (corpus.seed; a larger sample holds a smaller "
+                               "one). The first QASPER test papers by id all have flat section trees"),
         "drop_numeric_only": P(True, (bool,)),
         "evidence_annotators": P("union", (str,), ("union", "majority", "first"),
                                  doc="QASPER gold spans: paragraphs cited by any answering annotator (the paper's "

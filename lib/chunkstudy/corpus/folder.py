@@ -6,9 +6,9 @@ into blocks.
 
 **Files.** ``corpus.mirror`` is the folder. Documents are the files named by ``corpus.sources`` (paths relative to
 the folder) or, when it is empty, every file under the folder (sub-folders included, hidden ones not) with the
-kind's extensions, in sorted path order; ``corpus.max_docs`` keeps the first N. A document's ``doc_id`` is its
-path relative to the folder without the extension (``guide/install.md`` -> ``guide/install``); ``source`` is the
-path. A file with no prose left after parsing is skipped with a warning. Wikipedia's quality filters
+kind's extensions, in sorted path order; ``corpus.max_docs`` keeps the first N or a seeded sample of N
+(``corpus.max_docs_from``). A document's ``doc_id`` is its path relative to the folder without the extension
+(``guide/install.md`` -> ``guide/install``); ``source`` is the path. A file with no prose left after parsing is skipped with a warning. Wikipedia's quality filters
 (``min_words``, ...) do not apply: every file is a document.
 
 **Blocks to a document.** A parser yields blocks in document order: ``("heading", level, text)`` for a heading of
@@ -48,7 +48,7 @@ from ..config import Config
 from .demo import harvest_questions
 from .model import MAX_LEVEL, SECTION_COLUMNS, DocumentBuilder, depth
 from .qasper import harvest_funnel, harvest_stats
-from .sources import CorpusInputError, mirror_file, mirror_root, read_text
+from .sources import CorpusInputError, kept_documents, mirror_file, mirror_root, read_text
 
 QUESTIONS_FILE = "questions.jsonl"
 
@@ -117,10 +117,8 @@ def document_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[
         paths = sorted((p for p in folder.rglob("*") if p.suffix.lower() in extensions and p.is_file()
                         and not any(part.startswith(".") for part in p.relative_to(folder).parts)),
                        key=lambda p: p.relative_to(folder).as_posix())
-    out = [(p.relative_to(folder).as_posix(), p) for p in paths]
-    if cfg["corpus"]["max_docs"] is not None:
-        out = out[: cfg["corpus"]["max_docs"]]
-    return out
+    out = {p.relative_to(folder).as_posix(): p for p in paths}
+    return [(name, out[name]) for name in kept_documents(list(out), cfg["corpus"])]
 
 
 def source_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tuple[str, Path]]:

@@ -72,7 +72,7 @@ from rapidfuzz import fuzz, process
 from .. import config
 from ..config import Config
 from .model import SECTION_COLUMNS, DocumentBuilder
-from .sources import CorpusInputError, listed_sources, source_paths
+from .sources import CorpusInputError, kept_documents, listed_sources, source_paths
 
 _SPLIT = re.compile(r"qasper-(train|dev|test)-v[\d.]+\.json$")
 FLOAT_PREFIX = "FLOAT SELECTED"
@@ -436,13 +436,11 @@ def build_qasper(papers: dict[str, tuple[str, dict]], params: Any, warnings: lis
     """Flatten and harvest papers (``read_qasper`` output) into the 01_corpus tables and the funnel.
 
     ``params`` is the ``corpus`` section (fuzzy_threshold, drop_numeric_only, max_docs). Papers are processed in
-    sorted id order; ``max_docs`` keeps the first N. A paper without ``full_text`` warns and is skipped.
+    sorted id order; ``max_docs`` keeps the first N or a seeded sample of N (:func:`kept_documents`). A paper without ``full_text`` warns and is skipped.
     """
     params = config.record("corpus", params)  # the corpus record; a mapping is validated into one
     warnings = [] if warnings is None else warnings
-    ids = sorted(papers)
-    if params.max_docs is not None:
-        ids = ids[: params.max_docs]
+    ids = kept_documents(sorted(papers), config.as_dict(params))
     docs, paras_l, secs_l, rows = [], [], [], []
     counts: Counter = Counter()
     for pid in ids:

@@ -9,7 +9,9 @@ Every failure to read an input is a :class:`CorpusInputError` whose message name
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+from typing import Iterable
 from urllib.parse import urlparse
 
 from .. import artifacts
@@ -98,3 +100,43 @@ def read_text(path: Path) -> str:
         raise CorpusInputError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise CorpusInputError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+
+
+def _walk_key(seed: int, doc_id: str) -> bytes:
+    return hashlib.sha256(f"{seed}\x00{doc_id}".encode()).digest()
+
+
+def walk_order(doc_ids: Iterable[str], seed: int) -> list[str]:
+    """The seeded walk's order (:func:`chunkstudy.corpus.wikipedia.seeded_walk`, and a seeded
+    ``corpus.max_docs`` sample, :func:`kept_documents`): ``doc_ids`` sorted by ``sha256(seed, doc_id)`` (ties by id).
+
+    A seeded shuffle in which the relative order of two documents depends on the seed and their two ids only,
+    never on which other pages exist, were fetched, or pass the filters: the order of a subset is the full
+    order restricted to it. That is what lets the API path fetch in walk order and stop once the walk is
+    satisfied with the same result as fetching everything first, and makes an XML dump and the API choose the
+    same Featured Articles when they hold the same revisions.
+
+    >>> walk_order(["wiki:3", "wiki:1", "wiki:2"], 7) == [d for d in walk_order(["wiki:1", "wiki:2", "wiki:3",
+    ...                                                   "wiki:9"], 7) if d != "wiki:9"]
+    True
+    """
+    return sorted(doc_ids, key=lambda d: (_walk_key(seed, d), d))
+
+
+def kept_documents(ids: list, params) -> list:
+    """The documents a ``corpus.max_docs`` cap keeps, in their given order: all when it is null; else the first N
+    (``corpus.max_docs_from: first``), or a seeded sample of N (``seeded``: the first N of :func:`walk_order`
+    under ``corpus.seed``, so the same seed picks the same documents and a larger sample holds a smaller one).
+
+    The first N in id order are not a sample: the first 150 QASPER test papers in id order (the oldest arXiv ids)
+    all have flat, depth-1 section trees, while 39% of the split's papers nest deeper.
+
+    >>> kept_documents(["a", "b", "c"], {"max_docs": 2, "max_docs_from": "first", "seed": 1})
+    ['a', 'b']
+    """
+    if params["max_docs"] is None:
+        return list(ids)
+    if params["max_docs_from"] == "first":
+        return list(ids)[: params["max_docs"]]
+    keep = set(walk_order(ids, params["seed"])[: params["max_docs"]])
+    return [d for d in ids if d in keep]

@@ -43,7 +43,7 @@ import pandas as pd
 from .. import artifacts
 from ..config import Config
 from .model import SECTION_COLUMNS, DocumentBuilder, depth
-from .sources import CorpusInputError, listed_sources, resolve_in_mirror, source_paths
+from .sources import CorpusInputError, listed_sources, resolve_in_mirror, source_paths, walk_order
 from .wikitext import categories as page_categories
 from .wikitext import is_maintenance_category, is_redirect, normalise
 
@@ -484,26 +484,6 @@ def page_document(page: dict, drop_sections: Iterable[str]) -> tuple[dict, pd.Da
             "dropped_sections": list(report.dropped_sections)}
     doc["n_words"] = info["n_words"]
     return doc, paras, secs, info
-
-
-def _walk_key(seed: int, doc_id: str) -> bytes:
-    return hashlib.sha256(f"{seed}\x00{doc_id}".encode()).digest()
-
-
-def walk_order(doc_ids: Iterable[str], seed: int) -> list[str]:
-    """The seeded walk's order: ``doc_ids`` sorted by ``sha256(seed, doc_id)`` (ties by id).
-
-    A seeded shuffle in which the relative order of two documents depends on the seed and their two ids only,
-    never on which other pages exist, were fetched, or pass the filters: the order of a subset is the full
-    order restricted to it. That is what lets the API path fetch in walk order and stop once the walk is
-    satisfied with the same result as fetching everything first, and makes an XML dump and the API choose the
-    same Featured Articles when they hold the same revisions.
-
-    >>> walk_order(["wiki:3", "wiki:1", "wiki:2"], 7) == [d for d in walk_order(["wiki:1", "wiki:2", "wiki:3",
-    ...                                                   "wiki:9"], 7) if d != "wiki:9"]
-    True
-    """
-    return sorted(doc_ids, key=lambda d: (_walk_key(seed, d), d))
 
 
 def seeded_walk(candidates: pd.DataFrame, seed: int, max_per_bucket: int, target: int) -> pd.DataFrame:
