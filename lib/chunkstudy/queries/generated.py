@@ -30,6 +30,22 @@ def _verdict(query: str | None, span_texts: list[str], qtype: str, title: str, p
     return r
 
 
+def _filter_round(row: dict, rep, params, text_key: str, round_key: str, error_status: str, prefix: str) -> bool:
+    """One round of the two-round filter on ``row``: the parsed reply goes under ``text_key`` and the verdict under
+    ``round_key``. False, with the row's status and reason set, when the call failed (``error_status``) or the query
+    is unusable or rejected (``prefix`` + ``unusable`` / ``rejected``)."""
+    if rep.error:
+        row.update(status=error_status, reason=rep.error)
+        return False
+    q = parse_query(rep.text)
+    row[text_key] = q
+    v = _verdict(q, row["span_texts"], row["qtype"], row["title"], params)
+    row[round_key] = v
+    if not v["passed"]:
+        row.update(status=prefix + ("unusable" if q is None else "rejected"), reason=v["reason"])
+    return v["passed"]
+
+
 def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str, Any], client,
              request_factory: Callable[..., Any] | None = None) -> pd.DataFrame:
     """Run generation → filter → paraphrase → filter over span samples; one row per sample (the log).
@@ -59,35 +75,17 @@ def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str
     for i, (row, rep) in enumerate(zip(rows, replies)):
         row.update(model=rep.model, generated_reply=rep.text, generated_text=None, text=None, round1=None,
                    round2=None, paraphrase_prompt_hash=None)
-        if rep.error:
-            row.update(status="model_error", reason=rep.error)
+        if not _filter_round(row, rep, params, "generated_text", "round1", "model_error", ""):
             continue
-        q = parse_query(rep.text)
-        row["generated_text"] = q
-        v = _verdict(q, row["span_texts"], row["qtype"], row["title"], params)
-        row["round1"] = v
-        if not v["passed"]:
-            row.update(status="unusable" if q is None else "rejected", reason=v["reason"])
-            continue
-        msgs = paraphrase_messages(q)
+        msgs = paraphrase_messages(row["generated_text"])
         row["paraphrase_prompt_hash"] = llm.prompt_hash(msgs)
         para_idx.append(i)
         para_reqs.append(make(msgs, json_schema=QUERY_SCHEMA, max_tokens=max_tokens,
                               tag=f"queries:paraphrase:{row['query_id']}"))
     para = client.generate(para_reqs, desc="queries: paraphrase") if para_reqs else []
     for i, rep in zip(para_idx, para):
-        row = rows[i]
-        if rep.error:
-            row.update(status="paraphrase_error", reason=rep.error)
-            continue
-        q = parse_query(rep.text)
-        row["text"] = q
-        v = _verdict(q, row["span_texts"], row["qtype"], row["title"], params)
-        row["round2"] = v
-        if v["passed"]:
-            row.update(status="kept", reason="ok")
-        else:
-            row.update(status="paraphrase_unusable" if q is None else "paraphrase_rejected", reason=v["reason"])
+        if _filter_round(rows[i], rep, params, "text", "round2", "paraphrase_error", "paraphrase_"):
+            rows[i].update(status="kept", reason="ok")
     cols = list(samples.columns) + ["title", "status", "reason", "generated_text", "text", "round1", "round2",
                                     "model", "prompt_hash", "prompt_template", "paraphrase_prompt_hash"]
     return pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
