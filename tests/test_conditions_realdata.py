@@ -83,7 +83,8 @@ def test_structural_chunks_tile_real_documents_for_any_limits(real, data, mx, mn
     i = data.draw(st.integers(0, len(docs) - 1))
     one = docs.iloc[[i]]
     ch = chunking.structural_chunks(one, paras[paras.doc_id == one.doc_id.iat[0]],
-                                    gold[gold.doc_id == one.doc_id.iat[0]], counter, mx, min(mn, mx))
+                                    gold[gold.doc_id == one.doc_id.iat[0]], counter, mx, min(mn, mx),
+                                    prm["sentence_splitter"])
     assert chunking.verify_tiling(ch, one) == {}
 
 
