@@ -46,7 +46,7 @@ def build_store(cfg):
     texts = conditions.embedded_texts(chunks, documents)
     rows, uniq = conditions.text_rows(texts)
     chunks["text_row"] = rows
-    store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]))
+    store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
     for key, spec in cfg["embed"]["embedders"].items():
         artifacts.write_vectors(cfg, key, store.embed(embed.load_embedder(spec, key), uniq))
     queries = pd.DataFrame({

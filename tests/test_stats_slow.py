@@ -38,7 +38,7 @@ def test_notebook_runs_on_simulated_scores(tmp_path, root, run_notebook, params_
     effects = {"A0": 0.0, "A1": 0.01, "A2": 0.02, "A3-d1": 0.03, "A3-d2": 0.035, "A3": 0.04, "P": 0.02, "A4": 0.02,
                "G2": 0.02, "G3": 0.05, "G4": 0.03}
     cfg = config.load(params_file("demo", name="sim", stats={"n_boot": 500}), root=tmp_path)
-    scores, queries = stats.simulate_scores(30, 90, effects, seed=1, corpus="demo", embedders=("strong", "weak"),
+    scores, queries = stats.simulate_scores(30, 90, effects, seed=1, corpus=cfg.corpus, embedders=("strong", "weak"),
                                             metrics=("cov-nDCG@10", "recall@50"))
     artifacts.write(cfg, "scores", scores)
     artifacts.write(cfg, "queries", queries)
@@ -51,7 +51,7 @@ def test_notebook_runs_on_simulated_scores(tmp_path, root, run_notebook, params_
     assert set(artifacts.read(cfg, "per_type")["qtype"]) == {"factoid", "multihop", "structural"}
     means = artifacts.read(cfg, "condition_means")
     assert len(means) == 2 * 2 * 11
-    expected = stats.contrasts_table(scores, queries, cfg["stats"], "strong", "demo")
+    expected = stats.contrasts_table(scores, queries, cfg["stats"], "strong", cfg.corpus)
     pd.testing.assert_frame_equal(contrasts, expected)
     pw = artifacts.read(cfg, "power")  # observed + paper scenario × 4 contrasts × (10 grid sizes + this corpus's 30)
     assert len(pw) == 2 * 4 * 11 and set(pw["scenario"]) == {"observed", "paper"} and pw["power"].notna().any()
