@@ -218,7 +218,7 @@ def test_max_docs_keeps_the_first_papers_or_a_seeded_sample(tmp_path):
     for seed in range(8):  # (the fixture's second paper has no usable question: no document of its own)
         out = Q.build_qasper(papers, {**PARAMS, "max_docs": 1, "max_docs_from": "seeded", "seed": seed}, [])
         assert set(out["documents"].get("doc_id", [])) <= set(sources.walk_order(ids, seed)[:1])
-    picked = {tuple(sources.kept_documents(ids, {"max_docs": 1, "max_docs_from": "seeded", "seed": s}))
+    picked = {tuple(sources.kept_documents(ids, 1, "seeded", s))
               for s in range(20)}
     assert len(picked) == len(ids) > 1  # the seed decides; every paper can be drawn
 
@@ -235,5 +235,5 @@ def test_the_first_test_papers_by_id_are_flat_and_a_seeded_sample_is_not(shared_
         return sum(any(":::" in (s.get("section_name") or "") for s in papers[p][1]["full_text"]) for p in keep)
 
     assert nested(ids[:150]) == 0 and nested(ids) > 100
-    sample = sources.kept_documents(ids, {"max_docs": 150, "max_docs_from": "seeded", "seed": 20260710})
+    sample = sources.kept_documents(ids, 150, "seeded", 20260710)
     assert len(sample) == 150 and nested(sample) >= 30

@@ -110,15 +110,16 @@ def title_from_name(rel: str) -> str:
 def document_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tuple[str, Path]]:
     """``(relative path, path)`` of the folder's documents (module docstring: files), without reading them. A
     file named in ``corpus.sources`` must lie inside the folder."""
+    c = cfg["corpus"]
     folder = mirror_root(cfg, f"its {'/'.join(extensions)} files").resolve()
-    if cfg["corpus"]["sources"]:
-        paths = [mirror_file(folder, s, f"corpus.sources: {s}", kind) for s in cfg["corpus"]["sources"]]
+    if c["sources"]:
+        paths = [mirror_file(folder, s, f"corpus.sources: {s}", kind) for s in c["sources"]]
     else:
         paths = sorted((p for p in folder.rglob("*") if p.suffix.lower() in extensions and p.is_file()
                         and not any(part.startswith(".") for part in p.relative_to(folder).parts)),
                        key=lambda p: p.relative_to(folder).as_posix())
     out = {p.relative_to(folder).as_posix(): p for p in paths}
-    return [(name, out[name]) for name in kept_documents(list(out), cfg["corpus"])]
+    return [(name, out[name]) for name in kept_documents(list(out), c["max_docs"], c["max_docs_from"], c["seed"])]
 
 
 def source_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tuple[str, Path]]:

@@ -436,11 +436,12 @@ def build_qasper(papers: dict[str, tuple[str, dict]], params: Any, warnings: lis
     """Flatten and harvest papers (``read_qasper`` output) into the 01_corpus tables and the funnel.
 
     ``params`` is the ``corpus`` section (fuzzy_threshold, drop_numeric_only, max_docs). Papers are processed in
-    sorted id order; ``max_docs`` keeps the first N or a seeded sample of N (:func:`kept_documents`). A paper without ``full_text`` warns and is skipped.
+    sorted id order; ``max_docs`` keeps the first N or a seeded sample of N (:func:`kept_documents`). A paper
+    without ``full_text`` warns and is skipped.
     """
     params = config.record("corpus", params)  # the corpus record; a mapping is validated into one
     warnings = [] if warnings is None else warnings
-    ids = kept_documents(sorted(papers), config.as_dict(params))
+    ids = kept_documents(sorted(papers), params.max_docs, params.max_docs_from, params.seed)
     docs, paras_l, secs_l, rows = [], [], [], []
     counts: Counter = Counter()
     for pid in ids:

@@ -123,7 +123,7 @@ def walk_order(doc_ids: Iterable[str], seed: int) -> list[str]:
     return sorted(doc_ids, key=lambda d: (_walk_key(seed, d), d))
 
 
-def kept_documents(ids: list, params) -> list:
+def kept_documents(ids: list, max_docs: int | None, max_docs_from: str, seed: int) -> list:
     """The documents a ``corpus.max_docs`` cap keeps, in their given order: all when it is null; else the first N
     (``corpus.max_docs_from: first``), or a seeded sample of N (``seeded``: the first N of :func:`walk_order`
     under ``corpus.seed``, so the same seed picks the same documents and a larger sample holds a smaller one).
@@ -131,12 +131,12 @@ def kept_documents(ids: list, params) -> list:
     The first N in id order are not a sample: the first 150 QASPER test papers in id order (the oldest arXiv ids)
     all have flat, depth-1 section trees, while 39% of the split's papers nest deeper.
 
-    >>> kept_documents(["a", "b", "c"], {"max_docs": 2, "max_docs_from": "first", "seed": 1})
+    >>> kept_documents(["a", "b", "c"], 2, "first", 1)
     ['a', 'b']
     """
-    if params["max_docs"] is None:
+    if max_docs is None:
         return list(ids)
-    if params["max_docs_from"] == "first":
-        return list(ids)[: params["max_docs"]]
-    keep = set(walk_order(ids, params["seed"])[: params["max_docs"]])
+    if max_docs_from == "first":
+        return list(ids)[:max_docs]
+    keep = set(walk_order(ids, seed)[:max_docs])
     return [d for d in ids if d in keep]
