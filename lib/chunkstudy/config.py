@@ -634,8 +634,6 @@ def record(dotted: str, values: Mapping[str, Any] | Any = None, *, base: type = 
     cls = record_type(dotted, base)
     if isinstance(values, cls):
         return values
-    if is_dataclass(values) and not isinstance(values, type):
-        values = {f.name: getattr(values, f.name) for f in dataclass_fields(values)}
     spec = _spec_at(dotted)
     data = _validate(spec, _thaw(values or {}), dotted, Path(str(where or "<parameters>")))
     return _freeze(spec, data, dotted, base)
