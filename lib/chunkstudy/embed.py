@@ -43,15 +43,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import config, models
+from . import config, llm, models
 from . import progress as _progress
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 _BGE_V15 = re.compile(r"bge-[a-z]+-en-v1\.5", re.IGNORECASE)
 KINDS = ("query", "passage")
-BACKENDS = ("sentence-transformers", "flag", "openai")
-RUNTIMES = ("torch", "onnx")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
 #: ``truncation`` of the openai backend: ``server`` sends no truncation field (the server's own rule applies: OpenAI's
 #: API, text-embeddings-inference without ``--auto-truncate`` and vLLM all refuse an over-long input with an HTTP
 #: 4xx, which stops the stage naming the server's message); ``start`` asks the server to keep the first
@@ -96,7 +93,7 @@ def resolve_dtype(spec: Any, where: str) -> str:
     """The floating-point type an encoder runs in: ``dtype`` as written, or for ``auto`` float16 on a CUDA device
     and float32 elsewhere. The ONNX runtime runs its exported float32 graph (``auto`` -> float32; another explicit
     dtype is an error naming ``where``)."""
-    dt, runtime = spec.dtype, spec.runtime  # values the schema has checked (DTYPES, RUNTIMES)
+    dt, runtime = spec.dtype, spec.runtime  # values the schema has checked
     if runtime == "onnx":
         if dt not in ("auto", "float32"):
             raise EmbedError(f"{where}.dtype: {dt!r} with runtime 'onnx': the exported ONNX model is float32; use "
@@ -323,18 +320,8 @@ class _OpenAIEmbeddings:
         return self._session
 
     def _wait(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return min(max(float(retry_after), 0.0), RETRY_AFTER_CAP_S)
-            except ValueError:
-                from email.utils import parsedate_to_datetime
-
-                try:
-                    when = parsedate_to_datetime(retry_after).timestamp()
-                    return min(max(when - time.time(), 0.0), RETRY_AFTER_CAP_S)
-                except (TypeError, ValueError):
-                    pass
-        return self.backoff * 2 ** attempt
+        wait = llm.parse_retry_after(retry_after)  # seconds or an HTTP date, as the LLM client reads it
+        return min(wait, RETRY_AFTER_CAP_S) if wait is not None else self.backoff * 2 ** attempt
 
     def _post(self, batch: list[str]) -> np.ndarray:
         import requests

@@ -144,7 +144,7 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     sections_gold, harvested = tables["sections_gold"], tables.get("harvested")
     notes: list[str] = []
     lp = cfg.params("llm")
-    cache_path = Path(cfg.root) / "data" / cfg.corpus / "cache" / lp.cache / llm.CACHE_FILE  # read, not created
+    cache_path = artifacts.cache_dir(cfg, lp.cache, create=False) / llm.CACHE_FILE  # read, not created
     records = llm.CallCache._load(cache_path)[0] if cache_path.is_file() else {}
     client = DryRunClient(lp, records)
     counter, counted = _counter(cfg["chunking"]["tokenizer"])
