@@ -440,32 +440,32 @@ class EmbeddingStore:
         return self.folder / model_key / kind
 
     @staticmethod
-    def _check_shard(keys_path: Path) -> tuple[list[str], str | None]:
-        """The shard's text hashes and, if it fails its check, why."""
+    def _check_shard(keys_path: Path) -> tuple[list[str], str | None, int | None]:
+        """The shard's text hashes, why it fails its check (None when it passes) and its vectors' dimension."""
         npy = keys_path.with_suffix(".npy")
         lines = keys_path.read_text().split("\n")
         m = _SHARD_HEADER.match(lines[0]) if lines else None
         hashes = [h for h in (lines[1:] if m else lines) if h]
         if not npy.is_file():
-            return hashes, f"{npy.name} is missing"
+            return hashes, f"{npy.name} is missing", None
         raw = npy.read_bytes()
         try:
             import io
 
             arr = np.load(io.BytesIO(raw), allow_pickle=False)
         except (ValueError, OSError, EOFError) as e:
-            return hashes, f"{npy.name} does not load ({e})"
+            return hashes, f"{npy.name} does not load ({e})", None
         if m is not None:
             rows, dim, dtype, digest = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
             if hashlib.sha256(raw).hexdigest() != digest:
-                return hashes, f"{npy.name} does not have the checksum its keys file records (swapped or rewritten)"
+                return hashes, f"{npy.name} does not have the checksum its keys file records (swapped or rewritten)", None
             if arr.shape != (rows, dim) or str(arr.dtype) != dtype:
-                return hashes, f"{npy.name} holds {arr.dtype} {arr.shape}, its keys file records {dtype} {(rows, dim)}"
+                return hashes, f"{npy.name} holds {arr.dtype} {arr.shape}, its keys file records {dtype} {(rows, dim)}", None
             if len(hashes) != rows:
-                return hashes, f"{keys_path.name} lists {len(hashes)} texts for {rows} rows"
+                return hashes, f"{keys_path.name} lists {len(hashes)} texts for {rows} rows", None
         elif arr.ndim != 2 or arr.shape[0] != len(hashes):
-            return hashes, f"{npy.name} holds shape {arr.shape} for {len(hashes)} texts"
-        return hashes, None
+            return hashes, f"{npy.name} holds shape {arr.shape} for {len(hashes)} texts", None
+        return hashes, None, int(arr.shape[1])
 
     def _set_aside(self, keys_path: Path, reason: str) -> None:
         moved = []
@@ -491,9 +491,8 @@ class EmbeddingStore:
             d = self._dir(model_key, kind)
             for keys in sorted(d.glob("shard-*.keys")) if d.is_dir() else []:
                 shard = int(keys.stem.split("-")[1])
-                hashes, problem = self._check_shard(keys)
+                hashes, problem, dim = self._check_shard(keys)
                 if problem is None:
-                    dim = int(np.load(keys.with_suffix(".npy"), mmap_mode="r").shape[1])
                     if dims and dim not in dims.values():
                         problem = f"its vectors have dimension {dim}, the other shards {sorted(set(dims.values()))}"
                     dims[shard] = dim
