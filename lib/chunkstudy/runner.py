@@ -272,13 +272,15 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str) -> dict:
 SOURCE_KEY_FIELDS = ("role", "path", "size", "sha256", "missing")
 
 
-def source_fingerprints(cfg: config.Config) -> list[dict]:
+def source_fingerprints(cfg: config.Config, previous: list[dict] | None = None) -> list[dict]:
     """Fingerprints (path, size, sha256) of every file stage 01 reads (:func:`chunkstudy.corpus.build.source_files`);
-    a file whose size and mtime match the last 01 manifest keeps its recorded hash."""
+    a file whose size and mtime match an entry of ``previous`` (default: the last 01 manifest's) keeps its recorded
+    hash, so a multi-GB export is not hashed again."""
     from .corpus import build
 
-    m = read_manifest(cfg, "01_corpus")
-    previous = m.get("sources") if m else None
+    if previous is None:
+        m = read_manifest(cfg, "01_corpus")
+        previous = m.get("sources") if m else None
     return build.fingerprint_sources(cfg, previous if isinstance(previous, list) else None)
 
 
@@ -362,10 +364,10 @@ def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
 
 
 def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
-                   sources: list[dict] | None = None) -> dict:
+                   sources: list[dict] | None = None, env: dict | None = None) -> dict:
     """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
-    (:func:`environment`) and, for 01, the fingerprints of its source files. Paths are relative to the project."""
-    env = environment()
+    (:func:`environment`, or ``env`` when the runner has it) and, for 01, the fingerprints of its source files. Paths are relative to the project."""
+    env = env or environment()
     manifest = {
         "stage": stage.name,
         "corpus": cfg.corpus,
@@ -537,7 +539,7 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
         except gpu.CudaUnavailable as e:
             raise StageFailed(str(e)) from None
     executed_dir = root / "build" / "executed" / cfg.corpus
-    results = []
+    results, env = [], None
     for stage in selected:
         t0 = time.perf_counter()
         key = stage_key(cfg, stage, library_hash(stage.notebook))
@@ -557,11 +559,15 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
         if "sources" in key:
             # a file downloaded during the run (absent when the key was made) enters the key as it is now; any
             # other change during the run leaves the key as it was, so the next run reruns 01
-            sources = source_fingerprints(cfg)
+            # 01's stats.json holds the fingerprints the build just took (the manifest they could come from is gone)
+            stats_file = artifacts.json_path(cfg, "01_corpus", "stats")
+            built = json.loads(stats_file.read_text()).get("sources") if stats_file.is_file() else None
+            sources = source_fingerprints(cfg, built)
             now = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in sources]
             if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
                 key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
-        write_manifest(cfg, stage, key, dt, sources)
+        env = env or environment()  # the same for every stage of this run: git, versions, devices looked up once
+        write_manifest(cfg, stage, key, dt, sources, env)
         log(f"{stage.name:<16} ran      {dt:6.1f} s")
         results.append((stage.name, "ran", dt))
     return results
