@@ -232,12 +232,13 @@ def _block_candidates(q: np.ndarray, c: np.ndarray, s: np.ndarray | None, kk: in
     return qi, rows
 
 
-def _flat_blocks(q: np.ndarray, c: np.ndarray, tie: np.ndarray, kk: int, backend: str, batch_size: int | None):
+def _flat_blocks(q: np.ndarray, c: np.ndarray, tie: np.ndarray, kk: int, backend: str, batch_size: int | None,
+                 err: np.ndarray):
     """Exact top ``kk`` per query, block by block: yields ``(lo, hi, idx, scores, s)`` where ``s`` is the block's
-    float32 score matrix ``q[lo:hi] @ c.T`` (None with faiss, which never forms it)."""
+    float32 score matrix ``q[lo:hi] @ c.T`` (None with faiss, which never forms it). ``err`` is
+    :func:`_error_bound` of ``q`` and ``c``, which a caller that needs it too computes once."""
     if backend not in ("faiss", "numpy"):
         raise ValueError(f"retrieve.backend: {backend!r} is not one of ['faiss', 'numpy']")
-    err = _error_bound(q, c)
     index = None
     if backend == "faiss":
         import faiss
@@ -283,7 +284,7 @@ def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int, b
     out = np.zeros((len(q), kk), dtype=np.float64)
     if kk == 0 or len(q) == 0:
         return idx, out
-    for lo, hi, bi, bs, _ in _flat_blocks(q, c, tie, kk, backend, batch_size):
+    for lo, hi, bi, bs, _ in _flat_blocks(q, c, tie, kk, backend, batch_size, _error_bound(q, c)):
         idx[lo:hi], out[lo:hi] = bi, bs
     return idx, out
 
@@ -391,7 +392,7 @@ def two_stage_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, rout
         return TwoStageResult(idx, scores, keys[sec_idx], sec_scores, n_routed)
     err = _error_bound(q, c)
     ns = sec_idx.shape[1]
-    for lo, hi, g_idx, g_scores, s in _flat_blocks(q, c, tie, kk, backend, batch_size):
+    for lo, hi, g_idx, g_scores, s in _flat_blocks(q, c, tie, kk, backend, batch_size, err):
         b = hi - lo
         sec = sec_idx[lo:hi]
         # every (query, chunk of a routed section) pair, query by query
