@@ -371,7 +371,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     if placebo is not None:
         summary["placebo_method"] = p.placebo_method
     if placebo is None:
-        placebo = pd.DataFrame(columns=PLACEBO_COLUMNS + ["n_chunks"])
+        placebo = pd.DataFrame(columns=stages.columns("placebo"))
     return {"chunks": chunks, "texts": texts, "size_matching": size, "placebo": placebo,
             "placebo_buckets": placebo_buckets(placebo), "summary": summary}
 
