@@ -73,7 +73,7 @@ def test_a_reply_that_stays_cut_fails_counted_and_is_never_cached(server, tmp_pa
 def test_a_larger_budget_never_exceeds_what_the_context_leaves(server, tmp_path):
     prompt = "words:500"
     room = 150 - llm.prompt_tokens_upper([{"role": "user", "content": prompt}])
-    assert room == 150 - (3 + 16)  # 9 characters / 3 per token, rounded up, and 8 per message and reply turn
+    assert room == 150 - (4 + 16)  # 9 characters / 2.5 per token, rounded up, and 8 per message and reply turn
     c = llm.make_client(http_params(server.url, max_reply_tokens=64, context_tokens=150, length_retries=5), tmp_path)
     r = c.generate([req(prompt)])[0]
     assert server.stats()["max_tokens"][prompt] == [64, 128, room]
