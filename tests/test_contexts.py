@@ -123,6 +123,26 @@ def test_failed_calls_leave_empty_counted_contexts(doc):
     assert contexts.summary(out)["failed"] == 1
 
 
+def test_a_context_reply_cut_at_its_budget_is_asked_again_or_fails_counted(doc):
+    """An A1 reply that stops at contexts.request_reply_tokens is never kept cut: the client asks again with twice
+    the budget; a model that never stops fails the call (an empty context, counted as cut_failed)."""
+    docs, windows, secs = doc
+
+    def model(r):  # the reply needs more than the 160 tokens first allowed
+        return llm.Completion("a situating context", "stop") if r.max_tokens > 160 else llm.Completion("a sit", "length")
+
+    be = llm.ScriptedBackend(model)
+    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0}, None, backend=be)
+    out = contexts.a1_contexts(docs, windows, {"method": "llm"}, client=client, sections=secs)
+    assert set(out["context"]) == {"a situating context"} and sorted({c.max_tokens for c in be.calls}) == [160, 320]
+    assert client.stats["cut_resolved"] == len(windows) and contexts.summary(out)["cut_failed"] == 0
+    looping = llm.make_client({"max_retries": 0, "max_error_share": 1.0, "length_retries": 0}, None,
+                              backend=llm.ScriptedBackend(lambda r: llm.Completion("x " * r.max_tokens, "length")))
+    out = contexts.a1_contexts(docs, windows, {"method": "llm"}, client=looping, sections=secs)
+    assert set(out["context"]) == {""} and contexts.summary(out)["cut_failed"] == contexts.summary(out)["failed"] \
+        == len(windows)
+
+
 def _big_document():
     """One document of 200 paragraphs of about 300 characters (60 kB): far over a 2,000-token context."""
     b = DocumentBuilder("big", "Big")

@@ -4,6 +4,7 @@ windowing; the TextTiling baseline on worked examples, on the demo corpus and on
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import induce, llm, paper, tables
+from chunkstudy import config, induce, llm, paper, tables
 from chunkstudy.induce import outline
 from chunkstudy.corpus import model as docmodel
 from chunkstudy.corpus.model import DocumentBuilder, Outline
@@ -136,6 +137,67 @@ def test_backend_error_is_a_counted_failure(six):
     assert log.iloc[0].status == "failed" and "server said no" in log.iloc[0].error
 
 
+def test_replies_are_counted_parsed_first_after_correction_or_never(six):
+    """The stage's statistics say how the schema-bound replies fared (issue 21 §2): a reply of the schema's shape at
+    the first try (even with tiling violations), only after the correction turn, or never."""
+    docs, paras, _ = six
+    cases = {"first": [OVERLAP_GAP, VALID], "corrected": [BROKEN, VALID], "never": [BROKEN, "no JSON here"],
+             "wrong types": [WRONG_TYPES, WRONG_TYPES]}
+    got = {}
+    for name, replies in cases.items():
+        _, log, _ = run(docs, paras, replies)
+        got[name] = tuple(int(log.iloc[0][c]) for c in ("parsed_first", "parsed_corrected", "parsed_never"))
+        assert induce.induction_stats(*run(docs, paras, replies)[:2])["replies"]["parsed_never"] == got[name][2]
+    assert got == {"first": (1, 0, 0), "corrected": (0, 1, 0), "never": (0, 0, 1), "wrong types": (0, 0, 1)}
+
+
+def test_a_cut_induction_reply_is_asked_again_with_a_larger_budget_and_counted(six):
+    """A reply that stops at its budget is never taken as the outline: the client asks again with twice the budget;
+    the log and the stats count the cut and how it ended."""
+    docs, paras, _ = six
+
+    def model(r):  # the whole outline needs more tokens than the first budget
+        return VALID if r.max_tokens > 64 + 48 * 6 else llm.Completion(VALID[:40], "length")
+
+    secs, log, be = run(docs, paras, model)
+    assert [c.max_tokens for c in be.calls] == [64 + 48 * 6, 2 * (64 + 48 * 6)]
+    row = log.iloc[0]
+    assert (row.status, row.parsed_first, row.cut_calls, row.cut_failed) == ("ok", 1, 1, 0)
+    assert list(secs["title"]) == ["Cats", "Behaviour", "Rockets"]
+    rep = induce.induction_stats(secs, log)["replies"]
+    assert (rep["cut"], rep["cut_resolved"], rep["cut_failed"], rep["max_reply_budget"]) == (1, 1, 0, 64 + 48 * 6)
+    # a model that never stops: every budget is cut, both rounds fail, the document falls back, all counted
+    secs, log, be = run(docs, paras, lambda r: llm.Completion("[" * r.max_tokens, "length"),
+                        llm_params={**LLM, "length_retries": 1})
+    row = log.iloc[0]
+    assert (row.status, row.parsed_never, row.cut_calls, row.cut_failed) == ("failed", 1, 2, 2)
+    assert "LengthCut" in row.error and len(be.calls) == 4
+
+
+def test_reply_plan_lists_windows_whose_gold_outline_would_not_fit_its_budget():
+    ps = [TOPICS["cats"] + f" Item {i}." for i in range(4)]
+    docs, paras, gold = corpus({"d": ps})
+    rp = induce.reply_plan(docs, paras, PARAMS, 32768, gold)
+    assert list(rp.columns) == ["doc_id", "lo", "hi", "n_paragraphs", "prompt_tokens", "reply_budget", "n_sections",
+                                "expected_reply_tokens", "over_budget"]
+    row = rp.iloc[0]
+    reply = induce.outline_reply(gold[gold.doc_id == "d"])
+    assert json.loads(reply)["sections"][0]["first_paragraph"] == 0 and row.n_sections == len(gold)
+    assert row.expected_reply_tokens == math.ceil(len(reply) / induce.OUTLINE_CHARS_PER_TOKEN)
+    assert (row.reply_budget, bool(row.over_budget)) == (64 + 48 * 4, False)
+    tight = induce.reply_plan(docs, paras, {**PARAMS, "reply_tokens_per_section": 1.0, "reply_base_tokens": 0},
+                              32768, gold)
+    assert tight.iloc[0].reply_budget == 4 and bool(tight.iloc[0].over_budget)
+
+
+def test_outline_reply_of_a_window_numbers_from_its_start():
+    secs = pd.DataFrame({"doc_id": "d", "section_id": ["s0", "s1", "s2"], "title": ["A", "B", "C"], "level": [1, 2, 1],
+                         "first_para": [0, 2, 5], "last_para": [1, 4, 7]})
+    got = json.loads(induce.outline_reply(secs, 3, 7))["sections"]
+    assert got == [{"title": "B", "level": 2, "first_paragraph": 0, "last_paragraph": 1},
+                   {"title": "C", "level": 1, "first_paragraph": 2, "last_paragraph": 3}]
+
+
 def test_zero_correction_rounds_goes_straight_to_repair(six):
     docs, paras, _ = six
     _, log, be = run(docs, paras, [LEVEL_JUMP], params={**PARAMS, "self_correct_rounds": 0})
@@ -157,9 +219,11 @@ def test_long_documents_are_windowed_and_each_window_starts_level_1():
     assert list(secs["first_para"]) == [0, 1, 4, 5, 8, 9]
     assert list(secs["level"]) == [1, 2, 1, 2, 1, 2]
     assert [len(re.findall(r"^\[\d+\] ", c.messages[0]["content"], re.M)) for c in be.calls] == [4, 4, 2]
-    # the context limit windows too: a tiny context forces one paragraph per window
-    _, log2, _ = run(docs, paras, fn, llm_params={**LLM, "context_tokens": 256 + 512 + 40})
-    assert log2.iloc[0].n_windows == 10
+    # the context limit windows too: a context that holds one paragraph and its reply budget, not two
+    one = induce.PROMPT_ALLOWANCE_TOKENS + induce.reply_budget(1, config.record("induce", PARAMS)) + math.ceil(
+        (max(map(len, ps)) + 8) / induce.CHARS_PER_TOKEN) + 10
+    _, log2, be2 = run(docs, paras, fn, llm_params={**LLM, "context_tokens": one})
+    assert log2.iloc[0].n_windows == 10 and {c.max_tokens for c in be2.calls} == {64 + 48}
 
 
 def test_a_document_that_fits_the_context_is_induced_in_one_call_a_longer_one_in_windows():
@@ -181,16 +245,21 @@ def test_a_document_that_fits_the_context_is_induced_in_one_call_a_longer_one_in
     secs, log, be = run(docs, paras, fn, params=params["induce"], llm_params=llm_params)
     assert len(be.calls) == 1 and log.iloc[0].n_windows == 1 and len(secs) == 1
     assert len(re.findall(r"^\[\d+\] ", be.calls[0].messages[0]["content"], re.M)) == 300
+    # the reply budget follows the document (64 + 48 per paragraph), not llm.max_reply_tokens (2,048)
+    assert be.calls[0].max_tokens == log.iloc[0].reply_budget == 64 + 48 * 300
     s = induce.induction_stats(secs, log)
     assert s["windowed_docs"] == 0
     shown = tables.induction(s, "qasper", "llm").display.set_index("Quantity")
     assert shown.loc["induced whole (one call, not windowed)"].tolist() == ["1/1", "1,585/1,585"]
-    # prompt + reply no longer fit: windows, each within the context
-    small = {**llm_params, "context_tokens": 4096, "max_reply_tokens": 1024}
+    # prompt + reply no longer fit: windows, each prompt and its budget within the context
+    small = {**llm_params, "context_tokens": 8192}
     secs2, log2, be2 = run(docs, paras, fn, params=params["induce"], llm_params=small)
-    budget = (4096 - 1024 - induce.PROMPT_ALLOWANCE_TOKENS) * induce.CHARS_PER_TOKEN
     assert log2.iloc[0].n_windows == len(be2.calls) > 1 and (secs2["level"] == 1).all()
-    assert all(len(c.messages[0]["content"]) - len(induce.PROMPT) < budget for c in be2.calls)
+    for c in be2.calls:
+        n = len(re.findall(r"^\[\d+\] ", c.messages[0]["content"], re.M))
+        assert c.max_tokens == 64 + 48 * n
+        prompt = (len(c.messages[0]["content"]) - len(induce.PROMPT)) / induce.CHARS_PER_TOKEN
+        assert prompt + induce.PROMPT_ALLOWANCE_TOKENS + c.max_tokens <= 8192
     assert induce.induction_stats(secs2, log2)["windowed_docs"] == 1
 
 

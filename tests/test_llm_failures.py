@@ -130,7 +130,8 @@ def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path):
     p = config.record("llm", params)  # the backend takes the record's values (no defaults of its own)
     be = Counting(url, "served-model", p.api_key_env, p.timeout_s, 4, p.structured_output)
     c = llm.make_client(params, tmp_path, backend=be)
-    with pytest.raises(llm.CircuitOpen, match=r"5 consecutive connection failures to http://127\.0\.0\.1:\d+/v1/chat"):
+    with pytest.raises(llm.CircuitOpen, match=r"5 consecutive connection failures or server errors from "
+                                              r"http://127\.0\.0\.1:\d+/v1/chat"):
         c.generate([req(f"q{i}") for i in range(200)])
     assert be.attempts <= 5 + 4 - 1  # N, plus at most the calls already in flight
     # without the breaker every call spends its retries: the contrast the breaker exists for
@@ -140,12 +141,12 @@ def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path):
     assert be2.attempts == 8 * 4 and all(r.error for r in out)
 
 
-def test_a_server_error_is_not_a_connection_failure(server, tmp_path):
-    """HTTP 500s come from a server that answers: they are failed calls, not a reason to open the breaker."""
-    server.failing(True)
+def test_a_client_error_is_not_a_connection_failure(server, tmp_path):
+    """HTTP 4xx come from a server that answers and judged the request: failed calls, never a reason to open the
+    breaker (repeated 5xx do open it: tests/test_llm_length.py)."""
     c = llm.make_client(http_params(server.url, max_retries=0, breaker_failures=2, concurrency=1), tmp_path)
-    out = c.generate([req(f"FAILME {i}") for i in range(5)])
-    assert all("HTTP 500" in r.error for r in out)
+    out = c.generate([req("bad") for _ in range(1)] + [req("bad", seed=i) for i in range(4)])
+    assert all("HTTP 400" in r.error for r in out)
 
 
 # ---------------------------------------------------------------------------------------------- error share

@@ -76,6 +76,24 @@ def test_the_plan_predicts_the_calls_a_run_makes_and_sees_the_cache(demo, tmp_pa
     assert again["llm"]["cache_records"] == len(client.cache)
 
 
+def test_the_plan_lists_documents_whose_expected_induction_reply_exceeds_its_budget(demo, tmp_path):
+    cfg, tables = demo
+    docs, paras, gold = tables["documents"], tables["paragraphs"], tables["sections_gold"]
+    ind = plan.estimate(cfg, tables)["induction"]
+    rp = induce.reply_plan(docs, paras, cfg["induce"], cfg["llm"]["context_tokens"], gold)
+    assert (ind["calls"], ind["max_budget"], ind["over_budget"]) == (len(rp), rp["reply_budget"].max(), [])
+    assert ind["max_expected_reply_tokens"] == rp["expected_reply_tokens"].max() > 0
+    assert "no document's expected reply exceeds its budget" in plan.render(plan.estimate(cfg, tables))
+    # a rule that budgets one token per paragraph: every document's gold outline would be cut, and is listed
+    tight = config.load(ROOT / "params" / "demo.yaml", root=tmp_path, overrides={
+        **LLM_ARMS, "induce": {"method": "llm", "reply_tokens_per_section": 1.0, "reply_base_tokens": 0}})
+    over = plan.induction_budgets(tight, docs, paras, gold)["over_budget"]
+    assert sorted(r["doc_id"] for r in over) == sorted(docs["doc_id"]) and all(
+        r["expected_reply_tokens"] > r["reply_budget"] == r["n_paragraphs"] for r in over)
+    text = plan.render({**plan.estimate(cfg, tables), "induction": plan.induction_budgets(tight, docs, paras, gold)})
+    assert f"{len(docs)} window(s) whose expected reply exceeds the budget" in text
+
+
 def test_embedding_and_reranking_work_follow_the_chunk_sets(demo):
     cfg, tables = demo
     p = plan.estimate(cfg, tables)

@@ -319,6 +319,17 @@ def test_scripted_end_to_end_exercises_every_branch_and_balances(corpus, demo_cf
     assert summary["rejection_reasons"]["round1"]["ngram"] >= 1
     assert summary["rejection_reasons"]["round2"]["ngram"] >= 1
 
+    # how the schema-bound replies came (issue 21 §2): every scripted reply is JSON except "no" and "{}"
+    def n(*actions):
+        return sum(a in actions for a in plan.values())
+
+    rc = summary["replies"]
+    assert rc["generate"] == {"parsed_first_try": len(plan) - n("error", "unusable"), "parsed_after_correction": None,
+                              "parsed_leniently": 0, "parsed_never": n("unusable"), "failed": n("error")}
+    assert rc["paraphrase"] == {"parsed_first_try": n("para_copy", "kept"), "parsed_after_correction": None,
+                                "parsed_leniently": 0, "parsed_never": n("para_unusable"), "failed": 0}
+    assert (rc["cut"], rc["cut_resolved"], rc["cut_failed"]) == (0, 0, 0)
+
     # the table satisfies the DESIGN contract and survives the artifact store
     artifacts.write(demo_cfg, "queries", q)
     back = artifacts.read(demo_cfg, "queries")
@@ -399,3 +410,35 @@ def test_by_type_counts_spans_and_documents():
                       "spans": [[[0, 1]], [[0, 1], [2, 3], [4, 5]], [[0, 1], [2, 3]]], "rouge_l": [0.1, 0.3, 0.2]})
     out = queries.by_type(t)
     assert out.loc["x"].tolist() == [2, 1, 2.0, 0.2] and out.loc["y"].tolist() == [1, 1, 2.0, 0.2]
+
+
+def test_query_replies_cut_at_their_budget_are_asked_again_and_counted(corpus):
+    """A generation reply cut at queries.gen_reply_tokens is asked again with twice the budget (never parsed cut);
+    one that stays cut fails the call (model_error); a plain-text reply is read leniently. All counted."""
+    docs, paras, secs = corpus
+    p = _params(targets={"factoid": 50, "underspecified": 0, "multihop": 0, "structural": 0}, per_doc=1)
+    ids = list(queries.sample_spans(docs, paras, secs, p)["query_id"])  # the samples build_queries draws
+    good = '{"query": "Which zephyr quokka marmalade is described here?"}'
+
+    def fn(req):
+        qid = req.tag.split(":", 2)[2]
+        if req.tag.startswith("queries:paraphrase"):
+            return "Query: which marmalade of the zephyr quokka kind"  # lenient: no JSON
+        if qid == ids[0]:  # cut at the first budget, whole at twice it
+            return good if req.max_tokens > p["gen_reply_tokens"] else llm.Completion(good[:20], "length")
+        if qid == ids[1]:
+            return llm.Completion("{" * req.max_tokens, "length")  # never stops
+        return good
+
+    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0, "length_retries": 1}, None,
+                             backend=llm.ScriptedBackend(fn))
+    out = queries.build_queries(docs, paras, secs, None, p, client=client)
+    status = dict(zip(out["log"]["query_id"], out["log"]["status"]))
+    assert status[ids[1]] == "model_error" and status[ids[0]] != "model_error"
+    rc = out["summary"]["replies"]
+    assert rc["generate"] == {"parsed_first_try": len(ids) - 1, "parsed_after_correction": None,
+                              "parsed_leniently": 0, "parsed_never": 0, "failed": 1}
+    survivors = out["log"]["round1"].map(lambda v: bool(v and v.get("passed"))).sum()
+    assert rc["paraphrase"] == {"parsed_first_try": 0, "parsed_after_correction": None,
+                                "parsed_leniently": survivors, "parsed_never": 0, "failed": 0} and survivors > 0
+    assert (rc["cut"], rc["cut_resolved"], rc["cut_failed"]) == (2, 1, 1)

@@ -228,7 +228,14 @@ SCHEMA: dict[str, Any] = {
         "api_key_env": P("OPENAI_API_KEY", (str,)),
         "temperature": P(0.0, (float,), ge=0),
         "top_p": P(1.0, (float,), gt=0, le=1),
-        "max_reply_tokens": P(2048, (int,), ge=1, doc="model tokens each reply may use (a request's max_tokens)"),
+        "max_reply_tokens": P(2048, (int,), ge=1,
+                              doc="model tokens a reply may use when its request states no max_tokens (induction, "
+                                  "A1 contexts and queries state their own: induce.reply_*, "
+                                  "contexts.request_reply_tokens, queries.gen_reply_tokens)"),
+        "length_retries": P(2, (int,), ge=0,
+                            doc="a reply cut at its max_tokens (finish reason 'length') is asked again with twice "
+                                "the budget, capped by what llm.context_tokens leaves, at most this many times; "
+                                "then the call fails (counted, never cached)"),
         "seed": P(20260710, (int,)),
         "context_tokens": P(32768, (int,), ge=1, doc="model context window; longer inputs are windowed"),
         "concurrency": P(8, (int,), ge=1),
@@ -268,6 +275,16 @@ SCHEMA: dict[str, Any] = {
         "window_paragraphs": P(None, (int,), nullable=True, ge=1,
                                doc="null = one call per document whenever prompt + reply fit llm.context_tokens "
                                    "(windows only beyond); a number also caps the paragraphs per call"),
+        "reply_tokens_per_section": P(48.0, (float,), gt=0,
+                                      doc="reply budget rule (induce.reply_budget): model tokens one section entry "
+                                          "of the JSON outline costs; measured 40 on average, at most 45.8 per "
+                                          "document (gold outlines of the QASPER test split and the Wikipedia "
+                                          "exports, pretty-printed, SmolLM2's tokenizer)"),
+        "reply_sections_per_paragraph": P(1.0, (float,), gt=0,
+                                          doc="reply budget rule: sections the reply may hold per paragraph of the "
+                                              "window (gold: median 0.33, 95th percentile 0.65)"),
+        "reply_base_tokens": P(64, (int,), ge=0,
+                               doc="reply budget rule: tokens for the JSON around the sections list, and slack"),
         "texttiling_block": P(2, (int,), ge=1),
         "texttiling_depth_cutoff": P(0.5, (float,)),
         "title_terms": P(3, (int,), ge=0),

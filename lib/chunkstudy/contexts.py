@@ -5,7 +5,9 @@
 ``<chunk>`` tags. One call per window; the request allows ``contexts.request_reply_tokens`` model tokens, and the
 reply (whitespace collapsed) is cut to the hard cap of ``contexts.max_context_tokens`` content tokens of the chunking
 tokenizer at the last whole word that fits (the recipe's target is 50–100 tokens; the cut is recorded in
-``truncated``). A failed call leaves an empty context and its error (counted, never a crash).
+``truncated``). A failed call leaves an empty context and its error (counted, never a crash); a reply the model
+cut at ``request_reply_tokens`` is asked again with a larger budget by the client before it is capped here, and
+one that stays cut is such a failed call (:mod:`chunkstudy.llm`, "Cut replies").
 
 The document as a reader sees it (``contexts.document_view``): ``full`` (default) fills ``<document>`` with
 :func:`document_view` — the title, every heading line at its level and the paragraphs verbatim, in order — so A1
@@ -430,7 +432,10 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
 
 
 def summary(contexts: pd.DataFrame) -> dict:
-    """Counts for the stage report: windows, method, token statistics, cut and failed contexts (no rounding)."""
+    """Counts for the stage report: windows, method, token statistics, cut (``truncated``: at
+    ``contexts.max_context_tokens``) and failed contexts, and of those the calls whose reply stayed cut at its
+    budget (``cut_failed``; a reply cut and then finished with a larger budget is counted by the client,
+    ``llm.describe``) (no rounding)."""
     n = contexts["n_tokens"]
     # the windows tile each document, so the largest window end is the document's length
     doc_len = contexts.groupby("doc_id")["end"].transform("max")
@@ -441,4 +446,5 @@ def summary(contexts: pd.DataFrame) -> dict:
             "tokens_mean": float(n.mean()) if len(n) else float("nan"),
             "tokens_min": int(n.min()) if len(n) else 0, "tokens_max": int(n.max()) if len(n) else 0,
             "truncated": int(contexts["truncated"].sum()), "failed": int((contexts["error"] != "").sum()),
+            "cut_failed": int(contexts["error"].str.startswith("LengthCut").sum()),
             "excerpted_docs": int(contexts.loc[excerpted, "doc_id"].nunique())}

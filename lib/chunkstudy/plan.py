@@ -15,6 +15,9 @@ What is exact and what is estimated:
 * prompt tokens are characters / 4 (the estimate ``induce`` and ``contexts`` size their windows with); the
   model's tokenizer is not loaded. ``generated tokens`` is the sum of ``max_tokens``: an upper bound.
 * induction: first-round calls are exact; the self-correction round is an upper bound (every window corrected);
+  each call's reply budget follows its paragraphs (``induce.reply_budget``), and the plan lists the documents whose
+  *expected reply* — the gold outline written as the reply the prompt asks for, characters / 3.5
+  (``induce.reply_plan``) — would exceed it, i.e. be cut at the first try;
 * A1 windows and the induced chunk sets follow 02's ``sections_induced`` when it exists, else the gold structure
   stands in for it (same documents, the authors' outline instead of the model's): an estimate;
 * A1 prefix share: the characters of each A1 prompt equal to the start of the previous prompt of the same
@@ -156,9 +159,11 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
         notes.append("A1 windows and induced chunk sets: the gold structure stands in for 02's induced one (not "
                      "run yet)")
 
+    induction = None
     if cfg["induce"]["method"] == "llm":
         induce.induce_structure(documents, paragraphs, cfg["induce"], client=client)
         notes.append("induction self-correction: an upper bound (every window corrected)")
+        induction = induction_budgets(cfg, documents, paragraphs, sections_gold)
     windows = chunking.a0_windows(documents, paragraphs, structure, cfg.params("chunking"), counter)
     if cfg["contexts"]["method"] == "llm":
         ids = list(dict.fromkeys(windows["doc_id"]))
@@ -205,10 +210,30 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
         "params": str(cfg.path), "corpus": cfg.corpus, "documents": int(len(documents)),
         "llm": {"backend": lp.backend, "model": client.model, "concurrency": lp.concurrency,
                 "cache_records": len(records), "batches": llm_rows},
+        "induction": induction,
         "chunks": {"rows": int(len(chunks)), "conditions": int(n_conditions), "unique_texts": len(texts),
                    "a0_windows": int(len(windows)), "counted_in": counted},
         "queries": n_queries, "embedders": embedders, "rerankers": rerankers, "notes": notes,
     }
+
+
+def induction_budgets(cfg, documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame) -> dict:
+    """The induction calls' reply budgets (``induce.reply_plan``) against the replies the gold outlines would need:
+    the rule, the largest budget and expected reply, and every window whose expected reply exceeds its budget."""
+    from . import induce
+
+    ip, lp = cfg.params("induce"), cfg.params("llm")
+    rp = induce.reply_plan(documents, paragraphs, ip, lp.context_tokens, sections_gold)
+    over = rp[rp["over_budget"]]
+    cols = ["doc_id", "lo", "hi", "n_paragraphs", "n_sections", "expected_reply_tokens", "reply_budget"]
+    return {"rule": (f"reply budget = {ip.reply_base_tokens} + ceil({ip.reply_tokens_per_section:g} x max(1, "
+                     f"ceil({ip.reply_sections_per_paragraph:g} x paragraphs))), bounded by what the prompt leaves of "
+                     f"llm.context_tokens {lp.context_tokens}"),
+            "calls": int(len(rp)), "windowed_docs": int(rp.groupby("doc_id").size().gt(1).sum()),
+            "max_budget": int(rp["reply_budget"].max()) if len(rp) else 0,
+            "max_expected_reply_tokens": int(rp["expected_reply_tokens"].max()) if len(rp) else 0,
+            "over_budget": [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+                            for r in over[cols].to_dict("records")]}
 
 
 def render(plan: Mapping[str, Any]) -> str:
@@ -226,6 +251,18 @@ def render(plan: Mapping[str, Any]) -> str:
         lines.append(pd.DataFrame(rows).T.to_string())
     else:
         lines.append("  none (no stage of these parameters calls a language model)")
+    ind = plan.get("induction")
+    if ind:
+        lines += ["", f"induction reply budgets  ({ind['rule']})",
+                  f"  {ind['calls']:,} first-round calls ({ind['windowed_docs']} documents in windows); largest "
+                  f"budget {ind['max_budget']:,} tokens; largest expected reply {ind['max_expected_reply_tokens']:,} "
+                  f"tokens (a gold outline written as the reply)"]
+        if ind["over_budget"]:
+            lines += [f"  {len(ind['over_budget'])} window(s) whose expected reply exceeds the budget (cut at the "
+                      f"first try; the client then asks with a larger budget, up to llm.length_retries times):",
+                      pd.DataFrame(ind["over_budget"]).to_string(index=False)]
+        else:
+            lines.append("  no document's expected reply exceeds its budget")
     c = plan["chunks"]
     lines += ["", f"chunks  {c['rows']:,} rows over {c['conditions']} conditions, {c['unique_texts']:,} unique "
                   f"embedded texts, {c['a0_windows']:,} A0/A1 windows (sizes in {c['counted_in']})",

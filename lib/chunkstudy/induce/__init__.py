@@ -25,13 +25,23 @@ Two inducers, one output contract (the section table of :mod:`chunkstudy.corpus.
 
 Policies (stated, and recorded in the log):
 
-* **Whole documents.** A document is induced in ONE call whenever its numbered prompt plus the reply fit the
-  model's context: ``llm.context_tokens`` minus ``llm.max_reply_tokens`` (the reply's allowance: about 60 sections of
-  JSON at 2,048) minus a 512-token allowance for the instructions, tokens estimated as characters / 4 (the
-  served model's tokenizer is not available to the client). The paper's model sees "the document's paragraphs";
-  with its 131k-token context every Wikipedia-FA article and QASPER paper fits.
-* **Long documents.** Only a document whose prompt does not fit is cut into consecutive windows of whole
-  paragraphs that fit; ``induce.window_paragraphs`` (default null: "as the context allows") additionally caps
+* **The reply budget follows the document** (:func:`reply_budget`). An induction call over ``n`` paragraphs may
+  reply ``reply_base_tokens + ceil(reply_tokens_per_section * max(1, ceil(reply_sections_per_paragraph * n)))``
+  tokens (its ``max_tokens``; defaults 64, 48 and 1.0), bounded by what the prompt leaves of
+  ``llm.context_tokens``. Measured (SmolLM2's tokenizer, which splits digits as Gemma's does; the gold outlines
+  of the QASPER test split and the Wikipedia exports written as the reply, pretty-printed): a section entry costs
+  40 tokens on average and at most 45.8 per document; gold outlines hold 0.33 sections per paragraph (median),
+  1.14 at most (a 7-paragraph paper); the longest gold reply is 2,169 tokens (52 sections, a Wikipedia article:
+  the fixed 2,048 of ``llm.max_reply_tokens`` used before would have cut it), and no gold reply needs more than
+  75% of its budget under this rule. A reply that is cut all the same is asked again with a larger budget by the
+  client (:mod:`chunkstudy.llm`, ``llm.length_retries``) or fails counted; :func:`reply_plan` (and ``python -m
+  chunkstudy.plan``) lists the documents whose gold outline would not fit their budget.
+* **Whole documents.** A document is induced in ONE call whenever its numbered prompt plus its reply budget fit
+  the model's context: the prompt's tokens are estimated as characters / 4 (the served model's tokenizer is not
+  available to the client) plus a 512-token allowance for the instructions. The paper's model sees "the
+  document's paragraphs"; with its 131k-token context every Wikipedia-FA article and QASPER paper fits.
+* **Long documents.** Only a document whose prompt and budget do not fit is cut into consecutive windows of
+  whole paragraphs that fit, each with the budget of its own paragraphs (:func:`window_plan`); ``induce.window_paragraphs`` (default null: "as the context allows") additionally caps
   the paragraphs per call when set. Each window is induced as a document of its own (numbered from 0, corrected
   and repaired on its own); the windows' outlines are concatenated, so every window starts a level-1 section
   (which is why windows are a last resort: they move the A2/A3/P/A4 boundaries and routing sections of exactly
@@ -50,6 +60,13 @@ Policies (stated, and recorded in the log):
 Statuses: ``ok`` (valid on the first reply), ``repaired`` (valid only after self-correction or repair),
 ``failed`` (fallback).
 
+Replies, counted per document in the log (per window, summed) and in :func:`induction_stats` (``replies``):
+``parsed_first`` / ``parsed_corrected`` / ``parsed_never`` — the window's first reply had the schema's shape
+(:func:`schema_bound`: a ``sections`` list whose items have the schema's types; tiling is not the schema's), a
+correction turn's did, or none did; ``cut_calls`` — calls whose reply stopped at its budget at least once (the
+client asked again with a larger one); ``cut_failed`` — those still cut when no larger budget was left (failed
+calls); ``reply_budget`` — the largest first-round budget of the document's windows.
+
 Layout: :mod:`.structure` (:func:`induce_structure`, the entry point), :mod:`.outline` (the LLM arm: prompt,
 windows, reply parsing, violations, repair), :mod:`.texttiling` (the baseline), :mod:`.common` (the checked
 documents, the tf-idf lexicon, legal levels, the log row) and :mod:`.summary` (span identity, the counts of
@@ -64,8 +81,9 @@ from .common import (
     LOG_COLUMNS, InductionError,
 )
 from .outline import (
-    OUTPUT_SCHEMA, PROMPT, CORRECTION, PROMPT_ALLOWANCE_TOKENS, CHARS_PER_TOKEN, parse_reply, type_violations,
-    outline_violations, repair, is_valid_outline, windows_for, build_messages,
+    OUTPUT_SCHEMA, PROMPT, CORRECTION, PROMPT_ALLOWANCE_TOKENS, CHARS_PER_TOKEN, OUTLINE_CHARS_PER_TOKEN, parse_reply,
+    type_violations, schema_bound, outline_violations, repair, is_valid_outline, windows_for, build_messages,
+    reply_budget, prompt_tokens, window_plan, outline_reply, reply_plan,
 )
 from .texttiling import (
     gap_scores, depth_scores, texttiling_boundaries, titled_outline,
@@ -79,8 +97,9 @@ from .summary import (
 
 __all__ = [
     "LOG_COLUMNS", "InductionError", "OUTPUT_SCHEMA", "PROMPT", "CORRECTION", "PROMPT_ALLOWANCE_TOKENS",
-    "CHARS_PER_TOKEN", "parse_reply", "type_violations", "outline_violations", "repair", "is_valid_outline",
-    "windows_for", "build_messages", "gap_scores", "depth_scores", "texttiling_boundaries", "titled_outline",
+    "CHARS_PER_TOKEN", "OUTLINE_CHARS_PER_TOKEN", "parse_reply", "type_violations", "schema_bound",
+    "outline_violations", "repair", "is_valid_outline", "windows_for", "build_messages", "reply_budget",
+    "prompt_tokens", "window_plan", "outline_reply", "reply_plan", "gap_scores", "depth_scores", "texttiling_boundaries", "titled_outline",
     "InduceParams", "induce_structure", "span_identity", "induction_stats", "outline_view", "outlines_side_by_side",
     "model_note",
 ]

@@ -106,6 +106,7 @@ def _legal_levels(levels: list[int | None], max_level: int) -> list[int]:
 
 def _log_row(doc_id: str, status: str, method: str, **kw) -> dict:
     row = {"doc_id": doc_id, "status": status, "method": method, "rounds": 0, "n_windows": 1, "n_sections": 0,
-           "fixed_by": "", "n_violations": 0, "violations": "[]", "error": "", "model": ""}
+           "fixed_by": "", "n_violations": 0, "violations": "[]", "error": "", "model": "", "parsed_first": 0,
+           "parsed_corrected": 0, "parsed_never": 0, "cut_calls": 0, "cut_failed": 0, "reply_budget": 0}
     row.update(kw)
     return row

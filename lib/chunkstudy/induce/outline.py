@@ -70,6 +70,12 @@ PROMPT_ALLOWANCE_TOKENS = 512
 CHARS_PER_TOKEN = 4.0
 
 
+#: characters per token of an outline reply (pretty-printed JSON, :func:`outline_reply`), for the expected reply of
+#: a gold outline without a tokenizer: measured 3.68 at the lowest per document (median 3.9) with SmolLM2's
+#: tokenizer over the gold outlines of the QASPER test split and the Wikipedia exports; 3.5 errs high.
+OUTLINE_CHARS_PER_TOKEN = 3.5
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Parsing
 # ---------------------------------------------------------------------------------------------------------------
@@ -194,14 +200,16 @@ def is_valid_outline(outline: Sequence[Outline], paras: pd.DataFrame, max_level:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def windows_for(para_texts: Sequence[str], max_paragraphs: int | None, max_chars: float) -> list[tuple[int, int]]:
+def windows_for(para_texts: Sequence[str], max_paragraphs: int | None, max_chars: float,
+                per_paragraph_chars: float = 0.0) -> list[tuple[int, int]]:
     """Consecutive ``[lo, hi)`` paragraph windows, each (unless a single paragraph is longer) at most
-    ``max_chars`` characters of numbered prompt and, when ``max_paragraphs`` is not None, at most that many
+    ``max_chars`` characters of numbered prompt, plus ``per_paragraph_chars`` for each of its paragraphs (the
+    reply's share, :func:`window_plan`), and, when ``max_paragraphs`` is not None, at most that many
     paragraphs. One window — the whole document — when all fits."""
     out, lo, size = [], 0, 0.0
     cap = math.inf if max_paragraphs is None else max_paragraphs
     for i, t in enumerate(para_texts):
-        add = len(t) + 8  # "[123] " and the separator
+        add = len(t) + 8 + per_paragraph_chars  # "[123] " and the separator
         if i > lo and (i - lo >= cap or size + add > max_chars):
             out.append((lo, i))
             lo, size = i, 0.0
@@ -209,6 +217,91 @@ def windows_for(para_texts: Sequence[str], max_paragraphs: int | None, max_chars
     if para_texts:
         out.append((lo, len(para_texts)))
     return out
+
+
+def reply_budget(n_paragraphs: int, p: Any) -> int:
+    """The reply budget (``max_tokens``) the rule gives an induction call over ``n_paragraphs`` paragraphs, before
+    the context bound (``p``: the ``induce`` record)::
+
+        reply_base_tokens + ceil(reply_tokens_per_section * max(1, ceil(reply_sections_per_paragraph * n)))
+
+    ``reply_tokens_per_section`` is what one section entry of the JSON outline the prompt asks for costs
+    (measured: :data:`chunkstudy.induce` docstring), ``reply_sections_per_paragraph`` the most sections per
+    paragraph the reply is expected to hold, ``reply_base_tokens`` the JSON around the list and slack."""
+    sections = max(1, math.ceil(p.reply_sections_per_paragraph * n_paragraphs))
+    return int(p.reply_base_tokens + math.ceil(p.reply_tokens_per_section * sections))
+
+
+def prompt_tokens(para_texts: Sequence[str]) -> float:
+    """The numbered prompt's tokens as the windows estimate them: characters / :data:`CHARS_PER_TOKEN` plus
+    :data:`PROMPT_ALLOWANCE_TOKENS` for the instructions."""
+    return sum(len(t) + 8 for t in para_texts) / CHARS_PER_TOKEN + PROMPT_ALLOWANCE_TOKENS
+
+
+def window_plan(para_texts: Sequence[str], p: Any, context_tokens: int) -> list[tuple[int, int, int]]:
+    """``[(lo, hi, reply budget), ...]`` of one document's induction calls (``p``: the ``induce`` record).
+
+    Windows (:func:`windows_for`) are as large as the context holds their prompt (:func:`prompt_tokens`) plus
+    their reply budget (:func:`reply_budget`, which grows with the window's paragraphs); one window, the whole
+    document, whenever it fits. Each window's budget is the rule's, bounded by what its prompt leaves of
+    ``context_tokens`` (smaller only for a single paragraph too long for the context; at least 1)."""
+    tps, spp = p.reply_tokens_per_section, p.reply_sections_per_paragraph
+    fixed = context_tokens - PROMPT_ALLOWANCE_TOKENS - p.reply_base_tokens - math.ceil(tps)
+    if fixed <= 0:
+        raise InductionError(f"llm.context_tokens {context_tokens} leaves no room for a document after "
+                             f"{PROMPT_ALLOWANCE_TOKENS} prompt tokens and the smallest reply budget "
+                             f"({p.reply_base_tokens} + {tps:g} tokens: induce.reply_base_tokens, "
+                             f"induce.reply_tokens_per_section)")
+    windows = windows_for(para_texts, p.window_paragraphs, fixed * CHARS_PER_TOKEN, tps * spp * CHARS_PER_TOKEN)
+    return [(lo, hi, max(1, min(reply_budget(hi - lo, p), int(context_tokens - prompt_tokens(para_texts[lo:hi])))))
+            for lo, hi in windows]
+
+
+def outline_reply(sections: pd.DataFrame, lo: int = 0, hi: int | None = None) -> str:
+    """One document's outline (rows of the section table, in order) written as the reply the prompt asks for,
+    pretty-printed as served models write it (4-space indents; a run of spaces is one token in BPE vocabularies,
+    so the indent width hardly changes the count). With ``lo``/``hi`` only the window ``[lo, hi)``: the sections
+    starting in it, numbered from ``lo``, and the one it starts inside of, if any, opening at 0."""
+    s = sections.sort_values("first_para", kind="stable")  # document order; a parent before its first child
+    end = int(s["last_para"].max()) + 1 if len(s) else 0
+    hi = end if hi is None else hi
+    # a heading at the very end owns no paragraph: it starts at the document's end
+    inside = s[(s["first_para"] >= lo) & ((s["first_para"] < hi) | ((s["first_para"] == hi) & (hi >= end)))]
+    before = s[s["first_para"] < lo]
+    rows = ([before.iloc[-1]] if len(before) and (not len(inside) or int(inside["first_para"].iat[0]) > lo) else []) \
+        + [r for _, r in inside.iterrows()]
+    items = [{"title": str(r["title"]), "level": int(r["level"]), "first_paragraph": max(int(r["first_para"]) - lo, 0),
+              "last_paragraph": min(int(r["last_para"]), hi - 1) - lo} for r in rows]
+    return json.dumps({"sections": items}, ensure_ascii=False, indent=4)
+
+
+def reply_plan(documents: pd.DataFrame, paragraphs: pd.DataFrame, induce_params: Any, context_tokens: int,
+               sections: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The induction calls :func:`induce_structure` makes (``method: llm``), one row per window: ``doc_id, lo, hi,
+    n_paragraphs, prompt_tokens, reply_budget`` (:func:`window_plan`). With ``sections`` (the gold outline) each
+    window also gets the reply a model reproducing that outline would write: ``n_sections``,
+    ``expected_reply_tokens`` (:func:`outline_reply`'s characters / :data:`OUTLINE_CHARS_PER_TOKEN`, rounded up)
+    and ``over_budget`` (expected > budget: that reply would be cut at the first try)."""
+    from .. import config
+    from .common import _docs
+
+    p = config.record("induce", induce_params)
+    by_doc = dict(tuple(sections.groupby(sections["doc_id"].astype(str), sort=False))) if sections is not None else {}
+    rows = []
+    for d in _docs(documents, paragraphs):
+        for lo, hi, budget in window_plan(d.texts, p, context_tokens):
+            row = {"doc_id": d.doc_id, "lo": lo, "hi": hi, "n_paragraphs": hi - lo,
+                   "prompt_tokens": prompt_tokens(d.texts[lo:hi]), "reply_budget": budget}
+            if sections is not None:
+                g = by_doc.get(d.doc_id)
+                reply = outline_reply(g, lo, hi) if g is not None else json.dumps({"sections": []})
+                n = len(json.loads(reply)["sections"])
+                expected = math.ceil(len(reply) / OUTLINE_CHARS_PER_TOKEN)
+                row.update(n_sections=n, expected_reply_tokens=expected, over_budget=expected > budget)
+            rows.append(row)
+    cols = ["doc_id", "lo", "hi", "n_paragraphs", "prompt_tokens", "reply_budget"] + (
+        ["n_sections", "expected_reply_tokens", "over_budget"] if sections is not None else [])
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _local_paras(paras: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
@@ -228,34 +321,49 @@ def build_messages(para_texts: Sequence[str], max_level: int) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def schema_bound(items: list | None, problems: Sequence[str]) -> bool:
+    """Whether a parsed reply (:func:`parse_reply`) is what :data:`OUTPUT_SCHEMA` asks for: a ``sections`` list
+    read without problems whose items have the schema's types (tiling and levels are not the schema's)."""
+    return items is not None and not problems and not type_violations(items)
+
+
+def _budget(st: dict) -> int:
+    """A call's budget: the window's; in a correction turn bounded by what its longer prompt (the previous reply
+    and the violations added) leaves of the context."""
+    added = sum(len(str(m.get("content") or "")) for m in st["messages"][1:])
+    return max(1, min(st["budget"], int(st["room"] - added / CHARS_PER_TOKEN)))
+
+
 def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
     from .. import llm
 
     max_level, rounds = p.max_level, p.self_correct_rounds
-    budget_tokens = client.context_tokens - client.max_tokens - PROMPT_ALLOWANCE_TOKENS
-    if budget_tokens <= 0:
-        raise InductionError(f"llm.context_tokens {client.context_tokens} leaves no room for a document after "
-                             f"llm.max_reply_tokens {client.max_tokens} and {PROMPT_ALLOWANCE_TOKENS} prompt tokens")
-    max_chars = budget_tokens * CHARS_PER_TOKEN
     # one state per (document, window)
     states = []
     for d in docs:
-        for lo, hi in windows_for(d.texts, p.window_paragraphs, max_chars):
-            states.append({"doc": d, "lo": lo, "hi": hi, "paras": _local_paras(d.paras, lo, hi),
+        for lo, hi, budget in window_plan(d.texts, p, client.context_tokens):
+            states.append({"doc": d, "lo": lo, "hi": hi, "paras": _local_paras(d.paras, lo, hi), "budget": budget,
+                           "room": client.context_tokens - prompt_tokens(d.texts[lo:hi]),
                            "messages": build_messages(d.texts[lo:hi], max_level), "items": None,
-                           "violations": None, "first_violations": None, "rounds": 0, "errors": []})
+                           "violations": None, "first_violations": None, "rounds": 0, "errors": [],
+                           "parsed_round": None, "cut_calls": 0, "cut_failed": 0})
 
     def ask(batch: list[dict], label: str) -> None:
         reqs = [llm.Request(st["messages"], json_schema=OUTPUT_SCHEMA,
+                            max_tokens=_budget(st),
                             tag=f"induce:{st['doc'].doc_id}:{st['lo']}:r{st['rounds']}") for st in batch]
         for st, r in zip(batch, client.generate(reqs, desc=label)):
             st["rounds"] += 1
             st["reply"] = r.text
+            st["cut_calls"] += bool(getattr(r, "cuts", 0))
             if r.error:
                 st["errors"].append(r.error)
+                st["cut_failed"] += r.error.startswith("LengthCut")
                 items, problems = None, [f"the model call failed: {r.error}"]
             else:
                 items, problems = parse_reply(r.text)
+                if st["parsed_round"] is None and schema_bound(items, problems):
+                    st["parsed_round"] = st["rounds"] - 1
             st["items"] = items if items is not None else st["items"]
             st["violations"] = problems + (outline_violations(items, st["paras"], max_level)
                                            if items is not None else [])
@@ -309,9 +417,13 @@ def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
         sections.append(secs)
         sts = by_doc[d.doc_id]
         first_v = [x for st in sts for x in (st["first_violations"] or [])]
+        pr = [st["parsed_round"] for st in sts]
         log.append(_log_row(
             d.doc_id, status, "llm", rounds=max(st["rounds"] for st in sts), n_windows=len(sts),
             n_sections=len(secs), fixed_by="+".join(sorted(fixed)), n_violations=len(first_v),
             violations=json.dumps(first_v[:20]), error="; ".join(e for st in sts for e in st["errors"])[:500],
-            model=client.model))
+            model=client.model, parsed_first=sum(r == 0 for r in pr),
+            parsed_corrected=sum(r is not None and r > 0 for r in pr), parsed_never=sum(r is None for r in pr),
+            cut_calls=sum(st["cut_calls"] for st in sts), cut_failed=sum(st["cut_failed"] for st in sts),
+            reply_budget=max(st["budget"] for st in sts)))
     return sections, log

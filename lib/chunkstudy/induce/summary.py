@@ -31,7 +31,10 @@ def induction_stats(sections_induced: pd.DataFrame, log: pd.DataFrame, sections_
     ``sections_per_doc`` counts every outline row (empty parent sections too);
     ``identity_with_gold`` is :func:`span_identity` of the structural chunks of both outlines when
     ``induced_chunks``/``gold_chunks`` are given (``identity_basis: "structural chunks"``, the paper's measure),
-    else of the non-empty section spans (``"section spans"``)."""
+    else of the non-empty section spans (``"section spans"``). With LLM induction, ``replies`` counts the windows'
+    schema-bound replies (:mod:`chunkstudy.induce`, "Replies"): ``parsed_first_try``, ``parsed_after_correction``,
+    ``parsed_never``, and the calls whose reply was cut at its budget (``cut``), finished with a larger one
+    (``cut_resolved``) or failed cut (``cut_failed``); ``max_reply_budget`` is the largest first-round budget."""
     st = log["status"].value_counts()
     out = {
         "n_docs": int(len(log)),
@@ -46,6 +49,15 @@ def induction_stats(sections_induced: pd.DataFrame, log: pd.DataFrame, sections_
     }
     out["usable"] = out["ok"] + out["repaired"]
     out["induced_whole"] = out["n_docs"] - out["windowed_docs"]
+    llm = log[log["method"] == "llm"] if "method" in log and "parsed_first" in log else log.iloc[:0]
+    if len(llm):
+        total = {c: int(llm[c].sum()) for c in ("parsed_first", "parsed_corrected", "parsed_never", "cut_calls",
+                                                 "cut_failed")}
+        out["replies"] = {"parsed_first_try": total["parsed_first"],
+                          "parsed_after_correction": total["parsed_corrected"],
+                          "parsed_never": total["parsed_never"], "cut": total["cut_calls"],
+                          "cut_resolved": total["cut_calls"] - total["cut_failed"], "cut_failed": total["cut_failed"],
+                          "max_reply_budget": int(llm["reply_budget"].max())}
     if sections_gold is not None and len(sections_gold):
         out["gold_sections_per_doc"] = float(sections_gold.groupby("doc_id").size().mean())
         if "level" in sections_gold.columns:

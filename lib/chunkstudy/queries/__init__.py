@@ -54,10 +54,10 @@ from .spans import (
 )
 from .prompts import (
     QUERY_SCHEMA, SYSTEM, RULES, PROMPTS, PARAPHRASE, template_hash, generation_messages, paraphrase_messages,
-    parse_query, names_title,
+    parse_query, reply_shape, names_title,
 )
 from .generated import (
-    GEN_STEPS, generate, balance, pick_docs, from_generated,
+    GEN_STEPS, generate, balance, pick_docs, reply_counts, from_generated,
 )
 from .harvest import (
     HARVEST_STEPS, from_harvested,
@@ -69,7 +69,8 @@ from .stage import (
 __all__ = [
     "QTYPES", "QUERY_COLUMNS", "FUNNEL_COLUMNS", "SAMPLE_COLUMNS", "sentence_spans", "top_level_sections",
     "sentence_runs", "sample_doc_spans", "sample_spans", "QUERY_SCHEMA", "SYSTEM", "RULES", "PROMPTS", "PARAPHRASE",
-    "template_hash", "generation_messages", "paraphrase_messages", "parse_query", "names_title", "GEN_STEPS",
-    "generate", "balance", "pick_docs", "from_generated", "HARVEST_STEPS", "from_harvested", "build_queries",
-    "by_type", "inputs_overview", "client_for", "funnel_facts", "capability_note", "examples",
+    "template_hash", "generation_messages", "paraphrase_messages", "parse_query", "reply_shape", "names_title",
+    "GEN_STEPS", "generate", "balance", "pick_docs", "reply_counts", "from_generated", "HARVEST_STEPS",
+    "from_harvested", "build_queries", "by_type", "inputs_overview", "client_for", "funnel_facts", "capability_note",
+    "examples",
 ]

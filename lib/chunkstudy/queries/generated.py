@@ -12,7 +12,7 @@ import pandas as pd
 from .. import config, leakage, paper
 from .common import QTYPES, QUERY_COLUMNS, _funnel_rows, _jsonable, _score_stats, _spans
 from .prompts import (PARAPHRASE, PROMPTS, QUERY_SCHEMA, generation_messages, names_title, paraphrase_messages,
-                      parse_query, template_hash)
+                      parse_query, reply_shape, template_hash)
 from .spans import sample_spans
 
 
@@ -33,7 +33,11 @@ def _verdict(query: str | None, span_texts: list[str], qtype: str, title: str, p
 def _filter_round(row: dict, rep, params, text_key: str, round_key: str, error_status: str, prefix: str) -> bool:
     """One round of the two-round filter on ``row``: the parsed reply goes under ``text_key`` and the verdict under
     ``round_key``. False, with the row's status and reason set, when the call failed (``error_status``) or the query
-    is unusable or rejected (``prefix`` + ``unusable`` / ``rejected``)."""
+    is unusable or rejected (``prefix`` + ``unusable`` / ``rejected``). The reply's shape (:func:`reply_shape`, or
+    ``failed``) goes under ``<text_key>_shape``; cut replies are counted in ``cut_calls`` / ``cut_failed``."""
+    row["cut_calls"] = row.get("cut_calls", 0) + bool(getattr(rep, "cuts", 0))
+    row["cut_failed"] = row.get("cut_failed", 0) + bool(rep.error and rep.error.startswith("LengthCut"))
+    row[text_key + "_shape"] = "failed" if rep.error else reply_shape(rep.text)
     if rep.error:
         row.update(status=error_status, reason=rep.error)
         return False
@@ -53,7 +57,10 @@ def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str
     Columns: the sample's, ``title``, ``status`` (``model_error``, ``unusable``, ``rejected``,
     ``paraphrase_error``, ``paraphrase_unusable``, ``paraphrase_rejected``, ``kept``), ``reason``,
     ``generated_text``, ``text`` (the paraphrase), ``round1``/``round2`` (filter scores), ``model``,
-    ``prompt_hash``, ``prompt_template``, ``paraphrase_prompt_hash``.
+    ``prompt_hash``, ``prompt_template``, ``paraphrase_prompt_hash``, and how the replies came:
+    ``generated_text_shape`` / ``text_shape`` (:func:`reply_shape`, ``failed`` for a failed call, None when not
+    asked), ``cut_calls`` (calls whose reply stopped at its budget and was asked again) and ``cut_failed`` (calls
+    that failed cut).
     """
     from .. import llm
 
@@ -74,7 +81,7 @@ def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str
     para_idx, para_reqs = [], []
     for i, (row, rep) in enumerate(zip(rows, replies)):
         row.update(model=rep.model, generated_reply=rep.text, generated_text=None, text=None, round1=None,
-                   round2=None, paraphrase_prompt_hash=None)
+                   round2=None, paraphrase_prompt_hash=None, text_shape=None)
         if not _filter_round(row, rep, params, "generated_text", "round1", "model_error", ""):
             continue
         msgs = paraphrase_messages(row["generated_text"])
@@ -87,7 +94,8 @@ def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str
         if _filter_round(rows[i], rep, params, "text", "round2", "paraphrase_error", "paraphrase_"):
             rows[i].update(status="kept", reason="ok")
     cols = list(samples.columns) + ["title", "status", "reason", "generated_text", "text", "round1", "round2",
-                                    "model", "prompt_hash", "prompt_template", "paraphrase_prompt_hash"]
+                                    "model", "prompt_hash", "prompt_template", "paraphrase_prompt_hash",
+                                    "generated_text_shape", "text_shape", "cut_calls", "cut_failed"]
     return pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
 
 
@@ -136,6 +144,25 @@ def _paper_funnel(kind: str) -> dict:
             "finals_by_type": {t: q[f"finals_{t}"] for t in QTYPES}}
 
 
+def reply_counts(log: pd.DataFrame) -> dict:
+    """How the schema-bound replies of the generated path fared (issue 21 §2), from :func:`generate`'s log: per
+    call kind (``generate``, ``paraphrase``) the replies of the schema's shape at the first try
+    (``parsed_first_try``), read only by the lenient parser (``parsed_leniently``), not at all (``parsed_never``)
+    and the failed calls (``failed``); ``parsed_after_correction`` is None: this path asks once, with no
+    correction turn. ``cut`` / ``cut_resolved`` / ``cut_failed``: calls whose reply stopped at its budget, then
+    finished with a larger one, or failed cut."""
+    out: dict = {}
+    for kind, col in (("generate", "generated_text_shape"), ("paraphrase", "text_shape")):
+        shapes = log[col].dropna() if col in log else pd.Series(dtype=object)
+        out[kind] = {"parsed_first_try": int((shapes == "schema").sum()), "parsed_after_correction": None,
+                     "parsed_leniently": int((shapes == "lenient").sum()),
+                     "parsed_never": int((shapes == "never").sum()), "failed": int((shapes == "failed").sum())}
+    cut = int(log["cut_calls"].fillna(0).sum()) if "cut_calls" in log else 0
+    failed = int(log["cut_failed"].fillna(0).sum()) if "cut_failed" in log else 0
+    out.update(cut=cut, cut_resolved=cut - failed, cut_failed=failed)
+    return out
+
+
 def from_generated(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame,
                    params: Mapping[str, Any], client) -> dict:
     """The generated path end to end; returns ``dict(queries, funnel, summary, log)``.
@@ -174,6 +201,7 @@ def from_generated(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_g
         "source": "generated",
         "model": sorted(set(log["model"].dropna())),
         "status_counts": {str(k): int(v) for k, v in log["status"].value_counts().items()},
+        "replies": reply_counts(log),
         "rejection_reasons": reasons,
         "steps": {step: int(c) for step, c in funnel.loc[funnel["qtype"] == "all", ["step", "count"]].values},
         "finals_by_type": {t: int((queries["qtype"] == t).sum()) for t in QTYPES},

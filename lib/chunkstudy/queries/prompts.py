@@ -96,6 +96,21 @@ def parse_query(reply: str) -> str | None:
     return text if len(leakage.words(text)) >= 3 else None
 
 
+def reply_shape(reply: str) -> str:
+    """How a reply met :data:`QUERY_SCHEMA`: ``"schema"`` (a JSON object whose ``query`` is a string, the shape
+    asked for), ``"lenient"`` (not that shape, but :func:`parse_query` reads a usable query from it) or
+    ``"never"``."""
+    if isinstance(reply, str):
+        for m in re.finditer(r"\{.*?\}", reply, flags=re.S):
+            try:
+                obj = json.loads(m.group())
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("query"), str):
+                return "schema"
+    return "lenient" if parse_query(reply) is not None else "never"
+
+
 def names_title(query: str, title: str) -> bool:
     """Whether ``query`` contains the document title as whole words (case-insensitive)."""
     t = leakage.words(title)
