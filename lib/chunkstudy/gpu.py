@@ -379,17 +379,20 @@ def reference_spec(spec: Any) -> Any:
 def compare_devices(specs: Mapping[str, Mapping], texts: Sequence[str],
                     threshold: float = MIN_DEVICE_COSINE) -> list[dict]:
     """For each embedder spec, embed ``texts`` as configured and with :func:`reference_spec`, and compare row by
-    row: ``[{"embedder", "device", "dtype", "n", "min", "mean", "ok"}]`` (``ok``: min cosine >= threshold)."""
+    row: ``[{"embedder", "device", "dtype", "reference_dtype", "n", "min", "mean", "ok"}]`` (``ok``: min cosine >=
+    threshold and the reference's loaded parameters are float32, ``reference_dtype``)."""
     from . import embed
 
     rows = []
     for key, spec in specs.items():
         got = embed.load_embedder(spec, key).encode(list(texts), "passage")
-        ref = embed.load_embedder(reference_spec(spec), key).encode(list(texts), "passage")
+        reference = embed.load_embedder(reference_spec(spec), key)
+        ref = reference.encode(list(texts), "passage")
+        ref_dtype = reference.parameter_dtype
         agree = cosine_agreement(got, ref)
         spec = config.record("embed.embedders.*", spec)
-        rows.append({"embedder": key, "device": spec.device, "dtype": spec.dtype,
-                     **agree, "ok": bool(agree["min"] >= threshold)})
+        rows.append({"embedder": key, "device": spec.device, "dtype": spec.dtype, "reference_dtype": ref_dtype,
+                     **agree, "ok": bool(agree["min"] >= threshold and ref_dtype in ("float32", None))})
     return rows
 
 
