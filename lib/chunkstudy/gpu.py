@@ -304,7 +304,8 @@ def require_cuda(cfg, torch_module=None) -> str | None:
     if not torch.cuda.is_available():
         raise CudaUnavailable(
             f"{cfg.path}: {', '.join(keys)} ask for CUDA, but torch {torch.__version__} sees no CUDA device (CUDA "
-            f"build: {torch.version.cuda}). On a GPU machine the core .venv's torch from PyPI is a CUDA build: check "
+            f"build: {torch.version.cuda}). On a GPU machine scripts/ensure_env.sh installs the CUDA build "
+            f"(constraints/gpu-lock.txt) when `nvidia-smi -L` lists the GPU, or with CHUNKSTUDY_TORCH=cuda: check "
             f"nvidia-smi and the driver (README, 'GPUs and vLLM'); or set these devices to cpu.")
     return torch.cuda.get_device_name(0)
 
