@@ -129,7 +129,9 @@ def test_a_context_reply_cut_at_its_budget_is_asked_again_or_fails_counted(doc):
     docs, windows, secs = doc
 
     def model(r):  # the reply needs more than the 160 tokens first allowed
-        return llm.Completion("a situating context", "stop") if r.max_tokens > 160 else llm.Completion("a sit", "length")
+        if r.max_tokens > 160:
+            return llm.Completion("a situating context", "stop")
+        return llm.Completion("a sit", "length")
 
     be = llm.ScriptedBackend(model)
     client = llm.make_client({"max_retries": 0, "max_error_share": 1.0}, None, backend=be)

@@ -244,6 +244,7 @@ def test_compare_devices_embeds_with_the_spec_and_a_cpu_float32_reference():
     texts = ["Chunk boundaries and heading paths.", "A second, unrelated passage about rockets.", "Third."]
     rows = gpu.compare_devices({"strong": spec}, texts)
     assert rows[0]["ok"] and rows[0]["n"] == 3 and rows[0]["min"] > 0.99999  # same device: identical vectors
+    assert rows[0]["reference_dtype"] == "float32"  # read off the reference's loaded parameters
 
 
 def _finished_run(tmp_path: Path, llm_stats: dict, contexts_failed: int = 0) -> config.Config:

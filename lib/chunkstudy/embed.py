@@ -19,7 +19,12 @@
   0.985 (0.949), per-channel with reduced range (avx2) 0.973 (0.946), for 2.5-4x the speed. Vectors that move
   that much would change the study's rankings, so int8 is left out.
 * ``dtype`` (sentence-transformers and flag): ``auto`` (float16 on CUDA, float32 elsewhere), ``float32``,
-  ``float16`` or ``bfloat16``; the weights are cast after loading. :func:`resolve_dtype` says what ``auto`` becomes.
+  ``float16`` or ``bfloat16``; the weights are cast after loading, float32 included (transformers 5 loads a
+  checkpoint in its own precision, ``dtype="auto"``, so a float16 checkpoint would otherwise run a float32 CPU
+  reference in half precision), and :func:`check_loaded` asserts the loaded parameters' dtype and device.
+  :func:`resolve_dtype` says what ``auto`` becomes.
+* ``device`` is honoured by every local backend: sentence-transformers and its ONNX runtime (the execution
+  provider), and FlagEmbedding (``devices=``; without it FlagEmbedding takes every GPU it sees).
 * Queries of ``bge-*-en-v1.5`` models get the BGE instruction
   ``"Represent this sentence for searching relevant passages: "`` when ``query_instruction == "auto"``; passages
   never get an instruction.
@@ -108,6 +113,40 @@ def _torch_dtype(name: str):
     import torch
 
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def check_loaded(module: Any, dtype: str, device: str, where: str) -> str:
+    """Assert that a loaded torch module runs where and how the parameters say: every parameter in ``dtype`` and
+    on ``device``'s type (``cuda:1`` is checked as ``cuda``). Returns the dtype's name; raises :class:`EmbedError`
+    naming ``where`` otherwise (a float32 reference that came up in half precision, an encoder left on the CPU)."""
+    import torch
+
+    want, dev = _torch_dtype(dtype), torch.device(device).type
+    for name, prm in module.named_parameters():
+        if prm.dtype != want or prm.device.type != dev:
+            raise EmbedError(f"{where}: loaded parameter {name!r} is {str(prm.dtype).replace('torch.', '')} on "
+                             f"{prm.device}, expected {dtype} on {device}")
+    return dtype
+
+
+def flag_kwargs(cls: Any, device: str, dtype: str, where: str) -> dict:
+    """FlagEmbedding constructor arguments that pin the device and precision: ``devices=[device]`` (FlagEmbedding
+    >= 1.3; without it the library takes every GPU it sees, or the CPU, by itself) and ``use_fp16``."""
+    import inspect
+
+    if dtype == "bfloat16":
+        raise EmbedError(f"{where}.dtype: FlagEmbedding runs float16 or float32, not bfloat16")
+    if "devices" not in inspect.signature(cls.__init__).parameters:
+        raise EmbedError(f"{where}: this FlagEmbedding's {cls.__name__} has no devices argument, so it cannot be "
+                         f"held to device {device!r}; install FlagEmbedding>=1.3 (pip install 'chunkstudy[flag]')")
+    return {"use_fp16": dtype == "float16", "devices": [device]}
+
+
+def place_flag_model(model: Any, dtype: str, device: str, where: str) -> None:
+    """Move a FlagEmbedding model's torch module to ``device`` in ``dtype`` now (FlagEmbedding would do so at the
+    first encode) and check it (:func:`check_loaded`)."""
+    model.model.to(device=device, dtype=_torch_dtype(dtype))
+    check_loaded(model.model, dtype, device, where)
 
 
 def onnx_cache_root() -> Path:
@@ -235,8 +274,8 @@ class Embedder:
                                                       "file_name": ONNX_FILE})
             else:
                 m = SentenceTransformer(models.resolve(self.spec.model), device=self.device)
-                if self.dtype != "float32":
-                    m.to(_torch_dtype(self.dtype))
+                m.to(_torch_dtype(self.dtype))  # float32 too: the checkpoint's own precision is not the run's
+                check_loaded(m, self.dtype, self.device, f"embed.embedders.{self.key}")
             m.max_seq_length = self.max_seq_length
             self._model = m
         elif self.backend == "flag":
@@ -245,11 +284,11 @@ class Embedder:
             except ImportError as e:
                 raise EmbedError(f"embed.embedders.{self.key}: backend 'flag' needs FlagEmbedding "
                                  f"(pip install 'chunkstudy[flag]'): {e}") from None
-            if self.dtype == "bfloat16":
-                raise EmbedError(f"embed.embedders.{self.key}.dtype: FlagEmbedding runs float16 or float32, "
-                                 "not bfloat16")
+            where = f"embed.embedders.{self.key}"
             # the instruction is added here (encode), so FlagEmbedding gets none of its own
-            self._model = FlagModel(models.resolve(self.spec.model), use_fp16=self.dtype == "float16")
+            m = FlagModel(models.resolve(self.spec.model), **flag_kwargs(FlagModel, self.device, self.dtype, where))
+            place_flag_model(m, self.dtype, self.device, where)
+            self._model = m
         else:
             self._model = _OpenAIEmbeddings(self.spec, self.key)
         return self._model
@@ -270,6 +309,15 @@ class Embedder:
         else:
             v = m.encode(texts, batch_size=self.batch_size)
         return _normalise(v)
+
+    @property
+    def parameter_dtype(self) -> str | None:
+        """The dtype of the loaded torch parameters (``"float32"``, ...), loading the model if needed; None where no
+        torch module runs here (the openai backend, the ONNX runtime)."""
+        m = self._load()
+        module = getattr(m, "model", m) if self.backend == "flag" else m
+        first = next(module.parameters(), None) if hasattr(module, "parameters") and self.runtime == "torch" else None
+        return None if first is None else str(first.dtype).replace("torch.", "")
 
     @property
     def dim(self) -> int:

@@ -381,7 +381,8 @@ def require_cuda(cfg, torch_module=None) -> str | None:
     if not torch.cuda.is_available():
         raise CudaUnavailable(
             f"{cfg.path}: {', '.join(keys)} ask for CUDA, but torch {torch.__version__} sees no CUDA device (CUDA "
-            f"build: {torch.version.cuda}). On a GPU machine the core .venv's torch from PyPI is a CUDA build: check "
+            f"build: {torch.version.cuda}). On a GPU machine scripts/ensure_env.sh installs the CUDA build "
+            f"(constraints/gpu-lock.txt) when `nvidia-smi -L` lists the GPU, or with CHUNKSTUDY_TORCH=cuda: check "
             f"nvidia-smi and the driver (README, 'GPUs and vLLM'); or set these devices to cpu.")
     return torch.cuda.get_device_name(0)
 
@@ -544,17 +545,20 @@ def reference_spec(spec: Any) -> Any:
 def compare_devices(specs: Mapping[str, Mapping], texts: Sequence[str],
                     threshold: float = MIN_DEVICE_COSINE) -> list[dict]:
     """For each embedder spec, embed ``texts`` as configured and with :func:`reference_spec`, and compare row by
-    row: ``[{"embedder", "device", "dtype", "n", "min", "mean", "ok"}]`` (``ok``: min cosine >= threshold)."""
+    row: ``[{"embedder", "device", "dtype", "reference_dtype", "n", "min", "mean", "ok"}]`` (``ok``: min cosine >=
+    threshold and the reference's loaded parameters are float32, ``reference_dtype``)."""
     from . import embed
 
     rows = []
     for key, spec in specs.items():
         got = embed.load_embedder(spec, key).encode(list(texts), "passage")
-        ref = embed.load_embedder(reference_spec(spec), key).encode(list(texts), "passage")
+        reference = embed.load_embedder(reference_spec(spec), key)
+        ref = reference.encode(list(texts), "passage")
+        ref_dtype = reference.parameter_dtype
         agree = cosine_agreement(got, ref)
         spec = config.record("embed.embedders.*", spec)
-        rows.append({"embedder": key, "device": spec.device, "dtype": spec.dtype,
-                     **agree, "ok": bool(agree["min"] >= threshold)})
+        rows.append({"embedder": key, "device": spec.device, "dtype": spec.dtype, "reference_dtype": ref_dtype,
+                     **agree, "ok": bool(agree["min"] >= threshold and ref_dtype in ("float32", None))})
     return rows
 
 

@@ -825,19 +825,6 @@ def prompt_tokens_upper(messages: Sequence[dict]) -> int:
 
 
 @dataclass
-class _Outcome:
-    """What :meth:`Client._call_with_retries` ends with (see :class:`Response`); ``calls`` = backend calls made."""
-
-    text: str | None
-    error: str | None
-    seconds: float
-    calls: int
-    finish_reason: str | None = None
-    cuts: int = 0
-    max_tokens: int | None = None
-
-
-@dataclass
 class Client:
     """Cached, retrying, concurrent access to one backend. Build it with :func:`make_client`; the fields mirror
     the ``llm`` parameters (module docstring; ``max_tokens`` is ``llm.max_reply_tokens``) and have no defaults
@@ -892,12 +879,12 @@ class Client:
     def key(self, r: Request) -> str:
         return cache_key(self.backend.name, self.backend.model, self.resolve(r))
 
-    def _record(self, key: str, call: Call, o: _Outcome) -> dict:
+    def _record(self, key: str, call: Call, r: Response, calls: int) -> dict:
         return {"key": key, "backend": self.backend.name, "model": self.backend.model,
                 "prompt_hash": prompt_hash(call.messages), "params": {k: v for k, v in call.key_fields().items()
                                                                       if k != "messages"},
-                "tag": call.tag, "text": o.text, "seconds": o.seconds, "attempts": o.calls,
-                "finish_reason": o.finish_reason, "cuts": o.cuts, "max_tokens_used": o.max_tokens,
+                "tag": call.tag, "text": r.text, "seconds": r.seconds, "attempts": calls,
+                "finish_reason": r.finish_reason, "cuts": r.cuts, "max_tokens_used": r.max_tokens_used,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
     def reply_room(self, call: Call) -> int:
@@ -945,12 +932,18 @@ class Client:
                                       f"unreachable (llm.breaker_failures = {self.breaker_failures})")
                 self._abort.set()
 
-    def _call_with_retries(self, call: Call, first: Any = None, first_seconds: float = 0.0) -> _Outcome:
+    def _call_with_retries(self, call: Call, first: Any = None, first_seconds: float = 0.0
+                           ) -> tuple[Response, int]:
         """Call the backend until a finished reply, a permanent error, ``max_retries`` failed attempts or a cut
-        reply with no larger budget left (module docstring). ``first`` is a reply (or exception) already obtained
-        for the call's first attempt (a native batch's), taking ``first_seconds``. Only :class:`LLMError` is a
-        failed attempt; any other exception propagates. Raises :class:`_Aborted` when the batch is stopping."""
+        reply with no larger budget left (module docstring); returns the outcome and the backend calls made.
+        ``first`` is a reply (or exception) already obtained for the call's first attempt (a native batch's),
+        taking ``first_seconds``. Only :class:`LLMError` is a failed attempt; any other exception propagates.
+        Raises :class:`_Aborted` when the batch is stopping."""
         err, attempt, cuts, calls = None, 0, 0, 0
+
+        def failed(error: str, seconds: float = 0.0, finish: str | None = None) -> tuple[Response, int]:
+            return Response("", False, error, seconds, self.backend.model, finish, cuts), calls
+
         while True:
             if self._abort.is_set():
                 raise _Aborted()
@@ -974,20 +967,20 @@ class Client:
                         self.stats["cut_replies"] += 1
                     grown, why = self._grown(call, cuts)
                     if grown is None:
-                        return _Outcome(None, f"LengthCut: the reply stopped at max_tokens {call.max_tokens} "
-                                              f"(finish_reason 'length', {cuts} cut repl{'y' if cuts == 1 else 'ies'}"
-                                              f" in all); {why}", time.perf_counter() - t0, calls, "length", cuts)
+                        return failed(f"LengthCut: the reply stopped at max_tokens {call.max_tokens} (finish_reason "
+                                      f"'length', {cuts} cut repl{'y' if cuts == 1 else 'ies'} in all); {why}",
+                                      time.perf_counter() - t0, "length")
                     call = grown
                     continue  # asked again at once: not a failed attempt
                 if comp.text is None or not comp.text.strip():
                     raise EmptyReply(f"empty reply ({comp.text!r}, finish_reason {comp.finish_reason!r}) from "
                                      f"{self.backend.name} model {self.backend.model!r}")
                 self._transport(True)
-                return _Outcome(comp.text, None, time.perf_counter() - t0, calls, comp.finish_reason, cuts,
-                                call.max_tokens)
+                return Response(comp.text, False, None, time.perf_counter() - t0, self.backend.model,
+                                comp.finish_reason, cuts, call.max_tokens), calls
             except PermanentError as e:
                 self._transport(True)
-                return _Outcome(None, f"{type(e).__name__}: {e}", time.perf_counter() - t0, calls, cuts=cuts)
+                return failed(f"{type(e).__name__}: {e}", time.perf_counter() - t0)
             except (TransportError, ServerError) as e:
                 err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
                 self._transport(False, err)
@@ -1004,7 +997,7 @@ class Client:
                 err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
                 self._transport(True)
             if attempt >= self.max_retries:
-                return _Outcome(None, err, 0.0, calls, cuts=cuts)
+                return failed(err)
             attempt += 1
             with self._lock:
                 self.stats["retries"] += 1
@@ -1047,19 +1040,18 @@ class Client:
 
         bar = progress.bar(len(todo), f"{desc or 'model calls'} ({len(keys) - len(todo)} cached)", unit="call")
 
-        def finish(k: str, o: _Outcome) -> None:
-            if o.error is None:
-                self.cache.put(self._record(k, todo[k], o))
+        def finish(k: str, r: Response, calls: int) -> None:
+            if r.error is None:
+                self.cache.put(self._record(k, todo[k], r, calls))
                 self.stats["called"] += 1
-                self.stats["cut_resolved"] += bool(o.cuts)
+                self.stats["cut_resolved"] += bool(r.cuts)
             else:
                 self.stats["failed"] += 1
-                self.stats["cut_failed"] += o.error.startswith("LengthCut")
-                if len(self.errors) < 5 and o.error not in self.errors:
-                    self.errors.append(o.error)
+                self.stats["cut_failed"] += r.error.startswith("LengthCut")
+                if len(self.errors) < 5 and r.error not in self.errors:
+                    self.errors.append(r.error)
                 bar.set_postfix(failed=self.stats["failed"], refresh=False)
-            out[k] = Response(o.text or "", False, o.error, o.seconds, self.backend.model, o.finish_reason, o.cuts,
-                              o.max_tokens)
+            out[k] = r
             bar.update(1)
 
         items = list(todo.items())
@@ -1135,7 +1127,7 @@ class Client:
                             bug = bug or e
                             self._abort.set()
                             continue
-                        finish(k, res)
+                        finish(k, *res)
             except BaseException:
                 self._abort.set()  # interrupted: in-flight calls finish, the rest are not attempted
                 raise
@@ -1154,12 +1146,11 @@ class Client:
             per = (time.perf_counter() - t0) / max(1, len(part))
             for (k, c), r in zip(part, res):
                 try:
-                    o = self._call_with_retries(c, first=LLMError("no reply") if r is None else r,
-                                                first_seconds=per)
+                    resp, calls = self._call_with_retries(c, first=LLMError("no reply") if r is None else r,
+                                                          first_seconds=per)
                 except _Aborted:
                     return
-                o.calls += 1  # the batch's call
-                finish(k, o)
+                finish(k, resp, calls + 1)  # and the batch's call
 
     # ---- server metrics
 

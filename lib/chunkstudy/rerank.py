@@ -31,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 from . import config, models, progress
-from .embed import ONNX_FILE, _onnx_provider, _torch_dtype, onnx_model_dir, resolve_dtype
+from .embed import (ONNX_FILE, _onnx_provider, _torch_dtype, check_loaded, flag_kwargs, onnx_model_dir,
+                    place_flag_model, resolve_dtype)
 
 
 class ScoreStore:
@@ -106,9 +107,10 @@ class Reranker:
             except ImportError:
                 raise ImportError(f"reranker {self.key!r}: backend 'flag' needs FlagEmbedding "
                                   "(pip install 'chunkstudy[flag]'), or use backend: cross-encoder") from None
-            if self.dtype == "bfloat16":
-                raise ValueError(f"retrieve.rerankers.{self.key}.dtype: FlagEmbedding runs float16 or float32")
-            self._model = FlagReranker(path, use_fp16=self.dtype == "float16")
+            where = f"retrieve.rerankers.{self.key}"
+            m = FlagReranker(path, **flag_kwargs(FlagReranker, spec.device, self.dtype, where))
+            place_flag_model(m, self.dtype, spec.device, where)
+            self._model = m
             return
         from sentence_transformers import CrossEncoder
 
@@ -122,8 +124,8 @@ class Reranker:
                                        model_kwargs={"provider": _onnx_provider(device), "file_name": ONNX_FILE})
             return
         self._model = self._torch_model(path, max_length, device)
-        if self.dtype != "float32":
-            self._model.to(_torch_dtype(self.dtype))
+        self._model.to(_torch_dtype(self.dtype))  # float32 too: the checkpoint's own precision is not the run's
+        check_loaded(self._model, self.dtype, device, f"retrieve.rerankers.{self.key}")
 
     def _torch_model(self, path: str, max_length: int, device: str):
         import torch

@@ -41,8 +41,9 @@ Policies (stated, and recorded in the log):
   available to the client) plus a 512-token allowance for the instructions. The paper's model sees "the
   document's paragraphs"; with its 131k-token context every Wikipedia-FA article and QASPER paper fits.
 * **Long documents.** Only a document whose prompt and budget do not fit is cut into consecutive windows of
-  whole paragraphs that fit, each with the budget of its own paragraphs (:func:`window_plan`); ``induce.window_paragraphs`` (default null: "as the context allows") additionally caps
-  the paragraphs per call when set. Each window is induced as a document of its own (numbered from 0, corrected
+  whole paragraphs that fit, each with the budget of its own paragraphs (:func:`window_plan`);
+  ``induce.window_paragraphs`` (default null: "as the context allows") additionally caps the paragraphs per call
+  when set. Each window is induced as a document of its own (numbered from 0, corrected
   and repaired on its own); the windows' outlines are concatenated, so every window starts a level-1 section
   (which is why windows are a last resort: they move the A2/A3/P/A4 boundaries and routing sections of exactly
   the longest documents). The log records the window count (``n_windows``), :func:`induction_stats` the
@@ -99,7 +100,7 @@ __all__ = [
     "LOG_COLUMNS", "InductionError", "OUTPUT_SCHEMA", "PROMPT", "CORRECTION", "PROMPT_ALLOWANCE_TOKENS",
     "CHARS_PER_TOKEN", "OUTLINE_CHARS_PER_TOKEN", "parse_reply", "type_violations", "schema_bound",
     "outline_violations", "repair", "is_valid_outline", "windows_for", "build_messages", "reply_budget",
-    "prompt_tokens", "window_plan", "outline_reply", "reply_plan", "gap_scores", "depth_scores", "texttiling_boundaries", "titled_outline",
-    "InduceParams", "induce_structure", "span_identity", "induction_stats", "outline_view", "outlines_side_by_side",
+    "prompt_tokens", "window_plan", "outline_reply", "reply_plan", "gap_scores", "depth_scores",
+    "texttiling_boundaries", "titled_outline", "InduceParams", "induce_structure", "span_identity", "induction_stats", "outline_view", "outlines_side_by_side",
     "model_note",
 ]

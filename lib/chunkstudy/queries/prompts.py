@@ -72,6 +72,18 @@ def paraphrase_messages(query: str) -> list[dict]:
 _LABEL = re.compile(r"^\s*(?:[-*•]\s*|\d+[.)]\s*)?(?:query|question|paraphrase|q)\s*[:：]\s*", re.I)
 
 
+def _json_query(reply: str) -> str | None:
+    """The string ``query`` of the first JSON object in ``reply`` that has one (the shape of :data:`QUERY_SCHEMA`)."""
+    for m in re.finditer(r"\{.*?\}", reply, flags=re.S):
+        try:
+            obj = json.loads(m.group())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("query"), str):
+            return obj["query"]
+    return None
+
+
 def parse_query(reply: str) -> str | None:
     """The query in a model reply, or ``None`` when the reply holds no usable query (< 3 words).
 
@@ -80,15 +92,7 @@ def parse_query(reply: str) -> str | None:
     """
     if not isinstance(reply, str):
         return None
-    text = None
-    for m in re.finditer(r"\{.*?\}", reply, flags=re.S):
-        try:
-            obj = json.loads(m.group())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("query"), str):
-            text = obj["query"]
-            break
+    text = _json_query(reply)
     if text is None:
         lines = [ln for ln in reply.splitlines() if ln.strip() and not ln.strip().startswith(("{", "}", "```"))]
         text = _LABEL.sub("", lines[0]) if lines else ""
@@ -100,14 +104,8 @@ def reply_shape(reply: str) -> str:
     """How a reply met :data:`QUERY_SCHEMA`: ``"schema"`` (a JSON object whose ``query`` is a string, the shape
     asked for), ``"lenient"`` (not that shape, but :func:`parse_query` reads a usable query from it) or
     ``"never"``."""
-    if isinstance(reply, str):
-        for m in re.finditer(r"\{.*?\}", reply, flags=re.S):
-            try:
-                obj = json.loads(m.group())
-            except json.JSONDecodeError:
-                continue
-            if isinstance(obj, dict) and isinstance(obj.get("query"), str):
-                return "schema"
+    if isinstance(reply, str) and _json_query(reply) is not None:
+        return "schema"
     return "lenient" if parse_query(reply) is not None else "never"
 
 
