@@ -132,7 +132,7 @@ def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
 
 
 def vllm_cpu_problem(serve_python: str | Path, cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None,
-                     timeout_s: float = 900.0) -> tuple[str | None, str]:
+                     probe_seconds: float = 900.0) -> tuple[str | None, str]:
     """Why vllm-cpu cannot serve on this machine, detected before any server starts: ``(reason, detail)``, the
     reason ``None`` when it can (the detail then says which kernels loaded).
 
@@ -157,9 +157,9 @@ def vllm_cpu_problem(serve_python: str | Path, cpuinfo: str | Path = "/proc/cpui
         return (f"no CPU serving environment ({py} is missing): scripts/serve_llm.sh --cpu makes it "
                 f"(.venv-serve-cpu, about 3.4 GB)", "")
     try:
-        r = subprocess.run([str(py), "-c", VLLM_CPU_PROBE], capture_output=True, text=True, timeout=timeout_s)
+        r = subprocess.run([str(py), "-c", VLLM_CPU_PROBE], capture_output=True, text=True, timeout=probe_seconds)
     except subprocess.TimeoutExpired:
-        return (f"importing vLLM in {py} took more than {timeout_s:g} s", "")
+        return (f"importing vLLM in {py} took more than {probe_seconds:g} s", "")
     tail = "\n".join((r.stderr or "").strip().splitlines()[-8:])
     if r.returncode < 0:
         sig = signal.Signals(-r.returncode).name
