@@ -377,7 +377,14 @@ SCHEMA: dict[str, Any] = {
         "budget_partial": P("truncate", (str,), ("truncate", "skip", "stop")),
     },
     "stats": {
-        "n_boot": P(10000, (int,), ge=1),
+        "n_boot": P(10000, (int,), ge=1,
+                    doc="cluster-bootstrap resamples (the paper: 10,000); below 1,000 (stats.MIN_BOOT) a run writes "
+                        "its numbers but marks nothing significant and the report prints no CI, p or star"),
+        "min_docs": P(10, (int,), ge=2,
+                      doc="fewest documents (the bootstrap's resampled clusters) a contrast needs for inference; "
+                          "below it the report prints no CI, p or star and says why. At 10 documents the "
+                          "percentile cluster bootstrap already rejects a true null at alpha 0.05 about 7% of the "
+                          "time; with fewer its size grows fast (README, 'Statistics')"),
         "seed": P(20260710, (int,)),
         "alpha": P(0.05, (float,), gt=0, lt=1),
         "primary_metric": P("cov-nDCG@10", (str,)),
