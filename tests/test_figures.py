@@ -462,7 +462,7 @@ def test_table1_prints_no_inference_below_the_thresholds(run):
     assert not t.display["Holm p"].str.contains(r"\*").any()
     assert t.display["\u0394"].iat[0] != tables.NO_INFERENCE     # the estimate is still shown, as description
     notes = " ".join(t.notes)
-    assert "4 documents, fewer than stats.min_docs = 10" in notes and "stats.n_boot = 300" in notes
+    assert "4 documents, fewer than stats.min_docs = 20" in notes and "stats.n_boot = 300" in notes
     # enough documents and resamples: the same table prints CIs, p and stars as before
     scores, queries = stats.simulate_scores(30, 120, {"A3": 0.1, "A1": 0.0, "P": 0.0, "G3": 0.1, "A4": 0.1},
                                             seed=3)

@@ -121,7 +121,7 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     # 4 documents and 300 resamples: inference is not possible, said first (after any placebo warning)
     inference = report.inference_warnings(synthetic["contrasts"], cfg["stats"])
     placebo = report.placebo_warnings(tables.placebo_marks(synthetic["placebo_buckets"], cfg["stats"]["contrasts"]))
-    assert len(inference) == 1 and "rest on 4 documents, fewer than stats.min_docs = 10" in inference[0]
+    assert len(inference) == 1 and "rest on 4 documents, fewer than stats.min_docs = 20" in inference[0]
     assert b.warnings == placebo + inference + report.model_warnings(cfg.data) + size and len(size) == 1
     assert text.count("**WARNING:**") == len(b.warnings) >= 5
     assert "## Confirmatory" in text and "## Exploratory" in text and "fig1_mechanisms.png" in text
@@ -204,7 +204,7 @@ def test_report_states_the_inference_thresholds_and_says_why_none_is_printed(tmp
     _store(cfg, synthetic)
     b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     text = report.render(b, cfg.data)
-    thresholds = ("at least 10 documents (stats.min_docs) with at least 1,000 bootstrap resamples (this run: "
+    thresholds = ("at least 20 documents (stats.min_docs) with at least 1,000 bootstrap resamples (this run: "
                   "300)")  # the resamples 07 recorded, not the params file's
     confirmatory = text[text.index("## Confirmatory"):text.index("### Table 1")]
     assert thresholds in confirmatory and "min(1, 2·(1 + k)/(B + 1))" in confirmatory

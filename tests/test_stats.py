@@ -142,7 +142,7 @@ def test_significance_needs_enough_documents_and_resamples():
     few = stats.contrasts_table(*stats.simulate_scores(3, 30, effects, seed=1), {**PARAMS, "n_boot": 2000},
                                 "strong", "sim")
     assert not few["inference"].any() and not few["reject_holm"].any()
-    assert few["p"].notna().all() and (few["note"] == "no inference: 3 documents, fewer than stats.min_docs = 10").all()
+    assert few["p"].notna().all() and (few["note"] == "no inference: 3 documents, fewer than stats.min_docs = 20").all()
     many = stats.contrasts_table(*stats.simulate_scores(40, 120, effects, seed=1), {**PARAMS, "n_boot": 500},
                                  "strong", "sim")
     assert not many["reject_holm"].any() and (many["p"] < 0.05).sum() >= 2
@@ -153,7 +153,7 @@ def test_significance_needs_enough_documents_and_resamples():
     assert stats.inference_problem(9, 1000, 10) and not stats.inference_problem(10, 1000, 10)
     for table in (stats.per_type, stats.dose_response):
         t = table(*stats.simulate_scores(3, 30, EFFECTS, seed=1), {**PARAMS, "n_boot": 2000}, "strong", "sim")
-        assert not t["inference"].any() and t["note"].str.contains("fewer than stats.min_docs = 10").all()
+        assert not t["inference"].any() and t["note"].str.contains("fewer than stats.min_docs = 20").all()
 
 
 def test_clustering_widens_the_interval():

@@ -36,9 +36,9 @@ class Table:
         return to_latex(self.display, caption=self.title, label=f"tab:{self.name}", notes=self.notes)
 
 
-#: Characters that could start Markdown inline markup (emphasis, code, links and images, entities, GitHub's
-#: strikethrough and math) or end a pipe-table cell: each is backslash-escaped in text from a run.
-_MD_SPECIAL = re.compile(r"([\\`*\[\]|&~$])")
+#: Characters that could start Markdown inline markup (emphasis, code, links and images — a "]" opens nothing —,
+#: entities, GitHub's strikethrough and math) or end a pipe-table cell: each is backslash-escaped in text from a run.
+_MD_SPECIAL = re.compile(r"([\\`*\[|&~$])")
 #: "<" only where it could open an HTML tag or an autolink ("< 0.001" stays as it is).
 _MD_ANGLE = re.compile(r"<(?=[A-Za-z/!?])")
 #: A run of underscores; one between two letters or digits (``07_stats``) cannot open or close emphasis
