@@ -132,7 +132,7 @@ def _a1_in_run(p: Mapping[str, Any]) -> bool:
 
 #: The pipeline, in run order.
 STAGES: tuple[Stage, ...] = (
-    Stage("01_corpus", ("corpus",), (), (
+    Stage("01_corpus", ("corpus", "queries.source"), (), (
         Table("documents", {"doc_id": S, "title": S, "text": S, "source": S},
               "one row per document; text = body paragraphs joined by the separator"),
         Table("paragraphs", {"doc_id": S, "para_idx": I, "start": I, "end": I}),

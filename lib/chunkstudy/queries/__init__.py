@@ -63,13 +63,13 @@ from .harvest import (
     HARVEST_STEPS, from_harvested,
 )
 from .stage import (
-    build_queries, by_type, inputs_overview, client_for, funnel_facts, capability_note, examples,
+    QueriesError, build_queries, by_type, inputs_overview, client_for, funnel_facts, capability_note, examples,
 )
 
 __all__ = [
     "QTYPES", "QUERY_COLUMNS", "FUNNEL_COLUMNS", "SAMPLE_COLUMNS", "sentence_spans", "top_level_sections",
     "sentence_runs", "sample_doc_spans", "sample_spans", "QUERY_SCHEMA", "SYSTEM", "RULES", "PROMPTS", "PARAPHRASE",
     "template_hash", "generation_messages", "paraphrase_messages", "parse_query", "names_title", "GEN_STEPS",
-    "generate", "balance", "pick_docs", "from_generated", "HARVEST_STEPS", "from_harvested", "build_queries",
+    "generate", "balance", "pick_docs", "from_generated", "HARVEST_STEPS", "from_harvested", "QueriesError", "build_queries",
     "by_type", "inputs_overview", "client_for", "funnel_facts", "capability_note", "examples",
 ]
