@@ -241,6 +241,8 @@ def test_anchors_apply_the_same_way_stated_or_inherited(tmp_path):
     ({"chunking": {"conditions": ["A0", "A3"]}}, "stats.contrasts"),  # C1 needs A1
     ({"queries": {"bm25_condition": "A0"}}, "queries.bm25_condition"),
     ({"embed": {"embedders": {"strong": {"model": "m", "batch_size": 0}}}}, "embed.embedders.strong.batch_size"),
+    # issue 22: with the Monte-Carlo-correct p, 2·4/(B + 1) < 0.05 needs B >= 160, else power reads 0 everywhere
+    ({"stats": {"power_n_boot": 159}}, "stats.power_n_boot"),
 ])
 def test_bad_values_fail_at_load_naming_file_and_key(tmp_path, over, key):
     """Today these loaded and failed (or silently produced 0 confirmatory rows) stages later."""

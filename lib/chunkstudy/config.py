@@ -522,6 +522,19 @@ def _contrasts(d: dict) -> str | None:
     return None
 
 
+def _power_can_reject(d: dict) -> str | None:
+    """The power simulation's Monte Carlo p is at least 2/(B + 1) (:func:`chunkstudy.stats.mc_p_two_sided`), so
+    the smallest Holm-adjusted p over m contrasts is 2m/(B + 1): below ``2m/alpha - 1`` resamples no simulated
+    study can reject and every power would read 0."""
+    st = d["stats"]
+    m, b, alpha = max(1, len(st["contrasts"])), st["power_n_boot"], st["alpha"]
+    if 2 * m / (b + 1) < alpha:
+        return None
+    need = math.floor(2 * m / alpha)  # the smallest B with 2m/(B + 1) < alpha
+    return (f"{b} resamples cannot reject anything: the smallest Holm-adjusted p over {m} contrasts is "
+            f"2·{m}/({b} + 1) = {2 * m / (b + 1):.3g}, not below stats.alpha {alpha:g}; use at least {need}")
+
+
 #: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
 RULES: tuple[Rule, ...] = (
     less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
@@ -533,6 +546,7 @@ RULES: tuple[Rule, ...] = (
            lambda d: ["none", *d["retrieve"]["rerankers"]]),
     one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
     Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions"),
+    Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
 )
 
 
