@@ -416,6 +416,12 @@ def test_a_symlink_out_of_the_folder_is_skipped_with_a_warning_never_read(tmp_pa
     # named in corpus.sources, a link out of the folder is refused, as any path out of it is
     with pytest.raises(build.CorpusInputError, match="passwd.md is not inside|s.md is not inside"):
         build.build_corpus(_params(tmp_path, f, sources=["passwd.md"]))
+    # so is a questions.jsonl that links out of the folder
+    (f / "questions.jsonl").unlink()
+    (f / "questions.jsonl").symlink_to(secret / "s.md")
+    with pytest.raises(build.CorpusInputError, match=r"questions.jsonl: .*s.md is not inside"):
+        build.build_corpus(cfg)
+    assert "questions.jsonl" not in {r for r, _ in build.source_files(cfg)}
 
 
 def test_deep_nesting_drops_nothing():

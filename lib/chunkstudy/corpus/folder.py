@@ -146,7 +146,9 @@ def source_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tu
     except CorpusInputError:
         docs = []  # a file named outside the folder: never read; the stage itself stops on it
     folder = cfg.resolve(cfg["corpus"]["mirror"])
-    return [(f"{kind}:file", p) for _, p in docs] + [(QUESTIONS_FILE, folder / QUESTIONS_FILE)]
+    questions = folder / QUESTIONS_FILE
+    inside = not questions.exists() or folder.resolve() in questions.resolve().parents
+    return [(f"{kind}:file", p) for _, p in docs] + ([(QUESTIONS_FILE, questions)] if inside else [])
 
 
 def doc_id_of(rel: str) -> str:
@@ -281,6 +283,8 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
         + [{"step": f"dropped: {label}", "count": int(dropped[k])} for k, label in drop_labels.items()])
 
     qpath = folder / QUESTIONS_FILE
+    if qpath.is_file():  # a link to a file outside the folder is refused, as a document's would be skipped
+        qpath = mirror_file(folder, QUESTIONS_FILE, QUESTIONS_FILE, kind)
     questions, skipped = read_questions(qpath, documents.get("doc_id", []), warnings) if qpath.is_file() else ([], 0)
     harvested, counts = harvest_questions(questions, documents, paragraphs, sections, c["fuzzy_threshold"],
                                           warnings, where=QUESTIONS_FILE)

@@ -472,7 +472,11 @@ def page_document(page: dict, drop_sections: Iterable[str]) -> tuple[dict, pd.Da
     """
     doc_id = page.get("doc_id") or f"wiki:{page['page_id'] or page['title']}"
     builder = DocumentBuilder(doc_id, page["title"])
-    report = normalise(page["wikitext"], builder, drop_sections)
+    try:
+        report = normalise(page["wikitext"], builder, drop_sections)
+    except RecursionError:  # markup nested deeper than the parser's recursion allows: name the page
+        raise CorpusInputError(f"{page.get('source') or 'page'}: {page['title']!r} ({doc_id}): nested too deeply "
+                               "to parse (RecursionError in the wikitext parser)") from None
     cats = page.get("categories")
     if cats is None:
         cats = page_categories(page["wikitext"])
