@@ -188,10 +188,10 @@ def model_warnings(params: Mapping) -> list[str]:
     return w
 
 
-def inference_thresholds(stats_params: Mapping, n_boot: Any = None) -> str:
-    """The sentence that states when the report prints inference (CIs, p-values, stars); ``n_boot``: the
-    resamples 07 recorded with its contrasts (else ``stats.n_boot``)."""
-    n_boot = int(stats_params["n_boot"] if n_boot is None or pd.isna(n_boot) else n_boot)
+def inference_thresholds(stats_params: Mapping, resamples: Any = None) -> str:
+    """The sentence that states when the report prints inference (CIs, p-values, stars); ``resamples``: the
+    resamples 07 recorded with its contrasts (None: ``stats.n_boot``)."""
+    n_boot = int(stats_params["n_boot"] if resamples is None or pd.isna(resamples) else resamples)
     return (f"CIs, p-values and significance stars are printed only for a contrast over at least "
             f"{int(stats_params['min_docs']):,} documents (stats.min_docs) with at least {stats.MIN_BOOT:,} bootstrap "
             f"resamples (this run: {n_boot:,}); the bootstrap p is Monte-Carlo-correct, "
