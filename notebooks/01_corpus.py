@@ -21,7 +21,8 @@
 # for Wikipedia), `corpus_funnel` and `stats.json`.
 #
 # Documents are built paragraph by paragraph with exact offsets; every gold structure is verified mechanically
-# (tiling, offsets against the paragraph table, legal levels) and the stage fails if any document violates it.
+# (tiling, offsets against the paragraph table, legal levels) and the stage fails if any document violates it. With
+# `queries.source: harvested` it also fails when no question is usable (03 would have nothing to ask).
 
 # %% tags=["parameters"]
 params_file = "params/demo.yaml"
@@ -33,6 +34,7 @@ from chunkstudy.corpus import build
 cfg = config.load(params_file)
 out = build.build_corpus(cfg)
 build.require_verified(out)
+build.require_questions(cfg, out, cfg["queries"]["source"])
 out["documents"][["doc_id", "title", "source", "n_words"]].describe(include="all")
 
 # %% [markdown]

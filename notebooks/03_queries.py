@@ -52,7 +52,7 @@ queries.inputs_overview(cfg.corpus, qp["source"], documents, harvested)
 
 # %%
 client = queries.client_for(qp["source"], cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
-result = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp, client=client)
+result = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp, client=client, where=cfg.corpus)
 query_table = result["queries"]
 artifacts.write(cfg, "queries", query_table)
 artifacts.write(cfg, "query_funnel", result["funnel"])

@@ -241,6 +241,8 @@ def test_anchors_apply_the_same_way_stated_or_inherited(tmp_path):
     ({"chunking": {"conditions": ["A0", "A3"]}}, "stats.contrasts"),  # C1 needs A1
     ({"queries": {"bm25_condition": "A0"}}, "queries.bm25_condition"),
     ({"embed": {"embedders": {"strong": {"model": "m", "batch_size": 0}}}}, "embed.embedders.strong.batch_size"),
+    # issue 22: with the Monte-Carlo-correct p, 2·4/(B + 1) < 0.05 needs B >= 160, else power reads 0 everywhere
+    ({"stats": {"power_n_boot": 159}}, "stats.power_n_boot"),
 ])
 def test_bad_values_fail_at_load_naming_file_and_key(tmp_path, over, key):
     """Today these loaded and failed (or silently produced 0 confirmatory rows) stages later."""
@@ -248,6 +250,63 @@ def test_bad_values_fail_at_load_naming_file_and_key(tmp_path, over, key):
     p.write_text(yaml.safe_dump({"base": str(ROOT / "params" / "demo.yaml"), **over}))
     with pytest.raises(config.ConfigError, match=f"^{re.escape(str(p))}: {re.escape(key)}: "):
         config.load(p, root=tmp_path)
+
+
+@pytest.mark.parametrize("text,key", [
+    # the probe: ".nan" passed every range check; fuzzy_threshold: .nan silently switched fuzzy matching off
+    ("corpus:\n  fuzzy_threshold: .nan\n", "corpus.fuzzy_threshold"),
+    ("stats:\n  alpha: .NaN\n", "stats.alpha"),
+    ("metrics:\n  span_frac: .inf\n", "metrics.span_frac"),
+    ("llm:\n  timeout_s: .inf\n", "llm.timeout_s"),
+    ("llm:\n  temperature: -.inf\n", "llm.temperature"),
+    ("induce:\n  texttiling_depth_cutoff: .nan\n", "induce.texttiling_depth_cutoff"),  # no range at all
+    ("metrics:\n  budgets: [512, .nan]\n", "metrics.budgets"),
+    ("llm:\n  vllm_engine: {gpu_memory_utilization: .nan}\n", "llm.vllm_engine"),
+])
+def test_nan_and_infinity_are_refused_naming_file_and_key(tmp_path, text, key):
+    p = tmp_path / "nan.yaml"
+    p.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\n{text}")
+    with pytest.raises(config.ConfigError, match=f"^{re.escape(str(p))}: {re.escape(key)}: .*not a finite number"):
+        config.load(p, root=tmp_path)
+    with pytest.raises(config.ConfigError, match="not a finite number"):
+        config.record("stats", {"alpha": float("nan")})
+
+
+@pytest.mark.parametrize("base", ["[a.yaml]", "12", "true", "{x: 1}", "''"])
+def test_base_that_is_not_a_file_name_names_file_and_key(tmp_path, base):
+    # the probe: base: [a.yaml] or base: 12 gave a TypeError
+    p = tmp_path / "b.yaml"
+    p.write_text(f"base: {base}\nstats:\n  n_boot: 100\n")
+    with pytest.raises(config.ConfigError, match=rf"^{re.escape(str(p))}: base: expected the name of a parameter "
+                                                 r"file \(a string\)"):
+        config.load(p, root=tmp_path)
+
+
+def _alias_bomb(depth: int) -> str:
+    """A billion-laughs document inside a free-form mapping that validates (llm.vllm_engine): level i is a list
+    of ten aliases of level i - 1, so level ``depth`` expands to 10^(depth + 1) scalars."""
+    lines = ["llm:", "  vllm_engine:", "    a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, depth + 1):
+        lines.append(f"    a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_at_its_first_alias(tmp_path):
+    # the probe: the duplicate-key scan walked every expansion of a bomb (52 s at depth 8, x10 per level).
+    # Aliases are refused structurally, from the parser's events, at the first one and before anything is
+    # composed or expanded: the error names line 4, the first alias of the depth-9 bomb (10^10 scalars).
+    p = tmp_path / "bomb.yaml"
+    p.write_text(_alias_bomb(9))
+    with pytest.raises(config.ConfigError, match=rf"^{re.escape(str(p))}: line 4: YAML aliases \(\*a0\) are not "
+                                                 r"allowed"):
+        config.load(p, root=tmp_path)
+    # so is one harmless alias, and a merge key (an alias too)
+    p.write_text("stats: &s\n  n_boot: 100\nmetrics:\n  <<: *s\n")
+    with pytest.raises(config.ConfigError, match=r"line 4: YAML aliases \(\*s\) are not allowed"):
+        config.load(p, root=tmp_path)
+    # an anchor alone is harmless and stays allowed
+    p.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\nstats: &s\n  n_boot: 100\n")
+    assert config.load(p, root=tmp_path)["stats"]["n_boot"] == 100
 
 
 def test_consistent_changes_load(tmp_path):

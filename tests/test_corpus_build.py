@@ -87,6 +87,18 @@ def test_demo_files_must_stay_inside_their_mirror(tmp_path):
     with pytest.raises(build.CorpusInputError, match=r"secret.wiki is not inside .*raw.*inside corpus.mirror"):
         build.build_corpus(cfg)
     assert "secret.wiki" not in str(build.source_files(cfg))  # never fingerprinted (read) either
+    # issue 22: so are the mirror's own files when they are links out of it, and a document file that is one
+    docs.write_text(docs.read_text().replace("file: ../secret.wiki", "file: link.wiki"))
+    (tmp_path / "raw" / "link.wiki").symlink_to(tmp_path / "secret.wiki")
+    with pytest.raises(build.CorpusInputError, match=r"secret.wiki is not inside"):
+        build.build_corpus(cfg)
+    (tmp_path / "raw" / "link.wiki").unlink()
+    (tmp_path / "outside.yaml").write_text("- {query_id: q9, doc_id: d1, question: Q?, evidence: [x]}\n")
+    (tmp_path / "raw" / "questions.yaml").unlink()
+    (tmp_path / "raw" / "questions.yaml").symlink_to(tmp_path / "outside.yaml")
+    with pytest.raises(build.CorpusInputError, match=r"questions.yaml: .*outside.yaml is not inside"):
+        build.build_corpus(cfg)
+    assert "outside.yaml" not in str(build.source_files(cfg)) and "questions.yaml" not in str(build.source_files(cfg))
 
 
 def test_demo_records_of_the_wrong_shape_are_skipped_named_and_counted(tmp_path):

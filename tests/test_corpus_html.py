@@ -105,3 +105,45 @@ def test_a_folder_of_pages_builds_with_questions(tmp_path):
     text = docs.at["tides", "text"]
     assert text[slice(*h.at["h2", "spans"][0])].startswith("Find the standard port's high water time.\n")
     assert [r for r, _ in build.source_files(cfg)] == ["html:file"] * 3 + ["questions.jsonl"]
+
+
+# ------------------------------------------------------------------------------------ issue 22: misuse probes
+
+def test_deeply_nested_html_parses_without_recursion():
+    # the probe: HTML nested ~1,000 deep crashed 01 with RecursionError naming no file
+    depth = 3000
+    src = ("<h1>T</h1><p>Lead.</p><h2>Deep</h2>" + "<div><section>" * depth + "<p>Deep text.</p>"
+           + "<ul><li>" * 200 + "deep item" + "</li></ul>" * 200 + "<blockquote>" * 500 + "<h3>quoted</h3>q"
+           + "</blockquote>" * 500 + "</section></div>" * depth + "<h2>After</h2><p>The end.</p>")
+    doc, paras, secs, r = parse(src)
+    assert paras[:2] == ["Lead.", "Deep text."] and paras[-1] == "The end."
+    assert "deep item" in paras[2] and "quoted" in " ".join(paras) and outline(secs)[-1][1] == "After"
+
+
+def test_a_byte_order_mark_is_not_text_in_html(tmp_path):
+    f = tmp_path / "site"
+    f.mkdir()
+    (f / "a.html").write_bytes(b"\xef\xbb\xbf<h1>Title</h1><p>Body paragraph.</p><h2>Part</h2><p>More.</p>")
+    p = tmp_path / "params" / "h.yaml"
+    p.parent.mkdir()
+    p.write_text(f"corpus:\n  kind: html\n  mirror: {f}\n")
+    out = build.build_corpus(config.load(p, root=tmp_path))
+    d = out["documents"].iloc[0]
+    assert d["title"] == "Title" and d["text"] == "Body paragraph.\n\nMore."
+
+
+def test_a_parser_that_overflows_names_the_file(tmp_path, monkeypatch):
+    # whatever a parser cannot take (here: a RecursionError), stage 01 names the file instead of crashing bare
+    f = tmp_path / "site"
+    f.mkdir()
+    (f / "a.html").write_text("<h1>T</h1><p>Body.</p>")
+    p = tmp_path / "params" / "h.yaml"
+    p.parent.mkdir()
+    p.write_text(f"corpus:\n  kind: html\n  mirror: {f}\n")
+
+    def boom(*a, **k):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(htmltext._Walker, "walk", boom)
+    with pytest.raises(build.CorpusInputError, match=r"a.html: nested too deeply to parse \(RecursionError"):
+        build.build_corpus(config.load(p, root=tmp_path))

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from chunkstudy import config, llm, queries
+from chunkstudy import config, llm, queries, stages
 from chunkstudy.corpus import build, folder, mdtext, sources
 from chunkstudy.corpus.model import heading_paths, verify_sections
 
@@ -279,7 +279,8 @@ def test_the_bundled_markdown_example(example):
     assert h.at["lq025", "match_rules"] == ["section"]
     assert st_["title_from"] == {"metadata": 2, "first level-1 heading": 3} and st_["title_headings"] == 3
     assert st_["depth_distribution"] == {"2": 2, "3": 2, "4": 1}
-    assert all(v > 0 for k, v in st_["markup_dropped"].items() if k != "heading_in_container")
+    assert all(v > 0 for k, v in st_["markup_dropped"].items() if k not in ("heading_in_container", "unparsed_lines"))
+    assert st_["markup_dropped"]["unparsed_lines"] == 0
     for doc_id, text in zip(out["documents"]["doc_id"], out["documents"]["text"]):
         assert not re.search(r"^#{1,6}\s|```|\|---|!\[|<kbd>|<img|<p ", text, re.M), doc_id
 
@@ -389,3 +390,116 @@ def test_notebook_01_builds_and_verifies_the_markdown_example(tmp_path, run_note
     assert len(artifacts.read(cfg, "documents")) == 5 and len(artifacts.read(cfg, "harvested")) == 42
     stats = artifacts.read_json(cfg, "01_corpus", "stats")
     assert stats["verification_failures"] == {} and stats["kind"] == "markdown"
+
+
+# ------------------------------------------------------------------------------------ issue 22: misuse probes
+
+def test_a_symlink_out_of_the_folder_is_skipped_with_a_warning_never_read(tmp_path):
+    # the probe: passwd.md -> /etc/passwd was read as a document and its lines reached report.html
+    f = _folder(tmp_path)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "s.md").write_text("# Secret\n\nThe secret paragraph.\n")
+    (f / "passwd.md").symlink_to(secret / "s.md")
+    (f / "linked_dir").symlink_to(secret, target_is_directory=True)
+    (f / "inside.md").symlink_to(f / "a.md")  # a link that stays inside the folder is an ordinary file
+    cfg = _params(tmp_path, f)
+    out = build.build_corpus(cfg)
+    assert "Secret" not in " ".join(out["documents"]["text"]) + " ".join(out["documents"]["title"])
+    assert set(out["documents"]["doc_id"]) == {"a", "guide/b", "inside"}
+    w = "\n".join(out["stats"]["warnings"])
+    assert f"passwd.md: a link to {secret / 's.md'}, outside corpus.mirror {f}; skipped" in w
+    # (pathlib's rglob does not descend into a linked folder; were it to, its files would be skipped the same way)
+    funnel = out["corpus_funnel"].set_index("step")["count"]
+    assert funnel["skipped: outside the folder (links)"] == w.count("outside corpus.mirror") >= 1
+    assert not [p for _, p in build.source_files(cfg) if "secret" in str(p)]  # never fingerprinted either
+    # named in corpus.sources, a link out of the folder is refused, as any path out of it is
+    with pytest.raises(build.CorpusInputError, match="passwd.md is not inside|s.md is not inside"):
+        build.build_corpus(_params(tmp_path, f, sources=["passwd.md"]))
+    # so is a questions.jsonl that links out of the folder
+    (f / "questions.jsonl").unlink()
+    (f / "questions.jsonl").symlink_to(secret / "s.md")
+    with pytest.raises(build.CorpusInputError, match=r"questions.jsonl: .*s.md is not inside"):
+        build.build_corpus(cfg)
+    assert "questions.jsonl" not in {r for r, _ in build.source_files(cfg)}
+
+
+def test_deep_nesting_drops_nothing():
+    # the probe: a list nested 10 levels deep, or a block quote 21 deep, silently dropped the rest of the
+    # document (markdown-it's maxNesting), later sections included
+    deep_list = "".join("  " * i + f"- level {i}\n" for i in range(12))
+    deep_quote = "".join(">" * (i + 1) + f" quote {i}\n>" + ">" * i + "\n" for i in range(25))
+    for body, last in ((deep_list, "level 11"), (deep_quote, "quote 24")):
+        doc, paras, secs, r = parse(f"# T\n\nLead.\n\n## A\n\n{body}\n## After\n\nThe last paragraph.\n")
+        assert [s.title for s in secs.itertuples()][-1] == "After"
+        assert doc["text"].endswith("The last paragraph.") and last in doc["text"]
+        assert r.problems == [] and r.dropped["unparsed_lines"] == 0
+    assert "quote 24" in parse(f"# T\n\n{deep_quote}\n")[0]["text"]
+
+
+def test_nesting_beyond_the_parser_is_counted_and_warned_never_silent(tmp_path):
+    # far deeper than any real document (150 nested quotes): what the parser cannot take is a counted, warned
+    # drop naming the file, never a silent one
+    src = "# T\n\nLead.\n\n" + "".join(">" * (i + 1) + f" q{i}\n\n" for i in range(150)) + "## After\n\nEnd.\n"
+    doc, paras, secs, r = mdtext.parse(src, "d", "d.md")
+    assert "q98" in doc["text"] and "q99" not in doc["text"] and doc["text"].endswith("End.")
+    assert r.dropped["unparsed_lines"] == 51 and list(secs["title"])[-1] == "After"
+    assert r.problems == ["51 line(s) nested deeper than 100 levels of lists and block quotes were not parsed; "
+                          "their text is not in the document"]
+    f = tmp_path / "deep"
+    f.mkdir()
+    (f / "deep.md").write_text(src)
+    out = build.build_corpus(_params(tmp_path, f))
+    assert any(w.startswith("deep.md: 51 line(s) nested deeper than 100 levels") for w in out["stats"]["warnings"])
+    funnel = out["corpus_funnel"].set_index("step")["count"]
+    assert funnel["dropped: lines nested too deeply to parse (warned)"] == 51
+
+
+def test_a_byte_order_mark_is_not_text(tmp_path):
+    # the probe: a UTF-8 BOM was kept, so "# Title" on the first line was no heading
+    f = tmp_path / "bom"
+    f.mkdir()
+    (f / "a.md").write_bytes(b"\xef\xbb\xbf# Title\n\nBody paragraph.\n\n## Part\n\nMore.\n")
+    (f / "questions.jsonl").write_bytes(
+        b"\xef\xbb\xbf" + json.dumps({"id": "q1", "doc": "a.md", "question": "Body?",
+                                      "evidence": ["Body paragraph."]}).encode() + b"\n")
+    out = build.build_corpus(_params(tmp_path, f))
+    d = out["documents"].iloc[0]
+    assert d["title"] == "Title" and d["text"] == "Body paragraph.\n\nMore." and "\ufeff" not in d["text"]
+    assert list(out["harvested"]["query_id"]) == ["q1"] and out["stats"]["skipped_records"] == {"questions": 0}
+    assert sources.read_text(f / "a.md").startswith("# Title")
+
+
+def test_a_missing_mirror_folder_names_the_path_and_the_key(tmp_path):
+    # the probe: a corpus.mirror that does not exist gave "has no documents", naming neither
+    missing = tmp_path / "no_such_folder"
+    with pytest.raises(build.CorpusInputError,
+                       match=rf"t.yaml: corpus.mirror: the folder {re.escape(str(missing))} does not exist"):
+        build.build_corpus(_params(tmp_path, missing))
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(build.CorpusInputError, match="corpus.mirror: .*a_file is not a folder"):
+        build.build_corpus(_params(tmp_path, tmp_path / "a_file"))
+
+
+def test_no_usable_question_fails_at_01_naming_the_corpus_and_the_file(tmp_path):
+    # the probe: 01-04 ran (embeddings and all), then 05 failed with "zero-size array to reduction operation
+    # maximum". 01 is the stage that can know (notebook 01 calls build.require_questions): the harvested path
+    # has no question to ask.
+    f = tmp_path / "md"
+    f.mkdir()
+    (f / "a.md").write_text("# A\n\nA paragraph about rivers.\n")
+    (f / "questions.jsonl").write_text(json.dumps({"doc": "a.md", "question": "Q?", "evidence": ["not there"]})
+                                       + "\n" + json.dumps({"doc": "zzz.md", "question": "Q2?", "evidence": ["x"]})
+                                       + "\n")
+    cfg = _params(tmp_path, f)
+    out = build.build_corpus(cfg)
+    with pytest.raises(build.CorpusInputError,
+                       match=r"^t.yaml: corpus 't' has no usable question: 2 read from questions.jsonl, 0 usable "
+                             r"\(dropped: no evidence 1, document not in corpus 1\); the warnings .*; "
+                             r"queries.source is 'harvested' \(set it to 'generated'"):
+        build.require_questions(cfg, out, cfg["queries"]["source"])
+    (f / "questions.jsonl").unlink()
+    with pytest.raises(build.CorpusInputError, match=r"no usable question: no questions.jsonl in corpus.mirror"):
+        build.require_questions(cfg, build.build_corpus(cfg), "harvested")
+    build.require_questions(cfg, out, "generated")  # generated queries: 03 writes them, nothing to check here
+    assert "queries.source" in stages.stage("01_corpus").params  # so a change of source reruns 01's check

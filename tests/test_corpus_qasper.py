@@ -71,6 +71,21 @@ def test_truncated_archive_and_bad_bytes_are_fatal_naming_the_file(tmp_path):
         Q.read_qasper([bad], [])
 
 
+def test_a_byte_order_mark_does_not_stop_a_qasper_file(tmp_path):
+    # issue 22 §2: a UTF-8 BOM is not text, in every reader (json.loads refuses a string that starts with one)
+    data = json.loads((FIX / "tiny_qasper_fixture.json").read_text())
+    bom = tmp_path / "qasper-test-v0.3.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
+    tgz = tmp_path / "qasper-train-dev-v0.3.tgz"
+    member = tmp_path / "m" / "qasper-dev-v0.3.json"
+    member.parent.mkdir()
+    member.write_bytes(b"\xef\xbb\xbf" + json.dumps({"9999.00001": data["2001.00001"]}).encode())
+    with tarfile.open(tgz, "w:gz") as tar:
+        tar.add(member, arcname="qasper-dev-v0.3.json")
+    got = Q.read_qasper([bom, tgz], [])
+    assert set(got) == set(data) | {"9999.00001"}
+
+
 @pytest.mark.realdata
 def test_truncated_real_archive_is_fatal(shared_data, tmp_path):
     src = shared_data / "qasper" / "qasper-test-and-evaluator-v0.3.tgz"

@@ -409,3 +409,117 @@ def test_example_chunk_picks_deepest_prefix():
                        "prefix": ["[T]\n\n", "[T › A › B]\n\n", "[T › A]\n\n"]})
     assert figures.example_chunk(ch, "d")["start"] == 5
     assert figures.example_chunk(ch, "other") is None
+
+
+# ------------------------------------------------------------------------------------------------ issue 22: misuse
+
+def _cells(markdown: str) -> list[list[str]]:
+    """The rendered cells of each body row of the first pipe table in ``markdown`` (markdown-it, as report.html
+    renders it), as text."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
+    rows, row, in_body = [], None, False
+    for t in tokens:
+        if t.type == "tbody_open":
+            in_body = True
+        elif in_body and t.type == "tr_open":
+            row = []
+        elif in_body and t.type == "inline" and row is not None:
+            row.append("".join(c.content for c in t.children if c.type in ("text", "code_inline")))
+            assert not [c for c in t.children if c.type in ("image", "link_open")], t.content
+        elif in_body and t.type == "tr_close":
+            rows.append(row)
+            row = None
+    return rows
+
+
+HOSTILE = ["What | is this?", "![x](http://evil.example/i.png) look", "*not emphasis* and `not code`",
+           "a [link](https://evil.example) and <http://evil.example/auto>", "$\\sqrt$ & ~~strike~~ __init__",
+           "line\nbreak", "back\\slash | pipe"]
+
+
+def test_every_table_cell_renders_as_itself():
+    # the probe: a "|" in a question shifted the drill-down's columns; an image in corpus text became <img>.
+    # Every cell of every Table (and every header) is escaped, whatever the builder put in it.
+    display = pd.DataFrame({"Question | text": HOSTILE, "δ": ["+0.4210"] * len(HOSTILE), "A": ["0.900"] * 7})
+    t = tables.Table("x", "t", display, display, ("note with | pipe and ![i](http://evil.example/n.png)",))
+    rows = _cells(t.markdown())
+    assert [len(r) for r in rows] == [3] * len(HOSTILE)
+    assert [r[0] for r in rows] == [" ".join(h.split("\n")) for h in HOSTILE]
+    assert all(r[1:] == ["+0.4210", "0.900"] for r in rows)
+    from markdown_it import MarkdownIt
+    html = MarkdownIt("commonmark").enable("table").render(t.markdown())
+    assert "<img" not in html and "<a " not in html and "<em>" not in html and "<code>" not in html
+    assert ">Question | text</th>" in html
+    assert tables.md_escape("< 0.001") == "< 0.001" and tables.md_escape("07_stats") == "07_stats"
+
+
+def test_table1_prints_no_inference_below_the_thresholds(run):
+    # the synthetic run: 4 documents, 300 resamples -> no CI, p or star, and the notes say why with the thresholds
+    t = tables.table1(run["contrasts"], run["mixedlm"])
+    assert (t.display[["95% CI", "p", "Holm p", "MixedLM p"]] == tables.NO_INFERENCE).all().all()
+    assert not t.display["Holm p"].str.contains(r"\*").any()
+    assert t.display["\u0394"].iat[0] != tables.NO_INFERENCE     # the estimate is still shown, as description
+    notes = " ".join(t.notes)
+    assert "4 documents, fewer than stats.min_docs = 20" in notes and "stats.n_boot = 300" in notes
+    # enough documents and resamples: the same table prints CIs, p and stars as before
+    scores, queries = stats.simulate_scores(30, 120, {"A3": 0.1, "A1": 0.0, "P": 0.0, "G3": 0.1, "A4": 0.1},
+                                            seed=3)
+    sp = {**{k: v.default for k, v in config_mod.SCHEMA["stats"].items()}, "n_boot": 1000}
+    ok = stats.contrasts_table(scores, queries, sp, "strong", "sim")
+    t2 = tables.table1(ok)
+    assert ok["inference"].all() and ok["reject_holm"].any()
+    assert not (t2.display[["95% CI", "p", "Holm p"]] == tables.NO_INFERENCE).any().any()
+    assert t2.display["Holm p"].str.endswith(" *").any()
+
+
+def test_one_document_note_reaches_table1():
+    scores, queries = stats.simulate_scores(1, 12, {"A3": 0.1, "A1": 0.0, "P": 0.0, "G3": 0.1, "A4": 0.1}, seed=3)
+    sp = {k: v.default for k, v in config_mod.SCHEMA["stats"].items()}
+    c = stats.contrasts_table(scores, queries, {**sp, "n_boot": 1000}, "strong", "sim")
+    t = tables.table1(c)
+    assert any(n.startswith("C1, C2, C3, C4: only one document: the clustered bootstrap cannot estimate")
+               for n in t.notes)
+    assert (t.display["95% CI"] == tables.NO_INFERENCE).all()
+
+
+def _dominated_placebo() -> pd.DataFrame:
+    # the probe: one document holds 5 of 7 depth-1 (document, path) pairs, so no derangement exists and
+    # 2·5 − 7 = 3 pairs keep their own document's path
+    pairs = pd.DataFrame({"doc_id": ["a"] * 5 + ["b", "c"],
+                          "path": [("A",), ("B",), ("C",), ("D",), ("E",), ("F",), ("G",)]})
+    p = conditions.placebo_assign(pairs, seed=1, method="permute").assign(n_chunks=2)
+    assert int(p["same_doc"].sum()) == 3
+    return conditions.placebo_buckets(p)
+
+
+def test_a_placebo_that_is_not_a_placebo_marks_c2(run):
+    contrasts = {"C1": ["A3", "A1"], "C2": ["A3", "P"], "C3": ["G3", "A3"], "C4": ["A4", "A3"]}
+    assert tables.placebo_marks(run["placebo_buckets"], contrasts) == {}     # a clean placebo marks nothing
+    marks = tables.placebo_marks(_dominated_placebo(), contrasts)
+    assert list(marks) == ["C2"]
+    assert "3 of 7 (document, heading path) pairs (6 of 14 placebo chunks) kept a path of their own" in marks["C2"]
+    t = tables.table1(run["contrasts"], run["mixedlm"], marks)
+    assert t.display["Contrast"].tolist() == ["C1", f"C2 {tables.PLACEBO_MARK}", "C3", "C4"]
+    assert any(n.startswith(f"{tables.PLACEBO_MARK} C2: P is not a clean placebo") for n in t.notes)
+    pt = tables.per_type(run["per_type"], "strong", "none", marks)
+    assert set(pt.display.loc[pt.data["contrast"] == "C2", "Contrast"]) == {f"C2 {tables.PLACEBO_MARK}"}
+    fig = figures.contrasts_forest(run["contrasts"], "cov-nDCG@10", marks)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert [lab for lab in labels if tables.PLACEBO_MARK in lab] == [
+        f"C2: A3 \u2212 P {tables.PLACEBO_MARK}\n(placebo not clean)"]
+    fig = figures.per_type(run["per_type"], "strong", "none", marks)
+    assert [a.get_title() for a in fig.axes if tables.PLACEBO_MARK in a.get_title()] == [
+        f"C2: A3 \u2212 P {tables.PLACEBO_MARK} placebo not clean"]
+
+
+def test_figure_text_is_never_mathtext(run):
+    # the probe: a "$" in a title ($\sqrt$) crashed Figure 1 in matplotlib's mathtext; corpus text is text
+    docs = run["documents"].copy()
+    docs.loc[0, "title"] = "Roots $\\sqrt$ and $x$ cost $5"
+    fig = figures.mechanisms(docs, run["chunks"], docs["doc_id"].iat[0])
+    assert _png_bytes(fig) > 5000
+    assert "Roots $\\sqrt$ and $x$ cost $5" in fig.axes[0].get_title(loc="left")
+    pt = run["per_type"].assign(qtype=run["per_type"]["qtype"].astype(str) + " $\\frac{a}$")
+    assert _png_bytes(figures.per_type(pt, "strong", "none")) > 5000

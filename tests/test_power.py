@@ -203,7 +203,9 @@ def test_scenarios_share_draws_and_a_huge_effect_is_always_found():
     _, _, sums, counts = synthetic_population(10, 4, 0.2, seed=6)
     mean = sums.sum(0) / counts.sum(0)
     shifts = np.vstack([np.zeros(4), 10 - mean])  # scenario 2: every mean delta = 10 (sd ≈ 1)
-    res = power.simulate(sums, counts, shifts, 20, n_sims=30, n_boot=100, alpha=0.05, seed=1)
+    # 200 resamples, not 100: the Monte-Carlo-correct p is at least 2/(B + 1), so Holm over four can reject only
+    # when 8/(B + 1) < 0.05 (B >= 160; config refuses a smaller stats.power_n_boot)
+    res = power.simulate(sums, counts, shifts, 20, n_sims=30, n_boot=200, alpha=0.05, seed=1)
     np.testing.assert_allclose(res["power"][1], 1.0)
     np.testing.assert_allclose(res["estimate"][1] - res["estimate"][0], np.broadcast_to(shifts[1], (30, 4)))
 

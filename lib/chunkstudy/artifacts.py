@@ -50,6 +50,18 @@ def inside(path: Path, root: Path, what: str) -> Path:
     return p
 
 
+def set_aside(path: Path) -> Path:
+    """Rename a damaged cache file to ``<name>.bad`` (``.bad1``, ``.bad2``, ... when taken), never deleting it;
+    returns the new path. The caches repair themselves this way and recompute what the file held."""
+    path = Path(path)
+    dest, n = path.with_name(path.name + ".bad"), 0
+    while dest.exists():
+        n += 1
+        dest = path.with_name(f"{path.name}.bad{n}")
+    os.replace(path, dest)
+    return dest
+
+
 def data_root(cfg: Config) -> Path:
     return cfg.root / "data"
 

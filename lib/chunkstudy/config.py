@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields as dataclass_fields, is_dataclass, make_dataclass
@@ -108,6 +109,10 @@ class P:
             raise ConfigError(
                 f"{where}: expected {'/'.join(t.__name__ for t in types)}, got {type(value).__name__} {value!r}"
             )
+        bad_number = _non_finite(value)
+        if bad_number is not None:
+            raise ConfigError(f"{where}: {bad_number!r} is not a finite number (.nan and .inf pass no range check: "
+                              "state a number)")
         items = value if isinstance(value, list) else [value]
         if self.choices is not None:
             bad = [v for v in items if v not in self.choices]
@@ -125,6 +130,21 @@ class P:
             if seen:
                 raise ConfigError(f"{where}: {seen[0]!r} is repeated in {value!r}")
         return value
+
+
+def _non_finite(value: Any) -> float | None:
+    """The first NaN or infinite float anywhere in a parameter value (lists and mappings included), else None.
+    No parameter means NaN or infinity, and a NaN passes every comparison, so every range check too."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            bad = _non_finite(v)
+            if bad is not None:
+                return bad
+    return None
 
 
 def _embedder_spec() -> dict:
@@ -394,7 +414,14 @@ SCHEMA: dict[str, Any] = {
         "budget_partial": P("truncate", (str,), ("truncate", "skip", "stop")),
     },
     "stats": {
-        "n_boot": P(10000, (int,), ge=1),
+        "n_boot": P(10000, (int,), ge=1,
+                    doc="cluster-bootstrap resamples (the paper: 10,000); below 1,000 (stats.MIN_BOOT) a run writes "
+                        "its numbers but marks nothing significant and the report prints no CI, p or star"),
+        "min_docs": P(20, (int,), ge=2,
+                      doc="fewest documents (the bootstrap's resampled clusters) a contrast needs for inference; "
+                          "below it the report prints no CI, p or star and says why. The percentile cluster "
+                          "bootstrap rejects a true null at alpha 0.05 in 25% of studies of 3 documents, 15% of 5, "
+                          "9% of 10, 8% of 15 and 6% of 20 (bench/bench_bootstrap_size.py; README 'Statistics')"),
         "seed": P(20260710, (int,)),
         "alpha": P(0.05, (float,), gt=0, lt=1),
         "primary_metric": P("cov-nDCG@10", (str,)),
@@ -512,6 +539,19 @@ def _contrasts(d: dict) -> str | None:
     return None
 
 
+def _power_can_reject(d: dict) -> str | None:
+    """The power simulation's Monte Carlo p is at least 2/(B + 1) (:func:`chunkstudy.stats.mc_p_two_sided`), so
+    the smallest Holm-adjusted p over m contrasts is 2m/(B + 1): below ``2m/alpha - 1`` resamples no simulated
+    study can reject and every power would read 0."""
+    st = d["stats"]
+    m, b, alpha = max(1, len(st["contrasts"])), st["power_n_boot"], st["alpha"]
+    if 2 * m / (b + 1) < alpha:
+        return None
+    need = math.floor(2 * m / alpha)  # the smallest B with 2m/(B + 1) < alpha
+    return (f"{b} resamples cannot reject anything: the smallest Holm-adjusted p over {m} contrasts is "
+            f"2·{m}/({b} + 1) = {2 * m / (b + 1):.3g}, not below stats.alpha {alpha:g}; use at least {need}")
+
+
 #: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
 RULES: tuple[Rule, ...] = (
     less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
@@ -523,6 +563,7 @@ RULES: tuple[Rule, ...] = (
            lambda d: ["none", *d["retrieve"]["rerankers"]]),
     one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
     Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions"),
+    Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
 )
 
 
@@ -707,10 +748,22 @@ def _duplicate_keys(node: yaml.Node, where: str = "") -> list[tuple[str, int, in
     return found
 
 
+def _refuse_aliases(text: str, where: str | Path) -> None:
+    """Raise at the first YAML alias (``*name``, a ``<<:`` merge included), from the parser's events: before
+    anything is composed, so an alias bomb (each level a list of aliases of the one before, 10^n nodes once
+    expanded) costs one pass over the text. An anchor alone (``&name``) is harmless and allowed."""
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise ConfigError(f"{where}: line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not "
+                              "allowed: an alias can expand to exponentially many values; state the value again")
+
+
 def read_yaml(text: str, where: str | Path) -> Any:
-    """Parse YAML strictly: invalid YAML or a key stated twice in one mapping (YAML would silently keep the last)
-    raises :class:`ConfigError` naming ``where`` (the file), the line and the dotted key."""
+    """Parse YAML strictly: invalid YAML, an alias (:func:`_refuse_aliases`) or a key stated twice in one mapping
+    (YAML would silently keep the last) raises :class:`ConfigError` naming ``where`` (the file), the line and the
+    dotted key. Every step is linear in the text."""
     try:
+        _refuse_aliases(text, where)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         dups = _duplicate_keys(node) if node is not None else []
         if dups:
@@ -733,6 +786,9 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict:
     base = raw.pop("base", None)
     if base is None:
         return raw
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{path}: base: expected the name of a parameter file (a string), got "
+                          f"{type(base).__name__} {base!r}")
     base_path = (path.parent / base).resolve()
     inherited = _anchor_paths(_read_yaml(base_path, seen + (path,)), base_path.parent)
     if isinstance(inherited.get("corpus"), dict):

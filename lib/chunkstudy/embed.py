@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from . import config, llm, models
+from . import artifacts, config, llm, models
 from . import progress as _progress
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
@@ -516,16 +516,7 @@ class EmbeddingStore:
         return hashes, None, int(arr.shape[1])
 
     def _set_aside(self, keys_path: Path, reason: str) -> None:
-        moved = []
-        for p in (keys_path.with_suffix(".npy"), keys_path):
-            if p.exists():
-                n = 0
-                dest = p.with_name(p.name + ".bad")
-                while dest.exists():
-                    n += 1
-                    dest = p.with_name(f"{p.name}.bad{n}")
-                os.replace(p, dest)
-                moved.append(dest)
+        moved = [artifacts.set_aside(p) for p in (keys_path.with_suffix(".npy"), keys_path) if p.exists()]
         self.set_aside.extend(moved)
         warnings.warn(f"embedding store: shard {keys_path.with_suffix('')} failed its check: {reason}; set aside as "
                       f"{', '.join(p.name for p in moved)}; its texts will be embedded again", ShardWarning,

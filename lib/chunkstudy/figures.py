@@ -28,6 +28,7 @@ matplotlib.use("Agg", force=False)
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 from . import design, tables  # noqa: E402
 
@@ -37,6 +38,9 @@ STYLE: dict = {
     "ytick.labelsize": 8, "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
     "grid.alpha": 0.3, "grid.linewidth": 0.6, "figure.facecolor": "white", "savefig.bbox": "tight",
     "font.family": "DejaVu Sans",
+    # text from the run (titles, headings, questions, condition names) is text: a "$" in a title must print as a
+    # dollar sign, never start mathtext (an unbalanced or unknown TeX command crashed Figure 1)
+    "text.parse_math": False,
 }
 
 #: One colour per condition (declared with it, :data:`chunkstudy.design.CONDITIONS`): fixed windows grey/brown,
@@ -61,10 +65,16 @@ def _figure(w: float, h: float) -> Figure:
 
 
 def _styled(fn):
-    """Run a drawing function under :data:`STYLE` (rcParams are read when artists are created)."""
+    """Run a drawing function under :data:`STYLE` (rcParams are read when artists are created); every text of the
+    figure it returns is plain text, never mathtext (``text.parse_math`` off on each text that exists then: those
+    created under STYLE are already, and this also covers any made with an explicit setting; the ticks matplotlib
+    adds while drawing show only numbers)."""
     def wrapper(*args, **kwargs):
         with matplotlib.rc_context(STYLE):
-            return fn(*args, **kwargs)
+            fig = fn(*args, **kwargs)
+        for t in fig.findobj(Text):
+            t.set_parse_math(False)
+        return fig
     wrapper.__doc__, wrapper.__name__, wrapper.__wrapped__ = fn.__doc__, fn.__name__, fn
     return wrapper
 
@@ -260,13 +270,19 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
 # ---------------------------------------------------------------------------------------------------------------
 
 @_styled
-def contrasts_forest(contrasts: pd.DataFrame, metric: str = "cov-nDCG@10") -> Figure:
+def contrasts_forest(contrasts: pd.DataFrame, metric: str = "cov-nDCG@10",
+                     marks: Mapping[str, str] | None = None) -> Figure:
     """Table 1 as a forest plot: Δ and 95% CI of each contrast in every cell of ``metric``; the primary
-    (confirmatory) cell drawn solid and labelled with its Holm p, the other cells hollow (exploratory)."""
+    (confirmatory) cell drawn solid and labelled with its Holm p, the other cells hollow (exploratory). A row not
+    fit for inference (07's ``inference`` false) is drawn as its Δ alone, without a CI, and labelled "no
+    inference" instead of a p; a contrast of ``marks`` (its placebo is not clean,
+    :func:`chunkstudy.tables.placebo_marks`) carries the mark and "placebo not clean" on its axis label."""
+    marks = dict(marks or {})
     c = contrasts[(contrasts["metric"] == metric)] if "metric" in contrasts else contrasts
     c = c[c["mean_delta"].notna()]
     if c.empty:
         return placeholder("Pre-registered contrasts", f"no computed contrast for {metric}")
+    c = c.assign(_ok=tables.inference_mask(c))
     names = list(dict.fromkeys(c["contrast"]))
     cells = list(dict.fromkeys(c["cell"]))
     fig = _figure(8, 1.0 + 0.75 * len(names))
@@ -281,16 +297,20 @@ def contrasts_forest(contrasts: pd.DataFrame, metric: str = "cov-nDCG@10") -> Fi
             r = sub.loc[name]
             y = i - 0.35 + width * (j + 0.5)
             col = EMBEDDER_COLORS[j % len(EMBEDDER_COLORS)] if not conf else "black"
-            ax.errorbar(r["mean_delta"], y, xerr=[[r["mean_delta"] - r["ci_low"]], [r["ci_high"] - r["mean_delta"]]],
+            xerr = [[r["mean_delta"] - r["ci_low"]], [r["ci_high"] - r["mean_delta"]]] if r["_ok"] else None
+            ax.errorbar(r["mean_delta"], y, xerr=xerr,
                         fmt="o", color=col, mfc=col if conf else "white", ms=5 if conf else 4, capsize=2,
                         lw=1.4 if conf else 0.8, label=f"{cell}{' (confirmatory)' if conf else ''}" if i == 0 else None)
             if conf:
-                ax.annotate(f"Holm p {tables.fmt_p(r['p_holm'], r.get('n_boot'))}", (r["ci_high"], y),
+                text = f"Holm p {tables.fmt_p(r['p_holm'], r.get('n_boot'))}" if r["_ok"] else \
+                    "no inference (too few documents or resamples)"
+                ax.annotate(text, (r["ci_high"] if r["_ok"] else r["mean_delta"], y),
                             xytext=(4, 0), textcoords="offset points", va="center", fontsize=7.5)
     ax.axvline(0, color="#999999", lw=0.8)
-    ax.set_yticks(range(len(names)), [f"{n}: {a} \u2212 {b}" for n, a, b in
-                                      c.drop_duplicates("contrast")[["contrast", "condition_a", "condition_b"]]
-                                      .itertuples(index=False)])
+    ax.set_yticks(range(len(names)), [
+        f"{n}: {a} \u2212 {b}" + (f" {tables.PLACEBO_MARK}\n(placebo not clean)" if n in marks else "")
+        for n, a, b in c.drop_duplicates("contrast")[["contrast", "condition_a", "condition_b"]]
+        .itertuples(index=False)])
     ax.invert_yaxis()
     ax.set_xlabel(f"\u0394 {metric} (paired mean, 95% document-clustered bootstrap CI)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
@@ -315,9 +335,9 @@ def dose_response(dose: pd.DataFrame) -> Figure:
         y = np.array([getattr(r, m) for m in need], dtype=float)
         col = EMBEDDER_COLORS[embedders.index(r.embedder) % len(EMBEDDER_COLORS)]
         ls = "-" if r.reranker == "none" else "--"
+        ci = tables.fmt_ci(r.ci_low, r.ci_high) if getattr(r, "inference", True) else "(no inference)"
         ax.plot(range(len(need)), y, marker="o", color=col, ls=ls,
-                label=f"{r.embedder}, rerank {r.reranker}: slope {tables.fmt_delta(r.slope)}/level "
-                      f"{tables.fmt_ci(r.ci_low, r.ci_high)}")
+                label=f"{r.embedder}, rerank {r.reranker}: slope {tables.fmt_delta(r.slope)}/level {ci}")
     ax.set_xticks(range(len(ladder)), [f"{c}\n(depth {d})" if d else f"{c}\n(no path)" for c, d in ladder])
     ax.set_ylabel(f"mean {dose['metric'].iat[0] if 'metric' in dose else design.PRIMARY_METRIC.key}")
     ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2))
@@ -382,14 +402,19 @@ def section_recall(summary: pd.DataFrame) -> Figure:
 
 
 @_styled
-def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str) -> Figure:
-    """The contrasts cut by query type (exploratory): one panel per contrast, Δ and 95% CI per query type."""
+def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str,
+             marks: Mapping[str, str] | None = None) -> Figure:
+    """The contrasts cut by query type (exploratory): one panel per contrast, Δ and 95% CI per query type (Δ
+    alone where 07 found no inference possible); a contrast of ``marks`` (placebo not clean) is marked in its
+    panel title."""
+    marks = dict(marks or {})
     d = per_type_df
     if "embedder" in d:
         d = d[(d["embedder"] == embedder) & (d["reranker"] == reranker)]
     d = d[d["mean_delta"].notna()]
     if d.empty:
         return placeholder("Per-query-type cuts", f"no per-type rows for {embedder} × {reranker}")
+    d = d.assign(_ok=tables.inference_mask(d))
     names = list(dict.fromkeys(d["contrast"]))
     fig = _figure(2.6 * len(names) + 0.8, 0.9 + 0.35 * d["qtype"].nunique())
     axes = fig.subplots(1, len(names), sharey=True, squeeze=False)[0]
@@ -397,17 +422,21 @@ def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str) -> Figure:
     for ax, name in zip(axes, names):
         s = d[d["contrast"] == name].set_index("qtype").reindex(qtypes)
         y = np.arange(len(qtypes))
-        ok = s["mean_delta"].notna().to_numpy()
+        ok = (s["mean_delta"].notna() & s["_ok"].fillna(False).astype(bool)).to_numpy()
         ax.errorbar(s["mean_delta"][ok], y[ok], xerr=[(s["mean_delta"] - s["ci_low"])[ok],
                                                       (s["ci_high"] - s["mean_delta"])[ok]],
                     fmt="o", color="black", ms=4, capsize=2, lw=1)
+        bare = (s["mean_delta"].notna() & ~s["_ok"].fillna(False).astype(bool)).to_numpy()
+        ax.plot(s["mean_delta"][bare], y[bare], "o", color="black", mfc="white", ms=4)
         ax.axvline(0, color="#999999", lw=0.8)
         a, b = s["condition_a"].dropna().iat[0], s["condition_b"].dropna().iat[0]
-        ax.set_title(f"{name}: {a} \u2212 {b}", fontsize=9)
+        ax.set_title(f"{name}: {a} \u2212 {b}" + (f" {tables.PLACEBO_MARK} placebo not clean" if name in marks else ""),
+                     fontsize=9)
         ax.set_yticks(y, qtypes)
         ax.set_xlabel("\u0394 (95% CI)")
     axes[0].invert_yaxis()
-    fig.suptitle(f"Contrasts by query type ({embedder}, reranker {reranker}; exploratory, unadjusted)",
+    fig.suptitle(f"Contrasts by query type ({embedder}, reranker {reranker}; exploratory, unadjusted"
+                 + ("; hollow = no inference, \u0394 only" if (~d["_ok"]).any() else "") + ")",
                  x=0.01, ha="left", fontsize=10)
     return fig
 
@@ -490,6 +519,7 @@ def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_
     ``{name: Figure}`` in report order."""
     st = params["stats"]
     emb, rr, metric = params["embed"]["strong"], st["primary_reranker"], st["primary_metric"]
+    marks = tables.placebo_marks(inputs.get("placebo_buckets"), st.get("contrasts") or {})
 
     def have(*names: str) -> bool:
         return all(inputs.get(n) is not None for n in names)
@@ -498,7 +528,7 @@ def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_
     figs["fig1_mechanisms"] = mechanisms(inputs["documents"], inputs["chunks"], doc_id, inputs.get("queries"),
                                          inputs.get("section_recall"), emb) if have("documents", "chunks") else \
         placeholder("Figure 1", "documents (01) or chunks (04) missing")
-    figs["fig_contrasts"] = contrasts_forest(inputs["contrasts"], metric) if have("contrasts") else \
+    figs["fig_contrasts"] = contrasts_forest(inputs["contrasts"], metric, marks) if have("contrasts") else \
         placeholder("Contrasts", "contrasts (07) missing")
     figs["fig_dose_response"] = dose_response(inputs["dose_response"]) if have("dose_response") else \
         placeholder("Depth dose-response", "dose_response (07) missing")
@@ -506,7 +536,7 @@ def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_
         else placeholder("Token-budget coverage", "condition_means (07) missing")
     figs["fig_section_recall"] = section_recall(inputs["section_recall_summary"]) \
         if have("section_recall_summary") else placeholder("Section recall", "section_recall_summary (05) missing")
-    figs["fig_per_type"] = per_type(inputs["per_type"], emb, rr) if have("per_type") else \
+    figs["fig_per_type"] = per_type(inputs["per_type"], emb, rr, marks) if have("per_type") else \
         placeholder("Per-query-type cuts", "per_type (07) missing")
     figs["fig_reranker_lift"] = reranker_lift(inputs["reranker_lift"]) if have("reranker_lift") else \
         placeholder("Reranker lift", "reranker_lift (07) missing")

@@ -50,8 +50,8 @@ timed in ``bench/bench_power.py``):
 documents has variance ``σ² · deff / (N · m)`` with ``m`` queries per document and ``deff = 1 + (m−1)ρ``
 (:func:`design_effect` gives deff and the ICC ρ implied by it for this population), read as a z test or, for a
 few dozen documents, as the t test with N − 1 degrees of freedom that the percentile bootstrap resembles. Where
-the rest of the Holm family is far from null (their p = 0), the tested contrast's Holm alpha is alpha itself; the
-tests check that the simulation agrees with the approximation within its Monte Carlo error on synthetic data.
+the rest of the Holm family is far from null (their p at its floor 2/(B + 1)), the tested contrast's Holm alpha
+is alpha itself; the tests check that the simulation agrees with the approximation within its Monte Carlo error on synthetic data.
 
 **Small corpora.** With a handful of documents the percentile cluster bootstrap is anti-conservative (its
 replicates understate the spread of a mean of few clusters), so it rejects more often than alpha even at a zero
@@ -290,9 +290,9 @@ def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: i
         ms, mn = m @ sums, m @ counts                                             # (B, s, K)
         for i in range(r):
             rep = ms + base[i] * mn                                               # replicate sums ∝ replicate means
-            le[i, start:stop] = (rep <= 0).mean(axis=0)
-            ge[i, start:stop] = (rep >= 0).mean(axis=0)
-    p = np.minimum(1.0, 2.0 * np.minimum(le, ge))
+            le[i, start:stop] = (rep <= 0).sum(axis=0)
+            ge[i, start:stop] = (rep >= 0).sum(axis=0)
+    p = stats.mc_p_two_sided(le, ge, n_boot)  # as stats.bootstrap_p counts one study's replicates
     p[:, :, ~present] = np.nan
     p_holm = np.apply_along_axis(stats.holm, 2, p) if n_sims else p
     total_n = np.where(present, counts.sum(axis=0), 1.0)

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import artifacts, drilldown, figures, paper, report_html, stages, tables
+from . import artifacts, drilldown, figures, paper, report_html, stages, stats, tables
 from .config import Config
 
 #: Tables 08 reads (its declared reads, :data:`chunkstudy.stages.STAGES`; runs are not needed: the scores already
@@ -188,6 +188,58 @@ def model_warnings(params: Mapping) -> list[str]:
     return w
 
 
+def inference_thresholds(stats_params: Mapping, resamples: Any = None) -> str:
+    """The sentence that states when the report prints inference (CIs, p-values, stars); ``resamples``: the
+    resamples 07 recorded with its contrasts (None: ``stats.n_boot``)."""
+    n_boot = int(stats_params["n_boot"] if resamples is None or pd.isna(resamples) else resamples)
+    return (f"CIs, p-values and significance stars are printed only for a contrast over at least "
+            f"{int(stats_params['min_docs']):,} documents (stats.min_docs) with at least {stats.MIN_BOOT:,} bootstrap "
+            f"resamples (this run: {n_boot:,}); the bootstrap p is Monte-Carlo-correct, "
+            "min(1, 2·(1 + k)/(B + 1)) for the k of B resamples on the far side of 0, so never 0.")
+
+
+def inference_warnings(contrasts: pd.DataFrame | None, stats_params: Mapping) -> list[str]:
+    """A warning when a confirmatory contrast's bootstrap cannot support inference (07's ``inference`` false:
+    fewer than ``stats.min_docs`` documents, or fewer than :data:`chunkstudy.stats.MIN_BOOT` resamples), naming
+    the contrasts, the reasons and the thresholds (empty list = none)."""
+    if contrasts is None or not len(contrasts):
+        return []
+    conf = contrasts[contrasts["confirmatory"].astype(bool)] if "confirmatory" in contrasts else contrasts
+    bad = conf[~tables.inference_mask(conf)]
+    if bad.empty:
+        return []
+    min_docs = int(stats_params["min_docs"])
+    n_boot = int(bad["n_boot"].iat[0]) if "n_boot" in bad and bad["n_boot"].notna().all() else \
+        int(stats_params["n_boot"])  # the resamples 07 actually drew
+    reasons = []
+    few = bad[bad["n_docs"].fillna(0).astype(int) < min_docs]
+    if len(few):
+        docs = sorted({int(n) for n in few["n_docs"].fillna(0)})
+        span = f"{docs[0]}" if len(docs) == 1 else f"{docs[0]}-{docs[-1]}"
+        reasons.append(f"{', '.join(map(str, few['contrast']))} rest on {span} document{'' if docs == [1] else 's'}, "
+                       f"fewer than stats.min_docs = {min_docs}: with so few resampled clusters the percentile "
+                       "bootstrap understates the spread of their mean and rejects a true null far more often than "
+                       "alpha")
+    if n_boot < stats.MIN_BOOT:
+        reasons.append(f"stats.n_boot is {n_boot:,}, below the floor of {stats.MIN_BOOT:,} resamples (its smallest "
+                       f"p is 2/(B + 1) = {2 / (n_boot + 1):.3g}; a percentile CI needs about 1,000)")
+    names = ", ".join(map(str, bad["contrast"]))
+    return [f"Inference is not possible for {names}: " + "; ".join(reasons or ["see the notes of Table 1"])
+            + ". Their \u0394 and dz are descriptive only: no CI, p-value or significance star is printed for them "
+            "and none counts as significant. " + inference_thresholds(stats_params, n_boot)]
+
+
+def placebo_warnings(marks: Mapping[str, str]) -> list[str]:
+    """A warning when the placebo is not a placebo (:func:`chunkstudy.tables.placebo_marks`), naming the
+    contrasts marked in the tables and figures."""
+    if not marks:
+        return []
+    why = next(iter(marks.values())).split("; ")[0]
+    return [f"{why}. Contrast{'s' if len(marks) > 1 else ''} {', '.join(marks)} compare{'' if len(marks) > 1 else 's'} "
+            f"against chunks that partly carry their own real heading path, so {'they are' if len(marks) > 1 else 'it is'} "
+            f"biased toward 0; marked {tables.PLACEBO_MARK} in the tables and figures."]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Replication
 # ---------------------------------------------------------------------------------------------------------------
@@ -201,9 +253,10 @@ def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: fl
     both corpora with the same sign and Holm significance. One is corpus-dependent.").
 
     Uses each corpus's confirmatory rows (primary cell). One row per contrast (in the first corpus's order) with,
-    per corpus ``c``: ``delta[c]`` (mean paired delta), ``p_holm[c]``, ``sign[c]`` (+, −, 0, ? when missing) and
-    ``significant[c]`` (``p_holm < alpha``); then ``same_sign`` (all corpora share one non-zero sign),
-    ``all_significant`` and ``verdict``: "replicates" (same sign and Holm-significant everywhere),
+    per corpus ``c``: ``delta[c]`` (mean paired delta), ``p_holm[c]``, ``sign[c]`` (+, −, 0, ? when missing),
+    ``inference[c]`` (07 found the bootstrap fit for inference: enough documents and resamples) and
+    ``significant[c]`` (``p_holm < alpha`` and ``inference[c]``); then ``same_sign`` (all corpora share one
+    non-zero sign), ``all_significant`` and ``verdict``: "replicates" (same sign and Holm-significant everywhere),
     "corpus-dependent" (significant somewhere but not replicated), or "null" (significant nowhere)."""
     if len(contrasts_by_corpus) < 2:
         raise ValueError(f"replication_table: need two or more corpora, got {list(contrasts_by_corpus)}")
@@ -223,10 +276,12 @@ def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: fl
         for corpus, c in conf.items():
             d = float(c.loc[name, "mean_delta"]) if name in c.index else np.nan
             p = float(c.loc[name, "p_holm"]) if name in c.index else np.nan
+            ok = bool(tables.inference_mask(c.loc[[name]]).iat[0]) if name in c.index else False
             row[f"delta[{corpus}]"] = d
             row[f"p_holm[{corpus}]"] = p
             row[f"sign[{corpus}]"] = _sign(d)
-            row[f"significant[{corpus}]"] = bool(p < alpha) if not pd.isna(p) else False
+            row[f"inference[{corpus}]"] = ok
+            row[f"significant[{corpus}]"] = bool(p < alpha) and ok if not pd.isna(p) else False
         signs = {row[f"sign[{c}]"] for c in conf}
         sig = [row[f"significant[{c}]"] for c in conf]
         row["same_sign"] = len(signs) == 1 and signs <= {"+", "\u2212"}
@@ -245,12 +300,17 @@ def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -
                                                                             data["condition_b"])]})
     for corpus in contrasts_by_corpus:
         display[f"{corpus}: \u0394 (Holm p)"] = [
-            f"{tables.fmt_delta(d)} ({tables.fmt_p(p)}){' *' if s else ''}" for d, p, s in
-            zip(data[f"delta[{corpus}]"], data[f"p_holm[{corpus}]"], data[f"significant[{corpus}]"])]
+            f"{tables.fmt_delta(d)} ({tables.fmt_p(p) if ok else tables.NO_INFERENCE}){' *' if s else ''}"
+            for d, p, ok, s in zip(data[f"delta[{corpus}]"], data[f"p_holm[{corpus}]"], data[f"inference[{corpus}]"],
+                                   data[f"significant[{corpus}]"])]
     display["Verdict"] = data["verdict"]
+    notes = (f"Primary cell of each corpus; * = Holm p < {alpha:g}. \"replicates\" = same sign and "
+             "Holm-significant on every corpus.",)
+    if not all(data[f"inference[{c}]"].all() for c in contrasts_by_corpus):
+        notes += (f"{tables.NO_INFERENCE} = not enough documents or resamples for inference on that corpus (its "
+                  "report says why); such a contrast is never counted as significant.",)
     return tables.Table("replication", "Replication of the pre-registered contrasts across corpora", data, display,
-                        (f"Primary cell of each corpus; * = Holm p < {alpha:g}. \"replicates\" = same sign and "
-                         "Holm-significant on every corpus.",))
+                        notes)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -291,9 +351,11 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     kind = params["corpus"]["kind"]
     got = {k: v for k, v in inputs.items() if isinstance(v, pd.DataFrame)}
     b.notes += [f"input {m} is missing (its stage has not run or does not write it)" for m in inputs.get("missing", [])]
+    marks = tables.placebo_marks(got.get("placebo_buckets"), st["contrasts"])
+    b.warnings = placebo_warnings(marks) + inference_warnings(got.get("contrasts"), st) + b.warnings
 
     if "contrasts" in got:
-        _try(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"))
+        _try(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks)
     other, other_contrasts, note = partner
     if note:
         b.notes.append(note)
@@ -309,7 +371,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     if "section_recall_summary" in got:
         _try(b, "section_recall", tables.section_recall_table, got["section_recall_summary"])
     if "per_type" in got:
-        _try(b, "per_type", tables.per_type, got["per_type"], emb, rr)
+        _try(b, "per_type", tables.per_type, got["per_type"], emb, rr, marks)
     if "power_needed" in got and "power" in got:
         _try(b, "power", tables.power, got["power_needed"], got["power"])
     summary = js.get("04_chunk_embed/summary")
@@ -364,6 +426,11 @@ FIGURE_CAPTIONS = {
 }
 
 
+def _recorded_n_boot(b: Bundle) -> Any:
+    t = b.tables.get("table1")
+    return t.data["n_boot"].iat[0] if t is not None and "n_boot" in t.data and len(t.data) else None
+
+
 def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
     """The report as Markdown (``figures/<corpus>/report.md``): figures are linked by relative path
     (``<name>.png``), tables are inlined (their LaTeX lies in ``tables/<name>.tex``)."""
@@ -377,16 +444,17 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
             + "; ".join(f for f in facts if f) + ".", ""]
     if b.warnings:
         out += ["## ⚠ Warnings — read before any number", ""]
-        out += [f"> **WARNING:** {w}" + "\n>" for w in b.warnings]
+        out += [f"> **WARNING:** {tables.md_escape(w)}" + "\n>" for w in b.warnings]
         out += [""]
-    out += ["## Models actually used", "", b.models.to_markdown(index=False) if b.models is not None else "", ""]
+    out += ["## Models actually used", "", tables.markdown_table(b.models) if b.models is not None else "", ""]
 
     def table(name: str) -> None:
         t = b.tables.get(name)
         if t is None:
             out.extend([f"_{name}: not available in this run (see the notes at the end)._", ""])
             return
-        out.extend([f"### {t.title}", "", t.markdown(), f"LaTeX: [`tables/{t.name}.tex`](tables/{t.name}.tex)", ""])
+        out.extend([f"### {tables.md_escape(t.title)}", "", t.markdown(),
+                    f"LaTeX: [`tables/{t.name}.tex`](tables/{t.name}.tex)", ""])
 
     def figure(name: str) -> None:
         if name in b.figures:
@@ -398,15 +466,16 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
             f"Only the four pre-registered contrasts on the primary cell — {st['primary_metric']} × embedder "
             f"'{params['embed']['strong']}' × reranker '{st['primary_reranker']}' — are confirmatory, with Holm "
             "across the four. The MixedLM beside them is the pre-registered secondary check (misspecified by "
-            "design). Everything in the next sections is **exploratory**.", ""]
+            "design). Everything in the next sections is **exploratory**. "
+            + tables.md_escape(inference_thresholds(st, _recorded_n_boot(b))), ""]
     table("table1")
     figure("fig_contrasts")
     out += ["## Replication across corpora", ""]
     if "replication" in b.tables:
         table("replication")
     else:
-        out += ["_Not available: " + next((n for n in b.notes if n.startswith("replication")),
-                                          "the other corpus has no results") + "._", ""]
+        out += ["_Not available: " + tables.md_escape(next((n for n in b.notes if n.startswith("replication")),
+                                                           "the other corpus has no results")) + "._", ""]
     out += ["## Planning: how many documents would each contrast need?", ""]
     if "power" in b.tables:
         out += power_sentences(b.tables["power"].data) + [""]
@@ -436,14 +505,17 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
                 + (f" (paper: {tables.fmt_pct(paper)})." if paper else "."), ""]
     if b.environment is not None:
         out += ["## Environment", "", "Where each stage ran (from its manifest; stage 08 is this report).", "",
-                b.environment.to_markdown(index=False), ""]
+                tables.markdown_table(b.environment), ""]
     if b.packages is not None and len(b.packages):
-        out += ["Key package versions:", "", b.packages.to_markdown(index=False), ""]
+        out += ["Key package versions:", "", tables.markdown_table(b.packages), ""]
     if b.notes:
-        out += ["## Notes on missing inputs", ""] + [f"- {n}" for n in b.notes] + [""]
+        out += ["## Notes on missing inputs", ""] + [f"- {tables.md_escape(n)}" for n in b.notes] + [""]
     text = "\n".join(out)
     root = b.facts.get("root")
-    return text.replace(root.rstrip("/") + "/", "") if root else text  # paths relative to the project root
+    if not root:
+        return text
+    prefix = root.rstrip("/") + "/"  # paths relative to the project root, as written and as escaped in tables
+    return text.replace(prefix, "").replace(tables.md_escape(prefix), "")
 
 
 def power_sentences(needed: pd.DataFrame) -> list[str]:
@@ -495,7 +567,8 @@ def power_markdown(b: Bundle) -> str:
 
 def warnings_markdown(b: Bundle) -> str:
     """The model warnings as a Markdown list (or a line saying there are none)."""
-    return "\n".join(f"- **WARNING:** {w}" for w in b.warnings) or "_no warnings: the run used the study's models_"
+    return "\n".join(f"- **WARNING:** {tables.md_escape(w)}" for w in b.warnings) or \
+        "_no warnings: the run used the study's models_"
 
 
 def table_markdown(b: Bundle, name: str) -> str:
@@ -506,7 +579,7 @@ def table_markdown(b: Bundle, name: str) -> str:
 
 def tables_markdown(b: Bundle, prefix: str = "") -> str:
     """The bundle's tables whose key starts with ``prefix``, each under a heading, as one Markdown string."""
-    parts = [f"### {t.title}\n\n{t.markdown()}" for k, t in b.tables.items() if k.startswith(prefix)]
+    parts = [f"### {tables.md_escape(t.title)}\n\n{t.markdown()}" for k, t in b.tables.items() if k.startswith(prefix)]
     return "\n\n".join(parts) or f"_no {prefix or 'tables'} tables in this run_"
 
 
@@ -516,7 +589,8 @@ def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
     through :mod:`chunkstudy.artifacts`; returns the list of files written."""
     written = []
     for t in b.tables.values():
-        written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.md", f"# {t.title}\n\n"
+        written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.md",
+                                                                f"# {tables.md_escape(t.title)}\n\n"
                                                                 + t.markdown())))
         written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.tex", t.latex())))
     for name, fig in b.figures.items():

@@ -47,12 +47,57 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
+def local_href(href: str | None) -> bool:
+    """True for a link to a file beside the report or an anchor in it (``tables/table1.tex``, ``#notes``): no
+    scheme (``http:``, ``javascript:``, ``data:``), no host (``//``), no absolute path."""
+    h = (href or "").strip()
+    return bool(h) and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", h) and not h.startswith(("/", "\\"))
+
+
+def _offline_only(images: Mapping[str, str]):
+    """A markdown-it core rule that keeps the page self-contained whatever Markdown reaches it: an image whose
+    ``src`` is not one of the report's own figures (``images``) becomes its alt text, and a link that does not
+    point beside the report (:func:`local_href`) becomes its text. Tables and text from the corpus are escaped
+    before they reach the Markdown (:func:`chunkstudy.tables.md_escape`); this is the second line of defence."""
+    def rule(state) -> None:
+        for block in state.tokens:
+            if block.type != "inline" or not block.children:
+                continue
+            kept, dropped_links = [], []
+            for t in block.children:
+                if t.type == "image" and t.attrGet("src") not in images:
+                    text = type(t)("text", "", 0)
+                    text.content = "".join(c.content for c in (t.children or [])) or t.content
+                    kept.append(text)
+                elif t.type == "link_open" and not local_href(t.attrGet("href")):
+                    dropped_links.append(True)
+                elif t.type == "link_open":
+                    dropped_links.append(False)
+                    kept.append(t)
+                elif t.type == "link_close":
+                    if not (dropped_links and dropped_links.pop()):
+                        kept.append(t)
+                else:
+                    kept.append(t)
+            block.children = kept
+    return rule
+
+
+def _markdown(images: Mapping[str, str] | None = None) -> MarkdownIt:
+    """The one Markdown renderer of the page: CommonMark with pipe tables, raw HTML escaped (not passed through),
+    offline only (:func:`_offline_only`)."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.core.ruler.push("offline_only", _offline_only(dict(images or {})))
+    return md
+
+
 def markdown_to_html(text: str, images: Mapping[str, str] | None = None) -> str:
     """CommonMark (with pipe tables; raw HTML is escaped, not passed through) to HTML. Every table gets
     ``class="sortable"``; an image whose ``src`` is a key of ``images`` gets that value as its ``src`` (a data
-    URI)."""
+    URI); any other image becomes its alt text and a link that leaves the page's folder its text
+    (:func:`_offline_only`), so the page never fetches anything."""
     images = dict(images or {})
-    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md = _markdown(images)
 
     def table_open(self, tokens, idx, options, env):
         tokens[idx].attrSet("class", "sortable")
@@ -91,7 +136,7 @@ def slug(text: str) -> str:
 
 def _inline(text: str) -> str:
     """Inline Markdown (code spans, emphasis) of a heading, as HTML without the paragraph."""
-    return MarkdownIt("commonmark", {"html": False}).renderInline(text)
+    return _markdown().renderInline(text)
 
 
 def _table_view(t) -> dict[str, Any]:

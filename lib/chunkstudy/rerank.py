@@ -24,34 +24,76 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from . import config, models, progress
+from . import artifacts, config, models, progress
 from .embed import (ONNX_FILE, _onnx_provider, _torch_dtype, check_loaded, flag_kwargs, onnx_model_dir,
                     place_flag_model, resolve_dtype)
 
 
+class CacheWarning(UserWarning):
+    """A damaged score cache was set aside (renamed, never deleted); its scores are computed again."""
+
+
+#: SQLite's primary result codes for a damaged file: SQLITE_CORRUPT ("database disk image is malformed") and
+#: SQLITE_NOTADB ("file is not a database"). Other errors (a locked database, a full disk) are not damage.
+_DAMAGED = {11, 26}
+
+
 class ScoreStore:
-    """Persistent (model, query, text) -> score cache: one SQLite file in ``folder`` (safe for concurrent use)."""
+    """Persistent (model, query, text) -> score cache: one SQLite file in ``folder`` (safe for concurrent use).
+
+    Damage repairs itself as the other caches' does: a file SQLite finds corrupt or not a database, on opening
+    (``PRAGMA quick_check``) or on any read or write, is set aside as ``rerank_scores.sqlite.bad`` (its journal
+    files with it; :func:`chunkstudy.artifacts.set_aside`), a :class:`CacheWarning` names it, and an empty store
+    takes its place, so the lost scores are computed again. ``set_aside`` lists the files moved."""
 
     def __init__(self, folder: str | Path):
         self.path = Path(folder) / "rerank_scores.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.set_aside: list[Path] = []
+        self._guarded(self._open)
+
+    def _open(self) -> None:
         with self._connect() as con:
             con.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, score REAL NOT NULL)")
+            verdict = con.execute("PRAGMA quick_check").fetchone()[0]
+        if verdict != "ok":
+            raise _Damaged(f"quick_check: {verdict}")
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=60)
+
+    def _guarded(self, fn, *args):
+        """``fn(*args)``; when SQLite reports the file damaged, set it aside, warn, and run ``fn`` on a new one."""
+        try:
+            return fn(*args)
+        except sqlite3.DatabaseError as e:
+            if not isinstance(e, _Damaged) and (getattr(e, "sqlite_errorcode", 0) & 0xFF) not in _DAMAGED:
+                raise
+            moved = [artifacts.set_aside(p) for p in (self.path, *(self.path.with_name(self.path.name + x)
+                                                                   for x in ("-journal", "-wal", "-shm")))
+                     if p.exists()]
+            self.set_aside.extend(moved)
+            warnings.warn(f"reranker score cache {self.path} is damaged ({e}); set aside as "
+                          f"{', '.join(p.name for p in moved)}; its scores will be computed again", CacheWarning,
+                          stacklevel=3)
+            self._open()
+            return fn(*args)
 
     @staticmethod
     def key(model_id: str, query: str, text: str) -> str:
         return hashlib.sha256(json.dumps([model_id, query, text], ensure_ascii=False).encode()).hexdigest()
 
     def get_many(self, keys: Sequence[str]) -> dict[str, float]:
+        return self._guarded(self._get_many, keys)
+
+    def _get_many(self, keys: Sequence[str]) -> dict[str, float]:
         out: dict[str, float] = {}
         with self._connect() as con:
             for lo in range(0, len(keys), 900):  # SQLite's bound-variable limit
@@ -61,13 +103,23 @@ class ScoreStore:
         return out
 
     def put_many(self, items: Iterable[tuple[str, float]]) -> None:
+        rows = [(k, float(v)) for k, v in items]
+        self._guarded(self._put_many, rows)
+
+    def _put_many(self, rows: list[tuple[str, float]]) -> None:
         with self._connect() as con:
-            con.executemany("INSERT OR IGNORE INTO scores (key, score) VALUES (?, ?)",
-                            [(k, float(v)) for k, v in items])
+            con.executemany("INSERT OR IGNORE INTO scores (key, score) VALUES (?, ?)", rows)
 
     def __len__(self) -> int:
+        return self._guarded(self._count)
+
+    def _count(self) -> int:
         with self._connect() as con:
             return con.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
+
+
+class _Damaged(sqlite3.DatabaseError):
+    """``PRAGMA quick_check`` found the file damaged."""
 
 
 class Reranker:

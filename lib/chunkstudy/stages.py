@@ -132,7 +132,7 @@ def _a1_in_run(p: Mapping[str, Any]) -> bool:
 
 #: The pipeline, in run order.
 STAGES: tuple[Stage, ...] = (
-    Stage("01_corpus", ("corpus",), (), (
+    Stage("01_corpus", ("corpus", "queries.source"), (), (
         Table("documents", {"doc_id": S, "title": S, "text": S, "source": S},
               "one row per document; text = body paragraphs joined by the separator"),
         Table("paragraphs", {"doc_id": S, "para_idx": I, "start": I, "end": I}),
@@ -220,7 +220,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("07_stats", ("stats", "embed.strong", "corpus.kind"), _r("queries", "scores"), (
         Table("contrasts", {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I,
                             "n_docs": I, "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I,
-                            "seed": I, "note": S},
+                            "seed": I, "inference": B, "note": S},
               required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
         Table("mixedlm", {"corpus": S, "cell": S, **_PAIR, "coef": F, "se": F, "z": F, "p": F, "p_holm": F,
                           "ci_low": F, "ci_high": F, "n_obs": I, "n_queries": I, "n_docs": I, "group_var": F,
@@ -229,10 +229,10 @@ STAGES: tuple[Stage, ...] = (
         Table("dose_response", {**_CELL, "slope": F, "ci_low": F, "ci_high": F, "p": F, "n_queries": I,
                                 "n_docs": I, "levels": S,
                                 **{f"mean_d{d}": F for _, d in design.depth_ladder()},
-                                "label": S, "note": S},
+                                "inference": B, "label": S, "note": S},
               required=('embedder',)),
         Table("per_type", {**_CELL, **_PAIR, "qtype": S, **_BOOT, "dz": F, "n_queries": I, "n_docs": I,
-                           "mean_a": F, "mean_b": F, "label": S, "note": S},
+                           "mean_a": F, "mean_b": F, "inference": B, "label": S, "note": S},
               required=('contrast', 'qtype')),
         Table("condition_means", {**_CELL, "condition": S, "mean": F, "sd": F, "se_cluster": F, "n_queries": I,
                                   "n_docs": I, "primary_cell": B, "label": S},

@@ -117,15 +117,60 @@ def percentile_ci(replicates: np.ndarray, alpha: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def bootstrap_p(replicates: np.ndarray) -> float:
-    """Two-sided bootstrap p-value ``2·min(P[δ* ≤ 0], P[δ* ≥ 0])`` clipped to 1 (paper, statistics appendix).
+def mc_p_two_sided(n_le: np.ndarray | int, n_ge: np.ndarray | int, n_boot: int) -> np.ndarray | float:
+    """The Monte-Carlo-correct two-sided p from the counts of replicates on each side of 0:
 
-    Its resolution is ``2/B`` for ``B`` replicates; 0 means no replicate fell on the far side of 0 (report it as
-    ``p < 1/B``, which is 08_figures' business)."""
+        p = min(1, 2 · (1 + min(#{δ* ≤ 0}, #{δ* ≥ 0})) / (1 + B))
+
+    It doubles the smaller one-sided Monte Carlo p-value, which is counted as the literature does:
+    Davison & Hinkley (1997, *Bootstrap Methods and their Application*, §4.2, Monte Carlo tests)
+    ``p_mc = (1 + #{t*_r ≥ t}) / (R + 1)``; North, Curtis & Sham (2002, *Am. J. Hum. Genet.* 71:439-441)
+    ``p = (r + 1) / (n + 1)`` for ``r`` of ``n`` replicates at least as extreme; Phipson & Smyth (2010,
+    "Permutation p-values should never be zero"). The observed sample counts as one of the ``B + 1`` equally
+    likely outcomes, so p is never 0: its smallest value is ``2 / (B + 1)`` (the plain share ``#{…}/B`` gives 0
+    whenever no replicate crosses 0, whatever ``B``, and a level-alpha test built on it is anti-conservative).
+    Elementwise on arrays of counts (the power simulation counts many studies at once)."""
+    if int(n_boot) < 1:
+        raise ValueError(f"mc_p_two_sided: n_boot must be ≥ 1, got {n_boot}")
+    p = np.minimum(1.0, 2.0 * (1.0 + np.minimum(n_le, n_ge)) / (1.0 + int(n_boot)))
+    return float(p) if np.ndim(p) == 0 else p
+
+
+def bootstrap_p(replicates: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of the paper's statistics appendix, ``2·min(P[δ* ≤ 0], P[δ* ≥ 0])`` clipped to
+    1, counted Monte-Carlo-correctly over the ``B`` replicates (:func:`mc_p_two_sided`):
+    ``min(1, 2·(1 + min(#{δ* ≤ 0}, #{δ* ≥ 0})) / (1 + B))``. Never 0; its smallest value is ``2/(B + 1)``."""
     r = np.asarray(replicates, dtype=float)
     if r.size == 0:
         raise ValueError("bootstrap_p: no replicates")
-    return float(min(1.0, 2.0 * min(np.mean(r <= 0.0), np.mean(r >= 0.0))))
+    return mc_p_two_sided(int(np.sum(r <= 0.0)), int(np.sum(r >= 0.0)), r.size)
+
+
+#: The fewest bootstrap resamples with which 07 calls anything significant. Efron & Tibshirani (1993, *An
+#: Introduction to the Bootstrap*, §19.3) ask for B ≥ 1,000 for percentile intervals: their 2.5th/97.5th percentiles
+#: rest on the ~25 most extreme replicates of each tail. It also leaves the Monte Carlo p room under Holm: its
+#: smallest value is 2/(B + 1), so the smallest Holm-adjusted p of a family of four is 8/(B + 1) — 0.008 at
+#: B = 1,000, but 0.73 at B = 10 and 4 at B = 1 (where a "CI" is one replicate and may exclude its own Δ). The
+#: paper uses 10,000; a run below this floor still writes its numbers, but no row is marked significant and the
+#: report prints no CI, p or star for it (:func:`inference_problem`). Not a parameter: it is a property of the
+#: method, not a policy to tune.
+MIN_BOOT = 1000
+
+#: The note of a contrast whose paired queries all come from one document.
+ONE_DOCUMENT_NOTE = "only one document: the clustered bootstrap cannot estimate uncertainty"
+
+
+def inference_problem(n_docs: int, n_boot: int, min_docs: int) -> str:
+    """Why a document-clustered bootstrap over ``n_docs`` documents with ``n_boot`` resamples cannot support
+    inference — CIs, p-values, Holm rejections — or ``""`` when it can. Two floors: ``min_docs`` documents
+    (``stats.min_docs``, the resampled units: with few clusters the percentile bootstrap understates the spread of
+    their mean and rejects a true null far more often than alpha) and :data:`MIN_BOOT` resamples."""
+    problems = []
+    if n_docs < min_docs:
+        problems.append(f"{n_docs} document{'' if n_docs == 1 else 's'}, fewer than stats.min_docs = {min_docs}")
+    if n_boot < MIN_BOOT:
+        problems.append(f"stats.n_boot = {n_boot}, below the floor of {MIN_BOOT:,} resamples")
+    return ("no inference: " + "; ".join(problems)) if problems else ""
 
 
 @dataclass(frozen=True)
@@ -286,11 +331,11 @@ def _pair(block: pd.DataFrame, a: str, b: str) -> tuple[pd.DataFrame | None, str
 
 
 def _contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: int, seed: int,
-                  alpha: float) -> dict:
+                  alpha: float, min_docs: int) -> dict:
     nan = float("nan")
     if both is None:
         return dict(mean_delta=nan, ci_low=nan, ci_high=nan, p=nan, dz=nan, n_queries=0, n_docs=0, mean_a=nan,
-                    mean_b=nan, note=note)
+                    mean_b=nan, inference=False, note=note)
     delta = both[a].to_numpy() - both[b].to_numpy()
     clusters = both["doc_id"].to_numpy()
     boot = cluster_bootstrap(delta, clusters, n_boot, seed, alpha=alpha)
@@ -298,8 +343,10 @@ def _contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: 
                dz=cohens_dz(delta), n_queries=boot.n, n_docs=boot.n_clusters, mean_a=float(both[a].mean()),
                mean_b=float(both[b].mean()), note=note)
     if boot.n_clusters < 2:
-        row.update(ci_low=nan, ci_high=nan, p=nan,
-                   note="only one document: the clustered bootstrap cannot estimate uncertainty")
+        row.update(ci_low=nan, ci_high=nan, p=nan, note=ONE_DOCUMENT_NOTE)
+    problem = inference_problem(boot.n_clusters, n_boot, min_docs)
+    row["inference"] = not problem
+    row["note"] = "; ".join(x for x in (row["note"], problem) if x)
     return row
 
 
@@ -338,8 +385,10 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: A
     Per cell and contrast ``A − B``: ``mean_delta`` = unweighted mean of the paired per-query deltas; ``ci_low``/
     ``ci_high`` = the ``(1−alpha)`` percentile CI and ``p`` = the two-sided p of a document-clustered bootstrap
     (:func:`cluster_bootstrap`, ``stats.n_boot`` resamples, ``stats.seed``); ``p_holm`` = Holm-adjusted within the
-    cell's family (:func:`holm`, family = all contrasts of ``stats.contrasts``); ``reject_holm`` =
-    ``p_holm < alpha``; ``dz`` = Cohen's dz (:func:`cohens_dz`); ``mean_a``/``mean_b`` = the two conditions' means
+    cell's family (:func:`holm`, family = all contrasts of ``stats.contrasts``); ``inference`` = the bootstrap
+    supports inference (:func:`inference_problem`: at least ``stats.min_docs`` documents and :data:`MIN_BOOT`
+    resamples; when not, ``note`` says why and 08 prints no CI, p or star); ``reject_holm`` = ``p_holm < alpha``
+    and ``inference``; ``dz`` = Cohen's dz (:func:`cohens_dz`); ``mean_a``/``mean_b`` = the two conditions' means
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
     "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``.
     """
@@ -347,6 +396,7 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: A
     contrasts = _contrast_spec(stats_params)
     primary = _primary(stats_params, strong)
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
+    min_docs = int(stats_params.min_docs)
     wide = _wide(prepare_scores(scores, queries, corpus))
     rows = []
     for metric, embedder, reranker in _cells(wide, primary):
@@ -354,7 +404,7 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: A
         cell_rows = []
         for name, (a, b) in contrasts.items():
             both, note = _pair(block, a, b)
-            stats_row = _contrast_row(both, note, a, b, n_boot, seed, alpha)
+            stats_row = _contrast_row(both, note, a, b, n_boot, seed, alpha, min_docs)
             confirmatory = (metric, embedder, reranker) == primary
             cell_rows.append(dict(corpus=corpus, cell=cell_name(metric, embedder, reranker), metric=metric,
                                   embedder=embedder, reranker=reranker, contrast=name, condition_a=a,
@@ -363,7 +413,7 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: A
         p_holm = holm([r["p"] for r in cell_rows])
         for r, ph in zip(cell_rows, p_holm):
             r["p_holm"] = float(ph)
-            r["reject_holm"] = bool(ph < alpha) if not np.isnan(ph) else False
+            r["reject_holm"] = bool(ph < alpha) and r["inference"] if not np.isnan(ph) else False
         rows.extend(cell_rows)
     return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
 
@@ -481,6 +531,7 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
     stats_params = params_from(stats_params)
     metric = _primary(stats_params, strong)[0]
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
+    min_docs = int(stats_params.min_docs)
     wide = _wide(prepare_scores(scores, queries, corpus))
     nan = float("nan")
     rows = []
@@ -493,7 +544,7 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
         row = dict(corpus=corpus, cell=cell_name(m, embedder, reranker), metric=m, embedder=embedder,
                    reranker=reranker, slope=nan, ci_low=nan, ci_high=nan, p=nan, n_queries=0, n_docs=0,
                    levels=",".join(c for c, _ in present), **{f"mean_d{d}": nan for _, d in DEPTH_LADDER},
-                   label=EXPLORATORY, note=f"levels absent: {absent}" if absent else "")
+                   inference=False, label=EXPLORATORY, note=f"levels absent: {absent}" if absent else "")
         if len(present) < 2:
             row["note"] = f"skipped: fewer than two depth levels present (absent: {absent})"
             rows.append(row)
@@ -508,6 +559,12 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
         boot = cluster_bootstrap(slopes, complete["doc_id"].to_numpy(), n_boot, seed, alpha=alpha)
         row.update(slope=boot.estimate, ci_low=boot.ci_low, ci_high=boot.ci_high, p=boot.p, n_queries=boot.n,
                    n_docs=boot.n_clusters)
+        if boot.n_clusters < 2:
+            row.update(ci_low=nan, ci_high=nan, p=nan)
+        problem = inference_problem(boot.n_clusters, n_boot, min_docs)
+        row["inference"] = not problem
+        row["note"] = "; ".join(x for x in (row["note"], ONE_DOCUMENT_NOTE if boot.n_clusters < 2 else "", problem)
+                                if x)
         for c, d in present:
             row[f"mean_d{d}"] = float(complete[c].mean())
         rows.append(row)
@@ -526,6 +583,7 @@ def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, str
     contrasts = _contrast_spec(stats_params)
     primary = _primary(stats_params, strong)
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
+    min_docs = int(stats_params.min_docs)
     wide = _wide(prepare_scores(scores, queries, corpus))
     wide = wide.assign(qtype=wide["qtype"].astype(object).where(wide["qtype"].notna(), "(none)").astype(str))
     rows = []
@@ -539,7 +597,7 @@ def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, str
             for qtype, g in groups:
                 rows.append(dict(corpus=corpus, cell=cell_name(metric, embedder, reranker), metric=metric,
                                  embedder=embedder, reranker=reranker, contrast=name, condition_a=a, condition_b=b,
-                                 qtype=qtype, **_contrast_row(g, note, a, b, n_boot, seed, alpha),
+                                 qtype=qtype, **_contrast_row(g, note, a, b, n_boot, seed, alpha, min_docs),
                                  label=EXPLORATORY))
     return pd.DataFrame(rows, columns=PER_TYPE_COLUMNS)
 

@@ -105,8 +105,9 @@ def build_corpus(cfg: Config, session=None) -> dict:
     out.setdefault("harvested", HARVESTED_EMPTY.copy())
     if not len(out["documents"]):
         shown = "".join(f"\n  {w}" for w in warnings[:10])
-        raise CorpusInputError(f"{cfg.path.name}: corpus {cfg.corpus!r} ({c['kind']}) has no documents; the "
-                               f"filters or the inputs left nothing.{' Warnings:' + shown if shown else ''}")
+        where = f" from corpus.mirror {cfg.resolve(c['mirror'])}" if c["mirror"] is not None else ""
+        raise CorpusInputError(f"{cfg.path.name}: corpus {cfg.corpus!r} ({c['kind']}) has no documents{where}; "
+                               f"the filters or the inputs left nothing.{' Warnings:' + shown if shown else ''}")
     bad = verify_corpus(out["documents"], out["paragraphs"], out["sections_gold"])
     out["stats"]["verification_failures"] = bad
     out["stats"]["warnings"] = warnings
@@ -129,6 +130,35 @@ def skipped_records(out: dict) -> pd.DataFrame:
     counts = out["stats"].get("skipped_records") or {}
     return pd.DataFrame({"record": list(counts), "skipped": [int(v) for v in counts.values()]},
                         columns=["record", "skipped"])
+
+
+#: Where each corpus kind's questions come from, for the message of :func:`require_questions`.
+QUESTIONS_FROM = {"demo": "questions.yaml", "qasper": "the QASPER archives (corpus.sources)",
+                  "markdown": "questions.jsonl", "html": "questions.jsonl"}
+
+
+def require_questions(cfg: Config, out: dict, source: str) -> None:
+    """Stop stage 01 when the queries are to be the corpus's own questions (``queries.source: harvested``) and
+    none is usable: 01 is the stage that knows (03-04 would run, embeddings and all, and 05 fail on an empty
+    query table). The message names the parameter file, the corpus, where the questions came from and the
+    funnel's counts. ``source`` is ``queries.source``."""
+    if source != "harvested" or len(out["harvested"]):
+        return
+    kind = cfg["corpus"]["kind"]
+    head = f"{cfg.path.name}: corpus {cfg.corpus!r} has no usable question: "
+    tail = "; queries.source is 'harvested' (set it to 'generated', with an llm backend, to write queries instead)"
+    if kind not in QUESTIONS_FROM:
+        raise CorpusInputError(head + f"corpus.kind {kind} has no questions of its own" + tail)
+    q = out["stats"].get("questions") or {}
+    if kind in ("markdown", "html") and not q.get("file"):
+        raise CorpusInputError(head + "no questions.jsonl in corpus.mirror "
+                               f"{cfg.resolve(cfg['corpus']['mirror'])}" + tail)
+    dropped = {k: v for k, v in q.items() if k.startswith("dropped_") and isinstance(v, int) and v
+               and k != "dropped_only_figure_table_or_unmatched_evidence"}  # a part of dropped_no_evidence
+    why = ", ".join(f"{k.removeprefix('dropped_').replace('_', ' ')} {v}" for k, v in dropped.items())
+    raise CorpusInputError(head + f"{q.get('questions_read', 0)} read from {QUESTIONS_FROM[kind]}, 0 usable"
+                           + (f" (dropped: {why})" if why else "") + "; the warnings of 01_corpus/stats.json name "
+                           "each one" + tail)
 
 
 class VerificationError(ValueError):

@@ -173,6 +173,7 @@ def _entries(mirror: Path) -> list:
     path = mirror / "documents.yaml"
     if not path.is_file():
         raise CorpusInputError(f"{path}: not found (corpus.kind demo reads documents.yaml from corpus.mirror)")
+    path = mirror_file(mirror, "documents.yaml", "documents.yaml")  # a link out of the mirror is refused
     docs = read_yaml(read_text(path), path) or []
     if not isinstance(docs, list):
         raise CorpusInputError(f"{path}: expected a list of documents, got {type(docs).__name__}")
@@ -186,7 +187,8 @@ def source_files(cfg: Config) -> list[tuple[str, Path]]:
     if cfg["corpus"]["mirror"] is None:
         return []
     mirror = cfg.resolve(cfg["corpus"]["mirror"])
-    out = [("demo:documents.yaml", mirror / "documents.yaml"), ("demo:questions.yaml", mirror / "questions.yaml")]
+    out = [(f"demo:{name}", mirror / name) for name in ("documents.yaml", "questions.yaml")
+           if not (mirror / name).exists() or mirror.resolve() in (mirror / name).resolve().parents]
     try:
         entries = _entries(mirror)
     except (CorpusInputError, ValueError):
@@ -218,6 +220,8 @@ def build(cfg: Config, session, warnings: list[str]) -> dict:
                 raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
             warnings.append(f"{e}; skipped (corpus.allow_partial)")
     qpath = mirror / "questions.yaml"
+    if qpath.is_file():  # a link out of the mirror is refused
+        qpath = mirror_file(mirror, "questions.yaml", "questions.yaml")
     questions = (read_yaml(read_text(qpath), qpath) or []) if qpath.is_file() else []
     if not isinstance(questions, list):
         raise CorpusInputError(f"{qpath}: expected a list of questions, got {type(questions).__name__}")

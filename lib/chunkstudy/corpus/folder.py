@@ -8,8 +8,11 @@ into blocks.
 the folder) or, when it is empty, every file under the folder (sub-folders included, hidden ones not) with the
 kind's extensions, in sorted path order; ``corpus.max_docs`` keeps the first N or a seeded sample of N
 (``corpus.max_docs_from``). A document's ``doc_id`` is its path relative to the folder without the extension
-(``guide/install.md`` -> ``guide/install``); ``source`` is the path. A file with no prose left after parsing is skipped with a warning. Wikipedia's quality filters
-(``min_words``, ...) do not apply: every file is a document.
+(``guide/install.md`` -> ``guide/install``); ``source`` is the path. A file with no prose left after parsing is
+skipped with a warning. Every file is resolved, links included: one that points outside the folder
+(``passwd.md -> /etc/passwd``) is never read, but skipped with a warning naming where it points and counted in the
+funnel (named in ``corpus.sources``, it stops the build). Text files are read as UTF-8 with a leading byte-order
+mark dropped. Wikipedia's quality filters (``min_words``, ...) do not apply: every file is a document.
 
 **Blocks to a document.** A parser yields blocks in document order: ``("heading", level, text)`` for a heading of
 the document's outline (Markdown ``#``..``######`` and setext, HTML ``h1``..``h6``) and ``("para", text)`` for a
@@ -107,18 +110,29 @@ def title_from_name(rel: str) -> str:
     return " ".join(Path(rel).stem.replace("_", " ").replace("-", " ").split())
 
 
-def document_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tuple[str, Path]]:
+def document_files(cfg: Config, kind: str, extensions: tuple[str, ...],
+                   outside: list[tuple[str, Path]] | None = None) -> list[tuple[str, Path]]:
     """``(relative path, path)`` of the folder's documents (module docstring: files), without reading them. A
-    file named in ``corpus.sources`` must lie inside the folder."""
+    file named in ``corpus.sources`` must lie inside the folder. A file found in the folder that is a link to
+    somewhere outside it (``passwd.md -> /etc/passwd``) is never a document: it goes to ``outside`` as
+    ``(relative path, where it points)``, for the build to warn about and count. Every path returned is
+    resolved and inside the folder."""
     c = cfg["corpus"]
     folder = mirror_root(cfg, f"its {'/'.join(extensions)} files").resolve()
     if c["sources"]:
-        paths = [mirror_file(folder, s, f"corpus.sources: {s}", kind) for s in c["sources"]]
+        out = {s_path.relative_to(folder).as_posix(): s_path
+               for s_path in (mirror_file(folder, s, f"corpus.sources: {s}", kind) for s in c["sources"])}
     else:
-        paths = sorted((p for p in folder.rglob("*") if p.suffix.lower() in extensions and p.is_file()
+        found = sorted((p for p in folder.rglob("*") if p.suffix.lower() in extensions and p.is_file()
                         and not any(part.startswith(".") for part in p.relative_to(folder).parts)),
                        key=lambda p: p.relative_to(folder).as_posix())
-    out = {p.relative_to(folder).as_posix(): p for p in paths}
+        out = {}
+        for p in found:
+            real = p.resolve()
+            if folder in real.parents:
+                out[p.relative_to(folder).as_posix()] = real
+            elif outside is not None:
+                outside.append((p.relative_to(folder).as_posix(), real))
     return [(name, out[name]) for name in kept_documents(list(out), c["max_docs"], c["max_docs_from"], c["seed"])]
 
 
@@ -132,7 +146,9 @@ def source_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tu
     except CorpusInputError:
         docs = []  # a file named outside the folder: never read; the stage itself stops on it
     folder = cfg.resolve(cfg["corpus"]["mirror"])
-    return [(f"{kind}:file", p) for _, p in docs] + [(QUESTIONS_FILE, folder / QUESTIONS_FILE)]
+    questions = folder / QUESTIONS_FILE
+    inside = not questions.exists() or folder.resolve() in questions.resolve().parents
+    return [(f"{kind}:file", p) for _, p in docs] + ([(QUESTIONS_FILE, questions)] if inside else [])
 
 
 def doc_id_of(rel: str) -> str:
@@ -201,7 +217,11 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
     unless ``corpus.allow_partial``."""
     c = cfg["corpus"]
     folder = mirror_root(cfg, f"its {'/'.join(extensions)} files")
-    files = document_files(cfg, kind, extensions)
+    outside: list[tuple[str, Path]] = []
+    files = document_files(cfg, kind, extensions, outside)
+    for rel, real in outside:
+        warnings.append(f"{rel}: a link to {real}, outside corpus.mirror {folder.resolve()}; skipped (a document "
+                        "must lie inside the folder)")
     docs, paras_l, secs_l = [], [], []
     dropped: Counter = Counter()
     titles: Counter = Counter()
@@ -222,7 +242,14 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
             warnings.append(f"{rel}: doc_id {doc_id!r} repeats another file's (same path, other extension); "
                             "kept the first")
             continue
-        doc, paras, secs, report = parse(text, doc_id, rel)
+        try:
+            doc, paras, secs, report = parse(text, doc_id, rel)
+        except RecursionError:  # a parser that recursed on nesting deeper than Python allows: name the file
+            e = CorpusInputError(f"{path}: nested too deeply to parse (RecursionError in the {kind} parser)")
+            if not c["allow_partial"]:
+                raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
+            warnings.append(f"{e}; skipped (corpus.allow_partial)")
+            continue
         dropped.update(report.dropped)
         warnings.extend(f"{rel}: {p}" for p in report.problems)
         if not len(paras):
@@ -247,12 +274,17 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
              "mean_sections_per_doc": float(sections.groupby("doc_id").size().mean()) if len(docs) else 0.0,
              "mean_words_per_doc": float(documents["n_words"].mean()) if len(docs) else 0.0,
              "depth_distribution": {str(k): v for k, v in sorted(depths.items())}}
+    stats["outside_links"] = len(outside)
     funnel = pd.DataFrame(
-        [{"step": "files read", "count": len(files)}, {"step": "skipped: no prose", "count": n_empty},
+        [{"step": "files read", "count": len(files)},
+         {"step": "skipped: outside the folder (links)", "count": len(outside)},
+         {"step": "skipped: no prose", "count": n_empty},
          {"step": "documents built", "count": len(docs)}]
         + [{"step": f"dropped: {label}", "count": int(dropped[k])} for k, label in drop_labels.items()])
 
     qpath = folder / QUESTIONS_FILE
+    if qpath.is_file():  # a link to a file outside the folder is refused, as a document's would be skipped
+        qpath = mirror_file(folder, QUESTIONS_FILE, QUESTIONS_FILE, kind)
     questions, skipped = read_questions(qpath, documents.get("doc_id", []), warnings) if qpath.is_file() else ([], 0)
     harvested, counts = harvest_questions(questions, documents, paragraphs, sections, c["fuzzy_threshold"],
                                           warnings, where=QUESTIONS_FILE)

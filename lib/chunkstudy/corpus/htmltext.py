@@ -70,7 +70,17 @@ class _Walker:
             self.blocks.append(("para", text))
 
     def walk(self, node, quoted: bool = False) -> None:
-        for c in _children(node):
+        """The blocks of ``node``'s children, in document order. Iterative (a stack of child iterators), so a page
+        nested thousands of elements deep parses like any other: recursion crashed on ~1,000 levels."""
+        stack = [(_children(node), quoted, False)]  # (children left, inside a block quote, ends a block)
+        while stack:
+            children, q, ends_block = stack[-1]
+            c = next(children, None)
+            if c is None:
+                stack.pop()
+                if ends_block:
+                    self.flush()
+                continue
             tag = c.tag
             if tag == _TEXT:
                 self.buf.append(c.text_content or "")
@@ -83,7 +93,7 @@ class _Walker:
             elif tag in HEADINGS:
                 self.flush()
                 text = self.text_of(c)
-                if quoted:
+                if q:
                     self.report.dropped["heading_in_container"] += 1
                     self.blocks.append(("para", text))
                 else:
@@ -99,10 +109,9 @@ class _Walker:
                 self.buf.append(" ")
             elif tag in BLOCKS:
                 self.flush()
-                self.walk(c, quoted or tag == "blockquote")
-                self.flush()
+                stack.append((_children(c), q or tag == "blockquote", True))
             else:
-                self.walk(c, quoted)
+                stack.append((_children(c), q, False))
 
     def text_of(self, node) -> str:
         """Plain text of an element (a heading): dropped elements left out (counted), whitespace collapsed."""
@@ -112,38 +121,50 @@ class _Walker:
 
     def list_lines(self, node, lines: list[list[str]]) -> None:
         """Append one line per item of the list ``node``; a nested list's items follow their parent's line."""
-        for c in _children(node):
-            if c.tag in ITEMS:
-                lines.append([])
-                self.collect(c, lines, len(lines) - 1)
-            elif c.tag in DROP:
-                self.report.dropped[DROP[c.tag]] += 1
-            elif c.tag == _TEXT:
-                if lines:
-                    lines[-1].append(c.text_content or "")
-            elif c.tag not in (_COMMENT, None):  # a nested list, or a wrapper (a div inside a dl): look inside
-                self.list_lines(c, lines)
+        self._gather(node, lines, 0, "list")
 
     def collect(self, node, lines: list[list[str]], idx: int) -> None:
         """Append the text inside ``node`` to line ``idx``; nested lists add lines of their own."""
-        line = lines[idx]
-        for c in _children(node):
+        self._gather(node, lines, idx, "collect")
+
+    def _gather(self, node, lines: list[list[str]], idx: int, mode: str) -> None:
+        """:meth:`list_lines` (``mode`` "list") and :meth:`collect` ("collect") without recursion: a stack of
+        ``(mode, children left, line, text appended when the element ends)``."""
+        stack = [(mode, _children(node), idx, "")]
+        while stack:
+            kind, children, i, gap = stack[-1]
+            c = next(children, None)
+            if c is None:
+                stack.pop()
+                if gap:
+                    lines[i].append(gap)
+                continue
             tag = c.tag
-            if tag == _TEXT:
-                line.append(c.text_content or "")
+            if kind == "list":
+                if tag in ITEMS:
+                    lines.append([])
+                    stack.append(("collect", _children(c), len(lines) - 1, ""))
+                elif tag in DROP:
+                    self.report.dropped[DROP[tag]] += 1
+                elif tag == _TEXT:
+                    if lines:
+                        lines[-1].append(c.text_content or "")
+                elif tag not in (_COMMENT, None):  # a nested list, or a wrapper (a div inside a dl): look inside
+                    stack.append(("list", _children(c), i, ""))
+            elif tag == _TEXT:
+                lines[i].append(c.text_content or "")
             elif tag in (_COMMENT, None):
                 continue
             elif tag in DROP:
                 self.report.dropped[DROP[tag]] += 1
             elif tag in LISTS:
-                self.list_lines(c, lines)
+                stack.append(("list", _children(c), i, ""))
             else:
                 if tag in HEADINGS:
                     self.report.dropped["heading_in_container"] += 1
-                gap = " " if tag == "br" or tag in BLOCKS else ""
-                line.append(gap)
-                self.collect(c, lines, idx)
-                line.append(gap)
+                g = " " if tag == "br" or tag in BLOCKS else ""
+                lines[i].append(g)
+                stack.append(("collect", _children(c), i, g))
 
 
 def page_title(tree) -> str | None:

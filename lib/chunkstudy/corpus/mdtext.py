@@ -18,6 +18,9 @@ This module turns one file's token stream into blocks:
   tables, images (with their alt text; a paragraph that was only images or badges disappears), HTML blocks
   (comments included) and inline HTML tags (the tag only: ``<kbd>K</kbd>`` keeps ``K``), thematic breaks are
   ignored. The YAML front matter is read for ``title:`` and dropped.
+* **Nesting.** Lists and block quotes parse up to :data:`MAX_NESTING` levels (CommonMark's preset stops at 20 and
+  skipped the rest of the document without a word); lines nested deeper are counted (``unparsed_lines``) and
+  warned, naming the file.
 """
 
 from __future__ import annotations
@@ -35,9 +38,30 @@ EXTENSIONS = (".md", ".markdown")
 #: Drop counters in funnel order -> their funnel label.
 DROPS = {"code_block": "code blocks (fenced and indented)", "table": "tables", "image": "images",
          "html_block": "HTML blocks", "html_inline": "inline HTML tags",
-         "heading_in_container": "heading in list/quote (kept as text)", "front_matter": "front matter blocks"}
+         "heading_in_container": "heading in list/quote (kept as text)", "front_matter": "front matter blocks",
+         "unparsed_lines": "lines nested too deeply to parse (warned)"}
 
-_MD = MarkdownIt("commonmark").enable(["table", "strikethrough"]).use(front_matter_plugin)
+#: markdown-it's nesting limit (block quotes and lists: a list level counts twice). CommonMark's preset stops at 20,
+#: and everything past it was silently skipped — a list nested 10 deep or a quote 21 deep lost the rest of the
+#: document. 100 is far beyond real documents and still far from Python's recursion limit in the parser; what
+#: lies deeper is counted and warned (``unparsed_lines``), never dropped silently.
+MAX_NESTING = 100
+
+_MD = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable(["table", "strikethrough"]).use(
+    front_matter_plugin)
+_block_tokenize = _MD.block.tokenize
+
+
+def _counting_tokenize(state, start_line: int, end_line: int, *args) -> None:
+    """markdown-it's block tokenizer, counting the non-blank lines it is about to skip: at the nesting limit it
+    jumps to the end of the container without a token (``state.env["unparsed_lines"]``)."""
+    if state.level >= MAX_NESTING:
+        lines = state.src.split("\n")[start_line:end_line]
+        state.env["unparsed_lines"] = state.env.get("unparsed_lines", 0) + sum(1 for x in lines if x.strip())
+    return _block_tokenize(state, start_line, end_line, *args)
+
+
+_MD.block.tokenize = _counting_tokenize
 
 
 def inline_text(token, report: ParseReport) -> str:
@@ -157,7 +181,12 @@ def parse(text: str, doc_id: str, source: str = "") -> tuple[dict, "object", "ob
     ('Guide', 'Intro here.\\n\\nRun pip install x.', ['', 'Install'], 1)
     """
     report = ParseReport()
-    tokens = _MD.parse(text)
+    env: dict = {}
+    tokens = _MD.parse(text, env)
+    if env.get("unparsed_lines"):
+        report.dropped["unparsed_lines"] += env["unparsed_lines"]
+        report.problems.append(f"{env['unparsed_lines']} line(s) nested deeper than {MAX_NESTING} levels of lists "
+                               "and block quotes were not parsed; their text is not in the document")
     meta = front_matter_title(tokens, report)
     doc, paras, secs = assemble(doc_id, blocks(tokens, report), meta, title_from_name(source or doc_id), report,
                                 source=source)

@@ -118,10 +118,10 @@ def read_qasper(paths: Iterable[str | Path], warnings: list[str] | None = None,
                     if not members:
                         raise ValueError("no qasper-*-v0.3.json inside")
                     for m in sorted(members, key=lambda m: m.name):
-                        add(_split_of(m.name), json.load(io.TextIOWrapper(tar.extractfile(m), "utf-8")),
+                        add(_split_of(m.name), json.load(io.TextIOWrapper(tar.extractfile(m), "utf-8-sig")),
                             f"{path.name}:{m.name}")
             else:
-                add(_split_of(path.name), json.loads(path.read_text()), path.name)
+                add(_split_of(path.name), json.loads(path.read_text(encoding="utf-8-sig")), path.name)
         except (OSError, EOFError, ValueError, tarfile.TarError) as e:  # ValueError: JSON and UTF-8 errors too
             msg = f"{path}: cannot read QASPER file ({type(e).__name__}: {e})"
             if warnings is None or not allow_partial:

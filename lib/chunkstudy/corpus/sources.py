@@ -34,7 +34,20 @@ def mirror_root(cfg: Config, what: str) -> Path:
     if mirror is None:
         raise CorpusInputError(f"{cfg.path}: corpus.kind {cfg['corpus']['kind']} reads {what} from corpus.mirror, "
                                "which is null")
-    return cfg.resolve(mirror)
+    return existing_mirror(cfg)
+
+
+def existing_mirror(cfg: Config) -> Path:
+    """``corpus.mirror`` resolved, after checking that it is a folder: a mirror that does not exist raises
+    :class:`CorpusInputError` naming the parameter file, the key and the path (it used to surface as "has no
+    documents", naming neither)."""
+    folder = cfg.resolve(cfg["corpus"]["mirror"])
+    if not folder.exists():
+        raise CorpusInputError(f"{cfg.path}: corpus.mirror: the folder {folder} does not exist (corpus.mirror: "
+                               f"{cfg['corpus']['mirror']!r}, relative to the parameter file's folder)")
+    if not folder.is_dir():
+        raise CorpusInputError(f"{cfg.path}: corpus.mirror: {folder} is not a folder")
+    return folder
 
 
 def source_paths(cfg: Config, session=None) -> list[Path]:
@@ -42,7 +55,7 @@ def source_paths(cfg: Config, session=None) -> list[Path]:
     named, every downloaded file). A named source that is not there raises, naming it."""
     c = cfg["corpus"]
     if c["mirror"] is not None:
-        root = cfg.resolve(c["mirror"])
+        root = existing_mirror(cfg)
         paths = cfg.resolve_param("corpus.sources")
         missing = [str(p) for p in paths if not p.exists()]
         if missing:
@@ -93,9 +106,11 @@ def mirror_file(mirror: Path, name: str, where: str, kind: str = "demo") -> Path
 
 
 def read_text(path: Path) -> str:
-    """A text input read as UTF-8; an undecodable or unreadable file raises :class:`CorpusInputError` naming it."""
+    """A text input read as UTF-8, a leading byte-order mark dropped (``utf-8-sig``: editors on Windows write one,
+    and kept it would hide the ``#`` of a first-line heading); an undecodable or unreadable file raises
+    :class:`CorpusInputError` naming it. Every text file stage 01 reads goes through here."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise CorpusInputError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
     except OSError as e:

@@ -43,7 +43,7 @@ import pandas as pd
 from .. import artifacts
 from ..config import Config
 from .model import SECTION_COLUMNS, DocumentBuilder, depth
-from .sources import CorpusInputError, listed_sources, resolve_in_mirror, source_paths, walk_order
+from .sources import CorpusInputError, listed_sources, read_text, resolve_in_mirror, source_paths, walk_order
 from .wikitext import categories as page_categories
 from .wikitext import is_maintenance_category, is_redirect, normalise
 
@@ -472,7 +472,11 @@ def page_document(page: dict, drop_sections: Iterable[str]) -> tuple[dict, pd.Da
     """
     doc_id = page.get("doc_id") or f"wiki:{page['page_id'] or page['title']}"
     builder = DocumentBuilder(doc_id, page["title"])
-    report = normalise(page["wikitext"], builder, drop_sections)
+    try:
+        report = normalise(page["wikitext"], builder, drop_sections)
+    except RecursionError:  # markup nested deeper than the parser's recursion allows: name the page
+        raise CorpusInputError(f"{page.get('source') or 'page'}: {page['title']!r} ({doc_id}): nested too deeply "
+                               "to parse (RecursionError in the wikitext parser)") from None
     cats = page.get("categories")
     if cats is None:
         cats = page_categories(page["wikitext"])
@@ -773,14 +777,14 @@ def _build(cfg: Config, session, warnings: list[str]) -> dict:
     if c["featured_list"] == "api":
         listed = featured_ids_from_api(client, progress=True)
     elif c["featured_list"]:
-        listed = featured_ids_from_tsv(resolve_in_mirror(cfg, c["featured_list"]).read_text())
+        listed = featured_ids_from_tsv(read_text(resolve_in_mirror(cfg, c["featured_list"])))
     if listed is not None:
         featured = set(listed)
     sources = source_paths(cfg, session) if c["sources"] else []
     titles = list(c["api_titles"])
     pins = {}
     if c["api_revisions"]:
-        pins = read_revision_pins(cfg.resolve(c["api_revisions"]).read_text())
+        pins = read_revision_pins(read_text(cfg.resolve(c["api_revisions"])))
     fetched: list[dict] = []
 
     def fetch(names: list[str], ids: dict | None = None) -> list[dict]:

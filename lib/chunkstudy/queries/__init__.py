@@ -63,7 +63,7 @@ from .harvest import (
     HARVEST_STEPS, from_harvested,
 )
 from .stage import (
-    build_queries, by_type, inputs_overview, client_for, funnel_facts, capability_note, examples,
+    QueriesError, build_queries, by_type, inputs_overview, client_for, funnel_facts, capability_note, examples,
 )
 
 __all__ = [
@@ -71,6 +71,6 @@ __all__ = [
     "sentence_runs", "sample_doc_spans", "sample_spans", "QUERY_SCHEMA", "SYSTEM", "RULES", "PROMPTS", "PARAPHRASE",
     "template_hash", "generation_messages", "paraphrase_messages", "parse_query", "reply_shape", "names_title",
     "GEN_STEPS", "generate", "balance", "pick_docs", "reply_counts", "from_generated", "HARVEST_STEPS",
-    "from_harvested", "build_queries", "by_type", "inputs_overview", "client_for", "funnel_facts", "capability_note",
-    "examples",
+    "from_harvested", "QueriesError", "build_queries", "by_type", "inputs_overview", "client_for", "funnel_facts",
+    "capability_note", "examples",
 ]

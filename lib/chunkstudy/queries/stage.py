@@ -14,24 +14,42 @@ from .generated import from_generated
 from .harvest import from_harvested
 
 
+class QueriesError(ValueError):
+    """03_queries has no usable query: the message names the corpus, ``queries.source`` and the funnel."""
+
+
 def build_queries(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame,
-                  harvested: pd.DataFrame | None, queries_params: Mapping[str, Any], client=None) -> dict:
+                  harvested: pd.DataFrame | None, queries_params: Mapping[str, Any], client=None,
+                  where: str = "") -> dict:
     """The 03_queries stage: ``dict(queries=DataFrame, funnel=DataFrame, summary=dict)`` (+ ``log`` when
     generated). ``queries_params`` is the ``queries`` parameter section; ``client`` an :mod:`llm` client
-    (needed only for ``source: generated``)."""
+    (needed only for ``source: generated``); ``where`` names the corpus in errors. No usable query at all
+    raises :class:`QueriesError` with the funnel's counts: 03 is the stage that knows (04 would embed every chunk
+    and 05 fail on an empty query table)."""
     p = config.record("queries", queries_params)
     source = p.source
     if source == "harvested":
         if harvested is None:
             raise ValueError("queries.source is 'harvested' but no harvested table was given (01 writes it for "
                              "QASPER and the demo)")
-        return from_harvested(documents, harvested, p)
-    if source == "generated":
+        out = from_harvested(documents, harvested, p)
+    elif source == "generated":
         if client is None:
             raise ValueError("queries.source is 'generated' but no model client was given: set llm.backend in "
                              "the parameter file (see llm.make_client)")
-        return from_generated(documents, paragraphs, sections_gold, p, client)
-    raise ValueError(f"queries.source {source!r} is not one of ['harvested', 'generated']")
+        out = from_generated(documents, paragraphs, sections_gold, p, client)
+    else:
+        raise ValueError(f"queries.source {source!r} is not one of ['harvested', 'generated']")
+    if out["queries"].empty:
+        f = out["funnel"]
+        steps = f[f["qtype"] == "all"] if "qtype" in f and (f["qtype"] == "all").any() else f
+        counts = " -> ".join(f"{r.step} {int(r.count)}" for r in steps.itertuples())
+        raise QueriesError(f"03_queries: corpus {where!r} has no usable query (queries.source {source!r}): "
+                           f"{counts or 'nothing to start from'}; "
+                           + ("written by 01_corpus/harvested" if source == "harvested" else
+                              "no generated query survived those steps (the model's replies are in its cache, "
+                              "llm.cache)") + ". Nothing downstream could be computed.")
+    return out
 
 
 def by_type(queries_table: pd.DataFrame) -> pd.DataFrame:

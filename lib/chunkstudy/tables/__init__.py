@@ -10,8 +10,8 @@ Every builder is pure: it takes the tables of stages 01-07 and returns a :class:
 
 Rounding policy (stated once): cov-nDCG and other metric means to 3 decimals; paired deltas, CIs and slopes to 4
 decimals with an explicit sign; dz to 2 decimals; p-values to 3 decimals, ``< 0.001`` below that, and
-``< 1/B`` when a bootstrap p is exactly 0 (no replicate crossed 0 among ``B`` resamples); shares as percentages
-with 1 decimal; token means to 1 decimal. A missing value prints as an em dash.
+``< 1/B`` for a p of exactly 0 (which the Monte-Carlo-correct bootstrap p, at least ``2/(B + 1)``, never is);
+shares as percentages with 1 decimal; token means to 1 decimal. A missing value prints as an em dash.
 
 The paper's own numbers (the ``paper`` columns, :data:`PAPER`) come from :mod:`chunkstudy.paper`, their one home.
 
@@ -27,11 +27,11 @@ from .formatting import (  # noqa: F401
     DASH, _missing, fmt_num, fmt_delta, fmt_int, fmt_pct, fmt_ci, fmt_p, fmt_n, fmt_approx_n, fmt_needed,
 )
 from .record import (  # noqa: F401
-    Table, latex_escape, to_latex,
+    Table, latex_escape, to_latex, md_escape, markdown_table,
 )
 from .common import (  # noqa: F401
     CONDITION_ORDER, METRIC_ORDER, CONTRAST_QUESTIONS, CONDITIONS, PAPER_QUERY_STEPS, PAPER, _order, _require,
-    paper_source_label,
+    paper_source_label, NO_INFERENCE, PLACEBO_MARK, inference_mask, gated, row_notes, placebo_marks,
 )
 from .results import (  # noqa: F401
     table1, table2, table4, dose_response, section_recall_table, reranker_lift, per_type, power,
@@ -42,8 +42,9 @@ from .construction import (  # noqa: F401
 
 __all__ = [
     "DASH", "fmt_num", "fmt_delta", "fmt_int", "fmt_pct", "fmt_ci", "fmt_p", "fmt_n", "fmt_approx_n", "fmt_needed",
-    "Table", "latex_escape", "to_latex", "CONDITION_ORDER", "METRIC_ORDER", "CONTRAST_QUESTIONS", "CONDITIONS",
-    "PAPER_QUERY_STEPS", "PAPER", "paper_source_label", "table1", "table2", "table4", "dose_response",
+    "Table", "latex_escape", "to_latex", "md_escape", "markdown_table", "CONDITION_ORDER", "METRIC_ORDER", "CONTRAST_QUESTIONS", "CONDITIONS",
+    "PAPER_QUERY_STEPS", "PAPER", "paper_source_label", "NO_INFERENCE", "PLACEBO_MARK", "inference_mask", "gated",
+    "row_notes", "placebo_marks", "table1", "table2", "table4", "dose_response",
     "section_recall_table", "reranker_lift", "per_type", "power", "corpus_funnel", "INDUCTION_ROWS", "induction",
     "query_funnel", "size_matching", "placebo",
 ]

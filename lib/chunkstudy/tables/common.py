@@ -5,7 +5,7 @@ one home) and the input check."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
@@ -75,4 +75,68 @@ def paper_source_label(source: str) -> str:
     out = str(source)
     for kind, facts in PAPER.items():
         out = out.replace(f"({kind})", f"({facts['label']})")
+    return out
+
+
+#: What a CI or p cell prints where the bootstrap cannot support inference (07's ``inference`` column is false:
+#: too few documents or resamples, :func:`chunkstudy.stats.inference_problem`); the table's notes say why.
+NO_INFERENCE = "n/a"
+
+
+def inference_mask(d: pd.DataFrame) -> pd.Series:
+    """Per row, whether 07 found the bootstrap fit for inference (its ``inference`` column; a table without the
+    column, written by hand, counts as fit)."""
+    if "inference" not in d:
+        return pd.Series(True, index=d.index)
+    return d["inference"].astype(object).where(d["inference"].notna(), False).astype(bool)
+
+
+def gated(cells: Sequence[str], ok: Sequence[bool]) -> list[str]:
+    """Formatted CI/p ``cells`` with :data:`NO_INFERENCE` in place of each row not fit for inference (``ok``,
+    :func:`inference_mask`)."""
+    return [c if o else NO_INFERENCE for c, o in zip(cells, ok)]
+
+
+def row_notes(keys: Sequence[str], notes: Sequence[Any]) -> tuple[str, ...]:
+    """07's per-row notes for a table's notes, each once, with the rows it concerns (``"C1, C3: only one
+    document: ..."``), in first-seen order; empty notes are left out."""
+    by_note: dict[str, list[str]] = {}
+    for k, n in zip(keys, notes):
+        if isinstance(n, str) and n.strip():
+            by_note.setdefault(n.strip(), [])
+            if str(k) not in by_note[n.strip()]:
+                by_note[n.strip()].append(str(k))
+    return tuple(f"{', '.join(k)}: {n}" for n, k in by_note.items())
+
+
+#: The mark of a contrast whose placebo is not a clean placebo (:func:`placebo_marks`), in tables and figures.
+PLACEBO_MARK = "‡"
+
+
+def placebo_marks(buckets: pd.DataFrame | None, contrasts: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """The contrasts whose placebo is not a placebo, each with why: when some (document, heading path) pairs of
+    04's ``placebo_buckets`` kept a path of their own document (``same_doc`` > 0: no cross-document derangement
+    exists in a depth bucket where one document holds more than half of the pairs), every contrast of
+    ``contrasts`` (``stats.contrasts``) with a placebo-prefix condition (P, :mod:`chunkstudy.design`) compares
+    against chunks that partly carry their own real path, so it is biased toward 0. Empty when the placebo is
+    clean or the table is missing."""
+    if buckets is None or not len(buckets) or "same_doc" not in buckets:
+        return {}
+    total = buckets[buckets["depth"].astype(str) == "all"]
+    rows = total if len(total) else buckets
+    same, pairs = int(rows["same_doc"].sum()), int(rows["pairs"].sum())
+    if same <= 0:
+        return {}
+    chunks = ""
+    if {"same_doc_chunks", "chunks"} <= set(rows.columns):
+        chunks = (f" ({int(rows['same_doc_chunks'].sum()):,} of {int(rows['chunks'].sum()):,} placebo chunks)")
+    out = {}
+    for name, pair in contrasts.items():
+        placebo = [c for c in pair if c in design.CONDITION_NAMES and design.condition(c).prefix == "placebo"]
+        if placebo:
+            out[str(name)] = (f"{placebo[0]} is not a clean placebo: {same:,} of {pairs:,} (document, heading path) "
+                              f"pairs{chunks} kept a path of their own document, because no cross-document "
+                              "derangement exists where one document holds more than half of a depth bucket "
+                              f"(04_chunk_embed/placebo_buckets); {name} = {pair[0]} − {pair[1]} is biased "
+                              "toward 0")
     return out

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from .. import design, stages
-from .common import CONDITION_ORDER, CONTRAST_QUESTIONS, _order, _require, paper_source_label
+from .common import (CONDITION_ORDER, CONTRAST_QUESTIONS, NO_INFERENCE, PLACEBO_MARK, _order, _require, gated,
+                     inference_mask, paper_source_label, row_notes)
 from .formatting import DASH, _missing, fmt_ci, fmt_delta, fmt_int, fmt_n, fmt_needed, fmt_num, fmt_p, fmt_pct
 from .record import Table
 
@@ -19,13 +20,21 @@ from .record import Table
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None) -> Table:
+def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
+           marks: Mapping[str, str] | None = None) -> Table:
     """Table 1 — the confirmatory family: the primary cell's contrasts (rows with ``confirmatory`` true in the
     07_stats ``contrasts`` table), one row per contrast in the table's order, with Δ (mean paired delta A − B),
     the 95% cluster-bootstrap CI, two-sided p, Holm p, Cohen's dz, queries / documents, and the secondary
-    MixedLM coefficient and p for the same contrast (joined on ``contrast``) when ``mixedlm`` is given."""
+    MixedLM coefficient and p for the same contrast (joined on ``contrast``) when ``mixedlm`` is given.
+
+    A row whose bootstrap cannot support inference (07's ``inference`` false: fewer than ``stats.min_docs``
+    documents or ``stats.n_boot`` below :data:`chunkstudy.stats.MIN_BOOT`) prints :data:`NO_INFERENCE` for its
+    CI, p-values and MixedLM p, and no star; 07's note saying why (and any other row note, such as the
+    one-document note) is among the table's notes. ``marks`` (contrast -> why, :func:`placebo_marks`) marks
+    contrasts whose placebo is not clean with :data:`PLACEBO_MARK`."""
     _require(contrasts, ["contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "dz", "n_queries", "n_docs"],
              "contrasts")
+    marks = dict(marks or {})
     rows = contrasts[contrasts["confirmatory"].astype(bool)] if "confirmatory" in contrasts else contrasts
     if rows.empty:
         raise ValueError("contrasts: no confirmatory rows (primary cell absent from the scores?); written by 07_stats")
@@ -35,6 +44,7 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None) -> Tabl
             d[c] = ""
     if "reject_holm" not in d:
         d["reject_holm"] = d["p_holm"] < 0.05
+    ok = inference_mask(d)
     d["question"] = [CONTRAST_QUESTIONS.get((a, b), "") for a, b in zip(d["condition_a"], d["condition_b"])]
     if mixedlm is not None and len(mixedlm):
         m = mixedlm.set_index("contrast")
@@ -45,21 +55,23 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None) -> Tabl
         d["mixedlm_coef"] = d["mixedlm_p"] = d["mixedlm_p_holm"] = np.nan
     cols = ["contrast", "condition_a", "condition_b", "question", "mean_delta", "ci_low", "ci_high", "p", "p_holm",
             "reject_holm", "dz", "n_queries", "n_docs", "mixedlm_coef", "mixedlm_p", "mixedlm_p_holm"]
-    extra = [c for c in ("n_boot", "cell") if c in d]
+    extra = [c for c in ("n_boot", "cell", "inference", "note") if c in d]
     data = d[cols + extra]
     n_boot = d["n_boot"] if "n_boot" in d else pd.Series([None] * len(d))
+
     display = pd.DataFrame({
-        "Contrast": d["contrast"],
+        "Contrast": [c + (f" {PLACEBO_MARK}" if c in marks else "") for c in d["contrast"].astype(str)],
         "A \u2212 B": [f"{a} \u2212 {b}" for a, b in zip(d["condition_a"], d["condition_b"])],
         "Question": d["question"],
         "\u0394": d["mean_delta"].map(fmt_delta),
-        "95% CI": [fmt_ci(lo, hi) for lo, hi in zip(d["ci_low"], d["ci_high"])],
-        "p": [fmt_p(p, b) for p, b in zip(d["p"], n_boot)],
-        "Holm p": [fmt_p(p, b) + (" *" if r else "") for p, b, r in zip(d["p_holm"], n_boot, d["reject_holm"])],
+        "95% CI": gated([fmt_ci(lo, hi) for lo, hi in zip(d["ci_low"], d["ci_high"])], ok),
+        "p": gated([fmt_p(p, b) for p, b in zip(d["p"], n_boot)], ok),
+        "Holm p": gated([fmt_p(p, b) + (" *" if r else "") for p, b, r in zip(d["p_holm"], n_boot,
+                                                                              d["reject_holm"])], ok),
         "dz": d["dz"].map(lambda x: fmt_num(x, 2)),
         "n (q / docs)": [fmt_n(q, n) for q, n in zip(d["n_queries"], d["n_docs"])],
         "MixedLM coef": d["mixedlm_coef"].map(fmt_delta),
-        "MixedLM p": d["mixedlm_p"].map(fmt_p),
+        "MixedLM p": gated(d["mixedlm_p"].map(fmt_p), ok),
     })
     cell = str(d["cell"].iat[0]) if "cell" in d else "primary cell"
     b = d["n_boot"].iat[0] if "n_boot" in d else None
@@ -69,6 +81,12 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None) -> Tabl
              "Holm across the four contrasts (* = Holm p < alpha); dz = mean/sd of the deltas.",
              "MixedLM (score ~ condition + random intercept per document) is the pre-registered secondary check, "
              "misspecified by design (no per-query random effect) and conservative for small paired effects.")
+    if not ok.all():
+        notes += (f"{NO_INFERENCE} = not enough for inference: no CI, p-value or star is printed for that row "
+                  "(see its note below and the warning at the top of the report).",)
+    notes += tuple(f"{PLACEBO_MARK} {c}: {why}." for c, why in marks.items() if c in set(d["contrast"].astype(str)))
+    if "note" in d:
+        notes += row_notes(d["contrast"], d["note"])
     return Table("table1_primary", "Table 1: pre-registered contrasts on the primary cell", data, display, notes)
 
 
@@ -147,11 +165,15 @@ def dose_response(dose: pd.DataFrame) -> Table:
         display[f"{c} (d{d})"] = data[col].map(fmt_num) if col in data else DASH
     nb = data["n_boot"] if "n_boot" in data else pd.Series([None] * len(data))
     display["slope / level"] = data["slope"].map(fmt_delta)
-    display["95% CI"] = [fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])]
-    display["p"] = [fmt_p(p, b) for p, b in zip(data["p"], nb)]
+    ok = inference_mask(data)
+    display["95% CI"] = gated([fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])], ok)
+    display["p"] = gated([fmt_p(p, b) for p, b in zip(data["p"], nb)], ok)
     metric = str(data["metric"].iat[0]) if "metric" in data and len(data) else design.PRIMARY_METRIC.key
+    notes = ("Exploratory, outside the pre-registered family.",)
+    if "note" in data:
+        notes += row_notes([f"{e} / {r}" for e, r in zip(data["embedder"], data["reranker"])], data["note"])
     return Table("exploratory_dose_response", f"Exploratory: breadcrumb-depth dose-response ({metric})", data,
-                 display, ("Exploratory, outside the pre-registered family.",))
+                 display, notes)
 
 
 def section_recall_table(summary: pd.DataFrame) -> Table:
@@ -185,20 +207,31 @@ def reranker_lift(lift: pd.DataFrame, metric: str, embedder: str) -> Table:
                  display, notes)
 
 
-def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str) -> Table:
-    """The per-query-type cuts (07 ``per_type``; exploratory, unadjusted) of one embedder × reranker."""
+def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str,
+             marks: Mapping[str, str] | None = None) -> Table:
+    """The per-query-type cuts (07 ``per_type``; exploratory, unadjusted) of one embedder × reranker. A row not
+    fit for inference prints :data:`NO_INFERENCE` for its CI and p (as :func:`table1`); ``marks`` marks the
+    contrasts whose placebo is not clean."""
     _require(per_type_df, ["contrast", "qtype", "mean_delta", "ci_low", "ci_high", "p"], "per_type")
+    marks = dict(marks or {})
     d = per_type_df
     if "embedder" in d:
         d = d[(d["embedder"] == embedder) & (d["reranker"] == reranker)]
     data = d.reset_index(drop=True)
-    display = pd.DataFrame({"Contrast": data["contrast"], "Query type": data["qtype"],
+    ok = inference_mask(data)
+    display = pd.DataFrame({"Contrast": [c + (f" {PLACEBO_MARK}" if c in marks else "")
+                                         for c in data["contrast"].astype(str)],
+                            "Query type": data["qtype"],
                             "\u0394": data["mean_delta"].map(fmt_delta),
-                            "95% CI": [fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])],
-                            "p (unadjusted)": data["p"].map(fmt_p),
+                            "95% CI": gated([fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])], ok),
+                            "p (unadjusted)": gated(data["p"].map(fmt_p), ok),
                             "Queries": data["n_queries"].map(fmt_int) if "n_queries" in data else DASH})
+    notes = ("Hypothesis-generating only; no multiplicity adjustment.",)
+    notes += tuple(f"{PLACEBO_MARK} {c}: {why}." for c, why in marks.items() if c in set(data["contrast"].astype(str)))
+    if "note" in data:
+        notes += row_notes([f"{c} ({t})" for c, t in zip(data["contrast"], data["qtype"])], data["note"])
     return Table("exploratory_per_type", f"Exploratory: contrasts by query type ({embedder}, reranker {reranker})",
-                 data, display, ("Hypothesis-generating only; no multiplicity adjustment.",))
+                 data, display, notes)
 
 
 # ---------------------------------------------------------------------------------------------------------------
