@@ -7,9 +7,9 @@ point.
 with gold evidence), and ``source_files(cfg) -> [(role, path)]`` lists every file that build reads, resolved
 without reading them. This module only dispatches, then does what every kind shares: an empty corpus is an
 error, every gold structure is verified, and ``stats`` records the warnings, the kind and the fingerprints of the
-source files. The kinds are ``config.CORPUS_KINDS`` (config sits below corpus/ in the import order, so the
-registry is checked against that list on import). A new kind is a module with the two entry points, its name in
-``config.CORPUS_KINDS`` and an entry here.
+source files. The kinds are ``params.CORPUS_KINDS`` (the ``corpus.kind`` type; params sits below corpus/ in the
+import order, so the registry is checked against that list on import). A new kind is a module with the two entry
+points, its name in ``params.CorpusKind`` and an entry here.
 
 :func:`fingerprint_sources` gives each source file's path, size and sha256: the runner puts them in stage 01's
 key, so a replaced archive or an edited ``questions.yaml`` reruns 01, and ``stats.json`` records them.
@@ -29,7 +29,8 @@ from typing import Protocol
 import pandas as pd
 
 from .. import artifacts
-from ..config import CORPUS_KINDS, Config
+from ..config import Config
+from ..params import CORPUS_KINDS
 from . import demo, htmltext, mdtext, qasper, wikipedia
 from .model import verify_corpus
 from .sources import CorpusInputError, source_paths  # noqa: F401  (public names of stage 01)
@@ -49,7 +50,7 @@ class CorpusKind(Protocol):
 KINDS: dict[str, CorpusKind] = {"demo": demo, "wikipedia": wikipedia, "qasper": qasper, "markdown": mdtext,
                                 "html": htmltext}
 if tuple(KINDS) != CORPUS_KINDS:  # pragma: no cover - a kind added on one side only
-    raise ImportError(f"chunkstudy.corpus.build.KINDS {list(KINDS)} differ from config.CORPUS_KINDS "
+    raise ImportError(f"chunkstudy.corpus.build.KINDS {list(KINDS)} differ from params.CORPUS_KINDS "
                       f"{list(CORPUS_KINDS)}: add the kind to both")
 
 
