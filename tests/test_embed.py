@@ -487,15 +487,14 @@ def test_client_errors_fail_at_once_and_truncation_is_explicit(emb_server, monke
 def test_a_dead_server_is_named(monkeypatch):
     import socket
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
-    monkeypatch.setattr(embed, "_sleep", lambda s: None)
-    e = embed.load_embedder(http_spec(f"http://127.0.0.1:{port}/v1", max_retries=1), "e")
-    with pytest.raises(embed.EmbedError, match=rf"gave up after 2 attempts: http://127.0.0.1:{port}/v1/embeddings "
-                                               "unreachable"):
-        e.encode(["a"])
+    with socket.socket() as s:  # bound, not listening: refused, and no other process can serve there meanwhile
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        monkeypatch.setattr(embed, "_sleep", lambda s: None)
+        e = embed.load_embedder(http_spec(f"http://127.0.0.1:{port}/v1", max_retries=1), "e")
+        with pytest.raises(embed.EmbedError, match=rf"gave up after 2 attempts: http://127.0.0.1:{port}/v1/"
+                                                   "embeddings unreachable"):
+            e.encode(["a"])
 
 
 # ------------------------------------------------------------------------------------------------ ONNX Runtime

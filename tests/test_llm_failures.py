@@ -60,19 +60,22 @@ def http_params(url: str, **over) -> dict:
     return {**PARAMS, "backend": "openai", "base_url": url, "model": "served-model", **over}
 
 
-def dead_url() -> str:
+@pytest.fixture
+def dead_url():
+    """A URL nobody listens on: the port stays bound (not listening) while the test runs, so no other process can
+    start serving there meanwhile; a connection is refused."""
     import socket
 
-    with socket.socket() as s:  # a port nobody listens on
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
 # ------------------------------------------------------------------------------------------------ pre-flight
 
 
-def test_preflight_names_the_url_when_no_server_answers(tmp_path):
-    url = dead_url()
+def test_preflight_names_the_url_when_no_server_answers(tmp_path, dead_url):
+    url = dead_url
     c = llm.make_client(http_params(url), tmp_path)
     with pytest.raises(llm.PreflightError, match=f"no server answers at {url}/models"):
         c.generate([req("x")])
@@ -123,8 +126,8 @@ class Counting(llm.OpenAIBackend):
         return super().complete(call)
 
 
-def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path):
-    url = dead_url()
+def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path, dead_url):
+    url = dead_url
     params = http_params(url, preflight=False, max_retries=3, retry_backoff_s=0.05, concurrency=4,
                          breaker_failures=5)
     p = config.record("llm", params)  # the backend takes the record's values (no defaults of its own)
