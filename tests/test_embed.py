@@ -440,15 +440,15 @@ def test_base_url_may_point_at_any_openai_compatible_endpoint(emb_server):
 
 def test_concurrency_overlaps_requests_on_one_pooled_session(emb_server):
     url, fake = emb_server
-    texts = [f"slow:0.3:{i}" for i in range(8)]
+    texts = [f"gather:4:{i}" for i in range(8)]  # each answered once 4 requests have been in flight together
     e = embed.load_embedder(http_spec(f"{url}/v1", batch_size=1, concurrency=4), "e")
     v = e.encode(texts)
     np.testing.assert_allclose(v, want_vectors(fake, texts), rtol=1e-6)  # order kept despite concurrency
-    assert fake.EMB_STATE["max_in_flight"] >= 2  # requests really overlapped
+    assert fake.EMB_STATE["max_in_flight"] >= 4  # requests really overlapped
     assert e._model._session is not None and e._model.n_requests == 8
     fake.reset_embeddings_state()
     serial = embed.load_embedder(http_spec(f"{url}/v1", batch_size=1, concurrency=1), "e")
-    serial.encode(texts[:3])
+    serial.encode([f"serial:{i}" for i in range(3)])
     assert fake.EMB_STATE["max_in_flight"] == 1
 
 
@@ -487,15 +487,14 @@ def test_client_errors_fail_at_once_and_truncation_is_explicit(emb_server, monke
 def test_a_dead_server_is_named(monkeypatch):
     import socket
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
-    monkeypatch.setattr(embed, "_sleep", lambda s: None)
-    e = embed.load_embedder(http_spec(f"http://127.0.0.1:{port}/v1", max_retries=1), "e")
-    with pytest.raises(embed.EmbedError, match=rf"gave up after 2 attempts: http://127.0.0.1:{port}/v1/embeddings "
-                                               "unreachable"):
-        e.encode(["a"])
+    with socket.socket() as s:  # bound, not listening: refused, and no other process can serve there meanwhile
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        monkeypatch.setattr(embed, "_sleep", lambda s: None)
+        e = embed.load_embedder(http_spec(f"http://127.0.0.1:{port}/v1", max_retries=1), "e")
+        with pytest.raises(embed.EmbedError, match=rf"gave up after 2 attempts: http://127.0.0.1:{port}/v1/"
+                                                   "embeddings unreachable"):
+            e.encode(["a"])
 
 
 # ------------------------------------------------------------------------------------------------ ONNX Runtime

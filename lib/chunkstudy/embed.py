@@ -31,7 +31,8 @@
 * :class:`EmbeddingStore` keys vectors by ``(model_key, kind, exact text)``: each distinct text is embedded once
   across conditions and runs; every finished group is on disk before the next begins (a killed run resumes), a
   rerun makes zero model calls, and every shard carries its shape and checksum, verified when the store is read:
-  a damaged or swapped shard is set aside (renamed, named in a warning) and its texts are embedded again.
+  a damaged or swapped shard is set aside (renamed, named in a warning) and its texts are embedded again. The
+  warning also reaches the runner's output and the report's warnings (:func:`chunkstudy.progress.warn`).
 """
 
 from __future__ import annotations
@@ -518,9 +519,15 @@ class EmbeddingStore:
     def _set_aside(self, keys_path: Path, reason: str) -> None:
         moved = [artifacts.set_aside(p) for p in (keys_path.with_suffix(".npy"), keys_path) if p.exists()]
         self.set_aside.extend(moved)
-        warnings.warn(f"embedding store: shard {keys_path.with_suffix('')} failed its check: {reason}; set aside as "
-                      f"{', '.join(p.name for p in moved)}; its texts will be embedded again", ShardWarning,
-                      stacklevel=3)
+        shard = keys_path.with_suffix("")
+        try:  # relative to the working directory (the project root, in a stage): no machine path in a report
+            shard = shard.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:
+            pass
+        message = (f"embedding store: shard {shard} failed its check: {reason}; set aside as "
+                   f"{', '.join(p.name for p in moved)}; its texts will be embedded again")
+        warnings.warn(message, ShardWarning, stacklevel=3)
+        _progress.warn(message)  # under the runner: its output, the stage's manifest and the report's warnings
 
     def _load_index(self, model_key: str, kind: str) -> dict[str, tuple[int, int]]:
         k = (model_key, kind)

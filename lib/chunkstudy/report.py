@@ -159,6 +159,13 @@ def corpus_size_warnings(n_chunks: Mapping[str, int] | None, recall_k: int) -> l
             "metrics, or lower metrics.recall_k."]
 
 
+def stage_warnings(manifests: Mapping[str, Mapping]) -> list[str]:
+    """The warnings stages 01-07 sent while they ran (:func:`chunkstudy.progress.warn`, recorded in each manifest
+    by the runner), each prefixed with its stage: an embedding-store shard that failed its check and was embedded
+    again, for one."""
+    return [f"{stage}: {w}" for stage, m in manifests.items() for w in (m.get("warnings") or [])]
+
+
 def model_warnings(params: Mapping) -> list[str]:
     """Loud warnings for every way the run's models differ from the study's (empty list = none)."""
     w = []
@@ -406,6 +413,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
         b.facts["n_documents"] = len(got["documents"])
     b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params["figures"]["example_doc"])
     if "manifests" in inputs:
+        b.warnings += stage_warnings(inputs["manifests"])
         b.environment = environment_table(inputs["manifests"], inputs.get("environment"))
         b.packages = package_versions(inputs["manifests"], inputs.get("environment"))
     for key in ("params_file", "root"):
