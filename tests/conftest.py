@@ -16,6 +16,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# dtype: auto picks bfloat16 only on CPUs with hardware bfloat16 (chunkstudy.models.cpu_features): the suite sees
+# none, so no result depends on the machine it runs on (kernels started by the runner inherit it); the tests of the
+# bfloat16 path set their own flags
+os.environ["CHUNKSTUDY_CPU_FEATURES"] = ""
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CHUNKSTUDY_SHARED_DATA", ROOT.parent / "shared" / "data"))
