@@ -162,7 +162,9 @@ def _embedder_spec() -> dict:
                      doc="sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported once, cached "
                          "under $CHUNKSTUDY_ONNX_CACHE or ~/.cache/chunkstudy/onnx; float32)"),
         "dtype": P("auto", (str,), ("auto", "float32", "float16", "bfloat16"),
-                   doc="weights' type for sentence-transformers/flag; auto = float16 on CUDA, float32 on CPU"),
+                   doc="weights' type for sentence-transformers/flag; auto = float16 on CUDA; on a CPU float32, or "
+                       "bfloat16 (torch autocast) where the CPU has amx_bf16/avx512_bf16 and an agreement check on "
+                       "the run's texts passes (embed.py)"),
         "truncation": P("server", (str,), ("server", "start"),
                         doc="openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an "
                             "over-long input with HTTP 4xx); 'start' asks the server to keep the first "
@@ -397,7 +399,8 @@ SCHEMA: dict[str, Any] = {
                          doc="cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the seeded head, "
                              "cached like the embedders'; float32)"),
             "dtype": P("auto", (str,), ("auto", "float32", "float16", "bfloat16"),
-                       doc="weights' type; auto = float16 on CUDA, float32 on CPU"),
+                       doc="weights' type; auto = float16 on CUDA; on a CPU float32, or bfloat16 (torch autocast) "
+                           "where the CPU has amx_bf16/avx512_bf16 and a rank-agreement check passes (rerank.py)"),
             "label": P("", (str,)),
             "trained": P(True, (bool,), doc="false for an untrained architecture (plumbing only)"),
             "seed": P(20260710, (int,), doc="torch seed for weights the checkpoint lacks (an untrained head)"),

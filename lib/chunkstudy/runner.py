@@ -55,7 +55,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Iterator
 
-from . import artifacts, config, progress, stages
+from . import artifacts, config, models, progress, stages
 
 #: Which earlier stages each stage reads (its inputs are their outputs), from :data:`chunkstudy.stages.STAGES`
 #: under any parameters; :func:`stage_key` narrows it to the reads a parameter file switches on.
@@ -386,16 +386,21 @@ def _cpu_model() -> str:
 
 
 def environment() -> dict:
-    """Where a stage ran: Python, platform, CPU model and count, GPUs, torch's intra-op thread count and CUDA
-    version, the key package versions, and the git commit of the checkout the library was loaded from (and whether
+    """Where a stage ran: Python, platform, CPU model and count, its hardware-bfloat16 feature (``cpu_bf16``:
+    amx_bf16 / avx512_bf16 / None, what ``dtype: auto`` may use; ``cpu_features_env``: ``$CHUNKSTUDY_CPU_FEATURES``
+    when it stood in for the CPU's flags) and torch's vector capability (AVX2, AVX512 ...),
+    GPUs, torch's intra-op thread count and CUDA version, the key package versions, and the git commit of the checkout the library was loaded from (and whether
     its tracked files differed from it; None outside a git checkout). Recorded in every manifest and printed by the
     report."""
     env = {"python": f"{platform.python_implementation()} {platform.python_version()}",
            "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+           "cpu_bf16": models.cpu_bf16_feature(), "cpu_features_env": os.environ.get(models.CPU_FEATURES_ENV),
+           "cpu_capability": None,
            "gpus": [], "torch_threads": None, "cuda": None, "packages": _versions()}
     try:
         import torch
 
+        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         env["torch_threads"] = torch.get_num_threads()
         env["cuda"] = torch.version.cuda
         if torch.cuda.is_available():
@@ -424,8 +429,9 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
     """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
     (:func:`environment`, or ``env`` when the runner has it), the warnings the stage sent
     (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
-    sha256 and the digest of every parameter) and, for 01, the fingerprints of its source files. Paths are relative
-    to the project."""
+    sha256 and the digest of every parameter), the content of the JSON outputs declared with ``manifest=True``
+    (``records``: how each encoder ran) and, for 01, the fingerprints of its source files. Paths are relative to the
+    project."""
     env = env or environment()
     manifest = {
         "stage": stage.name,
@@ -448,6 +454,11 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
         manifest["warnings"] = list(warned)
     if sources is not None:
         manifest["sources"] = sources
+    declared = stages.stage(stage.name).writes if stage.name in stages.STAGE_NAMES else ()
+    records = {a.name: artifacts.read_json(cfg, stage.name, a.name) for a in declared
+               if isinstance(a, stages.Json) and a.manifest and artifacts.json_path(cfg, stage.name, a.name).is_file()}
+    if records:
+        manifest["records"] = records
     artifacts.write_json_file(manifest_path(cfg, stage.name), manifest)
     return manifest
 
