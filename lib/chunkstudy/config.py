@@ -364,6 +364,9 @@ class Config:
     data: dict
     path: Path
     root: Path = field(default_factory=lambda: Path.cwd())
+    #: the frozen copy these parameters were read from (:func:`frozen_yaml`); ``path`` is then the user's file it was
+    #: made from, which anchors relative paths and names the parameters in messages
+    frozen: Path | None = None
     _record: Params = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -649,6 +652,21 @@ def check_rules(data: dict, file: Path | str, rules: tuple[Rule, ...] = RULES) -
             raise ConfigError(f"{file}: {rule.key}: {problem}")
 
 
+#: The top-level key of a frozen copy (:func:`frozen_yaml`): the parameter file the copy was made from.
+FROZEN_KEY = "frozen_from"
+
+
+def frozen_yaml(cfg: Config) -> str:
+    """``cfg``'s resolved parameters as the text of a *frozen copy*: every value as validated (defaults filled in,
+    ``base:`` merged), and under :data:`FROZEN_KEY` the file they came from. The runner writes one per run and
+    hands it to every notebook, so the whole run reads the parameters its skip keys were computed from, whatever
+    happens to the user's file meanwhile. :func:`load` of the copy gives back ``cfg.data``, with ``path`` = the
+    original file (relative paths keep their anchor, messages name the user's file) and ``frozen`` = the copy."""
+    return ("# The resolved parameters of one run, frozen at its start (chunkstudy.config.frozen_yaml): the runner's\n"
+            "# notebooks read this copy, not the file named below, so an edit during the run has no effect.\n"
+            + yaml.safe_dump({FROZEN_KEY: str(cfg.path), **cfg.data}, sort_keys=False, allow_unicode=True))
+
+
 def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | None = None) -> Config:
     """Load, merge (``base:``), validate and return a parameter file.
 
@@ -661,6 +679,13 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
     """
     path = params_path(path, root)
     raw = _read_yaml(path)
+    frozen = None
+    if FROZEN_KEY in raw:  # a run's frozen copy (frozen_yaml): its values, anchored at and named by the original file
+        frozen, origin = path, raw.pop(FROZEN_KEY)
+        if not isinstance(origin, str) or not Path(origin).is_absolute():
+            raise ConfigError(f"{path}: {FROZEN_KEY} must be the absolute path of the parameter file the copy was "
+                              f"made from, got {origin!r}")
+        path = Path(origin)
     if overrides:
         raw = _merge(raw, overrides)
     corpus = raw.get("corpus")
@@ -673,7 +698,7 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
     check_rules(data, path)
     if root is None and os.environ.get("CHUNKSTUDY_ROOT"):
         root = os.environ["CHUNKSTUDY_ROOT"]  # set by the runner for the notebooks it executes
-    return Config(data=data, path=path, root=Path(root).resolve() if root else find_root(path))
+    return Config(data=data, path=path, root=Path(root).resolve() if root else find_root(path), frozen=frozen)
 
 
 def _project_root(start: Path) -> Path | None:

@@ -313,8 +313,9 @@ class EmbedderParams:
     label: str = param("", "how reports name it, e.g. 'bge-large-en-v1.5 (strong)'")
     runtime: Runtime = param("torch", "sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported "
                              "once, cached under $CHUNKSTUDY_ONNX_CACHE or ~/.cache/chunkstudy/onnx; float32)")
-    dtype: Dtype = param("auto", "weights' type for sentence-transformers/flag; auto = float16 on CUDA, float32 "
-                         "on CPU")
+    dtype: Dtype = param("auto", "weights' type for sentence-transformers/flag; auto = float16 on CUDA; on a CPU "
+                         "float32, or bfloat16 (torch autocast) where the CPU has amx_bf16/avx512_bf16 and an "
+                         "agreement check on the run's texts passes (embed.py)")
     truncation: Literal["server", "start"] = param(
         "server", "openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an over-long "
                   "input with HTTP 4xx); 'start' asks the server to keep the first max_seq_length tokens (vLLM's "
@@ -352,7 +353,9 @@ class RerankerParams:
     max_length: int = param(512, ge=1)
     runtime: Runtime = param("torch", "cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the "
                              "seeded head, cached like the embedders'; float32)")
-    dtype: Dtype = param("auto", "weights' type; auto = float16 on CUDA, float32 on CPU")
+    dtype: Dtype = param("auto", "weights' type; auto = float16 on CUDA; on a CPU float32, or bfloat16 (torch "
+                         "autocast) where the CPU has amx_bf16/avx512_bf16 and a rank-agreement check passes "
+                         "(rerank.py)")
     label: str = param("")
     trained: bool = param(True, "false for an untrained architecture (plumbing only)")
     seed: int = param(SEED, "torch seed for weights the checkpoint lacks (an untrained head)")
