@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,14 @@ def test_no_shipped_file_or_notebook_states_an_old_key():
         text = path.read_text()
         stale = sorted(o for o in olds if f'"{o}"' in text or f"`{o}`" in text or f".{o}`" in text)
         assert stale == [], f"{path.name} still names {stale}"
+
+
+def test_the_library_and_the_notebooks_read_parameters_only_as_records():
+    """One way to read parameters (issue 23 §2): ``cfg.params("section").key``, a typed record a type checker
+    follows, never ``cfg["section"]["key"]`` (a dict read it cannot see)."""
+    raw = re.compile(r"""\bcfg\[["']""")
+    files = [p for folder in ("lib", "notebooks") for p in sorted((ROOT / folder).rglob("*.py"))]
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in files
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if raw.search(line)]
+    assert found == []
+    assert raw.search('x = cfg["llm"]["seed"]') and not raw.search('cfg.params("llm").seed')

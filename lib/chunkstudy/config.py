@@ -372,7 +372,7 @@ class Config:
     def __post_init__(self) -> None:
         self._record = _freeze(SCHEMA, self.data, "")
 
-    def __getitem__(self, key: str) -> Any:  # TODO(issue 23): gone once no caller reads cfg["..."]
+    def __getitem__(self, key: str) -> Any:  # tests only: lib/ and notebooks/ read cfg.params(...)
         return self.data[key]
 
     @overload

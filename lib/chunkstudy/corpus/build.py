@@ -56,7 +56,7 @@ if tuple(KINDS) != CORPUS_KINDS:  # pragma: no cover - a kind added on one side 
 
 def kind_of(cfg: Config) -> CorpusKind:
     """The entry points of ``cfg``'s ``corpus.kind``."""
-    kind = cfg["corpus"]["kind"]
+    kind = cfg.params("corpus").kind
     if kind not in KINDS:
         raise ValueError(f"{cfg.path}: corpus.kind {kind!r} is not one of {sorted(KINDS)}")
     return KINDS[kind]
@@ -100,14 +100,14 @@ def build_corpus(cfg: Config, session=None) -> dict:
     whose gold structure does not verify (the notebook raises on it). No documents at all raises. A kind without
     questions (Wikipedia) gets an empty ``harvested`` table.
     """
-    c = cfg["corpus"]
+    c = cfg.params("corpus")
     warnings: list[str] = []
     out = kind_of(cfg).build(cfg, session, warnings)
     out.setdefault("harvested", HARVESTED_EMPTY.copy())
     if not len(out["documents"]):
         shown = "".join(f"\n  {w}" for w in warnings[:10])
-        where = f" from corpus.mirror {cfg.resolve(c['mirror'])}" if c["mirror"] is not None else ""
-        raise CorpusInputError(f"{cfg.path.name}: corpus {cfg.corpus!r} ({c['kind']}) has no documents{where}; "
+        where = f" from corpus.mirror {cfg.resolve(c.mirror)}" if c.mirror is not None else ""
+        raise CorpusInputError(f"{cfg.path.name}: corpus {cfg.corpus!r} ({c.kind}) has no documents{where}; "
                                f"the filters or the inputs left nothing.{' Warnings:' + shown if shown else ''}")
     bad = verify_corpus(out["documents"], out["paragraphs"], out["sections_gold"])
     out["stats"]["verification_failures"] = bad
@@ -115,7 +115,7 @@ def build_corpus(cfg: Config, session=None) -> dict:
     out["stats"].setdefault("skipped_records", {})
     out["stats"]["sources"] = fingerprint_sources(cfg)
     out["stats"]["corpus"] = cfg.corpus
-    out["stats"]["kind"] = c["kind"]
+    out["stats"]["kind"] = c.kind
     out["stats"]["n_documents"] = len(out["documents"])
     return out
 
@@ -145,7 +145,7 @@ def require_questions(cfg: Config, out: dict, source: str) -> None:
     funnel's counts. ``source`` is ``queries.source``."""
     if source != "harvested" or len(out["harvested"]):
         return
-    kind = cfg["corpus"]["kind"]
+    kind = cfg.params("corpus").kind
     head = f"{cfg.path.name}: corpus {cfg.corpus!r} has no usable question: "
     tail = "; queries.source is 'harvested' (set it to 'generated', with an llm backend, to write queries instead)"
     if kind not in QUESTIONS_FROM:
@@ -153,7 +153,7 @@ def require_questions(cfg: Config, out: dict, source: str) -> None:
     q = out["stats"].get("questions") or {}
     if kind in ("markdown", "html") and not q.get("file"):
         raise CorpusInputError(head + "no questions.jsonl in corpus.mirror "
-                               f"{cfg.resolve(cfg['corpus']['mirror'])}" + tail)
+                               f"{cfg.resolve(cfg.params('corpus').mirror)}" + tail)
     dropped = {k: v for k, v in q.items() if k.startswith("dropped_") and isinstance(v, int) and v
                and k != "dropped_only_figure_table_or_unmatched_evidence"}  # a part of dropped_no_evidence
     why = ", ".join(f"{k.removeprefix('dropped_').replace('_', ' ')} {v}" for k, v in dropped.items())
