@@ -101,7 +101,7 @@ recall_summary
 # kept by stage 1; `source`: routed or backfill; `gold_chars`: characters of gold evidence inside the chunk.
 
 # %%
-example = retrieve.example_query(retrieved["section_recall"], cfg.params("embed").strong)
+example = retrieve.example_query(retrieved["section_recall"], cfg.params("embed").strong, "A4")
 queries.loc[queries["query_id"] == example, ["query_id", "doc_id", "qtype", "text", "spans"]]
 
 # %%
@@ -109,4 +109,4 @@ retrieve.routed_sections(retrieved["section_recall"], example, embedder=cfg.para
 
 # %%
 retrieve.query_view(runs, retrieved["section_recall"], chunks, queries, documents, example,
-                    conditions=("A3", "A4"), embedder=cfg.params("embed").strong, n=10)
+                    conditions=("A3", "A4"), reranker="none", embedder=cfg.params("embed").strong, n=10)

@@ -174,7 +174,7 @@ def _entries(mirror: Path) -> list:
     path = mirror / "documents.yaml"
     if not path.is_file():
         raise CorpusInputError(f"{path}: not found (corpus.kind demo reads documents.yaml from corpus.mirror)")
-    path = mirror_file(mirror, "documents.yaml", "documents.yaml")  # a link out of the mirror is refused
+    path = mirror_file(mirror, "documents.yaml", "documents.yaml", "demo")  # a link out of the mirror is refused
     docs = read_yaml(read_text(path), path) or []
     if not isinstance(docs, list):
         raise CorpusInputError(f"{path}: expected a list of documents, got {type(docs).__name__}")
@@ -197,7 +197,7 @@ def source_files(cfg: Config) -> list[tuple[str, Path]]:
     for d in entries:
         if isinstance(d, dict) and isinstance(d.get("file"), str):
             try:
-                out.append(("demo:file", mirror_file(mirror, d["file"], f"documents.yaml: {d.get('doc_id')}")))
+                out.append(("demo:file", mirror_file(mirror, d["file"], f"documents.yaml: {d.get('doc_id')}", "demo")))
             except CorpusInputError:
                 continue  # outside the mirror: never read; the stage itself stops on it
     return out
@@ -211,7 +211,7 @@ def build(cfg: Config, session, warnings: list[str]) -> dict:
     entries, skipped = valid_documents(_entries(mirror), warnings)
     text = {}
     for d in entries:
-        f = mirror_file(mirror, str(d["file"]), f"documents.yaml: {d['doc_id']}")
+        f = mirror_file(mirror, str(d["file"]), f"documents.yaml: {d['doc_id']}", "demo")
         try:
             if not f.is_file():
                 raise CorpusInputError(f"documents.yaml: {d['doc_id']}: file {f} not found")
@@ -222,7 +222,7 @@ def build(cfg: Config, session, warnings: list[str]) -> dict:
             warnings.append(f"{e}; skipped (corpus.allow_partial)")
     qpath = mirror / "questions.yaml"
     if qpath.is_file():  # a link out of the mirror is refused
-        qpath = mirror_file(mirror, "questions.yaml", "questions.yaml")
+        qpath = mirror_file(mirror, "questions.yaml", "questions.yaml", "demo")
     questions = (read_yaml(read_text(qpath), qpath) or []) if qpath.is_file() else []
     if not isinstance(questions, list):
         raise CorpusInputError(f"{qpath}: expected a list of questions, got {type(questions).__name__}")

@@ -96,7 +96,7 @@ def resolve_in_mirror(cfg: Config, name: str) -> Path:
     return ((cfg.resolve(mirror) if mirror is not None else downloads(cfg)) / p).resolve()
 
 
-def mirror_file(mirror: Path, name: str, where: str, kind: str = "demo") -> Path:
+def mirror_file(mirror: Path, name: str, where: str, kind: str) -> Path:
     """A file named by an input (``file:`` of the demo's ``documents.yaml``, a document of a folder corpus): it
     must lie inside the mirror (``file: ../x`` would read any file on the machine)."""
     try:
