@@ -462,16 +462,16 @@ class Config:
 
 def _spec_at(dotted: str) -> dict:
     """The spec of a section or nested group by dotted name (``"llm"``, ``"queries.targets"``,
-    ``"embed.embedders.*"``)."""
+    ``"embed.embedders.*"``); ``""`` is the whole file."""
     spec: Any = SCHEMA
-    for part in dotted.split("."):
+    for part in dotted.split(".") if dotted else ():
         spec = spec[part]
     if not isinstance(spec, dict):
         raise KeyError(f"{dotted} is a parameter, not a section")
     return spec
 
 
-def record_type(dotted: str, **_old: Any) -> type:  # TODO(issue 23): _old (base=) goes with metrics.MetricParams
+def record_type(dotted: str) -> type:
     """The declared record class (:mod:`chunkstudy.params`) of a section (``record_type("llm")``) or a nested
     group (``"queries.targets"``, ``"embed.embedders.*"``, ``"retrieve.rerankers.*"``)."""
     if dotted not in _CLASSES:

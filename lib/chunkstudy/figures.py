@@ -31,6 +31,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from . import design, tables  # noqa: E402
+from .params import Params  # noqa: E402
 
 #: rcParams applied to every figure (one consistent style).
 STYLE: dict = {
@@ -529,13 +530,13 @@ def power_curves(power_df: pd.DataFrame) -> Figure:
     return fig
 
 
-def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_id: str | None = None) -> dict:
+def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Params, doc_id: str | None = None) -> dict:
     """Every figure of the report from the tables in ``inputs`` (keys as in :data:`chunkstudy.artifacts.TABLES`;
-    a missing or None table gives a :func:`placeholder` saying so). ``params`` = ``cfg.data``. Returns
+    a missing or None table gives a :func:`placeholder` saying so). ``params`` = ``cfg.params()``. Returns
     ``{name: Figure}`` in report order."""
-    st = params["stats"]
-    emb, rr, metric = params["embed"]["strong"], st["primary_reranker"], st["primary_metric"]
-    marks = tables.placebo_marks(inputs.get("placebo_buckets"), st.get("contrasts") or {})
+    st = params.stats
+    emb, rr, metric = params.embed.strong, st.primary_reranker, st.primary_metric
+    marks = tables.placebo_marks(inputs.get("placebo_buckets"), st.contrasts)
 
     def have(*names: str) -> bool:
         return all(inputs.get(n) is not None for n in names)

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from . import config, design, stages
-from .params import Params
+from .params import Params, StatsParams
 
 #: The parameter file's defaults: what :func:`simulate_scores` labels its cells with unless told otherwise.
 _DEFAULT = Params()
@@ -255,7 +255,7 @@ def cluster_se(values: Sequence[float] | np.ndarray, clusters: Sequence) -> floa
 # Table plumbing
 # ---------------------------------------------------------------------------------------------------------------
 
-def _contrast_spec(stats_params: Any) -> dict[str, tuple[str, str]]:
+def _contrast_spec(stats_params: StatsParams) -> dict[str, tuple[str, str]]:
     raw = stats_params.contrasts
     if not isinstance(raw, Mapping) or not raw:
         raise ValueError(f"stats.contrasts: expected a mapping name -> [condition_a, condition_b], got {raw!r}")
@@ -267,13 +267,7 @@ def _contrast_spec(stats_params: Any) -> dict[str, tuple[str, str]]:
     return out
 
 
-def params_from(stats_params: Any) -> Any:
-    """The ``stats`` record (``cfg.params("stats")``); a mapping is validated into one, its missing keys at the
-    schema's defaults."""
-    return config.record("stats", stats_params)
-
-
-def _primary(stats_params: Any, strong: str) -> tuple[str, str, str]:
+def _primary(stats_params: StatsParams, strong: str) -> tuple[str, str, str]:
     """The primary cell: ``stats.primary_metric`` × ``embed.strong`` (``strong``) × ``stats.primary_reranker``."""
     return stats_params.primary_metric, strong, stats_params.primary_reranker
 
@@ -381,7 +375,7 @@ def paired_deltas(scores: pd.DataFrame, queries: pd.DataFrame, condition_a: str,
 CONTRAST_COLUMNS = stages.columns("contrasts")
 
 
-def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
                     corpus: str) -> pd.DataFrame:
     """The contrasts of ``stats.contrasts`` in every cell of ``corpus`` present in ``scores`` (paper §4 and the
     statistics appendix; the primary cell's rows are Table 1).
@@ -396,7 +390,6 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: A
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
     "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``.
     """
-    stats_params = params_from(stats_params)
     contrasts = _contrast_spec(stats_params)
     primary = _primary(stats_params, strong)
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
@@ -453,7 +446,7 @@ def fit_mixedlm(values: np.ndarray, treated: np.ndarray, groups: np.ndarray, *, 
                 resid_var=float(result.scale), converged=bool(result.converged), note="; ".join(msgs))
 
 
-def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
                   corpus: str) -> pd.DataFrame:
     """The pre-registered secondary check: per contrast of the primary cell, a MixedLM
     ``score ~ condition + (1 | document)`` over the queries scored under both conditions (:func:`fit_mixedlm`;
@@ -464,7 +457,6 @@ def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
     Holm over the family for comparison with the bootstrap table. Empty (with the columns) when
     ``stats.mixedlm`` is false. A model that fails to fit gives a row of NaNs and the error in ``note``.
     """
-    stats_params = params_from(stats_params)
     if not stats_params.mixedlm:
         return pd.DataFrame(columns=MIXEDLM_COLUMNS)
     contrasts = _contrast_spec(stats_params)
@@ -524,7 +516,7 @@ def per_query_slopes(values: np.ndarray, depths: Sequence[float]) -> np.ndarray:
     return (y - y.mean(axis=1, keepdims=True)) @ xc / denom
 
 
-def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
                   corpus: str) -> pd.DataFrame:
     """Exploratory breadcrumb-depth dose-response (paper §6, "Breadcrumb depth dose-response"): per embedder ×
     reranker, the OLS slope of the primary metric (cov-nDCG@10) on injected heading-path depth 0..3
@@ -532,7 +524,6 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
     available level; CI and two-sided p from the document-clustered bootstrap of the per-query slopes
     (:func:`per_query_slopes`, :func:`cluster_bootstrap`). ``mean_d0..mean_d3`` are the per-level means over the
     same queries. A missing level is dropped (noted); fewer than two levels skip the cell (noted)."""
-    stats_params = params_from(stats_params)
     metric = _primary(stats_params, strong)[0]
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
     min_docs = int(stats_params.min_docs)
@@ -578,12 +569,11 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
 PER_TYPE_COLUMNS = stages.columns("per_type")
 
 
-def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
              corpus: str) -> pd.DataFrame:
     """Exploratory per-query-type cuts (paper §6, "Per-query-type cuts"): every contrast within each ``qtype`` of
     the queries table, in every cell of the primary metric (all embedders × rerankers). Statistics as in
     :func:`contrasts_table` but unadjusted (no Holm: these cuts are hypothesis-generating only)."""
-    stats_params = params_from(stats_params)
     contrasts = _contrast_spec(stats_params)
     primary = _primary(stats_params, strong)
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
@@ -609,14 +599,13 @@ def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, str
 MEANS_COLUMNS = stages.columns("condition_means")
 
 
-def condition_means(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def condition_means(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
                     corpus: str) -> pd.DataFrame:
     """Exploratory per-condition means for every metric × embedder × reranker (paper Table 2 and §6, including
     recall@50 per condition): ``mean`` and ``sd`` (ddof = 1) over the queries scored (non-NaN) under that
     condition, ``se_cluster`` = the cluster-robust SE of the mean over documents (:func:`cluster_se`), the query and
     document counts. Unpaired: each condition uses all of its own scored queries. ``primary_cell`` marks the rows
     of the primary cell (Table 2); every row is labelled exploratory, as in the paper."""
-    stats_params = params_from(stats_params)
     primary = _primary(stats_params, strong)
     s = prepare_scores(scores, queries, corpus).dropna(subset=["value"])
     keys = ["metric", "embedder", "reranker", "condition"]
@@ -651,12 +640,11 @@ def metric_rows(table: pd.DataFrame, key: str) -> pd.DataFrame:
     return table[table["metric"].astype(str).map(lambda n: design.is_metric(n, key))]
 
 
-def reranker_lift(condition_means: pd.DataFrame, stats_params: Any, strong: str) -> pd.DataFrame:
+def reranker_lift(condition_means: pd.DataFrame, stats_params: StatsParams, strong: str) -> pd.DataFrame:
     """Exploratory reranker lift (paper §6, "Reranking lifts all boats"): per condition and reranker other than
     ``none``, the mean of the primary metric on the primary embedder without a reranker (``none``), with it
     (``reranked``) and ``lift = reranked − none`` — a difference of the :func:`condition_means` rows, not a paired
     test. Rows in reranker, then paper condition order; empty when no reranked cell was scored."""
-    stats_params = params_from(stats_params)
     stages.check(condition_means, "condition_means", ["metric", "embedder", "reranker", "condition", "mean"],
                  "stats.reranker_lift")
     metric, embedder, _ = _primary(stats_params, strong)
