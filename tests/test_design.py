@@ -51,7 +51,8 @@ def test_every_declared_condition_gets_chunks_from_its_chunk_set():
     from test_conditions import PARAMS, contexts_for, make_corpus
 
     docs, paras, gold, induced = make_corpus(n_docs=2)
-    out = conditions.build_all(docs, paras, gold, induced, contexts_for(docs, paras, induced), PARAMS)
+    out = conditions.build_all(docs, paras, gold, induced, contexts_for(docs, paras, induced),
+                               config.record("chunking", PARAMS))
     ch = out["chunks"]
     assert list(ch["condition"].unique()) == PAPER_CONDITIONS
     spans = {c: ch.loc[ch["condition"] == c, ["doc_id", "start", "end"]].reset_index(drop=True)

@@ -72,11 +72,13 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
     chunk_params = dict(config_mod.SCHEMA["chunking"])
     chunk_params = {k: v.default for k, v in chunk_params.items()}
     counter = chunking.load_counter(chunk_params["tokenizer"])
-    a0 = chunking.a0_windows(documents, paragraphs, sections_induced, chunk_params, counter)
+    a0 = chunking.a0_windows(documents, paragraphs, sections_induced, config_mod.record("chunking", chunk_params),
+                             counter)
     contexts = a0[["doc_id", "start", "end"]].assign(
         context=[f"This passage of {d} discusses its part at characters {s} to {e}." for d, s, e in
                  zip(a0["doc_id"], a0["start"], a0["end"])])
-    built = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts, chunk_params,
+    built = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts,
+                                 config_mod.record("chunking", chunk_params),
                                  counter)
     chunks = built["chunks"]
 
@@ -99,8 +101,9 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
         vecs[e] = v / np.linalg.norm(v, axis=1, keepdims=True)
         q = rng.normal(size=(len(queries), dim)).astype(np.float32)
         qvecs[e] = q / np.linalg.norm(q, axis=1, keepdims=True)
-    ret = retrieve.retrieve_all(chunks, vecs, qvecs, queries, {"k": 20, "route_sections": 3, "backend": "numpy",
-                                                               "two_stage_conditions": ["A4", "G4"]})
+    ret = retrieve.retrieve_all(chunks, vecs, qvecs, queries,
+                                config_mod.record("retrieve", {"k": 20, "route_sections": 3, "backend": "numpy",
+                                                               "two_stage_conditions": ["A4", "G4"]}))
     runs = ret["runs"]
     # a "reranked" copy of the strong runs (reversed top 10), so the reranker-lift view has a cell to show
     rr = runs[(runs["embedder"] == "strong") & (runs["rank"] <= 10)].copy()

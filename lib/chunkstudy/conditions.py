@@ -26,7 +26,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import chunking, config, design, paper, stages
+from . import chunking, design, paper, stages
+from .params import ChunkingParams
 from .chunking import ChunkingError, TokenCounter
 from .corpus import model as docmodel
 
@@ -283,7 +284,7 @@ def _a1_prefixes(a0: pd.DataFrame, contexts_a1: pd.DataFrame | None) -> list[str
 
 
 def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame | None,
-              sections_induced: pd.DataFrame | None, contexts_a1: pd.DataFrame | None, chunking_params: Any,
+              sections_induced: pd.DataFrame | None, contexts_a1: pd.DataFrame | None, chunking_params: ChunkingParams,
               counter: TokenCounter | None = None) -> dict:
     """Build every condition in ``chunking_params.conditions`` (the ``chunking`` record, ``cfg.params("chunking")``;
     a mapping is validated into one, its missing keys at the schema's defaults).
@@ -299,7 +300,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     * ``"placebo"``: :func:`placebo_assign` over the A3 (induced, full-depth) pairs, plus ``n_chunks`` using each.
     * ``"summary"``: realised pooled means per chunk set, the A0-A2 gap, placebo residuals, unique-text share.
     """
-    p = config.record("chunking", chunking_params)
+    p = chunking_params
     conds = list(p.conditions)  # each one of ALL_CONDITIONS (schema-checked)
     counter = counter or chunking.load_counter(p.tokenizer)
     splitter, mx, mn, depths = p.sentence_splitter, p.max_chunk_tokens, p.min_chunk_tokens, list(p.depths)

@@ -55,7 +55,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import config, stages
+from . import stages
+from .params import ContextsParams
 from .corpus.model import SEP
 
 #: Anthropic, "Introducing Contextual Retrieval" (2024): the prompt, verbatim.
@@ -397,11 +398,11 @@ def _llm(docs, windows: pd.DataFrame, p: Any, client, counter: Callable,
     return rows
 
 
-def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params: Any, client=None,
+def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params: ContextsParams, client=None,
                 counter: Callable[[list[str]], list[int]] | None = None,
                 sections: pd.DataFrame | None = None) -> pd.DataFrame:
     """One situating context per A0 window (module docstring); ``contexts_params`` is the ``contexts`` record,
-    ``cfg.params("contexts")`` (a mapping is validated into one, its missing keys at the schema's defaults).
+    ``cfg.params("contexts")``.
 
     ``windows`` holds ``doc_id, start, end`` (half-open character offsets into ``documents.text``), e.g. from
     ``chunking.a0_windows``. ``client`` (:func:`llm.make_client`) is needed for ``method: llm`` only;
@@ -409,7 +410,6 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
     (``sections_gold``) gives the headings of the document view; ``method: llm`` with ``document_view: full``
     needs it. Returns the columns of :data:`COLUMNS` in the order of ``windows``; inputs are not modified.
     """
-    contexts_params = config.record("contexts", contexts_params)
     method = contexts_params.method
     counter = counter or approx_counter
     docs = _check(documents, windows)

@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 
 
 from . import config, llm
+from .params import LLMParams
 from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
 #: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (issue 17 §5)
@@ -72,9 +73,8 @@ def _flag(key: str, value: Any) -> list[str]:
 ENTRIES = ("serve", "api_server")
 
 
-def serve_args(llm_params: Any, weights: str | None = None, entry: str = "serve") -> list[str]:
-    """``vllm serve`` arguments (without the ``vllm`` executable) for the ``llm`` record (``cfg.params("llm")``; a
-    mapping is validated into one, its missing keys at the schema's defaults).
+def serve_args(llm_params: LLMParams, weights: str | None = None, entry: str = "serve") -> list[str]:
+    """``vllm serve`` arguments (without the ``vllm`` executable) for the ``llm`` record (``cfg.params("llm")``).
 
     ``weights`` is a local folder to serve instead of the hub id ``llm.model`` (the smoke run's converted
     SmolLM2); the served name stays ``llm.model`` either way, so the pre-flight check and the cache keys match.
@@ -82,7 +82,7 @@ def serve_args(llm_params: Any, weights: str | None = None, entry: str = "serve"
     """
     if entry not in ENTRIES:
         raise ValueError(f"serve_args: entry {entry!r} is not one of {list(ENTRIES)}")
-    p = config.record("llm", llm_params)
+    p = llm_params
     if p.backend != "openai":
         raise ValueError(f"llm.backend is {p.backend!r}: scripts/serve_llm.sh serves parameter files whose "
                          f"llm.backend is 'openai' (the vllm backend loads the model in process)")
@@ -546,7 +546,6 @@ def compare_devices(specs: Mapping[str, Mapping], texts: Sequence[str],
         ref = reference.encode(list(texts), "passage")
         ref_dtype = reference.parameter_dtype
         agree = cosine_agreement(got, ref)
-        spec = config.record("embed.embedders.*", spec)
         rows.append({"embedder": key, "device": spec.device, "dtype": spec.dtype, "reference_dtype": ref_dtype,
                      **agree, "ok": bool(agree["min"] >= threshold and ref_dtype in ("float32", None))})
     return rows

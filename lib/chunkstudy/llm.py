@@ -97,7 +97,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import config
+from .params import LLMParams
 
 CACHE_FILE = "calls.jsonl"
 PREFLIGHT_TIMEOUT_S = 10.0
@@ -650,10 +650,9 @@ def generation_finish_reason(generated: Sequence[int], max_new_tokens: int, eos_
     return "length" if len(generated) >= max_new_tokens else "stop"
 
 
-def make_backend(llm_params: Any) -> Backend:
-    """The backend ``llm.backend`` names, built from the ``llm`` record (``cfg.params("llm")``; a mapping is
-    validated into one, its missing keys at the schema's defaults)."""
-    p = config.record("llm", llm_params)
+def make_backend(llm_params: LLMParams) -> Backend:
+    """The backend ``llm.backend`` names, built from the ``llm`` record (``cfg.params("llm")``)."""
+    p = llm_params
     kind = p.backend
     if kind == "none":
         return NoBackend()
@@ -1197,12 +1196,12 @@ class Client:
         return len(self.cache) - before
 
 
-def make_client(llm_params: Any, cache_dir: Path | None, backend: Backend | None = None) -> Client:
-    """A :class:`Client` for the ``llm`` record (``cfg.params("llm")``; a mapping is validated into one, its
-    missing keys at the schema's defaults, so a test states only what it cares about); ``backend`` overrides
+def make_client(llm_params: LLMParams, cache_dir: Path | None, backend: Backend | None = None) -> Client:
+    """A :class:`Client` for the ``llm`` record (``cfg.params("llm")``; a test builds one with
+    ``config.record("llm", {...})``, stating only what it cares about); ``backend`` overrides
     ``llm.backend`` (tests pass a :class:`ScriptedBackend`). ``cache_dir`` is the folder of the persistent cache
     (the notebook passes ``artifacts.cache_dir(cfg, cfg.params('llm').cache)``); ``None`` keeps the cache in memory."""
-    p = config.record("llm", llm_params)
+    p = llm_params
     be = backend if backend is not None else make_backend(p)
     return Client(backend=be, cache=CallCache(cache_dir), temperature=p.temperature, top_p=p.top_p,
                   max_tokens=p.max_reply_tokens, seed=p.seed, max_retries=p.max_retries,

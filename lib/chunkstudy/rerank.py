@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from . import artifacts, config, models, progress
+from .params import RetrieveParams
 from .embed import (AUTOCAST_BF16, ONNX_FILE, _onnx_provider, _torch_dtype, bf16_candidate, check_loaded,
                     flag_kwargs, onnx_model_dir, place_flag_model, precision_context, recorded_decision,
                     resolve_dtype)
@@ -378,7 +379,7 @@ def rerank_runs(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mappi
 
 
 def rerank_all(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mapping[str, str] | pd.Series,
-               retrieve_params: Any, embedder: str, cache_dir: str | Path | None,
+               retrieve_params: RetrieveParams, embedder: str, cache_dir: str | Path | None,
                report: list | None = None) -> pd.DataFrame:
     """The stage's reranked cells: every reranker of ``retrieve_params.rerankers`` (the ``retrieve`` record) over
     the first-stage lists of ``embedder`` (``embed.strong``, the primary cell's embedder; all conditions,
@@ -387,7 +388,7 @@ def rerank_all(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mappin
     Returns the reranked runs of all rerankers stacked (empty, with the runs columns, when none is configured).
     ``report``, when given, gets one row per reranker (:func:`report_row`: how it ran, its settled precision).
     """
-    rerankers = config.record("retrieve", retrieve_params).rerankers
+    rerankers = retrieve_params.rerankers
     first = runs[(runs["embedder"] == embedder) & (runs["reranker"] == "none")]
     if rerankers and first.empty:
         raise ValueError(f"embed.strong: no first-stage runs for embedder {embedder!r} to rerank; runs hold "

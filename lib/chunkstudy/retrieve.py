@@ -33,7 +33,8 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
-from . import config, stages
+from . import stages
+from .params import RetrieveParams
 
 #: Extra candidates faiss proposes beyond k, so float32 rounding in the backend rarely needs a wider look.
 _PAD = 16
@@ -509,7 +510,7 @@ def _runs_frame(embedder: str, condition: str, query_ids: np.ndarray, cond_chunk
 
 def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndarray],
                  query_vecs_by_embedder: Mapping[str, np.ndarray], queries: pd.DataFrame,
-                 retrieve_params: Any) -> dict[str, pd.DataFrame]:
+                 retrieve_params: RetrieveParams) -> dict[str, pd.DataFrame]:
     """Retrieve every query under every (embedder, condition): flat, or two-stage for ``two_stage_conditions``.
 
     ``chunks``: the 04 table (condition, doc_id, chunk_id, start, end, route_key, text_row); a condition's chunk
@@ -528,7 +529,7 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
     if chunks["chunk_id"].duplicated().any():
         raise ValueError(f"chunks: chunk_id {chunks.loc[chunks['chunk_id'].duplicated(), 'chunk_id'].iloc[0]!r} "
                          "occurs more than once (chunk ids must be unique across conditions)")
-    p = config.record("retrieve", retrieve_params)
+    p = retrieve_params
     k, n_sections, backend, two_stage = p.k, p.route_sections, p.backend, set(p.two_stage_conditions)
     query_ids = queries["query_id"].astype(str).to_numpy()
     runs, recall = [], []

@@ -69,8 +69,8 @@ from typing import Any, Iterable
 import pandas as pd
 from rapidfuzz import fuzz, process
 
-from .. import config
 from ..config import Config
+from ..params import CorpusParams
 from .model import SECTION_COLUMNS, DocumentBuilder
 from .sources import CorpusInputError, kept_documents, listed_sources, source_paths
 
@@ -432,14 +432,13 @@ def _merge_nested(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def build_qasper(papers: dict[str, tuple[str, dict]], params: Any, warnings: list[str] | None = None) -> dict:
+def build_qasper(papers: dict[str, tuple[str, dict]], params: CorpusParams, warnings: list[str] | None = None) -> dict:
     """Flatten and harvest papers (``read_qasper`` output) into the 01_corpus tables and the funnel.
 
     ``params`` is the ``corpus`` section (fuzzy_threshold, drop_numeric_only, max_docs). Papers are processed in
     sorted id order; ``max_docs`` keeps the first N or a seeded sample of N (:func:`kept_documents`). A paper
     without ``full_text`` warns and is skipped.
     """
-    params = config.record("corpus", params)  # the corpus record; a mapping is validated into one
     warnings = [] if warnings is None else warnings
     ids = kept_documents(sorted(papers), params.max_docs, params.max_docs_from, params.seed)
     docs, paras_l, secs_l, rows = [], [], [], []
