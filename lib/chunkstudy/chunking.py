@@ -57,8 +57,8 @@ class _HFCounter:
     truncation (a text longer than the model's window is counted whole)."""
 
     name: str
-    _backend: object = None
-    _slow: object = None
+    _backend: Any = None
+    _slow: Any = None
 
     def __call__(self, texts: Sequence[str]) -> list[int]:
         texts = list(texts)

@@ -127,7 +127,7 @@ def _shift_order(bucket: pd.DataFrame, rng: np.random.Generator) -> tuple[list, 
     """``(targets, sources)`` of the older cyclic shift: document groups and their pairs shuffled, laid out
     group after group, and pair ``i`` takes the path of pair ``(i + m) mod n`` (``m`` = the largest group)."""
     groups = [list(g.itertuples(index=False)) for _, g in bucket.groupby("doc_id", sort=True)]
-    laid = []
+    laid: list = []
     for gi in rng.permutation(len(groups)):
         g = groups[gi]
         laid.extend(g[k] for k in rng.permutation(len(g)))
@@ -399,7 +399,7 @@ def _summary(chunks, sets, size, placebo, texts, mx, mn) -> dict:
     split/merge bounds; the A0 - A2 gap pooled and per document (mean and max |gap|, documents whose |gap|
     exceeds the paper's bound ``size_gap_tolerance``); the placebo's residuals (:func:`placebo_buckets`)."""
     by = chunks.groupby("condition", sort=False)
-    out = {
+    out: dict[str, Any] = {
         "n_chunks": {k: int(v) for k, v in by.size().items()},
         "mean_content_tokens": {k: float(v) for k, v in by["n_content_tokens"].mean().items()},
         "mean_prefix_tokens": {k: float(v) for k, v in by["n_prefix_tokens"].mean().items()},

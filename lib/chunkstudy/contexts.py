@@ -50,7 +50,7 @@ chunking tokenizer); without one, a stated approximation (words and punctuation 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -146,7 +146,7 @@ class _View:
             if s < e:
                 lo = ts + (s - vs) if lo is None else lo
                 hi = ts + (e - vs)
-        return (lo, hi) if lo is not None else (0, 0)
+        return (lo, cast(int, hi)) if lo is not None else (0, 0)  # hi is set with lo
 
 
 def _heading_line(title: str, level: int) -> str:
@@ -365,7 +365,8 @@ def _llm(docs, windows: pd.DataFrame, p: Any, client, counter: Callable,
         raise ContextsError("contexts.document_view is 'full' but no sections table was given: pass sections_gold "
                             "(written by 01_corpus) so that <document> shows the title and headings")
     long_document = p.long_document  # one of LONG_DOCUMENT (schema-checked)
-    by_doc = dict(tuple(sections.groupby(sections["doc_id"].astype(str), sort=False))) if view == "full" else {}
+    by_doc = dict(tuple(cast(pd.DataFrame, sections).groupby(cast(pd.DataFrame, sections)["doc_id"].astype(str),
+                                                                sort=False))) if view == "full" else {}
     views: dict[str, _View] = {}  # rendered once per document: the same bytes for all its windows
     budgets: dict[str, int] = {}  # one excerpt budget per document (its longest chunk's), so pages are shared
     pages: dict[str, list[tuple[int, int]]] = {}

@@ -90,7 +90,8 @@ def _styled(fn):
         for t in fig.findobj(Text):
             t.set_parse_math(False)
         return fig
-    wrapper.__doc__, wrapper.__name__, wrapper.__wrapped__ = fn.__doc__, fn.__name__, fn
+    wrapper.__doc__, wrapper.__name__ = fn.__doc__, fn.__name__
+    setattr(wrapper, "__wrapped__", fn)
     return wrapper
 
 
@@ -215,7 +216,7 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
     ex = example_chunk(chunks, doc_id, _FULL_PATH)
     cut = design.condition(_FULL_PATH).chunk_set  # the unprefixed chunks the example chunk is one of
     if ex is not None and cut in rows:
-        y = len(rows) - 1 - rows.index(cut)
+        y: float = len(rows) - 1 - rows.index(cut)
         ax.add_patch(matplotlib.patches.Rectangle((int(ex["start"]), y - 0.42), int(ex["end"]) - int(ex["start"]),
                                                   0.84, fill=False, edgecolor="black", linewidth=1.4))
     ax.set_yticks(range(len(rows)), [labels[c] for c in reversed(rows)])

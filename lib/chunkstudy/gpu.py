@@ -35,12 +35,12 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 from urllib.parse import urlsplit
 
 
 from . import config, llm
-from .params import LLMParams
+from .params import EmbedderParams, LLMParams
 from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
 #: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (issue 17 §5)
@@ -532,7 +532,7 @@ def reference_spec(spec: Any) -> Any:
     return dataclasses.replace(config.record("embed.embedders.*", spec), device="cpu", dtype="float32")
 
 
-def compare_devices(specs: Mapping[str, Mapping], texts: Sequence[str],
+def compare_devices(specs: Mapping[str, EmbedderParams], texts: Sequence[str],
                     threshold: float = MIN_DEVICE_COSINE) -> list[dict]:
     """For each embedder spec, embed ``texts`` as configured and with :func:`reference_spec`, and compare row by
     row: ``[{"embedder", "device", "dtype", "reference_dtype", "n", "min", "mean", "ok"}]`` (``ok``: min cosine >=
@@ -675,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "serve-args":
         print("\n".join(serve_args(lp, args.weights, args.entry)))
     elif args.cmd == "wait":
-        wait_ready(lp.base_url, lp.model, args.timeout, args.pid, args.log, api_key_env=lp.api_key_env)
+        wait_ready(cast(str, lp.base_url), lp.model, args.timeout, args.pid, args.log, api_key_env=lp.api_key_env)
     elif args.cmd in ("models", "prefetch"):
         names = [n for n, keys in hub_models(cfg).items() if not (args.skip_llm and keys == ["llm.model"])]
         if args.cmd == "models":
@@ -699,15 +699,16 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"check": "LLM server", "ok": False, "detail": str(e)})
         return _print_checks(rows)
     elif args.cmd == "metrics":
-        text = llm.make_backend(lp).metrics()
+        server = cast(llm.OpenAIBackend, llm.make_backend(lp))  # /metrics: a vLLM server's
+        text = server.metrics()
         if text is None:
-            print(f"no /metrics at {llm.make_backend(lp).metrics_url}", file=sys.stderr)
+            print(f"no /metrics at {server.metrics_url}", file=sys.stderr)
             return 1
         print(json.dumps(llm.prometheus_counters(text)))
     elif args.cmd == "check-run":
         rows = check_run(cfg, args.expect_no_calls, args.min_prefix_hit_rate)
         if args.requests_before is not None:
-            text = llm.make_backend(lp).metrics() or ""
+            text = cast(llm.OpenAIBackend, llm.make_backend(lp)).metrics() or ""
             now = llm.prometheus_counters(text).get("vllm:request_success")
             rows.append({"check": "the server finished no request during the rerun",
                          "ok": now is not None and now == args.requests_before,

@@ -95,7 +95,7 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 from .params import LLMParams
 
@@ -552,9 +552,9 @@ class VLLMBackend(Backend):
         out = self.complete_many([call])[0]
         if isinstance(out, BaseException):
             raise out
-        return out
+        return cast(Completion, out)  # this backend's replies are Completions
 
-    def complete_many(self, calls: Sequence[Call]) -> list[Completion | BaseException]:
+    def complete_many(self, calls: Sequence[Call]) -> list[Completion | str | BaseException]:
         try:
             outs = self._llm.chat([list(c.messages) for c in calls], [self._sampling(c) for c in calls],
                                   use_tqdm=False)
@@ -596,7 +596,7 @@ class TransformersBackend(Backend):
         kw = {"gguf_file": gguf_file} if gguf_file else {}
         self.model = f"{model}/{gguf_file}" if gguf_file else model
         self.tok = AutoTokenizer.from_pretrained(path, **kw)
-        self.lm = AutoModelForCausalLM.from_pretrained(path, **kw).to(device).eval()
+        self.lm = AutoModelForCausalLM.from_pretrained(path, **kw).to(device).eval()  # type: ignore[arg-type]
         self.device = device
         self.cpu_threads = cpu_threads
         self._lock = threading.Lock()
@@ -719,6 +719,7 @@ class CallCache:
     @staticmethod
     def _load(path: Path, repair: bool = False) -> tuple[dict[str, dict], dict]:
         """``(records by key, report)``; with ``repair`` a torn tail is cut off the file (see the class)."""
+        report: dict[str, Any]
         report = {"lines": 0, "records": 0, "torn_tail": 0, "bad_lines": [], "salvaged": 0, "empty_replies": 0,
                   "cut_replies": 0}
         out: dict[str, dict] = {}
@@ -760,8 +761,8 @@ class CallCache:
             else:
                 report["torn_tail"] = 1
                 if repair:
-                    with open(path, "r+b") as f:
-                        f.truncate(len(data) - len(tail))
+                    with open(path, "r+b") as torn:
+                        torn.truncate(len(data) - len(tail))
                 warnings.warn(f"{path}: dropped a torn last line ({len(tail)} bytes, line {len(lines) + 1}) left by "
                               f"an interrupted write" + ("; the file now ends at the last whole record" if repair
                                                          else ""), stacklevel=3)

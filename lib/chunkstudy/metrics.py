@@ -82,7 +82,7 @@ EPS = 1e-9
 _RUN_COLUMNS = ("embedder", "reranker", "condition", "query_id", "rank", "chunk_id")
 _CHUNK_COLUMNS = ("condition", "doc_id", "chunk_id", "start", "end", "n_content_tokens", "n_prefix_tokens")
 _QUERY_COLUMNS = ("query_id", "doc_id", "spans")
-SCORE_COLUMNS = list(stages.artifact("scores").contract)  # what a score is; doc_id and qtype are joined on
+SCORE_COLUMNS = list(stages.table("scores").contract)  # what a score is; doc_id and qtype are joined on
 
 
 class MetricsInputError(ValueError):
@@ -626,7 +626,8 @@ def _greedy(cands: pd.DataFrame, q: _Queries, k: int) -> dict[str, np.ndarray]:
     for t, c, lo, hi in zip(cands["t"], cands["chunk"], cands["lo"], cands["hi"]):
         pieces.setdefault(int(c), []).append((int(t), int(lo - q.t_lo[t]), int(hi - q.t_lo[t])))
     n_spans = int(q.n_spans[q.t_q[int(cands["t"].iloc[0])]])
-    chosen, gains = [], []
+    chosen: list = []
+    gains: list = []
     remaining = sorted(pieces)                     # chunk rows are in document order: ties go to the first
     while remaining and len(chosen) < k:
         best, best_gain = None, Fraction(0)

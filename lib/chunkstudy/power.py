@@ -292,7 +292,7 @@ def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: i
             rep = ms + base[i] * mn                                               # replicate sums ∝ replicate means
             le[i, start:stop] = (rep <= 0).sum(axis=0)
             ge[i, start:stop] = (rep >= 0).sum(axis=0)
-    p = stats.mc_p_two_sided(le, ge, n_boot)  # as stats.bootstrap_p counts one study's replicates
+    p = np.asarray(stats.mc_p_two_sided(le, ge, n_boot))  # as stats.bootstrap_p counts one study's replicates
     p[:, :, ~present] = np.nan
     p_holm = np.apply_along_axis(stats.holm, 2, p) if n_sims else p
     total_n = np.where(present, counts.sum(axis=0), 1.0)
@@ -300,7 +300,7 @@ def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: i
     reject = p_holm < alpha
     if require_sign:
         reject &= (np.sign(estimate) == target_sign[:, None, :]) | (target_sign[:, None, :] == 0)
-    power = reject.mean(axis=1)
+    power = np.asarray(reject).mean(axis=1)
     power[:, ~present] = np.nan
     power[np.isnan(shifts)] = np.nan
     mc_se = np.sqrt(power * (1 - power) / n_sims)

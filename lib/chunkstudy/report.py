@@ -144,7 +144,7 @@ def models_used(params: Params, manifests: Mapping[str, Mapping] | None = None) 
     settled ``dtype: auto``), read from the ``records`` of 04's and 05's manifests when given."""
     llm, ind, ctx, q = params.llm, params.induce, params.contexts, params.queries
     llm_name = f"{llm.model or '(none)'} via {llm.backend}" + ("" if llm.capable else " — not capable")
-    rows = [("generative LLM", llm.backend, llm.model or "(none)",
+    roles = [("generative LLM", llm.backend, llm.model or "(none)",
              "capable (study class)" if llm.capable else "NOT of the study's class (llm.capable: false)"),
             ("structure induction", ind.method, llm_name if ind.method == "llm" else "(no model)",
              "LLM arm" if ind.method == "llm" else "non-LLM baseline"),
@@ -153,7 +153,7 @@ def models_used(params: Params, manifests: Mapping[str, Mapping] | None = None) 
             ("queries", q.source, llm_name if q.source == "generated" else "(harvested)",
              "generated + paraphrased, leakage-filtered" if q.source == "generated" else "real questions"),
             ("token counts", "tokenizer", params.chunking.tokenizer, "")]
-    rows = [(*r, "") for r in rows]
+    rows: list[tuple] = [(*r, "") for r in roles]
 
     def record(stage: str, name: str, column: str, key: str) -> Mapping | None:
         recs = (((manifests or {}).get(stage) or {}).get("records") or {}).get(name) or []
@@ -337,7 +337,7 @@ def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -
             for d, p, ok, s in zip(data[f"delta[{corpus}]"], data[f"p_holm[{corpus}]"], data[f"inference[{corpus}]"],
                                    data[f"significant[{corpus}]"])]
     display["Verdict"] = data["verdict"]
-    notes = (f"Primary cell of each corpus; * = Holm p < {alpha:g}. \"replicates\" = same sign and "
+    notes: tuple[str, ...] = (f"Primary cell of each corpus; * = Holm p < {alpha:g}. \"replicates\" = same sign and "
              "Holm-significant on every corpus.",)
     if not all(data[f"inference[{c}]"].all() for c in contrasts_by_corpus):
         notes += (f"{tables.NO_INFERENCE} = not enough documents or resamples for inference on that corpus (its "

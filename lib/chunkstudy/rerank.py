@@ -28,7 +28,7 @@ import json
 import sqlite3
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -156,7 +156,7 @@ class Reranker:
             self.precision = {"dtype": self.dtype, "cpu_bf16": None, "check": None}
         self.model_id = self._model_id()
         self.n_computed = 0  # pairs actually sent to the model (cache misses), for tests and logs
-        self._model = None
+        self._model: Any = None
 
     def _model_id(self) -> str:
         spec = self.spec
@@ -168,8 +168,9 @@ class Reranker:
         if self.dtype != "float32":
             ident.append(f"dtype={self.dtype}")
         if self.dtype == AUTOCAST_BF16:
-            ident.append(f"cpu_bf16={self.precision['cpu_bf16']}")
-            ident.append(f"agreement_min_kendall={round(self.precision['check']['min'], 6)}")
+            prec = cast(dict, self.precision)  # settled with the bf16 choice
+            ident.append(f"cpu_bf16={prec['cpu_bf16']}")
+            ident.append(f"agreement_min_kendall={round(prec['check']['min'], 6)}")
         return "|".join(map(str, ident))
 
     @property

@@ -28,7 +28,7 @@ ranks the chunks inside them; when they hold fewer than k chunks the global flat
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -254,13 +254,13 @@ def _flat_blocks(q: np.ndarray, c: np.ndarray, tie: np.ndarray, kk: int, backend
     for lo in range(0, len(q), step):
         hi = min(lo + step, len(q))
         qb = q[lo:hi]
-        s = np.matmul(qb, ct, out=buf[:hi - lo]) if index is None else None
+        s = np.matmul(qb, ct, out=cast(np.ndarray, buf)[:hi - lo]) if index is None else None
         qi, rows = _block_candidates(qb, c, s, kk, err[lo:hi], index, None if mask is None else mask[:hi - lo])
         idx, scores, _ = _rank_exact(qb, c, tie, qi, rows, hi - lo, kk)
         yield lo, hi, idx, scores, s
 
 
-def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int, backend: str,
+def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence | np.ndarray, k: int, backend: str,
                 batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k inner-product search of every query over every chunk.
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -68,7 +68,7 @@ def cell_name(metric: str, embedder: str, reranker: str) -> str:
     return f"{metric}|{embedder}|{reranker}"
 
 
-def holm(pvalues: Sequence[float]) -> np.ndarray:
+def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
     """Holm step-down adjusted p-values (paper, statistics appendix, "Holm"; Holm 1979).
 
     Sort the ``m`` p-values ascending; the ``i``-th smallest (0-based) becomes ``min(1, max_{j≤i} (m−j)·p_(j))``
@@ -147,7 +147,7 @@ def bootstrap_p(replicates: np.ndarray) -> float:
     r = np.asarray(replicates, dtype=float)
     if r.size == 0:
         raise ValueError("bootstrap_p: no replicates")
-    return mc_p_two_sided(int(np.sum(r <= 0.0)), int(np.sum(r >= 0.0)), r.size)
+    return float(mc_p_two_sided(int(np.sum(r <= 0.0)), int(np.sum(r >= 0.0)), r.size))
 
 
 #: The fewest bootstrap resamples with which 07 calls anything significant. Efron & Tibshirani (1993, *An
@@ -313,7 +313,8 @@ def _wide(prepared: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cells(wide: pd.DataFrame, primary: tuple[str, str, str]) -> list[tuple[str, str, str]]:
-    cells = sorted({tuple(map(str, k)) for k in wide.index.droplevel("query_id").unique()})
+    keys = wide.index.droplevel("query_id").unique()
+    cells = cast("list[tuple[str, str, str]]", sorted({tuple(map(str, k)) for k in keys}))
     return sorted(cells, key=lambda c: (c != primary, c))
 
 
@@ -337,7 +338,7 @@ def _contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: 
     delta = both[a].to_numpy() - both[b].to_numpy()
     clusters = both["doc_id"].to_numpy()
     boot = cluster_bootstrap(delta, clusters, n_boot, seed, alpha=alpha)
-    row = dict(mean_delta=float(delta.mean()), ci_low=boot.ci_low, ci_high=boot.ci_high, p=boot.p,
+    row: dict[str, Any] = dict(mean_delta=float(delta.mean()), ci_low=boot.ci_low, ci_high=boot.ci_high, p=boot.p,
                dz=cohens_dz(delta), n_queries=boot.n, n_docs=boot.n_clusters, mean_a=float(both[a].mean()),
                mean_b=float(both[b].mean()), note=note)
     if boot.n_clusters < 2:
@@ -470,10 +471,11 @@ def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Sta
         block = None
     rows = []
     for name, (a, b) in contrasts.items():
-        row = dict(corpus=corpus, cell=cell_name(*primary), contrast=name, condition_a=a, condition_b=b,
+        row: dict[str, Any] = dict(corpus=corpus, cell=cell_name(*primary), contrast=name, condition_a=a, condition_b=b,
                    label="secondary (confirmatory family)")
         both, note = (None, f"skipped: primary cell {cell_name(*primary)} absent from scores") if block is None \
             else _pair(block, a, b)
+        fit: dict[str, Any]
         fit = dict(coef=nan, se=nan, z=nan, p=nan, ci_low=nan, ci_high=nan, group_var=nan, resid_var=nan,
                    converged=False, note=note)
         n_q = n_d = 0
@@ -536,7 +538,7 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Sta
         block = wide.xs((m, embedder, reranker), level=["metric", "embedder", "reranker"])
         present = [(c, d) for c, d in DEPTH_LADDER if c in block.columns and block[c].notna().any()]
         absent = [c for c, _ in DEPTH_LADDER if c not in dict(present)]
-        row = dict(corpus=corpus, cell=cell_name(m, embedder, reranker), metric=m, embedder=embedder,
+        row: dict[str, Any] = dict(corpus=corpus, cell=cell_name(m, embedder, reranker), metric=m, embedder=embedder,
                    reranker=reranker, slope=nan, ci_low=nan, ci_high=nan, p=nan, n_queries=0, n_docs=0,
                    levels=",".join(c for c, _ in present), **{f"mean_d{d}": nan for _, d in DEPTH_LADDER},
                    inference=False, label=EXPLORATORY, note=f"levels absent: {absent}" if absent else "")

@@ -64,7 +64,7 @@ import re
 import tarfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Iterable, cast
 
 import pandas as pd
 from rapidfuzz import fuzz, process
@@ -118,7 +118,8 @@ def read_qasper(paths: Iterable[str | Path], warnings: list[str] | None = None,
                     if not members:
                         raise ValueError("no qasper-*-v0.3.json inside")
                     for m in sorted(members, key=lambda m: m.name):
-                        add(_split_of(m.name), json.load(io.TextIOWrapper(tar.extractfile(m), "utf-8-sig")),
+                        add(_split_of(m.name), json.load(io.TextIOWrapper(cast(IO[bytes], tar.extractfile(m)),
+                                                                              "utf-8-sig")),
                             f"{path.name}:{m.name}")
             else:
                 add(_split_of(path.name), json.loads(path.read_text(encoding="utf-8-sig")), path.name)

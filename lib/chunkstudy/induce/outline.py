@@ -393,6 +393,7 @@ def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
             lo, hi = st["lo"], st["hi"]
             m = hi - lo
             title_fn = lambda s, e, lo=lo: _title(lex.terms(d.doc_id, lo + s, lo + e + 1, p.title_terms))  # noqa: E731
+            local: list[Outline] | None
             if not st["violations"]:
                 local = [Outline(it["title"], it["level"], it["first_paragraph"], it["last_paragraph"])
                          for it in st["items"]]
@@ -408,8 +409,8 @@ def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
                     local = [Outline(d.title, 1, 0, m - 1)]
                     st_status = "failed"
                     fixed.add("fallback")
-            outline += [Outline(o.title, o.level, o.first_para + lo, o.last_para + lo) for o in local]
-            status = max(status, st_status, key=rank.get)
+            outline += [Outline(o.title, o.level, o.first_para + lo, o.last_para + lo) for o in local or ()]
+            status = max(status, st_status, key=rank.__getitem__)
         secs = docmodel.sections_from_outline(d.doc_id, d.paras, outline, len(d.text))
         v = docmodel.verify_sections(secs, d.paras, len(d.text), max_level)
         if v:

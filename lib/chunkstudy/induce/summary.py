@@ -36,7 +36,7 @@ def induction_stats(sections_induced: pd.DataFrame, log: pd.DataFrame, sections_
     ``parsed_never``, and the calls whose reply was cut at its budget (``cut``), finished with a larger one
     (``cut_resolved``) or failed cut (``cut_failed``); ``max_reply_budget`` is the largest first-round budget."""
     st = log["status"].value_counts()
-    out = {
+    out: dict[str, Any] = {
         "n_docs": int(len(log)),
         "ok": int(st.get("ok", 0)), "repaired": int(st.get("repaired", 0)), "failed": int(st.get("failed", 0)),
         "method": ",".join(sorted(set(log["method"]))) if "method" in log else "",
