@@ -52,7 +52,7 @@ out["chunks"].groupby("condition", sort=False)[["n_content_tokens", "n_prefix_to
 # means within 4 tokens per chunk set (its numbers beside ours, from `chunkstudy.paper`).
 
 # %%
-tables.size_matching(out["summary"], cfg["corpus"]["kind"]).display
+tables.size_matching(out["summary"], cfg.params("corpus").kind).display
 
 # %%
 {"over_max": out["summary"]["over_max"], "under_min": out["summary"]["under_min"]}
@@ -70,7 +70,7 @@ out["size_matching"].describe()
 # permutation spreads them over many documents, so the placebo is not a coherent fake document.
 
 # %%
-tables.placebo(out["placebo_buckets"], cfg["chunking"]["placebo_method"]).display
+tables.placebo(out["placebo_buckets"], cfg.params("chunking").placebo_method).display
 
 # %% [markdown]
 # ## One document cut under A0, A2 and G2
@@ -90,7 +90,7 @@ out["chunks"].assign(embedded=conditions.embedded_texts(out["chunks"], documents
 # Unique texts are shared by conditions (A4 = A3, G4 = G3, and identical bodies without a prefix).
 
 # %%
-store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
+store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
 vectors, report = embed.embed_all(cfg.params("embed").embedders, out["texts"], store)
 ids = embed.ids_table(out["texts"])
 written = artifacts.write_all_vectors(cfg, vectors, ids)
