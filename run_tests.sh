@@ -5,6 +5,8 @@
 # Extra arguments go to pytest, e.g. ./run_tests.sh tests/test_metrics.py -k worked
 # CHUNKSTUDY_RANDOM_ORDER=random runs the tests in a random order (pytest-randomly) and prints the seed;
 # CHUNKSTUDY_RANDOM_ORDER=<seed> repeats that order. Unset: file order (pyproject.toml's addopts: -p no:randomly).
+# First the type check: the pinned mypy over lib/ ([tool.mypy] in pyproject.toml); any error stops the run.
+# CHUNKSTUDY_TYPECHECK=0 skips it (a quick targeted rerun); CI and the full suite keep it.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/ensure_env.sh
@@ -22,5 +24,8 @@ if [ -n "${CHUNKSTUDY_RANDOM_ORDER:-}" ]; then
   esac
   echo "tests: random order, seed $seed (repeat it: CHUNKSTUDY_RANDOM_ORDER=$seed ./run_tests.sh ...)"
   order=(-p randomly --randomly-seed="$seed")
+fi
+if [ "${CHUNKSTUDY_TYPECHECK:-1}" != 0 ]; then
+  .venv/bin/python -m mypy || { echo "tests: mypy found type errors in lib/ (fix them, or CHUNKSTUDY_TYPECHECK=0 to skip)" >&2; exit 1; }
 fi
 exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider "${order[@]}" "${marker[@]}" "$@"

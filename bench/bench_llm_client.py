@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from chunkstudy import llm
+from chunkstudy import config, llm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,10 +45,13 @@ def main() -> None:
                 return [llm.Request([{"role": "user", "content": f"slow:{a.latency}"}], seed=i, tag=tag)
                         for i in range(a.calls)]
 
-            seq = timed(llm.make_client({**params, "concurrency": 1}, Path(tmp) / "seq"), reqs("seq"))
-            conc_client = llm.make_client({**params, "concurrency": a.concurrency}, Path(tmp) / "conc")
+            seq = timed(llm.make_client(config.record("llm", {**params, "concurrency": 1}), Path(tmp) / "seq"),
+                        reqs("seq"))
+            conc_client = llm.make_client(config.record("llm", {**params, "concurrency": a.concurrency}),
+                                          Path(tmp) / "conc")
             conc = timed(conc_client, reqs("conc"))
-            replay = timed(llm.make_client({**params, "concurrency": a.concurrency}, Path(tmp) / "conc"),
+            replay = timed(llm.make_client(config.record("llm", {**params, "concurrency": a.concurrency}),
+                                           Path(tmp) / "conc"),
                            reqs("conc"))
         print(f"{a.calls} calls of {a.latency:g} s latency")
         print(f"sequential {seq:.2f} s | concurrency {a.concurrency} {conc:.2f} s | cached replay {replay:.4f} s")

@@ -144,9 +144,10 @@ def main() -> None:
           f"[built in {time.perf_counter() - t0:.1f} s]")
 
     t0, c0 = time.perf_counter(), time.process_time()
-    scores = metrics.score_runs(runs, chunks, queries, params, "bench")
+    scores = metrics.score_runs(runs, chunks, queries, config.record("metrics", params), "bench")
     t_fast, c_fast = time.perf_counter() - t0, time.process_time() - c0
-    print(f"score_runs, all {len(metrics.metric_names(params))} metrics: {t_fast:.2f} s wall, {c_fast:.2f} s CPU "
+    names = metrics.metric_names(config.record("metrics", params))
+    print(f"score_runs, all {len(names)} metrics: {t_fast:.2f} s wall, {c_fast:.2f} s CPU "
           f"({len(scores):,} score rows; {1e6 * c_fast / n_lists:.1f} us CPU per list)")
 
     sample = rng.choice(n_lists, size=min(args.ref_lists, n_lists), replace=False)

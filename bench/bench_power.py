@@ -50,17 +50,18 @@ def main() -> None:
     ap.add_argument("--literal-sims", type=int, default=5)
     args = ap.parse_args()
     st = {k: v.default for k, v in config.SCHEMA["stats"].items()}
-    pp = power.params(st)
+    pp = power.params(config.record("stats", st))
     scores, queries = stats.simulate_scores(10, 61, EFFECTS, seed=3, corpus="demo")
 
     t0 = time.perf_counter()
-    table = power.power_table(scores, queries, st, "strong", "demo", paper.effects_dz("wikipedia"), "paper (wikipedia)")
+    table = power.power_table(scores, queries, config.record("stats", st), "strong", "demo",
+                              paper.effects_dz("wikipedia"), "paper (wikipedia)")
     t_all = time.perf_counter() - t0
     sizes = sorted(int(n) for n in table["n_docs"].unique())
     print(f"1. demo scale (10 documents, 61 queries): power_table with {len(sizes)} sizes {sizes}, "
           f"{pp.n_sims} studies × {pp.n_boot} resamples each, 3 shift rows (observed, paper, null): {t_all:.2f} s")
 
-    pop = power.population(scores, queries, st, "strong", "demo")
+    pop = power.population(scores, queries, config.record("stats", st), "strong", "demo")
     shifts = np.zeros((3, 4))
     n = args.size
     t0 = time.perf_counter()

@@ -95,9 +95,11 @@ queries.examples(query_table, documents, per_type=2, seed=qp.seed)
 # %%
 sections_induced = artifacts.read_input(cfg, "03_queries", "sections_induced")  # an induced bm25_condition only
 bm25_sections = bm25.outline(qp.bm25_condition, sections_gold, sections_induced)
-ck = cfg.params("chunking")
-bm25_chunks = chunking.structural_chunks(documents, paragraphs, bm25_sections, chunking.load_counter(ck.tokenizer),
-                                         ck.max_chunk_tokens, ck.min_chunk_tokens, ck.sentence_splitter)
+bm25_chunks = chunking.structural_chunks(documents, paragraphs, bm25_sections,
+                                         chunking.load_counter(cfg.params("chunking").tokenizer),
+                                         cfg.params("chunking").max_chunk_tokens,
+                                         cfg.params("chunking").min_chunk_tokens,
+                                         cfg.params("chunking").sentence_splitter)
 bm25_per_query, bm25_summary = bm25.diagnostic(documents, bm25_chunks, query_table, k1=qp.bm25_k1,
                                                b=qp.bm25_b, span_frac=cfg.params("metrics").span_frac,
                                                chunk_frac=cfg.params("metrics").chunk_frac,

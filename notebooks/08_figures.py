@@ -42,7 +42,7 @@ partner = report.partner_contrasts(cfg)
 # ## Build every table and figure
 
 # %%
-bundle = report.build(cfg.data, cfg.corpus, inputs, partner)
+bundle = report.build(cfg.params(), cfg.corpus, inputs, partner)
 written = report.write_all(cfg, bundle, params_file)
 written.groupby("kind").size()
 
@@ -111,4 +111,4 @@ Markdown(report.tables_markdown(bundle, prefix="drilldown"))
 # ## The report (`figures/<corpus>/report.md`)
 
 # %%
-Markdown(report.render(bundle, cfg.data, params_file))
+Markdown(report.render(bundle, cfg.params(), params_file))

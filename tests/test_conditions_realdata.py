@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import chunking, conditions
+from chunkstudy import chunking, conditions, config
 from chunkstudy.corpus import build
 from chunkstudy.corpus.model import sections_from_outline, verify_corpus
 
@@ -39,9 +39,9 @@ def real(request, local_cfg, tmp_path_factory):
     assert verify_corpus(docs, paras, induced) == {}
     prm = dict(cfg["chunking"])
     counter = chunking.load_counter(prm["tokenizer"])
-    a0 = chunking.a0_windows(docs, paras, induced, prm, counter)
+    a0 = chunking.a0_windows(docs, paras, induced, config.record("chunking", prm), counter)
     ctx = a0[["doc_id", "start", "end"]].assign(context="stand-in context")
-    out = conditions.build_all(docs, paras, gold, induced, ctx, prm, counter)
+    out = conditions.build_all(docs, paras, gold, induced, ctx, config.record("chunking", prm), counter)
     return request.param, docs, paras, gold, prm, counter, out
 
 

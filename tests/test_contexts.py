@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from chunkstudy import contexts, llm
+from chunkstudy import config, contexts, llm
 from chunkstudy.corpus.model import DocumentBuilder
 
 PARAS = [
@@ -53,9 +53,9 @@ def test_llm_one_call_per_window_keyed_by_offsets(doc):
     docs, windows, secs = doc
     text = docs["text"].iloc[0]
     be = llm.ScriptedBackend(lambda r: "  This chunk is\nabout   Halcyon.  ")
-    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0}, None, backend=be)
-    out = contexts.a1_contexts(docs, windows, {"method": "llm", "max_context_tokens": 100, "request_reply_tokens": 160},
-                               client=client, sections=secs)
+    client = llm.make_client(config.record("llm", {"max_retries": 0, "max_error_share": 1.0}), None, backend=be)
+    cp = config.record("contexts", {"method": "llm", "max_context_tokens": 100, "request_reply_tokens": 160})
+    out = contexts.a1_contexts(docs, windows, cp, client=client, sections=secs)
     assert len(be.calls) == 3
     assert list(out.columns[:6]) == ["doc_id", "start", "end", "context", "method", "n_tokens"]
     assert list(zip(out["start"], out["end"])) == list(zip(windows["start"], windows["end"]))
@@ -84,19 +84,21 @@ def test_body_view_is_the_paragraphs_only_and_full_needs_sections(doc):
     docs, windows, secs = doc
     text = docs["text"].iloc[0]
     be = llm.ScriptedBackend(lambda r: "ctx")
-    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0}, None, backend=be)
-    out = contexts.a1_contexts(docs, windows, {"method": "llm", "document_view": "body"}, client=client)
+    client = llm.make_client(config.record("llm", {"max_retries": 0, "max_error_share": 1.0}), None, backend=be)
+    out = contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm", "document_view": "body"}),
+                               client=client)
     assert be.calls[0].messages[0]["content"] == contexts.render_prompt(text, text[:windows.end[0]].strip())
     assert set(out["document_view"]) == {"body"}
     with pytest.raises(contexts.ContextsError, match="document_view is 'full' but no sections table"):
-        contexts.a1_contexts(docs, windows, {"method": "llm"}, client=client)
+        contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm"}), client=client)
 
 
 def test_hard_cap_cuts_at_a_word(doc):
     docs, windows, secs = doc
     long_reply = " ".join(f"word{i}" for i in range(300))
-    client = llm.make_client({}, None, backend=llm.ScriptedBackend(lambda r: long_reply))
-    out = contexts.a1_contexts(docs, windows.iloc[:1], {"method": "llm", "max_context_tokens": 100}, client=client,
+    client = llm.make_client(config.record("llm", {}), None, backend=llm.ScriptedBackend(lambda r: long_reply))
+    out = contexts.a1_contexts(docs, windows.iloc[:1],
+                               config.record("contexts", {"method": "llm", "max_context_tokens": 100}), client=client,
                                sections=secs)
     assert out["n_tokens"].iloc[0] == 100 and out["truncated"].iloc[0]
     assert out["context"].iloc[0] == " ".join(f"word{i}" for i in range(100))
@@ -115,9 +117,11 @@ def test_cap_tokens_with_a_real_tokenizer():
 
 def test_failed_calls_leave_empty_counted_contexts(doc):
     docs, windows, secs = doc
-    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0}, None, backend=llm.ScriptedBackend(
+    client = llm.make_client(config.record("llm", {"max_retries": 0, "max_error_share": 1.0}), None,
+                             backend=llm.ScriptedBackend(
         ["ok context", llm.PermanentError("refused"), "fine"]))
-    out = contexts.a1_contexts(docs, windows, {"method": "llm"}, client=client, sections=secs)
+    out = contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm"}), client=client,
+                               sections=secs)
     assert list(out["context"]) == ["ok context", "", "fine"]
     assert "refused" in out["error"].iloc[1]
     assert contexts.summary(out)["failed"] == 1
@@ -134,13 +138,16 @@ def test_a_context_reply_cut_at_its_budget_is_asked_again_or_fails_counted(doc):
         return llm.Completion("a sit", "length")
 
     be = llm.ScriptedBackend(model)
-    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0}, None, backend=be)
-    out = contexts.a1_contexts(docs, windows, {"method": "llm"}, client=client, sections=secs)
+    client = llm.make_client(config.record("llm", {"max_retries": 0, "max_error_share": 1.0}), None, backend=be)
+    out = contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm"}), client=client,
+                               sections=secs)
     assert set(out["context"]) == {"a situating context"} and sorted({c.max_tokens for c in be.calls}) == [160, 320]
     assert client.stats["cut_resolved"] == len(windows) and contexts.summary(out)["cut_failed"] == 0
-    looping = llm.make_client({"max_retries": 0, "max_error_share": 1.0, "length_retries": 0}, None,
+    looping = llm.make_client(config.record("llm", {"max_retries": 0, "max_error_share": 1.0, "length_retries": 0}),
+                              None,
                               backend=llm.ScriptedBackend(lambda r: llm.Completion("x " * r.max_tokens, "length")))
-    out = contexts.a1_contexts(docs, windows, {"method": "llm"}, client=looping, sections=secs)
+    out = contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm"}), client=looping,
+                               sections=secs)
     assert set(out["context"]) == {""} and contexts.summary(out)["cut_failed"] == contexts.summary(out)["failed"] \
         == len(windows)
 
@@ -157,9 +164,11 @@ def _big_document():
 def test_long_document_gets_a_centred_excerpt_of_whole_paragraphs_when_asked():
     docs, paras, text = _big_document()
     w = pd.DataFrame({"doc_id": ["big"], "start": [int(paras.start[100])], "end": [int(paras.end[101])]})
-    client = llm.make_client({"context_tokens": 2000}, None, backend=llm.ScriptedBackend(lambda r: "ctx"))
-    out = contexts.a1_contexts(docs, w, {"method": "llm", "request_reply_tokens": 100, "document_view": "body",
-                                         "long_document": "centred"}, client=client)
+    client = llm.make_client(config.record("llm", {"context_tokens": 2000}), None,
+                             backend=llm.ScriptedBackend(lambda r: "ctx"))
+    cp = config.record("contexts", {"method": "llm", "request_reply_tokens": 100, "document_view": "body",
+                                    "long_document": "centred"})
+    out = contexts.a1_contexts(docs, w, cp, client=client)
     a, b_ = int(out.doc_start[0]), int(out.doc_end[0])
     assert 0 < a < w.start[0] and w.end[0] < b_ < len(text)
     assert a in set(paras["start"]) and b_ in set(paras["end"])  # whole paragraphs
@@ -175,11 +184,11 @@ def test_extractive_baseline_within_token_range_with_real_counter(demo_cfg):
 
     out = build.build_corpus(demo_cfg)
     docs, paras = out["documents"], out["paragraphs"]
-    secs, _ = induce.induce_structure(docs, paras, demo_cfg["induce"])
+    secs, _ = induce.induce_structure(docs, paras, config.record("induce", demo_cfg["induce"]))
     counter = chunking.load_counter(demo_cfg["chunking"]["tokenizer"])
-    windows = chunking.a0_windows(docs, paras, secs, demo_cfg["chunking"], counter)
+    windows = chunking.a0_windows(docs, paras, secs, config.record("chunking", demo_cfg["chunking"]), counter)
     p = demo_cfg["contexts"]
-    ctx = contexts.a1_contexts(docs, windows, p, counter=counter)
+    ctx = contexts.a1_contexts(docs, windows, config.record("contexts", p), counter=counter)
     assert len(ctx) == len(windows) and set(ctx["method"]) == {"extractive"}
     assert (ctx["n_tokens"] <= p["max_context_tokens"]).all()
     assert (ctx["n_tokens"] >= p["min_context_tokens"]).mean() > 0.9
@@ -190,7 +199,8 @@ def test_extractive_baseline_within_token_range_with_real_counter(demo_cfg):
     one = ctx[ctx["doc_id"] == ctx["doc_id"].iloc[0]]
     assert one["context"].nunique() > 1
     # deterministic
-    pd.testing.assert_frame_equal(ctx, contexts.a1_contexts(docs, windows, p, counter=counter))
+    pd.testing.assert_frame_equal(ctx,
+                                  contexts.a1_contexts(docs, windows, config.record("contexts", p), counter=counter))
 
 
 def test_extractive_head_longer_than_cap_is_cut():
@@ -198,20 +208,24 @@ def test_extractive_head_longer_than_cap_is_cut():
     b.paragraph("Word " * 300)
     d, _, _ = b.build()
     w = pd.DataFrame({"doc_id": ["x"], "start": [0], "end": [len(d["text"])]})
-    out = contexts.a1_contexts(pd.DataFrame([d]), w, {"method": "extractive", "min_context_tokens": 50, "max_context_tokens": 100})
+    out = contexts.a1_contexts(pd.DataFrame([d]), w,
+                               config.record("contexts",
+                                             {"method": "extractive", "min_context_tokens": 50,
+                                              "max_context_tokens": 100}))
     assert out["n_tokens"].iloc[0] <= 100 and out["truncated"].iloc[0]
 
 
 def test_bad_windows_are_named(doc):
     docs, windows, _ = doc
     with pytest.raises(contexts.ContextsError, match="outside its text"):
-        contexts.a1_contexts(docs, windows.assign(end=10**6), {"method": "extractive"})
+        contexts.a1_contexts(docs, windows.assign(end=10**6), config.record("contexts", {"method": "extractive"}))
     with pytest.raises(contexts.ContextsError, match="not in the documents"):
-        contexts.a1_contexts(docs, windows.assign(doc_id="nope"), {"method": "extractive"})
+        contexts.a1_contexts(docs, windows.assign(doc_id="nope"), config.record("contexts", {"method": "extractive"}))
     with pytest.raises(contexts.ContextsError, match="no LLM client"):
-        contexts.a1_contexts(docs, windows, {"method": "llm"})
+        contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm"}))
     with pytest.raises(contexts.ContextsError, match="duplicate"):
-        contexts.a1_contexts(docs, pd.concat([windows, windows.iloc[:1]]), {"method": "extractive"})
+        contexts.a1_contexts(docs, pd.concat([windows, windows.iloc[:1]]),
+                             config.record("contexts", {"method": "extractive"}))
 
 
 def test_summary_counts_an_excerpt_that_starts_at_the_document_start():
@@ -261,12 +275,13 @@ def test_a1_prompt_holds_the_view_and_the_induction_prompt_no_heading(demo_corpu
     paras, secs = paras[paras["doc_id"].isin(docs["doc_id"])], secs[secs["doc_id"].isin(docs["doc_id"])]
     windows = paras.rename(columns={"para_idx": "i"})[["doc_id", "start", "end"]].reset_index(drop=True)
     a1 = llm.ScriptedBackend(lambda r: "context")
-    contexts.a1_contexts(docs, windows, {"method": "llm"}, client=llm.make_client({}, None, backend=a1),
+    contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm"}),
+                         client=llm.make_client(config.record("llm", {}), None, backend=a1),
                          sections=secs)
     ind = llm.ScriptedBackend(lambda r: '{"sections": [{"title": "All", "level": 1, "first_paragraph": 0, '
                                         '"last_paragraph": 0}]}')
-    induce.induce_structure(docs, paras, {"method": "llm", "self_correct_rounds": 0},
-                            client=llm.make_client({}, None, backend=ind))
+    induce.induce_structure(docs, paras, config.record("induce", {"method": "llm", "self_correct_rounds": 0}),
+                            client=llm.make_client(config.record("llm", {}), None, backend=ind))
     a1_prompts = {c.tag.split(":")[1]: c.messages[0]["content"] for c in a1.calls}
     ind_prompts = {c.tag.split(":")[1]: c.messages[0]["content"] for c in ind.calls}
     assert len(a1.calls) == len(windows) and set(ind_prompts) == set(docs["doc_id"])
@@ -285,7 +300,8 @@ def test_view_is_the_same_bytes_for_every_window_of_a_document(doc):
     """Prefix caching: the document part of the prompt is identical for all windows of one document."""
     docs, windows, secs = doc
     be = llm.ScriptedBackend(lambda r: "ctx")
-    contexts.a1_contexts(docs, windows, {"method": "llm"}, client=llm.make_client({}, None, backend=be),
+    contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm"}),
+                         client=llm.make_client(config.record("llm", {}), None, backend=be),
                          sections=secs)
     heads = {c.messages[0]["content"].split("</document>")[0] for c in be.calls}
     assert heads == {f"<document>\n{VIEW}\n"}
@@ -299,9 +315,11 @@ def test_long_document_pages_give_the_windows_of_a_page_the_same_bytes():
     w = pd.DataFrame({"doc_id": "big", "start": paras.start[::2].to_numpy(), "end": paras.end[1::2].to_numpy()})
     heads = {}
     for mode in ("pages", "centred"):
-        client = llm.make_client({"context_tokens": 2000}, None, backend=llm.ScriptedBackend(lambda r: "ctx"))
-        out = contexts.a1_contexts(docs, w, {"method": "llm", "request_reply_tokens": 100, "document_view": "body",
-                                             "long_document": mode}, client=client)
+        client = llm.make_client(config.record("llm", {"context_tokens": 2000}), None,
+                                 backend=llm.ScriptedBackend(lambda r: "ctx"))
+        cp = config.record("contexts", {"method": "llm", "request_reply_tokens": 100, "document_view": "body",
+                                        "long_document": mode})
+        out = contexts.a1_contexts(docs, w, cp, client=client)
         heads[mode] = [c.messages[0]["content"].split("</document>")[0] for c in client.backend.calls]
         assert (out.doc_start <= w.start).all() and (w.end <= out.doc_end).all()  # every window inside its excerpt
         assert set(out.doc_start) <= set(paras.start) and set(out.doc_end) <= set(paras.end)
@@ -337,8 +355,10 @@ def test_long_document_excerpt_cuts_the_view_at_paragraph_or_heading_boundaries(
     s1 = int(paras.start[100]) + 20
     w = pd.DataFrame({"doc_id": ["big", "big"], "start": [s1, int(paras.start[109])],
                       "end": [int(paras.end[101]), int(paras.end[110])]})
-    client = llm.make_client({"context_tokens": 2000}, None, backend=llm.ScriptedBackend(lambda r: "ctx"))
-    out = contexts.a1_contexts(docs, w, {"method": "llm", "request_reply_tokens": 100}, client=client, sections=secs)
+    client = llm.make_client(config.record("llm", {"context_tokens": 2000}), None,
+                             backend=llm.ScriptedBackend(lambda r: "ctx"))
+    out = contexts.a1_contexts(docs, w, config.record("contexts", {"method": "llm", "request_reply_tokens": 100}),
+                               client=client, sections=secs)
     blocks = view.split("\n\n")
     for k, call in enumerate(client.backend.calls):
         prompt = call.messages[0]["content"]

@@ -298,8 +298,9 @@ def test_generated_queries_work_unchanged_on_a_markdown_corpus(example):
         i = next(n)
         return json.dumps({"query": f"Which zephyr quokka marmalade number {i} applies here?"})
 
-    client = llm.make_client({"max_retries": 0, "seed": 1, "max_error_share": 1.0}, None, backend=llm.ScriptedBackend(reply))
-    got = queries.build_queries(docs, paras, secs, None, qp, client=client)
+    client = llm.make_client(config.record("llm", {"max_retries": 0, "seed": 1, "max_error_share": 1.0}), None,
+                             backend=llm.ScriptedBackend(reply))
+    got = queries.build_queries(docs, paras, secs, None, config.record("queries", qp), client=client)
     q = got["queries"]
     assert len(q) == 16 and set(q["qtype"]) == {"factoid", "underspecified", "multihop", "structural"}
     text = dict(zip(docs["doc_id"], docs["text"]))

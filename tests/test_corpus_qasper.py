@@ -1,5 +1,6 @@
 """QASPER: reading archives/JSON, flattening with ':::' nesting, evidence matching and harvesting policies."""
 
+from chunkstudy import config
 import json
 import shutil
 import tarfile
@@ -26,7 +27,7 @@ def official_name(folder):
 def built(tmp_path_factory):
     warnings = []
     papers = Q.read_qasper([official_name(tmp_path_factory.mktemp("qasper"))], warnings)
-    return Q.build_qasper(papers, PARAMS, warnings), warnings
+    return Q.build_qasper(papers, config.record("corpus", PARAMS), warnings), warnings
 
 
 def test_reads_tgz_and_json_and_merges_splits(tmp_path):
@@ -115,7 +116,7 @@ def test_records_of_the_wrong_shape_are_skipped_named_and_counted():
     bad_qas["qas"][1] = {k: v for k, v in bad_qas["qas"][1].items() if k != "question_id"}
     papers = {"1.good": ("test", good), "2.paras": ("test", bad_paras), "3.qas": ("test", bad_qas)}
     warnings = []
-    out = Q.build_qasper(papers, PARAMS, warnings)
+    out = Q.build_qasper(papers, config.record("corpus", PARAMS), warnings)
     assert out["stats"]["skipped_records"] == {"papers": 1, "questions": 2}
     assert out["documents"]["doc_id"].tolist() == ["1.good", "3.qas"]
     assert any("2.paras" in w and "paragraphs is not a list of strings" in w for w in warnings)
@@ -228,10 +229,12 @@ def test_max_docs_keeps_the_first_papers_or_a_seeded_sample(tmp_path):
     from chunkstudy.corpus import sources
     papers = Q.read_qasper([official_name(tmp_path)], [])
     ids = sorted(papers)
-    first = Q.build_qasper(papers, {**PARAMS, "max_docs": 1}, [])
+    first = Q.build_qasper(papers, config.record("corpus", {**PARAMS, "max_docs": 1}), [])
     assert list(first["documents"]["doc_id"]) == ids[:1]
     for seed in range(8):  # (the fixture's second paper has no usable question: no document of its own)
-        out = Q.build_qasper(papers, {**PARAMS, "max_docs": 1, "max_docs_from": "seeded", "seed": seed}, [])
+        out = Q.build_qasper(papers,
+                             config.record("corpus",
+                                           {**PARAMS, "max_docs": 1, "max_docs_from": "seeded", "seed": seed}), [])
         assert set(out["documents"].get("doc_id", [])) <= set(sources.walk_order(ids, seed)[:1])
     picked = {tuple(sources.kept_documents(ids, 1, "seeded", s))
               for s in range(20)}

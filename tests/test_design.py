@@ -51,7 +51,8 @@ def test_every_declared_condition_gets_chunks_from_its_chunk_set():
     from test_conditions import PARAMS, contexts_for, make_corpus
 
     docs, paras, gold, induced = make_corpus(n_docs=2)
-    out = conditions.build_all(docs, paras, gold, induced, contexts_for(docs, paras, induced), PARAMS)
+    out = conditions.build_all(docs, paras, gold, induced, contexts_for(docs, paras, induced),
+                               config.record("chunking", PARAMS))
     ch = out["chunks"]
     assert list(ch["condition"].unique()) == PAPER_CONDITIONS
     spans = {c: ch.loc[ch["condition"] == c, ["doc_id", "start", "end"]].reset_index(drop=True)
@@ -118,11 +119,11 @@ def test_score_runs_computes_every_declared_metric_in_order(params):
     runs = pd.DataFrame({"embedder": "e", "reranker": "none", "condition": "A2", "query_id": "q",
                          "rank": [1, 2, 3], "chunk_id": ["b", "a", "c"]})
     queries = pd.DataFrame({"query_id": ["q"], "doc_id": ["d"], "spans": [[[30, 60]]], "qtype": ["factoid"]})
-    scores = metrics.score_runs(runs, chunks, queries, params, "x")
-    expected = design.metric_names(metrics.params_from(params).__dict__)
+    scores = metrics.score_runs(runs, chunks, queries, config.record("metrics", params), "x")
+    expected = design.metric_names(config.record("metrics", params).__dict__)
     assert list(pd.unique(scores["metric"])) == expected
     assert scores["value"].notna().all() and ((scores["value"] >= 0) & (scores["value"] <= 1)).all()
-    broken = metrics.params_from(params)
+    broken = config.record("metrics", params)
     with pytest.raises(KeyError, match="budget-cov"):
         broken.named({"cov-nDCG": 0, "recall": 0, "MRR": 0, "nDCG": 0})
 

@@ -35,8 +35,9 @@ def run() -> dict:
 
 @pytest.fixture(scope="module")
 def drill(run) -> pd.DataFrame:
-    return drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"], STATS, "strong",
-                               METRICS, "synthetic", N)
+    return drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"],
+                               config.record("stats", STATS), "strong", config.record("metrics", METRICS),
+                               "synthetic", N)
 
 
 # ------------------------------------------------------------------------------------------------ picking queries
@@ -70,7 +71,7 @@ def test_pick_queries_are_the_extremes_of_the_deltas(values, n):
 
 def test_rank_gains_sum_to_every_lists_score(run):
     """metrics.rank_gains: Σ gain/log2(rank+1) over the top k, over the list's IDCG, is score_runs' cov-nDCG."""
-    ranked = metrics.rank_gains(run["runs"], run["chunks"], run["queries"], METRICS)
+    ranked = metrics.rank_gains(run["runs"], run["chunks"], run["queries"], config.record("metrics", METRICS))
     keys = ["embedder", "reranker", "condition", "query_id"]
     assert (ranked["rank"] <= 10).all()
     assert np.allclose(ranked["discounted_gain"], ranked["gain"] / np.log2(ranked["rank"] + 1))
@@ -84,7 +85,8 @@ def test_rank_gains_sum_to_every_lists_score(run):
     assert (per_list["ndcg"] > 0).any() and (per_list["ndcg"] < 1).any()   # the check is not vacuous
     # and one list rank by rank against coverage_walk
     key = per_list[(per_list["ndcg"] > 0) & (per_list["ndcg"] < 1)].index[0]
-    walk = metrics.coverage_walk(run["runs"], run["chunks"], run["queries"], METRICS, **dict(zip(keys, key)))
+    walk = metrics.coverage_walk(run["runs"], run["chunks"], run["queries"], config.record("metrics", METRICS),
+                                 **dict(zip(keys, key)))
     one = ranked.set_index(keys).loc[key]
     assert one["gain"].tolist() == pytest.approx(walk["gain"].iloc[:len(one)].tolist())
     assert one["idcg"].iloc[0] == pytest.approx(walk.attrs["idcg"])
@@ -159,10 +161,11 @@ def test_merge_spans_and_gold_ranges():
 
 def test_a_contrast_with_an_absent_condition_has_no_rows_and_a_note(run):
     sp = dict(STATS, contrasts={"C1": ["A3", "A1"], "CX": ["A3", "Z9"]})
-    d = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"], sp, "strong", METRICS,
+    d = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"],
+                            config.record("stats", sp), "strong", config.record("metrics", METRICS),
                             "synthetic", 1)
     assert set(d["contrast"]) == {"C1"}
-    params = {"stats": sp, "metrics": METRICS}
+    params = config.record("", {"stats": sp, "metrics": METRICS})
     table, drills = drilldown.report_parts(d, params)
     assert [c.contrast for c in drills] == ["C1", "CX"] and drills[1].queries == ()
     assert "absent" in drills[1].notes[0]
@@ -172,7 +175,7 @@ def test_a_contrast_with_an_absent_condition_has_no_rows_and_a_note(run):
 # ------------------------------------------------------------------------------------------------ 08's views
 
 def test_report_parts_round_only_for_display(drill):
-    params = {"stats": STATS, "metrics": METRICS}
+    params = config.record("", {"stats": STATS, "metrics": METRICS})
     table, drills = drilldown.report_parts(drill, params)
     assert [c.contrast for c in drills] == list(STATS["contrasts"])
     assert drills[0].title == "C1: A3 \u2212 A1 (organization vs. contextualization)"

@@ -72,11 +72,13 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
     chunk_params = dict(config_mod.SCHEMA["chunking"])
     chunk_params = {k: v.default for k, v in chunk_params.items()}
     counter = chunking.load_counter(chunk_params["tokenizer"])
-    a0 = chunking.a0_windows(documents, paragraphs, sections_induced, chunk_params, counter)
+    a0 = chunking.a0_windows(documents, paragraphs, sections_induced, config_mod.record("chunking", chunk_params),
+                             counter)
     contexts = a0[["doc_id", "start", "end"]].assign(
         context=[f"This passage of {d} discusses its part at characters {s} to {e}." for d, s, e in
                  zip(a0["doc_id"], a0["start"], a0["end"])])
-    built = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts, chunk_params,
+    built = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts,
+                                 config_mod.record("chunking", chunk_params),
                                  counter)
     chunks = built["chunks"]
 
@@ -99,8 +101,9 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
         vecs[e] = v / np.linalg.norm(v, axis=1, keepdims=True)
         q = rng.normal(size=(len(queries), dim)).astype(np.float32)
         qvecs[e] = q / np.linalg.norm(q, axis=1, keepdims=True)
-    ret = retrieve.retrieve_all(chunks, vecs, qvecs, queries, {"k": 20, "route_sections": 3, "backend": "numpy",
-                                                               "two_stage_conditions": ["A4", "G4"]})
+    ret = retrieve.retrieve_all(chunks, vecs, qvecs, queries,
+                                config_mod.record("retrieve", {"k": 20, "route_sections": 3, "backend": "numpy",
+                                                               "two_stage_conditions": ["A4", "G4"]}))
     runs = ret["runs"]
     # a "reranked" copy of the strong runs (reversed top 10), so the reranker-lift view has a cell to show
     rr = runs[(runs["embedder"] == "strong") & (runs["rank"] <= 10)].copy()
@@ -108,7 +111,7 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
     rr["rank"] = 11 - rr["rank"]
     runs = pd.concat([runs, rr], ignore_index=True)
     mparams = {k: v.default for k, v in config_mod.SCHEMA["metrics"].items()}
-    scores = metrics.score_runs(runs, chunks, queries, mparams, "synthetic")
+    scores = metrics.score_runs(runs, chunks, queries, config_mod.record("metrics", mparams), "synthetic")
     sp = {k: v.default for k, v in config_mod.SCHEMA["stats"].items()}
     sp["n_boot"] = n_boot
     out = dict(documents=documents, paragraphs=paragraphs, sections_gold=sections_gold,
@@ -117,15 +120,19 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                placebo_buckets=built["placebo_buckets"], summary=built["summary"], queries=queries, runs=runs,
                section_recall=ret["section_recall"],
                section_recall_summary=retrieve.section_recall_summary(ret["section_recall"]), scores=scores,
-               contrasts=stats.contrasts_table(scores, queries, sp, "strong", "synthetic"),
-               mixedlm=stats.mixedlm_table(scores, queries, sp, "strong", "synthetic"),
-               dose_response=stats.dose_response(scores, queries, sp, "strong", "synthetic"),
-               per_type=stats.per_type(scores, queries, sp, "strong", "synthetic"),
-               condition_means=stats.condition_means(scores, queries, sp, "strong", "synthetic"),
-               power=power.power_table(scores, queries, {**sp, "power_n_docs": [4, 20, 100], "power_n_sims": 40,
-                                                         "power_n_boot": 100}, "strong", "synthetic",
+               contrasts=stats.contrasts_table(scores, queries, config_mod.record("stats", sp), "strong", "synthetic"),
+               mixedlm=stats.mixedlm_table(scores, queries, config_mod.record("stats", sp), "strong", "synthetic"),
+               dose_response=stats.dose_response(scores, queries, config_mod.record("stats", sp), "strong",
+                                                 "synthetic"),
+               per_type=stats.per_type(scores, queries, config_mod.record("stats", sp), "strong", "synthetic"),
+               condition_means=stats.condition_means(scores, queries, config_mod.record("stats", sp), "strong",
+                                                     "synthetic"),
+               power=power.power_table(scores, queries,
+                                       config_mod.record("stats", {**sp, "power_n_docs": [4, 20, 100],
+                                                                   "power_n_sims": 40, "power_n_boot": 100}),
+                                       "strong", "synthetic",
                                        paper.effects_dz("wikipedia"), "paper (wikipedia)"))
-    out["reranker_lift"] = stats.reranker_lift(out["condition_means"], sp, "strong")
+    out["reranker_lift"] = stats.reranker_lift(out["condition_means"], config_mod.record("stats", sp), "strong")
     out["power_needed"] = power.needed_table(out["power"])
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
                                          "status": (["ok", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
@@ -330,15 +337,16 @@ def test_query_funnel_pivot_and_paper(run):
 
 def test_reranker_lift_is_difference_of_means(run):
     sp = {k: v.default for k, v in config_mod.SCHEMA["stats"].items()}
-    lift = stats.reranker_lift(run["condition_means"], sp, "strong")
+    lift = stats.reranker_lift(run["condition_means"], config_mod.record("stats", sp), "strong")
     cm = run["condition_means"]
     cm = cm[(cm["metric"] == "cov-nDCG@10") & (cm["embedder"] == "strong")].set_index(["reranker", "condition"])
     assert lift["condition"].tolist() == ALL and set(lift["reranker"]) == {"xenc"}
     for r in lift.itertuples():
         assert r.lift == pytest.approx(cm.loc[("xenc", r.condition), "mean"] - cm.loc[("none", r.condition), "mean"])
     none_only = run["condition_means"][run["condition_means"]["reranker"] == "none"]
-    assert stats.reranker_lift(none_only, sp, "strong").empty
-    assert "No reranked cell" in tables.reranker_lift(stats.reranker_lift(none_only, sp, "strong"), "cov-nDCG@10",
+    assert stats.reranker_lift(none_only, config_mod.record("stats", sp), "strong").empty
+    assert "No reranked cell" in tables.reranker_lift(stats.reranker_lift(none_only, config_mod.record("stats", sp),
+                                                                          "strong"), "cov-nDCG@10",
                                                       "strong").notes[0]
 
 
@@ -370,7 +378,7 @@ def test_every_table_renders_markdown_and_latex(run):
 # ------------------------------------------------------------------------------------------------ figures
 
 def test_every_figure_renders(run):
-    params = config_mod.load(config_mod.find_root(__import__("pathlib").Path(__file__)) / "params/demo.yaml").data
+    params = config_mod.load(config_mod.find_root(__import__("pathlib").Path(__file__)) / "params/demo.yaml").params()
     figs = figures.all_figures(run, params)
     assert list(figs) == ["fig1_mechanisms", "fig_contrasts", "fig_dose_response", "fig_budget_coverage",
                           "fig_section_recall", "fig_per_type", "fig_reranker_lift", "fig_power"]
@@ -380,7 +388,8 @@ def test_every_figure_renders(run):
 
 
 def test_missing_inputs_give_placeholders_not_crashes(run):
-    params = {"stats": {"primary_reranker": "none", "primary_metric": "cov-nDCG@10"}, "embed": {"strong": "strong"}}
+    params = config_mod.record("", {"stats": {"primary_reranker": "none", "primary_metric": "cov-nDCG@10"},
+                                    "embed": {"strong": "strong"}})
     figs = figures.all_figures({"documents": run["documents"]}, params)
     assert len(figs) == 8
     for fig in figs.values():
@@ -467,7 +476,7 @@ def test_table1_prints_no_inference_below_the_thresholds(run):
     scores, queries = stats.simulate_scores(30, 120, {"A3": 0.1, "A1": 0.0, "P": 0.0, "G3": 0.1, "A4": 0.1},
                                             seed=3)
     sp = {**{k: v.default for k, v in config_mod.SCHEMA["stats"].items()}, "n_boot": 1000}
-    ok = stats.contrasts_table(scores, queries, sp, "strong", "sim")
+    ok = stats.contrasts_table(scores, queries, config_mod.record("stats", sp), "strong", "sim")
     t2 = tables.table1(ok)
     assert ok["inference"].all() and ok["reject_holm"].any()
     assert not (t2.display[["95% CI", "p", "Holm p"]] == tables.NO_INFERENCE).any().any()
@@ -477,7 +486,7 @@ def test_table1_prints_no_inference_below_the_thresholds(run):
 def test_one_document_note_reaches_table1():
     scores, queries = stats.simulate_scores(1, 12, {"A3": 0.1, "A1": 0.0, "P": 0.0, "G3": 0.1, "A4": 0.1}, seed=3)
     sp = {k: v.default for k, v in config_mod.SCHEMA["stats"].items()}
-    c = stats.contrasts_table(scores, queries, {**sp, "n_boot": 1000}, "strong", "sim")
+    c = stats.contrasts_table(scores, queries, config_mod.record("stats", {**sp, "n_boot": 1000}), "strong", "sim")
     t = tables.table1(c)
     assert any(n.startswith("C1, C2, C3, C4: only one document: the clustered bootstrap cannot estimate")
                for n in t.notes)

@@ -48,7 +48,7 @@ def load_smoke(tmp_path: Path) -> config.Config:
 
 def test_serve_args_follow_the_parameters():
     cfg = load("qasper")
-    args = gpu.serve_args(cfg["llm"])
+    args = gpu.serve_args(config.record("llm", cfg["llm"]))
     assert args[:2] == ["serve", "google/gemma-4-26B-A4B-it"]
     pairs = dict(zip(args[2::1], args[3::1]))
     assert pairs["--served-model-name"] == cfg["llm"]["model"] == "google/gemma-4-26B-A4B-it"
@@ -58,7 +58,7 @@ def test_serve_args_follow_the_parameters():
     assert float(pairs["--gpu-memory-utilization"]) < 1.0
     assert "--language-model-only" in args and "--enable-prefix-caching" in args
     # a local folder is served under the same name, so the pre-flight and the cache keys still match
-    local = gpu.serve_args(cfg["llm"], weights="/models/gemma")
+    local = gpu.serve_args(config.record("llm", cfg["llm"]), weights="/models/gemma")
     assert local[1] == "/models/gemma" and local[local.index("--served-model-name") + 1] == cfg["llm"]["model"]
 
 
@@ -66,23 +66,23 @@ def test_serve_args_flag_forms_and_refusals():
     p = {"backend": "openai", "model": "m", "base_url": "http://gpu-7:8011/v1", "context_tokens": 4096, "seed": 1,
          "vllm_engine": {"enforce_eager": True, "enable_prefix_caching": False, "tensor_parallel_size": 2,
                          "limit_mm_per_prompt": {"image": 0}}}
-    args = gpu.serve_args(p)
+    args = gpu.serve_args(config.record("llm", p))
     assert args[args.index("--host") + 1] == "0.0.0.0"  # a remote base_url: the server listens on every interface
     assert "--enforce-eager" in args and "--no-enable-prefix-caching" in args
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
     assert json.loads(args[args.index("--limit-mm-per-prompt") + 1]) == {"image": 0}
     with pytest.raises(ValueError, match="llm.backend is 'transformers'"):
-        gpu.serve_args({**p, "backend": "transformers"})
+        gpu.serve_args(config.record("llm", {**p, "backend": "transformers"}))
     with pytest.raises(ValueError, match="answers under /v1"):
-        gpu.serve_args({**p, "base_url": "http://h:1/proxy/v1"})
+        gpu.serve_args(config.record("llm", {**p, "base_url": "http://h:1/proxy/v1"}))
     with pytest.raises(ValueError, match="llm.vllm_engine.seed: set llm.seed instead"):
-        gpu.serve_args({**p, "vllm_engine": {"seed": 3}})
+        gpu.serve_args(config.record("llm", {**p, "vllm_engine": {"seed": 3}}))
 
 
 def test_serve_args_command_line_prints_one_argument_per_line():
     out = subprocess.run([sys.executable, "-m", "chunkstudy.gpu", "serve-args", "params/wikipedia_fa.yaml"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.splitlines() == gpu.serve_args(load("wikipedia_fa")["llm"])
+    assert out.splitlines() == gpu.serve_args(config.record("llm", load("wikipedia_fa")["llm"]))
 
 
 def _serve_python() -> Path | None:
@@ -114,10 +114,11 @@ def test_serve_args_parse_with_the_pinned_vllm(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         return r.stdout.split()
 
-    assert parse(gpu.serve_args(load("qasper")["llm"])) == [
+    assert parse(gpu.serve_args(config.record("llm", load("qasper")["llm"]))) == [
         "google/gemma-4-26B-A4B-it", "google/gemma-4-26B-A4B-it", "8000", "131072", "20260710", "vllm", "True",
         "True", "128", "0.8", "False"]
-    smoke = gpu.serve_args(load_smoke(tmp_path)["llm"], weights="build/gpu_smoke/smollm2-135m-instruct-fp16")
+    smoke = gpu.serve_args(config.record("llm", load_smoke(tmp_path)["llm"]),
+                           weights="build/gpu_smoke/smollm2-135m-instruct-fp16")
     assert parse(smoke) == ["build/gpu_smoke/smollm2-135m-instruct-fp16", "smollm2-135m-instruct", "8011", "8192",
                             "20260710", "vllm", "True", "True", "64", "0.25", "True"]  # inherited; a no-op for text
 
@@ -207,7 +208,7 @@ def test_gpu_smoke_params(tmp_path):
     assert cfg.resolve(cfg["corpus"]["mirror"]) == (ROOT.parent / "shared" / "data" / "qasper").resolve()
     assert (lp["backend"], lp["concurrency"], lp["server_metrics"], lp["max_error_share"]) == ("openai", 64, True, 0.0)
     assert cfg["induce"]["method"] == "llm" and cfg["contexts"]["method"] == "llm"
-    args = gpu.serve_args(lp, weights="build/gpu_smoke/smollm2-135m-instruct-fp16")
+    args = gpu.serve_args(config.record("llm", lp), weights="build/gpu_smoke/smollm2-135m-instruct-fp16")
     assert args[args.index("--served-model-name") + 1] == lp["model"]
     assert args[args.index("--max-model-len") + 1] == "8192"  # SmolLM2's window
     assert int(args[args.index("--max-num-seqs") + 1]) >= lp["concurrency"]
@@ -241,7 +242,7 @@ def test_compare_devices_embeds_with_the_spec_and_a_cpu_float32_reference():
     assert gpu.reference_spec({**spec, "device": "cuda", "dtype": "float16"}) == \
         config.record("embed.embedders.*", {**spec, "dtype": "float32"})
     texts = ["Chunk boundaries and heading paths.", "A second, unrelated passage about rockets.", "Third."]
-    rows = gpu.compare_devices({"strong": spec}, texts)
+    rows = gpu.compare_devices({"strong": config.record("embed.embedders.*", spec)}, texts)
     assert rows[0]["ok"] and rows[0]["n"] == 3 and rows[0]["min"] > 0.99999  # same device: identical vectors
     assert rows[0]["reference_dtype"] == "float32"  # read off the reference's loaded parameters
 
@@ -356,7 +357,7 @@ def test_serve_llm_script_starts_waits_and_stops(tmp_path):
     base = yaml.safe_load(params.read_text())["llm"]["base_url"]
     assert requests.get(base + "/models", timeout=5).json()["data"][0]["id"] == "served-x"
     args = (tmp_path / "venv" / "args.txt").read_text().split()
-    assert args == gpu.serve_args(config.load(params)["llm"])  # exactly the flags the params give
+    assert args == gpu.serve_args(config.load(params).params("llm"))  # exactly the flags the params give
     pid = int((tmp_path / "state" / "vllm.pid").read_text())
     again = subprocess.run([script, str(params)], env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "is running" in again.stderr  # never two servers on one state folder

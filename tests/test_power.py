@@ -259,12 +259,14 @@ def small_params(**kw):
 def test_power_table_structure_and_targets(demo_like):
     scores, queries = demo_like
     st_ = small_params()
-    tab = power.power_table(scores, queries, st_, "strong", "demo", {"C1": 0.09, "C2": 0.09, "C3": math.nan, "C4": -0.17},
+    tab = power.power_table(scores, queries, config.record("stats", st_), "strong", "demo",
+                            {"C1": 0.09, "C2": 0.09, "C3": math.nan, "C4": -0.17},
                             "paper (wikipedia)")
     assert list(tab.columns) == power.POWER_COLUMNS
     assert sorted(tab["n_docs"].unique()) == [5, 10, 20, 80]  # the grid plus this corpus's 10 documents
     assert len(tab) == 2 * 4 * 4 and set(tab["scenario"]) == {"observed", "paper"}
-    contrasts = stats.contrasts_table(scores, queries, {**st_, "n_boot": 50}, "strong", "demo").query("confirmatory")
+    contrasts = stats.contrasts_table(scores, queries, config.record("stats", {**st_, "n_boot": 50}), "strong",
+                                      "demo").query("confirmatory")
     obs = tab[(tab.scenario == "observed") & (tab.n_docs == 10)].set_index("contrast")
     np.testing.assert_allclose(obs["target_dz"], contrasts.set_index("contrast")["dz"])
     np.testing.assert_allclose(obs["shift"], 0.0)
@@ -277,39 +279,40 @@ def test_power_table_structure_and_targets(demo_like):
 
 def test_power_table_is_deterministic_and_reads_its_params(demo_like):
     scores, queries = demo_like
-    a = power.power_table(scores, queries, small_params(), "strong", "demo")
-    b = power.power_table(scores, queries, small_params(), "strong", "demo")
+    a = power.power_table(scores, queries, config.record("stats", small_params()), "strong", "demo")
+    b = power.power_table(scores, queries, config.record("stats", small_params()), "strong", "demo")
     pd.testing.assert_frame_equal(a, b)
     assert set(a["scenario"]) == {"observed"}
-    c = power.power_table(scores, queries, small_params(seed=1), "strong", "demo")
+    c = power.power_table(scores, queries, config.record("stats", small_params(seed=1)), "strong", "demo")
     assert not np.array_equal(a["power"].to_numpy(), c["power"].to_numpy())
 
 
 def test_power_params_errors_name_the_key(demo_like):
     scores, queries = demo_like
     with pytest.raises(ValueError, match="stats.power_n_docs"):
-        power.power_table(scores, queries, small_params(power_n_docs=[1, 10]), "strong", "demo")
+        power.power_table(scores, queries, config.record("stats", small_params(power_n_docs=[1, 10])), "strong",
+                          "demo")
     with pytest.raises(ValueError, match="stats.power_n_docs"):
-        power.params(small_params(power_n_docs="10"))
+        power.params(config.record("stats", small_params(power_n_docs="10")))
     with pytest.raises(ValueError, match="stats.power_target"):
-        power.params(small_params(power_target=1.5))
+        power.params(config.record("stats", small_params(power_target=1.5)))
     with pytest.raises(ValueError, match=r"\['C9'\]"):
-        power.power_table(scores, queries, small_params(), "strong", "demo", {"C9": 0.1})
+        power.power_table(scores, queries, config.record("stats", small_params()), "strong", "demo", {"C9": 0.1})
 
 
 def test_absent_contrast_is_noted(demo_like):
     scores, queries = demo_like
     no_g3 = scores[scores["condition"] != "G3"]
-    tab = power.power_table(no_g3, queries, small_params(), "strong", "demo")
+    tab = power.power_table(no_g3, queries, config.record("stats", small_params()), "strong", "demo")
     c3 = tab[tab.contrast == "C3"]
     assert c3["power"].isna().all() and c3["note"].str.contains("absent").all()
     assert tab.loc[tab.contrast != "C3", "power"].notna().all()
 
 
 def test_paper_corpus_choice():
-    assert power.paper_corpus({"power_paper_corpus": None}, "qasper") == "qasper"
-    assert power.paper_corpus({"power_paper_corpus": None}, "demo") == "wikipedia"
-    assert power.paper_corpus({"power_paper_corpus": "qasper"}, "demo") == "qasper"
+    assert power.paper_corpus(config.record("stats", {"power_paper_corpus": None}), "qasper") == "qasper"
+    assert power.paper_corpus(config.record("stats", {"power_paper_corpus": None}), "demo") == "wikipedia"
+    assert power.paper_corpus(config.record("stats", {"power_paper_corpus": "qasper"}), "demo") == "qasper"
     assert set(paper.effects_dz("wikipedia")) == set(STATS["contrasts"])
 
 

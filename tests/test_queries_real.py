@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chunkstudy import bm25, chunking, queries
+from chunkstudy import bm25, chunking, config, queries
 from chunkstudy.corpus import build
 
 from test_bm25 import brute_bm25
@@ -24,7 +24,7 @@ def test_span_sampling_invariants_on_real_wikipedia_articles(local_cfg, tmp_path
     docs, paras, secs = out["documents"], out["paragraphs"], out["sections_gold"]
     assert len(docs) >= 5
     p = dict(cfg["queries"])
-    samples = queries.sample_spans(docs, paras, secs, p)
+    samples = queries.sample_spans(docs, paras, secs, config.record("queries", p))
     check_invariants(docs, paras, secs, samples, p)
     # articles passing the study's filters (>= 12 sections, depth >= 3) offer every type; sentence runs at full
     # per_doc (structural is capped by the number of top-level sections)
@@ -39,7 +39,7 @@ def test_qasper_harvested_queries_and_bm25_against_brute_force(local_cfg, tmp_pa
     cfg = local_cfg("qasper_local", tmp_path, max_docs=40)
     out = build.build_corpus(cfg)
     docs, paras, secs = out["documents"], out["paragraphs"], out["sections_gold"]
-    res = queries.build_queries(docs, paras, secs, out["harvested"], cfg["queries"])
+    res = queries.build_queries(docs, paras, secs, out["harvested"], config.record("queries", cfg["queries"]))
     q = res["queries"]
     assert len(q) == len(out["harvested"]) and set(q["qtype"]) <= {"extractive", "abstractive", "boolean"}
     texts = dict(zip(docs["doc_id"], docs["text"]))

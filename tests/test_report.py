@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 
 import pandas as pd
 import pytest
@@ -52,18 +53,18 @@ def test_replication_opposite_signs_and_nulls():
 
 
 def test_warnings_for_demo_and_paper_params(root):
-    demo = config.load(root / "params" / "demo.yaml").data
+    demo = config.load(root / "params" / "demo.yaml").params()
     w = " ".join(report.model_warnings(demo))
     for needle in ("llm.capable is false", "'texttiling'", "'extractive'", "untrained", "stand-ins", "n_boot"):
         assert needle in w
-    spec = config.load(root / "params" / "wikipedia_fa.yaml").data
+    spec = config.load(root / "params" / "wikipedia_fa.yaml").params()
     assert report.model_warnings(spec) == []
     m = report.models_used(spec)
     assert "BAAI/bge-large-en-v1.5" in m["model"].tolist() and "google/gemma-4-26B-A4B-it" in m["model"].tolist()
     # the report states which document A1's model saw
     a1 = m.set_index("role").loc["A1 situating contexts", "label / status"]
     assert a1 == "LLM arm; <document> view: full"
-    spec["contexts"]["document_view"] = "body"
+    spec = dataclasses.replace(spec, contexts=dataclasses.replace(spec.contexts, document_view="body"))
     assert report.models_used(spec).set_index("role").loc["A1 situating contexts", "label / status"].endswith("body")
 
 
@@ -104,7 +105,7 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     assert partner[0] == "qasper_local" and partner[1] is None and "no 07_stats contrasts" in partner[2]
     artifacts.write(other, "contrasts", synthetic["contrasts"])
     partner = report.partner_contrasts(cfg)
-    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), partner)
+    b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), partner)
     written = report.write_all(cfg, b, "params/demo.yaml")
     out = artifacts.figures_dir(cfg)
     for name in b.figures:
@@ -119,10 +120,10 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     size = report.corpus_size_warnings(artifacts.read_json(cfg, "04_chunk_embed", "summary")["n_chunks"],
                                        cfg["metrics"]["recall_k"])
     # 4 documents and 300 resamples: inference is not possible, said first (after any placebo warning)
-    inference = report.inference_warnings(synthetic["contrasts"], cfg["stats"])
+    inference = report.inference_warnings(synthetic["contrasts"], cfg.params("stats"))
     placebo = report.placebo_warnings(tables.placebo_marks(synthetic["placebo_buckets"], cfg["stats"]["contrasts"]))
     assert len(inference) == 1 and "rest on 4 documents, fewer than stats.min_docs = 20" in inference[0]
-    assert b.warnings == placebo + inference + report.model_warnings(cfg.data) + size and len(size) == 1
+    assert b.warnings == placebo + inference + report.model_warnings(cfg.params()) + size and len(size) == 1
     assert text.count("**WARNING:**") == len(b.warnings) >= 5
     assert "## Confirmatory" in text and "## Exploratory" in text and "fig1_mechanisms.png" in text
     # the same synthetic contrasts on both sides: every contrast has one sign, so the verdict follows Holm only
@@ -141,11 +142,11 @@ def test_missing_inputs_become_notes(tmp_path, root, synthetic):
     cfg = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"figures": {"formats": ["png"]}})
     _store(cfg, synthetic, skip=("drilldown", "placebo_buckets", "per_type", "section_recall_summary",
                                  "induction_stats"))
-    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     assert {"funnel_placebo", "per_type", "section_recall", "funnel_induction", "replication"}.isdisjoint(b.tables)
     assert any("placebo_buckets is missing" in n for n in b.notes)
     assert any("02_induce/induction_stats.json is missing" in n for n in b.notes)
-    text = report.render(b, cfg.data)
+    text = report.render(b, cfg.params())
     assert "Notes on missing inputs" in text and "replicate_with is null" in text
     report.write_all(cfg, b)
     assert (artifacts.figures_dir(cfg) / "fig_per_type.png").is_file()   # a placeholder figure says why
@@ -170,7 +171,7 @@ def test_report_prints_the_environment_and_only_project_relative_paths(tmp_path,
                       root=tmp_path)
     _store(cfg, synthetic)
     runner.write_manifest(cfg, runner.Stage("07_stats", root / "notebooks" / "07_stats.py"), {"k": 1}, 1.0)
-    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     written = report.write_all(cfg, b, str(cfg.path))  # the runner hands the notebook an absolute path
     text = (artifacts.figures_dir(cfg) / "report.md").read_text()
     env = runner.environment()
@@ -189,11 +190,11 @@ def test_report_warns_first_and_marks_c2_when_the_placebo_is_not_a_placebo(tmp_p
 
     cfg = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"figures": {"formats": ["png"]}})
     _store(cfg, {**synthetic, "placebo_buckets": _dominated_placebo()})
-    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     assert b.warnings[0].startswith("P is not a clean placebo: 3 of 7 (document, heading path) pairs")
     assert "Contrast C2 compares against chunks that partly carry their own real heading path" in b.warnings[0]
     assert b.tables["table1"].display["Contrast"].tolist()[1] == f"C2 {tables.PLACEBO_MARK}"
-    text = report.render(b, cfg.data)
+    text = report.render(b, cfg.params())
     warn, table1 = text.index("**WARNING:** P is not a clean placebo"), text.index("### Table 1")
     assert warn < table1 and f"| C2 {tables.PLACEBO_MARK} " in text
 
@@ -202,8 +203,8 @@ def test_report_states_the_inference_thresholds_and_says_why_none_is_printed(tmp
     # the probe: 2- and 3-document runs printed ordinary-looking CIs and p-values with no warning
     cfg = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"figures": {"formats": ["png"]}})
     _store(cfg, synthetic)
-    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
-    text = report.render(b, cfg.data)
+    b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    text = report.render(b, cfg.params())
     thresholds = ("at least 20 documents (stats.min_docs) with at least 1,000 bootstrap resamples (this run: "
                   "300)")  # the resamples 07 recorded, not the params file's
     confirmatory = text[text.index("## Confirmatory"):text.index("### Table 1")]

@@ -40,14 +40,14 @@ def built(tmp_path_factory, root):
     _store(cfg, run)
     scores = run["scores"].assign(corpus=cfg.corpus)
     drill = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], scores, cfg.params("stats"), cfg["embed"]["strong"],
-                                cfg["metrics"], cfg.corpus, 2)
+                                config.record("metrics", cfg["metrics"]), cfg.corpus, 2)
     drill.loc[drill["query_id"] == drill["query_id"].iat[0], "question"] = (
         "<script>window.INJECTED = 1</script> what & why?")
     # the probe: a "|" shifted the drill-down's columns; a Markdown image became <img src="http://...">
     hostile = drill["query_id"].drop_duplicates().iat[1]
     drill.loc[drill["query_id"] == hostile, "question"] = HOSTILE_QUESTION
     artifacts.write(cfg, "drilldown", drill)
-    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     written = report.write_all(cfg, b, "params/demo.yaml")
     path = artifacts.figures_dir(cfg) / "report.html"
     return {"cfg": cfg, "bundle": b, "written": written, "path": path, "html": path.read_text(encoding="utf-8"),
@@ -264,7 +264,7 @@ def test_demo_report_opens_in_a_headless_browser(root, page):
     runner.run(root / "params" / "demo.yaml", root, log=print)
     cfg = config.load(root / "params" / "demo.yaml", root=root)
     path = artifacts.figures_dir(cfg) / "report.html"
-    b = report.build(cfg.data, cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     check_in_browser(page, path, len(b.figures), list(cfg["stats"]["contrasts"]))
     executed = root / "build" / "executed" / cfg.corpus
     assert sorted(p.stem for p in executed.glob("*.html")) == [s.name for s in runner.discover(root / "notebooks")]

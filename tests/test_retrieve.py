@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from chunkstudy import artifacts, retrieve
+from chunkstudy import artifacts, config, retrieve
 
 
 def unit(rng, n, d):
@@ -275,7 +275,7 @@ def test_retrieve_all_runs_and_section_recall():
     })
     qv = {e: v[a3.loc[picks, "text_row"].to_numpy()] for e, v in vectors.items()}
     params = {"k": 20, "route_sections": 2, "backend": "faiss", "two_stage_conditions": ["A4"]}
-    out = retrieve.retrieve_all(chunks, vectors, qv, queries, params)
+    out = retrieve.retrieve_all(chunks, vectors, qv, queries, config.record("retrieve", params))
     runs, sr = out["runs"], out["section_recall"]
     artifacts.check_schema(runs, "runs")
     artifacts.check_schema(sr, "section_recall")
@@ -311,7 +311,7 @@ def test_retrieve_all_routing_everything_equals_flat_and_errors():
                             "spans": [[[0, 5]], [[250, 260]]]})
     qv = {e: unit(rng, 2, 256) for e in vectors}
     params = {"k": 50, "route_sections": 5, "backend": "numpy", "two_stage_conditions": ["A4"]}
-    runs = retrieve.retrieve_all(chunks, vectors, qv, queries, params)["runs"]
+    runs = retrieve.retrieve_all(chunks, vectors, qv, queries, config.record("retrieve", params))["runs"]
     a3 = runs[runs["condition"] == "A3"].reset_index(drop=True)
     a4 = runs[runs["condition"] == "A4"].reset_index(drop=True)
     assert list(a3["chunk_id"].str[3:]) == list(a4["chunk_id"].str[3:])
@@ -319,12 +319,13 @@ def test_retrieve_all_routing_everything_equals_flat_and_errors():
     bad = chunks.copy()
     bad.loc[0, "text_row"] = 10_000
     with pytest.raises(IndexError, match="text_row 10000"):
-        retrieve.retrieve_all(bad, vectors, qv, queries, params)
+        retrieve.retrieve_all(bad, vectors, qv, queries, config.record("retrieve", params))
     with pytest.raises(ValueError, match="3 rows for 2 queries"):
-        retrieve.retrieve_all(chunks, vectors, {e: unit(rng, 3, 256) for e in vectors}, queries, params)
+        retrieve.retrieve_all(chunks, vectors, {e: unit(rng, 3, 256) for e in vectors}, queries,
+                              config.record("retrieve", params))
     dup = pd.concat([chunks, chunks.iloc[:1]], ignore_index=True)
     with pytest.raises(ValueError, match="more than once"):
-        retrieve.retrieve_all(dup, vectors, qv, queries, params)
+        retrieve.retrieve_all(dup, vectors, qv, queries, config.record("retrieve", params))
 
 
 def test_display_helpers():
@@ -335,7 +336,8 @@ def test_display_helpers():
                             "spans": [[[150, 250]]]})
     a3 = chunks[chunks["condition"] == "A3"].reset_index(drop=True)
     qv = {e: v[a3.loc[[13], "text_row"].to_numpy()] for e, v in vectors.items()}
-    out = retrieve.retrieve_all(chunks, vectors, qv, queries, {"k": 10, "route_sections": 1})
+    out = retrieve.retrieve_all(chunks, vectors, qv, queries,
+                                config.record("retrieve", {"k": 10, "route_sections": 1}))
     view = retrieve.query_view(out["runs"], out["section_recall"], chunks, queries, documents, "q",
                                conditions=("A3", "A4"), reranker="none", embedder="strong", n=3)
     assert list(view["condition"]) == ["A3"] * 3 + ["A4"] * 3

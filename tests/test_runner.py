@@ -643,7 +643,7 @@ def test_a_repaired_embedding_shard_is_shown_in_the_runner_output_and_the_report
     m = json.loads((project / "data/tiny/02_induce/manifest.json").read_text())
     assert len(m["warnings"]) == 1 and m["warnings"][0].startswith("embedding store: shard data/tiny/cache/store/m/")
     assert report.stage_warnings({"01_corpus": {}, "02_induce": m}) == [f"02_induce: {m['warnings'][0]}"]
-    demo = __import__("chunkstudy.config").config.load(ROOT / "params" / "demo.yaml", root=project).data
+    demo = __import__("chunkstudy.config").config.load(ROOT / "params" / "demo.yaml", root=project).params()
     b = report.build(demo, "tiny", {"manifests": {"02_induce": m}, "missing": []})
     assert f"02_induce: {m['warnings'][0]}" in b.warnings
 

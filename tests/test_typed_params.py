@@ -153,7 +153,7 @@ def test_the_guard_sees_a_restated_default():
 def test_a_client_from_a_bare_mapping_takes_every_value_from_the_schema():
     """llm.make_client once defaulted the seed to 0 and set no error-share threshold for a bare dict; now a
     missing key is the parameter file's default (14 §5: every seed comes from the config)."""
-    c = llm.make_client({}, None, backend=llm.ScriptedBackend(["x"]))
+    c = llm.make_client(config.record("llm", {}), None, backend=llm.ScriptedBackend(["x"]))
     rec = config.record("llm", {})
     assert c.seed == SEED == rec.seed
     assert (c.max_tokens, c.max_error_share, c.temperature, c.context_tokens) == (
@@ -253,3 +253,17 @@ def test_the_library_and_the_notebooks_read_parameters_only_as_records():
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if raw.search(line)]
     assert found == []
     assert raw.search('x = cfg["llm"]["seed"]') and not raw.search('cfg.params("llm").seed')
+
+
+def test_the_type_checker_is_pinned_and_runs_before_the_tests():
+    """issue 23 §2: a type checker sees every parameter read, so it must run, at one version: mypy is pinned in the
+    dev extra and in both locks at that version, [tool.mypy] checks lib/, and ./run_tests.sh runs it first."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (pin,) = [d for d in project["project"]["optional-dependencies"]["dev"] if d.startswith("mypy")]
+    assert re.fullmatch(r"mypy==[\d.]+", pin)
+    for lock in ("cpu-lock.txt", "gpu-lock.txt"):
+        assert f"\n{pin} \\" in (ROOT / "constraints" / lock).read_text(), lock
+    assert project["tool"]["mypy"]["files"] == ["lib/chunkstudy"]
+    script = (ROOT / "run_tests.sh").read_text()
+    assert script.index("-m mypy") < script.index("-m pytest")

@@ -90,13 +90,13 @@ def test_cpu_check_recognises_an_illegal_instruction_and_a_failed_import(tmp_pat
 
 def test_serve_args_name_the_model_the_way_each_entry_point_wants():
     cfg = config.load(ROOT / "params" / "vllm_cpu.yaml")
-    gpu_args = gpu.serve_args(cfg["llm"], weights="/w")
-    cpu_args = gpu.serve_args(cfg["llm"], weights="/w", entry="api_server")
+    gpu_args = gpu.serve_args(config.record("llm", cfg["llm"]), weights="/w")
+    cpu_args = gpu.serve_args(config.record("llm", cfg["llm"]), weights="/w", entry="api_server")
     assert gpu_args[:2] == ["serve", "/w"] and cpu_args[:2] == ["--model", "/w"]
     assert gpu_args[2:] == cpu_args[2:]  # the same params, the same flags, in both modes
     assert "--enforce-eager" in cpu_args and cpu_args[cpu_args.index("--dtype") + 1] == "float32"
     with pytest.raises(ValueError, match="entry 'vllm' is not one of"):
-        gpu.serve_args(cfg["llm"], entry="vllm")
+        gpu.serve_args(config.record("llm", cfg["llm"]), entry="vllm")
 
 
 def test_vllm_cpu_params():

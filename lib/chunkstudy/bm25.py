@@ -108,7 +108,7 @@ def is_relevant(start: int, end: int, spans: Sequence[Sequence[int]], span_frac:
 def gold_chunk(chunks: pd.DataFrame, spans: Sequence[Sequence[int]]) -> int:
     """Row position (in ``chunks``, one document's chunks) of the chunk with the largest overlap with the union
     of ``spans``; ties go to the smaller ``start``. -1 when no chunk overlaps."""
-    best, best_ov, best_start = -1, 0, None
+    best, best_ov, best_start = -1, 0, 0  # best_start is read only once best_ov > 0 has set it
     for pos, (s, e) in enumerate(zip(chunks["start"].to_numpy(), chunks["end"].to_numpy())):
         ov = chars_in_spans(int(s), int(e), spans)
         if ov > best_ov or (ov == best_ov and ov > 0 and int(s) < best_start):

@@ -36,7 +36,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import config, models, progress
+from . import models, progress
+from .params import ChunkingParams
 from .corpus import model as docmodel
 
 TokenCounter = Callable[[list], list]
@@ -56,8 +57,8 @@ class _HFCounter:
     truncation (a text longer than the model's window is counted whole)."""
 
     name: str
-    _backend: object = None
-    _slow: object = None
+    _backend: Any = None
+    _slow: Any = None
 
     def __call__(self, texts: Sequence[str]) -> list[int]:
         texts = list(texts)
@@ -372,14 +373,14 @@ def doc_means(chunks: pd.DataFrame) -> dict[str, float]:
 
 
 def a0_windows(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_induced: pd.DataFrame,
-               chunking_params: Any, counter: TokenCounter | None = None,
+               chunking_params: ChunkingParams, counter: TokenCounter | None = None,
                _unit_cache: dict | None = None) -> pd.DataFrame:
     """The A0 (and A1) windows: structural chunks of the induced outline, their per-document mean content-token
     length as the target, then :func:`fixed_windows`. Deterministic, so 02_induce (A1 contexts) and
     04_chunk_embed cut identical ``(doc_id, start, end)``. ``chunking_params`` is the ``chunking`` record,
     ``cfg.params("chunking")`` (a mapping is validated into one).
     """
-    p = config.record("chunking", chunking_params)
+    p = chunking_params
     counter = counter or load_counter(p.tokenizer)
     splitter = p.sentence_splitter
     cache = {} if _unit_cache is None else _unit_cache

@@ -26,7 +26,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import chunking, config, design, paper, stages
+from . import chunking, design, paper, stages
+from .params import ChunkingParams
 from .chunking import ChunkingError, TokenCounter
 from .corpus import model as docmodel
 
@@ -126,7 +127,7 @@ def _shift_order(bucket: pd.DataFrame, rng: np.random.Generator) -> tuple[list, 
     """``(targets, sources)`` of the older cyclic shift: document groups and their pairs shuffled, laid out
     group after group, and pair ``i`` takes the path of pair ``(i + m) mod n`` (``m`` = the largest group)."""
     groups = [list(g.itertuples(index=False)) for _, g in bucket.groupby("doc_id", sort=True)]
-    laid = []
+    laid: list = []
     for gi in rng.permutation(len(groups)):
         g = groups[gi]
         laid.extend(g[k] for k in rng.permutation(len(g)))
@@ -283,7 +284,7 @@ def _a1_prefixes(a0: pd.DataFrame, contexts_a1: pd.DataFrame | None) -> list[str
 
 
 def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame | None,
-              sections_induced: pd.DataFrame | None, contexts_a1: pd.DataFrame | None, chunking_params: Any,
+              sections_induced: pd.DataFrame | None, contexts_a1: pd.DataFrame | None, chunking_params: ChunkingParams,
               counter: TokenCounter | None = None) -> dict:
     """Build every condition in ``chunking_params.conditions`` (the ``chunking`` record, ``cfg.params("chunking")``;
     a mapping is validated into one, its missing keys at the schema's defaults).
@@ -299,7 +300,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     * ``"placebo"``: :func:`placebo_assign` over the A3 (induced, full-depth) pairs, plus ``n_chunks`` using each.
     * ``"summary"``: realised pooled means per chunk set, the A0-A2 gap, placebo residuals, unique-text share.
     """
-    p = config.record("chunking", chunking_params)
+    p = chunking_params
     conds = list(p.conditions)  # each one of ALL_CONDITIONS (schema-checked)
     counter = counter or chunking.load_counter(p.tokenizer)
     splitter, mx, mn, depths = p.sentence_splitter, p.max_chunk_tokens, p.min_chunk_tokens, list(p.depths)
@@ -398,7 +399,7 @@ def _summary(chunks, sets, size, placebo, texts, mx, mn) -> dict:
     split/merge bounds; the A0 - A2 gap pooled and per document (mean and max |gap|, documents whose |gap|
     exceeds the paper's bound ``size_gap_tolerance``); the placebo's residuals (:func:`placebo_buckets`)."""
     by = chunks.groupby("condition", sort=False)
-    out = {
+    out: dict[str, Any] = {
         "n_chunks": {k: int(v) for k, v in by.size().items()},
         "mean_content_tokens": {k: float(v) for k, v in by["n_content_tokens"].mean().items()},
         "mean_prefix_tokens": {k: float(v) for k, v in by["n_prefix_tokens"].mean().items()},

@@ -200,7 +200,7 @@ def _parameter(f: Field, hint: Any, key: str) -> P:
         types = (hint,)
     else:
         raise TypeError(f"chunkstudy.params: {key}: the type {hint!r} has no check")
-    default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
     return P(_thaw(default), types, None if choices is None else tuple(choices), nullable, s.doc, s.anchor, s.name,
              s.ge, s.gt, s.le, s.lt, s.unique, item)
 
@@ -413,6 +413,13 @@ class Config:
     def corpus(self) -> str:
         return self.data["corpus"]["name"]
 
+    @overload
+    def resolve(self, p: str | Path) -> Path: ...
+    @overload
+    def resolve(self, p: None) -> None: ...
+    @overload
+    def resolve(self, p: str | Path | None) -> Path | None: ...
+
     def resolve(self, p: str | Path | None) -> Path | None:
         """A path from the parameter file, relative to that file's folder."""
         if p is None:
@@ -431,6 +438,7 @@ class Config:
             raise KeyError(f"{dotted} is not a path parameter")
         if value is None or (isinstance(value, str) and value in _NOT_PATHS):
             return None
+        folder: Path | None
         if spec.anchor == "params":
             folder = self.path.parent
         elif self.data["corpus"]["mirror"] is not None:
@@ -462,16 +470,16 @@ class Config:
 
 def _spec_at(dotted: str) -> dict:
     """The spec of a section or nested group by dotted name (``"llm"``, ``"queries.targets"``,
-    ``"embed.embedders.*"``)."""
+    ``"embed.embedders.*"``); ``""`` is the whole file."""
     spec: Any = SCHEMA
-    for part in dotted.split("."):
+    for part in dotted.split(".") if dotted else ():
         spec = spec[part]
     if not isinstance(spec, dict):
         raise KeyError(f"{dotted} is a parameter, not a section")
     return spec
 
 
-def record_type(dotted: str, **_old: Any) -> type:  # TODO(issue 23): _old (base=) goes with metrics.MetricParams
+def record_type(dotted: str) -> type:
     """The declared record class (:mod:`chunkstudy.params`) of a section (``record_type("llm")``) or a nested
     group (``"queries.targets"``, ``"embed.embedders.*"``, ``"retrieve.rerankers.*"``)."""
     if dotted not in _CLASSES:

@@ -50,12 +50,13 @@ chunking tokenizer); without one, a stated approximation (words and punctuation 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
 
-from . import config, stages
+from . import stages
+from .params import ContextsParams
 from .corpus.model import SEP
 
 #: Anthropic, "Introducing Contextual Retrieval" (2024): the prompt, verbatim.
@@ -145,7 +146,7 @@ class _View:
             if s < e:
                 lo = ts + (s - vs) if lo is None else lo
                 hi = ts + (e - vs)
-        return (lo, hi) if lo is not None else (0, 0)
+        return (lo, cast(int, hi)) if lo is not None else (0, 0)  # hi is set with lo
 
 
 def _heading_line(title: str, level: int) -> str:
@@ -364,7 +365,8 @@ def _llm(docs, windows: pd.DataFrame, p: Any, client, counter: Callable,
         raise ContextsError("contexts.document_view is 'full' but no sections table was given: pass sections_gold "
                             "(written by 01_corpus) so that <document> shows the title and headings")
     long_document = p.long_document  # one of LONG_DOCUMENT (schema-checked)
-    by_doc = dict(tuple(sections.groupby(sections["doc_id"].astype(str), sort=False))) if view == "full" else {}
+    by_doc = dict(tuple(cast(pd.DataFrame, sections).groupby(cast(pd.DataFrame, sections)["doc_id"].astype(str),
+                                                                sort=False))) if view == "full" else {}
     views: dict[str, _View] = {}  # rendered once per document: the same bytes for all its windows
     budgets: dict[str, int] = {}  # one excerpt budget per document (its longest chunk's), so pages are shared
     pages: dict[str, list[tuple[int, int]]] = {}
@@ -397,11 +399,11 @@ def _llm(docs, windows: pd.DataFrame, p: Any, client, counter: Callable,
     return rows
 
 
-def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params: Any, client=None,
+def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params: ContextsParams, client=None,
                 counter: Callable[[list[str]], list[int]] | None = None,
                 sections: pd.DataFrame | None = None) -> pd.DataFrame:
     """One situating context per A0 window (module docstring); ``contexts_params`` is the ``contexts`` record,
-    ``cfg.params("contexts")`` (a mapping is validated into one, its missing keys at the schema's defaults).
+    ``cfg.params("contexts")``.
 
     ``windows`` holds ``doc_id, start, end`` (half-open character offsets into ``documents.text``), e.g. from
     ``chunking.a0_windows``. ``client`` (:func:`llm.make_client`) is needed for ``method: llm`` only;
@@ -409,7 +411,6 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
     (``sections_gold``) gives the headings of the document view; ``method: llm`` with ``document_view: full``
     needs it. Returns the columns of :data:`COLUMNS` in the order of ``windows``; inputs are not modified.
     """
-    contexts_params = config.record("contexts", contexts_params)
     method = contexts_params.method
     counter = counter or approx_counter
     docs = _check(documents, windows)

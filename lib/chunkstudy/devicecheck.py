@@ -47,6 +47,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -250,7 +251,7 @@ def prepare(out_dir: str | Path, root: str | Path, n_texts: int = 256, n_queries
     tmp = out / (BUNDLE + ".tmp")
     torch.save(bundle, tmp)
     os.replace(tmp, out / BUNDLE)
-    info = {"bundle": str(out / BUNDLE), "bytes": (out / BUNDLE).stat().st_size, "texts": len(texts),
+    info: dict[str, Any] = {"bundle": str(out / BUNDLE), "bytes": (out / BUNDLE).stat().st_size, "texts": len(texts),
             "queries": len(queries), "pairs": len(pairs_q), "seconds": round(time.perf_counter() - t0, 1)}
     echo(f"device check: prepared {info['bundle']} ({info['bytes'] / 2**20:.1f} MiB: {info['texts']} texts, "
          f"{info['queries']} queries x <= {per_query} passages) in {info['seconds']} s")
@@ -344,7 +345,7 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
     for q in p["queries"]:
         rhos.append(spearman(scores[lo:lo + q["n"]], refs[lo:lo + q["n"]]))
         lo += q["n"]
-    ce = {"queries": len(rhos), "pairs": len(scores), "min_spearman": min(rhos),
+    ce: dict[str, Any] = {"queries": len(rhos), "pairs": len(scores), "min_spearman": min(rhos),
           "mean_spearman": sum(rhos) / len(rhos), "reranker": f"untrained head, seed {p['seed']} (plumbing only)"}
     checks.append({"check": f"cross-encoder: {device}/{dtype} vs float32 CPU reference, per-query Spearman >= "
                             f"{MIN_SPEARMAN}", "ok": ce["min_spearman"] >= MIN_SPEARMAN, "detail": ce})

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from . import design, metrics, stages, stats, tables
+from .params import MetricsParams, Params, StatsParams
 
 #: The heading of the drill-down section in report.md; report.html puts the collapsible drill-downs under it.
 HEADING = "Per-query drill-down"
@@ -108,7 +109,7 @@ def highlight_segments(content: str, ranges) -> list[tuple[str, bool]]:
 
 
 def drilldown(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, documents: pd.DataFrame,
-              scores: pd.DataFrame, stats_params: Any, strong: str, metrics_params: Any, corpus: str,
+              scores: pd.DataFrame, stats_params: StatsParams, strong: str, metrics_params: MetricsParams, corpus: str,
               n_queries: int) -> pd.DataFrame:
     """The ``drilldown`` table of 06_metrics (columns :data:`COLUMNS`; definitions in the module docstring).
 
@@ -118,10 +119,9 @@ def drilldown(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, d
     primary cell's embedder), ``n_queries`` the number of gains
     and of losses per contrast. A contrast whose conditions are absent from the primary cell contributes no rows
     (08 says so)."""
-    stats_params = stats.params_from(stats_params)
     metric, embedder, reranker = stats._primary(stats_params, strong)
     contrasts = stats_params.contrasts
-    cutoff = metrics.params_from(metrics_params).cutoff
+    cutoff = metrics_params.cutoff
     prim = scores[(scores["metric"] == metric) & (scores["embedder"] == embedder) & (scores["reranker"] == reranker)]
     picked = []
     for name, (a, b) in contrasts.items():
@@ -279,15 +279,15 @@ def _list_note(rows: pd.DataFrame, side: str, cond: str, metric: str, value: flo
             f"{tables.fmt_num(idcg)}; {walked} = DCG/IDCG = {tables.fmt_num(ndcg)}{primary}.")
 
 
-def report_parts(drill: pd.DataFrame, params: Mapping[str, Any]) -> tuple[tables.Table, list[ContrastDrill]]:
+def report_parts(drill: pd.DataFrame, params: Params) -> tuple[tables.Table, list[ContrastDrill]]:
     """08's views of the ``drilldown`` table: a summary :class:`~chunkstudy.tables.Table` (one row per picked
     query, for report.md) and one :class:`ContrastDrill` per contrast of ``stats.contrasts`` (for report.html).
-    ``params`` is ``cfg.data``."""
-    st = params["stats"]
-    cutoff = metrics.params_from(params["metrics"]).cutoff
-    metric = st["primary_metric"]
+    ``params`` is ``cfg.params()``."""
+    st = params.stats
+    cutoff = params.metrics.cutoff
+    metric = st.primary_metric
     summary, out = [], []
-    for name, (a, b) in st["contrasts"].items():
+    for name, (a, b) in st.contrasts.items():
         rows = drill[drill["contrast"] == name]
         question = design.contrast_question(a, b)
         title = f"{name}: {a} \u2212 {b}" + (f" ({question})" if question else "")

@@ -53,7 +53,10 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 import numpy as np
 
@@ -324,7 +327,7 @@ class Embedder:
         self.dtype = resolve_dtype(self.spec, where) if self.backend != "openai" else "server"
         self.truncation = self.spec.truncation
         self.show_progress = show_progress
-        self._model = None
+        self._model: Any = None
         self.bf16_feature = bf16_candidate(self.spec)
         self.precision: dict | None = None
         if self.bf16_feature is None:
@@ -339,8 +342,9 @@ class Embedder:
         if self.backend != "openai" and self.dtype != "float32":
             ident["dtype"] = self.dtype
         if self.dtype == AUTOCAST_BF16:
-            ident["cpu_bf16"] = self.precision["cpu_bf16"]
-            ident["agreement_min_cosine"] = round(self.precision["check"]["min"], 6)
+            prec = cast(dict, self.precision)  # settled with the bf16 choice
+            ident["cpu_bf16"] = prec["cpu_bf16"]
+            ident["agreement_min_cosine"] = round(prec["check"]["min"], 6)
         if self.backend == "openai" and self.truncation != "server":
             ident["truncation"] = self.truncation
         h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
@@ -496,7 +500,7 @@ class _OpenAIEmbeddings:
         self.max_tokens = spec.max_seq_length
         self.n_requests = 0  # HTTP requests sent, retries included
         self.n_retries = 0
-        self._session = None
+        self._session: Any = None
 
     def session(self):
         if self._session is None:
@@ -676,7 +680,7 @@ class EmbeddingStore:
         k = (model_key, kind)
         if k not in self._index:
             idx: dict[str, tuple[int, int]] = {}
-            dims: dict[int, int] = {}
+            dims: dict[int, Any] = {}
             d = self._dir(model_key, kind)
             for keys in sorted(d.glob("shard-*.keys")) if d.is_dir() else []:
                 shard = int(keys.stem.split("-")[1])

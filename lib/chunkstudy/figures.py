@@ -31,6 +31,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from . import design, tables  # noqa: E402
+from .params import Params  # noqa: E402
 
 #: rcParams applied to every figure (one consistent style).
 STYLE: dict = {
@@ -89,7 +90,8 @@ def _styled(fn):
         for t in fig.findobj(Text):
             t.set_parse_math(False)
         return fig
-    wrapper.__doc__, wrapper.__name__, wrapper.__wrapped__ = fn.__doc__, fn.__name__, fn
+    wrapper.__doc__, wrapper.__name__ = fn.__doc__, fn.__name__
+    setattr(wrapper, "__wrapped__", fn)
     return wrapper
 
 
@@ -214,7 +216,7 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
     ex = example_chunk(chunks, doc_id, _FULL_PATH)
     cut = design.condition(_FULL_PATH).chunk_set  # the unprefixed chunks the example chunk is one of
     if ex is not None and cut in rows:
-        y = len(rows) - 1 - rows.index(cut)
+        y: float = len(rows) - 1 - rows.index(cut)
         ax.add_patch(matplotlib.patches.Rectangle((int(ex["start"]), y - 0.42), int(ex["end"]) - int(ex["start"]),
                                                   0.84, fill=False, edgecolor="black", linewidth=1.4))
     ax.set_yticks(range(len(rows)), [labels[c] for c in reversed(rows)])
@@ -529,13 +531,13 @@ def power_curves(power_df: pd.DataFrame) -> Figure:
     return fig
 
 
-def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Mapping, doc_id: str | None = None) -> dict:
+def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Params, doc_id: str | None = None) -> dict:
     """Every figure of the report from the tables in ``inputs`` (keys as in :data:`chunkstudy.artifacts.TABLES`;
-    a missing or None table gives a :func:`placeholder` saying so). ``params`` = ``cfg.data``. Returns
+    a missing or None table gives a :func:`placeholder` saying so). ``params`` = ``cfg.params()``. Returns
     ``{name: Figure}`` in report order."""
-    st = params["stats"]
-    emb, rr, metric = params["embed"]["strong"], st["primary_reranker"], st["primary_metric"]
-    marks = tables.placebo_marks(inputs.get("placebo_buckets"), st.get("contrasts") or {})
+    st = params.stats
+    emb, rr, metric = params.embed.strong, st.primary_reranker, st.primary_metric
+    marks = tables.placebo_marks(inputs.get("placebo_buckets"), st.contrasts)
 
     def have(*names: str) -> bool:
         return all(inputs.get(n) is not None for n in names)

@@ -35,11 +35,12 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 from urllib.parse import urlsplit
 
 
 from . import config, llm
+from .params import EmbedderParams, LLMParams
 from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
 #: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (issue 17 §5)
@@ -72,9 +73,8 @@ def _flag(key: str, value: Any) -> list[str]:
 ENTRIES = ("serve", "api_server")
 
 
-def serve_args(llm_params: Any, weights: str | None = None, entry: str = "serve") -> list[str]:
-    """``vllm serve`` arguments (without the ``vllm`` executable) for the ``llm`` record (``cfg.params("llm")``; a
-    mapping is validated into one, its missing keys at the schema's defaults).
+def serve_args(llm_params: LLMParams, weights: str | None = None, entry: str = "serve") -> list[str]:
+    """``vllm serve`` arguments (without the ``vllm`` executable) for the ``llm`` record (``cfg.params("llm")``).
 
     ``weights`` is a local folder to serve instead of the hub id ``llm.model`` (the smoke run's converted
     SmolLM2); the served name stays ``llm.model`` either way, so the pre-flight check and the cache keys match.
@@ -82,7 +82,7 @@ def serve_args(llm_params: Any, weights: str | None = None, entry: str = "serve"
     """
     if entry not in ENTRIES:
         raise ValueError(f"serve_args: entry {entry!r} is not one of {list(ENTRIES)}")
-    p = config.record("llm", llm_params)
+    p = llm_params
     if p.backend != "openai":
         raise ValueError(f"llm.backend is {p.backend!r}: scripts/serve_llm.sh serves parameter files whose "
                          f"llm.backend is 'openai' (the vllm backend loads the model in process)")
@@ -532,7 +532,7 @@ def reference_spec(spec: Any) -> Any:
     return dataclasses.replace(config.record("embed.embedders.*", spec), device="cpu", dtype="float32")
 
 
-def compare_devices(specs: Mapping[str, Mapping], texts: Sequence[str],
+def compare_devices(specs: Mapping[str, EmbedderParams], texts: Sequence[str],
                     threshold: float = MIN_DEVICE_COSINE) -> list[dict]:
     """For each embedder spec, embed ``texts`` as configured and with :func:`reference_spec`, and compare row by
     row: ``[{"embedder", "device", "dtype", "reference_dtype", "n", "min", "mean", "ok"}]`` (``ok``: min cosine >=
@@ -546,7 +546,6 @@ def compare_devices(specs: Mapping[str, Mapping], texts: Sequence[str],
         ref = reference.encode(list(texts), "passage")
         ref_dtype = reference.parameter_dtype
         agree = cosine_agreement(got, ref)
-        spec = config.record("embed.embedders.*", spec)
         rows.append({"embedder": key, "device": spec.device, "dtype": spec.dtype, "reference_dtype": ref_dtype,
                      **agree, "ok": bool(agree["min"] >= threshold and ref_dtype in ("float32", None))})
     return rows
@@ -676,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "serve-args":
         print("\n".join(serve_args(lp, args.weights, args.entry)))
     elif args.cmd == "wait":
-        wait_ready(lp.base_url, lp.model, args.timeout, args.pid, args.log, api_key_env=lp.api_key_env)
+        wait_ready(cast(str, lp.base_url), lp.model, args.timeout, args.pid, args.log, api_key_env=lp.api_key_env)
     elif args.cmd in ("models", "prefetch"):
         names = [n for n, keys in hub_models(cfg).items() if not (args.skip_llm and keys == ["llm.model"])]
         if args.cmd == "models":
@@ -700,15 +699,16 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"check": "LLM server", "ok": False, "detail": str(e)})
         return _print_checks(rows)
     elif args.cmd == "metrics":
-        text = llm.make_backend(lp).metrics()
+        server = cast(llm.OpenAIBackend, llm.make_backend(lp))  # /metrics: a vLLM server's
+        text = server.metrics()
         if text is None:
-            print(f"no /metrics at {llm.make_backend(lp).metrics_url}", file=sys.stderr)
+            print(f"no /metrics at {server.metrics_url}", file=sys.stderr)
             return 1
         print(json.dumps(llm.prometheus_counters(text)))
     elif args.cmd == "check-run":
         rows = check_run(cfg, args.expect_no_calls, args.min_prefix_hit_rate)
         if args.requests_before is not None:
-            text = llm.make_backend(lp).metrics() or ""
+            text = cast(llm.OpenAIBackend, llm.make_backend(lp)).metrics() or ""
             now = llm.prometheus_counters(text).get("vllm:request_success")
             rows.append({"check": "the server finished no request during the rerun",
                          "ok": now is not None and now == args.requests_before,

@@ -95,9 +95,9 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
-from . import config
+from .params import LLMParams
 
 CACHE_FILE = "calls.jsonl"
 PREFLIGHT_TIMEOUT_S = 10.0
@@ -552,9 +552,9 @@ class VLLMBackend(Backend):
         out = self.complete_many([call])[0]
         if isinstance(out, BaseException):
             raise out
-        return out
+        return cast(Completion, out)  # this backend's replies are Completions
 
-    def complete_many(self, calls: Sequence[Call]) -> list[Completion | BaseException]:
+    def complete_many(self, calls: Sequence[Call]) -> list[Completion | str | BaseException]:
         try:
             outs = self._llm.chat([list(c.messages) for c in calls], [self._sampling(c) for c in calls],
                                   use_tqdm=False)
@@ -596,7 +596,7 @@ class TransformersBackend(Backend):
         kw = {"gguf_file": gguf_file} if gguf_file else {}
         self.model = f"{model}/{gguf_file}" if gguf_file else model
         self.tok = AutoTokenizer.from_pretrained(path, **kw)
-        self.lm = AutoModelForCausalLM.from_pretrained(path, **kw).to(device).eval()
+        self.lm = AutoModelForCausalLM.from_pretrained(path, **kw).to(device).eval()  # type: ignore[arg-type]
         self.device = device
         self.cpu_threads = cpu_threads
         self._lock = threading.Lock()
@@ -650,10 +650,9 @@ def generation_finish_reason(generated: Sequence[int], max_new_tokens: int, eos_
     return "length" if len(generated) >= max_new_tokens else "stop"
 
 
-def make_backend(llm_params: Any) -> Backend:
-    """The backend ``llm.backend`` names, built from the ``llm`` record (``cfg.params("llm")``; a mapping is
-    validated into one, its missing keys at the schema's defaults)."""
-    p = config.record("llm", llm_params)
+def make_backend(llm_params: LLMParams) -> Backend:
+    """The backend ``llm.backend`` names, built from the ``llm`` record (``cfg.params("llm")``)."""
+    p = llm_params
     kind = p.backend
     if kind == "none":
         return NoBackend()
@@ -720,6 +719,7 @@ class CallCache:
     @staticmethod
     def _load(path: Path, repair: bool = False) -> tuple[dict[str, dict], dict]:
         """``(records by key, report)``; with ``repair`` a torn tail is cut off the file (see the class)."""
+        report: dict[str, Any]
         report = {"lines": 0, "records": 0, "torn_tail": 0, "bad_lines": [], "salvaged": 0, "empty_replies": 0,
                   "cut_replies": 0}
         out: dict[str, dict] = {}
@@ -761,8 +761,8 @@ class CallCache:
             else:
                 report["torn_tail"] = 1
                 if repair:
-                    with open(path, "r+b") as f:
-                        f.truncate(len(data) - len(tail))
+                    with open(path, "r+b") as torn:
+                        torn.truncate(len(data) - len(tail))
                 warnings.warn(f"{path}: dropped a torn last line ({len(tail)} bytes, line {len(lines) + 1}) left by "
                               f"an interrupted write" + ("; the file now ends at the last whole record" if repair
                                                          else ""), stacklevel=3)
@@ -1197,12 +1197,12 @@ class Client:
         return len(self.cache) - before
 
 
-def make_client(llm_params: Any, cache_dir: Path | None, backend: Backend | None = None) -> Client:
-    """A :class:`Client` for the ``llm`` record (``cfg.params("llm")``; a mapping is validated into one, its
-    missing keys at the schema's defaults, so a test states only what it cares about); ``backend`` overrides
+def make_client(llm_params: LLMParams, cache_dir: Path | None, backend: Backend | None = None) -> Client:
+    """A :class:`Client` for the ``llm`` record (``cfg.params("llm")``; a test builds one with
+    ``config.record("llm", {...})``, stating only what it cares about); ``backend`` overrides
     ``llm.backend`` (tests pass a :class:`ScriptedBackend`). ``cache_dir`` is the folder of the persistent cache
     (the notebook passes ``artifacts.cache_dir(cfg, cfg.params('llm').cache)``); ``None`` keeps the cache in memory."""
-    p = config.record("llm", llm_params)
+    p = llm_params
     be = backend if backend is not None else make_backend(p)
     return Client(backend=be, cache=CallCache(cache_dir), temperature=p.temperature, top_p=p.top_p,
                   max_tokens=p.max_reply_tokens, seed=p.seed, max_retries=p.max_retries,

@@ -73,7 +73,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import config, design, stages
+from . import design, stages
+from .params import MetricsParams
 
 #: Slack (in characters) of every inclusive threshold comparison; see the module docstring.
 EPS = 1e-9
@@ -81,7 +82,7 @@ EPS = 1e-9
 _RUN_COLUMNS = ("embedder", "reranker", "condition", "query_id", "rank", "chunk_id")
 _CHUNK_COLUMNS = ("condition", "doc_id", "chunk_id", "start", "end", "n_content_tokens", "n_prefix_tokens")
 _QUERY_COLUMNS = ("query_id", "doc_id", "spans")
-SCORE_COLUMNS = list(stages.artifact("scores").contract)  # what a score is; doc_id and qtype are joined on
+SCORE_COLUMNS = list(stages.table("scores").contract)  # what a score is; doc_id and qtype are joined on
 
 
 class MetricsInputError(ValueError):
@@ -92,45 +93,10 @@ class MetricsInputError(ValueError):
 # Parameters and names
 # --------------------------------------------------------------------------------------------------------------
 
-class _MetricNames:
-    """Methods of the ``metrics`` record (:data:`MetricParams`): its metric names."""
-
-    @property
-    def names(self) -> list[str]:
-        """Canonical metric names, in the order of the scores table (:func:`chunkstudy.design.metric_names`)."""
-        return design.metric_names(self.__dict__)
-
-    @property
-    def primary(self) -> str:
-        """The confirmatory metric's name under these parameters (``cov-nDCG@10``)."""
-        return design.PRIMARY_METRIC.names(self.__dict__)[0]
-
-    def named(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Computed values keyed by metric family (:data:`chunkstudy.design.METRICS`; a list parameter's family
-        holds one value per element) renamed to the canonical names, in table order. A declared family that
-        was not computed raises KeyError."""
-        out = {}
-        for m in design.METRICS:
-            listed = m.parameter is not None and isinstance(getattr(self, m.parameter), (list, tuple))
-            out.update(zip(m.names(self.__dict__), values[m.key] if listed else [values[m.key]], strict=True))
-        return out
-
-
-#: The validated ``metrics`` section: the record :func:`chunkstudy.config.record` generates from the schema, with
-#: the metric-name methods above.
-MetricParams = config.record_type("metrics", base=_MetricNames)
-
-
-def params_from(metrics_params: Mapping[str, Any] | MetricParams) -> MetricParams:
-    """The ``metrics`` record; missing keys take the defaults of :data:`chunkstudy.config.SCHEMA`, and every value
-    is checked by the schema's types and ranges (ConfigError naming the key)."""
-    return config.record("metrics", metrics_params, base=_MetricNames)
-
-
-def metric_names(metrics_params: Mapping[str, Any] | MetricParams) -> list[str]:
+def metric_names(metrics_params: MetricsParams) -> list[str]:
     """Canonical metric names for these parameters, e.g. ``['cov-nDCG@10', 'recall@50', 'MRR', 'nDCG@10',
     'budget-cov@512', 'budget-cov@1024', 'budget-cov@2048']``."""
-    return params_from(metrics_params).names
+    return metrics_params.names
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -427,7 +393,7 @@ class _RunGains:
     rel: np.ndarray
 
 
-def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: MetricParams) -> tuple[
+def _score(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, p: MetricsParams) -> tuple[
         _Scored, _Queries, _Chunks, np.ndarray, np.ndarray]:
     """Every metric of every run list: encode the inputs, compute the ranking-free gains and ideals, the run
     rows' gains, and assemble the metric values."""
@@ -509,7 +475,7 @@ def _encode_runs(runs: pd.DataFrame, q: _Queries, ch: _Chunks, conds: np.ndarray
     return _Runs(cells, cell_cond, n_q, lst, rank, chunk_row, run_q, cell_cond[lst // n_q], same_doc)
 
 
-def _static_gains(r: _Runs, q: _Queries, ch: _Chunks, n_conds: int, p: MetricParams) -> _Static:
+def _static_gains(r: _Runs, q: _Queries, ch: _Chunks, n_conds: int, p: MetricsParams) -> _Static:
     """Gold spans x the condition's own chunks of the query's document (every condition the runs use): each
     chunk's static gain and relevance, the greedy ideal orderings and both IDCGs (ranking-free)."""
     n_q = r.n_q
@@ -564,9 +530,9 @@ def _run_gains(r: _Runs, q: _Queries, ch: _Chunks, st: _Static) -> _RunGains:
     return _RunGains(rr, t, grp, new, gain, rel)
 
 
-def _assemble(r: _Runs, q: _Queries, ch: _Chunks, st: _Static, rg: _RunGains, p: MetricParams) -> dict[str, Any]:
+def _assemble(r: _Runs, q: _Queries, ch: _Chunks, st: _Static, rg: _RunGains, p: MetricsParams) -> dict[str, Any]:
     """The metric values per list, keyed by metric family (:data:`chunkstudy.design.METRICS`; renamed by
-    :meth:`MetricParams.named`)."""
+    :meth:`MetricsParams.named`)."""
     n_q, n_lists, lst, rank = r.n_q, r.n_lists, r.lst, r.rank
     values: dict[str, Any] = {}
     list_c = np.repeat(r.cell_cond, n_q) * n_q + np.tile(np.arange(n_q), len(r.cells))   # cq of each list
@@ -660,7 +626,8 @@ def _greedy(cands: pd.DataFrame, q: _Queries, k: int) -> dict[str, np.ndarray]:
     for t, c, lo, hi in zip(cands["t"], cands["chunk"], cands["lo"], cands["hi"]):
         pieces.setdefault(int(c), []).append((int(t), int(lo - q.t_lo[t]), int(hi - q.t_lo[t])))
     n_spans = int(q.n_spans[q.t_q[int(cands["t"].iloc[0])]])
-    chosen, gains = [], []
+    chosen: list = []
+    gains: list = []
     remaining = sorted(pieces)                     # chunk rows are in document order: ties go to the first
     while remaining and len(chosen) < k:
         best, best_gain = None, Fraction(0)
@@ -758,7 +725,7 @@ def _budget_coverage(lst, rank, chunk_row, same_doc, run_c, run_q, ch: _Chunks, 
 # --------------------------------------------------------------------------------------------------------------
 
 def score_runs(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
-               metrics_params: Mapping[str, Any] | MetricParams, corpus: str) -> pd.DataFrame:
+               metrics_params: MetricsParams, corpus: str) -> pd.DataFrame:
     """Score every run list: the long-form ``scores`` table (DESIGN.md "Data contracts").
 
     ``runs``: embedder, reranker, condition, query_id, rank (1-based), chunk_id (05_retrieve).
@@ -771,7 +738,7 @@ def score_runs(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
     qtype when ``queries`` has it. A query with no retrieved rows in a cell-condition scores 0 on every metric.
     Definitions and policies: the module docstring.
     """
-    p = params_from(metrics_params)
+    p = metrics_params
     scored, q, _, _, _ = _score(runs, chunks, queries, p)
     n_lists = len(scored.cells) * scored.n_q
     cell_of = np.repeat(np.arange(len(scored.cells)), scored.n_q)
@@ -793,7 +760,7 @@ def score_runs(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
 
 
 def coverage_walk(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
-                  metrics_params: Mapping[str, Any] | MetricParams, *, embedder: str, reranker: str,
+                  metrics_params: MetricsParams, *, embedder: str, reranker: str,
                   condition: str, query_id: str) -> pd.DataFrame:
     """One query's coverage-nDCG, rank by rank, beside the greedy ideal (for the notebook and for reading).
 
@@ -803,7 +770,7 @@ def coverage_walk(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFram
     ``ideal_start``, ``ideal_end``, ``ideal_gain`` and running ``idcg``. ``attrs`` holds ``dcg``, ``idcg`` and
     ``score`` (= cov-nDCG@cutoff, 0 when the ideal is 0).
     """
-    p = params_from(metrics_params)
+    p = metrics_params
     sel = ((runs["embedder"].astype(str) == embedder) & (runs["reranker"].astype(str) == reranker)
            & (runs["condition"].astype(str) == condition) & (runs["query_id"].astype(str) == query_id))
     one_q = queries[queries["query_id"].astype(str) == query_id]
@@ -843,7 +810,7 @@ def coverage_walk(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFram
 
 
 def rank_gains(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
-               metrics_params: Mapping[str, Any] | MetricParams) -> pd.DataFrame:
+               metrics_params: MetricsParams) -> pd.DataFrame:
     """The coverage-nDCG terms of every retrieved row within the cutoff, for every list in ``runs`` at once (the
     vectorised counterpart of :func:`coverage_walk`, for the per-query drill-down).
 
@@ -855,7 +822,7 @@ def rank_gains(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
     ``ndcg`` (the list's cov-nDCG@cutoff = final ``dcg`` / ``idcg``, 0 when ``idcg`` is 0; the value
     :func:`score_runs` reports). Inputs and conventions as in :func:`score_runs`.
     """
-    p = params_from(metrics_params)
+    p = metrics_params
     scored, q, ch, _, conds = _score(runs, chunks, queries, p)
     r = scored.run
     keep = r["rank"] <= p.cutoff

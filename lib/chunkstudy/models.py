@@ -10,6 +10,7 @@ import importlib
 import os
 import importlib.util
 from pathlib import Path
+from typing import cast
 
 
 def resolve(name: str) -> str:
@@ -24,7 +25,7 @@ def resolve(name: str) -> str:
             raise ValueError(f"model {name!r}: package module {module!r} is not installed ({e})") from None
         if hasattr(mod, "get_model_path"):
             return str(mod.get_model_path())
-        return str(Path(mod.__file__).parent)
+        return str(Path(cast(str, mod.__file__)).parent)
     if Path(name).expanduser().exists():
         return str(Path(name).expanduser())
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:

@@ -43,6 +43,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from . import config, llm
+from .params import LLMParams
 
 CHARS_PER_TOKEN = 4.0
 PLACEHOLDER = "(dry run: no model was called)"
@@ -52,7 +53,7 @@ A1_DOCS_PER_BATCH = 50  # A1 prompts hold whole documents: build them a few docu
 class _DryBackend(llm.Backend):
     """Carries the configured backend's name and model, so cache keys match a real run's; never called."""
 
-    def __init__(self, llm_params: Any):
+    def __init__(self, llm_params: LLMParams):
         self.name, model, gguf = llm_params.backend, llm_params.model, llm_params.gguf_file
         self.model = f"{model}/{gguf}" if self.name == "transformers" and gguf else model
 
@@ -73,8 +74,7 @@ class DryRunClient:
     answers each request with its cached reply, else :data:`PLACEHOLDER`. ``records`` are the LLM cache's records
     (read, never written), so cached requests are counted as such and later rounds follow the cached replies."""
 
-    def __init__(self, llm_params: Any, records: Mapping[str, dict] | None = None):
-        llm_params = config.record("llm", llm_params)  # the ``llm`` record (a mapping is validated into one)
+    def __init__(self, llm_params: LLMParams, records: Mapping[str, dict] | None = None):
         self._client = llm.make_client(llm_params, None, backend=_DryBackend(llm_params))
         self.context_tokens = self._client.context_tokens
         self.max_tokens = self._client.max_tokens

@@ -72,6 +72,7 @@ from scipy.stats import nct, norm
 
 from . import progress, stages, stats
 from .config import SCHEMA
+from .params import StatsParams
 
 OBSERVED = "observed"
 PAPER = "paper"
@@ -104,24 +105,24 @@ class PowerParams:
     seed: int
 
 
-def params(stats_params: Any) -> PowerParams:
+def params(stats_params: StatsParams) -> PowerParams:
     """The power parameters of the ``stats`` record (``power_n_docs``, ``power_n_sims``, ``power_n_boot``,
     ``power_target``, ``power_require_sign``, with ``alpha`` and ``seed`` shared with the confirmatory test). A
     mapping is validated into the record (missing keys at the schema's defaults; the schema's ranges, e.g. every
     corpus size ≥ 2 documents, which a clustered bootstrap needs): errors name the key."""
-    p = stats.params_from(stats_params)
+    p = stats_params
     if not p.power_n_docs:
         raise ValueError("stats.power_n_docs: expected a non-empty list of corpus sizes, got []")
     return PowerParams(tuple(sorted(set(p.power_n_docs))), p.power_n_sims, p.power_n_boot, p.alpha,
                        p.power_target, p.power_require_sign, p.seed)
 
 
-def paper_corpus(stats_params: Any, corpus_kind: str) -> str:
+def paper_corpus(stats_params: StatsParams, corpus_kind: str) -> str:
     """Which of the paper's corpora supplies the paper-effect scenario: ``stats.power_paper_corpus`` when set,
     else this run's ``corpus.kind`` when the paper ran that kind, else ``wikipedia`` (the paper's
     Wikipedia-FA, the nearest genre to the demo and to bring-your-own prose)."""
     choices = SCHEMA["stats"]["power_paper_corpus"].choices
-    chosen = stats.params_from(stats_params).power_paper_corpus
+    chosen = stats_params.power_paper_corpus
     if chosen is not None:
         return str(chosen)
     return corpus_kind if corpus_kind in choices else "wikipedia"
@@ -178,11 +179,10 @@ def design_effect(deltas: Sequence[float] | np.ndarray, clusters: Sequence) -> t
     return deff, icc, m
 
 
-def population(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def population(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
                corpus: str) -> Population:
     """The :class:`Population` of the primary cell of ``corpus`` (see the module docstring); ``strong`` is
     ``embed.strong``, the primary cell's embedder."""
-    stats_params = stats.params_from(stats_params)
     spec = stats._contrast_spec(stats_params)
     metric, embedder, reranker = stats._primary(stats_params, strong)
     names = tuple(spec)
@@ -292,7 +292,7 @@ def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: i
             rep = ms + base[i] * mn                                               # replicate sums ∝ replicate means
             le[i, start:stop] = (rep <= 0).sum(axis=0)
             ge[i, start:stop] = (rep >= 0).sum(axis=0)
-    p = stats.mc_p_two_sided(le, ge, n_boot)  # as stats.bootstrap_p counts one study's replicates
+    p = np.asarray(stats.mc_p_two_sided(le, ge, n_boot))  # as stats.bootstrap_p counts one study's replicates
     p[:, :, ~present] = np.nan
     p_holm = np.apply_along_axis(stats.holm, 2, p) if n_sims else p
     total_n = np.where(present, counts.sum(axis=0), 1.0)
@@ -300,7 +300,7 @@ def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: i
     reject = p_holm < alpha
     if require_sign:
         reject &= (np.sign(estimate) == target_sign[:, None, :]) | (target_sign[:, None, :] == 0)
-    power = reject.mean(axis=1)
+    power = np.asarray(reject).mean(axis=1)
     power[:, ~present] = np.nan
     power[np.isnan(shifts)] = np.nan
     mc_se = np.sqrt(power * (1 - power) / n_sims)
@@ -339,7 +339,7 @@ def analytic_power(dz: float, n_docs: float, queries_per_doc: float, deff: float
 # The 07_stats table and its summary
 # ---------------------------------------------------------------------------------------------------------------
 
-def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str, corpus: str,
+def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str, corpus: str,
                 paper_dz: Mapping[str, float] | None = None, paper_source: str = "paper") -> pd.DataFrame:
     """The ``07_stats/power`` table: one row per scenario × contrast × corpus size N (``stats.power_n_docs`` plus
     this corpus's own size), with the simulated ``power`` and its Monte Carlo SE ``mc_se`` (module docstring),
@@ -354,7 +354,6 @@ def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, 
     is :func:`analytic_power` (small-sample form) at alpha/K, the Holm threshold of the family's smallest p: a
     design-effect reference that ignores the rest of the family, so Holm's simulated power is usually above it.
     A contrast that cannot be simulated (absent, zero spread, NaN target) gets NaN power and a note."""
-    stats_params = stats.params_from(stats_params)
     pp = params(stats_params)
     pop = population(scores, queries, stats_params, strong, corpus)
     k = len(pop.contrasts)

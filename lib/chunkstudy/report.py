@@ -23,6 +23,7 @@ import pandas as pd
 
 from . import artifacts, drilldown, figures, paper, report_html, stages, stats, tables
 from .config import Config
+from .params import Params, StatsParams
 
 #: Tables 08 reads (its declared reads, :data:`chunkstudy.stages.STAGES`; runs are not needed: the scores already
 #: summarise them).
@@ -137,34 +138,34 @@ def precision_text(row: Mapping | None, unit: str) -> str:
     return text
 
 
-def models_used(params: Mapping, manifests: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
+def models_used(params: Params, manifests: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
     """What each model role actually was in this run (from the parameters): role, method/backend, model, label,
     and for the encoders how they ran (``precision``: runtime and resolved dtype, with the agreement check that
     settled ``dtype: auto``), read from the ``records`` of 04's and 05's manifests when given."""
-    llm, ind, ctx, q = params["llm"], params["induce"], params["contexts"], params["queries"]
-    llm_name = f"{llm['model'] or '(none)'} via {llm['backend']}" + ("" if llm["capable"] else " — not capable")
-    rows = [("generative LLM", llm["backend"], llm["model"] or "(none)",
-             "capable (study class)" if llm["capable"] else "NOT of the study's class (llm.capable: false)"),
-            ("structure induction", ind["method"], llm_name if ind["method"] == "llm" else "(no model)",
-             "LLM arm" if ind["method"] == "llm" else "non-LLM baseline"),
-            ("A1 situating contexts", ctx["method"], llm_name if ctx["method"] == "llm" else "(no model)",
-             f"LLM arm; <document> view: {ctx['document_view']}" if ctx["method"] == "llm" else "non-LLM baseline"),
-            ("queries", q["source"], llm_name if q["source"] == "generated" else "(harvested)",
-             "generated + paraphrased, leakage-filtered" if q["source"] == "generated" else "real questions"),
-            ("token counts", "tokenizer", params["chunking"]["tokenizer"], "")]
-    rows = [(*r, "") for r in rows]
+    llm, ind, ctx, q = params.llm, params.induce, params.contexts, params.queries
+    llm_name = f"{llm.model or '(none)'} via {llm.backend}" + ("" if llm.capable else " — not capable")
+    roles = [("generative LLM", llm.backend, llm.model or "(none)",
+             "capable (study class)" if llm.capable else "NOT of the study's class (llm.capable: false)"),
+            ("structure induction", ind.method, llm_name if ind.method == "llm" else "(no model)",
+             "LLM arm" if ind.method == "llm" else "non-LLM baseline"),
+            ("A1 situating contexts", ctx.method, llm_name if ctx.method == "llm" else "(no model)",
+             f"LLM arm; <document> view: {ctx.document_view}" if ctx.method == "llm" else "non-LLM baseline"),
+            ("queries", q.source, llm_name if q.source == "generated" else "(harvested)",
+             "generated + paraphrased, leakage-filtered" if q.source == "generated" else "real questions"),
+            ("token counts", "tokenizer", params.chunking.tokenizer, "")]
+    rows: list[tuple] = [(*r, "") for r in roles]
 
     def record(stage: str, name: str, column: str, key: str) -> Mapping | None:
         recs = (((manifests or {}).get(stage) or {}).get("records") or {}).get(name) or []
         return next((r for r in recs if r.get(column) == key), None)
 
-    for key, e in params["embed"]["embedders"].items():
-        rows.append((f"embedder '{key}'", e["backend"], e["model"], e["label"],
+    for key, e in params.embed.embedders.items():
+        rows.append((f"embedder '{key}'", e.backend, e.model, e.label,
                      precision_text(record("04_chunk_embed", "embedding_report", "embedder", key),
                                     "texts (min cosine)")))
-    for key, r in params["retrieve"]["rerankers"].items():
-        rows.append((f"reranker '{key}'", r["backend"], r["model"],
-                     (r["label"] or key) + ("" if r["trained"] else " — UNTRAINED"),
+    for key, r in params.retrieve.rerankers.items():
+        rows.append((f"reranker '{key}'", r.backend, r.model,
+                     (r.label or key) + ("" if r.trained else " — UNTRAINED"),
                      precision_text(record("05_retrieve", "rerank_report", "reranker", key),
                                     "queries (min Kendall tau)")))
     return pd.DataFrame(rows, columns=["role", "method / backend", "model", "label / status", "precision"])
@@ -191,46 +192,46 @@ def stage_warnings(manifests: Mapping[str, Mapping]) -> list[str]:
     return [f"{stage}: {w}" for stage, m in manifests.items() for w in (m.get("warnings") or [])]
 
 
-def model_warnings(params: Mapping) -> list[str]:
+def model_warnings(params: Params) -> list[str]:
     """Loud warnings for every way the run's models differ from the study's (empty list = none)."""
     w = []
-    llm = params["llm"]
-    if not llm["capable"]:
-        w.append(f"The LLM is not of the study's class (llm.capable is false; backend {llm['backend']!r}, model "
-                 f"{llm['model'] or '(none)'!r}). Nothing generative in this run stands for the paper's "
+    llm = params.llm
+    if not llm.capable:
+        w.append(f"The LLM is not of the study's class (llm.capable is false; backend {llm.backend!r}, model "
+                 f"{llm.model or '(none)'!r}). Nothing generative in this run stands for the paper's "
                  "Gemma-4-26B-A4B.")
-    if params["induce"]["method"] != "llm":
-        w.append(f"Structure induction used the non-LLM baseline {params['induce']['method']!r}: the induced "
+    if params.induce.method != "llm":
+        w.append(f"Structure induction used the non-LLM baseline {params.induce.method!r}: the induced "
                  "conditions (A2, A3*, P, A4) and contrast C3 measure that baseline, not an LLM inducer.")
-    if params["contexts"]["method"] != "llm":
-        w.append(f"A1 contexts are the non-LLM {params['contexts']['method']!r} baseline: contrast C1 compares "
+    if params.contexts.method != "llm":
+        w.append(f"A1 contexts are the non-LLM {params.contexts.method!r} baseline: contrast C1 compares "
                  "against that baseline, not against LLM-written situating contexts.")
-    if params["queries"]["source"] == "generated" and not llm["capable"]:
+    if params.queries.source == "generated" and not llm.capable:
         w.append("Queries were generated by a model that is not of the study's class.")
-    for key, r in params["retrieve"]["rerankers"].items():
-        if not r["trained"]:
+    for key, r in params.retrieve.rerankers.items():
+        if not r.trained:
             w.append(f"Reranker {key!r} is untrained (trained: false): its reranked cells only prove the plumbing.")
-    stand_in = [k for k, e in params["embed"]["embedders"].items()
-                if str(e["model"]).startswith("package:") or "stand-in" in str(e["label"]).lower()]
+    stand_in = [k for k, e in params.embed.embedders.items()
+                if str(e.model).startswith("package:") or "stand-in" in str(e.label).lower()]
     if stand_in:
         w.append(f"Embedders {stand_in} are stand-ins bundled for offline runs, not bge-large-en-v1.5 / "
                  "bge-small-en-v1.5.")
-    if int(params["stats"]["n_boot"]) < 10000:
-        w.append(f"stats.n_boot is {params['stats']['n_boot']} (the paper resamples 10,000 times).")
+    if int(params.stats.n_boot) < 10000:
+        w.append(f"stats.n_boot is {params.stats.n_boot} (the paper resamples 10,000 times).")
     return w
 
 
-def inference_thresholds(stats_params: Mapping, resamples: Any = None) -> str:
+def inference_thresholds(stats_params: StatsParams, resamples: Any = None) -> str:
     """The sentence that states when the report prints inference (CIs, p-values, stars); ``resamples``: the
     resamples 07 recorded with its contrasts (None: ``stats.n_boot``)."""
-    n_boot = int(stats_params["n_boot"] if resamples is None or pd.isna(resamples) else resamples)
+    n_boot = int(stats_params.n_boot if resamples is None or pd.isna(resamples) else resamples)
     return (f"CIs, p-values and significance stars are printed only for a contrast over at least "
-            f"{int(stats_params['min_docs']):,} documents (stats.min_docs) with at least {stats.MIN_BOOT:,} bootstrap "
+            f"{int(stats_params.min_docs):,} documents (stats.min_docs) with at least {stats.MIN_BOOT:,} bootstrap "
             f"resamples (this run: {n_boot:,}); the bootstrap p is Monte-Carlo-correct, "
             "min(1, 2·(1 + k)/(B + 1)) for the k of B resamples on the far side of 0, so never 0.")
 
 
-def inference_warnings(contrasts: pd.DataFrame | None, stats_params: Mapping) -> list[str]:
+def inference_warnings(contrasts: pd.DataFrame | None, stats_params: StatsParams) -> list[str]:
     """A warning when a confirmatory contrast's bootstrap cannot support inference (07's ``inference`` false:
     fewer than ``stats.min_docs`` documents, or fewer than :data:`chunkstudy.stats.MIN_BOOT` resamples), naming
     the contrasts, the reasons and the thresholds (empty list = none)."""
@@ -240,9 +241,9 @@ def inference_warnings(contrasts: pd.DataFrame | None, stats_params: Mapping) ->
     bad = conf[~tables.inference_mask(conf)]
     if bad.empty:
         return []
-    min_docs = int(stats_params["min_docs"])
+    min_docs = int(stats_params.min_docs)
     n_boot = int(bad["n_boot"].iat[0]) if "n_boot" in bad and bad["n_boot"].notna().all() else \
-        int(stats_params["n_boot"])  # the resamples 07 actually drew
+        int(stats_params.n_boot)  # the resamples 07 actually drew
     reasons = []
     few = bad[bad["n_docs"].fillna(0).astype(int) < min_docs]
     if len(few):
@@ -336,7 +337,7 @@ def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -
             for d, p, ok, s in zip(data[f"delta[{corpus}]"], data[f"p_holm[{corpus}]"], data[f"inference[{corpus}]"],
                                    data[f"significant[{corpus}]"])]
     display["Verdict"] = data["verdict"]
-    notes = (f"Primary cell of each corpus; * = Holm p < {alpha:g}. \"replicates\" = same sign and "
+    notes: tuple[str, ...] = (f"Primary cell of each corpus; * = Holm p < {alpha:g}. \"replicates\" = same sign and "
              "Holm-significant on every corpus.",)
     if not all(data[f"inference[{c}]"].all() for c in contrasts_by_corpus):
         notes += (f"{tables.NO_INFERENCE} = not enough documents or resamples for inference on that corpus (its "
@@ -373,17 +374,17 @@ def _try(bundle: Bundle, name: str, fn, *args, **kwargs) -> None:
         bundle.notes.append(f"table {name!r} left out: {e}")
 
 
-def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
+def build(params: Params, corpus: str, inputs: Mapping[str, Any],
           partner: tuple[str | None, pd.DataFrame | None, str] = (None, None, "")) -> Bundle:
     """Every table and figure of one corpus's report from the gathered ``inputs`` (:func:`gather`); ``params`` is
-    ``cfg.data``; ``partner`` = :func:`partner_contrasts`. Missing inputs become notes, never errors."""
+    ``cfg.params()``; ``partner`` = :func:`partner_contrasts`. Missing inputs become notes, never errors."""
     b = Bundle(corpus=corpus, warnings=model_warnings(params), models=models_used(params, inputs.get("manifests")))
-    st = params["stats"]
-    emb, rr = params["embed"]["strong"], st["primary_reranker"]
-    kind = params["corpus"]["kind"]
+    st = params.stats
+    emb, rr = params.embed.strong, st.primary_reranker
+    kind = params.corpus.kind
     got = {k: v for k, v in inputs.items() if isinstance(v, pd.DataFrame)}
     b.notes += [f"input {m} is missing (its stage has not run or does not write it)" for m in inputs.get("missing", [])]
-    marks = tables.placebo_marks(got.get("placebo_buckets"), st["contrasts"])
+    marks = tables.placebo_marks(got.get("placebo_buckets"), st.contrasts)
     b.warnings = placebo_warnings(marks) + inference_warnings(got.get("contrasts"), st) + b.warnings
 
     if "contrasts" in got:
@@ -392,12 +393,12 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     if note:
         b.notes.append(note)
     if "contrasts" in got and other_contrasts is not None:
-        _try(b, "replication", replication, {corpus: got["contrasts"], other: other_contrasts}, float(st["alpha"]))
+        _try(b, "replication", replication, {corpus: got["contrasts"], other: other_contrasts}, float(st.alpha))
     js = inputs.get("json", {})
     if "condition_means" in got:
         _try(b, "table2", tables.table2, got["condition_means"], emb, rr)
     if "reranker_lift" in got:
-        _try(b, "reranker_lift", tables.reranker_lift, got["reranker_lift"], st["primary_metric"], emb)
+        _try(b, "reranker_lift", tables.reranker_lift, got["reranker_lift"], st.primary_metric, emb)
     if "dose_response" in got:
         _try(b, "dose_response", tables.dose_response, got["dose_response"])
     if "section_recall_summary" in got:
@@ -407,20 +408,20 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
     if "power_needed" in got and "power" in got:
         _try(b, "power", tables.power, got["power_needed"], got["power"])
     summary = js.get("04_chunk_embed/summary")
-    b.warnings += corpus_size_warnings((summary or {}).get("n_chunks"), params["metrics"]["recall_k"])
-    _try(b, "table4", tables.table4, params["chunking"]["conditions"], summary,
-         params["contexts"]["method"], params["retrieve"]["route_sections"])
+    b.warnings += corpus_size_warnings((summary or {}).get("n_chunks"), params.metrics.recall_k)
+    _try(b, "table4", tables.table4, params.chunking.conditions, summary,
+         params.contexts.method, params.retrieve.route_sections)
     if "corpus_funnel" in got:
         _try(b, "funnel_corpus", tables.corpus_funnel, got["corpus_funnel"], kind)
     if "02_induce/induction_stats" in js:
         _try(b, "funnel_induction", tables.induction, js["02_induce/induction_stats"], kind,
-             params["induce"]["method"])
+             params.induce.method)
     if "query_funnel" in got:
         _try(b, "funnel_queries", tables.query_funnel, got["query_funnel"], kind)
     if summary is not None:
         _try(b, "funnel_size_matching", tables.size_matching, summary, kind)
     if "placebo_buckets" in got:
-        _try(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params["chunking"]["placebo_method"])
+        _try(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params.chunking.placebo_method)
     if "drilldown" in got:
         try:
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)
@@ -436,7 +437,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
         b.facts["n_query_docs"] = got["queries"]["doc_id"].nunique()
     if "documents" in got:
         b.facts["n_documents"] = len(got["documents"])
-    b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params["figures"]["example_doc"])
+    b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params.figures.example_doc)
     if "manifests" in inputs:
         b.warnings += stage_warnings(inputs["manifests"])
         b.environment = environment_table(inputs["manifests"], inputs.get("environment"))
@@ -464,7 +465,7 @@ def _recorded_n_boot(b: Bundle) -> Any:
     return t.data["n_boot"].iat[0] if t is not None and "n_boot" in t.data and len(t.data) else None
 
 
-def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
+def render(b: Bundle, params: Params, params_file: str = "") -> str:
     """The report as Markdown (``figures/<corpus>/report.md``): figures are linked by relative path
     (``<name>.png``), tables are inlined (their LaTeX lies in ``tables/<name>.tex``)."""
     out: list[str] = [f"# chunkstudy — report for corpus `{b.corpus}`", ""]
@@ -494,10 +495,10 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
             out.extend([f"![{FIGURE_CAPTIONS.get(name, name)}]({name}.png)", "",
                         f"*{FIGURE_CAPTIONS.get(name, name)}.*", ""])
 
-    st = params["stats"]
+    st = params.stats
     out += ["## Confirmatory", "",
-            f"Only the four pre-registered contrasts on the primary cell — {st['primary_metric']} × embedder "
-            f"'{params['embed']['strong']}' × reranker '{st['primary_reranker']}' — are confirmatory, with Holm "
+            f"Only the four pre-registered contrasts on the primary cell — {st.primary_metric} × embedder "
+            f"'{params.embed.strong}' × reranker '{st.primary_reranker}' — are confirmatory, with Holm "
             "across the four. The MixedLM beside them is the pre-registered secondary check (misspecified by "
             "design). Everything in the next sections is **exploratory**. "
             + tables.md_escape(inference_thresholds(st, _recorded_n_boot(b))), ""]
@@ -628,7 +629,7 @@ def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
         written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.tex", t.latex())))
     for name, fig in b.figures.items():
         written += [("figure", name, p) for p in artifacts.write_figure(cfg, name, fig)]
-    markdown = render(b, cfg.data, params_file)
+    markdown = render(b, cfg.params(), params_file)
     written.append(("report", "report", artifacts.write_text(cfg, "report.md", markdown)))
     written.append(("report", "report.html", artifacts.write_text(
         cfg, "report.html", report_html.render(b, markdown, cfg.params("figures").dpi))))

@@ -28,12 +28,13 @@ import json
 import sqlite3
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
 
 from . import artifacts, config, models, progress
+from .params import RetrieveParams
 from .embed import (AUTOCAST_BF16, ONNX_FILE, _onnx_provider, _torch_dtype, bf16_candidate, check_loaded,
                     flag_kwargs, onnx_model_dir, place_flag_model, precision_context, recorded_decision,
                     resolve_dtype)
@@ -155,7 +156,7 @@ class Reranker:
             self.precision = {"dtype": self.dtype, "cpu_bf16": None, "check": None}
         self.model_id = self._model_id()
         self.n_computed = 0  # pairs actually sent to the model (cache misses), for tests and logs
-        self._model = None
+        self._model: Any = None
 
     def _model_id(self) -> str:
         spec = self.spec
@@ -167,8 +168,9 @@ class Reranker:
         if self.dtype != "float32":
             ident.append(f"dtype={self.dtype}")
         if self.dtype == AUTOCAST_BF16:
-            ident.append(f"cpu_bf16={self.precision['cpu_bf16']}")
-            ident.append(f"agreement_min_kendall={round(self.precision['check']['min'], 6)}")
+            prec = cast(dict, self.precision)  # settled with the bf16 choice
+            ident.append(f"cpu_bf16={prec['cpu_bf16']}")
+            ident.append(f"agreement_min_kendall={round(prec['check']['min'], 6)}")
         return "|".join(map(str, ident))
 
     @property
@@ -378,7 +380,7 @@ def rerank_runs(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mappi
 
 
 def rerank_all(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mapping[str, str] | pd.Series,
-               retrieve_params: Any, embedder: str, cache_dir: str | Path | None,
+               retrieve_params: RetrieveParams, embedder: str, cache_dir: str | Path | None,
                report: list | None = None) -> pd.DataFrame:
     """The stage's reranked cells: every reranker of ``retrieve_params.rerankers`` (the ``retrieve`` record) over
     the first-stage lists of ``embedder`` (``embed.strong``, the primary cell's embedder; all conditions,
@@ -387,7 +389,7 @@ def rerank_all(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mappin
     Returns the reranked runs of all rerankers stacked (empty, with the runs columns, when none is configured).
     ``report``, when given, gets one row per reranker (:func:`report_row`: how it ran, its settled precision).
     """
-    rerankers = config.record("retrieve", retrieve_params).rerankers
+    rerankers = retrieve_params.rerankers
     first = runs[(runs["embedder"] == embedder) & (runs["reranker"] == "none")]
     if rerankers and first.empty:
         raise ValueError(f"embed.strong: no first-stage runs for embedder {embedder!r} to rerank; runs hold "

@@ -28,12 +28,13 @@ ranks the chunks inside them; when they hold fewer than k chunks the global flat
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence, cast
 
 import numpy as np
 import pandas as pd
 
-from . import config, stages
+from . import stages
+from .params import RetrieveParams
 
 #: Extra candidates faiss proposes beyond k, so float32 rounding in the backend rarely needs a wider look.
 _PAD = 16
@@ -253,13 +254,13 @@ def _flat_blocks(q: np.ndarray, c: np.ndarray, tie: np.ndarray, kk: int, backend
     for lo in range(0, len(q), step):
         hi = min(lo + step, len(q))
         qb = q[lo:hi]
-        s = np.matmul(qb, ct, out=buf[:hi - lo]) if index is None else None
+        s = np.matmul(qb, ct, out=cast(np.ndarray, buf)[:hi - lo]) if index is None else None
         qi, rows = _block_candidates(qb, c, s, kk, err[lo:hi], index, None if mask is None else mask[:hi - lo])
         idx, scores, _ = _rank_exact(qb, c, tie, qi, rows, hi - lo, kk)
         yield lo, hi, idx, scores, s
 
 
-def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence, k: int, backend: str,
+def flat_search(query_vecs: Any, chunk_vecs: Any, chunk_ids: Sequence | np.ndarray, k: int, backend: str,
                 batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k inner-product search of every query over every chunk.
 
@@ -509,7 +510,7 @@ def _runs_frame(embedder: str, condition: str, query_ids: np.ndarray, cond_chunk
 
 def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndarray],
                  query_vecs_by_embedder: Mapping[str, np.ndarray], queries: pd.DataFrame,
-                 retrieve_params: Any) -> dict[str, pd.DataFrame]:
+                 retrieve_params: RetrieveParams) -> dict[str, pd.DataFrame]:
     """Retrieve every query under every (embedder, condition): flat, or two-stage for ``two_stage_conditions``.
 
     ``chunks``: the 04 table (condition, doc_id, chunk_id, start, end, route_key, text_row); a condition's chunk
@@ -528,7 +529,7 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
     if chunks["chunk_id"].duplicated().any():
         raise ValueError(f"chunks: chunk_id {chunks.loc[chunks['chunk_id'].duplicated(), 'chunk_id'].iloc[0]!r} "
                          "occurs more than once (chunk ids must be unique across conditions)")
-    p = config.record("retrieve", retrieve_params)
+    p = retrieve_params
     k, n_sections, backend, two_stage = p.k, p.route_sections, p.backend, set(p.two_stage_conditions)
     query_ids = queries["query_id"].astype(str).to_numpy()
     runs, recall = [], []

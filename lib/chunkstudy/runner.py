@@ -53,7 +53,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from . import artifacts, config, models, progress, stages
 
@@ -309,10 +309,10 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
         # the replication table reads the partner corpus's contrasts: its completion reruns 08 here
         partner = artifacts.partner_config(cfg)
         m = read_manifest(partner, "07_stats") if partner is not None else None
-        if m is not None:
+        if partner is not None and m is not None:
             inputs[f"{partner.corpus}/07_stats"] = _outputs_digest(m)
     params = (config.stage_digest(cfg, stage.name) if stage.name in config.STAGE_SECTIONS else cfg.digest())
-    key = {
+    key: dict[str, Any] = {
         "params_digest": params,
         "inputs": inputs,
         "library": lib_hash,
@@ -392,7 +392,7 @@ def environment() -> dict:
     GPUs, torch's intra-op thread count and CUDA version, the key package versions, and the git commit of the checkout the library was loaded from (and whether
     its tracked files differed from it; None outside a git checkout). Recorded in every manifest and printed by the
     report."""
-    env = {"python": f"{platform.python_implementation()} {platform.python_version()}",
+    env: dict[str, Any] = {"python": f"{platform.python_implementation()} {platform.python_version()}",
            "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
            "cpu_bf16": models.cpu_bf16_feature(), "cpu_features_env": os.environ.get(models.CPU_FEATURES_ENV),
            "cpu_capability": None,

@@ -288,12 +288,17 @@ def tables() -> dict[str, Table]:
     return {n: a for n, (a, _) in ARTIFACTS.items() if isinstance(a, Table)}
 
 
-def columns(table: str) -> list[str]:
-    """The declared columns of ``table``, in order."""
-    a = artifact(table)
+def table(name: str) -> Table:
+    """The declared table ``name`` (KeyError for an artifact that is not a table)."""
+    a = artifact(name)
     if not isinstance(a, Table):
-        raise KeyError(f"{table} is a {type(a).__name__.lower()}, not a table")
-    return list(a.columns)
+        raise KeyError(f"{name} is a {type(a).__name__.lower()}, not a table")
+    return a
+
+
+def columns(name: str) -> list[str]:
+    """The declared columns of table ``name``, in order."""
+    return list(table(name).columns)
 
 
 def reads(stage_name: str, params: Mapping[str, Any] | None = None) -> tuple[str, ...]:

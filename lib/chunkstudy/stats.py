@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
 
 from . import config, design, stages
-from .params import Params
+from .params import Params, StatsParams
 
 #: The parameter file's defaults: what :func:`simulate_scores` labels its cells with unless told otherwise.
 _DEFAULT = Params()
@@ -68,7 +68,7 @@ def cell_name(metric: str, embedder: str, reranker: str) -> str:
     return f"{metric}|{embedder}|{reranker}"
 
 
-def holm(pvalues: Sequence[float]) -> np.ndarray:
+def holm(pvalues: Sequence[float] | np.ndarray) -> np.ndarray:
     """Holm step-down adjusted p-values (paper, statistics appendix, "Holm"; Holm 1979).
 
     Sort the ``m`` p-values ascending; the ``i``-th smallest (0-based) becomes ``min(1, max_{j≤i} (m−j)·p_(j))``
@@ -147,7 +147,7 @@ def bootstrap_p(replicates: np.ndarray) -> float:
     r = np.asarray(replicates, dtype=float)
     if r.size == 0:
         raise ValueError("bootstrap_p: no replicates")
-    return mc_p_two_sided(int(np.sum(r <= 0.0)), int(np.sum(r >= 0.0)), r.size)
+    return float(mc_p_two_sided(int(np.sum(r <= 0.0)), int(np.sum(r >= 0.0)), r.size))
 
 
 #: The fewest bootstrap resamples with which 07 calls anything significant. Efron & Tibshirani (1993, *An
@@ -255,7 +255,7 @@ def cluster_se(values: Sequence[float] | np.ndarray, clusters: Sequence) -> floa
 # Table plumbing
 # ---------------------------------------------------------------------------------------------------------------
 
-def _contrast_spec(stats_params: Any) -> dict[str, tuple[str, str]]:
+def _contrast_spec(stats_params: StatsParams) -> dict[str, tuple[str, str]]:
     raw = stats_params.contrasts
     if not isinstance(raw, Mapping) or not raw:
         raise ValueError(f"stats.contrasts: expected a mapping name -> [condition_a, condition_b], got {raw!r}")
@@ -267,13 +267,7 @@ def _contrast_spec(stats_params: Any) -> dict[str, tuple[str, str]]:
     return out
 
 
-def params_from(stats_params: Any) -> Any:
-    """The ``stats`` record (``cfg.params("stats")``); a mapping is validated into one, its missing keys at the
-    schema's defaults."""
-    return config.record("stats", stats_params)
-
-
-def _primary(stats_params: Any, strong: str) -> tuple[str, str, str]:
+def _primary(stats_params: StatsParams, strong: str) -> tuple[str, str, str]:
     """The primary cell: ``stats.primary_metric`` × ``embed.strong`` (``strong``) × ``stats.primary_reranker``."""
     return stats_params.primary_metric, strong, stats_params.primary_reranker
 
@@ -319,7 +313,8 @@ def _wide(prepared: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cells(wide: pd.DataFrame, primary: tuple[str, str, str]) -> list[tuple[str, str, str]]:
-    cells = sorted({tuple(map(str, k)) for k in wide.index.droplevel("query_id").unique()})
+    keys = wide.index.droplevel("query_id").unique()
+    cells = cast("list[tuple[str, str, str]]", sorted({tuple(map(str, k)) for k in keys}))
     return sorted(cells, key=lambda c: (c != primary, c))
 
 
@@ -343,7 +338,7 @@ def _contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: 
     delta = both[a].to_numpy() - both[b].to_numpy()
     clusters = both["doc_id"].to_numpy()
     boot = cluster_bootstrap(delta, clusters, n_boot, seed, alpha=alpha)
-    row = dict(mean_delta=float(delta.mean()), ci_low=boot.ci_low, ci_high=boot.ci_high, p=boot.p,
+    row: dict[str, Any] = dict(mean_delta=float(delta.mean()), ci_low=boot.ci_low, ci_high=boot.ci_high, p=boot.p,
                dz=cohens_dz(delta), n_queries=boot.n, n_docs=boot.n_clusters, mean_a=float(both[a].mean()),
                mean_b=float(both[b].mean()), note=note)
     if boot.n_clusters < 2:
@@ -381,7 +376,7 @@ def paired_deltas(scores: pd.DataFrame, queries: pd.DataFrame, condition_a: str,
 CONTRAST_COLUMNS = stages.columns("contrasts")
 
 
-def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
                     corpus: str) -> pd.DataFrame:
     """The contrasts of ``stats.contrasts`` in every cell of ``corpus`` present in ``scores`` (paper §4 and the
     statistics appendix; the primary cell's rows are Table 1).
@@ -396,7 +391,6 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: A
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
     "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``.
     """
-    stats_params = params_from(stats_params)
     contrasts = _contrast_spec(stats_params)
     primary = _primary(stats_params, strong)
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
@@ -453,7 +447,7 @@ def fit_mixedlm(values: np.ndarray, treated: np.ndarray, groups: np.ndarray, *, 
                 resid_var=float(result.scale), converged=bool(result.converged), note="; ".join(msgs))
 
 
-def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
                   corpus: str) -> pd.DataFrame:
     """The pre-registered secondary check: per contrast of the primary cell, a MixedLM
     ``score ~ condition + (1 | document)`` over the queries scored under both conditions (:func:`fit_mixedlm`;
@@ -464,7 +458,6 @@ def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
     Holm over the family for comparison with the bootstrap table. Empty (with the columns) when
     ``stats.mixedlm`` is false. A model that fails to fit gives a row of NaNs and the error in ``note``.
     """
-    stats_params = params_from(stats_params)
     if not stats_params.mixedlm:
         return pd.DataFrame(columns=MIXEDLM_COLUMNS)
     contrasts = _contrast_spec(stats_params)
@@ -478,10 +471,11 @@ def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
         block = None
     rows = []
     for name, (a, b) in contrasts.items():
-        row = dict(corpus=corpus, cell=cell_name(*primary), contrast=name, condition_a=a, condition_b=b,
+        row: dict[str, Any] = dict(corpus=corpus, cell=cell_name(*primary), contrast=name, condition_a=a, condition_b=b,
                    label="secondary (confirmatory family)")
         both, note = (None, f"skipped: primary cell {cell_name(*primary)} absent from scores") if block is None \
             else _pair(block, a, b)
+        fit: dict[str, Any]
         fit = dict(coef=nan, se=nan, z=nan, p=nan, ci_low=nan, ci_high=nan, group_var=nan, resid_var=nan,
                    converged=False, note=note)
         n_q = n_d = 0
@@ -524,7 +518,7 @@ def per_query_slopes(values: np.ndarray, depths: Sequence[float]) -> np.ndarray:
     return (y - y.mean(axis=1, keepdims=True)) @ xc / denom
 
 
-def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
                   corpus: str) -> pd.DataFrame:
     """Exploratory breadcrumb-depth dose-response (paper §6, "Breadcrumb depth dose-response"): per embedder ×
     reranker, the OLS slope of the primary metric (cov-nDCG@10) on injected heading-path depth 0..3
@@ -532,7 +526,6 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
     available level; CI and two-sided p from the document-clustered bootstrap of the per-query slopes
     (:func:`per_query_slopes`, :func:`cluster_bootstrap`). ``mean_d0..mean_d3`` are the per-level means over the
     same queries. A missing level is dropped (noted); fewer than two levels skip the cell (noted)."""
-    stats_params = params_from(stats_params)
     metric = _primary(stats_params, strong)[0]
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
     min_docs = int(stats_params.min_docs)
@@ -545,7 +538,7 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
         block = wide.xs((m, embedder, reranker), level=["metric", "embedder", "reranker"])
         present = [(c, d) for c, d in DEPTH_LADDER if c in block.columns and block[c].notna().any()]
         absent = [c for c, _ in DEPTH_LADDER if c not in dict(present)]
-        row = dict(corpus=corpus, cell=cell_name(m, embedder, reranker), metric=m, embedder=embedder,
+        row: dict[str, Any] = dict(corpus=corpus, cell=cell_name(m, embedder, reranker), metric=m, embedder=embedder,
                    reranker=reranker, slope=nan, ci_low=nan, ci_high=nan, p=nan, n_queries=0, n_docs=0,
                    levels=",".join(c for c, _ in present), **{f"mean_d{d}": nan for _, d in DEPTH_LADDER},
                    inference=False, label=EXPLORATORY, note=f"levels absent: {absent}" if absent else "")
@@ -578,12 +571,11 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any
 PER_TYPE_COLUMNS = stages.columns("per_type")
 
 
-def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
              corpus: str) -> pd.DataFrame:
     """Exploratory per-query-type cuts (paper §6, "Per-query-type cuts"): every contrast within each ``qtype`` of
     the queries table, in every cell of the primary metric (all embedders × rerankers). Statistics as in
     :func:`contrasts_table` but unadjusted (no Holm: these cuts are hypothesis-generating only)."""
-    stats_params = params_from(stats_params)
     contrasts = _contrast_spec(stats_params)
     primary = _primary(stats_params, strong)
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
@@ -609,14 +601,13 @@ def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, str
 MEANS_COLUMNS = stages.columns("condition_means")
 
 
-def condition_means(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str,
+def condition_means(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
                     corpus: str) -> pd.DataFrame:
     """Exploratory per-condition means for every metric × embedder × reranker (paper Table 2 and §6, including
     recall@50 per condition): ``mean`` and ``sd`` (ddof = 1) over the queries scored (non-NaN) under that
     condition, ``se_cluster`` = the cluster-robust SE of the mean over documents (:func:`cluster_se`), the query and
     document counts. Unpaired: each condition uses all of its own scored queries. ``primary_cell`` marks the rows
     of the primary cell (Table 2); every row is labelled exploratory, as in the paper."""
-    stats_params = params_from(stats_params)
     primary = _primary(stats_params, strong)
     s = prepare_scores(scores, queries, corpus).dropna(subset=["value"])
     keys = ["metric", "embedder", "reranker", "condition"]
@@ -651,12 +642,11 @@ def metric_rows(table: pd.DataFrame, key: str) -> pd.DataFrame:
     return table[table["metric"].astype(str).map(lambda n: design.is_metric(n, key))]
 
 
-def reranker_lift(condition_means: pd.DataFrame, stats_params: Any, strong: str) -> pd.DataFrame:
+def reranker_lift(condition_means: pd.DataFrame, stats_params: StatsParams, strong: str) -> pd.DataFrame:
     """Exploratory reranker lift (paper §6, "Reranking lifts all boats"): per condition and reranker other than
     ``none``, the mean of the primary metric on the primary embedder without a reranker (``none``), with it
     (``reranked``) and ``lift = reranked − none`` — a difference of the :func:`condition_means` rows, not a paired
     test. Rows in reranker, then paper condition order; empty when no reranked cell was scored."""
-    stats_params = params_from(stats_params)
     stages.check(condition_means, "condition_means", ["metric", "embedder", "reranker", "condition", "mean"],
                  "stats.reranker_lift")
     metric, embedder, _ = _primary(stats_params, strong)

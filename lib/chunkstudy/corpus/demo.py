@@ -140,7 +140,7 @@ def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs
             counts["dropped: no text evidence" if n_ev else "dropped: no evidence"] += 1
             continue
         spans = sorted(found)
-        rows.append({"query_id": qid, "doc_id": doc_id, "qtype": q.get("qtype"), "text": _norm(q.get("question")),
+        rows.append({"query_id": qid, "doc_id": doc_id, "qtype": q.get("qtype"), "text": _norm(q.get("question") or ""),
                      "spans": [list(s) for s in spans], "match_rules": [found[s] for s in spans],
                      "n_spans": len(spans), "answer": _norm(str(q.get("answer") or "")), "split": None,
                      "n_annotations": 1, "n_evidence": n_ev, "n_float_evidence": 0, "n_unmatched": n_miss,
@@ -185,9 +185,10 @@ def source_files(cfg: Config) -> list[tuple[str, Path]]:
     """``(role, path)`` of every file :func:`build` reads: ``demo:documents.yaml``, ``demo:questions.yaml`` and
     each ``demo:file`` that ``documents.yaml`` names (read for the names; a file outside the mirror is never
     listed, as the build never reads it)."""
-    if cfg.params("corpus").mirror is None:
+    named = cfg.params("corpus").mirror
+    if named is None:
         return []
-    mirror = cfg.resolve(cfg.params("corpus").mirror)
+    mirror = cfg.resolve(named)
     out = [(f"demo:{name}", mirror / name) for name in ("documents.yaml", "questions.yaml")
            if not (mirror / name).exists() or mirror.resolve() in (mirror / name).resolve().parents]
     try:

@@ -139,13 +139,14 @@ def document_files(cfg: Config, kind: str, extensions: tuple[str, ...],
 def source_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tuple[str, Path]]:
     """``(role, path)`` of every file a folder kind reads: each document (``<kind>:file``) and
     ``questions.jsonl``."""
-    if cfg.params("corpus").mirror is None:
+    named = cfg.params("corpus").mirror
+    if named is None:
         return []
     try:
         docs = document_files(cfg, kind, extensions)
     except CorpusInputError:
         docs = []  # a file named outside the folder: never read; the stage itself stops on it
-    folder = cfg.resolve(cfg.params("corpus").mirror)
+    folder = cfg.resolve(named)
     questions = folder / QUESTIONS_FILE
     inside = not questions.exists() or folder.resolve() in questions.resolve().parents
     return [(f"{kind}:file", p) for _, p in docs] + ([(QUESTIONS_FILE, questions)] if inside else [])
@@ -245,10 +246,10 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
         try:
             doc, paras, secs, report = parse(text, doc_id, rel)
         except RecursionError:  # a parser that recursed on nesting deeper than Python allows: name the file
-            e = CorpusInputError(f"{path}: nested too deeply to parse (RecursionError in the {kind} parser)")
+            deep = CorpusInputError(f"{path}: nested too deeply to parse (RecursionError in the {kind} parser)")
             if not c.allow_partial:
-                raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
-            warnings.append(f"{e}; skipped (corpus.allow_partial)")
+                raise CorpusInputError(f"{deep} (corpus.allow_partial: true builds without it)") from None
+            warnings.append(f"{deep}; skipped (corpus.allow_partial)")
             continue
         dropped.update(report.dropped)
         warnings.extend(f"{rel}: {p}" for p in report.problems)

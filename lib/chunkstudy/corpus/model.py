@@ -126,7 +126,8 @@ def sections_from_outline(doc_id: str, paras: pd.DataFrame, outline: Iterable[Ou
     preceding row with a smaller level. Offsets of empty sections sit at the start of the next paragraph.
     """
     paras = paras.sort_values("para_idx").reset_index(drop=True)
-    rows, stack = [], []  # stack of (level, section_id)
+    rows: list = []
+    stack: list = []  # stack of (level, section_id)
     for i, o in enumerate(outline):
         o = o if isinstance(o, Outline) else Outline(*o)
         sid = f"{doc_id}::s{i:03d}"
@@ -161,7 +162,8 @@ def verify_sections(sections: pd.DataFrame, paras: pd.DataFrame, text_len: int |
         out.append(f"last paragraph ends at {int(paras['end'].iat[-1])}, text length is {text_len}")
     if len(sections) == 0:
         return out + ["no sections"]
-    expected_first, stack = 0, []
+    expected_first = 0
+    stack: list = []
     for i, r in enumerate(sections.itertuples(index=False)):
         tag = f"section {i} ({r.title!r})"
         first, last, level = int(r.first_para), int(r.last_para), int(r.level)

@@ -64,13 +64,13 @@ import re
 import tarfile
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Iterable, cast
 
 import pandas as pd
 from rapidfuzz import fuzz, process
 
-from .. import config
 from ..config import Config
+from ..params import CorpusParams
 from .model import SECTION_COLUMNS, DocumentBuilder
 from .sources import CorpusInputError, kept_documents, listed_sources, source_paths
 
@@ -118,7 +118,8 @@ def read_qasper(paths: Iterable[str | Path], warnings: list[str] | None = None,
                     if not members:
                         raise ValueError("no qasper-*-v0.3.json inside")
                     for m in sorted(members, key=lambda m: m.name):
-                        add(_split_of(m.name), json.load(io.TextIOWrapper(tar.extractfile(m), "utf-8-sig")),
+                        add(_split_of(m.name), json.load(io.TextIOWrapper(cast(IO[bytes], tar.extractfile(m)),
+                                                                              "utf-8-sig")),
                             f"{path.name}:{m.name}")
             else:
                 add(_split_of(path.name), json.loads(path.read_text(encoding="utf-8-sig")), path.name)
@@ -432,14 +433,13 @@ def _merge_nested(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def build_qasper(papers: dict[str, tuple[str, dict]], params: Any, warnings: list[str] | None = None) -> dict:
+def build_qasper(papers: dict[str, tuple[str, dict]], params: CorpusParams, warnings: list[str] | None = None) -> dict:
     """Flatten and harvest papers (``read_qasper`` output) into the 01_corpus tables and the funnel.
 
     ``params`` is the ``corpus`` section (fuzzy_threshold, drop_numeric_only, max_docs). Papers are processed in
     sorted id order; ``max_docs`` keeps the first N or a seeded sample of N (:func:`kept_documents`). A paper
     without ``full_text`` warns and is skipped.
     """
-    params = config.record("corpus", params)  # the corpus record; a mapping is validated into one
     warnings = [] if warnings is None else warnings
     ids = kept_documents(sorted(papers), params.max_docs, params.max_docs_from, params.seed)
     docs, paras_l, secs_l, rows = [], [], [], []

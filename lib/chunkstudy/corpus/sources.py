@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, cast
 from urllib.parse import urlparse
 
 from .. import artifacts
@@ -41,7 +41,10 @@ def existing_mirror(cfg: Config) -> Path:
     """``corpus.mirror`` resolved, after checking that it is a folder: a mirror that does not exist raises
     :class:`CorpusInputError` naming the parameter file, the key and the path (it used to surface as "has no
     documents", naming neither)."""
-    folder = cfg.resolve(cfg.params("corpus").mirror)
+    mirror = cfg.params("corpus").mirror
+    if mirror is None:
+        raise CorpusInputError(f"{cfg.path}: corpus.mirror is null: there is no mirror folder to read")
+    folder = cfg.resolve(mirror)
     if not folder.exists():
         raise CorpusInputError(f"{cfg.path}: corpus.mirror: the folder {folder} does not exist (corpus.mirror: "
                                f"{cfg.params('corpus').mirror!r}, relative to the parameter file's folder)")
@@ -56,7 +59,7 @@ def source_paths(cfg: Config, session=None) -> list[Path]:
     c = cfg.params("corpus")
     if c.mirror is not None:
         root = existing_mirror(cfg)
-        paths = cfg.resolve_param("corpus.sources")
+        paths = cast("list[Path]", cfg.resolve_param("corpus.sources"))  # a list parameter: a list of paths
         missing = [str(p) for p in paths if not p.exists()]
         if missing:
             raise FileNotFoundError(f"{cfg.path.name}: corpus.sources not found in mirror {root}: {missing}")
@@ -80,7 +83,8 @@ def listed_sources(cfg: Config) -> list[tuple[str, Path]]:
     yet)."""
     c = cfg.params("corpus")
     if c.sources:
-        return [("corpus.sources", p) for p in cfg.resolve_param("corpus.sources", downloads(cfg))]
+        paths = cast("list[Path]", cfg.resolve_param("corpus.sources", downloads(cfg)))
+        return [("corpus.sources", p) for p in paths]
     if c.mirror is None:
         return [("corpus.sources", downloads(cfg) / Path(urlparse(u).path).name) for u in c.fetch_urls]
     return []

@@ -36,7 +36,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, cast
 
 import pandas as pd
 
@@ -223,7 +223,7 @@ class ApiClient:
     (:func:`check_user_agent`).
     """
 
-    session: object
+    session: Any
     endpoint: str
     cache_dir: Path
     rate_limit_s: float = 1.0
@@ -286,7 +286,7 @@ def query_pages(client: ApiClient, params: dict) -> dict:
     without one) and each page's ``revisions`` and ``categories`` are the union over the replies, in order.
     """
     pages: dict = {}
-    out = {"pages": pages, "normalized": {}, "redirects": {}, "badrevids": set()}
+    out: dict[str, Any] = {"pages": pages, "normalized": {}, "redirects": {}, "badrevids": set()}
     for data in query_continued(client, params):
         q = data.get("query") or {}
         for n in q.get("normalized") or []:
@@ -501,7 +501,7 @@ def seeded_walk(candidates: pd.DataFrame, seed: int, max_per_bucket: int, target
     order = walk_order(candidates["doc_id"].tolist(), seed)
     by_id = candidates.set_index("doc_id")
     counts: Counter = Counter()
-    keep = []
+    keep: list = []
     for doc_id in order:
         if len(keep) >= target:
             break
@@ -741,7 +741,7 @@ def source_files(cfg: Config) -> list[tuple[str, Path]]:
     if c.featured_list and c.featured_list != "api":
         out.append(("corpus.featured_list", resolve_in_mirror(cfg, c.featured_list)))
     if c.api_revisions:
-        out.append(("corpus.api_revisions", cfg.resolve_param("corpus.api_revisions")))
+        out.append(("corpus.api_revisions", cast(Path, cfg.resolve_param("corpus.api_revisions"))))
     return out
 
 
@@ -776,7 +776,7 @@ def _build(cfg: Config, session, warnings: list[str]) -> dict:
                            c.api_rate_limit_s, user_agent=c.api_user_agent or "")
     featured = listed = None
     if c.featured_list == "api":
-        listed = featured_ids_from_api(client, progress=True)
+        listed = featured_ids_from_api(cast(ApiClient, client), progress=True)
     elif c.featured_list:
         listed = featured_ids_from_tsv(read_text(resolve_in_mirror(cfg, c.featured_list)))
     if listed is not None:
@@ -789,7 +789,7 @@ def _build(cfg: Config, session, warnings: list[str]) -> dict:
     fetched: list[dict] = []
 
     def fetch(names: list[str], ids: dict | None = None) -> list[dict]:
-        got = fetch_api_pages(names, client, pins, warnings, page_ids=ids, batch_size=c.api_batch_size)
+        got = fetch_api_pages(names, cast(ApiClient, client), pins, warnings, page_ids=ids, batch_size=c.api_batch_size)
         fetched.extend({k: p[k] for k in ("title", "revision", "page_id")} for p in got)
         return got
 

@@ -4,7 +4,7 @@ every salient-term title, the legal-level rule, the log row and the error type."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import AbstractSet, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -75,7 +75,7 @@ class _Lexicon:
     def rows(self, doc_id: str, lo: int, hi: int):
         return self.matrix[[self.row_of[(doc_id, i)] for i in range(lo, hi)]]
 
-    def terms(self, doc_id: str, lo: int, hi: int, k: int, exclude: set[str] = frozenset()) -> list[str]:
+    def terms(self, doc_id: str, lo: int, hi: int, k: int, exclude: AbstractSet[str] = frozenset()) -> list[str]:
         """The ``k`` highest summed tf-idf terms of paragraphs ``lo..hi-1`` (ties by term), minus ``exclude``."""
         if hi <= lo or k <= 0 or self.matrix.shape[1] == 0:
             return []
@@ -93,7 +93,7 @@ def _fit_lexicon(docs: list[_Doc]) -> _Lexicon:
     return _Lexicon.fit([t for d in docs for t in d.texts], [(d.doc_id, i) for d in docs for i in range(len(d.texts))])
 
 
-def _legal_levels(levels: list[int | None], max_level: int) -> list[int]:
+def _legal_levels(levels: Sequence[int | None], max_level: int) -> list[int]:
     """Levels made legal: the first is 1, each lies in ``1..max_level`` and is at most one deeper than the
     previous; a missing level (``None``) repeats the previous one."""
     out, prev = [], 0

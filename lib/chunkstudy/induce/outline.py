@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..corpus import model as docmodel
 from ..corpus.model import Outline
+from ..params import InduceParams
 from .common import InductionError, _Doc, _Lexicon, _legal_levels, _log_row, _title
 
 
@@ -275,17 +276,16 @@ def outline_reply(sections: pd.DataFrame, lo: int = 0, hi: int | None = None) ->
     return json.dumps({"sections": items}, ensure_ascii=False, indent=4)
 
 
-def reply_plan(documents: pd.DataFrame, paragraphs: pd.DataFrame, induce_params: Any, context_tokens: int,
+def reply_plan(documents: pd.DataFrame, paragraphs: pd.DataFrame, induce_params: InduceParams, context_tokens: int,
                sections: pd.DataFrame | None = None) -> pd.DataFrame:
     """The induction calls :func:`induce_structure` makes (``method: llm``), one row per window: ``doc_id, lo, hi,
     n_paragraphs, prompt_tokens, reply_budget`` (:func:`window_plan`). With ``sections`` (the gold outline) each
     window also gets the reply a model reproducing that outline would write: ``n_sections``,
     ``expected_reply_tokens`` (:func:`outline_reply`'s characters / :data:`OUTLINE_CHARS_PER_TOKEN`, rounded up)
     and ``over_budget`` (expected > budget: that reply would be cut at the first try)."""
-    from .. import config
     from .common import _docs
 
-    p = config.record("induce", induce_params)
+    p = induce_params
     by_doc = dict(tuple(sections.groupby(sections["doc_id"].astype(str), sort=False))) if sections is not None else {}
     rows = []
     for d in _docs(documents, paragraphs):
@@ -393,6 +393,7 @@ def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
             lo, hi = st["lo"], st["hi"]
             m = hi - lo
             title_fn = lambda s, e, lo=lo: _title(lex.terms(d.doc_id, lo + s, lo + e + 1, p.title_terms))  # noqa: E731
+            local: list[Outline] | None
             if not st["violations"]:
                 local = [Outline(it["title"], it["level"], it["first_paragraph"], it["last_paragraph"])
                          for it in st["items"]]
@@ -408,8 +409,8 @@ def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
                     local = [Outline(d.title, 1, 0, m - 1)]
                     st_status = "failed"
                     fixed.add("fallback")
-            outline += [Outline(o.title, o.level, o.first_para + lo, o.last_para + lo) for o in local]
-            status = max(status, st_status, key=rank.get)
+            outline += [Outline(o.title, o.level, o.first_para + lo, o.last_para + lo) for o in local or ()]
+            status = max(status, st_status, key=rank.__getitem__)
         secs = docmodel.sections_from_outline(d.doc_id, d.paras, outline, len(d.text))
         v = docmodel.verify_sections(secs, d.paras, len(d.text), max_level)
         if v:

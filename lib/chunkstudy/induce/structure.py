@@ -9,17 +9,14 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import config
 from ..corpus import model as docmodel
+from ..params import InduceParams
 from .common import LOG_COLUMNS, InductionError, _docs, _fit_lexicon
 from .outline import _llm
 from .texttiling import _texttiling
 
-#: The validated ``induce`` section (generated from :data:`chunkstudy.config.SCHEMA`).
-InduceParams = config.record_type("induce")
 
-
-def induce_structure(documents: pd.DataFrame, paragraphs: pd.DataFrame, induce_params: Mapping[str, Any] | InduceParams,
+def induce_structure(documents: pd.DataFrame, paragraphs: pd.DataFrame, induce_params: InduceParams,
                      client=None, embed: Callable[[list[str]], np.ndarray] | None = None
                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Induce an outline for every document; return ``(sections_induced, induction_log)``.
@@ -30,12 +27,11 @@ def induce_structure(documents: pd.DataFrame, paragraphs: pd.DataFrame, induce_p
     rounds (model calls per window, max over windows), n_windows, n_sections, fixed_by, n_violations and
     violations (of the first reply, JSON list, first 20), error, model``.
 
-    ``induce_params`` is ``cfg.params("induce")`` or its record (:data:`InduceParams`; a key left out takes the
-    schema's default, every value is checked). ``method: llm`` needs ``client`` (:func:`llm.make_client`);
+    ``induce_params`` is the ``induce`` record, ``cfg.params("induce")``. ``method: llm`` needs ``client`` (:func:`llm.make_client`);
     ``method: texttiling`` ignores it and uses ``embed(texts) -> vectors`` for gap scores when given (else
     tf-idf). Inputs are not modified.
     """
-    p = config.record("induce", induce_params)
+    p = induce_params
     docs = _docs(documents, paragraphs)
     lex = _fit_lexicon(docs)
     if p.method == "texttiling":

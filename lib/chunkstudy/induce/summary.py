@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from .. import config
+from ..params import ContextsParams, InduceParams, LLMParams
 
 
 def span_identity(induced: pd.DataFrame, gold: pd.DataFrame) -> float:
@@ -36,7 +36,7 @@ def induction_stats(sections_induced: pd.DataFrame, log: pd.DataFrame, sections_
     ``parsed_never``, and the calls whose reply was cut at its budget (``cut``), finished with a larger one
     (``cut_resolved``) or failed cut (``cut_failed``); ``max_reply_budget`` is the largest first-round budget."""
     st = log["status"].value_counts()
-    out = {
+    out: dict[str, Any] = {
         "n_docs": int(len(log)),
         "ok": int(st.get("ok", 0)), "repaired": int(st.get("repaired", 0)), "failed": int(st.get("failed", 0)),
         "method": ",".join(sorted(set(log["method"]))) if "method" in log else "",
@@ -90,14 +90,12 @@ def outlines_side_by_side(gold: pd.DataFrame, induced: pd.DataFrame, doc_id: str
                          "induced paragraphs": i["paragraphs"]})
 
 
-def model_note(llm_params: Mapping[str, Any] | Any, induce_params: Mapping[str, Any] | Any,
-               contexts_params: Mapping[str, Any] | Any) -> str:
+def model_note(llm_params: LLMParams, induce_params: InduceParams, contexts_params: ContextsParams) -> str:
     """A plain statement of what produced induced structure and A1 contexts, and whether that is the study's
     class of model (``llm.capable``); reports print it above their numbers. Each argument is its section
     (``cfg.params("llm")``, ``cfg.params("induce")``, ``cfg.params("contexts")``) or its record; a key left out
     takes the schema's default."""
-    lp, ip, cp = (config.record(s, v) for s, v in (("llm", llm_params), ("induce", induce_params),
-                                                   ("contexts", contexts_params)))
+    lp, ip, cp = llm_params, induce_params, contexts_params
     parts = []
     model = f"{lp.backend} model {lp.model or '(none)'}"
     below = not lp.capable

@@ -74,7 +74,8 @@ def _subtree_end(starts: list[int], levels: list[int], i: int, n: int) -> int:
 def titled_outline(doc_id: str, starts: list[int], levels: list[int], n: int, lex: _Lexicon,
                    k: int) -> list[Outline]:
     """Sections from starts and levels, titled by the salient terms of each subtree minus its ancestors'."""
-    out, anc = [], []  # anc: stack of (level, set of title terms)
+    out: list = []
+    anc: list = []  # stack of (level, set of title terms)
     for i, (s, lv) in enumerate(zip(starts, levels)):
         e = (starts[i + 1] if i + 1 < len(starts) else n) - 1
         while anc and anc[-1][0] >= lv:

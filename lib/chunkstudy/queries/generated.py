@@ -9,7 +9,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import config, leakage, paper
+from .. import leakage, paper
+from ..params import QueriesParams, QueriesTargetsParams
 from .common import QTYPES, QUERY_COLUMNS, _funnel_rows, _jsonable, _score_stats, _spans
 from .prompts import (PARAPHRASE, PROMPTS, QUERY_SCHEMA, generation_messages, names_title, paraphrase_messages,
                       parse_query, reply_shape, template_hash)
@@ -50,7 +51,7 @@ def _filter_round(row: dict, rep, params, text_key: str, round_key: str, error_s
     return v["passed"]
 
 
-def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str, Any], client,
+def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: QueriesParams, client,
              request_factory: Callable[..., Any] | None = None) -> pd.DataFrame:
     """Run generation → filter → paraphrase → filter over span samples; one row per sample (the log).
 
@@ -64,7 +65,6 @@ def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str
     """
     from .. import llm
 
-    params = config.record("queries", params)
     make = request_factory or llm.Request
     docs = documents.assign(doc_id=documents["doc_id"].astype(str)).set_index("doc_id")
     max_tokens, max_chars = params.gen_reply_tokens, params.prompt_max_chars
@@ -99,14 +99,13 @@ def generate(samples: pd.DataFrame, documents: pd.DataFrame, params: Mapping[str
     return pd.DataFrame([{c: r.get(c) for c in cols} for r in rows], columns=cols)
 
 
-def balance(kept: pd.DataFrame, targets: Mapping[str, int] | Any, seed: int) -> pd.DataFrame:
+def balance(kept: pd.DataFrame, targets: QueriesTargetsParams, seed: int) -> pd.DataFrame:
     """At most ``targets[qtype]`` rows per type by a seeded round-robin over documents (see module doc).
-    ``targets``: ``queries.targets`` or its record (a type left out takes the schema's target).
+    ``targets``: the ``queries.targets`` record.
 
     Deterministic for a given seed and independent of the input row order: documents and each document's rows
     are sorted by id before the seeded shuffles.
     """
-    targets = config.record("queries.targets", targets)
     picked = []
     for t_i, qtype in enumerate(sorted(kept["qtype"].unique())):
         target = int(getattr(targets, qtype))
@@ -164,12 +163,11 @@ def reply_counts(log: pd.DataFrame) -> dict:
 
 
 def from_generated(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame,
-                   params: Mapping[str, Any], client) -> dict:
+                   params: QueriesParams, client) -> dict:
     """The generated path end to end; returns ``dict(queries, funnel, summary, log)``.
 
     With ``queries.max_docs`` set, only a seeded sample of that many documents gets queries (:func:`pick_docs`).
     """
-    params = config.record("queries", params)
     n_corpus = len(documents)
     documents = pick_docs(documents, params.max_docs, params.seed)
     samples = sample_spans(documents, paragraphs, sections_gold, params)

@@ -8,20 +8,20 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from .. import config, leakage
+from .. import leakage
+from ..params import QueriesParams
 from .common import QUERY_COLUMNS, _funnel_rows, _jsonable, _score_stats, _spans
 
 
 HARVEST_STEPS = ("harvested", "with gold spans", "finals")
 
 
-def from_harvested(documents: pd.DataFrame, harvested: pd.DataFrame, params: Mapping[str, Any]) -> dict:
+def from_harvested(documents: pd.DataFrame, harvested: pd.DataFrame, params: QueriesParams) -> dict:
     """The harvested path: questions with gold spans from 01 become ``queries`` (same schema).
 
     Rows without spans are dropped (counted in the funnel); spans outside their document raise. Leakage scores
     are computed as description only. Extra columns of ``harvested`` go into ``provenance``.
     """
-    params = config.record("queries", params)
     texts = dict(zip(documents["doc_id"].astype(str), documents["text"]))
     base = {"query_id", "doc_id", "qtype", "text", "spans"}
     extra = [c for c in harvested.columns if c not in base]

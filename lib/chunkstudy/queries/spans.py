@@ -11,7 +11,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import config, leakage
+from .. import leakage
+from ..params import QueriesParams
 from ..corpus import model as docmodel
 
 
@@ -99,13 +100,13 @@ def sentence_runs(text: str, paragraphs: pd.DataFrame, sections: pd.DataFrame, n
 
 
 def sample_doc_spans(doc_id: str, text: str, paragraphs: pd.DataFrame, sections: pd.DataFrame,
-                     params: Mapping[str, Any]) -> list[dict]:
+                     params: QueriesParams) -> list[dict]:
     """Span samples of one document (see module doc): ``{query_id, doc_id, qtype, spans, top_level}`` rows.
 
     ``query_id`` is ``<doc_id>::<qtype><nn>``; ``spans`` are sorted ``[start, end]`` pairs; ``top_level`` the
     top-level section id of each span. ``params``: the ``queries`` section or its record.
     """
-    p = config.record("queries", params)
+    p = params
     per_doc, min_words = p.per_doc, p.min_span_words
     rng = _doc_rng(p.seed, doc_id)
     runs = sentence_runs(text, paragraphs, sections, p.factoid_span_sentences, min_words)
@@ -158,10 +159,9 @@ def sample_doc_spans(doc_id: str, text: str, paragraphs: pd.DataFrame, sections:
 
 
 def sample_spans(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame,
-                 params: Mapping[str, Any]) -> pd.DataFrame:
+                 params: QueriesParams) -> pd.DataFrame:
     """Span samples for every document (columns :data:`SAMPLE_COLUMNS`), documents in table order; ``params``:
     the ``queries`` section or its record."""
-    params = config.record("queries", params)
     paras_by = {str(d): g for d, g in paragraphs.groupby(paragraphs["doc_id"].astype(str), sort=False)}
     secs_by = {str(d): g for d, g in sections_gold.groupby(sections_gold["doc_id"].astype(str), sort=False)}
     rows = []

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import config
+from ..params import LLMParams, QueriesParams
 from .common import _cut, _spans
 from .generated import from_generated
 from .harvest import from_harvested
@@ -19,14 +19,14 @@ class QueriesError(ValueError):
 
 
 def build_queries(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame,
-                  harvested: pd.DataFrame | None, queries_params: Mapping[str, Any], client=None,
+                  harvested: pd.DataFrame | None, queries_params: QueriesParams, client=None,
                   where: str = "") -> dict:
     """The 03_queries stage: ``dict(queries=DataFrame, funnel=DataFrame, summary=dict)`` (+ ``log`` when
     generated). ``queries_params`` is the ``queries`` parameter section; ``client`` an :mod:`llm` client
     (needed only for ``source: generated``); ``where`` names the corpus in errors. No usable query at all
     raises :class:`QueriesError` with the funnel's counts: 03 is the stage that knows (04 would embed every chunk
     and 05 fail on an empty query table)."""
-    p = config.record("queries", queries_params)
+    p = queries_params
     source = p.source
     if source == "harvested":
         if harvested is None:
@@ -68,7 +68,7 @@ def inputs_overview(corpus: str, source: str, documents: pd.DataFrame, harvested
             "harvested": None if harvested is None else len(harvested)}
 
 
-def client_for(source: str, llm_params: Mapping[str, Any], cache_dir) -> Any:
+def client_for(source: str, llm_params: LLMParams, cache_dir) -> Any:
     """The cached LLM client generated queries need (:func:`chunkstudy.llm.make_client`); None for harvested
     queries, which call no model."""
     from .. import llm
@@ -76,7 +76,7 @@ def client_for(source: str, llm_params: Mapping[str, Any], cache_dir) -> Any:
     return llm.make_client(llm_params, cache_dir) if source == "generated" else None
 
 
-def funnel_facts(summary: Mapping[str, Any], llm_params: Mapping[str, Any], source: str, client: Any) -> dict:
+def funnel_facts(summary: Mapping[str, Any], llm_params: LLMParams, source: str, client: Any) -> dict:
     """03's ``funnel.json``: the funnel summary of :func:`build_queries`, the capability note and, when a model
     wrote the queries, what it was (:func:`chunkstudy.llm.describe`)."""
     from .. import llm
@@ -85,11 +85,11 @@ def funnel_facts(summary: Mapping[str, Any], llm_params: Mapping[str, Any], sour
             "llm": llm.describe(client) if client is not None else None}
 
 
-def capability_note(llm_params: Mapping[str, Any], source: str) -> str:
+def capability_note(llm_params: LLMParams, source: str) -> str:
     """One plain sentence on what the queries can support, for the notebook and the reports."""
     if source == "harvested":
         return "Queries are harvested human-written questions with gold evidence: no language model wrote them."
-    lp = config.record("llm", llm_params)
+    lp = llm_params
     model = lp.model or lp.backend
     if lp.gguf_file:
         model = f"{model} ({lp.gguf_file})"

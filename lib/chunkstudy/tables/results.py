@@ -75,6 +75,7 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     })
     cell = str(d["cell"].iat[0]) if "cell" in d else "primary cell"
     b = d["n_boot"].iat[0] if "n_boot" in d else None
+    notes: tuple[str, ...]
     notes = (f"Confirmatory family, primary cell {cell}. \u0394 = mean of paired per-query deltas A \u2212 B; "
              f"95% percentile CI and two-sided p from a document-clustered bootstrap"
              f"{f' ({fmt_int(b)} resamples)' if b is not None and not _missing(b) else ''}; "
@@ -169,7 +170,7 @@ def dose_response(dose: pd.DataFrame) -> Table:
     display["95% CI"] = gated([fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])], ok)
     display["p"] = gated([fmt_p(p, b) for p, b in zip(data["p"], nb)], ok)
     metric = str(data["metric"].iat[0]) if "metric" in data and len(data) else design.PRIMARY_METRIC.key
-    notes = ("Exploratory, outside the pre-registered family.",)
+    notes: tuple[str, ...] = ("Exploratory, outside the pre-registered family.",)
     if "note" in data:
         notes += row_notes([f"{e} / {r}" for e, r in zip(data["embedder"], data["reranker"])], data["note"])
     return Table("exploratory_dose_response", f"Exploratory: breadcrumb-depth dose-response ({metric})", data,
@@ -226,7 +227,7 @@ def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str,
                             "95% CI": gated([fmt_ci(lo, hi) for lo, hi in zip(data["ci_low"], data["ci_high"])], ok),
                             "p (unadjusted)": gated(data["p"].map(fmt_p), ok),
                             "Queries": data["n_queries"].map(fmt_int) if "n_queries" in data else DASH})
-    notes = ("Hypothesis-generating only; no multiplicity adjustment.",)
+    notes: tuple[str, ...] = ("Hypothesis-generating only; no multiplicity adjustment.",)
     notes += tuple(f"{PLACEBO_MARK} {c}: {why}." for c, why in marks.items() if c in set(data["contrast"].astype(str)))
     if "note" in data:
         notes += row_notes([f"{c} ({t})" for c, t in zip(data["contrast"], data["qtype"])], data["note"])
@@ -268,6 +269,7 @@ def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:
     })
     n_obs = int(data["n_docs_observed"].iat[0])
     nb = first["n_boot"]
+    notes: tuple[str, ...]
     notes = (f"Planning, not confirmatory. Simulated studies of N documents drawn with replacement from this "
              f"corpus's {fmt_int(n_obs)} documents (each with its queries' deltas of all four contrasts); per study "
              f"the document-clustered bootstrap ({fmt_int(nb)} resamples) and Holm across the four at alpha "
