@@ -175,6 +175,31 @@ def _embedder_spec() -> dict:
     }
 
 
+def _extra_condition_spec() -> dict:
+    """One user condition (``conditions.extra.<NAME>``; :mod:`chunkstudy.extra_conditions`)."""
+    return {
+        "chunker": P("", (str,), doc="'chonkie:RecursiveChunker', 'chonkie:SentenceChunker', 'chonkie:SemanticChunker', "
+                                   "'semchunk', 'langchain:<TextSplitter class>', 'package.module:function' or "
+                                   "'file.py:function' (relative to this file); see chunkstudy.chunkers"),
+        "options": P({}, (dict,), doc="keyword arguments of the chunker (sizes in chunking.tokenizer tokens for "
+                                      "chonkie and semchunk)"),
+        "prefix": P("none", (str,), design.EXTRA_PREFIXES,
+                    doc="none, title ([Title]), path (the real heading path of the section the chunk starts in) or "
+                        "placebo (a real path of the same depth from another document)"),
+        "depth": P(None, (int,), nullable=True, ge=1, doc="heading levels a path/placebo prefix keeps; null = the "
+                                                          "deepest of chunking.depths"),
+        "outline": P("induced", (str,), tuple(design.EXTRA_OUTLINES),
+                     doc="the outline heading paths come from: induced (as A3) or gold (as G3)"),
+        "size_matched_twin": P(False, (bool,), doc="also build <NAME>-fixed: fixed windows size-matched per document "
+                                                   "to this condition's mean content tokens (the A0 rule)"),
+        "overlap": P(False, (bool,), doc="the chunker's chunks may overlap (otherwise an overlap stops 04)"),
+        "unaligned": P("error", (str,), ("error", "warn"),
+                       doc="text the chunker drops or rewrites: stop 04 naming the document, or count and warn"),
+        "embedder": P(None, (str,), nullable=True,
+                      doc="chonkie:SemanticChunker: the embedder key it embeds with; null = embed.strong"),
+    }
+
+
 #: The corpus kinds (``corpus.kind``): one entry point each in :mod:`chunkstudy.corpus.build`'s registry, which
 #: checks on import that it serves exactly these (config stays below corpus/ in the import order).
 CORPUS_KINDS = ("demo", "wikipedia", "qasper", "markdown", "html")
@@ -450,7 +475,23 @@ SCHEMA: dict[str, Any] = {
                             doc="params file of the other corpus (relative to this file) whose 07_stats contrasts "
                                 "the replication table sets beside this corpus's; null = none"),
     },
+    "conditions": {
+        "extra": {"*": _extra_condition_spec()},
+    },
+    "contrasts": {
+        "extra": P({}, (dict,), doc="user contrasts NAME: [condition A, condition B] over the paper's conditions "
+                                    "and conditions.extra (twins too): an exploratory family, Holm-corrected apart "
+                                    "from the confirmatory stats.contrasts"),
+    },
 }
+
+#: Chunkers that embed while they cut (their ``embedder`` resolves to ``embed.strong`` when the file loads, so the
+#: digest of 04 names it).
+EMBEDDING_CHUNKERS = ("chonkie:SemanticChunker",)
+
+#: Sections a run may leave out, with the value that means "not used": a digest leaves such a section out while it
+#: holds exactly that value, so adding these features changed no existing run's stage digests.
+OPTIONAL_SECTIONS: dict[str, dict] = {"conditions": {"extra": {}}, "contrasts": {"extra": {}}}
 
 
 #: Keys a parameter file may no longer state, and the key that took each one's place: ``max_tokens`` meant four
@@ -552,6 +593,44 @@ def _power_can_reject(d: dict) -> str | None:
             f"2·{m}/({b} + 1) = {2 * m / (b + 1):.3g}, not below stats.alpha {alpha:g}; use at least {need}")
 
 
+def _extra_conditions(d: dict) -> str | None:
+    """User conditions: a chunker is named; no name (or twin name) clashes with a paper condition or another user
+    condition; a depth only where a heading path is cut; the semantic chunker's embedder is declared."""
+    taken = {c: "a paper condition" for c in design.CONDITION_NAMES}
+    for name, spec in d["conditions"]["extra"].items():
+        if not spec["chunker"]:
+            return f"{name}.chunker is empty; name a chunker (e.g. 'semchunk', 'chonkie:SemanticChunker', " \
+                   "'mypackage.mymodule:chunk')"
+        if spec["depth"] is not None and spec["prefix"] in ("none", "title"):
+            return f"{name}.depth: a {spec['prefix']!r} prefix has no heading path to cut; leave depth out"
+        embedders = list(d["embed"]["embedders"])
+        if spec["embedder"] is not None and embedders and spec["embedder"] not in embedders:
+            return f"{name}.embedder: {spec['embedder']!r} is not one of the keys of embed.embedders: {embedders}"
+        for n in design.extra_condition_names({name: spec}):
+            if n in taken:
+                return f"{name}: the name {n!r} is already {taken[n]}; choose another"
+            taken[n] = f"a condition of conditions.extra ({name})"
+    return None
+
+
+def _extra_contrasts(d: dict) -> str | None:
+    """User contrasts: ``NAME: [A, B]`` of two different conditions that the run builds (chunking.conditions and
+    conditions.extra with twins), named apart from stats.contrasts."""
+    conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
+    for name, pair in d["contrasts"]["extra"].items():
+        if not is_name(str(name)):
+            return f"{name!r} is not a plain name (a letter or digit, then letters, digits, '.', '_' or '-')"
+        if name in d["stats"]["contrasts"]:
+            return f"{name}: the name is a contrast of stats.contrasts (the confirmatory family); choose another"
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(c, str) for c in pair)
+                and pair[0] != pair[1]):
+            return f"{name}: expected [condition A, condition B] of two different conditions, got {pair!r}"
+        missing = [c for c in pair if c not in conds]
+        if missing:
+            return f"{name}: {missing[0]!r} is not a condition of this run; conditions: {conds}"
+    return None
+
+
 #: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
 RULES: tuple[Rule, ...] = (
     less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
@@ -564,6 +643,8 @@ RULES: tuple[Rule, ...] = (
     one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
     Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions"),
     Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
+    Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
+    Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
 )
 
 
@@ -636,8 +717,10 @@ class Config:
         return out if isinstance(value, list) else out[0]
 
     def digest(self, sections: tuple[str, ...] | None = None) -> str:
-        """Digest of the given sections or dotted keys (``"corpus.kind"``); all sections when None."""
-        part = self.values(sections or tuple(self.data))
+        """Digest of the given sections or dotted keys (``"corpus.kind"``); all sections when None. An optional
+        section at its unused value (:data:`OPTIONAL_SECTIONS`) is left out."""
+        part = {k: v for k, v in self.values(sections or tuple(self.data)).items()
+                if not (k in OPTIONAL_SECTIONS and v == OPTIONAL_SECTIONS[k])}
         return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def values(self, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -878,6 +961,9 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
                               "name to use instead; state corpus.name")
         raw["corpus"] = {**(corpus or {}), "name": path.stem}
     data = _validate(SCHEMA, raw, "", path)
+    for spec in data["conditions"]["extra"].values():  # the semantic chunker embeds with embed.strong by default
+        if spec["embedder"] is None and spec["chunker"] in EMBEDDING_CHUNKERS:
+            spec["embedder"] = data["embed"]["strong"]
     check_rules(data, path)
     if root is None and os.environ.get("CHUNKSTUDY_ROOT"):
         root = os.environ["CHUNKSTUDY_ROOT"]  # set by the runner for the notebooks it executes
