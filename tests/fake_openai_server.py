@@ -1,7 +1,8 @@
 """A minimal OpenAI-compatible chat-completions server for the HTTP tests (127.0.0.1 only, standard library).
 
 Run as ``python tests/fake_openai_server.py``: it binds an ephemeral port (or ``--port``) on 127.0.0.1, prints ``PORT <n>`` on
-stdout and serves until killed (or ``--lifetime`` seconds, a safety bound). Behaviour is chosen by the last
+stdout and serves until killed (or ``--lifetime`` seconds, a safety bound; with ``--until-stdin-closes``, also until
+its standard input closes, so a test can hold it for as long as it runs). Behaviour is chosen by the last
 user message, so one server covers the cases the tests need:
 
 * ``echo:<text>``   reply ``<text>``;
@@ -9,6 +10,8 @@ user message, so one server covers the cases the tests need:
                     the schema's required keys with type-correct dummy values and the request's ``seed``);
 * ``flaky:<id>``    HTTP 500 on the first request for ``<id>``, then ``ok <id>``;
 * ``slow:<secs>[:<id>]``  sleep ``<secs>`` seconds, then reply ``slow done``;
+* ``gather:<n>[:<id>]``  wait until ``n`` chat requests have been in flight at once (at most a minute), then reply
+                    ``gathered``: concurrency tests read ``max_inflight`` without depending on speed;
 * ``bad``           HTTP 400;
 * ``empty`` / ``none``  a reply whose content is ``""`` / ``null``;
 * ``retry-after:<id>``  HTTP 429 with ``Retry-After: 1`` on the first request for ``<id>``, then ``ok <id>``;
@@ -43,6 +46,18 @@ STATE = {"requests": 0, "seen": {}, "auth": [], "inflight": 0, "max_inflight": 0
          "max_tokens": {}, "held": 0}
 LOCK = threading.Lock()
 RELEASE = threading.Event()  # hold:<id> requests wait on it
+#: notified whenever a request enters: ``gather:<n>`` requests wait on it
+ENTERED = threading.Condition(LOCK)
+#: how long a ``gather:<n>`` request waits for the overlap at most: a client that never overlaps its requests then
+#: fails its test slowly instead of hanging; one that overlaps them is released the moment they overlap
+GATHER_BOUND_S = 60.0
+
+
+def gather(cond: threading.Condition, state: dict, key: str, n: int) -> None:
+    """Hold a request until ``state[key]`` (the most requests in flight at once so far) reaches ``n``: concurrency
+    shown by an event, not by a sleep that must outlast the client's dispatch on a loaded machine."""
+    with cond:
+        cond.wait_for(lambda: state[key] >= n, timeout=GATHER_BOUND_S)
 
 
 def _common(a: str, b: str) -> int:
@@ -121,6 +136,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             STATE["inflight"] += 1
             STATE["max_inflight"] = max(STATE["max_inflight"], STATE["inflight"])
+            ENTERED.notify_all()
         try:
             self._chat(req)
         finally:
@@ -154,6 +170,9 @@ class Handler(BaseHTTPRequestHandler):
         elif last.startswith("slow:"):
             time.sleep(float(last.split(":")[1]))  # slow:<secs>[:<id>]
             text = "slow done"
+        elif last.startswith("gather:"):
+            gather(ENTERED, STATE, "max_inflight", int(last.split(":")[1]))  # gather:<n>[:<id>]
+            text = "gathered"
         elif last == "json":
             rf = req.get("response_format") or {}
             schema = (rf.get("json_schema") or {}).get("schema") or {}
@@ -205,6 +224,8 @@ def main() -> None:
     ap.add_argument("--models", default="served-model", help="comma-separated model ids GET /models lists")
     ap.add_argument("--failing", action="store_true", help="start failing prompts that contain FAILME")
     ap.add_argument("--port", type=int, default=0, help="port to bind (default: an ephemeral one)")
+    ap.add_argument("--until-stdin-closes", action="store_true",
+                    help="also exit when standard input closes (the test that started it ended), whatever its age")
     a = ap.parse_args()
     STATE["models"] = a.models.split(",")
     STATE["failing"] = a.failing
@@ -213,6 +234,8 @@ def main() -> None:
     timer = threading.Timer(a.lifetime, srv.shutdown)
     timer.daemon = True
     timer.start()
+    if a.until_stdin_closes:
+        threading.Thread(target=lambda: (sys.stdin.read(), srv.shutdown()), daemon=True).start()
     srv.serve_forever()
     sys.exit(0)
 
@@ -230,7 +253,8 @@ if __name__ == "__main__":
 # * ``flaky:<id>``        the first request holding it gets HTTP 503, later ones succeed;
 # * ``busy:<secs>:<id>``  the first request holding it gets HTTP 429 with ``Retry-After: <secs>``;
 # * ``fail``              HTTP 500, every time;
-# * ``slow:<secs>[:<id>]`` sleep ``<secs>`` before answering (concurrency tests read ``max_in_flight``);
+# * ``slow:<secs>[:<id>]`` sleep ``<secs>`` before answering;
+# * ``gather:<n>[:<id>]``  wait until n requests have been in flight at once (concurrency tests, ``max_in_flight``);
 # * ``long:<n>``          stands for a text of n tokens: HTTP 400 ("maximum context length") when n > 16, unless
 #                         the request asks vLLM-style truncation (``truncate_prompt_tokens``), which then cuts it.
 #
@@ -238,6 +262,7 @@ if __name__ == "__main__":
 
 EMB_STATE: dict = {"requests": 0, "paths": [], "bodies": [], "seen": set(), "in_flight": 0, "max_in_flight": 0}
 EMB_LOCK = threading.Lock()
+EMB_ENTERED = threading.Condition(EMB_LOCK)
 EMB_MAX_TOKENS = 16
 
 
@@ -269,6 +294,7 @@ class EmbeddingsHandler(Handler):
             EMB_STATE["bodies"].append({k: v for k, v in req.items() if k != "input"} | {"n_input": len(texts)})
             EMB_STATE["in_flight"] += 1
             EMB_STATE["max_in_flight"] = max(EMB_STATE["max_in_flight"], EMB_STATE["in_flight"])
+            EMB_ENTERED.notify_all()
         try:
             self._embeddings(req, texts)
         finally:
@@ -297,6 +323,8 @@ class EmbeddingsHandler(Handler):
                 return
             if t.startswith("slow:"):
                 time.sleep(float(t.split(":")[1]))
+            if t.startswith("gather:"):
+                gather(EMB_ENTERED, EMB_STATE, "max_in_flight", int(t.split(":")[1]))
             if t.startswith("long:") and int(t.split(":")[1]) > EMB_MAX_TOKENS and req.get("truncate_prompt_tokens") is None:
                 return self._send(400, {"error": {"message": f"This model's maximum context length is "
                                                              f"{EMB_MAX_TOKENS} tokens; the input has "

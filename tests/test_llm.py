@@ -175,10 +175,14 @@ import sys, time
 from pathlib import Path
 from chunkstudy import llm
 log = open(sys.argv[2], "a")
+held = Path(sys.argv[3])
 def fn(r):
     t = r.messages[0]["content"]
     log.write(t + "\n"); log.flush()
-    time.sleep(0.15)
+    if int(t) >= 5:  # calls 0-4 finish; the others hold here until the test has killed the run
+        held.write_text(t)
+        while True:
+            time.sleep(1)
     return "done " + t
 c = llm.make_client({"backend": "scripted", "max_retries": 0}, Path(sys.argv[1]), backend=llm.ScriptedBackend(fn))
 c.generate([llm.Request([{"role": "user", "content": str(i)}]) for i in range(40)])
@@ -186,25 +190,24 @@ c.generate([llm.Request([{"role": "user", "content": str(i)}]) for i in range(40
 
 
 def test_resume_after_kill_redoes_no_finished_call(tmp_path):
-    cache, calls_log = tmp_path / "cache", tmp_path / "calls.log"
+    cache, calls_log, held = tmp_path / "cache", tmp_path / "calls.log", tmp_path / "held"
     script = tmp_path / "run.py"
     script.write_text(RESUME_SCRIPT)
-    p = subprocess.Popen([sys.executable, str(script), str(cache), str(calls_log)])
+    p = subprocess.Popen([sys.executable, str(script), str(cache), str(calls_log), str(held)])
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            f = cache / llm.CACHE_FILE
-            if f.is_file() and len(f.read_text().splitlines()) >= 5:
-                break
-            time.sleep(0.05)
+        f = cache / llm.CACHE_FILE
+        # wait for the event "5 calls are cached and a later one is held" (no deadline: speed does not matter)
+        while not (held.exists() and f.is_file() and len(f.read_text().splitlines()) >= 5):
+            assert p.poll() is None, "the run ended before it was killed"
+            time.sleep(0.02)
         p.kill()
-        p.wait(timeout=10)
+        p.wait()
     finally:
         if p.poll() is None:
             p.kill()
     finished = {json.loads(line)["text"].split()[1] for line in (cache / llm.CACHE_FILE).read_text().splitlines()
                 if line.strip().endswith("}")}
-    assert 5 <= len(finished) < 40, "the run should have been killed midway"
+    assert finished == {"0", "1", "2", "3", "4"}, "the run should have been killed midway"
     be = llm.ScriptedBackend(lambda r: "done " + r.messages[0]["content"])
     c = llm.make_client({"backend": "scripted"}, cache, backend=be)
     out = c.generate([llm.Request([{"role": "user", "content": str(i)}]) for i in range(40)])
@@ -219,8 +222,9 @@ def test_resume_after_kill_redoes_no_finished_call(tmp_path):
 
 @pytest.fixture(scope="module")
 def server():
-    p = subprocess.Popen([sys.executable, str(HERE / "fake_openai_server.py"), "--lifetime", "120"],
-                         stdout=subprocess.PIPE, text=True)
+    # it serves as long as this module's tests run, in any order and at any speed (it exits when its stdin closes)
+    p = subprocess.Popen([sys.executable, str(HERE / "fake_openai_server.py"), "--lifetime", "3600",
+                          "--until-stdin-closes"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
         assert line.startswith("PORT "), line
@@ -253,10 +257,11 @@ def test_http_structured_output_seed_and_bearer_key(server, tmp_path, monkeypatc
 
 
 def test_http_retry_timeout_and_permanent_error(server, tmp_path):
-    c = http_client(server, tmp_path, timeout_s=0.5, max_retries=1, concurrency=4)
-    out = c.generate([req("flaky:r1"), req("slow:3"), req("bad"), req("echo:hi")])
+    # 2 s: ample for the other requests on a loaded machine, far below the slow one's 60 s
+    c = http_client(server, tmp_path, timeout_s=2.0, max_retries=1, concurrency=4)
+    out = c.generate([req("flaky:r1"), req("slow:60"), req("bad"), req("echo:hi")])
     assert out[0].text == "ok r1" and out[0].error is None  # a 500, retried
-    assert out[1].error and "timeout" in out[1].error  # both attempts time out at 0.5 s
+    assert out[1].error and "timeout" in out[1].error  # both attempts time out at 2 s
     assert out[2].error and "HTTP 400" in out[2].error
     assert out[3].text == "hi"
     assert c.stats["retries"] >= 2 and c.stats["failed"] == 2

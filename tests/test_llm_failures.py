@@ -60,19 +60,22 @@ def http_params(url: str, **over) -> dict:
     return {**PARAMS, "backend": "openai", "base_url": url, "model": "served-model", **over}
 
 
-def dead_url() -> str:
+@pytest.fixture
+def dead_url():
+    """A URL nobody listens on: the port stays bound (not listening) while the test runs, so no other process can
+    start serving there meanwhile; a connection is refused."""
     import socket
 
-    with socket.socket() as s:  # a port nobody listens on
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
 # ------------------------------------------------------------------------------------------------ pre-flight
 
 
-def test_preflight_names_the_url_when_no_server_answers(tmp_path):
-    url = dead_url()
+def test_preflight_names_the_url_when_no_server_answers(tmp_path, dead_url):
+    url = dead_url
     c = llm.make_client(http_params(url), tmp_path)
     with pytest.raises(llm.PreflightError, match=f"no server answers at {url}/models"):
         c.generate([req("x")])
@@ -123,8 +126,8 @@ class Counting(llm.OpenAIBackend):
         return super().complete(call)
 
 
-def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path):
-    url = dead_url()
+def test_breaker_stops_a_dead_server_within_n_attempts(tmp_path, dead_url):
+    url = dead_url
     params = http_params(url, preflight=False, max_retries=3, retry_backoff_s=0.05, concurrency=4,
                          breaker_failures=5)
     p = config.record("llm", params)  # the backend takes the record's values (no defaults of its own)
@@ -295,19 +298,30 @@ def test_a_bug_in_a_backend_gives_no_fallback_a1_context():
 
 def test_concurrency_really_overlaps_requests(server, tmp_path):
     c = llm.make_client(http_params(server.url, concurrency=8), tmp_path)
-    out = c.generate([req(f"slow:0.4:{i}") for i in range(8)])
-    assert all(r.text == "slow done" for r in out)
-    assert server.stats()["max_inflight"] >= 6  # the server saw the requests in flight together (no wall-clock assert)
+    out = c.generate([req(f"gather:8:{i}") for i in range(8)])  # each answered once all 8 were in flight together
+    assert all(r.text == "gathered" for r in out)
+    assert server.stats()["max_inflight"] == 8  # the server saw the requests in flight together (no wall-clock assert)
 
 
-def _timed_backend(log: list):
+def _recording_backend(events: list, hold: dict[str, str]):
+    """A backend that records ``("start" | "end", tag)`` in the order things happen. A request whose tag is a key
+    of ``hold`` ends only once the request ``hold[tag]`` has started (at most 60 s, so a client that runs them one
+    after the other fails the order asserts instead of hanging): overlap shown by events, not by timing."""
     lock = threading.Lock()
+    started: dict[str, threading.Event] = {}
+
+    def event(tag: str) -> threading.Event:
+        with lock:
+            return started.setdefault(tag, threading.Event())
 
     def fn(r):
-        t0 = time.perf_counter()
-        time.sleep(0.15)
         with lock:
-            log.append((r.tag, t0, time.perf_counter()))
+            events.append(("start", r.tag))
+        event(r.tag).set()
+        if r.tag in hold:
+            event(hold[r.tag]).wait(timeout=60)
+        with lock:
+            events.append(("end", r.tag))
         return "ok"
 
     return llm.ScriptedBackend(fn, concurrency=8)
@@ -316,17 +330,19 @@ def _timed_backend(log: list):
 def test_requests_sharing_a_prompt_prefix_wait_for_the_first_one(tmp_path):
     doc = {d: f"<document>\n{d} " + "text of the document " * 200 for d in ("d1", "d2")}
     reqs = [req(doc[d] + f"</document><chunk>{w}</chunk>", tag=f"{d}:{w}") for d in ("d1", "d2") for w in range(4)]
-    log: list = []
-    llm.make_client({**PARAMS, "concurrency": 8}, None, backend=_timed_backend(log)).generate(reqs)
-    t = {tag: (start, end) for tag, start, end in log}
+    events: list = []
+    # each document's leader ends only once the other's has started: they must run at the same time
+    llm.make_client({**PARAMS, "concurrency": 8}, None,
+                    backend=_recording_backend(events, {"d1:0": "d2:0", "d2:0": "d1:0"})).generate(reqs)
+    at = {e: i for i, e in enumerate(events)}
     for d in ("d1", "d2"):
-        assert all(t[f"{d}:{w}"][0] >= t[f"{d}:0"][1] for w in (1, 2, 3))  # siblings start after the leader ends
-    assert t["d2:0"][0] < t["d1:0"][1]  # the two documents' leaders run at the same time
-    log.clear()  # control: with grouping off every request starts at once
+        assert all(at["start", f"{d}:{w}"] > at["end", f"{d}:0"] for w in (1, 2, 3))  # siblings start after the leader
+    assert at["start", "d2:0"] < at["end", "d1:0"] and at["start", "d1:0"] < at["end", "d2:0"]  # leaders overlap
+    events.clear()  # control: with grouping off every request starts at once (d1:0 ends only once d1:1 started)
     llm.make_client({**PARAMS, "concurrency": 8, "prefix_group_chars": 0}, None,
-                    backend=_timed_backend(log)).generate(reqs)
-    t = {tag: (start, end) for tag, start, end in log}
-    assert t["d1:1"][0] < t["d1:0"][1]
+                    backend=_recording_backend(events, {"d1:0": "d1:1"})).generate(reqs)
+    at = {e: i for i, e in enumerate(events)}
+    assert at["start", "d1:1"] < at["end", "d1:0"]
 
 
 def test_server_prefix_cache_counters_are_recorded_per_batch(server, tmp_path):

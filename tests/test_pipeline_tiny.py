@@ -57,6 +57,25 @@ def test_headline_matches_the_pinned_tiny_run(tiny):
             got["condition_means"][a] - got["condition_means"][b], abs=1e-12)
 
 
+def test_manifests_and_report_say_how_each_encoder_ran(tiny):
+    """04's and 05's manifests carry their encoder reports (``records``): tiny pins float32, and the suite's kernels
+    see no hardware bfloat16 (tests/conftest.py), so no agreement check ran; the report prints the same."""
+    project, _ = tiny
+    cfg = config.load(project / "params" / "tiny.yaml", root=project)
+    m4 = artifacts.read_manifest(cfg, "04_chunk_embed")
+    rows = m4["records"]["embedding_report"]
+    assert rows == artifacts.read_json(cfg, "04_chunk_embed", "embedding_report")
+    assert [(r["embedder"], r["runtime"], r["dtype"], r["cpu_bf16"], r["agreement_n"]) for r in rows] == \
+        [("strong", "torch", "float32", None, None), ("weak", "torch", "float32", None, None)]
+    assert m4["environment"]["cpu_bf16"] is None and m4["environment"]["cpu_features_env"] == ""
+    assert artifacts.read_manifest(cfg, "05_retrieve")["records"] == {"rerank_report": []}  # tiny has no reranker
+    lines = (project / "figures" / "tiny" / "report.md").read_text().splitlines()
+    for key in ("strong", "weak"):
+        (row,) = [ln for ln in lines if ln.startswith(f"| embedder '{key}' ")]
+        assert row.rstrip(" |").endswith("| torch, float32")
+    assert sum(", bf16: none |" in ln for ln in lines) >= 8  # every stage's CPU, as its process saw it
+
+
 def test_every_notebook_runs_as_jupyterlab_runs_it(tiny, monkeypatch):
     """JupyterLab starts the kernel in ``notebooks/``: the parameters cell's relative path must still name
     ``params/<x>.yaml`` of the project, and results must land in the project's ``data/``, not ``notebooks/data/``."""

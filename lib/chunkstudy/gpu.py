@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
-import numpy as np
 
 from . import config, llm
+from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
 #: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (issue 17 §5)
 MIN_DEVICE_COSINE = 0.999
@@ -525,16 +525,6 @@ def standard_tokenizer(folder: str | Path, gguf_path: str | Path) -> dict:
 
 
 # --------------------------------------------------------------------------------------------- smoke checks
-
-
-def cosine_agreement(a: np.ndarray, b: np.ndarray) -> dict:
-    """Row-wise cosine similarity of two ``(n, d)`` matrices of the same texts: ``{"n", "min", "mean"}``."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape or a.ndim != 2:
-        raise ValueError(f"cosine_agreement: shapes {a.shape} and {b.shape} differ (or are not matrices)")
-    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    return {"n": int(len(cos)), "min": float(cos.min()) if len(cos) else float("nan"),
-            "mean": float(cos.mean()) if len(cos) else float("nan")}
 
 
 def reference_spec(spec: Any) -> Any:

@@ -47,3 +47,41 @@ def package_dir(module: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ValueError(f"package {module!r} is not installed")
     return Path(list(spec.submodule_search_locations)[0])
+
+
+#: CPU features that run bfloat16 matrix products in hardware: Intel AMX, and AVX-512 BF16 (Intel Cooper Lake and
+#: later, AMD Zen 4 and later). Without one of them torch emulates bfloat16 on the CPU, slower than float32.
+BF16_CPU_FEATURES = ("amx_bf16", "avx512_bf16")
+
+
+#: set (comma-separated flags, "" for none) to stand in for the CPU's own flags: the test suite sets it to "" so
+#: that no result depends on the machine, and a run on a bfloat16 machine can be told to behave as one without
+CPU_FEATURES_ENV = "CHUNKSTUDY_CPU_FEATURES"
+
+
+def cpu_features() -> frozenset[str]:
+    """The CPU's feature flags (lower case, ``/proc/cpuinfo`` names): ``$CHUNKSTUDY_CPU_FEATURES`` when set, else
+    torch's own reading of cpuinfo (``torch.cpu.get_capabilities()``), else the ``flags`` line of
+    ``/proc/cpuinfo``; empty when none answers."""
+    if CPU_FEATURES_ENV in os.environ:
+        return frozenset(f.strip().lower() for f in os.environ[CPU_FEATURES_ENV].split(",") if f.strip())
+    try:
+        import torch
+
+        return frozenset(k for k, v in torch.cpu.get_capabilities().items() if v is True)
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_bf16_feature(features=None) -> str | None:
+    """The first of :data:`BF16_CPU_FEATURES` the CPU has (``features``: a set of flags; default
+    :func:`cpu_features`), or None when bfloat16 would be emulated."""
+    have = cpu_features() if features is None else set(features)
+    return next((f for f in BF16_CPU_FEATURES if f in have), None)

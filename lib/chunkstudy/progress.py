@@ -18,6 +18,10 @@ Where the progress goes:
 * **Opened by hand** (JupyterLab, or a plain Python session): a ``tqdm.auto`` bar — a widget in JupyterLab when
   ``ipywidgets`` is installed, a text bar otherwise.
 
+A stage can also send a warning that must not stay in the kernel's log (:func:`warn`: an embedding-store shard
+repaired, for one): the runner prints it at once, records it in the stage's manifest, and 08 lists it among the
+report's warnings.
+
 Progress never changes results: it only reports counts.
 """
 
@@ -52,6 +56,15 @@ def _next_id() -> int:
         return next(_ids)
 
 
+def _append(path: str, rec: dict) -> None:
+    line = (json.dumps(rec) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)  # one write of one line in append mode: records never interleave
+    finally:
+        os.close(fd)
+
+
 class _FileBar:
     """A loop's progress as JSON lines in the runner's progress file (see the module docstring)."""
 
@@ -75,12 +88,7 @@ class _FileBar:
                "total": self.total, "elapsed": now - self.t0, "done": done}
         if self.postfix:
             rec["postfix"] = ", ".join(f"{k}={v}" for k, v in self.postfix.items())
-        line = (json.dumps(rec) + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)  # one write of one line in append mode: records never interleave
-        finally:
-            os.close(fd)
+        _append(self.path, rec)
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -133,6 +141,16 @@ class _Closing:
 
     def close(self) -> None:
         self._inner.close()
+
+
+def warn(message: str) -> None:
+    """Show ``message`` in the runner's output (``NN_stage | WARNING: ...``) when the runner executes this
+    notebook; the runner also records it in the stage's manifest, and 08 puts it among the report's warnings. Outside
+    the runner it does nothing (the caller's own ``warnings.warn`` is what a notebook opened by hand shows)."""
+    path = os.environ.get(ENV)
+    if path:
+        _append(path, {"id": f"{os.getpid()}-{_next_id()}", "stage": os.environ.get(STAGE_ENV, ""),
+                       "warning": str(message)})
 
 
 def track(items: Iterable[T], total: int | None = None, desc: str = "", unit: str = "it") -> Iterator[T]:
@@ -193,6 +211,7 @@ class Tail:
         self._stop = threading.Event()
         self._printed: dict[str, float] = {}  # loop id -> monotonic time its line was last printed (non-tty)
         self._open_line = False  # a \r line is on screen without its newline
+        self.warnings: list[str] = []  # the warnings the stage sent (:func:`warn`), in order
         self._thread = threading.Thread(target=self._run, name="progress-tail", daemon=True)
 
     def __enter__(self) -> "Tail":
@@ -239,6 +258,12 @@ class Tail:
         self.out.flush()
 
     def _show(self, rec: dict) -> None:
+        if "warning" in rec:
+            self.warnings.append(rec["warning"])
+            prefix = f"{rec['stage']} | " if rec.get("stage") else ""
+            self.out.write(("\r\x1b[K" if self._open_line else "") + f"{prefix}WARNING: {rec['warning']}\n")
+            self._open_line = False
+            return
         if self.tty:
             self.out.write("\r\x1b[K" + (summary(rec) + "\n" if rec["done"] else render(rec)))
             self._open_line = not rec["done"]

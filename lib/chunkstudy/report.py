@@ -71,8 +71,8 @@ def run_facts(cfg: Config) -> dict[str, Any]:
 
 def environment_table(manifests: Mapping[str, Mapping], current: Mapping | None = None) -> pd.DataFrame:
     """One row per stage: when it finished, the git commit (``+modified`` when tracked files differed from it),
-    Python, torch and its thread count, CPU and GPUs, from each manifest's ``environment`` (stage 08: ``current``,
-    the environment the report is built in)."""
+    Python, torch and its thread count, CPU (with its vector capability and hardware bfloat16) and GPUs, from each
+    manifest's ``environment`` (stage 08: ``current``, the environment the report is built in)."""
     rows = []
     envs = [(stage, m.get("environment") or {}, m.get("finished", "")) for stage, m in manifests.items()]
     if current is not None:
@@ -83,9 +83,10 @@ def environment_table(manifests: Mapping[str, Mapping], current: Mapping | None 
                      "git commit": commit[:12] + (" +modified" if env.get("git_dirty") else ""),
                      "python": env.get("python", ""), "torch": (env.get("packages") or {}).get("torch", ""),
                      "torch threads": env.get("torch_threads"), "CPU": f"{env.get('cpu', '')} × {env.get('cpu_count')}",
+                     "CPU vectors": f"{env.get('cpu_capability') or '?'}, bf16: {env.get('cpu_bf16') or 'none'}",
                      "GPU": ", ".join(env.get("gpus") or []) or "none"})
     return pd.DataFrame(rows, columns=["stage", "finished", "git commit", "python", "torch", "torch threads", "CPU",
-                                       "GPU"])
+                                       "CPU vectors", "GPU"])
 
 
 def package_versions(manifests: Mapping[str, Mapping], current: Mapping | None = None) -> pd.DataFrame:
@@ -124,8 +125,22 @@ def partner_contrasts(cfg: Config) -> tuple[str | None, pd.DataFrame | None, str
 # Models and warnings
 # ---------------------------------------------------------------------------------------------------------------
 
-def models_used(params: Mapping) -> pd.DataFrame:
-    """What each model role actually was in this run (from the parameters): role, method/backend, model, label."""
+def precision_text(row: Mapping | None, unit: str) -> str:
+    """How an encoder ran, from its row of 04's ``embedding_report`` or 05's ``rerank_report`` (``unit``: what the
+    agreement check compared, "texts (min cosine)" or "queries (min Kendall tau)"); "" when the stage has not run."""
+    if not row:
+        return ""
+    text = f"{row.get('runtime', 'torch')}, {row.get('dtype')}"
+    if row.get("agreement_n") is not None:
+        text += (f" (dtype auto on a CPU with {row.get('cpu_bf16')}: bfloat16 vs float32 on "
+                 f"{row['agreement_n']} {unit}: {row['agreement_min']:.5f})")
+    return text
+
+
+def models_used(params: Mapping, manifests: Mapping[str, Mapping] | None = None) -> pd.DataFrame:
+    """What each model role actually was in this run (from the parameters): role, method/backend, model, label,
+    and for the encoders how they ran (``precision``: runtime and resolved dtype, with the agreement check that
+    settled ``dtype: auto``), read from the ``records`` of 04's and 05's manifests when given."""
     llm, ind, ctx, q = params["llm"], params["induce"], params["contexts"], params["queries"]
     llm_name = f"{llm['model'] or '(none)'} via {llm['backend']}" + ("" if llm["capable"] else " — not capable")
     rows = [("generative LLM", llm["backend"], llm["model"] or "(none)",
@@ -137,12 +152,22 @@ def models_used(params: Mapping) -> pd.DataFrame:
             ("queries", q["source"], llm_name if q["source"] == "generated" else "(harvested)",
              "generated + paraphrased, leakage-filtered" if q["source"] == "generated" else "real questions"),
             ("token counts", "tokenizer", params["chunking"]["tokenizer"], "")]
+    rows = [(*r, "") for r in rows]
+
+    def record(stage: str, name: str, column: str, key: str) -> Mapping | None:
+        recs = (((manifests or {}).get(stage) or {}).get("records") or {}).get(name) or []
+        return next((r for r in recs if r.get(column) == key), None)
+
     for key, e in params["embed"]["embedders"].items():
-        rows.append((f"embedder '{key}'", e["backend"], e["model"], e["label"]))
+        rows.append((f"embedder '{key}'", e["backend"], e["model"], e["label"],
+                     precision_text(record("04_chunk_embed", "embedding_report", "embedder", key),
+                                    "texts (min cosine)")))
     for key, r in params["retrieve"]["rerankers"].items():
         rows.append((f"reranker '{key}'", r["backend"], r["model"],
-                     (r["label"] or key) + ("" if r["trained"] else " — UNTRAINED")))
-    return pd.DataFrame(rows, columns=["role", "method / backend", "model", "label / status"])
+                     (r["label"] or key) + ("" if r["trained"] else " — UNTRAINED"),
+                     precision_text(record("05_retrieve", "rerank_report", "reranker", key),
+                                    "queries (min Kendall tau)")))
+    return pd.DataFrame(rows, columns=["role", "method / backend", "model", "label / status", "precision"])
 
 
 def corpus_size_warnings(n_chunks: Mapping[str, int] | None, recall_k: int) -> list[str]:
@@ -157,6 +182,13 @@ def corpus_size_warnings(n_chunks: Mapping[str, int] | None, recall_k: int) -> l
     return [f"recall@{recall_k} is 1 by construction for {', '.join(small)}: each has only {size} chunks in the "
             f"whole corpus, so the top {recall_k} holds every chunk. Compare those conditions on the ranking "
             "metrics, or lower metrics.recall_k."]
+
+
+def stage_warnings(manifests: Mapping[str, Mapping]) -> list[str]:
+    """The warnings stages 01-07 sent while they ran (:func:`chunkstudy.progress.warn`, recorded in each manifest
+    by the runner), each prefixed with its stage: an embedding-store shard that failed its check and was embedded
+    again, for one."""
+    return [f"{stage}: {w}" for stage, m in manifests.items() for w in (m.get("warnings") or [])]
 
 
 def model_warnings(params: Mapping) -> list[str]:
@@ -345,7 +377,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
           partner: tuple[str | None, pd.DataFrame | None, str] = (None, None, "")) -> Bundle:
     """Every table and figure of one corpus's report from the gathered ``inputs`` (:func:`gather`); ``params`` is
     ``cfg.data``; ``partner`` = :func:`partner_contrasts`. Missing inputs become notes, never errors."""
-    b = Bundle(corpus=corpus, warnings=model_warnings(params), models=models_used(params))
+    b = Bundle(corpus=corpus, warnings=model_warnings(params), models=models_used(params, inputs.get("manifests")))
     st = params["stats"]
     emb, rr = params["embed"]["strong"], st["primary_reranker"]
     kind = params["corpus"]["kind"]
@@ -406,6 +438,7 @@ def build(params: Mapping, corpus: str, inputs: Mapping[str, Any],
         b.facts["n_documents"] = len(got["documents"])
     b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params["figures"]["example_doc"])
     if "manifests" in inputs:
+        b.warnings += stage_warnings(inputs["manifests"])
         b.environment = environment_table(inputs["manifests"], inputs.get("environment"))
         b.packages = package_versions(inputs["manifests"], inputs.get("environment"))
     for key in ("params_file", "root"):

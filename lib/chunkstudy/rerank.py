@@ -14,8 +14,10 @@ never the paper's reranking gains.
 Runtime and precision (params ``retrieve.rerankers.<key>``): ``runtime: torch`` (default) or ``onnx`` (ONNX
 Runtime through sentence-transformers' ``CrossEncoder(..., backend="onnx")``; the torch model, its seeded head
 included, is exported once by optimum and cached beside the embedders' exports, see
-:func:`chunkstudy.embed.onnx_model_dir`), and ``dtype`` (``auto`` = float16 on CUDA, float32 on CPU). Both enter
-the cache identity when they differ from torch/float32. ``batch_size`` pairs go through one forward pass (64 by
+:func:`chunkstudy.embed.onnx_model_dir`), and ``dtype`` (``auto`` = float16 on CUDA; on a CPU float32, or bfloat16
+under ``torch.autocast`` where the CPU multiplies bfloat16 in hardware and a rank-agreement check passes, as for
+the embedders: :meth:`Reranker.settle_precision`). Both enter the cache identity when they differ from
+torch/float32. ``batch_size`` pairs go through one forward pass (64 by
 default: a GPU cross-encoder is far from saturated at 16); scores reach the store every 16 batches.
 """
 
@@ -32,8 +34,9 @@ import numpy as np
 import pandas as pd
 
 from . import artifacts, config, models, progress
-from .embed import (ONNX_FILE, _onnx_provider, _torch_dtype, check_loaded, flag_kwargs, onnx_model_dir,
-                    place_flag_model, resolve_dtype)
+from .embed import (AUTOCAST_BF16, ONNX_FILE, _onnx_provider, _torch_dtype, bf16_candidate, check_loaded,
+                    flag_kwargs, onnx_model_dir, place_flag_model, precision_context, recorded_decision,
+                    resolve_dtype)
 
 
 class CacheWarning(UserWarning):
@@ -43,6 +46,13 @@ class CacheWarning(UserWarning):
 #: SQLite's primary result codes for a damaged file: SQLITE_CORRUPT ("database disk image is malformed") and
 #: SQLITE_NOTADB ("file is not a database"). Other errors (a locked database, a full disk) are not damage.
 _DAMAGED = {11, 26}
+
+#: ``dtype: auto`` on a CPU with hardware bfloat16: queries in the rank-agreement check (those with the smallest
+#: sha256 among the queries being reranked), each with all of its candidates
+AGREEMENT_QUERIES = 16
+#: the least Kendall tau-b any sampled query's candidate ranking may have between bfloat16 and float32 scores: on
+#: a top-50 list, at most 12 of its 1,225 candidate pairs change order
+MIN_KENDALL_TAU = 0.98
 
 
 class ScoreStore:
@@ -126,7 +136,10 @@ class Reranker:
     """A cross-encoder with a score cache. ``score(queries, texts)`` -> float64 scores, one per pair.
 
     ``model_id`` names the model in cache keys: the parameter-file model name (not a machine-specific path),
-    the backend, the maximum length, and for an untrained head the seed that initialised it.
+    the backend, the maximum length, and for an untrained head the seed that initialised it; ``dtype: auto``
+    settled to bfloat16 adds the dtype, the CPU feature and the measured agreement (float32 adds nothing).
+    ``precision``: the settled decision, ``{"dtype", "cpu_bf16", "check"}`` (None until settled, see
+    :meth:`settle_precision`).
     """
 
     def __init__(self, key: str, spec: Any, store: ScoreStore | None):
@@ -136,6 +149,16 @@ class Reranker:
         self.store = store
         self.runtime = spec.runtime
         self.dtype = resolve_dtype(spec, f"retrieve.rerankers.{key}")
+        self.bf16_feature = bf16_candidate(spec)
+        self.precision: dict | None = None
+        if self.bf16_feature is None:
+            self.precision = {"dtype": self.dtype, "cpu_bf16": None, "check": None}
+        self.model_id = self._model_id()
+        self.n_computed = 0  # pairs actually sent to the model (cache misses), for tests and logs
+        self._model = None
+
+    def _model_id(self) -> str:
+        spec = self.spec
         ident = [spec.backend, spec.model, spec.max_length]
         if not self.trained:
             ident.append(f"untrained-seed={spec.seed}")
@@ -143,9 +166,62 @@ class Reranker:
             ident.append(f"runtime={self.runtime}")
         if self.dtype != "float32":
             ident.append(f"dtype={self.dtype}")
-        self.model_id = "|".join(map(str, ident))
-        self.n_computed = 0  # pairs actually sent to the model (cache misses), for tests and logs
-        self._model = None
+        if self.dtype == AUTOCAST_BF16:
+            ident.append(f"cpu_bf16={self.precision['cpu_bf16']}")
+            ident.append(f"agreement_min_kendall={round(self.precision['check']['min'], 6)}")
+        return "|".join(map(str, ident))
+
+    @property
+    def precision_pending(self) -> bool:
+        """``dtype: auto`` on a CPU with hardware bfloat16, not yet settled by :meth:`settle_precision`."""
+        return self.precision is None
+
+    def settle_precision(self, queries: Sequence[str], texts: Sequence[str]) -> dict:
+        """Settle ``dtype: auto`` on a CPU with hardware bfloat16: score the candidates of the
+        :data:`AGREEMENT_QUERIES` queries (of the pairs ``queries``/``texts`` to score) with the smallest sha256 in
+        float32 and under bfloat16 autocast, and take bfloat16 when every such query with two candidates or more
+        ranks them with Kendall tau-b >= :data:`MIN_KENDALL_TAU`, else float32; ``model_id`` follows. With a score
+        store the decision is recorded beside it (``precision/``) and read by later runs: one check per store."""
+        if self.precision is not None:
+            return self.precision
+        from scipy.stats import kendalltau
+
+        feature = self.bf16_feature
+        path = None
+        if self.store is not None:
+            digest = hashlib.sha256(self.model_id.encode()).hexdigest()[:16]
+            path = self.store.path.parent / "precision" / f"{self.key}-{digest}-{feature}.json"
+
+        def measure() -> dict:
+            by_query: dict[str, list[str]] = {}
+            for q, t in zip(queries, texts):
+                by_query.setdefault(q, [])
+                if t not in by_query[q]:
+                    by_query[q].append(t)
+            picked = sorted((q for q, ts in by_query.items() if len(ts) >= 2),
+                            key=lambda q: hashlib.sha256(q.encode()).hexdigest())[:AGREEMENT_QUERIES]
+            pairs = [(q, t) for q in picked for t in by_query[q]]
+            ref = self._predict(pairs, "float32")
+            got = self._predict(pairs, AUTOCAST_BF16)
+            taus, lo = [], 0
+            for q in picked:
+                hi = lo + len(by_query[q])
+                tau = kendalltau(ref[lo:hi], got[lo:hi]).statistic
+                taus.append(1.0 if np.isnan(tau) and np.array_equal(ref[lo:hi], got[lo:hi]) else float(tau))
+                lo = hi
+            worst = float(np.nanmin(taus)) if taus else float("nan")
+            ok = bool(taus) and not np.isnan(taus).any() and worst >= MIN_KENDALL_TAU
+            digest = hashlib.sha256("\n".join(picked).encode()).hexdigest()
+            return {"dtype": AUTOCAST_BF16 if ok else "float32", "cpu_bf16": feature,
+                    "check": {"metric": "min Kendall tau-b per query", "threshold": MIN_KENDALL_TAU,
+                              "n": len(picked), "n_pairs": len(pairs), "min": worst,
+                              "mean": float(np.mean(taus)) if taus else float("nan"), "sample_sha256": digest}}
+
+        rec = recorded_decision(path, measure)
+        self.precision = rec
+        self.dtype = rec["dtype"]
+        self.model_id = self._model_id()
+        return rec
 
     # -- the model, loaded on first need (a fully cached rerun never loads it) --
     def _load(self) -> None:
@@ -176,8 +252,9 @@ class Reranker:
                                        model_kwargs={"provider": _onnx_provider(device), "file_name": ONNX_FILE})
             return
         self._model = self._torch_model(path, max_length, device)
-        self._model.to(_torch_dtype(self.dtype))  # float32 too: the checkpoint's own precision is not the run's
-        check_loaded(self._model, self.dtype, device, f"retrieve.rerankers.{self.key}")
+        weights = "float32" if self.dtype == AUTOCAST_BF16 else self.dtype  # autocast keeps float32 weights
+        self._model.to(_torch_dtype(weights))  # float32 too: the checkpoint's own precision is not the run's
+        check_loaded(self._model, weights, device, f"retrieve.rerankers.{self.key}")
 
     def _torch_model(self, path: str, max_length: int, device: str):
         import torch
@@ -189,18 +266,22 @@ class Reranker:
             torch.manual_seed(self.spec.seed)
             return CrossEncoder(path, num_labels=1, max_length=max_length, device=device)
 
-    def _predict(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+    def _predict(self, pairs: list[tuple[str, str]], dtype: str | None = None) -> np.ndarray:
         self._load()
         bs = self.spec.batch_size
         if self.spec.backend == "flag":
             s = self._model.compute_score(pairs, batch_size=bs, max_length=self.spec.max_length)
             return np.atleast_1d(np.asarray(s, dtype=np.float64))
-        return np.asarray(self._model.predict(pairs, batch_size=bs, show_progress_bar=False), dtype=np.float64)
+        with precision_context(dtype or self.dtype):
+            s = self._model.predict(pairs, batch_size=bs, show_progress_bar=False)
+        return np.asarray(s, dtype=np.float64)
 
     def score(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         """Scores of (query, text) pairs; cached pairs come from the store, the rest are computed once each."""
         if len(queries) != len(texts):
             raise ValueError(f"reranker {self.key!r}: {len(queries)} queries for {len(texts)} texts")
+        if self.precision_pending:  # dtype: auto on a CPU with hardware bfloat16: one check per store
+            self.settle_precision(queries, texts)
         keys = [ScoreStore.key(self.model_id, q, t) for q, t in zip(queries, texts)]
         known = self.store.get_many(list(dict.fromkeys(keys))) if self.store is not None else {}
         missing: dict[str, tuple[str, str]] = {}
@@ -297,18 +378,36 @@ def rerank_runs(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mappi
 
 
 def rerank_all(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mapping[str, str] | pd.Series,
-               retrieve_params: Any, embedder: str, cache_dir: str | Path | None) -> pd.DataFrame:
+               retrieve_params: Any, embedder: str, cache_dir: str | Path | None,
+               report: list | None = None) -> pd.DataFrame:
     """The stage's reranked cells: every reranker of ``retrieve_params.rerankers`` (the ``retrieve`` record) over
     the first-stage lists of ``embedder`` (``embed.strong``, the primary cell's embedder; all conditions,
     two-stage included), each with its own ``top_n``.
 
     Returns the reranked runs of all rerankers stacked (empty, with the runs columns, when none is configured).
+    ``report``, when given, gets one row per reranker (:func:`report_row`: how it ran, its settled precision).
     """
     rerankers = config.record("retrieve", retrieve_params).rerankers
     first = runs[(runs["embedder"] == embedder) & (runs["reranker"] == "none")]
     if rerankers and first.empty:
         raise ValueError(f"embed.strong: no first-stage runs for embedder {embedder!r} to rerank; runs hold "
                          f"{sorted(set(runs['embedder']))}")
-    parts = [rerank_runs(first, queries, texts_by_chunk, load_reranker(spec, key, cache_dir), spec.top_n)
-             for key, spec in rerankers.items()]
+    parts = []
+    for key, spec in rerankers.items():
+        r = load_reranker(spec, key, cache_dir)
+        parts.append(rerank_runs(first, queries, texts_by_chunk, r, spec.top_n))
+        if report is not None:
+            report.append(report_row(r))
     return pd.concat(parts, ignore_index=True) if parts else runs.iloc[:0].copy()
+
+
+def report_row(reranker: Reranker) -> dict:
+    """How a reranker ran: ``reranker, model_id, runtime, dtype, cpu_bf16, agreement_n, agreement_min,
+    agreement_mean, n_computed`` (``agreement_*``: the bfloat16-vs-float32 rank check that settled ``dtype: auto``,
+    None without one; ``n_computed``: pairs scored by the model, 0 on a rerun)."""
+    prec = reranker.precision or {}
+    check = prec.get("check") or {}
+    return {"reranker": reranker.key, "model_id": reranker.model_id, "runtime": reranker.runtime,
+            "dtype": reranker.dtype, "cpu_bf16": prec.get("cpu_bf16"), "agreement_n": check.get("n"),
+            "agreement_min": check.get("min"), "agreement_mean": check.get("mean"),
+            "n_computed": reranker.n_computed}

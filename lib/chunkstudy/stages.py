@@ -61,10 +61,13 @@ class Table:
 
 @dataclass(frozen=True)
 class Json:
-    """A small JSON file of facts ``data/<corpus>/<stage>/<name>.json``."""
+    """A small JSON file of facts ``data/<corpus>/<stage>/<name>.json``; ``manifest``: the runner also copies its
+    content into the stage's manifest (under ``records``), for facts a reader of the manifest needs without
+    opening the file (the precision each encoder ran in)."""
 
     name: str
     doc: str = ""
+    manifest: bool = False
 
 
 @dataclass(frozen=True)
@@ -188,7 +191,8 @@ STAGES: tuple[Stage, ...] = (
                                   "donors_min": F, "donors_max": F, "top_donor_share": F},
               "the placebo per depth bucket and in total (depth 'all')"),
         Json("summary", "realised chunk counts and means, size matching, placebo residuals"),
-        Json("embedding_report"),
+        Json("embedding_report", "per embedder: model key, runtime, resolved dtype and its agreement check, "
+             "texts embedded, seconds", manifest=True),
         Vectors("embeddings", "one float32 row per distinct embedded text; chunks.text_row indexes it"),
     )),
     Stage("05_retrieve", ("retrieve", "embed"), _r("documents", "queries", "chunks", "embeddings"), (
@@ -203,6 +207,8 @@ STAGES: tuple[Stage, ...] = (
         Table("section_recall_summary", {"embedder": S, "reranker": S, "condition": S, "section_recall": F,
                                          "n_queries": I, "n_defined": I, "se": F},
               "two-stage conditions: per cell"),
+        Json("rerank_report", "per reranker: model id, runtime, resolved dtype and its agreement check, pairs "
+             "scored", manifest=True),
     )),
     Stage("06_metrics", ("metrics", "embed.strong", "stats"), _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
