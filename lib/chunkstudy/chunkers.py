@@ -14,7 +14,8 @@ A chunker named in ``conditions.extra`` is one of:
 ``semchunk``                      semchunk's ``chunkerify(counter, chunk_size)``, the run's tokens, with offsets
 ``langchain:<Splitter>``          a class of ``langchain_text_splitters`` (``RecursiveCharacterTextSplitter``,
                                   ``CharacterTextSplitter``, ...) built with ``options``; ``length_function:
-                                  tokens`` measures in the run's tokens instead of characters
+                                  tokens`` measures in the run's tokens instead of characters; its chunks
+                                  carry langchain's own start offsets (``add_start_index``), verified here
 ``package.module:function``       any function ``f(text, **options)`` importable from ``sys.path``, or
 ``file.py:function``              from a file beside the parameter file; it returns ``(start, end)`` character
                                   spans, or chunk texts that are located in the document
@@ -26,7 +27,9 @@ Placement (:func:`place`) turns a chunker's output into half-open character offs
 * a span must lie inside the text; a span that comes with its text (chonkie, semchunk, a dict) must hold exactly
   that text, ``text[start:end] == chunk``;
 * a chunk text is located exactly (``str.find``), leftmost at or after the end of the previous chunk (after the
-  previous chunk's start when the condition declares ``overlap: true``);
+  previous chunk's start when the condition declares ``overlap: true``; in a text that repeats itself an
+  overlapping chunk may then be found too early, which the coverage check reports as dropped text: an
+  overlapping chunker should return offsets, as the adapters here do);
 * chunks may overlap only when the condition declares it (``overlap: true``); otherwise an overlap is an error;
 * a chunk that is empty or only whitespace is left out and counted (it carries nothing to embed or to score);
 * text the chunker *drops* (a non-whitespace character no chunk covers) or *rewrites* (a chunk text that is not in
@@ -354,12 +357,22 @@ def _langchain(name: str, options: dict, counter: Counter, where: str) -> Callab
     elif "length_function" in opts:
         raise ChunkerError(f"{where}: options.length_function {opts['length_function']!r}: 'tokens' (the run's "
                            "chunking.tokenizer) or leave it out (characters)")
+    opts.pop("add_start_index", None)  # always on: langchain places its chunks itself, knowing its overlap
     try:
-        splitter = cls(**opts)
+        splitter = cls(add_start_index=True, **opts)
     except (TypeError, ValueError) as e:
         raise ChunkerError(f"{where}: langchain_text_splitters.{name}({_opts_text(options)}) refused its options: "
                            f"{e}") from None
-    return splitter.split_text
+
+    def run(text: str) -> list[dict]:
+        out = []
+        for d in splitter.create_documents([text]):
+            s = d.metadata.get("start_index", -1)
+            # a start langchain could not find (-1) leaves the text to locate (and to verify) here
+            out.append({"start": s, "end": s + len(d.page_content), "text": d.page_content} if s >= 0
+                       else d.page_content)
+        return out
+    return run
 
 
 def _opts_text(options: Mapping) -> str:

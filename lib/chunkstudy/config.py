@@ -725,13 +725,19 @@ class Config:
     def digest(self, sections: tuple[str, ...] | None = None) -> str:
         """Digest of the given sections or dotted keys (``"corpus.kind"``); all sections when None. An optional
         section at its unused value (:data:`OPTIONAL_SECTIONS`) is left out."""
-        part = {k: v for k, v in self.values(sections or tuple(self.data)).items()
-                if not (k in OPTIONAL_SECTIONS and v == OPTIONAL_SECTIONS[k])}
-        return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return digest_of(self.data, sections)
 
     def values(self, keys: tuple[str, ...]) -> dict[str, Any]:
         """``{key: value}`` of sections (``"stats"``) and dotted keys (``"corpus.kind"``)."""
         return {k: _get(self.data, k) for k in keys}
+
+
+def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) -> str:
+    """:meth:`Config.digest` of validated parameters ``data`` (``cfg.data``): the given sections or dotted keys, all
+    when None; an optional section at its unused value (:data:`OPTIONAL_SECTIONS`) is left out."""
+    part = {k: _get(data, k) for k in (sections or tuple(data))}
+    part = {k: v for k, v in part.items() if not (k in OPTIONAL_SECTIONS and v == OPTIONAL_SECTIONS[k])}
+    return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------ typed section records

@@ -152,14 +152,15 @@ def _prefixes(c: ExtraCondition, spans: pd.DataFrame, titles: Mapping[str, str],
 
 
 def build(documents: pd.DataFrame, sections: Mapping[str, pd.DataFrame | None], extra: Mapping[str, Any] | None,
-          chunking_params: Any, counter: chunking.TokenCounter, embed_fn: chunkers.EmbedFn | None = None,
-          params_dir: Path | None = None, _unit_cache: dict | None = None) -> dict:
+          chunking_params: Any, counter: chunking.TokenCounter,
+          embed_fns: Mapping[str, chunkers.EmbedFn] | None = None, params_dir: Path | None = None,
+          _unit_cache: dict | None = None) -> dict:
     """Every user condition of ``conditions.extra`` (and its twin) on ``documents``.
 
     ``sections``: ``{"sections_induced": ..., "sections_gold": ...}`` (a path prefix needs its outline; either may
     be None when no condition needs it); ``chunking_params``: the ``chunking`` record (tokenizer counts, sentence
-    splitter of the twins' windows, depths, placebo seed and method); ``counter``: its token counter; ``embed_fn``:
-    the run's strong embedder (texts -> unit vectors) for a semantic chunker; ``params_dir``: where a
+    splitter of the twins' windows, depths, placebo seed and method); ``counter``: its token counter; ``embed_fns``:
+    embedder key -> texts -> unit vectors, for a semantic chunker (its ``embedder``, :func:`embed_functions`); ``params_dir``: where a
     ``file.py:function`` chunker is found.
 
     Returns ``{"frames": [one table per condition: condition, doc_id, start, end, section_id, route_key,
@@ -180,6 +181,7 @@ def build(documents: pd.DataFrame, sections: Mapping[str, pd.DataFrame | None], 
         table = sections.get(c.sections)
         if c.prefix in ("path", "placebo") and table is None:
             raise ExtraConditionError(f"{where}: a {c.prefix} prefix on the {c.outline} outline needs {c.sections}")
+        embed_fn = (embed_fns or {}).get(c.embedder) if c.embedder else None
         fn = chunkers.load(c.chunker, c.options, counter=counter, embed_fn=embed_fn, params_dir=params_dir,
                            where=f"{where} ({c.chunker})")
         spans, report = chunkers.chunk_documents(documents, fn, name=c.name, chunker=c.chunker, overlap=c.overlap,
@@ -231,3 +233,31 @@ def _size_gap(spans: pd.DataFrame, twin: pd.DataFrame) -> dict:
             "mean_condition": float(spans["n_content_tokens"].mean()) if len(spans) else math.nan,
             "mean_abs_doc_gap": float(sum(gaps) / len(gaps)) if gaps else math.nan,
             "max_abs_doc_gap": float(max(gaps)) if gaps else math.nan}
+
+
+def embed_functions(extra: Mapping[str, Any] | None, embedders: Mapping[str, Any], store: Any) -> dict:
+    """``{embedder key: texts -> unit vectors}`` for every embedder a user condition cuts with (the semantic
+    chunker's ``embedder``), through the run's embedding store ``store`` (:class:`chunkstudy.embed.EmbeddingStore`),
+    so the vectors it computes while cutting are the ones the run embeds with and are never computed twice."""
+    from . import embed
+
+    keys = sorted({c.embedder for c in declared(extra) if c.embedder})
+    out = {}
+    for key in keys:
+        model = embed.load_embedder(embedders[key], key)
+        out[key] = lambda texts, model=model: store.embed(model, list(texts))
+    return out
+
+
+def build_for_run(cfg: Any, documents: pd.DataFrame, sections_gold: pd.DataFrame | None,
+                  sections_induced: pd.DataFrame | None, store: Any) -> dict | None:
+    """:func:`build` for a run's parameters ``cfg`` (``conditions.extra``; None when it declares none): the run's
+    token counter, its embedding store for a semantic chunker, and the parameter file's folder for a
+    ``file.py:function`` chunker. 04 passes the result to :func:`chunkstudy.conditions.build_all`."""
+    extra = cfg["conditions"]["extra"]
+    if not extra:
+        return None
+    p = cfg.params("chunking")
+    return build(documents, {"sections_induced": sections_induced, "sections_gold": sections_gold}, extra, p,
+                 chunking.load_counter(p.tokenizer), embed_functions(extra, cfg.params("embed").embedders, store),
+                 params_dir=Path(cfg.path).parent)

@@ -430,7 +430,9 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
     (:func:`environment`, or ``env`` when the runner has it), the warnings the stage sent
     (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
     sha256 and the digest of every parameter), the content of the JSON outputs declared with ``manifest=True``
-    (``records``: how each encoder ran) and, for 01, the fingerprints of its source files. Paths are relative to the
+    (``records``: how each encoder ran), what the user added (``user_declared``: the digest and names of
+    ``conditions.extra`` and ``contrasts.extra``, when any; 01's tells whether they were declared before the run)
+    and, for 01, the fingerprints of its source files. Paths are relative to the
     project."""
     env = env or environment()
     manifest = {
@@ -450,6 +452,10 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
     if cfg.frozen is not None and cfg.frozen.is_file():
         manifest["params_frozen"] = {"path": artifacts.project_relative(cfg, cfg.frozen),
                                      "sha256": artifacts.file_hash(cfg.frozen), "digest": cfg.digest()}
+    if cfg["conditions"]["extra"] or cfg["contrasts"]["extra"]:  # what the user added, as this stage saw it (08)
+        manifest["user_declared"] = {"digest": cfg.digest(("conditions", "contrasts")),
+                                     "conditions": list(cfg["conditions"]["extra"]),
+                                     "contrasts": list(cfg["contrasts"]["extra"])}
     if warned:
         manifest["warnings"] = list(warned)
     if sources is not None:
