@@ -379,3 +379,14 @@ def test_registration_needs_stage_01s_manifest_to_hold_the_same_declaration(tmp_
     declared, sentence = report.user_registration(cfg.data, other)
     assert declared is False and "not pre-registered" in sentence
     assert report.user_registration(cfg.data, {"01_corpus": {}})[0] is False
+
+
+def test_a_variant_elsewhere_inherits_a_file_chunker_relative_to_the_file_that_states_it(tmp_path):
+    variant = tmp_path / "elsewhere" / "variant.yaml"
+    variant.parent.mkdir()
+    variant.write_text(f"base: {ROOT / 'params' / 'tiny_byo.yaml'}\ncorpus: {{name: variant}}\n")
+    ref = config.load(variant)["conditions"]["extra"]["PARA"]["chunker"]
+    assert ref == f"{ROOT / 'examples' / 'paragraph_chunker.py'}:chunk"
+    assert chunkers.source_file(ref, variant.parent) == ROOT / "examples" / "paragraph_chunker.py"
+    assert config.load(ROOT / "params" / "tiny_byo.yaml")["conditions"]["extra"]["PARA"]["chunker"] == \
+        "../examples/paragraph_chunker.py:chunk"  # the stating file's own value stays as written

@@ -908,6 +908,12 @@ def _anchor_paths(raw: dict, folder: Path) -> dict:
             v = values.get(key)
             if isinstance(p, P) and p.anchor == "params" and isinstance(v, str) and v not in _NOT_PATHS:
                 values[key] = str((folder / v).expanduser().resolve())
+    extra = (out.get("conditions") or {}).get("extra") if isinstance(out.get("conditions"), dict) else None
+    for spec in (extra or {}).values():  # a user chunker in a file ("mine.py:chunk") is relative to its file too
+        ref = spec.get("chunker") if isinstance(spec, dict) else None
+        module, sep, func = ref.rpartition(":") if isinstance(ref, str) else ("", "", "")
+        if sep and module.endswith(".py"):
+            spec["chunker"] = f"{(folder / module).expanduser().resolve()}:{func}"
     return out
 
 
