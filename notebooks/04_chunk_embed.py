@@ -44,7 +44,8 @@ sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
 contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when A1 is in the run
 store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
-extra = extra_conditions.build_for_run(cfg, documents, sections_gold, sections_induced, store)  # conditions.extra
+extra = extra_conditions.build_for_run(cfg, cfg["conditions"]["extra"], documents, sections_gold, sections_induced,
+                                       store)
 out = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"),
                            extra=extra)
 artifacts.write(cfg, "chunks", out["chunks"])

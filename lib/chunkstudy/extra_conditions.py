@@ -249,12 +249,12 @@ def embed_functions(extra: Mapping[str, Any] | None, embedders: Mapping[str, Any
     return out
 
 
-def build_for_run(cfg: Any, documents: pd.DataFrame, sections_gold: pd.DataFrame | None,
+def build_for_run(cfg: Any, extra: Mapping[str, Any], documents: pd.DataFrame, sections_gold: pd.DataFrame | None,
                   sections_induced: pd.DataFrame | None, store: Any) -> dict | None:
-    """:func:`build` for a run's parameters ``cfg`` (``conditions.extra``; None when it declares none): the run's
-    token counter, its embedding store for a semantic chunker, and the parameter file's folder for a
-    ``file.py:function`` chunker. 04 passes the result to :func:`chunkstudy.conditions.build_all`."""
-    extra = cfg["conditions"]["extra"]
+    """:func:`build` of ``extra`` (``cfg["conditions"]["extra"]``; None when it declares none) for a run's
+    parameters ``cfg``: the run's token counter, its embedding store for a semantic chunker, and the parameter
+    file's folder for a ``file.py:function`` chunker. 04 passes the result to
+    :func:`chunkstudy.conditions.build_all`."""
     if not extra:
         return None
     p = cfg.params("chunking")
