@@ -123,3 +123,20 @@ def test_an_outside_run_is_scored_by_the_studys_metrics():
         export.score_trec_run(io.StringIO("q1 Q0 Y|d1|0000 1 1 t\n"), chunks, queries, "X", MP, "c", k=50)
     with pytest.raises(export.ExportError, match="line 2: expected 'qid Q0 docid rank score tag'"):
         export.read_trec_run(io.StringIO("q1 Q0 a 1 1 t\nq1 a 2\n"))
+
+
+@pytest.mark.slow
+def test_ir_measures_reproduces_every_cell_of_the_demo(root, tmp_path):
+    """The acceptance check on the demo (slow: runs ./run_all.sh demo, stages already current are skipped): every
+    cell (condition × embedder × reranker, the untrained reranker's included) exported and scored by ir_measures
+    equals the study's nDCG@10 and MRR per query to 1e-9."""
+    from chunkstudy import runner
+
+    runner.run(root / "params" / "demo.yaml", root, log=print)
+    cfg = config.load(root / "params" / "demo.yaml", root=root)
+    check = export.check_with_ir_measures(cfg, export.export_run(cfg, tmp_path))
+    # every embedder unreranked, and each reranker over the strong embedder's lists
+    assert len(check) == len(cfg["chunking"]["conditions"]) * (len(cfg["embed"]["embedders"])
+                                                              + len(cfg["retrieve"]["rerankers"]))
+    assert check["max_diff_nDCG"].max() <= 1e-9 and check["max_diff_RR"].max() <= 1e-9
+    assert check["max_diff_graded_nDCG"].max() <= 1e-5

@@ -195,12 +195,47 @@ def score_trec_run(run: str | Path | pd.DataFrame, chunks: pd.DataFrame, queries
     return metrics.score_runs(runs, cc, queries, metrics_params, corpus)
 
 
+# ------------------------------------------------------------------------------------------- outside check
+
+def check_with_ir_measures(cfg: config.Config, written: pd.DataFrame) -> pd.DataFrame:
+    """Score every exported run file (``written``: :func:`export_run`'s result) with ``ir_measures`` (the ``dev``
+    extra) and compare with the run's own ``06_metrics/scores``, per query. One row per cell (condition, embedder,
+    reranker): the largest absolute difference of ``nDCG@10`` (binary qrels) vs the study's nDCG@10, ``RR`` vs MRR,
+    ``nDCG@10`` on the graded qrels vs cov-nDCG@10, and ``R@50`` vs recall@50 (different definitions: the module
+    docstring), a query absent from ir_measures' output (no relevant chunk) counting as 0; and ``n_queries``."""
+    import ir_measures
+    from ir_measures import RR, R, nDCG
+
+    scores = artifacts.read(cfg, "scores").pivot_table(
+        index=["condition", "embedder", "reranker", "query_id"], columns="metric", values="value")
+    qids = artifacts.read(cfg, "queries")["query_id"].astype(str).tolist()
+    k, cutoff = int(cfg["metrics"]["recall_k"]), int(cfg["metrics"]["cutoff"])
+    pairs = (("nDCG", f"nDCG@{cutoff}", nDCG @ cutoff, "qrels.txt"), ("RR", "MRR", RR, "qrels.txt"),
+             ("graded_nDCG", f"cov-nDCG@{cutoff}", nDCG @ cutoff, "qrels_graded.txt"),
+             ("R", f"recall@{k}", R @ k, "qrels.txt"))
+    rows = []
+    for f in written[written["kind"] == "run"].itertuples():
+        path = Path(f.path)
+        emb, rr = path.stem.split("__")
+        run = list(ir_measures.read_trec_run(str(path)))
+        ours = scores.loc[(f.condition, emb, rr)]
+        row: dict[str, Any] = {"condition": f.condition, "embedder": emb, "reranker": rr, "n_queries": len(qids)}
+        for name, metric, measure, qrels_file in pairs:
+            qrels_ = list(ir_measures.read_trec_qrels(str(path.parents[1] / qrels_file)))
+            theirs = {m.query_id: m.value for m in ir_measures.iter_calc([measure], qrels_, run)}
+            row[f"max_diff_{name}"] = max(abs(theirs.get(q, 0.0) - float(ours.loc[q, metric])) for q in qids)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 # -------------------------------------------------------------------------------------------------- CLI
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.export", description=__doc__.split("\n\n")[0])
     ap.add_argument("params", help="parameter file of a finished run (e.g. params/demo.yaml)")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default data/<corpus>/export/)")
+    ap.add_argument("--check", action="store_true", help="score the exported runs with ir_measures (dev extra) "
+                    "and print the largest per-query difference from the study's metrics, per cell")
     a = ap.parse_args(argv)
     cfg = config.load(a.params)
     try:
@@ -212,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"export: {len(written)} files for {written['condition'].nunique()} conditions under "
           f"{Path(written['path'].iat[0]).parents[1] if len(written) else a.out}: "
           + ", ".join(f"{k} {v['count']} files / {v['sum']} rows" for k, v in summary.items()))
+    if a.check:
+        check = check_with_ir_measures(cfg, written)
+        print(check.to_string(index=False))
+        worst = check[["max_diff_nDCG", "max_diff_RR"]].to_numpy().max()
+        print(f"ir_measures vs the study: largest |difference| of nDCG@10 and MRR over {len(check)} cells = "
+              f"{worst:.3g} (recall@50 differs by definition; see the module docstring)")
+        return 0 if worst <= 1e-9 else 1
     return 0
 
 

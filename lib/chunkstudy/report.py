@@ -561,7 +561,9 @@ def render(b: Bundle, params: Mapping, params_file: str = "") -> str:
         if "user_power" in b.tables:
             out += power_sentences(b.tables["user_power"].data) + [""]
             table("user_power")
-    out += [f"## {drilldown.HEADING}", "", "Exploratory reading of the confirmatory contrasts: the queries with the "
+    out += [f"## {drilldown.HEADING}", "", "Exploratory reading of the confirmatory contrasts"
+            + (f" (and of yours, marked {tables.USER_MARK})" if (params.get("contrasts") or {}).get("extra") else "")
+            + ": the queries with the "
             "largest gains and losses in the primary cell (`06_metrics/drilldown`); `report.html` shows each one's "
             "top chunks under both conditions side by side.", ""]
     table("drilldown")

@@ -226,7 +226,7 @@ STAGES: tuple[Stage, ...] = (
         Json("rerank_report", "per reranker: model id, runtime, resolved dtype and its agreement check, pairs "
              "scored", manifest=True),
     )),
-    Stage("06_metrics", ("metrics", "embed.strong", "stats"), _r("documents", "queries", "chunks", "runs"), (
+    Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts"), _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
                          "value": F, "doc_id": S, "qtype": S}, "long form: one row per cell x condition x query",
               required=('corpus', 'embedder', 'reranker', 'condition', 'query_id', 'metric', 'value')),
