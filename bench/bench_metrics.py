@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "lib"))
 
-from chunkstudy import config, metrics  # noqa: E402
+from chunkstudy import config, design, metrics  # noqa: E402
 from test_metrics_reference import Chunk, reference_metrics  # noqa: E402
 
-CONDITIONS = ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"]
+CONDITIONS = list(design.CONDITION_NAMES)
 CELLS = [("strong", "none"), ("strong", "xenc"), ("weak", "none"), ("weak", "xenc")]
 
 

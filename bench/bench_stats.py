@@ -16,10 +16,12 @@ import time
 
 import numpy as np
 
-from chunkstudy import stats
+from chunkstudy import design, params, stats
 
 N_DOCS, N_QUERIES, N_BOOT = 1508, 4303, 10_000
-CONTRASTS = {"C1": ("A3", "A1"), "C2": ("A3", "P"), "C3": ("G3", "A3"), "C4": ("A4", "A3")}
+CONTRASTS = {c.name: (c.a, c.b) for c in design.CONTRASTS}
+#: the primary cell under the default parameters (the simulated scores carry its metric, embedder and reranker)
+PRIMARY = (params.StatsParams().primary_metric, params.EmbedParams().strong, params.StatsParams().primary_reranker)
 
 
 def naive_cluster_bootstrap(deltas: np.ndarray, clusters: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
@@ -37,15 +39,15 @@ def naive_cluster_bootstrap(deltas: np.ndarray, clusters: np.ndarray, n_boot: in
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--naive-resamples", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=20260710)
+    ap.add_argument("--seed", type=int, default=params.SEED)
     args = ap.parse_args()
 
     effects = {"A1": 0.0, "A3": 0.012, "P": 0.0, "G3": 0.013, "A4": -0.003}
     scores, queries = stats.simulate_scores(N_DOCS, N_QUERIES, effects, seed=args.seed)
     deltas = {}
     for name, (a, b) in CONTRASTS.items():
-        d = stats.paired_deltas(scores, queries, a, b, corpus="sim", metric="cov-nDCG@10", embedder="strong",
-                                reranker="none")
+        d = stats.paired_deltas(scores, queries, a, b, corpus="sim", metric=PRIMARY[0], embedder=PRIMARY[1],
+                                reranker=PRIMARY[2])
         deltas[name] = (d["delta"].to_numpy(), d["doc_id"].to_numpy())
 
     t0 = time.perf_counter()

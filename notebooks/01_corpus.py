@@ -34,7 +34,7 @@ from chunkstudy.corpus import build
 cfg = config.load(params_file)
 out = build.build_corpus(cfg)
 build.require_verified(out)
-build.require_questions(cfg, out, cfg["queries"]["source"])
+build.require_questions(cfg, out, cfg.params("queries").source)
 out["documents"][["doc_id", "title", "source", "n_words"]].describe(include="all")
 
 # %% [markdown]
@@ -69,7 +69,7 @@ out["corpus_funnel"]
 # `chunkstudy.corpus.wikipedia`). Paper numbers come from `chunkstudy.paper`.
 
 # %%
-paper.corpus_beside(out["stats"], cfg["corpus"]["kind"])
+paper.corpus_beside(out["stats"], cfg.params("corpus").kind)
 
 # %% [markdown]
 # ## Records skipped for their shape

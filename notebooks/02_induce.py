@@ -39,14 +39,14 @@ cfg = config.load(params_file)
 documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
-client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
-print(induce.model_note(cfg["llm"], cfg["induce"], cfg["contexts"]))
+client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg.params("llm").cache))
+print(induce.model_note(cfg.params("llm"), cfg.params("induce"), cfg.params("contexts")))
 
 # %% [markdown]
 # ## Induce the structure
 
 # %%
-sections_induced, induction_log = induce.induce_structure(documents, paragraphs, cfg["induce"], client=client)
+sections_induced, induction_log = induce.induce_structure(documents, paragraphs, cfg.params("induce"), client=client)
 artifacts.write(cfg, "sections_induced", sections_induced)
 artifacts.write(cfg, "induction_log", induction_log)
 induction_log["status"].value_counts()
@@ -57,7 +57,7 @@ induction_log["status"].value_counts()
 # 04_chunk_embed cuts the identical `(doc_id, start, end)`.
 
 # %%
-counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
+counter = chunking.load_counter(cfg.params("chunking").tokenizer)
 windows = chunking.a0_windows(documents, paragraphs, sections_induced, cfg.params("chunking"), counter)
 contexts_a1 = contexts.a1_contexts(documents, windows, cfg.params("contexts"), client=client, counter=counter,
                                    sections=sections_gold)
@@ -78,10 +78,11 @@ induced_chunks = chunking.structural_chunks(documents, paragraphs, sections_indu
 gold_chunks = chunking.structural_chunks(documents, paragraphs, sections_gold, counter, ck.max_chunk_tokens,
                                          ck.min_chunk_tokens, ck.sentence_splitter)
 stats = {**induce.induction_stats(sections_induced, induction_log, sections_gold, induced_chunks, gold_chunks),
-         "contexts_a1": contexts.summary(contexts_a1), "llm": llm.describe(client), "capable": cfg["llm"]["capable"],
-         "note": induce.model_note(cfg["llm"], cfg["induce"], cfg["contexts"])}
+         "contexts_a1": contexts.summary(contexts_a1), "llm": llm.describe(client),
+         "capable": cfg.params("llm").capable,
+         "note": induce.model_note(cfg.params("llm"), cfg.params("induce"), cfg.params("contexts"))}
 artifacts.write_json(cfg, "02_induce", "induction_stats", stats)
-tables.induction(stats, cfg["corpus"]["kind"], cfg["induce"]["method"]).data
+tables.induction(stats, cfg.params("corpus").kind, cfg.params("induce").method).data
 
 # %%
 stats["contexts_a1"]
@@ -91,4 +92,4 @@ stats["contexts_a1"]
 
 # %%
 induce.outlines_side_by_side(sections_gold, sections_induced,
-                             cfg["figures"]["example_doc"] or documents["doc_id"].iat[0])
+                             cfg.params("figures").example_doc or documents["doc_id"].iat[0])

@@ -37,13 +37,13 @@ params_file = "params/demo.yaml"
 from chunkstudy import artifacts, bm25, chunking, config, paper, queries, tables
 
 cfg = config.load(params_file)
-qp = cfg["queries"]
+qp = cfg.params("queries")
 documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 harvested = artifacts.read_input(cfg, "03_queries", "harvested")  # harvested queries only
-print(queries.capability_note(cfg["llm"], qp["source"]))
-queries.inputs_overview(cfg.corpus, qp["source"], documents, harvested)
+print(queries.capability_note(cfg.params("llm"), qp.source))
+queries.inputs_overview(cfg.corpus, qp.source, documents, harvested)
 
 # %% [markdown]
 # ## Build the queries
@@ -51,12 +51,12 @@ queries.inputs_overview(cfg.corpus, qp["source"], documents, harvested)
 # rerun replays every call from the cache.
 
 # %%
-client = queries.client_for(qp["source"], cfg["llm"], artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
+client = queries.client_for(qp.source, cfg.params("llm"), artifacts.cache_dir(cfg, cfg.params("llm").cache))
 result = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp, client=client, where=cfg.corpus)
 query_table = result["queries"]
 artifacts.write(cfg, "queries", query_table)
 artifacts.write(cfg, "query_funnel", result["funnel"])
-artifacts.write_json(cfg, "03_queries", "funnel", queries.funnel_facts(result["summary"], cfg["llm"], qp["source"],
+artifacts.write_json(cfg, "03_queries", "funnel", queries.funnel_facts(result["summary"], cfg.params("llm"), qp.source,
                                                                      client))
 queries.by_type(query_table)
 
@@ -76,7 +76,7 @@ result["funnel"].pivot(index=["stage", "step"], columns="qtype", values="n_docs"
 # document: `queries.per_doc: 3`). QASPER: 5,049 harvested → 4,303 usable over 1,508 papers (all splits).
 
 # %%
-funnel_table = tables.query_funnel(result["funnel"], cfg["corpus"]["kind"])
+funnel_table = tables.query_funnel(result["funnel"], cfg.params("corpus").kind)
 print("\n".join(funnel_table.notes))
 funnel_table.display
 
@@ -84,7 +84,7 @@ funnel_table.display
 # ## Example queries beside their gold span text
 
 # %%
-queries.examples(query_table, documents, per_type=2, seed=qp["seed"])
+queries.examples(query_table, documents, per_type=2, seed=qp.seed)
 
 # %% [markdown]
 # ## BM25 diagnostic
@@ -94,18 +94,17 @@ queries.examples(query_table, documents, per_type=2, seed=qp["seed"])
 
 # %%
 sections_induced = artifacts.read_input(cfg, "03_queries", "sections_induced")  # an induced bm25_condition only
-bm25_sections = bm25.outline(qp["bm25_condition"], sections_gold, sections_induced)
-bm25_chunks = chunking.structural_chunks(documents, paragraphs, bm25_sections,
-                                         chunking.load_counter(cfg["chunking"]["tokenizer"]),
-                                         cfg["chunking"]["max_chunk_tokens"], cfg["chunking"]["min_chunk_tokens"],
-                                         cfg["chunking"]["sentence_splitter"])
-bm25_per_query, bm25_summary = bm25.diagnostic(documents, bm25_chunks, query_table, k1=qp["bm25_k1"],
-                                               b=qp["bm25_b"], span_frac=cfg["metrics"]["span_frac"],
-                                               chunk_frac=cfg["metrics"]["chunk_frac"],
-                                               condition=qp["bm25_condition"], scope=qp["bm25_scope"])
+bm25_sections = bm25.outline(qp.bm25_condition, sections_gold, sections_induced)
+ck = cfg.params("chunking")
+bm25_chunks = chunking.structural_chunks(documents, paragraphs, bm25_sections, chunking.load_counter(ck.tokenizer),
+                                         ck.max_chunk_tokens, ck.min_chunk_tokens, ck.sentence_splitter)
+bm25_per_query, bm25_summary = bm25.diagnostic(documents, bm25_chunks, query_table, k1=qp.bm25_k1,
+                                               b=qp.bm25_b, span_frac=cfg.params("metrics").span_frac,
+                                               chunk_frac=cfg.params("metrics").chunk_frac,
+                                               condition=qp.bm25_condition, scope=qp.bm25_scope)
 artifacts.write_json(cfg, "03_queries", "bm25", bm25_summary)
 bm25.summary_table(bm25_summary)
 
 # %%
-paper.beside({"gold_top1": bm25_summary["gold_top1_share"]}, cfg["corpus"]["kind"], "bm25",
-             {f"BM25 gold chunk first ({qp['bm25_scope']} scope)": "gold_top1"})
+paper.beside({"gold_top1": bm25_summary["gold_top1_share"]}, cfg.params("corpus").kind, "bm25",
+             {f"BM25 gold chunk first ({qp.bm25_scope} scope)": "gold_top1"})

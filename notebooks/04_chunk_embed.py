@@ -43,8 +43,8 @@ paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
 contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when A1 is in the run
-store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
-extra = extra_conditions.build_for_run(cfg, cfg["conditions"]["extra"], documents, sections_gold, sections_induced,
+store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
+extra = extra_conditions.build_for_run(cfg, cfg.params("conditions").extra, documents, sections_gold, sections_induced,
                                        store)
 out = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"),
                            extra=extra)
@@ -61,7 +61,7 @@ out["chunks"].groupby("condition", sort=False)[["n_content_tokens", "n_prefix_to
 # means within 4 tokens per chunk set (its numbers beside ours, from `chunkstudy.paper`).
 
 # %%
-tables.size_matching(out["summary"], cfg["corpus"]["kind"]).display
+tables.size_matching(out["summary"], cfg.params("corpus").kind).display
 
 # %%
 {"over_max": out["summary"]["over_max"], "under_min": out["summary"]["under_min"]}
@@ -79,7 +79,7 @@ out["size_matching"].describe()
 # permutation spreads them over many documents, so the placebo is not a coherent fake document.
 
 # %%
-tables.placebo(out["placebo_buckets"], cfg["chunking"]["placebo_method"]).display
+tables.placebo(out["placebo_buckets"], cfg.params("chunking").placebo_method).display
 
 # %% [markdown]
 # ## User conditions (`conditions.extra`; exploratory, not part of the paper's design)

@@ -45,7 +45,7 @@ retrieve_params = cfg.params("retrieve")
 chunks = artifacts.read(cfg, "chunks")
 queries = artifacts.read(cfg, "queries")
 documents = artifacts.read(cfg, "documents")
-vectors = artifacts.read_all_vectors(cfg, cfg["embed"]["embedders"])
+vectors = artifacts.read_all_vectors(cfg, cfg.params("embed").embedders)
 chunks.groupby("condition").agg(chunks=("chunk_id", "size"), documents=("doc_id", "nunique"),
                                 sections=("route_key", "nunique"))
 
@@ -55,7 +55,7 @@ chunks.groupby("condition").agg(chunks=("chunk_id", "size"), documents=("doc_id"
 # spec asks for one).
 
 # %%
-store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
+store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
 query_vectors = retrieve.embed_queries(queries, cfg.params("embed").embedders, store)
 retrieve.vector_shapes(query_vectors)
 
@@ -76,7 +76,7 @@ retrieved["runs"].groupby(["embedder", "condition", "source"]).size().unstack(fi
 # %%
 texts = rerank.texts_by_chunk(chunks, conditions.embedded_texts(chunks, documents))
 rerank_report = []
-reranked = rerank.rerank_all(retrieved["runs"], queries, texts, retrieve_params, cfg["embed"]["strong"],
+reranked = rerank.rerank_all(retrieved["runs"], queries, texts, retrieve_params, cfg.params("embed").strong,
                              artifacts.cache_dir(cfg, "rerank"), report=rerank_report)
 runs = pd.concat([retrieved["runs"], reranked], ignore_index=True)
 artifacts.write(cfg, "runs", runs)
@@ -101,12 +101,12 @@ recall_summary
 # kept by stage 1; `source`: routed or backfill; `gold_chars`: characters of gold evidence inside the chunk.
 
 # %%
-example = retrieve.example_query(retrieved["section_recall"], cfg["embed"]["strong"])
+example = retrieve.example_query(retrieved["section_recall"], cfg.params("embed").strong, "A4")
 queries.loc[queries["query_id"] == example, ["query_id", "doc_id", "qtype", "text", "spans"]]
 
 # %%
-retrieve.routed_sections(retrieved["section_recall"], example, embedder=cfg["embed"]["strong"])
+retrieve.routed_sections(retrieved["section_recall"], example, embedder=cfg.params("embed").strong)
 
 # %%
 retrieve.query_view(runs, retrieved["section_recall"], chunks, queries, documents, example,
-                    conditions=("A3", "A4"), embedder=cfg["embed"]["strong"], n=10)
+                    conditions=("A3", "A4"), reranker="none", embedder=cfg.params("embed").strong, n=10)

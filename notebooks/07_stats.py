@@ -32,7 +32,7 @@ from chunkstudy import artifacts, config, paper, power, stats
 
 cfg = config.load(params_file)
 stats_params = cfg.params("stats")
-strong = cfg["embed"]["strong"]  # the primary cell's embedder
+strong = cfg.params("embed").strong  # the primary cell's embedder
 scores = artifacts.read(cfg, "scores")
 queries = artifacts.read(cfg, "queries")
 scores.groupby(["metric", "embedder", "reranker"]).agg(conditions=("condition", "nunique"),
@@ -119,7 +119,7 @@ lift
 # The method is stated in `chunkstudy.power`'s docstring. Not part of the confirmatory analysis.
 
 # %%
-paper_corpus = power.paper_corpus(stats_params, cfg["corpus"]["kind"])
+paper_corpus = power.paper_corpus(stats_params, cfg.params("corpus").kind)
 power_curves = power.power_table(scores, queries, stats_params, strong, cfg.corpus,
                                  paper.effects_dz(paper_corpus), f"paper ({paper_corpus})")
 artifacts.write(cfg, "power", power_curves)
@@ -139,7 +139,7 @@ power_needed
 # effects observed here. Empty when the parameter file adds none.
 
 # %%
-user = cfg["contrasts"]["extra"]
+user = cfg.params("contrasts").extra
 user_contrasts = stats.user_contrasts_table(scores, queries, stats_params, strong, cfg.corpus, user)
 artifacts.write(cfg, "user_contrasts", user_contrasts)
 user_contrasts[["label", "cell", "contrast", "condition_a", "condition_b", "mean_delta", "ci_low", "ci_high", "p",

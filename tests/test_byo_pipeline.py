@@ -59,9 +59,10 @@ def test_user_chunks_are_exactly_what_their_chunkers_cut(byo):
     text = dict(zip(documents["doc_id"], documents["text"]))
     titles = dict(zip(documents["doc_id"], documents["title"]))
     for name in ("REC", "LC", "PARA"):
-        spec = cfg["conditions"]["extra"][name]
-        fn = chunkers.load(spec["chunker"], spec["options"], counter=counter, params_dir=project / "params")
-        want, report = chunkers.chunk_documents(documents, fn, name=name, chunker=spec["chunker"])
+        spec = cfg.params("conditions").extra[name]
+        fn = chunkers.load(spec.chunker, spec.options, counter=counter, params_dir=project / "params")
+        want, report = chunkers.chunk_documents(documents, fn, name=name, chunker=spec.chunker, overlap=False,
+                                                unaligned="error")
         got = chunks[chunks["condition"] == name]
         assert report["unplaced"] == report["dropped_chars"] == 0
         assert got[["doc_id", "start", "end"]].reset_index(drop=True).equals(want.reset_index(drop=True))

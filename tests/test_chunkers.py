@@ -37,6 +37,10 @@ def _chunking_params(**kw):
     return config.record("chunking", {**PARAMS, **kw})
 
 
+def _place(text: str, out, overlap: bool = False) -> chunkers.Placement:
+    return chunkers.place(text, chunkers.pieces(out, "d"), where="d", overlap=overlap)
+
+
 def _non_ws(s: str) -> str:
     return re.sub(r"\s+", "", s)
 
@@ -45,39 +49,39 @@ def _non_ws(s: str) -> str:
 
 def test_texts_are_located_exactly_and_in_order():
     text = "alpha beta. alpha beta. gamma"
-    p = chunkers.place(text, chunkers.pieces(["alpha beta.", "alpha beta.", "gamma"], "d"), where="d")
+    p = _place(text, ["alpha beta.", "alpha beta.", "gamma"])
     assert p.spans == [(0, 11), (12, 23), (24, 29)] and p.aligned  # the second copy, not the first again
 
 
 def test_spans_with_text_must_hold_that_text():
     text = "one two three"
-    ok = chunkers.place(text, chunkers.pieces([{"start": 0, "end": 3, "text": "one"}, (4, 13)], "d"), where="d")
+    ok = _place(text, [{"start": 0, "end": 3, "text": "one"}, (4, 13)])
     assert ok.spans == [(0, 3), (4, 13)] and ok.aligned
-    bad = chunkers.place(text, chunkers.pieces([{"start": 0, "end": 3, "text": "One"}, (4, 13)], "d"), where="d")
+    bad = _place(text, [{"start": 0, "end": 3, "text": "One"}, (4, 13)])
     assert bad.unplaced == 1 and bad.dropped_chars == 3 and not bad.aligned
 
 
 def test_a_span_outside_the_text_is_an_error_naming_where():
     with pytest.raises(chunkers.ChunkerError, match=r"doc 'x'.*\[0, 99\), outside the text \[0, 5\)"):
-        chunkers.place("hello", chunkers.pieces([(0, 99)], "doc 'x'"), where="doc 'x'")
+        chunkers.place("hello", chunkers.pieces([(0, 99)], "doc 'x'"), where="doc 'x'", overlap=False)
 
 
 def test_overlap_is_an_error_unless_declared():
     text = "aaaa bbbb cccc"
     out = [(0, 9), (5, 14)]
     with pytest.raises(chunkers.ChunkerError, match="overlap; a condition whose chunker overlaps"):
-        chunkers.place(text, chunkers.pieces(out, "d"), where="d")
-    assert chunkers.place(text, chunkers.pieces(out, "d"), where="d", overlap=True).spans == out
+        _place(text, out)
+    assert _place(text, out, overlap=True).spans == out
     # a located text that overlaps the previous chunk is found only when overlap is declared
     texts = ["aaaa bbbb", "bbbb cccc"]
-    assert chunkers.place(text, chunkers.pieces(texts, "d"), where="d", overlap=True).spans == [(0, 9), (5, 14)]
-    assert chunkers.place(text, chunkers.pieces(texts, "d"), where="d").unplaced == 1
+    assert _place(text, texts, overlap=True).spans == [(0, 9), (5, 14)]
+    assert _place(text, texts).unplaced == 1
 
 
 def test_whitespace_between_chunks_may_be_dropped_but_text_may_not():
     text = "first part.\n\n  second part."
-    assert chunkers.place(text, chunkers.pieces(["first part.", "second part."], "d"), where="d").aligned
-    p = chunkers.place(text, chunkers.pieces(["first part."], "d"), where="d")
+    assert _place(text, ["first part.", "second part."]).aligned
+    p = _place(text, ["first part."])
     assert p.dropped_chars == len("secondpart.") and "second part" in p.problems[0]
 
 
@@ -97,7 +101,7 @@ def test_cutting_a_text_anywhere_places_back_to_the_same_spans(text, cuts):
     (non-empty ones), and nothing is reported dropped."""
     edges = sorted({0, len(text), *[c for c in cuts if c <= len(text)]})
     spans = [(s, e) for s, e in zip(edges, edges[1:])]
-    p = chunkers.place(text, chunkers.pieces([text[s:e] for s, e in spans], "d"), where="d")
+    p = _place(text, [text[s:e] for s, e in spans])
     kept = [(s, e) for s, e in spans if text[s:e].strip()]
     assert p.dropped_chars == 0 and p.unplaced == 0
     assert [text[s:e] for s, e in p.spans] == [text[s:e] for s, e in kept]
@@ -115,7 +119,8 @@ def test_a_chunker_returning_text_not_in_the_document_fails_naming_the_document(
         return [text.lower()]
 
     with pytest.raises(chunkers.ChunkerError) as e:
-        chunkers.chunk_documents(_docs(), rewrite, name="LOW", chunker="mine:rewrite")
+        chunkers.chunk_documents(_docs(), rewrite, name="LOW", chunker="mine:rewrite", overlap=False,
+                                 unaligned="error")
     msg = str(e.value)
     assert "conditions.extra.LOW (mine:rewrite): document 'd1'" in msg
     assert "not in the document (rewritten)" in msg and "'plain words here. more words.'" in msg
@@ -127,7 +132,7 @@ def test_under_unaligned_warn_it_is_counted_and_warned():
 
     with pytest.warns(chunkers.ChunkerWarning, match=r"2 chunk\(s\).*in 2 document\(s\), e.g. \['d1', 'd2'\]"):
         spans, report = chunkers.chunk_documents(_docs(), rewrite, name="LOW", chunker="mine:rewrite",
-                                                 unaligned="warn")
+                                                 overlap=False, unaligned="warn")
     assert len(spans) == 0 and report["unplaced"] == 2 and report["docs_unaligned"] == ["d1", "d2"]
     assert report["dropped_chars"] == sum(len(_non_ws(t)) for t in _docs()["text"])
 
@@ -139,7 +144,8 @@ def test_a_chunker_that_raises_is_named_with_the_document():
         return [text]
 
     with pytest.raises(chunkers.ChunkerError, match=r"document 'd2': the chunker raised RuntimeError: cannot cut"):
-        chunkers.chunk_documents(_docs(), boom, name="X", chunker="mine:boom")
+        chunkers.chunk_documents(_docs(), boom, name="X", chunker="mine:boom", overlap=False,
+                                 unaligned="error")
 
 
 # ------------------------------------------------------------------------------------------ library adapters
@@ -157,7 +163,8 @@ LIBRARY_CASES = [
 def test_library_chunkers_place_exactly_and_cover_every_character(chunker, options, corpus, counter):
     docs = corpus[0]
     fn = chunkers.load(chunker, options, counter=counter)
-    spans, report = chunkers.chunk_documents(docs, fn, name="LIB", chunker=chunker)
+    spans, report = chunkers.chunk_documents(docs, fn, name="LIB", chunker=chunker, overlap=False,
+                                             unaligned="error")
     assert report["unplaced"] == report["dropped_chars"] == 0 and len(spans) > len(docs)
     text = dict(zip(docs["doc_id"], docs["text"]))
     for d, g in spans.groupby("doc_id"):
@@ -174,8 +181,9 @@ def test_a_langchain_overlap_must_be_declared(corpus, counter):
                        counter=counter)
     docs = corpus[0]
     with pytest.raises(chunkers.ChunkerError, match=r"doc0.*overlap; a condition whose chunker overlaps"):
-        chunkers.chunk_documents(docs, fn, name="OV", chunker="langchain")
-    spans, report = chunkers.chunk_documents(docs, fn, name="OV", chunker="langchain", overlap=True)
+        chunkers.chunk_documents(docs, fn, name="OV", chunker="langchain", overlap=False, unaligned="error")
+    spans, report = chunkers.chunk_documents(docs, fn, name="OV", chunker="langchain", overlap=True,
+                                             unaligned="error")
     assert report["unplaced"] == 0 and (spans["start"].to_numpy()[1:] < spans["end"].to_numpy()[:-1]).any()
 
 
@@ -189,7 +197,8 @@ def test_the_semantic_chunker_embeds_with_the_runs_own_embedder_through_the_stor
     assert list(fns) == ["strong"]
     fn = chunkers.load("chonkie:SemanticChunker", {"chunk_size": 80}, counter=counter, embed_fn=fns["strong"])
     docs = corpus[0].head(2)
-    spans, report = chunkers.chunk_documents(docs, fn, name="SEM", chunker="chonkie:SemanticChunker")
+    spans, report = chunkers.chunk_documents(docs, fn, name="SEM", chunker="chonkie:SemanticChunker",
+                                             overlap=False, unaligned="error")
     assert report["unplaced"] == report["dropped_chars"] == 0 and len(spans) >= 2
     assert store.n_embedded > 0 and len(store) == store.n_embedded  # every vector came from (and stays in) it
 

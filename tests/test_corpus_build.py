@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import artifacts, config, paper
+from chunkstudy import artifacts, config, paper, params
 from chunkstudy.corpus import build, fetch
 from chunkstudy.corpus.model import verify_sections
 from chunkstudy.corpus.wikitext import forbidden_markup
@@ -353,7 +353,7 @@ def test_real_table_heavy_export_normalises_cleanly(shared_data):
 def test_every_corpus_kind_has_the_same_entry_points_and_config_offers_exactly_those():
     import inspect
 
-    assert tuple(build.KINDS) == config.CORPUS_KINDS == config.SCHEMA["corpus"]["kind"].choices
+    assert tuple(build.KINDS) == params.CORPUS_KINDS == config.SCHEMA["corpus"]["kind"].choices
     for name, kind in build.KINDS.items():
         assert list(inspect.signature(kind.build).parameters) == ["cfg", "session", "warnings"], name
         assert list(inspect.signature(kind.source_files).parameters) == ["cfg"], name

@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def params(**over):
-    c = dict(config.load(ROOT / "params" / "wikipedia_local.yaml")["corpus"])
+    c = config.as_dict(config.load(ROOT / "params" / "wikipedia_local.yaml").params("corpus"))
     c.update(min_words=1, min_heading_depth=1, min_sections=1, require_featured=False)
     c.update(over)
-    return c
+    return config.record("corpus", c)
 
 
 def test_export_streams_main_namespace_and_flags_redirects():

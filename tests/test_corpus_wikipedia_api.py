@@ -48,7 +48,7 @@ def test_lazy_fetch_selects_the_same_documents_as_fetching_everything_with_far_f
     wr = small_wiki()
     client = W.ApiClient(wr, "https://en.wikipedia.org/w/api.php", tmp_path / "ref", 0.0, user_agent=UA)
     listed = W.featured_ids_from_api(client)
-    c = _cfg(tmp_path / "ref")["corpus"]
+    c = _cfg(tmp_path / "ref").params("corpus")
     ref = W.build_wikipedia(W.fetch_api_pages(sorted(listed), client, None, [], batch_size=1), c, set(listed), [])
 
     assert len(lazy["documents"]) == 10

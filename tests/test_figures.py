@@ -411,8 +411,8 @@ def test_figure1_shows_real_boundaries_and_prefixes(run):
 def test_example_chunk_picks_deepest_prefix():
     ch = pd.DataFrame({"condition": ["A3"] * 3, "doc_id": ["d"] * 3, "start": [0, 5, 9], "end": [5, 9, 12],
                        "prefix": ["[T]\n\n", "[T › A › B]\n\n", "[T › A]\n\n"]})
-    assert figures.example_chunk(ch, "d")["start"] == 5
-    assert figures.example_chunk(ch, "other") is None
+    assert figures.example_chunk(ch, "d", "A3")["start"] == 5
+    assert figures.example_chunk(ch, "other", "A3") is None
 
 
 # ------------------------------------------------------------------------------------------------ issue 22: misuse

@@ -2,11 +2,8 @@
 
 * ``induce``, ``queries`` and ``tables`` became sub-packages: every public name the single modules had is still
   reachable as ``chunkstudy.<module>.<name>``, and is the very object its new home defines.
-* No policy default hides in a public signature of ``metrics``, ``induce``, ``queries`` or ``tables``: a
-  parameter named like a parameter-file key (any key of :data:`chunkstudy.config.SCHEMA`) or like a cell or
-  threshold (embedder, reranker, metric, condition, ...) has no default; callers pass the value from the
-  parameter file. Pure formatting defaults (``digits``) and optional inputs (``None``) are allowed only where
-  listed below with their reason.
+* No policy default hides in a public signature: guarded once, for every module, by
+  tests/test_typed_params.py (one list of exceptions, each with its reason).
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ import pkgutil
 
 import pytest
 
-from chunkstudy import config, induce, metrics, queries, tables
+from chunkstudy import induce, queries, tables
 
 #: The public names of the single modules before the split (issue 15 §6), minus the two removed on purpose:
 #: ``induce.stats_table`` and its ``PAPER_INDUCTION`` (the same numbers as ``tables.induction``).
@@ -91,72 +88,3 @@ def test_every_public_name_of_a_submodule_is_reexported_as_itself(name):
 
 def test_removed_duplicates_stay_removed():
     assert not hasattr(induce, "stats_table") and not hasattr(induce, "PAPER_INDUCTION")
-
-
-# ------------------------------------------------------------------------------------------ no hidden defaults
-
-def _schema_keys(spec=config.SCHEMA) -> set[str]:
-    out = set()
-    for k, v in spec.items():
-        out.add(k)
-        if isinstance(v, dict):
-            out |= _schema_keys(v)
-    return out - {"*"}
-
-
-#: Names of a cell, a threshold or a choice that only the parameter file may set.
-POLICY_NAMES = {"embedder", "reranker", "metric", "condition", "conditions", "span_frac", "chunk_frac", "kind",
-                "method", "contexts_method", "route_sections", "seed", "cutoff", "max_level", "targets"}
-
-#: (function, parameter) -> why its default is not a policy.
-ALLOWED = {
-    ("fmt_p", "n_boot"): "the bootstrap's resamples as recorded with a p-value (data); None = not recorded",
-    ("induce_structure", "embed"): "an optional embedding function for TextTiling's gap scores, not the embed section",
-    ("table1", "mixedlm"): "07's optional mixedlm table (data), not the stats.mixedlm switch",
-}
-
-
-def _public_functions():
-    mods = [metrics] + [m for pkg in PACKAGES.values() for m in [pkg, *_submodules(pkg)]]
-    seen = {}
-    for mod in mods:
-        for name, obj in vars(mod).items():
-            if name.startswith("_") or not inspect.isfunction(obj) or not obj.__module__.startswith("chunkstudy."):
-                continue
-            if obj.__module__.split(".")[1] in {"metrics", *PACKAGES}:
-                seen[f"{obj.__module__}.{name}"] = obj
-    return seen
-
-
-def _policy_defaults(functions) -> list[str]:
-    policy = _schema_keys() | POLICY_NAMES
-    bad = []
-    for where, fn in sorted(functions.items()):
-        for p in inspect.signature(fn).parameters.values():
-            if p.default is inspect.Parameter.empty or (fn.__name__, p.name) in ALLOWED:
-                continue
-            if p.name in policy:
-                bad.append(f"{where}({p.name}={p.default!r})")
-    return bad
-
-
-def test_no_policy_default_in_a_public_signature():
-    functions = _public_functions()
-    assert {"chunkstudy.tables.results.table2", "chunkstudy.metrics.walk_example",
-            "chunkstudy.induce.outline.repair", "chunkstudy.queries.stage.examples"} <= set(functions)
-    assert _policy_defaults(functions) == []
-
-
-def test_the_default_check_catches_a_policy_default():
-    def table2(condition_means, embedder="strong", reranker="none"):  # the signature before issue 15 §4
-        return condition_means
-
-    def relevant(chunk_start, chunk_end, span_start, span_end, span_frac=0.5, chunk_frac=0.8):
-        return chunk_start
-
-    def fmt_num(x, digits=3):  # formatting: allowed
-        return x
-
-    got = _policy_defaults({"t.table2": table2, "m.relevant": relevant, "f.fmt_num": fmt_num})
-    assert got == ["m.relevant(span_frac=0.5)", "m.relevant(chunk_frac=0.8)", "t.table2(embedder='strong')",
-                   "t.table2(reranker='none')"]

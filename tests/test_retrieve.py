@@ -337,7 +337,7 @@ def test_display_helpers():
     qv = {e: v[a3.loc[[13], "text_row"].to_numpy()] for e, v in vectors.items()}
     out = retrieve.retrieve_all(chunks, vectors, qv, queries, {"k": 10, "route_sections": 1})
     view = retrieve.query_view(out["runs"], out["section_recall"], chunks, queries, documents, "q",
-                               conditions=("A3", "A4"), embedder="strong", n=3)
+                               conditions=("A3", "A4"), reranker="none", embedder="strong", n=3)
     assert list(view["condition"]) == ["A3"] * 3 + ["A4"] * 3
     assert view.loc[view["condition"] == "A4", "in_routed"].tolist() == [True, True, True]
     assert view.loc[view["condition"] == "A3", "in_routed"].isna().all()

@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
+import re
 from pathlib import Path
 
 import pytest
 
+import chunkstudy
 from chunkstudy import config, contexts, embed, llm, rerank, retrieve
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = config.SCHEMA["llm"]["seed"].default
 
-#: modules whose public functions may not restate a parameter default (metrics, induce, queries and tables are
-#: being split into sub-packages; they keep their own test of it)
-MODULES = ("artifacts", "bm25", "chunking", "conditions", "contexts", "drilldown", "embed", "figures", "gpu",
-           "leakage", "llm", "plan", "power", "report", "report_html", "rerank", "retrieve", "runner", "stats",
-           "corpus.build", "corpus.demo", "corpus.folder", "corpus.qasper", "corpus.wikipedia")
+#: The one list of where no public signature may restate a parameter default: every module of the library but
+#: the declaration itself (params declares the defaults, config derives the schema from it, design the conditions).
+DECLARING = {"params", "config", "design"}
+
+#: Names of a cell, a threshold or a choice that only the parameter file may set, beside the schema's keys.
+POLICY_NAMES = {"embedder", "reranker", "metric", "condition", "conditions", "span_frac", "chunk_frac", "kind",
+                "method", "contexts_method", "route_sections", "seed", "cutoff", "max_level", "targets"}
 
 #: defaults whose parameter shares a schema key's name but not its meaning, with the reason
 ALLOWED = {
@@ -58,6 +63,26 @@ ALLOWED = {
     ("corpus.wikipedia", "iter_export", "name"): "the export's display name, not corpus.name",
     ("corpus.wikipedia", "fetch_api_pages", "batch_size"): "the MediaWiki limit; stage 01 passes api_batch_size",
     ("corpus.wikipedia", "build_wikipedia_api", "batch_size"): "the MediaWiki limit; stage 01 passes api_batch_size",
+    ("corpus.wikitext", "normalise", "drop_sections"): "an optional input: no section dropped unless told",
+    ("corpus.mdtext", "parse", "source"): "the file name messages cite, not corpus.sources",
+    ("corpus.htmltext", "parse", "source"): "the file name messages cite, not corpus.sources",
+    ("corpus.model", "DocumentBuilder.__init__", "max_level"): "the document model's deepest heading level",
+    ("corpus.model", "verify_sections", "max_level"): "the document model's deepest heading level",
+    ("corpus.model", "verify_corpus", "max_level"): "the document model's deepest heading level",
+    ("bm25", "diagnostic", "condition"): "the label recorded with the summary ('' = not named), not a choice",
+    ("bm25", "summarize", "condition"): "the label recorded with the summary ('' = not named), not a choice",
+    ("devicecheck", "prepare", "max_seq_length"): "the device check's own fixed probe, not an embedder's setting",
+    ("devicecheck", "prepare", "max_length"): "the device check's own fixed probe, not a reranker's setting",
+    ("devicecheck", "check", "device"): "the device the check probes (the CLI's choice), not an embedder's",
+    ("devicecheck", "check", "dtype"): "the type the check compares against float32 (the CLI's choice)",
+    ("figures", "routing_example", "embedder"): "None: the first embedder of the records given (an optional filter)",
+    ("figures", "mechanisms", "embedder"): "None: the first embedder of the records given (an optional filter)",
+    ("retrieve", "query_view", "embedder"): "None: every embedder of the runs given (an optional filter)",
+    ("retrieve", "routed_sections", "embedder"): "None: every embedder of the records given (an optional filter)",
+    ("paper", "facts_table", "kind"): "None: the facts of every corpus (an optional filter)",
+    ("tables.formatting", "fmt_p", "n_boot"): "the bootstrap's resamples as recorded with a p-value (data)",
+    ("tables.results", "table1", "mixedlm"): "07's optional mixedlm table (data), not the stats.mixedlm switch",
+    ("induce.structure", "induce_structure", "embed"): "an optional embedding function for TextTiling's gaps",
 }
 
 
@@ -86,29 +111,49 @@ def _public_callables(mod):
                     yield f"{name}.{attr}", fn
 
 
-def test_no_public_function_restates_a_parameter_default():
-    """A signature default for a parameter named like a schema key (``k=50``, ``seed=0``, ``backend="numpy"``)
-    is a second source of that default, which can drift from the parameter file: callers pass the record's
-    value instead. Names that only coincide are listed in ALLOWED with the reason."""
-    keys = _schema_names()
+def _library_modules():
+    """Every module of the library, by its name under ``chunkstudy.`` (sub-packages' modules included)."""
+    for m in pkgutil.walk_packages(chunkstudy.__path__, "chunkstudy."):
+        short = m.name.split(".", 1)[1]
+        if short.split(".")[0] not in DECLARING and not short.endswith("__main__"):
+            yield short, importlib.import_module(m.name)
+
+
+def _restated_defaults(named: dict) -> list[str]:
+    keys = _schema_names() | POLICY_NAMES
     found = []
-    for m in MODULES:
-        mod = importlib.import_module(f"chunkstudy.{m}")
-        for qual, fn in _public_callables(mod):
+    for m, fns in named.items():
+        for qual, fn in fns:
             for p in inspect.signature(fn).parameters.values():
                 if p.default is not inspect.Parameter.empty and p.name in keys and (m, qual, p.name) not in ALLOWED:
                     found.append(f"{m}.{qual}({p.name}={p.default!r})")
-    assert found == []
+    return found
+
+
+def test_no_public_function_restates_a_parameter_default():
+    """The one guard of "no hidden defaults": a signature default for a parameter named like a schema key
+    (``k=50``, ``seed=0``, ``backend="numpy"``) or like a cell or a choice (``metric="cov-nDCG@10"``,
+    ``condition="A3"``) is a second source of that value, which can drift from the parameter file: callers pass
+    the record's value instead. Names that only coincide are listed in ALLOWED with the reason."""
+    modules = dict(_library_modules())
+    assert {"metrics", "figures", "retrieve", "tables.results", "queries.stage", "corpus.wikipedia"} <= set(modules)
+    named = {m: list(_public_callables(mod)) for m, mod in modules.items()}
+    assert _restated_defaults(named) == []
+    defaults = {(m, qual, p.name) for m, fns in named.items() for qual, fn in fns
+                for p in inspect.signature(fn).parameters.values() if p.default is not inspect.Parameter.empty}
+    assert [k for k in ALLOWED if k not in defaults] == []  # no stale exception
 
 
 def test_the_guard_sees_a_restated_default():
     """The walker above finds a default it should (so its silence means something)."""
-    keys = _schema_names()
-
-    def flat_search(query_vecs, k=50, backend="numpy"):  # the signature this issue removed
+    def flat_search(query_vecs, k=50, backend="numpy"):  # the signature issue 15 removed
         return query_vecs
-    params = inspect.signature(flat_search).parameters.values()
-    assert [p.name for p in params if p.default is not inspect.Parameter.empty and p.name in keys] == ["k", "backend"]
+
+    def contrasts_forest(contrasts, metric="cov-nDCG@10", digits=3):  # a cell default; formatting is allowed
+        return contrasts
+
+    got = _restated_defaults({"m": [("flat_search", flat_search), ("contrasts_forest", contrasts_forest)]})
+    assert got == ["m.flat_search(k=50)", "m.flat_search(backend='numpy')", "m.contrasts_forest(metric='cov-nDCG@10')"]
 
 
 # ------------------------------------------------------------------------------- defaults come from the schema
@@ -205,3 +250,14 @@ def test_no_shipped_file_or_notebook_states_an_old_key():
         text = path.read_text()
         stale = sorted(o for o in olds if f'"{o}"' in text or f"`{o}`" in text or f".{o}`" in text)
         assert stale == [], f"{path.name} still names {stale}"
+
+
+def test_the_library_and_the_notebooks_read_parameters_only_as_records():
+    """One way to read parameters (issue 23 §2): ``cfg.params("section").key``, a typed record a type checker
+    follows, never ``cfg["section"]["key"]`` (a dict read it cannot see)."""
+    raw = re.compile(r"""\bcfg\[["']""")
+    files = [p for folder in ("lib", "notebooks") for p in sorted((ROOT / folder).rglob("*.py"))]
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in files
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if raw.search(line)]
+    assert found == []
+    assert raw.search('x = cfg["llm"]["seed"]') and not raw.search('cfg.params("llm").seed')

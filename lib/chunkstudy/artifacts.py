@@ -102,10 +102,10 @@ def project_relative(cfg: Config, path: str | Path) -> str:
 def write_figure(cfg: Config, name: str, fig: Any) -> list[Path]:
     """Save a matplotlib figure as ``figures/<corpus>/<name>.<fmt>`` for every ``figures.formats`` (atomic)."""
     paths = []
-    for fmt in cfg["figures"]["formats"]:
+    for fmt in cfg.params("figures").formats:
         path = inside(figures_dir(cfg) / f"{name}.{fmt}", figures_dir(cfg), f"figure {name!r}")
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=fmt, dpi=cfg["figures"]["dpi"])
+            fig.savefig(tmp, format=fmt, dpi=cfg.params("figures").dpi)
         paths.append(path)
     return paths
 

@@ -153,7 +153,7 @@ def pieces(output: Any, where: str) -> list[Piece]:
     return out
 
 
-def place(text: str, chunks: Sequence[Piece], *, where: str, overlap: bool = False) -> Placement:
+def place(text: str, chunks: Sequence[Piece], *, where: str, overlap: bool) -> Placement:
     """Place one document's chunks on its ``text`` (half-open character offsets) and verify them: see the module
     docstring. Raises :class:`ChunkerError` (naming ``where``) for a span outside the text and for chunks that
     overlap when ``overlap`` is False; what was dropped or rewritten is counted in the result (the caller decides
@@ -413,7 +413,7 @@ def _load_function(ref: str, params_dir: Path | None, where: str) -> Callable:
     return fn
 
 
-def load(chunker: str, options: Mapping[str, Any] | None = None, *, counter: Counter,
+def load(chunker: str, options: Mapping[str, Any], *, counter: Counter,
          embed_fn: EmbedFn | None = None, params_dir: Path | None = None, where: str = "chunker") -> Callable:
     """The chunker ``chunker`` (see the module docstring) built with ``options``: a function ``text -> chunks``
     (any output :func:`pieces` accepts). ``counter`` is the run's token counter, ``embed_fn`` its strong embedder
@@ -486,7 +486,7 @@ SPAN_COLUMNS = ["doc_id", "start", "end"]
 
 
 def chunk_documents(documents: pd.DataFrame, chunk: Callable[[str], Any], *, name: str, chunker: str,
-                    overlap: bool = False, unaligned: str = "error") -> tuple[pd.DataFrame, dict]:
+                    overlap: bool, unaligned: str) -> tuple[pd.DataFrame, dict]:
     """Run ``chunk`` (:func:`load`) on every document and place its chunks (:func:`place`).
 
     Returns ``(spans, report)``: ``spans`` has ``doc_id, start, end`` (half-open character offsets into

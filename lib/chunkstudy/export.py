@@ -106,7 +106,7 @@ def export_run(cfg: config.Config, out: Path | None = None) -> pd.DataFrame:
     documents, runs = artifacts.read(cfg, "documents"), artifacts.read(cfg, "runs")
     titles = dict(zip(documents["doc_id"], documents["title"]))
     texts = conditions.embedded_texts(chunks, documents)
-    k = int(cfg["retrieve"]["k"])
+    k = cfg.params("retrieve").k
     q_lines = _jsonl([{"_id": str(q), "text": t, "metadata": {"doc_id": str(d), "qtype": str(qt)}}
                       for q, t, d, qt in zip(queries["query_id"], queries["text"], queries["doc_id"],
                                              queries["qtype"])])
@@ -209,7 +209,7 @@ def check_with_ir_measures(cfg: config.Config, written: pd.DataFrame) -> pd.Data
     scores = artifacts.read(cfg, "scores").pivot_table(
         index=["condition", "embedder", "reranker", "query_id"], columns="metric", values="value")
     qids = artifacts.read(cfg, "queries")["query_id"].astype(str).tolist()
-    k, cutoff = int(cfg["metrics"]["recall_k"]), int(cfg["metrics"]["cutoff"])
+    k, cutoff = cfg.params("metrics").recall_k, cfg.params("metrics").cutoff
     pairs = (("nDCG", f"nDCG@{cutoff}", nDCG @ cutoff, "qrels.txt"), ("RR", "MRR", RR, "qrels.txt"),
              ("graded_nDCG", f"cov-nDCG@{cutoff}", nDCG @ cutoff, "qrels_graded.txt"),
              ("R", f"recall@{k}", R @ k, "qrels.txt"))

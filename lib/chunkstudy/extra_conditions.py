@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from . import chunkers, chunking, conditions, design
+from . import chunkers, chunking, conditions, config, design
 from .corpus import model as docmodel
-
+from .params import ExtraConditionParams
 
 
 class ExtraConditionError(ValueError):
@@ -47,61 +47,48 @@ class ExtraConditionError(ValueError):
 
 @dataclass(frozen=True)
 class ExtraCondition:
-    """One user condition as declared under ``conditions.extra.<name>`` (keys: the module docstring)."""
+    """One user condition: its name and its declared record (``conditions.extra.<name>``,
+    :class:`chunkstudy.params.ExtraConditionParams`, whose fields read through: ``c.chunker``, ``c.prefix``)."""
 
     name: str
-    chunker: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-    prefix: str = "none"
-    depth: int | None = None
-    outline: str = "induced"
-    size_matched_twin: bool = False
-    overlap: bool = False
-    unaligned: str = "error"
-    embedder: str | None = None
+    spec: ExtraConditionParams
+
+    def __getattr__(self, key: str) -> Any:
+        if key == "spec":  # not set yet (unpickling): no recursion
+            raise AttributeError(key)
+        return getattr(self.spec, key)
 
     @property
     def twin(self) -> str | None:
         """The size-matched twin's name (``<name>-fixed``), or None."""
-        return self.name + design.TWIN_SUFFIX if self.size_matched_twin else None
+        return self.name + design.TWIN_SUFFIX if self.spec.size_matched_twin else None
 
     @property
     def sections(self) -> str:
         """The section table the prefix's headings (and every chunk's ``route_key``) come from."""
-        return design.EXTRA_OUTLINES[self.outline]
+        return design.EXTRA_OUTLINES[self.spec.outline]
 
     def prefix_depth(self, depths: Iterable[int]) -> int:
         """Heading levels the prefix keeps: 0 for none and title, else ``depth`` or the deepest of ``depths``."""
-        if self.prefix in ("none", "title"):
+        if self.spec.prefix in ("none", "title"):
             return 0
-        return int(self.depth) if self.depth is not None else int(max(depths))
-
-    def describe(self) -> str:
-        """One line for tables and the report: chunker, options, prefix."""
-        opts = ", ".join(f"{k}={v}" for k, v in self.options.items())
-        pre = self.prefix if self.prefix in ("none", "title") else f"{self.prefix} (depth {self.depth or 'full'}, " \
-                                                                    f"{self.outline} outline)"
-        return f"{self.chunker}({opts}); prefix {pre}"
+        return int(self.spec.depth) if self.spec.depth is not None else int(max(depths))
 
 
 def declared(extra: Mapping[str, Any] | None) -> list[ExtraCondition]:
-    """The user conditions of a ``conditions.extra`` mapping (name -> record or mapping), in declared order."""
+    """The user conditions of a ``conditions.extra`` mapping (name -> record, or a mapping validated into one with
+    the parameter file's rules and defaults), in declared order."""
     out = []
     for name, spec in (extra or {}).items():
-        values = spec if isinstance(spec, Mapping) else {k: getattr(spec, k) for k in _FIELDS if hasattr(spec, k)}
-        unknown = sorted(set(values) - set(_FIELDS))
-        if unknown:
-            raise ExtraConditionError(f"conditions.extra.{name}: unknown key {unknown[0]!r}; keys: {list(_FIELDS)}")
-        if not values.get("chunker"):
+        try:
+            rec = config.record("conditions.extra.*", spec, where=f"conditions.extra.{name}")
+        except config.ConfigError as e:
+            raise ExtraConditionError(str(e).replace("conditions.extra.*", f"conditions.extra.{name}")) from None
+        if not rec.chunker:
             raise ExtraConditionError(f"conditions.extra.{name}.chunker is required (e.g. 'semchunk', "
                                       "'chonkie:SemanticChunker', 'mypackage.mymodule:chunk')")
-        out.append(ExtraCondition(name=str(name), **{k: (dict(v) if k == "options" else v)
-                                                     for k, v in values.items() if v is not None or k == "depth"}))
+        out.append(ExtraCondition(str(name), rec))
     return out
-
-
-_FIELDS = ("chunker", "options", "prefix", "depth", "outline", "size_matched_twin", "overlap", "unaligned",
-           "embedder")
 
 
 # ------------------------------------------------------------------------------------------------ building
@@ -251,7 +238,7 @@ def embed_functions(extra: Mapping[str, Any] | None, embedders: Mapping[str, Any
 
 def build_for_run(cfg: Any, extra: Mapping[str, Any], documents: pd.DataFrame, sections_gold: pd.DataFrame | None,
                   sections_induced: pd.DataFrame | None, store: Any) -> dict | None:
-    """:func:`build` of ``extra`` (``cfg["conditions"]["extra"]``; None when it declares none) for a run's
+    """:func:`build` of ``extra`` (``cfg.params("conditions").extra``; None when it declares none) for a run's
     parameters ``cfg``: the run's token counter, its embedding store for a semantic chunker, and the parameter
     file's folder for a ``file.py:function`` chunker. 04 passes the result to
     :func:`chunkstudy.conditions.build_all`."""

@@ -43,10 +43,24 @@ STYLE: dict = {
     "text.parse_math": False,
 }
 
-#: One colour per condition (declared with it, :data:`chunkstudy.design.CONDITIONS`): fixed windows grey/brown,
-#: induced blues, placebo purple, routing orange, gold greens.
+#: One colour per condition, declared with it (:data:`chunkstudy.design.CONDITIONS`).
 CONDITION_COLORS: dict[str, str] = {c.name: c.colour for c in design.CONDITIONS}
 EMBEDDER_COLORS = ("#08519c", "#e6550d", "#31a354", "#7b3294")
+
+
+def _the(**declared: object) -> str:
+    """The one condition of :data:`chunkstudy.design.CONDITIONS` with these declared properties: Figure 1 shows
+    conditions by their role, so a renamed condition keeps its place in the figure."""
+    (name,) = [c.name for c in design.CONDITIONS if all(getattr(c, k) == v for k, v in declared.items())]
+    return name
+
+
+#: Figure 1's conditions by role: the full induced heading path (A3), the placebo (P), the situating context
+#: (A1) and the routed full path (A4); the unprefixed cuts under them are their chunk sets (A2, A0).
+_FULL_PATH = _the(boundaries="induced", prefix="path", depth=None, routing="flat")
+_PLACEBO = _the(prefix="placebo")
+_CONTEXT = _the(prefix="context")
+_ROUTED = _the(boundaries="induced", prefix="path", depth=None, routing="two-stage")
 
 
 def color(condition: str) -> str:
@@ -95,7 +109,7 @@ def placeholder(title: str, message: str) -> Figure:
 # Figure 1
 # ---------------------------------------------------------------------------------------------------------------
 
-def example_chunk(chunks: pd.DataFrame, doc_id: str, condition: str = "A3") -> pd.Series | None:
+def example_chunk(chunks: pd.DataFrame, doc_id: str, condition: str) -> pd.Series | None:
     """The chunk of ``doc_id`` under ``condition`` that Figure 1 shows: the one with the longest prefix (the
     deepest heading path), ties to the earliest. None when the condition has no chunk in that document."""
     c = chunks[(chunks["condition"] == condition) & (chunks["doc_id"] == doc_id)]
@@ -117,7 +131,7 @@ def section_extents(chunks: pd.DataFrame, doc_id: str, condition: str) -> pd.Dat
 
 
 def routing_example(section_recall_df: pd.DataFrame | None, queries: pd.DataFrame | None, doc_id: str,
-                    condition: str = "A4", embedder: str | None = None) -> dict | None:
+                    condition: str, embedder: str | None = None) -> dict | None:
     """For Figure 1: the first query (by query_id) of ``doc_id`` with a stage-1 record under ``condition``
     (``embedder`` if given, else the first embedder), as a dict: query_id, text, spans, kept (route_keys of
     ``doc_id`` stage 1 kept), n_kept, n_other_docs, section_recall. None when there is none."""
@@ -197,9 +211,10 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
         cc = dc[dc["condition"] == c].sort_values("start")
         _bars(ax, len(rows) - 1 - i, cc["start"], cc["end"], color(c))
         ax.text(n * 1.005, len(rows) - 1 - i, f"{len(cc)} chunks", va="center", fontsize=8, color="#555555")
-    ex = example_chunk(chunks, doc_id, "A3")
-    if ex is not None and "A2" in rows:
-        y = len(rows) - 1 - rows.index("A2")
+    ex = example_chunk(chunks, doc_id, _FULL_PATH)
+    cut = design.condition(_FULL_PATH).chunk_set  # the unprefixed chunks the example chunk is one of
+    if ex is not None and cut in rows:
+        y = len(rows) - 1 - rows.index(cut)
         ax.add_patch(matplotlib.patches.Rectangle((int(ex["start"]), y - 0.42), int(ex["end"]) - int(ex["start"]),
                                                   0.84, fill=False, edgecolor="black", linewidth=1.4))
     ax.set_yticks(range(len(rows)), [labels[c] for c in reversed(rows)])
@@ -212,25 +227,25 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
         ax.text(0.5, 0.5, "no A0/A2/G2 chunks for this document", transform=ax.transAxes, ha="center")
 
     ax2 = fig.add_subplot(gs[1], sharex=ax)
-    route = routing_example(section_recall_df, queries, doc_id, "A4", embedder)
-    ext = section_extents(chunks, doc_id, "A4")
+    route = routing_example(section_recall_df, queries, doc_id, _ROUTED, embedder)
+    ext = section_extents(chunks, doc_id, _ROUTED)
     ax2.grid(False)
-    ax2.set_yticks([0.5], ["A4 top-level sections"])
+    ax2.set_yticks([0.5], [f"{_ROUTED} top-level sections"])
     if ext.empty or route is None:
-        ax2.text(0.5, 0.5, "A4 routing: no two-stage record for a query of this document", ha="center",
+        ax2.text(0.5, 0.5, f"{_ROUTED} routing: no two-stage record for a query of this document", ha="center",
                  va="center", transform=ax2.transAxes, color="#555555")
     else:
         kept = set(route["kept"])
         for s, e, k in zip(ext["start"], ext["end"], ext["route_key"]):
-            ax2.broken_barh([(int(s), int(e) - int(s))], (0.25, 0.5), facecolors=color("A4") if k in kept
+            ax2.broken_barh([(int(s), int(e) - int(s))], (0.25, 0.5), facecolors=color(_ROUTED) if k in kept
                             else "#e0e0e0", edgecolors="white", linewidth=1.0)
         for s, e in route["spans"]:
             ax2.broken_barh([(s, max(e - s, n / 400))], (0.02, 0.16), facecolors="black")
         rec = {True: "kept gold evidence", False: "missed all gold evidence", None: "undefined"}[
             route["section_recall"]]
         ax2.set_title(
-            _short(f"A4 stage 1 for query {route['query_id']} \u201c{route['text']}\u201d: kept {len(kept)} "
-                   f"section(s) of this document (orange) and {route['n_kept'] - len(kept)} in "
+            _short(f"{_ROUTED} stage 1 for query {route['query_id']} \u201c{route['text']}\u201d: kept {len(kept)} "
+                   f"section(s) of this document (in {_ROUTED}'s colour) and {route['n_kept'] - len(kept)} in "
                    f"{route['n_other_docs']} other document(s); section recall: {rec}. Black: gold spans.", 150, 2),
             loc="left", fontsize=8)
         ax2.set_ylim(0, 1)
@@ -239,23 +254,24 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
     ax3 = fig.add_subplot(gs[2])
     ax3.axis("off")
     if ex is None:
-        ax3.text(0, 0.5, "no A3 chunk in this document", transform=ax3.transAxes)
+        ax3.text(0, 0.5, f"no {_FULL_PATH} chunk in this document", transform=ax3.transAxes)
         return fig
     s, e = int(ex["start"]), int(ex["end"])
     same = dc[(dc["start"] == s) & (dc["end"] == e)].set_index("condition")
-    a1 = dc[(dc["condition"] == "A1") & (dc["start"] <= s) & (dc["end"] > s)]
-    lines = [("A3", "heading path (depth 3)", str(ex["prefix"])),
-             ("P", "placebo: a real path from another document",
-              str(same.loc["P", "prefix"]) if "P" in same.index else "(P not in this run)"),
-             ("A1", "situating context of the A0 window holding this chunk's start",
-              str(a1["prefix"].iat[0]) if len(a1) else "(A1 not in this run)")]
+    a1 = dc[(dc["condition"] == _CONTEXT) & (dc["start"] <= s) & (dc["end"] > s)]
+    windows = design.condition(_CONTEXT).chunk_set
+    lines = [(_FULL_PATH, f"heading path (depth {design.FULL_DEPTH})", str(ex["prefix"])),
+             (_PLACEBO, "placebo: a real path from another document",
+              str(same.loc[_PLACEBO, "prefix"]) if _PLACEBO in same.index else f"({_PLACEBO} not in this run)"),
+             (_CONTEXT, f"situating context of the {windows} window holding this chunk's start",
+              str(a1["prefix"].iat[0]) if len(a1) else f"({_CONTEXT} not in this run)")]
     y = 0.97
     ax3.text(0, y, f"Prefixes put before the same content (outlined chunk, characters [{s}, {e})):",
              transform=ax3.transAxes, va="top", fontweight="bold")
     y -= 0.12
     for cond, what, prefix in lines:
         ax3.text(0, y, cond, transform=ax3.transAxes, va="top", color=color(cond), fontweight="bold")
-        body = _short(prefix.strip() or "(empty)", 118, 3 if cond == "A1" else 1)
+        body = _short(prefix.strip() or "(empty)", 118, 3 if cond == _CONTEXT else 1)
         ax3.text(0.075, y, f"{what}:\n{body}", transform=ax3.transAxes, va="top", family="DejaVu Sans Mono",
                  fontsize=7.5)
         y -= 0.13 + 0.065 * body.count("\n") + 0.065
@@ -270,7 +286,7 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
 # ---------------------------------------------------------------------------------------------------------------
 
 @_styled
-def contrasts_forest(contrasts: pd.DataFrame, metric: str = "cov-nDCG@10",
+def contrasts_forest(contrasts: pd.DataFrame, metric: str,
                      marks: Mapping[str, str] | None = None) -> Figure:
     """Table 1 as a forest plot: Δ and 95% CI of each contrast in every cell of ``metric``; the primary
     (confirmatory) cell drawn solid and labelled with its Holm p, the other cells hollow (exploratory). A row not

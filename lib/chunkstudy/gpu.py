@@ -242,10 +242,10 @@ def hub_models(cfg) -> dict[str, list[str]]:
         if name and _is_hub_name(name):
             out.setdefault(name, []).append(key)
 
-    lp = cfg["llm"]
-    if lp["backend"] in ("openai", "vllm", "transformers"):
-        add("llm.model", lp["model"])
-    add("chunking.tokenizer", cfg["chunking"]["tokenizer"])
+    lp = cfg.params("llm")
+    if lp.backend in ("openai", "vllm", "transformers"):
+        add("llm.model", lp.model)
+    add("chunking.tokenizer", cfg.params("chunking").tokenizer)
     for key, spec in cfg.params("embed").embedders.items():
         if spec.backend != "openai":
             add(f"embed.embedders.{key}.model", spec.model)
@@ -358,7 +358,7 @@ def cached_offline(name: str) -> bool:
 def cuda_keys(cfg) -> list[str]:
     """The parameter keys that ask for a CUDA device (embedders, rerankers, the transformers LLM)."""
     keys = []
-    if cfg["llm"]["backend"] == "transformers" and str(cfg["llm"]["device"]).startswith("cuda"):
+    if cfg.params("llm").backend == "transformers" and str(cfg.params("llm").device).startswith("cuda"):
         keys.append("llm.device")
     for key, spec in cfg.params("embed").embedders.items():
         if spec.backend != "openai" and spec.device.startswith("cuda"):
@@ -572,7 +572,7 @@ def check_run(cfg, expect_no_calls: bool = False, min_prefix_hit_rate: float | N
     missing = [s for s in stages if runner.read_manifest(cfg, s) is None]
     add("all stages completed", not missing, f"missing manifests: {missing}" if missing else f"{len(stages)} stages")
     sources = [("02_induce", "induction_stats")]
-    if cfg["queries"]["source"] == "generated":
+    if cfg.params("queries").source == "generated":
         sources.append(("03_queries", "funnel"))
     for stage, name in sources:
         try:

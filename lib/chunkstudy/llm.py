@@ -1201,7 +1201,7 @@ def make_client(llm_params: Any, cache_dir: Path | None, backend: Backend | None
     """A :class:`Client` for the ``llm`` record (``cfg.params("llm")``; a mapping is validated into one, its
     missing keys at the schema's defaults, so a test states only what it cares about); ``backend`` overrides
     ``llm.backend`` (tests pass a :class:`ScriptedBackend`). ``cache_dir`` is the folder of the persistent cache
-    (the notebook passes ``artifacts.cache_dir(cfg, cfg['llm']['cache'])``); ``None`` keeps the cache in memory."""
+    (the notebook passes ``artifacts.cache_dir(cfg, cfg.params('llm').cache)``); ``None`` keeps the cache in memory."""
     p = config.record("llm", llm_params)
     be = backend if backend is not None else make_backend(p)
     return Client(backend=be, cache=CallCache(cache_dir), temperature=p.temperature, top_p=p.top_p,

@@ -81,7 +81,7 @@ EPS = 1e-9
 _RUN_COLUMNS = ("embedder", "reranker", "condition", "query_id", "rank", "chunk_id")
 _CHUNK_COLUMNS = ("condition", "doc_id", "chunk_id", "start", "end", "n_content_tokens", "n_prefix_tokens")
 _QUERY_COLUMNS = ("query_id", "doc_id", "spans")
-SCORE_COLUMNS = stages.columns("scores")[:7]  # corpus ... value; doc_id and qtype follow
+SCORE_COLUMNS = list(stages.artifact("scores").contract)  # what a score is; doc_id and qtype are joined on
 
 
 class MetricsInputError(ValueError):

@@ -150,7 +150,7 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     cache_path = artifacts.cache_dir(cfg, lp.cache, create=False) / llm.CACHE_FILE  # read, not created
     records = llm.CallCache._load(cache_path)[0] if cache_path.is_file() else {}
     client = DryRunClient(lp, records)
-    counter, counted = _counter(cfg["chunking"]["tokenizer"])
+    counter, counted = _counter(cfg.params("chunking").tokenizer)
     if artifacts.exists(cfg, "sections_induced"):
         structure = artifacts.read(cfg, "sections_induced")
         notes.append("A1 windows and induced chunk sets: from 02's sections_induced")
@@ -160,26 +160,26 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
                      "run yet)")
 
     induction = None
-    if cfg["induce"]["method"] == "llm":
-        induce.induce_structure(documents, paragraphs, cfg["induce"], client=client)
+    if cfg.params("induce").method == "llm":
+        induce.induce_structure(documents, paragraphs, cfg.params("induce"), client=client)
         notes.append("induction self-correction: an upper bound (every window corrected)")
         induction = induction_budgets(cfg, documents, paragraphs, sections_gold)
     windows = chunking.a0_windows(documents, paragraphs, structure, cfg.params("chunking"), counter)
-    if cfg["contexts"]["method"] == "llm":
+    if cfg.params("contexts").method == "llm":
         ids = list(dict.fromkeys(windows["doc_id"]))
         for i in range(0, len(ids), A1_DOCS_PER_BATCH):
             part = set(ids[i:i + A1_DOCS_PER_BATCH])
             contexts.a1_contexts(documents[documents["doc_id"].isin(part)], windows[windows["doc_id"].isin(part)],
                                  cfg.params("contexts"), client=client, counter=counter, sections=sections_gold)
-    qp = cfg["queries"]
+    qp = cfg.params("queries")
     q = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp,
-                              client=client if qp["source"] == "generated" else None)
-    n_queries = len(q["queries"]) if qp["source"] == "harvested" else int(sum(qp["targets"].values()))
-    if qp["source"] == "generated":
+                              client=client if qp.source == "generated" else None)
+    n_queries = len(q["queries"]) if qp.source == "harvested" else int(sum(vars(qp.targets).values()))
+    if qp.source == "generated":
         gen = client.batches.get("queries: generate", {}).get("calls", 0)
         client.batches["queries: paraphrase (at most)"] = {"requests": gen, "calls": gen, "cached": 0,
                                                            "prompt_chars": 0, "shared_prefix_chars": 0,
-                                                           "max_new_tokens": gen * int(qp["gen_reply_tokens"])}
+                                                           "max_new_tokens": gen * int(qp.gen_reply_tokens)}
         client.batches.pop("queries: paraphrase", None)
         notes.append(f"generated queries: at most {n_queries} after balancing (queries.targets)")
 
@@ -198,9 +198,9 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
                           "queries": n_queries, "shares_vectors_with": keys_seen.get(mk)}
         keys_seen.setdefault(mk, key)
     n_conditions = chunks["condition"].nunique()
-    k = int(cfg["retrieve"]["k"])
-    rerankers = {key: {"model": spec["model"], "pairs_at_most": n_queries * n_conditions * min(int(spec["top_n"]), k)}
-                 for key, spec in cfg["retrieve"]["rerankers"].items()}
+    k = int(cfg.params("retrieve").k)
+    rerankers = {key: {"model": spec.model, "pairs_at_most": n_queries * n_conditions * min(int(spec.top_n), k)}
+                 for key, spec in cfg.params("retrieve").rerankers.items()}
 
     llm_rows = {}
     for desc, b in client.batches.items():

@@ -671,6 +671,6 @@ def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
     markdown = render(b, cfg.data, params_file)
     written.append(("report", "report", artifacts.write_text(cfg, "report.md", markdown)))
     written.append(("report", "report.html", artifacts.write_text(
-        cfg, "report.html", report_html.render(b, markdown, cfg["figures"]["dpi"]))))
+        cfg, "report.html", report_html.render(b, markdown, cfg.params("figures").dpi))))
     return pd.DataFrame([(k, n, artifacts.project_relative(cfg, p)) for k, n, p in written],
                         columns=["kind", "name", "path"])

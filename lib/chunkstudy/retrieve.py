@@ -621,8 +621,8 @@ def section_recall_summary(section_recall_df: pd.DataFrame) -> pd.DataFrame:
 
 
 def query_view(runs: pd.DataFrame, section_recall_df: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
-               documents: pd.DataFrame, query_id: str, conditions: Sequence[str],
-               embedder: str | None = None, reranker: str = "none", n: int = 10,
+               documents: pd.DataFrame, query_id: str, conditions: Sequence[str], *, reranker: str,
+               embedder: str | None = None, n: int = 10,
                snippet_chars: int = 90) -> pd.DataFrame:
     """The top ``n`` results of one query under ``conditions``, for reading: condition, rank, chunk_id, doc_id,
     route_key, score, source, in_routed (the chunk's section was kept by stage 1), gold_chars (characters of the
@@ -671,7 +671,7 @@ def routed_sections(section_recall_df: pd.DataFrame, query_id: str, embedder: st
     return out.reset_index(drop=True)
 
 
-def example_query(section_recall_df: pd.DataFrame, embedder: str, condition: str = "A4") -> str:
+def example_query(section_recall_df: pd.DataFrame, embedder: str, condition: str) -> str:
     """A query to read in the notebook: the first (by query_id) whose gold sections stage 1 missed under
     ``condition`` (a routing failure shows what C4 measures), else the first query."""
     sel = section_recall_df[(section_recall_df["embedder"] == embedder)

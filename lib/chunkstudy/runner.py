@@ -321,7 +321,7 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
     }
     if stage.name == "01_corpus":
         key["sources"] = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in source_fingerprints(cfg)]
-    if stage.name == "04_chunk_embed" and cfg["conditions"]["extra"]:
+    if stage.name == "04_chunk_embed" and cfg.params("conditions").extra:
         key["chunker_sources"] = chunker_sources(cfg)
     return key
 
@@ -333,9 +333,9 @@ def chunker_sources(cfg: config.Config) -> dict[str, str | None]:
     from . import chunkers
 
     out = {}
-    for name, spec in cfg["conditions"]["extra"].items():
-        if not chunkers.is_library(spec["chunker"]):
-            f = chunkers.source_file(spec["chunker"], Path(cfg.path).parent)
+    for name, spec in cfg.params("conditions").extra.items():
+        if not chunkers.is_library(spec.chunker):
+            f = chunkers.source_file(spec.chunker, Path(cfg.path).parent)
             out[name] = artifacts.file_hash(f)[:16] if f is not None else None
     return out
 
@@ -469,10 +469,10 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
     if cfg.frozen is not None and cfg.frozen.is_file():
         manifest["params_frozen"] = {"path": artifacts.project_relative(cfg, cfg.frozen),
                                      "sha256": artifacts.file_hash(cfg.frozen), "digest": cfg.digest()}
-    if cfg["conditions"]["extra"] or cfg["contrasts"]["extra"]:  # what the user added, as this stage saw it (08)
+    user_conditions, user_contrasts = cfg.params("conditions").extra, cfg.params("contrasts").extra
+    if user_conditions or user_contrasts:  # what the user added, as this stage saw it (08)
         manifest["user_declared"] = {"digest": cfg.digest(("conditions", "contrasts")),
-                                     "conditions": list(cfg["conditions"]["extra"]),
-                                     "contrasts": list(cfg["contrasts"]["extra"])}
+                                     "conditions": list(user_conditions), "contrasts": list(user_contrasts)}
     if warned:
         manifest["warnings"] = list(warned)
     if sources is not None:

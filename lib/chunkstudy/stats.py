@@ -32,6 +32,10 @@ import numpy as np
 import pandas as pd
 
 from . import config, design, stages
+from .params import Params
+
+#: The parameter file's defaults: what :func:`simulate_scores` labels its cells with unless told otherwise.
+_DEFAULT = Params()
 
 #: Display order of conditions (the paper's: A0 A1 A2 A3-d1 A3-d2 A3 P A4 G2 G3 G4); others follow alphabetically.
 CONDITION_ORDER: tuple[str, ...] = design.CONDITION_NAMES
@@ -698,9 +702,10 @@ def reranker_lift(condition_means: pd.DataFrame, stats_params: Any, strong: str)
 # ---------------------------------------------------------------------------------------------------------------
 
 def simulate_scores(n_docs: int, n_queries: int, effects: Mapping[str, float], *, seed: int, corpus: str = "sim",
-                    metrics: Sequence[str] = ("cov-nDCG@10",), embedders: Sequence[str] = ("strong",),
-                    rerankers: Sequence[str] = ("none",), base: float = 0.4, doc_sd: float = 0.1,
-                    query_sd: float = 0.2, doc_condition_sd: float = 0.02, noise_sd: float = 0.1,
+                    metrics: Sequence[str] = (_DEFAULT.stats.primary_metric,),
+                    embedders: Sequence[str] = (_DEFAULT.embed.strong,),
+                    rerankers: Sequence[str] = (_DEFAULT.stats.primary_reranker,), base: float = 0.4,
+                    doc_sd: float = 0.1, query_sd: float = 0.2, doc_condition_sd: float = 0.02, noise_sd: float = 0.1,
                     qtypes: Sequence[str] = ("factoid", "multihop", "structural")) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulated ``(scores, queries)`` tables with known condition effects and document clustering.
 

@@ -7,9 +7,9 @@ point.
 with gold evidence), and ``source_files(cfg) -> [(role, path)]`` lists every file that build reads, resolved
 without reading them. This module only dispatches, then does what every kind shares: an empty corpus is an
 error, every gold structure is verified, and ``stats`` records the warnings, the kind and the fingerprints of the
-source files. The kinds are ``config.CORPUS_KINDS`` (config sits below corpus/ in the import order, so the
-registry is checked against that list on import). A new kind is a module with the two entry points, its name in
-``config.CORPUS_KINDS`` and an entry here.
+source files. The kinds are ``params.CORPUS_KINDS`` (the ``corpus.kind`` type; params sits below corpus/ in the
+import order, so the registry is checked against that list on import). A new kind is a module with the two entry
+points, its name in ``params.CorpusKind`` and an entry here.
 
 :func:`fingerprint_sources` gives each source file's path, size and sha256: the runner puts them in stage 01's
 key, so a replaced archive or an edited ``questions.yaml`` reruns 01, and ``stats.json`` records them.
@@ -29,7 +29,8 @@ from typing import Protocol
 import pandas as pd
 
 from .. import artifacts
-from ..config import CORPUS_KINDS, Config
+from ..config import Config
+from ..params import CORPUS_KINDS
 from . import demo, htmltext, mdtext, qasper, wikipedia
 from .model import verify_corpus
 from .sources import CorpusInputError, source_paths  # noqa: F401  (public names of stage 01)
@@ -49,13 +50,13 @@ class CorpusKind(Protocol):
 KINDS: dict[str, CorpusKind] = {"demo": demo, "wikipedia": wikipedia, "qasper": qasper, "markdown": mdtext,
                                 "html": htmltext}
 if tuple(KINDS) != CORPUS_KINDS:  # pragma: no cover - a kind added on one side only
-    raise ImportError(f"chunkstudy.corpus.build.KINDS {list(KINDS)} differ from config.CORPUS_KINDS "
+    raise ImportError(f"chunkstudy.corpus.build.KINDS {list(KINDS)} differ from params.CORPUS_KINDS "
                       f"{list(CORPUS_KINDS)}: add the kind to both")
 
 
 def kind_of(cfg: Config) -> CorpusKind:
     """The entry points of ``cfg``'s ``corpus.kind``."""
-    kind = cfg["corpus"]["kind"]
+    kind = cfg.params("corpus").kind
     if kind not in KINDS:
         raise ValueError(f"{cfg.path}: corpus.kind {kind!r} is not one of {sorted(KINDS)}")
     return KINDS[kind]
@@ -99,14 +100,14 @@ def build_corpus(cfg: Config, session=None) -> dict:
     whose gold structure does not verify (the notebook raises on it). No documents at all raises. A kind without
     questions (Wikipedia) gets an empty ``harvested`` table.
     """
-    c = cfg["corpus"]
+    c = cfg.params("corpus")
     warnings: list[str] = []
     out = kind_of(cfg).build(cfg, session, warnings)
     out.setdefault("harvested", HARVESTED_EMPTY.copy())
     if not len(out["documents"]):
         shown = "".join(f"\n  {w}" for w in warnings[:10])
-        where = f" from corpus.mirror {cfg.resolve(c['mirror'])}" if c["mirror"] is not None else ""
-        raise CorpusInputError(f"{cfg.path.name}: corpus {cfg.corpus!r} ({c['kind']}) has no documents{where}; "
+        where = f" from corpus.mirror {cfg.resolve(c.mirror)}" if c.mirror is not None else ""
+        raise CorpusInputError(f"{cfg.path.name}: corpus {cfg.corpus!r} ({c.kind}) has no documents{where}; "
                                f"the filters or the inputs left nothing.{' Warnings:' + shown if shown else ''}")
     bad = verify_corpus(out["documents"], out["paragraphs"], out["sections_gold"])
     out["stats"]["verification_failures"] = bad
@@ -114,7 +115,7 @@ def build_corpus(cfg: Config, session=None) -> dict:
     out["stats"].setdefault("skipped_records", {})
     out["stats"]["sources"] = fingerprint_sources(cfg)
     out["stats"]["corpus"] = cfg.corpus
-    out["stats"]["kind"] = c["kind"]
+    out["stats"]["kind"] = c.kind
     out["stats"]["n_documents"] = len(out["documents"])
     return out
 
@@ -144,7 +145,7 @@ def require_questions(cfg: Config, out: dict, source: str) -> None:
     funnel's counts. ``source`` is ``queries.source``."""
     if source != "harvested" or len(out["harvested"]):
         return
-    kind = cfg["corpus"]["kind"]
+    kind = cfg.params("corpus").kind
     head = f"{cfg.path.name}: corpus {cfg.corpus!r} has no usable question: "
     tail = "; queries.source is 'harvested' (set it to 'generated', with an llm backend, to write queries instead)"
     if kind not in QUESTIONS_FROM:
@@ -152,7 +153,7 @@ def require_questions(cfg: Config, out: dict, source: str) -> None:
     q = out["stats"].get("questions") or {}
     if kind in ("markdown", "html") and not q.get("file"):
         raise CorpusInputError(head + "no questions.jsonl in corpus.mirror "
-                               f"{cfg.resolve(cfg['corpus']['mirror'])}" + tail)
+                               f"{cfg.resolve(cfg.params('corpus').mirror)}" + tail)
     dropped = {k: v for k, v in q.items() if k.startswith("dropped_") and isinstance(v, int) and v
                and k != "dropped_only_figure_table_or_unmatched_evidence"}  # a part of dropped_no_evidence
     why = ", ".join(f"{k.removeprefix('dropped_').replace('_', ' ')} {v}" for k, v in dropped.items())

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..config import Config, read_yaml
+from ..params import CorpusParams
 from .qasper import HARVESTED_COLUMNS, EvidenceMatcher, _norm, harvest_funnel, harvest_stats
 from .sources import CorpusInputError, mirror_file, mirror_root, read_text
 from .wikipedia import build_wikipedia
@@ -148,13 +149,13 @@ def harvest_questions(questions: list[dict], documents: pd.DataFrame, paragraphs
     return pd.DataFrame(rows, columns=HARVESTED_COLUMNS), counts
 
 
-def build_demo(documents: list[dict], wikitext: dict[str, str], questions: list[dict], params: dict,
+def build_demo(documents: list[dict], wikitext: dict[str, str], questions: list[dict], params: CorpusParams,
                warnings: list[str] | None = None) -> dict:
     """The demo corpus tables: Wikipedia-style documents plus harvested questions, funnel and stats."""
     warnings = [] if warnings is None else warnings
     out = build_wikipedia(demo_pages(documents, wikitext), params, featured=None, warnings=warnings)
     harvested, counts = harvest_questions(questions, out["documents"], out["paragraphs"], out["sections_gold"],
-                                          params["fuzzy_threshold"], warnings)
+                                          params.fuzzy_threshold, warnings)
     qstats = harvest_stats(harvested, out["sections_gold"], counts)
     qstats["papers_read"] = len(out["documents"])
     qstats["dropped_document_not_in_corpus"] = int(counts["dropped: document not in corpus"])
@@ -173,7 +174,7 @@ def _entries(mirror: Path) -> list:
     path = mirror / "documents.yaml"
     if not path.is_file():
         raise CorpusInputError(f"{path}: not found (corpus.kind demo reads documents.yaml from corpus.mirror)")
-    path = mirror_file(mirror, "documents.yaml", "documents.yaml")  # a link out of the mirror is refused
+    path = mirror_file(mirror, "documents.yaml", "documents.yaml", "demo")  # a link out of the mirror is refused
     docs = read_yaml(read_text(path), path) or []
     if not isinstance(docs, list):
         raise CorpusInputError(f"{path}: expected a list of documents, got {type(docs).__name__}")
@@ -184,9 +185,9 @@ def source_files(cfg: Config) -> list[tuple[str, Path]]:
     """``(role, path)`` of every file :func:`build` reads: ``demo:documents.yaml``, ``demo:questions.yaml`` and
     each ``demo:file`` that ``documents.yaml`` names (read for the names; a file outside the mirror is never
     listed, as the build never reads it)."""
-    if cfg["corpus"]["mirror"] is None:
+    if cfg.params("corpus").mirror is None:
         return []
-    mirror = cfg.resolve(cfg["corpus"]["mirror"])
+    mirror = cfg.resolve(cfg.params("corpus").mirror)
     out = [(f"demo:{name}", mirror / name) for name in ("documents.yaml", "questions.yaml")
            if not (mirror / name).exists() or mirror.resolve() in (mirror / name).resolve().parents]
     try:
@@ -196,7 +197,7 @@ def source_files(cfg: Config) -> list[tuple[str, Path]]:
     for d in entries:
         if isinstance(d, dict) and isinstance(d.get("file"), str):
             try:
-                out.append(("demo:file", mirror_file(mirror, d["file"], f"documents.yaml: {d.get('doc_id')}")))
+                out.append(("demo:file", mirror_file(mirror, d["file"], f"documents.yaml: {d.get('doc_id')}", "demo")))
             except CorpusInputError:
                 continue  # outside the mirror: never read; the stage itself stops on it
     return out
@@ -205,23 +206,23 @@ def source_files(cfg: Config) -> list[tuple[str, Path]]:
 def build(cfg: Config, session, warnings: list[str]) -> dict:
     """The demo corpus of ``corpus.mirror`` (``documents.yaml``, its files, ``questions.yaml``): see the module
     docstring. A missing or undecodable document file stops the build unless ``corpus.allow_partial``."""
-    c = cfg["corpus"]
+    c = cfg.params("corpus")
     mirror = mirror_root(cfg, "documents.yaml")
     entries, skipped = valid_documents(_entries(mirror), warnings)
     text = {}
     for d in entries:
-        f = mirror_file(mirror, str(d["file"]), f"documents.yaml: {d['doc_id']}")
+        f = mirror_file(mirror, str(d["file"]), f"documents.yaml: {d['doc_id']}", "demo")
         try:
             if not f.is_file():
                 raise CorpusInputError(f"documents.yaml: {d['doc_id']}: file {f} not found")
             text[str(d["doc_id"])] = read_text(f)
         except CorpusInputError as e:
-            if not c["allow_partial"]:
+            if not c.allow_partial:
                 raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
             warnings.append(f"{e}; skipped (corpus.allow_partial)")
     qpath = mirror / "questions.yaml"
     if qpath.is_file():  # a link out of the mirror is refused
-        qpath = mirror_file(mirror, "questions.yaml", "questions.yaml")
+        qpath = mirror_file(mirror, "questions.yaml", "questions.yaml", "demo")
     questions = (read_yaml(read_text(qpath), qpath) or []) if qpath.is_file() else []
     if not isinstance(questions, list):
         raise CorpusInputError(f"{qpath}: expected a list of questions, got {type(questions).__name__}")

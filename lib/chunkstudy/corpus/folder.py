@@ -117,11 +117,11 @@ def document_files(cfg: Config, kind: str, extensions: tuple[str, ...],
     somewhere outside it (``passwd.md -> /etc/passwd``) is never a document: it goes to ``outside`` as
     ``(relative path, where it points)``, for the build to warn about and count. Every path returned is
     resolved and inside the folder."""
-    c = cfg["corpus"]
+    c = cfg.params("corpus")
     folder = mirror_root(cfg, f"its {'/'.join(extensions)} files").resolve()
-    if c["sources"]:
+    if c.sources:
         out = {s_path.relative_to(folder).as_posix(): s_path
-               for s_path in (mirror_file(folder, s, f"corpus.sources: {s}", kind) for s in c["sources"])}
+               for s_path in (mirror_file(folder, s, f"corpus.sources: {s}", kind) for s in c.sources)}
     else:
         found = sorted((p for p in folder.rglob("*") if p.suffix.lower() in extensions and p.is_file()
                         and not any(part.startswith(".") for part in p.relative_to(folder).parts)),
@@ -133,19 +133,19 @@ def document_files(cfg: Config, kind: str, extensions: tuple[str, ...],
                 out[p.relative_to(folder).as_posix()] = real
             elif outside is not None:
                 outside.append((p.relative_to(folder).as_posix(), real))
-    return [(name, out[name]) for name in kept_documents(list(out), c["max_docs"], c["max_docs_from"], c["seed"])]
+    return [(name, out[name]) for name in kept_documents(list(out), c.max_docs, c.max_docs_from, c.seed)]
 
 
 def source_files(cfg: Config, kind: str, extensions: tuple[str, ...]) -> list[tuple[str, Path]]:
     """``(role, path)`` of every file a folder kind reads: each document (``<kind>:file``) and
     ``questions.jsonl``."""
-    if cfg["corpus"]["mirror"] is None:
+    if cfg.params("corpus").mirror is None:
         return []
     try:
         docs = document_files(cfg, kind, extensions)
     except CorpusInputError:
         docs = []  # a file named outside the folder: never read; the stage itself stops on it
-    folder = cfg.resolve(cfg["corpus"]["mirror"])
+    folder = cfg.resolve(cfg.params("corpus").mirror)
     questions = folder / QUESTIONS_FILE
     inside = not questions.exists() or folder.resolve() in questions.resolve().parents
     return [(f"{kind}:file", p) for _, p in docs] + ([(QUESTIONS_FILE, questions)] if inside else [])
@@ -215,7 +215,7 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
     ``questions.jsonl`` harvested with exact spans. ``drop_labels`` names the parser's drop counters in the funnel
     (``code_block`` -> ``code blocks``) in the order they are shown. A missing or undecodable file stops the build
     unless ``corpus.allow_partial``."""
-    c = cfg["corpus"]
+    c = cfg.params("corpus")
     folder = mirror_root(cfg, f"its {'/'.join(extensions)} files")
     outside: list[tuple[str, Path]] = []
     files = document_files(cfg, kind, extensions, outside)
@@ -234,7 +234,7 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
                 raise CorpusInputError(f"{path}: not found (corpus.sources)")
             text = read_text(path)
         except CorpusInputError as e:
-            if not c["allow_partial"]:
+            if not c.allow_partial:
                 raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
             warnings.append(f"{e}; skipped (corpus.allow_partial)")
             continue
@@ -246,7 +246,7 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
             doc, paras, secs, report = parse(text, doc_id, rel)
         except RecursionError:  # a parser that recursed on nesting deeper than Python allows: name the file
             e = CorpusInputError(f"{path}: nested too deeply to parse (RecursionError in the {kind} parser)")
-            if not c["allow_partial"]:
+            if not c.allow_partial:
                 raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
             warnings.append(f"{e}; skipped (corpus.allow_partial)")
             continue
@@ -286,7 +286,7 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
     if qpath.is_file():  # a link to a file outside the folder is refused, as a document's would be skipped
         qpath = mirror_file(folder, QUESTIONS_FILE, QUESTIONS_FILE, kind)
     questions, skipped = read_questions(qpath, documents.get("doc_id", []), warnings) if qpath.is_file() else ([], 0)
-    harvested, counts = harvest_questions(questions, documents, paragraphs, sections, c["fuzzy_threshold"],
+    harvested, counts = harvest_questions(questions, documents, paragraphs, sections, c.fuzzy_threshold,
                                           warnings, where=QUESTIONS_FILE)
     counts["questions read"] += skipped
     qstats = harvest_stats(harvested, sections, counts)

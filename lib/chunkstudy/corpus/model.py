@@ -22,9 +22,12 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 
+from .. import stages
+
 SEP = "\n\n"
 MAX_LEVEL = 4
-SECTION_COLUMNS = ["doc_id", "section_id", "parent_id", "level", "title", "first_para", "last_para", "start", "end"]
+#: The outline tables' columns, as :mod:`chunkstudy.stages` declares ``sections_gold`` (and ``sections_induced``).
+SECTION_COLUMNS: list[str] = stages.columns("sections_gold")
 
 
 @dataclass

@@ -30,9 +30,9 @@ def downloads(cfg: Config) -> Path:
 
 def mirror_root(cfg: Config, what: str) -> Path:
     """``corpus.mirror`` resolved; a kind that reads ``what`` from the mirror cannot run without one."""
-    mirror = cfg["corpus"]["mirror"]
+    mirror = cfg.params("corpus").mirror
     if mirror is None:
-        raise CorpusInputError(f"{cfg.path}: corpus.kind {cfg['corpus']['kind']} reads {what} from corpus.mirror, "
+        raise CorpusInputError(f"{cfg.path}: corpus.kind {cfg.params('corpus').kind} reads {what} from corpus.mirror, "
                                "which is null")
     return existing_mirror(cfg)
 
@@ -41,10 +41,10 @@ def existing_mirror(cfg: Config) -> Path:
     """``corpus.mirror`` resolved, after checking that it is a folder: a mirror that does not exist raises
     :class:`CorpusInputError` naming the parameter file, the key and the path (it used to surface as "has no
     documents", naming neither)."""
-    folder = cfg.resolve(cfg["corpus"]["mirror"])
+    folder = cfg.resolve(cfg.params("corpus").mirror)
     if not folder.exists():
         raise CorpusInputError(f"{cfg.path}: corpus.mirror: the folder {folder} does not exist (corpus.mirror: "
-                               f"{cfg['corpus']['mirror']!r}, relative to the parameter file's folder)")
+                               f"{cfg.params('corpus').mirror!r}, relative to the parameter file's folder)")
     if not folder.is_dir():
         raise CorpusInputError(f"{cfg.path}: corpus.mirror: {folder} is not a folder")
     return folder
@@ -53,36 +53,36 @@ def existing_mirror(cfg: Config) -> Path:
 def source_paths(cfg: Config, session=None) -> list[Path]:
     """Local paths of ``corpus.sources`` (from the mirror, or downloaded when no mirror is set; with no sources
     named, every downloaded file). A named source that is not there raises, naming it."""
-    c = cfg["corpus"]
-    if c["mirror"] is not None:
+    c = cfg.params("corpus")
+    if c.mirror is not None:
         root = existing_mirror(cfg)
         paths = cfg.resolve_param("corpus.sources")
         missing = [str(p) for p in paths if not p.exists()]
         if missing:
             raise FileNotFoundError(f"{cfg.path.name}: corpus.sources not found in mirror {root}: {missing}")
         return paths
-    if not c["fetch_urls"]:
+    if not c.fetch_urls:
         return []
-    got = fetch.download(c["fetch_urls"], artifacts.cache_dir(cfg, "downloads"), session=session)
-    if not c["sources"]:
+    got = fetch.download(c.fetch_urls, artifacts.cache_dir(cfg, "downloads"), session=session)
+    if not c.sources:
         return got
     by_name = {p.name: p for p in got}
-    missing = [s for s in c["sources"] if s not in by_name]
+    missing = [s for s in c.sources if s not in by_name]
     if missing:
         raise FileNotFoundError(f"{cfg.path.name}: corpus.sources {missing} are not among the files of "
                                 f"corpus.fetch_urls {sorted(by_name)}")
-    return [by_name[s] for s in c["sources"]]
+    return [by_name[s] for s in c.sources]
 
 
 def listed_sources(cfg: Config) -> list[tuple[str, Path]]:
     """``("corpus.sources", path)`` of each file :func:`source_paths` would read, resolved without reading or
     downloading anything (with no mirror, the downloaded files of ``corpus.fetch_urls``, which may not be there
     yet)."""
-    c = cfg["corpus"]
-    if c["sources"]:
+    c = cfg.params("corpus")
+    if c.sources:
         return [("corpus.sources", p) for p in cfg.resolve_param("corpus.sources", downloads(cfg))]
-    if c["mirror"] is None:
-        return [("corpus.sources", downloads(cfg) / Path(urlparse(u).path).name) for u in c["fetch_urls"]]
+    if c.mirror is None:
+        return [("corpus.sources", downloads(cfg) / Path(urlparse(u).path).name) for u in c.fetch_urls]
     return []
 
 
@@ -92,11 +92,11 @@ def resolve_in_mirror(cfg: Config, name: str) -> Path:
     p = Path(name).expanduser()
     if p.is_absolute():
         return p
-    mirror = cfg["corpus"]["mirror"]
+    mirror = cfg.params("corpus").mirror
     return ((cfg.resolve(mirror) if mirror is not None else downloads(cfg)) / p).resolve()
 
 
-def mirror_file(mirror: Path, name: str, where: str, kind: str = "demo") -> Path:
+def mirror_file(mirror: Path, name: str, where: str, kind: str) -> Path:
     """A file named by an input (``file:`` of the demo's ``documents.yaml``, a document of a folder corpus): it
     must lie inside the mirror (``file: ../x`` would read any file on the machine)."""
     try:

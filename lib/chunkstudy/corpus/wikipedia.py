@@ -42,6 +42,7 @@ import pandas as pd
 
 from .. import artifacts
 from ..config import Config
+from ..params import CorpusParams
 from .model import SECTION_COLUMNS, DocumentBuilder, depth
 from .sources import CorpusInputError, listed_sources, read_text, resolve_in_mirror, source_paths, walk_order
 from .wikitext import categories as page_categories
@@ -557,35 +558,35 @@ class _Candidates:
         return row
 
 
-def _filter_tests(cand: pd.DataFrame, params: dict) -> dict[str, pd.Series]:
+def _filter_tests(cand: pd.DataFrame, params: CorpusParams) -> dict[str, pd.Series]:
     """Each quality filter's pass/fail per candidate row, in funnel order."""
     return {
-        "featured": cand["featured"] if params["require_featured"] else pd.Series(True, index=cand.index),
-        "min_words": cand["n_words"] >= params["min_words"],
-        "min_heading_depth": cand["depth"] >= params["min_heading_depth"],
-        "min_sections": cand["n_sections"] >= params["min_sections"],
+        "featured": cand["featured"] if params.require_featured else pd.Series(True, index=cand.index),
+        "min_words": cand["n_words"] >= params.min_words,
+        "min_heading_depth": cand["depth"] >= params.min_heading_depth,
+        "min_sections": cand["n_sections"] >= params.min_sections,
     }
 
 
-def _passing(cand: pd.DataFrame, params: dict) -> pd.Series:
+def _passing(cand: pd.DataFrame, params: CorpusParams) -> pd.Series:
     ok = pd.Series(True, index=cand.index)
     for passed in _filter_tests(cand, params).values():
         ok &= passed.astype(bool)
     return ok
 
 
-def _target(params: dict) -> int:
-    return params["target_docs"] if params.get("max_docs") is None else min(params["target_docs"],
-                                                                             params["max_docs"])
+def _target(params: CorpusParams) -> int:
+    return params.target_docs if params.max_docs is None else min(params.target_docs,
+                                                                             params.max_docs)
 
 
-def _require_featured_list(params: dict, featured) -> None:
-    if params["require_featured"] and featured is None:
+def _require_featured_list(params: CorpusParams, featured) -> None:
+    if params.require_featured and featured is None:
         raise ValueError("corpus.require_featured is true but no Featured Article list was given "
                          "(corpus.featured_list: a TSV in the mirror, or 'api')")
 
 
-def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | None = None,
+def build_wikipedia(pages: Iterable[dict], params: CorpusParams, featured: set[str] | None = None,
                     warnings: list[str] | None = None) -> dict:
     """Normalise, filter, bucket and sample pages into the 01_corpus tables.
 
@@ -597,13 +598,13 @@ def build_wikipedia(pages: Iterable[dict], params: dict, featured: set[str] | No
     """
     warnings = [] if warnings is None else warnings
     _require_featured_list(params, featured)
-    cands = _Candidates(params["drop_sections"], featured, warnings)
+    cands = _Candidates(params.drop_sections, featured, warnings)
     for page in pages:
         cands.add(page)
     return _finish(cands, params)
 
 
-def _finish(cands: _Candidates, params: dict) -> dict:
+def _finish(cands: _Candidates, params: CorpusParams) -> dict:
     built = cands.built
     cand = pd.DataFrame(cands.rows, columns=_CANDIDATE_COLUMNS)
     tests = _filter_tests(cand, params)
@@ -612,10 +613,10 @@ def _finish(cands: _Candidates, params: dict) -> dict:
     ok = pd.Series(True, index=cand.index)
     for name, passed in tests.items():
         ok &= passed.astype(bool)
-        funnel.append({"step": f"pass {name}" + ("" if name != "featured" or params["require_featured"]
+        funnel.append({"step": f"pass {name}" + ("" if name != "featured" or params.require_featured
                                                  else " (not required)"), "count": int(ok.sum())})
     passing = cand[ok].reset_index(drop=True)
-    accepted = seeded_walk(passing, params["seed"], params["max_per_bucket"], _target(params))
+    accepted = seeded_walk(passing, params.seed, params.max_per_bucket, _target(params))
     funnel.append({"step": "accepted (seeded bucket-capped walk)", "count": len(accepted)})
 
     docs = pd.DataFrame([built[d][0] for d in accepted["doc_id"]])
@@ -651,7 +652,7 @@ def _finish(cands: _Candidates, params: dict) -> dict:
             "corpus_funnel": pd.DataFrame(funnel), "stats": stats}
 
 
-def build_wikipedia_api(listed: dict[str, str], fetch: Callable[[list[str]], Iterable[dict]], params: dict,
+def build_wikipedia_api(listed: dict[str, str], fetch: Callable[[list[str]], Iterable[dict]], params: CorpusParams,
                         featured: set[str] | None = None, warnings: list[str] | None = None,
                         batch_size: int = MAX_TITLES_PER_REQUEST, lazy: bool = True, progress: bool = False,
                         status: Callable[[], dict] | None = None) -> dict:
@@ -674,9 +675,9 @@ def build_wikipedia_api(listed: dict[str, str], fetch: Callable[[list[str]], Ite
     ids: dict[str, str] = {}
     for title, pid in listed.items():
         ids.setdefault(f"wiki:{pid}", title)
-    order = walk_order(list(ids), params["seed"])
-    target, cap = _target(params), params["max_per_bucket"]
-    cands = _Candidates(params["drop_sections"], featured, warnings)
+    order = walk_order(list(ids), params.seed)
+    target, cap = _target(params), params.max_per_bucket
+    cands = _Candidates(params.drop_sections, featured, warnings)
     passing: dict[str, str] = {}
     fetched = 0
     bar = _progress.bar(target if lazy else len(order), "Wikipedia walk (accepted)" if lazy else
@@ -735,11 +736,11 @@ def source_files(cfg: Config) -> list[tuple[str, Path]]:
     """``(role, path)`` of every local file :func:`build` reads: the exports of ``corpus.sources``
     (``corpus.sources``), a Featured Article TSV (``corpus.featured_list``) and revision pins
     (``corpus.api_revisions``). Pages fetched from the API are pinned by ``api_revisions``, not fingerprinted."""
-    c = cfg["corpus"]
+    c = cfg.params("corpus")
     out = listed_sources(cfg)
-    if c["featured_list"] and c["featured_list"] != "api":
-        out.append(("corpus.featured_list", resolve_in_mirror(cfg, c["featured_list"])))
-    if c["api_revisions"]:
+    if c.featured_list and c.featured_list != "api":
+        out.append(("corpus.featured_list", resolve_in_mirror(cfg, c.featured_list)))
+    if c.api_revisions:
         out.append(("corpus.api_revisions", cfg.resolve_param("corpus.api_revisions")))
     return out
 
@@ -764,44 +765,44 @@ def _build(cfg: Config, session, warnings: list[str]) -> dict:
     ``<stem>_featured_list.tsv``, so a later run that names them in ``api_revisions`` and ``featured_list``
     fetches the same text of the same list.
     """
-    c = cfg["corpus"]
+    c = cfg.params("corpus")
     client = None
-    if c["api_titles"] or c["featured_list"] == "api" or (not c["sources"] and c["mirror"] is None):
+    if c.api_titles or c.featured_list == "api" or (not c.sources and c.mirror is None):
         if session is None:
             import requests
 
             session = requests.Session()
-        client = ApiClient(session, c["api_endpoint"], artifacts.cache_dir(cfg, "mediawiki_api"),
-                           c["api_rate_limit_s"], user_agent=c["api_user_agent"] or "")
+        client = ApiClient(session, c.api_endpoint, artifacts.cache_dir(cfg, "mediawiki_api"),
+                           c.api_rate_limit_s, user_agent=c.api_user_agent or "")
     featured = listed = None
-    if c["featured_list"] == "api":
+    if c.featured_list == "api":
         listed = featured_ids_from_api(client, progress=True)
-    elif c["featured_list"]:
-        listed = featured_ids_from_tsv(read_text(resolve_in_mirror(cfg, c["featured_list"])))
+    elif c.featured_list:
+        listed = featured_ids_from_tsv(read_text(resolve_in_mirror(cfg, c.featured_list)))
     if listed is not None:
         featured = set(listed)
-    sources = source_paths(cfg, session) if c["sources"] else []
-    titles = list(c["api_titles"])
+    sources = source_paths(cfg, session) if c.sources else []
+    titles = list(c.api_titles)
     pins = {}
-    if c["api_revisions"]:
-        pins = read_revision_pins(read_text(cfg.resolve(c["api_revisions"])))
+    if c.api_revisions:
+        pins = read_revision_pins(read_text(cfg.resolve(c.api_revisions)))
     fetched: list[dict] = []
 
     def fetch(names: list[str], ids: dict | None = None) -> list[dict]:
-        got = fetch_api_pages(names, client, pins, warnings, page_ids=ids, batch_size=c["api_batch_size"])
+        got = fetch_api_pages(names, client, pins, warnings, page_ids=ids, batch_size=c.api_batch_size)
         fetched.extend({k: p[k] for k in ("title", "revision", "page_id")} for p in got)
         return got
 
     if not titles and not sources and listed is not None and client is not None:
         # the online path of the paper's spec: the Featured Article list, fetched in walk order
         out = build_wikipedia_api(
-            listed, lambda names: fetch(names, listed), c, featured, warnings, batch_size=c["api_batch_size"],
-            lazy=c["api_fetch"] == "lazy", progress=True,
+            listed, lambda names: fetch(names, listed), c, featured, warnings, batch_size=c.api_batch_size,
+            lazy=c.api_fetch == "lazy", progress=True,
             status=lambda: {"requests": client.n_sent, "cached": client.n_cached})
     else:
         def pages():
             for p in sources:
-                yield from iter_export(p, warnings, allow_partial=c["allow_partial"])
+                yield from iter_export(p, warnings, allow_partial=c.allow_partial)
             if titles:
                 yield from fetch(titles)
 
@@ -810,13 +811,13 @@ def _build(cfg: Config, session, warnings: list[str]) -> dict:
     if client is not None:
         out["stats"]["api_requests"] = {"sent": client.n_sent, "cached": client.n_cached}
         # the record a rerun needs: revision pins of every fetched page, and a Featured list fetched online
-        pins_out = (cfg.resolve(c["api_revisions_out"]) if c["api_revisions_out"]
+        pins_out = (cfg.resolve(c.api_revisions_out) if c.api_revisions_out
                     else artifacts.cache_dir(cfg, "mediawiki_api") / "api_revisions.tsv")
         record = out["stats"]["api_record"] = {}
         for key, path, text in (
                 ("api_revisions", pins_out, revision_pins_tsv(fetched) if fetched else None),
                 ("featured_list", pins_out.with_name(f"{pins_out.stem}_featured_list.tsv"),
-                 featured_tsv(listed) if listed and c["featured_list"] == "api" else None)):
+                 featured_tsv(listed) if listed and c.featured_list == "api" else None)):
             if text is not None:
                 with artifacts.atomic_path(path) as tmp:
                     tmp.write_text(text, encoding="utf-8")

