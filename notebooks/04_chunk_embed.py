@@ -24,12 +24,17 @@
 # path from another document. The embedded text is `prefix + content`; offsets are content-only. Each distinct
 # text is embedded once per embedder, through a persistent store keyed by (model, kind, text): a rerun embeds
 # nothing.
+#
+# User conditions (`conditions.extra`, README "Test your own chunker") are cut by their chunker, placed on exact
+# character offsets (text a chunker drops or rewrites stops here, naming the document), given one of the study's
+# prefix kinds and, with `size_matched_twin`, a twin `<NAME>-fixed` of fixed windows matched per document to the
+# condition's mean size (the A0 rule). They share the text rows and the embedding store with the paper's.
 
 # %% tags=["parameters"]
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, conditions, config, embed, gpu, tables
+from chunkstudy import artifacts, conditions, config, embed, extra_conditions, gpu, tables
 
 cfg = config.load(params_file)
 gpu.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
@@ -38,7 +43,11 @@ paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
 contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when A1 is in the run
-out = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"))
+store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
+extra = extra_conditions.build_for_run(cfg, cfg.params("conditions").extra, documents, sections_gold, sections_induced,
+                                       store)
+out = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"),
+                           extra=extra)
 artifacts.write(cfg, "chunks", out["chunks"])
 artifacts.write(cfg, "size_matching", out["size_matching"])
 artifacts.write(cfg, "placebo", out["placebo"])
@@ -73,6 +82,14 @@ out["size_matching"].describe()
 tables.placebo(out["placebo_buckets"], cfg.params("chunking").placebo_method).display
 
 # %% [markdown]
+# ## User conditions (`conditions.extra`; exploratory, not part of the paper's design)
+# Per condition: the chunker and its version, the prefix, what was left out (empty chunks) or could not be placed
+# (only under `unaligned: warn`), and each twin's size match.
+
+# %%
+out["summary"].get("extra", {})
+
+# %% [markdown]
 # ## One document cut under A0, A2 and G2
 
 # %%
@@ -90,7 +107,6 @@ out["chunks"].assign(embedded=conditions.embedded_texts(out["chunks"], documents
 # Unique texts are shared by conditions (A4 = A3, G4 = G3, and identical bodies without a prefix).
 
 # %%
-store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
 vectors, report = embed.embed_all(cfg.params("embed").embedders, out["texts"], store)
 ids = embed.ids_table(out["texts"])
 written = artifacts.write_all_vectors(cfg, vectors, ids)

@@ -32,7 +32,7 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, config, drilldown, metrics
+from chunkstudy import artifacts, config, drilldown, metrics, stats
 
 cfg = config.load(params_file)
 metrics_params = cfg.params("metrics")
@@ -75,7 +75,7 @@ walk
 
 # %% [markdown]
 # ## Per-query drill-down (primary cell)
-# For each pre-registered contrast (`stats.contrasts`) in the primary cell, the `stats.drilldown_queries` queries
+# For each pre-registered contrast (`stats.contrasts`, then each of yours, `contrasts.extra`) in the primary cell, the `stats.drilldown_queries` queries
 # with the largest gains and the largest losses of the paired delta, and for each of them the top chunks under both
 # conditions: rank, retrieval score, the prefix as embedded, the gold characters the chunk covers and the
 # coverage-nDCG gain of the rank (`gain / log2(rank + 1)` summed over the ranks, divided by the IDCG, is the
@@ -83,7 +83,10 @@ walk
 
 # %%
 documents = artifacts.read(cfg, "documents")
-drill = drilldown.drilldown(runs, chunks, queries, documents, scores, cfg.params("stats"), cfg.params("embed").strong,
+# the paper's contrasts, then the user's (contrasts.extra: exploratory, marked in 08); each picks its own queries
+drill_family = stats.user_family(cfg.params("stats"), {**cfg.params("stats").contrasts,
+                                                       **cfg.params("contrasts").extra})
+drill = drilldown.drilldown(runs, chunks, queries, documents, scores, drill_family, cfg.params("embed").strong,
                             metrics_params, cfg.corpus,
                             cfg.params("stats").drilldown_queries)
 artifacts.write(cfg, "drilldown", drill)

@@ -129,3 +129,26 @@ power_curves.pivot_table(index=["scenario", "contrast", "target_dz"], columns="n
 power_needed = power.needed_table(power_curves)
 artifacts.write(cfg, "power_needed", power_needed)
 power_needed
+
+# %% [markdown]
+# ## Exploratory — the user's contrasts (`contrasts.extra`; README "Test your own chunker")
+# Contrasts a user added over the paper's conditions and the user's own (`conditions.extra`, with their
+# size-matched twins `<NAME>-fixed`). The same document-clustered bootstrap, seed and dz as the paper's, but a
+# **family of their own**: Holm within the user's contrasts in each cell, never mixed with the confirmatory four.
+# Not pre-registered unless the parameter file declared them before the run (08's report says which). Power at the
+# effects observed here. Empty when the parameter file adds none.
+
+# %%
+user = cfg.params("contrasts").extra
+user_contrasts = stats.user_contrasts_table(scores, queries, stats_params, strong, cfg.corpus, user)
+artifacts.write(cfg, "user_contrasts", user_contrasts)
+user_contrasts[["label", "cell", "contrast", "condition_a", "condition_b", "mean_delta", "ci_low", "ci_high", "p",
+                "p_holm", "dz", "n_queries", "note"]]
+
+# %%
+user_power = power.user_power_table(scores, queries, stats_params, strong, cfg.corpus, user)
+artifacts.write(cfg, "user_power", user_power)
+user_power_needed = power.needed_table(user_power)
+artifacts.write(cfg, "user_power_needed", user_power_needed)
+user_power_needed
+

@@ -2,7 +2,7 @@
 # scripts/lock.sh [all|cpu|gpu]   regenerate the locks (exact versions with sha256 hashes) from pyproject.toml and
 # constraints/. Needs uv (`pip install uv`) and the package index. Default: all.
 #
-#   cpu  constraints/cpu-lock.txt (the project with its [dev] extra, torch 2.13.0+cpu) and
+#   cpu  constraints/cpu-lock.txt (the project with its [dev] and [chunkers] extras, torch 2.13.0+cpu) and
 #        constraints/nodeps-lock.txt (the packages installed with --no-deps);
 #   gpu  constraints/gpu-lock.txt: the same packages at the CPU lock's versions and hashes, but torch 2.13.0 from
 #        PyPI (its Linux x86_64 wheel is the CUDA 13.0 build; only that wheel's hash is kept) with the nvidia-* CUDA
@@ -28,7 +28,7 @@ if [ "$what" = all ] || [ "$what" = cpu ]; then
   else
     src+=(--extra-index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" --index-strategy unsafe-best-match)
   fi
-  "$uv" pip compile pyproject.toml --extra dev -c constraints/cpu.txt "${src[@]}" "${common[@]}" \
+  "$uv" pip compile pyproject.toml --extra dev --extra chunkers -c constraints/cpu.txt "${src[@]}" "${common[@]}" \
     --custom-compile-command "scripts/lock.sh" -o constraints/cpu-lock.txt
   "$uv" pip compile constraints/nodeps.txt --no-deps "${src[@]}" "${common[@]}" \
     --custom-compile-command "scripts/lock.sh" -o constraints/nodeps-lock.txt
@@ -38,7 +38,7 @@ if [ "$what" = all ] || [ "$what" = gpu ]; then
   pins="$(mktemp)"
   trap 'rm -f "$pins"' EXIT
   grep -E '^[a-z0-9]' constraints/cpu-lock.txt | grep -v '^torch==' | sed 's/ .*//' > "$pins"
-  "$uv" pip compile pyproject.toml --extra dev -c constraints/gpu.txt -c "$pins" --index-url https://pypi.org/simple \
+  "$uv" pip compile pyproject.toml --extra dev --extra chunkers -c constraints/gpu.txt -c "$pins" --index-url https://pypi.org/simple \
     "${common[@]}" --custom-compile-command "scripts/lock.sh gpu" -o constraints/gpu-lock.txt
   sed -i "s|-c $pins\$|-c constraints/cpu-lock.txt|" constraints/gpu-lock.txt  # where the pins came from
   # keep only the hash of the wheel a GPU box installs (uv lists every platform's)

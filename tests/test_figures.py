@@ -134,6 +134,10 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                                        paper.effects_dz("wikipedia"), "paper (wikipedia)"))
     out["reranker_lift"] = stats.reranker_lift(out["condition_means"], config_mod.record("stats", sp), "strong")
     out["power_needed"] = power.needed_table(out["power"])
+    # a run without user contrasts (contrasts.extra) writes their tables empty
+    out["user_contrasts"] = stats.user_contrasts_table(scores, queries, sp, "strong", "synthetic", {})
+    out["user_power"] = power.user_power_table(scores, queries, sp, "strong", "synthetic", {})
+    out["user_power_needed"] = power.needed_table(out["user_power"])
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
                                          "status": (["ok", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
                                          "n_windows": ([1, 2, 1, 1] * n_docs)[:n_docs]})

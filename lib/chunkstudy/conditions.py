@@ -185,6 +185,20 @@ def placebo_assign(pairs: pd.DataFrame, seed: int, method: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PLACEBO_COLUMNS)
 
 
+def placebo_prefixes(doc_ids: list[str], paths: list[tuple[str, ...]], titles: Mapping[str, str], seed: int,
+                     method: str) -> tuple[list[str], pd.DataFrame]:
+    """Placebo prefixes for chunks whose real (cut) heading paths are ``paths``: :func:`placebo_assign` over their
+    unique (document, path) pairs, each chunk rendered with its pair's donor title and path. Returns ``(prefixes,
+    placebo)``: the placebo table with ``n_chunks`` (chunks carrying each pair)."""
+    pairs = pd.DataFrame({"doc_id": list(doc_ids), "path": [tuple(p) for p in paths]})
+    placebo = placebo_assign(pairs, seed, method)
+    look = {(r.doc_id, tuple(r.path)): (r.placebo_doc_id, r.placebo_path) for r in placebo.itertuples(index=False)}
+    prefixes = [render_prefix(titles[look[k][0]], look[k][1]) for k in zip(pairs["doc_id"], pairs["path"])]
+    used = pairs.value_counts(["doc_id", "path"])
+    placebo["n_chunks"] = [int(used[(d, tuple(p))]) for d, p in zip(placebo["doc_id"], placebo["path"])]
+    return prefixes, placebo
+
+
 def placebo_donors(placebo: pd.DataFrame) -> dict:
     """Donor statistics of a placebo assignment (:func:`placebo_assign`; no rounding): per document, the number
     of distinct documents its placebo paths come from (``donors_mean``, ``donors_min``, ``donors_max``,
@@ -285,9 +299,12 @@ def _a1_prefixes(a0: pd.DataFrame, contexts_a1: pd.DataFrame | None) -> list[str
 
 def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame | None,
               sections_induced: pd.DataFrame | None, contexts_a1: pd.DataFrame | None, chunking_params: ChunkingParams,
-              counter: TokenCounter | None = None) -> dict:
+              counter: TokenCounter | None = None,
+              extra: Mapping[str, Any] | None = None) -> dict:
     """Build every condition in ``chunking_params.conditions`` (the ``chunking`` record, ``cfg.params("chunking")``;
-    a mapping is validated into one, its missing keys at the schema's defaults).
+    a mapping is validated into one, its missing keys at the schema's defaults), and the user's conditions
+    ``extra`` (:func:`chunkstudy.extra_conditions.build`'s result: their chunks follow the paper's, share the text
+    rows, and their facts go to ``summary["extra"]``).
 
     Returns a dict:
 
@@ -345,18 +362,14 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
         elif spec.prefix == "context":
             pre = _a1_prefixes(base, contexts_a1)
         elif spec.prefix == "placebo":
-            pairs = pd.DataFrame({"doc_id": base["doc_id"],
-                                  "path": [tuple(paths[s][:depth]) for s in base["section_id"]]})
-            placebo = placebo_assign(pairs, p.placebo_seed, p.placebo_method)
-            look = {(r.doc_id, tuple(r.path)): (r.placebo_doc_id, r.placebo_path)
-                    for r in placebo.itertuples(index=False)}
-            pre = [render_prefix(titles[look[k][0]], look[k][1]) for k in zip(pairs["doc_id"], pairs["path"])]
-            used = pairs.assign(path=[tuple(p) for p in pairs["path"]]).value_counts(["doc_id", "path"])
-            placebo["n_chunks"] = [int(used[(d, tuple(p))]) for d, p in zip(placebo["doc_id"], placebo["path"])]
+            pre, placebo = placebo_prefixes(base["doc_id"].tolist(), [tuple(paths[s][:depth])
+                                                                      for s in base["section_id"]],
+                                            titles, p.placebo_seed, p.placebo_method)
         else:  # a heading path
             pre = breadcrumb(base, depth, paths)
         frames.append(_with_prefixes(base, cond, pre, depth, spec.shares_vectors_with))
 
+    frames += list(extra["frames"]) if extra else []
     chunks = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CHUNK_COLUMNS)
     chunks["chunk_id"] = (chunks["condition"] + "|" + chunks["doc_id"] + "|"
                           + chunks.groupby(["condition", "doc_id"], sort=False).cumcount().map("{:04d}".format))
@@ -371,6 +384,8 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     summary = _summary(chunks, sets, size, placebo, texts, mx, mn)
     if placebo is not None:
         summary["placebo_method"] = p.placebo_method
+    if extra and extra["summary"]:
+        summary["extra"] = dict(extra["summary"])
     if placebo is None:
         placebo = pd.DataFrame(columns=stages.columns("placebo"))
     return {"chunks": chunks, "texts": texts, "size_matching": size, "placebo": placebo,

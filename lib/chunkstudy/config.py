@@ -31,8 +31,9 @@ from typing import Any, Callable, Literal, Mapping, Union, get_args, get_origin,
 import yaml
 
 from . import design, params, stages
-from .params import (ChunkingParams, ContextsParams, CorpusParams, EmbedParams, FiguresParams, InduceParams,
-                     LLMParams, MetricsParams, Params, QueriesParams, RetrieveParams, StatsParams)
+from .params import (ChunkingParams, ConditionsParams, ContextsParams, ContrastsParams, CorpusParams, EmbedParams,
+                     FiguresParams, InduceParams, LLMParams, MetricsParams, Params, QueriesParams, RetrieveParams,
+                     StatsParams)
 
 
 class ConfigError(ValueError):
@@ -232,6 +233,14 @@ def _derive(cls: type, dotted: str) -> dict[str, Any]:
 #: (the declaration). A nested dict of :class:`P`; ``"*"`` maps any key to a spec (``embed.embedders.*``).
 SCHEMA: dict[str, Any] = _derive(params.Params, "")
 
+#: Chunkers that embed while they cut (their ``embedder`` resolves to ``embed.strong`` when the file loads, so the
+#: digest of 04 names it).
+EMBEDDING_CHUNKERS = ("chonkie:SemanticChunker",)
+
+#: Sections a run may leave out, with the value that means "not used": a digest leaves such a section out while it
+#: holds exactly that value, so adding these features changed no existing run's stage digests.
+OPTIONAL_SECTIONS: dict[str, dict] = {"conditions": {"extra": {}}, "contrasts": {"extra": {}}}
+
 
 #: Keys a parameter file may no longer state, and the key that took each one's place: ``max_tokens`` meant four
 #: things in four sections (now each name says which tokens it counts), and ``stats.primary_embedder`` and
@@ -332,6 +341,44 @@ def _power_can_reject(d: dict) -> str | None:
             f"2·{m}/({b} + 1) = {2 * m / (b + 1):.3g}, not below stats.alpha {alpha:g}; use at least {need}")
 
 
+def _extra_conditions(d: dict) -> str | None:
+    """User conditions: a chunker is named; no name (or twin name) clashes with a paper condition or another user
+    condition; a depth only where a heading path is cut; the semantic chunker's embedder is declared."""
+    taken = {c: "a paper condition" for c in design.CONDITION_NAMES}
+    for name, spec in d["conditions"]["extra"].items():
+        if not spec["chunker"]:
+            return f"{name}.chunker is empty; name a chunker (e.g. 'semchunk', 'chonkie:SemanticChunker', " \
+                   "'mypackage.mymodule:chunk')"
+        if spec["depth"] is not None and spec["prefix"] in ("none", "title"):
+            return f"{name}.depth: a {spec['prefix']!r} prefix has no heading path to cut; leave depth out"
+        embedders = list(d["embed"]["embedders"])
+        if spec["embedder"] is not None and embedders and spec["embedder"] not in embedders:
+            return f"{name}.embedder: {spec['embedder']!r} is not one of the keys of embed.embedders: {embedders}"
+        for n in design.extra_condition_names({name: spec}):
+            if n in taken:
+                return f"{name}: the name {n!r} is already {taken[n]}; choose another"
+            taken[n] = f"a condition of conditions.extra ({name})"
+    return None
+
+
+def _extra_contrasts(d: dict) -> str | None:
+    """User contrasts: ``NAME: [A, B]`` of two different conditions that the run builds (chunking.conditions and
+    conditions.extra with twins), named apart from stats.contrasts."""
+    conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
+    for name, pair in d["contrasts"]["extra"].items():
+        if not is_name(str(name)):
+            return f"{name!r} is not a plain name (a letter or digit, then letters, digits, '.', '_' or '-')"
+        if name in d["stats"]["contrasts"]:
+            return f"{name}: the name is a contrast of stats.contrasts (the confirmatory family); choose another"
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(c, str) for c in pair)
+                and pair[0] != pair[1]):
+            return f"{name}: expected [condition A, condition B] of two different conditions, got {pair!r}"
+        missing = [c for c in pair if c not in conds]
+        if missing:
+            return f"{name}: {missing[0]!r} is not a condition of this run; conditions: {conds}"
+    return None
+
+
 #: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
 RULES: tuple[Rule, ...] = (
     less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
@@ -344,6 +391,8 @@ RULES: tuple[Rule, ...] = (
     one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
     Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions"),
     Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
+    Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
+    Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
 )
 
 
@@ -399,6 +448,10 @@ class Config:
     def params(self, name: Literal["stats"]) -> StatsParams: ...
     @overload
     def params(self, name: Literal["figures"]) -> FiguresParams: ...
+    @overload
+    def params(self, name: Literal["conditions"]) -> ConditionsParams: ...
+    @overload
+    def params(self, name: Literal["contrasts"]) -> ContrastsParams: ...
 
     def params(self, name: str | None = None) -> Any:
         """A section as its frozen typed record (:mod:`chunkstudy.params`): ``cfg.params("llm").seed``; with no
@@ -457,13 +510,27 @@ class Config:
         return out if isinstance(value, list) else out[0]
 
     def digest(self, sections: tuple[str, ...] | None = None) -> str:
-        """Digest of the given sections or dotted keys (``"corpus.kind"``); all sections when None."""
-        part = self.values(sections or tuple(self.data))
-        return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        """Digest of the given sections or dotted keys (``"corpus.kind"``); all sections when None. An optional
+        section at its unused value (:data:`OPTIONAL_SECTIONS`) is left out."""
+        return digest_of(self.data, sections)
 
     def values(self, keys: tuple[str, ...]) -> dict[str, Any]:
         """``{key: value}`` of sections (``"stats"``) and dotted keys (``"corpus.kind"``)."""
         return {k: _get(self.data, k) for k in keys}
+
+
+def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) -> str:
+    """:meth:`Config.digest` of validated parameters ``data`` (``cfg.data``): the given sections or dotted keys, all
+    when None; an optional section at its unused value (:data:`OPTIONAL_SECTIONS`) is left out."""
+    part = {k: _get(dict(data), k) for k in (sections or tuple(data))}
+    part = {k: v for k, v in part.items() if not (k in OPTIONAL_SECTIONS and v == OPTIONAL_SECTIONS[k])}
+    return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def declaration_digest(conditions: Any, contrasts: Any) -> str:
+    """The digest of what the user added (the ``conditions`` and ``contrasts`` records, as plain data): stage
+    manifests record it (``user_declared``) and the report compares 01's with the one it reads."""
+    return digest_of({"conditions": _thaw(conditions), "contrasts": _thaw(contrasts)})
 
 
 # ------------------------------------------------------------------------------------------ typed section records
@@ -616,6 +683,12 @@ def _anchor_paths(raw: dict, folder: Path) -> dict:
             v = values.get(key)
             if isinstance(p, P) and p.anchor == "params" and isinstance(v, str) and v not in _NOT_PATHS:
                 values[key] = str((folder / v).expanduser().resolve())
+    extra = (out.get("conditions") or {}).get("extra") if isinstance(out.get("conditions"), dict) else None
+    for spec in (extra or {}).values():  # a user chunker in a file ("mine.py:chunk") is relative to its file too
+        ref = spec.get("chunker") if isinstance(spec, dict) else None
+        module, sep, func = ref.rpartition(":") if isinstance(ref, str) else ("", "", "")
+        if sep and module.endswith(".py"):
+            spec["chunker"] = f"{(folder / module).expanduser().resolve()}:{func}"
     return out
 
 
@@ -703,6 +776,9 @@ def load(path: str | Path, root: str | Path | None = None, overrides: Mapping | 
                               "name to use instead; state corpus.name")
         raw["corpus"] = {**(corpus or {}), "name": path.stem}
     data = _validate(SCHEMA, raw, "", path)
+    for spec in data["conditions"]["extra"].values():  # the semantic chunker embeds with embed.strong by default
+        if spec["embedder"] is None and spec["chunker"] in EMBEDDING_CHUNKERS:
+            spec["embedder"] = data["embed"]["strong"]
     check_rules(data, path)
     if root is None and os.environ.get("CHUNKSTUDY_ROOT"):
         root = os.environ["CHUNKSTUDY_ROOT"]  # set by the runner for the notebooks it executes

@@ -217,6 +217,39 @@ def contrast_question(a: str, b: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Conditions and contrasts a user adds (``conditions.extra``, ``contrasts.extra``; README "Test your own chunker")
+# ---------------------------------------------------------------------------------------------------------------
+
+#: The prefix kinds a user-added condition may take: the study's own (none, a real heading path, the placebo) and
+#: the document title alone (a path of depth 0).
+EXTRA_PREFIXES = ("none", "title", "path", "placebo")
+#: The outline a user condition's heading paths (and route keys) come from.
+EXTRA_OUTLINES = {"induced": "sections_induced", "gold": "sections_gold"}
+#: How a user condition's size-matched twin is named: ``<NAME>-fixed``.
+TWIN_SUFFIX = "-fixed"
+#: The family of the user's contrasts: exploratory, Holm-corrected apart from the confirmatory four.
+EXTRA_FAMILY = "user"
+#: The paper's family (:data:`CONTRASTS`).
+PAPER_FAMILY = "paper"
+
+
+def extra_condition_names(extra: Mapping[str, Any] | None) -> list[str]:
+    """Every condition a ``conditions.extra`` mapping adds, each twin right after its condition, in declared
+    order: ``{"SEM": {..., "size_matched_twin": True}}`` -> ``["SEM", "SEM-fixed"]``."""
+    out = []
+    for name, spec in (extra or {}).items():
+        twin = spec.get("size_matched_twin") if isinstance(spec, Mapping) else getattr(spec, "size_matched_twin")
+        out += [name, name + TWIN_SUFFIX] if twin else [name]
+    return out
+
+
+def extra_question(a: str, b: str) -> str:
+    """The question a user contrast ``a − b`` asks when the design says it: a condition against its size-matched
+    twin isolates boundary placement from chunk size; "" otherwise."""
+    return "boundary placement vs. chunk size (size-matched twin)" if b == a + TWIN_SUFFIX else ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Metrics
 # ---------------------------------------------------------------------------------------------------------------
 

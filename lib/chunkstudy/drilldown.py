@@ -281,16 +281,19 @@ def _list_note(rows: pd.DataFrame, side: str, cond: str, metric: str, value: flo
 
 def report_parts(drill: pd.DataFrame, params: Params) -> tuple[tables.Table, list[ContrastDrill]]:
     """08's views of the ``drilldown`` table: a summary :class:`~chunkstudy.tables.Table` (one row per picked
-    query, for report.md) and one :class:`ContrastDrill` per contrast of ``stats.contrasts`` (for report.html).
+    query, for report.md) and one :class:`ContrastDrill` per contrast of ``stats.contrasts`` and then of
+    ``contrasts.extra`` (the user's, marked :data:`chunkstudy.tables.USER_MARK`; for report.html).
     ``params`` is ``cfg.params()``."""
     st = params.stats
     cutoff = params.metrics.cutoff
     metric = st.primary_metric
+    user = dict(params.contrasts.extra)
     summary, out = [], []
-    for name, (a, b) in st.contrasts.items():
+    for name, (a, b) in {**st.contrasts, **user}.items():
         rows = drill[drill["contrast"] == name]
-        question = design.contrast_question(a, b)
-        title = f"{name}: {a} \u2212 {b}" + (f" ({question})" if question else "")
+        question = design.extra_question(a, b) if name in user else design.contrast_question(a, b)
+        title = f"{name}: {a} \u2212 {b}" + (f" ({question})" if question else "") + \
+            (f" {tables.USER_MARK} user-added, exploratory" if name in user else "")
         notes, picks = [], []
         if rows.empty:
             notes.append(f"No query of the primary cell differs between {a} and {b} (or a condition is absent).")

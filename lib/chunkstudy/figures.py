@@ -30,7 +30,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from . import design, tables  # noqa: E402
+from . import design, stats, tables  # noqa: E402
 from .params import Params  # noqa: E402
 
 #: rcParams applied to every figure (one consistent style).
@@ -306,19 +306,23 @@ def contrasts_forest(contrasts: pd.DataFrame, metric: str,
     fig = _figure(8, 1.0 + 0.75 * len(names))
     ax = fig.add_subplot()
     width = 0.7 / max(len(cells), 1)
+    first = {cell: names.index(c[c["cell"] == cell]["contrast"].iat[0]) for cell in cells}  # one legend entry each
+    user = set(c.loc[c["label"] == stats.USER_ADDED, "contrast"]) if "label" in c else set()
     for j, cell in enumerate(cells):
         sub = c[c["cell"] == cell].set_index("contrast")
-        conf = bool(sub["confirmatory"].any()) if "confirmatory" in sub else j == 0
+        cell_conf = bool(sub["confirmatory"].any()) if "confirmatory" in sub else j == 0
         for i, name in enumerate(names):
             if name not in sub.index:
                 continue
             r = sub.loc[name]
+            conf = bool(r["confirmatory"]) if "confirmatory" in sub else cell_conf  # a user row never is
             y = i - 0.35 + width * (j + 0.5)
-            col = EMBEDDER_COLORS[j % len(EMBEDDER_COLORS)] if not conf else "black"
+            col = EMBEDDER_COLORS[j % len(EMBEDDER_COLORS)] if not cell_conf else "black"
             xerr = [[r["mean_delta"] - r["ci_low"]], [r["ci_high"] - r["mean_delta"]]] if r["_ok"] else None
             ax.errorbar(r["mean_delta"], y, xerr=xerr,
                         fmt="o", color=col, mfc=col if conf else "white", ms=5 if conf else 4, capsize=2,
-                        lw=1.4 if conf else 0.8, label=f"{cell}{' (confirmatory)' if conf else ''}" if i == 0 else None)
+                        lw=1.4 if conf else 0.8,
+                        label=f"{cell}{' (confirmatory)' if cell_conf else ''}" if i == first.get(cell) else None)
             if conf:
                 text = f"Holm p {tables.fmt_p(r['p_holm'], r.get('n_boot'))}" if r["_ok"] else \
                     "no inference (too few documents or resamples)"
@@ -327,12 +331,15 @@ def contrasts_forest(contrasts: pd.DataFrame, metric: str,
     ax.axvline(0, color="#999999", lw=0.8)
     ax.set_yticks(range(len(names)), [
         f"{n}: {a} \u2212 {b}" + (f" {tables.PLACEBO_MARK}\n(placebo not clean)" if n in marks else "")
+        + (f" {tables.USER_MARK}\n(user-added, exploratory)" if n in user else "")
         for n, a, b in c.drop_duplicates("contrast")[["contrast", "condition_a", "condition_b"]]
         .itertuples(index=False)])
     ax.invert_yaxis()
     ax.set_xlabel(f"\u0394 {metric} (paired mean, 95% document-clustered bootstrap CI)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
-    ax.set_title("Pre-registered contrasts: primary cell solid; other cells exploratory", loc="left")
+    ax.set_title("Pre-registered contrasts: primary cell solid; other cells exploratory"
+                 + (f"\n{tables.USER_MARK} user-added: exploratory, a Holm family of their own" if user else ""),
+                 loc="left")
     return fig
 
 
@@ -546,7 +553,10 @@ def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Params, doc_i
     figs["fig1_mechanisms"] = mechanisms(inputs["documents"], inputs["chunks"], doc_id, inputs.get("queries"),
                                          inputs.get("section_recall"), emb) if have("documents", "chunks") else \
         placeholder("Figure 1", "documents (01) or chunks (04) missing")
-    figs["fig_contrasts"] = contrasts_forest(inputs["contrasts"], metric, marks) if have("contrasts") else \
+    user = inputs.get("user_contrasts")
+    both = pd.concat([inputs["contrasts"], user], ignore_index=True) \
+        if have("contrasts") and user is not None and len(user) else inputs.get("contrasts")
+    figs["fig_contrasts"] = contrasts_forest(both, metric, marks) if have("contrasts") else \
         placeholder("Contrasts", "contrasts (07) missing")
     figs["fig_dose_response"] = dose_response(inputs["dose_response"]) if have("dose_response") else \
         placeholder("Depth dose-response", "dose_response (07) missing")

@@ -460,6 +460,49 @@ class FiguresParams:
                                        "none", anchor="params")
 
 
+# ------------------------------------------------------------------------------------ your chunkers and contrasts
+
+@dataclass(frozen=True)
+class ExtraConditionParams:
+    """One entry of ``conditions.extra``: a condition the user adds (:mod:`chunkstudy.extra_conditions`; README
+    "Test your own chunker"), cut by a chunker of their choice."""
+
+    chunker: str = param("", "'chonkie:RecursiveChunker', 'chonkie:SentenceChunker', 'chonkie:SemanticChunker', "
+                         "'semchunk', 'langchain:<TextSplitter class>', 'package.module:function' or "
+                         "'file.py:function' (relative to the parameter file that states it); see chunkstudy.chunkers")
+    options: Mapping[str, Any] = param({}, "keyword arguments of the chunker (sizes in chunking.tokenizer tokens "
+                                       "for chonkie and semchunk)")
+    prefix: str = param("none", "none, title ([Title]), path (the real heading path of the section the chunk starts "
+                        "in) or placebo (a real path of the same depth from another document)",
+                        choices=design.EXTRA_PREFIXES)
+    depth: int | None = param(None, "heading levels a path/placebo prefix keeps; null = the deepest of "
+                              "chunking.depths", ge=1)
+    outline: Literal["induced", "gold"] = param("induced", "the outline heading paths come from: induced (as A3) "
+                                                "or gold (as G3)")
+    size_matched_twin: bool = param(False, "also build <NAME>-fixed: fixed windows size-matched per document to "
+                                    "this condition's mean content tokens (the A0 rule)")
+    overlap: bool = param(False, "the chunker's chunks may overlap (otherwise an overlap stops 04)")
+    unaligned: Literal["error", "warn"] = param("error", "text the chunker drops or rewrites: stop 04 naming the "
+                                                "document, or count and warn")
+    embedder: str | None = param(None, "chonkie:SemanticChunker: the embedder key it embeds with; null = "
+                                 "embed.strong (resolved when the file loads)")
+
+
+@dataclass(frozen=True)
+class ConditionsParams:
+    """``conditions``: the user's conditions beside the paper's (04 builds them; exploratory)."""
+
+    extra: Mapping[str, ExtraConditionParams] = named()
+
+
+@dataclass(frozen=True)
+class ContrastsParams:
+    """``contrasts``: the user's contrasts, an exploratory family Holm-corrected apart from ``stats.contrasts``."""
+
+    extra: Mapping[str, tuple[str, str]] = param({}, "NAME: [condition A, condition B] over the paper's conditions "
+                                                 "and conditions.extra (twins too)")
+
+
 # --------------------------------------------------------------------------------------------------- whole file
 
 @dataclass(frozen=True)
@@ -477,3 +520,5 @@ class Params:
     metrics: MetricsParams = group(MetricsParams)
     stats: StatsParams = group(StatsParams)
     figures: FiguresParams = group(FiguresParams)
+    conditions: ConditionsParams = group(ConditionsParams)
+    contrasts: ContrastsParams = group(ContrastsParams)

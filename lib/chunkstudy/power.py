@@ -432,6 +432,16 @@ def docs_needed(n_docs: Sequence[float], power: Sequence[float], target: float =
     return float(math.exp(x0 + (target - y0) / (y1 - y0) * (x1 - x0))), "interpolated"
 
 
+def user_power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str, corpus: str,
+                     user_contrasts: Mapping[str, Any]) -> pd.DataFrame:
+    """:func:`power_table` for the user's contrasts (``contrasts.extra``) as a family of their own (Holm across
+    them, :func:`chunkstudy.stats.user_family`), at the effects this run observed (no paper effect exists for
+    them). Empty (with the columns) when there are none."""
+    if not user_contrasts:
+        return pd.DataFrame(columns=stages.columns("power"))
+    return power_table(scores, queries, stats.user_family(stats_params, user_contrasts), strong, corpus)
+
+
 def needed_table(power_df: pd.DataFrame) -> pd.DataFrame:
     """Per scenario × contrast of a ``07_stats/power`` table: the documents needed for the target power
     (:func:`docs_needed` over the simulated grid), this corpus's size and the simulated power at it, the largest

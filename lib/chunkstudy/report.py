@@ -15,13 +15,14 @@ paths); every other function here is pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from . import artifacts, drilldown, figures, paper, report_html, stages, stats, tables
+from . import config
 from .config import Config
 from .params import Params, StatsParams
 
@@ -422,6 +423,17 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
         _try(b, "funnel_size_matching", tables.size_matching, summary, kind)
     if "placebo_buckets" in got:
         _try(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params.chunking.placebo_method)
+    if "user_contrasts" in got and len(got["user_contrasts"]):
+        b.facts["user_declared"], b.facts["user_registration"] = user_registration(params, inputs.get("manifests"))
+        _try(b, "user_contrasts", tables.user_contrasts, got["user_contrasts"],
+             stats.cell_name(st.primary_metric, emb, rr), b.facts["user_registration"])
+        if "user_power" in got and len(got["user_power"]) and "user_power_needed" in got:
+            _try(b, "user_power", lambda n, p: replace(
+                tables.power(n, p), name="user_power",
+                title="Power of your contrasts: documents needed (clustered bootstrap + Holm within them)"),
+                got["user_power_needed"], got["user_power"])
+    if (summary or {}).get("extra"):
+        _try(b, "user_conditions", tables.user_conditions, summary["extra"])
     if "drilldown" in got:
         try:
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)
@@ -446,6 +458,22 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
         if inputs.get(key):
             b.facts[key] = inputs[key]
     return b
+
+
+def user_registration(params: Params, manifests: Mapping[str, Mapping] | None) -> tuple[bool, str]:
+    """Were the user's conditions and contrasts (``conditions.extra``, ``contrasts.extra``) declared before the
+    run? True only when stage 01's manifest (written before any document, query or score existed) recorded the
+    same declaration digest as the parameters this report reads (:func:`chunkstudy.runner.write_manifest`'s
+    ``user_declared``); anything added or changed since makes them post hoc. Returns ``(declared, sentence)``."""
+    now = config.declaration_digest(params.conditions, params.contrasts)
+    first = ((manifests or {}).get("01_corpus") or {}).get("user_declared") or {}
+    if first.get("digest") == now:
+        return True, ("Declared in the parameter file before the run (stage 01's manifest records the same "
+                      "conditions.extra and contrasts.extra), so their list was fixed before any result existed; "
+                      "they are still exploratory: outside the paper's design and its confirmatory family.")
+    return False, ("Added by the user and not pre-registered: stage 01's manifest does not record this "
+                   "declaration of conditions.extra / contrasts.extra, so they may have been chosen after seeing "
+                   "results. Hypothesis-generating only.")
 
 
 FIGURE_CAPTIONS = {
@@ -524,7 +552,19 @@ def render(b: Bundle, params: Params, params_file: str = "") -> str:
                       ("reranker_lift", "fig_reranker_lift")):
         table(name)
         figure(fig)
-    out += [f"## {drilldown.HEADING}", "", "Exploratory reading of the confirmatory contrasts: the queries with the "
+    if "user_contrasts" in b.tables or "user_conditions" in b.tables:
+        out += [f"## Your chunkers and contrasts (user-added {tables.USER_MARK}, exploratory)", "",
+                "Conditions and contrasts the parameter file adds (`conditions.extra`, `contrasts.extra`): embedded, "
+                "retrieved and scored exactly as the paper's, beside them in Table 2 and in the contrast figure. "
+                + tables.md_escape(b.facts.get("user_registration", "")), ""]
+        table("user_conditions")
+        table("user_contrasts")
+        if "user_power" in b.tables:
+            out += power_sentences(b.tables["user_power"].data) + [""]
+            table("user_power")
+    out += [f"## {drilldown.HEADING}", "", "Exploratory reading of the confirmatory contrasts"
+            + (f" (and of yours, marked {tables.USER_MARK})" if params.contrasts.extra else "")
+            + ": the queries with the "
             "largest gains and losses in the primary cell (`06_metrics/drilldown`); `report.html` shows each one's "
             "top chunks under both conditions side by side.", ""]
     table("drilldown")

@@ -282,7 +282,8 @@ def _input_digest(cfg: config.Config, manifest: dict, name: str) -> tuple[str, b
 def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str] | None = None) -> dict:
     """The stage's skip key: the digest of the parameters it reads, the content of every file it reads (per
     artifact, as it is on disk: :func:`_input_digest`; a read switched off by the parameters is not an input), the
-    library it runs (:func:`library_hash`) and its notebook; for 01, its source files; for 08, which reads every
+    library it runs (:func:`library_hash`) and its notebook; for 01, its source files; for 04, the code of the
+    user's chunker functions (:func:`chunker_sources`); for 08, which reads every
     earlier manifest, those manifests' keys and outputs, and the replication partner's contrasts. ``changed``
     (when given) collects the inputs whose files differ from what their writer's manifest records."""
     inputs = {}
@@ -320,7 +321,23 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
     }
     if stage.name == "01_corpus":
         key["sources"] = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in source_fingerprints(cfg)]
+    if stage.name == "04_chunk_embed" and cfg.params("conditions").extra:
+        key["chunker_sources"] = chunker_sources(cfg)
     return key
+
+
+def chunker_sources(cfg: config.Config) -> dict[str, str | None]:
+    """Per user condition (``conditions.extra``) whose chunker is the user's own function, the sha256 of the file
+    it lives in (:func:`chunkstudy.chunkers.source_file`; None when it cannot be found): an edit of that code
+    reruns 04, as an edit of the package does."""
+    from . import chunkers
+
+    out = {}
+    for name, spec in cfg.params("conditions").extra.items():
+        if not chunkers.is_library(spec.chunker):
+            f = chunkers.source_file(spec.chunker, Path(cfg.path).parent)
+            out[name] = artifacts.file_hash(f)[:16] if f is not None else None
+    return out
 
 
 #: What of a source file's fingerprint enters stage 01's key (its mtime only saves re-hashing an unchanged file)
@@ -430,7 +447,9 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
     (:func:`environment`, or ``env`` when the runner has it), the warnings the stage sent
     (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
     sha256 and the digest of every parameter), the content of the JSON outputs declared with ``manifest=True``
-    (``records``: how each encoder ran) and, for 01, the fingerprints of its source files. Paths are relative to the
+    (``records``: how each encoder ran), what the user added (``user_declared``: the digest and names of
+    ``conditions.extra`` and ``contrasts.extra``, when any; 01's tells whether they were declared before the run)
+    and, for 01, the fingerprints of its source files. Paths are relative to the
     project."""
     env = env or environment()
     manifest = {
@@ -450,6 +469,11 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
     if cfg.frozen is not None and cfg.frozen.is_file():
         manifest["params_frozen"] = {"path": artifacts.project_relative(cfg, cfg.frozen),
                                      "sha256": artifacts.file_hash(cfg.frozen), "digest": cfg.digest()}
+    user_conditions, user_contrasts = cfg.params("conditions").extra, cfg.params("contrasts").extra
+    if user_conditions or user_contrasts:  # what the user added, as this stage saw it (08)
+        manifest["user_declared"] = {"digest": config.declaration_digest(cfg.params("conditions"),
+                                                                         cfg.params("contrasts")),
+                                     "conditions": list(user_conditions), "contrasts": list(user_contrasts)}
     if warned:
         manifest["warnings"] = list(warned)
     if sources is not None:

@@ -123,6 +123,21 @@ _SECTIONS = {"doc_id": S, "section_id": S, "parent_id": S, "level": I, "title": 
 _CELL = {"corpus": S, "cell": S, "metric": S, "embedder": S, "reranker": S}
 _PAIR = {"contrast": S, "condition_a": S, "condition_b": S}
 _BOOT = {"mean_delta": F, "ci_low": F, "ci_high": F, "p": F}
+#: A contrast family's rows (07's contrasts and user_contrasts)
+_CONTRAST = {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I, "n_docs": I,
+             "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I, "seed": I, "inference": B, "note": S}
+#: The documents each contrast needs (07's power_needed and user_power_needed)
+_POWER_NEEDED = {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
+                 "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
+                 "mc_se_at_observed": F, "null_rejection_at_needed": F, "oversized": B,
+                 "largest_simulated": I, "design_effect": F, "icc": F, "target_power": F,
+                 "alpha": F, "n_sims": F, "note": S}
+#: A power curve's rows (07's power and user_power)
+_POWER = {"corpus": S, "cell": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
+          "target_mean": F, "shift": F, "n_docs": I, "power": F, "mc_se": F, "null_rejection": F,
+          "power_analytic_bonferroni": F, "n_docs_observed": I, "n_queries_observed": I,
+          "queries_per_doc": F, "design_effect": F, "icc": F, "observed_dz": F, "n_sims": I,
+          "n_boot": I, "alpha": F, "target_power": F, "require_sign": B, "seed": I, "note": S}
 
 
 def _bm25_reads_induced(p: Mapping[str, Any]) -> bool:
@@ -173,7 +188,8 @@ STAGES: tuple[Stage, ...] = (
         Json("funnel", "the query funnel's summary"),
         Json("bm25", "the BM25 diagnostic"),
     )),
-    Stage("04_chunk_embed", ("chunking", "embed.embedders", "embed.store", "embed.flush_every", "corpus.kind"), (
+    Stage("04_chunk_embed", ("chunking", "conditions", "embed.embedders", "embed.store", "embed.flush_every",
+                            "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold", "sections_induced"),
         Read("contexts_a1", _a1_in_run, "chunking.conditions has no A1"),
     ), (
@@ -210,7 +226,7 @@ STAGES: tuple[Stage, ...] = (
         Json("rerank_report", "per reranker: model id, runtime, resolved dtype and its agreement check, pairs "
              "scored", manifest=True),
     )),
-    Stage("06_metrics", ("metrics", "embed.strong", "stats"), _r("documents", "queries", "chunks", "runs"), (
+    Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts"), _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
                          "value": F, "doc_id": S, "qtype": S}, "long form: one row per cell x condition x query",
               required=('corpus', 'embedder', 'reranker', 'condition', 'query_id', 'metric', 'value')),
@@ -223,11 +239,11 @@ STAGES: tuple[Stage, ...] = (
                             "dcg": F, "idcg": F, "ndcg": F}, "the primary cell's per-query drill-down",
               required=('contrast', 'direction', 'pick', 'query_id', 'side', 'condition', 'rank', 'chunk_id')),
     )),
-    Stage("07_stats", ("stats", "embed.strong", "corpus.kind"), _r("queries", "scores"), (
-        Table("contrasts", {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I,
-                            "n_docs": I, "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I,
-                            "seed": I, "inference": B, "note": S},
+    Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind"), _r("queries", "scores"), (
+        Table("contrasts", _CONTRAST,
               required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
+        Table("user_contrasts", _CONTRAST,
+              "the user's contrasts (contrasts.extra): an exploratory family, Holm within it; empty without"),
         Table("mixedlm", {"corpus": S, "cell": S, **_PAIR, "coef": F, "se": F, "z": F, "p": F, "p_holm": F,
                           "ci_low": F, "ci_high": F, "n_obs": I, "n_queries": I, "n_docs": I, "group_var": F,
                           "resid_var": F, "converged": B, "label": S, "note": S},
@@ -245,22 +261,16 @@ STAGES: tuple[Stage, ...] = (
               required=('condition', 'metric')),
         Table("reranker_lift", {"metric": S, "embedder": S, "reranker": S, "condition": S, "none": F,
                                 "reranked": F, "lift": F}, "per condition: reranked minus not reranked means"),
-        Table("power", {"corpus": S, "cell": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
-                        "target_mean": F, "shift": F, "n_docs": I, "power": F, "mc_se": F, "null_rejection": F,
-                        "power_analytic_bonferroni": F, "n_docs_observed": I, "n_queries_observed": I,
-                        "queries_per_doc": F, "design_effect": F, "icc": F, "observed_dz": F, "n_sims": I,
-                        "n_boot": I, "alpha": F, "target_power": F, "require_sign": B, "seed": I, "note": S},
-              required=('scenario', 'contrast', 'target_dz', 'n_docs', 'power', 'mc_se', 'n_docs_observed')),
-        Table("power_needed", {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
-                               "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
-                               "mc_se_at_observed": F, "null_rejection_at_needed": F, "oversized": B,
-                               "largest_simulated": I, "design_effect": F, "icc": F, "target_power": F,
-                               "alpha": F, "n_sims": F, "note": S}, "documents each contrast needs"),
+        Table("power", _POWER, required=('scenario', 'contrast', 'target_dz', 'n_docs', 'power', 'mc_se', 'n_docs_observed')),
+        Table("user_power", _POWER, "the user's contrasts (contrasts.extra), observed effects only; empty without"),
+        Table("power_needed", _POWER_NEEDED, "documents each contrast needs"),
+        Table("user_power_needed", _POWER_NEEDED, "documents each user contrast needs; empty without"),
     )),
     Stage("08_figures", (ALL_PARAMS,), _r(
         "documents", "corpus_funnel", "induction_stats", "queries", "query_funnel", "bm25", "chunks", "summary",
         "placebo_buckets", "section_recall", "section_recall_summary", "drilldown", "contrasts", "mixedlm",
-        "dose_response", "per_type", "condition_means", "reranker_lift", "power", "power_needed"), (),
+        "dose_response", "per_type", "condition_means", "reranker_lift", "power", "power_needed", "user_contrasts",
+        "user_power", "user_power_needed"), (),
         manifests=True),
 )
 

@@ -23,8 +23,9 @@ error: its row carries NaN statistics and a ``note`` saying why.
 
 from __future__ import annotations
 
+
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence, cast
 
 import numpy as np
@@ -49,6 +50,8 @@ _BLOCK = 1000
 
 CONFIRMATORY = "confirmatory"
 EXPLORATORY = "exploratory"
+#: The label of a user contrast (``contrasts.extra``): its own exploratory family, never the confirmatory one.
+USER_ADDED = "exploratory (user-added)"
 
 MIXEDLM_NOTE = (
     "secondary, misspecified by design: random intercept per document but no per-query random effect although "
@@ -414,6 +417,25 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
             r["reject_holm"] = bool(ph < alpha) and r["inference"] if not np.isnan(ph) else False
         rows.extend(cell_rows)
     return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+
+
+def user_family(stats_params: StatsParams, user_contrasts: Mapping[str, Any]) -> Any:
+    """The ``stats`` record with ``contrasts`` replaced by the user's (``contrasts.extra``): every function that
+    tests or simulates "the family" (:func:`contrasts_table`, :func:`chunkstudy.power.power_table`) then works on
+    the user's family alone, with its own Holm correction, and never touches the confirmatory four."""
+    return replace(stats_params, contrasts=dict(user_contrasts))
+
+
+def user_contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str, corpus: str,
+                         user_contrasts: Mapping[str, Any]) -> pd.DataFrame:
+    """The user's contrasts (``contrasts.extra``) in every cell, as :func:`contrasts_table` computes the paper's:
+    the same bootstrap, seed and dz, but Holm-adjusted within the user's family in each cell (a family of its own,
+    kept apart from ``stats.contrasts``), ``confirmatory`` False everywhere and ``label`` :data:`USER_ADDED`, the
+    primary cell included. Empty (with the columns) when there are none."""
+    if not user_contrasts:
+        return pd.DataFrame(columns=CONTRAST_COLUMNS)
+    out = contrasts_table(scores, queries, user_family(stats_params, user_contrasts), strong, corpus)
+    return out.assign(confirmatory=False, label=USER_ADDED)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -31,13 +31,14 @@ from .record import (  # noqa: F401
 )
 from .common import (  # noqa: F401
     CONDITION_ORDER, METRIC_ORDER, CONTRAST_QUESTIONS, CONDITIONS, PAPER_QUERY_STEPS, PAPER, _order, _require,
-    paper_source_label, NO_INFERENCE, PLACEBO_MARK, inference_mask, gated, row_notes, placebo_marks,
+    paper_source_label, NO_INFERENCE, PLACEBO_MARK, inference_mask, gated, row_notes, placebo_marks, USER_MARK,
+    USER_NOTE, is_user_condition,
 )
 from .results import (  # noqa: F401
-    table1, table2, table4, dose_response, section_recall_table, reranker_lift, per_type, power,
+    table1, table2, table4, dose_response, section_recall_table, reranker_lift, per_type, power, user_contrasts,
 )
 from .construction import (  # noqa: F401
-    corpus_funnel, INDUCTION_ROWS, induction, query_funnel, size_matching, placebo,
+    corpus_funnel, INDUCTION_ROWS, induction, query_funnel, size_matching, placebo, user_conditions,
 )
 
 __all__ = [
@@ -46,5 +47,6 @@ __all__ = [
     "PAPER_QUERY_STEPS", "PAPER", "paper_source_label", "NO_INFERENCE", "PLACEBO_MARK", "inference_mask", "gated",
     "row_notes", "placebo_marks", "table1", "table2", "table4", "dose_response",
     "section_recall_table", "reranker_lift", "per_type", "power", "corpus_funnel", "INDUCTION_ROWS", "induction",
-    "query_funnel", "size_matching", "placebo",
+    "query_funnel", "size_matching", "placebo", "USER_MARK", "USER_NOTE", "is_user_condition", "user_contrasts",
+    "user_conditions",
 ]

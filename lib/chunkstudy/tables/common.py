@@ -109,6 +109,18 @@ def row_notes(keys: Sequence[str], notes: Sequence[Any]) -> tuple[str, ...]:
     return tuple(f"{', '.join(k)}: {n}" for n, k in by_note.items())
 
 
+#: The mark of a condition or contrast a user added (``conditions.extra``, ``contrasts.extra``), in tables and figures.
+USER_MARK = "§"
+#: What that mark means, printed under every table that carries it.
+USER_NOTE = (f"{USER_MARK} user-added (conditions.extra / contrasts.extra): exploratory, outside the paper's "
+             "design; its contrasts are a family of their own (Holm within it), apart from the confirmatory four")
+
+
+def is_user_condition(condition: str) -> bool:
+    """True for a condition the paper does not declare (a run builds only the paper's and ``conditions.extra``)."""
+    return str(condition) not in design.CONDITION_NAMES
+
+
 #: The mark of a contrast whose placebo is not a clean placebo (:func:`placebo_marks`), in tables and figures.
 PLACEBO_MARK = "‡"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .. import design, paper, stages
-from .common import PAPER, _require
+from .common import PAPER, USER_MARK, USER_NOTE, _require
 from .formatting import DASH, _missing, fmt_int, fmt_num, fmt_pct
 from .record import Table
 
@@ -177,3 +177,44 @@ def placebo(buckets: pd.DataFrame, method: str) -> Table:
              "over documents, of the share of its paths taken from one donor.")
     return Table("funnel_placebo", "Placebo construction: residual same-document assignments and donors", data,
                  display, notes)
+
+
+def user_conditions(extra: Mapping[str, Any]) -> Table:
+    """The user's conditions as 04 built them (``summary.json``'s ``extra``, :func:`chunkstudy.extra_conditions
+    .build`): chunker, its version and options, prefix, chunks and mean content tokens of the condition and of
+    its size-matched twin, and the twin's per-document size gap (mean and max |gap|, the A0 rule's check)."""
+    rows = []
+    for name, f in extra.items():
+        sets = f.get("sets") or {}
+        own, twin = sets.get(name, {}), sets.get(f.get("twin") or "", {})
+        gap = f.get("size_gap") or {}
+        rows.append({"condition": name, "chunker": f.get("chunker"), "version": f.get("version"),
+                     "options": ", ".join(f"{k}={v}" for k, v in (f.get("options") or {}).items()),
+                     "prefix": f.get("prefix"), "n_chunks": own.get("n_chunks"),
+                     "mean_content_tokens": own.get("mean_content_tokens"), "twin": f.get("twin"),
+                     "twin_n_chunks": twin.get("n_chunks"), "twin_mean_content_tokens": twin.get("mean_content_tokens"),
+                     "mean_abs_doc_gap": gap.get("mean_abs_doc_gap"), "max_abs_doc_gap": gap.get("max_abs_doc_gap"),
+                     "unplaced": f.get("unplaced", 0), "dropped_chars": f.get("dropped_chars", 0)})
+    data = pd.DataFrame(rows)
+    display = pd.DataFrame({
+        "Condition": [f"{c} {USER_MARK}" for c in data["condition"]] if len(data) else [],
+        "Chunker": [str(c) if _missing(v) else f"{c} {v}" for c, v in zip(data.get("chunker", []),
+                                                                           data.get("version", []))],
+        "Options": data.get("options", []), "Prefix": data.get("prefix", []),
+        "Chunks": [fmt_int(x) for x in data.get("n_chunks", [])],
+        "Mean tokens": [fmt_num(x, 1) for x in data.get("mean_content_tokens", [])],
+        "Twin": [DASH if _missing(t) else f"{t} {USER_MARK}" for t in data.get("twin", [])],
+        "Twin chunks": [fmt_int(x) for x in data.get("twin_n_chunks", [])],
+        "Twin mean tokens": [fmt_num(x, 1) for x in data.get("twin_mean_content_tokens", [])],
+        "Doc gap mean / max": [DASH if _missing(a) else f"{fmt_num(a, 1)} / {fmt_num(b, 1)}"
+                               for a, b in zip(data.get("mean_abs_doc_gap", []), data.get("max_abs_doc_gap", []))],
+    })
+    notes: tuple[str, ...] = ("Chunks are placed on exact character offsets of each document (04 stops on text a chunker drops or "
+             "rewrites, unless the condition says unaligned: warn, counted here as unplaced chunks and dropped "
+             "characters). A twin <NAME>-fixed has fixed windows matched per document to its condition's mean "
+             "content tokens (the paper's A0 rule); the gap is |twin mean - condition mean| per document, in tokens.",
+             USER_NOTE + ".")
+    warned = data[(data.get("unplaced", 0) != 0) | (data.get("dropped_chars", 0) != 0)] if len(data) else data
+    notes += tuple(f"{r.condition}: {r.unplaced} unplaced chunk(s), {r.dropped_chars} dropped character(s) "
+                   "(unaligned: warn)." for r in warned.itertuples())
+    return Table("user_conditions", "Your conditions (user-added, exploratory)", data, display, notes)

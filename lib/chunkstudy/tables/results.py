@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from .. import design, stages
-from .common import (CONDITION_ORDER, CONTRAST_QUESTIONS, NO_INFERENCE, PLACEBO_MARK, _order, _require, gated,
+from .common import (CONDITION_ORDER, CONTRAST_QUESTIONS, NO_INFERENCE, PLACEBO_MARK, USER_MARK, USER_NOTE, _order,
+                     _require, gated, is_user_condition,
                      inference_mask, paper_source_label, row_notes)
 from .formatting import DASH, _missing, fmt_ci, fmt_delta, fmt_int, fmt_n, fmt_needed, fmt_num, fmt_p, fmt_pct
 from .record import Table
@@ -107,13 +108,15 @@ def table2(condition_means: pd.DataFrame, embedder: str, reranker: str) -> Table
     data = wide.reset_index().rename_axis(columns=None)
     if n is not None:
         data.insert(1, "n_queries", data["condition"].map(n).astype("Int64"))
-    display = pd.DataFrame({"Condition": data["condition"]})
+    user = data["condition"].map(is_user_condition)
+    display = pd.DataFrame({"Condition": [c + (f" {USER_MARK}" if u else "") for c, u in zip(data["condition"], user)]})
     if n is not None:
         display["n"] = data["n_queries"].map(fmt_int)
     for m in wide.columns:
         display[m] = data[m].map(fmt_num)
-    notes = (f"Exploratory. Mean per query over each condition's scored queries; embedder {embedder}, "
+    notes: tuple[str, ...] = (f"Exploratory. Mean per query over each condition's scored queries; embedder {embedder}, "
              f"reranker {reranker}. budget-cov@B charges prefix tokens against the budget.",)
+    notes += (USER_NOTE + ".",) if user.any() else ()
     return Table(f"table2_means_{embedder}_{reranker}",
                  f"Table 2: per-condition means ({embedder} embedder, reranker {reranker})", data, display, notes)
 
@@ -270,9 +273,11 @@ def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:
     n_obs = int(data["n_docs_observed"].iat[0])
     nb = first["n_boot"]
     notes: tuple[str, ...]
+    k = int(data["contrast"].nunique())
+    family = {2: "two", 3: "three", 4: "four"}.get(k, fmt_int(k))  # the family's size (the paper's: four)
     notes = (f"Planning, not confirmatory. Simulated studies of N documents drawn with replacement from this "
-             f"corpus's {fmt_int(n_obs)} documents (each with its queries' deltas of all four contrasts); per study "
-             f"the document-clustered bootstrap ({fmt_int(nb)} resamples) and Holm across the four at alpha "
+             f"corpus's {fmt_int(n_obs)} documents (each with its queries' deltas of all {family} contrasts); per "
+             f"study the document-clustered bootstrap ({fmt_int(nb)} resamples) and Holm across the {family} at alpha "
              f"{float(first['alpha']):g}; power = share of {fmt_int(first['n_sims'])} studies with "
              f"Holm p < alpha{' and the effect’s sign' if bool(first['require_sign']) else ''} "
              f"(\u00b1 = Monte Carlo SE). The paper scenario shifts every delta by one constant so that dz = "
@@ -283,3 +288,33 @@ def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:
              "number is optimistic.")
     notes += tuple(dict.fromkeys(f"{c}: {n}" for c, n in zip(data["contrast"], data["note"]) if n))
     return Table("power", "Power: documents needed per contrast (clustered bootstrap + Holm)", data, display, notes)
+
+
+def user_contrasts(user_contrasts: pd.DataFrame, cell: str, registration: str) -> Table:
+    """The user's contrasts (07's ``user_contrasts``, ``contrasts.extra``) in one cell (the primary cell's name,
+    e.g. ``cov-nDCG@10 | strong | none``): Δ, 95% CI, p, Holm p within the user's family (never the
+    confirmatory four's), dz, queries / documents. ``registration`` is the sentence saying whether they were
+    declared before the run (:func:`chunkstudy.report.user_registration`). Exploratory."""
+    _require(user_contrasts, ["cell", "contrast", "condition_a", "condition_b", "mean_delta", "ci_low", "ci_high",
+                              "p", "p_holm", "dz", "n_queries", "n_docs"], "user_contrasts")
+    d = user_contrasts[user_contrasts["cell"] == cell].reset_index(drop=True)
+    if d.empty:
+        raise ValueError(f"user_contrasts: no rows for cell {cell!r}; cells: {sorted(set(user_contrasts['cell']))}")
+    ok = inference_mask(d)
+    n_boot = d["n_boot"] if "n_boot" in d else pd.Series([None] * len(d))
+    display = pd.DataFrame({
+        "Contrast": [f"{c} {USER_MARK}" for c in d["contrast"].astype(str)],
+        "A \u2212 B": [f"{a} \u2212 {b}" for a, b in zip(d["condition_a"], d["condition_b"])],
+        "Question": [design.extra_question(a, b) for a, b in zip(d["condition_a"], d["condition_b"])],
+        "\u0394": d["mean_delta"].map(fmt_delta),
+        "95% CI": gated([fmt_ci(lo, hi) for lo, hi in zip(d["ci_low"], d["ci_high"])], ok),
+        "p": gated([fmt_p(p, b) for p, b in zip(d["p"], n_boot)], ok),
+        "Holm p (user family)": gated([fmt_p(p, b) for p, b in zip(d["p_holm"], n_boot)], ok),
+        "dz": d["dz"].map(lambda x: fmt_num(x, 2)),
+        "n (q / docs)": [fmt_n(q, n) for q, n in zip(d["n_queries"], d["n_docs"])],
+    })
+    notes: tuple[str, ...] = (f"Exploratory, cell {cell}. {registration} Holm is applied within the user's {len(d)} contrast(s) "
+             "only: the confirmatory four are neither in this family nor affected by it.", USER_NOTE + ".")
+    if "note" in d:
+        notes += row_notes(d["contrast"], d["note"])
+    return Table("user_contrasts", "Your contrasts (user-added, exploratory)", d, display, notes)
