@@ -311,10 +311,20 @@ def test_generated_queries_work_unchanged_on_a_markdown_corpus(example):
 
 #: Markup that must not survive in documents.text: ATX heading lines, code fences, table delimiter rows, images,
 #: HTML tags (a tag is allowed only where the CommonMark parser itself says it is literal text: inside a code span
-#: or escaped, e.g. ``<filename>``).
-_MARKUP = {"heading line": re.compile(r"^#{1,6}(\s|$)", re.M), "code fence": re.compile(r"^\s*(```|~~~)", re.M),
+#: or escaped, e.g. ``<filename>``). An ATX heading needs a space or a tab after its #s (CommonMark 0.31, §4.2):
+#: httpcore's changelog has a line ``###\u00a0Added`` (a no-break space) that every CommonMark parser reads as
+#: paragraph text, and the document text keeps it as text with the no-break space made a space. Such a line is
+#: literal text of the source, not surviving markup (:func:`_literal_heading`).
+_MARKUP = {"heading line": re.compile(r"^#{1,6}([ \t]|$)", re.M), "code fence": re.compile(r"^\s*(```|~~~)", re.M),
            "table row": re.compile(r"\|\s*:?-{3,}:?\s*\|"), "image": re.compile(r"!\[[^\]]*\]\([^)]*\)")}
 _TAG = re.compile(r"</?[A-Za-z][A-Za-z0-9-]*(\s[^<>]*)?/?>")
+
+
+def _literal_heading(m: re.Match, text: str, body: str) -> bool:
+    """Is the heading-like line at ``m`` in ``text`` a source line whose #s are followed by a no-break space (so
+    paragraph text for CommonMark, never a heading)?"""
+    line = text[m.start():text.find("\n", m.start()) if "\n" in text[m.start():] else len(text)]
+    return line.replace(" ", "\u00a0", 1) in body
 
 
 def _literal_texts(src: str) -> list[str]:
@@ -359,7 +369,8 @@ def test_real_markdown_of_installed_packages_verifies_and_no_markup_survives():
         if v:
             failures[name] = v
         text = doc["text"]
-        found = [k for k, pat in _MARKUP.items() if pat.search(text)]
+        found = [k for k, pat in _MARKUP.items()
+                 if any(not (k == "heading line" and _literal_heading(m, text, body)) for m in pat.finditer(text))]
         literal = _literal_texts(body)
         found += [f"tag {m.group(0)}" for m in _TAG.finditer(text) if not any(m.group(0) in x for x in literal)]
         if found:
