@@ -194,6 +194,15 @@ def check_loaded(module: Any, dtype: str, device: str, where: str) -> str:
     return dtype
 
 
+def cast_and_check(module: Any, dtype: str, device: str, where: str) -> None:
+    """Cast a loaded torch module's weights to the run's precision and check them (:func:`check_loaded`): float32
+    too, since the checkpoint's own precision is not the run's; :data:`AUTOCAST_BF16` keeps float32 weights (the
+    autocast context lowers the products)."""
+    weights = "float32" if dtype == AUTOCAST_BF16 else dtype
+    module.to(_torch_dtype(weights))
+    check_loaded(module, weights, device, where)
+
+
 def flag_kwargs(cls: Any, device: str, dtype: str, where: str) -> dict:
     """FlagEmbedding constructor arguments that pin the device and precision: ``devices=[device]`` (FlagEmbedding
     >= 1.3; without it the library takes every GPU it sees, or the CPU, by itself) and ``use_fp16``."""
@@ -400,9 +409,7 @@ class Embedder:
                                                       "file_name": ONNX_FILE})
             else:
                 m = SentenceTransformer(models.resolve(self.spec.model), device=self.device)
-                weights = "float32" if self.dtype == AUTOCAST_BF16 else self.dtype  # autocast keeps float32 weights
-                m.to(_torch_dtype(weights))  # float32 too: the checkpoint's own precision is not the run's
-                check_loaded(m, weights, self.device, f"embed.embedders.{self.key}")
+                cast_and_check(m, self.dtype, self.device, f"embed.embedders.{self.key}")
             m.max_seq_length = self.max_seq_length
             self._model = m
         elif self.backend == "flag":

@@ -35,9 +35,8 @@ import pandas as pd
 
 from . import artifacts, config, models, progress
 from .params import RetrieveParams
-from .embed import (AUTOCAST_BF16, ONNX_FILE, _onnx_provider, _torch_dtype, bf16_candidate, check_loaded,
-                    flag_kwargs, onnx_model_dir, place_flag_model, precision_context, recorded_decision,
-                    resolve_dtype)
+from .embed import (AUTOCAST_BF16, ONNX_FILE, _onnx_provider, bf16_candidate, cast_and_check, flag_kwargs,
+                    onnx_model_dir, place_flag_model, precision_context, recorded_decision, resolve_dtype)
 
 
 class CacheWarning(UserWarning):
@@ -254,9 +253,7 @@ class Reranker:
                                        model_kwargs={"provider": _onnx_provider(device), "file_name": ONNX_FILE})
             return
         self._model = self._torch_model(path, max_length, device)
-        weights = "float32" if self.dtype == AUTOCAST_BF16 else self.dtype  # autocast keeps float32 weights
-        self._model.to(_torch_dtype(weights))  # float32 too: the checkpoint's own precision is not the run's
-        check_loaded(self._model, weights, device, f"retrieve.rerankers.{self.key}")
+        cast_and_check(self._model, self.dtype, device, f"retrieve.rerankers.{self.key}")
 
     def _torch_model(self, path: str, max_length: int, device: str):
         import torch
