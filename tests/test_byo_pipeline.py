@@ -136,10 +136,15 @@ def test_the_report_shows_them_marked_and_declared_before_the_run(byo):
     assert "U2: REC − REC-fixed (boundary placement vs. chunk size (size-matched twin)) § user-added" in html
 
 
-def test_editing_the_custom_chunker_reruns_04(byo):
+def test_editing_the_custom_chunker_reruns_04(byo, tmp_path):
     """04's skip key holds the hash of the custom chunker's file (outside the package, so the library hash cannot
     see it): an edit changes the key, and the runner reruns 04 (and what follows) instead of skipping it."""
-    project, cfg, _ = byo
+    # on a copy: the edit is a change the runner must see, so the shared project would no longer be the run the
+    # other tests read (its 04 key and its chunker's file disagree) for a test that runs after this one (random
+    # order: .ci/run's second pass); as tests/test_pipeline_tiny.py's JupyterLab rerun
+    project = tmp_path / "project"
+    shutil.copytree(byo[0], project, symlinks=True)
+    cfg = config.load(project / "params" / "tiny_byo.yaml", root=project)
     stage = next(s for s in runner.discover(project / "notebooks") if s.name == "04_chunk_embed")
     lib = runner.library_hash(stage.notebook)
     before = runner.stage_key(cfg, stage, lib)

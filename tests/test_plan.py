@@ -39,7 +39,10 @@ def test_dry_run_client_counts_unique_calls_tokens_and_the_shared_prefix():
 
 
 def test_the_plan_predicts_the_calls_a_run_makes_and_sees_the_cache(demo, tmp_path):
-    cfg, tables = demo
+    # the same parameters rooted in this test's own folder: the replies cached below would otherwise land in the
+    # shared store of ``demo`` and turn every later plan of it into cache hits (random order: .ci/run's second pass)
+    tables = demo[1]
+    cfg = config.load(ROOT / "params" / "demo.yaml", root=tmp_path, overrides=LLM_ARMS)
     docs, paras, gold = tables["documents"], tables["paragraphs"], tables["sections_gold"]
     p = plan.estimate(cfg, tables)
     batches = p["llm"]["batches"]
