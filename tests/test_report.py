@@ -174,7 +174,7 @@ def test_report_prints_the_environment_and_only_project_relative_paths(tmp_path,
     b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     written = report.write_all(cfg, b, str(cfg.path))  # the runner hands the notebook an absolute path
     text = (artifacts.figures_dir(cfg) / "report.md").read_text()
-    env = runner.environment()
+    env = artifacts.environment()
     assert "parameters `params/demo.yaml`" in text
     assert "## Environment" in text and "| 07_stats " in text and "| 08_figures " in text
     assert env["python"] in text and f"| torch " in text and env["packages"]["torch"] in text
