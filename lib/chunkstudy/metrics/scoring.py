@@ -15,7 +15,8 @@ from .. import design, stages
 from ..params import MetricsParams
 from .blocks import discount, group_sum
 from .gains import run_gains, static_gains
-from .inputs import RUN_COLUMNS, Chunks, MetricsInputError, Queries, encode_runs, need, parse_chunks, parse_queries, strings
+from .inputs import (RUN_COLUMNS, Chunks, MetricsInputError, Queries, encode_runs, need, parse_chunks, parse_queries,
+                     strings)
 from .measures import Lists, assemble
 
 

@@ -119,7 +119,7 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
 
 def user_family(stats_params: StatsParams, user_contrasts: Mapping[str, Any]) -> Any:
     """The ``stats`` record with ``contrasts`` replaced by the user's (``contrasts.extra``): every function that
-    tests or simulates "the family" (:func:`contrasts_table`, :func:`chunkstudy.power.power_table`) then works on
+    tests or simulates "the family" (:func:`contrasts_table`, :func:`chunkstudy.stats.power.power_table`) then works on
     the user's family alone, with its own Holm correction, and never touches the confirmatory four."""
     return replace(stats_params, contrasts=dict(user_contrasts))
 
