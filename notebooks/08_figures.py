@@ -31,7 +31,8 @@ params_file = "params/demo.yaml"
 # %%
 from IPython.display import Markdown, display
 
-from chunkstudy import config, report
+from chunkstudy import config
+from chunkstudy.report import report
 
 cfg = config.load(params_file)
 inputs = report.gather(cfg)

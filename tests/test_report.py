@@ -7,7 +7,8 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, paper, report, stages, tables
+from chunkstudy import artifacts, config, paper, stages
+from chunkstudy.report import report, tables
 from test_figures import build_synthetic_run
 
 
@@ -102,7 +103,7 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     _store(cfg, synthetic)
     other = config.load(root / "params" / "qasper_local.yaml", root=tmp_path)
     partner = report.partner_contrasts(cfg)
-    assert partner[0] == "qasper_local" and partner[1] is None and "no 07_stats contrasts" in partner[2]
+    assert partner.corpus == "qasper_local" and partner.contrasts is None and "no 07_stats contrasts" in partner.note
     artifacts.write(other, "contrasts", synthetic["contrasts"])
     partner = report.partner_contrasts(cfg)
     b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), partner)

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, report, runner, stages
+from chunkstudy import artifacts, config, runner, stages
+from chunkstudy.report import report
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = {p.stem: p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))}
@@ -233,8 +234,8 @@ def _rel(paths, pkg):
 def test_a_stage_hashes_only_the_modules_its_notebook_imports():
     pkg = ROOT / "lib" / "chunkstudy"
     closures = {n: _rel(runner.module_closure(p, pkg), pkg) for n, p in NOTEBOOKS.items()}
-    assert [n for n, c in closures.items() if "figures.py" in c] == ["08_figures"]
-    assert [n for n, c in closures.items() if "templates/report.html.j2" in c] == ["08_figures"]
+    assert [n for n, c in closures.items() if "report/figures.py" in c] == ["08_figures"]
+    assert [n for n, c in closures.items() if "report/templates/report.html.j2" in c] == ["08_figures"]
     assert {"__init__.py", "config.py", "artifacts.py", "stages.py", "design.py"} <= closures["07_stats"]
     assert "llm.py" not in closures["07_stats"] and "embed.py" not in closures["07_stats"]
     assert "runner.py" in closures["04_chunk_embed"]    # imported inside a gpu function: it still counts
@@ -251,7 +252,7 @@ def test_editing_figures_reruns_08_alone(tmp_path):
     pkg = tmp_path / "chunkstudy"
     shutil.copytree(ROOT / "lib" / "chunkstudy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
     before = {n: runner.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
-    (pkg / "figures.py").write_text((pkg / "figures.py").read_text() + "\n# an edit\n")
+    (pkg / "report" / "figures.py").write_text((pkg / "report" / "figures.py").read_text() + "\n# an edit\n")
     after = {n: runner.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
     assert [n for n in NOTEBOOKS if before[n] != after[n]] == ["08_figures"]
     (pkg / "stages.py").write_text((pkg / "stages.py").read_text() + "\n# an edit\n")

@@ -1,25 +1,13 @@
 """Stage 08, the report: every table and figure of one run, ``report.md`` and the self-contained ``report.html``
-under ``figures/<corpus>/`` (the notebook ``08_figures`` calls :func:`gather`, :func:`partner_contrasts`,
-:func:`build` and :func:`write_all`). Only this stage rounds numbers (:mod:`.tables`' formatters).
+under ``figures/<corpus>/``. Only this stage rounds numbers (:mod:`.tables`' formatters).
 
-Where it lives: :mod:`.contents` (reading the inputs, the warnings, assembling a :class:`~.bundle.Bundle`, the
-Markdown), :mod:`.bundle` (the record both renderings read), :mod:`.html` (the HTML page, from
-``templates/report.html.j2``, package data), :mod:`.write` (writing every file through
-:mod:`chunkstudy.artifacts`), :mod:`.tables` (the paper's tables), :mod:`.figures` (the paper's figures) and
-:mod:`.drilldown` (the per-query drill-down that 06 computed, formatted).
+Where it lives: :mod:`.report` (reading the inputs, the warnings, assembling a :class:`~.bundle.Bundle`, the
+Markdown, writing every file through :mod:`chunkstudy.artifacts`: the notebook ``08_figures`` calls its
+``gather``, ``partner_contrasts``, ``build`` and ``write_all``), :mod:`.bundle` (the record both renderings read),
+:mod:`.html` (the HTML page, from ``templates/report.html.j2``, package data), :mod:`.tables` (the paper's tables,
+which stages 02 and 04 also display), :mod:`.figures` (the paper's figures) and :mod:`.drilldown` (the per-query
+drill-down that 06 computed, formatted).
+
+This ``__init__`` imports nothing: a stage that displays one of the paper's tables (``from chunkstudy.report
+import tables``) loads, and hashes (:func:`chunkstudy.runner.module_closure`), the tables alone, not the figures.
 """
-
-from .bundle import Bundle
-from .contents import (FIGURE_CAPTIONS, INPUT_JSON, INPUT_TABLES, PAPER_BM25, Partner, build, corpus_size_warnings,
-                       environment_table, gather, inference_thresholds, inference_warnings, model_warnings,
-                       models_used, package_versions, partner_contrasts, placebo_warnings, power_markdown,
-                       power_sentences, precision_text, render, replication, replication_table, run_facts,
-                       stage_warnings, table_markdown, tables_markdown, user_registration, warnings_markdown)
-from .write import write_all
-
-__all__ = ["Bundle", "FIGURE_CAPTIONS", "INPUT_JSON", "INPUT_TABLES", "PAPER_BM25", "Partner", "build",
-           "corpus_size_warnings", "environment_table", "gather", "inference_thresholds", "inference_warnings",
-           "model_warnings", "models_used", "package_versions", "partner_contrasts", "placebo_warnings",
-           "power_markdown", "power_sentences", "precision_text", "render", "replication", "replication_table",
-           "run_facts", "stage_warnings", "table_markdown", "tables_markdown", "user_registration",
-           "warnings_markdown", "write_all"]

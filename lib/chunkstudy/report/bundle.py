@@ -1,5 +1,5 @@
-"""The report's contents, one record (stage 08): what :func:`chunkstudy.report.contents.build` assembles and both
-renderings read, the Markdown (:func:`chunkstudy.report.contents.render`) and the HTML
+"""The report's contents, one record (stage 08): what :func:`chunkstudy.report.report.build` assembles and both
+renderings read, the Markdown (:func:`chunkstudy.report.report.render`) and the HTML
 (:mod:`chunkstudy.report.html`). A module of its own so that neither rendering imports the other."""
 
 from __future__ import annotations

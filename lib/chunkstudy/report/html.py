@@ -1,6 +1,6 @@
 """The HTML report of stage 08: ``figures/<corpus>/report.html``, one self-contained file (issue 18 §3).
 
-It renders the **same** report as ``report.md`` (:func:`chunkstudy.report.contents.render`: the same sections,
+It renders the **same** report as ``report.md`` (:func:`chunkstudy.report.report.render`: the same sections,
 tables, warnings and notes, in the same order) and adds what only HTML can:
 
 * every figure embedded as a base64 PNG (``data:image/png;base64,...``), so the file opens anywhere, offline;
@@ -14,7 +14,7 @@ tables, warnings and notes, in the same order) and adds what only HTML can:
 The Markdown is turned into HTML by markdown-it-py (CommonMark plus pipe tables, raw HTML disabled so that no
 text of the run can inject markup); the page is a Jinja2 template shipped in the package
 (``chunkstudy/report/templates/report.html.j2``) with autoescaping on. Everything here is pure: strings and figures in,
-a string out; :func:`chunkstudy.report.write.write_all` writes it through :mod:`chunkstudy.artifacts`.
+a string out; :func:`chunkstudy.report.report.write_all` writes it through :mod:`chunkstudy.artifacts`.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _environment() -> jinja2.Environment:
 
 
 def render(b: Bundle, markdown: str, dpi: int) -> str:
-    """The self-contained HTML page of a report: ``markdown`` is :func:`chunkstudy.report.contents.render` of
+    """The self-contained HTML page of a report: ``markdown`` is :func:`chunkstudy.report.report.render` of
     bundle ``b`` (the same content), ``b.figures`` are embedded as PNG at ``dpi``, ``b.drilldown`` becomes one
     ``<details>`` per contrast under the section headed :data:`chunkstudy.report.drilldown.HEADING` (appended at the
     end when the Markdown has no such section)."""

@@ -24,7 +24,7 @@ import pandas as pd
 from .. import artifacts, config, paper, stages, stats
 from ..config import Config
 from ..params import Params, StatsParams
-from . import drilldown, figures, tables
+from . import drilldown, figures, html, tables
 from .bundle import Bundle
 
 #: Tables 08 reads (its declared reads, :data:`chunkstudy.stages.STAGES`; runs are not needed: the scores already
@@ -648,3 +648,23 @@ def tables_markdown(b: Bundle, prefix: str = "") -> str:
     """The bundle's tables whose key starts with ``prefix``, each under a heading, as one Markdown string."""
     parts = [f"### {tables.md_escape(t.title)}\n\n{t.markdown()}" for k, t in b.tables.items() if k.startswith(prefix)]
     return "\n\n".join(parts) or f"_no {prefix or 'tables'} tables in this run_"
+
+
+def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
+    """Write every table (``tables/<name>.md`` and ``.tex``), every figure (``<name>.<fmt>``), ``report.md`` and
+    ``report.html`` (:mod:`chunkstudy.report.html`: the same report, self-contained) under ``figures/<corpus>/``
+    through :mod:`chunkstudy.artifacts`; returns the list of files written."""
+    written = []
+    for t in b.tables.values():
+        written.append(("table", t.name, artifacts.write_text(cfg, artifacts.report_table(t.name, "md"),
+                                                                f"# {tables.md_escape(t.title)}\n\n"
+                                                                + t.markdown())))
+        written.append(("table", t.name, artifacts.write_text(cfg, artifacts.report_table(t.name, "tex"), t.latex())))
+    for name, fig in b.figures.items():
+        written += [("figure", name, p) for p in artifacts.write_figure(cfg, name, fig)]
+    markdown = render(b, cfg.params(), params_file)
+    written.append(("report", "report", artifacts.write_text(cfg, "report.md", markdown)))
+    written.append(("report", "report.html", artifacts.write_text(
+        cfg, "report.html", html.render(b, markdown, cfg.params("figures").dpi))))
+    return pd.DataFrame([(k, n, artifacts.project_relative(cfg, p)) for k, n, p in written],
+                        columns=["kind", "name", "path"])
