@@ -73,9 +73,14 @@ def test_notebook_reads_and_writes_what_its_stage_declares(name):
     assert io["stage_args"] <= {name} | {stages.writer(n) for n in io["read"]}, io["stage_args"]
 
 
+#: What a value derived from the whole parameter file (``cfg.params().<property>``) reads.
+DERIVED = {"primary_cell": {"stats.primary_metric", "embed.strong", "stats.primary_reranker"}}
+
+
 def _param_uses(path: Path) -> set[str]:
     """Parameters a notebook reads: ``cfg["s"]["k"]`` -> ``s.k``, ``cfg["s"]`` used whole -> ``s``, through
-    aliases (``qp = cfg["queries"]``); ``cfg.data`` -> every section."""
+    aliases (``qp = cfg["queries"]``); ``cfg.data`` -> every section; ``cfg.params().primary_cell`` -> what the
+    primary cell is made of (:data:`DERIVED`)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     parent = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
 
@@ -97,6 +102,9 @@ def _param_uses(path: Path) -> set[str]:
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "cfg" \
                 and n.attr == "data":
             uses |= set(config.SCHEMA)
+        if isinstance(n, ast.Attribute) and n.attr in DERIVED and isinstance(n.value, ast.Call) \
+                and isinstance(n.value.func, ast.Attribute) and n.value.func.attr == "params" and not n.value.args:
+            uses |= DERIVED[n.attr]
         rec = params_call(n) or (records.get(n.id) if isinstance(n, ast.Name) else None)
         if rec is not None:
             if isinstance(n, ast.Name) and isinstance(parent.get(n), ast.Assign) and n in parent[n].targets:

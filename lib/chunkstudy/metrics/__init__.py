@@ -68,8 +68,10 @@ Where it lives
 * :mod:`.gains`: the ranking-free gains and greedy ideals, and the run rows' novelty gains;
 * :mod:`.inputs`: the input tables encoded as arrays (and the contract errors, naming the writer stage);
 * :mod:`.blocks`: vectorised building blocks (the log discount, novelty coverage);
+* :mod:`.paired`: the scores paired per query between two conditions (the deltas 07 averages);
 * :mod:`.drilldown`: the per-query drill-down table of the primary cell (its presentation is 08's,
   :mod:`chunkstudy.report.drilldown`).
+
 The relevance rule itself is :mod:`chunkstudy.relevance` (shared with the BM25 diagnostic and the export).
 
 All functions are pure: they never mutate their inputs and never round.

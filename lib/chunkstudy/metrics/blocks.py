@@ -58,7 +58,6 @@ def group_sum(key: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(key, weights=values, minlength=n) if len(key) else np.zeros(n)
 
 
-
 def safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     out = np.zeros(len(num))
     np.divide(num, den, out=out, where=den > 0)

@@ -87,7 +87,6 @@ def gold_ranges(start: int, end: int, merged: list[tuple[int, int]]) -> list[lis
     return [[max(s, start) - start, min(e, end) - start] for s, e in merged if min(e, end) > max(s, start)]
 
 
-
 def drilldown(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, documents: pd.DataFrame,
               scores: pd.DataFrame, contrasts: Mapping[str, Sequence[str]], primary: design.PrimaryCell,
               metrics_params: MetricsParams, corpus: str, n_queries: int) -> pd.DataFrame:

@@ -44,7 +44,6 @@ class RunGains:
     rel: np.ndarray
 
 
-
 def static_gains(r: Runs, q: Queries, ch: Chunks, n_conds: int, p: MetricsParams) -> Static:
     """Gold spans x the condition's own chunks of the query's document (every condition the runs use): each
     chunk's static gain and relevance, the greedy ideal orderings and both IDCGs (ranking-free)."""

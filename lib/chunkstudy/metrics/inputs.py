@@ -29,7 +29,6 @@ class MetricsInputError(ValueError):
     """An input table breaks its contract; the message names the table, the key and the stage that wrote it."""
 
 
-
 # --------------------------------------------------------------------------------------------------------------
 # Input normalisation
 # --------------------------------------------------------------------------------------------------------------
@@ -183,7 +182,6 @@ def join_targets(ch: Chunks, cond_codes: np.ndarray, t_q: np.ndarray, t_lo: np.n
     return {"c": c[row][keep], "t": t[row][keep], "chunk": idx[keep], "lo": olo[keep], "hi": ohi[keep]}
 
 
-
 @dataclass
 class Runs:
     """The run rows encoded against the parsed queries and chunks, sorted by (list, rank)."""
@@ -201,7 +199,6 @@ class Runs:
     @property
     def n_lists(self) -> int:
         return len(self.cells) * self.n_q
-
 
 
 def encode_runs(runs: pd.DataFrame, q: Queries, ch: Chunks, conds: np.ndarray) -> Runs:
@@ -265,7 +262,6 @@ def encode_runs(runs: pd.DataFrame, q: Queries, ch: Chunks, conds: np.ndarray) -
     return Runs(cells, cell_cond, n_q, lst, rank, chunk_row, run_q, cell_cond[lst // n_q], same_doc)
 
 
-
 def _check_repeats(lst, chunk_row, ch: Chunks, cells, ids, n_q) -> None:
     """Raise when a list ranks the same chunk twice (rows sorted by list): sort each list's chunk rows."""
     if len(lst) < 2:
@@ -282,8 +278,6 @@ def _check_repeats(lst, chunk_row, ch: Chunks, cells, ids, n_q) -> None:
         r, c = hit[0]
         raise MetricsInputError(f"runs: chunk {ch.chunk_id[grid[r, c]]!r} is ranked twice for "
                                 f"{_describe_list(cells, ids, lst[starts[r]], n_q)}; {_by('runs')}")
-
-
 
 
 def _describe(runs: pd.DataFrame, i: int) -> str:

@@ -52,8 +52,6 @@ def wide_scores(prepared: pd.DataFrame) -> pd.DataFrame:
     return wide.assign(doc_id=qid.map(meta["doc_id"]).to_numpy(), qtype=qid.map(meta["qtype"]).to_numpy())
 
 
-
-
 def pair(block: pd.DataFrame, a: str, b: str) -> tuple[pd.DataFrame | None, str]:
     """The paired rows of one cell for conditions a and b (complete cases), or (None, note)."""
     absent = [c for c in (a, b) if c not in block.columns or block[c].isna().all()]
@@ -63,7 +61,6 @@ def pair(block: pd.DataFrame, a: str, b: str) -> tuple[pd.DataFrame | None, str]
     if both.empty:
         return None, f"skipped: no query scored under both {a} and {b}"
     return both, ""
-
 
 
 def paired_deltas(scores: pd.DataFrame, queries: pd.DataFrame, condition_a: str, condition_b: str, *, corpus: str,

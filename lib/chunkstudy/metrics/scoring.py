@@ -22,6 +22,7 @@ from .measures import Lists, assemble
 
 SCORE_COLUMNS = list(stages.table("scores").contract)  # what a score is; doc_id and qtype are joined on
 
+
 def metric_names(metrics_params: MetricsParams) -> list[str]:
     """Canonical metric names for these parameters, e.g. ``['cov-nDCG@10', 'recall@50', 'MRR', 'nDCG@10',
     'budget-cov@512', 'budget-cov@1024', 'budget-cov@2048']``."""

@@ -40,14 +40,10 @@ def contrast_spec(stats_params: StatsParams) -> dict[str, tuple[str, str]]:
     return out
 
 
-
-
 def cells_in(wide: pd.DataFrame, primary: tuple[str, str, str]) -> list[tuple[str, str, str]]:
     keys = wide.index.droplevel("query_id").unique()
     cells = cast("list[tuple[str, str, str]]", sorted({tuple(map(str, k)) for k in keys}))
     return sorted(cells, key=lambda c: (c != primary, c))
-
-
 
 
 def contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: int, seed: int,
@@ -68,7 +64,6 @@ def contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: i
     row["inference"] = not problem
     row["note"] = "; ".join(x for x in (row["note"], problem) if x)
     return row
-
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -294,7 +294,7 @@ def user_contrasts(user_contrasts: pd.DataFrame, cell: str, registration: str) -
     """The user's contrasts (07's ``user_contrasts``, ``contrasts.extra``) in one cell (the primary cell's name,
     e.g. ``cov-nDCG@10 | strong | none``): Δ, 95% CI, p, Holm p within the user's family (never the
     confirmatory four's), dz, queries / documents. ``registration`` is the sentence saying whether they were
-    declared before the run (:func:`chunkstudy.report.user_registration`). Exploratory."""
+    declared before the run (:func:`chunkstudy.report.report.user_registration`). Exploratory."""
     _require(user_contrasts, ["cell", "contrast", "condition_a", "condition_b", "mean_delta", "ci_low", "ci_high",
                               "p", "p_holm", "dz", "n_queries", "n_docs"], "user_contrasts")
     d = user_contrasts[user_contrasts["cell"] == cell].reset_index(drop=True)
