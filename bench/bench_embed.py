@@ -47,7 +47,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from chunkstudy import chunking, conditions, config, embed, models, runner  # noqa: E402
+from chunkstudy import artifacts, chunking, conditions, config, embed, models  # noqa: E402
 from chunkstudy.corpus import build  # noqa: E402
 
 
@@ -126,7 +126,7 @@ def main() -> None:
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    env = runner.environment()
+    env = artifacts.environment()
     print(f"machine: {env['cpu']} x {env['cpu_count']}, torch {env['packages'].get('torch')} capability "
           f"{env['cpu_capability']}, hardware bf16: {env['cpu_bf16'] or 'none'} (looked for "
           f"{', '.join(models.BF16_CPU_FEATURES)}), torch threads {torch.get_num_threads()}, load average "

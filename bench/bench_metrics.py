@@ -31,7 +31,6 @@ sys.path.insert(0, str(ROOT / "lib"))
 from chunkstudy import config, design, metrics  # noqa: E402
 from test_metrics_reference import Chunk, reference_metrics  # noqa: E402
 
-CONDITIONS = list(design.CONDITION_NAMES)
 CELLS = [("strong", "none"), ("strong", "xenc"), ("weak", "none"), ("weak", "xenc")]
 
 
@@ -39,7 +38,7 @@ def synthetic(n_docs: int, n_queries: int, depth: int, rng: np.random.Generator)
     # documents: lengths follow 60 chunks of ~700 characters (about 150 tokens)
     doc_len = rng.integers(30_000, 55_000, n_docs)
     cond_col, doc_col, start_col, end_col, ids = [], [], [], [], []
-    for c in range(len(CONDITIONS)):
+    for c in range(len(design.CONDITION_NAMES)):
         n_chunks = rng.integers(40, 81, n_docs)
         for d in range(n_docs):
             cuts = np.sort(rng.choice(np.arange(1, doc_len[d]), n_chunks[d] - 1, replace=False))
@@ -48,13 +47,13 @@ def synthetic(n_docs: int, n_queries: int, depth: int, rng: np.random.Generator)
             end_col.append(bounds[1:])
             cond_col.append(np.full(n_chunks[d], c))
             doc_col.append(np.full(n_chunks[d], d))
-            ids += [f"{CONDITIONS[c]}|d{d}|{i}" for i in range(n_chunks[d])]
+            ids += [f"{design.CONDITION_NAMES[c]}|d{d}|{i}" for i in range(n_chunks[d])]
     cond, doc = np.concatenate(cond_col), np.concatenate(doc_col)
     start, end = np.concatenate(start_col), np.concatenate(end_col)
     n_content = np.maximum(1, (end - start) // 5)
     n_prefix = np.where(np.isin(cond, [1]), 80, np.where(np.isin(cond, [3, 4, 5, 6, 7, 9, 10]), 12, 0))
     chunk_id = np.asarray(ids, dtype=object)
-    chunks = pd.DataFrame({"condition": np.asarray(CONDITIONS, dtype=object)[cond],
+    chunks = pd.DataFrame({"condition": np.asarray(design.CONDITION_NAMES, dtype=object)[cond],
                            "doc_id": np.char.add("d", doc.astype(str)).astype(object), "chunk_id": chunk_id,
                            "start": start, "end": end, "prefix": "", "n_content_tokens": n_content,
                            "n_prefix_tokens": n_prefix, "route_key": ""})
@@ -72,10 +71,10 @@ def synthetic(n_docs: int, n_queries: int, depth: int, rng: np.random.Generator)
     per_cd = pd.Series(np.arange(len(cond))).groupby(cond * n_docs + doc).agg(["min", "max"])
     lo = per_cd["min"].to_numpy()
     hi = per_cd["max"].to_numpy() + 1
-    n_lists = len(CELLS) * len(CONDITIONS) * n_queries
-    cell_of = np.repeat(np.arange(len(CELLS)), len(CONDITIONS) * n_queries)
-    cond_of = np.tile(np.repeat(np.arange(len(CONDITIONS)), n_queries), len(CELLS))
-    q_of = np.tile(np.arange(n_queries), len(CELLS) * len(CONDITIONS))
+    n_lists = len(CELLS) * len(design.CONDITION_NAMES) * n_queries
+    cell_of = np.repeat(np.arange(len(CELLS)), len(design.CONDITION_NAMES) * n_queries)
+    cond_of = np.tile(np.repeat(np.arange(len(design.CONDITION_NAMES)), n_queries), len(CELLS))
+    q_of = np.tile(np.arange(n_queries), len(CELLS) * len(design.CONDITION_NAMES))
     g = cond_of * n_docs + q_doc[q_of]
     own = rng.integers(0, 1 << 30, (n_lists, depth)) % (hi[g] - lo[g])[:, None] + lo[g][:, None]
     other_doc = rng.integers(0, n_docs, (n_lists, depth))
@@ -94,7 +93,7 @@ def synthetic(n_docs: int, n_queries: int, depth: int, rng: np.random.Generator)
     runs = pd.DataFrame({
         "embedder": np.asarray([e for e, _ in CELLS], dtype=object)[np.repeat(cell_of, depth)],
         "reranker": np.asarray([r for _, r in CELLS], dtype=object)[np.repeat(cell_of, depth)],
-        "condition": np.asarray(CONDITIONS, dtype=object)[np.repeat(cond_of, depth)],
+        "condition": np.asarray(design.CONDITION_NAMES, dtype=object)[np.repeat(cond_of, depth)],
         "query_id": queries["query_id"].to_numpy(dtype=object)[np.repeat(q_of, depth)],
         "rank": np.tile(np.arange(1, depth + 1), n_lists),
         "chunk_id": chunk_id[pick.ravel()],
@@ -138,7 +137,7 @@ def main() -> None:
     t0 = time.perf_counter()
     runs, chunks, queries = synthetic(n_docs, n_queries, 50, rng)
     params = {k: v.default for k, v in config.SCHEMA["metrics"].items()}
-    n_lists = len(CELLS) * len(CONDITIONS) * n_queries
+    n_lists = len(CELLS) * len(design.CONDITION_NAMES) * n_queries
     print(f"synthetic data: {n_docs} docs, {len(chunks):,} chunks, {n_queries} queries "
           f"({queries.spans.map(len).mean():.2f} spans/query), {n_lists:,} lists, {len(runs):,} run rows "
           f"[built in {time.perf_counter() - t0:.1f} s]")

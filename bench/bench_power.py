@@ -20,8 +20,11 @@ import time
 
 import numpy as np
 
-from chunkstudy import config, paper, power, stats
+from chunkstudy import config, paper, params, stats
+from chunkstudy.stats import power
 
+#: the primary cell under the default parameters (what the simulated scores are labelled with)
+PRIMARY = params.Params().primary_cell
 EFFECTS = {"A1": 0.0, "A3": 0.02, "P": 0.01, "G3": 0.025, "A4": 0.0}
 
 
@@ -54,14 +57,14 @@ def main() -> None:
     scores, queries = stats.simulate_scores(10, 61, EFFECTS, seed=3, corpus="demo")
 
     t0 = time.perf_counter()
-    table = power.power_table(scores, queries, config.record("stats", st), "strong", "demo",
+    table = power.power_table(scores, queries, config.record("stats", st), PRIMARY, "demo",
                               paper.effects_dz("wikipedia"), "paper (wikipedia)")
     t_all = time.perf_counter() - t0
     sizes = sorted(int(n) for n in table["n_docs"].unique())
     print(f"1. demo scale (10 documents, 61 queries): power_table with {len(sizes)} sizes {sizes}, "
           f"{pp.n_sims} studies × {pp.n_boot} resamples each, 3 shift rows (observed, paper, null): {t_all:.2f} s")
 
-    pop = power.population(scores, queries, config.record("stats", st), "strong", "demo")
+    pop = power.population(scores, queries, config.record("stats", st), PRIMARY, "demo")
     shifts = np.zeros((3, 4))
     n = args.size
     t0 = time.perf_counter()

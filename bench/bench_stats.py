@@ -17,11 +17,11 @@ import time
 import numpy as np
 
 from chunkstudy import design, params, stats
+from chunkstudy.metrics import paired
 
 N_DOCS, N_QUERIES, N_BOOT = 1508, 4303, 10_000
-CONTRASTS = {c.name: (c.a, c.b) for c in design.CONTRASTS}
 #: the primary cell under the default parameters (the simulated scores carry its metric, embedder and reranker)
-PRIMARY = (params.StatsParams().primary_metric, params.EmbedParams().strong, params.StatsParams().primary_reranker)
+PRIMARY = params.Params().primary_cell
 
 
 def naive_cluster_bootstrap(deltas: np.ndarray, clusters: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
@@ -45,10 +45,10 @@ def main() -> None:
     effects = {"A1": 0.0, "A3": 0.012, "P": 0.0, "G3": 0.013, "A4": -0.003}
     scores, queries = stats.simulate_scores(N_DOCS, N_QUERIES, effects, seed=args.seed)
     deltas = {}
-    for name, (a, b) in CONTRASTS.items():
-        d = stats.paired_deltas(scores, queries, a, b, corpus="sim", metric=PRIMARY[0], embedder=PRIMARY[1],
-                                reranker=PRIMARY[2])
-        deltas[name] = (d["delta"].to_numpy(), d["doc_id"].to_numpy())
+    for c in design.CONTRASTS:
+        d = paired.paired_deltas(scores, queries, c.a, c.b, corpus="sim", metric=PRIMARY.metric,
+                                 embedder=PRIMARY.embedder, reranker=PRIMARY.reranker)
+        deltas[c.name] = (d["delta"].to_numpy(), d["doc_id"].to_numpy())
 
     t0 = time.perf_counter()
     fast = {name: stats.cluster_bootstrap(d, c, N_BOOT, args.seed, alpha=0.05) for name, (d, c) in deltas.items()}
@@ -59,10 +59,10 @@ def main() -> None:
     naive = {name: naive_cluster_bootstrap(d, c, n_naive, args.seed) for name, (d, c) in deltas.items()}
     t_naive = (time.perf_counter() - t0) * N_BOOT / n_naive
 
-    for name in CONTRASTS:  # same draws → same replicates
+    for name in deltas:  # same draws → same replicates
         np.testing.assert_allclose(fast[name].replicates[:n_naive], naive[name], rtol=1e-9, atol=1e-15)
 
-    print(f"design: {N_QUERIES} queries over {N_DOCS} documents, {len(CONTRASTS)} contrasts × {N_BOOT} resamples")
+    print(f"design: {N_QUERIES} queries over {N_DOCS} documents, {len(design.CONTRASTS)} contrasts × {N_BOOT} resamples")
     print(f"vectorised cluster_bootstrap: {t_fast:.3f} s measured in full")
     print(f"naive loop: {t_naive:.1f} s, measured on {n_naive} resamples per contrast and scaled ×{N_BOOT / n_naive:g}")
     print(f"ratio naive / vectorised: {t_naive / t_fast:.0f}×")

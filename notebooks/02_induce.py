@@ -33,7 +33,8 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, chunking, config, contexts, induce, llm, tables
+from chunkstudy import artifacts, chunking, config, contexts, induce, llm
+from chunkstudy.report import tables
 
 cfg = config.load(params_file)
 documents = artifacts.read(cfg, "documents")

@@ -34,7 +34,8 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, bm25, chunking, config, paper, queries, tables
+from chunkstudy import artifacts, bm25, chunking, config, paper, queries
+from chunkstudy.report import tables
 
 cfg = config.load(params_file)
 qp = cfg.params("queries")

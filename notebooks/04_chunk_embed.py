@@ -34,7 +34,8 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, conditions, config, embed, extra_conditions, gpu, tables
+from chunkstudy import artifacts, conditions, config, embed, extra_conditions, gpu
+from chunkstudy.report import tables
 
 cfg = config.load(params_file)
 gpu.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys

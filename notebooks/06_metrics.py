@@ -32,7 +32,8 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, config, drilldown, metrics, stats
+from chunkstudy import artifacts, config, metrics
+from chunkstudy.metrics import drilldown
 
 cfg = config.load(params_file)
 metrics_params = cfg.params("metrics")
@@ -66,8 +67,8 @@ metrics.cell_means(scores)
 # whose score lies strictly between 0 and 1 in the strong embedder's A3 list.
 
 # %%
-example = metrics.walk_example(scores, queries, embedder=cfg.params("embed").strong,
-                               reranker=cfg.params("stats").primary_reranker, condition="A3")
+primary = cfg.params().primary_cell
+example = metrics.walk_example(scores, queries, embedder=primary.embedder, reranker=primary.reranker, condition="A3")
 walk = metrics.coverage_walk(runs, chunks, queries, metrics_params, **example)
 print(example, walk.attrs)
 print(queries.set_index("query_id").loc[example["query_id"], ["text", "spans"]].to_dict())
@@ -84,10 +85,8 @@ walk
 # %%
 documents = artifacts.read(cfg, "documents")
 # the paper's contrasts, then the user's (contrasts.extra: exploratory, marked in 08); each picks its own queries
-drill_family = stats.user_family(cfg.params("stats"), {**cfg.params("stats").contrasts,
-                                                       **cfg.params("contrasts").extra})
-drill = drilldown.drilldown(runs, chunks, queries, documents, scores, drill_family, cfg.params("embed").strong,
-                            metrics_params, cfg.corpus,
-                            cfg.params("stats").drilldown_queries)
+drill = drilldown.drilldown(runs, chunks, queries, documents, scores,
+                            {**cfg.params("stats").contrasts, **cfg.params("contrasts").extra}, primary,
+                            metrics_params, cfg.corpus, cfg.params("stats").drilldown_queries)
 artifacts.write(cfg, "drilldown", drill)
 drilldown.overview(drill)

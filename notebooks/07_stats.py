@@ -28,11 +28,12 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, config, paper, power, stats
+from chunkstudy import artifacts, config, paper, stats
+from chunkstudy.stats import power
 
 cfg = config.load(params_file)
 stats_params = cfg.params("stats")
-strong = cfg.params("embed").strong  # the primary cell's embedder
+primary = cfg.params().primary_cell  # stats.primary_metric × embed.strong × stats.primary_reranker
 scores = artifacts.read(cfg, "scores")
 queries = artifacts.read(cfg, "queries")
 scores.groupby(["metric", "embedder", "reranker"]).agg(conditions=("condition", "nunique"),
@@ -43,7 +44,7 @@ scores.groupby(["metric", "embedder", "reranker"]).agg(conditions=("condition", 
 # Mean paired delta, 95% cluster-bootstrap CI, two-sided p, Holm-adjusted p and dz.
 
 # %%
-contrasts = stats.contrasts_table(scores, queries, stats_params, strong, cfg.corpus)
+contrasts = stats.contrasts_table(scores, queries, stats_params, primary, cfg.corpus)
 artifacts.write(cfg, "contrasts", contrasts)
 contrasts.loc[contrasts["confirmatory"], ["label", "cell", "contrast", "condition_a", "condition_b", "mean_delta",
                                           "ci_low", "ci_high", "p", "p_holm", "reject_holm", "dz", "n_queries",
@@ -55,7 +56,7 @@ contrasts.loc[contrasts["confirmatory"], ["label", "cell", "contrast", "conditio
 # errors and it is conservative for small paired effects. Reported for pre-registration fidelity only.
 
 # %%
-mixedlm = stats.mixedlm_table(scores, queries, stats_params, strong, cfg.corpus)
+mixedlm = stats.mixedlm_table(scores, queries, stats_params, primary, cfg.corpus)
 artifacts.write(cfg, "mixedlm", mixedlm)
 mixedlm.drop(columns=["note"])
 
@@ -76,7 +77,7 @@ contrasts.loc[~contrasts["confirmatory"], ["label", "cell", "contrast", "mean_de
 # reranker, with a document-clustered bootstrap CI and p; per-level means alongside.
 
 # %%
-dose = stats.dose_response(scores, queries, stats_params, strong, cfg.corpus)
+dose = stats.dose_response(scores, queries, stats_params, primary, cfg.corpus)
 artifacts.write(cfg, "dose_response", dose)
 dose
 
@@ -84,7 +85,7 @@ dose
 # ## Exploratory — cuts by query type (unadjusted; hypothesis-generating only)
 
 # %%
-by_type = stats.per_type(scores, queries, stats_params, strong, cfg.corpus)
+by_type = stats.per_type(scores, queries, stats_params, primary, cfg.corpus)
 artifacts.write(cfg, "per_type", by_type)
 by_type[["label", "cell", "contrast", "qtype", "mean_delta", "ci_low", "ci_high", "p", "dz", "n_queries", "note"]]
 
@@ -92,7 +93,7 @@ by_type[["label", "cell", "contrast", "qtype", "mean_delta", "ci_low", "ci_high"
 # ## Exploratory — per-condition means (Table 2 is the primary cell's rows; recall@50 per condition included)
 
 # %%
-means = stats.condition_means(scores, queries, stats_params, strong, cfg.corpus)
+means = stats.condition_means(scores, queries, stats_params, primary, cfg.corpus)
 artifacts.write(cfg, "condition_means", means)
 means.pivot_table(index="condition", columns=["metric", "embedder", "reranker"], values="mean", sort=False)
 
@@ -104,7 +105,7 @@ stats.metric_rows(means, "recall")[["label", "metric", "embedder", "reranker", "
 # ## Exploratory — reranker lift per condition (reranked minus not reranked mean of the primary metric)
 
 # %%
-lift = stats.reranker_lift(means, stats_params, strong)
+lift = stats.reranker_lift(means, stats_params, primary)
 artifacts.write(cfg, "reranker_lift", lift)
 lift
 
@@ -120,7 +121,7 @@ lift
 
 # %%
 paper_corpus = power.paper_corpus(stats_params, cfg.params("corpus").kind)
-power_curves = power.power_table(scores, queries, stats_params, strong, cfg.corpus,
+power_curves = power.power_table(scores, queries, stats_params, primary, cfg.corpus,
                                  paper.effects_dz(paper_corpus), f"paper ({paper_corpus})")
 artifacts.write(cfg, "power", power_curves)
 power_curves.pivot_table(index=["scenario", "contrast", "target_dz"], columns="n_docs", values="power")
@@ -140,13 +141,13 @@ power_needed
 
 # %%
 user = cfg.params("contrasts").extra
-user_contrasts = stats.user_contrasts_table(scores, queries, stats_params, strong, cfg.corpus, user)
+user_contrasts = stats.user_contrasts_table(scores, queries, stats_params, primary, cfg.corpus, user)
 artifacts.write(cfg, "user_contrasts", user_contrasts)
 user_contrasts[["label", "cell", "contrast", "condition_a", "condition_b", "mean_delta", "ci_low", "ci_high", "p",
                 "p_holm", "dz", "n_queries", "note"]]
 
 # %%
-user_power = power.user_power_table(scores, queries, stats_params, strong, cfg.corpus, user)
+user_power = power.user_power_table(scores, queries, stats_params, primary, cfg.corpus, user)
 artifacts.write(cfg, "user_power", user_power)
 user_power_needed = power.needed_table(user_power)
 artifacts.write(cfg, "user_power_needed", user_power_needed)

@@ -31,12 +31,13 @@ params_file = "params/demo.yaml"
 # %%
 from IPython.display import Markdown, display
 
-from chunkstudy import config, report
+from chunkstudy import config
+from chunkstudy.report import report
 
 cfg = config.load(params_file)
 inputs = report.gather(cfg)
 partner = report.partner_contrasts(cfg)
-{"missing inputs": inputs["missing"], "replication partner": partner[0], "partner note": partner[2]}
+{"missing inputs": inputs["missing"], "replication partner": partner.corpus, "partner note": partner.note}
 
 # %% [markdown]
 # ## Build every table and figure

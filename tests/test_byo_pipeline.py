@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from chunkstudy import artifacts, chunkers, chunking, conditions, config, design, golden, runner, stats
+from chunkstudy.metrics import paired
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
@@ -107,10 +108,10 @@ def test_user_contrasts_are_an_exploratory_holm_family_of_their_own(byo):
             == [["REC", "REC-fixed"]])
     for _, g in user.groupby("cell"):
         assert g["p_holm"].tolist() == pytest.approx(stats.holm(g["p"].to_numpy()).tolist(), nan_ok=True)
-    # the same numbers as the paired deltas (an independent path through stats.paired_deltas)
+    # the same numbers as the paired deltas (an independent path through metrics.paired.paired_deltas)
     s, q = artifacts.read(cfg, "scores"), artifacts.read(cfg, "queries")
     row = user[(user["contrast"] == "U3") & (user["cell"] == "cov-nDCG@10|strong|none")].iloc[0]
-    d = stats.paired_deltas(s, q, "LC", "LC-fixed", corpus=cfg.corpus, metric="cov-nDCG@10", embedder="strong",
+    d = paired.paired_deltas(s, q, "LC", "LC-fixed", corpus=cfg.corpus, metric="cov-nDCG@10", embedder="strong",
                             reranker="none")
     assert row["mean_delta"] == pytest.approx(d["delta"].mean(), abs=1e-12)
     assert set(artifacts.read(cfg, "user_power")["contrast"]) == {"U1", "U2", "U3", "U4"}

@@ -364,19 +364,20 @@ def test_user_contrasts_are_their_own_holm_family():
     effects = {"A0": 0.0, "A1": 0.01, "A3": 0.03, "P": 0.0, "G3": 0.05, "A4": 0.02}
     scores, queries = stats.simulate_scores(12, 48, effects, seed=5)
     p = config.record("stats", {"n_boot": 400, "seed": 3})
+    primary = design.PrimaryCell(p.primary_metric, "strong", p.primary_reranker)
     extra_pairs = {"U1": ["A3", "A0"], "U2": ["G3", "A1"]}
-    user = stats.user_contrasts_table(scores, queries, p, "strong", "sim", extra_pairs)
-    paper_only = stats.contrasts_table(scores, queries, p, "strong", "sim")
+    user = stats.user_contrasts_table(scores, queries, p, primary, "sim", extra_pairs)
+    paper_only = stats.contrasts_table(scores, queries, p, primary, "sim")
     assert set(user["label"]) == {stats.USER_ADDED} and not user["confirmatory"].any()
     for cell, g in user.groupby("cell"):
         assert np.allclose(g["p_holm"], stats.holm(g["p"].to_numpy()), equal_nan=True)  # Holm over 2, not 6
     # the confirmatory family is the same with or without the user's contrasts
-    assert stats.contrasts_table(scores, queries, p, "strong", "sim").equals(paper_only)
-    assert stats.user_contrasts_table(scores, queries, p, "strong", "sim", {}).empty
+    assert stats.contrasts_table(scores, queries, p, primary, "sim").equals(paper_only)
+    assert stats.user_contrasts_table(scores, queries, p, primary, "sim", {}).empty
 
 
 def test_registration_needs_stage_01s_manifest_to_hold_the_same_declaration(tmp_path):
-    from chunkstudy import report
+    from chunkstudy.report import report
 
     cfg = _load(tmp_path, """
         conditions: {extra: {X: {chunker: semchunk, options: {chunk_size: 80}}}}

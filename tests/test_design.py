@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import (bm25, conditions, config, design, figures, metrics, retrieve, stats, tables)
+from chunkstudy import bm25, conditions, config, design, metrics, retrieve, stats
+from chunkstudy.report import figures, tables
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "chunkstudy"
 #: The paper's conditions and metric names, written out here as the oracle (DESIGN.md, paper §3.2 and §5.1).
@@ -126,6 +127,13 @@ def test_score_runs_computes_every_declared_metric_in_order(params):
     broken = config.record("metrics", params)
     with pytest.raises(KeyError, match="budget-cov"):
         broken.named({"cov-nDCG": 0, "recall": 0, "MRR": 0, "nDCG": 0})
+
+
+def test_every_declared_metric_has_one_registered_computation():
+    """The ir_measures pattern: each family of design.METRICS is computed by the function registered against its
+    declaration (metrics.MEASURES), and nothing undeclared is computed."""
+    assert list(metrics.MEASURES) == list(design.METRICS)
+    assert all(callable(fn) for fn in metrics.MEASURES.values())
 
 
 def test_metric_rows_select_a_family():

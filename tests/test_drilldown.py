@@ -13,12 +13,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunkstudy import config, drilldown, metrics, stats
+from chunkstudy import config, design, metrics
+from chunkstudy.metrics import drilldown, paired
+from chunkstudy.report import drilldown as drill_view
 from test_figures import build_synthetic_run
 
 STATS = {k: v.default for k, v in config.SCHEMA["stats"].items()}
 METRICS = {k: v.default for k, v in config.SCHEMA["metrics"].items()}
 N = 3
+PRIMARY = design.PrimaryCell("cov-nDCG@10", "strong", "none")  # the default primary cell of the synthetic runs
 
 
 @functools.lru_cache(maxsize=1)
@@ -36,7 +39,7 @@ def run() -> dict:
 @pytest.fixture(scope="module")
 def drill(run) -> pd.DataFrame:
     return drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"],
-                               config.record("stats", STATS), "strong", config.record("metrics", METRICS),
+                               STATS["contrasts"], PRIMARY, config.record("metrics", METRICS),
                                "synthetic", N)
 
 
@@ -95,7 +98,7 @@ def test_rank_gains_sum_to_every_lists_score(run):
 def test_drilldown_picks_the_extremes_of_each_contrasts_paired_deltas(run, drill):
     assert set(drill.columns) == set(drilldown.COLUMNS)
     for name, (a, b) in STATS["contrasts"].items():
-        deltas = stats.paired_deltas(run["scores"], run["queries"], a, b, corpus="synthetic", metric="cov-nDCG@10",
+        deltas = paired.paired_deltas(run["scores"], run["queries"], a, b, corpus="synthetic", metric="cov-nDCG@10",
                                      embedder="strong", reranker="none")
         ranked = deltas.sort_values(["delta", "query_id"], ascending=[False, True])
         want_gain = ranked[ranked["delta"] > 0]["query_id"].head(N).tolist()
@@ -144,7 +147,7 @@ def test_gold_characters_per_chunk_equal_an_independent_overlap(run, drill):
         assert r.gold_chars == len(covered)
         assert {r.start + i for lo, hi in r.gold_ranges for i in range(lo, hi)} == covered
         assert r.content == text[r.chunk_doc_id][r.start:r.end]
-        pieces = drilldown.highlight_segments(r.content, r.gold_ranges)
+        pieces = drill_view.highlight_segments(r.content, r.gold_ranges)
         assert "".join(p for p, _ in pieces) == r.content
         assert sum(len(p) for p, g in pieces if g) == r.gold_chars
     first = drill.drop_duplicates("query_id").iloc[0]
@@ -155,18 +158,18 @@ def test_merge_spans_and_gold_ranges():
     assert drilldown.merge_spans([[10, 20], [0, 5], [15, 30], [30, 31]]) == [(0, 5), (10, 31)]
     assert drilldown.gold_ranges(12, 40, [(0, 5), (10, 31)]) == [[0, 19]]
     assert drilldown.gold_ranges(5, 10, [(0, 5), (10, 31)]) == []
-    assert drilldown.highlight_segments("abcdef", [[1, 3], [4, 9]]) == [("a", False), ("bc", True), ("d", False),
+    assert drill_view.highlight_segments("abcdef", [[1, 3], [4, 9]]) == [("a", False), ("bc", True), ("d", False),
                                                                          ("ef", True)]
 
 
 def test_a_contrast_with_an_absent_condition_has_no_rows_and_a_note(run):
     sp = dict(STATS, contrasts={"C1": ["A3", "A1"], "CX": ["A3", "Z9"]})
     d = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], run["scores"],
-                            config.record("stats", sp), "strong", config.record("metrics", METRICS),
+                            sp["contrasts"], PRIMARY, config.record("metrics", METRICS),
                             "synthetic", 1)
     assert set(d["contrast"]) == {"C1"}
     params = config.record("", {"stats": sp, "metrics": METRICS})
-    table, drills = drilldown.report_parts(d, params)
+    table, drills = drill_view.report_parts(d, params)
     assert [c.contrast for c in drills] == ["C1", "CX"] and drills[1].queries == ()
     assert "absent" in drills[1].notes[0]
     assert set(table.display["Contrast"]) == {"C1"}
@@ -176,7 +179,7 @@ def test_a_contrast_with_an_absent_condition_has_no_rows_and_a_note(run):
 
 def test_report_parts_round_only_for_display(drill):
     params = config.record("", {"stats": STATS, "metrics": METRICS})
-    table, drills = drilldown.report_parts(drill, params)
+    table, drills = drill_view.report_parts(drill, params)
     assert [c.contrast for c in drills] == list(STATS["contrasts"])
     assert drills[0].title == "C1: A3 \u2212 A1 (organization vs. contextualization)"
     assert len(table.display) == drill.drop_duplicates(["contrast", "direction", "pick"]).shape[0]
@@ -188,8 +191,8 @@ def test_report_parts_round_only_for_display(drill):
     assert q.table.display["A3: gain"].iat[0] == f"{a1['gain']:.3f}"
     assert q.table.display["A3: chunk"].iat[0].split(" ")[0] == a1["chunk_id"].split("|")[-1]
     assert ("(other doc: " in q.table.display["A3: chunk"].iat[0]) == (a1["chunk_doc_id"] != a1["doc_id"])
-    assert drilldown.short_chunk_id("A3|doc|0002", "A3", "doc") == "0002"
-    assert drilldown.short_chunk_id("A3|doc|0002", "A1", "doc") == "A3|doc|0002"
+    assert drill_view.short_chunk_id("A3|doc|0002", "A3", "doc") == "0002"
+    assert drill_view.short_chunk_id("A3|doc|0002", "A1", "doc") == "A3|doc|0002"
     assert q.table.display["A3: prefix"].iat[0] == " ".join(a1["prefix"].split())
     assert q.table.data["gain"].iat[0] == a1["gain"]            # the data view keeps the unrounded values
     dcg = float(rows[rows["side"] == "A"]["discounted_gain"].sum())

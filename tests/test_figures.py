@@ -19,11 +19,14 @@ import pytest
 
 matplotlib.use("Agg")
 
-from chunkstudy import conditions, figures, induce, paper, power, stats, tables  # noqa: E402
+from chunkstudy import conditions, design, induce, paper, stats  # noqa: E402
 from chunkstudy import config as config_mod  # noqa: E402
 from chunkstudy import chunking, metrics, retrieve  # noqa: E402
 from chunkstudy.corpus import model  # noqa: E402
+from chunkstudy.report import figures, tables  # noqa: E402
+from chunkstudy.stats import power  # noqa: E402
 
+PRIMARY = design.PrimaryCell("cov-nDCG@10", "strong", "none")  # the primary cell of the simulated runs
 ALL = ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"]
 WORDS = ("river valley harbour engine council winter archive signal bridge market orchard lantern census canal "
          "furnace treaty glacier quarry ferry beacon").split()
@@ -120,23 +123,23 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                placebo_buckets=built["placebo_buckets"], summary=built["summary"], queries=queries, runs=runs,
                section_recall=ret["section_recall"],
                section_recall_summary=retrieve.section_recall_summary(ret["section_recall"]), scores=scores,
-               contrasts=stats.contrasts_table(scores, queries, config_mod.record("stats", sp), "strong", "synthetic"),
-               mixedlm=stats.mixedlm_table(scores, queries, config_mod.record("stats", sp), "strong", "synthetic"),
-               dose_response=stats.dose_response(scores, queries, config_mod.record("stats", sp), "strong",
+               contrasts=stats.contrasts_table(scores, queries, config_mod.record("stats", sp), PRIMARY, "synthetic"),
+               mixedlm=stats.mixedlm_table(scores, queries, config_mod.record("stats", sp), PRIMARY, "synthetic"),
+               dose_response=stats.dose_response(scores, queries, config_mod.record("stats", sp), PRIMARY,
                                                  "synthetic"),
-               per_type=stats.per_type(scores, queries, config_mod.record("stats", sp), "strong", "synthetic"),
-               condition_means=stats.condition_means(scores, queries, config_mod.record("stats", sp), "strong",
+               per_type=stats.per_type(scores, queries, config_mod.record("stats", sp), PRIMARY, "synthetic"),
+               condition_means=stats.condition_means(scores, queries, config_mod.record("stats", sp), PRIMARY,
                                                      "synthetic"),
                power=power.power_table(scores, queries,
                                        config_mod.record("stats", {**sp, "power_n_docs": [4, 20, 100],
                                                                    "power_n_sims": 40, "power_n_boot": 100}),
-                                       "strong", "synthetic",
+                                       PRIMARY, "synthetic",
                                        paper.effects_dz("wikipedia"), "paper (wikipedia)"))
-    out["reranker_lift"] = stats.reranker_lift(out["condition_means"], config_mod.record("stats", sp), "strong")
+    out["reranker_lift"] = stats.reranker_lift(out["condition_means"], config_mod.record("stats", sp), PRIMARY)
     out["power_needed"] = power.needed_table(out["power"])
     # a run without user contrasts (contrasts.extra) writes their tables empty
-    out["user_contrasts"] = stats.user_contrasts_table(scores, queries, sp, "strong", "synthetic", {})
-    out["user_power"] = power.user_power_table(scores, queries, sp, "strong", "synthetic", {})
+    out["user_contrasts"] = stats.user_contrasts_table(scores, queries, sp, PRIMARY, "synthetic", {})
+    out["user_power"] = power.user_power_table(scores, queries, sp, PRIMARY, "synthetic", {})
     out["user_power_needed"] = power.needed_table(out["user_power"])
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
                                          "status": (["ok", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
@@ -341,16 +344,16 @@ def test_query_funnel_pivot_and_paper(run):
 
 def test_reranker_lift_is_difference_of_means(run):
     sp = {k: v.default for k, v in config_mod.SCHEMA["stats"].items()}
-    lift = stats.reranker_lift(run["condition_means"], config_mod.record("stats", sp), "strong")
+    lift = stats.reranker_lift(run["condition_means"], config_mod.record("stats", sp), PRIMARY)
     cm = run["condition_means"]
     cm = cm[(cm["metric"] == "cov-nDCG@10") & (cm["embedder"] == "strong")].set_index(["reranker", "condition"])
     assert lift["condition"].tolist() == ALL and set(lift["reranker"]) == {"xenc"}
     for r in lift.itertuples():
         assert r.lift == pytest.approx(cm.loc[("xenc", r.condition), "mean"] - cm.loc[("none", r.condition), "mean"])
     none_only = run["condition_means"][run["condition_means"]["reranker"] == "none"]
-    assert stats.reranker_lift(none_only, config_mod.record("stats", sp), "strong").empty
+    assert stats.reranker_lift(none_only, config_mod.record("stats", sp), PRIMARY).empty
     assert "No reranked cell" in tables.reranker_lift(stats.reranker_lift(none_only, config_mod.record("stats", sp),
-                                                                          "strong"), "cov-nDCG@10",
+                                                                          PRIMARY), "cov-nDCG@10",
                                                       "strong").notes[0]
 
 
@@ -480,7 +483,7 @@ def test_table1_prints_no_inference_below_the_thresholds(run):
     scores, queries = stats.simulate_scores(30, 120, {"A3": 0.1, "A1": 0.0, "P": 0.0, "G3": 0.1, "A4": 0.1},
                                             seed=3)
     sp = {**{k: v.default for k, v in config_mod.SCHEMA["stats"].items()}, "n_boot": 1000}
-    ok = stats.contrasts_table(scores, queries, config_mod.record("stats", sp), "strong", "sim")
+    ok = stats.contrasts_table(scores, queries, config_mod.record("stats", sp), PRIMARY, "sim")
     t2 = tables.table1(ok)
     assert ok["inference"].all() and ok["reject_holm"].any()
     assert not (t2.display[["95% CI", "p", "Holm p"]] == tables.NO_INFERENCE).any().any()
@@ -490,7 +493,7 @@ def test_table1_prints_no_inference_below_the_thresholds(run):
 def test_one_document_note_reaches_table1():
     scores, queries = stats.simulate_scores(1, 12, {"A3": 0.1, "A1": 0.0, "P": 0.0, "G3": 0.1, "A4": 0.1}, seed=3)
     sp = {k: v.default for k, v in config_mod.SCHEMA["stats"].items()}
-    c = stats.contrasts_table(scores, queries, config_mod.record("stats", {**sp, "n_boot": 1000}), "strong", "sim")
+    c = stats.contrasts_table(scores, queries, config_mod.record("stats", {**sp, "n_boot": 1000}), PRIMARY, "sim")
     t = tables.table1(c)
     assert any(n.startswith("C1, C2, C3, C4: only one document: the clustered bootstrap cannot estimate")
                for n in t.notes)

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import config, induce, llm, paper, tables
+from chunkstudy import config, induce, llm, paper
+from chunkstudy.report import tables
 from chunkstudy.induce import outline
 from chunkstudy.corpus import model as docmodel
 from chunkstudy.corpus.model import DocumentBuilder, Outline

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import config, metrics
+from chunkstudy import config, metrics, relevance
 from test_metrics_reference import Chunk, coverage_gains, dcg, is_relevant, reference_metrics
 
 DEFAULTS = {k: v.default for k, v in config.SCHEMA["metrics"].items()}
@@ -117,14 +117,14 @@ def test_two_spans_average_their_fractions():
     ((90, 200), (0, 100), False),  # 10% of the span, 10/110 of the chunk
 ])
 def test_relevance_rule_thresholds(chunk, span, expected):
-    got = metrics.relevant(chunk[0], chunk[1], span[0], span[1], 0.5, 0.8)
+    got = relevance.relevant(chunk[0], chunk[1], span[0], span[1], 0.5, 0.8)
     assert bool(got) is expected
 
 
 def test_relevance_rule_span_side_only():
     # chunk [0,140) covers 60% of span [80,180) but only 43% of it lies inside: the span rule decides
-    assert bool(metrics.relevant(0, 140, 80, 180, 0.5, 0.8))
-    assert not bool(metrics.relevant(0, 140, 80, 180, 0.7, 0.8))
+    assert bool(relevance.relevant(0, 140, 80, 180, 0.5, 0.8))
+    assert not bool(relevance.relevant(0, 140, 80, 180, 0.7, 0.8))
 
 
 # ---- secondary metrics on hand-checked cases ------------------------------------------------------------------

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from chunkstudy import paper, queries, report, tables
+from chunkstudy import paper, queries
+from chunkstudy.report import report, tables
 
 LIB = Path(paper.__file__).resolve().parent
 

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import config, paper, power, stats
+from chunkstudy import config, design, paper, stats
+from chunkstudy.stats import power
 
 STATS = {k: v.default for k, v in config.SCHEMA["stats"].items()}
+PRIMARY = design.PrimaryCell("cov-nDCG@10", "strong", "none")  # the primary cell of the simulated runs
 
 
 def synthetic_population(n_docs: int, m: int, icc: float, seed: int, k: int = 4) -> tuple[np.ndarray, ...]:
@@ -259,13 +261,13 @@ def small_params(**kw):
 def test_power_table_structure_and_targets(demo_like):
     scores, queries = demo_like
     st_ = small_params()
-    tab = power.power_table(scores, queries, config.record("stats", st_), "strong", "demo",
+    tab = power.power_table(scores, queries, config.record("stats", st_), PRIMARY, "demo",
                             {"C1": 0.09, "C2": 0.09, "C3": math.nan, "C4": -0.17},
                             "paper (wikipedia)")
     assert list(tab.columns) == power.POWER_COLUMNS
     assert sorted(tab["n_docs"].unique()) == [5, 10, 20, 80]  # the grid plus this corpus's 10 documents
     assert len(tab) == 2 * 4 * 4 and set(tab["scenario"]) == {"observed", "paper"}
-    contrasts = stats.contrasts_table(scores, queries, config.record("stats", {**st_, "n_boot": 50}), "strong",
+    contrasts = stats.contrasts_table(scores, queries, config.record("stats", {**st_, "n_boot": 50}), PRIMARY,
                                       "demo").query("confirmatory")
     obs = tab[(tab.scenario == "observed") & (tab.n_docs == 10)].set_index("contrast")
     np.testing.assert_allclose(obs["target_dz"], contrasts.set_index("contrast")["dz"])
@@ -279,31 +281,31 @@ def test_power_table_structure_and_targets(demo_like):
 
 def test_power_table_is_deterministic_and_reads_its_params(demo_like):
     scores, queries = demo_like
-    a = power.power_table(scores, queries, config.record("stats", small_params()), "strong", "demo")
-    b = power.power_table(scores, queries, config.record("stats", small_params()), "strong", "demo")
+    a = power.power_table(scores, queries, config.record("stats", small_params()), PRIMARY, "demo")
+    b = power.power_table(scores, queries, config.record("stats", small_params()), PRIMARY, "demo")
     pd.testing.assert_frame_equal(a, b)
     assert set(a["scenario"]) == {"observed"}
-    c = power.power_table(scores, queries, config.record("stats", small_params(seed=1)), "strong", "demo")
+    c = power.power_table(scores, queries, config.record("stats", small_params(seed=1)), PRIMARY, "demo")
     assert not np.array_equal(a["power"].to_numpy(), c["power"].to_numpy())
 
 
 def test_power_params_errors_name_the_key(demo_like):
     scores, queries = demo_like
     with pytest.raises(ValueError, match="stats.power_n_docs"):
-        power.power_table(scores, queries, config.record("stats", small_params(power_n_docs=[1, 10])), "strong",
+        power.power_table(scores, queries, config.record("stats", small_params(power_n_docs=[1, 10])), PRIMARY,
                           "demo")
     with pytest.raises(ValueError, match="stats.power_n_docs"):
         power.params(config.record("stats", small_params(power_n_docs="10")))
     with pytest.raises(ValueError, match="stats.power_target"):
         power.params(config.record("stats", small_params(power_target=1.5)))
     with pytest.raises(ValueError, match=r"\['C9'\]"):
-        power.power_table(scores, queries, config.record("stats", small_params()), "strong", "demo", {"C9": 0.1})
+        power.power_table(scores, queries, config.record("stats", small_params()), PRIMARY, "demo", {"C9": 0.1})
 
 
 def test_absent_contrast_is_noted(demo_like):
     scores, queries = demo_like
     no_g3 = scores[scores["condition"] != "G3"]
-    tab = power.power_table(no_g3, queries, config.record("stats", small_params()), "strong", "demo")
+    tab = power.power_table(no_g3, queries, config.record("stats", small_params()), PRIMARY, "demo")
     c3 = tab[tab.contrast == "C3"]
     assert c3["power"].isna().all() and c3["note"].str.contains("absent").all()
     assert tab.loc[tab.contrast != "C3", "power"].notna().all()
@@ -354,7 +356,7 @@ def hand_power_table() -> pd.DataFrame:
 
 
 def test_power_table_display_and_report_sentences():
-    from chunkstudy import report, tables
+    from chunkstudy.report import report, tables
 
     hand = hand_power_table()
     t = tables.power(power.needed_table(hand), hand)   # 07 writes needed_table's result; 08 formats it
@@ -384,7 +386,7 @@ def test_power_table_display_and_report_sentences():
 def test_power_figure_has_a_panel_per_scenario_and_a_line_per_contrast():
     import io
 
-    from chunkstudy import figures
+    from chunkstudy.report import figures
 
     fig = figures.power_curves(hand_power_table())
     assert len(fig.axes) == 2

@@ -7,7 +7,8 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, paper, report, stages, tables
+from chunkstudy import artifacts, config, paper, stages
+from chunkstudy.report import report, tables
 from test_figures import build_synthetic_run
 
 
@@ -102,7 +103,7 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     _store(cfg, synthetic)
     other = config.load(root / "params" / "qasper_local.yaml", root=tmp_path)
     partner = report.partner_contrasts(cfg)
-    assert partner[0] == "qasper_local" and partner[1] is None and "no 07_stats contrasts" in partner[2]
+    assert partner.corpus == "qasper_local" and partner.contrasts is None and "no 07_stats contrasts" in partner.note
     artifacts.write(other, "contrasts", synthetic["contrasts"])
     partner = report.partner_contrasts(cfg)
     b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), partner)
@@ -174,7 +175,7 @@ def test_report_prints_the_environment_and_only_project_relative_paths(tmp_path,
     b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     written = report.write_all(cfg, b, str(cfg.path))  # the runner hands the notebook an absolute path
     text = (artifacts.figures_dir(cfg) / "report.md").read_text()
-    env = runner.environment()
+    env = artifacts.environment()
     assert "parameters `params/demo.yaml`" in text
     assert "## Environment" in text and "| 07_stats " in text and "| 08_figures " in text
     assert env["python"] in text and f"| torch " in text and env["packages"]["torch"] in text

@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import artifacts, config, drilldown, report, report_html, runner
+from chunkstudy import artifacts, config, runner
+from chunkstudy.metrics import drilldown
+from chunkstudy.report import drilldown as drill_view
+from chunkstudy.report import html as report_html
+from chunkstudy.report import report
 from test_drilldown import synthetic_run
 from test_report import _store
 
@@ -39,8 +43,9 @@ def built(tmp_path_factory, root):
     cfg = config.load(root / "params" / "demo.yaml", root=tmp, overrides={"figures": {"formats": ["png"], "dpi": 40}})
     _store(cfg, run)
     scores = run["scores"].assign(corpus=cfg.corpus)
-    drill = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], scores, cfg.params("stats"), cfg["embed"]["strong"],
-                                config.record("metrics", cfg["metrics"]), cfg.corpus, 2)
+    drill = drilldown.drilldown(run["runs"], run["chunks"], run["queries"], run["documents"], scores,
+                                cfg.params("stats").contrasts, cfg.params().primary_cell, cfg.params("metrics"),
+                                cfg.corpus, 2)
     drill.loc[drill["query_id"] == drill["query_id"].iat[0], "question"] = (
         "<script>window.INJECTED = 1</script> what & why?")
     # the probe: a "|" shifted the drill-down's columns; a Markdown image became <img src="http://...">
@@ -133,7 +138,7 @@ def test_one_collapsible_drilldown_per_contrast(built):
     contrasts = list(cfg["stats"]["contrasts"])
     found = re.findall(r'<details class="drilldown" id="drill-([a-z0-9-]+)">', html)
     assert found == [report_html.slug(c) for c in contrasts]
-    assert html.find(f"<h2>{drilldown.HEADING}</h2>") < html.find('<details class="drilldown"')
+    assert html.find(f"<h2>{drill_view.HEADING}</h2>") < html.find('<details class="drilldown"')
     n_picked = built["drill"].drop_duplicates(["contrast", "direction", "pick"]).shape[0]
     assert html.count('<article class="query') == n_picked > 0
     assert html.count("<mark>") > 0     # gold characters highlighted in the chunk texts
@@ -180,7 +185,7 @@ def test_template_ships_as_package_data(root):
     import tomllib
 
     pyproject = tomllib.loads((root / "pyproject.toml").read_text())
-    assert "templates/*.j2" in pyproject["tool"]["setuptools"]["package-data"]["chunkstudy"]
+    assert "templates/*.j2" in pyproject["tool"]["setuptools"]["package-data"]["chunkstudy.report"]
     assert report_html._environment().get_template(report_html.TEMPLATE) is not None
     assert ".j2" in Path(runner.__file__).read_text()   # the library hash covers the template (08 reruns)
 
@@ -220,7 +225,7 @@ def check_in_browser(page, path: Path, n_figures: int, contrasts: list[str]) -> 
     assert len(images) == n_figures and all(c and w > 0 and h > 0 for c, w, h in images), images
 
     # sorting: the drill-down summary's delta column (numbers with signs), ascending then descending
-    table = page.locator(f"#{report_html.slug(drilldown.HEADING)} > table.sortable").first
+    table = page.locator(f"#{report_html.slug(drill_view.HEADING)} > table.sortable").first
     header = table.locator("th").filter(has_text=re.compile("^\u03b4$")).first
     col = int(header.evaluate("th => th.cellIndex"))
 

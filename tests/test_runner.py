@@ -625,7 +625,7 @@ def test_a_repaired_embedding_shard_is_shown_in_the_runner_output_and_the_report
     went to the kernel log alone. It now reaches the runner's output, the stage's manifest and the report."""
     import numpy as np
 
-    from chunkstudy import report
+    from chunkstudy.report import report
 
     (project / "notebooks" / "02_induce.py").write_text(SHARD_NOTEBOOK)
     params = write_params(project)

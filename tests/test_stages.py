@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, report, runner, stages
+from chunkstudy import artifacts, config, runner, stages
+from chunkstudy.report import report
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = {p.stem: p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))}
@@ -72,9 +73,14 @@ def test_notebook_reads_and_writes_what_its_stage_declares(name):
     assert io["stage_args"] <= {name} | {stages.writer(n) for n in io["read"]}, io["stage_args"]
 
 
+#: What a value derived from the whole parameter file (``cfg.params().<property>``) reads.
+DERIVED = {"primary_cell": {"stats.primary_metric", "embed.strong", "stats.primary_reranker"}}
+
+
 def _param_uses(path: Path) -> set[str]:
     """Parameters a notebook reads: ``cfg["s"]["k"]`` -> ``s.k``, ``cfg["s"]`` used whole -> ``s``, through
-    aliases (``qp = cfg["queries"]``); ``cfg.data`` -> every section."""
+    aliases (``qp = cfg["queries"]``); ``cfg.data`` -> every section; ``cfg.params().primary_cell`` -> what the
+    primary cell is made of (:data:`DERIVED`)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     parent = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
 
@@ -96,6 +102,9 @@ def _param_uses(path: Path) -> set[str]:
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "cfg" \
                 and n.attr == "data":
             uses |= set(config.SCHEMA)
+        if isinstance(n, ast.Attribute) and n.attr in DERIVED and isinstance(n.value, ast.Call) \
+                and isinstance(n.value.func, ast.Attribute) and n.value.func.attr == "params" and not n.value.args:
+            uses |= DERIVED[n.attr]
         rec = params_call(n) or (records.get(n.id) if isinstance(n, ast.Name) else None)
         if rec is not None:
             if isinstance(n, ast.Name) and isinstance(parent.get(n), ast.Assign) and n in parent[n].targets:
@@ -233,8 +242,8 @@ def _rel(paths, pkg):
 def test_a_stage_hashes_only_the_modules_its_notebook_imports():
     pkg = ROOT / "lib" / "chunkstudy"
     closures = {n: _rel(runner.module_closure(p, pkg), pkg) for n, p in NOTEBOOKS.items()}
-    assert [n for n, c in closures.items() if "figures.py" in c] == ["08_figures"]
-    assert [n for n, c in closures.items() if "templates/report.html.j2" in c] == ["08_figures"]
+    assert [n for n, c in closures.items() if "report/figures.py" in c] == ["08_figures"]
+    assert [n for n, c in closures.items() if "report/templates/report.html.j2" in c] == ["08_figures"]
     assert {"__init__.py", "config.py", "artifacts.py", "stages.py", "design.py"} <= closures["07_stats"]
     assert "llm.py" not in closures["07_stats"] and "embed.py" not in closures["07_stats"]
     assert "runner.py" in closures["04_chunk_embed"]    # imported inside a gpu function: it still counts
@@ -251,7 +260,7 @@ def test_editing_figures_reruns_08_alone(tmp_path):
     pkg = tmp_path / "chunkstudy"
     shutil.copytree(ROOT / "lib" / "chunkstudy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
     before = {n: runner.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
-    (pkg / "figures.py").write_text((pkg / "figures.py").read_text() + "\n# an edit\n")
+    (pkg / "report" / "figures.py").write_text((pkg / "report" / "figures.py").read_text() + "\n# an edit\n")
     after = {n: runner.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
     assert [n for n in NOTEBOOKS if before[n] != after[n]] == ["08_figures"]
     (pkg / "stages.py").write_text((pkg / "stages.py").read_text() + "\n# an edit\n")

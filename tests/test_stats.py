@@ -14,8 +14,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from statsmodels.stats.multitest import multipletests
 
-from chunkstudy import config, stats
+from chunkstudy import config, design, stats
+from chunkstudy.metrics import paired
 
+PRIMARY = design.PrimaryCell("cov-nDCG@10", "strong", "none")  # the primary cell of the simulated runs
 PARAMS = {"n_boot": 2000, "seed": 20260710, "alpha": 0.05, "primary_metric": "cov-nDCG@10",
           "primary_reranker": "none",
           "contrasts": {"C1": ["A3", "A1"], "C2": ["A3", "P"], "C3": ["G3", "A3"], "C4": ["A4", "A3"]},
@@ -141,22 +143,22 @@ def test_significance_needs_enough_documents_and_resamples():
     effects = {"A1": 0.0, "A3": 0.3, "P": 0.0, "G3": 0.6, "A4": 0.3}
     few = stats.contrasts_table(*stats.simulate_scores(3, 30, effects, seed=1),
                                 config.record("stats", {**PARAMS, "n_boot": 2000}),
-                                "strong", "sim")
+                                PRIMARY, "sim")
     assert not few["inference"].any() and not few["reject_holm"].any()
     assert few["p"].notna().all() and (few["note"] == "no inference: 3 documents, fewer than stats.min_docs = 20").all()
     many = stats.contrasts_table(*stats.simulate_scores(40, 120, effects, seed=1),
                                  config.record("stats", {**PARAMS, "n_boot": 500}),
-                                 "strong", "sim")
+                                 PRIMARY, "sim")
     assert not many["reject_holm"].any() and (many["p"] < 0.05).sum() >= 2
     assert (many["note"] == "no inference: stats.n_boot = 500, below the floor of 1,000 resamples").all()
     ok = stats.contrasts_table(*stats.simulate_scores(40, 120, effects, seed=1),
-                               config.record("stats", {**PARAMS, "n_boot": stats.MIN_BOOT, "min_docs": 40}), "strong",
+                               config.record("stats", {**PARAMS, "n_boot": stats.MIN_BOOT, "min_docs": 40}), PRIMARY,
                                "sim")
     assert ok["inference"].all() and ok["reject_holm"].sum() >= 2 and (ok["note"] == "").all()
     assert stats.inference_problem(9, 1000, 10) and not stats.inference_problem(10, 1000, 10)
     for table in (stats.per_type, stats.dose_response):
         t = table(*stats.simulate_scores(3, 30, EFFECTS, seed=1), config.record("stats", {**PARAMS, "n_boot": 2000}),
-                  "strong", "sim")
+                  PRIMARY, "sim")
         assert not t["inference"].any() and t["note"].str.contains("fewer than stats.min_docs = 20").all()
 
 
@@ -190,7 +192,7 @@ def test_cluster_se_with_one_query_per_document_is_the_ordinary_se():
 
 def test_contrasts_table_structure_and_values(sim):
     scores, queries = sim
-    table = stats.contrasts_table(scores, queries, config.record("stats", PARAMS), "strong", "sim")
+    table = stats.contrasts_table(scores, queries, config.record("stats", PARAMS), PRIMARY, "sim")
     assert len(table) == 8 * 4  # 2 metrics × 2 embedders × 2 rerankers, 4 contrasts each
     primary = table[table["confirmatory"]]
     assert primary["cell"].unique().tolist() == ["cov-nDCG@10|strong|none"]
@@ -219,7 +221,7 @@ def test_unpaired_queries_are_left_out(sim):
     gone = queries["query_id"].iloc[:10]
     cut = scores[~((scores.condition == "A1") & scores.query_id.isin(gone))].copy()
     cut.loc[(cut.condition == "A1") & (cut.query_id == queries["query_id"].iloc[10]), "value"] = np.nan
-    table = stats.contrasts_table(cut, queries, config.record("stats", PARAMS), "strong",
+    table = stats.contrasts_table(cut, queries, config.record("stats", PARAMS), PRIMARY,
                                   "sim").set_index(["cell", "contrast"])
     assert table.loc[("cov-nDCG@10|strong|none", "C1"), "n_queries"] == 109
     assert table.loc[("cov-nDCG@10|strong|none", "C2"), "n_queries"] == 120
@@ -228,7 +230,7 @@ def test_unpaired_queries_are_left_out(sim):
 def test_missing_condition_is_noted_not_fatal(sim):
     scores, queries = sim
     no_gold = scores[~scores.condition.str.startswith("G")]
-    table = stats.contrasts_table(no_gold, queries, config.record("stats", PARAMS), "strong", "sim")
+    table = stats.contrasts_table(no_gold, queries, config.record("stats", PARAMS), PRIMARY, "sim")
     c3 = table[table.contrast == "C3"]
     assert c3["mean_delta"].isna().all() and c3["p_holm"].isna().all() and (c3["n_queries"] == 0).all()
     assert c3["note"].str.contains("G3").all()
@@ -261,7 +263,7 @@ def test_identical_conditions_give_zero_and_p_one(tables):
     scores, queries = tables
     copy = scores[scores.condition == "A3"].assign(condition="A1")
     same = pd.concat([scores[scores.condition == "A3"], copy], ignore_index=True)
-    row = stats.contrasts_table(same, queries, config.record("stats", ONE), "strong", "c").iloc[0]
+    row = stats.contrasts_table(same, queries, config.record("stats", ONE), PRIMARY, "c").iloc[0]
     assert row["mean_delta"] == 0.0 and (row["ci_low"], row["ci_high"]) == (0.0, 0.0)
     assert row["p"] == 1.0 and row["p_holm"] == 1.0
 
@@ -270,10 +272,10 @@ def test_identical_conditions_give_zero_and_p_one(tables):
 @given(paired_tables())
 def test_swapping_conditions_negates_the_contrast(tables):
     scores, queries = tables
-    forward = stats.contrasts_table(scores, queries, config.record("stats", ONE), "strong", "c").iloc[0]
+    forward = stats.contrasts_table(scores, queries, config.record("stats", ONE), PRIMARY, "c").iloc[0]
     backward = stats.contrasts_table(scores, queries,
                                      config.record("stats",
-                                                   {**ONE, "contrasts": {"C1": ["A1", "A3"]}}), "strong", "c").iloc[0]
+                                                   {**ONE, "contrasts": {"C1": ["A1", "A3"]}}), PRIMARY, "c").iloc[0]
     assert backward["mean_delta"] == pytest.approx(-forward["mean_delta"], abs=1e-12)
     assert backward["ci_low"] == pytest.approx(-forward["ci_high"], abs=1e-9)
     assert backward["ci_high"] == pytest.approx(-forward["ci_low"], abs=1e-9)
@@ -284,42 +286,42 @@ def test_same_seed_same_tables_other_seed_differs(sim):
     scores, queries = sim
     for fn in (stats.contrasts_table, stats.dose_response, stats.per_type):
         p = config.record("stats", PARAMS)
-        first, again = fn(scores, queries, p, "strong", "sim"), fn(scores, queries, p, "strong", "sim")
+        first, again = fn(scores, queries, p, PRIMARY, "sim"), fn(scores, queries, p, PRIMARY, "sim")
         pd.testing.assert_frame_equal(first, again)
-        other = fn(scores, queries, config.record("stats", {**PARAMS, "seed": 1}), "strong", "sim")
+        other = fn(scores, queries, config.record("stats", {**PARAMS, "seed": 1}), PRIMARY, "sim")
         assert not np.allclose(first["ci_low"], other["ci_low"], equal_nan=True)
 
 
 def test_input_errors_name_the_table(sim):
     scores, queries = sim
     with pytest.raises(ValueError, match="duplicated"):
-        stats.contrasts_table(pd.concat([scores, scores.iloc[:1]]), queries, config.record("stats", PARAMS), "strong",
+        stats.contrasts_table(pd.concat([scores, scores.iloc[:1]]), queries, config.record("stats", PARAMS), PRIMARY,
                               "sim")
     with pytest.raises(ValueError, match="no row in queries"):
-        stats.contrasts_table(scores, queries.iloc[1:], config.record("stats", PARAMS), "strong", "sim")
+        stats.contrasts_table(scores, queries.iloc[1:], config.record("stats", PARAMS), PRIMARY, "sim")
     with pytest.raises(ValueError, match=r"corpora present: \['sim'\]"):
-        stats.contrasts_table(scores, queries, config.record("stats", PARAMS), "strong", "qasper")
+        stats.contrasts_table(scores, queries, config.record("stats", PARAMS), PRIMARY, "qasper")
     with pytest.raises(ValueError, match="stats.contrasts.C1"):
         stats.contrasts_table(scores, queries, config.record("stats", {**PARAMS, "contrasts": {"C1": ["A3"]}}),
-                              "strong", "sim")
+                              PRIMARY, "sim")
 
 
 def test_inputs_not_mutated(sim):
     scores, queries = sim
     before_s, before_q = scores.copy(), queries.copy()
-    stats.contrasts_table(scores, queries, config.record("stats", PARAMS), "strong", "sim")
-    stats.condition_means(scores, queries, config.record("stats", PARAMS), "strong", "sim")
+    stats.contrasts_table(scores, queries, config.record("stats", PARAMS), PRIMARY, "sim")
+    stats.condition_means(scores, queries, config.record("stats", PARAMS), PRIMARY, "sim")
     pd.testing.assert_frame_equal(scores, before_s)
     pd.testing.assert_frame_equal(queries, before_q)
 
 
 def test_paired_deltas(sim):
     scores, queries = sim
-    d = stats.paired_deltas(scores, queries, "A3", "A1", corpus="sim", metric="recall@50", embedder="weak",
+    d = paired.paired_deltas(scores, queries, "A3", "A1", corpus="sim", metric="recall@50", embedder="weak",
                             reranker="xenc")
     assert len(d) == 120 and (d["delta"] == d["value_a"] - d["value_b"]).all()
     assert d.merge(queries, on="query_id")["doc_id_x"].eq(d.merge(queries, on="query_id")["doc_id_y"]).all()
-    empty = stats.paired_deltas(scores, queries, "A3", "ZZ", corpus="sim", metric="recall@50", embedder="weak",
+    empty = paired.paired_deltas(scores, queries, "A3", "ZZ", corpus="sim", metric="recall@50", embedder="weak",
                                 reranker="xenc")
     assert empty.empty and "delta" in empty.columns
 
@@ -330,14 +332,14 @@ def test_mixedlm_recovers_a_planted_effect():
     # A3 − A1 = 0.04 planted, with document and query intercepts much larger than the effect
     scores, queries = stats.simulate_scores(150, 450, {"A3": 0.04, "A1": 0.0}, seed=3, noise_sd=0.05)
     params = {**PARAMS, "contrasts": {"C1": ["A3", "A1"]}}
-    table = stats.mixedlm_table(scores, queries, config.record("stats", params), "strong", "sim")
+    table = stats.mixedlm_table(scores, queries, config.record("stats", params), PRIMARY, "sim")
     row = table.iloc[0]
     assert row["converged"]
     assert abs(row["coef"] - 0.04) < 3 * row["se"] and row["ci_low"] < 0.04 < row["ci_high"]
     assert row["p"] < 1e-3 and row["z"] == pytest.approx(row["coef"] / row["se"])
     assert (row["n_obs"], row["n_queries"], row["n_docs"]) == (900, 450, 150)
     # each document holds every query under both conditions, so the GLS coefficient is the mean paired delta
-    mean_delta = stats.contrasts_table(scores, queries, config.record("stats", params), "strong",
+    mean_delta = stats.contrasts_table(scores, queries, config.record("stats", params), PRIMARY,
                                        "sim").iloc[0]["mean_delta"]
     assert row["coef"] == pytest.approx(mean_delta, abs=1e-8)
     assert "misspecified" in row["note"]
@@ -347,11 +349,11 @@ def test_mixedlm_skips_missing_and_can_be_switched_off(sim):
     scores, queries = sim
     few = scores[(scores.metric == "cov-nDCG@10") & (scores.embedder == "strong") & (scores.reranker == "none")
                  & scores.condition.isin(["A3", "A1"])]
-    table = stats.mixedlm_table(few, queries, config.record("stats", PARAMS), "strong", "sim")
+    table = stats.mixedlm_table(few, queries, config.record("stats", PARAMS), PRIMARY, "sim")
     assert table["contrast"].tolist() == ["C1", "C2", "C3", "C4"]
     assert table.loc[1:, "coef"].isna().all() and table.loc[1:, "note"].str.contains("skipped").all()
     assert np.isfinite(table.loc[0, "coef"])
-    off = stats.mixedlm_table(scores, queries, config.record("stats", {**PARAMS, "mixedlm": False}), "strong", "sim")
+    off = stats.mixedlm_table(scores, queries, config.record("stats", {**PARAMS, "mixedlm": False}), PRIMARY, "sim")
     assert off.empty and "coef" in off.columns
 
 
@@ -373,7 +375,7 @@ def test_dose_response_recovers_a_planted_slope():
     ladder = {"A2": 0.0, "A3-d1": 0.01, "A3-d2": 0.02, "A3": 0.03}
     scores, queries = stats.simulate_scores(200, 600, ladder, seed=9, embedders=("strong", "weak"),
                                             doc_condition_sd=0.005, noise_sd=0.02)
-    table = stats.dose_response(scores, queries, config.record("stats", PARAMS), "strong", "sim")
+    table = stats.dose_response(scores, queries, config.record("stats", PARAMS), PRIMARY, "sim")
     assert table["embedder"].tolist() == ["strong", "weak"]
     for _, row in table.iterrows():
         assert row["ci_low"] < 0.01 < row["ci_high"] and row["p"] < 0.01
@@ -383,7 +385,7 @@ def test_dose_response_recovers_a_planted_slope():
 
 def test_dose_response_with_a_missing_level(sim):
     scores, queries = sim
-    table = stats.dose_response(scores[scores.condition != "A3-d2"], queries, config.record("stats", PARAMS), "strong",
+    table = stats.dose_response(scores[scores.condition != "A3-d2"], queries, config.record("stats", PARAMS), PRIMARY,
                                 "sim")
     assert table["note"].str.contains("A3-d2").all() and np.isnan(table["mean_d2"]).all()
     assert np.isfinite(table["slope"]).all()
@@ -392,8 +394,8 @@ def test_dose_response_with_a_missing_level(sim):
 
 def test_per_type_partitions_the_queries(sim):
     scores, queries = sim
-    table = stats.per_type(scores, queries, config.record("stats", PARAMS), "strong", "sim")
-    overall = stats.contrasts_table(scores, queries, config.record("stats", PARAMS), "strong", "sim")
+    table = stats.per_type(scores, queries, config.record("stats", PARAMS), PRIMARY, "sim")
+    overall = stats.contrasts_table(scores, queries, config.record("stats", PARAMS), PRIMARY, "sim")
     assert set(table["metric"]) == {"cov-nDCG@10"} and set(table["label"]) == {"exploratory"}
     merged = table.groupby(["cell", "contrast"]).apply(
         lambda g: pd.Series({"n": g["n_queries"].sum(), "mean": np.average(g["mean_delta"], weights=g["n_queries"])}),
@@ -406,7 +408,7 @@ def test_per_type_partitions_the_queries(sim):
 
 def test_condition_means(sim):
     scores, queries = sim
-    table = stats.condition_means(scores, queries, config.record("stats", PARAMS), "strong", "sim")
+    table = stats.condition_means(scores, queries, config.record("stats", PARAMS), PRIMARY, "sim")
     ref = scores.groupby(["metric", "embedder", "reranker", "condition"])["value"].mean()
     got = table.set_index(["metric", "embedder", "reranker", "condition"])["mean"]
     np.testing.assert_allclose(got.loc[ref.index], ref)

@@ -51,7 +51,7 @@ def test_notebook_runs_on_simulated_scores(tmp_path, root, run_notebook, params_
     assert set(artifacts.read(cfg, "per_type")["qtype"]) == {"factoid", "multihop", "structural"}
     means = artifacts.read(cfg, "condition_means")
     assert len(means) == 2 * 2 * 11
-    expected = stats.contrasts_table(scores, queries, config.record("stats", cfg["stats"]), "strong", cfg.corpus)
+    expected = stats.contrasts_table(scores, queries, cfg.params("stats"), cfg.params().primary_cell, cfg.corpus)
     pd.testing.assert_frame_equal(contrasts, expected)
     pw = artifacts.read(cfg, "power")  # observed + paper scenario × 4 contrasts × (10 grid sizes + this corpus's 30)
     assert len(pw) == 2 * 4 * 11 and set(pw["scenario"]) == {"observed", "paper"} and pw["power"].notna().any()

@@ -17,15 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
+import subprocess
 import tempfile
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
 
-from . import stages
+from . import models, stages
 from .config import Config
 from .stages import SchemaError  # noqa: F401 - re-exported: artifacts.SchemaError is what a bad table raises
 
@@ -85,9 +88,14 @@ def figures_dir(cfg: Config) -> Path:
     return inside(figures_root(cfg) / cfg.corpus, figures_root(cfg), f"figures folder of corpus {cfg.corpus!r}")
 
 
-def tables_dir(cfg: Config) -> Path:
-    """``figures/<corpus>/tables/``: the Markdown and LaTeX tables of 08_figures."""
-    return figures_dir(cfg) / "tables"
+#: The folder of 08's Markdown and LaTeX tables, relative to ``figures/<corpus>/``.
+REPORT_TABLES = "tables"
+
+
+def report_table(name: str, fmt: str) -> str:
+    """Where 08 writes table ``name`` as ``fmt`` (``md`` or ``tex``), relative to ``figures/<corpus>/`` (the path
+    :func:`write_text` takes and the link ``report.md`` prints): ``tables/<name>.<fmt>``."""
+    return f"{REPORT_TABLES}/{name}.{fmt}"
 
 
 def project_relative(cfg: Config, path: str | Path) -> str:
@@ -346,3 +354,77 @@ def file_hash(path: Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where a stage ran (recorded in every manifest by the runner, printed by 08's report)
+# ---------------------------------------------------------------------------------------------------------------
+
+TRACKED_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "statsmodels", "faiss-cpu", "torch", "transformers",
+                    "sentence-transformers", "mwparserfromhell", "pysbd", "bm25s", "rapidfuzz", "papermill")
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _git_dirty(root: Path) -> bool | None:
+    """True when tracked files differ from the commit (the recorded commit alone would not reproduce the run)."""
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                           text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(r.stdout.strip()) if r.returncode == 0 else None
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict:
+    """Where a stage ran: Python, platform, CPU model and count, its hardware-bfloat16 feature (``cpu_bf16``:
+    amx_bf16 / avx512_bf16 / None, what ``dtype: auto`` may use; ``cpu_features_env``: ``$CHUNKSTUDY_CPU_FEATURES``
+    when it stood in for the CPU's flags) and torch's vector capability (AVX2, AVX512 ...),
+    GPUs, torch's intra-op thread count and CUDA version, the key package versions, and the git commit of the checkout the library was loaded from (and whether
+    its tracked files differed from it; None outside a git checkout). Recorded in every manifest and printed by the
+    report."""
+    env: dict[str, Any] = {"python": f"{platform.python_implementation()} {platform.python_version()}",
+           "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+           "cpu_bf16": models.cpu_bf16_feature(), "cpu_features_env": os.environ.get(models.CPU_FEATURES_ENV),
+           "cpu_capability": None,
+           "gpus": [], "torch_threads": None, "cuda": None, "packages": _versions()}
+    try:
+        import torch
+
+        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        env["torch_threads"] = torch.get_num_threads()
+        env["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        pass
+    code = Path(__file__).resolve().parent  # the code that ran, wherever the data root is
+    env["git_commit"] = _git_commit(code)
+    env["git_dirty"] = _git_dirty(code) if env["git_commit"] else None
+    return env

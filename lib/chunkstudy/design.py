@@ -6,7 +6,7 @@ figure label from one declaration: the parameter schema's choices and defaults (
 outline each condition is cut from and how its prefix is built (:mod:`chunkstudy.conditions`), which conditions are
 retrieved two-stage (:mod:`chunkstudy.retrieve`), the BM25 diagnostic's structures (:mod:`chunkstudy.bm25`), the
 depth ladder of the dose-response (:mod:`chunkstudy.stats`), the metric names 06 writes (:mod:`chunkstudy.metrics`),
-Table 4, the display orders, the contrasts' questions (:mod:`chunkstudy.tables`) and the figures' colours.
+Table 4, the display orders, the contrasts' questions (:mod:`chunkstudy.report.tables`) and the figures' colours.
 
 This module sits at the bottom of the import floors: it imports nothing of the project, and every module may read
 it. A condition or metric named anywhere else is named by one of these records (a test scans the library for a
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 # ---------------------------------------------------------------------------------------------------------------
 # Conditions
@@ -332,6 +332,29 @@ def metric_order_key(name: str) -> tuple:
     """Sort key putting metric names in table order (family, then parameter value; unknown names last)."""
     found = metric_of(name)
     return (METRICS.index(found[0]), found[1], "") if found else (len(METRICS), 0, str(name))
+
+
+def cell_name(metric: str, embedder: str, reranker: str) -> str:
+    """The canonical name of a cell (one metric × one embedder × one reranker setting):
+    ``"<metric>|<embedder>|<reranker>"``, e.g. ``"cov-nDCG@10|strong|none"``."""
+    return f"{metric}|{embedder}|{reranker}"
+
+
+class PrimaryCell(NamedTuple):
+    """The primary cell (paper §4): the one metric × embedder × reranker fixed in advance whose pre-registered
+    contrasts are the confirmatory family; every other cell is exploratory. ``stats.primary_metric`` ×
+    ``embed.strong`` × ``stats.primary_reranker`` (cov-nDCG@10 × strong × none by default), built once from the
+    parameters by :attr:`chunkstudy.params.Params.primary_cell`. A tuple, so it compares equal to
+    ``(metric, embedder, reranker)`` and indexes a table keyed that way."""
+
+    metric: str
+    embedder: str
+    reranker: str
+
+    @property
+    def name(self) -> str:
+        """The cell's canonical name (:func:`cell_name`), e.g. ``"cov-nDCG@10|strong|none"``."""
+        return cell_name(self.metric, self.embedder, self.reranker)
 
 
 def condition_order_key(name: str) -> tuple:

@@ -9,7 +9,7 @@ one folder per condition (a BEIR dataset, plus TREC files):
                             as embedded (prefix + content)}``
 ``<cond>/queries.jsonl``    one line per query: ``{"_id": query_id, "text": question, "metadata": {doc_id, qtype}}``
 ``<cond>/qrels/test.tsv``   BEIR qrels (``query-id  corpus-id  score``, header line): binary relevance by the
-                            paper's rule (:func:`chunkstudy.metrics.relevant`: ``|c ∩ g| >= span_frac·|g|`` or
+                            paper's rule (:func:`chunkstudy.relevance.relevant`: ``|c ∩ g| >= span_frac·|g|`` or
                             ``>= chunk_frac·|c|``), every relevant chunk of the query's document in this condition
 ``<cond>/qrels.txt``        the same in TREC format (``qid 0 docid rel``)
 ``<cond>/qrels_graded.txt`` graded: ``rel = round(GRADE_SCALE · gain)``, ``gain`` the chunk's own coverage weight
@@ -51,7 +51,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import artifacts, conditions, config, metrics
+from . import artifacts, conditions, config, metrics, relevance
 from .params import MetricsParams
 
 #: Graded relevance is an integer: ``round(GRADE_SCALE · gain)`` (a gain resolution of 1e-6).
@@ -77,8 +77,8 @@ def qrels(chunks: pd.DataFrame, queries: pd.DataFrame, condition: str, metrics_p
             for s, e in (list(spans) if spans is not None else [])]
     g = pd.DataFrame(rows, columns=["query_id", "doc_id", "gs", "ge", "n_spans"])
     m = g.merge(c.astype({"doc_id": str}), on="doc_id")
-    ov = metrics.overlap(m["start"], m["end"], m["gs"], m["ge"])
-    m = m.assign(rel=metrics.relevant(m["start"], m["end"], m["gs"], m["ge"], p.span_frac, p.chunk_frac),
+    ov = relevance.overlap(m["start"], m["end"], m["gs"], m["ge"])
+    m = m.assign(rel=relevance.relevant(m["start"], m["end"], m["gs"], m["ge"], p.span_frac, p.chunk_frac),
                  part=ov / (m["ge"] - m["gs"]).clip(lower=1) / m["n_spans"])
     m = m[ov > 0]
     out = m.groupby(["query_id", "chunk_id"], sort=True).agg(relevant=("rel", "any"), gain=("part", "sum"))

@@ -19,19 +19,19 @@ from . import artifacts, config
 
 def headline(cfg: config.Config) -> dict:
     """Counts and primary-cell numbers of a finished run (unrounded)."""
-    s = cfg.params("stats")
+    cell_key = cfg.params().primary_cell
     chunks = artifacts.read(cfg, "chunks")
     contrasts = artifacts.read(cfg, "contrasts")
     means = artifacts.read(cfg, "condition_means")
     primary = contrasts[contrasts["confirmatory"]].sort_values("contrast")
-    cell = means[(means["metric"] == s.primary_metric) & (means["embedder"] == cfg.params("embed").strong)
-                 & (means["reranker"] == s.primary_reranker)]
+    cell = means[(means["metric"] == cell_key.metric) & (means["embedder"] == cell_key.embedder)
+                 & (means["reranker"] == cell_key.reranker)]
     return {
         "corpus": cfg.corpus,
         "documents": int(len(artifacts.read(cfg, "documents"))),
         "queries": int(len(artifacts.read(cfg, "queries"))),
         "chunks_per_condition": {k: int(v) for k, v in chunks.groupby("condition").size().items()},
-        "primary_cell": f"{s.primary_metric}|{cfg.params('embed').strong}|{s.primary_reranker}",
+        "primary_cell": cell_key.name,
         "condition_means": {r.condition: float(r.mean) for r in cell.itertuples()},
         "contrasts": {r.contrast: {"mean_delta": float(r.mean_delta), "p": float(r.p), "p_holm": float(r.p_holm),
                                    "dz": float(r.dz)} for r in primary.itertuples()},

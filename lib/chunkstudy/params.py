@@ -522,3 +522,9 @@ class Params:
     figures: FiguresParams = group(FiguresParams)
     conditions: ConditionsParams = group(ConditionsParams)
     contrasts: ContrastsParams = group(ContrastsParams)
+
+    @property
+    def primary_cell(self) -> design.PrimaryCell:
+        """The primary cell, computed once from the parameters: ``stats.primary_metric`` × ``embed.strong`` ×
+        ``stats.primary_reranker`` (:class:`chunkstudy.design.PrimaryCell`)."""
+        return design.PrimaryCell(self.stats.primary_metric, self.embed.strong, self.stats.primary_reranker)

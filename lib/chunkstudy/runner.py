@@ -19,9 +19,9 @@ from and every notebook reads, so an edit of the parameter file during the run h
    folder stops the run, named, before anything is deleted), removes the stage's manifest and old outputs,
    executes the notebook in a fresh kernel with ``params_file`` (the frozen copy) injected, writes the executed
    copy to ``build/executed/CORPUS/`` (and its HTML export beside it, :func:`export_html`), hashes the outputs
-   and writes the manifest last (atomically), with the environment it ran in (:func:`environment`: package
-   versions, git commit, Python, CPU/GPU, torch threads). A run killed midway
-   leaves no manifest, so the stage reruns; tables are written atomically, so a later stage never reads a
+   and writes the manifest last (atomically), with the environment it ran in
+   (:func:`chunkstudy.artifacts.environment`: package versions, git commit, Python, CPU/GPU, torch threads). A run
+   killed midway leaves no manifest, so the stage reruns; tables are written atomically, so a later stage never reads a
    half-written one. Cleanup deletes only folders strictly inside ``data/<corpus>/`` and ``figures/``. The
    warnings a notebook sends (:func:`chunkstudy.progress.warn`) appear in the runner's output as they come, and
    the manifest records them for the report.
@@ -45,24 +45,19 @@ import platform
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, config, models, progress, stages
+from . import artifacts, config, progress, stages
 
 #: Which earlier stages each stage reads (its inputs are their outputs), from :data:`chunkstudy.stages.STAGES`
 #: under any parameters; :func:`stage_key` narrows it to the reads a parameter file switches on.
 STAGE_DEPS: dict[str, tuple[str, ...]] = {s: stages.upstream(s) for s in stages.STAGE_NAMES}
-
-TRACKED_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "statsmodels", "faiss-cpu", "torch", "transformers",
-                    "sentence-transformers", "mwparserfromhell", "pysbd", "bm25s", "rapidfuzz", "papermill")
 
 
 class StageFailed(RuntimeError):
@@ -166,7 +161,7 @@ def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
     (transitively; every import statement of a module counts, also one inside a function), every package
     ``__init__`` on the way, and the package data a module among them loads (a non-Python file belongs to each
     module with a string constant that names it, outside docstrings: ``TEMPLATE = "report.html.j2"`` of
-    ``report_html``). Sorted paths."""
+    ``report.html``). Sorted paths."""
     pkg = pkg or Path(__file__).resolve().parent
     seen: set[Path] = set()
     todo = ["", *_imported(ast.parse(notebook.read_text(encoding="utf-8")), "")]
@@ -364,71 +359,6 @@ def is_current(cfg: config.Config, stage: Stage, key: dict) -> bool:
     return {k: v["sha256"] for k, v in now.items()} == {k: v["sha256"] for k, v in m["outputs"].items()}
 
 
-def _git_commit(root: Path) -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _git_dirty(root: Path) -> bool | None:
-    """True when tracked files differ from the commit (the recorded commit alone would not reproduce the run)."""
-    try:
-        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
-                           text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return bool(r.stdout.strip()) if r.returncode == 0 else None
-
-
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in TRACKED_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def environment() -> dict:
-    """Where a stage ran: Python, platform, CPU model and count, its hardware-bfloat16 feature (``cpu_bf16``:
-    amx_bf16 / avx512_bf16 / None, what ``dtype: auto`` may use; ``cpu_features_env``: ``$CHUNKSTUDY_CPU_FEATURES``
-    when it stood in for the CPU's flags) and torch's vector capability (AVX2, AVX512 ...),
-    GPUs, torch's intra-op thread count and CUDA version, the key package versions, and the git commit of the checkout the library was loaded from (and whether
-    its tracked files differed from it; None outside a git checkout). Recorded in every manifest and printed by the
-    report."""
-    env: dict[str, Any] = {"python": f"{platform.python_implementation()} {platform.python_version()}",
-           "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
-           "cpu_bf16": models.cpu_bf16_feature(), "cpu_features_env": os.environ.get(models.CPU_FEATURES_ENV),
-           "cpu_capability": None,
-           "gpus": [], "torch_threads": None, "cuda": None, "packages": _versions()}
-    try:
-        import torch
-
-        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-        env["torch_threads"] = torch.get_num_threads()
-        env["cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        pass
-    code = Path(__file__).resolve().parent  # the code that ran, wherever the data root is
-    env["git_commit"] = _git_commit(code)
-    env["git_dirty"] = _git_dirty(code) if env["git_commit"] else None
-    return env
-
 
 def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
     import pyarrow.parquet as pq
@@ -444,14 +374,14 @@ def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
                    sources: list[dict] | None = None, env: dict | None = None,
                    warned: list[str] | None = None) -> dict:
     """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
-    (:func:`environment`, or ``env`` when the runner has it), the warnings the stage sent
+    (:func:`chunkstudy.artifacts.environment`, or ``env`` when the runner has it), the warnings the stage sent
     (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
     sha256 and the digest of every parameter), the content of the JSON outputs declared with ``manifest=True``
     (``records``: how each encoder ran), what the user added (``user_declared``: the digest and names of
     ``conditions.extra`` and ``contrasts.extra``, when any; 01's tells whether they were declared before the run)
     and, for 01, the fingerprints of its source files. Paths are relative to the
     project."""
-    env = env or environment()
+    env = env or artifacts.environment()
     manifest = {
         "stage": stage.name,
         "corpus": cfg.corpus,
@@ -848,7 +778,7 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             now = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in sources]
             if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
                 key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
-        env = env or environment()  # the same for every stage of this run: git, versions, devices looked up once
+        env = env or artifacts.environment()  # the same for every stage of this run: looked up once
         write_manifest(cfg, stage, key, dt, sources, env, warned)
         log(f"{stage.name:<16} ran      {dt:6.1f} s" + (f"  ({len(warned)} warning{'s' * (len(warned) != 1)}, "
                                                         "in the report)" if warned else ""))

@@ -73,7 +73,7 @@ windows, reply parsing, violations, repair), :mod:`.texttiling` (the baseline), 
 documents, the tf-idf lexicon, legal levels, the log row) and :mod:`.summary` (span identity, the counts of
 ``induction_stats.json``, outline views, the model note). Every public name is re-exported here
 (``chunkstudy.induce.repair`` and the like); the table beside the paper's numbers is
-:func:`chunkstudy.tables.induction`.
+:func:`chunkstudy.report.tables.induction`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reporting an induction run: span identity with gold (the paper's measure), the counts of
 ``induction_stats.json``, outline views for display, and the note on which model produced the structure. The
-table beside the paper's numbers is :func:`chunkstudy.tables.induction`."""
+table beside the paper's numbers is :func:`chunkstudy.report.tables.induction`."""
 
 from __future__ import annotations
 

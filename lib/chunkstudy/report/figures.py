@@ -13,7 +13,7 @@
 * :func:`reranker_lift` — reranked minus not reranked, per condition.
 * :func:`power_curves` — simulated power against the number of documents, per contrast (issue 18 §2).
 
-Numbers printed on figures are rounded here (stage 08) with the formatters of :mod:`chunkstudy.tables`.
+Numbers printed on figures are rounded here (stage 08) with the formatters of :mod:`chunkstudy.report.tables`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from . import design, stats, tables  # noqa: E402
-from .params import Params  # noqa: E402
+from .. import design, stats  # noqa: E402
+from ..params import Params  # noqa: E402
+from . import tables  # noqa: E402
 
 #: rcParams applied to every figure (one consistent style).
 STYLE: dict = {
@@ -294,7 +295,7 @@ def contrasts_forest(contrasts: pd.DataFrame, metric: str,
     (confirmatory) cell drawn solid and labelled with its Holm p, the other cells hollow (exploratory). A row not
     fit for inference (07's ``inference`` false) is drawn as its Δ alone, without a CI, and labelled "no
     inference" instead of a p; a contrast of ``marks`` (its placebo is not clean,
-    :func:`chunkstudy.tables.placebo_marks`) carries the mark and "placebo not clean" on its axis label."""
+    :func:`chunkstudy.report.tables.placebo_marks`) carries the mark and "placebo not clean" on its axis label."""
     marks = dict(marks or {})
     c = contrasts[(contrasts["metric"] == metric)] if "metric" in contrasts else contrasts
     c = c[c["mean_delta"].notna()]
@@ -383,7 +384,7 @@ def budget_coverage(condition_means: pd.DataFrame, embedder: str, reranker: str)
     m = m.assign(budget=budget[m.index].astype(int))
     fig = _figure(6.4, 4.2)
     ax = fig.add_subplot()
-    for cond in tables._order(m["condition"], tables.CONDITION_ORDER):
+    for cond in tables._order(m["condition"], design.CONDITION_NAMES):
         s = m[m["condition"] == cond].sort_values("budget")
         ax.plot(s["budget"], s["mean"], marker="o", ms=3.5, color=color(cond), label=cond,
                 ls="--" if _control(cond) else "-")
@@ -406,7 +407,7 @@ def section_recall(summary: pd.DataFrame) -> Figure:
         return placeholder("Section recall", "no two-stage condition in this run")
     fig = _figure(5.6, 3.6)
     ax = fig.add_subplot()
-    conds = tables._order(summary["condition"], tables.CONDITION_ORDER)
+    conds = tables._order(summary["condition"], design.CONDITION_NAMES)
     groups = list(dict.fromkeys(zip(summary["embedder"], summary["reranker"])))
     width = 0.8 / len(groups)
     for j, (e, r) in enumerate(groups):
@@ -472,7 +473,7 @@ def reranker_lift(lift: pd.DataFrame) -> Figure:
     :func:`chunkstudy.stats.reranker_lift`), one bar group per condition, one bar per reranker."""
     if lift.empty:
         return placeholder("Reranker lift", "no reranked cell in this run (retrieve.rerankers is empty)")
-    conds = tables._order(lift["condition"], tables.CONDITION_ORDER)
+    conds = tables._order(lift["condition"], design.CONDITION_NAMES)
     rerankers = list(dict.fromkeys(lift["reranker"]))
     fig = _figure(max(5.0, 0.6 * len(conds) + 1.5), 3.6)
     ax = fig.add_subplot()
@@ -543,7 +544,7 @@ def all_figures(inputs: Mapping[str, pd.DataFrame | None], params: Params, doc_i
     a missing or None table gives a :func:`placeholder` saying so). ``params`` = ``cfg.params()``. Returns
     ``{name: Figure}`` in report order."""
     st = params.stats
-    emb, rr, metric = params.embed.strong, st.primary_reranker, st.primary_metric
+    metric, emb, rr = params.primary_cell
     marks = tables.placebo_marks(inputs.get("placebo_buckets"), st.contrasts)
 
     def have(*names: str) -> bool:

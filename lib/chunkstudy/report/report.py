@@ -1,8 +1,8 @@
 """The per-corpus report of stage 08 (``figures/<corpus>/report.md``) and the cross-corpus replication table.
 
-The report gathers the tables (:mod:`chunkstudy.tables`) and figures (:mod:`chunkstudy.figures`) of one run and
-says, in this order: what models were actually used (and loudly, when they are not the study's: an LLM that is not
-``capable``, a baseline inducer or A1 context method, an untrained reranker, stand-in embedders); what is
+The report gathers the tables (:mod:`chunkstudy.report.tables`) and figures (:mod:`chunkstudy.report.figures`) of
+one run and says, in this order: what models were actually used (and loudly, when they are not the study's: an LLM
+that is not ``capable``, a baseline inducer or A1 context method, an untrained reranker, stand-in embedders); what is
 confirmatory (the four contrasts of the primary cell only) and what is exploratory (everything else); whether the
 contrasts replicate on the other corpus (when its 07_stats contrasts exist); how the data were built; and where
 each stage ran (the environment its manifest recorded: git commit, Python, torch and its threads, CPU/GPU, key
@@ -15,16 +15,17 @@ paths); every other function here is pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from dataclasses import replace
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from . import artifacts, drilldown, figures, paper, report_html, stages, stats, tables
-from . import config
-from .config import Config
-from .params import Params, StatsParams
+from .. import artifacts, config, paper, stages, stats
+from ..config import Config
+from ..params import Params, StatsParams
+from . import drilldown, figures, html, tables
+from .bundle import Bundle
 
 #: Tables 08 reads (its declared reads, :data:`chunkstudy.stages.STAGES`; runs are not needed: the scores already
 #: summarise them).
@@ -64,10 +65,8 @@ def run_facts(cfg: Config) -> dict[str, Any]:
     """Where the run's results came from: the manifests of stages 01-07 (their recorded environments), the
     environment this report is built in (stage 08), the parameter file relative to the project root, and the root
     itself (so that no absolute path of this machine ends up in the report)."""
-    from .runner import environment
-
     manifests = {s: m for s in stages.upstream("08_figures") if (m := artifacts.read_manifest(cfg, s)) is not None}
-    return {"manifests": manifests, "environment": environment(),
+    return {"manifests": manifests, "environment": artifacts.environment(),
             "params_file": artifacts.project_relative(cfg, cfg.path), "root": str(cfg.root)}
 
 
@@ -108,19 +107,28 @@ def package_versions(manifests: Mapping[str, Mapping], current: Mapping | None =
     return pd.DataFrame(rows, columns=["package", "version", "stages with another version"])
 
 
-def partner_contrasts(cfg: Config) -> tuple[str | None, pd.DataFrame | None, str]:
-    """The other corpus of the replication pair (``figures.replicate_with``): ``(corpus, contrasts, note)``;
-    contrasts None (and a note saying why) when unset or when its 07_stats has not run."""
+class Partner(NamedTuple):
+    """The other corpus of the replication pair (``figures.replicate_with``): its name, its 07_stats
+    ``contrasts`` and a ``note`` saying why they are absent (None and "" when there is no partner to read)."""
+
+    corpus: str | None = None
+    contrasts: pd.DataFrame | None = None
+    note: str = ""
+
+
+def partner_contrasts(cfg: Config) -> Partner:
+    """The other corpus of the replication pair (``figures.replicate_with``, :class:`Partner`); contrasts None
+    (and a note saying why) when unset or when its 07_stats has not run."""
     try:
         other = artifacts.partner_config(cfg)
     except Exception as e:  # a named but unreadable params file is a note, not a crash
-        return None, None, f"replication: figures.replicate_with could not be loaded ({e})"
+        return Partner(None, None, f"replication: figures.replicate_with could not be loaded ({e})")
     if other is None:
-        return None, None, "replication: no partner corpus configured (figures.replicate_with is null)"
+        return Partner(None, None, "replication: no partner corpus configured (figures.replicate_with is null)")
     if not artifacts.exists(other, "contrasts"):
-        return other.corpus, None, (f"replication: corpus {other.corpus!r} has no 07_stats contrasts yet "
-                                    f"(run ./run_all.sh {other.corpus}); the replication table is left out")
-    return other.corpus, artifacts.read(other, "contrasts"), ""
+        return Partner(other.corpus, None, (f"replication: corpus {other.corpus!r} has no 07_stats contrasts yet "
+                                            f"(run ./run_all.sh {other.corpus}); the replication table is left out"))
+    return Partner(other.corpus, artifacts.read(other, "contrasts"), "")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -264,7 +272,7 @@ def inference_warnings(contrasts: pd.DataFrame | None, stats_params: StatsParams
 
 
 def placebo_warnings(marks: Mapping[str, str]) -> list[str]:
-    """A warning when the placebo is not a placebo (:func:`chunkstudy.tables.placebo_marks`), naming the
+    """A warning when the placebo is not a placebo (:func:`chunkstudy.report.tables.placebo_marks`), naming the
     contrasts marked in the tables and figures."""
     if not marks:
         return []
@@ -351,23 +359,6 @@ def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -
 # Assembly
 # ---------------------------------------------------------------------------------------------------------------
 
-@dataclass
-class Bundle:
-    """Everything one report holds: tables and figures by name (report order), notes on missing inputs, model
-    warnings, and the facts the text quotes."""
-
-    corpus: str
-    tables: dict[str, tables.Table] = field(default_factory=dict)
-    figures: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    models: pd.DataFrame | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
-    drilldown: list = field(default_factory=list)  # drilldown.ContrastDrill per contrast (report.html)
-    environment: pd.DataFrame | None = None
-    packages: pd.DataFrame | None = None
-
-
 def _try(bundle: Bundle, name: str, fn, *args, **kwargs) -> None:
     try:
         bundle.tables[name] = fn(*args, **kwargs)
@@ -376,12 +367,13 @@ def _try(bundle: Bundle, name: str, fn, *args, **kwargs) -> None:
 
 
 def build(params: Params, corpus: str, inputs: Mapping[str, Any],
-          partner: tuple[str | None, pd.DataFrame | None, str] = (None, None, "")) -> Bundle:
+          partner: Partner = Partner()) -> Bundle:
     """Every table and figure of one corpus's report from the gathered ``inputs`` (:func:`gather`); ``params`` is
     ``cfg.params()``; ``partner`` = :func:`partner_contrasts`. Missing inputs become notes, never errors."""
     b = Bundle(corpus=corpus, warnings=model_warnings(params), models=models_used(params, inputs.get("manifests")))
     st = params.stats
-    emb, rr = params.embed.strong, st.primary_reranker
+    primary = params.primary_cell
+    emb, rr = primary.embedder, primary.reranker
     kind = params.corpus.kind
     got = {k: v for k, v in inputs.items() if isinstance(v, pd.DataFrame)}
     b.notes += [f"input {m} is missing (its stage has not run or does not write it)" for m in inputs.get("missing", [])]
@@ -399,7 +391,7 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
     if "condition_means" in got:
         _try(b, "table2", tables.table2, got["condition_means"], emb, rr)
     if "reranker_lift" in got:
-        _try(b, "reranker_lift", tables.reranker_lift, got["reranker_lift"], st.primary_metric, emb)
+        _try(b, "reranker_lift", tables.reranker_lift, got["reranker_lift"], primary.metric, emb)
     if "dose_response" in got:
         _try(b, "dose_response", tables.dose_response, got["dose_response"])
     if "section_recall_summary" in got:
@@ -426,7 +418,7 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
     if "user_contrasts" in got and len(got["user_contrasts"]):
         b.facts["user_declared"], b.facts["user_registration"] = user_registration(params, inputs.get("manifests"))
         _try(b, "user_contrasts", tables.user_contrasts, got["user_contrasts"],
-             stats.cell_name(st.primary_metric, emb, rr), b.facts["user_registration"])
+             primary.name, b.facts["user_registration"])
         if "user_power" in got and len(got["user_power"]) and "user_power_needed" in got:
             _try(b, "user_power", lambda n, p: replace(
                 tables.power(n, p), name="user_power",
@@ -495,7 +487,8 @@ def _recorded_n_boot(b: Bundle) -> Any:
 
 def render(b: Bundle, params: Params, params_file: str = "") -> str:
     """The report as Markdown (``figures/<corpus>/report.md``): figures are linked by relative path
-    (``<name>.png``), tables are inlined (their LaTeX lies in ``tables/<name>.tex``)."""
+    (``<name>.png``), tables are inlined (their LaTeX lies in :func:`chunkstudy.artifacts.report_table`,
+    ``tables/<name>.tex``)."""
     out: list[str] = [f"# chunkstudy — report for corpus `{b.corpus}`", ""]
     params_file = b.facts.get("params_file") or params_file  # relative to the project root when known
     facts = [f"parameters `{params_file}`" if params_file else "",
@@ -515,8 +508,8 @@ def render(b: Bundle, params: Params, params_file: str = "") -> str:
         if t is None:
             out.extend([f"_{name}: not available in this run (see the notes at the end)._", ""])
             return
-        out.extend([f"### {tables.md_escape(t.title)}", "", t.markdown(),
-                    f"LaTeX: [`tables/{t.name}.tex`](tables/{t.name}.tex)", ""])
+        tex = artifacts.report_table(t.name, "tex")
+        out.extend([f"### {tables.md_escape(t.title)}", "", t.markdown(), f"LaTeX: [`{tex}`]({tex})", ""])
 
     def figure(name: str) -> None:
         if name in b.figures:
@@ -593,7 +586,7 @@ def render(b: Bundle, params: Params, params_file: str = "") -> str:
 
 
 def power_sentences(needed: pd.DataFrame) -> list[str]:
-    """One sentence per contrast from :func:`chunkstudy.power.needed_table` (the data of the ``power`` table), as
+    """One sentence per contrast from :func:`chunkstudy.stats.power.needed_table` (the data of the ``power`` table), as
     a Markdown list: "**C2** (A3 − P) at the paper's effect (Wikipedia-FA, dz +0.09) needs about 130 documents
     for 80% power; this corpus has 10. At this run's effect (dz -0.14) it needs about 68." """
     def needs(r: pd.Series, goal: str = "") -> str:
@@ -659,19 +652,19 @@ def tables_markdown(b: Bundle, prefix: str = "") -> str:
 
 def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
     """Write every table (``tables/<name>.md`` and ``.tex``), every figure (``<name>.<fmt>``), ``report.md`` and
-    ``report.html`` (:mod:`chunkstudy.report_html`: the same report, self-contained) under ``figures/<corpus>/``
+    ``report.html`` (:mod:`chunkstudy.report.html`: the same report, self-contained) under ``figures/<corpus>/``
     through :mod:`chunkstudy.artifacts`; returns the list of files written."""
     written = []
     for t in b.tables.values():
-        written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.md",
+        written.append(("table", t.name, artifacts.write_text(cfg, artifacts.report_table(t.name, "md"),
                                                                 f"# {tables.md_escape(t.title)}\n\n"
                                                                 + t.markdown())))
-        written.append(("table", t.name, artifacts.write_text(cfg, f"tables/{t.name}.tex", t.latex())))
+        written.append(("table", t.name, artifacts.write_text(cfg, artifacts.report_table(t.name, "tex"), t.latex())))
     for name, fig in b.figures.items():
         written += [("figure", name, p) for p in artifacts.write_figure(cfg, name, fig)]
     markdown = render(b, cfg.params(), params_file)
     written.append(("report", "report", artifacts.write_text(cfg, "report.md", markdown)))
     written.append(("report", "report.html", artifacts.write_text(
-        cfg, "report.html", report_html.render(b, markdown, cfg.params("figures").dpi))))
+        cfg, "report.html", html.render(b, markdown, cfg.params("figures").dpi))))
     return pd.DataFrame([(k, n, artifacts.project_relative(cfg, p)) for k, n, p in written],
                         columns=["kind", "name", "path"])

@@ -1,20 +1,20 @@
 """The HTML report of stage 08: ``figures/<corpus>/report.html``, one self-contained file (issue 18 §3).
 
-It renders the **same** report as ``report.md`` (:func:`chunkstudy.report.render`: the same sections, tables,
-warnings and notes, in the same order) and adds what only HTML can:
+It renders the **same** report as ``report.md`` (:func:`chunkstudy.report.report.render`: the same sections,
+tables, warnings and notes, in the same order) and adds what only HTML can:
 
 * every figure embedded as a base64 PNG (``data:image/png;base64,...``), so the file opens anywhere, offline;
 * every table sortable by a click on its header (a few lines of inline vanilla JavaScript, no server, no CDN);
-* one collapsible ``<details>`` drill-down per pre-registered contrast (:mod:`chunkstudy.drilldown`) under the
-  report's drill-down section: each picked query's question, gold evidence, its top chunks under both conditions
+* one collapsible ``<details>`` drill-down per pre-registered contrast (:mod:`chunkstudy.report.drilldown`) under
+  the report's drill-down section: each picked query's question, gold evidence, its top chunks under both conditions
   side by side, and the chunks' texts with the gold characters highlighted;
 * the model warnings first, as in the Markdown, styled as a warning box;
 * a table of contents.
 
 The Markdown is turned into HTML by markdown-it-py (CommonMark plus pipe tables, raw HTML disabled so that no
 text of the run can inject markup); the page is a Jinja2 template shipped in the package
-(``chunkstudy/templates/report.html.j2``) with autoescaping on. Everything here is pure: strings and figures in,
-a string out; :func:`chunkstudy.report.write_all` writes it through :mod:`chunkstudy.artifacts`.
+(``chunkstudy/report/templates/report.html.j2``) with autoescaping on. Everything here is pure: strings and figures in,
+a string out; :func:`chunkstudy.report.report.write_all` writes it through :mod:`chunkstudy.artifacts`.
 """
 
 from __future__ import annotations
@@ -22,15 +22,13 @@ from __future__ import annotations
 import base64
 import io
 import re
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import jinja2
 from markdown_it import MarkdownIt
 
 from . import drilldown
-
-if TYPE_CHECKING:  # report imports this module; the Bundle type is only needed for annotations
-    from .report import Bundle
+from .bundle import Bundle
 
 TEMPLATE = "report.html.j2"
 
@@ -58,7 +56,7 @@ def _offline_only(images: Mapping[str, str]):
     """A markdown-it core rule that keeps the page self-contained whatever Markdown reaches it: an image whose
     ``src`` is not one of the report's own figures (``images``) becomes its alt text, and a link that does not
     point beside the report (:func:`local_href`) becomes its text. Tables and text from the corpus are escaped
-    before they reach the Markdown (:func:`chunkstudy.tables.md_escape`); this is the second line of defence."""
+    before they reach the Markdown (:func:`chunkstudy.report.tables.md_escape`); this is the second line of defence."""
     def rule(state) -> None:
         for block in state.tokens:
             if block.type != "inline" or not block.children:
@@ -166,15 +164,15 @@ def drill_views(drills: Sequence[drilldown.ContrastDrill]) -> list[dict[str, Any
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.PackageLoader("chunkstudy", "templates"), autoescape=True,
+    return jinja2.Environment(loader=jinja2.PackageLoader("chunkstudy.report", "templates"), autoescape=True,
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
-def render(b: "Bundle", markdown: str, dpi: int) -> str:
-    """The self-contained HTML page of a report: ``markdown`` is :func:`chunkstudy.report.render` of bundle
-    ``b`` (the same content), ``b.figures`` are embedded as PNG at ``dpi``, ``b.drilldown`` becomes one
-    ``<details>`` per contrast under the section headed :data:`chunkstudy.drilldown.HEADING` (appended at the end
-    when the Markdown has no such section)."""
+def render(b: Bundle, markdown: str, dpi: int) -> str:
+    """The self-contained HTML page of a report: ``markdown`` is :func:`chunkstudy.report.report.render` of
+    bundle ``b`` (the same content), ``b.figures`` are embedded as PNG at ``dpi``, ``b.drilldown`` becomes one
+    ``<details>`` per contrast under the section headed :data:`chunkstudy.report.drilldown.HEADING` (appended at the
+    end when the Markdown has no such section)."""
     images = {f"{name}.png": data_uri(figure_png(fig, dpi)) for name, fig in b.figures.items()}
     title, preamble, sections = split_sections(markdown)
     views = [{"id": slug(h), "heading": _inline(h), "body": markdown_to_html(body, images),

@@ -8,8 +8,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import design, stages
-from .common import (CONDITION_ORDER, CONTRAST_QUESTIONS, NO_INFERENCE, PLACEBO_MARK, USER_MARK, USER_NOTE, _order,
+from ... import design, stages
+from .common import (CONTRAST_QUESTIONS, NO_INFERENCE, PLACEBO_MARK, USER_MARK, USER_NOTE, _order,
                      _require, gated, is_user_condition,
                      inference_mask, paper_source_label, row_notes)
 from .formatting import DASH, _missing, fmt_ci, fmt_delta, fmt_int, fmt_n, fmt_needed, fmt_num, fmt_p, fmt_pct
@@ -103,7 +103,7 @@ def table2(condition_means: pd.DataFrame, embedder: str, reranker: str) -> Table
         raise ValueError(f"condition_means: no rows for embedder {embedder!r} × reranker {reranker!r}; present: "
                          f"{sorted(set(zip(condition_means['embedder'], condition_means['reranker'])))}")
     wide = sel.pivot_table(index="condition", columns="metric", values="mean", aggfunc="first")
-    wide = wide.loc[_order(wide.index, CONDITION_ORDER), sorted(wide.columns, key=design.metric_order_key)]
+    wide = wide.loc[_order(wide.index, design.CONDITION_NAMES), sorted(wide.columns, key=design.metric_order_key)]
     n = sel.groupby("condition")["n_queries"].max() if "n_queries" in sel else None
     data = wide.reset_index().rename_axis(columns=None)
     if n is not None:
@@ -132,7 +132,7 @@ def table4(conditions: Sequence[str], summary: Mapping[str, Any] | None, context
     unknown = [c for c in conditions if c not in design.CONDITION_NAMES]
     if unknown:
         raise ValueError(f"table4: unknown condition {unknown[0]!r}; known: {list(design.CONDITION_NAMES)}")
-    conds = _order(conditions, CONDITION_ORDER)
+    conds = _order(conditions, design.CONDITION_NAMES)
     spec = {c: design.condition(c).table4(route_sections) for c in conds}
     if contexts_method != "llm":
         spec = {c: (b, f"{contexts_method} situating context (non-LLM baseline)", r)
@@ -245,7 +245,7 @@ def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str,
 def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:
     """The power analysis (07 ``power_needed`` and ``power``; planning, not confirmatory): per contrast and effect
     scenario (this run's effect, the paper's dz), the documents the clustered-bootstrap + Holm test needs for the
-    target power (interpolated on the simulated grid by 07, :func:`chunkstudy.power.needed_table`), the simulated
+    target power (interpolated on the simulated grid by 07, :func:`chunkstudy.stats.power.needed_table`), the simulated
     power at this corpus's own size, and the design effect and ICC of its deltas; the notes name the simulation's
     settings from ``power``. ``†`` marks an N where the test's size under the null exceeds alpha
     (anti-conservative with few documents), so that N is optimistic."""
@@ -294,7 +294,7 @@ def user_contrasts(user_contrasts: pd.DataFrame, cell: str, registration: str) -
     """The user's contrasts (07's ``user_contrasts``, ``contrasts.extra``) in one cell (the primary cell's name,
     e.g. ``cov-nDCG@10 | strong | none``): Δ, 95% CI, p, Holm p within the user's family (never the
     confirmatory four's), dz, queries / documents. ``registration`` is the sentence saying whether they were
-    declared before the run (:func:`chunkstudy.report.user_registration`). Exploratory."""
+    declared before the run (:func:`chunkstudy.report.report.user_registration`). Exploratory."""
     _require(user_contrasts, ["cell", "contrast", "condition_a", "condition_b", "mean_delta", "ci_low", "ci_high",
                               "p", "p_holm", "dz", "n_queries", "n_docs"], "user_contrasts")
     d = user_contrasts[user_contrasts["cell"] == cell].reset_index(drop=True)

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import design, paper, stages
+from ... import design, paper, stages
 from .common import PAPER, USER_MARK, USER_NOTE, _require
 from .formatting import DASH, _missing, fmt_int, fmt_num, fmt_pct
 from .record import Table

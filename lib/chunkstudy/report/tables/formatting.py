@@ -1,4 +1,4 @@
-"""Formatting: the only rounding in the project (the policy is stated in :mod:`chunkstudy.tables`). Every
+"""Formatting: the only rounding in the project (the policy is stated in :mod:`chunkstudy.report.tables`). Every
 formatter maps a missing value to an em dash (:data:`DASH`)."""
 
 from __future__ import annotations

@@ -9,20 +9,14 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from .. import design, paper, stages
-from ..config import SCHEMA
+from ... import design, paper, stages
+from ...config import SCHEMA
 
-#: Display order of conditions (the paper's), from the declared conditions (:mod:`chunkstudy.design`).
-CONDITION_ORDER: tuple[str, ...] = design.CONDITION_NAMES
 #: Display order of metrics (primary first, then the secondary ladder) under the default ``metrics`` parameters;
 #: tables order any metric name by :func:`chunkstudy.design.metric_order_key`.
 METRIC_ORDER: tuple[str, ...] = tuple(design.metric_names({k: p.default for k, p in SCHEMA["metrics"].items()}))
 #: The mechanism question each pre-registered contrast asks (paper §3.2), keyed by (condition_a, condition_b).
 CONTRAST_QUESTIONS: dict[tuple[str, str], str] = {(c.a, c.b): c.question for c in design.CONTRASTS}
-#: Table 4 of the paper (appendix; DESIGN.md "Conditions"): boundaries, prefix at embedding time, retrieval, from
-#: each declared condition (:meth:`chunkstudy.design.Condition.table4`, stage 1 keeping the paper's 5 sections).
-CONDITIONS: dict[str, tuple[str, str, str]] = {
-    c.name: c.table4(paper.value("study", "design", "route_sections")) for c in design.CONDITIONS}
 
 #: Which query-funnel step (03 ``query_funnel``) each paper count stands beside, by corpus kind.
 PAPER_QUERY_STEPS: dict[str, dict[str, str]] = {

@@ -18,7 +18,8 @@ The paper's own numbers (the ``paper`` columns, :data:`PAPER`) come from :mod:`c
 Layout: :mod:`.formatting` (the formatters, the only rounding), :mod:`.record` (the :class:`Table` record and its
 Markdown/LaTeX renderings), :mod:`.common` (display orders, the paper's numbers, the input check), and the
 builders: :mod:`.results` (Tables 1, 2, 4, the exploratory tables, power) and :mod:`.construction` (funnels,
-induction, size matching, placebo). Every name is re-exported here: ``chunkstudy.tables.table2`` and the like.
+induction, size matching, placebo). Every name is re-exported here: ``chunkstudy.report.tables.table2`` and the
+like.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .record import (  # noqa: F401
     Table, latex_escape, to_latex, md_escape, markdown_table,
 )
 from .common import (  # noqa: F401
-    CONDITION_ORDER, METRIC_ORDER, CONTRAST_QUESTIONS, CONDITIONS, PAPER_QUERY_STEPS, PAPER, _order, _require,
+    METRIC_ORDER, CONTRAST_QUESTIONS, PAPER_QUERY_STEPS, PAPER, _order, _require,
     paper_source_label, NO_INFERENCE, PLACEBO_MARK, inference_mask, gated, row_notes, placebo_marks, USER_MARK,
     USER_NOTE, is_user_condition,
 )
@@ -43,7 +44,7 @@ from .construction import (  # noqa: F401
 
 __all__ = [
     "DASH", "fmt_num", "fmt_delta", "fmt_int", "fmt_pct", "fmt_ci", "fmt_p", "fmt_n", "fmt_approx_n", "fmt_needed",
-    "Table", "latex_escape", "to_latex", "md_escape", "markdown_table", "CONDITION_ORDER", "METRIC_ORDER", "CONTRAST_QUESTIONS", "CONDITIONS",
+    "Table", "latex_escape", "to_latex", "md_escape", "markdown_table", "METRIC_ORDER", "CONTRAST_QUESTIONS",
     "PAPER_QUERY_STEPS", "PAPER", "paper_source_label", "NO_INFERENCE", "PLACEBO_MARK", "inference_mask", "gated",
     "row_notes", "placebo_marks", "table1", "table2", "table4", "dose_response",
     "section_recall_table", "reranker_lift", "per_type", "power", "corpus_funnel", "INDUCTION_ROWS", "induction",

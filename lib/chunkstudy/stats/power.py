@@ -5,7 +5,7 @@ observed in this run, and at the paper's reported effects?
 Method (simulation by resampling this run's documents)
 -----------------------------------------------------
 **Population.** The primary cell's paired per-query deltas ``δ_qk = score_A(q) − score_B(q)`` of every contrast
-``k`` of ``stats.contrasts`` (:func:`chunkstudy.stats.paired_deltas`), grouped by document into per-document sums
+``k`` of ``stats.contrasts`` (:func:`chunkstudy.metrics.paired.paired_deltas`), grouped by document into per-document sums
 ``S_dk`` and counts ``n_dk``. The population is the ``G`` documents with at least one paired query in *every*
 computable contrast, so that a drawn document always brings a bundle to each contrast (documents left out are
 counted in the note). A contrast with no paired query at all is absent: it stays in the Holm family with p = NaN,
@@ -70,9 +70,12 @@ import numpy as np
 import pandas as pd
 from scipy.stats import nct, norm
 
-from . import progress, stages, stats
-from .config import SCHEMA
-from .params import StatsParams
+from .. import design, progress, stages
+from ..config import SCHEMA
+from ..metrics.paired import paired_deltas
+from ..params import StatsParams
+from .contrasts import contrast_spec, user_family
+from .inference import cluster_sums, cohens_dz, holm, mc_p_two_sided
 
 OBSERVED = "observed"
 PAPER = "paper"
@@ -166,7 +169,7 @@ def design_effect(deltas: Sequence[float] | np.ndarray, clusters: Sequence) -> t
     intra-document correlation that gives this deff through ``deff = 1 + (m − 1)·ρ`` (NaN when m = 1). With equal
     cluster sizes this is the population ICC of the one-way random-effects model. NaN when σ² = 0."""
     v = np.asarray(deltas, dtype=float)
-    _, s, n = stats.cluster_sums(v, clusters)
+    _, s, n = cluster_sums(v, clusters)
     if v.size == 0:
         return math.nan, math.nan, math.nan
     m = float(n.mean())
@@ -179,15 +182,14 @@ def design_effect(deltas: Sequence[float] | np.ndarray, clusters: Sequence) -> t
     return deff, icc, m
 
 
-def population(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str,
+def population(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, primary: design.PrimaryCell,
                corpus: str) -> Population:
-    """The :class:`Population` of the primary cell of ``corpus`` (see the module docstring); ``strong`` is
-    ``embed.strong``, the primary cell's embedder."""
-    spec = stats._contrast_spec(stats_params)
-    metric, embedder, reranker = stats._primary(stats_params, strong)
+    """The :class:`Population` of the primary cell ``primary`` of ``corpus`` (see the module docstring)."""
+    spec = contrast_spec(stats_params)
+    metric, embedder, reranker = primary
     names = tuple(spec)
-    deltas = {name: stats.paired_deltas(scores, queries, a, b, corpus=corpus, metric=metric, embedder=embedder,
-                                        reranker=reranker) for name, (a, b) in spec.items()}
+    deltas = {name: paired_deltas(scores, queries, a, b, corpus=corpus, metric=metric, embedder=embedder,
+                                  reranker=reranker) for name, (a, b) in spec.items()}
     present = np.array([len(deltas[n]) > 0 for n in names])
     notes = [f"absent: no query of the primary cell scored under both {spec[n][0]} and {spec[n][1]}"
              if not p else "" for n, p in zip(names, present)]
@@ -209,11 +211,11 @@ def population(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsP
         d = deltas[name]
         d = d[d["doc_id"].astype(str).isin(set(docs))]
         v, c = d["delta"].to_numpy(float), d["doc_id"].astype(str).to_numpy()
-        labels, s, n = stats.cluster_sums(v, c)
+        labels, s, n = cluster_sums(v, c)
         pos = np.searchsorted(docs, labels)
         sums[pos, j], counts[pos, j] = s, n
         mean[j], sd[j] = float(v.mean()), float(np.std(v, ddof=1)) if v.size > 1 else math.nan
-        dz[j], nq[j] = stats.cohens_dz(v), v.size
+        dz[j], nq[j] = cohens_dz(v), v.size
         deff[j], icc[j], mq[j] = design_effect(v, c)
         if dropped:
             notes[j] = (f"{dropped} document(s) without a paired query in every contrast left out of the "
@@ -292,9 +294,9 @@ def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: i
             rep = ms + base[i] * mn                                               # replicate sums ∝ replicate means
             le[i, start:stop] = (rep <= 0).sum(axis=0)
             ge[i, start:stop] = (rep >= 0).sum(axis=0)
-    p = np.asarray(stats.mc_p_two_sided(le, ge, n_boot))  # as stats.bootstrap_p counts one study's replicates
+    p = np.asarray(mc_p_two_sided(le, ge, n_boot))  # as stats.bootstrap_p counts one study's replicates
     p[:, :, ~present] = np.nan
-    p_holm = np.apply_along_axis(stats.holm, 2, p) if n_sims else p
+    p_holm = np.apply_along_axis(holm, 2, p) if n_sims else p
     total_n = np.where(present, counts.sum(axis=0), 1.0)
     target_sign = np.where(present, np.sign((sums.sum(axis=0) + base * total_n) / total_n), 0.0)  # (R, K)
     reject = p_holm < alpha
@@ -339,8 +341,9 @@ def analytic_power(dz: float, n_docs: float, queries_per_doc: float, deff: float
 # The 07_stats table and its summary
 # ---------------------------------------------------------------------------------------------------------------
 
-def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, strong: str, corpus: str,
-                paper_dz: Mapping[str, float] | None = None, paper_source: str = "paper") -> pd.DataFrame:
+def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, primary: design.PrimaryCell,
+                corpus: str, paper_dz: Mapping[str, float] | None = None,
+                paper_source: str = "paper") -> pd.DataFrame:
     """The ``07_stats/power`` table: one row per scenario × contrast × corpus size N (``stats.power_n_docs`` plus
     this corpus's own size), with the simulated ``power`` and its Monte Carlo SE ``mc_se`` (module docstring),
     and ``null_rejection``: how often the same test rejects the contrast (Holm p < alpha, either sign) when every
@@ -355,7 +358,7 @@ def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Stats
     design-effect reference that ignores the rest of the family, so Holm's simulated power is usually above it.
     A contrast that cannot be simulated (absent, zero spread, NaN target) gets NaN power and a note."""
     pp = params(stats_params)
-    pop = population(scores, queries, stats_params, strong, corpus)
+    pop = population(scores, queries, stats_params, primary, corpus)
     k = len(pop.contrasts)
     scenarios = [(OBSERVED, "observed (this run)", np.where(pop.present, 0.0, np.nan),
                   np.where(pop.present, pop.dz, np.nan))]
@@ -372,7 +375,6 @@ def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Stats
     shifts = np.vstack([s[2] for s in scenarios] + [null_shift])
     g = pop.doc_ids.size
     grid = sorted(set(pp.n_docs) | ({g} if g >= 2 else set()))
-    primary = stats.cell_name(*stats._primary(stats_params, strong))
     sizes = grid if pop.present.any() and g else []
     results = {n: simulate(pop.sums, pop.counts, shifts, n, n_sims=pp.n_sims, n_boot=pp.n_boot, alpha=pp.alpha,
                            seed=pp.seed, require_sign=pp.require_sign)
@@ -389,7 +391,7 @@ def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Stats
             for n in grid:
                 res = results.get(n)
                 rows.append(dict(
-                    corpus=corpus, cell=primary, scenario=scenario, effect_source=source, contrast=name,
+                    corpus=corpus, cell=primary.name, scenario=scenario, effect_source=source, contrast=name,
                     condition_a=pop.pairs[j][0], condition_b=pop.pairs[j][1], target_dz=float(target[j]),
                     target_mean=float(target_mean), shift=float(shift[j]), n_docs=int(n),
                     power=float(res["power"][i, j]) if res else math.nan,
@@ -432,14 +434,14 @@ def docs_needed(n_docs: Sequence[float], power: Sequence[float], target: float =
     return float(math.exp(x0 + (target - y0) / (y1 - y0) * (x1 - x0))), "interpolated"
 
 
-def user_power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, strong: str, corpus: str,
-                     user_contrasts: Mapping[str, Any]) -> pd.DataFrame:
+def user_power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, primary: design.PrimaryCell,
+                     corpus: str, user_contrasts: Mapping[str, Any]) -> pd.DataFrame:
     """:func:`power_table` for the user's contrasts (``contrasts.extra``) as a family of their own (Holm across
     them, :func:`chunkstudy.stats.user_family`), at the effects this run observed (no paper effect exists for
     them). Empty (with the columns) when there are none."""
     if not user_contrasts:
         return pd.DataFrame(columns=stages.columns("power"))
-    return power_table(scores, queries, stats.user_family(stats_params, user_contrasts), strong, corpus)
+    return power_table(scores, queries, user_family(stats_params, user_contrasts), primary, corpus)
 
 
 def needed_table(power_df: pd.DataFrame) -> pd.DataFrame:
