@@ -34,10 +34,10 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, conditions, config, embed, extra_conditions, gpu, tables
+from chunkstudy import artifacts, conditions, config, devices, embed, extra_conditions, tables
 
 cfg = config.load(params_file)
-gpu.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
+devices.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
 documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")

@@ -37,10 +37,10 @@ params_file = "params/demo.yaml"
 # %%
 import pandas as pd
 
-from chunkstudy import artifacts, conditions, config, embed, gpu, rerank, retrieve
+from chunkstudy import artifacts, conditions, config, devices, embed, rerank, retrieve
 
 cfg = config.load(params_file)
-gpu.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
+devices.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
 retrieve_params = cfg.params("retrieve")
 chunks = artifacts.read(cfg, "chunks")
 queries = artifacts.read(cfg, "queries")

@@ -55,7 +55,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, config, models, progress, stages
+from . import artifacts, config, devices, models, progress, stages
 
 #: Which earlier stages each stage reads (its inputs are their outputs), from :data:`chunkstudy.stages.STAGES`
 #: under any parameters; :func:`stage_key` narrows it to the reads a parameter file switches on.
@@ -801,11 +801,9 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
     elif start is not None:
         selected = [s for s in selected if s.number >= start.zfill(2)[:2]]
     if any(s.number in CUDA_STAGES for s in selected):
-        from . import gpu
-
         try:  # fail before the first stage, not at 04 after hours of model calls in 02 and 03
-            gpu.require_cuda(cfg)
-        except gpu.CudaUnavailable as e:
+            devices.require_cuda(cfg)
+        except devices.CudaUnavailable as e:
             raise StageFailed(str(e)) from None
     executed_dir = root / "build" / "executed" / cfg.corpus
     with corpus_lock(cfg, command or shlex.join(sys.argv), log=log):
