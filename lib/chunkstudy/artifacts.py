@@ -85,11 +85,6 @@ def figures_dir(cfg: Config) -> Path:
     return inside(figures_root(cfg) / cfg.corpus, figures_root(cfg), f"figures folder of corpus {cfg.corpus!r}")
 
 
-def tables_dir(cfg: Config) -> Path:
-    """``figures/<corpus>/tables/``: the Markdown and LaTeX tables of 08_figures."""
-    return figures_dir(cfg) / "tables"
-
-
 def project_relative(cfg: Config, path: str | Path) -> str:
     """``path`` as reports and manifests show it: relative to the project root (``params/demo.yaml``,
     ``../shared/data/qasper/x.tgz``), so no machine's absolute paths end up in a shared result."""

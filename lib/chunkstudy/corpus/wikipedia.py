@@ -179,8 +179,6 @@ def iter_export(path: str | Path, warnings: list[str] | None = None, name: str |
 #: of several pages comes back in one reply; when it outgrows the reply size limit the API stops early and says
 #: where to go on (``continue``/``rvcontinue``), which :func:`query_pages` follows.
 MAX_TITLES_PER_REQUEST = 50
-#: ``cllimit`` for ordinary clients: categories of all pages of one request together, followed by ``clcontinue``.
-MAX_CATEGORIES_PER_REQUEST = 500
 #: ``gcmlimit`` for ordinary clients: members of the Featured Article category per listing request.
 MAX_LIST_PER_REQUEST = 500
 
