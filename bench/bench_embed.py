@@ -47,7 +47,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from chunkstudy import chunking, conditions, config, embed, models, runner  # noqa: E402
+from chunkstudy import chunking, conditions, config, embed, embed_store, models, runner  # noqa: E402
 from chunkstudy.corpus import build  # noqa: E402
 
 
@@ -82,7 +82,7 @@ def race(variants: dict, repeats: int) -> dict:
 
 def store_order(e: embed.Embedder, texts: list[str]) -> list[str]:
     """The order the store gives the model (EmbeddingStore._batch_order)."""
-    store = embed.EmbeddingStore(tempfile.gettempdir(), 1)
+    store = embed_store.EmbeddingStore(tempfile.gettempdir(), 1)
     todo = {embed.text_key(t): t for t in texts}
     return [todo[h] for h in store._batch_order(e, todo)]
 
@@ -251,12 +251,12 @@ def main() -> None:
                                                          show_progress_bar=False))
                     raw = (min(raw[0], w), min(raw[1], c))
                     folder = Path(d) / f"{key}-{r}"
-                    store = embed.EmbeddingStore(folder, flush)
+                    store = embed_store.EmbeddingStore(folder, flush)
                     e.seen = []
                     _, w, c = timed(lambda: store.embed(e, all_texts))
                     first = (min(first[0], w), min(first[1], c))
                     sent[key] = list(e.seen)
-                    again = embed.EmbeddingStore(folder, flush)
+                    again = embed_store.EmbeddingStore(folder, flush)
                     _, w, c = timed(lambda: again.embed(e, all_texts))
                     rerun = (min(rerun[0], w), min(rerun[1], c))
                     assert again.n_embedded == 0

