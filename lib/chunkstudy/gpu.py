@@ -653,7 +653,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"check": f"{name} in the local Hugging Face cache", "ok": cached_offline(name),
                          "detail": f"{', '.join(keys)}; fetch with scripts/prefetch_models.sh {args.params}"})
         try:
-            rows.append({"check": "CUDA", "ok": True, "detail": devices.require_cuda(cfg) or "no parameter asks for CUDA"})
+            rows.append({"check": "CUDA", "ok": True,
+                         "detail": devices.require_cuda(cfg) or "no parameter asks for CUDA"})
         except devices.CudaUnavailable as e:
             rows.append({"check": "CUDA", "ok": False, "detail": str(e)})
         if args.server:
