@@ -354,7 +354,7 @@ class TransformersBackend(Backend):
     def __init__(self, model: str, gguf_file: str | None, device: str, cpu_threads: int):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from . import models
+        from .. import models
 
         if str(device).startswith("cuda"):
             import torch

@@ -263,7 +263,7 @@ class Client:
         if self.preflight and not self._preflight_done:
             self.check_server()
         before = self._read_metrics() if self.server_metrics else None
-        from . import progress
+        from .. import progress
 
         bar = progress.bar(len(todo), f"{desc or 'model calls'} ({len(keys) - len(todo)} cached)", unit="call")
 
