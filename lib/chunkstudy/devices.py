@@ -28,8 +28,8 @@ def cuda_keys(cfg: Config) -> list[str]:
     for key, spec in cfg.params("embed").embedders.items():
         if spec.backend != "openai" and spec.device.startswith("cuda"):
             keys.append(f"embed.embedders.{key}.device")
-    for key, spec in cfg.params("retrieve").rerankers.items():
-        if spec.device.startswith("cuda"):
+    for key, reranker in cfg.params("retrieve").rerankers.items():
+        if reranker.device.startswith("cuda"):
             keys.append(f"retrieve.rerankers.{key}.device")
     return keys
 

@@ -56,7 +56,8 @@ if TYPE_CHECKING:
 
 import numpy as np
 
-from . import config, llm, models
+from . import llm, models
+from .params import EmbedderParams
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 _BGE_V15 = re.compile(r"bge-[a-z]+-en-v1\.5", re.IGNORECASE)
@@ -78,13 +79,14 @@ class EmbedError(RuntimeError):
     """An embedder cannot be built or called (the message names the parameter key and the backend)."""
 
 
-def spec_record(spec: Any, key: str) -> Any:
-    """The ``embed.embedders.<key>`` record (``cfg.params("embed").embedders[key]``); a mapping is validated into
-    one, its missing keys at the schema's defaults. A bad value raises :class:`EmbedError` naming the key."""
-    try:
-        return config.record("embed.embedders.*", spec)
-    except config.ConfigError as e:
-        raise EmbedError(str(e).replace("embed.embedders.*", f"embed.embedders.{key}")) from None
+def spec_record(spec: EmbedderParams, key: str) -> EmbedderParams:
+    """``spec`` itself when it is the ``embed.embedders.<key>`` record (``cfg.params("embed").embedders[key]``, or
+    ``config.record("embed.embedders.*", {...})`` in a test); a TypeError naming the key otherwise (a mapping is
+    no record: its values were never validated)."""
+    if not isinstance(spec, EmbedderParams):
+        raise TypeError(f"embed.embedders.{key}: expected its EmbedderParams record (cfg.params(\"embed\").embedders"
+                        f"[{key!r}], or config.record(\"embed.embedders.*\", ...)), got {type(spec).__name__}")
+    return spec
 
 
 def query_instruction(spec: Any) -> str:
@@ -313,7 +315,7 @@ class Embedder:
     ``{"metric": "min cosine", "threshold", "n", "min", "mean", "sample_sha256"}``.
     """
 
-    def __init__(self, spec: Any, key: str, show_progress: bool = False):
+    def __init__(self, spec: EmbedderParams, key: str, show_progress: bool = False):
         self.spec = spec_record(spec, key)
         self.key = key
         where = f"embed.embedders.{key}"
@@ -581,7 +583,7 @@ class _OpenAIEmbeddings:
             ex.shutdown(wait=True, cancel_futures=True)  # a failed batch stops the ones not yet sent
 
 
-def load_embedder(spec: Any, key: str, show_progress: bool = False) -> Embedder:
+def load_embedder(spec: EmbedderParams, key: str, show_progress: bool = False) -> Embedder:
     """An :class:`Embedder` for ``params embed.embedders[key]``; nothing loads until the first ``encode``."""
     return Embedder(spec, key, show_progress=show_progress)
 

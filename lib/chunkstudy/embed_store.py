@@ -25,6 +25,7 @@ import numpy as np
 from . import artifacts
 from . import progress as _progress
 from .embed import KINDS, EmbedError, Embedder, load_embedder, text_key
+from .params import EmbedderParams
 
 
 class ShardWarning(UserWarning):
@@ -256,7 +257,7 @@ def ids_table(texts: Sequence[str]) -> "pd.DataFrame":
                          "n_chars": np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))})
 
 
-def embed_all(specs: Mapping[str, Any], texts: Sequence[str], store: EmbeddingStore, kind: str = "passage",
+def embed_all(specs: Mapping[str, EmbedderParams], texts: Sequence[str], store: EmbeddingStore, kind: str = "passage",
               progress: bool = True) -> tuple[dict[str, np.ndarray], "pd.DataFrame"]:
     """Embed ``texts`` with every embedder in ``specs`` (``params embed.embedders``) through ``store``.
 

@@ -492,9 +492,9 @@ def standard_tokenizer(folder: str | Path, gguf_path: str | Path) -> dict:
 # --------------------------------------------------------------------------------------------- smoke checks
 
 
-def reference_spec(spec: Any) -> Any:
+def reference_spec(spec: EmbedderParams) -> EmbedderParams:
     """The same embedder record on the CPU in float32: what a device's vectors are compared against."""
-    return dataclasses.replace(config.record("embed.embedders.*", spec), device="cpu", dtype="float32")
+    return dataclasses.replace(spec, device="cpu", dtype="float32")
 
 
 def compare_devices(specs: Mapping[str, EmbedderParams], texts: Sequence[str],
@@ -533,7 +533,7 @@ def check_run(cfg, expect_no_calls: bool = False, min_prefix_hit_rate: float | N
         rows.append({"check": check, "ok": bool(ok), "detail": detail})
 
     stages = [s.name for s in runner.discover(cfg.root / "notebooks")]
-    missing = [s for s in stages if runner.read_manifest(cfg, s) is None]
+    missing = [s for s in stages if artifacts.read_manifest(cfg, s) is None]
     add("all stages completed", not missing, f"missing manifests: {missing}" if missing else f"{len(stages)} stages")
     sources = [("02_induce", "induction_stats")]
     if cfg.params("queries").source == "generated":

@@ -64,7 +64,7 @@ def run_facts(cfg: Config) -> dict[str, Any]:
     """Where the run's results came from: the manifests of stages 01-07 (their recorded environments), the
     environment this report is built in (stage 08), the parameter file relative to the project root, and the root
     itself (so that no absolute path of this machine ends up in the report)."""
-    from .runner import environment
+    from .manifests import environment
 
     manifests = {s: m for s in stages.upstream("08_figures") if (m := artifacts.read_manifest(cfg, s)) is not None}
     return {"manifests": manifests, "environment": environment(),
