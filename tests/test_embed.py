@@ -235,7 +235,7 @@ class Fake(embed.Embedder):
     """An embedder without a model: each text's vector is a fixed function of its sha256 (the store is tested)."""
 
     def __init__(self, dim=8):
-        super().__init__({**SPEC, "model": "fake-model"}, "fake")
+        super().__init__(rec({**SPEC, "model": "fake-model"}), "fake")
         self.d, self.seen = dim, []
 
     def encode(self, texts, kind="passage"):
