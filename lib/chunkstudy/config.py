@@ -325,7 +325,7 @@ class Config:
 
     @property
     def corpus(self) -> str:
-        return self.data["corpus"]["name"]
+        return self._record.corpus.name
 
     @overload
     def resolve(self, p: str | Path) -> Path: ...
@@ -355,8 +355,8 @@ class Config:
         folder: Path | None
         if spec.anchor == "params":
             folder = self.path.parent
-        elif self.data["corpus"]["mirror"] is not None:
-            folder = self.resolve(self.data["corpus"]["mirror"])
+        elif self._record.corpus.mirror is not None:
+            folder = self.resolve(self._record.corpus.mirror)
         else:
             folder = mirror_default
         values = value if isinstance(value, list) else [value]
