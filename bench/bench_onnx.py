@@ -63,7 +63,8 @@ def main() -> None:
           f"max_seq_length {spec['max_seq_length']}), {a.threads} threads")
 
     encoders = {"torch float32": embed.load_embedder(config.record("embed.embedders.*", spec), a.embedder),
-                "onnx float32": embed.load_embedder(config.record("embed.embedders.*", {**spec, "runtime": "onnx"}), a.embedder)}
+                "onnx float32": embed.load_embedder(config.record("embed.embedders.*", {**spec, "runtime": "onnx"}),
+                                                    a.embedder)}
     for e in encoders.values():
         e.encode(["warm up"])
     if not a.no_int8:

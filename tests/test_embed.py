@@ -22,7 +22,7 @@ FLUSH = config.record("embed").flush_every  # the store's group size, as a param
 
 def rec(spec: dict):
     """An embedder record: the keys given, every other at the schema's default."""
-    return rec(spec)
+    return config.record("embed.embedders.*", spec)
 
 
 TEXTS = ["Apollo 8 was the first crewed spacecraft to leave low Earth orbit.",
@@ -669,7 +669,8 @@ def test_auto_on_a_bf16_cpu_keeps_float32_and_its_key_when_the_check_fails(bf16_
     assert e.model_key == legacy_model_key(SPEC)  # float32 stores written before stay valid
     assert np.array_equal(v, embed_store.EmbeddingStore(tmp_path, FLUSH).embed(embed.load_embedder(rec(
         {**SPEC, "dtype": "float32"}), "s"), TEXTS))  # the same vectors an explicit float32 run reads
-    report = embed_store.embed_all({"s": rec(SPEC)}, TEXTS, embed_store.EmbeddingStore(tmp_path, FLUSH), progress=False)[1]
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
+    report = embed_store.embed_all({"s": rec(SPEC)}, TEXTS, store, progress=False)[1]
     row = report.iloc[0]
     assert row["dtype"] == "float32" and row["cpu_bf16"] == "avx512_bf16" and row["agreement_n"] == 3
     assert row["n_embedded"] == 0

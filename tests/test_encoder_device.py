@@ -136,7 +136,8 @@ def test_flagembedding_gets_the_device_and_precision_of_the_parameters(fake_flag
     (m,) = _FlagBase.made
     assert m.kw == {"use_fp16": False, "devices": ["cpu"]} and e.parameter_dtype == "float32"
     assert v.shape == (2, 3) and np.allclose(np.linalg.norm(v, axis=1), 1)
-    r = rerank.load_reranker(reranker_rec({"backend": "flag", "model": MINILM, "device": "cpu", "dtype": "float32"}), "fr")
+    r = rerank.load_reranker(reranker_rec({"backend": "flag", "model": MINILM, "device": "cpu", "dtype": "float32"}),
+                             "fr")
     assert list(r.score(["q"], ["text"])) == [5.0]
     assert _FlagBase.made[-1].kw == {"use_fp16": False, "devices": ["cpu"]}
     assert next(_FlagBase.made[-1].model.parameters()).dtype == torch.float32
@@ -155,6 +156,6 @@ def test_real_flagembedding_runs_on_the_device_in_float32():
     e = embed.load_embedder(embedder_rec({**SPEC, "backend": "flag", "dtype": "float32"}), "flag")
     v = e.encode(TEXTS)
     assert e._model.target_devices == ["cpu"] and e.parameter_dtype == "float32" and v.shape == (2, 384)
-    r = rerank.load_reranker(reranker_rec({"backend": "flag", "model": MINILM, "device": "cpu", "dtype": "float32", "seed": 1}),
-                             "fr")
+    r = rerank.load_reranker(reranker_rec({"backend": "flag", "model": MINILM, "device": "cpu", "dtype": "float32",
+                                           "seed": 1}), "fr")
     assert np.isfinite(r.score(["a query"], ["a text"])).all() and r._model.target_devices == ["cpu"]

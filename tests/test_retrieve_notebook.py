@@ -46,9 +46,9 @@ def build_store(cfg):
     texts = conditions.embedded_texts(chunks, documents)
     rows, uniq = conditions.text_rows(texts)
     chunks["text_row"] = rows
-    store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
-    for key, spec in cfg["embed"]["embedders"].items():
-        artifacts.write_vectors(cfg, key, store.embed(embed.load_embedder(config.record("embed.embedders.*", spec), key), uniq))
+    store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
+    for key, spec in cfg.params("embed").embedders.items():
+        artifacts.write_vectors(cfg, key, store.embed(embed.load_embedder(spec, key), uniq))
     queries = pd.DataFrame({
         "query_id": ["q0", "q1", "q2"], "doc_id": ["doc0", "doc1", "doc2"], "qtype": "factoid",
         "text": ["What replaced the steam engines?", "How was brine boiled?", "When does the river flood?"],

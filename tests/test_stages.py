@@ -161,6 +161,21 @@ def test_a_reads_condition_follows_the_parameters(root):
     assert "contexts_a1" not in stages.reads("04_chunk_embed", no_a1)
 
 
+def test_the_edges_outside_the_store_are_declared(demo_cfg):
+    """01's source files, 08's figures/ folder and 08's read of the partner's contrasts are declarations the runner
+    reads, not stage names it special-cases."""
+    sources = [(s.name, s.source_files.recorded) for s in stages.STAGES if s.source_files]
+    assert sources == [("01_corpus", "stats")]
+    assert [s.name for s in stages.STAGES if s.folders] == ["08_figures"]
+    partner = [(s.name, [r.name for r in s.partner]) for s in stages.STAGES if s.partner]
+    assert partner == [("08_figures", ["contrasts"])]
+    assert artifacts.output_dirs(demo_cfg, "08_figures") == [
+        (artifacts.stage_dir(demo_cfg, "08_figures"), artifacts.corpus_dir(demo_cfg)),
+        (artifacts.figures_dir(demo_cfg), demo_cfg.root / "figures")]
+    assert artifacts.output_dirs(demo_cfg, "07_stats") == [(artifacts.stage_dir(demo_cfg, "07_stats"),
+                                                            artifacts.corpus_dir(demo_cfg))]
+
+
 def test_read_input_reads_only_what_the_parameters_switch_on(demo_cfg):
     harvested = pd.DataFrame({"query_id": ["q"], "doc_id": ["d"], "qtype": ["t"], "text": ["?"], "spans": [[[0, 1]]]})
     artifacts.write(demo_cfg, "harvested", harvested)

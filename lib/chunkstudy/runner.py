@@ -141,7 +141,7 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
     """The stage's skip key: the digest of the parameters it reads, the content of every file it reads (per
     artifact, as it is on disk: :func:`_input_digest`; a read switched off by the parameters is not an input), the
     library it runs (:func:`~chunkstudy.codehash.library_hash`) and its notebook; for a stage that declares source
-    files (:class:`chunkstudy.stages.Sources`: 01), their fingerprints; for 04, the code of the user's chunker
+    files (:class:`chunkstudy.stages.SourceFiles`: 01), their fingerprints; for 04, the code of the user's chunker
     functions (:func:`chunker_sources`); for a stage that reads every earlier manifest (08), those manifests' keys
     and outputs; for one that reads the replication partner's run (:class:`chunkstudy.stages.PartnerRead`: 08's
     contrasts), the outputs of their writer there. ``changed``
@@ -181,7 +181,7 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
         "library": lib_hash,
         "notebook": artifacts.file_hash(stage.notebook)[:16],
     }
-    if declared is not None and declared.sources is not None:
+    if declared is not None and declared.source_files is not None:
         key["sources"] = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f}
                           for f in source_fingerprints(cfg, stage.name)]
     if stage.name == "04_chunk_embed" and cfg.params("conditions").extra:
@@ -209,7 +209,7 @@ SOURCE_KEY_FIELDS = ("role", "path", "size", "sha256", "missing")
 
 def source_fingerprints(cfg: config.Config, stage: str, previous: list[dict] | None = None) -> list[dict]:
     """Fingerprints (path, size, sha256) of every source file ``stage`` reads (it declares
-    :class:`chunkstudy.stages.Sources`: 01, :func:`chunkstudy.corpus.build.source_files`); a file whose size and
+    :class:`chunkstudy.stages.SourceFiles`: 01, :func:`chunkstudy.corpus.build.source_files`); a file whose size and
     mtime match an entry of ``previous`` (default: the stage's last manifest's) keeps its recorded hash, so a
     multi-GB export is not hashed again."""
     from .corpus import build
@@ -568,7 +568,7 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             raise Interrupted(stage.name, cfg.corpus, getattr(e, "signum", signal.SIGINT)) from None
         dt = time.perf_counter() - t0
         sources = None
-        declared = stages.stage(stage.name).sources if stage.name in stages.STAGE_NAMES else None
+        declared = stages.stage(stage.name).source_files if stage.name in stages.STAGE_NAMES else None
         if declared is not None and "sources" in key:
             # a file downloaded during the run (absent when the key was made) enters the key as it is now; any
             # other change during the run leaves the key as it was, so the next run reruns the stage

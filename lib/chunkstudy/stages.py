@@ -18,7 +18,7 @@ non-null value passes any kind (an empty table has no values to check). Like :mo
 module sits at the bottom of the import floors (it imports only ``design`` and ``params``).
 
 Edges that are no artifact of the store are declared too, so the runner special-cases no stage by name: 01's
-source files (:class:`Sources`), 08's ``figures/`` folder (:class:`Folder`) and 08's read of the replication
+source files (:class:`SourceFiles`), 08's ``figures/`` folder (:class:`Folder`) and 08's read of the replication
 partner's contrasts (:class:`PartnerRead`).
 """
 
@@ -100,7 +100,7 @@ class Read:
 
 
 @dataclass(frozen=True)
-class Sources:
+class SourceFiles:
     """Files outside the data store that a stage reads: 01's corpus sources (archives, exports, lists, question
     files, under ``corpus.*``). The runner fingerprints them (path, size, sha256;
     :func:`chunkstudy.corpus.build.fingerprint_sources`) into the stage's key and its manifest, so a replaced file
@@ -134,16 +134,17 @@ class PartnerRead:
 class Stage:
     """One notebook stage: ``params`` are the parameter sections (``"llm"``) or single keys (``"corpus.kind"``) it
     reads (:data:`ALL_PARAMS` for every section), ``reads``/``writes`` its artifacts; ``manifests``: it reads the
-    manifests of every earlier stage too (08's environment table), so any rerun upstream reruns it; ``sources``:
-    the files outside the data store it reads (:class:`Sources`); ``folders``: its output folders outside its data
-    folder (:class:`Folder`); ``partner``: what it reads of the replication partner's run (:class:`PartnerRead`)."""
+    manifests of every earlier stage too (08's environment table), so any rerun upstream reruns it;
+    ``source_files``: the files outside the data store it reads (:class:`SourceFiles`); ``folders``: its output
+    folders outside its data folder (:class:`Folder`); ``partner``: what it reads of the replication partner's run
+    (:class:`PartnerRead`)."""
 
     name: str
     params: tuple[str, ...]
     reads: tuple[Read, ...]
     writes: tuple[Artifact, ...]
     manifests: bool = False
-    sources: Sources | None = None
+    source_files: SourceFiles | None = None
     folders: tuple[Folder, ...] = ()
     partner: tuple[PartnerRead, ...] = ()
 
@@ -203,7 +204,7 @@ STAGES: tuple[Stage, ...] = (
               "questions with gold spans (QASPER, demo; empty for Wikipedia)"),
         Table("corpus_funnel", {"step": S, "count": I}),
         Json("stats", "the corpus funnel's numbers, sources read, warnings"),
-    ), sources=Sources("the corpus's source files: archives, exports, lists, questions", recorded="stats")),
+    ), source_files=SourceFiles("the corpus's archives, exports, lists and questions", recorded="stats")),
     Stage("02_induce", ("llm", "induce", "contexts", "chunking", "corpus.kind", "figures.example_doc"),
           _r("documents", "paragraphs", "sections_gold"), (
         Table("sections_induced", _SECTIONS, "the induced outline (tiles the paragraphs)"),
