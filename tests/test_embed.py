@@ -525,8 +525,8 @@ def test_client_errors_fail_at_once_and_truncation_is_explicit(emb_server, monke
     assert cut.encode(["long:40"]).shape == (1, 3)
     body = fake.EMB_STATE["bodies"][-1]
     assert body["truncate_prompt_tokens"] == 16 and body["truncation_side"] == "right"
-    with pytest.raises(embed.EmbedError, match="truncation"):
-        embed.load_embedder(rec(http_spec(f"{url}/v1", truncation="left")), "e")
+    with pytest.raises(config.ConfigError, match="truncation: 'left' is not one of"):
+        rec(http_spec(f"{url}/v1", truncation="left"))
 
 
 def test_a_dead_server_is_named(monkeypatch):
@@ -636,9 +636,9 @@ def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, 
     assert e.precision_pending and e.bf16_feature == "avx512_bf16"
     store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     v = store.embed(e, TEXTS)
-    rec = e.precision
-    assert rec["dtype"] == embed.AUTOCAST_BF16 == e.dtype and rec["cpu_bf16"] == "avx512_bf16"
-    chk = rec["check"]
+    decided = e.precision
+    assert decided["dtype"] == embed.AUTOCAST_BF16 == e.dtype and decided["cpu_bf16"] == "avx512_bf16"
+    chk = decided["check"]
     assert chk["n"] == 3 and chk["threshold"] == embed.BF16_MIN_COSINE and 0.999 <= chk["min"] <= chk["mean"] <= 1
     # the sample: the texts with the smallest sha256, measured for real (float32 and autocast on this CPU)
     sample = sorted(TEXTS, key=embed.text_key)[:3]
