@@ -651,7 +651,7 @@ def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, 
     # the key records the choice, the CPU feature and the agreement, apart from float32's
     assert e.model_key != legacy_model_key(SPEC) and (tmp_path / e.model_key / "passage").is_dir()
     recorded = json.loads((tmp_path / "precision" / f"{legacy_model_key(SPEC)}-avx512_bf16.json").read_text())
-    assert recorded == rec
+    assert recorded == decided
     # a rerun reads the decision (no check, no model call) and finds every vector; queries follow the passages' choice
     again = Counting(rec(SPEC), "s")
     store2 = embed_store.EmbeddingStore(tmp_path, FLUSH)
