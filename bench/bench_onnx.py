@@ -62,8 +62,9 @@ def main() -> None:
     print(f"{len(texts)} unique texts, {len(queries)} queries, embedder {a.embedder!r} ({spec['model']}, "
           f"max_seq_length {spec['max_seq_length']}), {a.threads} threads")
 
-    encoders = {"torch float32": embed.load_embedder(spec, a.embedder),
-                "onnx float32": embed.load_embedder({**spec, "runtime": "onnx"}, a.embedder)}
+    encoders = {"torch float32": embed.load_embedder(config.record("embed.embedders.*", spec), a.embedder),
+                "onnx float32": embed.load_embedder(config.record("embed.embedders.*", {**spec, "runtime": "onnx"}),
+                                                    a.embedder)}
     for e in encoders.values():
         e.encode(["warm up"])
     if not a.no_int8:
@@ -86,7 +87,7 @@ def main() -> None:
                                     model_kwargs={"file_name": f"onnx/model_{suffix}.onnx",
                                                   "provider": "CPUExecutionProvider"})
             m.max_seq_length = spec["max_seq_length"]
-            e = embed.load_embedder(spec, a.embedder)
+            e = embed.load_embedder(config.record("embed.embedders.*", spec), a.embedder)
             e._model = m
             e.encode(["warm up"])
             encoders[f"onnx int8 {suffix[6:]}"] = e

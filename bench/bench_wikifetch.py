@@ -37,6 +37,7 @@ from fake_mediawiki import synthetic_wiki  # noqa: E402
 
 from chunkstudy import config  # noqa: E402
 from chunkstudy.corpus import build  # noqa: E402
+from chunkstudy.corpus import wikiapi  # noqa: E402
 from chunkstudy.corpus import wikipedia as W  # noqa: E402
 
 UA = "chunkstudy-bench/0.1 (bench@example.org)"
@@ -44,7 +45,7 @@ SHARED = Path(os.environ.get("CHUNKSTUDY_SHARED_DATA", ROOT.parent / "shared" / 
 EXPORT = SHARED / "wikipedia" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 
 
-class UncachedClient(W.ApiClient):
+class UncachedClient(wikiapi.ApiClient):
     """Counts requests without writing the replies to disk (the ``all`` count would cache N page texts)."""
 
     def get(self, params: dict) -> dict:
@@ -74,16 +75,16 @@ def main() -> None:
 
     wiki = make_wiki(n, texts)
     client = UncachedClient(wiki, "https://en.wikipedia.org/w/api.php", Path("."), 0.0, user_agent=UA)
-    listed = W.featured_ids_from_api(client)
+    listed = wikiapi.featured_ids_from_api(client)
     n_list = client.n_sent
     sample = list(listed)[:200]
     before = client.n_sent
-    W.fetch_api_pages(sample, client, None, [], page_ids=listed, batch_size=1)
+    wikiapi.fetch_api_pages(sample, client, None, [], page_ids=listed, batch_size=1)
     per_title = (client.n_sent - before) / len(sample)
     one_per_title = n_list + round(per_title * n)
     before = client.n_sent
     for start in range(0, n, 50):  # fetch every listed page in batches, counting, keeping nothing
-        W.fetch_api_pages(list(listed)[start:start + 50], client, None, [], page_ids=listed)
+        wikiapi.fetch_api_pages(list(listed)[start:start + 50], client, None, [], page_ids=listed)
     batched_all = n_list + client.n_sent - before
     print(f"  listing requests: {n_list} (= ceil({n}/500) = {math.ceil(n / 500)})")
     print(f"  one per title   : {one_per_title:6d} requests ({per_title:.2f} per title on a sample of {len(sample)})")

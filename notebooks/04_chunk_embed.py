@@ -34,17 +34,17 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, conditions, config, embed, extra_conditions, gpu
+from chunkstudy import artifacts, conditions, config, devices, embed_store, extra_conditions
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
-gpu.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
+devices.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
 documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
 contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when A1 is in the run
-store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
+store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
 extra = extra_conditions.build_for_run(cfg, cfg.params("conditions").extra, documents, sections_gold, sections_induced,
                                        store)
 out = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"),
@@ -108,8 +108,8 @@ out["chunks"].assign(embedded=conditions.embedded_texts(out["chunks"], documents
 # Unique texts are shared by conditions (A4 = A3, G4 = G3, and identical bodies without a prefix).
 
 # %%
-vectors, report = embed.embed_all(cfg.params("embed").embedders, out["texts"], store)
-ids = embed.ids_table(out["texts"])
+vectors, report = embed_store.embed_all(cfg.params("embed").embedders, out["texts"], store)
+ids = embed_store.ids_table(out["texts"])
 written = artifacts.write_all_vectors(cfg, vectors, ids)
 artifacts.write_json(cfg, "04_chunk_embed", "embedding_report", report.to_dict(orient="records"))
 report.assign(unique_share=out["summary"]["unique_text_share"], n_chunk_rows=out["summary"]["n_chunk_rows"])

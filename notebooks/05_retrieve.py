@@ -37,10 +37,10 @@ params_file = "params/demo.yaml"
 # %%
 import pandas as pd
 
-from chunkstudy import artifacts, conditions, config, embed, gpu, rerank, retrieve
+from chunkstudy import artifacts, conditions, config, devices, embed_store, rerank, retrieve
 
 cfg = config.load(params_file)
-gpu.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
+devices.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
 retrieve_params = cfg.params("retrieve")
 chunks = artifacts.read(cfg, "chunks")
 queries = artifacts.read(cfg, "queries")
@@ -55,7 +55,7 @@ chunks.groupby("condition").agg(chunks=("chunk_id", "size"), documents=("doc_id"
 # spec asks for one).
 
 # %%
-store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
+store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
 query_vectors = retrieve.embed_queries(queries, cfg.params("embed").embedders, store)
 retrieve.vector_shapes(query_vectors)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import artifacts, chunkers, chunking, conditions, config, design, golden, runner, stats
+from chunkstudy import artifacts, chunkers, chunking, codehash, conditions, config, design, golden, runner, stats
 from chunkstudy.metrics import paired
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +147,7 @@ def test_editing_the_custom_chunker_reruns_04(byo, tmp_path):
     shutil.copytree(byo[0], project, symlinks=True)
     cfg = config.load(project / "params" / "tiny_byo.yaml", root=project)
     stage = next(s for s in runner.discover(project / "notebooks") if s.name == "04_chunk_embed")
-    lib = runner.library_hash(stage.notebook)
+    lib = codehash.library_hash(stage.notebook)
     before = runner.stage_key(cfg, stage, lib)
     assert list(before["chunker_sources"]) == ["PARA"]
     f = project / "examples" / "paragraph_chunker.py"

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import chunkers, chunking, conditions, config, design, embed, extra_conditions, paper, stats
+from chunkstudy import chunkers, chunking, conditions, config, design, embed_store, extra_conditions, paper, stats
 from chunkstudy.corpus.model import heading_paths
 from test_conditions import PARAMS, TOKENIZER, make_corpus
 
@@ -191,7 +191,7 @@ def test_the_semantic_chunker_embeds_with_the_runs_own_embedder_through_the_stor
     """chonkie's SemanticChunker with the run's strong embedder (the bundled MiniLM, offline) through the
     embedding store: the vectors it asked for are in the store afterwards, and its chunks place exactly."""
     cfg = config.load(ROOT / "params" / "tiny.yaml")
-    store = embed.EmbeddingStore(tmp_path, 64)
+    store = embed_store.EmbeddingStore(tmp_path, 64)
     extra = {"SEM": {"chunker": "chonkie:SemanticChunker", "options": {"chunk_size": 80}, "embedder": "strong"}}
     fns = extra_conditions.embed_functions(extra, cfg.params("embed").embedders, store)
     assert list(fns) == ["strong"]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chunkstudy import config
+from chunkstudy import config, config_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -320,7 +320,7 @@ def test_consistent_changes_load(tmp_path):
 
 
 def test_every_rule_and_range_names_a_real_key():
-    for rule in config.RULES:
+    for rule in config_rules.RULES:
         section, *rest = rule.key.split(".")
         assert section in config.SCHEMA and rest[0] in config.SCHEMA[section], rule.key
 

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkstudy import config
+from chunkstudy.corpus import wikiapi
 from chunkstudy.corpus import wikipedia as W
 from chunkstudy.corpus.model import verify_corpus
 
@@ -122,7 +123,7 @@ def _client(tmp_path, session, ua=UA):
         sleeps.append(s)
         t["now"] += s
 
-    c = W.ApiClient(session, "https://example.org/w/api.php", tmp_path / "api", rate_limit_s=1.5, sleep=sleep,
+    c = wikiapi.ApiClient(session, "https://example.org/w/api.php", tmp_path / "api", rate_limit_s=1.5, sleep=sleep,
                     clock=lambda: t["now"], user_agent=ua)
     return c, sleeps
 
@@ -131,7 +132,7 @@ def test_api_fetch_records_revision_categories_rate_limit_and_cache(tmp_path):
     s = tiny_wiki()
     client, sleeps = _client(tmp_path, s)
     warnings = []
-    pages = W.fetch_api_pages(["Alpha", "No Such Page", "apollo_8"], client, None, warnings)
+    pages = wikiapi.fetch_api_pages(["Alpha", "No Such Page", "apollo_8"], client, None, warnings)
     # one request for all three titles: the redirect is followed, the name normalised, the missing page warned
     assert [(p["title"], p["revision"], p["requested_title"]) for p in pages] == [
         ("Alpha Fort", "9100", "Alpha"), ("Apollo 8", "9200", "apollo_8")]
@@ -140,24 +141,24 @@ def test_api_fetch_records_revision_categories_rate_limit_and_cache(tmp_path):
     assert s.calls[0]["clshow"] == "!hidden" and s.calls[0]["rvslots"] == "main"
     assert s.calls[0]["titles"] == "Alpha|No Such Page|apollo_8" and len(s.calls) == 1
     assert warnings == ["MediaWiki API: page 'No Such Page': missing or has no revision"]
-    W.fetch_api_pages(["Beta Battle"], client)
+    wikiapi.fetch_api_pages(["Beta Battle"], client)
     assert sleeps == [1.5]  # one polite wait between the two sent requests
     assert len(list((tmp_path / "api").glob("*.json"))) == 2
-    again = W.fetch_api_pages(["Alpha", "No Such Page", "apollo_8"], client, None, [])  # from the on-disk cache
+    again = wikiapi.fetch_api_pages(["Alpha", "No Such Page", "apollo_8"], client, None, [])  # from the on-disk cache
     assert len(s.calls) == 2 and again == pages and client.n_cached == 1
 
 
 def test_api_revision_pins_fetch_the_pinned_text(tmp_path):
     s = tiny_wiki()
     client, _ = _client(tmp_path, s)
-    pins = W.read_revision_pins("title\trevid\nAlpha Fort\t9001\n")
-    pages = W.fetch_api_pages(["Alpha Fort", "Beta Battle"], client, pins, page_ids={"Beta Battle": "103"})
+    pins = wikiapi.read_revision_pins("title\trevid\nAlpha Fort\t9001\n")
+    pages = wikiapi.fetch_api_pages(["Alpha Fort", "Beta Battle"], client, pins, page_ids={"Beta Battle": "103"})
     assert [c.get("revids") or c.get("pageids") for c in s.calls] == ["9001", "103"]
     assert pages[0]["revision"] == "9001" and "old fort" in pages[0]["wikitext"]
     doc, paras, secs, info = W.page_document(pages[0], ["References"])
     assert doc["text"] == "Alpha Fort is an old fort.\n\nBuilt in 1700." and doc["revision"] == "9001"
     assert pages[1]["revision"] == "9300"
-    assert W.read_revision_pins(W.revision_pins_tsv(pages)) == {"Alpha Fort": "9001", "Beta Battle": "9300"}
+    assert wikiapi.read_revision_pins(wikiapi.revision_pins_tsv(pages)) == {"Alpha Fort": "9001", "Beta Battle": "9300"}
 
 
 def test_api_refuses_to_send_without_a_user_agent_naming_a_contact(tmp_path):
@@ -165,10 +166,10 @@ def test_api_refuses_to_send_without_a_user_agent_naming_a_contact(tmp_path):
     for ua in ("", "python-requests/2.31", "chunkstudy/0.1 (research reproduction)"):
         client, _ = _client(tmp_path, s, ua=ua)
         with pytest.raises(ValueError, match="corpus.api_user_agent.*User-Agent"):
-            W.fetch_api_pages(["Alpha Fort"], client)
+            wikiapi.fetch_api_pages(["Alpha Fort"], client)
     assert s.calls == []  # refused before anything was sent
     client, _ = _client(tmp_path, s)
-    W.fetch_api_pages(["Alpha Fort"], client)
+    wikiapi.fetch_api_pages(["Alpha Fort"], client)
     assert s.headers[0]["User-Agent"] == UA
 
 
@@ -177,19 +178,19 @@ def test_featured_list_from_api_follows_continuation_and_maps_talk_pages_to_arti
 
     s = synthetic_wiki(1201)
     client, _ = _client(tmp_path, s)
-    listed = W.featured_ids_from_api(client)
+    listed = wikiapi.featured_ids_from_api(client)
     assert len(listed) == 1201 and len(s.calls) == 3  # 500 per request for an ordinary client
     assert s.calls[1]["gcmcontinue"] == "500" and s.calls[1]["continue"] == "gcmcontinue||"
     assert all(listed[p.title] == str(p.page_id) for p in s.pages.values())  # subject ids, not talk-page ids
     client, _ = _client(tmp_path / "x", tiny_wiki())
-    assert W.featured_from_api(client) == ["Alpha Fort", "Apollo 8", "Beta Battle"]
+    assert wikiapi.featured_from_api(client) == ["Alpha Fort", "Apollo 8", "Beta Battle"]
 
 
 def test_featured_list_from_tsv():
-    assert W.featured_from_tsv("page_id\ttitle\n25\tAutism\n33653136\t? (film)\n") == {"Autism", "? (film)"}
-    listed = W.featured_ids_from_tsv("page_id\ttitle\n25\tAutism\n33653136\t? (film)\n")
+    assert wikiapi.featured_from_tsv("page_id\ttitle\n25\tAutism\n33653136\t? (film)\n") == {"Autism", "? (film)"}
+    listed = wikiapi.featured_ids_from_tsv("page_id\ttitle\n25\tAutism\n33653136\t? (film)\n")
     assert listed == {"Autism": "25", "? (film)": "33653136"}
-    assert W.featured_ids_from_tsv(W.featured_tsv(listed)) == listed
+    assert wikiapi.featured_ids_from_tsv(wikiapi.featured_tsv(listed)) == listed
 
 
 # ------------------------------------------------------------------------------------ buckets and walk

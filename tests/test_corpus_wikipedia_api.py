@@ -10,6 +10,7 @@ from fake_mediawiki import FakePage, FakeWiki, synthetic_wiki
 
 from chunkstudy import config
 from chunkstudy.corpus import build
+from chunkstudy.corpus import wikiapi
 from chunkstudy.corpus import wikipedia as W
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,10 +47,10 @@ def test_lazy_fetch_selects_the_same_documents_as_fetching_everything_with_far_f
 
     # the reference is the pre-batching way: every Featured title by name, one request each, in title order
     wr = small_wiki()
-    client = W.ApiClient(wr, "https://en.wikipedia.org/w/api.php", tmp_path / "ref", 0.0, user_agent=UA)
-    listed = W.featured_ids_from_api(client)
+    client = wikiapi.ApiClient(wr, "https://en.wikipedia.org/w/api.php", tmp_path / "ref", 0.0, user_agent=UA)
+    listed = wikiapi.featured_ids_from_api(client)
     c = _cfg(tmp_path / "ref").params("corpus")
-    ref = W.build_wikipedia(W.fetch_api_pages(sorted(listed), client, None, [], batch_size=1), c, set(listed), [])
+    ref = W.build_wikipedia(wikiapi.fetch_api_pages(sorted(listed), client, None, [], batch_size=1), c, set(listed), [])
 
     assert len(lazy["documents"]) == 10
     _same_tables(lazy, full)
@@ -107,8 +108,8 @@ def test_batches_follow_content_and_category_continuations_to_complete_pages(tmp
                                                + "\n\n== A ==\nText."}, cats, ["Articles with short description"],
                       talk_id=3000 + i) for i in range(50)]
     wiki = FakeWiki(pages, max_result_chars=60_000)  # about 12 pages of content per reply
-    client = W.ApiClient(wiki, "https://en.wikipedia.org/w/api.php", tmp_path, 0.0, user_agent=UA)
-    got = W.fetch_api_pages([p.title for p in pages], client, page_ids={p.title: str(p.page_id) for p in pages})
+    client = wikiapi.ApiClient(wiki, "https://en.wikipedia.org/w/api.php", tmp_path, 0.0, user_agent=UA)
+    got = wikiapi.fetch_api_pages([p.title for p in pages], client, page_ids={p.title: str(p.page_id) for p in pages})
     assert [(g["title"], g["wikitext"], g["categories"]) for g in got] == [
         (p.title, p.text(p.latest), sorted(cats, key=lambda c: c.replace(" ", "_"))) for p in pages]  # API order
     assert all(len(c["pageids"].split("|")) == 50 for c in wiki.calls)  # one batch, asked again with continuations
@@ -122,17 +123,17 @@ def test_batches_follow_content_and_category_continuations_to_complete_pages(tmp
         used += n
     assert replies > 2 and wiki.n_requests == client.n_sent == max(replies, 2)
     with pytest.raises(ValueError, match="api_batch_size"):
-        W.fetch_api_pages(["Page 1"], client, batch_size=51)
+        wikiapi.fetch_api_pages(["Page 1"], client, batch_size=51)
 
 
 def test_revision_pins_and_featured_list_recorded_make_a_rerun_fetch_the_same_text(tmp_path):
     first = build.build_corpus(_cfg(tmp_path / "a"), session=small_wiki())
     rec = {k: str(tmp_path / "a" / v) for k, v in first["stats"]["api_record"].items()}
     assert rec["api_revisions"].endswith("data/wikipedia_fa/cache/mediawiki_api/api_revisions.tsv")
-    pins = W.read_revision_pins(Path(rec["api_revisions"]).read_text())
+    pins = wikiapi.read_revision_pins(Path(rec["api_revisions"]).read_text())
     assert len(pins) == first["stats"]["api_fetch"]["fetched"]
     assert set(first["documents"]["title"]) <= set(pins)
-    assert len(W.featured_ids_from_tsv(Path(rec["featured_list"]).read_text())) == 100
+    assert len(wikiapi.featured_ids_from_tsv(Path(rec["featured_list"]).read_text())) == 100
 
     def edited():  # a year later: every article edited, and a new Featured Article early in the walk
         wiki = small_wiki(120)
@@ -177,12 +178,12 @@ def test_cache_key_holds_the_endpoint(tmp_path):
     cache = tmp_path / "api"
     got = {}
     for name, wiki in (("en", en), ("de", de)):
-        client = W.ApiClient(wiki, f"https://{name}.wikipedia.org/w/api.php", cache, 0.0, user_agent=UA)
-        got[name] = W.fetch_api_pages(["Berlin"], client)[0]["wikitext"]
+        client = wikiapi.ApiClient(wiki, f"https://{name}.wikipedia.org/w/api.php", cache, 0.0, user_agent=UA)
+        got[name] = wikiapi.fetch_api_pages(["Berlin"], client)[0]["wikitext"]
         assert client.n_sent == 1
     assert got == {"en": "'''Berlin''' is a city.", "de": "'''Berlin''' ist eine Stadt."}
-    client = W.ApiClient(de, "https://de.wikipedia.org/w/api.php", cache, 0.0, user_agent=UA)
-    assert W.fetch_api_pages(["Berlin"], client)[0]["wikitext"] == got["de"] and client.n_cached == 1
+    client = wikiapi.ApiClient(de, "https://de.wikipedia.org/w/api.php", cache, 0.0, user_agent=UA)
+    assert wikiapi.fetch_api_pages(["Berlin"], client)[0]["wikitext"] == got["de"] and client.n_cached == 1
 
 
 @pytest.mark.realdata

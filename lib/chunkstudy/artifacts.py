@@ -69,10 +69,6 @@ def data_root(cfg: Config) -> Path:
     return cfg.root / "data"
 
 
-def figures_root(cfg: Config) -> Path:
-    return cfg.root / "figures"
-
-
 def corpus_dir(cfg: Config) -> Path:
     """``data/<corpus>/``: every stage folder and the caches of one corpus."""
     return inside(data_root(cfg) / cfg.corpus, data_root(cfg), f"data folder of corpus {cfg.corpus!r}")
@@ -85,7 +81,21 @@ def stage_dir(cfg: Config, stage: str) -> Path:
 
 
 def figures_dir(cfg: Config) -> Path:
-    return inside(figures_root(cfg) / cfg.corpus, figures_root(cfg), f"figures folder of corpus {cfg.corpus!r}")
+    """``figures/<corpus>/`` (:data:`chunkstudy.stages.FIGURES`)."""
+    return folder_dir(cfg, stages.FIGURES)
+
+
+def folder_dir(cfg: Config, folder: stages.Folder) -> Path:
+    """``<root>/<corpus>/`` of a declared output folder (:class:`chunkstudy.stages.Folder`; 08's ``figures/``)."""
+    top = cfg.root / folder.root
+    return inside(top / cfg.corpus, top, f"{folder.root} folder of corpus {cfg.corpus!r}")
+
+
+def output_dirs(cfg: Config, stage: str) -> list[tuple[Path, Path]]:
+    """``[(folder, the folder it must lie strictly inside)]`` of everything ``stage`` writes: its data folder
+    (inside ``data/<corpus>/``) and the output folders it declares (:attr:`chunkstudy.stages.Stage.folders`)."""
+    out = [(stage_dir(cfg, stage), corpus_dir(cfg))]
+    return out + [(folder_dir(cfg, f), cfg.root / f.root) for f in stages.stage(stage).folders]
 
 
 #: The folder of 08's Markdown and LaTeX tables, relative to ``figures/<corpus>/``.
@@ -187,9 +197,9 @@ def write(cfg: Config, table: str, df: pd.DataFrame) -> Path:
 def read(cfg: Config, table: str) -> pd.DataFrame:
     path = table_path(cfg, table)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{table}: {path} does not exist; it is written by notebook {TABLES[table][0]} "
-            f"(run ./run_all.sh {cfg.corpus} --only {TABLES[table][0][:2]})")
+        writer = stages.writer(table)
+        raise FileNotFoundError(f"{table}: {path} does not exist; it is written by notebook {writer} "
+                                f"(run ./run_all.sh {cfg.corpus} --only {writer[:2]})")
     df = pd.read_parquet(path)
     check_schema(df, table, str(path))
     return df
@@ -199,7 +209,7 @@ def read_input(cfg: Config, stage: str, name: str) -> pd.DataFrame | None:
     """A table ``stage`` reads only under some parameters (a ``Read(..., when=...)`` of
     :data:`chunkstudy.stages.STAGES`): the table when the read holds for ``cfg``, else None (e.g. 03 reads
     ``harvested`` only for harvested queries)."""
-    return read(cfg, name) if stages.read_spec(stage, name).active(cfg.data) else None
+    return read(cfg, name) if stages.read_spec(stage, name).active(cfg.params()) else None
 
 
 def listing(cfg: Config, stage: str) -> list[str]:
@@ -217,7 +227,8 @@ def json_path(cfg: Config, stage: str, name: str) -> Path:
     path = inside(stage_dir(cfg, stage) / f"{name}.json", stage_dir(cfg, stage), f"JSON file {name!r}")
     if not isinstance(stages.ARTIFACTS.get(name, (None,))[0], stages.Json) or stages.writer(name) != stage:
         declared = [a.name for a in stages.stage(stage).writes if isinstance(a, stages.Json)]
-        raise KeyError(f"{stage} declares no JSON file {name!r}; its JSON files: {declared} "
+        elsewhere = (f"; {name!r} is written by {stages.writer(name)}" if name in stages.ARTIFACTS else "")
+        raise KeyError(f"{stage} declares no JSON file {name!r}; its JSON files: {declared}{elsewhere} "
                        "(chunkstudy.stages.STAGES)")
     return path
 
@@ -236,7 +247,9 @@ def write_json_file(path: Path, obj: Any) -> None:
 def read_json(cfg: Config, stage: str, name: str) -> Any:
     path = json_path(cfg, stage, name)
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist; it is written by notebook {stage}")
+        writer = stages.writer(name)
+        raise FileNotFoundError(f"{path} does not exist; it is written by notebook {writer} "
+                                f"(run ./run_all.sh {cfg.corpus} --only {writer[:2]})")
     return json.loads(path.read_text())
 
 
@@ -354,77 +367,3 @@ def file_hash(path: Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Where a stage ran (recorded in every manifest by the runner, printed by 08's report)
-# ---------------------------------------------------------------------------------------------------------------
-
-TRACKED_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "statsmodels", "faiss-cpu", "torch", "transformers",
-                    "sentence-transformers", "mwparserfromhell", "pysbd", "bm25s", "rapidfuzz", "papermill")
-
-
-def _git_commit(root: Path) -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=5).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _git_dirty(root: Path) -> bool | None:
-    """True when tracked files differ from the commit (the recorded commit alone would not reproduce the run)."""
-    try:
-        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
-                           text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return bool(r.stdout.strip()) if r.returncode == 0 else None
-
-
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in TRACKED_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def environment() -> dict:
-    """Where a stage ran: Python, platform, CPU model and count, its hardware-bfloat16 feature (``cpu_bf16``:
-    amx_bf16 / avx512_bf16 / None, what ``dtype: auto`` may use; ``cpu_features_env``: ``$CHUNKSTUDY_CPU_FEATURES``
-    when it stood in for the CPU's flags) and torch's vector capability (AVX2, AVX512 ...),
-    GPUs, torch's intra-op thread count and CUDA version, the key package versions, and the git commit of the checkout the library was loaded from (and whether
-    its tracked files differed from it; None outside a git checkout). Recorded in every manifest and printed by the
-    report."""
-    env: dict[str, Any] = {"python": f"{platform.python_implementation()} {platform.python_version()}",
-           "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
-           "cpu_bf16": models.cpu_bf16_feature(), "cpu_features_env": os.environ.get(models.CPU_FEATURES_ENV),
-           "cpu_capability": None,
-           "gpus": [], "torch_threads": None, "cuda": None, "packages": _versions()}
-    try:
-        import torch
-
-        env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-        env["torch_threads"] = torch.get_num_threads()
-        env["cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        pass
-    code = Path(__file__).resolve().parent  # the code that ran, wherever the data root is
-    env["git_commit"] = _git_commit(code)
-    env["git_dirty"] = _git_dirty(code) if env["git_commit"] else None
-    return env

@@ -21,16 +21,16 @@ import hashlib
 import json
 import math
 import os
-import re
 from collections import abc
 from dataclasses import MISSING, Field, dataclass, field, fields as dataclass_fields, is_dataclass
 from pathlib import Path
 from types import MappingProxyType, UnionType
-from typing import Any, Callable, Literal, Mapping, Union, get_args, get_origin, get_type_hints, overload
+from typing import Any, Literal, Mapping, Union, get_args, get_origin, get_type_hints, overload
 
 import yaml
 
-from . import design, params, stages
+from . import params, stages
+from .config_rules import RULES, Rule, dotted_value, is_name
 from .params import (ChunkingParams, ConditionsParams, ContextsParams, ContrastsParams, CorpusParams, EmbedParams,
                      FiguresParams, InduceParams, LLMParams, MetricsParams, Params, QueriesParams, RetrieveParams,
                      StatsParams)
@@ -40,29 +40,16 @@ class ConfigError(ValueError):
     """A parameter file is malformed: the message names the file and the key."""
 
 
-#: A name that becomes one folder or file name (``corpus.name``, ``llm.cache``, ``embed.store``, embedder and
-#: reranker keys): a letter or digit, then letters, digits, ``.``, ``_`` or ``-``. No separator, so no ``..``,
-#: ``.``, ``''`` or ``a/../b`` can leave the folder it is meant for.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-def is_name(value: Any) -> bool:
-    """True for a plain file-system name (:data:`NAME_PATTERN`).
-
-    >>> [is_name(v) for v in ("demo", "qasper_local", "bge-v1.5", "..", ".", "", "a/../b", "-x")]
-    [True, True, True, False, False, False, False, False]
-    """
-    return isinstance(value, str) and NAME_PATTERN.fullmatch(value) is not None
-
-
 @dataclass(frozen=True)
 class P:
     """One parameter as the validator sees it, derived from its declared field (:func:`_parameter`): the default,
     the accepted types, and optionally the allowed values, a range, an anchor and a list's element type.
 
     ``ge``/``gt``/``le``/``lt`` bound a number (each element of a list of numbers); ``name`` requires a plain
-    file-system name (:data:`NAME_PATTERN`); ``unique`` forbids repeated list elements; ``anchor`` marks a path
-    (:data:`chunkstudy.params.ANCHORS`); ``item``: the type of each element of a list (checked), or of each value
-    of a mapping (what :meth:`freeze` makes of it). Cross-field checks live in :data:`RULES`.
+    file-system name (:data:`chunkstudy.config_rules.NAME_PATTERN`); ``unique`` forbids repeated list elements;
+    ``anchor`` marks a path (:data:`chunkstudy.params.ANCHORS`); ``item``: the type of each element of a list
+    (checked), or of each value of a mapping (what :meth:`freeze` makes of it). Cross-field checks live in
+    :data:`chunkstudy.config_rules.RULES`.
     """
 
     default: Any
@@ -270,132 +257,6 @@ def renamed_key(raw: Mapping, file: Path | str, where: str = "") -> None:
             renamed_key(v, file, dotted)
 
 
-# ----------------------------------------------------------------------------------------------- cross-field rules
-
-@dataclass(frozen=True)
-class Rule:
-    """A check across parameters: ``test(data)`` returns None when the parameters pass, else what is wrong; the
-    error names ``key`` (dotted) and the file."""
-
-    key: str
-    test: Callable[[dict], str | None]
-    doc: str = ""
-
-
-def _get(data: dict, dotted: str) -> Any:
-    for part in dotted.split("."):
-        data = data[part]
-    return data
-
-
-def less_than(a: str, b: str) -> Rule:
-    return Rule(a, lambda d: None if _get(d, a) < _get(d, b) else
-                f"{_get(d, a)!r} must be less than {b} ({_get(d, b)!r})", f"{a} < {b}")
-
-
-def at_most(a: str, b: str) -> Rule:
-    return Rule(a, lambda d: None if _get(d, a) <= _get(d, b) else
-                f"{_get(d, a)!r} must not exceed {b} ({_get(d, b)!r})", f"{a} <= {b}")
-
-
-def one_of(key: str, what: str, names: Callable[[dict], list], unless_empty: bool = False) -> Rule:
-    """``key`` must be one of ``names(data)`` (``what`` says where they come from); with ``unless_empty``, a file
-    that declares none of them (e.g. no embedders: it only runs the corpus stages) is not checked."""
-    def test(d: dict) -> str | None:
-        valid = list(names(d))
-        if unless_empty and not valid:
-            return None
-        return None if _get(d, key) in valid else f"{_get(d, key)!r} is not one of {what}: {valid}"
-    return Rule(key, test, f"{key} is one of {what}")
-
-
-def _embedders(d: dict) -> list[str]:
-    return list(d["embed"]["embedders"])
-
-
-def _metric_names(d: dict) -> list[str]:
-    return design.metric_names(d["metrics"])  # the canonical names, as 06 writes them
-
-
-def _contrasts(d: dict) -> str | None:
-    conds = d["chunking"]["conditions"]
-    for name, pair in d["stats"]["contrasts"].items():
-        if not (isinstance(pair, list) and len(pair) == 2 and pair[0] != pair[1]):
-            return f"{name}: expected [condition A, condition B] of two different conditions, got {pair!r}"
-        missing = [c for c in pair if c not in conds]
-        if missing:
-            return f"{name}: {missing[0]!r} is not among chunking.conditions {conds}"
-    return None
-
-
-def _power_can_reject(d: dict) -> str | None:
-    """The power simulation's Monte Carlo p is at least 2/(B + 1) (:func:`chunkstudy.stats.mc_p_two_sided`), so
-    the smallest Holm-adjusted p over m contrasts is 2m/(B + 1): below ``2m/alpha - 1`` resamples no simulated
-    study can reject and every power would read 0."""
-    st = d["stats"]
-    m, b, alpha = max(1, len(st["contrasts"])), st["power_n_boot"], st["alpha"]
-    if 2 * m / (b + 1) < alpha:
-        return None
-    need = math.floor(2 * m / alpha)  # the smallest B with 2m/(B + 1) < alpha
-    return (f"{b} resamples cannot reject anything: the smallest Holm-adjusted p over {m} contrasts is "
-            f"2·{m}/({b} + 1) = {2 * m / (b + 1):.3g}, not below stats.alpha {alpha:g}; use at least {need}")
-
-
-def _extra_conditions(d: dict) -> str | None:
-    """User conditions: a chunker is named; no name (or twin name) clashes with a paper condition or another user
-    condition; a depth only where a heading path is cut; the semantic chunker's embedder is declared."""
-    taken = {c: "a paper condition" for c in design.CONDITION_NAMES}
-    for name, spec in d["conditions"]["extra"].items():
-        if not spec["chunker"]:
-            return f"{name}.chunker is empty; name a chunker (e.g. 'semchunk', 'chonkie:SemanticChunker', " \
-                   "'mypackage.mymodule:chunk')"
-        if spec["depth"] is not None and spec["prefix"] in ("none", "title"):
-            return f"{name}.depth: a {spec['prefix']!r} prefix has no heading path to cut; leave depth out"
-        embedders = list(d["embed"]["embedders"])
-        if spec["embedder"] is not None and embedders and spec["embedder"] not in embedders:
-            return f"{name}.embedder: {spec['embedder']!r} is not one of the keys of embed.embedders: {embedders}"
-        for n in design.extra_condition_names({name: spec}):
-            if n in taken:
-                return f"{name}: the name {n!r} is already {taken[n]}; choose another"
-            taken[n] = f"a condition of conditions.extra ({name})"
-    return None
-
-
-def _extra_contrasts(d: dict) -> str | None:
-    """User contrasts: ``NAME: [A, B]`` of two different conditions that the run builds (chunking.conditions and
-    conditions.extra with twins), named apart from stats.contrasts."""
-    conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
-    for name, pair in d["contrasts"]["extra"].items():
-        if not is_name(str(name)):
-            return f"{name!r} is not a plain name (a letter or digit, then letters, digits, '.', '_' or '-')"
-        if name in d["stats"]["contrasts"]:
-            return f"{name}: the name is a contrast of stats.contrasts (the confirmatory family); choose another"
-        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(c, str) for c in pair)
-                and pair[0] != pair[1]):
-            return f"{name}: expected [condition A, condition B] of two different conditions, got {pair!r}"
-        missing = [c for c in pair if c not in conds]
-        if missing:
-            return f"{name}: {missing[0]!r} is not a condition of this run; conditions: {conds}"
-    return None
-
-
-#: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
-RULES: tuple[Rule, ...] = (
-    less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
-    less_than("chunking.min_chunk_tokens", "chunking.max_chunk_tokens"),
-    at_most("metrics.cutoff", "retrieve.k"),
-    at_most("metrics.recall_k", "retrieve.k"),
-    one_of("embed.strong", "the keys of embed.embedders", _embedders, unless_empty=True),
-    one_of("stats.primary_reranker", "'none' or the keys of retrieve.rerankers",
-           lambda d: ["none", *d["retrieve"]["rerankers"]]),
-    one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
-    Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions"),
-    Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
-    Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
-    Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
-)
-
-
 #: The parameters each notebook stage reads (its digest covers exactly these): sections (``"llm"``) or single
 #: keys (``"corpus.kind"``), from the stage declarations (:data:`chunkstudy.stages.STAGES`); 08 reads every section
 #: (the report names the models and settings of every stage).
@@ -464,7 +325,7 @@ class Config:
 
     @property
     def corpus(self) -> str:
-        return self.data["corpus"]["name"]
+        return self._record.corpus.name
 
     @overload
     def resolve(self, p: str | Path) -> Path: ...
@@ -494,8 +355,8 @@ class Config:
         folder: Path | None
         if spec.anchor == "params":
             folder = self.path.parent
-        elif self.data["corpus"]["mirror"] is not None:
-            folder = self.resolve(self.data["corpus"]["mirror"])
+        elif self._record.corpus.mirror is not None:
+            folder = self.resolve(self._record.corpus.mirror)
         else:
             folder = mirror_default
         values = value if isinstance(value, list) else [value]
@@ -516,13 +377,13 @@ class Config:
 
     def values(self, keys: tuple[str, ...]) -> dict[str, Any]:
         """``{key: value}`` of sections (``"stats"``) and dotted keys (``"corpus.kind"``)."""
-        return {k: _get(self.data, k) for k in keys}
+        return {k: dotted_value(self.data, k) for k in keys}
 
 
 def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) -> str:
     """:meth:`Config.digest` of validated parameters ``data`` (``cfg.data``): the given sections or dotted keys, all
     when None; an optional section at its unused value (:data:`OPTIONAL_SECTIONS`) is left out."""
-    part = {k: _get(dict(data), k) for k in (sections or tuple(data))}
+    part = {k: dotted_value(dict(data), k) for k in (sections or tuple(data))}
     part = {k: v for k, v in part.items() if not (k in OPTIONAL_SECTIONS and v == OPTIONAL_SECTIONS[k])}
     return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -725,8 +586,8 @@ def _validate(spec: Any, value: Any, where: str, file: Path) -> Any:
 
 
 def check_rules(data: dict, file: Path | str, rules: tuple[Rule, ...] = RULES) -> None:
-    """Apply the cross-field :data:`RULES` to validated parameters; the first failure raises, naming the file and
-    the dotted key."""
+    """Apply the cross-field rules (:data:`chunkstudy.config_rules.RULES`) to validated parameters; the first
+    failure raises, naming the file and the dotted key."""
     for rule in rules:
         problem = rule.test(data)
         if problem:

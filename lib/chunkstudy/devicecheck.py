@@ -193,14 +193,14 @@ def prepare(out_dir: str | Path, root: str | Path, n_texts: int = 256, n_queries
     (sizes, counts, seconds)."""
     import numpy as np
 
-    from . import embed, rerank
+    from . import config, embed, rerank
 
     t0 = time.perf_counter()
     root, out = Path(root), Path(out_dir)
     passages, questions = _demo_texts(root)
     texts = list(dict.fromkeys([q["question"] for q in questions] + passages))[:n_texts]
-    spec = {"model": MODEL, "device": "cpu", "dtype": "float32", "max_seq_length": max_seq_length,
-            "batch_size": 32}
+    spec = config.record("embed.embedders.*", {"model": MODEL, "device": "cpu", "dtype": "float32",
+                                               "max_seq_length": max_seq_length, "batch_size": 32})
     emb = embed.load_embedder(spec, "device-check")
     ref_vectors = emb.encode(texts, "passage")
     st = emb._load()
@@ -209,8 +209,9 @@ def prepare(out_dir: str | Path, root: str | Path, n_texts: int = 256, n_queries
     cfg = {k: getattr(bert.config, k) for k in ("num_hidden_layers", "num_attention_heads", "hidden_size",
                                                  "layer_norm_eps", "max_position_embeddings", "vocab_size")}
 
-    rr_spec = {"model": MODEL, "trained": False, "seed": RERANKER_SEED, "device": "cpu", "dtype": "float32",
-               "max_length": max_length, "batch_size": 32}
+    rr_spec = config.record("retrieve.rerankers.*", {"model": MODEL, "trained": False, "seed": RERANKER_SEED,
+                                                     "device": "cpu", "dtype": "float32", "max_length": max_length,
+                                                     "batch_size": 32})
     rr = rerank.load_reranker(rr_spec, "device-check")
     rr._load()
     ce = rr._model

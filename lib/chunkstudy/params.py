@@ -10,7 +10,7 @@ from :mod:`chunkstudy.design`, the anchor of a path, a plain-name or no-repeats 
 :mod:`chunkstudy.config` derives its validation schema (``config.SCHEMA``) from these classes, validates a file
 against it and hands out instances: ``cfg.params("llm")`` is an :class:`LLMParams`. Library functions name
 these types in their signatures, so a type checker sees every read. Cross-field checks (``min < max``, the
-primary cell naming a declared embedder) are ``config.RULES``.
+primary cell naming a declared embedder) are ``config_rules.RULES``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Spec:
     """What a field's type does not say. ``ge``/``gt``/``le``/``lt`` bound a number (each element of a tuple of
     numbers); ``choices`` limits a ``str`` (or each element) to values :mod:`chunkstudy.design` declares (fixed
     sets are ``Literal`` types instead); ``anchor`` marks a path (:data:`ANCHORS`); ``name`` requires a plain
-    file-system name (``config.NAME_PATTERN``); ``unique`` forbids repeated elements."""
+    file-system name (``config_rules.NAME_PATTERN``); ``unique`` forbids repeated elements."""
 
     doc: str = ""
     ge: float | None = None

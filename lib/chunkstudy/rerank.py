@@ -33,8 +33,8 @@ from typing import Any, Iterable, Mapping, Sequence, cast
 import numpy as np
 import pandas as pd
 
-from . import artifacts, config, models, progress
-from .params import RetrieveParams
+from . import artifacts, models, progress
+from .params import RerankerParams, RetrieveParams
 from .embed import (AUTOCAST_BF16, ONNX_FILE, _onnx_provider, bf16_candidate, cast_and_check, flag_kwargs,
                     onnx_model_dir, place_flag_model, precision_context, recorded_decision, resolve_dtype)
 
@@ -142,7 +142,7 @@ class Reranker:
     :meth:`settle_precision`).
     """
 
-    def __init__(self, key: str, spec: Any, store: ScoreStore | None):
+    def __init__(self, key: str, spec: RerankerParams, store: ScoreStore | None):
         self.key = key
         self.spec = spec = spec_record(spec, key)
         self.trained = spec.trained
@@ -305,16 +305,18 @@ class Reranker:
         return np.array([known[k] for k in keys], dtype=np.float64)
 
 
-def spec_record(spec: Any, key: str) -> Any:
-    """The ``retrieve.rerankers.<key>`` record (``cfg.params("retrieve").rerankers[key]``); a mapping is validated
-    into one, its missing keys at the schema's defaults. A bad value raises ``ValueError`` naming the key."""
-    try:
-        return config.record("retrieve.rerankers.*", spec)
-    except config.ConfigError as e:
-        raise ValueError(str(e).replace("retrieve.rerankers.*", f"retrieve.rerankers.{key}")) from None
+def spec_record(spec: RerankerParams, key: str) -> RerankerParams:
+    """``spec`` itself when it is the ``retrieve.rerankers.<key>`` record (``cfg.params("retrieve").rerankers[key]``,
+    or ``config.record("retrieve.rerankers.*", {...})`` in a test); a TypeError naming the key otherwise (a mapping
+    is no record: its values were never validated)."""
+    if not isinstance(spec, RerankerParams):
+        raise TypeError(f"retrieve.rerankers.{key}: expected its RerankerParams record (cfg.params(\"retrieve\")"
+                        f".rerankers[{key!r}], or config.record(\"retrieve.rerankers.*\", ...)), got "
+                        f"{type(spec).__name__}")
+    return spec
 
 
-def load_reranker(spec: Any, key: str, cache_dir: str | Path | None = None) -> Reranker:
+def load_reranker(spec: RerankerParams, key: str, cache_dir: str | Path | None = None) -> Reranker:
     """The reranker ``key`` of params ``retrieve.rerankers`` (its record); scores cached under ``cache_dir`` when
     given (the notebook passes ``artifacts.cache_dir(cfg, "rerank")``). The model itself loads on first use."""
     spec = spec_record(spec, key)

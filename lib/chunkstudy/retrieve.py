@@ -587,7 +587,8 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
 def embed_queries(queries: pd.DataFrame, embedders: Mapping[str, Any], store: Any) -> dict[str, np.ndarray]:
     """Query vectors per embedder key, one row per row of ``queries``, through the persistent embedding store.
 
-    ``embedders``: ``cfg.params("embed").embedders`` (key -> embedder record); ``store``: an ``embed.EmbeddingStore``.
+    ``embedders``: ``cfg.params("embed").embedders`` (key -> embedder record); ``store``: an
+    ``embed_store.EmbeddingStore``.
     Queries are embedded with ``kind="query"`` (the BGE query instruction where the spec asks for it).
     """
     from . import embed

@@ -10,8 +10,9 @@ from and every notebook reads, so an edit of the parameter file during the run h
 1. computes the stage's *key* (:func:`stage_key`) from its declaration (:data:`chunkstudy.stages.STAGES`): the
    digest of the parameters the stage reads (:data:`chunkstudy.config.STAGE_SECTIONS`), the content hashes of the
    files it reads under these parameters (as they are on disk: a table edited by hand after its writer ran is an
-   input change, under ``--only`` too), a hash of the library modules its notebook imports (:func:`library_hash`)
-   and of the notebook itself; for 01, the path, size and sha256 of every source file it reads
+   input change, under ``--only`` too), a hash of the library modules its notebook imports
+   (:func:`chunkstudy.codehash.library_hash`) and of the notebook itself; for a stage that declares source files
+   (01), the path, size and sha256 of every source file it reads
    (:func:`chunkstudy.corpus.build.source_files`), so a replaced archive or an edited ``questions.yaml`` reruns it;
 2. skips the stage when its manifest holds the same key and every output it recorded is still there unchanged
    (size and mtime, else a fresh content hash) — never "the file exists";
@@ -19,9 +20,10 @@ from and every notebook reads, so an edit of the parameter file during the run h
    folder stops the run, named, before anything is deleted), removes the stage's manifest and old outputs,
    executes the notebook in a fresh kernel with ``params_file`` (the frozen copy) injected, writes the executed
    copy to ``build/executed/CORPUS/`` (and its HTML export beside it, :func:`export_html`), hashes the outputs
-   and writes the manifest last (atomically), with the environment it ran in
-   (:func:`chunkstudy.artifacts.environment`: package versions, git commit, Python, CPU/GPU, torch threads). A run
-   killed midway leaves no manifest, so the stage reruns; tables are written atomically, so a later stage never reads a
+   and writes the manifest last (atomically, :func:`chunkstudy.manifests.write_manifest`), with the environment it
+   ran in (:func:`chunkstudy.manifests.environment`: package versions, git commit, Python, CPU/GPU, torch
+   threads). A run killed midway
+   leaves no manifest, so the stage reruns; tables are written atomically, so a later stage never reads a
    half-written one. Cleanup deletes only folders strictly inside ``data/<corpus>/`` and ``figures/``. The
    warnings a notebook sends (:func:`chunkstudy.progress.warn`) appear in the runner's output as they come, and
    the manifest records them for the report.
@@ -36,7 +38,6 @@ replays them instead of recomputing.
 from __future__ import annotations
 
 import argparse
-import ast
 import fcntl
 import hashlib
 import json
@@ -53,12 +54,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, config, progress, stages
+from . import artifacts, config, devices, manifests, progress, stages
+from .codehash import library_hash
 
 #: Which earlier stages each stage reads (its inputs are their outputs), from :data:`chunkstudy.stages.STAGES`
 #: under any parameters; :func:`stage_key` narrows it to the reads a parameter file switches on.
 STAGE_DEPS: dict[str, tuple[str, ...]] = {s: stages.upstream(s) for s in stages.STAGE_NAMES}
-
 
 class StageFailed(RuntimeError):
     pass
@@ -120,144 +121,6 @@ def discover(notebooks_dir: Path) -> list[Stage]:
     return [Stage(p.stem, p) for p in sorted(notebooks_dir.glob("[0-9][0-9]_*.py"))]
 
 
-PACKAGE = "chunkstudy"
-
-
-def _module_file(pkg: Path, dotted: str) -> Path | None:
-    """The source file of module ``chunkstudy.<dotted>`` under ``pkg`` (``""`` = the package; None when the name
-    is not a module, e.g. a function imported from one)."""
-    parts = [p for p in dotted.split(".") if p]
-    if parts and pkg.joinpath(*parts).with_suffix(".py").is_file():
-        return pkg.joinpath(*parts).with_suffix(".py")
-    init = pkg.joinpath(*parts, "__init__.py")
-    return init if init.is_file() else None
-
-
-def _imported(tree: ast.AST, package: str) -> set[str]:
-    """Names of the package that ``tree`` imports anywhere (also inside functions), dotted and relative to the
-    package (``"corpus.build"``; ``""`` = the package); ``package`` is the importing module's own package, for
-    relative imports. A name that is not a module (``SCHEMA`` of ``from .config import SCHEMA``) is kept too and
-    dropped by :func:`_module_file`."""
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {a.name.partition(".")[2] for a in node.names if a.name.split(".")[0] == PACKAGE}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".") if package else []
-                base = base[:len(base) - (node.level - 1)]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            elif node.module and node.module.split(".")[0] == PACKAGE:
-                mod = node.module.partition(".")[2]
-            else:
-                continue
-            out.add(mod)
-            out |= {f"{mod}.{a.name}".lstrip(".") for a in node.names}
-    return out
-
-
-def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
-    """The package files a notebook's code can run: the modules it imports, the modules those import
-    (transitively; every import statement of a module counts, also one inside a function), every package
-    ``__init__`` on the way, and the package data a module among them loads (a non-Python file belongs to each
-    module with a string constant that names it, outside docstrings: ``TEMPLATE = "report.html.j2"`` of
-    ``report.html``). Sorted paths."""
-    pkg = pkg or Path(__file__).resolve().parent
-    seen: set[Path] = set()
-    todo = ["", *_imported(ast.parse(notebook.read_text(encoding="utf-8")), "")]
-    while todo:
-        dotted = todo.pop()
-        path = _module_file(pkg, dotted)
-        if path is None or path in seen:
-            continue
-        seen.add(path)
-        parts = dotted.split(".") if dotted else []
-        todo += [".".join(parts[:i]) for i in range(len(parts))]  # the packages on the way
-        package = dotted if path.name == "__init__.py" else ".".join(parts[:-1])
-        todo += _imported(ast.parse(path.read_text(encoding="utf-8")), package)
-    named = set().union(*(_strings(p) for p in seen))
-    return sorted(seen | {d for d in package_data(pkg)
-                          if d.name in named or str(d.relative_to(pkg)) in named})
-
-
-def _strings(path: Path) -> set[str]:
-    """The string constants of a module, docstrings and other bare string statements left out."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    bare = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in bare}
-
-
-def package_data(pkg: Path | None = None) -> list[Path]:
-    """The package's non-Python files (templates and the like)."""
-    pkg = pkg or Path(__file__).resolve().parent
-    return sorted(p for p in pkg.rglob("*") if p.is_file() and p.suffix not in {".py", ".pyc"}
-                  and "__pycache__" not in p.parts)
-
-
-def library_hash(notebook: Path | None = None, pkg: Path | None = None) -> str:
-    """Hash of the package files a stage's notebook can run (:func:`module_closure`): a change to ``figures.py``
-    reruns 08 only. Without a notebook, of every source file of the package. ``pkg``: the package folder (default:
-    this one)."""
-    pkg = pkg or Path(__file__).resolve().parent
-    if notebook is None:
-        files = sorted(p for p in pkg.rglob("*") if p.suffix in {".py", ".yaml", ".json", ".txt", ".j2"}
-                       and "__pycache__" not in p.parts)
-    else:
-        files = module_closure(notebook, pkg)
-    h = hashlib.sha256()
-    for p in files:
-        h.update(str(p.relative_to(pkg)).encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def output_dirs(cfg: config.Config, stage: str) -> list[Path]:
-    dirs = [artifacts.stage_dir(cfg, stage)]
-    if stage == "08_figures":
-        dirs.append(artifacts.figures_dir(cfg))
-    return dirs
-
-
-def _hash_outputs(cfg: config.Config, stage: str, previous: dict | None = None) -> dict[str, dict]:
-    """``{relative path: {sha256, size, mtime_ns}}`` of a stage's outputs (manifest excluded).
-
-    A file whose size and mtime match ``previous`` keeps its recorded hash (hashing large vector files on
-    every check would cost seconds).
-    """
-    return _hash_files(cfg, output_dirs(cfg, stage), previous)
-
-
-def _hash_files(cfg: config.Config, paths: list[Path], previous: dict | None = None) -> dict[str, dict]:
-    """``{path relative to the project: {sha256, size, mtime_ns}}`` of the files at ``paths`` (a file, or every
-    file under a folder; manifests and hidden files left out), sorted. A file whose size and mtime match its entry
-    in ``previous`` keeps the recorded hash; any other is hashed."""
-    previous = previous or {}
-    out = {}
-    for d in paths:
-        files = [d] if d.is_file() else sorted(d.rglob("*")) if d.is_dir() else []
-        for p in files:
-            if not p.is_file() or p.name == "manifest.json" or p.name.startswith("."):
-                continue
-            rel = str(p.relative_to(cfg.root))
-            st = p.stat()
-            old = previous.get(rel)
-            if old and old["size"] == st.st_size and old["mtime_ns"] == st.st_mtime_ns:
-                out[rel] = old
-            else:
-                out[rel] = {"sha256": artifacts.file_hash(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    return out
-
-
-manifest_path = artifacts.manifest_path
-read_manifest = artifacts.read_manifest  # None when absent or malformed (a manifest without outputs reruns)
-
-
-def _outputs_digest(manifest: dict) -> str:
-    return hashlib.sha256(json.dumps({k: v["sha256"] for k, v in manifest["outputs"].items()},
-                                     sort_keys=True).encode()).hexdigest()[:16]
-
-
 def _input_digest(cfg: config.Config, manifest: dict, name: str) -> tuple[str, bool]:
     """``(digest, as recorded)`` of the files of artifact ``name`` as they are on disk now ("absent" when there are
     none: the reading notebook then fails, naming the table). ``as recorded``: the files are those its writer's
@@ -267,7 +130,7 @@ def _input_digest(cfg: config.Config, manifest: dict, name: str) -> tuple[str, b
     where = artifacts.artifact_path(cfg, name)
     rel = str(where.relative_to(cfg.root))
     recorded = {k: v for k, v in manifest["outputs"].items() if k == rel or k.startswith(rel + "/")}
-    files = {k: v["sha256"] for k, v in _hash_files(cfg, [where], recorded).items()}
+    files = {k: v["sha256"] for k, v in manifests.hash_files(cfg, [where], recorded).items()}
     same = files == {k: v["sha256"] for k, v in recorded.items()}
     if not files:
         return "absent", same
@@ -277,45 +140,50 @@ def _input_digest(cfg: config.Config, manifest: dict, name: str) -> tuple[str, b
 def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str] | None = None) -> dict:
     """The stage's skip key: the digest of the parameters it reads, the content of every file it reads (per
     artifact, as it is on disk: :func:`_input_digest`; a read switched off by the parameters is not an input), the
-    library it runs (:func:`library_hash`) and its notebook; for 01, its source files; for 04, the code of the
-    user's chunker functions (:func:`chunker_sources`); for 08, which reads every
-    earlier manifest, those manifests' keys and outputs, and the replication partner's contrasts. ``changed``
+    library it runs (:func:`~chunkstudy.codehash.library_hash`) and its notebook; for a stage that declares source
+    files (:class:`chunkstudy.stages.SourceFiles`: 01), their fingerprints; for 04, the code of the user's chunker
+    functions (:func:`chunker_sources`); for a stage that reads every earlier manifest (08), those manifests' keys
+    and outputs; for one that reads the replication partner's run (:class:`chunkstudy.stages.PartnerRead`: 08's
+    contrasts), the outputs of their writer there. ``changed``
     (when given) collects the inputs whose files differ from what their writer's manifest records."""
     inputs = {}
     declared = stages.stage(stage.name) if stage.name in stages.STAGE_NAMES else None
-    manifests: dict[str, dict] = {}
-    for dep in stages.upstream(stage.name, cfg.data) if declared else ():
-        m = read_manifest(cfg, dep)
+    params = cfg.params()
+    done: dict[str, dict] = {}
+    for dep in stages.upstream(stage.name, params) if declared else ():
+        m = artifacts.read_manifest(cfg, dep)
         if m is None:
             raise StageFailed(f"{stage.name} reads the outputs of {dep}, which has not completed for corpus "
                               f"'{cfg.corpus}' (run ./run_all.sh {cfg.corpus} --only {dep[:2]})")
-        manifests[dep] = m
-    for name in stages.reads(stage.name, cfg.data) if declared else ():
-        inputs[name], same = _input_digest(cfg, manifests[stages.writer(name)], name)
+        done[dep] = m
+    for name in stages.reads(stage.name, params) if declared else ():
+        inputs[name], same = _input_digest(cfg, done[stages.writer(name)], name)
         if not same and changed is not None:
             changed.append(f"{stages.writer(name)}/{name}")
     if declared is not None and declared.manifests:
-        for dep, m in manifests.items():
+        for dep, m in done.items():
             inputs[f"{dep}/manifest"] = hashlib.sha256(json.dumps(m["key"], sort_keys=True).encode()).hexdigest()[
-                :16] + ":" + _outputs_digest(m)
+                :16] + ":" + manifests.outputs_digest(m)
             if m.get("warnings"):  # the report shows them: a rerun that warned (or stopped warning) reruns 08
                 inputs[f"{dep}/manifest"] += ":" + hashlib.sha256(
                     json.dumps(m["warnings"]).encode()).hexdigest()[:16]
-    if stage.name == "08_figures":
-        # the replication table reads the partner corpus's contrasts: its completion reruns 08 here
-        partner = artifacts.partner_config(cfg)
-        m = read_manifest(partner, "07_stats") if partner is not None else None
-        if partner is not None and m is not None:
-            inputs[f"{partner.corpus}/07_stats"] = _outputs_digest(m)
-    params = (config.stage_digest(cfg, stage.name) if stage.name in config.STAGE_SECTIONS else cfg.digest())
+    partner = artifacts.partner_config(cfg) if declared is not None and declared.partner else None
+    if declared is not None and partner is not None:
+        # what the stage reads of the replication partner's run (08: its contrasts): their completion reruns it
+        for dep in dict.fromkeys(stages.writer(r.name) for r in declared.partner):
+            m = artifacts.read_manifest(partner, dep)
+            if m is not None:
+                inputs[f"{partner.corpus}/{dep}"] = manifests.outputs_digest(m)
+    digest = config.stage_digest(cfg, stage.name) if stage.name in config.STAGE_SECTIONS else cfg.digest()
     key: dict[str, Any] = {
-        "params_digest": params,
+        "params_digest": digest,
         "inputs": inputs,
         "library": lib_hash,
         "notebook": artifacts.file_hash(stage.notebook)[:16],
     }
-    if stage.name == "01_corpus":
-        key["sources"] = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in source_fingerprints(cfg)]
+    if declared is not None and declared.source_files is not None:
+        key["sources"] = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f}
+                          for f in source_fingerprints(cfg, stage.name)]
     if stage.name == "04_chunk_embed" and cfg.params("conditions").extra:
         key["chunker_sources"] = chunker_sources(cfg)
     return key
@@ -339,91 +207,25 @@ def chunker_sources(cfg: config.Config) -> dict[str, str | None]:
 SOURCE_KEY_FIELDS = ("role", "path", "size", "sha256", "missing")
 
 
-def source_fingerprints(cfg: config.Config, previous: list[dict] | None = None) -> list[dict]:
-    """Fingerprints (path, size, sha256) of every file stage 01 reads (:func:`chunkstudy.corpus.build.source_files`);
-    a file whose size and mtime match an entry of ``previous`` (default: the last 01 manifest's) keeps its recorded
-    hash, so a multi-GB export is not hashed again."""
+def source_fingerprints(cfg: config.Config, stage: str, previous: list[dict] | None = None) -> list[dict]:
+    """Fingerprints (path, size, sha256) of every source file ``stage`` reads (it declares
+    :class:`chunkstudy.stages.SourceFiles`: 01, :func:`chunkstudy.corpus.build.source_files`); a file whose size and
+    mtime match an entry of ``previous`` (default: the stage's last manifest's) keeps its recorded hash, so a
+    multi-GB export is not hashed again."""
     from .corpus import build
 
     if previous is None:
-        m = read_manifest(cfg, "01_corpus")
+        m = artifacts.read_manifest(cfg, stage)
         previous = m.get("sources") if m else None
     return build.fingerprint_sources(cfg, previous if isinstance(previous, list) else None)
 
 
 def is_current(cfg: config.Config, stage: Stage, key: dict) -> bool:
-    m = read_manifest(cfg, stage.name)
+    m = artifacts.read_manifest(cfg, stage.name)
     if m is None or m.get("key") != key:
         return False
-    now = _hash_outputs(cfg, stage.name, m["outputs"])
+    now = manifests.hash_outputs(cfg, stage.name, m["outputs"])
     return {k: v["sha256"] for k, v in now.items()} == {k: v["sha256"] for k, v in m["outputs"].items()}
-
-
-
-def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
-    import pyarrow.parquet as pq
-
-    counts = {}
-    d = artifacts.stage_dir(cfg, stage)
-    for p in sorted(d.glob("*.parquet")) if d.is_dir() else []:
-        counts[p.stem] = pq.ParquetFile(p).metadata.num_rows
-    return counts
-
-
-def write_manifest(cfg: config.Config, stage: Stage, key: dict, seconds: float,
-                   sources: list[dict] | None = None, env: dict | None = None,
-                   warned: list[str] | None = None) -> dict:
-    """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
-    (:func:`chunkstudy.artifacts.environment`, or ``env`` when the runner has it), the warnings the stage sent
-    (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
-    sha256 and the digest of every parameter), the content of the JSON outputs declared with ``manifest=True``
-    (``records``: how each encoder ran), what the user added (``user_declared``: the digest and names of
-    ``conditions.extra`` and ``contrasts.extra``, when any; 01's tells whether they were declared before the run)
-    and, for 01, the fingerprints of its source files. Paths are relative to the
-    project."""
-    env = env or artifacts.environment()
-    manifest = {
-        "stage": stage.name,
-        "corpus": cfg.corpus,
-        "params_file": artifacts.project_relative(cfg, cfg.path),
-        "key": key,
-        "outputs": _hash_outputs(cfg, stage.name),
-        "row_counts": _row_counts(cfg, stage.name),
-        "seeds": _seeds(cfg, config.STAGE_SECTIONS.get(stage.name, ())),
-        "packages": env["packages"],
-        "git_commit": env.get("git_commit"),
-        "environment": env,
-        "seconds": round(seconds, 2),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    if cfg.frozen is not None and cfg.frozen.is_file():
-        manifest["params_frozen"] = {"path": artifacts.project_relative(cfg, cfg.frozen),
-                                     "sha256": artifacts.file_hash(cfg.frozen), "digest": cfg.digest()}
-    user_conditions, user_contrasts = cfg.params("conditions").extra, cfg.params("contrasts").extra
-    if user_conditions or user_contrasts:  # what the user added, as this stage saw it (08)
-        manifest["user_declared"] = {"digest": config.declaration_digest(cfg.params("conditions"),
-                                                                         cfg.params("contrasts")),
-                                     "conditions": list(user_conditions), "contrasts": list(user_contrasts)}
-    if warned:
-        manifest["warnings"] = list(warned)
-    if sources is not None:
-        manifest["sources"] = sources
-    declared = stages.stage(stage.name).writes if stage.name in stages.STAGE_NAMES else ()
-    records = {a.name: artifacts.read_json(cfg, stage.name, a.name) for a in declared
-               if isinstance(a, stages.Json) and a.manifest and artifacts.json_path(cfg, stage.name, a.name).is_file()}
-    if records:
-        manifest["records"] = records
-    artifacts.write_json_file(manifest_path(cfg, stage.name), manifest)
-    return manifest
-
-
-def _seeds(cfg: config.Config, keys: tuple[str, ...]) -> dict:
-    """The seeds among the parameters a stage reads: ``{"section.key": value}``."""
-    out = {}
-    for key, value in cfg.values(keys).items():
-        items = value.items() if "." not in key and isinstance(value, dict) else [(key.rpartition(".")[2], value)]
-        out.update({f"{key.partition('.')[0]}.{k}": v for k, v in items if "seed" in k})
-    return out
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -460,12 +262,12 @@ def _clear_outputs(cfg: config.Config, stage: str) -> None:
     (:func:`check_writable`: a read-only folder stops the run before anything is deleted). Each folder must lie
     strictly inside ``data/`` or ``figures/`` of the project root (a bad corpus name never reaches here, but a
     deletion is checked anyway)."""
-    dirs = output_dirs(cfg, stage)
-    for d in dirs:
-        allowed = artifacts.corpus_dir(cfg) if d == artifacts.stage_dir(cfg, stage) else artifacts.figures_root(cfg)
+    dirs = []
+    for d, allowed in artifacts.output_dirs(cfg, stage):
         artifacts.inside(d, allowed, f"refusing to delete the outputs of {stage}")
+        dirs.append(d)
     check_writable(cfg, dirs, f"{stage} cannot replace its outputs")
-    mp = manifest_path(cfg, stage)
+    mp = artifacts.manifest_path(cfg, stage)
     if mp.exists():
         mp.unlink()
     for d in dirs:
@@ -731,11 +533,9 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
     elif start is not None:
         selected = [s for s in selected if s.number >= start.zfill(2)[:2]]
     if any(s.number in CUDA_STAGES for s in selected):
-        from . import gpu
-
         try:  # fail before the first stage, not at 04 after hours of model calls in 02 and 03
-            gpu.require_cuda(cfg)
-        except gpu.CudaUnavailable as e:
+            devices.require_cuda(cfg)
+        except devices.CudaUnavailable as e:
             raise StageFailed(str(e)) from None
     executed_dir = root / "build" / "executed" / cfg.corpus
     with corpus_lock(cfg, command or shlex.join(sys.argv), log=log):
@@ -768,18 +568,22 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             raise Interrupted(stage.name, cfg.corpus, getattr(e, "signum", signal.SIGINT)) from None
         dt = time.perf_counter() - t0
         sources = None
-        if "sources" in key:
+        declared = stages.stage(stage.name).source_files if stage.name in stages.STAGE_NAMES else None
+        if declared is not None and "sources" in key:
             # a file downloaded during the run (absent when the key was made) enters the key as it is now; any
-            # other change during the run leaves the key as it was, so the next run reruns 01
-            # 01's stats.json holds the fingerprints the build just took (the manifest they could come from is gone)
-            stats_file = artifacts.json_path(cfg, "01_corpus", "stats")
-            built = json.loads(stats_file.read_text()).get("sources") if stats_file.is_file() else None
-            sources = source_fingerprints(cfg, built)
+            # other change during the run leaves the key as it was, so the next run reruns the stage
+            # its recorded JSON (01's stats.json) holds the fingerprints the build just took (the manifest they
+            # could come from is gone)
+            built = None
+            if declared.recorded is not None:
+                record = artifacts.json_path(cfg, stage.name, declared.recorded)
+                built = json.loads(record.read_text()).get("sources") if record.is_file() else None
+            sources = source_fingerprints(cfg, stage.name, built)
             now = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in sources]
             if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
                 key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
-        env = env or artifacts.environment()  # the same for every stage of this run: looked up once
-        write_manifest(cfg, stage, key, dt, sources, env, warned)
+        env = env or manifests.environment()  # the same for every stage of this run: git, versions, devices looked up once
+        manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned)
         log(f"{stage.name:<16} ran      {dt:6.1f} s" + (f"  ({len(warned)} warning{'s' * (len(warned) != 1)}, "
                                                         "in the report)" if warned else ""))
         results.append((stage.name, "ran", dt))

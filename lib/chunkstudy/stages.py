@@ -15,7 +15,11 @@ reads such an input with :func:`chunkstudy.artifacts.read_input`, which returns 
 Column kinds (:data:`KINDS`): ``int``, ``float`` (an int column passes too), ``str``, ``bool``, ``list`` (a list,
 tuple or array per cell) and ``any``. A table may carry more columns than it declares; a column with no
 non-null value passes any kind (an empty table has no values to check). Like :mod:`chunkstudy.design`, this
-module sits at the bottom of the import floors (it imports only ``design``).
+module sits at the bottom of the import floors (it imports only ``design`` and ``params``).
+
+Edges that are no artifact of the store are declared too, so the runner special-cases no stage by name: 01's
+source files (:class:`SourceFiles`), 08's ``figures/`` folder (:class:`Folder`) and 08's read of the replication
+partner's contrasts (:class:`PartnerRead`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from . import design
+from .params import Params
 
 KINDS = ("int", "float", "str", "bool", "list", "any")
 ALL_PARAMS = "*"
@@ -83,28 +88,65 @@ Artifact = Table | Json | Vectors
 
 @dataclass(frozen=True)
 class Read:
-    """An artifact a stage reads; ``when`` (the validated parameters -> bool) limits the read to some parameters,
-    ``unless`` says in words when it is off."""
+    """An artifact a stage reads; ``when`` (the validated parameters, :class:`chunkstudy.params.Params` -> bool)
+    limits the read to some parameters, ``unless`` says in words when it is off."""
 
     name: str
-    when: Callable[[Mapping[str, Any]], bool] | None = None
+    when: Callable[[Params], bool] | None = None
     unless: str = ""
 
-    def active(self, params: Mapping[str, Any] | None) -> bool:
+    def active(self, params: Params | None) -> bool:
         return self.when is None or params is None or bool(self.when(params))
+
+
+@dataclass(frozen=True)
+class SourceFiles:
+    """Files outside the data store that a stage reads: 01's corpus sources (archives, exports, lists, question
+    files, under ``corpus.*``). The runner fingerprints them (path, size, sha256;
+    :func:`chunkstudy.corpus.build.fingerprint_sources`) into the stage's key and its manifest, so a replaced file
+    reruns the stage. ``recorded``: the stage's JSON output that records the fingerprints it took while it ran
+    (a file downloaded during the run enters the key as the stage found it)."""
+
+    doc: str = ""
+    recorded: str | None = None
+
+
+@dataclass(frozen=True)
+class Folder:
+    """An output folder outside the stage's data folder: ``<root>/<corpus>/`` under the project root (08's
+    ``figures/<corpus>/``: figures, report and tables). The runner clears it with the stage's outputs (never
+    outside ``<root>/``) and hashes its files into the manifest."""
+
+    root: str
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class PartnerRead:
+    """An artifact a stage reads from the replication partner's run (the corpus of ``figures.replicate_with``,
+    :func:`chunkstudy.artifacts.partner_config`): its writer's completion there enters the stage's key."""
+
+    name: str
+    doc: str = ""
 
 
 @dataclass(frozen=True)
 class Stage:
     """One notebook stage: ``params`` are the parameter sections (``"llm"``) or single keys (``"corpus.kind"``) it
     reads (:data:`ALL_PARAMS` for every section), ``reads``/``writes`` its artifacts; ``manifests``: it reads the
-    manifests of every earlier stage too (08's environment table), so any rerun upstream reruns it."""
+    manifests of every earlier stage too (08's environment table), so any rerun upstream reruns it;
+    ``source_files``: the files outside the data store it reads (:class:`SourceFiles`); ``folders``: its output
+    folders outside its data folder (:class:`Folder`); ``partner``: what it reads of the replication partner's run
+    (:class:`PartnerRead`)."""
 
     name: str
     params: tuple[str, ...]
     reads: tuple[Read, ...]
     writes: tuple[Artifact, ...]
     manifests: bool = False
+    source_files: SourceFiles | None = None
+    folders: tuple[Folder, ...] = ()
+    partner: tuple[PartnerRead, ...] = ()
 
     @property
     def notebook(self) -> str:
@@ -140,13 +182,16 @@ _POWER = {"corpus": S, "cell": S, "scenario": S, "effect_source": S, **_PAIR, "t
           "n_boot": I, "alpha": F, "target_power": F, "require_sign": B, "seed": I, "note": S}
 
 
-def _bm25_reads_induced(p: Mapping[str, Any]) -> bool:
-    return design.condition(p["queries"]["bm25_condition"]).outline == "sections_induced"
+def _bm25_reads_induced(p: Params) -> bool:
+    return design.condition(p.queries.bm25_condition).outline == "sections_induced"
 
 
-def _a1_in_run(p: Mapping[str, Any]) -> bool:
-    return any(design.condition(c).prefix == "context" for c in p["chunking"]["conditions"])
+def _a1_in_run(p: Params) -> bool:
+    return any(design.condition(c).prefix == "context" for c in p.chunking.conditions)
 
+
+#: ``figures/<corpus>/``: 08's figures, report.md, report.html and tables/
+FIGURES = Folder("figures", "figures, report.md, report.html, tables/")
 
 #: The pipeline, in run order.
 STAGES: tuple[Stage, ...] = (
@@ -159,7 +204,7 @@ STAGES: tuple[Stage, ...] = (
               "questions with gold spans (QASPER, demo; empty for Wikipedia)"),
         Table("corpus_funnel", {"step": S, "count": I}),
         Json("stats", "the corpus funnel's numbers, sources read, warnings"),
-    )),
+    ), source_files=SourceFiles("the corpus's archives, exports, lists and questions", recorded="stats")),
     Stage("02_induce", ("llm", "induce", "contexts", "chunking", "corpus.kind", "figures.example_doc"),
           _r("documents", "paragraphs", "sections_gold"), (
         Table("sections_induced", _SECTIONS, "the induced outline (tiles the paragraphs)"),
@@ -177,7 +222,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("03_queries", ("llm", "queries", "chunking.tokenizer", "chunking.max_chunk_tokens", "chunking.min_chunk_tokens",
                          "chunking.sentence_splitter", "metrics.span_frac", "metrics.chunk_frac", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold"),
-        Read("harvested", lambda p: p["queries"]["source"] == "harvested", "queries.source is generated"),
+        Read("harvested", lambda p: p.queries.source == "harvested", "queries.source is generated"),
         Read("sections_induced", _bm25_reads_induced, "queries.bm25_condition is cut from the gold outline"),
     ), (
         Table("queries", {"query_id": S, "doc_id": S, "qtype": S, "text": S, "spans": L, "provenance": S,
@@ -271,7 +316,8 @@ STAGES: tuple[Stage, ...] = (
         "placebo_buckets", "section_recall", "section_recall_summary", "drilldown", "contrasts", "mixedlm",
         "dose_response", "per_type", "condition_means", "reranker_lift", "power", "power_needed", "user_contrasts",
         "user_power", "user_power_needed"), (),
-        manifests=True),
+        manifests=True, folders=(FIGURES,),
+        partner=(PartnerRead("contrasts", "the replication table"),)),
 )
 
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
@@ -311,8 +357,8 @@ def columns(name: str) -> list[str]:
     return list(table(name).columns)
 
 
-def reads(stage_name: str, params: Mapping[str, Any] | None = None) -> tuple[str, ...]:
-    """Artifacts ``stage_name`` reads; with ``params`` (validated ``cfg.data``), only those it reads under them."""
+def reads(stage_name: str, params: Params | None = None) -> tuple[str, ...]:
+    """Artifacts ``stage_name`` reads; with ``params`` (``cfg.params()``), only those it reads under them."""
     return tuple(r.name for r in stage(stage_name).reads if r.active(params))
 
 
@@ -324,7 +370,7 @@ def read_spec(stage_name: str, name: str) -> Read:
     return found[0]
 
 
-def upstream(stage_name: str, params: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+def upstream(stage_name: str, params: Params | None = None) -> tuple[str, ...]:
     """The stages whose outputs ``stage_name`` reads (under ``params`` when given), in run order."""
     used = {writer(n) for n in reads(stage_name, params)}
     if stage(stage_name).manifests:

@@ -21,7 +21,7 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 import pandas as pd
 
-from .. import artifacts, config, paper, stages, stats
+from .. import artifacts, config, manifests, paper, stages, stats
 from ..config import Config
 from ..params import Params, StatsParams
 from . import drilldown, figures, html, tables
@@ -65,8 +65,8 @@ def run_facts(cfg: Config) -> dict[str, Any]:
     """Where the run's results came from: the manifests of stages 01-07 (their recorded environments), the
     environment this report is built in (stage 08), the parameter file relative to the project root, and the root
     itself (so that no absolute path of this machine ends up in the report)."""
-    manifests = {s: m for s in stages.upstream("08_figures") if (m := artifacts.read_manifest(cfg, s)) is not None}
-    return {"manifests": manifests, "environment": artifacts.environment(),
+    recorded = {s: m for s in stages.upstream("08_figures") if (m := artifacts.read_manifest(cfg, s)) is not None}
+    return {"manifests": recorded, "environment": manifests.environment(),
             "params_file": artifacts.project_relative(cfg, cfg.path), "root": str(cfg.root)}
 
 

@@ -1,0 +1,103 @@
+"""Which package files a notebook's code can run, and their hash: the library part of a stage's skip key
+(:mod:`chunkstudy.runner`). :func:`module_closure` follows every import (also one inside a function) from the
+notebook through the package, with the package data a module names; :func:`library_hash` hashes those files, so a
+change to ``figures.py`` reruns 08 only.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+
+PACKAGE = "chunkstudy"
+
+
+def _module_file(pkg: Path, dotted: str) -> Path | None:
+    """The source file of module ``chunkstudy.<dotted>`` under ``pkg`` (``""`` = the package; None when the name
+    is not a module, e.g. a function imported from one)."""
+    parts = [p for p in dotted.split(".") if p]
+    if parts and pkg.joinpath(*parts).with_suffix(".py").is_file():
+        return pkg.joinpath(*parts).with_suffix(".py")
+    init = pkg.joinpath(*parts, "__init__.py")
+    return init if init.is_file() else None
+
+
+def _imported(tree: ast.AST, package: str) -> set[str]:
+    """Names of the package that ``tree`` imports anywhere (also inside functions), dotted and relative to the
+    package (``"corpus.build"``; ``""`` = the package); ``package`` is the importing module's own package, for
+    relative imports. A name that is not a module (``SCHEMA`` of ``from .config import SCHEMA``) is kept too and
+    dropped by :func:`_module_file`."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name.partition(".")[2] for a in node.names if a.name.split(".")[0] == PACKAGE}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".") if package else []
+                base = base[:len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.split(".")[0] == PACKAGE:
+                mod = node.module.partition(".")[2]
+            else:
+                continue
+            out.add(mod)
+            out |= {f"{mod}.{a.name}".lstrip(".") for a in node.names}
+    return out
+
+
+def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
+    """The package files a notebook's code can run: the modules it imports, the modules those import
+    (transitively; every import statement of a module counts, also one inside a function), every package
+    ``__init__`` on the way, and the package data a module among them loads (a non-Python file belongs to each
+    module with a string constant that names it, outside docstrings: ``TEMPLATE = "report.html.j2"`` of
+    ``report_html``). Sorted paths."""
+    pkg = pkg or Path(__file__).resolve().parent
+    seen: set[Path] = set()
+    todo = ["", *_imported(ast.parse(notebook.read_text(encoding="utf-8")), "")]
+    while todo:
+        dotted = todo.pop()
+        path = _module_file(pkg, dotted)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        parts = dotted.split(".") if dotted else []
+        todo += [".".join(parts[:i]) for i in range(len(parts))]  # the packages on the way
+        package = dotted if path.name == "__init__.py" else ".".join(parts[:-1])
+        todo += _imported(ast.parse(path.read_text(encoding="utf-8")), package)
+    named = set().union(*(_strings(p) for p in seen))
+    return sorted(seen | {d for d in package_data(pkg)
+                          if d.name in named or str(d.relative_to(pkg)) in named})
+
+
+def _strings(path: Path) -> set[str]:
+    """The string constants of a module, docstrings and other bare string statements left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bare = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in bare}
+
+
+def package_data(pkg: Path | None = None) -> list[Path]:
+    """The package's non-Python files (templates and the like)."""
+    pkg = pkg or Path(__file__).resolve().parent
+    return sorted(p for p in pkg.rglob("*") if p.is_file() and p.suffix not in {".py", ".pyc"}
+                  and "__pycache__" not in p.parts)
+
+
+def library_hash(notebook: Path | None = None, pkg: Path | None = None) -> str:
+    """Hash of the package files a stage's notebook can run (:func:`module_closure`): a change to ``figures.py``
+    reruns 08 only. Without a notebook, of every source file of the package. ``pkg``: the package folder (default:
+    this one)."""
+    pkg = pkg or Path(__file__).resolve().parent
+    if notebook is None:
+        files = sorted(p for p in pkg.rglob("*") if p.suffix in {".py", ".yaml", ".json", ".txt", ".j2"}
+                       and "__pycache__" not in p.parts)
+    else:
+        files = module_closure(notebook, pkg)
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(pkg)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,153 @@
+"""The cross-field checks of a parameter file (:data:`RULES`), run by :func:`chunkstudy.config.load` after every key
+passed its own check, and the rule for names that become folder or file names (:func:`is_name`).
+
+A rule returns None when the parameters pass, else what is wrong; :func:`chunkstudy.config.check_rules` raises
+the error naming the file and the rule's dotted key. Rules read the validated parameters as plain dicts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import design
+
+#: A name that becomes one folder or file name (``corpus.name``, ``llm.cache``, ``embed.store``, embedder and
+#: reranker keys): a letter or digit, then letters, digits, ``.``, ``_`` or ``-``. No separator, so no ``..``,
+#: ``.``, ``''`` or ``a/../b`` can leave the folder it is meant for.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+def is_name(value: Any) -> bool:
+    """True for a plain file-system name (:data:`NAME_PATTERN`).
+
+    >>> [is_name(v) for v in ("demo", "qasper_local", "bge-v1.5", "..", ".", "", "a/../b", "-x")]
+    [True, True, True, False, False, False, False, False]
+    """
+    return isinstance(value, str) and NAME_PATTERN.fullmatch(value) is not None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check across parameters: ``test(data)`` returns None when the parameters pass, else what is wrong; the
+    error names ``key`` (dotted) and the file."""
+
+    key: str
+    test: Callable[[dict], str | None]
+    doc: str = ""
+
+
+def dotted_value(data: Any, dotted: str) -> Any:
+    """The value at ``dotted`` (``"stats.alpha"``) of nested mappings."""
+    for part in dotted.split("."):
+        data = data[part]
+    return data
+
+
+def less_than(a: str, b: str) -> Rule:
+    return Rule(a, lambda d: None if dotted_value(d, a) < dotted_value(d, b) else
+                f"{dotted_value(d, a)!r} must be less than {b} ({dotted_value(d, b)!r})", f"{a} < {b}")
+
+
+def at_most(a: str, b: str) -> Rule:
+    return Rule(a, lambda d: None if dotted_value(d, a) <= dotted_value(d, b) else
+                f"{dotted_value(d, a)!r} must not exceed {b} ({dotted_value(d, b)!r})", f"{a} <= {b}")
+
+
+def one_of(key: str, what: str, names: Callable[[dict], list], unless_empty: bool = False) -> Rule:
+    """``key`` must be one of ``names(data)`` (``what`` says where they come from); with ``unless_empty``, a file
+    that declares none of them (e.g. no embedders: it only runs the corpus stages) is not checked."""
+    def test(d: dict) -> str | None:
+        valid = list(names(d))
+        if unless_empty and not valid:
+            return None
+        return None if dotted_value(d, key) in valid else f"{dotted_value(d, key)!r} is not one of {what}: {valid}"
+    return Rule(key, test, f"{key} is one of {what}")
+
+
+def _embedders(d: dict) -> list[str]:
+    return list(d["embed"]["embedders"])
+
+
+def _metric_names(d: dict) -> list[str]:
+    return design.metric_names(d["metrics"])  # the canonical names, as 06 writes them
+
+
+def _contrasts(d: dict) -> str | None:
+    conds = d["chunking"]["conditions"]
+    for name, pair in d["stats"]["contrasts"].items():
+        if not (isinstance(pair, list) and len(pair) == 2 and pair[0] != pair[1]):
+            return f"{name}: expected [condition A, condition B] of two different conditions, got {pair!r}"
+        missing = [c for c in pair if c not in conds]
+        if missing:
+            return f"{name}: {missing[0]!r} is not among chunking.conditions {conds}"
+    return None
+
+
+def _power_can_reject(d: dict) -> str | None:
+    """The power simulation's Monte Carlo p is at least 2/(B + 1) (:func:`chunkstudy.stats.mc_p_two_sided`), so
+    the smallest Holm-adjusted p over m contrasts is 2m/(B + 1): below ``2m/alpha - 1`` resamples no simulated
+    study can reject and every power would read 0."""
+    st = d["stats"]
+    m, b, alpha = max(1, len(st["contrasts"])), st["power_n_boot"], st["alpha"]
+    if 2 * m / (b + 1) < alpha:
+        return None
+    need = math.floor(2 * m / alpha)  # the smallest B with 2m/(B + 1) < alpha
+    return (f"{b} resamples cannot reject anything: the smallest Holm-adjusted p over {m} contrasts is "
+            f"2·{m}/({b} + 1) = {2 * m / (b + 1):.3g}, not below stats.alpha {alpha:g}; use at least {need}")
+
+
+def _extra_conditions(d: dict) -> str | None:
+    """User conditions: a chunker is named; no name (or twin name) clashes with a paper condition or another user
+    condition; a depth only where a heading path is cut; the semantic chunker's embedder is declared."""
+    taken = {c: "a paper condition" for c in design.CONDITION_NAMES}
+    for name, spec in d["conditions"]["extra"].items():
+        if not spec["chunker"]:
+            return f"{name}.chunker is empty; name a chunker (e.g. 'semchunk', 'chonkie:SemanticChunker', " \
+                   "'mypackage.mymodule:chunk')"
+        if spec["depth"] is not None and spec["prefix"] in ("none", "title"):
+            return f"{name}.depth: a {spec['prefix']!r} prefix has no heading path to cut; leave depth out"
+        embedders = list(d["embed"]["embedders"])
+        if spec["embedder"] is not None and embedders and spec["embedder"] not in embedders:
+            return f"{name}.embedder: {spec['embedder']!r} is not one of the keys of embed.embedders: {embedders}"
+        for n in design.extra_condition_names({name: spec}):
+            if n in taken:
+                return f"{name}: the name {n!r} is already {taken[n]}; choose another"
+            taken[n] = f"a condition of conditions.extra ({name})"
+    return None
+
+
+def _extra_contrasts(d: dict) -> str | None:
+    """User contrasts: ``NAME: [A, B]`` of two different conditions that the run builds (chunking.conditions and
+    conditions.extra with twins), named apart from stats.contrasts."""
+    conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
+    for name, pair in d["contrasts"]["extra"].items():
+        if not is_name(str(name)):
+            return f"{name!r} is not a plain name (a letter or digit, then letters, digits, '.', '_' or '-')"
+        if name in d["stats"]["contrasts"]:
+            return f"{name}: the name is a contrast of stats.contrasts (the confirmatory family); choose another"
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(c, str) for c in pair)
+                and pair[0] != pair[1]):
+            return f"{name}: expected [condition A, condition B] of two different conditions, got {pair!r}"
+        missing = [c for c in pair if c not in conds]
+        if missing:
+            return f"{name}: {missing[0]!r} is not a condition of this run; conditions: {conds}"
+    return None
+
+
+#: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
+RULES: tuple[Rule, ...] = (
+    less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
+    less_than("chunking.min_chunk_tokens", "chunking.max_chunk_tokens"),
+    at_most("metrics.cutoff", "retrieve.k"),
+    at_most("metrics.recall_k", "retrieve.k"),
+    one_of("embed.strong", "the keys of embed.embedders", _embedders, unless_empty=True),
+    one_of("stats.primary_reranker", "'none' or the keys of retrieve.rerankers",
+           lambda d: ["none", *d["retrieve"]["rerankers"]]),
+    one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
+    Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions"),
+    Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
+    Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
+    Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
+)
