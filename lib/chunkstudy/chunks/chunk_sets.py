@@ -26,10 +26,11 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import chunking, design, paper, stages
-from .params import ChunkingParams
+from .. import design, paper, stages
+from ..params import ChunkingParams
+from ..corpus import model as docmodel
+from . import chunking
 from .chunking import ChunkingError, TokenCounter
-from .corpus import model as docmodel
 
 PATH_SEP = " \u203a "  # " › "
 ALL_CONDITIONS: tuple[str, ...] = design.CONDITION_NAMES  # the paper's order
@@ -303,7 +304,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
               extra: Mapping[str, Any] | None = None) -> dict:
     """Build every condition in ``chunking_params.conditions`` (the ``chunking`` record, ``cfg.params("chunking")``;
     a mapping is validated into one, its missing keys at the schema's defaults), and the user's conditions
-    ``extra`` (:func:`chunkstudy.extra_conditions.build`'s result: their chunks follow the paper's, share the text
+    ``extra`` (:func:`chunkstudy.chunks.build`'s result: their chunks follow the paper's, share the text
     rows, and their facts go to ``summary["extra"]``).
 
     Returns a dict:

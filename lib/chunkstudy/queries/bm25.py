@@ -41,7 +41,7 @@ import bm25s
 import numpy as np
 import pandas as pd
 
-from . import design, metrics, progress, stages
+from .. import design, metrics, progress, stages
 
 # bm25s logs one DEBUG line per index; the document scope builds one index per document
 logging.getLogger("bm25s").setLevel(logging.WARNING)
