@@ -33,7 +33,7 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, chunking, config, contexts, induce, llm, tables
+from chunkstudy import artifacts, chunks, config, induce, llm, tables
 
 cfg = config.load(params_file)
 documents = artifacts.read(cfg, "documents")
@@ -53,14 +53,14 @@ induction_log["status"].value_counts()
 
 # %% [markdown]
 # ## A1 contexts on the A0 windows
-# The windows are A0's (`chunking.a0_windows`: size-matched per document to the mean A2 chunk length), so
+# The windows are A0's (`chunks.a0_windows`: size-matched per document to the mean A2 chunk length), so
 # 04_chunk_embed cuts the identical `(doc_id, start, end)`.
 
 # %%
-counter = chunking.load_counter(cfg.params("chunking").tokenizer)
-windows = chunking.a0_windows(documents, paragraphs, sections_induced, cfg.params("chunking"), counter)
-contexts_a1 = contexts.a1_contexts(documents, windows, cfg.params("contexts"), client=client, counter=counter,
-                                   sections=sections_gold)
+counter = chunks.load_counter(cfg.params("chunking").tokenizer)
+windows = chunks.a0_windows(documents, paragraphs, sections_induced, cfg.params("chunking"), counter)
+contexts_a1 = induce.a1_contexts(documents, windows, cfg.params("contexts"), client=client, counter=counter,
+                                 sections=sections_gold)
 artifacts.write(cfg, "contexts_a1", contexts_a1)
 contexts_a1[["doc_id", "start", "end", "method", "n_tokens", "context"]].head()
 
@@ -72,15 +72,11 @@ contexts_a1[["doc_id", "start", "end", "method", "n_tokens", "context"]].head()
 # document's paragraphs whole.
 
 # %%
-ck = cfg.params("chunking")
-induced_chunks = chunking.structural_chunks(documents, paragraphs, sections_induced, counter, ck.max_chunk_tokens,
-                                            ck.min_chunk_tokens, ck.sentence_splitter)
-gold_chunks = chunking.structural_chunks(documents, paragraphs, sections_gold, counter, ck.max_chunk_tokens,
-                                         ck.min_chunk_tokens, ck.sentence_splitter)
-stats = {**induce.induction_stats(sections_induced, induction_log, sections_gold, induced_chunks, gold_chunks),
-         "contexts_a1": contexts.summary(contexts_a1), "llm": llm.describe(client),
-         "capable": cfg.params("llm").capable,
-         "note": induce.model_note(cfg.params("llm"), cfg.params("induce"), cfg.params("contexts"))}
+stats = induce.stage_stats(
+    sections_induced, induction_log, sections_gold,
+    chunks.structural_for(documents, paragraphs, sections_induced, cfg.params("chunking"), counter),
+    chunks.structural_for(documents, paragraphs, sections_gold, cfg.params("chunking"), counter),
+    contexts_a1, client, cfg.params("llm"), cfg.params("induce"), cfg.params("contexts"))
 artifacts.write_json(cfg, "02_induce", "induction_stats", stats)
 tables.induction(stats, cfg.params("corpus").kind, cfg.params("induce").method).data
 
