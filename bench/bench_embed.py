@@ -47,7 +47,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from chunkstudy import chunking, conditions, config, embed, embed_store, manifests, models  # noqa: E402
+from chunkstudy import config, embed, embed_store, manifests, models  # noqa: E402
+from chunkstudy.chunks import chunk_sets, chunking  # noqa: E402
 from chunkstudy.corpus import build  # noqa: E402
 
 
@@ -138,9 +139,9 @@ def main() -> None:
     prm = cfg.params("chunking")
     a0 = chunking.a0_windows(docs, paras, gold, prm)
     ctx = a0[["doc_id", "start", "end"]].assign(context="This chunk is from a paper about language models.")
-    out = conditions.build_all(docs, paras, gold, gold, ctx, prm)
+    out = chunk_sets.build_all(docs, paras, gold, gold, ctx, prm)
     ch, texts = out["chunks"], out["texts"]
-    all_texts = list(conditions.embedded_texts(ch, docs))
+    all_texts = list(chunk_sets.embedded_texts(ch, docs))
     print(f"\ntexts: {len(docs)} documents, {len(ch)} chunk rows over {ch.condition.nunique()} conditions, "
           f"{len(texts)} unique texts (unique share {len(texts) / len(ch):.3f})")
 

@@ -27,7 +27,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from chunkstudy import artifacts, conditions, config, embed, retrieve  # noqa: E402
+from chunkstudy import artifacts, config, embed, retrieve  # noqa: E402
+from chunkstudy.chunks import chunk_sets  # noqa: E402
 
 #: dynamic int8 schemes tried: (file suffix, optimum AutoQuantizationConfig factory, keyword arguments)
 SCHEMES = [
@@ -56,7 +57,7 @@ def main() -> None:
         chunks, documents, queries = (artifacts.read(cfg, t) for t in ("chunks", "documents", "queries"))
     except FileNotFoundError as e:
         raise SystemExit(f"{e}\nrun ./run_all.sh {cfg.corpus} first") from None
-    texts_all = list(conditions.embedded_texts(chunks, documents))
+    texts_all = list(chunk_sets.embedded_texts(chunks, documents))
     texts = list(dict.fromkeys(texts_all))
     spec = cfg["embed"]["embedders"][a.embedder]
     print(f"{len(texts)} unique texts, {len(queries)} queries, embedder {a.embedder!r} ({spec['model']}, "
@@ -103,7 +104,7 @@ def main() -> None:
 
     a3 = chunks[chunks["condition"] == "A3"].reset_index(drop=True)
     row_of = {t: i for i, t in enumerate(texts)}
-    a3_rows = np.array([row_of[t] for t in conditions.embedded_texts(a3, documents)])
+    a3_rows = np.array([row_of[t] for t in chunk_sets.embedded_texts(a3, documents)])
     ids = a3["chunk_id"].astype(str).to_numpy()
     ref_top = retrieve.flat_search(qvecs["torch float32"], vecs["torch float32"][a3_rows], ids, k=10, backend="numpy")[0]
     base = best["torch float32"]

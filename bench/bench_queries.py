@@ -27,7 +27,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "lib"))
 
-from chunkstudy import bm25, leakage  # noqa: E402
+from chunkstudy.queries import bm25, leakage  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(3000)]
 

@@ -33,7 +33,8 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, chunking, config, contexts, induce, llm
+from chunkstudy import artifacts, config, induce, llm
+from chunkstudy.chunks import chunking
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
@@ -60,8 +61,8 @@ induction_log["status"].value_counts()
 # %%
 counter = chunking.load_counter(cfg.params("chunking").tokenizer)
 windows = chunking.a0_windows(documents, paragraphs, sections_induced, cfg.params("chunking"), counter)
-contexts_a1 = contexts.a1_contexts(documents, windows, cfg.params("contexts"), client=client, counter=counter,
-                                   sections=sections_gold)
+contexts_a1 = induce.a1_contexts(documents, windows, cfg.params("contexts"), client=client, counter=counter,
+                                 sections=sections_gold)
 artifacts.write(cfg, "contexts_a1", contexts_a1)
 contexts_a1[["doc_id", "start", "end", "method", "n_tokens", "context"]].head()
 
@@ -73,15 +74,11 @@ contexts_a1[["doc_id", "start", "end", "method", "n_tokens", "context"]].head()
 # document's paragraphs whole.
 
 # %%
-ck = cfg.params("chunking")
-induced_chunks = chunking.structural_chunks(documents, paragraphs, sections_induced, counter, ck.max_chunk_tokens,
-                                            ck.min_chunk_tokens, ck.sentence_splitter)
-gold_chunks = chunking.structural_chunks(documents, paragraphs, sections_gold, counter, ck.max_chunk_tokens,
-                                         ck.min_chunk_tokens, ck.sentence_splitter)
-stats = {**induce.induction_stats(sections_induced, induction_log, sections_gold, induced_chunks, gold_chunks),
-         "contexts_a1": contexts.summary(contexts_a1), "llm": llm.describe(client),
-         "capable": cfg.params("llm").capable,
-         "note": induce.model_note(cfg.params("llm"), cfg.params("induce"), cfg.params("contexts"))}
+stats = induce.stage_stats(
+    sections_induced, induction_log, sections_gold,
+    chunking.structural_for(documents, paragraphs, sections_induced, cfg.params("chunking"), counter),
+    chunking.structural_for(documents, paragraphs, sections_gold, cfg.params("chunking"), counter),
+    contexts_a1, client, cfg.params("llm"), cfg.params("induce"), cfg.params("contexts"))
 artifacts.write_json(cfg, "02_induce", "induction_stats", stats)
 tables.induction(stats, cfg.params("corpus").kind, cfg.params("induce").method).data
 

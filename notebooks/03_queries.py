@@ -14,9 +14,10 @@
 # # 03 · Queries
 #
 # **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold` and, for harvested corpora (QASPER, demo),
-# `01_corpus/harvested`; for `queries.bm25_condition: A2` also `02_induce/sections_induced`.
-# **Writes** `03_queries/queries` (query_id, doc_id, qtype, text, spans, provenance), `03_queries/query_funnel`,
-# `03_queries/funnel.json` and `03_queries/bm25.json`.
+# `01_corpus/harvested`; when `queries.bm25_condition` is cut from the induced outline (A2, say) also
+# `02_induce/sections_induced`.
+# **Writes** `03_queries/queries` (query_id, doc_id, qtype, text, spans, provenance, source, rouge_l),
+# `03_queries/query_funnel`, `03_queries/funnel.json` and `03_queries/bm25.json`.
 #
 # Paper, Section 5.1. **Generated** (Wikipedia): the pipeline samples the gold spans per document with a seed
 # (factoid: a sentence run; underspecified: a sentence run, vague referent; multihop: two runs in different
@@ -34,7 +35,9 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, bm25, chunking, config, paper, queries
+from chunkstudy import artifacts, config, paper, queries
+from chunkstudy.chunks import chunking
+from chunkstudy.queries import bm25
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
@@ -97,10 +100,10 @@ queries.examples(query_table, documents, per_type=2, seed=qp.seed)
 sections_induced = artifacts.read_input(cfg, "03_queries", "sections_induced")  # an induced bm25_condition only
 bm25_sections = bm25.outline(qp.bm25_condition, sections_gold, sections_induced)
 bm25_chunks = chunking.structural_chunks(documents, paragraphs, bm25_sections,
-                                         chunking.load_counter(cfg.params("chunking").tokenizer),
-                                         cfg.params("chunking").max_chunk_tokens,
-                                         cfg.params("chunking").min_chunk_tokens,
-                                         cfg.params("chunking").sentence_splitter)
+                                       chunking.load_counter(cfg.params("chunking").tokenizer),
+                                       cfg.params("chunking").max_chunk_tokens,
+                                       cfg.params("chunking").min_chunk_tokens,
+                                       cfg.params("chunking").sentence_splitter)
 bm25_per_query, bm25_summary = bm25.diagnostic(documents, bm25_chunks, query_table, k1=qp.bm25_k1,
                                                b=qp.bm25_b, span_frac=cfg.params("metrics").span_frac,
                                                chunk_frac=cfg.params("metrics").chunk_frac,

@@ -13,9 +13,11 @@
 # %% [markdown]
 # # 04 · Chunk sets and embeddings
 #
-# **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`; `02_induce/sections_induced`, `contexts_a1`.
-# **Writes** `04_chunk_embed/chunks` (every condition in `chunking.conditions`), `size_matching`, `placebo`,
-# `placebo_buckets` (the placebo per depth bucket), `summary.json` (with the size-matching numbers), `embedding_report.json`, and `embeddings/<embedder>.npy` (float32, one row per distinct
+# **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`; `02_induce/sections_induced` and, when A1 is in
+# `chunking.conditions`, `contexts_a1`.
+# **Writes** `04_chunk_embed/chunks` (every condition in `chunking.conditions` and `conditions.extra`),
+# `size_matching`, `placebo`, `placebo_buckets` (the placebo per depth bucket), `summary.json` (with the
+# size-matching numbers), `embedding_report.json`, and `embeddings/<embedder>.npy` (float32, one row per distinct
 # embedded text; `chunks.text_row` indexes it) with `embeddings/<embedder>.ids.parquet` (the row order).
 #
 # Boundaries: A0/A1 fixed windows size-matched per document to the A2 mean, edges at pysbd sentence starts;
@@ -34,7 +36,8 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, conditions, config, devices, embed_store, extra_conditions
+from chunkstudy import artifacts, config, devices, embed_store
+from chunkstudy.chunks import chunk_sets, extra_conditions
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
@@ -47,7 +50,7 @@ contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when
 store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
 extra = extra_conditions.build_for_run(cfg, cfg.params("conditions").extra, documents, sections_gold, sections_induced,
                                        store)
-out = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"),
+out = chunk_sets.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"),
                            extra=extra)
 artifacts.write(cfg, "chunks", out["chunks"])
 artifacts.write(cfg, "size_matching", out["size_matching"])
@@ -94,13 +97,13 @@ out["summary"].get("extra", {})
 # ## One document cut under A0, A2 and G2
 
 # %%
-conditions.chunks_side_by_side(out["chunks"], documents, documents["doc_id"].iat[0])
+chunk_sets.chunks_side_by_side(out["chunks"], documents, documents["doc_id"].iat[0])
 
 # %% [markdown]
 # ## Embedded texts: prefixes as each condition renders them
 
 # %%
-out["chunks"].assign(embedded=conditions.embedded_texts(out["chunks"], documents).str[:120]).groupby(
+out["chunks"].assign(embedded=chunk_sets.embedded_texts(out["chunks"], documents).str[:120]).groupby(
     "condition", sort=False).head(1)[["condition", "chunk_id", "n_prefix_tokens", "embedded"]]
 
 # %% [markdown]

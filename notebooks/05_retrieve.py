@@ -37,7 +37,8 @@ params_file = "params/demo.yaml"
 # %%
 import pandas as pd
 
-from chunkstudy import artifacts, conditions, config, devices, embed_store, rerank, retrieve
+from chunkstudy import artifacts, config, devices, embed_store, rerank, retrieve
+from chunkstudy.chunks import chunk_sets
 
 cfg = config.load(params_file)
 devices.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
@@ -74,7 +75,7 @@ retrieved["runs"].groupby(["embedder", "condition", "source"]).size().unstack(fi
 # demo's reranked cells say nothing about reranking quality. The real parameter files name bge-reranker-v2-m3.
 
 # %%
-texts = rerank.texts_by_chunk(chunks, conditions.embedded_texts(chunks, documents))
+texts = rerank.texts_by_chunk(chunks, chunk_sets.embedded_texts(chunks, documents))
 rerank_report = []
 reranked = rerank.rerank_all(retrieved["runs"], queries, texts, retrieve_params, cfg.params("embed").strong,
                              artifacts.cache_dir(cfg, "rerank"), report=rerank_report)

@@ -117,7 +117,7 @@ lift
 # delta shifted so that dz equals the paper's (from `chunkstudy.paper`; `stats.power_paper_corpus` picks which
 # corpus). `stats.power_n_sims` studies per N (`stats.power_n_docs` plus this corpus's size), `stats.power_n_boot`
 # resamples per study, seed `stats.seed`. `null_rejection` is the test's size at N (every contrast at mean 0).
-# The method is stated in `chunkstudy.power`'s docstring. Not part of the confirmatory analysis.
+# The method is stated in `chunkstudy.stats.power`'s docstring. Not part of the confirmatory analysis.
 
 # %%
 paper_corpus = power.paper_corpus(stats_params, cfg.params("corpus").kind)

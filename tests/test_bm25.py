@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import bm25
+from chunkstudy.queries import bm25
 
 #: the paper's relevance rule (span_frac 0.5, chunk_frac 0.8) and BM25's usual k1/b: the worked examples below are
 #: computed at these values, stated here because the functions take them from the caller (no code defaults)

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import chunkers, chunking, conditions, config, design, embed_store, extra_conditions, paper, stats
+from chunkstudy import config, design, embed_store, paper, stats
+from chunkstudy.chunks import chunk_sets, chunkers, chunking, extra_conditions
 from chunkstudy.corpus.model import heading_paths
 from test_conditions import PARAMS, TOKENIZER, make_corpus
 
@@ -276,12 +277,12 @@ def test_prefix_kinds(corpus, counter):
     by = {f["condition"].iat[0]: f for f in out["frames"]}
     titles = dict(zip(docs["doc_id"], docs["title"]))
     assert set(by["NONE"]["prefix"]) == {""}
-    assert list(by["TITLE"]["prefix"]) == [conditions.render_prefix(titles[d], []) for d in by["TITLE"]["doc_id"]]
+    assert list(by["TITLE"]["prefix"]) == [chunk_sets.render_prefix(titles[d], []) for d in by["TITLE"]["doc_id"]]
     paths = heading_paths(induced)
-    assert list(by["PATH"]["prefix"]) == [conditions.render_prefix(titles[d], paths[s][:3])
+    assert list(by["PATH"]["prefix"]) == [chunk_sets.render_prefix(titles[d], paths[s][:3])
                                           for d, s in zip(by["PATH"]["doc_id"], by["PATH"]["section_id"])]
     gpaths = heading_paths(gold)
-    assert list(by["GOLD"]["prefix"]) == [conditions.render_prefix(titles[d], gpaths[s][:1])
+    assert list(by["GOLD"]["prefix"]) == [chunk_sets.render_prefix(titles[d], gpaths[s][:1])
                                           for d, s in zip(by["GOLD"]["doc_id"], by["GOLD"]["section_id"])]
     # the section is the one the chunk's content starts in
     text = dict(zip(docs["doc_id"], docs["text"]))
@@ -300,8 +301,8 @@ def test_build_all_puts_user_conditions_beside_the_papers_without_changing_them(
     extra = _build(corpus, {"REC": {"chunker": "chonkie:RecursiveChunker", "options": {"chunk_size": 50},
                                     "prefix": "title", "size_matched_twin": True}}, counter)
     p = _chunking_params(conditions=["A0", "A2", "A3"])
-    paper_only = conditions.build_all(docs, paras, gold, induced, None, p, counter)
-    both = conditions.build_all(docs, paras, gold, induced, None, p, counter, extra=extra)
+    paper_only = chunk_sets.build_all(docs, paras, gold, induced, None, p, counter)
+    both = chunk_sets.build_all(docs, paras, gold, induced, None, p, counter, extra=extra)
     mine = both["chunks"][both["chunks"]["condition"].isin(["A0", "A2", "A3"])].reset_index(drop=True)
     cols = ["condition", "doc_id", "chunk_id", "start", "end", "prefix", "n_content_tokens", "n_prefix_tokens",
             "text_row"]

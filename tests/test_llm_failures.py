@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 import requests
 
-from chunkstudy import config, contexts, llm, runner
+from chunkstudy import config, llm, runner
+from chunkstudy.induce import contexts
 
 HERE = Path(__file__).resolve().parent
 PARAMS = {"backend": "scripted", "model": "m", "max_reply_tokens": 64, "seed": 7, "max_retries": 2,

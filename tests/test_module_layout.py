@@ -1,8 +1,10 @@
 """The split modules (issue 15 §6) and their signatures (issue 15 §4).
 
-* ``induce``, ``queries`` and ``tables`` are sub-packages: every public name of a submodule is re-exported by its
-  package as the very object the submodule defines. (The names the single modules had before the split are no
-  longer frozen: this is a compendium, not a library with outside importers, issue 23.)
+* ``induce``, ``queries``, ``llm`` and ``report.tables`` are sub-packages whose ``__init__``
+  re-exports every public name of its submodules as the very object the submodule defines. ``chunks`` and
+  ``report`` import nothing in their ``__init__``: stages 02-04 import single modules of them, and a stage's code
+  hash covers every module its notebook can run, package ``__init__`` included. (The names the single modules
+  had before the splits are not frozen: this is a compendium, not a library with outside importers, issue 23.)
 * No policy default hides in a public signature: guarded once, for every module, by
   tests/test_typed_params.py (one list of exceptions, each with its reason).
 """
@@ -15,9 +17,12 @@ import pkgutil
 
 import pytest
 
-from chunkstudy import induce, queries, tables
+from chunkstudy import chunks, induce, llm, queries, report
+from chunkstudy.report import tables
 
-PACKAGES = {"induce": induce, "queries": queries, "tables": tables}
+PACKAGES = {"induce": induce, "queries": queries, "llm": llm, "report.tables": tables}
+#: Packages whose ``__init__`` imports nothing (a docstring only).
+BARE = {"chunks": chunks, "report": report}
 
 
 def _submodules(pkg) -> list:
@@ -62,3 +67,12 @@ def test_every_public_name_of_a_submodule_is_reexported_as_itself(name):
 
 def test_removed_duplicates_stay_removed():
     assert not hasattr(induce, "stats_table") and not hasattr(induce, "PAPER_INDUCTION")
+
+
+@pytest.mark.parametrize("name", sorted(BARE))
+def test_a_bare_package_imports_nothing(name):
+    import ast
+
+    tree = ast.parse(inspect.getsource(BARE[name]))
+    assert [type(n).__name__ for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+            and n.module != "__future__"] == [], f"chunkstudy.{name}/__init__.py imports: stages would hash more"

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import artifacts, chunking, config, contexts, induce, llm, plan
+from chunkstudy import artifacts, config, induce, llm, plan
+from chunkstudy.chunks import chunking
+from chunkstudy.induce import contexts
 
 ROOT = Path(__file__).resolve().parents[1]
 LLM_ARMS = {"llm": {"backend": "openai", "model": "google/gemma-4-26B-A4B-it", "base_url": "http://localhost:8000/v1",

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import artifacts, config, leakage, llm, queries
+from chunkstudy import artifacts, config, llm, queries
+from chunkstudy.queries import leakage
 from chunkstudy.corpus.model import SEP, DocumentBuilder, verify_corpus
 
 NOUNS = ["harbour", "garrison", "orchard", "railway", "council", "lighthouse", "quarry", "abbey", "bridge", "mill"]

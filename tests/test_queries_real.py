@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chunkstudy import bm25, chunking, config, queries
+from chunkstudy import config, queries
+from chunkstudy.chunks import chunking
+from chunkstudy.queries import bm25
 from chunkstudy.corpus import build
 
 from test_bm25 import brute_bm25

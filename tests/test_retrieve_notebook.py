@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, conditions, config, embed, embed_store, runner
+from chunkstudy import artifacts, config, embed, embed_store, runner
+from chunkstudy.chunks import chunk_sets
 from chunkstudy.rerank import ScoreStore
 
 TOPICS = {
@@ -43,8 +44,8 @@ def build_store(cfg):
                                        route_key=f"doc{d}#s{sec}", section_id=f"doc{d}#s{sec}"))
     documents = pd.DataFrame(docs)
     chunks = pd.DataFrame(chunk_rows)
-    texts = conditions.embedded_texts(chunks, documents)
-    rows, uniq = conditions.text_rows(texts)
+    texts = chunk_sets.embedded_texts(chunks, documents)
+    rows, uniq = chunk_sets.text_rows(texts)
     chunks["text_row"] = rows
     store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
     for key, spec in cfg.params("embed").embedders.items():

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import chunkstudy
-from chunkstudy import config, contexts, embed, embed_store, llm, rerank, retrieve
+from chunkstudy import config, embed, embed_store, llm, rerank, retrieve
+from chunkstudy.induce import contexts
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = config.SCHEMA["llm"]["seed"].default
@@ -50,7 +51,7 @@ ALLOWED = {
     ("report", "Bundle.__init__", "figures"): "the bundle's figure objects, not the figures section",
     ("llm.client", "Client.__init__", "stats"): "the client's call counters, not the stats section",
     # names that became schema keys with conditions.extra.<NAME> (embedder, prefix) and conditions/contrasts.extra
-    ("conditions", "build_all", "extra"): "04's built user conditions (data), not the conditions.extra section",
+    ("chunks.chunk_sets", "build_all", "extra"): "04's built user conditions (data), not the conditions.extra section",
     ("embed", "onnx_model_dir", "extra"): "extra fingerprint parts of an ONNX export, not conditions.extra",
     ("figures", "routing_example", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",
     ("figures", "mechanisms", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",
@@ -69,8 +70,8 @@ ALLOWED = {
     ("corpus.model", "DocumentBuilder.__init__", "max_level"): "the document model's deepest heading level",
     ("corpus.model", "verify_sections", "max_level"): "the document model's deepest heading level",
     ("corpus.model", "verify_corpus", "max_level"): "the document model's deepest heading level",
-    ("bm25", "diagnostic", "condition"): "the label recorded with the summary ('' = not named), not a choice",
-    ("bm25", "summarize", "condition"): "the label recorded with the summary ('' = not named), not a choice",
+    ("queries.bm25", "diagnostic", "condition"): "the label recorded with the summary ('' = not named), not a choice",
+    ("queries.bm25", "summarize", "condition"): "the label recorded with the summary ('' = not named), not a choice",
     ("devicecheck", "prepare", "max_seq_length"): "the device check's own fixed probe, not an embedder's setting",
     ("devicecheck", "prepare", "max_length"): "the device check's own fixed probe, not a reranker's setting",
     ("devicecheck", "check", "device"): "the device the check probes (the CLI's choice), not an embedder's",

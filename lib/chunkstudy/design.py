@@ -3,10 +3,11 @@
 
 Everything else derives from these records, as ir_measures derives a measure's name, its table column and its
 figure label from one declaration: the parameter schema's choices and defaults (:mod:`chunkstudy.config`), which
-outline each condition is cut from and how its prefix is built (:mod:`chunkstudy.conditions`), which conditions are
-retrieved two-stage (:mod:`chunkstudy.retrieve`), the BM25 diagnostic's structures (:mod:`chunkstudy.bm25`), the
-depth ladder of the dose-response (:mod:`chunkstudy.stats`), the metric names 06 writes (:mod:`chunkstudy.metrics`),
-Table 4, the display orders, the contrasts' questions (:mod:`chunkstudy.report.tables`) and the figures' colours.
+outline each condition is cut from and how its prefix is built (:mod:`chunkstudy.chunks.chunk_sets`), which conditions are
+retrieved two-stage (:mod:`chunkstudy.retrieve`), the BM25 diagnostic's structures (:mod:`chunkstudy.queries.bm25`),
+the depth ladder of the dose-response (:mod:`chunkstudy.stats`), the metric names 06 writes
+(:mod:`chunkstudy.metrics`), Table 4, the display orders, the contrasts' questions (:mod:`chunkstudy.report.tables`) and
+the figures' colours.
 
 This module sits at the bottom of the import floors: it imports nothing of the project, and every module may read
 it. A condition or metric named anywhere else is named by one of these records (a test scans the library for a

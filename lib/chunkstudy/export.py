@@ -51,7 +51,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import artifacts, conditions, config, metrics, relevance
+from . import artifacts, config, metrics, relevance
+from .chunks import chunk_sets
 from .params import MetricsParams
 
 #: Graded relevance is an integer: ``round(GRADE_SCALE · gain)`` (a gain resolution of 1e-6).
@@ -106,7 +107,7 @@ def export_run(cfg: config.Config, out: Path | None = None) -> pd.DataFrame:
     chunks, queries = artifacts.read(cfg, "chunks"), artifacts.read(cfg, "queries")
     documents, runs = artifacts.read(cfg, "documents"), artifacts.read(cfg, "runs")
     titles = dict(zip(documents["doc_id"], documents["title"]))
-    texts = conditions.embedded_texts(chunks, documents)
+    texts = chunk_sets.embedded_texts(chunks, documents)
     k = cfg.params("retrieve").k
     q_lines = _jsonl([{"_id": str(q), "text": t, "metadata": {"doc_id": str(d), "qtype": str(qt)}}
                       for q, t, d, qt in zip(queries["query_id"], queries["text"], queries["doc_id"],

@@ -570,10 +570,11 @@ def _print_checks(rows: list[dict]) -> int:
 
 
 def _chunk_texts(cfg, n: int) -> list[str]:
-    from . import artifacts, conditions
+    from . import artifacts
+    from .chunks import chunk_sets
 
     chunks = artifacts.read(cfg, "chunks")
-    texts = conditions.embedded_texts(chunks, artifacts.read(cfg, "documents"))
+    texts = chunk_sets.embedded_texts(chunks, artifacts.read(cfg, "documents"))
     return list(dict.fromkeys(texts))[:n]
 
 

@@ -464,12 +464,13 @@ class FiguresParams:
 
 @dataclass(frozen=True)
 class ExtraConditionParams:
-    """One entry of ``conditions.extra``: a condition the user adds (:mod:`chunkstudy.extra_conditions`; README
+    """One entry of ``conditions.extra``: a condition the user adds (:mod:`chunkstudy.chunks`; README
     "Test your own chunker"), cut by a chunker of their choice."""
 
     chunker: str = param("", "'chonkie:RecursiveChunker', 'chonkie:SentenceChunker', 'chonkie:SemanticChunker', "
                          "'semchunk', 'langchain:<TextSplitter class>', 'package.module:function' or "
-                         "'file.py:function' (relative to the parameter file that states it); see chunkstudy.chunkers")
+                         "'file.py:function' (relative to the parameter file that states it); see "
+                         "chunkstudy.chunks.chunkers")
     options: Mapping[str, Any] = param({}, "keyword arguments of the chunker (sizes in chunking.tokenizer tokens "
                                        "for chonkie and semchunk)")
     prefix: str = param("none", "none, title ([Title]), path (the real heading path of the section the chunk starts "

@@ -7,8 +7,8 @@ would).
 
 How. The pipeline's own request builders run with a dry-run client (:class:`DryRunClient`) that records every
 request and answers with a placeholder: induction (``induce.induce_structure``), A1 contexts
-(``contexts.a1_contexts`` on ``chunking.a0_windows``) and generated queries (``queries.build_queries``). The chunk
-sets come from ``conditions.build_all``, the function 04 runs. So the counts follow the code, not a copy of it.
+(``induce.a1_contexts`` on ``chunks.a0_windows``) and generated queries (``queries.build_queries``). The chunk
+sets come from ``chunks.build_all``, the function 04 runs. So the counts follow the code, not a copy of it.
 
 What is exact and what is estimated:
 
@@ -112,7 +112,8 @@ class DryRunClient:
 
 
 def _counter(tokenizer: str):
-    from . import chunking, contexts
+    from .chunks import chunking
+    from .induce import contexts
 
     try:
         return chunking.load_counter(tokenizer), f"{tokenizer} tokens"
@@ -141,7 +142,9 @@ def corpus_tables(cfg, build: bool = False) -> tuple[dict[str, pd.DataFrame], st
 
 def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     """The plan of a run of ``cfg`` over 01's ``tables`` (module docstring): a dict of plain numbers and notes."""
-    from . import artifacts, chunking, conditions, contexts, embed, induce, queries
+    from . import artifacts, embed, induce, queries
+    from .chunks import chunk_sets, chunking
+    from .induce import contexts
 
     documents, paragraphs = tables["documents"], tables["paragraphs"]
     sections_gold, harvested = tables["sections_gold"], tables.get("harvested")
@@ -187,7 +190,7 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
         ctx = artifacts.read(cfg, "contexts_a1")
     else:
         ctx = windows.assign(context=[f"(A1 context {i})" for i in range(len(windows))])
-    built = conditions.build_all(documents, paragraphs, sections_gold, structure, ctx, cfg.params("chunking"),
+    built = chunk_sets.build_all(documents, paragraphs, sections_gold, structure, ctx, cfg.params("chunking"),
                                  counter)
     chunks, texts = built["chunks"], built["texts"]
     embedders = {}

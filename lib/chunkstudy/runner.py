@@ -191,9 +191,9 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
 
 def chunker_sources(cfg: config.Config) -> dict[str, str | None]:
     """Per user condition (``conditions.extra``) whose chunker is the user's own function, the sha256 of the file
-    it lives in (:func:`chunkstudy.chunkers.source_file`; None when it cannot be found): an edit of that code
+    it lives in (:func:`chunkstudy.chunks.chunkers.source_file`; None when it cannot be found): an edit of that code
     reruns 04, as an edit of the package does."""
-    from . import chunkers
+    from .chunks import chunkers
 
     out = {}
     for name, spec in cfg.params("conditions").extra.items():

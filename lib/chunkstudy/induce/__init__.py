@@ -1,4 +1,5 @@
-"""Structure induction (paper, Section 3.3 "Induced structure"): an outline for each document, headings unseen.
+"""Structure induction (paper, Section 3.3 "Induced structure"): an outline for each document, headings unseen;
+and the A1 situating contexts (:mod:`.contexts`).
 
 Two inducers, one output contract (the section table of :mod:`chunkstudy.corpus.model`, plus a log):
 
@@ -71,7 +72,9 @@ calls); ``reply_budget`` — the largest first-round budget of the document's wi
 Layout: :mod:`.structure` (:func:`induce_structure`, the entry point), :mod:`.outline` (the LLM arm: prompt,
 windows, reply parsing, violations, repair), :mod:`.texttiling` (the baseline), :mod:`.common` (the checked
 documents, the tf-idf lexicon, legal levels, the log row) and :mod:`.summary` (span identity, the counts of
-``induction_stats.json``, outline views, the model note). Every public name is re-exported here
+``induction_stats.json``, outline views, the model note); :mod:`.contexts` writes stage 02's other output, the
+A1 situating contexts on A0's windows (Anthropic's Contextual Retrieval prompt, or a named extractive baseline).
+Every public name is re-exported here
 (``chunkstudy.induce.repair`` and the like); the table beside the paper's numbers is
 :func:`chunkstudy.report.tables.induction`.
 """
@@ -93,7 +96,12 @@ from .structure import (
     InduceParams, induce_structure,
 )
 from .summary import (
-    span_identity, induction_stats, outline_view, outlines_side_by_side, model_note,
+    span_identity, induction_stats, outline_view, outlines_side_by_side, model_note, stage_stats,
+)
+from .contexts import (
+    CONTEXTUAL_RETRIEVAL_PROMPT, LONG_DOCUMENT, CONTEXT_COLUMNS, DOCUMENT_VIEWS, CONTEXT_PROMPT_ALLOWANCE_TOKENS,
+    CONTEXT_CHARS_PER_TOKEN, ContextsError, approx_counter, render_prompt, cap_tokens, document_view,
+    document_excerpt, excerpt_pages, page_excerpt, lead_sentence, a1_contexts, a1_summary,
 )
 
 __all__ = [
@@ -101,6 +109,9 @@ __all__ = [
     "CHARS_PER_TOKEN", "OUTLINE_CHARS_PER_TOKEN", "parse_reply", "type_violations", "schema_bound",
     "outline_violations", "repair", "is_valid_outline", "windows_for", "build_messages", "reply_budget",
     "prompt_tokens", "window_plan", "outline_reply", "reply_plan", "gap_scores", "depth_scores",
-    "texttiling_boundaries", "titled_outline", "InduceParams", "induce_structure", "span_identity", "induction_stats", "outline_view", "outlines_side_by_side",
-    "model_note",
+    "texttiling_boundaries", "titled_outline", "InduceParams", "induce_structure", "span_identity", "induction_stats",
+    "outline_view", "outlines_side_by_side", "model_note", "stage_stats", "CONTEXTUAL_RETRIEVAL_PROMPT",
+    "LONG_DOCUMENT", "CONTEXT_COLUMNS", "DOCUMENT_VIEWS", "CONTEXT_PROMPT_ALLOWANCE_TOKENS", "CONTEXT_CHARS_PER_TOKEN", "ContextsError",
+    "approx_counter", "render_prompt", "cap_tokens", "document_view", "document_excerpt", "excerpt_pages",
+    "page_excerpt", "lead_sentence", "a1_contexts", "a1_summary",
 ]

@@ -1,6 +1,6 @@
 """Reporting an induction run: span identity with gold (the paper's measure), the counts of
-``induction_stats.json``, outline views for display, and the note on which model produced the structure. The
-table beside the paper's numbers is :func:`chunkstudy.report.tables.induction`."""
+``induction_stats.json`` (the whole file: :func:`stage_stats`), outline views for display, and the note on which
+model produced the structure. The table beside the paper's numbers is :func:`chunkstudy.report.tables.induction`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from ..params import ContextsParams, InduceParams, LLMParams
+from .contexts import a1_summary
 
 
 def span_identity(induced: pd.DataFrame, gold: pd.DataFrame) -> float:
@@ -88,6 +89,20 @@ def outlines_side_by_side(gold: pd.DataFrame, induced: pd.DataFrame, doc_id: str
     i = i.reindex(range(n)).fillna("")
     return pd.DataFrame({"gold": g["heading"], "gold paragraphs": g["paragraphs"], "induced": i["heading"],
                          "induced paragraphs": i["paragraphs"]})
+
+
+def stage_stats(sections_induced: pd.DataFrame, induction_log: pd.DataFrame, sections_gold: pd.DataFrame,
+                induced_chunks: pd.DataFrame, gold_chunks: pd.DataFrame, contexts_a1: pd.DataFrame, client: Any,
+                llm_params: LLMParams, induce_params: InduceParams, contexts_params: ContextsParams) -> dict:
+    """What 02_induce writes as ``induction_stats.json``: :func:`induction_stats` (span identity over the
+    structural chunks of both outlines, ``induced_chunks`` and ``gold_chunks``:
+    :func:`chunkstudy.chunks.chunking.structural_for`), the A1 summary (``contexts_a1``, :func:`a1_summary`), the model
+    client's report (:func:`chunkstudy.llm.describe`), ``llm.capable`` and the :func:`model_note`."""
+    from .. import llm
+
+    return {**induction_stats(sections_induced, induction_log, sections_gold, induced_chunks, gold_chunks),
+            "contexts_a1": a1_summary(contexts_a1), "llm": llm.describe(client), "capable": llm_params.capable,
+            "note": model_note(llm_params, induce_params, contexts_params)}
 
 
 def model_note(llm_params: LLMParams, induce_params: InduceParams, contexts_params: ContextsParams) -> str:

@@ -23,7 +23,7 @@ Paper, Section 5.1. Two paths produce the same ``queries`` table (DESIGN.md, "Da
    the lead (text before the first heading) is a top-level section of its own.
 2. One model call per sample writes a query (prompts per type below; the model sees the span text, never
    reports evidence: its only output is ``{"query": ...}``).
-3. :mod:`chunkstudy.leakage` filter, round 1 (ROUGE-L F1 > ``rouge_max`` or any shared ``ngram``-gram rejects);
+3. :mod:`.leakage` filter, round 1 (ROUGE-L F1 > ``rouge_max`` or any shared ``ngram``-gram rejects);
    an ``underspecified`` query that contains the document title is also rejected (``named``).
 4. A second call paraphrases each survivor (it sees only the query); the paraphrase passes the same filter
    (round 2) and is what enters the benchmark.
@@ -40,7 +40,8 @@ scores as description (no filtering: the questions are human-written).
 
 Layout: :mod:`.stage` (:func:`build_queries` and what the notebook shows), :mod:`.spans` (span sampling),
 :mod:`.prompts` (prompts and reply parsing), :mod:`.generated` (generation, filtering, balancing),
-:mod:`.harvest` (the harvested path) and :mod:`.common`. Every public name is re-exported here
+:mod:`.harvest` (the harvested path), :mod:`.common`, :mod:`.leakage` (the ROUGE-L and n-gram filter) and
+:mod:`.bm25` (the BM25 diagnostic, ``bm25.json``). Every public name is re-exported here
 (``chunkstudy.queries.sample_spans`` and the like).
 """
 
@@ -65,6 +66,13 @@ from .harvest import (
 from .stage import (
     QueriesError, build_queries, by_type, inputs_overview, client_for, funnel_facts, capability_note, examples,
 )
+from .leakage import (
+    WORD_RE, words, ngrams, rouge_l, shared_ngrams, check,
+)
+from .bm25 import (
+    TOKENISATION, tokenize, build_index, scores, rank_of, chars_in_spans, is_relevant, gold_chunk, SCOPES, diagnostic,
+    summarize, chunk_structure, outline, summary_table,
+)
 
 __all__ = [
     "QTYPES", "QUERY_COLUMNS", "FUNNEL_COLUMNS", "SAMPLE_COLUMNS", "sentence_spans", "top_level_sections",
@@ -72,5 +80,7 @@ __all__ = [
     "template_hash", "generation_messages", "paraphrase_messages", "parse_query", "reply_shape", "names_title",
     "GEN_STEPS", "generate", "balance", "pick_docs", "reply_counts", "from_generated", "HARVEST_STEPS",
     "from_harvested", "QueriesError", "build_queries", "by_type", "inputs_overview", "client_for", "funnel_facts",
-    "capability_note", "examples",
+    "capability_note", "examples", "WORD_RE", "words", "ngrams", "rouge_l", "shared_ngrams", "check", "TOKENISATION",
+    "tokenize", "build_index", "scores", "rank_of", "chars_in_spans", "is_relevant", "gold_chunk", "SCOPES",
+    "diagnostic", "summarize", "chunk_structure", "outline", "summary_table",
 ]

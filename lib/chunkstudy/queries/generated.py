@@ -9,7 +9,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import leakage, paper
+from .. import paper
+from . import leakage
 from ..params import QueriesParams, QueriesTargetsParams
 from .common import QTYPES, QUERY_COLUMNS, _funnel_rows, _jsonable, _score_stats, _spans
 from .prompts import (PARAPHRASE, PROMPTS, QUERY_SCHEMA, generation_messages, names_title, paraphrase_messages,

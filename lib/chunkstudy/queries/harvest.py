@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from .. import leakage
+from . import leakage
 from ..params import QueriesParams
 from .common import QUERY_COLUMNS, _funnel_rows, _jsonable, _score_stats, _spans
 

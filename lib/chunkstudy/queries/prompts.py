@@ -8,7 +8,7 @@ import json
 import re
 from typing import Sequence
 
-from .. import leakage
+from . import leakage
 from .common import _cut
 
 

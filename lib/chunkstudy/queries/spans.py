@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import leakage
+from . import leakage
 from ..params import QueriesParams
 from ..corpus import model as docmodel
 

@@ -9,5 +9,5 @@ which stages 02 and 04 also display), :mod:`.figures` (the paper's figures) and 
 drill-down that 06 computed, formatted).
 
 This ``__init__`` imports nothing: a stage that displays one of the paper's tables (``from chunkstudy.report
-import tables``) loads, and hashes (:func:`chunkstudy.runner.module_closure`), the tables alone, not the figures.
+import tables``) loads, and hashes (:func:`chunkstudy.codehash.module_closure`), the tables alone, not the figures.
 """

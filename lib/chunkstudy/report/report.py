@@ -455,7 +455,7 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
 def user_registration(params: Params, manifests: Mapping[str, Mapping] | None) -> tuple[bool, str]:
     """Were the user's conditions and contrasts (``conditions.extra``, ``contrasts.extra``) declared before the
     run? True only when stage 01's manifest (written before any document, query or score existed) recorded the
-    same declaration digest as the parameters this report reads (:func:`chunkstudy.runner.write_manifest`'s
+    same declaration digest as the parameters this report reads (:func:`chunkstudy.manifests.write_manifest`'s
     ``user_declared``); anything added or changed since makes them post hoc. Returns ``(declared, sentence)``."""
     now = config.declaration_digest(params.conditions, params.contrasts)
     first = ((manifests or {}).get("01_corpus") or {}).get("user_declared") or {}

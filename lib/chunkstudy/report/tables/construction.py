@@ -114,7 +114,7 @@ def query_funnel(funnel: pd.DataFrame, kind: str) -> Table:
 
 def size_matching(summary: Mapping[str, Any], kind: str) -> Table:
     """Size matching (guards C1; paper §3.2), formatted from 04's ``summary.json`` (every number computed there
-    once, :func:`chunkstudy.conditions.build_all`): the realised mean content tokens per chunk of each chunk set —
+    once, :func:`chunkstudy.chunks.chunk_sets.build_all`): the realised mean content tokens per chunk of each chunk set —
     the fixed windows (A0), the induced chunks (A2), the gold chunks (G2), pooled over documents — beside the
     paper's (Wikipedia-FA 255.4 vs 259.6; QASPER 244.9 vs 249.8); then the per-document gap ``mean_A0 − mean_A2``:
     mean |gap|, max |gap|, documents above the paper's bound (``size_gap_tolerance``, 4 tokens)."""
@@ -149,7 +149,7 @@ def size_matching(summary: Mapping[str, Any], kind: str) -> Table:
 
 def placebo(buckets: pd.DataFrame, method: str) -> Table:
     """Placebo residuals and donors (guards C2; paper §3.2 and appendix E.3), formatted from 04's
-    ``placebo_buckets`` table (:func:`chunkstudy.conditions.placebo_buckets`, every number computed there once):
+    ``placebo_buckets`` table (:func:`chunkstudy.chunks.chunk_sets.placebo_buckets`, every number computed there once):
     per depth bucket and in total, unique (document, path) pairs, same-document residual assignments beside the
     minimum any within-bucket permutation allows, chunks carrying a residual path, foreign paths with identical
     headings, and the donor documents per document (mean, min, max) with the mean share of a document's paths
@@ -180,8 +180,8 @@ def placebo(buckets: pd.DataFrame, method: str) -> Table:
 
 
 def user_conditions(extra: Mapping[str, Any]) -> Table:
-    """The user's conditions as 04 built them (``summary.json``'s ``extra``, :func:`chunkstudy.extra_conditions
-    .build`): chunker, its version and options, prefix, chunks and mean content tokens of the condition and of
+    """The user's conditions as 04 built them (``summary.json``'s ``extra``, :func:`chunkstudy.chunks.extra_conditions.build`):
+    chunker, its version and options, prefix, chunks and mean content tokens of the condition and of
     its size-matched twin, and the twin's per-document size gap (mean and max |gap|, the A0 rule's check)."""
     rows = []
     for name, f in extra.items():

@@ -10,7 +10,7 @@ Conventions
   trailing whitespace removed (so a chunk's trailing separator is never embedded). Relevance (06_metrics) uses
   the raw offsets; whitespace carries no evidence.
 * Token counts are *content* tokens of the embedder's own tokenizer, without special tokens
-  (:func:`load_counter`). Prefix tokens are counted apart, in :mod:`chunkstudy.conditions`.
+  (:func:`load_counter`). Prefix tokens are counted apart, in :mod:`chunkstudy.chunks.chunk_sets`.
 
 Sentence boundaries come from pysbd 0.3 (English, ``clean=False``), run paragraph by paragraph (a paragraph start
 is always a sentence start); each returned sentence is located in order with ``str.find`` from the end of the
@@ -36,9 +36,9 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from . import models, progress
-from .params import ChunkingParams
-from .corpus import model as docmodel
+from .. import models, progress
+from ..params import ChunkingParams
+from ..corpus import model as docmodel
 
 TokenCounter = Callable[[list], list]
 
@@ -330,6 +330,17 @@ def structural_chunks(documents: pd.DataFrame, paragraphs: pd.DataFrame, section
             rows.append({"doc_id": doc_id, "start": u.bounds[p["lo"]], "end": u.bounds[p["hi"]],
                          "section_id": p["section_id"], "route_key": p["route_key"]})
     return _finish(rows, text_by_doc, counter, STRUCTURAL_COLUMNS)
+
+
+def structural_for(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections: pd.DataFrame,
+                   chunking_params: ChunkingParams, counter: TokenCounter | None = None) -> pd.DataFrame:
+    """:func:`structural_chunks` of one outline under the run's ``chunking`` record (``cfg.params("chunking")``):
+    its tokenizer's counter (or ``counter``, when the caller holds it), ``max_chunk_tokens``, ``min_chunk_tokens``
+    and ``sentence_splitter``. The chunks 04 cuts for A2/G2 from the same outline; 02 compares the induced and
+    gold ones (span identity). (03 reads four keys of the section only, so it calls :func:`structural_chunks`.)"""
+    p = chunking_params
+    return structural_chunks(documents, paragraphs, sections, counter or load_counter(p.tokenizer),
+                             p.max_chunk_tokens, p.min_chunk_tokens, p.sentence_splitter)
 
 
 def fixed_windows(documents: pd.DataFrame, targets: Mapping[str, float], counter: TokenCounter,

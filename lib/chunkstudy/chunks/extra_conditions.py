@@ -1,15 +1,15 @@
 """Conditions a user adds to the study (``conditions.extra``; README "Test your own chunker"): a chunker's
-boundaries (:mod:`chunkstudy.chunkers`), one of the study's prefix kinds, and optionally a size-matched twin.
+boundaries (:mod:`.chunkers`), one of the study's prefix kinds, and optionally a size-matched twin.
 
 =============  ==========================================================================================
 key            meaning
 =============  ==========================================================================================
 chunker        ``chonkie:SemanticChunker``, ``semchunk``, ``langchain:RecursiveCharacterTextSplitter``,
-               ``package.module:function``, ``file.py:function`` (:func:`chunkstudy.chunkers.load`)
+               ``package.module:function``, ``file.py:function`` (:func:`.chunkers.load`)
 options        keyword arguments of the chunker
 prefix         ``none``; ``title`` (``[Title]``); ``path`` (the real heading path of the section the chunk
                starts in, ``[Title › Section › Subsection]``, cut to ``depth``); ``placebo`` (a real path of
-               the same depth from another document, the study's permutation: :func:`conditions.placebo_assign`)
+               the same depth from another document, the study's permutation: :func:`chunk_sets.placebo_assign`)
 depth          heading levels a path or placebo prefix keeps; null = the deepest of ``chunking.depths``
 outline        the outline a path comes from: ``induced`` (02, as A3) or ``gold`` (01, as G3)
 size_matched_twin  adds ``<NAME>-fixed``: fixed windows size-matched per document to this condition's mean
@@ -36,9 +36,10 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from . import chunkers, chunking, conditions, config, design
-from .corpus import model as docmodel
-from .params import ExtraConditionParams
+from .. import config, design
+from ..corpus import model as docmodel
+from ..params import ExtraConditionParams
+from . import chunk_sets, chunkers, chunking
 
 
 class ExtraConditionError(ValueError):
@@ -128,14 +129,14 @@ def _prefixes(c: ExtraCondition, spans: pd.DataFrame, titles: Mapping[str, str],
     if c.prefix == "none":
         return [""] * len(spans), None
     if c.prefix == "title":
-        return [conditions.render_prefix(titles[d], []) for d in spans["doc_id"]], None
+        return [chunk_sets.render_prefix(titles[d], []) for d in spans["doc_id"]], None
     missing = [s for s in spans["section_id"] if s is None]
     if missing:
         raise ExtraConditionError(f"conditions.extra.{c.name}: a {c.prefix} prefix needs {c.sections}")
     cut = [tuple(paths[s][:depth]) for s in spans["section_id"]]
     if c.prefix == "path":
-        return [conditions.render_prefix(titles[d], list(p)) for d, p in zip(spans["doc_id"], cut)], None
-    return conditions.placebo_prefixes(spans["doc_id"].tolist(), cut, titles, placebo_seed, placebo_method)
+        return [chunk_sets.render_prefix(titles[d], list(p)) for d, p in zip(spans["doc_id"], cut)], None
+    return chunk_sets.placebo_prefixes(spans["doc_id"].tolist(), cut, titles, placebo_seed, placebo_method)
 
 
 def build(documents: pd.DataFrame, sections: Mapping[str, pd.DataFrame | None], extra: Mapping[str, Any] | None,
@@ -153,7 +154,7 @@ def build(documents: pd.DataFrame, sections: Mapping[str, pd.DataFrame | None], 
     Returns ``{"frames": [one table per condition: condition, doc_id, start, end, section_id, route_key,
     n_content_tokens, prefix, prefix_depth, shares_vectors_with], "summary": {name: facts}}``; a placebo prefix's
     residual same-document assignments and donors are among its facts. Chunk ids and text rows are assigned with
-    the paper's conditions (:func:`conditions.build_all`).
+    the paper's conditions (:func:`chunk_sets.build_all`).
     """
     conds = declared(extra)
     if not conds:
@@ -195,9 +196,9 @@ def build(documents: pd.DataFrame, sections: Mapping[str, pd.DataFrame | None], 
             frames.append(cut.assign(condition=name, prefix=prefixes, prefix_depth=depth, shares_vectors_with=None))
             facts.setdefault("sets", {})[name] = _set_facts(cut)
             if placebo is not None:
-                facts["sets"][name]["placebo"] = {**conditions.placebo_donors(placebo),
+                facts["sets"][name]["placebo"] = {**chunk_sets.placebo_donors(placebo),
                                                   "pairs": int(len(placebo)),
-                                                  "min_residual": conditions.min_residual(placebo)}
+                                                  "min_residual": chunk_sets.min_residual(placebo)}
         if c.twin is not None:
             facts["twin"] = c.twin
             facts["size_gap"] = _size_gap(sets[0][1], sets[1][1])
@@ -224,9 +225,10 @@ def _size_gap(spans: pd.DataFrame, twin: pd.DataFrame) -> dict:
 
 def embed_functions(extra: Mapping[str, Any] | None, embedders: Mapping[str, Any], store: Any) -> dict:
     """``{embedder key: texts -> unit vectors}`` for every embedder a user condition cuts with (the semantic
-    chunker's ``embedder``), through the run's embedding store ``store`` (:class:`chunkstudy.embed.EmbeddingStore`),
+    chunker's ``embedder``), through the run's embedding store ``store``
+    (:class:`chunkstudy.embed_store.EmbeddingStore`),
     so the vectors it computes while cutting are the ones the run embeds with and are never computed twice."""
-    from . import embed
+    from .. import embed
 
     keys = sorted({c.embedder for c in declared(extra) if c.embedder})
     out = {}
@@ -241,7 +243,7 @@ def build_for_run(cfg: Any, extra: Mapping[str, Any], documents: pd.DataFrame, s
     """:func:`build` of ``extra`` (``cfg.params("conditions").extra``; None when it declares none) for a run's
     parameters ``cfg``: the run's token counter, its embedding store for a semantic chunker, and the parameter
     file's folder for a ``file.py:function`` chunker. 04 passes the result to
-    :func:`chunkstudy.conditions.build_all`."""
+    :func:`chunkstudy.chunks.chunk_sets.build_all`."""
     if not extra:
         return None
     p = cfg.params("chunking")

@@ -41,7 +41,7 @@ import bm25s
 import numpy as np
 import pandas as pd
 
-from . import design, metrics, progress, stages
+from .. import design, progress, relevance, stages
 
 # bm25s logs one DEBUG line per index; the document scope builds one index per document
 logging.getLogger("bm25s").setLevel(logging.WARNING)
@@ -98,11 +98,12 @@ def chars_in_spans(start: int, end: int, spans: Sequence[Sequence[int]]) -> int:
 def is_relevant(start: int, end: int, spans: Sequence[Sequence[int]], span_frac: float,
                 chunk_frac: float) -> bool:
     """The study's relevance rule for a chunk ``[start, end)`` against any one gold span (DESIGN.md, Metrics):
-    :func:`chunkstudy.metrics.relevant`, so the diagnostic and the metrics agree at the thresholds."""
+    :func:`chunkstudy.relevance.relevant`, the rule the metrics use, so the diagnostic and the metrics agree at
+    the thresholds."""
     if not len(spans):
         return False
     starts, ends = zip(*((int(s), int(e)) for s, e in spans))
-    return bool(metrics.relevant(start, end, starts, ends, span_frac, chunk_frac).any())
+    return bool(relevance.relevant(start, end, starts, ends, span_frac, chunk_frac).any())
 
 
 def gold_chunk(chunks: pd.DataFrame, spans: Sequence[Sequence[int]]) -> int:

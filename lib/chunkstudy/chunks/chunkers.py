@@ -57,7 +57,7 @@ import pandas as pd
 
 #: ``texts -> float32 (n, dim)`` unit vectors: the run's strong embedder through the embedding store.
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
-#: ``texts -> [content tokens of each]``: the run's token counter (:func:`chunkstudy.chunking.load_counter`).
+#: ``texts -> [content tokens of each]``: the run's token counter (:func:`chunkstudy.chunks.chunking.load_counter`).
 Counter = Callable[[list], list]
 
 #: The chunkers of each library this module adapts (``<library>:<name>``; ``semchunk`` alone is semchunk's one).

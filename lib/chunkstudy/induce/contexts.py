@@ -55,9 +55,9 @@ from typing import Any, Callable, Mapping, Sequence, cast
 import numpy as np
 import pandas as pd
 
-from . import stages
-from .params import ContextsParams
-from .corpus.model import SEP
+from .. import stages
+from ..params import ContextsParams
+from ..corpus.model import SEP
 
 #: Anthropic, "Introducing Contextual Retrieval" (2024): the prompt, verbatim.
 CONTEXTUAL_RETRIEVAL_PROMPT = """<document>
@@ -72,10 +72,10 @@ improving search retrieval of the chunk. Answer only with the succinct context a
 
 #: ``contexts.long_document``: how a document too long for the model's context is excerpted (module docstring).
 LONG_DOCUMENT = ("pages", "centred")
-COLUMNS = stages.columns("contexts_a1")
-VIEWS = ("full", "body")
-PROMPT_ALLOWANCE_TOKENS = 256
-CHARS_PER_TOKEN = 4.0
+CONTEXT_COLUMNS = stages.columns("contexts_a1")
+DOCUMENT_VIEWS = ("full", "body")
+CONTEXT_PROMPT_ALLOWANCE_TOKENS = 256
+CONTEXT_CHARS_PER_TOKEN = 4.0
 _APPROX = re.compile(r"\w+|[^\w\s]")
 
 
@@ -358,9 +358,9 @@ def _extractive(docs, windows: pd.DataFrame, p: Any, counter: Callable) -> list[
 
 def _llm(docs, windows: pd.DataFrame, p: Any, client, counter: Callable,
          sections: pd.DataFrame | None) -> list[dict]:
-    from . import llm
+    from .. import llm
 
-    req_max, hi_t, view = p.request_reply_tokens, p.max_context_tokens, p.document_view  # VIEWS: schema-checked
+    req_max, hi_t, view = p.request_reply_tokens, p.max_context_tokens, p.document_view  # schema-checked
     if view == "full" and sections is None:
         raise ContextsError("contexts.document_view is 'full' but no sections table was given: pass sections_gold "
                             "(written by 01_corpus) so that <document> shows the title and headings")
@@ -377,8 +377,8 @@ def _llm(docs, windows: pd.DataFrame, p: Any, client, counter: Callable,
         title, text = docs[d]
         if d not in views:
             views[d] = _render(d, title, text, by_doc.get(d), view)
-            budgets[d] = int((client.context_tokens - req_max - PROMPT_ALLOWANCE_TOKENS) * CHARS_PER_TOKEN
-                             - longest[d])
+            budgets[d] = int((client.context_tokens - req_max - CONTEXT_PROMPT_ALLOWANCE_TOKENS)
+                             * CONTEXT_CHARS_PER_TOKEN - longest[d])
             if budgets[d] <= 0:
                 raise ContextsError(f"llm.context_tokens {client.context_tokens} cannot hold the longest chunk of "
                                     f"document {d!r} ({longest[d]} characters) plus the reply")
@@ -409,13 +409,13 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
     ``chunking.a0_windows``. ``client`` (:func:`llm.make_client`) is needed for ``method: llm`` only;
     ``counter(texts) -> token counts`` is the chunking tokenizer's (``chunking.load_counter``). ``sections``
     (``sections_gold``) gives the headings of the document view; ``method: llm`` with ``document_view: full``
-    needs it. Returns the columns of :data:`COLUMNS` in the order of ``windows``; inputs are not modified.
+    needs it. Returns the columns of :data:`CONTEXT_COLUMNS` in the order of ``windows``; inputs are not modified.
     """
     method = contexts_params.method
     counter = counter or approx_counter
     docs = _check(documents, windows)
     if len(windows) == 0:
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=CONTEXT_COLUMNS)
     if method == "extractive":
         rows = _extractive(docs, windows, contexts_params, counter)
     elif method == "llm":
@@ -428,11 +428,11 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
     if dup.any():
         r = out[dup].iloc[0]
         raise ContextsError(f"windows: duplicate window ({r.doc_id!r}, {r.start}, {r.end})")
-    return out[COLUMNS].astype({"start": "int64", "end": "int64", "n_tokens": "int64", "doc_start": "int64",
+    return out[CONTEXT_COLUMNS].astype({"start": "int64", "end": "int64", "n_tokens": "int64", "doc_start": "int64",
                                 "doc_end": "int64"})
 
 
-def summary(contexts: pd.DataFrame) -> dict:
+def a1_summary(contexts: pd.DataFrame) -> dict:
     """Counts for the stage report: windows, method, token statistics, cut (``truncated``: at
     ``contexts.max_context_tokens``) and failed contexts, and of those the calls whose reply stayed cut at its
     budget (``cut_failed``; a reply cut and then finished with a larger budget is counted by the client,

@@ -26,13 +26,13 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from . import chunking, design, paper, stages
-from .params import ChunkingParams
+from .. import design, paper, stages
+from ..params import ChunkingParams
+from ..corpus import model as docmodel
+from . import chunking
 from .chunking import ChunkingError, TokenCounter
-from .corpus import model as docmodel
 
 PATH_SEP = " \u203a "  # " › "
-ALL_CONDITIONS: tuple[str, ...] = design.CONDITION_NAMES  # the paper's order
 CHUNK_COLUMNS = stages.columns("chunks")
 #: The conditions cut from the induced outline (A0/A1 too: fixed windows are size-matched to it), and from gold.
 INDUCED = set(design.names_where(boundaries=("fixed", "induced")))
@@ -303,7 +303,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
               extra: Mapping[str, Any] | None = None) -> dict:
     """Build every condition in ``chunking_params.conditions`` (the ``chunking`` record, ``cfg.params("chunking")``;
     a mapping is validated into one, its missing keys at the schema's defaults), and the user's conditions
-    ``extra`` (:func:`chunkstudy.extra_conditions.build`'s result: their chunks follow the paper's, share the text
+    ``extra`` (:func:`chunkstudy.chunks.extra_conditions.build`'s result: their chunks follow the paper's, share the text
     rows, and their facts go to ``summary["extra"]``).
 
     Returns a dict:
@@ -318,7 +318,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     * ``"summary"``: realised pooled means per chunk set, the A0-A2 gap, placebo residuals, unique-text share.
     """
     p = chunking_params
-    conds = list(p.conditions)  # each one of ALL_CONDITIONS (schema-checked)
+    conds = list(p.conditions)  # each one of design.CONDITION_NAMES (schema-checked)
     counter = counter or chunking.load_counter(p.tokenizer)
     splitter, mx, mn, depths = p.sentence_splitter, p.max_chunk_tokens, p.min_chunk_tokens, list(p.depths)
     cache: dict = {}
