@@ -31,7 +31,7 @@ ALLOWED = {
     ("embed", "Embedder.encode", "kind"): "query or passage, not corpus.kind",
     ("embed_store", "EmbeddingStore.embed", "kind"): "query or passage, not corpus.kind",
     ("embed_store", "embed_all", "kind"): "query or passage, not corpus.kind",
-    ("figures", "mechanisms", "queries"): "an optional table, not the queries section",
+    ("report.figures", "mechanisms", "queries"): "an optional table, not the queries section",
     ("llm.backends", "ScriptedBackend.__init__", "model"): "the name a test double reports",
     ("llm.backends", "ScriptedBackend.__init__", "concurrency"): "how many calls a test double serves at once",
     ("llm.backends", "OpenAIBackend.preflight", "timeout_s"): "the pre-flight probe's own short timeout",
@@ -43,21 +43,21 @@ ALLOWED = {
     ("llm.client", "make_client", "backend"): "a Backend object overriding llm.backend (tests), not the key",
     ("retrieve", "flat_search", "batch_size"): "None sizes the query blocks to the chunks (results identical)",
     ("retrieve", "two_stage_search", "batch_size"): "None sizes the query blocks to the chunks (results identical)",
-    ("stats", "simulate_scores", "corpus"): "the label of simulated scores",
-    ("stats", "simulate_scores", "metrics"): "which simulated metrics to emit",
-    ("stats", "simulate_scores", "embedders"): "which simulated embedders to emit",
-    ("stats", "simulate_scores", "rerankers"): "which simulated rerankers to emit",
+    ("stats.simulate", "simulate_scores", "corpus"): "the label of simulated scores",
+    ("stats.simulate", "simulate_scores", "metrics"): "which simulated metrics to emit",
+    ("stats.simulate", "simulate_scores", "embedders"): "which simulated embedders to emit",
+    ("stats.simulate", "simulate_scores", "rerankers"): "which simulated rerankers to emit",
     ("manifests", "write_manifest", "sources"): "01's source fingerprints, not corpus.sources",
-    ("report", "Bundle.__init__", "figures"): "the bundle's figure objects, not the figures section",
+    ("report.bundle", "Bundle.__init__", "figures"): "the bundle's figure objects, not the figures section",
     ("llm.client", "Client.__init__", "stats"): "the client's call counters, not the stats section",
     # names that became schema keys with conditions.extra.<NAME> (embedder, prefix) and conditions/contrasts.extra
     ("chunks.chunk_sets", "build_all", "extra"): "04's built user conditions (data), not the conditions.extra section",
     ("embed", "onnx_model_dir", "extra"): "extra fingerprint parts of an ONNX export, not conditions.extra",
-    ("figures", "routing_example", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",
-    ("figures", "mechanisms", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",
+    ("report.figures", "routing_example", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",
+    ("report.figures", "mechanisms", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",
     ("retrieve", "query_view", "embedder"): "None = every embedder, not conditions.extra.*.embedder",
     ("retrieve", "routed_sections", "embedder"): "None = every embedder, not conditions.extra.*.embedder",
-    ("report", "tables_markdown", "prefix"): "a table-name prefix to select, not conditions.extra.*.prefix",
+    ("report.report", "tables_markdown", "prefix"): "a table-name prefix to select, not conditions.extra.*.prefix",
     ("corpus.folder", "assemble", "max_level"): "the document model's deepest heading level, not induce.max_level",
     ("corpus.qasper", "read_qasper", "allow_partial"): "a reader used alone is strict; stage 01 passes the key",
     ("corpus.wikipedia", "iter_export", "allow_partial"): "a reader used alone is strict; stage 01 passes the key",
@@ -76,13 +76,13 @@ ALLOWED = {
     ("devicecheck", "prepare", "max_length"): "the device check's own fixed probe, not a reranker's setting",
     ("devicecheck", "check", "device"): "the device the check probes (the CLI's choice), not an embedder's",
     ("devicecheck", "check", "dtype"): "the type the check compares against float32 (the CLI's choice)",
-    ("figures", "routing_example", "embedder"): "None: the first embedder of the records given (an optional filter)",
-    ("figures", "mechanisms", "embedder"): "None: the first embedder of the records given (an optional filter)",
+    ("report.figures", "routing_example", "embedder"): "None: the first embedder of the records given (an optional filter)",
+    ("report.figures", "mechanisms", "embedder"): "None: the first embedder of the records given (an optional filter)",
     ("retrieve", "query_view", "embedder"): "None: every embedder of the runs given (an optional filter)",
     ("retrieve", "routed_sections", "embedder"): "None: every embedder of the records given (an optional filter)",
     ("paper", "facts_table", "kind"): "None: the facts of every corpus (an optional filter)",
-    ("tables.formatting", "fmt_p", "n_boot"): "the bootstrap's resamples as recorded with a p-value (data)",
-    ("tables.results", "table1", "mixedlm"): "07's optional mixedlm table (data), not the stats.mixedlm switch",
+    ("report.tables.formatting", "fmt_p", "n_boot"): "the bootstrap's resamples as recorded with a p-value (data)",
+    ("report.tables.results", "table1", "mixedlm"): "07's optional mixedlm table (data), not the stats.mixedlm switch",
     ("induce.structure", "induce_structure", "embed"): "an optional embedding function for TextTiling's gaps",
 }
 
@@ -137,7 +137,8 @@ def test_no_public_function_restates_a_parameter_default():
     ``condition="A3"``) is a second source of that value, which can drift from the parameter file: callers pass
     the record's value instead. Names that only coincide are listed in ALLOWED with the reason."""
     modules = dict(_library_modules())
-    assert {"metrics", "figures", "retrieve", "tables.results", "queries.stage", "corpus.wikipedia"} <= set(modules)
+    assert {"metrics.scoring", "report.figures", "retrieve", "report.tables.results", "queries.stage",
+            "corpus.wikipedia"} <= set(modules)
     named = {m: list(_public_callables(mod)) for m, mod in modules.items()}
     assert _restated_defaults(named) == []
     defaults = {(m, qual, p.name) for m, fns in named.items() for qual, fn in fns
