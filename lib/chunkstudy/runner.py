@@ -575,14 +575,13 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             # its recorded JSON (01's stats.json) holds the fingerprints the build just took (the manifest they
             # could come from is gone)
             built = None
-            if declared.recorded is not None:
-                record = artifacts.json_path(cfg, stage.name, declared.recorded)
-                built = json.loads(record.read_text()).get("sources") if record.is_file() else None
+            if declared.recorded is not None and artifacts.json_path(cfg, stage.name, declared.recorded).is_file():
+                built = artifacts.read_json(cfg, stage.name, declared.recorded).get("sources")
             sources = source_fingerprints(cfg, stage.name, built)
             now = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in sources]
             if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
                 key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
-        env = env or manifests.environment()  # the same for every stage of this run: git, versions, devices looked up once
+        env = env or manifests.environment()  # the same for every stage of this run: looked up once
         manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned)
         log(f"{stage.name:<16} ran      {dt:6.1f} s" + (f"  ({len(warned)} warning{'s' * (len(warned) != 1)}, "
                                                         "in the report)" if warned else ""))
