@@ -433,6 +433,47 @@ def test_ctrl_c_and_sigterm_stop_cleanly_keep_finished_work_and_say_how_to_resum
     assert json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text()) == {"steps": 40}
 
 
+def test_a_cell_task_the_stop_orphaned_reports_to_the_kernel_log_not_the_terminal(project, monkeypatch, caplog):
+    """Stop 28's CI (pass 1) saw the runner's SIGTERM message followed by asyncio's "Task exception was never
+    retrieved ... DeadKernelError: Kernel died" traceback. The sequence, replayed here without its timing: the signal
+    leaves nbclient's cell task pending in the loop, papermill's cleanup runs that loop to shut the kernel down, the
+    kernel-alive poll fires meanwhile and the orphaned task ends in DeadKernelError, which asyncio reports when the
+    exception that holds the task is freed. That report belongs in the stage's kernel log."""
+    import asyncio
+    import gc
+
+    import papermill as pm
+    from jupyter_core.utils import ensure_event_loop
+    from nbclient.exceptions import DeadKernelError
+
+    from chunkstudy import config
+
+    async def cell_whose_kernel_died():
+        raise DeadKernelError("Kernel died")
+
+    def stopped_while_a_cell_ran(*args, **kwargs):
+        loop = ensure_event_loop()
+        orphan = loop.create_task(cell_whose_kernel_died())  # held by this frame, i.e. by the exception's traceback
+        loop.run_until_complete(asyncio.sleep(0))  # cleanup runs the loop: the task ends, nobody awaits it
+        assert orphan.done()
+        raise runner.Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(pm, "execute_notebook", stopped_while_a_cell_ran)
+    cfg = config.load(write_params(project))
+    executed = project / "build/executed/tiny"
+    loop = ensure_event_loop()
+    try:
+        with caplog.at_level("ERROR", logger="asyncio"), pytest.raises(KeyboardInterrupt) as stopped:
+            runner.execute(cfg, runner.Stage("02_induce", project / "notebooks/02_induce.py"), executed)
+        del stopped  # frees the traceback, and with it the orphaned task
+        gc.collect()
+        assert [r for r in caplog.records if r.name == "asyncio"] == []
+        assert ("after the stop, asyncio: Task exception was never retrieved: DeadKernelError: Kernel died"
+                in (executed / "02_induce.kernel.log").read_text())
+    finally:
+        loop.set_exception_handler(None)
+
+
 # ------------------------------------------------------------------------------------------ one run per corpus
 
 def _tables(project, corpus="tiny"):

@@ -307,6 +307,9 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
                                 cwd=str(cfg.root), kernel_name="python3", progress_bar=False, log_output=False,
                                 report_mode=False, **_kernel_config())
         return tail.warnings
+    except KeyboardInterrupt:
+        _log_orphaned_tasks(kernel_log)
+        raise
     except PapermillExecutionError as e:
         raise StageFailed(f"notebook {stage.notebook.name} failed in cell {e.exec_count} (cell index {e.cell_index}):"
                           f" {e.ename}: {e.evalue}\n  executed copy with the traceback: {out}") from None
@@ -322,6 +325,26 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _log_orphaned_tasks(kernel_log: Path) -> None:
+    """After Ctrl-C or SIGTERM in a notebook: send what asyncio says about the stopped cell's tasks to the kernel log.
+
+    The signal lands while papermill waits in nbclient's event loop, so the running cell's task is left pending.
+    papermill's cleanup then runs that loop again to shut the kernel down; when nbclient's kernel-alive poll fires
+    meanwhile, the orphaned task ends in ``DeadKernelError``, which nothing awaits. asyncio reports it ("Task
+    exception was never retrieved", with a traceback) when the task is garbage-collected: after the runner's own
+    message, with the exception that carries the task. The kernel died because the run stopped it, so the report
+    goes where the kernel's other shutdown noise goes (``NN_stage.kernel.log``), not into the terminal."""
+    from jupyter_core.utils import ensure_event_loop
+
+    def to_kernel_log(loop, context: dict) -> None:
+        exc = context.get("exception")
+        with open(kernel_log, "a", encoding="utf-8") as f:
+            f.write(f"[runner] after the stop, asyncio: {context.get('message')}"
+                    f"{f': {type(exc).__name__}: {exc}' if exc is not None else ''}\n")
+
+    ensure_event_loop().set_exception_handler(to_kernel_log)
 
 
 @contextmanager
