@@ -90,6 +90,7 @@ def test_the_plan_lists_documents_whose_expected_induction_reply_exceeds_its_bud
     rp = induce.reply_plan(docs, paras, config.record("induce", cfg["induce"]), cfg["llm"]["context_tokens"], gold)
     assert (ind["calls"], ind["max_budget"], ind["over_budget"]) == (len(rp), rp["reply_budget"].max(), [])
     assert ind["max_expected_reply_tokens"] == rp["expected_reply_tokens"].max() > 0
+    assert ind["expected_reply_tokens"] == rp["expected_reply_tokens"].sum() >= ind["max_expected_reply_tokens"]
     assert "no document's expected reply exceeds its budget" in plan.render(plan.estimate(cfg, tables))
     # a rule that budgets one token per paragraph: every document's gold outline would be cut, and is listed
     tight = config.load(ROOT / "params" / "demo.yaml", root=tmp_path, overrides={
@@ -110,6 +111,15 @@ def test_embedding_and_reranking_work_follow_the_chunk_sets(demo):
     assert 0 < p["chunks"]["unique_texts"] < p["chunks"]["rows"]  # A4/G4 share A3/G3's texts
     for e in p["embedders"].values():
         assert (e["passages"], e["queries"]) == (p["chunks"]["unique_texts"], n_q)
+    # what each embedder reads: cut at its own max_seq_length (demo: strong 256, weak 128), [CLS] and [SEP] counted
+    strong, weak = p["embedders"]["strong"], p["embedders"]["weak"]
+    assert 3 * weak["passages"] <= weak["passage_tokens"] <= 128 * weak["passages"]
+    assert weak["passage_tokens"] < strong["passage_tokens"] <= 256 * strong["passages"]
+    uncut = plan.estimate(config.load(ROOT / "params" / "demo.yaml", root=cfg.root, overrides={
+        **LLM_ARMS, "embed": {"embedders": {k: {"max_seq_length": 100_000} for k in ("strong", "weak")}}}), tables)
+    whole = uncut["embedders"]["strong"]["passage_tokens"]
+    assert whole == uncut["embedders"]["weak"]["passage_tokens"] >= strong["passage_tokens"]
+    assert whole > weak["passage_tokens"]
     top_n = cfg["retrieve"]["rerankers"]["xenc-untrained"]["top_n"]
     assert p["rerankers"]["xenc-untrained"]["pairs_at_most"] == n_q * 11 * min(top_n, cfg["retrieve"]["k"])
     text = plan.render(p)

@@ -26,7 +26,9 @@ What is exact and what is estimated:
 * generated queries: generation calls are exact; paraphrases are at most one per generated query;
 * texts to embed are the unique embedded texts (the embedding store embeds each distinct text once per model)
   plus the queries; token counts use ``chunking.tokenizer`` when it loads offline, else an approximation
-  (words and punctuation), which the output says;
+  (words and punctuation), which the output says. ``passage_tokens`` is what each embedder reads: every unique
+  text's tokens plus [CLS] and [SEP], cut at its ``max_seq_length``; before 02 has written A1 contexts, an A1 text
+  counts a placeholder context (each real one adds up to ``contexts.max_context_tokens``);
 * reranker pairs: queries x conditions x min(top_n, k) per reranker, an upper bound (a pair repeated across
   conditions, A3/A4 say, is scored once).
 """
@@ -46,6 +48,7 @@ from . import config, llm
 from .params import LLMParams
 
 CHARS_PER_TOKEN = 4.0
+SPECIAL_TOKENS = 2  # a BERT-style encoder's [CLS] and [SEP] around each passage (the BGE models', MiniLM's)
 PLACEHOLDER = "(dry run: no model was called)"
 A1_DOCS_PER_BATCH = 50  # A1 prompts hold whole documents: build them a few documents at a time
 
@@ -193,11 +196,13 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     built = chunk_sets.build_all(documents, paragraphs, sections_gold, structure, ctx, cfg.params("chunking"),
                                  counter)
     chunks, texts = built["chunks"], built["texts"]
+    lengths = counter(texts)  # each unique text's tokens (prefix and content), special tokens not counted
     embedders = {}
     keys_seen: dict[str, str] = {}
     for key, spec in cfg.params("embed").embedders.items():
         mk = embed.Embedder(spec, key).model_key
         embedders[key] = {"model": spec.model, "device": spec.device, "passages": len(texts),
+                          "passage_tokens": int(sum(min(n + SPECIAL_TOKENS, spec.max_seq_length) for n in lengths)),
                           "queries": n_queries, "shares_vectors_with": keys_seen.get(mk)}
         keys_seen.setdefault(mk, key)
     n_conditions = chunks["condition"].nunique()
@@ -235,6 +240,7 @@ def induction_budgets(cfg, documents: pd.DataFrame, paragraphs: pd.DataFrame, se
             "calls": int(len(rp)), "windowed_docs": int(rp.groupby("doc_id").size().gt(1).sum()),
             "max_budget": int(rp["reply_budget"].max()) if len(rp) else 0,
             "max_expected_reply_tokens": int(rp["expected_reply_tokens"].max()) if len(rp) else 0,
+            "expected_reply_tokens": int(rp["expected_reply_tokens"].sum()),
             "over_budget": [{k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
                             for r in over[cols].to_dict("records")]}
 
