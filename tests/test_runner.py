@@ -459,7 +459,7 @@ def test_a_cell_task_the_stop_orphaned_reports_to_the_kernel_log_not_the_termina
         raise runner.Terminated(signal.SIGTERM)
 
     monkeypatch.setattr(pm, "execute_notebook", stopped_while_a_cell_ran)
-    cfg = config.load(write_params(project))
+    cfg = config.load(write_params(project), root=project)
     executed = project / "build/executed/tiny"
     loop = ensure_event_loop()
     try:
@@ -574,6 +574,57 @@ def test_a_lock_naming_a_reused_pid_is_stale_and_a_live_holder_is_refused(projec
         assert (project / "data/tiny/01_corpus/manifest.json").is_file()  # nothing was touched
     finally:
         other.communicate(b"")
+
+
+def test_a_run_meeting_a_lock_before_its_holder_wrote_the_record_waits_for_it(project, monkeypatch):
+    """Stop 28's loaded CI pass saw the refusal say "being run by another run", with no PID: the loser met the
+    winner's flock between the winner's flock and its record. The loser now waits for the holder's record (or for
+    the lock to come free). Replayed without timing: this test holds the flock on an empty lock file, and writes
+    the record when the other run says it waits (its first pause)."""
+    import fcntl
+    import threading
+
+    from chunkstudy import config
+
+    cfg = config.load(write_params(project), root=project)
+    lock = project / "data/tiny" / runner.LOCK_NAME
+    lock.parent.mkdir(parents=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken; the record not yet written
+    waiting, refused = threading.Event(), []
+    pauses = []
+
+    def pause(seconds):
+        pauses.append(seconds)
+        if len(pauses) == 1:  # the holder writes its record once the other run is waiting for it
+            record = {"pid": os.getpid(), "process_start": runner._process_start(os.getpid()),
+                      "command": "./run_all.sh tiny", "started": "2030-01-01T00:00:00"}
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+            waiting.set()
+
+    monkeypatch.setattr(runner.time, "sleep", pause)
+
+    def meet_the_lock():
+        try:
+            with runner.corpus_lock(cfg, "./run_all.sh tiny (second)", log=lambda *_: None):
+                pass
+        except runner.RunLocked as e:
+            refused.append(str(e))
+
+    try:
+        other = threading.Thread(target=meet_the_lock)
+        other.start()
+        other.join()
+        assert waiting.is_set() and len(pauses) == 1, (pauses, refused)
+        assert refused and f"being run by PID {os.getpid()} (./run_all.sh tiny, started 2030" in refused[0]
+        # a holder that never writes its record: refused all the same once the wait is over, naming no PID
+        os.ftruncate(fd, 0)
+        monkeypatch.setattr(runner, "HOLDER_RECORD_WAIT_S", 0.0)
+        refused.clear()
+        meet_the_lock()
+        assert refused and "being run by another run" in refused[0]
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------------------- results that match their keys

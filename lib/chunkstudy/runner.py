@@ -410,6 +410,9 @@ def _kernel_config() -> dict:
 
 #: The lock file of a corpus's run, in ``data/<corpus>/``.
 LOCK_NAME = "run.lock"
+#: How long a run that meets a held lock waits for the holder's record, which the holder writes just after taking
+#: the lock; past it, the refusal names no PID. It bounds a message's detail, never whether a run proceeds.
+HOLDER_RECORD_WAIT_S = 10.0
 
 
 def _process_start(pid: int) -> str | None:
@@ -470,6 +473,7 @@ def corpus_lock(cfg: config.Config, command: str, log=None) -> Iterator[dict | N
     path = artifacts.corpus_dir(cfg) / LOCK_NAME
     check_writable(cfg, [path.parent], f"corpus '{cfg.corpus}' cannot take its run lock", tree=False)
     path.parent.mkdir(parents=True, exist_ok=True)
+    waiting_since = None
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -477,6 +481,14 @@ def corpus_lock(cfg: config.Config, command: str, log=None) -> Iterator[dict | N
         except BlockingIOError:
             os.close(fd)
             holder = _lock_holder(path)
+            if not _holder_alive(holder):
+                # the holder has taken the flock but not yet written its record (the file is empty, or still holds
+                # the record of a run killed earlier): wait for the record, or for the lock to come free
+                waiting_since = waiting_since or time.monotonic()
+                if time.monotonic() - waiting_since < HOLDER_RECORD_WAIT_S:
+                    time.sleep(0.01)
+                    continue
+                holder = None
             raise RunLocked(f"corpus '{cfg.corpus}' is being run by {_describe(holder) if holder else 'another run'}; "
                             f"this run stops before touching anything. Wait for that run to end, or stop it "
                             f"(Ctrl-C in its terminal, or kill {holder['pid'] if holder else '<PID>'}), and run again "
