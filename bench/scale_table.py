@@ -85,6 +85,14 @@ def seconds(work: float, rate: Rate) -> tuple[float, float]:
     return work / rate.high, work / rate.low
 
 
+def llm_seconds(prompt_tokens: float, reply_tokens: float) -> tuple[float, float]:
+    """(fastest, slowest) seconds of a batch of model calls: its prompt tokens at the prefill rate plus its reply
+    tokens at the decode rate (added, as if the two never overlapped: the slow end of a server that batches)."""
+    lo_p, hi_p = seconds(prompt_tokens, RATES["llm_prefill"])
+    lo_d, hi_d = seconds(reply_tokens, RATES["llm_decode"])
+    return lo_p + lo_d, hi_p + hi_d
+
+
 def measured_rows(plan: dict, corpus: str, stages: tuple[str, ...]) -> list[tuple[str, str, tuple[float, float]]]:
     """(stage, work, seconds range) of the CPU-side stages, scaled linearly from where they were measured."""
     size = {"documents": PAPER[corpus]["documents"], "queries": PAPER[corpus]["queries"],
@@ -110,28 +118,22 @@ def gpu_rows(plan: dict, corpus: str) -> list[tuple[str, str, tuple[float, float
     if ind:
         prompt = (ind["prompt_tokens"] + (corr["prompt_tokens"] if corr else 0)) * f_doc
         reply = plan["induction"]["expected_reply_tokens"] * (2 if corr else 1) * f_doc
-        lo_p, hi_p = seconds(prompt, RATES["llm_prefill"])
-        lo_d, hi_d = seconds(reply, RATES["llm_decode"])
         rows.append(("02 induction (LLM)", f"{ind['calls'] * f_doc:,.0f} + at most as many correction calls; "
-                     f"{prompt / 1e6:.1f} M prompt, {reply / 1e6:.2f} M reply tokens", (lo_p + lo_d, hi_p + hi_d)))
+                     f"{prompt / 1e6:.1f} M prompt, {reply / 1e6:.2f} M reply tokens", llm_seconds(prompt, reply)))
     a1 = batches.get("A1 contexts")
     if a1:
         uncached = a1["prompt_tokens"] * (1 - (a1["prefix_share"] or 0)) * f_doc
         reply = a1["max_new_tokens"] * f_doc
-        lo_p, hi_p = seconds(uncached, RATES["llm_prefill"])
-        lo_d, hi_d = seconds(reply, RATES["llm_decode"])
         rows.append(("02 A1 contexts (LLM)", f"{a1['calls'] * f_doc:,.0f} calls; {uncached / 1e6:.1f} M uncached "
                      f"prompt tokens (prefix share {a1['prefix_share']:.2f}), at most {reply / 1e6:.1f} M reply "
-                     f"tokens", (lo_p + lo_d, hi_p + hi_d)))
+                     f"tokens", llm_seconds(uncached, reply)))
     gen = {d: b for d, b in batches.items() if d.startswith("queries")}
     if gen:
         prompt = sum(b["prompt_tokens"] for b in gen.values()) * f_doc
         reply = sum(b["max_new_tokens"] for b in gen.values()) * f_doc
-        lo_p, hi_p = seconds(prompt, RATES["llm_prefill"])
-        lo_d, hi_d = seconds(reply, RATES["llm_decode"])
         calls = sum(b["calls"] for b in gen.values()) * f_doc
         rows.append(("03 query generation + paraphrase (LLM)", f"at most {calls:,.0f} calls; {prompt / 1e6:.1f} M "
-                     f"prompt, at most {reply / 1e6:.2f} M reply tokens", (lo_p + lo_d, hi_p + hi_d)))
+                     f"prompt, at most {reply / 1e6:.2f} M reply tokens", llm_seconds(prompt, reply)))
     for key, rate in (("strong", "encoder_large"), ("weak", "encoder_small")):
         e = plan["embedders"][key]
         tokens = e["passage_tokens"] * f_doc + e["queries"] * f_q * QUERY_TOKENS
@@ -194,7 +196,8 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(table("Wikipedia-FA (200 articles, 951 queries), one H200, the paper's models", gpu_rows(w, "wikipedia")))
     print()
-    print(table("QASPER (1,585 papers), 2 CPU cores, the offline stand-ins", cpu_rows(local, "qasper", a.stand_in_texts)))
+    print(table("QASPER (1,585 papers), 2 CPU cores, the offline stand-ins",
+                cpu_rows(local, "qasper", a.stand_in_texts)))
     print()
     for name, r in RATES.items():
         print(f"- {name}: {r.low:,g}-{r.high:,g} {r.unit}; {r.source}")
