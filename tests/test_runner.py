@@ -623,6 +623,11 @@ def test_a_run_meeting_a_lock_before_its_holder_wrote_the_record_waits_for_it(pr
         refused.clear()
         meet_the_lock()
         assert refused and "being run by another run" in refused[0]
+        # past the wait, a record that looks dead from here (a holder in another PID namespace) is still named
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "process_start": "0", "command": "elsewhere"}).encode(), 0)
+        refused.clear()
+        meet_the_lock()
+        assert refused and f"being run by PID {os.getpid()} (elsewhere, started ?" in refused[0]
     finally:
         os.close(fd)
 

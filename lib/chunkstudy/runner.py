@@ -483,12 +483,12 @@ def corpus_lock(cfg: config.Config, command: str, log=None) -> Iterator[dict | N
             holder = _lock_holder(path)
             if not _holder_alive(holder):
                 # the holder has taken the flock but not yet written its record (the file is empty, or still holds
-                # the record of a run killed earlier): wait for the record, or for the lock to come free
+                # the record of a run killed earlier): wait for the record, or for the lock to come free. Past the
+                # wait the refusal names what the file says (a holder in another PID namespace looks dead from here)
                 waiting_since = waiting_since or time.monotonic()
                 if time.monotonic() - waiting_since < HOLDER_RECORD_WAIT_S:
                     time.sleep(0.01)
                     continue
-                holder = None
             raise RunLocked(f"corpus '{cfg.corpus}' is being run by {_describe(holder) if holder else 'another run'}; "
                             f"this run stops before touching anything. Wait for that run to end, or stop it "
                             f"(Ctrl-C in its terminal, or kill {holder['pid'] if holder else '<PID>'}), and run again "
