@@ -74,6 +74,10 @@ MEASURED = {
                                            "bench_stats.py at QASPER scale (the vectorised bootstrap alone)"),
 }
 
+#: The measured stages after 04: the same work on either host (numpy on its CPU).
+DOWNSTREAM = ("05 retrieval (22 cells, numpy)", "06 metrics (7 metrics, all cells)",
+              "07 bootstrap (4 contrasts x 10,000)")
+
 #: The paper's sizes (paper.txt; params/qasper.yaml's header): corpus-side work scales with documents, query-side
 #: work (reranker pairs, query embeddings) with usable questions.
 PAPER = {"qasper": {"documents": 1_585, "queries": 4_303}, "wikipedia": {"documents": 200, "queries": 951}}
@@ -145,23 +149,21 @@ def gpu_rows(plan: dict, corpus: str) -> list[tuple[str, str, tuple[float, float
         pairs = r["pairs_at_most"] * f_q
         rows.append((f"05 rerank, {key}", f"at most {pairs / 1e6:.2f} M pairs, {pairs * per_pair / 1e6:.0f} M "
                      f"tokens", seconds(pairs * per_pair, RATES["reranker"])))
-    return rows + measured_rows(plan, corpus, tuple(m for m in MEASURED if not m.startswith(("01", "03"))))
+    return rows + measured_rows(plan, corpus, DOWNSTREAM)
 
 
 def cpu_rows(plan: dict, corpus: str, texts_run: int | None = None) -> list[tuple[str, str, tuple[float, float]]]:
     """(stage, work, seconds range) on 2 CPU cores with the offline stand-ins, scaled to the paper's size.
     ``texts_run``: the unique texts a run of the plan's corpus counted, in place of the plan's (which stands the gold
     outline in for the induced one before 02 has run, so the induced conditions share the gold ones' texts)."""
-    f_doc = PAPER[corpus]["documents"] / plan["documents"]
     docs = PAPER[corpus]["documents"]
-    rows = [("02 induction (TextTiling)", f"{docs:,} documents", seconds(docs, RATES["cpu_texttiling"]))]
-    for key, rate in (("strong", "cpu_strong"), ("weak", "cpu_weak")):
-        e = plan["embedders"][key]
-        texts = (texts_run or e["passages"]) * f_doc
-        rows.append((f"04 embed, {key} (MiniLM)", f"{texts:,.0f} texts", seconds(texts, RATES[rate])))
-    return measured_rows(plan, corpus, ("01 corpus",)) + rows[:1] + measured_rows(plan, corpus, (
-        "03 queries (harvested: matching, BM25)",)) + rows[1:] + measured_rows(plan, corpus, tuple(
-            m for m in MEASURED if not m.startswith(("01", "03"))))
+    texts = (texts_run or plan["embedders"]["strong"]["passages"]) * docs / plan["documents"]
+    return [*measured_rows(plan, corpus, ("01 corpus",)),
+            ("02 induction (TextTiling)", f"{docs:,} documents", seconds(docs, RATES["cpu_texttiling"])),
+            *measured_rows(plan, corpus, ("03 queries (harvested: matching, BM25)",)),
+            ("04 embed, strong (MiniLM)", f"{texts:,.0f} texts", seconds(texts, RATES["cpu_strong"])),
+            ("04 embed, weak (MiniLM)", f"{texts:,.0f} texts", seconds(texts, RATES["cpu_weak"])),
+            *measured_rows(plan, corpus, DOWNSTREAM)]
 
 
 def fmt(s: float) -> str:

@@ -411,7 +411,8 @@ def _kernel_config() -> dict:
 #: The lock file of a corpus's run, in ``data/<corpus>/``.
 LOCK_NAME = "run.lock"
 #: How long a run that meets a held lock waits for the holder's record, which the holder writes just after taking
-#: the lock; past it, the refusal names no PID. It bounds a message's detail, never whether a run proceeds.
+#: the lock; past it, the refusal names what the lock file says. It bounds a message's detail, never whether a run
+#: proceeds.
 HOLDER_RECORD_WAIT_S = 10.0
 
 
