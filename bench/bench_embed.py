@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_embed.py [--params params/qasper_local.yaml] [--docs 3] [--sample 256]
                                           [--bf16-sample 64] [--repeats 2] [--threads N] [--no-onnx] [--skip-store]
+                                          [--sweep [--threads-grid 1,2] [--batch-grid 16,32,64,128]]
 
 Documents come from the parameter file's corpus (``corpus.max_docs`` = ``--docs``); the gold structure stands in
 for the induced one and a fixed sentence for the A1 context (this measures the embedding layer, not 02_induce).
@@ -27,17 +28,26 @@ seconds are both printed (on a loaded machine the CPU seconds of a one-thread ru
    same unique texts and its ratio to the raw model (goal >= 0.95), a rerun's; and the texts embedded more than
    once across the conditions and both embedders (goal: none), counted at the model's door and in the shards;
 6. **memory**: the process's peak resident set.
+
+``--sweep`` adds, after part 4, **threads x batch**: torch float32 in the store's order on the same ``--sample``
+texts per embedder, for every torch thread count of ``--threads-grid`` and ``batch_size`` of ``--batch-grid``:
+texts/s, texts per CPU-second, the ratio to the parameter file's own setting (its ``batch_size``, torch's threads)
+and min cosine against it; and pools of ``--process-grid`` one-thread processes at the parameters' ``batch_size``,
+each with its own copy of the model, sharing the store's pieces (wall time only); then the fastest setting at min
+cosine >= 0.999 per embedder.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import multiprocessing
 import os
 import resource
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +116,80 @@ def line(name: str, n: int, wall: float, cpu: float, base: tuple[float, float] |
     return f"  {name:44s} {n / wall:8.1f} texts/s  {n / cpu:8.1f} texts/cpu-s  {ratio}  {extra}"
 
 
+_WORKER: embed.Embedder | None = None
+
+
+def _worker_start(spec, key: str) -> None:
+    """A pool process of the sweep: one torch thread, its own copy of the encoder."""
+    import torch
+
+    global _WORKER
+    torch.set_num_threads(1)
+    _WORKER = embed.load_embedder(spec, key)
+    _WORKER.encode(["warm up"])
+
+
+def _worker_encode(texts: list[str]) -> np.ndarray:
+    assert _WORKER is not None
+    return _WORKER.encode(texts)
+
+
+def in_processes(pool, e: embed.Embedder, texts: list[str]) -> np.ndarray:
+    """The texts in the store's order, one batch per task over a warm pool of one-thread processes, in order."""
+    b = e.batch_size
+    return np.concatenate(list(pool.map(_worker_encode, [texts[i:i + b] for i in range(0, len(texts), b)])))
+
+
+def sweep(specs: dict, sample: list[str], a: argparse.Namespace) -> None:
+    """Part 4c: torch threads x batch_size, torch float32 in the store's order, against the parameters' setting."""
+    import torch
+
+    own_threads = torch.get_num_threads()
+    print(f"\nthreads x batch, {len(sample)} texts per embedder, torch float32 in the store's order (baseline: the "
+          f"parameters' batch_size at {own_threads} torch threads)")
+    for key, spec in specs.items():
+        settings = [(t, b) for t in a.threads_grid for b in a.batch_grid]
+        if (own_threads, spec.batch_size) not in settings:
+            settings.insert(0, (own_threads, spec.batch_size))
+        encoders = {b: embed.load_embedder(dataclasses.replace(spec, dtype="float32", batch_size=b), key)
+                    for b in sorted({b for _, b in settings})}
+        ordered = store_order(encoders[spec.batch_size], sample)
+        encoders[spec.batch_size].encode(["warm up"])
+
+        def run(t: int, b: int):
+            torch.set_num_threads(t)
+            return in_pieces(encoders[b], ordered)
+
+        variants = {s: (lambda s=s: run(*s)) for s in settings}
+        pools = {}
+        for n in a.process_grid:
+            pools[n] = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start,
+                                           initargs=(dataclasses.replace(spec, dtype="float32"), key))
+            list(pools[n].map(_worker_encode, [["warm up"]] * n))
+            variants[(f"{n}p", spec.batch_size)] = lambda n=n: in_processes(pools[n], encoders[spec.batch_size], ordered)
+        res = race(variants, a.repeats)
+        for pool in pools.values():
+            pool.shutdown()
+        torch.set_num_threads(own_threads)
+        ref_w, ref_c, ref_v = res[(own_threads, spec.batch_size)]
+        print(f"  {key} (max_seq_length {spec.max_seq_length}; the parameters: batch_size {spec.batch_size})")
+        best = None
+        for (t, b), (w, c, v) in res.items():
+            cos = embed.cosine_agreement(v, ref_v)
+            if isinstance(t, str):  # a pool: the parent's CPU seconds are not the work's, so wall only
+                print(f"  {f'{t[:-1]} processes x 1 thread, batch_size {b}':44s} {len(sample) / w:8.1f} texts/s  "
+                      f"{'':22s}{ref_w / w:6.2f}x wall  {'':11s}min cosine {cos['min']:.7f}")
+            else:
+                print(line(f"{t} thread{'s' if t > 1 else ''}, batch_size {b}", len(sample), w, c, (ref_w, ref_c),
+                           f"min cosine {cos['min']:.7f}"))
+            if cos["min"] >= 0.999 and (best is None or w < best[1]):
+                best = ((t, b), w)
+        if best:
+            (t, b), w = best
+            print(f"  {key}: fastest at min cosine >= 0.999: {t} (threads, or processes x 1 thread), batch_size {b}, {ref_w / w:.2f}x the "
+                  "parameters' setting (wall)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--params", default="params/qasper_local.yaml")
@@ -119,6 +203,11 @@ def main() -> None:
     ap.add_argument("--rerank-pairs", type=int, default=256, help="pairs for the reranker line (0: leave it out)")
     ap.add_argument("--rerank-lengths", type=lambda x: [int(v) for v in x.split(",")], default=[64, 256],
                     help="cross-encoder max_length values, comma-separated")
+    ap.add_argument("--sweep", action="store_true", help="add the threads x batch sweep (torch float32)")
+    ap.add_argument("--threads-grid", type=lambda x: [int(v) for v in x.split(",")], default=[1, 2])
+    ap.add_argument("--process-grid", type=lambda x: [int(v) for v in x.split(",") if v], default=[2],
+                    help="pools of one-thread processes to race at the parameters' batch_size (empty: none)")
+    ap.add_argument("--batch-grid", type=lambda x: [int(v) for v in x.split(",")], default=[16, 32, 64, 128])
     ap.add_argument("--flush-every", type=int, default=None, help="store group size (default: embed.flush_every)")
     a = ap.parse_args()
 
@@ -210,6 +299,9 @@ def main() -> None:
             cos = embed.cosine_agreement(v, ref)
             print(line(name, len(sample), w, c, None if name.endswith("(ST)") else (ref_w, ref_c),
                        f"min cosine {cos['min']:.7f}, max |diff| {np.abs(v - ref).max():.1e}"))
+
+    if a.sweep:
+        sweep(specs, sample, a)
 
     # 4b. the stand-in cross-encoder (the demo's: MiniLM with a seeded, untrained head), pairs of the corpus's
     # questions and sample texts, at each --rerank-lengths
