@@ -87,7 +87,30 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep test output quiet
         pass
 
+    #: the in-flight count this request entered: (state, key, condition), cleared once it has left
+    _flight: tuple[dict, str, threading.Condition] | None = None
+
+    def _enter(self, state: dict, key: str, cond: threading.Condition) -> None:
+        """Count this request in flight (``state[key]``, its peak in ``state["max_" + key]``) and wake gatherers."""
+        with cond:
+            state[key] += 1
+            state["max_" + key] = max(state["max_" + key], state[key])
+            cond.notify_all()
+        self._flight = (state, key, cond)
+
+    def _leave(self) -> None:
+        """Count this request out, once, *before* its reply is written: a client that has read the reply may send
+        its next request at once, and must not find this one still counted (CI run 7: a serial client's requests
+        peaked at 2 in flight because the handler counted itself out after writing)."""
+        if self._flight is not None:
+            state, key, cond = self._flight
+            self._flight = None
+            with cond:
+                state[key] -= 1
+                cond.notify_all()
+
     def _send(self, code: int, obj, headers: dict | None = None) -> None:
+        self._leave()
         body = (obj if isinstance(obj, str) else json.dumps(obj)).encode()
         self.send_response(code)
         for k, v in (headers or {}).items():
@@ -133,15 +156,11 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, {"failing": STATE["failing"]})
         if not self.path.endswith("/chat/completions"):
             return self._send(404, {"error": "not found"})
-        with LOCK:
-            STATE["inflight"] += 1
-            STATE["max_inflight"] = max(STATE["max_inflight"], STATE["inflight"])
-            ENTERED.notify_all()
+        self._enter(STATE, "inflight", ENTERED)
         try:
             self._chat(req)
         finally:
-            with LOCK:
-                STATE["inflight"] -= 1
+            self._leave()  # a reply was sent (and counted out before it), or the handler failed
 
     def _chat(self, req: dict) -> None:
         last = req["messages"][-1]["content"]
@@ -292,14 +311,11 @@ class EmbeddingsHandler(Handler):
             EMB_STATE["requests"] += 1
             EMB_STATE["paths"].append(self.path)
             EMB_STATE["bodies"].append({k: v for k, v in req.items() if k != "input"} | {"n_input": len(texts)})
-            EMB_STATE["in_flight"] += 1
-            EMB_STATE["max_in_flight"] = max(EMB_STATE["max_in_flight"], EMB_STATE["in_flight"])
-            EMB_ENTERED.notify_all()
+        self._enter(EMB_STATE, "in_flight", EMB_ENTERED)
         try:
             self._embeddings(req, texts)
         finally:
-            with EMB_LOCK:
-                EMB_STATE["in_flight"] -= 1
+            self._leave()
 
     def _first_time(self, text: str) -> bool:
         with EMB_LOCK:
@@ -314,13 +330,7 @@ class EmbeddingsHandler(Handler):
             if t.startswith("flaky:") and self._first_time(t):
                 return self._send(503, {"error": {"message": "overloaded, try again"}})
             if t.startswith("busy:") and self._first_time(t):
-                body = json.dumps({"error": {"message": "rate limited"}}).encode()
-                self.send_response(429)
-                self.send_header("Retry-After", t.split(":")[1])
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
+                return self._send(429, {"error": {"message": "rate limited"}}, headers={"Retry-After": t.split(":")[1]})
             if t.startswith("slow:"):
                 time.sleep(float(t.split(":")[1]))
             if t.startswith("gather:"):
