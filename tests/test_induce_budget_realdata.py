@@ -59,7 +59,7 @@ def test_no_gold_outline_reply_is_cut_under_the_paper_context(name, local_cfg, t
         return llm.Completion(reply, "stop")
 
     client = llm.make_client(config.record("llm",
-                                           {**paper.section("llm"), "backend": "scripted",
+                                           {**paper["llm"], "backend": "scripted",
                                             "max_error_share": 0.0}), None,
                              backend=llm.ScriptedBackend(model, model="gold outline"))
     secs, log = induce.induce_structure(docs, paras, config.record("induce", ip), client=client)
