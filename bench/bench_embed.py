@@ -111,9 +111,14 @@ def padding(lengths: np.ndarray, order: np.ndarray, batch_size: int) -> float:
     return padded / lens.sum()
 
 
-def line(name: str, n: int, wall: float, cpu: float, base: tuple[float, float] | None, extra: str = "") -> str:
-    ratio = f"{base[0] / wall:6.2f}x wall {base[1] / cpu:6.2f}x cpu" if base else f"{'1.00x wall':>11s} {'1.00x cpu':>10s}"
-    return f"  {name:44s} {n / wall:8.1f} texts/s  {n / cpu:8.1f} texts/cpu-s  {ratio}  {extra}"
+def line(name: str, n: int, wall: float, cpu: float | None, base: tuple[float, float] | None, extra: str = "") -> str:
+    """One timed row; ``cpu`` None (a pool of processes: the parent's CPU seconds are not the work's) prints wall only."""
+    if base is None:
+        ratio = f"{'1.00x wall':>11s} {'1.00x cpu':>10s}"
+    else:
+        ratio = f"{base[0] / wall:6.2f}x wall " + (f"{base[1] / cpu:6.2f}x cpu" if cpu else f"{'':10s}")
+    per_cpu = f"{n / cpu:8.1f} texts/cpu-s" if cpu else f"{'':20s}"
+    return f"  {name:44s} {n / wall:8.1f} texts/s  {per_cpu}  {ratio}  {extra}"
 
 
 _WORKER: embed.Embedder | None = None
@@ -134,60 +139,61 @@ def _worker_encode(texts: list[str]) -> np.ndarray:
     return _WORKER.encode(texts)
 
 
-def in_processes(pool, e: embed.Embedder, texts: list[str]) -> np.ndarray:
+def in_processes(pool, texts: list[str], batch_size: int) -> np.ndarray:
     """The texts in the store's order, one batch per task over a warm pool of one-thread processes, in order."""
-    b = e.batch_size
-    return np.concatenate(list(pool.map(_worker_encode, [texts[i:i + b] for i in range(0, len(texts), b)])))
+    batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
+    return np.concatenate(list(pool.map(_worker_encode, batches)))
 
 
 def sweep(specs: dict, sample: list[str], a: argparse.Namespace) -> None:
-    """Part 4c: torch threads x batch_size, torch float32 in the store's order, against the parameters' setting."""
+    """Part 4c: torch threads x batch_size (one loaded model, its batch_size set per run) and pools of one-thread
+    processes, torch float32 in the store's order, against the parameters' setting."""
     import torch
 
-    own_threads = torch.get_num_threads()
+    own = torch.get_num_threads()
     print(f"\nthreads x batch, {len(sample)} texts per embedder, torch float32 in the store's order (baseline: the "
-          f"parameters' batch_size at {own_threads} torch threads)")
+          f"parameters' batch_size at {own} torch threads)")
     for key, spec in specs.items():
-        settings = [(t, b) for t in a.threads_grid for b in a.batch_grid]
-        if (own_threads, spec.batch_size) not in settings:
-            settings.insert(0, (own_threads, spec.batch_size))
-        encoders = {b: embed.load_embedder(dataclasses.replace(spec, dtype="float32", batch_size=b), key)
-                    for b in sorted({b for _, b in settings})}
-        ordered = store_order(encoders[spec.batch_size], sample)
-        encoders[spec.batch_size].encode(["warm up"])
+        e = embed.load_embedder(dataclasses.replace(spec, dtype="float32"), key)
+        ordered = store_order(e, sample)
+        e.encode(["warm up"])
 
-        def run(t: int, b: int):
+        def run(t: int, b: int) -> np.ndarray:
             torch.set_num_threads(t)
-            return in_pieces(encoders[b], ordered)
+            e.batch_size = b
+            return in_pieces(e, ordered)
 
-        variants = {s: (lambda s=s: run(*s)) for s in settings}
+        def name(t: int, b: int) -> str:
+            return f"{t} thread{'s' if t > 1 else ''}, batch_size {b}"
+
+        settings = [(own, spec.batch_size)] + [(t, b) for t in a.threads_grid for b in a.batch_grid]
+        variants = {name(t, b): (lambda t=t, b=b: run(t, b)) for t, b in settings}  # the baseline once, first
         pools = {}
         for n in a.process_grid:
-            pools[n] = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start,
-                                           initargs=(dataclasses.replace(spec, dtype="float32"), key))
-            list(pools[n].map(_worker_encode, [["warm up"]] * n))
-            variants[(f"{n}p", spec.batch_size)] = lambda n=n: in_processes(pools[n], encoders[spec.batch_size], ordered)
-        res = race(variants, a.repeats)
-        for pool in pools.values():
-            pool.shutdown()
-        torch.set_num_threads(own_threads)
-        ref_w, ref_c, ref_v = res[(own_threads, spec.batch_size)]
+            pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_start,
+                                       initargs=(dataclasses.replace(spec, dtype="float32"), key))
+            list(pool.map(_worker_encode, [["warm up"]] * n))  # every process loaded before the timed runs
+            label = f"{n} processes x 1 thread, batch_size {spec.batch_size}"
+            pools[label] = pool
+            variants[label] = lambda pool=pool: in_processes(pool, ordered, spec.batch_size)
+        try:
+            res = race(variants, a.repeats)
+        finally:
+            for pool in pools.values():
+                pool.shutdown()
+            torch.set_num_threads(own)
+        ref_w, ref_c, ref_v = res[name(own, spec.batch_size)]
         print(f"  {key} (max_seq_length {spec.max_seq_length}; the parameters: batch_size {spec.batch_size})")
-        best = None
-        for (t, b), (w, c, v) in res.items():
+        agreeing = []
+        for label, (w, c, v) in res.items():
             cos = embed.cosine_agreement(v, ref_v)
-            if isinstance(t, str):  # a pool: the parent's CPU seconds are not the work's, so wall only
-                print(f"  {f'{t[:-1]} processes x 1 thread, batch_size {b}':44s} {len(sample) / w:8.1f} texts/s  "
-                      f"{'':22s}{ref_w / w:6.2f}x wall  {'':11s}min cosine {cos['min']:.7f}")
-            else:
-                print(line(f"{t} thread{'s' if t > 1 else ''}, batch_size {b}", len(sample), w, c, (ref_w, ref_c),
-                           f"min cosine {cos['min']:.7f}"))
-            if cos["min"] >= 0.999 and (best is None or w < best[1]):
-                best = ((t, b), w)
-        if best:
-            (t, b), w = best
-            print(f"  {key}: fastest at min cosine >= 0.999: {t} (threads, or processes x 1 thread), batch_size {b}, {ref_w / w:.2f}x the "
-                  "parameters' setting (wall)")
+            print(line(label, len(sample), w, None if label in pools else c, (ref_w, ref_c),
+                       f"min cosine {cos['min']:.7f}"))
+            if cos["min"] >= 0.999:
+                agreeing.append((w, label))
+        if agreeing:
+            w, label = min(agreeing)
+            print(f"  {key}: fastest at min cosine >= 0.999: {label}, {ref_w / w:.2f}x the parameters' setting (wall)")
 
 
 def main() -> None:
