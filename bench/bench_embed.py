@@ -16,8 +16,9 @@ seconds are both printed (on a loaded machine the CPU seconds of a one-thread ru
    truncated) and the padding that batches of ``batch_size`` carry when the texts are sorted by characters (what
    sentence-transformers does) and by tokens (what the store does);
 3. **precision** (the bf16/auto line): what ``dtype: auto`` settles to on this CPU, and bfloat16 under
-   ``torch.autocast`` against float32 on ``--bf16-sample`` texts: speed ratio and min cosine (where the CPU has no
-   hardware bfloat16, torch emulates it: measured to show why auto does not try it there);
+   ``torch.autocast`` against float32 on ``--bf16-sample`` texts: speed ratio and min cosine, and how the CPU runs
+   it (AMX; AVX-512 BF16 without AMX; or emulated). Measured everywhere, to show why auto tries bfloat16 on AMX
+   only;
 4. **batching and runtime** on ``--sample`` texts per embedder: torch float32 in sentence-transformers' character
    order (the baseline), torch float32 in the store's token order, ONNX Runtime float32 (``runtime: onnx``) in the
    store's order: texts/s, speed against the baseline, min cosine against the baseline's vectors; then the
@@ -196,6 +197,14 @@ def sweep(specs: dict, sample: list[str], a: argparse.Namespace) -> None:
             print(f"  {key}: fastest at min cosine >= 0.999: {label}, {ref_w / w:.2f}x the parameters' setting (wall)")
 
 
+def bf16_hardware(env: dict) -> str:
+    """How this CPU multiplies bfloat16: AMX tiles, AVX-512 BF16 dot products, or torch's emulation."""
+    flags = env["cpu_bf16_flags"]
+    if "amx_bf16" in flags:
+        return "hardware: AMX"
+    return f"hardware: {', '.join(flags)}, no AMX" if flags else "EMULATED: no hardware bf16 here"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--params", default="params/qasper_local.yaml")
@@ -224,8 +233,8 @@ def main() -> None:
         torch.set_num_threads(a.threads)
     env = manifests.environment()
     print(f"machine: {env['cpu']} x {env['cpu_count']}, torch {env['packages'].get('torch')} capability "
-          f"{env['cpu_capability']}, hardware bf16: {env['cpu_bf16'] or 'none'} (looked for "
-          f"{', '.join(models.BF16_CPU_FEATURES)}), torch threads {torch.get_num_threads()}, load average "
+          f"{env['cpu_capability']}, hardware bf16: {', '.join(env['cpu_bf16_flags']) or 'none'} (of "
+          f"{', '.join(models.BF16_CPU_FLAGS)}; dtype auto takes {', '.join(models.BF16_CPU_FEATURES)}), torch threads {torch.get_num_threads()}, load average "
           f"{os.getloadavg()[0]:.1f}")
 
     cfg = config.load(ROOT / a.params, overrides={"corpus": {"max_docs": a.docs}})
@@ -263,7 +272,9 @@ def main() -> None:
         if spec.dtype != "auto":
             print(f"  {key}: dtype {spec.dtype!r} in the parameters (auto not asked)")
         elif e.bf16_feature is None:
-            print(f"  {key}: auto -> {e.dtype} (no hardware bf16 on this CPU: no check)")
+            why = (f"{', '.join(env['cpu_bf16_flags'])} without AMX: bfloat16 is slower there, not tried"
+                   if env["cpu_bf16_flags"] else "no hardware bf16 on this CPU")
+            print(f"  {key}: auto -> {e.dtype} ({why}: no check)")
         else:
             rec = e.settle_precision(texts)
             chk = rec["check"]
@@ -280,7 +291,7 @@ def main() -> None:
         cos = embed.cosine_agreement(vbf, v32)
         print(f"  bf16/auto {key}: bfloat16 autocast vs float32 on {len(bf_texts)} texts: {w32 / wbf:.2f}x wall, "
               f"{c32 / cbf:.2f}x cpu, min cosine {cos['min']:.6f} (mean {cos['mean']:.6f}); "
-              f"{'hardware' if env['cpu_bf16'] else 'EMULATED: no hardware bf16 here'}")
+              f"{bf16_hardware(env)}")
 
     # 4. batching and runtime
     print(f"\nbatching and runtime, {len(sample)} texts per embedder (baseline: torch float32, sentence-transformers' "

