@@ -233,9 +233,9 @@ def main() -> None:
         torch.set_num_threads(a.threads)
     env = manifests.environment()
     print(f"machine: {env['cpu']} x {env['cpu_count']}, torch {env['packages'].get('torch')} capability "
-          f"{env['cpu_capability']}, hardware bf16: {', '.join(env['cpu_bf16_flags']) or 'none'} (of "
-          f"{', '.join(models.BF16_CPU_FLAGS)}; dtype auto takes {', '.join(models.BF16_CPU_FEATURES)}), torch threads {torch.get_num_threads()}, load average "
-          f"{os.getloadavg()[0]:.1f}")
+          f"{env['cpu_capability']}, bf16 {bf16_hardware(env)} "
+          f"(dtype auto takes {', '.join(models.BF16_CPU_FEATURES)}), "
+          f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}")
 
     cfg = config.load(ROOT / a.params, overrides={"corpus": {"max_docs": a.docs}})
     corpus = build.build_corpus(cfg)
@@ -272,9 +272,7 @@ def main() -> None:
         if spec.dtype != "auto":
             print(f"  {key}: dtype {spec.dtype!r} in the parameters (auto not asked)")
         elif e.bf16_feature is None:
-            why = (f"{', '.join(env['cpu_bf16_flags'])} without AMX: bfloat16 is slower there, not tried"
-                   if env["cpu_bf16_flags"] else "no hardware bf16 on this CPU")
-            print(f"  {key}: auto -> {e.dtype} ({why}: no check)")
+            print(f"  {key}: auto -> {e.dtype} (bf16 {bf16_hardware(env)}: slower than float32, no check)")
         else:
             rec = e.settle_precision(texts)
             chk = rec["check"]

@@ -93,8 +93,7 @@ def cpu_bf16_feature(features=None) -> str | None:
     """The first of :data:`BF16_CPU_FEATURES` the CPU has (``features``: a set of flags; default
     :func:`cpu_features`): the feature ``dtype: auto`` may take bfloat16 on; None when bfloat16 would be emulated or,
     without AMX, slower than float32."""
-    have = cpu_features() if features is None else set(features)
-    return next((f for f in BF16_CPU_FEATURES if f in have), None)
+    return next((f for f in cpu_bf16_flags(features) if f in BF16_CPU_FEATURES), None)
 
 
 def cpu_bf16_flags(features=None) -> tuple[str, ...]:
