@@ -223,6 +223,62 @@ class EmbeddingStore:
                     idx[h] = (shard, row)
         return self._gather(embedder.model_key, kind, hashes, fresh)
 
+    # -------------------------------------------------------------------- vectors under keys of the caller's own
+    # Vectors that are no function of one text (late-pooled chunk vectors: of a whole document and a span in it)
+    # are stored under keys the caller derives (:func:`chunkstudy.chunks.late.late_key`) and a ``model_key`` that
+    # names how they were computed (:func:`chunkstudy.chunks.late.late_model_key`), in shards exactly like the
+    # texts' ones, checked on read the same way. The keys of :meth:`embed` are untouched by these methods.
+
+    @staticmethod
+    def _check_keyed(model_key: str, kind: str, keys: Sequence[str]) -> None:
+        if kind not in KINDS:
+            raise EmbedError(f"EmbeddingStore: kind {kind!r} is not one of {list(KINDS)}")
+        bad = next((k for k in keys if not re.fullmatch(r"[0-9a-f]{64}", str(k))), None)
+        if bad is not None:
+            raise EmbedError(f"EmbeddingStore ({model_key}/{kind}): key {bad!r} is not a sha256 hex digest")
+
+    def missing(self, model_key: str, kind: str, keys: Sequence[str]) -> list[str]:
+        """The distinct ``keys`` (sha256 hex digests) not stored under ``(model_key, kind)``, in first-appearance
+        order."""
+        self._check_keyed(model_key, kind, keys)
+        idx = self._load_index(model_key, kind)
+        return [k for k in dict.fromkeys(keys) if k not in idx]
+
+    def put(self, model_key: str, kind: str, keys: Sequence[str], vectors: np.ndarray) -> int:
+        """Store ``vectors`` (float32 ``(len(keys), dim)``, row i under ``keys[i]``) under ``(model_key, kind)``:
+        the rows whose key is not stored yet (first occurrence of a repeated key) are written as one checked shard.
+        Returns the rows written (0: every key was stored already; nothing is written). Counts as one model call
+        of ``len(written)`` texts in :attr:`n_calls` and :attr:`n_embedded`."""
+        self._check_keyed(model_key, kind, keys)
+        vecs = np.asarray(vectors, dtype=np.float32)
+        if vecs.ndim != 2 or vecs.shape[0] != len(keys):
+            raise EmbedError(f"EmbeddingStore.put ({model_key}/{kind}): {len(keys)} keys but vectors of shape "
+                             f"{vecs.shape}")
+        idx = self._load_index(model_key, kind)
+        first: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            if k not in idx:
+                first.setdefault(k, i)
+        if not first:
+            return 0
+        rows = list(first.values())
+        shard = self._write_shard(model_key, kind, list(first), vecs[rows])
+        for row, k in enumerate(first):
+            idx[k] = (shard, row)
+        self.n_calls += 1
+        self.n_embedded += len(rows)
+        return len(rows)
+
+    def get(self, model_key: str, kind: str, keys: Sequence[str]) -> np.ndarray:
+        """The stored vectors of ``keys`` (float32 ``(len(keys), dim)``, in order); a KeyError names the first key
+        not stored under ``(model_key, kind)``."""
+        self._check_keyed(model_key, kind, keys)
+        idx = self._load_index(model_key, kind)
+        absent = next((k for k in keys if k not in idx), None)
+        if absent is not None:
+            raise KeyError(f"embedding store {self.folder}: no vector under {model_key}/{kind} for key {absent}")
+        return self._gather(model_key, kind, list(keys))
+
     def _gather(self, model_key: str, kind: str, hashes: list[str],
                 fresh: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
         """Rows for ``hashes``; shards just written (``fresh``) are taken from memory, the rest read from disk."""
