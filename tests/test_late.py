@@ -214,6 +214,12 @@ def test_the_encoder_window_of_minilm_is_its_512_positions(embedder):
         late.LateEncoder(embedder, window=512, overlap=510)
 
 
+def test_late_pooling_needs_the_torch_modules_of_a_sentence_transformers_model():
+    flag = embed.load_embedder(config.record("embed.embedders.*", {**SPEC, "backend": "flag"}), "bge")
+    with pytest.raises(embed.EmbedError, match="embed.embedders.bge: the torch modules"):
+        late.LateEncoder(flag, window=512, overlap=64)
+
+
 def test_a_short_document_pools_as_the_hand_computation(embedder, oracle):
     tok, hidden = oracle
     doc = late.LateDocument("d", SHORT, SHORT_SPANS)
