@@ -44,7 +44,7 @@ from . import config, devices, llm
 from .params import EmbedderParams, LLMParams
 from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
-#: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (issue 17 §5)
+#: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (docs/gpu.md, "GPU smoke run")
 MIN_DEVICE_COSINE = 0.999
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 
