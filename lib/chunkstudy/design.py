@@ -218,7 +218,7 @@ def contrast_question(a: str, b: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Conditions and contrasts a user adds (``conditions.extra``, ``contrasts.extra``; README "Test your own chunker")
+# Conditions and contrasts a user adds (``conditions.extra``, ``contrasts.extra``; docs/chunker.md)
 # ---------------------------------------------------------------------------------------------------------------
 
 #: The prefix kinds a user-added condition may take: the study's own (none, a real heading path, the placebo) and
