@@ -135,3 +135,21 @@ def test_bad_input_is_refused_with_the_reason():
         eq.tost(np.array([]), 0.1, alpha=ALPHA)
     with pytest.raises(ValueError, match="unknown verdict"):
         eq.reading("maybe", different=False)
+
+
+def test_the_tost_verdict_fills_its_columns_per_contrast_and_none_without_inference():
+    from types import SimpleNamespace as NS
+
+    rng = np.random.default_rng(3)
+    inside = rng.normal(0.0, 0.002, 2000)
+    far = rng.normal(0.1, 0.002, 2000)
+    family = [NS(replicates=inside, inference=True), NS(replicates=far, inference=True),
+              NS(replicates=inside, inference=False), NS(replicates=np.empty(0), inference=True)]
+    rows = eq.TostVerdict(0.02).decide(NS(alpha=0.05), family)
+    assert [tuple(r) for r in rows] == [eq.TOST_COLUMNS] * 4
+    assert [r["equivalence"] for r in rows] == ["equivalent", "not equivalent", "", ""]
+    e = eq.tost(inside, 0.02, alpha=0.05)
+    assert (rows[0]["tost_ci_low"], rows[0]["tost_ci_high"], rows[0]["p_tost"]) == (e.ci_low, e.ci_high, e.p_tost)
+    assert np.isnan(rows[2]["p_tost"]) and rows[2]["sesoi"] == 0.02
+    with pytest.raises(ValueError, match="sesoi"):
+        eq.TostVerdict(0.0)

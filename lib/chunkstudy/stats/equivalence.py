@@ -33,6 +33,7 @@ that excludes 0 inside a 90% CI within ±Δ is a real but trivially small differ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -124,3 +125,41 @@ def reading(outcome: str, different: bool) -> str:
         return ("a difference, but not shown to exceed or to stay within ±sesoi" if different
                 else "not shown to differ, and not shown equivalent: the data cannot tell")
     raise ValueError(f"reading: unknown verdict {outcome!r}; verdicts: {list(VERDICTS)}")
+
+
+#: The columns a TOST fills in 07's contrast tables (:class:`TostVerdict`), in order.
+TOST_COLUMNS = ("sesoi", "tost_ci_low", "tost_ci_high", "p_tost", "equivalence")
+
+
+def tost_columns(replicates: np.ndarray, inference: bool, sesoi: float, alpha: float) -> dict:
+    """One contrast's TOST columns (:data:`TOST_COLUMNS`) from its bootstrap ``replicates``: the bound, the
+    ``(1 − 2·alpha)`` CI, ``p_tost`` and the verdict; where the contrast supports no inference (``inference``
+    False: too few documents or resamples, one document, no paired query) the statistics are NaN and the verdict
+    is ``""``, as the two-sided test prints no CI or p there."""
+    r = np.asarray(replicates, dtype=float).ravel()
+    if not inference or r.size == 0 or not np.isfinite(r).all():
+        nan = float("nan")
+        return {"sesoi": float(sesoi), "tost_ci_low": nan, "tost_ci_high": nan, "p_tost": nan, "equivalence": ""}
+    e = tost(r, sesoi, alpha=alpha)
+    return {"sesoi": e.sesoi, "tost_ci_low": e.ci_low, "tost_ci_high": e.ci_high, "p_tost": e.p_tost,
+            "equivalence": e.verdict}
+
+
+@dataclass(frozen=True)
+class TostVerdict:
+    """The equivalence decision beside Holm's: per contrast of a family, :func:`tost_columns` at ``±sesoi`` and the
+    test's ``alpha``, from the replicates the test drew for the contrast (``Tested.replicates``) and its floors
+    (``Tested.inference``). Each contrast is decided on its own: TOST needs no multiplicity adjustment to keep
+    the family's error at alpha for an equivalence claim (both one-sided tests must reject). Columns
+    :data:`TOST_COLUMNS`."""
+
+    sesoi: float
+    name: str = "tost"
+    columns: tuple[str, ...] = TOST_COLUMNS
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.sesoi) and self.sesoi > 0):
+            raise ValueError(f"TostVerdict: sesoi must be a positive number (metric units), got {self.sesoi}")
+
+    def decide(self, test: Any, family: Sequence[Any]) -> list[dict[str, Any]]:
+        return [tost_columns(t.replicates, bool(t.inference), self.sesoi, float(test.alpha)) for t in family]
