@@ -369,3 +369,47 @@ def test_the_keyed_entry_point_writes_checked_shards_and_leaves_text_keys_alone(
         fresh.put("m", "passage", ["not-a-key"], v[:1])
     with pytest.raises(embed.EmbedError, match="3 keys but vectors"):
         fresh.put("m", "passage", keys, v[:2])
+
+
+# --------------------------------------------------------------------------------------------- stage 04's part
+
+def test_stage_04_gives_late_chunks_rows_of_their_own_and_a_rerun_encodes_nothing(embedder, tmp_path):
+    """Two conditions on the same offsets: X embedded text by text, L late-pooled. L's chunks move to rows after
+    the texts, the same rows for every embedder; their vectors are late_vectors'; the offsets (hence relevance) and
+    X's rows are unchanged; a rerun reads every vector back and reports the same tokens read."""
+    documents = pd.DataFrame({"doc_id": ["d1", "d2"], "text": [SHORT, "A short note. Another one."]})
+    spans = [("d1", s, e) for s, e in SHORT_SPANS] + [("d2", 0, 13), ("d2", 13, 26)]
+    base = pd.DataFrame(spans, columns=["doc_id", "start", "end"]).assign(prefix="")
+    chunks = pd.concat([base.assign(condition="X", text_row=range(5)), base.assign(condition="L", text_row=range(5))],
+                       ignore_index=True)
+    texts = [SHORT[s:e].strip() if d == "d1" else documents["text"][1][s:e].strip() for d, s, e in spans]
+    store = embed_store.EmbeddingStore(tmp_path / "store", flush_every=8)
+    specs = {"strong": config.record("embed.embedders.*", SPEC),
+             "weak": config.record("embed.embedders.*", {**SPEC, "max_seq_length": 128})}
+    vectors, _ = embed_store.embed_all(specs, texts, store, progress=False)
+    ids = embed_store.ids_table(texts)
+    conds = late.late_conditions([type("C", (), {"name": "X", "prefix": "none", "embedding": "independent"})(),
+                                  type("C", (), {"name": "L", "prefix": "none", "embedding": "late"})()])
+    assert conds == [("L", False)]
+    out = late.embed_conditions(chunks, documents, conds, specs, store, vectors, ids, window=None, overlap=64)
+    got = out["chunks"]
+    assert got[["condition", "doc_id", "start", "end"]].equals(chunks[["condition", "doc_id", "start", "end"]])
+    assert got.loc[got["condition"] == "X", "text_row"].tolist() == list(range(5))
+    assert got.loc[got["condition"] == "L", "text_row"].tolist() == list(range(5, 10))
+    assert out["ids"]["text_row"].tolist() == list(range(10)) and out["ids"]["sha256"].iloc[:5].equals(ids["sha256"])
+    docs, _ = late.documents_from_chunks(chunks[chunks["condition"] == "L"], documents, with_prefixes=False)
+    direct = np.concatenate(late.late_vectors(late.LateEncoder(embedder, window=512, overlap=64), docs))
+    for key in specs:
+        assert out["vectors"][key].shape == (10, 384) and out["vectors"][key].dtype == np.float32
+        np.testing.assert_array_equal(out["vectors"][key][:5], vectors[key])
+        np.testing.assert_allclose(out["vectors"][key][5:], direct, atol=1e-6)
+    rep = out["report"].set_index("embedder")
+    assert rep["window"].tolist() == [512, 512] and rep["n_sequences"].tolist() == [2, 2]
+    assert (rep["tokens_read"] == rep["tokens_run"]).all()  # the first run encodes every window once
+    again = late.embed_conditions(chunks, documents, conds, specs, embed_store.EmbeddingStore(tmp_path / "store", 8),
+                                  vectors, ids, window=None, overlap=64)
+    assert again["report"]["tokens_run"].tolist() == [0, 0]
+    assert again["report"]["tokens_read"].tolist() == out["report"]["tokens_read"].tolist()
+    np.testing.assert_array_equal(again["vectors"]["strong"], out["vectors"]["strong"])
+    none = late.embed_conditions(chunks, documents, [], specs, store, vectors, ids, window=None, overlap=64)
+    assert none["chunks"].equals(chunks) and none["ids"] is ids and none["report"].empty

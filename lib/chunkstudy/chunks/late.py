@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 #: The version of the rules above (sequence layout, window split, token assignment, pooling); part of every store
 #: key of a late vector, so a change of rule never reads vectors pooled under another.
 LATE_RULES = "late1"
+#: The embedding mode of a late-pooled condition (``conditions.extra.<NAME>.embedding``).
+LATE = "late"
 
 
 class LateError(ValueError):
@@ -478,3 +480,99 @@ def documents_from_chunks(chunks: "pd.DataFrame", documents: "pd.DataFrame",
         docs.append(LateDocument(str(doc_id), text[doc_id], spans, prefixes))
         order.extend(g["_pos"].tolist())
     return docs, np.asarray(order, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------- stage 04's part
+
+#: The columns of 04's ``late_report`` (one row per late-pooled condition and embedder).
+REPORT_COLUMNS = ("condition", "embedder", "model_key", "window", "overlap", "n_chunks", "n_sequences",
+                  "sequence_tokens", "tokens_read", "n_windows_run", "tokens_run", "seconds")
+
+
+def sequence_tokens(encoder: LateEncoder, docs: Sequence[LateDocument]) -> list[int]:
+    """Content tokens of each distinct sequence of ``docs`` (:func:`compose`) under the encoder's tokenizer, in
+    first-appearance order: what :func:`chunkstudy.stats.cost.late_window_tokens` charges a late condition."""
+    texts = list(dict.fromkeys(compose(d).text for d in docs))
+    if not texts:
+        return []
+    return [len(x) for x in encoder.tokenizer(texts, add_special_tokens=False, truncation=False,
+                                              verbose=False)["input_ids"]]
+
+
+def window_tokens(encoder: LateEncoder, lengths: Sequence[int]) -> int:
+    """Tokens the encoder reads for sequences of ``lengths`` content tokens: every macro window's tokens, its
+    special tokens included (:func:`macro_windows`; what :attr:`LateEncoder.n_tokens` counts when it encodes them,
+    and :func:`chunkstudy.stats.cost.late_window_tokens` in closed form)."""
+    special = sum(encoder.layout)
+    return int(sum((b - a) + special for n in lengths for a, b in macro_windows(int(n), encoder.capacity,
+                                                                                encoder.overlap)))
+
+
+def late_conditions(conditions: Sequence[Any]) -> list[tuple[str, bool]]:
+    """``(name, with_prefixes)`` of each condition record whose ``embedding`` is ``late``
+    (:class:`chunkstudy.design.Condition`), in the given order: with prefixes unless its prefix kind is none."""
+    return [(str(c.name), str(c.prefix) != "none") for c in conditions if getattr(c, "embedding", "") == LATE]
+
+
+def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Sequence[tuple[str, bool]],
+                     embedders: Any, store: "EmbeddingStore", vectors: Any, ids: "pd.DataFrame", *,
+                     window: int | None, overlap: int, progress: bool = False) -> dict:
+    """Stage 04's late pooling: every late condition's chunk vectors with every embedder, through the store.
+
+    ``late``: ``(condition, with_prefixes)`` per condition whose embedding mode is late (:func:`late_conditions`;
+    prefixes are encoded with the document but not pooled); ``embedders``: the ``embed.embedders`` records;
+    ``vectors`` and ``ids``: the text vectors per embedder and their row ids
+    (:func:`chunkstudy.embed_store.embed_all`, :func:`chunkstudy.embed_store.ids_table`); ``window``: tokens per
+    macro window (None: each encoder's own, :func:`encoder_window`); ``overlap``: the windows' shared content
+    tokens.
+
+    Each late chunk gets a row of its own after the ``n`` text rows, ``n + i`` in the chunks table's order, the
+    same row in every embedder's matrix, so ``vectors[e][chunks.text_row]`` stays the rule. Returns
+    ``{"chunks": the table with the late conditions' text_row moved there, "vectors": {embedder: the text rows,
+    then the late rows (float32)}, "ids": ``ids`` then the late rows' (text_row, sha256 = :func:`late_key`,
+    n_chars of the sequence), "report": one row per (condition, embedder): :data:`REPORT_COLUMNS`}``
+    (``tokens_read``: the macro windows' tokens, whatever the cache held; ``*_run`` and ``seconds``: what this
+    run encoded). Without late conditions, the inputs unchanged and an empty report."""
+    import pandas as pd
+
+    from .. import embed as _embed
+
+    n_texts = len(ids)
+    out = chunks.copy()
+    names = [c for c, _ in late]
+    unknown = [c for c in names if c not in set(out["condition"])]
+    if unknown:
+        raise LateError(f"late pooling: condition(s) {unknown} have no chunks in the chunks table")
+    pooled: dict[str, list[np.ndarray]] = {key: [] for key in embedders}
+    rows_ids: list[dict] = []
+    report: list[dict] = []
+    row = int(n_texts)
+    loaded = {key: _embed.load_embedder(spec, key) for key, spec in embedders.items()} if late else {}
+    for cond, with_prefixes in late:
+        sel = np.flatnonzero((out["condition"] == cond).to_numpy())
+        docs, order = documents_from_chunks(out.iloc[sel], documents, with_prefixes)
+        rows = sel[order]  # positions in out, in the order the vectors come back
+        composed = [compose(d) for d in docs]
+        keys = [late_key(c, i) for c in composed for i in range(len(c.content))]
+        lengths = [len(c.text) for c in composed for _ in c.content]
+        for key, e in loaded.items():
+            enc = LateEncoder(e, window=window if window is not None else encoder_window(e), overlap=overlap)
+            vecs = np.concatenate(embed_late(store, enc, docs, progress)) if docs else np.zeros((0, e.dim), "f4")
+            pooled[key].append(vecs)
+            lengths_tok = sequence_tokens(enc, docs)
+            report.append({"condition": cond, "embedder": key, "model_key": enc.model_key, "window": enc.window,
+                           "overlap": enc.overlap, "n_chunks": int(len(rows)), "n_sequences": len(lengths_tok),
+                           "sequence_tokens": int(sum(lengths_tok)), "tokens_read": window_tokens(enc, lengths_tok),
+                           "n_windows_run": enc.n_windows, "tokens_run": enc.n_tokens, "seconds": enc.seconds})
+        new_rows = np.arange(row, row + len(rows), dtype=np.int64)
+        out.iloc[rows, out.columns.get_loc("text_row")] = new_rows
+        rows_ids += [{"text_row": int(r), "sha256": k, "n_chars": int(n)} for r, k, n in zip(new_rows, keys, lengths)]
+        row += len(rows)
+    stacked = {key: np.concatenate([np.asarray(vectors[key], dtype=np.float32), *pooled[key]]).astype(np.float32)
+               if pooled[key] else vectors[key] for key in vectors}
+    new_ids = pd.DataFrame(rows_ids, columns=["text_row", "sha256", "n_chars"]).astype(
+        {"text_row": "int64", "n_chars": "int64"})
+    return {"chunks": out, "vectors": stacked,
+            "ids": pd.concat([ids, new_ids], ignore_index=True) if len(new_ids) else ids,
+            "report": pd.DataFrame(report, columns=list(REPORT_COLUMNS)).astype(
+                {c: "int64" for c in REPORT_COLUMNS if c not in ("condition", "embedder", "model_key", "seconds")})}
