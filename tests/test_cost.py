@@ -167,3 +167,49 @@ def test_pareto_front_is_exactly_the_undominated_rows(rows):
     # no row of the front dominates another row of the front
     f = np.flatnonzero(front)
     assert not any(_dominates(pts[a], pts[b]) for a in f for b in f if a != b)
+
+
+# ------------------------------------------------------------------------------------------- 07's cost table
+
+def _chunks() -> pd.DataFrame:
+    """Two conditions on one document: X (two texts, one shared by two chunks), L (late: rows of its own)."""
+    return pd.DataFrame({"condition": ["X", "X", "X", "L", "L"], "text_row": [0, 1, 1, 2, 3],
+                         "n_content_tokens": [10, 20, 20, 10, 40], "n_prefix_tokens": [2, 3, 3, 0, 0],
+                         "route_key": ["s1", "s1", "s2", "s1", "s2"]})
+
+
+def test_cost_table_joins_quality_llm_work_tokens_index_and_time_by_hand():
+    chunks = _chunks()
+    quality = pd.DataFrame({"condition": ["X", "L"], "embedder": ["e", "e"], "quality": [0.5, 0.6]})
+    calls = cost.llm_calls_from_records(RECORDS, prompt_chars={"k4": 2000})
+    late_report = pd.DataFrame({"condition": ["L"], "embedder": ["e"], "tokens_read": [300], "tokens_run": [300],
+                                "seconds": [3.0]})
+    embed_report = pd.DataFrame({"embedder": ["e"], "n_tokens": [1000], "seconds": [2.0]})
+    t = cost.cost_table(chunks, quality, calls, {"X": ["induce"], "L": []}, {"e": cost.EncoderShape(8, 4, 16, 2)},
+                        two_stage={"X"}, late_report=late_report, embed_report=embed_report).set_index("condition")
+    assert list(t.reset_index().columns) == cost.COST_COLUMNS
+    assert t.loc["X", "embedding"] == "independent" and t.loc["L", "embedding"] == "late"
+    # X: texts 0 and 1 -> content 30, prefix 5; read min(12 + 2, 16) + min(23 + 2, 16) = 14 + 16
+    assert t.loc["X", ["n_chunks", "n_texts", "content_tokens", "prefix_tokens", "tokens_embedded"]].tolist() == \
+        [3, 2, 30, 5, 35]
+    assert t.loc["X", "tokens_read"] == 30.0 and t.loc["L", "tokens_read"] == 300.0
+    # index: X two-stage, 3 chunks + 2 centroids; L flat, 2 chunks; x 8 dims x 4 bytes
+    assert t.loc["X", "index_bytes"] == 5 * 32 and t.loc["L", "index_bytes"] == 2 * 32
+    # time: X at the embedder's measured 500 tokens/s; L its own seconds
+    assert t.loc["X", "embed_seconds"] == pytest.approx(30 / 500) and t.loc["L", "embed_seconds"] == 3.0
+    assert t.loc["X", "llm_tokens"] == 5000.0 + 410.0 and t.loc["L", "llm_tokens"] == 0.0
+    # L is better and uses no LLM: alone on the LLM front; on tokens X is cheaper, so both are on that front
+    assert t["pareto_llm"].to_dict() == {"X": False, "L": True}
+    assert t["pareto_tokens"].to_dict() == {"X": True, "L": True}
+
+
+def test_llm_uses_follow_the_section_tables_a_condition_is_built_from():
+    from types import SimpleNamespace as NS
+
+    conds = [NS(name="A0", prefix="none", needs=lambda: ("sections_induced",)),
+             NS(name="A1", prefix="context", needs=lambda: ("sections_induced",)),
+             NS(name="G3", prefix="path", needs=lambda: ("sections_gold",)),
+             NS(name="SEM", prefix="none", needs=lambda: ())]
+    assert cost.llm_uses(conds, induce_llm=True, contexts_llm=True) == \
+        {"A0": ["induce"], "A1": ["induce", "a1"], "G3": [], "SEM": []}
+    assert cost.llm_uses(conds, induce_llm=False, contexts_llm=False) == {c.name: [] for c in conds}

@@ -257,3 +257,105 @@ def pareto_front(table: pd.DataFrame, maximise: str, minimise: str | Sequence[st
         if (le & lt).any():
             front[i] = False
     return pd.Series(front, index=table.index, name="pareto")
+
+
+#: The columns of 07's ``cost`` table, in order (:func:`cost_table`).
+COST_COLUMNS = ["condition", "embedder", "quality", "embedding", *LLM_COLUMNS[1:], "llm_tokens", "n_chunks",
+                "n_texts", "content_tokens", "prefix_tokens", "tokens_embedded", "prefix_share", "tokens_read", "n_vectors",
+                "n_route_vectors", "dim", "index_bytes", "embed_seconds", "latency_ms_per_query",
+                "pareto_tokens", "pareto_llm"]
+#: The columns of :func:`cost_table` that are measured in the run (wall seconds): never pinned by a golden.
+MEASURED_COLUMNS = ("llm_seconds", "embed_seconds", "latency_ms_per_query")
+
+
+def llm_uses(conditions: Sequence[Any], induce_llm: bool, contexts_llm: bool) -> dict[str, list[str]]:
+    """The LLM uses each condition needs (for :func:`llm_cost`): the induction for every condition whose chunks or
+    heading paths come from the induced outline, when the induction is an LLM's (``induce_llm``); A1's contexts
+    for a condition with a context prefix, when an LLM writes them (``contexts_llm``). ``conditions``: records
+    with ``name``, ``prefix`` and ``outline`` (:class:`chunkstudy.design.Condition`); fixed windows size-matched
+    to the induced cut count the induction too (their sizes come from it): a record's ``needs()`` (the section
+    tables it is built from) decides where it has one."""
+    out: dict[str, list[str]] = {}
+    for c in conditions:
+        needs = []
+        tables = c.needs() if hasattr(c, "needs") else (getattr(c, "outline", None),)
+        induced = "sections_induced" in tables
+        if induce_llm and induced:
+            needs.append("induce")
+        if contexts_llm and getattr(c, "prefix", "") == "context":
+            needs.append("a1")
+        out[str(c.name)] = needs
+    return out
+
+
+def cost_table(chunks: pd.DataFrame, quality: pd.DataFrame, calls: pd.DataFrame,
+               uses: Mapping[str, Collection[str]], encoders: Mapping[str, EncoderShape],
+               two_stage: Collection[str], late_report: pd.DataFrame | None = None,
+               embed_report: pd.DataFrame | None = None, retrieval: pd.DataFrame | None = None) -> pd.DataFrame:
+    """07's cost table: one row per (condition, embedder) of ``quality`` (``condition, embedder, quality``: the
+    primary metric's mean without a reranker), columns :data:`COST_COLUMNS`.
+
+    * ``embedding``: ``late`` for the conditions of ``late_report`` (04's, :func:`chunkstudy.chunks.late.
+      embed_conditions`: their ``tokens_read`` are the macro windows' and their ``embed_seconds`` their own
+      measured seconds), else ``independent``;
+    * LLM columns: :func:`llm_cost` of ``calls`` (:func:`llm_calls_from_records`) and ``uses``;
+    * :func:`embedding_cost`, :func:`index_cost` (``encoders``, ``two_stage``), :func:`timing_cost` (``embed_report``:
+      04's ``embedding_report`` rows, ``embedder, n_tokens, seconds``; a rerun that embedded nothing gives no rate);
+    * ``pareto_tokens``: on the front of ``quality`` against ``tokens_read``, ``pareto_llm``: against LLM tokens
+      (prompt + reply), each among the rows of one embedder (:func:`pareto_front`)."""
+    late = late_report if late_report is not None and len(late_report) else None
+    override = late[["condition", "embedder", "tokens_read"]] if late is not None else None
+    per = index_cost(chunks, encoders, two_stage, override)
+    rates = None
+    if embed_report is not None and len(embed_report):
+        r = embed_report.rename(columns={"n_tokens": "tokens"})
+        r = r[(r["tokens"] > 0) & (r["seconds"] > 0)][["embedder", "tokens", "seconds"]]
+        if late is not None:
+            own = late[["condition", "embedder", "tokens_run", "seconds"]].rename(columns={"tokens_run": "tokens"})
+            r = pd.concat([r.assign(condition=None), own[own["tokens"] > 0]], ignore_index=True)
+        rates = r
+    per = timing_cost(per, rates, retrieval)
+    table = (quality[["condition", "embedder", "quality"]]
+             .merge(llm_cost(calls, uses), on="condition", how="left")
+             .merge(embedding_cost(chunks), on="condition", how="left")
+             .merge(per, on=["condition", "embedder"], how="left"))
+    late_names = set(late["condition"]) if late is not None else set()
+    table.insert(3, "embedding", ["late" if c in late_names else "independent" for c in table["condition"]])
+    table["llm_tokens"] = table["llm_prompt_tokens"] + table["llm_reply_tokens"]
+    table["pareto_tokens"] = False
+    table["pareto_llm"] = False
+    for _, idx in table.groupby("embedder", sort=False).groups.items():
+        part = table.loc[idx]
+        table.loc[idx, "pareto_tokens"] = pareto_front(part, "quality", "tokens_read")
+        table.loc[idx, "pareto_llm"] = pareto_front(part, "quality", "llm_tokens")
+    return table[COST_COLUMNS].reset_index(drop=True)
+
+
+def cost_for_run(cfg: Any, condition_means: pd.DataFrame, chunks: pd.DataFrame, embedding_report: Sequence[Mapping],
+                 late_report: pd.DataFrame, retrieval_timing: Sequence[Mapping]) -> pd.DataFrame:
+    """:func:`cost_table` of a run's parameters ``cfg``: 04's ``chunks``, ``embedding_report`` and
+    ``late_report``, 05's ``retrieval_timing``, the LLM call records of the run's cache (``llm.cache``: induction
+    and A1's contexts; none without an LLM), and 07's ``condition_means`` of the primary metric without a reranker
+    as the quality. Each embedder's index holds float32 vectors (4 bytes) of its ``dim``; its reads add 2 special
+    tokens per text and stop at its ``max_seq_length``."""
+    from .. import artifacts
+    from ..llm.cache import CACHE_FILE, CallCache
+
+    p = cfg.params()
+    report = pd.DataFrame(list(embedding_report))
+    timing = pd.DataFrame(list(retrieval_timing))
+    calls_file = artifacts.cache_dir(cfg, p.llm.cache, create=False) / CACHE_FILE
+    records = list(CallCache._load(calls_file)[0].values()) if calls_file.is_file() else []  # read, never repaired
+    conditions = p.run_conditions
+    uses = llm_uses(conditions, p.induce.method == "llm", p.contexts.method == "llm")
+    dims = dict(zip(report["embedder"], report["dim"])) if len(report) else {}
+    encoders = {key: EncoderShape(int(dims.get(key, 0)), 4, int(spec.max_seq_length), 2)
+                for key, spec in p.embed.embedders.items()}
+    two_stage = set(p.retrieve.two_stage_conditions)
+    m = condition_means
+    quality = m[(m["metric"] == p.stats.primary_metric) & (m["reranker"] == "none")][
+        ["condition", "embedder", "mean"]].rename(columns={"mean": "quality"})
+    order = {c: i for i, c in enumerate(dict.fromkeys(chunks["condition"]))}
+    quality = quality.assign(_o=quality["condition"].map(order)).sort_values(["embedder", "_o"], kind="stable")
+    return cost_table(chunks, quality.drop(columns="_o"), llm_calls_from_records(records), uses, encoders,
+                      two_stage, late_report=late_report, embed_report=report, retrieval=timing)
