@@ -213,3 +213,18 @@ def test_llm_uses_follow_the_section_tables_a_condition_is_built_from():
     assert cost.llm_uses(conds, induce_llm=True, contexts_llm=True) == \
         {"A0": ["induce"], "A1": ["induce", "a1"], "G3": [], "SEM": []}
     assert cost.llm_uses(conds, induce_llm=False, contexts_llm=False) == {c.name: [] for c in conds}
+
+
+def test_the_call_records_are_read_as_the_cache_keeps_them(tmp_path):
+    from chunkstudy.llm import cache
+
+    assert cost.LLM_CALLS_FILE == cache.CACHE_FILE
+    path = tmp_path / cost.LLM_CALLS_FILE
+    c = cache.CallCache(tmp_path)
+    for rec in RECORDS[:3]:
+        c.put(dict(rec))
+    with path.open("a") as f:
+        f.write('{"key": "torn", "te')  # a torn tail: skipped, never repaired
+    got = cost.read_call_records(path)
+    assert sorted(r["key"] for r in got) == ["k1", "k2", "k3"]
+    assert path.read_text().endswith('"te') and cost.read_call_records(tmp_path / "none.jsonl") == []

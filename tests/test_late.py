@@ -388,9 +388,9 @@ def test_stage_04_gives_late_chunks_rows_of_their_own_and_a_rerun_encodes_nothin
              "weak": config.record("embed.embedders.*", {**SPEC, "max_seq_length": 128})}
     vectors, _ = embed_store.embed_all(specs, texts, store, progress=False)
     ids = embed_store.ids_table(texts)
-    conds = late.late_conditions([type("C", (), {"name": "X", "prefix": "none", "embedding": "independent"})(),
-                                  type("C", (), {"name": "L", "prefix": "none", "embedding": "late"})()])
-    assert conds == [("L", False)]
+    conds = late.late_conditions({"X": config.record("conditions.extra.*", {"chunker": "semchunk"}),
+                                  "L": config.record("conditions.extra.*", {"of": "A0", "embedding": "late"})})
+    assert conds == ["L"]
     out = late.embed_conditions(chunks, documents, conds, specs, store, vectors, ids, window=None, overlap=64)
     got = out["chunks"]
     assert got[["condition", "doc_id", "start", "end"]].equals(chunks[["condition", "doc_id", "start", "end"]])

@@ -495,6 +495,13 @@ class ExtraConditionParams:
                                                 "document, or count and warn")
     embedder: str | None = param(None, "chonkie:SemanticChunker: the embedder key it embeds with; null = "
                                  "embed.strong (resolved when the file loads)")
+    of: str | None = param(None, "instead of a chunker: a condition of chunking.conditions whose chunks this one "
+                           "takes whole (offsets, prefix, sections, placebo), e.g. A0 for late(A0); its twin, "
+                           "placebo and routing are that condition's", choices=design.CONDITION_NAMES)
+    embedding: Literal["independent", "late"] = param("independent", "independent (each prefix + content encoded on "
+                                                      "its own) or late (late pooling: the document encoded in "
+                                                      "macro windows, each chunk's content tokens pooled; "
+                                                      "docs/beyond.md, 'Late pooling')")
 
 
 @dataclass(frozen=True)

@@ -166,9 +166,11 @@ _CELL = {"corpus": S, "cell": S, "metric": S, "embedder": S, "reranker": S}
 _PAIR = {"contrast": S, "condition_a": S, "condition_b": S}
 _BOOT = {"mean_delta": F, "ci_low": F, "ci_high": F, "p": F}
 #: A contrast family's rows (07's contrasts and user_contrasts)
+#: 07's TOST columns (stats.sesoi declared; chunkstudy.stats.equivalence.TOST_COLUMNS)
+_TOST = {"sesoi": F, "tost_ci_low": F, "tost_ci_high": F, "p_tost": F, "equivalence": S}
 _CONTRAST = {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I, "n_docs": I,
              "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I, "seed": I, "inference": B, "note": S,
-             "sesoi": F, "tost_ci_low": F, "tost_ci_high": F, "p_tost": F, "equivalence": S}
+             **_TOST}
 #: 07's cost table (:data:`chunkstudy.stats.cost.COST_COLUMNS`)
 _COST = {"condition": S, "embedder": S, "quality": F, "embedding": S, "llm_calls": I, "llm_prompt_tokens": F,
          "llm_reply_tokens": F, "llm_seconds": F, "llm_tokens_counted": S, "llm_tokens": F, "n_chunks": I,
@@ -269,7 +271,7 @@ STAGES: tuple[Stage, ...] = (
         Vectors("embeddings", "one float32 row per distinct embedded text, then one per late-pooled chunk; "
                 "chunks.text_row indexes it"),
     )),
-    Stage("05_retrieve", ("retrieve", "embed"), _r("documents", "queries", "chunks", "embeddings"), (
+    Stage("05_retrieve", ("retrieve", "embed", "conditions"), _r("documents", "queries", "chunks", "embeddings"), (
         Table("runs", {"embedder": S, "reranker": S, "condition": S, "query_id": S, "rank": I, "chunk_id": S,
                        "score": F, "doc_id": S, "source": S}, "ranked chunk lists, ranks 1-based",
               required=('embedder', 'reranker', 'condition', 'query_id', 'rank', 'chunk_id', 'score')),
@@ -305,7 +307,8 @@ STAGES: tuple[Stage, ...] = (
         Table("contrasts", _CONTRAST,
               required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
         Table("user_contrasts", _CONTRAST,
-              "the user's contrasts (contrasts.extra): an exploratory family, Holm within it; empty without"),
+              "the user's contrasts (contrasts.extra): an exploratory family, Holm within it; empty without",
+              required=tuple(c for c in _CONTRAST if c not in _TOST)),
         Table("mixedlm", {"corpus": S, "cell": S, **_PAIR, "coef": F, "se": F, "z": F, "p": F, "p_holm": F,
                           "ci_low": F, "ci_high": F, "n_obs": I, "n_queries": I, "n_docs": I, "group_var": F,
                           "resid_var": F, "converged": B, "label": S, "note": S},

@@ -508,19 +508,23 @@ def window_tokens(encoder: LateEncoder, lengths: Sequence[int]) -> int:
                                                                                 encoder.overlap)))
 
 
-def late_conditions(conditions: Sequence[Any]) -> list[tuple[str, bool]]:
-    """``(name, with_prefixes)`` of each condition record whose ``embedding`` is ``late``
-    (:class:`chunkstudy.design.Condition`), in the given order: with prefixes unless its prefix kind is none."""
-    return [(str(c.name), str(c.prefix) != "none") for c in conditions if getattr(c, "embedding", "") == LATE]
+def late_conditions(extra: Any) -> list[str]:
+    """The names of the ``conditions.extra`` entries (name -> record) whose ``embedding`` is ``late``, in declared
+    order, each size-matched twin (``<NAME>-fixed``) after its condition: the twin is embedded as it is."""
+    out = []
+    for name, rec in (extra or {}).items():
+        if getattr(rec, "embedding", "") == LATE:
+            out += [str(name)] + ([f"{name}-fixed"] if getattr(rec, "size_matched_twin", False) else [])
+    return out
 
 
-def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Sequence[tuple[str, bool]],
+def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Sequence[str],
                      embedders: Any, store: "EmbeddingStore", vectors: Any, ids: "pd.DataFrame", *,
                      window: int | None, overlap: int, progress: bool = False) -> dict:
     """Stage 04's late pooling: every late condition's chunk vectors with every embedder, through the store.
 
-    ``late``: ``(condition, with_prefixes)`` per condition whose embedding mode is late (:func:`late_conditions`;
-    prefixes are encoded with the document but not pooled); ``embedders``: the ``embed.embedders`` records;
+    ``late``: the conditions whose embedding mode is late (:func:`late_conditions`; a condition whose chunks have
+    prefixes has them encoded with the document, never pooled); ``embedders``: the ``embed.embedders`` records;
     ``vectors`` and ``ids``: the text vectors per embedder and their row ids
     (:func:`chunkstudy.embed_store.embed_all`, :func:`chunkstudy.embed_store.ids_table`); ``window``: tokens per
     macro window (None: each encoder's own, :func:`encoder_window`); ``overlap``: the windows' shared content
@@ -539,7 +543,7 @@ def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Se
 
     n_texts = len(ids)
     out = chunks.copy()
-    names = [c for c, _ in late]
+    names = list(late)
     unknown = [c for c in names if c not in set(out["condition"])]
     if unknown:
         raise LateError(f"late pooling: condition(s) {unknown} have no chunks in the chunks table")
@@ -548,8 +552,9 @@ def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Se
     report: list[dict] = []
     row = int(n_texts)
     loaded = {key: _embed.load_embedder(spec, key) for key, spec in embedders.items()} if late else {}
-    for cond, with_prefixes in late:
+    for cond in late:
         sel = np.flatnonzero((out["condition"] == cond).to_numpy())
+        with_prefixes = bool((out["prefix"].iloc[sel].astype(str) != "").any())
         docs, order = documents_from_chunks(out.iloc[sel], documents, with_prefixes)
         rows = sel[order]  # positions in out, in the order the vectors come back
         composed = [compose(d) for d in docs]

@@ -30,6 +30,8 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .. import design
+
 #: Characters per token where a call's record holds no token count: the estimate ``chunkstudy.plan`` and the A1
 #: windows use (a central estimate; the LLM client's own budget check uses a conservative 2.5).
 CHARS_PER_TOKEN = 4.0
@@ -331,6 +333,52 @@ def cost_table(chunks: pd.DataFrame, quality: pd.DataFrame, calls: pd.DataFrame,
     return table[COST_COLUMNS].reset_index(drop=True)
 
 
+#: The LLM call cache's file in its folder (``chunkstudy.llm.cache.CACHE_FILE``; named here so that 07 does not
+#: import the model clients, and a change there does not rerun it).
+LLM_CALLS_FILE = "calls.jsonl"
+
+
+def read_call_records(path: Any) -> list[dict]:
+    """The records of an LLM call cache file (one JSON object per line, the last one per ``key`` kept, as the
+    cache reads them), read and never repaired; a line that is not a JSON object (a torn tail) is skipped; none
+    when the file does not exist (a run without an LLM)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        return []
+    out: dict[str, dict] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("key") is not None:
+            out[str(rec["key"])] = rec
+    return list(out.values())
+
+
+def _conditions(params: Any) -> list[Any]:
+    """Every condition of a run as a record with ``name``, ``prefix`` and ``needs()``: the paper's, an ``of``
+    entry as its condition, and a chunker's cut (with its twin) as what its prefix reads."""
+    from types import SimpleNamespace
+
+    out: list[Any] = []
+    for n in params.chunking.conditions:
+        c = design.condition(n)
+        out.append(SimpleNamespace(name=n, prefix=c.prefix, needs=lambda c=c: (c.outline,)))
+    for name, rec in params.conditions.extra.items():
+        if rec.of is not None:
+            c = design.condition(rec.of)
+            out.append(SimpleNamespace(name=name, prefix=c.prefix, needs=lambda c=c: (c.outline,)))
+            continue
+        outline = design.EXTRA_OUTLINES[rec.outline] if rec.prefix in ("path", "placebo") else None
+        for n in (name, name + design.TWIN_SUFFIX) if rec.size_matched_twin else (name,):
+            out.append(SimpleNamespace(name=n, prefix=rec.prefix, needs=lambda o=outline: (o,)))
+    return out
+
+
 def cost_for_run(cfg: Any, condition_means: pd.DataFrame, chunks: pd.DataFrame, embedding_report: Sequence[Mapping],
                  late_report: pd.DataFrame, retrieval_timing: Sequence[Mapping]) -> pd.DataFrame:
     """:func:`cost_table` of a run's parameters ``cfg``: 04's ``chunks``, ``embedding_report`` and
@@ -339,19 +387,16 @@ def cost_for_run(cfg: Any, condition_means: pd.DataFrame, chunks: pd.DataFrame, 
     as the quality. Each embedder's index holds float32 vectors (4 bytes) of its ``dim``; its reads add 2 special
     tokens per text and stop at its ``max_seq_length``."""
     from .. import artifacts
-    from ..llm.cache import CACHE_FILE, CallCache
 
     p = cfg.params()
     report = pd.DataFrame(list(embedding_report))
     timing = pd.DataFrame(list(retrieval_timing))
-    calls_file = artifacts.cache_dir(cfg, p.llm.cache, create=False) / CACHE_FILE
-    records = list(CallCache._load(calls_file)[0].values()) if calls_file.is_file() else []  # read, never repaired
-    conditions = p.run_conditions
-    uses = llm_uses(conditions, p.induce.method == "llm", p.contexts.method == "llm")
+    records = read_call_records(artifacts.cache_dir(cfg, p.llm.cache, create=False) / LLM_CALLS_FILE)
+    uses = llm_uses(_conditions(p), p.induce.method == "llm", p.contexts.method == "llm")
     dims = dict(zip(report["embedder"], report["dim"])) if len(report) else {}
     encoders = {key: EncoderShape(int(dims.get(key, 0)), 4, int(spec.max_seq_length), 2)
                 for key, spec in p.embed.embedders.items()}
-    two_stage = set(p.retrieve.two_stage_conditions)
+    two_stage = set(design.two_stage_conditions(p.conditions.extra, p.retrieve.two_stage_conditions))
     m = condition_means
     quality = m[(m["metric"] == p.stats.primary_metric) & (m["reranker"] == "none")][
         ["condition", "embedder", "mean"]].rename(columns={"mean": "quality"})
