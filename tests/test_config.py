@@ -380,3 +380,19 @@ def test_late_pooling_and_sesoi_at_their_defaults_leave_every_stage_digest_alone
         {"04_chunk_embed", "05_retrieve", "08_figures"}
     with pytest.raises(config.ConfigError, match="stats.sesoi"):
         config.load(ROOT / "params" / "demo.yaml", overrides={"stats": {"sesoi": 0}})
+
+
+def test_an_of_entry_takes_a_condition_of_the_run_whole_and_states_no_chunker():
+    ok = config.load(ROOT / "params" / "demo.yaml", overrides={"conditions": {"extra": {
+        "L0": {"of": "A0", "embedding": "late"}}}})
+    assert ok.params("conditions").extra["L0"].of == "A0"
+    for extra, match in (({"L0": {"of": "A0", "chunker": "semchunk"}}, "state no chunker"),
+                         ({"L0": {"of": "A0", "size_matched_twin": True}}, "state no chunker"),
+                         ({"L0": {"of": "ZZ"}}, "of"),
+                         ({"L0": {"embedding": "late"}}, "chunker is empty")):
+        with pytest.raises(config.ConfigError, match=match):
+            config.load(ROOT / "params" / "demo.yaml", overrides={"conditions": {"extra": extra}})
+    with pytest.raises(config.ConfigError, match="not in chunking.conditions"):
+        config.load(ROOT / "params" / "demo.yaml", overrides={"chunking": {"conditions": ["A0", "A2", "A3"]},
+                                                              "stats": {"contrasts": {"X": ["A3", "A2"]}},
+                                                              "conditions": {"extra": {"L1": {"of": "A1"}}}})
