@@ -48,7 +48,7 @@ def cells_in(wide: pd.DataFrame, primary: tuple[str, str, str]) -> list[tuple[st
 
 
 def contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: int, seed: int,
-                  alpha: float, min_docs: int, sesoi: float | None = None) -> dict:
+                  alpha: float, min_docs: int, sesoi: float | None) -> dict:
     """One contrast's statistics; with a ``sesoi`` (``stats.sesoi``) also its TOST columns from the same bootstrap
     draws (:func:`chunkstudy.stats.equivalence.tost_columns`; no verdict where there is no inference)."""
     nan = float("nan")

@@ -33,7 +33,7 @@ that excludes 0 inside a 90% CI within ±Δ is a real but trivially small differ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -154,8 +154,8 @@ class TostVerdict:
     :data:`TOST_COLUMNS`."""
 
     sesoi: float
-    name: str = "tost"
-    columns: tuple[str, ...] = TOST_COLUMNS
+    name: ClassVar[str] = "tost"
+    columns: ClassVar[tuple[str, ...]] = TOST_COLUMNS
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.sesoi) and self.sesoi > 0):
