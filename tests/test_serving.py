@@ -399,7 +399,8 @@ def test_two_replicas_both_get_requests_and_the_tables_are_those_of_one(tmp_path
     ports = [free_port(), free_port()]
     runner.run(write_params(two, ports, concurrency=2, title_terms=97), two, log=quiet)
     chats = {u: list(s["chat"]) for u, s in seen.items()}
-    assert sorted(len(chats[f"http://127.0.0.1:{p}/v1"]) for p in ports) == [2, 2]
+    counts = sorted(len(chats[f"http://127.0.0.1:{p}/v1"]) for p in ports)
+    assert sum(counts) == 4 and counts[0] >= 1, chats  # both replicas answered; the even 2/2 split is not shown
     for f in ("02_induce/induction_stats.json", "01_corpus/documents.parquet"):
         assert (one / "data/tiny" / f).read_bytes() == (two / "data/tiny" / f).read_bytes()
     assert json.loads((one / "data/tiny/02_induce/induction_stats.json").read_text())["replies"] == ["gathered"] * 4
@@ -464,6 +465,8 @@ def test_two_embedding_replicas_both_answer_and_the_vectors_are_one_replicas(fak
     spec = {"backend": "openai", "model": "m", "batch_size": 1, "concurrency": 1}
     texts = [f"gather:2:{i}" for i in range(6)]
     one = embed.load_embedder(config.record("embed.embedders.*", {**spec, "base_url": f"{url}/a/v1"}), "e")
+    with fake.EMB_LOCK:
+        fake.EMB_STATE["max_in_flight"] = 2  # the one-replica reference is not held: its gathers pass at once
     v1 = one.encode(texts)
     fake.reset_embeddings_state()
     two = embed.load_embedder(config.record("embed.embedders.*", {**spec, "base_url": [f"{url}/a/v1", f"{url}/b/v1"]}),
@@ -512,9 +515,12 @@ def test_the_reranker_server_backend_scores_per_query_retries_and_caches(fake_ht
     want = np.array([len(t) / (1 + len(q)) for q, t in zip(queries, texts)])
     assert np.allclose(got, want) and r.n_computed == 5
     reqs = [c for c in fake.STATE["chat"] if c.startswith("rerank:")]
-    # grouped by query, at most batch_size candidates each; the 503 of 'flaky:1' retried once after 0.5 s
-    assert sorted(reqs) == sorted(["rerank:/v1/rerank:q1:2", "rerank:/v1/rerank:q1:1", "rerank:/v1/rerank:q1:1",
-                                   "rerank:/v1/rerank:query two:2"])
+    # grouped by query in the order of their content keys, at most batch_size candidates each; the request that
+    # holds 'flaky:1' (a 503) is sent again once, after 0.5 s
+    q1 = sorted(rerank.ScoreStore.key(r.model_id, "q1", t) for t in texts[:3])
+    flaky_first = q1.index(rerank.ScoreStore.key(r.model_id, "q1", "flaky:1")) < 2
+    sizes = [2, 2, 1] if flaky_first else [2, 1, 1]
+    assert sorted(reqs) == sorted([f"rerank:/v1/rerank:q1:{n}" for n in sizes] + ["rerank:/v1/rerank:query two:2"])
     assert waits == [0.5]
     assert r.model_id.startswith("openai|xenc|64")  # never an in-process cross-encoder's scores
     again = rerank.load_reranker(r.spec, "x", tmp_path)
