@@ -228,6 +228,11 @@ EMBEDDING_CHUNKERS = ("chonkie:SemanticChunker",)
 #: Sections a run may leave out, with the value that means "not used": a digest leaves such a section out while it
 #: holds exactly that value, so adding these features changed no existing run's stage digests.
 OPTIONAL_SECTIONS: dict[str, dict] = {"conditions": {"extra": {}}, "contrasts": {"extra": {}}}
+#: Keys of a section a run may leave at their default, with that default: a digest of the section leaves such a key
+#: out while it holds exactly that value, so adding late pooling and the equivalence test changed no existing run's
+#: stage digests (docs/beyond.md).
+OPTIONAL_KEYS: dict[str, dict[str, Any]] = {"embed": {"late_window": None, "late_overlap": 128},
+                                            "stats": {"sesoi": None}}
 
 
 #: Keys a parameter file may no longer state, and the key that took each one's place: ``max_tokens`` meant four
@@ -397,6 +402,12 @@ def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) 
     never`` parameters (how a model is served) and ``digest: changed`` ones at their default."""
     part = {k: dotted_value(_digested(SCHEMA, data), k) for k in (sections or tuple(data))}
     part = {k: v for k, v in part.items() if not (k in OPTIONAL_SECTIONS and v == OPTIONAL_SECTIONS[k])}
+    for k, unused in OPTIONAL_KEYS.items():
+        if isinstance(part.get(k), Mapping):
+            part[k] = {key: v for key, v in part[k].items() if not (key in unused and v == unused[key])}
+        for key, v in unused.items():  # the same keys named as dotted keys (a stage's "embed.late_window")
+            if f"{k}.{key}" in part and part[f"{k}.{key}"] == v:
+                del part[f"{k}.{key}"]
     return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

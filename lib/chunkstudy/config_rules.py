@@ -103,9 +103,15 @@ def _extra_conditions(d: dict) -> str | None:
     condition; a depth only where a heading path is cut; the semantic chunker's embedder is declared."""
     taken = {c: "a paper condition" for c in design.CONDITION_NAMES}
     for name, spec in d["conditions"]["extra"].items():
-        if not spec["chunker"]:
+        if spec.get("of") is not None:
+            if spec["chunker"] or spec["size_matched_twin"]:
+                return f"{name}: 'of: {spec['of']}' takes that condition's chunks whole; state no chunker and no " \
+                       "size_matched_twin"
+            if spec["of"] not in d["chunking"]["conditions"]:
+                return f"{name}.of: {spec['of']!r} is not in chunking.conditions {list(d['chunking']['conditions'])}"
+        elif not spec["chunker"]:
             return f"{name}.chunker is empty; name a chunker (e.g. 'semchunk', 'chonkie:SemanticChunker', " \
-                   "'mypackage.mymodule:chunk')"
+                   "'mypackage.mymodule:chunk'), or take a condition's chunks whole with 'of'"
         if spec["depth"] is not None and spec["prefix"] in ("none", "title"):
             return f"{name}.depth: a {spec['prefix']!r} prefix has no heading path to cut; leave depth out"
         embedders = list(d["embed"]["embedders"])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, Sequence
 
 # ---------------------------------------------------------------------------------------------------------------
 # Conditions
@@ -361,3 +361,12 @@ class PrimaryCell(NamedTuple):
 def condition_order_key(name: str) -> tuple:
     """Sort key putting condition names in the paper's order (unknown names last, alphabetically)."""
     return (CONDITION_NAMES.index(name), "") if name in _BY_NAME else (len(CONDITION_NAMES), str(name))
+
+
+def two_stage_conditions(extra: Mapping[str, Any] | None, two_stage: Sequence[str]) -> tuple[str, ...]:
+    """The conditions retrieved route-to-section: ``retrieve.two_stage_conditions`` (``two_stage``) and every
+    ``conditions.extra`` entry that takes one of their chunks whole (``of``: a late-pooled A4 routes as A4)."""
+    base = tuple(two_stage)
+    def of(spec: Any) -> Any:
+        return spec.get("of") if isinstance(spec, Mapping) else getattr(spec, "of", None)
+    return base + tuple(str(n) for n, spec in (extra or {}).items() if of(spec) in base)

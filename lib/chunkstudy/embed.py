@@ -427,6 +427,15 @@ class Embedder:
             self._model = _OpenAIEmbeddings(self.spec, self.key)
         return self._model
 
+    def sentence_transformer(self) -> Any:
+        """The loaded ``SentenceTransformer`` (loading it on first use, cast and checked as :meth:`encode` runs it),
+        for work that needs the model's modules rather than its pooled vectors (late pooling,
+        :mod:`chunkstudy.chunks.late`). An :class:`EmbedError` for another backend or the ONNX runtime."""
+        if self.backend != "sentence-transformers" or self.runtime != "torch":
+            raise EmbedError(f"embed.embedders.{self.key}: the torch modules of a sentence-transformers model are "
+                             f"needed here; this embedder is backend {self.backend!r}, runtime {self.runtime!r}")
+        return self._load()
+
     def encode(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
         """Embed ``texts`` as ``kind`` (``"query"`` gets the instruction); float32 ``(len(texts), dim)``, unit norm.
         A pending ``dtype: auto`` is settled on ``texts`` first (:meth:`settle_precision`, nothing recorded); the

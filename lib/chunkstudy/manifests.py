@@ -170,6 +170,10 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
         manifest["user_declared"] = {"digest": config.declaration_digest(cfg.params("conditions"),
                                                                          cfg.params("contrasts")),
                                      "conditions": list(user_conditions), "contrasts": list(user_contrasts)}
+    sesoi = cfg.params("stats").sesoi
+    if sesoi is not None:  # the equivalence bound as this stage saw it: 08 asks whether 01 saw the same (before any result)
+        manifest["equivalence_declared"] = {"sesoi": float(sesoi), "alpha": float(cfg.params("stats").alpha),
+                                            "metric": cfg.params("stats").primary_metric}
     if warned:
         manifest["warnings"] = list(warned)
     if services:

@@ -381,6 +381,11 @@ class EmbedParams:
     store: str = param("embeddings", "embedding store folder under data/<corpus>/cache/", name=True)
     flush_every: int = param(1024, "unseen texts per model call of the embedding store, each group written as one "
                              "checksummed shard before the next (a kill loses at most one)", ge=1)
+    late_window: int | None = param(None, "late pooling (a condition with embedding: late): tokens per macro window, "
+                                    "special tokens included; null = the encoder's own positions (512 for "
+                                    "all-MiniLM-L6-v2; docs/beyond.md, 'Late pooling')", ge=8)
+    late_overlap: int = param(128, "late pooling: content tokens consecutive macro windows share (a token keeps the "
+                              "embedding of the window where it has more context)", ge=0)
 
 
 # ------------------------------------------------------------------------------------------------------ retrieve
@@ -493,6 +498,10 @@ class StatsParams:
     primary_reranker: str = param("none")
     contrasts: Mapping[str, tuple[str, str]] = param({c.name: [c.a, c.b] for c in design.CONTRASTS})
     mixedlm: bool = param(True)
+    sesoi: float | None = param(None, "smallest effect size of interest, in the primary metric's units (0.02 = two "
+                                "cov-nDCG points): every contrast gets a TOST at +-sesoi from its own bootstrap "
+                                "draws (90% CI at alpha 0.05; docs/beyond.md, 'Equivalence'), recorded in stage "
+                                "01's manifest; null = no equivalence test", gt=0)
     drilldown_queries: int = param(3, "per-query drill-down (06_metrics/drilldown, report.html): how many queries "
                                    "with the largest gains and how many with the largest losses each contrast of the "
                                    "primary cell shows", ge=0)
@@ -549,6 +558,13 @@ class ExtraConditionParams:
                                                 "document, or count and warn")
     embedder: str | None = param(None, "chonkie:SemanticChunker: the embedder key it embeds with; null = "
                                  "embed.strong (resolved when the file loads)")
+    of: str | None = param(None, "instead of a chunker: a condition of chunking.conditions whose chunks this one "
+                           "takes whole (offsets, prefix, sections, placebo), e.g. A0 for late(A0); its twin, "
+                           "placebo and routing are that condition's", choices=design.CONDITION_NAMES)
+    embedding: Literal["independent", "late"] = param("independent", "independent (each prefix + content encoded on "
+                                                      "its own) or late (late pooling: the document encoded in "
+                                                      "macro windows, each chunk's content tokens pooled; "
+                                                      "docs/beyond.md, 'Late pooling')")
 
 
 @dataclass(frozen=True)

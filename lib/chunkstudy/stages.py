@@ -178,8 +178,17 @@ _CELL = {"corpus": S, "cell": S, "metric": S, "embedder": S, "reranker": S}
 _PAIR = {"contrast": S, "condition_a": S, "condition_b": S}
 _BOOT = {"mean_delta": F, "ci_low": F, "ci_high": F, "p": F}
 #: A contrast family's rows (07's contrasts and user_contrasts)
+#: 07's TOST columns (stats.sesoi declared; chunkstudy.stats.equivalence.TOST_COLUMNS)
+_TOST = {"sesoi": F, "tost_ci_low": F, "tost_ci_high": F, "p_tost": F, "equivalence": S}
 _CONTRAST = {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I, "n_docs": I,
-             "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I, "seed": I, "inference": B, "note": S}
+             "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I, "seed": I, "inference": B, "note": S,
+             **_TOST}
+#: 07's cost table (:data:`chunkstudy.stats.cost.COST_COLUMNS`)
+_COST = {"condition": S, "embedder": S, "quality": F, "embedding": S, "llm_calls": I, "llm_prompt_tokens": F,
+         "llm_reply_tokens": F, "llm_seconds": F, "llm_tokens_counted": S, "llm_tokens": F, "n_chunks": I,
+         "n_texts": I, "content_tokens": I, "prefix_tokens": I, "tokens_embedded": I, "prefix_share": F,
+         "tokens_read": F, "n_vectors": I, "n_route_vectors": I, "dim": I, "index_bytes": I, "embed_seconds": F,
+         "latency_ms_per_query": F, "pareto_tokens": B, "pareto_llm": B}
 #: The documents each contrast needs (07's power_needed and user_power_needed)
 _POWER_NEEDED = {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
                  "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
@@ -246,7 +255,7 @@ STAGES: tuple[Stage, ...] = (
         Json("bm25", "the BM25 diagnostic"),
     ), services=("llm",)),
     Stage("04_chunk_embed", ("chunking", "conditions", "embed.embedders", "embed.store", "embed.flush_every",
-                            "corpus.kind"), (
+                            "embed.late_window", "embed.late_overlap", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold", "sections_induced"),
         Read("contexts_a1", _a1_in_run, "chunking.conditions has no A1"),
     ), (
@@ -266,9 +275,15 @@ STAGES: tuple[Stage, ...] = (
         Json("summary", "realised chunk counts and means, size matching, placebo residuals"),
         Json("embedding_report", "per embedder: model key, runtime, resolved dtype and its agreement check, "
              "texts embedded, seconds", manifest=True),
-        Vectors("embeddings", "one float32 row per distinct embedded text; chunks.text_row indexes it"),
+        Table("late_report", {"condition": S, "embedder": S, "model_key": S, "window": I, "overlap": I,
+                              "n_chunks": I, "n_sequences": I, "sequence_tokens": I, "tokens_read": I,
+                              "n_windows_run": I, "tokens_run": I, "seconds": F},
+              "per late-pooled condition and embedder: macro windows, tokens read, this run's encoding; empty "
+              "without", required=("condition", "embedder", "tokens_read")),
+        Vectors("embeddings", "one float32 row per distinct embedded text, then one per late-pooled chunk; "
+                "chunks.text_row indexes it"),
     ), services=("embed",)),
-    Stage("05_retrieve", ("retrieve", "embed"), _r("documents", "queries", "chunks", "embeddings"), (
+    Stage("05_retrieve", ("retrieve", "embed", "conditions"), _r("documents", "queries", "chunks", "embeddings"), (
         Table("runs", {"embedder": S, "reranker": S, "condition": S, "query_id": S, "rank": I, "chunk_id": S,
                        "score": F, "doc_id": S, "source": S}, "ranked chunk lists, ranks 1-based",
               required=('embedder', 'reranker', 'condition', 'query_id', 'rank', 'chunk_id', 'score')),
@@ -282,6 +297,8 @@ STAGES: tuple[Stage, ...] = (
               "two-stage conditions: per cell"),
         Json("rerank_report", "per reranker: model id, runtime, resolved dtype and its agreement check, pairs "
              "scored", manifest=True),
+        Json("retrieval_timing", "per embedder and condition: queries and the wall seconds of their search, "
+             "measured in this run"),
     ), services=("embed", "rerank")),
     Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts"), _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
@@ -296,11 +313,14 @@ STAGES: tuple[Stage, ...] = (
                             "dcg": F, "idcg": F, "ndcg": F}, "the primary cell's per-query drill-down",
               required=('contrast', 'direction', 'pick', 'query_id', 'side', 'condition', 'rank', 'chunk_id')),
     )),
-    Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind"), _r("queries", "scores"), (
+    Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind"), _r("queries", "scores", "chunks",
+                                                                              "embedding_report", "late_report",
+                                                                              "retrieval_timing"), (
         Table("contrasts", _CONTRAST,
               required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
         Table("user_contrasts", _CONTRAST,
-              "the user's contrasts (contrasts.extra): an exploratory family, Holm within it; empty without"),
+              "the user's contrasts (contrasts.extra): an exploratory family, Holm within it; empty without",
+              required=tuple(c for c in _CONTRAST if c not in _TOST)),
         Table("mixedlm", {"corpus": S, "cell": S, **_PAIR, "coef": F, "se": F, "z": F, "p": F, "p_holm": F,
                           "ci_low": F, "ci_high": F, "n_obs": I, "n_queries": I, "n_docs": I, "group_var": F,
                           "resid_var": F, "converged": B, "label": S, "note": S},
@@ -322,12 +342,14 @@ STAGES: tuple[Stage, ...] = (
         Table("user_power", _POWER, "the user's contrasts (contrasts.extra), observed effects only; empty without"),
         Table("power_needed", _POWER_NEEDED, "documents each contrast needs"),
         Table("user_power_needed", _POWER_NEEDED, "documents each user contrast needs; empty without"),
+        Table("cost", _COST, "per condition and embedder: LLM work, tokens embedded and read, index size, measured "
+              "seconds, the Pareto fronts (docs/beyond.md, 'Cost')", required=("condition", "embedder", "quality")),
     )),
     Stage("08_figures", (ALL_PARAMS,), _r(
         "documents", "corpus_funnel", "induction_stats", "queries", "query_funnel", "bm25", "chunks", "summary",
         "placebo_buckets", "section_recall", "section_recall_summary", "drilldown", "contrasts", "mixedlm",
         "dose_response", "per_type", "condition_means", "reranker_lift", "power", "power_needed", "user_contrasts",
-        "user_power", "user_power_needed"), (),
+        "user_power", "user_power_needed", "cost"), (),
         manifests=True, folders=(FIGURES,),
         partner=(PartnerRead("contrasts", "the replication table"),)),
 )

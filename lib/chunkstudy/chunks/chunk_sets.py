@@ -369,6 +369,10 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
             pre = breadcrumb(base, depth, paths)
         frames.append(_with_prefixes(base, cond, pre, depth, spec.shares_vectors_with))
 
+    for name, of in (extra or {}).get("copies", {}).items():  # an ``of`` entry: that condition's chunks, renamed
+        if of not in conds:
+            raise ChunkingError(f"conditions.extra.{name}: of: {of} is not in chunking.conditions {conds}")
+        frames.append(frames[conds.index(of)].assign(condition=name, shares_vectors_with=None))
     frames += list(extra["frames"]) if extra else []
     chunks = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CHUNK_COLUMNS)
     chunks["chunk_id"] = (chunks["condition"] + "|" + chunks["doc_id"] + "|"

@@ -22,8 +22,12 @@ embedder       the embedder the semantic chunker uses; null = ``embed.strong`` (
                load, so changing ``embed.strong`` reruns 04)
 =============  ==========================================================================================
 
+of             instead of a chunker: a condition of ``chunking.conditions`` whose chunks the entry takes whole
+embedding      ``independent`` or ``late`` (:mod:`.late`; 04 pools the vectors)
+
 Offsets are half-open character indices into ``documents.text`` and cover content only, as for every condition;
-a prefix never enters them. Extra conditions are retrieved flat.
+a prefix never enters them. Extra conditions are retrieved flat, but an ``of`` entry routes as its condition does
+(:func:`two_stage`).
 """
 
 from __future__ import annotations
@@ -85,9 +89,13 @@ def declared(extra: Mapping[str, Any] | None) -> list[ExtraCondition]:
             rec = config.record("conditions.extra.*", spec, where=f"conditions.extra.{name}")
         except config.ConfigError as e:
             raise ExtraConditionError(str(e).replace("conditions.extra.*", f"conditions.extra.{name}")) from None
-        if not rec.chunker:
+        if rec.of is not None and (rec.chunker or rec.size_matched_twin):
+            raise ExtraConditionError(f"conditions.extra.{name}: 'of: {rec.of}' takes that condition's chunks, so "
+                                      "it states no chunker and no size_matched_twin")
+        if not rec.chunker and rec.of is None:
             raise ExtraConditionError(f"conditions.extra.{name}.chunker is required (e.g. 'semchunk', "
-                                      "'chonkie:SemanticChunker', 'mypackage.mymodule:chunk')")
+                                      "'chonkie:SemanticChunker', 'mypackage.mymodule:chunk'), or 'of' a condition "
+                                      "of chunking.conditions")
         out.append(ExtraCondition(str(name), rec))
     return out
 
@@ -152,13 +160,16 @@ def build(documents: pd.DataFrame, sections: Mapping[str, pd.DataFrame | None], 
     ``file.py:function`` chunker is found.
 
     Returns ``{"frames": [one table per condition: condition, doc_id, start, end, section_id, route_key,
-    n_content_tokens, prefix, prefix_depth, shares_vectors_with], "summary": {name: facts}}``; a placebo prefix's
+    n_content_tokens, prefix, prefix_depth, shares_vectors_with], "summary": {name: facts}, "copies": {name: the
+    paper condition an ``of`` entry takes whole (:func:`chunk_sets.build_all` copies its chunks)}}``; a placebo prefix's
     residual same-document assignments and donors are among its facts. Chunk ids and text rows are assigned with
     the paper's conditions (:func:`chunk_sets.build_all`).
     """
-    conds = declared(extra)
+    every = declared(extra)
+    copies = {c.name: str(c.of) for c in every if c.of is not None}
+    conds = [c for c in every if c.of is None]
     if not conds:
-        return {"frames": [], "summary": {}}
+        return {"frames": [], "summary": {}, "copies": copies}
     p = chunking_params
     titles = dict(zip(documents["doc_id"], documents["title"]))
     text_by_doc = dict(zip(documents["doc_id"], documents["text"]))
@@ -203,7 +214,7 @@ def build(documents: pd.DataFrame, sections: Mapping[str, pd.DataFrame | None], 
             facts["twin"] = c.twin
             facts["size_gap"] = _size_gap(sets[0][1], sets[1][1])
         summary[c.name] = facts
-    return {"frames": frames, "summary": summary}
+    return {"frames": frames, "summary": summary, "copies": copies}
 
 
 def _set_facts(cut: pd.DataFrame) -> dict:
@@ -221,6 +232,20 @@ def _size_gap(spans: pd.DataFrame, twin: pd.DataFrame) -> dict:
             "mean_condition": float(spans["n_content_tokens"].mean()) if len(spans) else math.nan,
             "mean_abs_doc_gap": float(sum(gaps) / len(gaps)) if gaps else math.nan,
             "max_abs_doc_gap": float(max(gaps)) if gaps else math.nan}
+
+
+def two_stage(extra: Mapping[str, Any] | None, two_stage_conditions: Iterable[str]) -> tuple[str, ...]:
+    """The conditions retrieved route-to-section: ``retrieve.two_stage_conditions`` and every ``of`` entry of
+    ``conditions.extra`` that takes one of their chunks (a late-pooled A4 routes as A4)."""
+    return design.two_stage_conditions(extra, tuple(two_stage_conditions))
+
+
+def routed(retrieve_params: Any, extra: Mapping[str, Any] | None) -> Any:
+    """The ``retrieve`` record with :func:`two_stage`'s conditions as its ``two_stage_conditions`` (05 retrieves
+    with it, 07 counts their section centroids in the index)."""
+    from dataclasses import replace
+
+    return replace(retrieve_params, two_stage_conditions=two_stage(extra, retrieve_params.two_stage_conditions))
 
 
 def embed_functions(extra: Mapping[str, Any] | None, embedders: Mapping[str, Any], store: Any) -> dict:

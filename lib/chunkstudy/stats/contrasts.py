@@ -14,6 +14,7 @@ import pandas as pd
 from .. import design, stages
 from ..metrics.paired import pair, prepare_scores, wide_scores
 from ..params import StatsParams
+from . import equivalence
 from .inference import ONE_DOCUMENT_NOTE, cluster_bootstrap, cohens_dz, holm, inference_problem
 
 CONFIRMATORY = "confirmatory"
@@ -47,11 +48,14 @@ def cells_in(wide: pd.DataFrame, primary: tuple[str, str, str]) -> list[tuple[st
 
 
 def contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: int, seed: int,
-                  alpha: float, min_docs: int) -> dict:
+                  alpha: float, min_docs: int, sesoi: float | None) -> dict:
+    """One contrast's statistics; with a ``sesoi`` (``stats.sesoi``) also its TOST columns from the same bootstrap
+    draws (:func:`chunkstudy.stats.equivalence.tost_columns`; no verdict where there is no inference)."""
     nan = float("nan")
+    tost = {} if sesoi is None else equivalence.tost_columns(np.empty(0), False, sesoi, alpha)
     if both is None:
         return dict(mean_delta=nan, ci_low=nan, ci_high=nan, p=nan, dz=nan, n_queries=0, n_docs=0, mean_a=nan,
-                    mean_b=nan, inference=False, note=note)
+                    mean_b=nan, inference=False, note=note, **tost)
     delta = both[a].to_numpy() - both[b].to_numpy()
     clusters = both["doc_id"].to_numpy()
     boot = cluster_bootstrap(delta, clusters, n_boot, seed, alpha=alpha)
@@ -63,6 +67,9 @@ def contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: i
     problem = inference_problem(boot.n_clusters, n_boot, min_docs)
     row["inference"] = not problem
     row["note"] = "; ".join(x for x in (row["note"], problem) if x)
+    if sesoi is not None:
+        row.update(equivalence.tost_columns(boot.replicates, row["inference"] and boot.n_clusters >= 2, sesoi,
+                                            alpha))
     return row
 
 
@@ -91,6 +98,7 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
     contrasts = contrast_spec(stats_params)
     n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
     min_docs = int(stats_params.min_docs)
+    sesoi = getattr(stats_params, "sesoi", None)
     wide = wide_scores(prepare_scores(scores, queries, corpus))
     rows = []
     for metric, embedder, reranker in cells_in(wide, primary):
@@ -98,7 +106,7 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
         cell_rows = []
         for name, (a, b) in contrasts.items():
             both, note = pair(block, a, b)
-            stats_row = contrast_row(both, note, a, b, n_boot, seed, alpha, min_docs)
+            stats_row = contrast_row(both, note, a, b, n_boot, seed, alpha, min_docs, sesoi)
             confirmatory = (metric, embedder, reranker) == primary
             cell_rows.append(dict(corpus=corpus, cell=design.cell_name(metric, embedder, reranker), metric=metric,
                                   embedder=embedder, reranker=reranker, contrast=name, condition_a=a,
@@ -109,7 +117,9 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
             r["p_holm"] = float(ph)
             r["reject_holm"] = bool(ph < alpha) and r["inference"] if not np.isnan(ph) else False
         rows.extend(cell_rows)
-    return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+    columns = CONTRAST_COLUMNS if sesoi is not None else [c for c in CONTRAST_COLUMNS
+                                                           if c not in equivalence.TOST_COLUMNS]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def user_family(stats_params: StatsParams, user_contrasts: Mapping[str, Any]) -> Any:
@@ -126,7 +136,8 @@ def user_contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_para
     kept apart from ``stats.contrasts``), ``confirmatory`` False everywhere and ``label`` :data:`USER_ADDED`, the
     primary cell included. Empty (with the columns) when there are none."""
     if not user_contrasts:
-        return pd.DataFrame(columns=CONTRAST_COLUMNS)
+        return pd.DataFrame(columns=[c for c in CONTRAST_COLUMNS if c not in equivalence.TOST_COLUMNS]
+                            if getattr(stats_params, "sesoi", None) is None else CONTRAST_COLUMNS)
     out = contrasts_table(scores, queries, user_family(stats_params, user_contrasts), primary, corpus)
     return out.assign(confirmatory=False, label=USER_ADDED)
 

@@ -111,7 +111,7 @@ def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsPar
             for qtype, g in groups:
                 rows.append(dict(corpus=corpus, cell=design.cell_name(metric, embedder, reranker), metric=metric,
                                  embedder=embedder, reranker=reranker, contrast=name, condition_a=a, condition_b=b,
-                                 qtype=qtype, **contrast_row(g, note, a, b, n_boot, seed, alpha, min_docs),
+                                 qtype=qtype, **contrast_row(g, note, a, b, n_boot, seed, alpha, min_docs, None),
                                  label=EXPLORATORY))
     return pd.DataFrame(rows, columns=PER_TYPE_COLUMNS)
 
