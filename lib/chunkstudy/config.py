@@ -30,7 +30,7 @@ from typing import Any, Literal, Mapping, Union, get_args, get_origin, get_type_
 import yaml
 
 from . import params, stages
-from .config_rules import RULES, Rule, dotted_value, is_name
+from .config_rules import RULES, Rule, digested, dotted_value, is_name
 from .params import (ChunkingParams, ConditionsParams, ContextsParams, ContrastsParams, CorpusParams, EmbedParams,
                      FiguresParams, InduceParams, LLMParams, MetricsParams, Params, QueriesParams, RetrieveParams,
                      StatsParams)
@@ -386,21 +386,10 @@ class Config:
         return {k: dotted_value(self.data, k) for k in keys}
 
 
-def _digested(spec: Any, value: Any) -> Any:
-    """``value`` without what a digest leaves out: ``digest: never``, and ``digest: changed`` at its default."""
-    if isinstance(spec, P) or not isinstance(value, Mapping):
-        return value
-    if "*" in spec:
-        return {k: _digested(spec["*"], v) for k, v in value.items()}
-    return {k: _digested(spec[k], v) for k, v in value.items() if not (isinstance(spec[k], P) and (
-        spec[k].digest == "never" or (spec[k].digest == "changed" and v == spec[k].default)))}
-
-
 def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) -> str:
-    """:meth:`Config.digest` of validated parameters ``data`` (``cfg.data``): the given sections or dotted keys, all
-    when None; an optional section at its unused value (:data:`OPTIONAL_SECTIONS`) is left out, as are ``digest:
-    never`` parameters (how a model is served) and ``digest: changed`` ones at their default."""
-    part = {k: dotted_value(_digested(SCHEMA, data), k) for k in (sections or tuple(data))}
+    """:meth:`Config.digest` of validated ``data`` (``cfg.data``): the given sections or dotted keys, all when None,
+    less an optional section at its unused value (:data:`OPTIONAL_SECTIONS`) and :func:`digested`'s parameters."""
+    part = {k: dotted_value(digested(SCHEMA, data), k) for k in (sections or tuple(data))}
     part = {k: v for k, v in part.items() if not (k in OPTIONAL_SECTIONS and v == OPTIONAL_SECTIONS[k])}
     for k, unused in OPTIONAL_KEYS.items():
         if isinstance(part.get(k), Mapping):
