@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from . import design
 
@@ -157,3 +157,14 @@ RULES: tuple[Rule, ...] = (
     Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
     Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
 )
+
+
+def digested(spec: Any, value: Any) -> Any:
+    """``value`` without what a digest leaves out (``spec``: a schema node of :mod:`chunkstudy.config`, a mapping,
+    or a parameter with ``digest`` and ``default``): ``digest: never``, and ``digest: changed`` at its default."""
+    if not isinstance(spec, Mapping) or not isinstance(value, Mapping):
+        return value
+    if "*" in spec:
+        return {k: digested(spec["*"], v) for k, v in value.items()}
+    return {k: digested(spec[k], v) for k, v in value.items() if not (not isinstance(spec[k], Mapping) and (
+        spec[k].digest == "never" or (spec[k].digest == "changed" and v == spec[k].default)))}

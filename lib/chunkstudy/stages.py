@@ -137,7 +137,9 @@ class Stage:
     manifests of every earlier stage too (08's environment table), so any rerun upstream reruns it;
     ``source_files``: the files outside the data store it reads (:class:`SourceFiles`); ``folders``: its output
     folders outside its data folder (:class:`Folder`); ``partner``: what it reads of the replication partner's run
-    (:class:`PartnerRead`)."""
+    (:class:`PartnerRead`); ``services``: the model servers its calls may go to (:data:`SERVICES`: ``llm``,
+    ``embed``, ``rerank``): the runner starts a ``serve: auto`` one when the stage first needs it and stops it once
+    no later selected stage declares it (:mod:`chunkstudy.serving`)."""
 
     name: str
     params: tuple[str, ...]
@@ -147,6 +149,12 @@ class Stage:
     source_files: SourceFiles | None = None
     folders: tuple[Folder, ...] = ()
     partner: tuple[PartnerRead, ...] = ()
+    services: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        bad = [s for s in self.services if s not in SERVICES]
+        if bad:
+            raise ValueError(f"stage {self.name}: services {bad} are not among {list(SERVICES)}")
 
     @property
     def notebook(self) -> str:
@@ -159,6 +167,10 @@ def _r(*names: str) -> tuple[Read, ...]:
 
 
 I, F, S, B, L, A = "int", "float", "str", "bool", "list", "any"
+
+#: The model servers a stage may call (:attr:`Stage.services`): the LLM (``llm``), the embedders (``embed.embedders``
+#: with ``backend: openai``) and the rerankers (``retrieve.rerankers`` with ``backend: openai``).
+SERVICES = ("llm", "embed", "rerank")
 
 _SECTIONS = {"doc_id": S, "section_id": S, "parent_id": S, "level": I, "title": S, "first_para": I, "last_para": I,
              "start": I, "end": I}
@@ -227,7 +239,7 @@ STAGES: tuple[Stage, ...] = (
               "one situating context per A0 window",
               required=('doc_id', 'start', 'end', 'context')),
         Json("induction_stats", "induction counts, span identity with gold (the paper's measure), A1 summary"),
-    )),
+    ), services=("llm",)),
     Stage("03_queries", ("llm", "queries", "chunking.tokenizer", "chunking.max_chunk_tokens", "chunking.min_chunk_tokens",
                          "chunking.sentence_splitter", "metrics.span_frac", "metrics.chunk_frac", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold"),
@@ -241,7 +253,7 @@ STAGES: tuple[Stage, ...] = (
               required=('step',)),
         Json("funnel", "the query funnel's summary"),
         Json("bm25", "the BM25 diagnostic"),
-    )),
+    ), services=("llm",)),
     Stage("04_chunk_embed", ("chunking", "conditions", "embed.embedders", "embed.store", "embed.flush_every",
                             "embed.late_window", "embed.late_overlap", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold", "sections_induced"),
@@ -270,7 +282,7 @@ STAGES: tuple[Stage, ...] = (
               "without", required=("condition", "embedder", "tokens_read")),
         Vectors("embeddings", "one float32 row per distinct embedded text, then one per late-pooled chunk; "
                 "chunks.text_row indexes it"),
-    )),
+    ), services=("embed",)),
     Stage("05_retrieve", ("retrieve", "embed", "conditions"), _r("documents", "queries", "chunks", "embeddings"), (
         Table("runs", {"embedder": S, "reranker": S, "condition": S, "query_id": S, "rank": I, "chunk_id": S,
                        "score": F, "doc_id": S, "source": S}, "ranked chunk lists, ranks 1-based",
@@ -287,7 +299,7 @@ STAGES: tuple[Stage, ...] = (
              "scored", manifest=True),
         Json("retrieval_timing", "per embedder and condition: queries and the wall seconds of their search, "
              "measured in this run"),
-    )),
+    ), services=("embed", "rerank")),
     Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts"), _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
                          "value": F, "doc_id": S, "qtype": S}, "long form: one row per cell x condition x query",
