@@ -27,7 +27,7 @@
 # text is embedded once per embedder, through a persistent store keyed by (model, kind, text): a rerun embeds
 # nothing.
 #
-# User conditions (`conditions.extra`, README "Test your own chunker") are cut by their chunker, placed on exact
+# User conditions (`conditions.extra`, docs/chunker.md) are cut by their chunker, placed on exact
 # character offsets (text a chunker drops or rewrites stops here, naming the document), given one of the study's
 # prefix kinds and, with `size_matched_twin`, a twin `<NAME>-fixed` of fixed windows matched per document to the
 # condition's mean size (the A0 rule). They share the text rows and the embedding store with the paper's.

@@ -1,4 +1,4 @@
-"""Every chunk set of the study (DESIGN.md "Conditions"; paper 3.2 and appendix E): boundaries plus prefixes.
+"""Every chunk set of the study (docs/design.md, "Conditions"; paper 3.2 and appendix E): boundaries plus prefixes.
 
 =========  ==========================================  ==============================================
 condition  boundaries                                  prefix at embedding time

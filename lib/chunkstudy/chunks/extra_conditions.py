@@ -1,4 +1,4 @@
-"""Conditions a user adds to the study (``conditions.extra``; README "Test your own chunker"): a chunker's
+"""Conditions a user adds to the study (``conditions.extra``; docs/chunker.md): a chunker's
 boundaries (:mod:`.chunkers`), one of the study's prefix kinds, and optionally a size-matched twin.
 
 =============  ==========================================================================================
