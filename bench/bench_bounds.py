@@ -17,6 +17,10 @@ Twice: **memo only** (``use_bounds_store(None)``: what each stage did before) an
 seconds, the texts segmented and read from the store (``chunking.segmentation_counts``, what the stages write into
 their stats), and whether every stage's chunk tables are identical under both modes; then each mode's total and the
 seconds saved. A third pass with the store already filled (a rerun) shows what a rerun of 02 costs.
+
+``--segment-only`` times the segmentation alone on every document's text, without 02's TextTiling and A1 contexts
+(minutes on the whole split): one stage's segmentation as before the store (memo only), 02's with the store (segment
+and append), and 03's or 04's (read back from a fresh store object); then the three stages' sum before and after.
 """
 
 from __future__ import annotations
@@ -73,11 +77,49 @@ def stage_work(stage: str, folder: str, store: str | None, params: str, override
             "digest": digest}
 
 
+def segment_only(a: argparse.Namespace) -> None:
+    """The documents' segmentation per stage, memo only against the store (see the module docstring)."""
+    from chunkstudy import config
+    from chunkstudy.chunks import bounds_store, chunking
+    from chunkstudy.corpus import build
+
+    overrides = {"corpus": {"max_docs": a.docs, "max_docs_from": "seeded"}} if a.docs else {}
+    cfg = config.load(ROOT / a.params, overrides=overrides)
+    splitter = cfg.params("chunking").sentence_splitter
+    texts = list(build.build_corpus(cfg)["documents"]["text"])
+    print(f"{cfg.corpus}: {len(texts)} documents, {sum(map(len, texts)):,} characters, splitter {splitter} "
+          f"({chunking.bounds_method(splitter)}); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = []
+        for mode, store in (("one stage, memo only", None), ("02, store (segment + append)", "fill"),
+                            ("03 or 04, store (read)", "read")):
+            chunking.use_bounds_store(bounds_store.BoundsStore(tmp) if store else None)
+            t = time.perf_counter()
+            got = [chunking.sentence_bounds(x, splitter) for x in texts]
+            rows.append((mode, time.perf_counter() - t, chunking.segmentation_counts(), got))
+        chunking.use_bounds_store(None)
+        size = sum(p.stat().st_size for p in Path(tmp).iterdir())
+    print(f"\n  {'mode':30s} {'seconds':>8s} {'segmented':>9s} {'from store':>10s}")
+    for mode, s, c, _ in rows:
+        print(f"  {mode:30s} {s:8.2f} {c['segmented']:9d} {c['from_store']:10d}")
+    (_, seg, _, ref), (_, fill, _, g1), (_, read, _, g2) = rows
+    before, after = 3 * seg, fill + 2 * read
+    print(f"\n  bounds identical in the three modes: {ref == g1 == g2}; store file {size / 2**20:.1f} MiB")
+    print(f"  02 + 03 + 04 segmentation: {before:.1f} s memo only (three times {seg:.1f} s) against {after:.1f} s "
+          f"with the store ({before - after:.1f} s saved, {before / after:.1f}x; 03 and 04 each "
+          f"{seg / read:.0f}x faster)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--params", default="params/qasper_local.yaml")
     ap.add_argument("--docs", type=int, default=None, help="corpus.max_docs (default: the parameter file's)")
+    ap.add_argument("--segment-only", action="store_true",
+                    help="time the segmentation of the documents' texts alone (no TextTiling, no A1 contexts)")
     a = ap.parse_args()
+    if a.segment_only:
+        segment_only(a)
+        return
 
     from chunkstudy import config, induce
     from chunkstudy.chunks import chunking
