@@ -37,7 +37,7 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, devices, embed_store
-from chunkstudy.chunks import chunk_sets, extra_conditions, late
+from chunkstudy.chunks import bounds_store, chunk_sets, chunking, extra_conditions, late
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
@@ -47,6 +47,7 @@ paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
 contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when A1 is in the run
+chunking.use_bounds_store(bounds_store.open_for(cfg))  # the sentence bounds 02 segmented
 store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
 extra = extra_conditions.build_for_run(cfg, cfg.params("conditions").extra, documents, sections_gold, sections_induced,
                                        store)
@@ -55,7 +56,8 @@ out = chunk_sets.build_all(documents, paragraphs, sections_gold, sections_induce
 artifacts.write(cfg, "size_matching", out["size_matching"])
 artifacts.write(cfg, "placebo", out["placebo"])
 artifacts.write(cfg, "placebo_buckets", out["placebo_buckets"])
-artifacts.write_json(cfg, "04_chunk_embed", "summary", out["summary"])
+artifacts.write_json(cfg, "04_chunk_embed", "summary",
+                     {**out["summary"], "sentence_bounds": chunking.segmentation_counts()})
 out["chunks"].groupby("condition", sort=False)[["n_content_tokens", "n_prefix_tokens"]].describe()
 
 # %% [markdown]
