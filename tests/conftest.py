@@ -97,3 +97,42 @@ def local_cfg(shared_data):
                            overrides={"corpus": {"mirror": str(mirror), **corpus}})
 
     return load
+
+
+def scratch_project(tmp_path_factory, raw: str = "demo_raw") -> Path:
+    """A scratch copy of the project: the real notebooks, parameter files and examples, the package and the raw
+    corpus ``data/<raw>`` linked in; what the pipeline tests run ``runner.run`` in."""
+    import shutil
+
+    project = tmp_path_factory.mktemp("project")
+    (project / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    (project / "lib").symlink_to(ROOT / "lib", target_is_directory=True)
+    (project / "data").mkdir()
+    (project / "data" / raw).symlink_to(ROOT / "data" / raw, target_is_directory=True)
+    for folder in ("notebooks", "params", "examples"):
+        shutil.copytree(ROOT / folder, project / folder)
+    return project
+
+
+def seed_embeddings(source: Path, corpus: str, project: Path, into: str) -> None:
+    """Copy corpus ``corpus``'s embedding store of the finished project ``source`` into corpus ``into``'s store of
+    ``project``. The store is content-keyed (model key and text digest, docs/models.md "The embedding store"), so a
+    run reads the vectors of texts ``source`` embedded with the same model and embeds only the new ones: what a
+    user's second corpus over the same documents pays. Tables do not depend on it (tests/golden/*.json)."""
+    import shutil
+
+    cache = project / "data" / into / "cache"
+    cache.mkdir(parents=True)
+    shutil.copytree(source / "data" / corpus / "cache" / "embeddings", cache / "embeddings")
+
+
+@pytest.fixture(scope="session")
+def tiny_project(tmp_path_factory):
+    """A scratch project that has run ``./run_all.sh tiny`` once: (project root, runner results). Once per session:
+    tests/test_pipeline_tiny.py tests it; tests/test_byo_pipeline.py and tests/test_beyond_pipeline.py seed their
+    embedding stores from it (:func:`seed_embeddings`)."""
+    from chunkstudy import runner
+
+    project = scratch_project(tmp_path_factory)
+    results = runner.run(project / "params" / "tiny.yaml", project, log=lambda *_: None)
+    return project, results

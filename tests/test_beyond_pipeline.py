@@ -1,7 +1,8 @@
-"""Late chunking, cost and equivalence end to end in the default suite (docs/beyond.md): params/demo_beyond.yaml
-(the demo without its reranker, with late-pooled copies of A0, A3, P and A4, a late-pooled chunker cut and its
-size-matched twin, their contrasts, and stats.sesoi) through the runner, offline, against
-tests/golden/demo_beyond.json.
+"""Late chunking, cost and equivalence end to end (docs/beyond.md): params/demo_beyond.yaml (the demo without its
+reranker, with late-pooled copies of A0, A3, P and A4, a late-pooled chunker cut and its size-matched twin, their
+contrasts, and stats.sesoi) through the runner, offline, against tests/golden/demo_beyond.json (``--slow``); the
+default suite runs the same tests on params/tiny_beyond.yaml (the same parameters on tiny's three documents, with
+min_docs 3 so they get verdicts) against tests/golden/tiny_beyond.json.
 
 It checks what the feature promises: the late conditions keep their chunk sets' offsets (so relevance cannot move
 with the mode) and get vectors of their own, stored under keys that name the mode and the window, so a second
@@ -14,7 +15,6 @@ A second test runs the Markdown example with the same late conditions (``--slow`
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,7 @@ import pytest
 
 from chunkstudy import artifacts, config, golden, runner, stats
 from chunkstudy.stats import equivalence
+from conftest import scratch_project, seed_embeddings
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
@@ -29,22 +30,25 @@ LATE = ["L0", "L3", "LP", "L4", "LREC", "LREC-fixed"]
 
 
 def _project(tmp_path_factory, raw: str) -> Path:
-    project = tmp_path_factory.mktemp("project")
-    (project / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    (project / "lib").symlink_to(ROOT / "lib", target_is_directory=True)
-    (project / "data").mkdir()
-    (project / "data" / raw).symlink_to(ROOT / "data" / raw, target_is_directory=True)
-    for folder in ("notebooks", "params", "examples"):
-        shutil.copytree(ROOT / folder, project / folder)
-    return project
+    return scratch_project(tmp_path_factory, raw)
 
 
-@pytest.fixture(scope="module")
-def beyond(tmp_path_factory):
-    """A scratch project that has run ``./run_all.sh demo_beyond`` once: (project root, Config, runner results)."""
+#: params/tiny_beyond.yaml (demo_beyond.yaml on tiny's three documents) in the default suite; the full
+#: demo_beyond run, and its golden, in the slow suite: every test below runs on both
+RUNS = ["tiny_beyond", pytest.param("demo_beyond", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="module", params=RUNS)
+def beyond(request, tmp_path_factory):
+    """A scratch project that has run ``./run_all.sh <run>`` once: (project root, Config, runner results).
+    tiny_beyond's embedding store is seeded from the tiny run's (tests/conftest.py: its A0-A4 chunks are tiny's,
+    with the same strong embedder), so only the late-pooled and the chunker's chunks are encoded."""
+    name = request.param
     project = _project(tmp_path_factory, "demo_raw")
-    results = runner.run(project / "params" / "demo_beyond.yaml", project, log=lambda *_: None)
-    return project, config.load(project / "params" / "demo_beyond.yaml", root=project), results
+    if name == "tiny_beyond":
+        seed_embeddings(request.getfixturevalue("tiny_project")[0], "tiny", project, name)
+    results = runner.run(project / "params" / f"{name}.yaml", project, log=lambda *_: None)
+    return project, config.load(project / "params" / f"{name}.yaml", root=project), results
 
 
 def test_every_stage_runs_and_the_headline_is_the_pinned_one(beyond):
@@ -52,7 +56,7 @@ def test_every_stage_runs_and_the_headline_is_the_pinned_one(beyond):
     assert [(s, status) for s, status, _ in results] == [(s, "ran") for s in STAGES]
     got = golden.headline(cfg)
     assert {"user_contrasts", "tost", "cost"} <= set(got)
-    assert golden.compare(json.loads(golden.golden_path(ROOT, "demo_beyond").read_text()), got) == []
+    assert golden.compare(json.loads(golden.golden_path(ROOT, cfg.corpus).read_text()), got) == []
 
 
 def test_late_conditions_keep_their_offsets_and_get_vectors_of_their_own(beyond):
@@ -103,7 +107,7 @@ def test_the_report_shows_the_cost_table_the_pareto_figure_and_tost_beside_holm(
     assert set(cost["condition"]) >= set(LATE) and set(cost["embedder"]) == {"strong"}
     assert (cost.loc[cost["condition"].isin(LATE), "embedding"] == "late").all()
     assert cost.groupby("embedder")["pareto_tokens"].any().all()
-    out = project / "figures" / "demo_beyond"
+    out = project / "figures" / cfg.corpus
     md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
     assert "## What each condition costs (exploratory)" in md and (out / "fig_cost.png").is_file()
     assert "| TOST 90% CI" in md and "Holm asks whether a contrast differs from zero" in md

@@ -22,6 +22,7 @@ import pytest
 from chunkstudy import artifacts, codehash, config, design, golden, runner, stats
 from chunkstudy.chunks import chunk_sets, chunkers, chunking
 from chunkstudy.metrics import paired
+from conftest import scratch_project, seed_embeddings
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
@@ -29,16 +30,12 @@ USER = ["REC", "REC-fixed", "LC", "LC-fixed", "PARA", "PARA-fixed"]
 
 
 @pytest.fixture(scope="module")
-def byo(tmp_path_factory):
+def byo(tmp_path_factory, tiny_project):
     """A scratch project (as tests/test_pipeline_tiny.py's, plus a copy of examples/) that has run
-    ``./run_all.sh tiny_byo`` once; returns (project root, its Config, runner results)."""
-    project = tmp_path_factory.mktemp("project")
-    (project / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    (project / "lib").symlink_to(ROOT / "lib", target_is_directory=True)
-    (project / "data").mkdir()
-    (project / "data" / "demo_raw").symlink_to(ROOT / "data" / "demo_raw", target_is_directory=True)
-    for folder in ("notebooks", "params", "examples"):
-        shutil.copytree(ROOT / folder, project / folder)
+    ``./run_all.sh tiny_byo`` once, its embedding store seeded from the tiny run's (the paper's conditions are
+    tiny's chunks: only the user's are embedded); returns (project root, its Config, runner results)."""
+    project = scratch_project(tmp_path_factory)
+    seed_embeddings(tiny_project[0], "tiny", project, "tiny_byo")
     results = runner.run(project / "params" / "tiny_byo.yaml", project, log=lambda *_: None)
     return project, config.load(project / "params" / "tiny_byo.yaml", root=project), results
 

@@ -21,18 +21,11 @@ STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tiny_project):
     """A scratch project (the real notebooks and parameter files, the package and the demo corpus linked in) that
-    has run ``./run_all.sh tiny`` once; returns (project root, runner results)."""
-    project = tmp_path_factory.mktemp("project")
-    (project / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    (project / "lib").symlink_to(ROOT / "lib", target_is_directory=True)
-    (project / "data").mkdir()
-    (project / "data" / "demo_raw").symlink_to(ROOT / "data" / "demo_raw", target_is_directory=True)
-    shutil.copytree(ROOT / "notebooks", project / "notebooks")
-    shutil.copytree(ROOT / "params", project / "params")
-    results = runner.run(project / "params" / "tiny.yaml", project, log=lambda *_: None)
-    return project, results
+    has run ``./run_all.sh tiny`` once (tests/conftest.py, once per session); returns (project root, runner
+    results)."""
+    return tiny_project
 
 
 def test_all_eight_stages_run_and_a_second_run_skips_them(tiny):
