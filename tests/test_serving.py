@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from chunkstudy import config, runner, serving
+from chunkstudy.llm import http as llm_http
 from chunkstudy.serving import lifecycle
 
 HERE = Path(__file__).parent
@@ -302,6 +303,10 @@ def test_a_second_run_wanting_a_claimed_port_refuses_naming_the_first(project):
     cfg = config.load(other, root=project)
     with lifecycle.Services(cfg, ["02_induce"], project / "build", quiet) as served:  # the claim went with the run
         assert served._claims
+        broker, folder = served._broker_thread, served._broker_dir
+        assert broker is not None and broker.is_alive() and folder is not None and folder.is_dir()
+    assert not broker.is_alive() and not folder.exists()  # the broker's thread and socket go with the run
+    assert llm_http.BROKER_ENV not in os.environ
 
 
 # ----------------------------------------------------------------------------------------- up-front check
@@ -430,6 +435,17 @@ def test_replicas_spread_requests_with_the_in_flight_limit_per_replica():
     for t in threads:
         t.join()
     assert r.in_flight == [0, 0] and r.sent == [2, 2]
+
+
+def test_replicas_spread_calls_made_one_at_a_time_round_robin():
+    from chunkstudy.llm import http
+
+    r = http.Replicas(["a", "b", "c"], 4)
+    got = []
+    for _ in range(7):
+        with r.acquire() as url:
+            got.append(url)
+    assert got == ["a", "b", "c", "a", "b", "c", "a"] and r.sent == [3, 2, 2]
 
 
 # ------------------------------------------------------------------ the embedding and reranker server clients
