@@ -315,7 +315,7 @@ def test_the_up_front_check_names_each_problem_and_its_fix_before_01(project, mo
     cfg_file = project / "params" / "gpu.yaml"
     cfg_file.write_text(yaml.safe_dump({
         "corpus": {"name": "gpu"},
-        "llm": {"backend": "openai", "model": "org/never-downloaded-llm", "base_url": "http://gpu-box:8000/v1",
+        "llm": {"backend": "openai", "model": "google/gemma-never-downloaded", "base_url": "http://gpu-box:8000/v1",
                 "serve": "auto"},
         "embed": {"embedders": {"strong": {"backend": "openai", "model": "org/never-downloaded-embedder",
                                            "base_url": "http://127.0.0.1:8001/v1", "serve": "auto",
@@ -334,8 +334,9 @@ def test_the_up_front_check_names_each_problem_and_its_fix_before_01(project, mo
     assert "Fix: scripts/serve_llm.sh --install (once" in msg and "scripts/prefetch_models.sh params/gpu.yaml" in msg
     assert "nvidia-smi -L lists none" in msg
     assert "org/never-downloaded-embedder (embed.embedders.strong.model)" in msg
-    assert "org/never-downloaded-llm (llm.model)" in msg  # served here (serve: auto), so it must be cached here
-    assert "https://huggingface.co/org/never-downloaded-embedder" in msg and "export HF_TOKEN" in msg
+    assert "google/gemma-never-downloaded (llm.model)" in msg  # served here (serve: auto), so it must be cached here
+    assert "licence accepted first, at https://huggingface.co/google/gemma-never-downloaded, and `export HF_TOKEN" \
+        in msg and "huggingface.co/org/never-downloaded-embedder" not in msg  # only the gated model's page
     assert not (project / "data/gpu").exists()
     print(f"up-front check failed in {time.perf_counter() - t0:.1f} s")
 
