@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from chunkstudy import config, runner, serving
+from chunkstudy.llm import http as llm_http
 from chunkstudy.serving import lifecycle
 
 HERE = Path(__file__).parent
@@ -302,6 +303,10 @@ def test_a_second_run_wanting_a_claimed_port_refuses_naming_the_first(project):
     cfg = config.load(other, root=project)
     with lifecycle.Services(cfg, ["02_induce"], project / "build", quiet) as served:  # the claim went with the run
         assert served._claims
+        broker, folder = served._broker_thread, served._broker_dir
+        assert broker is not None and broker.is_alive() and folder is not None and folder.is_dir()
+    assert not broker.is_alive() and not folder.exists()  # the broker's thread and socket go with the run
+    assert llm_http.BROKER_ENV not in os.environ
 
 
 # ----------------------------------------------------------------------------------------- up-front check
@@ -310,7 +315,7 @@ def test_the_up_front_check_names_each_problem_and_its_fix_before_01(project, mo
     cfg_file = project / "params" / "gpu.yaml"
     cfg_file.write_text(yaml.safe_dump({
         "corpus": {"name": "gpu"},
-        "llm": {"backend": "openai", "model": "org/never-downloaded-llm", "base_url": "http://gpu-box:8000/v1",
+        "llm": {"backend": "openai", "model": "google/gemma-never-downloaded", "base_url": "http://gpu-box:8000/v1",
                 "serve": "auto"},
         "embed": {"embedders": {"strong": {"backend": "openai", "model": "org/never-downloaded-embedder",
                                            "base_url": "http://127.0.0.1:8001/v1", "serve": "auto",
@@ -329,8 +334,9 @@ def test_the_up_front_check_names_each_problem_and_its_fix_before_01(project, mo
     assert "Fix: scripts/serve_llm.sh --install (once" in msg and "scripts/prefetch_models.sh params/gpu.yaml" in msg
     assert "nvidia-smi -L lists none" in msg
     assert "org/never-downloaded-embedder (embed.embedders.strong.model)" in msg
-    assert "org/never-downloaded-llm (llm.model)" in msg  # served here (serve: auto), so it must be cached here
-    assert "https://huggingface.co/org/never-downloaded-embedder" in msg and "export HF_TOKEN" in msg
+    assert "google/gemma-never-downloaded (llm.model)" in msg  # served here (serve: auto), so it must be cached here
+    assert "licence accepted first, at https://huggingface.co/google/gemma-never-downloaded, and `export HF_TOKEN" \
+        in msg and "huggingface.co/org/never-downloaded-embedder" not in msg  # only the gated model's page
     assert not (project / "data/gpu").exists()
     print(f"up-front check failed in {time.perf_counter() - t0:.1f} s")
 
@@ -430,6 +436,17 @@ def test_replicas_spread_requests_with_the_in_flight_limit_per_replica():
     for t in threads:
         t.join()
     assert r.in_flight == [0, 0] and r.sent == [2, 2]
+
+
+def test_replicas_spread_calls_made_one_at_a_time_round_robin():
+    from chunkstudy.llm import http
+
+    r = http.Replicas(["a", "b", "c"], 4)
+    got = []
+    for _ in range(7):
+        with r.acquire() as url:
+            got.append(url)
+    assert got == ["a", "b", "c", "a", "b", "c", "a"] and r.sent == [3, 2, 2]
 
 
 # ------------------------------------------------------------------ the embedding and reranker server clients

@@ -64,8 +64,10 @@ def urls(value: str | Sequence[str] | None) -> list[str]:
 
 
 class Replicas:
-    """The replicas of one model: ``acquire()`` yields the URL with the fewest requests in flight (the lowest
-    index on a tie) and blocks while each has ``per_replica`` in flight. ``sent[i]``: requests replica ``i`` got."""
+    """The replicas of one model: ``acquire()`` yields the URL with the fewest requests in flight, on a tie the one
+    that got the fewest so far (then the lowest index), and blocks while each has ``per_replica`` in flight.
+    ``sent[i]``: requests replica ``i`` got. The second key spreads calls made one at a time (a stage whose batch
+    is smaller than the in-flight limit) round-robin instead of sending them all to the first replica."""
 
     def __init__(self, base_urls: Sequence[str], per_replica: int):
         if not base_urls:
@@ -85,7 +87,7 @@ class Replicas:
     def acquire(self) -> Iterator[str]:
         with self._cond:
             self._cond.wait_for(lambda: min(self.in_flight) < self.per_replica)
-            i = min(range(len(self.urls)), key=lambda j: (self.in_flight[j], j))
+            i = min(range(len(self.urls)), key=lambda j: (self.in_flight[j], self.sent[j], j))
             self.in_flight[i] += 1
             self.sent[i] += 1
         try:

@@ -62,6 +62,10 @@ def needed_models(cfg: Config, selected: list[str]) -> dict[str, list[str]]:
     return out
 
 
+#: hub organisations and families whose models ask for a licence before download (the check names their pages)
+GATED_PREFIXES = ("google/gemma", "meta-llama/", "mistralai/", "bigcode/starcoder")
+
+
 def problems(cfg: Config, selected: list[str], params_arg: str) -> list[str]:
     """What would stop the run later, found now; each names the key and the command that fixes it."""
     found = []
@@ -95,9 +99,12 @@ def problems(cfg: Config, selected: list[str], params_arg: str) -> list[str]:
                   if models.is_hub_name(n) and not models.cached_offline(n)}
         if absent:
             names = "; ".join(f"{n} ({', '.join(k)})" for n, k in absent.items())
+            licensed = [n for n in absent if n.lower().startswith(GATED_PREFIXES)]
             gated = "" if os.environ.get("HF_TOKEN") else (
-                " A gated model (Gemma) needs its licence accepted first, at " +
-                ", ".join(f"https://huggingface.co/{n}" for n in absent) + ", and `export HF_TOKEN=hf_...`.")
+                (" A gated model needs its licence accepted first, at " +
+                 ", ".join(f"https://huggingface.co/{n}" for n in licensed) if licensed else
+                 " If one of them is gated, accept its licence on its hub page first") +
+                ", and `export HF_TOKEN=hf_...`.")
             found.append(f"not in the local Hugging Face cache (runs are offline, HF_HUB_OFFLINE=1): {names}. "
                          f"Fix: scripts/prefetch_models.sh {params_arg}.{gated} (Or let the run download: "
                          f"HF_HUB_OFFLINE=0 ./run_all.sh ...)")

@@ -30,6 +30,8 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -138,6 +140,8 @@ class Services:
         self._claims: list[int] = []
         self._listener: Any = None
         self._env_saved: str | None = None
+        self._broker_dir: Path | None = None
+        self._broker_thread: threading.Thread | None = None
         self._closing = False
 
     # ------------------------------------------------------------------------------------------ run scope
@@ -161,8 +165,7 @@ class Services:
                 self.stop(url)
         finally:
             if self._listener is not None:
-                self._listener.close()
-                self._listener = None
+                self._close_broker()
                 if self._env_saved is None:
                     os.environ.pop(http.BROKER_ENV, None)
                 else:
@@ -204,7 +207,27 @@ class Services:
         self._listener = Listener(str(folder / "s"), family="AF_UNIX", authkey=key)
         self._env_saved = os.environ.get(http.BROKER_ENV)
         os.environ[http.BROKER_ENV] = f"{self._listener.address} {key.hex()}"  # the kernel inherits it
-        threading.Thread(target=self._serve_broker, args=(self._listener,), daemon=True).start()
+        self._broker_dir = folder
+        self._broker_thread = threading.Thread(target=self._serve_broker, args=(self._listener,), daemon=True)
+        self._broker_thread.start()
+
+    def _close_broker(self) -> None:
+        """Close the broker's socket, wake its accepting thread (closing alone leaves it blocked in ``accept``
+        on Linux) and remove its folder."""
+        listener, self._listener = self._listener, None
+        sock = getattr(getattr(listener, "_listener", None), "_socket", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        listener.close()
+        if self._broker_thread is not None:
+            self._broker_thread.join(timeout=10)
+            self._broker_thread = None
+        if self._broker_dir is not None:
+            shutil.rmtree(self._broker_dir, ignore_errors=True)
+            self._broker_dir = None
 
     def _serve_broker(self, listener: Any) -> None:
         while True:
