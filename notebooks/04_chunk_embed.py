@@ -13,10 +13,10 @@
 # %% [markdown]
 # # 04 · Chunk sets and embeddings
 #
-# **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`; `02_induce/sections_induced` and, when A1 is in
-# `chunking.conditions`, `contexts_a1`.
+# **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`; `02_induce/sections_induced` and, when a condition
+# has a context prefix (A1), `contexts_a1`.
 # **Writes** `04_chunk_embed/chunks` (every condition in `chunking.conditions` and `conditions.extra`),
-# `size_matching`, `placebo`, `placebo_buckets` (the placebo per depth bucket), `summary.json` (with the
+# `size_matching`, `placebo` and `placebo_buckets` (per placebo condition; by depth bucket), `summary.json` (with the
 # size-matching numbers), `embedding_report.json`, and `embeddings/<embedder>.npy` (float32, one row per distinct
 # embedded text; `chunks.text_row` indexes it) with `embeddings/<embedder>.ids.parquet` (the row order).
 #
@@ -27,17 +27,18 @@
 # text is embedded once per embedder, through a persistent store keyed by (model, kind, text): a rerun embeds
 # nothing.
 #
-# User conditions (`conditions.extra`, README "Test your own chunker") are cut by their chunker, placed on exact
-# character offsets (text a chunker drops or rewrites stops here, naming the document), given one of the study's
-# prefix kinds and, with `size_matched_twin`, a twin `<NAME>-fixed` of fixed windows matched per document to the
-# condition's mean size (the A0 rule). They share the text rows and the embedding store with the paper's.
+# User conditions (`conditions.extra`, docs/extending.md) are conditions like the paper's: cut by their chunker
+# (placed on exact character offsets: text a chunker drops or rewrites stops here, naming the document) or on one
+# of the paper's chunk sets, given a prefix kind and, with `size_matched_twin`, a twin `<NAME>-fixed` of fixed
+# windows matched per document to the condition's mean size (the A0 rule). They share the text rows and the
+# embedding store with the paper's.
 
 # %% tags=["parameters"]
 params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, devices, embed_store
-from chunkstudy.chunks import chunk_sets, extra_conditions
+from chunkstudy.chunks import chunk_sets
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
@@ -46,12 +47,10 @@ documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
-contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when A1 is in the run
+contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when a condition has a context prefix
 store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
-extra = extra_conditions.build_for_run(cfg, cfg.params("conditions").extra, documents, sections_gold, sections_induced,
-                                       store)
-out = chunk_sets.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"),
-                           extra=extra)
+out = chunk_sets.build_for_run(cfg, cfg.params().run_conditions, documents, paragraphs, sections_gold, sections_induced,
+                               contexts_a1, store)
 artifacts.write(cfg, "chunks", out["chunks"])
 artifacts.write(cfg, "size_matching", out["size_matching"])
 artifacts.write(cfg, "placebo", out["placebo"])

@@ -34,9 +34,10 @@ from .config_rules import RULES, Rule, dotted_value, is_name
 from .params import (ChunkingParams, ConditionsParams, ContextsParams, ContrastsParams, CorpusParams, EmbedParams,
                      FiguresParams, InduceParams, LLMParams, MetricsParams, Params, QueriesParams, RetrieveParams,
                      StatsParams)
+from .errors import ChunkstudyError
 
 
-class ConfigError(ValueError):
+class ConfigError(ChunkstudyError, ValueError):
     """A parameter file is malformed: the message names the file and the key."""
 
 

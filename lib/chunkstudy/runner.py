@@ -56,12 +56,13 @@ from typing import Any, Iterator
 
 from . import artifacts, config, devices, manifests, progress, stages
 from .codehash import library_hash
+from .errors import ChunkstudyError
 
 #: Which earlier stages each stage reads (its inputs are their outputs), from :data:`chunkstudy.stages.STAGES`
 #: under any parameters; :func:`stage_key` narrows it to the reads a parameter file switches on.
 STAGE_DEPS: dict[str, tuple[str, ...]] = {s: stages.upstream(s) for s in stages.STAGE_NAMES}
 
-class StageFailed(RuntimeError):
+class StageFailed(ChunkstudyError, RuntimeError):
     pass
 
 
