@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_memory.py [--texts 67500] [--queries 1298] [--dim 384]
 
-The QASPER test split through the offline stand-ins (README "What the offline stand-ins show on real QASPER") is
+The QASPER test split through the offline stand-ins (docs/results.md) is
 about 67,500 distinct texts per embedder, two embedders (all-MiniLM-L6-v2 at 256 and 128 tokens, d = 384), 11
 conditions, 1,298 questions. Embedding them for real takes hours on 2 cores, so each part measures what holds
 memory, in its own process (peak resident set, ``ru_maxrss``):

@@ -7,7 +7,7 @@ is a range, low to high, and so is each time. Rates measured on this project's m
 this project has not run on come from published figures, named in ``RATES`` with their caveats. Replace them with
 your own (``scripts/device_check.sh`` measures the encoders' items/s on a lent GPU) by editing ``RATES``.
 
-Run (about 10 minutes of plans on 2 cores; README, "Scale, on paper", shows the output)::
+Run (about 10 minutes of plans on 2 cores; docs/performance.md, "Scale, on paper", shows the output)::
 
     py=.venv/bin/python
     $py -m chunkstudy.plan bench/scale/qasper_paper_test_split.yaml --build --json > qasper.json

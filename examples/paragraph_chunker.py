@@ -1,4 +1,4 @@
-"""A custom chunker, the smallest kind a user brings (README "Test your own chunker"): paragraphs (runs of text
+"""A custom chunker, the smallest kind a user brings (docs/chunker.md): paragraphs (runs of text
 between blank lines) packed greedily until a chunk holds at least ``min_words`` words.
 
 A chunker is any function ``f(text, **options)`` that returns ``(start, end)`` character spans of ``text`` (as here)

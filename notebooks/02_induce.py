@@ -5,9 +5,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: chunkstudy (.venv)
 #     language: python
-#     name: python3
+#     name: chunkstudy
 # ---
 
 # %% [markdown]

@@ -5,9 +5,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: chunkstudy (.venv)
 #     language: python
-#     name: python3
+#     name: chunkstudy
 # ---
 
 # %% [markdown]
@@ -27,7 +27,7 @@
 # text is embedded once per embedder, through a persistent store keyed by (model, kind, text): a rerun embeds
 # nothing.
 #
-# User conditions (`conditions.extra`, docs/extending.md) are conditions like the paper's: cut by their chunker
+# User conditions (`conditions.extra`, docs/chunker.md) are conditions like the paper's: cut by their chunker
 # (placed on exact character offsets: text a chunker drops or rewrites stops here, naming the document) or on one
 # of the paper's chunk sets, given a prefix kind and, with `size_matched_twin`, a twin `<NAME>-fixed` of fixed
 # windows matched per document to the condition's mean size (the A0 rule). They share the text rows and the

@@ -5,9 +5,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: chunkstudy (.venv)
 #     language: python
-#     name: python3
+#     name: chunkstudy
 # ---
 
 # %% [markdown]
@@ -132,7 +132,7 @@ artifacts.write(cfg, "power_needed", power_needed)
 power_needed
 
 # %% [markdown]
-# ## Exploratory — the user's contrasts (`contrasts.extra`; README "Test your own chunker")
+# ## Exploratory — the user's contrasts (`contrasts.extra`; docs/chunker.md)
 # Contrasts a user added over the paper's conditions and the user's own (`conditions.extra`, with their
 # size-matched twins `<NAME>-fixed`). The same document-clustered bootstrap, seed and dz as the paper's, but a
 # **family of their own**: Holm within the user's contrasts in each cell, never mixed with the confirmatory four.

@@ -10,7 +10,7 @@
 # constraints/nodeps-lock.txt (the --no-deps packages) and the project itself, editable, with --no-deps. Elsewhere
 # (or with CHUNKSTUDY_UNLOCKED=1) it falls back to pyproject.toml's ranges with constraints/cpu.txt or gpu.txt and
 # says so. The stamp records the lock, so switching builds reinstalls. scripts/lock.sh regenerates the locks
-# (README, "Environment").
+# (docs/environment.md).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$here/.venv"

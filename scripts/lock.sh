@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/lock.sh [all|cpu|gpu]   regenerate the locks (exact versions with sha256 hashes) from pyproject.toml and
+# scripts/lock.sh [all|cpu|gpu|lab]   regenerate the locks (exact versions with sha256 hashes) from pyproject.toml and
 # constraints/. Needs uv (`pip install uv`) and the package index. Default: all.
 #
 #   cpu  constraints/cpu-lock.txt (the project with its [dev] and [chunkers] extras, torch 2.13.0+cpu) and
@@ -7,6 +7,9 @@
 #   gpu  constraints/gpu-lock.txt: the same packages at the CPU lock's versions and hashes, but torch 2.13.0 from
 #        PyPI (its Linux x86_64 wheel is the CUDA 13.0 build; only that wheel's hash is kept) with the nvidia-* CUDA
 #        libraries, cuda-* and triton it depends on. Run it after `cpu`: it pins everything else to the CPU lock.
+#   lab  constraints/lab-lock.txt: the [lab] extra (JupyterLab, ipywidgets) resolved against the CPU lock's
+#        versions, keeping only the packages that lock lacks; ./lab.sh installs it with --no-deps on top of either
+#        lock (no torch in it). Run it after `cpu`.
 #
 # The locks target CPython 3.11 on Linux x86_64 (manylinux_2_28), the development, CI and GPU machines. The CPU
 # build of torch (2.13.0+cpu) is not on PyPI: it comes from a folder of wheels when pip has one configured
@@ -56,4 +59,25 @@ open(path, "w").write(text.replace(m.group(0), f"torch=={m.group(1)} \\\n    --h
 print(f"lock: torch {m.group(1)}: the hash of {want} only")
 PY
   echo "lock: wrote constraints/gpu-lock.txt ($(grep -c '^[a-z0-9]' constraints/gpu-lock.txt) packages)"
+fi
+if [ "$what" = all ] || [ "$what" = lab ]; then
+  pins="$(mktemp)" all="$(mktemp)"
+  trap 'rm -f "$pins" "$all"' EXIT
+  grep -E '^[a-z0-9]' constraints/cpu-lock.txt | sed 's/ .*//' > "$pins"
+  links="${PIP_FIND_LINKS:-$("$py" -m pip config get global.find-links 2>/dev/null || true)}"
+  src=()
+  for l in $links; do src+=(--find-links "$l"); done
+  [ -n "$links" ] || src+=(--extra-index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" --index-strategy unsafe-best-match)
+  "$uv" pip compile pyproject.toml --extra lab -c constraints/cpu.txt -c "$pins" "${src[@]}" "${common[@]}" -o "$all"
+  # keep the packages the CPU lock lacks (each with its hashes and "via" lines)
+  "$py" - "$all" "$pins" <<'PY'
+import re, sys
+text, have = open(sys.argv[1]).read(), set(open(sys.argv[2]).read().split())
+blocks = re.findall(r"^([a-z0-9][^\n]*\n(?:[ ]+[^\n]*\n)*)", text, re.M)
+keep = [b for b in blocks if b.split(" ", 1)[0] not in have]
+head = ("# The [lab] extra's packages beyond constraints/cpu-lock.txt (exact versions, sha256 hashes), resolved against\n"
+        "# that lock's versions by `scripts/lock.sh lab`. ./lab.sh installs them with --require-hashes --no-deps.\n")
+open("constraints/lab-lock.txt", "w").write(head + "".join(keep))
+print(f"lock: wrote constraints/lab-lock.txt ({len(keep)} packages)")
+PY
 fi

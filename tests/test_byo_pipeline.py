@@ -1,4 +1,4 @@
-"""The worked example of README "Test your own chunker", end to end in the default suite: params/tiny_byo.yaml (the
+"""The worked example of docs/chunker.md, end to end in the default suite: params/tiny_byo.yaml (the
 tiny run plus two library chunkers, chonkie's RecursiveChunker and langchain's RecursiveCharacterTextSplitter, and
 one custom function, examples/paragraph_chunker.py, each with a size-matched twin) through the runner, offline.
 

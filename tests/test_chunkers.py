@@ -1,4 +1,4 @@
-"""Your own chunker as a condition (README "Test your own chunker"): placement of a chunker's output on exact
+"""Your own chunker as a condition (docs/chunker.md): placement of a chunker's output on exact
 character offsets (dropped or rewritten text is an error naming the document, or a counted warning), the library
 adapters (chonkie's recursive, sentence and semantic chunkers, semchunk, langchain-text-splitters) on real text,
 user functions (a module or a file), the prefix kinds, the size-matched twins (the A0 rule per document), and the

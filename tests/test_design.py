@@ -18,7 +18,7 @@ from chunkstudy.queries import bm25
 from chunkstudy.report import figures, tables
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "chunkstudy"
-#: The paper's conditions and metric names, written out here as the oracle (DESIGN.md, paper §3.2 and §5.1).
+#: The paper's conditions and metric names, written out here as the oracle (docs/design.md, paper §3.2 and §5.1).
 PAPER_CONDITIONS = ["A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4", "G2", "G3", "G4"]
 PAPER_METRICS = ["cov-nDCG@10", "recall@50", "MRR", "nDCG@10", "budget-cov@512", "budget-cov@1024",
                  "budget-cov@2048"]

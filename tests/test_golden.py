@@ -29,7 +29,7 @@ def test_demo_run_reproduces_the_pinned_headline(root):
 @pytest.mark.realdata
 @pytest.mark.parametrize("corpus", ["qasper_sample", "qasper_local"])
 def test_qasper_run_reproduces_the_pinned_headline(corpus, root, shared_data, tmp_path):
-    """The real results of README 'What the offline stand-ins show on real QASPER', offline stand-ins on the mirrored
+    """The real results of docs/results.md, offline stand-ins on the mirrored
     QASPER test split, compared with tests/golden/<corpus>.json:
 
     * ``qasper_sample``: a seeded sample of 150 of the 416 papers, the quick check (``-k qasper_sample``); about half

@@ -2,7 +2,7 @@
 fractions), kept beside the tests as the oracle for :mod:`chunkstudy.metrics` (and timed by bench/bench_metrics.py).
 
 It scores one ranked list at a time, straight from the definitions in the paper's appendix "Coverage-nDCG" and
-DESIGN.md "Metrics"; it shares no code with the library. Thresholds are exact decimals (``Fraction(str(x))``).
+docs/design.md, "Metrics"; it shares no code with the library. Thresholds are exact decimals (``Fraction(str(x))``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """chunkstudy: where chunk boundaries fall, what is prepended at embedding time, and whether retrieval routes to a
-section first — the library behind the notebooks in ``notebooks/`` (see README.md and DESIGN.md).
+section first — the library behind the notebooks in ``notebooks/`` (see README.md and docs/index.md).
 
 Imports flow one way: ``design`` → ``stages`` → ``config``/``artifacts`` → domain modules (``corpus``, ``llm``,
 ``induce``, ``contexts``, ``queries``, ``chunking``, ``conditions``, ``embed``, ``retrieve``, ``rerank``,

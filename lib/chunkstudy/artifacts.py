@@ -1,6 +1,6 @@
 """The artifact store: where every table lives, schema-checked atomic reads and writes, stage manifests.
 
-This is the only module that touches paths. Layout (DESIGN.md, "Data contracts")::
+This is the only module that touches paths. Layout (docs/design.md, "Data contracts")::
 
     data/<corpus>/<NN_stage>/<table>.parquet      tables
     data/<corpus>/<NN_stage>/<name>.json          small JSON facts (funnels, stats)

@@ -1,5 +1,5 @@
 """The study's design, declared once: its conditions, its pre-registered contrasts and its metrics (paper §3.2,
-§4, §5.1 and the appendix; DESIGN.md "Conditions" and "Metrics").
+§4, §5.1 and the appendix; docs/design.md, "Conditions" and "Metrics").
 
 Everything else derives from these records, as ir_measures derives a measure's name, its table column and its
 figure label from one declaration: the parameter schema's choices and defaults (:mod:`chunkstudy.config`), which
@@ -364,7 +364,7 @@ def contrast_question(a: str, b: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Conditions a user adds (``conditions.extra``, ``contrasts.extra``; docs/extending.md)
+# Conditions and contrasts a user adds (``conditions.extra``, ``contrasts.extra``; docs/chunker.md)
 # ---------------------------------------------------------------------------------------------------------------
 
 def _field(spec: Any, key: str) -> Any:

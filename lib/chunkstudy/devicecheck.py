@@ -1,4 +1,4 @@
-"""A device check that fits a borrowed GPU (``scripts/device_check.sh``; issue 21 §4).
+"""A device check that fits a borrowed GPU (``scripts/device_check.sh``; docs/gpu.md, "Device check").
 
 The GPU machine lent for this project's checks has its own Python 3.12 with a CUDA torch, no package index and no
 internet, takes at most 64 MiB from the work tree and is held for about 15 minutes, start included. So the check

@@ -49,5 +49,5 @@ def require_cuda(cfg: Config, torch_module: Any = None) -> str | None:
             f"{cfg.path}: {', '.join(keys)} ask for CUDA, but torch {torch.__version__} sees no CUDA device (CUDA "
             f"build: {torch.version.cuda}). On a GPU machine scripts/ensure_env.sh installs the CUDA build "
             f"(constraints/gpu-lock.txt) when `nvidia-smi -L` lists the GPU, or with CHUNKSTUDY_TORCH=cuda: check "
-            f"nvidia-smi and the driver (README, 'GPUs and vLLM'); or set these devices to cpu.")
+            f"nvidia-smi and the driver (docs/gpu.md); or set these devices to cpu.")
     return torch.cuda.get_device_name(0)

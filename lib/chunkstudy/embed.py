@@ -1,4 +1,4 @@
-"""Embedders (DESIGN.md "Models and generation"; paper 4, "Embedders").
+"""Embedders (docs/models.md, "Encoders"; paper 4, "Embedders").
 
 * :func:`load_embedder` builds an :class:`Embedder` from one entry of ``params embed.embedders``. Backends (the
   library family): ``sentence-transformers`` (local path, ``package:`` name or hub name), ``flag`` (FlagEmbedding,

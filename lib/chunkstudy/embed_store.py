@@ -1,4 +1,4 @@
-"""The persistent embedding store (DESIGN.md "Models and generation"), and the embedding of a run's texts by
+"""The persistent embedding store (docs/models.md, "The embedding store"), and the embedding of a run's texts by
 every embedder through it (:func:`embed_all`). The embedders themselves are :mod:`chunkstudy.embed`.
 
 :class:`EmbeddingStore` keys vectors by ``(model_key, kind, exact text)``: each distinct text is embedded once

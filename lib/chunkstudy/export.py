@@ -1,5 +1,5 @@
 """Take the benchmark anywhere: a finished run in the formats the IR ecosystem reads (BEIR, TREC), and an outside
-TREC run scored by this study's span-level metrics (README "Take the benchmark anywhere").
+TREC run scored by this study's span-level metrics (docs/export.md).
 
 ``python -m chunkstudy.export params/demo.yaml [--out DIR]`` writes, under ``data/<corpus>/export/`` (or ``DIR``),
 one folder per condition (a BEIR dataset, plus TREC files):

@@ -2,7 +2,7 @@
 the GPU smoke run (``scripts/gpu_smoke.sh``).
 
 The pipeline reaches a model server only through ``llm.base_url`` (and an embedder's ``base_url``), so nothing
-here is needed by a stage; these helpers make the recipe in README ("GPUs and vLLM") a sequence of scripts:
+here is needed by a stage; these helpers make the recipe in docs/gpu.md a sequence of scripts:
 
 * :func:`serve_args` — the ``vllm serve`` arguments for a parameter file's ``llm`` section: the weights,
   ``--served-model-name`` = ``llm.model`` (the name the client asks for and the pre-flight checks), host and port
@@ -44,7 +44,7 @@ from . import config, devices, llm
 from .params import EmbedderParams, LLMParams
 from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
-#: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (issue 17 §5)
+#: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (docs/gpu.md, "GPU smoke run")
 MIN_DEVICE_COSINE = 0.999
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 

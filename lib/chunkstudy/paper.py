@@ -182,11 +182,12 @@ FACTS: dict[str, dict[str, dict[str, Fact]]] = {
             "papers_read": Fact(1585, "§3.3 Induced structure", "papers induced (all splits)"),
             "share_exact": Fact(0.957, "Data: QASPER", "evidence matched exact -> fuzzy -> section; 95.7% exact"),
             "multi_span": Fact(0.43, "Data: QASPER", "'43% of questions cite multiple evidence paragraphs'; set "
-                               "beside matched spans (issue 14)"),
+                               "beside matched spans (docs/decisions/0002)"),
             "multi_span_appendix": Fact(0.439, "appendix C (coverage-nDCG)", "43.9%; measured to be the share with "
-                                        "more than one distinct evidence string across annotators (issue 14)"),
+                                        "more than one distinct evidence string across annotators "
+                                        "(docs/decisions/0002)"),
             "spans_per_question": Fact(2.10, "Data: QASPER; appendix C", "mean 2.10; measured to be distinct "
-                                       "evidence strings across annotators, before matching (issue 14)"),
+                                       "evidence strings across annotators, before matching (docs/decisions/0002)"),
             "share_depth1_papers": Fact(0.61, "Data: QASPER; §6.5", "61% of papers have depth-1 section lists"),
         },
         "induction": {

@@ -90,7 +90,7 @@ class CorpusParams:
     name: str = param("demo", "results go to data/<name>/ and figures/<name>/; when the file that is run does not "
                       "state it, the file's name (params/foo.yaml -> foo); never inherited through base:", name=True)
     kind: CorpusKind = param("demo", "demo (data/demo_raw format), wikipedia, qasper, markdown (a folder of .md "
-                             "files) or html (a folder of .html files); see README 'Adding a corpus'")
+                             "files) or html (a folder of .html files); see docs/corpus.md")
     mirror: str | None = param(None, "folder holding upstream files; relative to the params file", anchor="params")
     sources: tuple[str, ...] = param((), "files to read, relative to mirror (wiki XML exports, QASPER archives); "
                                      "with no mirror, names of downloaded corpus.fetch_urls files", anchor="mirror")
@@ -421,8 +421,8 @@ class StatsParams:
     min_docs: int = param(20, "fewest documents (the bootstrap's resampled clusters) a contrast needs for "
                           "inference; below it the report prints no CI, p or star and says why. The percentile "
                           "cluster bootstrap rejects a true null at alpha 0.05 in 25% of studies of 3 documents, 15% "
-                          "of 5, 9% of 10, 8% of 15 and 6% of 20 (bench/bench_bootstrap_size.py; README "
-                          "'Statistics')", ge=2)
+                          "of 5, 9% of 10, 8% of 15 and 6% of 20 (bench/bench_bootstrap_size.py; "
+                          "docs/design.md, 'Statistics')", ge=2)
     seed: int = param(SEED)
     alpha: float = param(0.05, gt=0, lt=1)
     primary_metric: str = param(MetricsParams().primary, "the confirmatory metric: one of the metrics section's "
@@ -465,7 +465,7 @@ class FiguresParams:
 @dataclass(frozen=True)
 class ExtraConditionParams:
     """One entry of ``conditions.extra``: a condition the user adds (:func:`chunkstudy.design.user_conditions`;
-    docs/extending.md), cut by a chunker of their choice or on one of the paper's chunk sets."""
+    docs/chunker.md), cut by a chunker of their choice or on one of the paper's chunk sets."""
 
     boundaries: Literal["chunker", "fixed", "induced", "gold"] = param(
         "chunker", "chunker (cut by this entry's chunker), or the paper's chunk set of that kind: fixed (A0's "

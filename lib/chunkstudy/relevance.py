@@ -1,4 +1,4 @@
-"""The paper's span relevance rule (§5.1; DESIGN.md "Metrics"), in one place for every stage that judges a chunk
+"""The paper's span relevance rule (§5.1; docs/design.md, "Metrics"), in one place for every stage that judges a chunk
 against a gold span: the BM25 diagnostic (03), the metrics (06) and the BEIR/TREC export.
 
 A chunk ``c`` is relevant to a gold span ``g`` when they overlap and ``|c ∩ g| >= span_frac·|g|`` or

@@ -8,8 +8,8 @@ Conventions
   only proposes candidates. Every returned score is recomputed as a float64 sum of the exact float32 x float32
   products, with one code path (:func:`exact_scores`), so the same (query, chunk) pair always gets the
   bit-identical score: in flat and two-stage search, with either backend, in any block size.
-* **Ties** are broken by ``(-score, chunk_id)``: equal scores rank in ascending chunk_id order (DESIGN.md,
-  "Policy is explicit"). The candidates are every chunk whose float32 score is within twice the float32 error
+* **Ties** are broken by ``(-score, chunk_id)``: equal scores rank in ascending chunk_id order (docs/design.md,
+  "Policy: seeds and ties"). The candidates are every chunk whose float32 score is within twice the float32 error
   bound of the k-th best float32 score, so a group of (near-)ties at the cut is always rescored whole and the
   result is the exact top k under this order, never an artefact of float32 rounding or faiss' heap.
 * **Speed** (``bench/bench_retrieve.py``): per block of queries one float32 matrix product against all chunks;

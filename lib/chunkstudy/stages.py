@@ -1,5 +1,5 @@
 """The pipeline's stage graph, declared once: per stage, its notebook, the parameters it reads, the artifacts it
-reads and the artifacts it writes, each table with its columns and their kinds (DESIGN.md "Data contracts").
+reads and the artifacts it writes, each table with its columns and their kinds (docs/design.md, "Data contracts").
 
 Everything else derives from :data:`STAGES`: the runner's dependencies and skip keys (:mod:`chunkstudy.runner`:
 a stage reruns when a parameter it reads or a file it reads changed), the parameter sections of each stage
@@ -43,7 +43,7 @@ class SchemaError(ChunkstudyError, ValueError):
 @dataclass(frozen=True)
 class Table:
     """A parquet table ``data/<corpus>/<stage>/<name>.parquet``: the columns its writer writes and their kinds, in
-    order; ``required``: the contract every table of that name holds at least (DESIGN.md "columns (at least)";
+    order; ``required``: the contract every table of that name holds at least (docs/design.md, "Data contracts";
     None = every column). A declared column that is present must hold its kind; extra columns are allowed."""
 
     name: str

@@ -1,6 +1,6 @@
-"""Every condition's chunks (paper 3.2 and appendix E; :func:`build_all`, the function 04 runs): the paper's and
-the user's alike, each a :class:`chunkstudy.design.Condition` — the offsets of a chunk set (:mod:`.cuts`) and a
-prefix (:mod:`.prefixes`).
+"""Every condition's chunks (docs/design.md, "Conditions"; paper 3.2 and appendix E; :func:`build_all`, the
+function 04 runs): the paper's and the user's alike, each a :class:`chunkstudy.design.Condition` — the offsets of
+a chunk set (:mod:`.cuts`) and a prefix (:mod:`.prefixes`).
 
 =========  ==========================================  ==============================================
 condition  boundaries (chunk set)                      prefix at embedding time

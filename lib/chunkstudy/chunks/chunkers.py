@@ -1,5 +1,5 @@
 """Your own chunker as a condition: adapters for chunker libraries and plain functions, and the exact placement of
-their chunks on the document text (README "Test your own chunker").
+their chunks on the document text (docs/chunker.md).
 
 A chunker named in ``conditions.extra`` is one of:
 

@@ -1,6 +1,6 @@
 """The document model shared by every corpus: flat text, paragraph table, section outline, and the verifier.
 
-Conventions (DESIGN.md, "Data contracts"):
+Conventions (docs/design.md, "Data contracts"):
 
 * ``documents.text`` holds body paragraphs only, joined by :data:`SEP`. Headings are *not* in the text; they live
   in the section table and reach the embedder only through prefixes.

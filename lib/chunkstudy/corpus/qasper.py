@@ -1,5 +1,5 @@
 """QASPER: the official archives in, flattened papers and harvested questions with gold spans out (paper, data
-section; issue 3).
+section; docs/corpus.md, "The paper's corpora").
 
 * **Reading.** :func:`read_qasper` accepts ``qasper-train-dev-v0.3.tgz``, ``qasper-test-and-evaluator-v0.3.tgz``
   or the ``qasper-{train,dev,test}-v0.3.json`` files extracted from them, and merges whatever splits are given
@@ -27,7 +27,7 @@ section; issue 3).
   annotation's type). Measured effect (multi-span share / matched spans per question):
 
   =====================  ===============================  ==================================================
-  policy                 test split (1,298 usable)        all three splits (4,250 usable; issue 14)
+  policy                 test split (1,298 usable)        all three splits (4,250 usable)
   =====================  ===============================  ==================================================
   ``union``              57.3% / 2.31                     42.7% / 1.92  (paper: 43%)
   ``majority``           45.7% / 1.97                     39.1% / 1.81
@@ -44,9 +44,10 @@ section; issue 3).
   at least one matched text-evidence span. Measured on the test split (1,451 questions read): 79 dropped as
   unanswerable, 13 as numeric-only, 61 without text evidence (41 of them cite only figures/tables or evidence
   that matches nothing), 1,298 usable over 407 papers. On all three splits this gives 4,250 usable over 1,504
-  papers against the paper's 4,303 over 1,508 (issue 14): a residual gap of 53 questions (1.2%) that no simple
-  drop rule closes (strict digits-only numeric rules reach at most 4,273; keeping figure/table-only questions
-  gives 4,455, and they have no text span to score, so that is not offered as a parameter).
+  papers against the paper's 4,303 over 1,508 (docs/decisions/0002-qasper-question-funnel.md): a residual gap of
+  53 questions (1.2%) that no simple drop rule closes (strict digits-only numeric rules reach at most 4,273;
+  keeping figure/table-only questions gives 4,455, and they have no text span to score, so that is not offered as
+  a parameter).
 * **Numeric-only** (``corpus.drop_numeric_only``, default true): a question is dropped when every answerable
   non-boolean annotation's answer is only digits, punctuation and units-free symbols (``"3,044"``,
   ``"85.3%"``), the items the study leaves out. ``false`` keeps them: 1,310 usable on the test split (+12; one

@@ -1,7 +1,7 @@
 """Wikipedia-FA: MediaWiki XML exports and the MediaWiki API in, normalised documents, filters, topic buckets and
 the seeded, bucket-capped sample out (paper, data section and appendix "Topic buckets").
 
-Sources (issue 3):
+Sources (docs/corpus.md, "The paper's corpora"):
 
 * :func:`iter_export` streams a MediaWiki XML export (``.xml`` or ``.xml.bz2``; a full dump works because pages
   are parsed one by one with ``iterparse`` and cleared). Main namespace only; redirects are skipped.

@@ -3,7 +3,7 @@
 It parses wikitext with mwparserfromhell and feeds a :class:`~chunkstudy.corpus.model.DocumentBuilder` block by
 block, so paragraph offsets are exact by construction (no text search ever recovers an offset).
 
-Policy (paper, data section; issue 3):
+Policy (paper, data section):
 
 * **Dropped:** templates (``{{...}}``, including infoboxes and citation templates), references (``<ref>``,
   ``<references/>``), files and images (``[[File:...]]``, ``[[Image:...]]``, ``[[Media:...]]``, ``<gallery>``),
@@ -49,7 +49,7 @@ LIST_TAGS = {"li", "dt", "dd"}
 MAINTENANCE_PREFIXES = ("articles ", "all articles", "pages ", "wikipedia ", "cs1 ", "use ", "webarchive",
                         "featured articles", "good articles", "all pages", "commons category", "short description",
                         "official website", "coordinates on wikidata", "harv and sfn")
-#: Markup that must never survive normalisation (the acceptance check of issue 3).
+#: Markup that must never survive normalisation (checked on every real export: tests/test_corpus_wikitext.py).
 FORBIDDEN = ("{{", "}}", "<ref", "{|", "|}")
 
 _LI = "\x00LI\x00"  # sentinel: the start of a list item line

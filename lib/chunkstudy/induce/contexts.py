@@ -13,10 +13,10 @@ one that stays cut is such a failed call (:mod:`chunkstudy.llm`, "Cut replies").
 The document as a reader sees it (``contexts.document_view``): ``full`` (default) fills ``<document>`` with
 :func:`document_view` — the title, every heading line at its level and the paragraphs verbatim, in order — so A1
 sees what A3's breadcrumbs carry (title and headings; guards C1 = A3 − A1). ``body`` gives the paragraphs only
-(``documents.text``, the behaviour before issue 14). The view is rendered once per document, so the document part
-of every prompt of one document is the same bytes (a serving engine's prefix cache reuses it). The chunk inside
-``<chunk>`` is always the window's body text. (Structure induction, by contrast, never sees a heading: the
-paper strips them, :mod:`chunkstudy.induce`.)
+(``documents.text``; docs/decisions/0003-a1-document-view.md). The view is rendered once per document, so the
+document part of every prompt of one document is the same bytes (a serving engine's prefix cache reuses it). The
+chunk inside ``<chunk>`` is always the window's body text. (Structure induction, by contrast, never sees a heading:
+the paper strips them, :mod:`chunkstudy.induce`.)
 
 Long documents: when the view does not fit the model's context (``llm.context_tokens`` minus
 ``request_reply_tokens``, the document's longest chunk and a 256-token allowance for the instructions; tokens

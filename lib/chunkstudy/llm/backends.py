@@ -303,7 +303,7 @@ class VLLMBackend(Backend):
             import vllm  # noqa: F401  (a separate GPU environment)
         except ImportError as e:
             raise LLMUnavailable(f"llm.backend 'vllm' needs the vllm package, installed in its own environment "
-                                 f"(see README, 'GPUs and vLLM'): {e}") from None
+                                 f"(see docs/gpu.md): {e}") from None
         self._vllm = vllm
         self.model = model
         self.batch = batch
@@ -362,7 +362,7 @@ class TransformersBackend(Backend):
             if not torch.cuda.is_available():
                 raise LLMUnavailable(f"llm.device is {device!r} but torch {torch.__version__} sees no CUDA device "
                                      f"(CUDA build: {torch.version.cuda}); set llm.device: cpu or install a CUDA "
-                                     f"torch (README, 'GPUs and vLLM')")
+                                     f"torch (docs/gpu.md)")
         path = str(models.package_dir(model.split(":", 1)[1])) if model.startswith("package:") else model
         if gguf_file and not (Path(path) / gguf_file).is_file():
             raise ValueError(f"llm.gguf_file {gguf_file!r} not found in {path}")

@@ -1,5 +1,5 @@
 """Stage 06, the retrieval metrics: coverage-nDCG@k and the secondary ladder (paper Section 5.1 and the appendix
-"Coverage-nDCG"; DESIGN.md "Metrics").
+"Coverage-nDCG"; docs/design.md, "Metrics").
 
 Conventions
 -----------

@@ -1,7 +1,7 @@
 """Per-query drill-down of the pre-registered contrasts, stage 06's half: which queries a condition won or lost,
-and why (issue 18 §3). Stage 06 computes the ``drilldown`` table here (:func:`drilldown`); stage 08 formats it
-(:func:`chunkstudy.report.drilldown.report_parts`) for ``report.md`` (a summary table) and ``report.html`` (one
-collapsible section per contrast).
+and why (docs/running.md, "The HTML report"). Stage 06 computes the ``drilldown`` table here (:func:`drilldown`);
+stage 08 formats it (:func:`chunkstudy.report.drilldown.report_parts`) for ``report.md`` (a summary table) and
+``report.html`` (one collapsible section per contrast).
 
 What is shown
 -------------

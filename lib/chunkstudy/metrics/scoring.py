@@ -72,7 +72,7 @@ def score_lists(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
 
 def score_runs(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
                metrics_params: MetricsParams, corpus: str) -> pd.DataFrame:
-    """Score every run list: the long-form ``scores`` table (DESIGN.md "Data contracts").
+    """Score every run list: the long-form ``scores`` table (docs/design.md, "Data contracts").
 
     ``runs``: embedder, reranker, condition, query_id, rank (1-based), chunk_id (05_retrieve).
     ``chunks``: condition, doc_id, chunk_id, start, end (content offsets), n_content_tokens, n_prefix_tokens

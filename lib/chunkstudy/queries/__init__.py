@@ -1,6 +1,6 @@
 """The query stage (03_queries): leakage-controlled synthetic queries, or harvested human questions.
 
-Paper, Section 5.1. Two paths produce the same ``queries`` table (DESIGN.md, "Data contracts"):
+Paper, Section 5.1. Two paths produce the same ``queries`` table (docs/design.md, "Data contracts"):
 ``query_id, doc_id, qtype, text, spans, provenance`` (+ ``source``, ``rouge_l``). ``spans`` is a list of
 ``[start, end]`` half-open character offsets into ``documents.text``; ``provenance`` is a JSON string.
 

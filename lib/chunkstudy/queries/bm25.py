@@ -97,7 +97,7 @@ def chars_in_spans(start: int, end: int, spans: Sequence[Sequence[int]]) -> int:
 
 def is_relevant(start: int, end: int, spans: Sequence[Sequence[int]], span_frac: float,
                 chunk_frac: float) -> bool:
-    """The study's relevance rule for a chunk ``[start, end)`` against any one gold span (DESIGN.md, Metrics):
+    """The study's relevance rule for a chunk ``[start, end)`` against any one gold span (docs/design.md, "Metrics"):
     :func:`chunkstudy.relevance.relevant`, the rule the metrics use, so the diagnostic and the metrics agree at
     the thresholds."""
     if not len(spans):

@@ -145,7 +145,8 @@ def _paper_funnel(kind: str) -> dict:
 
 
 def reply_counts(log: pd.DataFrame) -> dict:
-    """How the schema-bound replies of the generated path fared (issue 21 §2), from :func:`generate`'s log: per
+    """How the schema-bound replies of the generated path fared (docs/models.md, "No reply is silently cut"), from
+    :func:`generate`'s log: per
     call kind (``generate``, ``paraphrase``) the replies of the schema's shape at the first try
     (``parsed_first_try``), read only by the lenient parser (``parsed_leniently``), not at all (``parsed_never``)
     and the failed calls (``failed``); ``parsed_after_correction`` is None: this path asks once, with no

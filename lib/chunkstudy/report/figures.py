@@ -11,7 +11,7 @@
 * :func:`section_recall` — stage-1 section recall of the two-stage conditions (A4, G4).
 * :func:`per_type` — the contrasts cut by query type.
 * :func:`reranker_lift` — reranked minus not reranked, per condition.
-* :func:`power_curves` — simulated power against the number of documents, per contrast (issue 18 §2).
+* :func:`power_curves` — simulated power against the number of documents, per contrast (docs/design.md, "Power").
 
 Numbers printed on figures are rounded here (stage 08) with the formatters of :mod:`chunkstudy.report.tables`.
 """

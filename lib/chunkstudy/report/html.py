@@ -1,4 +1,5 @@
-"""The HTML report of stage 08: ``figures/<corpus>/report.html``, one self-contained file (issue 18 §3).
+"""The HTML report of stage 08: ``figures/<corpus>/report.html``, one self-contained file (docs/running.md, "The
+HTML report").
 
 It renders the **same** report as ``report.md`` (:func:`chunkstudy.report.report.render`: the same sections,
 tables, warnings and notes, in the same order) and adds what only HTML can:

@@ -1,6 +1,6 @@
 """Statistics (stage 07): the pre-registered contrasts, their document-clustered bootstrap, Holm, Cohen's dz, the
 secondary MixedLM, and the exploratory analyses (paper, main text §4 "Statistics" and the statistics appendix;
-DESIGN.md, "Statistics").
+docs/design.md, "Statistics").
 
 Vocabulary
 ----------

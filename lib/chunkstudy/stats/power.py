@@ -1,6 +1,6 @@
-"""Power analysis (stage 07, shown in 08; issue 18 §2): how many documents would the document-clustered bootstrap
-test need to detect each pre-registered contrast with 80% power at Holm-adjusted alpha = 0.05 — at the effect
-observed in this run, and at the paper's reported effects?
+"""Power analysis (stage 07, shown in 08; docs/design.md, "Power"): how many documents would the
+document-clustered bootstrap test need to detect each pre-registered contrast with 80% power at Holm-adjusted
+alpha = 0.05 — at the effect observed in this run, and at the paper's reported effects?
 
 Method (simulation by resampling this run's documents)
 -----------------------------------------------------

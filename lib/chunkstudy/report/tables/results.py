@@ -121,7 +121,7 @@ def table2(condition_means: pd.DataFrame, embedder: str, reranker: str) -> Table
 
 def table4(conditions: Sequence[str], summary: Mapping[str, Any] | None, contexts_method: str,
            route_sections: int) -> Table:
-    """Table 4 — the conditions of the run (paper appendix, DESIGN.md "Conditions"), each declared condition's
+    """Table 4 — the conditions of the run (paper appendix; docs/design.md, "Conditions"), each declared condition's
     row (:meth:`chunkstudy.design.Condition.table4`): boundaries, prefix at embedding time and retrieval, plus,
     when 04's ``summary.json`` is given, the realised chunk count and mean content / prefix tokens of each
     condition (``n_chunks``, ``mean_content_tokens``, ``mean_prefix_tokens``). ``contexts_method``
@@ -237,7 +237,7 @@ def per_type(per_type_df: pd.DataFrame, embedder: str, reranker: str,
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Power analysis (07 ``power``; issue 18 §2)
+# Power analysis (07 ``power``; docs/design.md, "Power")
 # ---------------------------------------------------------------------------------------------------------------
 
 def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:

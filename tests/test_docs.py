@@ -1,0 +1,265 @@
+"""The documentation stays true to the repository (docs/testing.md, "What the suite holds").
+
+* ``docs/parameters.md`` is what :func:`chunkstudy.paramdoc.markdown` generates from ``lib/chunkstudy/params.py``.
+* Every relative link of README.md and docs/ points at a file that exists, and every ``#anchor`` at a heading of
+  its page, under the anchor rule of a forge (GitHub) and of mkdocs alike.
+* Every repository path the docs name (``lib/chunkstudy/stages.py``, ``params/demo.yaml``) exists, and every
+  ``chunkstudy.<module>[.<name>]`` they name imports and has that name.
+* Every ``docs/<page>.md`` (and the ``"Section"`` quoted after it) that the code cites exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import unicodedata
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from chunkstudy import paramdoc
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+#: The folders whose files the docs may name as repository paths (what a clone holds).
+TRACKED = ("lib/", "notebooks/", "params/", "tests/", "scripts/", "bench/", "constraints/", "docs/", "examples/",
+           "data/demo_raw/", "data/markdown_example_raw/", ".ci/")
+#: Where code may cite a docs page.
+CODE = ("lib", "notebooks", "tests", "scripts", "bench", "params", "examples", ".ci")
+README_MAX_LINES = 250
+#: Files the docs tell a user to create (``cp params/markdown_example.yaml params/mydocs.yaml``): examples, not
+#: files of the repository.
+USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml"}
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(ROOT).as_posix()
+
+
+# ------------------------------------------------------------------------------------------------ Markdown parsing
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\S\n]*$", re.M | re.S)
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
+
+
+def _prose(text: str) -> str:
+    """The text outside fenced code blocks and code spans (where links are links)."""
+    text = _FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    return _CODE_SPAN.sub(lambda m: " " * len(m.group(0)), text)
+
+
+def _heading_text(raw: str) -> str:
+    """A heading's visible text: links become their text, code spans their content, emphasis goes."""
+    raw = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", raw)
+    raw = re.sub(r"`([^`]*)`", r"\1", raw)
+    return re.sub(r"(\*\*|__|\*|_)(\S.*?\S|\S)\1", r"\2", raw)
+
+
+def github_slug(title: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped (letters, digits, ``-``, ``_`` and spaces
+    stay), each space a hyphen."""
+    return "".join(c for c in title.lower() if c.isalnum() or c in "-_ ").replace(" ", "-")
+
+
+def mkdocs_slug(title: str) -> str:
+    """Python-Markdown's default ``toc`` slug (what mkdocs gives a heading)."""
+    value = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode("ascii")
+    value = re.sub(r"[^\w\s-]", "", value).strip().lower()
+    return re.sub(r"[-\s]+", "-", value)
+
+
+@cache
+def headings(path: Path) -> dict[str, str]:
+    """``{anchor: heading text}`` of a page, GitHub's numbering of repeated anchors included."""
+    text = _FENCE.sub("", path.read_text(encoding="utf-8"))
+    out: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for m in _HEADING.finditer(text):
+        title = _heading_text(m.group(2))
+        slug = github_slug(title)
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out[slug if n == 0 else f"{slug}-{n}"] = title
+    return out
+
+
+def links(path: Path) -> list[tuple[int, str]]:
+    """``(line, target)`` of every link and image of a page, outside code."""
+    prose = _prose(path.read_text(encoding="utf-8"))
+    return [(prose.count("\n", 0, m.start()) + 1, m.group(1)) for m in _LINK.finditer(prose)]
+
+
+# ------------------------------------------------------------------------------------------------------- the tests
+
+def test_parameter_reference_is_generated_from_the_declaration():
+    page = ROOT / paramdoc.PAGE
+    assert page.is_file(), f"{paramdoc.PAGE} is missing: write it with `{paramdoc.COMMAND}`"
+    if page.read_text(encoding="utf-8") != paramdoc.markdown():
+        pytest.fail(f"{paramdoc.PAGE} is stale (lib/chunkstudy/params.py, the stage graph or the rules changed): "
+                    f"regenerate it with `{paramdoc.COMMAND}` and commit it")
+
+
+def test_parameter_reference_lists_every_declared_key():
+    """The generator is complete: every key of the schema has its row, nested groups included."""
+    from chunkstudy import config
+
+    text = paramdoc.markdown()
+
+    def walk(spec: dict, dotted: str) -> None:
+        for key, p in spec.items():
+            full = f"{dotted}.{key}" if dotted else key
+            if isinstance(p, config.P):
+                section = full.rsplit(".", 1)[0].replace("*", "KEY")
+                block = text.split(f"# {section}\n", 1)[1].split("\n#", 1)[0]
+                assert f"| `{key}` |" in block, f"{full} has no row in the reference"
+            elif set(p) == {"*"}:
+                walk(p["*"], f"{full}.*")
+            else:
+                walk(p, full)
+
+    walk(config.SCHEMA, "")
+    assert "| `retrieve.k` |" not in text and "| `k` | int | `50` | in `[1, inf)` |" in text
+
+
+def test_slugs_follow_both_rules():
+    assert github_slug("Policy: seeds and ties") == mkdocs_slug("Policy: seeds and ties") == "policy-seeds-and-ties"
+    assert github_slug("conditions.extra.KEY") == "conditionsextrakey"
+    assert github_slug("A — B") == "a--b" and mkdocs_slug("A — B") == "a-b"  # why linked anchors are checked twice
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_relative_links_resolve(page: Path):
+    broken = []
+    for line, target in links(page):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        where = f"{_rel(page)}:{line}: ({target})"
+        if not dest.exists():
+            broken.append(f"{where} points at {file}, which does not exist")
+            continue
+        if anchor:
+            if dest.suffix != ".md":
+                broken.append(f"{where}: an anchor into a file that is not Markdown")
+                continue
+            titles = headings(dest)
+            if anchor not in titles:
+                broken.append(f"{where}: no heading of {_rel(dest)} has the anchor #{anchor}; "
+                              f"its anchors: {sorted(titles)}")
+            elif mkdocs_slug(titles[anchor]) != anchor:
+                broken.append(f"{where}: mkdocs gives the heading '{titles[anchor]}' the anchor "
+                              f"#{mkdocs_slug(titles[anchor])}; reword the heading so both rules agree")
+    assert not broken, "\n".join(broken)
+
+
+_PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(re.escape(t) for t in TRACKED) + r")[\w./-]*)")
+
+
+def _named_paths(text: str) -> set[str]:
+    """Repository paths a page names inside code (spans and blocks): placeholders (``<corpus>``, ``NN``, ``*``)
+    and paths a run writes are not names of files."""
+    code = " ".join([*(m.group(0) for m in _FENCE.finditer(text)), *(m.group(2) for m in _CODE_SPAN.finditer(
+        _FENCE.sub("", text)))])
+    out = set()
+    for m in _PATH.finditer(code):
+        path = m.group(1).rstrip(".,:;")
+        end = m.end(1)
+        if end < len(code) and code[end] in "<{*[":  # a placeholder follows: docs/<page>.md, bench/<name>.py
+            continue
+        if re.search(r"(^|/)NN|\.\.\.|…|(^|/)[A-Z]{2,}(\.|/|$)", path) or path in USER_FILES:
+            continue  # a placeholder (NN_stage, CORPUS, ...) or a file the reader makes
+        out.add(path)
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_named_paths_exist(page: Path):
+    missing = sorted(p for p in _named_paths(page.read_text(encoding="utf-8")) if not (ROOT / p).exists())
+    assert not missing, f"{_rel(page)} names files that are not in the repository: {missing}"
+
+
+_MODULE = re.compile(r"\bchunkstudy((?:\.[A-Za-z_]\w*)+)")
+
+
+def _resolves(dotted: str) -> str | None:
+    """None when ``chunkstudy.<dotted>`` is a module, or a module's (nested) attribute; else what is wrong."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        name = "chunkstudy." + ".".join(parts[:i])
+        try:
+            obj = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is not None and not name.startswith(e.name) and e.name != name:
+                return f"importing {name} failed: {e}"
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return f"{name} has no {'.'.join(parts[i:])}"
+            obj = getattr(obj, attr)
+        return None
+    return "no such module"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_named_modules_import(page: Path):
+    text = page.read_text(encoding="utf-8")
+    names = sorted({m.group(1)[1:].rstrip(".") for m in _MODULE.finditer(text)})
+    problems = [f"chunkstudy.{n}: {why}" for n in names if (why := _resolves(n))]
+    assert not problems, f"{_rel(page)} names what the package does not hold:\n" + "\n".join(problems)
+
+
+#: ``docs/<page>.md`` and, when a comma and a quoted title follow it, the section (a title may wrap a line).
+_CITATION = re.compile(r"(?<![\w./-])docs/([\w./-]*\w)"
+                       r"(?:,\s*(?:\"([^\"]{1,80})\"|'([^']{1,80})'|“([^”]{1,80})”))?")
+#: ``owner/repo docs/x.md``: another repository's page (a source named in a comment), not one of ours
+_OTHER_REPO = re.compile(r"[\w-]+/[\w.-]+[\s\"']+$")
+
+
+def _code_files() -> list[Path]:
+    out = []
+    for top in CODE:
+        base = ROOT / top
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        out += [p for p in files if p.suffix in {".py", ".sh", ".yaml", ".yml", ".j2", ""} and
+                "__pycache__" not in p.parts and p.name != "test_docs.py"]
+    return out
+
+
+def test_code_cites_pages_and_sections_that_exist():
+    bad = []
+    for f in _code_files():
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for m in _CITATION.finditer(text):
+            if _OTHER_REPO.search(text[max(0, m.start() - 80):m.start()]):
+                continue
+            target, section = m.group(1), m.group(2) or m.group(3) or m.group(4)
+            line = text.count("\n", 0, m.start()) + 1
+            where = f"{_rel(f)}:{line}"
+            page = ROOT / "docs" / target
+            if not page.is_file():
+                candidates = sorted((ROOT / "docs").glob(target + "*.md")) if not target.endswith(".md") else []
+                if len(candidates) != 1:
+                    bad.append(f"{where} cites docs/{target}, which does not exist")
+                    continue
+                page = candidates[0]
+            if section and page.suffix == ".md":
+                titles = {t.lower() for t in headings(page).values()}
+                section = " ".join(section.split())
+                if section.lower() not in titles:
+                    bad.append(f"{where} cites section \"{section}\" of {_rel(page)}, which has no such heading")
+    assert not bad, "\n".join(bad)
+
+
+def test_readme_is_a_landing_page():
+    n = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+    assert n <= README_MAX_LINES, (f"README.md has {n} lines, over {README_MAX_LINES}: move the detail into a page "
+                                   "of docs/ and link it")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "./run_all.sh demo" in text and "./run_tests.sh" in text

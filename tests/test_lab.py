@@ -1,0 +1,350 @@
+"""./lab.sh: JupyterLab opens notebooks/*.py as notebooks (jupytext) on the project's kernel (docs/jupyterlab.md).
+
+* The settings scripts/lab_setup.sh writes (the ``chunkstudy`` kernelspec, jupytext's default viewer), read back
+  from a temporary prefix; the notebooks' headers name that kernel.
+* A headless Jupyter server on a free port, with only those settings: the contents API opens
+  ``notebooks/06_metrics.py`` as a notebook (jupytext's contents manager) and a session on the ``chunkstudy``
+  kernel runs its parameters cell and a config load; the server and its kernel are stopped by their ids.
+* (slow) JupyterLab in Debian's Chromium (Playwright's Python package, never a browser it downloads): a
+  double-click on ``06_metrics.py`` opens a notebook on "chunkstudy (.venv)" and "Run All Cells" runs every cell.
+
+The server tests skip with a message when JupyterLab is not in .venv (./lab.sh installs constraints/lab-lock.txt).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import jupytext
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_PY = ROOT / ".venv" / "bin" / "python"
+KERNEL, DISPLAY = "chunkstudy", "chunkstudy (.venv)"
+NOTEBOOK = "notebooks/06_metrics.py"
+READY_S = 180  # a loaded 2-core machine: the server's start, then the kernel's
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage"]
+
+
+def _setup(prefix: Path) -> None:
+    r = subprocess.run([str(ROOT / "scripts" / "lab_setup.sh"), str(prefix)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------------------------------ the settings (no server)
+
+def test_lab_setup_writes_the_kernelspec_and_the_default_viewer(tmp_path):
+    _setup(tmp_path)
+    spec = json.loads((tmp_path / "share/jupyter/kernels" / KERNEL / "kernel.json").read_text())
+    assert spec["display_name"] == DISPLAY and spec["language"] == "python"
+    assert Path(spec["argv"][0]) == VENV_PY          # this checkout's .venv, by its absolute path
+    assert spec["argv"][-3:] == ["ipykernel_launcher", "-f", "{connection_file}"]
+    assert spec["env"] == {"PYTHONHASHSEED": "0"}    # as the runner's kernels (scripts/ensure_env.sh)
+    overrides = json.loads((tmp_path / "etc/jupyter/labconfig/default_setting_overrides.json").read_text())
+    viewer = overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]["python"]
+    assert viewer == "Jupytext Notebook"
+    # ... the name of the widget factory jupytext's lab extension registers, where that extension is installed
+    ext = ROOT / ".venv/share/jupyter/labextensions/jupyterlab-jupytext/static"
+    if ext.is_dir():
+        assert any(f'"{viewer}"' in p.read_text(errors="replace") for p in ext.glob("*.js"))
+    # a second call (./lab.sh runs it at every start) rewrites the same files without error
+    _setup(tmp_path)
+    assert json.loads((tmp_path / "share/jupyter/kernels" / KERNEL / "kernel.json").read_text()) == spec
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")), ids=lambda p: p.name)
+def test_notebook_headers_name_the_project_kernel(path):
+    nb = jupytext.read(path)
+    assert nb.metadata["kernelspec"] == {"name": KERNEL, "display_name": DISPLAY, "language": "python"}, path.name
+    assert nb.metadata["jupytext"]["text_representation"]["format_name"] == "percent", path.name
+
+
+def _locked(name: str) -> dict[str, str]:
+    text = (ROOT / "constraints" / name).read_text()
+    return {m[0]: m[1] for m in re.findall(r"^([a-z0-9][a-z0-9._-]*)==(\S+) \\$", text, re.M)}
+
+
+def test_lab_lock_pins_the_lab_extra_beyond_the_project_lock():
+    """constraints/lab-lock.txt: the [lab] extra at versions its ranges allow, every package hashed, none the CPU
+    lock already pins; where JupyterLab is installed, every dependency of a lab-lock package is locked in one of
+    the two files (so ./lab.sh's --no-deps install is complete) and the installed versions are the locked ones."""
+    import tomllib
+    from importlib import metadata
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name as canon
+    lab, cpu = _locked("lab-lock.txt"), _locked("cpu-lock.txt")
+    assert lab and not set(lab) & set(cpu)
+    text = (ROOT / "constraints" / "lab-lock.txt").read_text()
+    assert text.count("==") == len(lab) and all(f"{n}=={v} \\\n    --hash=sha256:" in text for n, v in lab.items())
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["lab"]
+    for req in map(Requirement, extra):
+        assert canon(req.name) in lab and req.specifier.contains(lab[canon(req.name)]), req
+    try:
+        metadata.version("jupyterlab")
+    except metadata.PackageNotFoundError:
+        return  # not installed here: the closure is checked where ./lab.sh has installed it
+    locked = {canon(n): v for n, v in {**cpu, **lab}.items()}
+    for name, version in lab.items():
+        assert metadata.version(name) == version, name
+        for dep in map(Requirement, metadata.requires(name) or []):
+            if dep.marker is None or dep.marker.evaluate({"extra": ""}):
+                assert canon(dep.name) in locked, f"{name} needs {dep.name}, in neither lock"
+                assert dep.specifier.contains(locked[canon(dep.name)], prereleases=True), (name, dep)
+
+
+# ------------------------------------------------------------------------------------ a headless server
+
+def _need_lab() -> None:
+    r = subprocess.run([str(VENV_PY), "-c", "import jupyterlab, jupyter_server, websocket"], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("JupyterLab is not installed in .venv (./lab.sh installs it from constraints/lab-lock.txt)")
+
+
+class Server:
+    """``jupyter lab`` (or ``jupyter server``) in its own process group, the settings of lab_setup.sh from a
+    temporary prefix only (JUPYTER_PATH, JUPYTER_CONFIG_PATH), port 0 (the server picks a free one and says which
+    in its runtime file)."""
+
+    def __init__(self, tmp: Path, app: str = "server", overrides: dict | None = None):
+        _setup(tmp / "prefix")
+        if overrides:  # more lab defaults on top of lab_setup.sh's (the browser test's rendering mode)
+            f = tmp / "prefix/etc/jupyter/labconfig/default_setting_overrides.json"
+            f.write_text(json.dumps({**json.loads(f.read_text()), **overrides}))
+        self.token = uuid.uuid4().hex
+        self.runtime = tmp / "runtime"
+        env = {**os.environ, "JUPYTER_PATH": str(tmp / "prefix/share/jupyter"),
+               "JUPYTER_CONFIG_PATH": str(tmp / "prefix/etc/jupyter"), "JUPYTER_RUNTIME_DIR": str(self.runtime),
+               "JUPYTER_CONFIG_DIR": str(tmp / "config"), "IPYTHONDIR": str(tmp / "ipython"),
+               "JUPYTER_PLATFORM_DIRS": "1"}
+        env.pop("MPLBACKEND", None)
+        self.log = open(tmp / "server.log", "w")
+        self.proc = subprocess.Popen(
+            [str(ROOT / ".venv/bin/jupyter"), app, "--no-browser", "--ServerApp.port=0", "--ServerApp.ip=127.0.0.1",
+             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={ROOT}", "--allow-root"],
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = self._ready()
+
+    def _ready(self) -> str:
+        """Poll the runtime file the server writes once it listens, then its /api/status; fail if it exits."""
+        deadline, url = time.monotonic() + READY_S, None
+        info = self.runtime / f"jpserver-{self.proc.pid}.json"
+        while time.monotonic() < deadline:
+            if url is None and info.is_file():
+                try:
+                    url = json.loads(info.read_text())["url"].rstrip("/")
+                except (ValueError, KeyError):
+                    url = None  # half written: read it again
+            if url is not None:
+                try:
+                    if self.api("GET", "/api/status", base=url) is not None:
+                        return url
+                except (urllib.error.URLError, ConnectionError):
+                    pass
+            try:  # waits on the process: returns at once if it died
+                self.proc.wait(timeout=0.2)
+                raise AssertionError(f"jupyter exited ({self.proc.returncode}): {self.tail()}")
+            except subprocess.TimeoutExpired:
+                pass
+        raise AssertionError(f"jupyter not ready in {READY_S} s: {self.tail()}")
+
+    def tail(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text()[-3000:]
+
+    def api(self, method: str, path: str, body: dict | None = None, base: str | None = None):
+        req = urllib.request.Request(f"{base or self.url}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"token {self.token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            data = r.read()
+        return json.loads(data) if data else {}
+
+    def kernel_pids(self) -> list[int]:
+        """The kernels this server started: ipykernel processes whose connection file is in its runtime folder
+        (jupyter_client starts each kernel in a session of its own, outside the server's process group)."""
+        pids = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"ipykernel_launcher" in argv and any(a.startswith(str(self.runtime).encode()) for a in argv):
+                pids.append(int(proc.name))
+        return pids
+
+    def stop(self) -> None:
+        """SIGTERM to the server by its pid (it shuts its kernels down), then check that neither its process group
+        nor any kernel it started outlived it (those are killed by pid, and the test fails)."""
+        kernels = self.kernel_pids()
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: jupyter_server stops its loop, then shuts its kernels down
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self.log.close()
+        left = [pid for pid in kernels if _alive(pid)]
+        try:
+            os.killpg(self.proc.pid, 0)  # start_new_session: the group's id is the server's pid
+            group = True
+        except ProcessLookupError:
+            group = False
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        if group:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        assert not left and not group, f"outlived the jupyter server (killed): kernels {left}, its group {group}"
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid runs (not a zombie) after its server exited: its parent went, so init reaps it; read
+    /proc/PID/stat until it is gone or 30 s passed."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        if state in ("Z", "X"):
+            return False
+        time.sleep(0.05)  # a poll of the kernel's exit (it is not our child: no wait() to block on)
+    return True
+
+
+@pytest.fixture
+def server(tmp_path):
+    _need_lab()
+    s = Server(tmp_path)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def _execute(server: Server, kernel_id: str, code: str) -> tuple[dict, str]:
+    """Run code on a kernel over its websocket channels; return (execute_reply content, stdout text)."""
+    import websocket
+    ws = websocket.create_connection(server.url.replace("http", "ws", 1) + f"/api/kernels/{kernel_id}/channels",
+                                     header=[f"Authorization: token {server.token}"], timeout=READY_S)
+    try:
+        msg_id = uuid.uuid4().hex
+        ws.send(json.dumps({"header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "test",
+                                       "session": uuid.uuid4().hex, "version": "5.3"},
+                            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+                            "content": {"code": code, "silent": False, "store_history": True,
+                                        "user_expressions": {}, "allow_stdin": False, "stop_on_error": True}}))
+        reply, out, idle = None, [], False
+        while reply is None or not idle:
+            msg = json.loads(ws.recv())
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = msg["msg_type"]
+            if kind == "execute_reply":
+                reply = msg["content"]
+            elif kind == "stream" and msg["content"]["name"] == "stdout":
+                out.append(msg["content"]["text"])
+            elif kind == "error":
+                out.append("\n".join(msg["content"]["traceback"]))
+            elif kind == "status" and msg["content"]["execution_state"] == "idle":
+                idle = True
+        return reply, "".join(out)
+    finally:
+        ws.close()
+
+
+def test_server_opens_a_py_notebook_and_runs_a_cell_on_the_project_kernel(server):
+    specs = server.api("GET", "/api/kernelspecs")
+    assert KERNEL in specs["kernelspecs"], sorted(specs["kernelspecs"])
+    assert specs["kernelspecs"][KERNEL]["spec"]["display_name"] == DISPLAY
+    # the .py file through the contents API as a notebook: jupytext's contents manager (a plain one answers 400)
+    model = server.api("GET", f"/api/contents/{NOTEBOOK}?type=notebook&content=1")
+    assert model["type"] == "notebook" and model["format"] == "json"
+    nb = model["content"]
+    assert nb["metadata"]["kernelspec"]["name"] == KERNEL
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    params = next(c for c in code if "parameters" in c["metadata"].get("tags", []))
+    assert params["source"] == 'params_file = "params/demo.yaml"'
+    # a session as JupyterLab starts one for the notebook: the kernel its header names, in notebooks/
+    sess = server.api("POST", "/api/sessions", {"path": NOTEBOOK, "type": "notebook", "name": "06_metrics.py",
+                                                 "kernel": {"name": KERNEL}})
+    assert sess["kernel"]["name"] == KERNEL
+    try:
+        reply, out = _execute(server, sess["kernel"]["id"], params["source"] + "\n" + (
+            "import os, sys\nfrom chunkstudy import config\n"
+            "print(sys.executable, os.environ.get('PYTHONHASHSEED'), os.getcwd(), config.load(params_file).corpus)"))
+        assert reply["status"] == "ok", out
+        exe, seed, cwd, corpus = out.split()
+        assert (Path(exe), seed, Path(cwd), corpus) == (VENV_PY, "0", ROOT / "notebooks", "demo")
+        assert server.kernel_pids()  # the kernel, seen by its connection file (the server's stop checks it ends)
+    finally:
+        server.api("DELETE", f"/api/sessions/{sess['id']}")
+    assert server.api("GET", "/api/kernels") == []
+
+
+# ------------------------------------------------------------------------------------ in a real browser
+
+def _chromium() -> str:
+    exe = os.environ.get("CHUNKSTUDY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(exe).is_file():
+        pytest.skip("browser test: no Chromium (apt-get install -y chromium, or set CHUNKSTUDY_CHROMIUM)")
+    return exe
+
+
+@pytest.mark.slow
+def test_lab_double_click_opens_06_as_a_notebook_and_runs_all_cells(tmp_path):
+    """The demo's stages first (./run_all.sh demo; those already current are skipped): 06 reads 05's runs."""
+    _need_lab()
+    pw = pytest.importorskip("playwright.sync_api", reason="browser test: the playwright package is not installed")
+    exe = _chromium()
+    from chunkstudy import runner
+    runner.run(ROOT / "params" / "demo.yaml", ROOT, log=print)
+    n_code = sum(c.cell_type == "code" for c in jupytext.read(ROOT / NOTEBOOK).cells)
+    # JupyterLab renders only the cells in view by default; "none" keeps every cell (and its prompt) in the page
+    lab = Server(tmp_path, app="lab", overrides={"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}})
+    try:
+        with pw.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_FLAGS)
+            try:
+                page = browser.new_page()
+                page.set_default_timeout(READY_S * 1000)
+                page.goto(f"{lab.url}/lab/tree/notebooks?token={lab.token}")
+                item = page.locator(".jp-DirListing-item", has_text=Path(NOTEBOOK).name)
+                item.dblclick()
+                panel = page.locator(".jp-NotebookPanel:visible")
+                panel.wait_for()                      # a notebook, not a text editor
+                assert page.locator(".jp-FileEditor:visible").count() == 0
+                kernel = panel.locator(".jp-KernelName, [data-jp-item-name='kernelName']").first
+                pw.expect(kernel).to_have_text(DISPLAY)
+                pw.expect(panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+                page.get_by_role("menuitem", name="Run").click()
+                page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+                # stop_on_error: after an error the later cells keep an empty prompt; so every code cell's
+                # prompt holds a number once all ran cleanly
+                prompts = panel.locator(".jp-CodeCell .jp-InputPrompt")
+                pw.expect(prompts).to_have_count(n_code)
+                # done: the last cell got its number, or a cell failed (a traceback); whichever comes first
+                last = prompts.nth(n_code - 1).filter(has_text=re.compile(r"\[\d+\]"))
+                traceback = panel.locator(".jp-OutputArea-output", has_text="Traceback")
+                last.or_(traceback).first.wait_for(timeout=600_000)
+                texts = prompts.all_inner_texts()
+                assert all(re.fullmatch(r"\[\d+\]:", t.strip()) for t in texts), texts
+                assert panel.locator(".jp-OutputArea-output", has_text="Traceback").count() == 0
+            finally:
+                browser.close()
+    finally:
+        lab.stop()
