@@ -303,3 +303,28 @@ def test_side_by_side_lists_each_condition_in_document_order(built):
     assert sbs["G2"].iat[0].startswith("[0, ")
     with pytest.raises(chunking.ChunkingError, match="'nope' is not in documents"):
         chunk_sets.chunks_side_by_side(out["chunks"], docs, "nope")
+
+
+def test_a_second_placebo_keeps_its_own_side_table_and_contexts_follow_the_chunk_set(counter):
+    """Side tables are keyed by condition (a second placebo does not overwrite P's), and a context prefix on the
+    induced chunk set gets contexts for that chunk set's own windows (cuts.context_windows), not A0's."""
+    docs, paras, gold, induced = make_corpus(n_docs=5, seed=3)
+    rec = config.record("chunking", PARAMS)
+    extra = {name: config.record("conditions.extra.*", spec) for name, spec in (
+        ("P2", {"boundaries": "induced", "prefix": "placebo", "depth": 1}),
+        ("CTX2", {"boundaries": "induced", "prefix": "context"}))}
+    conds = design.run_conditions(["A2", "A3", "P"], extra)
+    ctx = contexts_for(docs, paras, induced, conditions=conds)
+    assert set(ctx["chunk_set"]) == {"A2"}  # CTX2 is the only context prefix: its chunk set, and only it
+    out = chunk_sets.build_all(docs, paras, gold, induced, ctx, rec, counter, conds)
+    side = out["placebo"]
+    assert set(side["condition"]) == {"P", "P2"}
+    p, p2 = (side[side["condition"] == c].drop(columns=["condition"]) for c in ("P", "P2"))
+    assert len(p) and len(p2)
+    assert not p.reset_index(drop=True).equals(p2.reset_index(drop=True))  # depth 1 vs full depth: own tables
+    ch = out["chunks"]
+    a2 = ch[ch["condition"] == "A2"].reset_index(drop=True)
+    c2 = ch[ch["condition"] == "CTX2"].reset_index(drop=True)
+    assert a2[["doc_id", "start", "end"]].equals(c2[["doc_id", "start", "end"]])
+    by_window = {(r.doc_id, r.start, r.end): r.context for r in ctx.itertuples()}
+    assert list(c2["prefix"]) == [by_window[(r.doc_id, r.start, r.end)] + "\n\n" for r in c2.itertuples()]

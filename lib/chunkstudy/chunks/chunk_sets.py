@@ -179,7 +179,7 @@ def _size_matching(sets: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         return pd.DataFrame(columns=["doc_id"])
     out = pd.concat(parts, axis=1).rename_axis("doc_id").reset_index()
     for cs in design.CHUNK_SETS.values():
-        if cs.matched_to is not None and cs.matched_to in sets:
+        if cs.name in sets and cs.matched_to is not None and cs.matched_to in sets:
             out.insert(1, "target", out[f"mean_{cs.matched_to}"])
             out[f"gap_{cs.name}_{cs.matched_to}"] = out[f"mean_{cs.name}"] - out[f"mean_{cs.matched_to}"]
     return out
