@@ -35,13 +35,14 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, induce, llm
-from chunkstudy.chunks import chunking, cuts
+from chunkstudy.chunks import bounds_store, chunking, cuts
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
 documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
+chunking.use_bounds_store(bounds_store.open_for(cfg))  # sentence bounds: segmented once a run, read by 03 and 04
 client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg.params("llm").cache))
 print(induce.model_note(cfg.params("llm"), cfg.params("induce"), cfg.params("contexts")))
 
@@ -83,7 +84,8 @@ stats = induce.stage_stats(
     chunking.structural_for(documents, paragraphs, sections_induced, cfg.params("chunking"), counter),
     chunking.structural_for(documents, paragraphs, sections_gold, cfg.params("chunking"), counter),
     contexts_a1, client, cfg.params("llm"), cfg.params("induce"), cfg.params("contexts"))
-artifacts.write_json(cfg, "02_induce", "induction_stats", stats)
+artifacts.write_json(cfg, "02_induce", "induction_stats",
+                     {**stats, "sentence_bounds": chunking.segmentation_counts()})
 tables.induction(stats, cfg.params("corpus").kind, cfg.params("induce").method).data
 
 # %%

@@ -36,7 +36,7 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, paper, queries
-from chunkstudy.chunks import chunking
+from chunkstudy.chunks import bounds_store, chunking
 from chunkstudy.queries import bm25
 from chunkstudy.report import tables
 
@@ -46,6 +46,7 @@ documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 harvested = artifacts.read_input(cfg, "03_queries", "harvested")  # harvested queries only
+chunking.use_bounds_store(bounds_store.open_for(cfg))  # the sentence bounds 02 segmented (BM25 chunks)
 print(queries.capability_note(cfg.params("llm"), qp.source))
 queries.inputs_overview(cfg.corpus, qp.source, documents, harvested)
 
@@ -108,7 +109,7 @@ bm25_per_query, bm25_summary = bm25.diagnostic(documents, bm25_chunks, query_tab
                                                b=qp.bm25_b, span_frac=cfg.params("metrics").span_frac,
                                                chunk_frac=cfg.params("metrics").chunk_frac,
                                                condition=qp.bm25_condition, scope=qp.bm25_scope)
-artifacts.write_json(cfg, "03_queries", "bm25", bm25_summary)
+artifacts.write_json(cfg, "03_queries", "bm25", {**bm25_summary, "sentence_bounds": chunking.segmentation_counts()})
 bm25.summary_table(bm25_summary)
 
 # %%

@@ -16,8 +16,9 @@
 # **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`; `02_induce/sections_induced` and, when a condition
 # has a context prefix (A1), `contexts_a1`.
 # **Writes** `04_chunk_embed/chunks` (every condition in `chunking.conditions` and `conditions.extra`),
-# `size_matching`, `placebo` and `placebo_buckets` (per placebo condition; by depth bucket), `summary.json` (with the
-# size-matching numbers), `embedding_report.json`, and `embeddings/<embedder>.npy` (float32, one row per distinct
+# `late_report` (late pooling's windows and tokens), `size_matching`, `placebo` and `placebo_buckets` (per placebo
+# condition; by depth bucket), `summary.json` (with the size-matching numbers), `embedding_report.json`, and
+# `embeddings/<embedder>.npy` (float32, one row per distinct
 # embedded text; `chunks.text_row` indexes it) with `embeddings/<embedder>.ids.parquet` (the row order).
 #
 # Boundaries: A0/A1 fixed windows size-matched per document to the A2 mean, edges at pysbd sentence starts;
@@ -38,7 +39,7 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, devices, embed_store
-from chunkstudy.chunks import chunk_sets
+from chunkstudy.chunks import bounds_store, chunk_sets, chunking, late
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
@@ -48,14 +49,15 @@ paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
 contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when a condition has a context prefix
+chunking.use_bounds_store(bounds_store.open_for(cfg))  # the sentence bounds 02 segmented
 store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
 out = chunk_sets.build_for_run(cfg, cfg.params().run_conditions, documents, paragraphs, sections_gold, sections_induced,
                                contexts_a1, store)
-artifacts.write(cfg, "chunks", out["chunks"])
 artifacts.write(cfg, "size_matching", out["size_matching"])
 artifacts.write(cfg, "placebo", out["placebo"])
 artifacts.write(cfg, "placebo_buckets", out["placebo_buckets"])
-artifacts.write_json(cfg, "04_chunk_embed", "summary", out["summary"])
+artifacts.write_json(cfg, "04_chunk_embed", "summary",
+                     {**out["summary"], "sentence_bounds": chunking.segmentation_counts()})
 out["chunks"].groupby("condition", sort=False)[["n_content_tokens", "n_prefix_tokens"]].describe()
 
 # %% [markdown]
@@ -112,6 +114,23 @@ out["chunks"].assign(embedded=chunk_sets.embedded_texts(out["chunks"], documents
 # %%
 vectors, report = embed_store.embed_all(cfg.params("embed").embedders, out["texts"], store)
 ids = embed_store.ids_table(out["texts"])
-written = artifacts.write_all_vectors(cfg, vectors, ids)
+
+# %% [markdown]
+# ## Late pooling (conditions with `embedding: late`; docs/beyond.md, "Late pooling")
+# Each document is encoded once per condition and embedder, in macro windows of `embed.late_window` tokens (null:
+# the encoder's own positions) overlapping by `embed.late_overlap`; a chunk's vector is the mean of its content
+# tokens' embeddings (prefix tokens are encoded, never pooled). Its rows follow the text rows; the store keeps them
+# under a key naming the mode, the window and the overlap, so a rerun encodes nothing.
+
+# %%
+pooled = late.embed_conditions(out["chunks"], documents, late.late_conditions(cfg.params().run_conditions),
+                               cfg.params("embed").embedders, store, vectors, ids,
+                               window=cfg.params("embed").late_window, overlap=cfg.params("embed").late_overlap)
+artifacts.write(cfg, "chunks", pooled["chunks"])
+artifacts.write(cfg, "late_report", pooled["report"])
+written = artifacts.write_all_vectors(cfg, pooled["vectors"], pooled["ids"])
+pooled["report"]
+
+# %%
 artifacts.write_json(cfg, "04_chunk_embed", "embedding_report", report.to_dict(orient="records"))
 report.assign(unique_share=out["summary"]["unique_text_share"], n_chunk_rows=out["summary"]["n_chunk_rows"])

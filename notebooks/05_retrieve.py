@@ -19,7 +19,8 @@
 # **Writes** `05_retrieve/runs` (embedder, reranker, condition, query_id, rank, chunk_id, score, doc_id, source)
 # and `05_retrieve/section_recall` (two-stage conditions: did stage 1 keep a section overlapping gold evidence?)
 # with its per-cell summary `05_retrieve/section_recall_summary`, and `05_retrieve/rerank_report.json` (how each
-# reranker ran: runtime, precision and its agreement check, pairs scored).
+# reranker ran: runtime, precision and its agreement check, pairs scored), and `05_retrieve/retrieval_timing.json`
+# (each cell's search seconds, measured here: 07's cost table).
 #
 # * **Flat** (all conditions but A4/G4): exact inner-product search over all chunks of the corpus, top
 #   `retrieve.k`, ties broken by (−score, chunk_id).
@@ -42,7 +43,7 @@ from chunkstudy.chunks import chunk_sets
 
 cfg = config.load(params_file)
 devices.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
-retrieve_params = cfg.params("retrieve")
+retrieve_params = cfg.params().routed_retrieve  # a condition taking A4 whole (late(A4)) routes as A4
 chunks = artifacts.read(cfg, "chunks")
 queries = artifacts.read(cfg, "queries")
 documents = artifacts.read(cfg, "documents")
@@ -83,6 +84,7 @@ runs = pd.concat([retrieved["runs"], reranked], ignore_index=True)
 artifacts.write(cfg, "runs", runs)
 artifacts.write(cfg, "section_recall", retrieved["section_recall"])
 artifacts.write_json(cfg, "05_retrieve", "rerank_report", rerank_report)
+artifacts.write_json(cfg, "05_retrieve", "retrieval_timing", retrieved["timing"].to_dict(orient="records"))
 runs.groupby(["embedder", "reranker"]).agg(conditions=("condition", "nunique"), queries=("query_id", "nunique"),
                                            rows=("chunk_id", "size"))
 

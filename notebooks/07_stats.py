@@ -13,9 +13,11 @@
 # %% [markdown]
 # # 07 · Statistics
 #
-# **Reads** `06_metrics/scores` (per-query scores, long form) and `03_queries/queries` (query → document, type).
+# **Reads** `06_metrics/scores` (per-query scores, long form) and `03_queries/queries` (query → document, type);
+# for the cost table `04_chunk_embed/chunks`, `embedding_report.json`, `late_report` and
+# `05_retrieve/retrieval_timing.json`.
 # **Writes** `07_stats/contrasts`, `mixedlm`, `dose_response`, `per_type`, `condition_means`, `reranker_lift`,
-# `power` and `power_needed` (the documents each contrast needs).
+# `power` and `power_needed` (the documents each contrast needs), and `cost` (what each condition costs).
 #
 # The four pre-registered contrasts (C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) are tested on one cell fixed
 # in advance — cov-nDCG@10 × strong embedder × no reranker — with a document-clustered bootstrap (resampling
@@ -29,7 +31,7 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, paper, stats
-from chunkstudy.stats import power
+from chunkstudy.stats import cost, power
 
 cfg = config.load(params_file)
 stats_params = cfg.params("stats")
@@ -153,3 +155,19 @@ user_power_needed = power.needed_table(user_power)
 artifacts.write(cfg, "user_power_needed", user_power_needed)
 user_power_needed
 
+
+# %% [markdown]
+# ## Exploratory — what each condition costs (docs/beyond.md, "Cost")
+# Per condition and embedder: the primary metric without a reranker beside the LLM calls and tokens it needs
+# (induction, A1's contexts), the tokens embedded (content + prefix) and read by the encoder (late pooling: its
+# macro windows), the index size, and this run's measured embedding seconds and search latency. The counts are
+# exact; the seconds are this machine's. `pareto_tokens` / `pareto_llm`: on the embedder's Pareto front of the
+# metric against tokens read / LLM tokens.
+
+# %%
+cost_table = cost.cost_for_run(cfg, means, artifacts.read(cfg, "chunks"),
+                               artifacts.read_json(cfg, "04_chunk_embed", "embedding_report"),
+                               artifacts.read(cfg, "late_report"),
+                               artifacts.read_json(cfg, "05_retrieve", "retrieval_timing"))
+artifacts.write(cfg, "cost", cost_table)
+cost_table

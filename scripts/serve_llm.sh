@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # scripts/serve_llm.sh [--cpu] PARAMS [WEIGHTS]   serve PARAMS' llm.model with vLLM and wait until it answers
 # scripts/serve_llm.sh --stop                     stop the server this script started
+# scripts/serve_llm.sh --install [--cpu]          install the serving environment only (once; several GB)
+# scripts/serve_llm.sh --foreground [--cpu] [--role ROLE] [--url URL] PARAMS
+#                                                 what ./run_all.sh runs for a `serve: auto` role (docs/servers.md):
+#                                                 install if needed, then exec the server in the foreground (its
+#                                                 output on stdout); ROLE = llm (default), embed.embedders.KEY or
+#                                                 retrieve.rerankers.KEY (vLLM's pooling runner); URL = the replica
 #
 # The server runs from its own environment, never from the pipeline's .venv:
 #   GPU (default): .venv-serve, vllm pinned in constraints/serve.txt, every other package in
@@ -43,17 +49,24 @@ stop() {
 }
 
 if [ "${1:-}" = "--stop" ]; then stop; exit 0; fi
+mode=background
+case "${1:-}" in --install) mode=install; shift ;; --foreground) mode=foreground; shift ;; esac
 cpu=
 if [ "${1:-}" = "--cpu" ]; then cpu=1; shift; fi
-if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-  sed -n '2,3p' "$0"; exit 2
+role=llm
+url=
+while [ "$mode" = foreground ] && [ $# -gt 0 ]; do
+  case "$1" in --role) role=$2; shift 2 ;; --url) url=$2; shift 2 ;; *) break ;; esac
+done
+if [ "$mode" != install ] && { [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; }; then
+  sed -n '2,10p' "$0"; exit 2
 fi
-params=$1
+params=${1:-}
 weights=${2:-}
 
 source scripts/ensure_env.sh   # the pipeline's .venv computes the flags and waits for readiness
 
-if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+if [ "$mode" = background ] && [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
   echo "serve: a server started by this script is running (pid $(cat "$pidfile")); scripts/serve_llm.sh --stop first" >&2
   exit 1
 fi
@@ -87,11 +100,27 @@ if ! ready || [ "$(cat "$venv/.deps-hash" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$venv/.deps-hash"
   echo "serve: $venv ready in $((SECONDS - t0)) s" >&2
 fi
+[ "$mode" = install ] && { echo "serve: $venv holds $what"; exit 0; }
 if [ -n "$cpu" ]; then
-  .venv/bin/python -m chunkstudy.gpu cpu-check --serve-python "$venv/bin/python" >&2
+  # the kernel probe imports vLLM (tens of seconds): once per environment and CPU, remembered beside it
+  probe="$want $(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16)"
+  if [ "$(cat "$venv/.cpu-check" 2>/dev/null)" != "$probe" ]; then
+    .venv/bin/python -m chunkstudy.gpu cpu-check --serve-python "$venv/bin/python" >&2
+    echo "$probe" > "$venv/.cpu-check"
+  fi
   exe=("$venv/bin/python" -m vllm.entrypoints.openai.api_server)
 else
   exe=("$venv/bin/vllm")
+fi
+
+if [ "$mode" = foreground ]; then
+  mapfile -t args < <(.venv/bin/python -m chunkstudy.serving args "$params" --role "$role" ${url:+--url "$url"} \
+                      --entry "$entry")
+  [ "${#args[@]}" -gt 0 ] || { echo "serve: no arguments for $role in $params" >&2; exit 1; }
+  # shellcheck disable=SC2206
+  extra=(${VLLM_EXTRA_ARGS:-})
+  echo "serve: exec ${exe[*]} ${args[*]} ${extra[*]:-}"
+  exec "${exe[@]}" "${args[@]}" "${extra[@]}"
 fi
 
 mapfile -t args < <(.venv/bin/python -m chunkstudy.gpu serve-args "$params" --entry "$entry" \

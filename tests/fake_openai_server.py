@@ -29,13 +29,17 @@ user message, so one server covers the cases the tests need:
 [max_tokens of each request]}, "held": n}`` so tests can check
 counts, overlap, and that the key arrived as a bearer token. ``GET {prefix}/models`` lists ``--models``;
 ``GET /metrics`` is a Prometheus text with vLLM's prefix-cache counters, modelled in characters: every prompt
-queries its length and hits its longest common prefix with any earlier prompt.
+queries its length and hits its longest common prefix with any earlier prompt. ``GET /version`` answers
+``{"version": "fake-1"}`` as vLLM's does; ``POST /control {"exit": n}`` answers, then ends the process with exit
+code ``n`` (a server that dies mid-stage). ``POST .../rerank`` (the Jina/Cohere shape vLLM serves) scores each
+document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first time).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -131,6 +135,8 @@ class Handler(BaseHTTPRequestHandler):
                                                       "max_tokens", "held")})
         elif path.endswith("/models"):
             self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in STATE["models"]]})
+        elif path == "/version":
+            self._send(200, {"version": "fake-1"})
         elif path == "/metrics":
             with LOCK:
                 text = "".join(f"# TYPE vllm:{n} counter\nvllm:{n}_total{{engine=\"0\"}} {float(v)}\n"
@@ -153,7 +159,13 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["failing"] = bool(req.get("failing", STATE["failing"]))
             if req.get("release"):
                 RELEASE.set()
-            return self._send(200, {"failing": STATE["failing"]})
+            self._send(200, {"failing": STATE["failing"]})
+            if req.get("exit") is not None:
+                self.wfile.flush()
+                os._exit(int(req["exit"]))
+            return
+        if self.path.rstrip("/").endswith("/rerank"):
+            return self._rerank(req)
         if not self.path.endswith("/chat/completions"):
             return self._send(404, {"error": "not found"})
         self._enter(STATE, "inflight", ENTERED)
@@ -225,6 +237,20 @@ class Handler(BaseHTTPRequestHandler):
         else:
             text = last
         self._reply(req, text, "stop")
+
+    def _rerank(self, req: dict) -> None:
+        docs = req.get("documents") or []
+        with LOCK:
+            STATE["chat"].append(f"rerank:{self.path}:{req.get('query')}:{len(docs)}")
+            flaky = [d for d in docs if d.startswith("flaky:") and d not in STATE["seen"]]
+            STATE["seen"].update({d: True for d in flaky})
+        if flaky:
+            return self._send(503, {"error": {"message": "overloaded"}})
+        q = str(req.get("query"))
+        results = [{"index": i, "document": {"text": d}, "relevance_score": len(d) / (1 + len(q))}
+                   for i, d in enumerate(docs)]
+        self._send(200, {"id": "r", "model": req.get("model"), "results": sorted(results,
+                                                                                 key=lambda r: -r["relevance_score"])})
 
     def _reply(self, req: dict, text, finish: str) -> None:
         self._send(200, {"id": "x", "object": "chat.completion", "model": req.get("model"),

@@ -6,6 +6,8 @@ tokenizer that the demo and local parameter files name.
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -69,6 +71,70 @@ def test_regex_splitter_and_unknown_splitter():
     assert chunking.sentence_bounds("One two. Three four. five", "regex") == [0, 9]
     with pytest.raises(chunking.ChunkingError, match="regex"):
         chunking.sentence_bounds("A b. C d.", "spacy")
+
+
+# ---------------------------------------------------------------------------------------- stored bounds
+STORE_TEXTS = ["Dr. Smith arrived at noon. He left.\n\nA new paragraph starts here. It has two sentences.",
+               "He said hi. He said hi. He said hi.", "One line only"]
+
+
+@pytest.fixture
+def no_store():
+    """Each test starts and ends with this process's bounds memo-only (no store), counts at zero."""
+    chunking.use_bounds_store(None)
+    yield
+    chunking.use_bounds_store(None)
+
+
+def test_a_second_stage_reads_the_bounds_the_first_segmented(tmp_path, no_store):
+    from chunkstudy.chunks import bounds_store
+
+    direct = [chunking._segment(t, "pysbd") for t in STORE_TEXTS]
+    chunking.use_bounds_store(bounds_store.BoundsStore(tmp_path))            # stage 02: segments each text once
+    first = [chunking.sentence_bounds(t) for t in STORE_TEXTS + STORE_TEXTS]
+    assert chunking.segmentation_counts() == {"texts": 3, "segmented": 3, "from_store": 0}
+    chunking.use_bounds_store(bounds_store.BoundsStore(tmp_path))            # stage 03 / 04, a fresh process state
+    again = [chunking.sentence_bounds(t) for t in STORE_TEXTS]
+    assert chunking.segmentation_counts() == {"texts": 3, "segmented": 0, "from_store": 3}
+    assert [tuple(b) for b in first[:3]] == [tuple(b) for b in first[3:]] == [tuple(b) for b in again] == direct
+    lines = (tmp_path / f"{chunking.bounds_method('pysbd')}.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and {json.loads(x)["key"] for x in lines} == {chunking.text_key(t) for t in STORE_TEXTS}
+
+
+def test_each_segmentation_method_keeps_its_own_bounds(tmp_path, no_store):
+    from chunkstudy.chunks import bounds_store
+
+    text = "One two. Three four. Five six.\n\nMr. Smith went."
+    chunking.use_bounds_store(bounds_store.BoundsStore(tmp_path))
+    assert chunking.sentence_bounds(text, "regex") != chunking.sentence_bounds(text, "pysbd")
+    assert chunking.segmentation_counts()["segmented"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{chunking.bounds_method(s)}.jsonl" for s in ("pysbd", "regex"))
+    assert chunking.bounds_method("pysbd").startswith("pysbd-0.3.") and chunking.bounds_method("regex") != \
+        chunking.bounds_method("pysbd")
+    with pytest.raises(chunking.ChunkingError, match="spacy"):
+        chunking.bounds_method("spacy")
+
+
+def test_a_damaged_store_is_repaired_and_its_texts_segmented_again(tmp_path, no_store):
+    from chunkstudy.chunks import bounds_store
+
+    a, b, c = STORE_TEXTS
+    path = tmp_path / f"{chunking.bounds_method('pysbd')}.jsonl"
+    good = json.dumps({"key": chunking.text_key(a), "starts": list(chunking._segment(a, "pysbd"))})
+    past_end = json.dumps({"key": chunking.text_key(b), "starts": [0, 999]})  # does not fit its text
+    path.write_text(f"{good}\nnot json\n{past_end}\n{{\"key\": \"{chunking.text_key(c)}\", \"sta")  # torn tail
+    store = bounds_store.BoundsStore(tmp_path)
+    chunking.use_bounds_store(store)
+    with pytest.warns(bounds_store.BoundsWarning, match=r"lines \[2\] are damaged"):
+        got = [chunking.sentence_bounds(t) for t in STORE_TEXTS]
+    assert [tuple(g) for g in got] == [chunking._segment(t, "pysbd") for t in STORE_TEXTS]
+    assert chunking.segmentation_counts() == {"texts": 3, "segmented": 2, "from_store": 1}
+    assert store.report[chunking.bounds_method("pysbd")] == {"records": 2, "torn_tail": 1, "bad_lines": [2]}
+    chunking.use_bounds_store(bounds_store.BoundsStore(tmp_path))  # the repaired file serves every text
+    with pytest.warns(bounds_store.BoundsWarning):
+        assert [chunking.sentence_bounds(t) for t in STORE_TEXTS] == got
+    assert chunking.segmentation_counts() == {"texts": 3, "segmented": 0, "from_store": 3}
 
 
 def test_content_strips_the_separator_owned_by_the_chunk():

@@ -362,3 +362,37 @@ def test_a_record_takes_its_defaults_from_the_schema_alone_and_checks_values_lik
         config.record("llm", {"sede": 1})
     with pytest.raises(config.ConfigError, match=r"not one of"):
         config.record("metrics", {"budget_partial": "halve"})
+
+
+def test_late_pooling_and_sesoi_at_their_defaults_leave_every_stage_digest_alone():
+    """embed.late_window/late_overlap and stats.sesoi came after runs were pinned: stated at their defaults they
+    change no stage's digest (config.OPTIONAL_KEYS); stated otherwise they rerun the stages that read them."""
+    a = config.load(ROOT / "params" / "demo.yaml")
+    same = config.load(ROOT / "params" / "demo.yaml", overrides={"embed": {"late_window": None, "late_overlap": 128},
+                                                                 "stats": {"sesoi": None}})
+    assert {s: config.stage_digest(a, s) for s in config.STAGE_SECTIONS} == \
+        {s: config.stage_digest(same, s) for s in config.STAGE_SECTIONS}
+    sesoi = config.load(ROOT / "params" / "demo.yaml", overrides={"stats": {"sesoi": 0.02}})
+    window = config.load(ROOT / "params" / "demo.yaml", overrides={"embed": {"late_overlap": 64}})
+    assert {s for s in config.STAGE_SECTIONS if config.stage_digest(a, s) != config.stage_digest(sesoi, s)} == \
+        {"06_metrics", "07_stats", "08_figures"}
+    assert {s for s in config.STAGE_SECTIONS if config.stage_digest(a, s) != config.stage_digest(window, s)} == \
+        {"04_chunk_embed", "05_retrieve", "08_figures"}
+    with pytest.raises(config.ConfigError, match="stats.sesoi"):
+        config.load(ROOT / "params" / "demo.yaml", overrides={"stats": {"sesoi": 0}})
+
+
+def test_an_of_entry_takes_a_condition_of_the_run_whole_and_states_no_chunker():
+    ok = config.load(ROOT / "params" / "demo.yaml", overrides={"conditions": {"extra": {
+        "L0": {"of": "A0", "embedding": "late"}}}})
+    assert ok.params("conditions").extra["L0"].of == "A0"
+    for extra, match in (({"L0": {"of": "A0", "chunker": "semchunk"}}, "state no chunker"),
+                         ({"L0": {"of": "A0", "size_matched_twin": True}}, "state no chunker"),
+                         ({"L0": {"of": "ZZ"}}, "of"),
+                         ({"L0": {"embedding": "late"}}, "chunker is empty")):
+        with pytest.raises(config.ConfigError, match=match):
+            config.load(ROOT / "params" / "demo.yaml", overrides={"conditions": {"extra": extra}})
+    with pytest.raises(config.ConfigError, match="not in chunking.conditions"):
+        config.load(ROOT / "params" / "demo.yaml", overrides={"chunking": {"conditions": ["A0", "A2", "A3"]},
+                                                              "stats": {"contrasts": {"X": ["A3", "A2"]}},
+                                                              "conditions": {"extra": {"L1": {"of": "A1"}}}})

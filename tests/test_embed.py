@@ -546,7 +546,8 @@ def test_client_errors_fail_at_once_and_truncation_is_explicit(emb_server, monke
     cut = embed.load_embedder(rec(http_spec(f"{url}/v1", truncation="start", max_seq_length=16)), "e")
     assert cut.encode(["long:40"]).shape == (1, 3)
     body = fake.EMB_STATE["bodies"][-1]
-    assert body["truncate_prompt_tokens"] == 16 and body["truncation_side"] == "right"
+    # no truncation_side: vLLM then cuts in the tokenizer, keeping the closing [SEP] as sentence-transformers does
+    assert body["truncate_prompt_tokens"] == 16 and "truncation_side" not in body
     with pytest.raises(config.ConfigError, match="truncation: 'left' is not one of"):
         rec(http_spec(f"{url}/v1", truncation="left"))
 

@@ -144,6 +144,14 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
     out["user_contrasts"] = stats.user_contrasts_table(scores, queries, sp, PRIMARY, "synthetic", {})
     out["user_power"] = power.user_power_table(scores, queries, sp, PRIMARY, "synthetic", {})
     out["user_power_needed"] = power.needed_table(out["user_power"])
+    from chunkstudy.stats import cost
+
+    m = out["condition_means"]
+    quality = m[(m["metric"] == PRIMARY.metric) & (m["reranker"] == "none")].rename(columns={"mean": "quality"})
+    out["cost"] = cost.cost_table(chunks, quality, cost.llm_calls_from_records([]),
+                                  {c: [] for c in chunks["condition"].unique()},
+                                  {e: cost.EncoderShape(int(v.shape[1]), 4, 256, 2) for e, v in vecs.items()},
+                                  two_stage={"A4", "G4"}, retrieval=ret["timing"])
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
                                          "status": (["ok", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
                                          "n_windows": ([1, 2, 1, 1] * n_docs)[:n_docs]})

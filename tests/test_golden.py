@@ -47,3 +47,14 @@ def test_qasper_run_reproduces_the_pinned_headline(corpus, root, shared_data, tm
     cfg = config.load(params, root=root)
     pinned = json.loads(golden.golden_path(root, corpus).read_text())
     assert golden.compare(pinned, golden.headline(cfg)) == []
+
+
+def test_optional_sections_are_compared_only_where_the_golden_pins_them():
+    old = {"queries": 61}
+    new = {"queries": 61, "cost": {"A0 / strong": {"tokens_read": 10.0}}, "tost": {"C1": {"equivalence": "x"}}}
+    assert golden.compare(old, new) == []  # a golden pinned before these sections existed
+    assert golden.compare(new, new) == []
+    drift = {**new, "cost": {"A0 / strong": {"tokens_read": 11.0}}}
+    assert golden.compare(new, drift) == ["cost.A0 / strong.tokens_read: pinned 10.0, got 11.0"]
+    assert golden.compare(new, old) == ["cost: missing", "tost: missing"]  # pinned, then gone: a failure
+    assert golden.compare({"a": 1}, {"a": 1, "b": 2}) == ["b: unexpected"]  # other sections stay strict

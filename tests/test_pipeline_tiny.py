@@ -76,6 +76,22 @@ def test_manifests_and_report_say_how_each_encoder_ran(tiny):
     assert sum(", bf16: none |" in ln for ln in lines) >= 8  # every stage's CPU, as its process saw it
 
 
+def test_each_document_is_segmented_once_in_the_run(tiny):
+    """02 segments every document's sentence bounds and keeps them (data/<corpus>/cache/sentence_bounds/); 03 and
+    04 read them back instead of segmenting again: each stage's stats count both."""
+    project, _ = tiny
+    cfg = config.load(project / "params" / "tiny.yaml", root=project)
+    n = len(artifacts.read(cfg, "documents"))
+    counts = {"02_induce": artifacts.read_json(cfg, "02_induce", "induction_stats")["sentence_bounds"],
+              "03_queries": artifacts.read_json(cfg, "03_queries", "bm25")["sentence_bounds"],
+              "04_chunk_embed": artifacts.read_json(cfg, "04_chunk_embed", "summary")["sentence_bounds"]}
+    assert counts == {"02_induce": {"texts": n, "segmented": n, "from_store": 0},
+                      "03_queries": {"texts": n, "segmented": 0, "from_store": n},
+                      "04_chunk_embed": {"texts": n, "segmented": 0, "from_store": n}}
+    (store,) = (artifacts.cache_dir(cfg, "sentence_bounds", create=False)).glob("*.jsonl")
+    assert len(store.read_text().splitlines()) == n
+
+
 def test_every_notebook_runs_as_jupyterlab_runs_it(tiny, tmp_path, monkeypatch):
     """JupyterLab starts the kernel in ``notebooks/``: the parameters cell's relative path must still name
     ``params/<x>.yaml`` of the project, and results must land in the project's ``data/``, not ``notebooks/data/``."""

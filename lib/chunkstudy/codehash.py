@@ -7,6 +7,7 @@ change to ``figures.py`` reruns 08 only.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
     ``report_html``). Sorted paths."""
     pkg = pkg or Path(__file__).resolve().parent
     seen: set[Path] = set()
-    todo = ["", *_imported(ast.parse(notebook.read_text(encoding="utf-8")), "")]
+    todo = ["", *_imports_of(notebook.read_bytes(), "")]
     while todo:
         dotted = todo.pop()
         path = _module_file(pkg, dotted)
@@ -65,18 +66,27 @@ def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
         parts = dotted.split(".") if dotted else []
         todo += [".".join(parts[:i]) for i in range(len(parts))]  # the packages on the way
         package = dotted if path.name == "__init__.py" else ".".join(parts[:-1])
-        todo += _imported(ast.parse(path.read_text(encoding="utf-8")), package)
-    named = set().union(*(_strings(p) for p in seen))
+        todo += _imports_of(path.read_bytes(), package)
+    named = set().union(*(_strings_of(p.read_bytes()) for p in seen))
     return sorted(seen | {d for d in package_data(pkg)
                           if d.name in named or str(d.relative_to(pkg)) in named})
 
 
-def _strings(path: Path) -> set[str]:
-    """The string constants of a module, docstrings and other bare string statements left out."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+@functools.lru_cache(maxsize=1024)
+def _imports_of(source: bytes, package: str) -> tuple[str, ...]:
+    """:func:`_imported` of a module's source, memoised on the source's bytes: the runner hashes every stage's
+    closure, and the modules the eight closures share are parsed once per process, not once per stage."""
+    return tuple(sorted(_imported(ast.parse(source.decode("utf-8")), package)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _strings_of(source: bytes) -> frozenset[str]:
+    """The string constants of a module's source, docstrings and other bare string statements left out (memoised
+    on the bytes, as :func:`_imports_of`)."""
+    tree = ast.parse(source.decode("utf-8"))
     bare = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in bare}
+    return frozenset(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                     and id(n) not in bare)
 
 
 def package_data(pkg: Path | None = None) -> list[Path]:

@@ -30,7 +30,7 @@ from typing import Any, Literal, Mapping, Union, get_args, get_origin, get_type_
 import yaml
 
 from . import params, stages
-from .config_rules import RULES, Rule, dotted_value, is_name
+from .config_rules import RULES, Rule, digested, dotted_value, is_name
 from .params import (ChunkingParams, ConditionsParams, ContextsParams, ContrastsParams, CorpusParams, EmbedParams,
                      FiguresParams, InduceParams, LLMParams, MetricsParams, Params, QueriesParams, RetrieveParams,
                      StatsParams)
@@ -49,8 +49,8 @@ class P:
     ``ge``/``gt``/``le``/``lt`` bound a number (each element of a list of numbers); ``name`` requires a plain
     file-system name (:data:`chunkstudy.config_rules.NAME_PATTERN`); ``unique`` forbids repeated list elements;
     ``anchor`` marks a path (:data:`chunkstudy.params.ANCHORS`); ``item``: the type of each element of a list
-    (checked), or of each value of a mapping (what :meth:`freeze` makes of it). Cross-field checks live in
-    :data:`chunkstudy.config_rules.RULES`.
+    (checked), or of each value of a mapping (what :meth:`freeze` makes of it); ``digest``: whether it enters stage
+    digests (:data:`chunkstudy.params.DIGEST_MODES`). Cross-field checks: :data:`chunkstudy.config_rules.RULES`.
     """
 
     default: Any
@@ -66,6 +66,7 @@ class P:
     lt: float | None = None
     unique: bool = False
     item: Any = None
+    digest: str = "always"
 
     def freeze(self, value: Any) -> Any:
         """A validated value as its record holds it: a list becomes a tuple, a mapping a read-only mapping whose
@@ -167,16 +168,16 @@ def _parameter(f: Field, hint: Any, key: str) -> P:
     s = f.metadata.get("param")
     if not isinstance(s, params.Spec):
         raise TypeError(f"chunkstudy.params: {key} is declared without param(...)")
-    nullable = False
+    nullable, choices, item = False, s.choices, None
+    types: tuple[type, ...] = (str, list)  # str | tuple[str, ...]: one value or several
     if get_origin(hint) in (Union, UnionType):
         args = [a for a in get_args(hint) if a is not type(None)]
         nullable = len(args) < len(get_args(hint))
-        (hint,) = args
-    choices, item = s.choices, None
+        hint, item = (None, str) if set(args) == {str, tuple[str, ...]} else (args[0], None)
     origin = get_origin(hint)
-    if origin is Literal:
+    if hint is not None and origin is Literal:
         choices = get_args(hint)
-        types: tuple[type, ...] = (type(choices[0]),)
+        types = (type(choices[0]),)
     elif origin is tuple:
         types, elem = (list,), get_args(hint)[0]
         if get_origin(elem) is Literal:
@@ -187,11 +188,11 @@ def _parameter(f: Field, hint: Any, key: str) -> P:
         types, item = (dict,), get_origin(get_args(hint)[1]) or get_args(hint)[1]
     elif hint in (int, float, str, bool):
         types = (hint,)
-    else:
+    elif hint is not None:
         raise TypeError(f"chunkstudy.params: {key}: the type {hint!r} has no check")
     default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
     return P(_thaw(default), types, None if choices is None else tuple(choices), nullable, s.doc, s.anchor, s.name,
-             s.ge, s.gt, s.le, s.lt, s.unique, item)
+             s.ge, s.gt, s.le, s.lt, s.unique, item, s.digest)
 
 
 #: The declared record class of every section and nested group by dotted name (``""`` the whole file,
@@ -228,6 +229,11 @@ EMBEDDING_CHUNKERS = ("chonkie:SemanticChunker",)
 #: Sections a run may leave out, with the value that means "not used": a digest leaves such a section out while it
 #: holds exactly that value, so adding these features changed no existing run's stage digests.
 OPTIONAL_SECTIONS: dict[str, dict] = {"conditions": {"extra": {}}, "contrasts": {"extra": {}}}
+#: Keys of a section a run may leave at their default, with that default: a digest of the section leaves such a key
+#: out while it holds exactly that value, so adding late pooling and the equivalence test changed no existing run's
+#: stage digests (docs/beyond.md).
+OPTIONAL_KEYS: dict[str, dict[str, Any]] = {"embed": {"late_window": None, "late_overlap": 128},
+                                            "stats": {"sesoi": None}}
 
 
 #: Keys a parameter file may no longer state, and the key that took each one's place: ``max_tokens`` meant four
@@ -382,10 +388,16 @@ class Config:
 
 
 def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) -> str:
-    """:meth:`Config.digest` of validated parameters ``data`` (``cfg.data``): the given sections or dotted keys, all
-    when None; an optional section at its unused value (:data:`OPTIONAL_SECTIONS`) is left out."""
-    part = {k: dotted_value(dict(data), k) for k in (sections or tuple(data))}
+    """:meth:`Config.digest` of validated ``data`` (``cfg.data``): the given sections or dotted keys, all when None,
+    less an optional section at its unused value (:data:`OPTIONAL_SECTIONS`) and :func:`digested`'s parameters."""
+    part = {k: dotted_value(digested(SCHEMA, data), k) for k in (sections or tuple(data))}
     part = {k: v for k, v in part.items() if not (k in OPTIONAL_SECTIONS and v == OPTIONAL_SECTIONS[k])}
+    for k, unused in OPTIONAL_KEYS.items():
+        if isinstance(part.get(k), Mapping):
+            part[k] = {key: v for key, v in part[k].items() if not (key in unused and v == unused[key])}
+        for key, v in unused.items():  # the same keys named as dotted keys (a stage's "embed.late_window")
+            if f"{k}.{key}" in part and part[f"{k}.{key}"] == v:
+                del part[f"{k}.{key}"]
     return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from . import design
 from .significance import SMALLEST_P_RULE, BootstrapTest
@@ -106,16 +106,25 @@ def _extra_conditions(d: dict) -> str | None:
     taken = {c: "a paper condition" for c in design.CONDITION_NAMES}
     for name, spec in d["conditions"]["extra"].items():
         boundaries = spec["boundaries"]
-        if boundaries == "chunker" and not spec["chunker"]:
+        kind = design.PREFIX_KINDS[spec["prefix"]]
+        if spec.get("of") is not None:
+            if spec["chunker"] or spec["size_matched_twin"] or boundaries != "chunker":
+                return f"{name}: 'of: {spec['of']}' takes that condition's chunks whole; state no chunker, no " \
+                       "boundaries and no size_matched_twin"
+            if spec["prefix"] != "none" or spec["depth"] is not None:
+                return f"{name}: 'of: {spec['of']}' takes that condition's prefix whole; state no prefix and no depth"
+            if spec["of"] not in d["chunking"]["conditions"]:
+                return f"{name}.of: {spec['of']!r} is not in chunking.conditions {list(d['chunking']['conditions'])}"
+        elif boundaries == "chunker" and not spec["chunker"]:
             return f"{name}.chunker is empty; name a chunker (e.g. 'semchunk', 'chonkie:SemanticChunker', " \
-                   "'mypackage.mymodule:chunk') or take a paper chunk set (boundaries: fixed, induced or gold)"
+                   "'mypackage.mymodule:chunk'), take a paper chunk set (boundaries: fixed, induced or gold), or " \
+                   "take a condition whole with 'of'"
         if boundaries != "chunker" and spec["chunker"]:
             return f"{name}.chunker: boundaries {boundaries!r} take the paper's chunk set " \
                    f"{design.PAPER_CUTS[boundaries]}; leave chunker out, or set boundaries: chunker"
-        kind = design.PREFIX_KINDS[spec["prefix"]]
         if spec["depth"] is not None and not kind.heading_path:
             return f"{name}.depth: a {spec['prefix']!r} prefix has no heading path to cut; leave depth out"
-        if kind.contexts and boundaries == "chunker":
+        if kind.contexts and boundaries == "chunker" and spec.get("of") is None:
             return f"{name}.prefix: a {spec['prefix']!r} prefix reads the situating contexts 02 writes, and 02 cuts " \
                    "only the paper's chunk sets (boundaries fixed, induced or gold), not a chunker's"
         if spec["size_matched_twin"] and boundaries != "chunker":
@@ -164,3 +173,14 @@ RULES: tuple[Rule, ...] = (
     Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
     Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
 )
+
+
+def digested(spec: Any, value: Any) -> Any:
+    """``value`` without what a digest leaves out (``spec``: a schema node of :mod:`chunkstudy.config`, a mapping,
+    or a parameter with ``digest`` and ``default``): ``digest: never``, and ``digest: changed`` at its default."""
+    if not isinstance(spec, Mapping) or not isinstance(value, Mapping):
+        return value
+    if "*" in spec:
+        return {k: digested(spec["*"], v) for k, v in value.items()}
+    return {k: digested(spec[k], v) for k, v in value.items() if not (not isinstance(spec[k], Mapping) and (
+        spec[k].digest == "never" or (spec[k].digest == "changed" and v == spec[k].default)))}

@@ -90,9 +90,12 @@ PREFIX_KINDS: dict[str, PrefixKind] = {
 PREFIXES: tuple[str, ...] = tuple(PREFIX_KINDS)
 
 #: How a condition's embedded texts become vectors: ``independent`` = each chunk's ``prefix + content`` is encoded
-#: on its own (every condition of the paper). The embedding stage serves exactly these modes.
-EMBEDDINGS: tuple[str, ...] = ("independent",)
+#: on its own (every condition of the paper); ``late`` = late pooling (:mod:`chunkstudy.chunks.late`): the document
+#: is encoded once (past the encoder's window, in overlapping macro windows) and each chunk's content tokens are
+#: mean-pooled, its prefix tokens encoded but never pooled. The embedding stage serves exactly these modes.
+EMBEDDINGS: tuple[str, ...] = ("independent", "late")
 INDEPENDENT = "independent"
+LATE = "late"
 ROUTINGS = ("flat", "two-stage")
 
 #: The depth of a path prefix declared as ``depth=None``: the deepest of ``chunking.depths`` (3 in the paper).
@@ -171,7 +174,8 @@ class Condition:
     ``paths_from``: the outline a fixed or chunker cut's chunks are placed in (``section_id``, ``route_key``) and
     whose heading paths their prefix reads (a structural cut uses its own outline; the paper's fixed windows have
     none). ``family``: :data:`PAPER_FAMILY` or :data:`EXTRA_FAMILY`; ``twin_of``: the condition a size-matched twin
-    is matched to. The paper's conditions also state ``matched_to`` (the condition this one is built to be
+    is matched to; ``of``: the condition whose chunks, prefixes and side tables this one takes whole (a user's
+    ``of: A4`` with ``embedding: late``: boundaries, prefix, depth and routing are then that condition's). The paper's conditions also state ``matched_to`` (the condition this one is built to be
     compared with) and how (``matched``), their colour in every figure, and their Table 4 row
     (``boundaries_text``, ``prefix_text``)."""
 
@@ -190,6 +194,7 @@ class Condition:
     own_cut: ChunkSet | None = None
     paths_from: str | None = None
     twin_of: str | None = None
+    of: str | None = None
 
     def __post_init__(self) -> None:
         where = f"condition {self.name}"
@@ -242,9 +247,9 @@ class Condition:
     def shares_vectors_with(self) -> str | None:
         """A two-stage condition embeds exactly the texts of its flat twin (same chunk set, prefix, depth and
         embedding mode), so it shares its twin's vectors (representation constancy, guards C4); None otherwise."""
-        if self.routing == "flat":
+        if self.routing == "flat" or self.of is not None:
             return None
-        return next(c.name for c in CONDITIONS if c.routing == "flat" and c.vector_key == self.vector_key)
+        return next((c.name for c in CONDITIONS if c.routing == "flat" and c.vector_key == self.vector_key), None)
 
     @property
     def vector_key(self) -> tuple:
@@ -380,10 +385,19 @@ def user_conditions(extra: Mapping[str, Any] | None) -> tuple[Condition, ...]:
     ``boundaries: chunker`` (the default) cuts with the entry's ``chunker`` into a chunk set of the condition's own
     name; ``fixed``, ``induced`` or ``gold`` takes the paper's chunk set of that kind (A0, A2, G2). A twin
     (``size_matched_twin``) is ``<NAME>-fixed``: fixed windows matched per document to the condition's cut, with
-    the same prefix kind, depth and outline. Heading paths (and a chunker's route keys) come from ``outline``."""
+    the same prefix kind, depth and outline. Heading paths (and a chunker's route keys) come from ``outline``.
+    ``of: <paper condition>`` takes that condition whole (its boundaries, prefix, depth and routing; 04 copies its
+    chunks, prefixes and side tables), with the entry's own ``embedding``."""
     out: list[Condition] = []
     for name, spec in (extra or {}).items():
         name = str(name)
+        of = _field(spec, "of")
+        if of is not None:
+            src = condition(str(of))
+            out.append(Condition(name, src.boundaries, src.prefix, src.routing, src.depth,
+                                 embedding=str(_field(spec, "embedding") or INDEPENDENT), family=EXTRA_FAMILY,
+                                 paths_from=src.paths_from, of=src.name))
+            continue
         boundaries = _field(spec, "boundaries") or "chunker"
         own = None
         if boundaries == "chunker":
@@ -534,3 +548,11 @@ class PrimaryCell(NamedTuple):
 def condition_order_key(name: str) -> tuple:
     """Sort key putting condition names in the paper's order (unknown names last, alphabetically)."""
     return (CONDITION_NAMES.index(name), "") if name in _BY_NAME else (len(CONDITION_NAMES), str(name))
+
+
+def two_stage_conditions(conditions: Sequence[Condition], two_stage: Sequence[str]) -> tuple[str, ...]:
+    """The conditions retrieved route-to-section: ``retrieve.two_stage_conditions`` (``two_stage``) and every
+    condition of ``conditions`` that takes one of theirs whole (:attr:`Condition.of`: a late-pooled A4 routes as
+    A4). :attr:`chunkstudy.params.Params.routed_retrieve`."""
+    base = tuple(two_stage)
+    return base + tuple(c.name for c in conditions if c.of is not None and c.of in base and c.name not in base)

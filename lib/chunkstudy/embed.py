@@ -66,10 +66,11 @@ KINDS = ("query", "passage")
 #: ``truncation`` of the openai backend: ``server`` sends no truncation field (the server's own rule applies: OpenAI's
 #: API, text-embeddings-inference without ``--auto-truncate`` and vLLM all refuse an over-long input with an HTTP
 #: 4xx, which stops the stage naming the server's message); ``start`` asks the server to keep the first
-#: ``max_seq_length`` tokens, as sentence-transformers does locally, with vLLM's request fields
-#: ``truncate_prompt_tokens`` and ``truncation_side: right`` (servers that do not know them may reject the request).
+#: ``max_seq_length`` tokens, as sentence-transformers does locally, with vLLM's request field
+#: ``truncate_prompt_tokens`` (servers that do not know it may reject the request).
 TRUNCATIONS = ("server", "start")
-#: HTTP statuses of the openai backend that are retried (with backoff, honouring Retry-After); others fail at once.
+#: HTTP statuses of the openai backend that are retried (with backoff, honouring Retry-After; 5xx ones count for the
+#: breaker); others fail at once (:mod:`chunkstudy.llm.http`).
 RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
 #: longest wait a server's Retry-After may impose on one retry, seconds.
 RETRY_AFTER_CAP_S = 120.0
@@ -354,6 +355,8 @@ class Embedder:
             ident["agreement_min_cosine"] = round(prec["check"]["min"], 6)
         if self.backend == "openai" and self.truncation != "server":
             ident["truncation"] = self.truncation
+        if self.backend == "openai" and self.spec.vllm_engine.get("dtype") is not None:
+            ident["served_dtype"] = str(self.spec.vllm_engine["dtype"])  # a server's precision: its own vectors
         h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", str(self.spec.model).rstrip("/").split("/")[-1].split(":")[-1])
         return f"{base}-{self.max_seq_length}-{h}"
@@ -425,6 +428,15 @@ class Embedder:
             self._model = _OpenAIEmbeddings(self.spec, self.key)
         return self._model
 
+    def sentence_transformer(self) -> Any:
+        """The loaded ``SentenceTransformer`` (loading it on first use, cast and checked as :meth:`encode` runs it),
+        for work that needs the model's modules rather than its pooled vectors (late pooling,
+        :mod:`chunkstudy.chunks.late`). An :class:`EmbedError` for another backend or the ONNX runtime."""
+        if self.backend != "sentence-transformers" or self.runtime != "torch":
+            raise EmbedError(f"embed.embedders.{self.key}: the torch modules of a sentence-transformers model are "
+                             f"needed here; this embedder is backend {self.backend!r}, runtime {self.runtime!r}")
+        return self._load()
+
     def encode(self, texts: Sequence[str], kind: str = "passage") -> np.ndarray:
         """Embed ``texts`` as ``kind`` (``"query"`` gets the instruction); float32 ``(len(texts), dim)``, unit norm.
         A pending ``dtype: auto`` is settled on ``texts`` first (:meth:`settle_precision`, nothing recorded); the
@@ -481,107 +493,92 @@ class Embedder:
 
 
 class _OpenAIEmbeddings:
-    """``POST {base_url}/embeddings`` (base_url ends in ``/v1``, as for the OpenAI client), key from the env.
+    """``POST {base_url}/embeddings`` (base_url ends in ``/v1``, as for the OpenAI client; a list of them: replicas),
+    key from the env, through the HTTP machinery every server client shares (:class:`chunkstudy.llm.http.JsonPool`).
 
-    Batches of ``batch_size`` texts go out over one pooled HTTP session, up to ``concurrency`` at a time, and come
-    back in order. A connection error, a timeout or an HTTP status in :data:`RETRY_STATUS` is retried up to
-    ``max_retries`` times, waiting ``retry_backoff_s`` x 2^attempt, or what the server's ``Retry-After`` asks
-    (capped at :data:`RETRY_AFTER_CAP_S`); any other HTTP error fails at once, naming the URL, the status and the
-    server's message. ``truncation`` is explicit (:data:`TRUNCATIONS`).
+    Batches of ``batch_size`` texts go out over one pooled HTTP session, up to ``concurrency`` at a time on each
+    replica, and come back in order. A connection error, a timeout or HTTP 408/409/425/429/5xx is retried up to
+    ``max_retries`` times, waiting ``retry_backoff_s`` x 2^attempt, at least what the server's ``Retry-After`` asks
+    (capped at :data:`RETRY_AFTER_CAP_S`); ``breaker_failures`` consecutive connection failures or 5xx stop the
+    stage; any other HTTP error fails at once, naming the URL, the status and the server's message. ``truncation``
+    is explicit (:data:`TRUNCATIONS`). Before its first request it asks the runner to start the servers of a
+    ``serve: auto`` embedder (:func:`chunkstudy.llm.http.ensure_served`).
     """
 
     def __init__(self, spec: Any, key: str):
+        from .llm import http
+
         self.where = f"embed.embedders.{key}"
-        if not spec.base_url:
+        self.base_urls = http.urls(spec.base_url)
+        if not self.base_urls:
             raise EmbedError(f"{self.where}: backend 'openai' needs base_url (e.g. http://host:8000/v1)")
-        self.url = spec.base_url.rstrip("/") + "/embeddings"
+        self.url = self.base_urls[0] + "/embeddings"
         self.model = spec.model
-        self.key_env = spec.api_key_env
         self.concurrency = spec.concurrency
-        self.max_retries = spec.max_retries
-        self.backoff = spec.retry_backoff_s
-        self.timeout = spec.timeout_s
         self.truncation = spec.truncation
         self.max_tokens = spec.max_seq_length
-        self.n_requests = 0  # HTTP requests sent, retries included
-        self.n_retries = 0
-        self._session: Any = None
+        self.pool = http.JsonPool(self.base_urls, "/embeddings", where=self.where, api_key_env=spec.api_key_env,
+                                  per_replica=spec.concurrency, max_retries=spec.max_retries,
+                                  retry_backoff_s=spec.retry_backoff_s, timeout_s=spec.timeout_s,
+                                  breaker_failures=spec.breaker_failures, retry_after_max_s=RETRY_AFTER_CAP_S,
+                                  sleep=lambda s: _sleep(s))
+        self._served = False
 
-    def session(self):
-        if self._session is None:
-            import requests
-            from requests.adapters import HTTPAdapter
+    @property
+    def n_requests(self) -> int:
+        return self.pool.n_requests
 
-            s = requests.Session()
-            adapter = HTTPAdapter(pool_connections=1, pool_maxsize=self.concurrency, max_retries=0)
-            s.mount("http://", adapter)
-            s.mount("https://", adapter)
-            self._session = s
-        return self._session
+    @property
+    def n_retries(self) -> int:
+        return self.pool.n_retries
 
-    def _wait(self, attempt: int, retry_after: str | None) -> float:
-        wait = llm.parse_retry_after(retry_after)  # seconds or an HTTP date, as the LLM client reads it
-        return min(wait, RETRY_AFTER_CAP_S) if wait is not None else self.backoff * 2 ** attempt
+    @property
+    def _session(self) -> Any:
+        return self.pool._session
 
-    def _post(self, batch: list[str]) -> np.ndarray:
-        import requests
-
-        headers = {"Content-Type": "application/json"}
-        if os.environ.get(self.key_env):
-            headers["Authorization"] = f"Bearer {os.environ[self.key_env]}"
+    def _body(self, batch: list[str]) -> dict:
         body: dict[str, Any] = {"model": self.model, "input": batch, "encoding_format": "float"}
         if self.truncation == "start":
-            body.update(truncate_prompt_tokens=self.max_tokens, truncation_side="right")
-        problem = ""
-        for attempt in range(self.max_retries + 1):
-            self.n_requests += 1
-            retry_after = None
-            try:
-                r = self.session().post(self.url, json=body, headers=headers, timeout=self.timeout)
-            except requests.RequestException as e:
-                problem = f"{self.url} unreachable: {e}"
-            else:
-                if r.status_code == 200:
-                    return self._parse(r, len(batch))
-                if r.status_code not in RETRY_STATUS:
-                    hint = ""
-                    if r.status_code in (400, 413, 422):
-                        longest = max(len(t) for t in batch) if batch else 0
-                        hint = (f" (the longest text of this batch has {longest} characters; an over-long input "
-                                f"is refused under truncation: {self.truncation!r}, see embed.TRUNCATIONS)")
-                    raise EmbedError(f"{self.where}: {self.url} answered HTTP {r.status_code}: {r.text[:300]}{hint}")
-                problem = f"{self.url} answered HTTP {r.status_code}: {r.text[:300]}"
-                retry_after = r.headers.get("Retry-After")
-            if attempt == self.max_retries:
-                break
-            self.n_retries += 1
-            _sleep(self._wait(attempt, retry_after))
-        raise EmbedError(f"{self.where}: gave up after {self.max_retries + 1} attempts: {problem}")
+            # no truncation_side: vLLM then truncates in the tokenizer as sentence-transformers does (the closing
+            # [SEP] kept); an explicit side slices the tokens after the special ones were added (min cosine 0.9987
+            # to sentence-transformers on a long demo text, measured: docs/servers.md)
+            body.update(truncate_prompt_tokens=self.max_tokens)
+        return body
 
-    def _parse(self, r, n: int) -> np.ndarray:
+    def _parse(self, reply: dict, n: int, url: str) -> np.ndarray:
         try:
-            data = sorted(r.json()["data"], key=lambda d: d["index"])
+            data = sorted(reply["data"], key=lambda d: d["index"])
             vecs = [d["embedding"] for d in data]
-        except (ValueError, KeyError, TypeError) as e:
-            raise EmbedError(f"{self.where}: {self.url} sent a malformed reply ({e!r}): {r.text[:200]}") from None
+        except (KeyError, TypeError) as e:
+            raise EmbedError(f"{self.where}: {url} sent a malformed reply ({e!r}): {str(reply)[:200]}") from None
         if len(vecs) != n:
             raise EmbedError(f"{self.where}: sent {n} texts, got {len(vecs)} embeddings")
         if len({len(v) for v in vecs}) > 1:
-            raise EmbedError(f"{self.where}: {self.url} returned embeddings of different lengths")
+            raise EmbedError(f"{self.where}: {url} returned embeddings of different lengths")
         return np.asarray(vecs, dtype=np.float32).reshape(n, -1)
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
-        if self.concurrency == 1 or len(batches) <= 1:
-            return np.concatenate([self._post(b) for b in batches])
-        from concurrent.futures import ThreadPoolExecutor
+        from .llm import LLMError, StageError, http
 
-        ex = ThreadPoolExecutor(max_workers=min(self.concurrency, len(batches)))
+        if not self._served:
+            try:
+                http.ensure_served(self.base_urls, self.where)
+            except StageError as e:
+                raise EmbedError(f"{self.where}: {e}") from None
+            self._served = True
+        batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
         try:
-            futures = [ex.submit(self._post, b) for b in batches]
-            return np.concatenate([f.result() for f in futures])
-        finally:
-            ex.shutdown(wait=True, cancel_futures=True)  # a failed batch stops the ones not yet sent
+            replies = self.pool.run([self._body(b) for b in batches])
+        except http.GaveUp as e:
+            hint = ""
+            if e.permanent and any(f"HTTP {c}" in str(e) for c in (400, 413, 422)):
+                longest = max((len(t) for t in texts), default=0)
+                hint = (f" (the longest text of this batch has {longest} characters; an over-long input is refused "
+                        f"under truncation: {self.truncation!r}, see embed.TRUNCATIONS)")
+            raise EmbedError(f"{self.where}: {e}{hint}") from None
+        except (LLMError, StageError) as e:
+            raise EmbedError(f"{self.where}: {e}") from None
+        return np.concatenate([self._parse(r, len(b), self.url) for r, b in zip(replies, batches)])
 
 
 def load_embedder(spec: EmbedderParams, key: str, show_progress: bool = False) -> Embedder:

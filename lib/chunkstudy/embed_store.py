@@ -66,6 +66,7 @@ class EmbeddingStore:
             raise EmbedError(f"embed.flush_every must be >= 1, got {flush_every}")
         self.n_embedded = 0
         self.n_calls = 0
+        self.n_tokens = 0  # tokens the model read for the texts it embedded (where the store counts tokens)
         self.set_aside: list[Path] = []
         self._token_counts: dict[str, dict[str, int]] = {}  # tokenizer id -> text hash -> tokens
         self._index: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
@@ -183,6 +184,13 @@ class EmbeddingStore:
             return sorted(hashes, key=lambda h: (-min(known[h], cap), -lengths[h], h))
         return sorted(hashes, key=lambda h: (-lengths[h], h))
 
+    def _tokens_read(self, embedder: Embedder, hashes: Sequence[str]) -> int:
+        """Tokens the model reads for the texts of ``hashes``: each text's count (special tokens included) cut at
+        ``max_seq_length``, from the counts :meth:`_batch_order` took; 0 where the store counts no tokens."""
+        known = self._token_counts.get(embedder.tokenizer_id or "", {})
+        cap = embedder.max_seq_length
+        return int(sum(min(known[h], cap) for h in hashes if h in known))
+
     def embed(self, embedder: Embedder, texts: Sequence[str], kind: str = "passage",
               progress: bool = False) -> np.ndarray:
         """Vectors of ``texts`` (float32 ``(len(texts), dim)``, in order), embedding only distinct unseen texts.
@@ -217,11 +225,68 @@ class EmbeddingStore:
                 vecs = np.concatenate(parts) if len(parts) > 1 else parts[0]
                 self.n_calls += 1
                 self.n_embedded += len(group)
+                self.n_tokens += self._tokens_read(embedder, group)
                 shard = self._write_shard(embedder.model_key, kind, group, vecs)
                 fresh[shard] = np.asarray(vecs, dtype=np.float32)
                 for row, h in enumerate(group):
                     idx[h] = (shard, row)
         return self._gather(embedder.model_key, kind, hashes, fresh)
+
+    # -------------------------------------------------------------------- vectors under keys of the caller's own
+    # Vectors that are no function of one text (late-pooled chunk vectors: of a whole document and a span in it)
+    # are stored under keys the caller derives (:func:`chunkstudy.chunks.late.late_key`) and a ``model_key`` that
+    # names how they were computed (:func:`chunkstudy.chunks.late.late_model_key`), in shards exactly like the
+    # texts' ones, checked on read the same way. The keys of :meth:`embed` are untouched by these methods.
+
+    @staticmethod
+    def _check_keyed(model_key: str, kind: str, keys: Sequence[str]) -> None:
+        if kind not in KINDS:
+            raise EmbedError(f"EmbeddingStore: kind {kind!r} is not one of {list(KINDS)}")
+        bad = next((k for k in keys if not re.fullmatch(r"[0-9a-f]{64}", str(k))), None)
+        if bad is not None:
+            raise EmbedError(f"EmbeddingStore ({model_key}/{kind}): key {bad!r} is not a sha256 hex digest")
+
+    def missing(self, model_key: str, kind: str, keys: Sequence[str]) -> list[str]:
+        """The distinct ``keys`` (sha256 hex digests) not stored under ``(model_key, kind)``, in first-appearance
+        order."""
+        self._check_keyed(model_key, kind, keys)
+        idx = self._load_index(model_key, kind)
+        return [k for k in dict.fromkeys(keys) if k not in idx]
+
+    def put(self, model_key: str, kind: str, keys: Sequence[str], vectors: np.ndarray) -> int:
+        """Store ``vectors`` (float32 ``(len(keys), dim)``, row i under ``keys[i]``) under ``(model_key, kind)``:
+        the rows whose key is not stored yet (first occurrence of a repeated key) are written as one checked shard.
+        Returns the rows written (0: every key was stored already; nothing is written). Counts as one model call
+        of ``len(written)`` texts in :attr:`n_calls` and :attr:`n_embedded`."""
+        self._check_keyed(model_key, kind, keys)
+        vecs = np.asarray(vectors, dtype=np.float32)
+        if vecs.ndim != 2 or vecs.shape[0] != len(keys):
+            raise EmbedError(f"EmbeddingStore.put ({model_key}/{kind}): {len(keys)} keys but vectors of shape "
+                             f"{vecs.shape}")
+        idx = self._load_index(model_key, kind)
+        first: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            if k not in idx:
+                first.setdefault(k, i)
+        if not first:
+            return 0
+        rows = list(first.values())
+        shard = self._write_shard(model_key, kind, list(first), vecs[rows])
+        for row, k in enumerate(first):
+            idx[k] = (shard, row)
+        self.n_calls += 1
+        self.n_embedded += len(rows)
+        return len(rows)
+
+    def get(self, model_key: str, kind: str, keys: Sequence[str]) -> np.ndarray:
+        """The stored vectors of ``keys`` (float32 ``(len(keys), dim)``, in order); a KeyError names the first key
+        not stored under ``(model_key, kind)``."""
+        self._check_keyed(model_key, kind, keys)
+        idx = self._load_index(model_key, kind)
+        absent = next((k for k in keys if k not in idx), None)
+        if absent is not None:
+            raise KeyError(f"embedding store {self.folder}: no vector under {model_key}/{kind} for key {absent}")
+        return self._gather(model_key, kind, list(keys))
 
     def _gather(self, model_key: str, kind: str, hashes: list[str],
                 fresh: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
@@ -263,7 +328,8 @@ def embed_all(specs: Mapping[str, EmbedderParams], texts: Sequence[str], store: 
 
     Returns ``({key: float32 (len(texts), dim)}, report)`` where the report has one row per embedder:
     ``embedder, model_key, runtime, dtype, cpu_bf16, agreement_n, agreement_min, agreement_mean, n_texts,
-    n_embedded, n_calls, seconds, dim`` (``n_embedded == 0`` on a rerun; ``dtype`` is the resolved one, "server"
+    n_embedded, n_calls, n_tokens, seconds, dim`` (``n_embedded == 0`` on a rerun; ``n_tokens``: the tokens the
+    model read for them, 0 where the store counts none; ``dtype`` is the resolved one, "server"
     for the openai backend; ``cpu_bf16`` the CPU's hardware-bfloat16 feature when ``dtype: auto`` could use it,
     and ``agreement_*`` the bfloat16-vs-float32 check that settled it, None without one).
     """
@@ -274,7 +340,7 @@ def embed_all(specs: Mapping[str, EmbedderParams], texts: Sequence[str], store: 
     vectors, rows = {}, []
     for key, spec in specs.items():
         e = load_embedder(spec, key)
-        n0, c0, t0 = store.n_embedded, store.n_calls, time.perf_counter()
+        n0, c0, k0, t0 = store.n_embedded, store.n_calls, store.n_tokens, time.perf_counter()
         vectors[key] = store.embed(e, texts, kind, progress=progress)
         check = (e.precision or {}).get("check") or {}
         rows.append({"embedder": key, "model_key": e.model_key, "runtime": e.runtime, "dtype": e.dtype,
@@ -282,5 +348,6 @@ def embed_all(specs: Mapping[str, EmbedderParams], texts: Sequence[str], store: 
                      "agreement_min": check.get("min"), "agreement_mean": check.get("mean"),
                      "n_texts": len(texts),
                      "n_embedded": store.n_embedded - n0, "n_calls": store.n_calls - c0,
+                     "n_tokens": store.n_tokens - k0,
                      "seconds": time.perf_counter() - t0, "dim": int(vectors[key].shape[1]) if len(texts) else 0})
     return vectors, pd.DataFrame(rows)

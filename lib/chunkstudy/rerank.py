@@ -19,12 +19,21 @@ under ``torch.autocast`` where the CPU multiplies bfloat16 in hardware and a ran
 the embedders: :meth:`Reranker.settle_precision`). Both enter the cache identity when they differ from
 torch/float32. ``batch_size`` pairs go through one forward pass (64 by
 default: a GPU cross-encoder is far from saturated at 16); scores reach the store every 16 batches.
+
+Server backend (``backend: openai``): the pairs go to ``POST {base_url}/rerank`` (vLLM's pooling runner serving a
+cross-encoder, Infinity; the Jina/Cohere request shape: one query, its candidate texts, ``truncate_prompt_tokens``
+= ``max_length``), one request per query and at most ``batch_size`` candidates, through the HTTP machinery every
+server client shares (:class:`chunkstudy.llm.http.JsonPool`: ``concurrency`` in flight per replica, retries with
+backoff and ``Retry-After``, the circuit breaker); each request's scores reach the store as it completes. The
+model id starts with ``openai``, so a server's scores never mix with in-process ones. :func:`served_folder` is
+the folder such a server loads (for an untrained head, the seeded head saved once).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import warnings
 from pathlib import Path
@@ -35,8 +44,9 @@ import pandas as pd
 
 from . import artifacts, models, progress
 from .params import RerankerParams, RetrieveParams
-from .embed import (AUTOCAST_BF16, ONNX_FILE, _onnx_provider, bf16_candidate, cast_and_check, flag_kwargs,
-                    onnx_model_dir, place_flag_model, precision_context, recorded_decision, resolve_dtype)
+from .embed import (AUTOCAST_BF16, ONNX_FILE, RETRY_AFTER_CAP_S, _onnx_provider, _source_fingerprint, bf16_candidate,
+                    cast_and_check, flag_kwargs, onnx_cache_root, onnx_model_dir, place_flag_model, precision_context,
+                    recorded_decision, resolve_dtype)
 
 
 class CacheWarning(UserWarning):
@@ -148,7 +158,7 @@ class Reranker:
         self.trained = spec.trained
         self.store = store
         self.runtime = spec.runtime
-        self.dtype = resolve_dtype(spec, f"retrieve.rerankers.{key}")
+        self.dtype = resolve_dtype(spec, f"retrieve.rerankers.{key}") if spec.backend != "openai" else "server"
         self.bf16_feature = bf16_candidate(spec)
         self.precision: dict | None = None
         if self.bf16_feature is None:
@@ -164,12 +174,14 @@ class Reranker:
             ident.append(f"untrained-seed={spec.seed}")
         if self.runtime != "torch":  # the defaults (torch, float32) keep the identity scores were cached under
             ident.append(f"runtime={self.runtime}")
-        if self.dtype != "float32":
+        if self.dtype not in ("float32", "server"):
             ident.append(f"dtype={self.dtype}")
         if self.dtype == AUTOCAST_BF16:
             prec = cast(dict, self.precision)  # settled with the bf16 choice
             ident.append(f"cpu_bf16={prec['cpu_bf16']}")
             ident.append(f"agreement_min_kendall={round(prec['check']['min'], 6)}")
+        if spec.backend == "openai" and spec.vllm_engine.get("dtype") is not None:
+            ident.append(f"served_dtype={spec.vllm_engine['dtype']}")
         return "|".join(map(str, ident))
 
     @property
@@ -229,6 +241,9 @@ class Reranker:
         if self._model is not None:
             return
         spec = self.spec
+        if spec.backend == "openai":
+            self._model = _OpenAIRerank(spec, self.key)
+            return
         path = models.resolve(spec.model)
         if spec.backend == "flag":
             try:
@@ -265,9 +280,11 @@ class Reranker:
             torch.manual_seed(self.spec.seed)
             return CrossEncoder(path, num_labels=1, max_length=max_length, device=device)
 
-    def _predict(self, pairs: list[tuple[str, str]], dtype: str | None = None) -> np.ndarray:
+    def _predict(self, pairs: list[tuple[str, str]], dtype: str | None = None, done=None) -> np.ndarray:
         self._load()
         bs = self.spec.batch_size
+        if self.spec.backend == "openai":
+            return self._model.score(pairs, done)
         if self.spec.backend == "flag":
             s = self._model.compute_score(pairs, batch_size=bs, max_length=self.spec.max_length)
             return np.atleast_1d(np.asarray(s, dtype=np.float64))
@@ -287,6 +304,21 @@ class Reranker:
         for key, q, t in zip(keys, queries, texts):
             if key not in known and key not in missing:
                 missing[key] = (q, t)
+        if missing and self.spec.backend == "openai":
+            # a server: requests of one query each, every reply stored as it completes (a kill loses none)
+            with progress.bar(len(missing), f"rerank {self.key}", unit="pair") as bar:
+                items = sorted(missing.items(), key=lambda kv: (kv[1][0], kv[0]))
+
+                def stored(part: list[int], values: np.ndarray) -> None:
+                    fresh = {items[i][0]: float(v) for i, v in zip(part, values)}
+                    if self.store is not None:
+                        self.store.put_many(fresh.items())
+                    known.update(fresh)
+                    self.n_computed += len(fresh)
+                    bar.update(len(fresh))
+
+                self._predict([pair for _, pair in items], done=stored)
+            missing = {}
         if missing:
             # longest first keeps padding low inside a batch; the order is fixed by the pair set
             todo = sorted(missing.items(), key=lambda kv: (-len(kv[1][0]) - len(kv[1][1]), kv[0]))
@@ -303,6 +335,114 @@ class Reranker:
                     known.update(fresh)
                     bar.update(len(part))
         return np.array([known[k] for k in keys], dtype=np.float64)
+
+
+class _OpenAIRerank:
+    """``POST {base_url}/rerank`` (module docstring): ``score(pairs, done)`` -> float64 scores, one per pair, sent
+    as one request per query with at most ``batch_size`` candidates; ``done(indices, scores)`` as each request
+    completes. The runner starts the servers of a ``serve: auto`` reranker before the first request
+    (:func:`chunkstudy.llm.http.ensure_served`)."""
+
+    def __init__(self, spec: RerankerParams, key: str):
+        from .llm import http
+
+        self.where = f"retrieve.rerankers.{key}"
+        self.base_urls = http.urls(spec.base_url)
+        if not self.base_urls:
+            raise ValueError(f"{self.where}: backend 'openai' needs base_url (e.g. http://host:8000/v1)")
+        self.model, self.max_length, self.batch = spec.model, spec.max_length, spec.batch_size
+        self.pool = http.JsonPool(self.base_urls, "/rerank", where=self.where, api_key_env=spec.api_key_env,
+                                  per_replica=spec.concurrency, max_retries=spec.max_retries,
+                                  retry_backoff_s=spec.retry_backoff_s, timeout_s=spec.timeout_s,
+                                  breaker_failures=spec.breaker_failures, retry_after_max_s=RETRY_AFTER_CAP_S,
+                                  sleep=_sleep)
+        self._served = False
+
+    def requests(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], dict]]:
+        """``[(pair indices, request body)]``: the pairs grouped by query in first-seen order, ``batch_size`` at
+        most per request."""
+        by_query: dict[str, list[int]] = {}
+        for i, (q, _) in enumerate(pairs):
+            by_query.setdefault(q, []).append(i)
+        out = []
+        for q, idx in by_query.items():
+            for lo in range(0, len(idx), self.batch):
+                part = idx[lo:lo + self.batch]
+                out.append((part, {"model": self.model, "query": q, "documents": [pairs[i][1] for i in part],
+                                   "truncate_prompt_tokens": self.max_length}))
+        return out
+
+    def parse(self, reply: dict, n: int) -> np.ndarray:
+        try:
+            got = {int(r["index"]): float(r["relevance_score"]) for r in reply["results"]}
+        except (KeyError, TypeError, ValueError) as e:
+            raise RerankError(f"{self.where}: {self.base_urls[0]}/rerank sent a malformed reply ({e!r}): "
+                              f"{str(reply)[:200]}") from None
+        if sorted(got) != list(range(n)):
+            raise RerankError(f"{self.where}: sent {n} candidates, got scores for indices {sorted(got)[:10]}")
+        return np.array([got[i] for i in range(n)], dtype=np.float64)
+
+    def score(self, pairs: Sequence[tuple[str, str]], done=None) -> np.ndarray:
+        from .llm import LLMError, StageError, http
+
+        if not self._served:
+            http.ensure_served(self.base_urls, self.where)
+            self._served = True
+        reqs = self.requests(pairs)
+        out = np.full(len(pairs), np.nan)
+
+        def finished(j: int, reply: dict) -> None:
+            part = reqs[j][0]
+            values = self.parse(reply, len(part))
+            out[part] = values
+            if done is not None:
+                done(part, values)
+
+        try:
+            self.pool.run([body for _, body in reqs], finished)
+        except (LLMError, StageError) as e:
+            raise RerankError(f"{self.where}: {e}") from None
+        return out
+
+
+class RerankError(RuntimeError):
+    """A reranker server failed (names the parameter key, the URL and what went wrong)."""
+
+
+_sleep = __import__("time").sleep  # the server backend's waits between retries (tests replace it)
+
+
+def served_folder(spec: RerankerParams, key: str) -> Path:
+    """The model folder a reranker server loads for ``retrieve.rerankers.<key>``: the model's own folder
+    (:func:`chunkstudy.models.resolve`), or for an untrained head (``trained: false``) the architecture with its
+    head drawn from ``seed``, saved once under ``~/.cache/chunkstudy/serve/`` (beside the ONNX exports; renamed
+    into place whole), so the server scores with the weights the in-process cross-encoder has."""
+    import tempfile
+
+    spec = spec_record(spec, key)
+    path = models.resolve(spec.model)
+    if spec.trained:
+        return Path(path)
+    from importlib.metadata import version
+
+    ident = {"model": spec.model, "source": _source_fingerprint(path), "seed": spec.seed, "max_length": spec.max_length,
+             "versions": [version("transformers"), version("sentence-transformers"), version("torch")]}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    root = onnx_cache_root().parent / "serve"
+    base = "".join(c if c.isalnum() or c in "._-" else "_" for c in spec.model.rstrip("/").split("/")[-1].split(":")[-1])
+    final = root / f"{base}-untrained-{digest}"
+    if (final / "config.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".serve-", dir=root) as tmp:
+        r = Reranker(key, spec, None)
+        r._torch_model(path, spec.max_length, "cpu").save_pretrained(str(Path(tmp) / "m"))
+        try:
+            os.replace(Path(tmp) / "m", final)
+        except OSError:  # another process saved it first: keep its copy
+            if not (final / "config.json").is_file():
+                raise
+    return final
 
 
 def spec_record(spec: RerankerParams, key: str) -> RerankerParams:

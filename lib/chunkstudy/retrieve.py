@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Sequence, cast
 
+import time
+
 import numpy as np
 import pandas as pd
 
@@ -518,7 +520,8 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
     ``queries`` (same order). ``retrieve_params``: the ``retrieve`` record, ``cfg.params("retrieve")`` (k,
     route_sections, backend, two_stage_conditions; a mapping is validated into one). Every query searches all chunks of the corpus under that condition.
 
-    Returns ``{"runs": ..., "section_recall": ...}``. runs: embedder, reranker ("none"), condition, query_id, rank
+    Returns ``{"runs": ..., "section_recall": ..., "timing": ...}``. timing: embedder, condition, n_queries,
+    seconds (the wall seconds of that cell's search alone, measured here: never part of a golden). runs: embedder, reranker ("none"), condition, query_id, rank
     (1-based), chunk_id, score, doc_id, source ("flat" | "routed" | "backfill"). section_recall (two-stage
     conditions only): embedder, reranker, condition, query_id, doc_id, section_recall, n_gold_sections,
     n_routed_gold, first_gold_route_rank, routed_doc_ids, routed_route_keys, routed_scores (lists, best first).
@@ -532,7 +535,7 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
     p = retrieve_params
     k, n_sections, backend, two_stage = p.k, p.route_sections, p.backend, set(p.two_stage_conditions)
     query_ids = queries["query_id"].astype(str).to_numpy()
-    runs, recall = [], []
+    runs, recall, timing = [], [], []
     for embedder in vectors_by_embedder:
         if embedder not in query_vecs_by_embedder:
             raise KeyError(f"query vectors for embedder {embedder!r} are missing; have {list(query_vecs_by_embedder)}")
@@ -548,11 +551,13 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
                                  f"vectors matrix of {len(matrix)} rows; 04_chunk_embed wrote them inconsistently")
             cvec = matrix[rows]
             ids = cc["chunk_id"].astype(str).to_numpy()
+            t0 = time.perf_counter()
             if condition in two_stage:
                 # a section is (document, top-level heading); route_key alone may repeat across documents
                 labels = cc["doc_id"].astype(str) + "\x1f" + cc["route_key"].astype(str)
                 res = two_stage_search(qv, cvec, ids, labels.to_numpy(), k=k, n_sections=n_sections,
                                        backend=backend)
+                seconds = time.perf_counter() - t0
                 source = np.where(np.arange(res.idx.shape[1])[None, :] < res.n_routed[:, None], "routed",
                                   "backfill")
                 runs.append(_runs_frame(embedder, condition, query_ids, cc, res.idx, res.scores, source))
@@ -572,12 +577,16 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
                 recall.append(sr)
             else:
                 idx, scores = flat_search(qv, cvec, ids, k=k, backend=backend)
+                seconds = time.perf_counter() - t0
                 source = np.full(idx.shape, "flat", dtype=object)
                 runs.append(_runs_frame(embedder, condition, query_ids, cc, idx, scores, source))
+            timing.append({"embedder": embedder, "condition": str(condition), "n_queries": int(len(query_ids)),
+                           "seconds": seconds})
     runs_df = pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(columns=_RUNS_COLUMNS)
     recall_df = (pd.concat(recall, ignore_index=True) if recall
                  else pd.DataFrame(columns=stages.columns("section_recall")))
-    return {"runs": runs_df, "section_recall": recall_df}
+    return {"runs": runs_df, "section_recall": recall_df,
+            "timing": pd.DataFrame(timing, columns=["embedder", "condition", "n_queries", "seconds"])}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -54,9 +54,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, config, devices, manifests, progress, stages
+from . import artifacts, config, devices, manifests, progress, serving, stages
 from .codehash import library_hash
 from .errors import ChunkstudyError
+from .serving.check import problems as serve_problems
+from .serving.lifecycle import Services
 
 #: Which earlier stages each stage reads (its inputs are their outputs), from :data:`chunkstudy.stages.STAGES`
 #: under any parameters; :func:`stage_key` narrows it to the reads a parameter file switches on.
@@ -574,18 +576,30 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
             devices.require_cuda(cfg)
         except devices.CudaUnavailable as e:
             raise StageFailed(str(e)) from None
+    names = [s.name for s in selected]
+    try:  # models in the local cache, every serve: auto server startable here (docs/servers.md)
+        found = serve_problems(cfg, names, artifacts.project_relative(cfg, cfg.path))
+    except serving.ServeError as e:
+        found = [str(e)]
+    if found:
+        raise StageFailed("before 01, the run cannot go on:\n  - " + "\n  - ".join(found))
     executed_dir = root / "build" / "executed" / cfg.corpus
     with corpus_lock(cfg, command or shlex.join(sys.argv), log=log):
         check_writable(cfg, [executed_dir], f"corpus '{cfg.corpus}' cannot write its executed notebooks",
                        tree=False)
         cfg = freeze_params(cfg)
-        return _run_stages(cfg, selected, executed_dir, force, log)
+        try:
+            with Services(cfg, names, executed_dir, log, command or shlex.join(sys.argv)) as served:
+                return _run_stages(cfg, selected, executed_dir, force, log, served)
+        except serving.ServeError as e:
+            raise StageFailed(str(e)) from None
 
 
 def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, force: bool,
-                log) -> list[tuple[str, str, float]]:
+                log, served: Services) -> list[tuple[str, str, float]]:
     results, env = [], None
-    for stage in selected:
+    for i, stage in enumerate(selected):
+        served.after(stage.name, [s.name for s in selected[i:]])  # a server no stage from here on needs stops
         t0 = time.perf_counter()
         changed: list[str] = []
         key = stage_key(cfg, stage, library_hash(stage.notebook), changed)
@@ -599,10 +613,14 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             continue
         log(f"{stage.name:<16} running ...")
         _clear_outputs(cfg, stage.name)
+        served.stage(stage.name)
         try:
             warned = execute(cfg, stage, executed_dir) or []
         except KeyboardInterrupt as e:
             raise Interrupted(stage.name, cfg.corpus, getattr(e, "signum", signal.SIGINT)) from None
+        except StageFailed as e:
+            why = served.explain(stage.name)  # a server that died while the stage ran, with its log's tail
+            raise StageFailed(f"{e}\n{why}" if why else str(e)) from None
         dt = time.perf_counter() - t0
         sources = None
         declared = stages.stage(stage.name).source_files if stage.name in stages.STAGE_NAMES else None
@@ -619,10 +637,11 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
                 key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
         env = env or manifests.environment()  # the same for every stage of this run: looked up once
-        manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned)
+        manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned, served.records(stage.name))
         log(f"{stage.name:<16} ran      {dt:6.1f} s" + (f"  ({len(warned)} warning{'s' * (len(warned) != 1)}, "
                                                         "in the report)" if warned else ""))
         results.append((stage.name, "ran", dt))
+    served.after("", [])
     return results
 
 

@@ -141,7 +141,9 @@ class Stage:
     manifests of every earlier stage too (08's environment table), so any rerun upstream reruns it;
     ``source_files``: the files outside the data store it reads (:class:`SourceFiles`); ``folders``: its output
     folders outside its data folder (:class:`Folder`); ``partner``: what it reads of the replication partner's run
-    (:class:`PartnerRead`)."""
+    (:class:`PartnerRead`); ``services``: the model servers its calls may go to (:data:`SERVICES`: ``llm``,
+    ``embed``, ``rerank``): the runner starts a ``serve: auto`` one when the stage first needs it and stops it once
+    no later selected stage declares it (:mod:`chunkstudy.serving`)."""
 
     name: str
     params: tuple[str, ...]
@@ -151,6 +153,12 @@ class Stage:
     source_files: SourceFiles | None = None
     folders: tuple[Folder, ...] = ()
     partner: tuple[PartnerRead, ...] = ()
+    services: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        bad = [s for s in self.services if s not in SERVICES]
+        if bad:
+            raise ValueError(f"stage {self.name}: services {bad} are not among {list(SERVICES)}")
 
     @property
     def notebook(self) -> str:
@@ -169,14 +177,27 @@ def _optional(name: str, what: str) -> Read:
 
 I, F, S, B, L, A = "int", "float", "str", "bool", "list", "any"
 
+#: The model servers a stage may call (:attr:`Stage.services`): the LLM (``llm``), the embedders (``embed.embedders``
+#: with ``backend: openai``) and the rerankers (``retrieve.rerankers`` with ``backend: openai``).
+SERVICES = ("llm", "embed", "rerank")
+
 _SECTIONS = {"doc_id": S, "section_id": S, "parent_id": S, "level": I, "title": S, "first_para": I, "last_para": I,
              "start": I, "end": I}
 _CELL = {"corpus": S, "cell": S, "metric": S, "embedder": S, "reranker": S}
 _PAIR = {"contrast": S, "condition_a": S, "condition_b": S}
 _BOOT = {"mean_delta": F, "ci_low": F, "ci_high": F, "p": F}
 #: A contrast family's rows (07's contrasts and user_contrasts)
+#: 07's TOST columns (stats.sesoi declared; chunkstudy.stats.equivalence.TOST_COLUMNS)
+_TOST = {"sesoi": F, "tost_ci_low": F, "tost_ci_high": F, "p_tost": F, "equivalence": S}
 _CONTRAST = {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I, "n_docs": I,
-             "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I, "seed": I, "inference": B, "note": S}
+             "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I, "seed": I, "inference": B, "note": S,
+             **_TOST}
+#: 07's cost table (:data:`chunkstudy.stats.cost.COST_COLUMNS`)
+_COST = {"condition": S, "embedder": S, "quality": F, "embedding": S, "llm_calls": I, "llm_prompt_tokens": F,
+         "llm_reply_tokens": F, "llm_seconds": F, "llm_tokens_counted": S, "llm_tokens": F, "n_chunks": I,
+         "n_texts": I, "content_tokens": I, "prefix_tokens": I, "tokens_embedded": I, "prefix_share": F,
+         "tokens_read": F, "n_vectors": I, "n_route_vectors": I, "dim": I, "index_bytes": I, "embed_seconds": F,
+         "latency_ms_per_query": F, "pareto_tokens": B, "pareto_llm": B}
 #: The documents each contrast needs (07's power_needed and user_power_needed)
 _POWER_NEEDED = {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
                  "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
@@ -228,7 +249,7 @@ STAGES: tuple[Stage, ...] = (
               "one situating context per chunk of every chunk set a context condition names (A1: A0's windows)",
               required=('chunk_set', 'doc_id', 'start', 'end', 'context')),
         Json("induction_stats", "induction counts, span identity with gold (the paper's measure), A1 summary"),
-    )),
+    ), services=("llm",)),
     Stage("03_queries", ("llm", "queries", "chunking.tokenizer", "chunking.max_chunk_tokens", "chunking.min_chunk_tokens",
                          "chunking.sentence_splitter", "metrics.span_frac", "metrics.chunk_frac", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold"),
@@ -242,9 +263,9 @@ STAGES: tuple[Stage, ...] = (
               required=('step',)),
         Json("funnel", "the query funnel's summary"),
         Json("bm25", "the BM25 diagnostic"),
-    )),
+    ), services=("llm",)),
     Stage("04_chunk_embed", ("chunking", "conditions", "embed.embedders", "embed.store", "embed.flush_every",
-                            "corpus.kind"), (
+                            "embed.late_window", "embed.late_overlap", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold", "sections_induced"),
         Read("contexts_a1", _contexts_in_run, "no condition of the run has a context prefix (A1)"),
     ), (
@@ -264,9 +285,15 @@ STAGES: tuple[Stage, ...] = (
         Json("summary", "realised chunk counts and means, size matching, placebo residuals"),
         Json("embedding_report", "per embedder: model key, runtime, resolved dtype and its agreement check, "
              "texts embedded, seconds", manifest=True),
-        Vectors("embeddings", "one float32 row per distinct embedded text; chunks.text_row indexes it"),
-    )),
-    Stage("05_retrieve", ("retrieve", "embed"), _r("documents", "queries", "chunks", "embeddings"), (
+        Table("late_report", {"condition": S, "embedder": S, "model_key": S, "window": I, "overlap": I,
+                              "n_chunks": I, "n_sequences": I, "sequence_tokens": I, "tokens_read": I,
+                              "n_windows_run": I, "tokens_run": I, "seconds": F},
+              "per late-pooled condition and embedder: macro windows, tokens read, this run's encoding; empty "
+              "without", required=("condition", "embedder", "tokens_read")),
+        Vectors("embeddings", "one float32 row per distinct embedded text, then one per late-pooled chunk; "
+                "chunks.text_row indexes it"),
+    ), services=("embed",)),
+    Stage("05_retrieve", ("retrieve", "embed", "conditions"), _r("documents", "queries", "chunks", "embeddings"), (
         Table("runs", {"embedder": S, "reranker": S, "condition": S, "query_id": S, "rank": I, "chunk_id": S,
                        "score": F, "doc_id": S, "source": S}, "ranked chunk lists, ranks 1-based",
               required=('embedder', 'reranker', 'condition', 'query_id', 'rank', 'chunk_id', 'score')),
@@ -280,7 +307,9 @@ STAGES: tuple[Stage, ...] = (
               "two-stage conditions: per cell"),
         Json("rerank_report", "per reranker: model id, runtime, resolved dtype and its agreement check, pairs "
              "scored", manifest=True),
-    )),
+        Json("retrieval_timing", "per embedder and condition: queries and the wall seconds of their search, "
+             "measured in this run"),
+    ), services=("embed", "rerank")),
     Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts"), _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
                          "value": F, "doc_id": S, "qtype": S}, "long form: one row per cell x condition x query",
@@ -294,11 +323,14 @@ STAGES: tuple[Stage, ...] = (
                             "dcg": F, "idcg": F, "ndcg": F}, "the primary cell's per-query drill-down",
               required=('contrast', 'direction', 'pick', 'query_id', 'side', 'condition', 'rank', 'chunk_id')),
     )),
-    Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind"), _r("queries", "scores"), (
+    Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind"), _r("queries", "scores", "chunks",
+                                                                              "embedding_report", "late_report",
+                                                                              "retrieval_timing"), (
         Table("contrasts", _CONTRAST,
               required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
         Table("user_contrasts", _CONTRAST,
-              "the user's contrasts (contrasts.extra): an exploratory family, Holm within it; empty without"),
+              "the user's contrasts (contrasts.extra): an exploratory family, Holm within it; empty without",
+              required=tuple(c for c in _CONTRAST if c not in _TOST)),
         Table("mixedlm", {"corpus": S, "cell": S, **_PAIR, "coef": F, "se": F, "z": F, "p": F, "p_holm": F,
                           "ci_low": F, "ci_high": F, "n_obs": I, "n_queries": I, "n_docs": I, "group_var": F,
                           "resid_var": F, "converged": B, "label": S, "note": S},
@@ -320,6 +352,8 @@ STAGES: tuple[Stage, ...] = (
         Table("user_power", _POWER, "the user's contrasts (contrasts.extra), observed effects only; empty without"),
         Table("power_needed", _POWER_NEEDED, "documents each contrast needs"),
         Table("user_power_needed", _POWER_NEEDED, "documents each user contrast needs; empty without"),
+        Table("cost", _COST, "per condition and embedder: LLM work, tokens embedded and read, index size, measured "
+              "seconds, the Pareto fronts (docs/beyond.md, 'Cost')", required=("condition", "embedder", "quality")),
     )),
     Stage("08_figures", (ALL_PARAMS,), (
         Read("documents"), _optional("corpus_funnel", "the corpus funnel"),
@@ -331,7 +365,7 @@ STAGES: tuple[Stage, ...] = (
         Read("contrasts"), Read("mixedlm"), _optional("dose_response", "the dose-response table and figure"),
         _optional("per_type", "the per-type table and figure"), Read("condition_means"),
         _optional("reranker_lift", "the reranker-lift table"), Read("power"), Read("power_needed"),
-        Read("user_contrasts"), Read("user_power"), Read("user_power_needed")),
+        Read("user_contrasts"), Read("user_power"), Read("user_power_needed"), Read("cost")),
         (), manifests=True, folders=(FIGURES,),
         partner=(PartnerRead("contrasts", "the replication table"),)),
 )

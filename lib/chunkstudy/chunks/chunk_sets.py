@@ -96,7 +96,9 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     * ``"chunks"``: one row per chunk and condition, columns :data:`CHUNK_COLUMNS`, conditions in the given order;
       ``chunk_id`` is ``"<condition>|<doc_id>|<nnnn>"`` (unique across conditions); ``text_row`` indexes the
       unique embedded texts (``"texts"``), the same rows for every embedder. A4/G4 share A3/G3's offsets, prefixes
-      and text rows.
+      and text rows; a condition that takes another whole (:attr:`chunkstudy.design.Condition.of`, e.g. a
+      late-pooled ``of: A4``) gets that condition's rows, prefixes and side tables under its own name (it must
+      come after it in ``conditions``).
     * ``"texts"``: the unique embedded texts in row order (a list of str).
     * ``"size_matching"``: per document, the A0 target (mean content tokens of its A2 chunks) and the realised
       chunk counts and means of the paper's chunk sets A0, A2 and G2, with ``gap_A0_A2 = mean_A0 - mean_A2``.
@@ -118,7 +120,17 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
 
     frames: list[pd.DataFrame] = []
     sides: dict[str, dict[str, pd.DataFrame]] = {}
+    built: dict[str, pd.DataFrame] = {}
     for c in conds:
+        if c.of is not None:  # the chunks, prefixes and side tables of the condition it takes whole, renamed
+            if c.of not in built:
+                raise ChunkingError(f"conditions.extra.{c.name}: of: {c.of} is not a condition of this run "
+                                    f"{[x.name for x in conds if x.of is None]}")
+            frames.append(built[c.of].assign(condition=c.name, shares_vectors_with=None))
+            for table in sides.values():
+                if c.of in table:
+                    table[c.name] = table[c.of]
+            continue
         base = _frame(cut[c.chunk_set], c, documents, outlines)
         depth = c.prefix_depth(p.depths)
         inputs = prefixes.PrefixInputs(c, titles, paths_of.get(str(c.outline), {}), depth,
@@ -132,6 +144,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
         df["prefix_depth"] = depth
         df["shares_vectors_with"] = c.shares_vectors_with
         frames.append(df)
+        built[c.name] = df
 
     chunks = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CHUNK_COLUMNS)
     chunks["chunk_id"] = (chunks["condition"] + "|" + chunks["doc_id"] + "|"
@@ -267,7 +280,8 @@ def _user_facts(conds: list[design.Condition], cut: Mapping[str, cuts.Cut], chun
                          **facts, "overlap": ch.overlap, "unaligned": ch.unaligned,
                          **{k: report[k] for k in ("empty", "unplaced", "dropped_chars", "docs_unaligned")}}
             else:
-                facts = {"chunker": None, "boundaries": c.boundaries, "chunk_set": c.chunk_set, **facts}
+                facts = {"chunker": None, "boundaries": c.boundaries, "chunk_set": c.chunk_set,
+                         **({"of": c.of} if c.of is not None else {}), **facts}
             owner.update(facts)
         rows = chunks[chunks["condition"] == c.name]
         owner.setdefault("sets", {})[c.name] = _set_facts(rows)

@@ -16,7 +16,10 @@ Sentence boundaries come from pysbd 0.3 (English, ``clean=False``), run paragrap
 is always a sentence start); each returned sentence is located in order with ``str.find`` from the end of the
 previous one (what pysbd's ``char_span=True`` computes, without its per-sentence regex compilation, and exact for
 repeated sentences). ``splitter="regex"`` is a fast fallback: a cut after ``.?!`` (and
-closing quotes/brackets) followed by whitespace and an upper-case letter, digit, quote or bracket.
+closing quotes/brackets) followed by whitespace and an upper-case letter, digit, quote or bracket. A text is
+segmented once per process (memoised on its sha256) and, with a store in use (:func:`use_bounds_store`, the
+content-keyed :mod:`chunkstudy.chunks.bounds_store` that 02, 03 and 04 share), once per run: pysbd costs about 74 s
+on the QASPER test split, which each of the three stages used to pay.
 
 Token counts while cutting are sums over sentence units (each unit counted on its own). With a WordPiece
 tokenizer (BERT/BGE/MiniLM) that sum equals the count of the concatenated text, because units meet at whitespace;
@@ -27,11 +30,12 @@ from __future__ import annotations
 
 import bisect
 import functools
+import hashlib
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -132,8 +136,8 @@ def _block_starts(block: str, splitter: str) -> list[int]:
     return starts
 
 
-@functools.lru_cache(maxsize=4096)
-def _bounds_cached(text: str, splitter: str) -> tuple[int, ...]:
+def _segment(text: str, splitter: str) -> tuple[int, ...]:
+    """The sentence starts of ``text`` under ``splitter``, computed (what :func:`sentence_bounds` stores)."""
     out = {0}
     for m in re.finditer(r"[^\n]+(?:\n(?!\n)[^\n]*)*", text):  # blocks between blank lines (paragraphs)
         block, base = m.group(), m.start()
@@ -146,15 +150,107 @@ def _bounds_cached(text: str, splitter: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+#: The code that decides a text's bounds: its source is part of :func:`bounds_method`, so bounds stored by one
+#: version of it are never read by another.
+_SEGMENTATION_CODE = (_segment, _block_starts, _pysbd_segmenter)
+
+
+@functools.lru_cache(maxsize=None)
+def bounds_method(splitter: str) -> str:
+    """The identity of the segmentation ``splitter`` names, as stored bounds are keyed: the splitter, pysbd's version
+    (``pysbd``) or the cut pattern (``regex``), and a digest of the code that turns either into bounds
+    (:data:`_SEGMENTATION_CODE`). E.g. ``"pysbd-0.3.4-1f2e3d4c5b6a"``."""
+    if splitter not in ("pysbd", "regex"):
+        raise ChunkingError(f"sentence splitter {splitter!r} is not one of ['pysbd', 'regex']")
+    import inspect
+    from importlib import metadata
+
+    h = hashlib.sha256(_REGEX_CUT.pattern.encode("utf-8"))
+    for fn in _SEGMENTATION_CODE:
+        h.update(inspect.getsource(inspect.unwrap(fn)).encode("utf-8"))
+    version = metadata.version("pysbd") if splitter == "pysbd" else "re"
+    return f"{splitter}-{version}-{h.hexdigest()[:12]}"
+
+
+class BoundsStore(Protocol):
+    """Where :func:`sentence_bounds` finds and keeps bounds across processes (stages), keyed by
+    ``(bounds_method(splitter), text_key(text))``: :class:`chunkstudy.chunks.bounds_store.BoundsStore`."""
+
+    def get(self, method: str, key: str) -> Sequence[int] | None: ...
+
+    def put(self, method: str, key: str, bounds: Sequence[int]) -> None: ...
+
+
+def text_key(text: str) -> str:
+    """The content key of a text: sha256 of its UTF-8 bytes (hex), as the embedding store keys texts."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class _Segmentation:
+    """This process's bounds: a memo keyed by ``(text_key, splitter)``, the store behind it, and the counts a stage
+    reports (:func:`segmentation_counts`)."""
+
+    memo: dict[tuple[str, str], tuple[int, ...]]
+    store: BoundsStore | None = None
+    segmented: int = 0
+    from_store: int = 0
+
+
+_SEG = _Segmentation({})
+
+
+def use_bounds_store(store: BoundsStore | None) -> None:
+    """Read and keep sentence bounds through ``store`` from now on in this process (None: memo only), with an
+    empty memo and the counts at zero. A stage calls it first, so its counts are its own: 02, 03 and 04 run in
+    separate kernels, and the first to meet a text segments it, the others read it from the store."""
+    global _SEG
+    _SEG = _Segmentation({}, store)
+
+
+def segmentation_counts() -> dict[str, int]:
+    """The distinct texts this process needed bounds for since :func:`use_bounds_store`: ``segmented`` (the
+    splitter ran) and ``from_store`` (read back, not segmented); a stage writes them into its stats."""
+    return {"texts": _SEG.segmented + _SEG.from_store, "segmented": _SEG.segmented, "from_store": _SEG.from_store}
+
+
+def _valid_bounds(bounds: Sequence[int] | None, text: str) -> bool:
+    if not bounds or bounds[0] != 0 or bounds[-1] >= len(text):
+        return False
+    return all(isinstance(b, int) for b in bounds) and all(a < b for a, b in zip(bounds, bounds[1:]))
+
+
+def _bounds_of(text: str, splitter: str) -> tuple[int, ...]:
+    key = text_key(text)
+    got = _SEG.memo.get((key, splitter))
+    if got is not None:
+        return got
+    stored = _SEG.store.get(bounds_method(splitter), key) if _SEG.store is not None else None
+    if _valid_bounds(stored, text):
+        bounds = tuple(stored)  # type: ignore[arg-type]
+        _SEG.from_store += 1
+    else:
+        bounds = _segment(text, splitter)
+        _SEG.segmented += 1
+        if _SEG.store is not None:
+            _SEG.store.put(bounds_method(splitter), key, bounds)
+    _SEG.memo[(key, splitter)] = bounds
+    return bounds
+
+
 def sentence_bounds(text: str, splitter: str = "pysbd") -> list[int]:
     """Sorted character offsets where a sentence may start; always includes 0 and every paragraph start.
 
     Used both to snap fixed-window edges and to split long structural chunks. Never includes ``len(text)``.
-    Memoised per process on ``(text, splitter)``.
+    Each distinct ``(text, splitter)`` is segmented once per process (memoised on the text's sha256), and once per
+    run when a store is in use (:func:`use_bounds_store`): bounds found there are read, not recomputed, and any
+    other text's are added to it.
     """
     if not text:
         return [0]
-    return list(_bounds_cached(text, splitter))
+    if splitter not in ("pysbd", "regex"):
+        raise ChunkingError(f"sentence splitter {splitter!r} is not one of ['pysbd', 'regex']")
+    return list(_bounds_of(text, splitter))
 
 
 def content(text: str, start: int, end: int) -> str:

@@ -77,8 +77,14 @@ moves timing only, never replies. ``llm.server_metrics`` reads the server's Prom
 batch and records the prefix-cache hit rate per batch (:func:`describe`). A progress bar (tqdm) shows calls done,
 rate and ETA for each batch.
 
-Layout: :mod:`.base` (the records of a call, its cache key, the errors), :mod:`.backends` (one per
-``llm.backend``), :mod:`.cache` (``calls.jsonl``) and :mod:`.client` (the client and its policy). Every public
+Replicas. ``llm.base_url`` may list several servers of the same model: calls go to the one with the fewest in
+flight, ``llm.concurrency`` at most on each (:class:`~chunkstudy.llm.http.Replicas`); replies are keyed by request
+and seed, never by server, so results do not depend on the replica count.
+
+Layout: :mod:`.base` (the records of a call, its cache key, the errors), :mod:`.http` (the HTTP machinery the LLM,
+embedding and reranker server clients share: replicas, the error taxonomy of an answer, backoff, the breaker, a
+pool of JSON requests, the runner's broker), :mod:`.backends` (one per ``llm.backend``), :mod:`.cache`
+(``calls.jsonl``) and :mod:`.client` (the client and its policy). Every public
 name is re-exported here (``chunkstudy.llm.make_client``, ``chunkstudy.llm.ScriptedBackend`` and the like).
 """
 
@@ -89,6 +95,8 @@ from .base import (
     ServerError, ReplyTimeout, LengthCut, StageError, PreflightError, CircuitOpen, ErrorShareExceeded, Request,
     Completion, Response, Call, prompt_hash, cache_key,
 )
+from . import http
+from .http import BROKER_ENV, Breaker, JsonPool, Replicas, ensure_served
 from .backends import (
     Backend, NoBackend, ScriptedBackend, parse_retry_after, prometheus_counters, OpenAIBackend, PROGRAMMING_ERRORS,
     check_engine_args, VLLMBackend, TransformersBackend, generation_finish_reason, make_backend,
@@ -108,5 +116,6 @@ __all__ = [
     "NoBackend", "ScriptedBackend", "parse_retry_after", "prometheus_counters", "OpenAIBackend",
     "PROGRAMMING_ERRORS", "check_engine_args", "VLLMBackend", "TransformersBackend", "generation_finish_reason",
     "make_backend", "CACHE_FILE", "CallCache", "prefix_group", "PROMPT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS",
-    "prompt_tokens_upper", "Client", "make_client", "describe",
+    "prompt_tokens_upper", "Client", "make_client", "describe", "http", "BROKER_ENV", "Breaker", "JsonPool",
+    "Replicas", "ensure_served",
 ]

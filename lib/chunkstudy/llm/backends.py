@@ -5,7 +5,6 @@ failure policy each one maps its errors to."""
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
 import re
@@ -16,8 +15,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 from ..params import LLMParams
+from . import http
 from .base import (PREFLIGHT_TIMEOUT_S, VLLM_COUNTERS, Call, Completion, LLMError, LLMUnavailable, PermanentError,
-                   PreflightError, ReplyTimeout, Request, ServerError, TransportError)
+                   PreflightError, Request)
+from .http import parse_retry_after
 
 
 class Backend:
@@ -80,25 +81,6 @@ class ScriptedBackend(Backend):
         return reply
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds to wait from an HTTP ``Retry-After`` header: delta-seconds or an HTTP date; ``None`` if absent or
-    unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 def prometheus_counters(text: str, names: Iterable[str] = VLLM_COUNTERS) -> dict[str, float]:
     """The value of each counter in ``names`` in a Prometheus text exposition, summed over its label sets (one per
     engine / finish reason). A counter may appear as ``name`` or ``name_total``; ``*_created`` samples are not
@@ -123,14 +105,17 @@ def prometheus_counters(text: str, names: Iterable[str] = VLLM_COUNTERS) -> dict
 
 
 class OpenAIBackend(Backend):
-    """Chat completions against an OpenAI-compatible server (``POST {base_url}/chat/completions``).
+    """Chat completions against an OpenAI-compatible server (``POST {base_url}/chat/completions``); ``base_url``
+    may list several replicas of the model (:class:`chunkstudy.llm.http.Replicas`: ``concurrency`` in flight on
+    each, a call to the one with the fewest in flight).
 
-    Refused or broken connections (a connect timeout included) are :class:`TransportError`; a reply that does not
-    come within ``timeout_s`` is :class:`ReplyTimeout`; HTTP 5xx is :class:`ServerError`; HTTP 408/429 are
-    retryable (with the server's ``Retry-After``); other 4xx are permanent; an empty or ``None`` content is
-    :class:`EmptyReply`. The reply is a :class:`Completion` carrying ``choices[0].finish_reason``. The API key is
-    read from the environment at construction and sent as a bearer token; it never appears in errors, logs or the
-    cache. :meth:`alive` tells a busy server from a dead one after a timeout.
+    Errors follow :func:`chunkstudy.llm.http.post_json`: refused or broken connections (a connect timeout included)
+    are :class:`TransportError`; a reply that does not come within ``timeout_s`` is :class:`ReplyTimeout`; HTTP
+    5xx is :class:`ServerError`; HTTP 408/409/425/429 are retryable (with the server's ``Retry-After``); other 4xx
+    are permanent; an empty or ``None`` content is :class:`EmptyReply`. The reply is a :class:`Completion`
+    carrying ``choices[0].finish_reason``. The API key is read from the environment at construction and sent as a
+    bearer token; it never appears in errors, logs or the cache. :meth:`alive` tells a busy server from a dead one
+    after a timeout.
     """
 
     name = "openai"
@@ -138,20 +123,22 @@ class OpenAIBackend(Backend):
     probe_timeout_s = PREFLIGHT_TIMEOUT_S
     ALIVE_TTL_S = 5.0
 
-    def __init__(self, base_url: str, model: str, api_key_env: str, timeout_s: float, concurrency: int,
-                 structured_output: str):
-        if not base_url:
+    def __init__(self, base_url: str | Sequence[str], model: str, api_key_env: str, timeout_s: float,
+                 concurrency: int, structured_output: str):
+        self.base_urls = http.urls(base_url)
+        if not self.base_urls:
             raise ValueError("llm.base_url is required for llm.backend 'openai' (e.g. http://localhost:8000/v1)")
         if not model:
             raise ValueError("llm.model is required for llm.backend 'openai'")
         import requests
 
         self._requests = requests
-        self.base_url = base_url.rstrip("/")
+        self.base_url = self.base_urls[0]
         self.url = self.base_url + "/chat/completions"
+        self.replicas = http.Replicas([u + "/chat/completions" for u in self.base_urls], concurrency)
         self.model = model
         self.timeout_s = timeout_s
-        self.concurrency = max(1, concurrency)
+        self.concurrency = self.replicas.width
         self.structured_output = structured_output
         self.api_key_env = api_key_env
         self._key = os.environ.get(api_key_env, "")
@@ -160,7 +147,7 @@ class OpenAIBackend(Backend):
         self._probe: tuple[float, bool] | None = None  # (monotonic time, the server answered /models)
 
     def __repr__(self) -> str:  # never show the key
-        return f"OpenAIBackend(url={self.url!r}, model={self.model!r})"
+        return f"OpenAIBackend(url={', '.join(self.replicas.urls)!r}, model={self.model!r})"
 
     def _session(self):
         if not hasattr(self._local, "s"):
@@ -184,90 +171,99 @@ class OpenAIBackend(Backend):
             body["response_format"] = {"type": "json_object"}
         return body
 
+    def ensure_served(self) -> None:
+        """Before the first call the cache does not hold: ask the runner to start the servers of ``llm.serve:
+        auto`` that do not answer yet (:func:`chunkstudy.llm.http.ensure_served`; nothing outside a run)."""
+        http.ensure_served(self.base_urls, "llm")
+
     def complete(self, call: Call) -> Completion:
-        rq = self._requests
+        with self.replicas.acquire() as url:
+            try:
+                reply = http.post_json(self._session(), url, self.payload(call), self._headers(), self.timeout_s)
+            except PermanentError as e:
+                if "not a usable URL" in str(e):
+                    raise PermanentError(f"llm.base_url {self.base_url!r} is not a usable URL") from None
+                raise
         try:
-            r = self._session().post(self.url, json=self.payload(call), headers=self._headers(),
-                                     timeout=self.timeout_s)
-        except (rq.ConnectionError, rq.exceptions.ChunkedEncodingError) as e:  # ConnectTimeout is one too
-            raise TransportError(f"connection error ({self.url}): {type(e).__name__}") from None
-        except rq.Timeout:  # connected and sent; no reply in time
-            raise ReplyTimeout(f"timeout: no reply within {self.timeout_s:g}s ({self.url})") from None
-        except (rq.exceptions.InvalidURL, rq.exceptions.MissingSchema, rq.exceptions.InvalidSchema) as e:
-            raise PermanentError(f"llm.base_url {self.base_url!r} is not a usable URL: {type(e).__name__}") from None
-        except rq.RequestException as e:
-            raise LLMError(f"request error ({self.url}): {type(e).__name__}") from None
-        if r.status_code != 200:
-            msg = f"HTTP {r.status_code} from {self.url}: {r.text[:300]}"
-            retry_after = parse_retry_after(r.headers.get("Retry-After"))
-            if r.status_code >= 500:
-                raise ServerError(msg, retry_after=retry_after)
-            if r.status_code in (408, 429):
-                raise LLMError(msg, retry_after=retry_after)
-            raise PermanentError(msg)
-        try:
-            choice = r.json()["choices"][0]
+            choice = reply["choices"][0]
             content = choice["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):  # the reply's shape, not our code
-            raise LLMError(f"malformed response from {self.url}: {r.text[:300]}") from None
+        except (KeyError, IndexError, TypeError):  # the reply's shape, not our code
+            raise LLMError(f"malformed response from {url}: {str(reply)[:300]}") from None
         finish = choice.get("finish_reason") if isinstance(choice, dict) else None
         if content is not None and not isinstance(content, str):
-            raise LLMError(f"malformed response from {self.url}: content is {type(content).__name__}") from None
+            raise LLMError(f"malformed response from {url}: content is {type(content).__name__}") from None
         return Completion(content, finish)
 
     def alive(self) -> bool:
-        """Whether the server answers ``GET {base_url}/models`` within :attr:`probe_timeout_s` (HTTP 200). The
+        """Whether every replica answers ``GET {base_url}/models`` within :attr:`probe_timeout_s` (HTTP 200). The
         answer is kept :attr:`ALIVE_TTL_S` seconds, and one probe runs at a time, so a wave of timed-out calls
         asks once."""
         with self._probe_lock:
             now = time.monotonic()
             if self._probe is not None and now - self._probe[0] < self.ALIVE_TTL_S:
                 return self._probe[1]
-            try:
-                r = self._session().get(self.base_url + "/models", headers=self._headers(),
-                                        timeout=self.probe_timeout_s)
-                ok = r.status_code == 200
-            except self._requests.RequestException:
-                ok = False
+            ok = True
+            for base in self.base_urls:
+                try:
+                    r = self._session().get(base + "/models", headers=self._headers(), timeout=self.probe_timeout_s)
+                    ok = ok and r.status_code == 200
+                except self._requests.RequestException:
+                    ok = False
             self._probe = (time.monotonic(), ok)
             return ok
 
     def preflight(self, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> list[str]:
-        """The models the server serves (``GET {base_url}/models``); raises :class:`PreflightError`, naming the
-        URL and what it serves, when it does not answer or does not serve ``self.model``."""
+        """The models the server serves (``GET {base_url}/models``, every replica asked); raises
+        :class:`PreflightError`, naming the URL and what it serves, when one does not answer or does not serve
+        ``self.model``."""
         rq = self._requests
-        url = self.base_url + "/models"
-        try:
-            r = self._session().get(url, headers=self._headers(), timeout=timeout_s)
-        except rq.RequestException as e:
-            raise PreflightError(f"llm pre-flight: no server answers at {url} ({type(e).__name__}). Start it "
-                                 f"(scripts/serve_llm.sh PARAMS) or fix llm.base_url.") from None
-        if r.status_code != 200:
-            hint = (f" Is the API key in ${self.api_key_env} right?" if r.status_code in (401, 403) else "")
-            raise PreflightError(f"llm pre-flight: GET {url} answered HTTP {r.status_code}: {r.text[:200]}.{hint}")
-        try:
-            served = [str(m["id"]) for m in r.json()["data"]]
-        except (ValueError, KeyError, TypeError):
-            raise PreflightError(f"llm pre-flight: GET {url} is not an OpenAI model list: {r.text[:200]}") from None
-        if self.model not in served:
-            raise PreflightError(f"llm pre-flight: the server at {url} serves {served}, not llm.model "
-                                 f"{self.model!r}. Serve it under that name (vllm serve ... --served-model-name "
-                                 f"{self.model}; scripts/serve_llm.sh does) or set llm.model to a served one.")
+        served: list[str] = []
+        for base in self.base_urls:
+            url = base + "/models"
+            try:
+                r = self._session().get(url, headers=self._headers(), timeout=timeout_s)
+            except rq.RequestException as e:
+                raise PreflightError(f"llm pre-flight: no server answers at {url} ({type(e).__name__}). Start it "
+                                     f"(scripts/serve_llm.sh PARAMS; or llm.serve: auto, and ./run_all.sh starts it) "
+                                     f"or fix llm.base_url.") from None
+            if r.status_code != 200:
+                hint = (f" Is the API key in ${self.api_key_env} right?" if r.status_code in (401, 403) else "")
+                raise PreflightError(f"llm pre-flight: GET {url} answered HTTP {r.status_code}: {r.text[:200]}."
+                                     f"{hint}")
+            try:
+                served = [str(m["id"]) for m in r.json()["data"]]
+            except (ValueError, KeyError, TypeError):
+                raise PreflightError(f"llm pre-flight: GET {url} is not an OpenAI model list: {r.text[:200]}") \
+                    from None
+            if self.model not in served:
+                raise PreflightError(f"llm pre-flight: the server at {url} serves {served}, not llm.model "
+                                     f"{self.model!r}. Serve it under that name (vllm serve ... --served-model-name "
+                                     f"{self.model}; scripts/serve_llm.sh does) or set llm.model to a served one.")
         return served
 
     @property
     def metrics_url(self) -> str:
-        """The server's Prometheus endpoint: ``/metrics`` at the root of ``base_url`` (without ``/v1``)."""
-        root = self.base_url[:-len("/v1")] if self.base_url.endswith("/v1") else self.base_url
-        return root + "/metrics"
+        """The server's Prometheus endpoint: ``/metrics`` at the root of ``base_url`` (without ``/v1``; the first
+        replica's, :meth:`metrics` reads every one)."""
+        return self._metrics_url(self.base_url)
+
+    @staticmethod
+    def _metrics_url(base: str) -> str:
+        return (base[:-len("/v1")] if base.endswith("/v1") else base) + "/metrics"
 
     def metrics(self, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> str | None:
-        """The text of ``/metrics``, or ``None`` when the server has none (it is optional)."""
-        try:
-            r = self._session().get(self.metrics_url, headers=self._headers(), timeout=timeout_s)
-        except self._requests.RequestException:
-            return None
-        return r.text if r.status_code == 200 else None
+        """The text of ``/metrics`` of every replica, one after the other (counters then sum over them), or
+        ``None`` when a server has none (it is optional)."""
+        texts = []
+        for base in self.base_urls:
+            try:
+                r = self._session().get(self._metrics_url(base), headers=self._headers(), timeout=timeout_s)
+            except self._requests.RequestException:
+                return None
+            if r.status_code != 200:
+                return None
+            texts.append(r.text)
+        return "\n".join(texts)
 
 
 #: programming errors: never a failed model call, whatever the backend
@@ -431,7 +427,7 @@ def make_backend(llm_params: LLMParams) -> Backend:
         return NoBackend()
     if kind == "openai":
         return OpenAIBackend(p.base_url or "", p.model, p.api_key_env, p.timeout_s, p.concurrency,
-                             p.structured_output)
+                             p.structured_output)  # concurrency: per replica
     if kind == "vllm":
         return VLLMBackend(p.model, p.seed, p.context_tokens, engine=dict(p.vllm_engine))
     if kind == "transformers":

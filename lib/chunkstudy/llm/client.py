@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..params import LLMParams
+from . import http
 from .backends import Backend, NoBackend, make_backend, prometheus_counters
 from .base import (Call, CircuitOpen, Completion, EmptyReply, ErrorShareExceeded, LLMError, LLMUnavailable, LengthCut,
                    PermanentError, ReplyTimeout, Request, Response, ServerError, TransportError, _Aborted, cache_key,
@@ -84,8 +85,10 @@ class Client:
         self._lock = threading.Lock()
         self._abort = threading.Event()
         self._abort_reason = ""
-        self._consecutive = 0
+        self._breaker = http.Breaker(self.breaker_failures, str(getattr(self.backend, "url", self.backend.name)),
+                                     "llm.breaker_failures", self._abort)
         self._preflight_done = False
+        self._served = False  # the runner was asked for the servers (llm.serve: auto), once per client
         self._rng = random.Random()  # jitter moves retry times only; unseeded on purpose (module docstring)
         self.errors: list[str] = []  # the first few distinct failed-call errors, for the reports
         self.server: dict[str, dict] = {}  # per batch label: prefix-cache counters read from /metrics
@@ -141,23 +144,13 @@ class Client:
         return served
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        delay = self.retry_backoff_s * (2 ** attempt) * self._rng.uniform(0.5, 1.5)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.retry_after_max_s))
-        return delay
+        return http.backoff_s(attempt, self.retry_backoff_s, retry_after, self.retry_after_max_s, self._rng)
 
     def _transport(self, ok: bool, error: str = "") -> None:
-        with self._lock:
-            if ok:
-                self._consecutive = 0
-                return
-            self._consecutive += 1
-            if 0 < self.breaker_failures <= self._consecutive and not self._abort.is_set():
-                where = getattr(self.backend, "url", self.backend.name)
-                self._abort_reason = (f"circuit breaker: {self._consecutive} consecutive connection failures or "
-                                      f"server errors from {where} (last: {error}); the server is down or "
-                                      f"unreachable (llm.breaker_failures = {self.breaker_failures})")
-                self._abort.set()
+        """The breaker (:class:`chunkstudy.llm.http.Breaker`, sharing the batch's stop event) sees one outcome."""
+        self._breaker.record(ok, error)
+        if self._breaker.reason:
+            self._abort_reason = self._breaker.reason
 
     def _call_with_retries(self, call: Call, first: Any = None, first_seconds: float = 0.0
                            ) -> tuple[Response, int]:
@@ -260,6 +253,10 @@ class Client:
             # a configuration error, not a failed call: say so at once instead of one error per request
             raise LLMUnavailable(f"{len(todo)} of {len(keys)} requests{' (' + desc + ')' if desc else ''} are not "
                                  f"in the cache and llm.backend is 'none'. " + NoBackend.HINT)
+        ensure = getattr(self.backend, "ensure_served", None)
+        if callable(ensure) and not self._served:
+            ensure()  # in a run: the runner starts the servers of llm.serve: auto now, on the first uncached call
+            self._served = True
         if self.preflight and not self._preflight_done:
             self.check_server()
         before = self._read_metrics() if self.server_metrics else None
@@ -282,8 +279,7 @@ class Client:
             bar.update(1)
 
         items = list(todo.items())
-        self._abort.clear()
-        self._consecutive = 0
+        self._breaker.reset()
         try:
             if type(self.backend).complete_many is not Backend.complete_many:
                 self._run_native(items, finish)
@@ -434,7 +430,8 @@ def make_client(llm_params: LLMParams, cache_dir: Path | None, backend: Backend 
     return Client(backend=be, cache=CallCache(cache_dir), temperature=p.temperature, top_p=p.top_p,
                   max_tokens=p.max_reply_tokens, seed=p.seed, max_retries=p.max_retries,
                   retry_backoff_s=p.retry_backoff_s, context_tokens=p.context_tokens,
-                  concurrency=max(1, min(p.concurrency, getattr(be, "concurrency", 1))),
+                  concurrency=max(1, min(p.concurrency * max(1, len(getattr(be, "base_urls", ()))),
+                                         getattr(be, "concurrency", 1))),
                   max_error_share=p.max_error_share, breaker_failures=p.breaker_failures, preflight=p.preflight,
                   retry_after_max_s=p.retry_after_max_s, prefix_group_chars=p.prefix_group_chars,
                   server_metrics=p.server_metrics, length_retries=p.length_retries)

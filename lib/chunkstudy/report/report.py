@@ -29,7 +29,7 @@ from .. import artifacts, config, manifests, paper, significance, stages
 from ..config import Config
 from ..errors import ChunkstudyError
 from ..params import Params, StatsParams
-from . import drilldown, figures, html, tables
+from . import drilldown, figures, html, pareto, tables
 from .bundle import Bundle
 
 #: Tables 08 reads (its declared reads, :data:`chunkstudy.stages.STAGES`; runs are not needed: the scores already
@@ -412,6 +412,8 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
 
     if "contrasts" in got:
         _table(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks)
+        if tables.has_tost(got["contrasts"]):
+            b.facts["sesoi_registration"] = sesoi_registration(params, inputs.get("manifests"))
     other, other_contrasts, note = partner
     if note:
         b.notes.append(note)
@@ -456,6 +458,8 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
                 got["user_power_needed"], got["user_power"])
     if (summary or {}).get("extra"):
         _table(b, "user_conditions", tables.user_conditions, summary["extra"])
+    if "cost" in got and len(got["cost"]):
+        _table(b, "cost", tables.cost, got["cost"], primary.metric)
     if "drilldown" in got:
         try:
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)
@@ -472,6 +476,8 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
     if "documents" in got:
         b.facts["n_documents"] = len(got["documents"])
     b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params.figures.example_doc)
+    if "cost" in got and len(got["cost"]):
+        b.figures["fig_cost"] = pareto.cost_front(got["cost"], primary.metric, emb)
     if "manifests" in inputs:
         b.warnings += stage_warnings(inputs["manifests"])
         b.environment = environment_table(inputs["manifests"], inputs.get("environment"))
@@ -498,6 +504,17 @@ def user_registration(params: Params, manifests: Mapping[str, Mapping] | None) -
                    "results. Hypothesis-generating only.")
 
 
+def sesoi_registration(params: Params, manifests: Mapping[str, Mapping] | None) -> str:
+    """Whether ``stats.sesoi`` was declared before the run: stage 01's manifest (written before any result
+    existed) records the same bound (:func:`chunkstudy.manifests.write_manifest`'s ``equivalence_declared``)."""
+    first = ((manifests or {}).get("01_corpus") or {}).get("equivalence_declared") or {}
+    if params.stats.sesoi is not None and first.get("sesoi") == float(params.stats.sesoi):
+        return (f"The bound sesoi = {params.stats.sesoi} was declared before the run (stage 01's manifest records "
+                "it).")
+    return (f"The bound sesoi = {params.stats.sesoi} is not what stage 01's manifest records: it was set after the "
+            "corpus was built, possibly after seeing results.")
+
+
 FIGURE_CAPTIONS = {
     "fig1_mechanisms": "Figure 1 — what each mechanism does to one document of this run",
     "fig_contrasts": "Pre-registered contrasts (primary cell solid; other cells exploratory)",
@@ -507,6 +524,7 @@ FIGURE_CAPTIONS = {
     "fig_per_type": "Contrasts by query type (exploratory, unadjusted)",
     "fig_reranker_lift": "Reranker lift per condition (exploratory)",
     "fig_power": "Power vs. number of documents per contrast, at this run's effect and at the paper's (planning)",
+    "fig_cost": "Quality against cost (tokens read, LLM tokens), the Pareto front ringed (exploratory)",
 }
 
 
@@ -554,6 +572,8 @@ def render(b: Bundle, params: Params, params_file: str = "") -> str:
             "design). Everything in the next sections is **exploratory**. "
             + tables.md_escape(inference_thresholds(st, _recorded_n_boot(b))), ""]
     table("table1")
+    if "sesoi_registration" in b.facts:
+        out += [tables.md_escape(tables.TOST_SENTENCE + " " + b.facts["sesoi_registration"]), ""]
     figure("fig_contrasts")
     out += ["## Replication across corpora", ""]
     if "replication" in b.tables:
@@ -585,6 +605,12 @@ def render(b: Bundle, params: Params, params_file: str = "") -> str:
         if "user_power" in b.tables:
             out += power_sentences(b.tables["user_power"].data) + [""]
             table("user_power")
+    if "cost" in b.tables:
+        out += ["## What each condition costs (exploratory)", "",
+                "Quality beside cost, per condition (docs/beyond.md, \"Cost\"): token and LLM counts are exact; the "
+                "seconds were measured in this run, on this machine, and are not reproducible.", ""]
+        table("cost")
+        figure("fig_cost")
     out += [f"## {drilldown.HEADING}", "", "Exploratory reading of the confirmatory contrasts"
             + (f" (and of yours, marked {tables.USER_MARK})" if params.contrasts.extra else "")
             + ": the queries with the "

@@ -15,6 +15,7 @@ from .. import design, stages
 from ..metrics.paired import pair, prepare_scores, wide_scores
 from ..params import StatsParams
 from ..significance import BootstrapTest, Tested, holm
+from . import equivalence
 from .effects import cohens_dz
 
 CONFIRMATORY = "confirmatory"
@@ -87,10 +88,13 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
     08 prints it and decides nothing); ``dz`` = Cohen's dz (:func:`cohens_dz`); ``mean_a``/``mean_b`` = the two
     conditions' means
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
-    "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``.
+    "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``. With
+    ``stats.sesoi`` declared the test also carries the TOST verdict (:class:`chunkstudy.stats.equivalence.TostVerdict`,
+    from the same draws): columns ``sesoi``, ``tost_ci_low``, ``tost_ci_high``, ``p_tost``, ``equivalence``.
     """
     contrasts = contrast_spec(stats_params)
-    test = BootstrapTest.of(stats_params)
+    sesoi = getattr(stats_params, "sesoi", None)
+    test = equivalence.with_tost(BootstrapTest.of(stats_params), sesoi)
     wide = wide_scores(prepare_scores(scores, queries, corpus))
     rows = []
     for metric, embedder, reranker in cells_in(wide, primary):
@@ -109,7 +113,9 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
         for r, verdict in zip(cell_rows, test.decide(family)):
             r.update(verdict)
         rows.extend(cell_rows)
-    return pd.DataFrame(rows, columns=CONTRAST_COLUMNS)
+    columns = CONTRAST_COLUMNS if sesoi is not None else [c for c in CONTRAST_COLUMNS
+                                                           if c not in equivalence.TOST_COLUMNS]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def user_family(stats_params: StatsParams, user_contrasts: Mapping[str, Any]) -> Any:
@@ -126,7 +132,8 @@ def user_contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_para
     kept apart from ``stats.contrasts``), ``confirmatory`` False everywhere and ``label`` :data:`USER_ADDED`, the
     primary cell included. Empty (with the columns) when there are none."""
     if not user_contrasts:
-        return pd.DataFrame(columns=CONTRAST_COLUMNS)
+        return pd.DataFrame(columns=[c for c in CONTRAST_COLUMNS if c not in equivalence.TOST_COLUMNS]
+                            if getattr(stats_params, "sesoi", None) is None else CONTRAST_COLUMNS)
     out = contrasts_table(scores, queries, user_family(stats_params, user_contrasts), primary, corpus)
     return out.assign(confirmatory=False, label=USER_ADDED)
 

@@ -1,0 +1,323 @@
+"""The HTTP machinery every model-server client shares: the LLM's chat completions (:class:`OpenAIBackend` and
+:class:`~chunkstudy.llm.client.Client`), the embedder's ``/embeddings`` and the reranker's ``/rerank``.
+
+* :class:`Replicas` — one or several ``base_url`` values of the same model (replicas on several GPUs or machines),
+  each with at most ``per_replica`` requests in flight; a request goes to the replica with the fewest in flight.
+  Which replica answers never changes what is asked, so results do not depend on the replica count.
+* :func:`post_json` — one ``POST`` mapped onto the failure taxonomy of :mod:`chunkstudy.llm.base`: a refused or
+  broken connection is :class:`TransportError`, no reply in time :class:`ReplyTimeout`, HTTP 5xx
+  :class:`ServerError`, HTTP 408/409/425/429 a retryable :class:`LLMError` (with the server's ``Retry-After``),
+  any other status :class:`PermanentError`.
+* :func:`backoff_s` — the wait before a retry: ``retry_backoff_s`` doubling per attempt (times a jitter when a
+  random generator is given), at least the server's ``Retry-After`` (capped).
+* :class:`Breaker` — the circuit breaker: ``breaker_failures`` consecutive connection failures or HTTP 5xx
+  answers trip it, any other answer resets the count.
+* :class:`JsonPool` — a batch of JSON requests (embedding batches, one query's rerank candidates), in flight per
+  replica, each retried by the rules above; each reply is handed on as it completes, so a caller caches it then.
+* :func:`ensure_served` — ask the runner (``./run_all.sh``) to start the servers of ``serve: auto`` roles when a
+  stage first needs a model call its caches do not hold (:mod:`chunkstudy.serving`); a no-op outside a run.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+from .base import CircuitOpen, LLMError, PermanentError, ReplyTimeout, ServerError, TransportError
+
+#: HTTP statuses that are retried (with the backoff, honouring Retry-After); 5xx ones also count for the breaker.
+RETRY_STATUS = (408, 409, 425, 429)
+#: the environment variable naming the runner's service broker (``address key``), set for the stage's kernel
+BROKER_ENV = "CHUNKSTUDY_SERVICES"
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` header: delta-seconds or an HTTP date; ``None`` if absent or
+    unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def urls(value: str | Sequence[str] | None) -> list[str]:
+    """A ``base_url`` parameter (one URL or a list of replicas) as a list, trailing slashes dropped."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    return [str(u).rstrip("/") for u in items if str(u).strip()]
+
+
+class Replicas:
+    """The replicas of one model: ``acquire()`` yields the URL with the fewest requests in flight (the lowest
+    index on a tie) and blocks while each has ``per_replica`` in flight. ``sent[i]``: requests replica ``i`` got."""
+
+    def __init__(self, base_urls: Sequence[str], per_replica: int):
+        if not base_urls:
+            raise ValueError("Replicas: no base_url")
+        self.urls = list(base_urls)
+        self.per_replica = max(1, int(per_replica))
+        self.in_flight = [0] * len(self.urls)
+        self.sent = [0] * len(self.urls)
+        self._cond = threading.Condition()
+
+    @property
+    def width(self) -> int:
+        """Requests in flight at most, over all replicas."""
+        return self.per_replica * len(self.urls)
+
+    @contextmanager
+    def acquire(self) -> Iterator[str]:
+        with self._cond:
+            self._cond.wait_for(lambda: min(self.in_flight) < self.per_replica)
+            i = min(range(len(self.urls)), key=lambda j: (self.in_flight[j], j))
+            self.in_flight[i] += 1
+            self.sent[i] += 1
+        try:
+            yield self.urls[i]
+        finally:
+            with self._cond:
+                self.in_flight[i] -= 1
+                self._cond.notify()
+
+    def __repr__(self) -> str:
+        return f"Replicas({self.urls!r}, per_replica={self.per_replica})"
+
+
+def error_for(status: int, text: str, url: str, retry_after: float | None) -> LLMError:
+    """The error an HTTP answer other than 200 is (module docstring)."""
+    msg = f"{url} answered HTTP {status}: {text[:300]}"
+    if status >= 500:
+        return ServerError(msg, retry_after=retry_after)
+    if status in RETRY_STATUS:
+        return LLMError(msg, retry_after=retry_after)
+    return PermanentError(msg)
+
+
+def post_json(session: Any, url: str, body: dict, headers: dict, timeout_s: float) -> dict:
+    """``POST url`` with a JSON body; the JSON reply, or the error of :func:`error_for` / the transport."""
+    import requests as rq
+
+    try:
+        r = session.post(url, json=body, headers=headers, timeout=timeout_s)
+    except (rq.ConnectionError, rq.exceptions.ChunkedEncodingError) as e:  # ConnectTimeout is one too
+        raise TransportError(f"{url} unreachable (connection error: {type(e).__name__})") from None
+    except rq.Timeout:  # connected and sent; no reply in time
+        raise ReplyTimeout(f"timeout: no reply within {timeout_s:g}s ({url})") from None
+    except (rq.exceptions.InvalidURL, rq.exceptions.MissingSchema, rq.exceptions.InvalidSchema) as e:
+        raise PermanentError(f"{url} is not a usable URL: {type(e).__name__}") from None
+    except rq.RequestException as e:
+        raise LLMError(f"request error ({url}): {type(e).__name__}") from None
+    if r.status_code != 200:
+        raise error_for(r.status_code, r.text, url, parse_retry_after(r.headers.get("Retry-After")))
+    try:
+        return r.json()
+    except ValueError:
+        raise LLMError(f"malformed response from {url}: {r.text[:300]}") from None
+
+
+def auth_headers(api_key_env: str) -> dict:
+    """JSON headers, with the API key from the environment variable ``api_key_env`` as a bearer token when set."""
+    headers = {"Content-Type": "application/json"}
+    key = os.environ.get(api_key_env, "")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def backoff_s(attempt: int, retry_backoff_s: float, retry_after: float | None, retry_after_max_s: float,
+              rng: Any = None) -> float:
+    """The wait before retry ``attempt + 1``: ``retry_backoff_s * 2**attempt`` (times a jitter in [0.5, 1.5) from
+    ``rng`` when given), at least the server's ``retry_after`` capped at ``retry_after_max_s``."""
+    delay = retry_backoff_s * (2 ** attempt) * (rng.uniform(0.5, 1.5) if rng is not None else 1.0)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, retry_after_max_s))
+    return delay
+
+
+class Breaker:
+    """``limit`` consecutive connection failures or HTTP 5xx answers (``record(False, ...)``) set ``tripped`` (an
+    event the caller may share with its own stop) with :attr:`reason`; any other outcome resets the count. ``limit``
+    0 never trips. ``key`` names the parameter in the reason."""
+
+    def __init__(self, limit: int, where: str, key: str, tripped: threading.Event | None = None):
+        self.limit, self.where, self.key = limit, where, key
+        self.tripped = tripped if tripped is not None else threading.Event()
+        self.reason = ""
+        self.consecutive = 0
+        self._lock = threading.Lock()
+
+    def record(self, ok: bool, error: str = "") -> None:
+        with self._lock:
+            if ok:
+                self.consecutive = 0
+                return
+            self.consecutive += 1
+            if 0 < self.limit <= self.consecutive and not self.tripped.is_set():
+                self.reason = (f"circuit breaker: {self.consecutive} consecutive connection failures or server "
+                               f"errors from {self.where} (last: {error}); the server is down or unreachable "
+                               f"({self.key} = {self.limit})")
+                self.tripped.set()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.consecutive = 0
+            self.reason = ""
+            self.tripped.clear()
+
+
+class GaveUp(LLMError):
+    """A request of a :class:`JsonPool` failed for good: ``attempts`` made; ``permanent`` when the server refused
+    it (HTTP 4xx other than the retried ones), so no retry was made."""
+
+    def __init__(self, message: str, attempts: int, permanent: bool):
+        super().__init__(message)
+        self.attempts, self.permanent = attempts, permanent
+
+
+class JsonPool:
+    """A batch of JSON requests to ``{base_url}{path}`` over one pooled session per replica set, at most
+    ``per_replica`` in flight on each replica. Each request is retried ``max_retries`` times after a connection
+    error, a timeout or HTTP 408/409/425/429/5xx, waiting :func:`backoff_s` (no jitter: ``sleep`` is the wait,
+    replaceable in tests); another status fails it at once. The :class:`Breaker` stops the batch
+    (:class:`~chunkstudy.llm.base.CircuitOpen`). ``n_requests`` counts HTTP requests, retries included."""
+
+    def __init__(self, base_urls: Sequence[str], path: str, *, where: str, api_key_env: str, per_replica: int,
+                 max_retries: int, retry_backoff_s: float, timeout_s: float, breaker_failures: int,
+                 retry_after_max_s: float, sleep: Callable[[float], Any]):
+        self.replicas = Replicas([u + path for u in urls(base_urls)], per_replica)
+        self.where, self.api_key_env = where, api_key_env
+        self.max_retries, self.retry_backoff_s, self.timeout_s = max_retries, retry_backoff_s, timeout_s
+        self.retry_after_max_s, self.sleep = retry_after_max_s, sleep
+        self.breaker = Breaker(breaker_failures, ", ".join(self.replicas.urls), f"{where}.breaker_failures")
+        self.n_requests = 0
+        self.n_retries = 0
+        self._lock = threading.Lock()
+        self._session: Any = None
+
+    def session(self) -> Any:
+        if self._session is None:
+            import requests
+            from requests.adapters import HTTPAdapter
+
+            s = requests.Session()
+            adapter = HTTPAdapter(pool_connections=len(self.replicas.urls), pool_maxsize=self.replicas.width,
+                                  max_retries=0)
+            s.mount("http://", adapter)
+            s.mount("https://", adapter)
+            self._session = s
+        return self._session
+
+    def _count(self, field: str) -> None:
+        with self._lock:
+            setattr(self, field, getattr(self, field) + 1)
+
+    def post(self, body: dict) -> dict:
+        """One request with its retries: the JSON reply, or :class:`GaveUp` / :class:`CircuitOpen`."""
+        headers = auth_headers(self.api_key_env)
+        problem = ""
+        for attempt in range(self.max_retries + 1):
+            if self.breaker.tripped.is_set():
+                raise CircuitOpen(self.breaker.reason)
+            self._count("n_requests")
+            retry_after = None
+            try:
+                with self.replicas.acquire() as url:
+                    reply = post_json(self.session(), url, body, headers, self.timeout_s)
+                self.breaker.record(True)
+                return reply
+            except PermanentError as e:
+                self.breaker.record(True)
+                raise GaveUp(str(e), attempt + 1, True) from None
+            except (TransportError, ServerError, ReplyTimeout) as e:
+                problem, retry_after = str(e), e.retry_after
+                self.breaker.record(False, problem)
+            except LLMError as e:  # the server answered (408/429 ...): not a breaker failure
+                problem, retry_after = str(e), e.retry_after
+                self.breaker.record(True)
+            if attempt == self.max_retries:
+                break
+            self._count("n_retries")
+            self.sleep(backoff_s(attempt, self.retry_backoff_s, retry_after, self.retry_after_max_s))
+        if self.breaker.tripped.is_set():
+            raise CircuitOpen(self.breaker.reason)
+        raise GaveUp(f"gave up after {self.max_retries + 1} attempts: {problem}", self.max_retries + 1, False)
+
+    def run(self, bodies: Sequence[dict], done: Callable[[int, dict], Any] | None = None) -> list[dict]:
+        """Every body's reply, in order; ``done(i, reply)`` as each completes (in completion order). The first
+        failure stops sending the rest and is raised once the requests in flight have finished."""
+        out: list[Any] = [None] * len(bodies)
+        if not bodies:
+            return []
+        width = min(self.replicas.width, len(bodies))
+        if width == 1:
+            for i, b in enumerate(bodies):
+                out[i] = self.post(b)
+                if done is not None:
+                    done(i, out[i])
+            return out
+        failure: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=width) as ex:
+            todo = iter(enumerate(bodies))
+            inflight: dict = {}
+            while True:
+                while failure is None and len(inflight) < width:
+                    nxt = next(todo, None)
+                    if nxt is None:
+                        break
+                    inflight[ex.submit(self.post, nxt[1])] = nxt[0]
+                if not inflight:
+                    break
+                finished, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    i = inflight.pop(f)
+                    try:
+                        out[i] = f.result()
+                    except BaseException as e:  # noqa: BLE001 - re-raised below, after the drain
+                        failure = failure or e
+                        continue
+                    if done is not None:
+                        done(i, out[i])
+        if failure is not None:
+            raise failure
+        return out
+
+
+# ------------------------------------------------------------------------------------------------ the broker
+
+
+def ensure_served(base_urls: Sequence[str], role: str) -> dict | None:
+    """Ask the runner that started this stage (``./run_all.sh``: :data:`BROKER_ENV` names its broker) to make
+    every URL of ``base_urls`` answer: it starts the servers of a ``serve: auto`` role that do not answer yet and
+    waits for them (:mod:`chunkstudy.serving`). Returns the broker's answer (None outside a run, where the servers
+    are the user's); raises :class:`~chunkstudy.llm.base.PreflightError` with the runner's reason when a server
+    could not be started."""
+    from .base import PreflightError
+
+    spec = os.environ.get(BROKER_ENV)
+    if not spec:
+        return None
+    from multiprocessing.connection import Client as Connect
+
+    address, key = spec.rsplit(" ", 1)
+    with Connect(address, family="AF_UNIX", authkey=bytes.fromhex(key)) as conn:
+        conn.send({"ensure": list(urls(base_urls)), "role": role})
+        answer = conn.recv()
+    if not answer.get("ok"):
+        raise PreflightError(str(answer.get("error")))
+    return answer

