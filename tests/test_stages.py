@@ -76,13 +76,14 @@ def test_notebook_reads_and_writes_what_its_stage_declares(name):
 
 #: What a value derived from the whole parameter file (``cfg.params().<property>``) reads.
 DERIVED = {"primary_cell": {"stats.primary_metric", "embed.strong", "stats.primary_reranker"},
-           "run_conditions": {"chunking.conditions", "conditions.extra"}}
+           "run_conditions": {"chunking.conditions", "conditions.extra"},
+           "routed_retrieve": {"retrieve", "conditions.extra"}}
 
 
 def _param_uses(path: Path) -> set[str]:
     """Parameters a notebook reads: ``cfg["s"]["k"]`` -> ``s.k``, ``cfg["s"]`` used whole -> ``s``, through
     aliases (``qp = cfg["queries"]``); ``cfg.data`` -> every section; ``cfg.params().primary_cell`` and
-    ``.run_conditions`` -> what they are made of (:data:`DERIVED`)."""
+    ``.run_conditions``, ``.routed_retrieve`` -> what they are made of (:data:`DERIVED`)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     parent = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
 

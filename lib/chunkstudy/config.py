@@ -229,9 +229,8 @@ EMBEDDING_CHUNKERS = ("chonkie:SemanticChunker",)
 #: Sections a run may leave out, with the value that means "not used": a digest leaves such a section out while it
 #: holds exactly that value, so adding these features changed no existing run's stage digests.
 OPTIONAL_SECTIONS: dict[str, dict] = {"conditions": {"extra": {}}, "contrasts": {"extra": {}}}
-#: Keys of a section a run may leave at their default, with that default: a digest of the section leaves such a key
-#: out while it holds exactly that value, so adding late pooling and the equivalence test changed no existing run's
-#: stage digests (docs/beyond.md).
+#: Keys a run may leave at their default, with that default: a digest leaves such a key out while it holds exactly
+#: that value, so late pooling and the equivalence test changed no existing run's stage digests (docs/beyond.md).
 OPTIONAL_KEYS: dict[str, dict[str, Any]] = {"embed": {"late_window": None, "late_overlap": 128},
                                             "stats": {"sesoi": None}}
 

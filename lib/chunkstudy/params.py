@@ -622,7 +622,7 @@ class Params:
         from dataclasses import replace
 
         return replace(self.retrieve, two_stage_conditions=design.two_stage_conditions(
-            self.run_conditions, self.retrieve.two_stage_conditions))
+            design.user_conditions(self.conditions.extra), self.retrieve.two_stage_conditions))
 
     @property
     def primary_cell(self) -> design.PrimaryCell:

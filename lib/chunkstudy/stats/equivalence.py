@@ -149,7 +149,8 @@ def tost_columns(replicates: np.ndarray, inference: bool, sesoi: float, alpha: f
 class TostVerdict:
     """The equivalence decision beside Holm's, a :class:`chunkstudy.significance.Verdict`: per contrast of a
     family, :func:`tost_columns` at ``±sesoi`` and the test's ``alpha``, from the replicates the test drew for the
-    contrast (``Tested.replicates``) and its floors (``Tested.inference``, and at least two documents). Each
+    contrast (``Tested.replicates``) and its floors (``Tested.inference``: at least ``stats.min_docs`` ≥ 2
+    documents). Each
     contrast is decided on its own: TOST needs no multiplicity adjustment to keep the family's error at alpha for
     an equivalence claim (both one-sided tests must reject). Columns :data:`TOST_COLUMNS`."""
 
@@ -162,8 +163,7 @@ class TostVerdict:
             raise ValueError(f"TostVerdict: sesoi must be a positive number (metric units), got {self.sesoi}")
 
     def decide(self, test: BootstrapTest, family: Sequence[Tested]) -> list[dict[str, Any]]:
-        return [tost_columns(t.replicates, bool(t.inference) and t.n_clusters >= 2, self.sesoi, float(test.alpha))
-                for t in family]
+        return [tost_columns(t.replicates, bool(t.inference), self.sesoi, float(test.alpha)) for t in family]
 
 
 def with_tost(test: BootstrapTest, sesoi: float | None) -> BootstrapTest:
