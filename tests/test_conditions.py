@@ -328,3 +328,54 @@ def test_a_second_placebo_keeps_its_own_side_table_and_contexts_follow_the_chunk
     assert a2[["doc_id", "start", "end"]].equals(c2[["doc_id", "start", "end"]])
     by_window = {(r.doc_id, r.start, r.end): r.context for r in ctx.itertuples()}
     assert list(c2["prefix"]) == [by_window[(r.doc_id, r.start, r.end)] + "\n\n" for r in c2.itertuples()]
+
+
+def test_a_prefix_kind_added_at_runtime_with_contexts_on_the_gold_chunk_set_runs_through_02_and_04(counter,
+                                                                                                  monkeypatch):
+    """docs/extending.md, "A prefix kind" and "Contexts on another chunk set", exactly as the page shows them: one
+    entry in design.PREFIX_KINDS and its function in prefixes.FUNCTIONS, nothing else. The new kind reads the
+    heading path and the situating contexts; on the gold chunk set (G2) stage 02's windows (cuts.context_windows)
+    are G2's own chunks, and stage 04 (chunk_sets.build_all) renders path + context on exactly those offsets,
+    leaving every other condition as it was."""
+    def context_path(chunks, inputs):
+        paths = prefixes.cut_paths(chunks, inputs)
+        ctx, _ = prefixes.context(chunks, inputs)
+        return [prefixes.render_prefix(inputs.titles[d], p) + c for d, p, c in zip(chunks["doc_id"], paths, ctx)], None
+
+    monkeypatch.setitem(design.PREFIX_KINDS, "context_path", design.PrefixKind(
+        "context_path", heading_path=True, contexts=True, side_table=None,
+        text="the heading path, then a situating context"))
+    monkeypatch.setitem(prefixes.FUNCTIONS, "context_path", context_path)
+
+    docs, paras, gold, induced = make_corpus(n_docs=4, seed=5)
+    rec = config.record("chunking", PARAMS)
+    new = design.Condition("GCTX", "gold", "context_path", depth=2, family=design.EXTRA_FAMILY)
+    conds = (*design.run_conditions(["A2", "G2"]), new)
+    assert new.chunk_set == "G2" and new.needs() == ("sections_gold",)
+
+    # stage 02: contexts for every chunk of the chunk set the new kind names, and only it
+    outlines = {"sections_induced": induced, "sections_gold": gold}
+    windows = cuts.context_windows(docs, paras, outlines, conds, rec, counter)
+    assert set(windows["chunk_set"]) == {"G2"}
+    ctx = windows.assign(context=[f"Context {d} {i}" for i, d in enumerate(windows.doc_id)], method="extractive")
+
+    # stage 04: the new condition's chunks are G2's, prefixed with the depth-2 path and the context
+    out = chunk_sets.build_all(docs, paras, gold, induced, ctx, rec, counter, conds)
+    ch = out["chunks"]
+    g2 = ch[ch["condition"] == "G2"].reset_index(drop=True)
+    mine = ch[ch["condition"] == "GCTX"].reset_index(drop=True)
+    assert len(mine) and mine[["doc_id", "start", "end"]].equals(g2[["doc_id", "start", "end"]])
+    assert windows[["doc_id", "start", "end"]].reset_index(drop=True).equals(g2[["doc_id", "start", "end"]])
+    paths = heading_paths(gold)
+    titles = dict(zip(docs["doc_id"], docs["title"]))
+    by_window = {(r.doc_id, r.start, r.end): r.context for r in ctx.itertuples()}
+    want = [prefixes.render_prefix(titles[r.doc_id], paths[r.section_id][:2]) + by_window[(r.doc_id, r.start, r.end)]
+            + "\n\n" for r in mine.itertuples()]
+    assert mine["prefix"].tolist() == want and (mine["prefix_depth"] == 2).all()
+    texts = chunk_sets.embedded_texts(mine, docs)
+    assert all(t.startswith(p) and t[len(p):] == chunking.content(docs.set_index("doc_id").text[d], s, e)
+               for t, p, d, s, e in zip(texts, mine["prefix"], mine["doc_id"], mine["start"], mine["end"]))
+    # the paper's conditions are untouched by the addition
+    alone = chunk_sets.build_all(docs, paras, gold, induced, None, rec, counter, design.run_conditions(["A2", "G2"]))
+    assert alone["chunks"].drop(columns="text_row").equals(
+        ch[ch["condition"] != "GCTX"].drop(columns="text_row").reset_index(drop=True))
