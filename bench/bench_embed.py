@@ -58,8 +58,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from chunkstudy import config, embed, embed_store, manifests, models  # noqa: E402
-from chunkstudy.chunks import chunk_sets, chunking  # noqa: E402
+from chunkstudy import config, design, embed, embed_store, manifests, models  # noqa: E402
+from chunkstudy.chunks import chunk_sets, cuts  # noqa: E402
 from chunkstudy.corpus import build  # noqa: E402
 
 
@@ -241,8 +241,9 @@ def main() -> None:
     corpus = build.build_corpus(cfg)
     docs, paras, gold = corpus["documents"].head(a.docs), corpus["paragraphs"], corpus["sections_gold"]
     prm = cfg.params("chunking")
-    a0 = chunking.a0_windows(docs, paras, gold, prm)
-    ctx = a0[["doc_id", "start", "end"]].assign(context="This chunk is from a paper about language models.")
+    a0 = cuts.context_windows(docs, paras, {"sections_induced": gold, "sections_gold": gold}, [design.condition("A1")],
+                              prm)  # gold stands in for 02's outline
+    ctx = a0.assign(context="This chunk is from a paper about language models.")
     out = chunk_sets.build_all(docs, paras, gold, gold, ctx, prm)
     ch, texts = out["chunks"], out["texts"]
     all_texts = list(chunk_sets.embedded_texts(ch, docs))

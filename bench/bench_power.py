@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from chunkstudy import config, paper, params, stats
+from chunkstudy.significance import BootstrapTest
 from chunkstudy.stats import power
 
 #: the primary cell under the default parameters (what the simulated scores are labelled with)
@@ -68,7 +69,7 @@ def main() -> None:
     shifts = np.zeros((3, 4))
     n = args.size
     t0 = time.perf_counter()
-    power.simulate(pop.sums, pop.counts, shifts, n, n_sims=pp.n_sims, n_boot=pp.n_boot, alpha=pp.alpha, seed=1)
+    power.simulate(pop.sums, pop.counts, shifts, n, n_sims=pp.n_sims, test=BootstrapTest(pp.n_boot, 1, pp.alpha, 2))
     t_fast = time.perf_counter() - t0
     per_study = literal(pop, n, args.literal_sims, pp.n_boot, pp.alpha, seed=1)
     t_lit = per_study * pp.n_sims * 3  # three scenarios, each its own nested bootstrap
@@ -80,7 +81,7 @@ def main() -> None:
     power._SLOT_FACTOR = 10 ** 9  # force inner counts from N slot indices per replicate
     try:
         t0 = time.perf_counter()
-        power.simulate(pop.sums, pop.counts, shifts, n, n_sims=pp.n_sims, n_boot=pp.n_boot, alpha=pp.alpha, seed=1)
+        power.simulate(pop.sums, pop.counts, shifts, n, n_sims=pp.n_sims, test=BootstrapTest(pp.n_boot, 1, pp.alpha, 2))
         t_slots = time.perf_counter() - t0
     finally:
         power._SLOT_FACTOR = saved

@@ -16,7 +16,8 @@
 # **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`.
 # **Writes** `02_induce/sections_induced` (an outline per document in the gold table's schema, verified),
 # `induction_log` (one row per document: status ok / repaired / failed, rounds, windows, violations),
-# `contexts_a1` (one situating context per A0 window, keyed by `(doc_id, start, end)`) and
+# `contexts_a1` (one situating context per chunk of every chunk set a context condition names — A1: A0's windows —
+# keyed by `(chunk_set, doc_id, start, end)`) and
 # `induction_stats.json`.
 #
 # `induce.method: llm` is the paper's arm: numbered paragraphs with headings stripped (the whole document in one
@@ -34,7 +35,7 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, induce, llm
-from chunkstudy.chunks import bounds_store, chunking
+from chunkstudy.chunks import bounds_store, chunking, cuts
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
@@ -55,17 +56,20 @@ artifacts.write(cfg, "induction_log", induction_log)
 induction_log["status"].value_counts()
 
 # %% [markdown]
-# ## A1 contexts on the A0 windows
-# The windows are A0's (`chunking.a0_windows`: size-matched per document to the mean A2 chunk length), so
-# 04_chunk_embed cuts the identical `(doc_id, start, end)`.
+# ## Situating contexts (A1) on the chunk sets that carry one
+# A context for every chunk of every chunk set a condition with a `context` prefix names (A1: A0's windows,
+# size-matched per document to the mean A2 chunk length), cut by `chunks.cuts` as 04_chunk_embed cuts it, so both
+# stages see the identical `(chunk_set, doc_id, start, end)`.
 
 # %%
 counter = chunking.load_counter(cfg.params("chunking").tokenizer)
-windows = chunking.a0_windows(documents, paragraphs, sections_induced, cfg.params("chunking"), counter)
+windows = cuts.context_windows(documents, paragraphs, {"sections_induced": sections_induced,
+                                                       "sections_gold": sections_gold},
+                               cfg.params().run_conditions, cfg.params("chunking"), counter)
 contexts_a1 = induce.a1_contexts(documents, windows, cfg.params("contexts"), client=client, counter=counter,
                                  sections=sections_gold)
 artifacts.write(cfg, "contexts_a1", contexts_a1)
-contexts_a1[["doc_id", "start", "end", "method", "n_tokens", "context"]].head()
+contexts_a1[["chunk_set", "doc_id", "start", "end", "method", "n_tokens", "context"]].head()
 
 # %% [markdown]
 # ## Stats next to the paper

@@ -13,11 +13,12 @@
 # %% [markdown]
 # # 04 · Chunk sets and embeddings
 #
-# **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`; `02_induce/sections_induced` and, when A1 is in
-# `chunking.conditions`, `contexts_a1`.
+# **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`; `02_induce/sections_induced` and, when a condition
+# has a context prefix (A1), `contexts_a1`.
 # **Writes** `04_chunk_embed/chunks` (every condition in `chunking.conditions` and `conditions.extra`),
-# `late_report` (late pooling's windows and tokens), `size_matching`, `placebo`, `placebo_buckets` (the placebo
-# per depth bucket), `summary.json` (with the size-matching numbers), `embedding_report.json`, and `embeddings/<embedder>.npy` (float32, one row per distinct
+# `late_report` (late pooling's windows and tokens), `size_matching`, `placebo` and `placebo_buckets` (per placebo
+# condition; by depth bucket), `summary.json` (with the size-matching numbers), `embedding_report.json`, and
+# `embeddings/<embedder>.npy` (float32, one row per distinct
 # embedded text; `chunks.text_row` indexes it) with `embeddings/<embedder>.ids.parquet` (the row order).
 #
 # Boundaries: A0/A1 fixed windows size-matched per document to the A2 mean, edges at pysbd sentence starts;
@@ -27,17 +28,18 @@
 # text is embedded once per embedder, through a persistent store keyed by (model, kind, text): a rerun embeds
 # nothing.
 #
-# User conditions (`conditions.extra`, docs/chunker.md) are cut by their chunker, placed on exact
-# character offsets (text a chunker drops or rewrites stops here, naming the document), given one of the study's
-# prefix kinds and, with `size_matched_twin`, a twin `<NAME>-fixed` of fixed windows matched per document to the
-# condition's mean size (the A0 rule). They share the text rows and the embedding store with the paper's.
+# User conditions (`conditions.extra`, docs/chunker.md) are conditions like the paper's: cut by their chunker
+# (placed on exact character offsets: text a chunker drops or rewrites stops here, naming the document) or on one
+# of the paper's chunk sets, given a prefix kind and, with `size_matched_twin`, a twin `<NAME>-fixed` of fixed
+# windows matched per document to the condition's mean size (the A0 rule). They share the text rows and the
+# embedding store with the paper's.
 
 # %% tags=["parameters"]
 params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, devices, embed_store
-from chunkstudy.chunks import bounds_store, chunk_sets, chunking, extra_conditions, late
+from chunkstudy.chunks import bounds_store, chunk_sets, chunking, late
 from chunkstudy.report import tables
 
 cfg = config.load(params_file)
@@ -46,13 +48,11 @@ documents = artifacts.read(cfg, "documents")
 paragraphs = artifacts.read(cfg, "paragraphs")
 sections_gold = artifacts.read(cfg, "sections_gold")
 sections_induced = artifacts.read(cfg, "sections_induced")
-contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when A1 is in the run
+contexts_a1 = artifacts.read_input(cfg, "04_chunk_embed", "contexts_a1")  # when a condition has a context prefix
 chunking.use_bounds_store(bounds_store.open_for(cfg))  # the sentence bounds 02 segmented
 store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").store), cfg.params("embed").flush_every)
-extra = extra_conditions.build_for_run(cfg, cfg.params("conditions").extra, documents, sections_gold, sections_induced,
-                                       store)
-out = chunk_sets.build_all(documents, paragraphs, sections_gold, sections_induced, contexts_a1, cfg.params("chunking"),
-                           extra=extra)
+out = chunk_sets.build_for_run(cfg, cfg.params().run_conditions, documents, paragraphs, sections_gold, sections_induced,
+                               contexts_a1, store)
 artifacts.write(cfg, "size_matching", out["size_matching"])
 artifacts.write(cfg, "placebo", out["placebo"])
 artifacts.write(cfg, "placebo_buckets", out["placebo_buckets"])
@@ -123,7 +123,7 @@ ids = embed_store.ids_table(out["texts"])
 # under a key naming the mode, the window and the overlap, so a rerun encodes nothing.
 
 # %%
-pooled = late.embed_conditions(out["chunks"], documents, late.late_conditions(cfg.params("conditions").extra),
+pooled = late.embed_conditions(out["chunks"], documents, late.late_conditions(cfg.params().run_conditions),
                                cfg.params("embed").embedders, store, vectors, ids,
                                window=cfg.params("embed").late_window, overlap=cfg.params("embed").late_overlap)
 artifacts.write(cfg, "chunks", pooled["chunks"])

@@ -39,11 +39,11 @@ params_file = "params/demo.yaml"
 import pandas as pd
 
 from chunkstudy import artifacts, config, devices, embed_store, rerank, retrieve
-from chunkstudy.chunks import chunk_sets, extra_conditions
+from chunkstudy.chunks import chunk_sets
 
 cfg = config.load(params_file)
 devices.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
-retrieve_params = extra_conditions.routed(cfg.params("retrieve"), cfg.params("conditions").extra)  # late(A4) routes
+retrieve_params = cfg.params().routed_retrieve  # a condition taking A4 whole (late(A4)) routes as A4
 chunks = artifacts.read(cfg, "chunks")
 queries = artifacts.read(cfg, "queries")
 documents = artifacts.read(cfg, "documents")

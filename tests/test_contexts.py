@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from chunkstudy import config, llm
+from chunkstudy import config, design, llm
+from chunkstudy.chunks import cuts
 from chunkstudy.induce import contexts
 from chunkstudy.corpus.model import DocumentBuilder
 
@@ -188,10 +189,12 @@ def test_extractive_baseline_within_token_range_with_real_counter(demo_cfg):
     docs, paras = out["documents"], out["paragraphs"]
     secs, _ = induce.induce_structure(docs, paras, config.record("induce", demo_cfg["induce"]))
     counter = chunking.load_counter(demo_cfg["chunking"]["tokenizer"])
-    windows = chunking.a0_windows(docs, paras, secs, config.record("chunking", demo_cfg["chunking"]), counter)
+    windows = cuts.context_windows(docs, paras, {"sections_induced": secs, "sections_gold": None},
+                                   [design.condition("A1")], config.record("chunking", demo_cfg["chunking"]), counter)
+    assert set(windows["chunk_set"]) == {"A0"}
     p = demo_cfg["contexts"]
     ctx = contexts.a1_contexts(docs, windows, config.record("contexts", p), counter=counter)
-    assert len(ctx) == len(windows) and set(ctx["method"]) == {"extractive"}
+    assert len(ctx) == len(windows) and set(ctx["method"]) == {"extractive"} and set(ctx["chunk_set"]) == {"A0"}
     assert (ctx["n_tokens"] <= p["max_context_tokens"]).all()
     assert (ctx["n_tokens"] >= p["min_context_tokens"]).mean() > 0.9
     assert list(ctx["n_tokens"]) == counter(list(ctx["context"]))

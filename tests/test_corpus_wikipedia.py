@@ -42,7 +42,7 @@ def test_truncated_bz2_is_fatal_unless_allow_partial_keeps_pages_read_before_the
     cut = tmp_path / "cut.xml.bz2"
     cut.write_bytes(bz2.compress(raw)[: len(bz2.compress(raw)) * 3 // 4])
     warnings = []
-    with pytest.raises(W.ExportError, match=f"{cut}.*truncated"):
+    with pytest.raises(W.WikiExportError, match=f"{cut}.*truncated"):
         list(W.iter_export(cut, warnings))
     got = list(W.iter_export(cut, warnings, allow_partial=True))
     assert len(got) < 4
@@ -56,7 +56,7 @@ def test_a_non_utf8_byte_is_fatal_naming_the_file(tmp_path):
     raw = (FIX / "tiny_export.xml").read_bytes()
     bad = tmp_path / "bad.xml.bz2"
     bad.write_bytes(bz2.compress(raw.replace(b"It has two towers.", b"It has two \xff towers.")))
-    with pytest.raises(W.ExportError, match=f"{bad}.*(not well-formed|invalid)"):
+    with pytest.raises(W.WikiExportError, match=f"{bad}.*(not well-formed|invalid)"):
         list(W.iter_export(bad, []))
 
 

@@ -69,15 +69,20 @@ def test_every_declared_condition_gets_chunks_from_its_chunk_set():
 
 
 def test_derived_facts_of_the_conditions():
-    assert design.CHUNK_SETS == ("A0", "A2", "G2")
+    assert tuple(design.CHUNK_SETS) == ("A0", "A2", "G2")
+    assert design.CHUNK_SETS["A0"].matched_to == "A2" and design.PAPER_CUTS == {"fixed": "A0", "induced": "A2",
+                                                                               "gold": "G2"}
     assert design.TWO_STAGE == ("A4", "G4") == tuple(config.SCHEMA["retrieve"]["two_stage_conditions"].default)
     assert {c.name: c.shares_vectors_with for c in design.CONDITIONS if c.shares_vectors_with} == \
         {"A4": "A3", "G4": "G3"}
     assert stats.DEPTH_LADDER == (("A2", 0), ("A3-d1", 1), ("A3-d2", 2), ("A3", 3))   # paper §6
     assert [c for c in PAPER_CONDITIONS if design.condition(c).structural] == list(design.STRUCTURAL)
-    assert chunk_sets.INDUCED == {"A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4"}
-    assert chunk_sets.GOLD == {"G2", "G3", "G4"}
-    assert [chunk_sets.prefix_depth(c, [1, 2, 4]) for c in PAPER_CONDITIONS] == [0, 0, 0, 1, 2, 4, 4, 4, 0, 4, 4]
+    assert set(design.names_where(boundaries=("fixed", "induced"))) == {"A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P",
+                                                                         "A4"}
+    assert {c.name for c in design.CONDITIONS if c.needs() == ("sections_gold",)} == {"G2", "G3", "G4"}
+    assert {c.name for c in design.CONDITIONS if c.needs() == ("sections_induced",)} == {
+        "A0", "A1", "A2", "A3-d1", "A3-d2", "A3", "P", "A4"}  # A0's windows are matched to A2, cut from induced
+    assert [design.condition(c).prefix_depth([1, 2, 4]) for c in PAPER_CONDITIONS] == [0, 0, 0, 1, 2, 4, 4, 4, 0, 4, 4]
     assert bm25.chunk_structure("G3") == "sections_gold" and bm25.chunk_structure("P") == "sections_induced"
 
 

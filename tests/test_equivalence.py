@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chunkstudy.stats import equivalence as eq
-from chunkstudy.stats.inference import cluster_bootstrap
+from chunkstudy.significance import cluster_bootstrap
 
 ALPHA = 0.05
 

@@ -20,7 +20,8 @@ import pytest
 matplotlib.use("Agg")
 
 from chunkstudy import design, induce, paper, stats  # noqa: E402
-from chunkstudy.chunks import chunk_sets  # noqa: E402
+from chunkstudy.chunks import chunk_sets, placebo  # noqa: E402
+from chunkstudy.chunks import cuts as chunk_cuts  # noqa: E402
 from chunkstudy import config as config_mod  # noqa: E402
 from chunkstudy import metrics, retrieve  # noqa: E402
 from chunkstudy.chunks import chunking  # noqa: E402
@@ -77,9 +78,9 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
     chunk_params = dict(config_mod.SCHEMA["chunking"])
     chunk_params = {k: v.default for k, v in chunk_params.items()}
     counter = chunking.load_counter(chunk_params["tokenizer"])
-    a0 = chunking.a0_windows(documents, paragraphs, sections_induced, config_mod.record("chunking", chunk_params),
-                             counter)
-    contexts = a0[["doc_id", "start", "end"]].assign(
+    a0 = chunk_cuts.context_windows(documents, paragraphs, {"sections_induced": sections_induced, "sections_gold": None},
+                                    [design.condition("A1")], config_mod.record("chunking", chunk_params), counter)
+    contexts = a0.assign(
         context=[f"This passage of {d} discusses its part at characters {s} to {e}." for d, s, e in
                  zip(a0["doc_id"], a0["start"], a0["end"])])
     built = chunk_sets.build_all(documents, paragraphs, sections_gold, sections_induced, contexts,
@@ -319,13 +320,13 @@ def test_placebo_table_worked_example():
                       "placebo_doc_id": ["a", "b", "b", "a", "c"],
                       "same_doc": [True, False, False, False, True], "same_path": [False] * 4 + [True],
                       "n_chunks": [2, 1, 1, 1, 3]})
-    t = tables.placebo(chunk_sets.placebo_buckets(p), "permute")
+    t = tables.placebo(placebo.placebo_buckets(p).assign(condition="P"), "permute")
     d = t.data.set_index("depth")
     assert d.loc["1", "pairs"] == 4 and d.loc["1", "min_same_doc"] == 2   # m=3, n=4: 2m-n = 2
     assert d.loc["1", "same_doc"] == 1 and d.loc["1", "same_doc_chunks"] == 2
     assert d.loc["2", "min_same_doc"] == 1                                 # a bucket of one pair cannot move
     assert d.loc["all", "pairs"] == 5 and d.loc["all", "documents"] == 3 and d.loc["all", "same_path"] == 1
-    assert d.loc["all", "min_same_doc"] == 3 == chunk_sets.min_residual(p.assign(path=[("x",), ("y",), ("z",),
+    assert d.loc["all", "min_same_doc"] == 3 == placebo.min_residual(p.assign(path=[("x",), ("y",), ("z",),
                                                                                      ("w",), ("u", "v")]))
     assert t.display.set_index("Depth").loc["all", "Residual chunks"] == "5 of 8"
 
@@ -334,7 +335,7 @@ def test_placebo_table_reports_donors_per_document():
     p = pd.DataFrame({"doc_id": ["a", "a", "a", "b", "b", "c"], "depth": [1, 1, 2, 1, 2, 1],
                       "placebo_doc_id": ["b", "c", "b", "a", "a", "a"], "same_doc": [False] * 6})
     p = p.assign(same_path=False, n_chunks=1)
-    t = tables.placebo(chunk_sets.placebo_buckets(p), "permute")
+    t = tables.placebo(placebo.placebo_buckets(p).assign(condition="P"), "permute")
     d = t.data.set_index("depth")
     # all depths: a <- {b: 2, c: 1}, b <- {a: 2}, c <- {a: 1}
     assert (d.loc["all", "donors_mean"], d.loc["all", "donors_min"], d.loc["all", "donors_max"]) == (4 / 3, 1, 2)
@@ -515,9 +516,9 @@ def _dominated_placebo() -> pd.DataFrame:
     # 2·5 − 7 = 3 pairs keep their own document's path
     pairs = pd.DataFrame({"doc_id": ["a"] * 5 + ["b", "c"],
                           "path": [("A",), ("B",), ("C",), ("D",), ("E",), ("F",), ("G",)]})
-    p = chunk_sets.placebo_assign(pairs, seed=1, method="permute").assign(n_chunks=2)
+    p = placebo.placebo_assign(pairs, seed=1, method="permute").assign(n_chunks=2)
     assert int(p["same_doc"].sum()) == 3
-    return chunk_sets.placebo_buckets(p)
+    return placebo.placebo_buckets(p).assign(condition="P")  # 04 keys each placebo condition's buckets
 
 
 def test_a_placebo_that_is_not_a_placebo_marks_c2(run):

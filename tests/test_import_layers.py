@@ -19,7 +19,8 @@ MAX_LINES = 700
 
 #: Each layer, lowest first: the top-level names (module or package) it holds.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"design", "paper", "params", "stages", "config", "config_rules", "artifacts",
+    ("foundation", frozenset({"errors", "significance", "design", "paper", "params", "stages", "config",
+                              "config_rules", "artifacts",
                               "manifests", "codehash", "progress", "models", "devices", "relevance"})),
     ("model clients", frozenset({"llm", "embed", "embed_store", "rerank"})),
     ("01 corpus", frozenset({"corpus"})),

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunkstudy import config, embed, embed_store, models
+from chunkstudy import config, design, embed, embed_store, models
 from chunkstudy.chunks import late
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -388,8 +388,9 @@ def test_stage_04_gives_late_chunks_rows_of_their_own_and_a_rerun_encodes_nothin
              "weak": config.record("embed.embedders.*", {**SPEC, "max_seq_length": 128})}
     vectors, _ = embed_store.embed_all(specs, texts, store, progress=False)
     ids = embed_store.ids_table(texts)
-    conds = late.late_conditions({"X": config.record("conditions.extra.*", {"chunker": "semchunk"}),
-                                  "L": config.record("conditions.extra.*", {"of": "A0", "embedding": "late"})})
+    conds = late.late_conditions(design.user_conditions({
+        "X": config.record("conditions.extra.*", {"chunker": "semchunk"}),
+        "L": config.record("conditions.extra.*", {"of": "A0", "embedding": "late"})}))
     assert conds == ["L"]
     out = late.embed_conditions(chunks, documents, conds, specs, store, vectors, ids, window=None, overlap=64)
     got = out["chunks"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import artifacts, config, induce, llm, plan
-from chunkstudy.chunks import chunking
+from chunkstudy import artifacts, config, design, induce, llm, plan
+from chunkstudy.chunks import chunking, cuts
 from chunkstudy.induce import contexts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,8 +57,9 @@ def test_the_plan_predicts_the_calls_a_run_makes_and_sees_the_cache(demo, tmp_pa
     client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg["llm"]["cache"]), backend=be)
     induce.induce_structure(docs, paras, config.record("induce", cfg["induce"]), client=client)
     counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
-    windows = chunking.a0_windows(docs, paras, gold, config.record("chunking", cfg["chunking"]),
-                                  counter)  # gold stands in for 02's outline
+    windows = cuts.context_windows(docs, paras, {"sections_induced": gold, "sections_gold": gold},
+                                   [design.condition("A1")], config.record("chunking", cfg["chunking"]),
+                                   counter)  # gold stands in for 02's outline
     contexts.a1_contexts(docs, windows, config.record("contexts", cfg["contexts"]), client=client, counter=counter,
                          sections=gold)
 
@@ -74,7 +75,7 @@ def test_the_plan_predicts_the_calls_a_run_makes_and_sees_the_cache(demo, tmp_pa
         assert (batches[desc]["calls"], batches[desc]["prompt_tokens"]) == (n, chars / 4), desc
     corrections = [c for c in be.calls if c.tag.startswith("induce:") and c.tag.endswith(":r1")]
     assert batches["induction self-correction"]["calls"] == len(corrections)  # every reply was unusable
-    assert batches["A1 contexts"]["calls"] == p["chunks"]["a0_windows"] == len(windows)
+    assert batches["A1 contexts"]["calls"] == p["chunks"]["context_windows"] == len(windows)
     assert 0.3 < batches["A1 contexts"]["prefix_share"] < 1  # one document's windows share its text
 
     again = plan.estimate(cfg, tables)  # the run above cached every reply

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkstudy import config, design, paper, stats
+from chunkstudy.significance import BootstrapTest
 from chunkstudy.stats import power
 
 STATS = {k: v.default for k, v in config.SCHEMA["stats"].items()}
@@ -30,11 +31,12 @@ def synthetic_population(n_docs: int, m: int, icc: float, seed: int, k: int = 4)
     return deltas, docs, sums, counts
 
 
-def literal_power(deltas, docs, shifts, n, *, n_sims, n_boot, alpha, seed):
-    """What the module docstring describes, written out with stats' own functions: per study draw n documents
-    with replacement (each draw a new cluster), run stats.cluster_bootstrap per contrast, stats.holm over the
-    family, and count Holm p < alpha with the target's sign."""
-    rng = np.random.default_rng(seed)
+def literal_power(deltas, docs, shifts, n, *, n_sims, test):
+    """What the module docstring describes, written out with the study's test object: per study draw n documents
+    with replacement (each draw a new cluster), run the test's document-clustered bootstrap per contrast
+    (BootstrapTest.resample), Holm over the family and the test's rejection rule, and count rejections with the
+    target's sign."""
+    rng = np.random.default_rng(test.seed)
     g = docs.max() + 1
     by_doc = [np.flatnonzero(docs == d) for d in range(g)]
     shifted = deltas + shifts[None, :]
@@ -44,12 +46,10 @@ def literal_power(deltas, docs, shifts, n, *, n_sims, n_boot, alpha, seed):
         draw = rng.integers(0, g, n)
         rows = np.concatenate([by_doc[d] for d in draw])
         clusters = np.repeat(np.arange(n), [by_doc[d].size for d in draw])
-        ps, est = [], []
-        for j in range(deltas.shape[1]):
-            boot = stats.cluster_bootstrap(shifted[rows, j], clusters, n_boot, seed=seed + 1 + s, alpha=0.05)
-            ps.append(boot.p)
-            est.append(boot.estimate)
-        hits += (stats.holm(ps) < alpha) & (np.sign(est) == signs)
+        study = BootstrapTest(test.n_boot, test.seed + 1 + s, test.alpha, test.min_docs)
+        boots = [study.resample(shifted[rows, j], clusters) for j in range(deltas.shape[1])]
+        reject = study.reject(study.adjust([b.p for b in boots]))
+        hits += reject & (np.sign([b.estimate for b in boots]) == signs)
     return hits / n_sims
 
 
@@ -64,8 +64,8 @@ def test_simulation_matches_the_literal_nested_bootstrap(n):
     mean = deltas.mean(axis=0)
     shifts = np.array([0.25, 0.12, -0.2, 0.0]) - mean  # means 0.25, 0.12, -0.2, 0 after the shift
     n_sims, n_boot = 300, 300
-    fast = power.simulate(sums, counts, shifts[None, :], n, n_sims=n_sims, n_boot=n_boot, alpha=0.05, seed=5)
-    slow = literal_power(deltas, docs, shifts, n, n_sims=n_sims, n_boot=n_boot, alpha=0.05, seed=99)
+    fast = power.simulate(sums, counts, shifts[None, :], n, n_sims=n_sims, test=BootstrapTest(n_boot, 5, 0.05, 2))
+    slow = literal_power(deltas, docs, shifts, n, n_sims=n_sims, test=BootstrapTest(n_boot, 99, 0.05, 2))
     se = np.sqrt(np.maximum(fast["power"][0] * (1 - fast["power"][0]), 0.02) / n_sims) * math.sqrt(2)
     assert np.all(np.abs(fast["power"][0] - slow) <= 3.5 * se), (fast["power"][0], slow)
     assert fast["power"].shape == (1, 4)
@@ -100,7 +100,7 @@ def analytic_vs_simulated(n_grid, n_sims, n_boot, seed):
     dz0 = 0.25 * sd1[0] / deltas[:, 0].std()  # the analytic formula's σ is the population's (ddof = 0)
     rows = []
     for n in n_grid:
-        res = power.simulate(sums, counts, shifts[None, :], n, n_sims=n_sims, n_boot=n_boot, alpha=0.05, seed=1)
+        res = power.simulate(sums, counts, shifts[None, :], n, n_sims=n_sims, test=BootstrapTest(n_boot, 1, 0.05, 2))
         rows.append((n, res["power"][0, 0], res["mc_se"][0, 0], res["power"][0, 1:],
                      power.analytic_power(dz0, n, m, 1 + (m - 1) * icc, 0.05, small_sample=True),
                      power.analytic_power(dz0, n, m, 1.0, 0.05, small_sample=True),
@@ -182,8 +182,8 @@ def test_contrasts_share_every_draw():
     _, _, sums, counts = synthetic_population(12, 3, 0.2, seed=4)
     sums[:, 1], counts[:, 1] = sums[:, 0], counts[:, 0]
     sums[:, 3], counts[:, 3] = 0.0, 0.0
-    res = power.simulate(sums, counts, np.array([[0.05, 0.05, 0.0, np.nan]]), 30, n_sims=50, n_boot=200,
-                         alpha=0.05, seed=2)
+    res = power.simulate(sums, counts, np.array([[0.05, 0.05, 0.0, np.nan]]), 30, n_sims=50,
+                         test=BootstrapTest(200, 2, 0.05, 2))
     np.testing.assert_array_equal(res["p"][0, :, 0], res["p"][0, :, 1])
     assert np.isnan(res["p"][0, :, 3]).all() and np.isnan(res["power"][0, 3])
     for s in range(50):
@@ -194,9 +194,9 @@ def test_contrasts_share_every_draw():
 
 def test_same_seed_same_result_and_sizes_are_independent_streams():
     _, _, sums, counts = synthetic_population(10, 4, 0.2, seed=6)
-    a = power.simulate(sums, counts, np.zeros((1, 4)), 25, n_sims=40, n_boot=100, alpha=0.05, seed=3)
-    b = power.simulate(sums, counts, np.zeros((1, 4)), 25, n_sims=40, n_boot=100, alpha=0.05, seed=3)
-    c = power.simulate(sums, counts, np.zeros((1, 4)), 25, n_sims=40, n_boot=100, alpha=0.05, seed=4)
+    a = power.simulate(sums, counts, np.zeros((1, 4)), 25, n_sims=40, test=BootstrapTest(100, 3, 0.05, 2))
+    b = power.simulate(sums, counts, np.zeros((1, 4)), 25, n_sims=40, test=BootstrapTest(100, 3, 0.05, 2))
+    c = power.simulate(sums, counts, np.zeros((1, 4)), 25, n_sims=40, test=BootstrapTest(100, 4, 0.05, 2))
     np.testing.assert_array_equal(a["p"], b["p"])
     assert not np.array_equal(a["p"], c["p"])
 
@@ -207,7 +207,7 @@ def test_scenarios_share_draws_and_a_huge_effect_is_always_found():
     shifts = np.vstack([np.zeros(4), 10 - mean])  # scenario 2: every mean delta = 10 (sd ≈ 1)
     # 200 resamples, not 100: the Monte-Carlo-correct p is at least 2/(B + 1), so Holm over four can reject only
     # when 8/(B + 1) < 0.05 (B >= 160; config refuses a smaller stats.power_n_boot)
-    res = power.simulate(sums, counts, shifts, 20, n_sims=30, n_boot=200, alpha=0.05, seed=1)
+    res = power.simulate(sums, counts, shifts, 20, n_sims=30, test=BootstrapTest(200, 1, 0.05, 2))
     np.testing.assert_allclose(res["power"][1], 1.0)
     np.testing.assert_allclose(res["estimate"][1] - res["estimate"][0], np.broadcast_to(shifts[1], (30, 4)))
 
@@ -216,7 +216,7 @@ def test_wrong_sign_rejections_do_not_count_as_power():
     _, _, sums, counts = synthetic_population(10, 4, 0.2, seed=6)
     mean = sums.sum(0) / counts.sum(0)
     shifts = (np.array([0.02, 0.02, 0.02, 0.02]) - mean)[None, :]
-    kw = dict(n_sims=300, n_boot=200, alpha=0.05, seed=1)
+    kw = dict(n_sims=300, test=BootstrapTest(200, 1, 0.05, 2))
     signed = power.simulate(sums, counts, shifts, 5, require_sign=True, **kw)
     either = power.simulate(sums, counts, shifts, 5, require_sign=False, **kw)
     assert np.all(signed["power"] <= either["power"]) and np.any(signed["power"] < either["power"])
@@ -225,12 +225,12 @@ def test_wrong_sign_rejections_do_not_count_as_power():
 def test_simulate_rejects_bad_input():
     _, _, sums, counts = synthetic_population(5, 2, 0.2, seed=1)
     with pytest.raises(ValueError, match="n_docs must be ≥ 2"):
-        power.simulate(sums, counts, np.zeros((1, 4)), 1, n_sims=5, n_boot=5, alpha=0.05, seed=1)
+        power.simulate(sums, counts, np.zeros((1, 4)), 1, n_sims=5, test=BootstrapTest(5, 1, 0.05, 2))
     with pytest.raises(ValueError, match="disagree"):
-        power.simulate(sums, counts, np.zeros((1, 3)), 5, n_sims=5, n_boot=5, alpha=0.05, seed=1)
+        power.simulate(sums, counts, np.zeros((1, 3)), 5, n_sims=5, test=BootstrapTest(5, 1, 0.05, 2))
     counts[0, 2] = 0
     with pytest.raises(ValueError, match="every present contrast"):
-        power.simulate(sums, counts, np.zeros((1, 4)), 5, n_sims=5, n_boot=5, alpha=0.05, seed=1)
+        power.simulate(sums, counts, np.zeros((1, 4)), 5, n_sims=5, test=BootstrapTest(5, 1, 0.05, 2))
 
 
 # ------------------------------------------------------------------------------------------------ N needed

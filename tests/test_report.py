@@ -13,8 +13,9 @@ from test_figures import build_synthetic_run
 
 
 def _contrasts(rows):
-    return pd.DataFrame([dict(contrast=c, condition_a=a, condition_b=b, mean_delta=d, p_holm=p, confirmatory=True)
-                         for c, a, b, d, p in rows])
+    """07's confirmatory rows with its decision: reject_holm as the test decides it (Holm p < 0.05)."""
+    return pd.DataFrame([dict(contrast=c, condition_a=a, condition_b=b, mean_delta=d, p_holm=p, reject_holm=p < 0.05,
+                              confirmatory=True) for c, a, b, d, p in rows])
 
 
 def _paper_table1(kind: str) -> pd.DataFrame:
@@ -30,7 +31,7 @@ def test_replication_table_worked_example():
     wiki, qasper = _paper_table1("wikipedia"), _paper_table1("qasper")
     # an exploratory row must be ignored
     qasper = pd.concat([qasper, _contrasts([("C3", "G3", "A3", 0.5, 0.0)]).assign(confirmatory=False)])
-    t = report.replication_table({"wikipedia_fa": wiki, "qasper": qasper}, 0.05)
+    t = report.replication_table({"wikipedia_fa": wiki, "qasper": qasper})
     d = t.set_index("contrast")
     # the paper's pattern (§6.1): three replicate, one is corpus-dependent
     assert d["verdict"].to_dict() == {"C1": "replicates", "C2": "replicates", "C3": "corpus-dependent",
@@ -44,13 +45,25 @@ def test_replication_table_worked_example():
 def test_replication_opposite_signs_and_nulls():
     a = _contrasts([("C1", "A3", "A1", 0.02, 0.01), ("C2", "A3", "P", 0.001, 0.5)])
     b = _contrasts([("C1", "A3", "A1", -0.02, 0.01), ("C2", "A3", "P", -0.001, 0.7)])
-    d = report.replication_table({"x": a, "y": b}, 0.05).set_index("contrast")
+    d = report.replication_table({"x": a, "y": b}).set_index("contrast")
     assert d.loc["C1", "verdict"] == "corpus-dependent" and not d.loc["C1", "same_sign"]
     assert d.loc["C2", "verdict"] == "null"
-    shown = report.replication({"x": a, "y": b}, 0.05).display
+    shown = report.replication({"x": a, "y": b}).display
     assert shown["x: \u0394 (Holm p)"].iat[0] == "+0.0200 (0.010) *"
     with pytest.raises(ValueError, match="two or more corpora"):
-        report.replication_table({"x": a}, 0.05)
+        report.replication_table({"x": a})
+
+
+def test_replication_prints_07s_decision_and_decides_nothing():
+    """08 reads reject_holm: a small Holm p that 07 did not reject (its floors failed) is no star, and a table
+    without the decision is refused, naming it."""
+    a = _contrasts([("C1", "A3", "A1", 0.02, 0.01)]).assign(reject_holm=False, inference=False)
+    b = _contrasts([("C1", "A3", "A1", 0.02, 0.01)])
+    d = report.replication_table({"x": a, "y": b}).set_index("contrast")
+    assert not d.loc["C1", "significant[x]"] and d.loc["C1", "significant[y]"]
+    assert d.loc["C1", "verdict"] == "corpus-dependent"
+    with pytest.raises(stages.SchemaError, match="reject_holm"):
+        report.replication_table({"x": a.drop(columns="reject_holm"), "y": b})
 
 
 def test_warnings_for_demo_and_paper_params(root):

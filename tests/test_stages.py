@@ -75,13 +75,15 @@ def test_notebook_reads_and_writes_what_its_stage_declares(name):
 
 
 #: What a value derived from the whole parameter file (``cfg.params().<property>``) reads.
-DERIVED = {"primary_cell": {"stats.primary_metric", "embed.strong", "stats.primary_reranker"}}
+DERIVED = {"primary_cell": {"stats.primary_metric", "embed.strong", "stats.primary_reranker"},
+           "run_conditions": {"chunking.conditions", "conditions.extra"},
+           "routed_retrieve": {"retrieve", "conditions.extra"}}
 
 
 def _param_uses(path: Path) -> set[str]:
     """Parameters a notebook reads: ``cfg["s"]["k"]`` -> ``s.k``, ``cfg["s"]`` used whole -> ``s``, through
-    aliases (``qp = cfg["queries"]``); ``cfg.data`` -> every section; ``cfg.params().primary_cell`` -> what the
-    primary cell is made of (:data:`DERIVED`)."""
+    aliases (``qp = cfg["queries"]``); ``cfg.data`` -> every section; ``cfg.params().primary_cell`` and
+    ``.run_conditions``, ``.routed_retrieve`` -> what they are made of (:data:`DERIVED`)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     parent = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
 
@@ -210,7 +212,8 @@ def _tiny_outputs(cfg, stage: str, version: int = 0) -> None:
         artifacts.write(cfg, "corpus_funnel", s(step=["read"], count=[version]))
     else:
         artifacts.write(cfg, "sections_induced", secs)
-        artifacts.write(cfg, "contexts_a1", s(doc_id=["d"], start=[0], end=[4], context=[f"c{version}"]))
+        artifacts.write(cfg, "contexts_a1", s(chunk_set=["A0"], doc_id=["d"], start=[0], end=[4],
+                                              context=[f"c{version}"]))
     artifacts.write_json_file(artifacts.manifest_path(cfg, stage),
                               {"key": {"v": version}, "outputs": manifests.hash_outputs(cfg, stage)})
 
@@ -238,7 +241,8 @@ def test_a_key_covers_the_files_a_stage_reads_not_everything_upstream_wrote(tmp_
     _tiny_outputs(cfg, "01_corpus")
     _tiny_outputs(cfg, "02_induce", 1)
     before = _key03(cfg)
-    artifacts.write(cfg, "contexts_a1", pd.DataFrame({"doc_id": ["d"], "start": [0], "end": [4], "context": ["new"]}))
+    artifacts.write(cfg, "contexts_a1", pd.DataFrame({"chunk_set": ["A0"], "doc_id": ["d"], "start": [0], "end": [4],
+                                                   "context": ["new"]}))
     artifacts.write(cfg, "corpus_funnel", pd.DataFrame({"step": ["read"], "count": [99]}))
     for stage in ("01_corpus", "02_induce"):
         artifacts.write_json_file(artifacts.manifest_path(cfg, stage),

@@ -51,7 +51,9 @@ ALLOWED = {
     ("report.bundle", "Bundle.__init__", "figures"): "the bundle's figure objects, not the figures section",
     ("llm.client", "Client.__init__", "stats"): "the client's call counters, not the stats section",
     # names that became schema keys with conditions.extra.<NAME> (embedder, prefix) and conditions/contrasts.extra
-    ("chunks.chunk_sets", "build_all", "extra"): "04's built user conditions (data), not the conditions.extra section",
+    ("chunks.chunk_sets", "build_all", "conditions"): "None = the paper's conditions of the chunking record it is "
+                                                      "given (Condition records), not the conditions section",
+    ("chunks.cuts", "CutInputs.__init__", "cache"): "the sentence bounds of one build, not llm.cache",
     ("embed", "onnx_model_dir", "extra"): "extra fingerprint parts of an ONNX export, not conditions.extra",
     ("report.figures", "routing_example", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",
     ("report.figures", "mechanisms", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",

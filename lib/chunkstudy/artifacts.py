@@ -31,6 +31,7 @@ import pandas as pd
 from . import models, stages
 from .config import Config
 from .stages import SchemaError  # noqa: F401 - re-exported: artifacts.SchemaError is what a bad table raises
+from .errors import ChunkstudyError
 
 #: table name -> (stage folder, required columns), from the stage declarations (:data:`chunkstudy.stages.STAGES`;
 #: each table's columns and their kinds are there). Extra columns are allowed.
@@ -40,7 +41,7 @@ TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
 STAGES: tuple[str, ...] = stages.STAGE_NAMES
 
 
-class PathError(ValueError):
+class PathError(ChunkstudyError, ValueError):
     """A path built from parameters or data would leave the folder it belongs in (the message names both)."""
 
 

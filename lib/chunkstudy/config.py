@@ -34,9 +34,10 @@ from .config_rules import RULES, Rule, digested, dotted_value, is_name
 from .params import (ChunkingParams, ConditionsParams, ContextsParams, ContrastsParams, CorpusParams, EmbedParams,
                      FiguresParams, InduceParams, LLMParams, MetricsParams, Params, QueriesParams, RetrieveParams,
                      StatsParams)
+from .errors import ChunkstudyError
 
 
-class ConfigError(ValueError):
+class ConfigError(ChunkstudyError, ValueError):
     """A parameter file is malformed: the message names the file and the key."""
 
 
@@ -228,9 +229,8 @@ EMBEDDING_CHUNKERS = ("chonkie:SemanticChunker",)
 #: Sections a run may leave out, with the value that means "not used": a digest leaves such a section out while it
 #: holds exactly that value, so adding these features changed no existing run's stage digests.
 OPTIONAL_SECTIONS: dict[str, dict] = {"conditions": {"extra": {}}, "contrasts": {"extra": {}}}
-#: Keys of a section a run may leave at their default, with that default: a digest of the section leaves such a key
-#: out while it holds exactly that value, so adding late pooling and the equivalence test changed no existing run's
-#: stage digests (docs/beyond.md).
+#: Keys a run may leave at their default, with that default: a digest leaves such a key out while it holds exactly
+#: that value, so late pooling and the equivalence test changed no existing run's stage digests (docs/beyond.md).
 OPTIONAL_KEYS: dict[str, dict[str, Any]] = {"embed": {"late_window": None, "late_overlap": 128},
                                             "stats": {"sesoi": None}}
 

@@ -7,12 +7,12 @@ the error naming the file and the rule's dotted key. Rules read the validated pa
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from . import design
+from .significance import SMALLEST_P_RULE, BootstrapTest
 
 #: A name that becomes one folder or file name (``corpus.name``, ``llm.cache``, ``embed.store``, embedder and
 #: reranker keys): a letter or digit, then letters, digits, ``.``, ``_`` or ``-``. No separator, so no ``..``,
@@ -86,34 +86,50 @@ def _contrasts(d: dict) -> str | None:
 
 
 def _power_can_reject(d: dict) -> str | None:
-    """The power simulation's Monte Carlo p is at least 2/(B + 1) (:func:`chunkstudy.stats.mc_p_two_sided`), so
-    the smallest Holm-adjusted p over m contrasts is 2m/(B + 1): below ``2m/alpha - 1`` resamples no simulated
-    study can reject and every power would read 0."""
+    """The power simulation runs the study's test (:class:`chunkstudy.significance.BootstrapTest`) with
+    ``stats.power_n_boot`` resamples: its smallest p is 2/(B + 1), so with too few resamples no simulated study
+    of the family can reject and every power would read 0."""
     st = d["stats"]
-    m, b, alpha = max(1, len(st["contrasts"])), st["power_n_boot"], st["alpha"]
-    if 2 * m / (b + 1) < alpha:
+    m = max(1, len(st["contrasts"]))
+    test = BootstrapTest.of(st, n_boot=st["power_n_boot"])
+    if test.can_reject(m):
         return None
-    need = math.floor(2 * m / alpha)  # the smallest B with 2m/(B + 1) < alpha
-    return (f"{b} resamples cannot reject anything: the smallest Holm-adjusted p over {m} contrasts is "
-            f"2·{m}/({b} + 1) = {2 * m / (b + 1):.3g}, not below stats.alpha {alpha:g}; use at least {need}")
+    return (f"{test.n_boot} resamples cannot reject anything: the smallest Holm-adjusted p over {m} contrasts is "
+            f"{m}·{SMALLEST_P_RULE} = {test.smallest_holm_p(m):.3g} at B = {test.n_boot}, not below stats.alpha "
+            f"{test.alpha:g}; use at least {test.resamples_to_reject(m)}")
 
 
 def _extra_conditions(d: dict) -> str | None:
-    """User conditions: a chunker is named; no name (or twin name) clashes with a paper condition or another user
-    condition; a depth only where a heading path is cut; the semantic chunker's embedder is declared."""
+    """User conditions: a chunker is named exactly when the boundaries are a chunker's; no name (or twin name)
+    clashes with a paper condition or another user condition; a depth only where a heading path is cut; a context
+    only on a chunk set 02 cuts; a twin only of a chunker's cut; the semantic chunker's embedder is declared."""
     taken = {c: "a paper condition" for c in design.CONDITION_NAMES}
     for name, spec in d["conditions"]["extra"].items():
+        boundaries = spec["boundaries"]
+        kind = design.PREFIX_KINDS[spec["prefix"]]
         if spec.get("of") is not None:
-            if spec["chunker"] or spec["size_matched_twin"]:
-                return f"{name}: 'of: {spec['of']}' takes that condition's chunks whole; state no chunker and no " \
-                       "size_matched_twin"
+            if spec["chunker"] or spec["size_matched_twin"] or boundaries != "chunker":
+                return f"{name}: 'of: {spec['of']}' takes that condition's chunks whole; state no chunker, no " \
+                       "boundaries and no size_matched_twin"
+            if spec["prefix"] != "none" or spec["depth"] is not None:
+                return f"{name}: 'of: {spec['of']}' takes that condition's prefix whole; state no prefix and no depth"
             if spec["of"] not in d["chunking"]["conditions"]:
                 return f"{name}.of: {spec['of']!r} is not in chunking.conditions {list(d['chunking']['conditions'])}"
-        elif not spec["chunker"]:
+        elif boundaries == "chunker" and not spec["chunker"]:
             return f"{name}.chunker is empty; name a chunker (e.g. 'semchunk', 'chonkie:SemanticChunker', " \
-                   "'mypackage.mymodule:chunk'), or take a condition's chunks whole with 'of'"
-        if spec["depth"] is not None and spec["prefix"] in ("none", "title"):
+                   "'mypackage.mymodule:chunk'), take a paper chunk set (boundaries: fixed, induced or gold), or " \
+                   "take a condition whole with 'of'"
+        if boundaries != "chunker" and spec["chunker"]:
+            return f"{name}.chunker: boundaries {boundaries!r} take the paper's chunk set " \
+                   f"{design.PAPER_CUTS[boundaries]}; leave chunker out, or set boundaries: chunker"
+        if spec["depth"] is not None and not kind.heading_path:
             return f"{name}.depth: a {spec['prefix']!r} prefix has no heading path to cut; leave depth out"
+        if kind.contexts and boundaries == "chunker" and spec.get("of") is None:
+            return f"{name}.prefix: a {spec['prefix']!r} prefix reads the situating contexts 02 writes, and 02 cuts " \
+                   "only the paper's chunk sets (boundaries fixed, induced or gold), not a chunker's"
+        if spec["size_matched_twin"] and boundaries != "chunker":
+            return f"{name}.size_matched_twin: only a chunker's cut gets a twin (the paper's A0 is already the " \
+                   "size-matched twin of A2)"
         embedders = list(d["embed"]["embedders"])
         if spec["embedder"] is not None and embedders and spec["embedder"] not in embedders:
             return f"{name}.embedder: {spec['embedder']!r} is not one of the keys of embed.embedders: {embedders}"

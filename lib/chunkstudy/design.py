@@ -20,132 +20,6 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
-# ---------------------------------------------------------------------------------------------------------------
-# Conditions
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Boundaries:
-    """Where a condition's chunk boundaries come from.
-
-    ``outline``: the section table the boundaries are cut from (fixed windows are size-matched per document to the
-    chunks of the induced outline, so they need it too); ``structural``: chunks are the text between consecutive
-    section starts (split above ``chunking.max_chunk_tokens``, merged below ``min_chunk_tokens``); ``label``: how figures name
-    the cut, ``chunks``: how tables name its chunks."""
-
-    kind: str
-    outline: str
-    structural: bool
-    label: str
-    chunks: str
-
-
-#: The three kinds of boundaries (paper §3.2): fixed windows, induced structure, gold structure.
-BOUNDARIES: dict[str, Boundaries] = {
-    "fixed": Boundaries("fixed", "sections_induced", False, "fixed windows", "fixed windows"),
-    "induced": Boundaries("induced", "sections_induced", True, "induced structure", "induced chunks"),
-    "gold": Boundaries("gold", "sections_gold", True, "gold structure", "gold chunks"),
-}
-
-#: What is put before a chunk's content at embedding time: nothing, the A1 situating context, the heading path
-#: (``[Title › Section › Subsection]``) cut to a depth, or a real path of the same depth from another document.
-PREFIXES = ("none", "context", "path", "placebo")
-ROUTINGS = ("flat", "two-stage")
-
-#: The depth of a path prefix declared as ``depth=None``: the deepest of ``chunking.depths`` (3 in the paper).
-FULL_DEPTH = 3
-
-
-@dataclass(frozen=True)
-class Condition:
-    """One condition of the study (paper §3.2, appendix Table 4).
-
-    ``boundaries``: a key of :data:`BOUNDARIES`; ``prefix``: one of :data:`PREFIXES`; ``depth``: heading levels a
-    ``path``/``placebo`` prefix keeps (None = the deepest of ``chunking.depths``); ``routing``: one of
-    :data:`ROUTINGS`; ``matched_to``: the condition this one is built to be compared with, and how (``matched``
-    says it); ``colour``: its colour in every figure; ``boundaries_text``/``prefix_text``: its Table 4 row."""
-
-    name: str
-    boundaries: str
-    prefix: str
-    routing: str
-    depth: int | None
-    matched_to: str | None
-    matched: str
-    colour: str
-    boundaries_text: str
-    prefix_text: str
-
-    @property
-    def chunk_set(self) -> str:
-        """The chunk set the condition's offsets are (``A0``, ``A2`` or ``G2``): :func:`chunk_set`."""
-        return chunk_set(self.boundaries)
-
-    @property
-    def outline(self) -> str:
-        """The section table the condition needs (``sections_induced`` or ``sections_gold``)."""
-        return BOUNDARIES[self.boundaries].outline
-
-    @property
-    def structural(self) -> bool:
-        return BOUNDARIES[self.boundaries].structural
-
-    def prefix_depth(self, depths: list[int] | tuple[int, ...] = (FULL_DEPTH,)) -> int:
-        """Heading levels the prefix keeps: the declared depth, the deepest of ``depths`` (``chunking.depths``)
-        for a full path, 0 for no path."""
-        if self.prefix not in ("path", "placebo"):
-            return 0
-        return int(self.depth) if self.depth is not None else int(max(depths))
-
-    @property
-    def shares_vectors_with(self) -> str | None:
-        """A two-stage condition embeds exactly the texts of its flat twin (same boundaries, prefix and depth), so
-        it shares its twin's vectors (representation constancy, guards C4); None otherwise."""
-        if self.routing == "flat":
-            return None
-        return next(c.name for c in CONDITIONS if c.routing == "flat" and (c.boundaries, c.prefix, c.depth)
-                    == (self.boundaries, self.prefix, self.depth))
-
-    def table4(self, route_sections: int) -> tuple[str, str, str]:
-        """The condition's Table 4 row: boundaries, prefix at embedding time, retrieval."""
-        retrieval = "flat" if self.routing == "flat" else f"two-stage (top {route_sections} sections)"
-        return self.boundaries_text, self.prefix_text, retrieval
-
-
-_INDUCED = "induced structure"
-_GOLD = "gold structure"
-
-#: Every condition of the study, in the paper's order (the order of every table, figure and parameter choice).
-CONDITIONS: tuple[Condition, ...] = (
-    Condition("A0", "fixed", "none", "flat", None, "A2", "size-matched per document to A2's mean chunk length",
-              "#8c8c8c", "fixed windows, size-matched per document to A2, edges at sentence boundaries", "none"),
-    Condition("A1", "fixed", "context", "flat", None, "A0", "A0's windows with a situating context",
-              "#a6761d", "A0", "LLM situating context (contextual-retrieval prompt)"),
-    Condition("A2", "induced", "none", "flat", None, "A0", "the structural cut A0 is size-matched to",
-              "#9ecae1", _INDUCED, "none"),
-    Condition("A3-d1", "induced", "path", "flat", 1, "A2", "A2's chunks with a depth-1 heading path",
-              "#6baed6", _INDUCED, "heading path, depth 1"),
-    Condition("A3-d2", "induced", "path", "flat", 2, "A2", "A2's chunks with a depth-2 heading path",
-              "#3182bd", _INDUCED, "heading path, depth 2"),
-    Condition("A3", "induced", "path", "flat", None, "A2", "A2's chunks with the full heading path",
-              "#08519c", _INDUCED, "heading path, depth 3"),
-    Condition("P", "induced", "placebo", "flat", None, "A3", "A3's chunks with a depth-matched path of another "
-              "document", "#7b3294", _INDUCED, "real heading path of the same depth from another document (placebo)"),
-    Condition("A4", "induced", "path", "two-stage", None, "A3", "A3's chunks and vectors, routed",
-              "#e6550d", "induced structure (A3's chunks and vectors)", "as A3"),
-    Condition("G2", "gold", "none", "flat", None, "A2", "A2 on the gold outline",
-              "#a1d99b", _GOLD, "none"),
-    Condition("G3", "gold", "path", "flat", None, "A3", "A3 on the gold outline",
-              "#31a354", _GOLD, "heading path, depth 3"),
-    Condition("G4", "gold", "path", "two-stage", None, "A4", "A4 on the gold outline",
-              "#006d2c", "gold structure (G3's chunks and vectors)", "as G3"),
-)
-
-CONDITION_NAMES: tuple[str, ...] = tuple(c.name for c in CONDITIONS)
-_BY_NAME = {c.name: c for c in CONDITIONS}
-
-
 def lookup(declared: Mapping[str, Any], name: str, what: str, error: type[Exception] = ValueError) -> Any:
     """``declared[name]``; an unknown name raises ``error`` listing the declared ones (``what`` names them)."""
     try:
@@ -154,20 +28,297 @@ def lookup(declared: Mapping[str, Any], name: str, what: str, error: type[Except
         raise error(f"unknown {what} {name!r}; {what}s: {list(declared)}") from None
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Conditions: boundaries (a chunk set), a prefix kind, an embedding mode, a routing
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Boundaries:
+    """A kind of chunk boundaries. ``outline``: the section table a structural cut is made from (None for fixed
+    windows and a chunker's cut); ``structural``: chunks are the text between consecutive section starts (split
+    above ``chunking.max_chunk_tokens``, merged below ``min_chunk_tokens``); ``label``: how figures name the cut,
+    ``chunks``: how tables name its chunks. The function that cuts each kind is
+    :data:`chunkstudy.chunks.cuts.FUNCTIONS` (checked against this declaration on import)."""
+
+    kind: str
+    outline: str | None
+    structural: bool
+    label: str
+    chunks: str
+
+
+#: The kinds of boundaries: the paper's three (§3.2: fixed windows size-matched to another cut, induced structure,
+#: gold structure) and a user's chunker (:mod:`chunkstudy.chunks.chunkers`).
+BOUNDARIES: dict[str, Boundaries] = {
+    "fixed": Boundaries("fixed", None, False, "fixed windows", "fixed windows"),
+    "induced": Boundaries("induced", "sections_induced", True, "induced structure", "induced chunks"),
+    "gold": Boundaries("gold", "sections_gold", True, "gold structure", "gold chunks"),
+    "chunker": Boundaries("chunker", None, False, "a chunker's cut", "chunker chunks"),
+}
+
+
+@dataclass(frozen=True)
+class PrefixKind:
+    """What is put before a chunk's content at embedding time, declared once. ``heading_path``: the prefix reads
+    the heading path of the section the chunk's content starts in, cut to the condition's depth (so it needs the
+    condition's outline and has a depth); ``contexts``: it reads the situating contexts 02 writes for the
+    condition's chunk set (``02_induce/contexts_a1``); ``side_table``: the 04 table its side output goes to, one
+    part per condition (``placebo``); ``text``: one line saying what it puts there. The function that renders each
+    kind is :data:`chunkstudy.chunks.prefixes.FUNCTIONS` (checked against this declaration on import)."""
+
+    name: str
+    heading_path: bool
+    contexts: bool
+    side_table: str | None
+    text: str
+
+
+#: Every prefix kind, paper's and user's alike.
+PREFIX_KINDS: dict[str, PrefixKind] = {
+    "none": PrefixKind("none", False, False, None, "nothing"),
+    "title": PrefixKind("title", False, False, None, "the document title alone: [Title]"),
+    "context": PrefixKind("context", False, True, None,
+                          "a situating context of the chunk in its document (A1; LLM or the extractive baseline)"),
+    "path": PrefixKind("path", True, False, None,
+                       "the real heading path of the chunk's section, [Title › Section › Subsection], cut to a "
+                       "depth"),
+    "placebo": PrefixKind("placebo", True, False, "placebo",
+                          "a real heading path of the same depth from another document (the placebo)"),
+}
+#: The prefix kinds, in declared order (the parameters' choices).
+PREFIXES: tuple[str, ...] = tuple(PREFIX_KINDS)
+
+#: How a condition's embedded texts become vectors: ``independent`` = each chunk's ``prefix + content`` is encoded
+#: on its own (every condition of the paper); ``late`` = late pooling (:mod:`chunkstudy.chunks.late`): the document
+#: is encoded once (past the encoder's window, in overlapping macro windows) and each chunk's content tokens are
+#: mean-pooled, its prefix tokens encoded but never pooled. The embedding stage serves exactly these modes.
+EMBEDDINGS: tuple[str, ...] = ("independent", "late")
+INDEPENDENT = "independent"
+LATE = "late"
+ROUTINGS = ("flat", "two-stage")
+
+#: The depth of a path prefix declared as ``depth=None``: the deepest of ``chunking.depths`` (3 in the paper).
+FULL_DEPTH = 3
+#: The family of the paper's conditions and contrasts (:data:`CONTRASTS`).
+PAPER_FAMILY = "paper"
+#: The family of the user's conditions and contrasts: exploratory, Holm-corrected apart from the confirmatory four.
+EXTRA_FAMILY = "user"
+#: How a user condition's size-matched twin is named: ``<NAME>-fixed``.
+TWIN_SUFFIX = "-fixed"
+#: The outline a user condition names (``outline: induced`` or ``gold``) -> its section table.
+OUTLINES = {"induced": "sections_induced", "gold": "sections_gold"}
+
+
+@dataclass(frozen=True)
+class Chunker:
+    """A user's chunker, the cut of a ``chunker`` chunk set: its name (``semchunk``, ``chonkie:SemanticChunker``,
+    ``package.module:function``, ``file.py:function``; :func:`chunkstudy.chunks.chunkers.load`), its keyword
+    ``options``, whether its chunks may ``overlap``, what an ``unaligned`` chunk does (``error`` or ``warn``) and
+    the ``embedder`` a semantic chunker embeds with."""
+
+    name: str
+    options: Mapping[str, Any]
+    overlap: bool = False
+    unaligned: str = "error"
+    embedder: str | None = None
+
+
+@dataclass(frozen=True)
+class ChunkSet:
+    """A cut of every document whose offsets conditions share (a prefix never moves them). ``boundaries``: a key of
+    :data:`BOUNDARIES`; ``matched_to``: for fixed windows, the chunk set whose per-document mean content tokens
+    they match (the paper's A0 rule: A0 to A2, a user's twin to its condition); ``chunker``: a chunker's cut."""
+
+    name: str
+    boundaries: str
+    matched_to: str | None = None
+    chunker: Chunker | None = None
+
+    def __post_init__(self) -> None:
+        lookup(BOUNDARIES, self.boundaries, "kind of boundaries")
+        if (self.boundaries == "fixed") != (self.matched_to is not None):
+            raise ValueError(f"chunk set {self.name}: fixed windows, and only they, are matched to another chunk set")
+        if (self.boundaries == "chunker") != (self.chunker is not None):
+            raise ValueError(f"chunk set {self.name}: a chunker's cut, and only it, names a chunker")
+
+    @property
+    def outline(self) -> str | None:
+        """The section table a structural cut is made from (None otherwise)."""
+        return BOUNDARIES[self.boundaries].outline
+
+    @property
+    def structural(self) -> bool:
+        return BOUNDARIES[self.boundaries].structural
+
+
+#: The paper's chunk sets, in its order: every paper condition takes the offsets of one (a user condition may too).
+CHUNK_SETS: dict[str, ChunkSet] = {s.name: s for s in (
+    ChunkSet("A0", "fixed", matched_to="A2"),
+    ChunkSet("A2", "induced"),
+    ChunkSet("G2", "gold"),
+)}
+#: Which paper chunk set each kind of boundaries (but a chunker's) names: ``fixed`` -> A0, ``induced`` -> A2, ...
+PAPER_CUTS: dict[str, str] = {s.boundaries: s.name for s in CHUNK_SETS.values()}
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition, the paper's or a user's (paper §3.2, appendix Table 4; ``conditions.extra``): boundaries, a
+    prefix, an embedding mode and a routing.
+
+    ``boundaries``: a key of :data:`BOUNDARIES`; the offsets come from :attr:`cut`, the paper's chunk set of those
+    boundaries (:data:`CHUNK_SETS`) unless ``own_cut`` declares another (a user's chunker, a twin). ``prefix``: a
+    key of :data:`PREFIX_KINDS`; ``depth``: heading levels a heading-path prefix keeps (None = the deepest of
+    ``chunking.depths``); ``embedding``: one of :data:`EMBEDDINGS`; ``routing``: one of :data:`ROUTINGS`.
+    ``paths_from``: the outline a fixed or chunker cut's chunks are placed in (``section_id``, ``route_key``) and
+    whose heading paths their prefix reads (a structural cut uses its own outline; the paper's fixed windows have
+    none). ``family``: :data:`PAPER_FAMILY` or :data:`EXTRA_FAMILY`; ``twin_of``: the condition a size-matched twin
+    is matched to; ``of``: the condition whose chunks, prefixes and side tables this one takes whole (a user's
+    ``of: A4`` with ``embedding: late``: boundaries, prefix, depth and routing are then that condition's). The paper's conditions also state ``matched_to`` (the condition this one is built to be
+    compared with) and how (``matched``), their colour in every figure, and their Table 4 row
+    (``boundaries_text``, ``prefix_text``)."""
+
+    name: str
+    boundaries: str
+    prefix: str = "none"
+    routing: str = "flat"
+    depth: int | None = None
+    matched_to: str | None = None
+    matched: str = ""
+    colour: str = ""
+    boundaries_text: str = ""
+    prefix_text: str = ""
+    embedding: str = INDEPENDENT
+    family: str = PAPER_FAMILY
+    own_cut: ChunkSet | None = None
+    paths_from: str | None = None
+    twin_of: str | None = None
+    of: str | None = None
+
+    def __post_init__(self) -> None:
+        where = f"condition {self.name}"
+        lookup(BOUNDARIES, self.boundaries, f"kind of boundaries of {where}")
+        lookup(PREFIX_KINDS, self.prefix, f"prefix kind of {where}")
+        lookup(dict.fromkeys(EMBEDDINGS), self.embedding, f"embedding mode of {where}")
+        lookup(dict.fromkeys(ROUTINGS), self.routing, f"routing of {where}")
+        if self.own_cut is None and self.boundaries not in PAPER_CUTS:
+            raise ValueError(f"{where}: {self.boundaries} boundaries need their own chunk set (own_cut)")
+        if self.own_cut is not None and self.own_cut.boundaries != self.boundaries:
+            raise ValueError(f"{where}: boundaries {self.boundaries} but its chunk set is {self.own_cut.boundaries}")
+
+    @property
+    def cut(self) -> ChunkSet:
+        """The chunk set whose offsets the condition takes."""
+        return self.own_cut if self.own_cut is not None else CHUNK_SETS[PAPER_CUTS[self.boundaries]]
+
+    @property
+    def chunk_set(self) -> str:
+        """The name of :attr:`cut` (``A0``, ``A2``, ``G2``, or a user's ``SEM``, ``SEM-fixed``)."""
+        return self.cut.name
+
+    @property
+    def outline(self) -> str | None:
+        """The section table the condition's sections and heading paths come from: a structural cut's own outline,
+        else ``paths_from`` (None: its chunks belong to no section)."""
+        return self.cut.outline if self.cut.structural else self.paths_from
+
+    @property
+    def structural(self) -> bool:
+        return self.cut.structural
+
+    @property
+    def prefix_kind(self) -> PrefixKind:
+        return PREFIX_KINDS[self.prefix]
+
+    @property
+    def user(self) -> bool:
+        """True for a condition a user added (``conditions.extra``)."""
+        return self.family == EXTRA_FAMILY
+
+    def prefix_depth(self, depths: list[int] | tuple[int, ...] = (FULL_DEPTH,)) -> int:
+        """Heading levels the prefix keeps: the declared depth, the deepest of ``depths`` (``chunking.depths``)
+        for a full path, 0 for a prefix that reads no heading path."""
+        if not self.prefix_kind.heading_path:
+            return 0
+        return int(self.depth) if self.depth is not None else int(max(depths))
+
+    @property
+    def shares_vectors_with(self) -> str | None:
+        """A two-stage condition embeds exactly the texts of its flat twin (same chunk set, prefix, depth and
+        embedding mode), so it shares its twin's vectors (representation constancy, guards C4); None otherwise."""
+        if self.routing == "flat" or self.of is not None:
+            return None
+        return next((c.name for c in CONDITIONS if c.routing == "flat" and c.vector_key == self.vector_key), None)
+
+    @property
+    def vector_key(self) -> tuple:
+        """What the condition's vectors depend on: chunk set, prefix kind, depth and embedding mode."""
+        return (self.chunk_set, self.prefix, self.depth, self.embedding)
+
+    def needs(self) -> tuple[str, ...]:
+        """The section tables 04 needs to build the condition: its cut's (fixed windows: the cut they match), and
+        its outline when its prefix reads a heading path."""
+        return tuple(dict.fromkeys(cut_needs(self.cut) + ((self.outline,) if self.outline is not None
+                                                           and self.prefix_kind.heading_path else ())))
+
+    def table4(self, route_sections: int) -> tuple[str, str, str]:
+        """The condition's Table 4 row: boundaries, prefix at embedding time, retrieval."""
+        retrieval = "flat" if self.routing == "flat" else f"two-stage (top {route_sections} sections)"
+        return self.boundaries_text, self.prefix_text, retrieval
+
+
+def cut_needs(cut: ChunkSet, others: Mapping[str, ChunkSet] | None = None) -> tuple[str, ...]:
+    """The section tables a chunk set is cut from: a structural cut's outline; fixed windows need what the cut they
+    match needs (looked up in ``others``, then among the paper's :data:`CHUNK_SETS`); a chunker needs none."""
+    if cut.outline is not None:
+        return (cut.outline,)
+    if cut.matched_to is not None:
+        pool = {**CHUNK_SETS, **(others or {})}
+        return cut_needs(pool[cut.matched_to], others) if cut.matched_to in pool else ()
+    return ()
+
+
+_INDUCED = "induced structure"
+_GOLD = "gold structure"
+
+#: Every condition of the study, in the paper's order (the order of every table, figure and parameter choice).
+CONDITIONS: tuple[Condition, ...] = (
+    Condition("A0", "fixed", "none", matched_to="A2", matched="size-matched per document to A2's mean chunk length",
+              colour="#8c8c8c", boundaries_text="fixed windows, size-matched per document to A2, edges at sentence "
+              "boundaries", prefix_text="none"),
+    Condition("A1", "fixed", "context", matched_to="A0", matched="A0's windows with a situating context",
+              colour="#a6761d", boundaries_text="A0",
+              prefix_text="LLM situating context (contextual-retrieval prompt)"),
+    Condition("A2", "induced", "none", matched_to="A0", matched="the structural cut A0 is size-matched to",
+              colour="#9ecae1", boundaries_text=_INDUCED, prefix_text="none"),
+    Condition("A3-d1", "induced", "path", depth=1, matched_to="A2", matched="A2's chunks with a depth-1 heading path",
+              colour="#6baed6", boundaries_text=_INDUCED, prefix_text="heading path, depth 1"),
+    Condition("A3-d2", "induced", "path", depth=2, matched_to="A2", matched="A2's chunks with a depth-2 heading path",
+              colour="#3182bd", boundaries_text=_INDUCED, prefix_text="heading path, depth 2"),
+    Condition("A3", "induced", "path", matched_to="A2", matched="A2's chunks with the full heading path",
+              colour="#08519c", boundaries_text=_INDUCED, prefix_text="heading path, depth 3"),
+    Condition("P", "induced", "placebo", matched_to="A3",
+              matched="A3's chunks with a depth-matched path of another document", colour="#7b3294",
+              boundaries_text=_INDUCED, prefix_text="real heading path of the same depth from another document "
+              "(placebo)"),
+    Condition("A4", "induced", "path", "two-stage", matched_to="A3", matched="A3's chunks and vectors, routed",
+              colour="#e6550d", boundaries_text="induced structure (A3's chunks and vectors)", prefix_text="as A3"),
+    Condition("G2", "gold", "none", matched_to="A2", matched="A2 on the gold outline", colour="#a1d99b",
+              boundaries_text=_GOLD, prefix_text="none"),
+    Condition("G3", "gold", "path", matched_to="A3", matched="A3 on the gold outline", colour="#31a354",
+              boundaries_text=_GOLD, prefix_text="heading path, depth 3"),
+    Condition("G4", "gold", "path", "two-stage", matched_to="A4", matched="A4 on the gold outline", colour="#006d2c",
+              boundaries_text="gold structure (G3's chunks and vectors)", prefix_text="as G3"),
+)
+
+CONDITION_NAMES: tuple[str, ...] = tuple(c.name for c in CONDITIONS)
+_BY_NAME = {c.name: c for c in CONDITIONS}
+
+
 def condition(name: str) -> Condition:
-    """The declared condition ``name``; a ValueError lists the valid names."""
+    """The paper's condition ``name``; a ValueError lists the valid names."""
     return lookup(_BY_NAME, name, "condition")
-
-
-def chunk_set(boundaries: str) -> str:
-    """The chunk set of a kind of boundaries: the flat, prefix-free condition cut that way (``fixed`` -> ``A0``,
-    ``induced`` -> ``A2``, ``gold`` -> ``G2``). Every other condition reuses its chunk set's offsets."""
-    return next(c.name for c in CONDITIONS if c.boundaries == boundaries and c.prefix == "none"
-                and c.routing == "flat")
-
-
-#: The chunk sets, in the paper's order: the cuts every condition's offsets come from.
-CHUNK_SETS: tuple[str, ...] = tuple(chunk_set(b) for b in BOUNDARIES)
 
 
 def names_where(**fields: Any) -> tuple[str, ...]:
@@ -221,17 +372,54 @@ def contrast_question(a: str, b: str) -> str:
 # Conditions and contrasts a user adds (``conditions.extra``, ``contrasts.extra``; docs/chunker.md)
 # ---------------------------------------------------------------------------------------------------------------
 
-#: The prefix kinds a user-added condition may take: the study's own (none, a real heading path, the placebo) and
-#: the document title alone (a path of depth 0).
-EXTRA_PREFIXES = ("none", "title", "path", "placebo")
-#: The outline a user condition's heading paths (and route keys) come from.
-EXTRA_OUTLINES = {"induced": "sections_induced", "gold": "sections_gold"}
-#: How a user condition's size-matched twin is named: ``<NAME>-fixed``.
-TWIN_SUFFIX = "-fixed"
-#: The family of the user's contrasts: exploratory, Holm-corrected apart from the confirmatory four.
-EXTRA_FAMILY = "user"
-#: The paper's family (:data:`CONTRASTS`).
-PAPER_FAMILY = "paper"
+def _field(spec: Any, key: str) -> Any:
+    """A key of a ``conditions.extra`` entry: a validated record (:class:`chunkstudy.params.ExtraConditionParams`)
+    or, in the parameter rules, its plain dict."""
+    return spec.get(key) if isinstance(spec, Mapping) else getattr(spec, key)
+
+
+def user_conditions(extra: Mapping[str, Any] | None) -> tuple[Condition, ...]:
+    """The conditions a ``conditions.extra`` mapping declares, each twin right after its condition, in declared
+    order (:data:`EXTRA_FAMILY`; validated entries: :class:`chunkstudy.params.ExtraConditionParams`).
+
+    ``boundaries: chunker`` (the default) cuts with the entry's ``chunker`` into a chunk set of the condition's own
+    name; ``fixed``, ``induced`` or ``gold`` takes the paper's chunk set of that kind (A0, A2, G2). A twin
+    (``size_matched_twin``) is ``<NAME>-fixed``: fixed windows matched per document to the condition's cut, with
+    the same prefix kind, depth and outline. Heading paths (and a chunker's route keys) come from ``outline``.
+    ``of: <paper condition>`` takes that condition whole (its boundaries, prefix, depth and routing; 04 copies its
+    chunks, prefixes and side tables), with the entry's own ``embedding``."""
+    out: list[Condition] = []
+    for name, spec in (extra or {}).items():
+        name = str(name)
+        of = _field(spec, "of")
+        if of is not None:
+            src = condition(str(of))
+            out.append(Condition(name, src.boundaries, src.prefix, src.routing, src.depth,
+                                 embedding=str(_field(spec, "embedding") or INDEPENDENT), family=EXTRA_FAMILY,
+                                 paths_from=src.paths_from, of=src.name))
+            continue
+        boundaries = _field(spec, "boundaries") or "chunker"
+        own = None
+        if boundaries == "chunker":
+            own = ChunkSet(name, "chunker", chunker=Chunker(
+                str(_field(spec, "chunker")), dict(_field(spec, "options") or {}), bool(_field(spec, "overlap")),
+                str(_field(spec, "unaligned")), _field(spec, "embedder")))
+        common = dict(prefix=str(_field(spec, "prefix")), depth=_field(spec, "depth"),
+                      embedding=str(_field(spec, "embedding") or INDEPENDENT), family=EXTRA_FAMILY,
+                      paths_from=OUTLINES[str(_field(spec, "outline"))])
+        cond = Condition(name, boundaries, own_cut=own, **common)
+        out.append(cond)
+        if _field(spec, "size_matched_twin"):
+            twin = name + TWIN_SUFFIX
+            out.append(Condition(twin, "fixed", own_cut=ChunkSet(twin, "fixed", matched_to=cond.chunk_set),
+                                 twin_of=name, **common))
+    return tuple(out)
+
+
+def run_conditions(paper: Sequence[str], extra: Mapping[str, Any] | None = None) -> tuple[Condition, ...]:
+    """Every condition of a run: the paper's named in ``paper`` (``chunking.conditions``, in that order), then the
+    user's (:func:`user_conditions` of ``conditions.extra``). :attr:`chunkstudy.params.Params.run_conditions`."""
+    return tuple(condition(n) for n in paper) + user_conditions(extra)
 
 
 def extra_condition_names(extra: Mapping[str, Any] | None) -> list[str]:
@@ -239,8 +427,7 @@ def extra_condition_names(extra: Mapping[str, Any] | None) -> list[str]:
     order: ``{"SEM": {..., "size_matched_twin": True}}`` -> ``["SEM", "SEM-fixed"]``."""
     out = []
     for name, spec in (extra or {}).items():
-        twin = spec.get("size_matched_twin") if isinstance(spec, Mapping) else getattr(spec, "size_matched_twin")
-        out += [name, name + TWIN_SUFFIX] if twin else [name]
+        out += [name, name + TWIN_SUFFIX] if _field(spec, "size_matched_twin") else [name]
     return out
 
 
@@ -363,10 +550,9 @@ def condition_order_key(name: str) -> tuple:
     return (CONDITION_NAMES.index(name), "") if name in _BY_NAME else (len(CONDITION_NAMES), str(name))
 
 
-def two_stage_conditions(extra: Mapping[str, Any] | None, two_stage: Sequence[str]) -> tuple[str, ...]:
+def two_stage_conditions(conditions: Sequence[Condition], two_stage: Sequence[str]) -> tuple[str, ...]:
     """The conditions retrieved route-to-section: ``retrieve.two_stage_conditions`` (``two_stage``) and every
-    ``conditions.extra`` entry that takes one of their chunks whole (``of``: a late-pooled A4 routes as A4)."""
+    condition of ``conditions`` that takes one of theirs whole (:attr:`Condition.of`: a late-pooled A4 routes as
+    A4). :attr:`chunkstudy.params.Params.routed_retrieve`."""
     base = tuple(two_stage)
-    def of(spec: Any) -> Any:
-        return spec.get("of") if isinstance(spec, Mapping) else getattr(spec, "of", None)
-    return base + tuple(str(n) for n, spec in (extra or {}).items() if of(spec) in base)
+    return base + tuple(c.name for c in conditions if c.of is not None and c.of in base and c.name not in base)

@@ -14,9 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from .config import Config
+from .errors import ChunkstudyError
 
 
-class CudaUnavailable(RuntimeError):
+class CudaUnavailable(ChunkstudyError, RuntimeError):
     """A parameter asks for a CUDA device that torch cannot see (names the keys and the torch build)."""
 
 

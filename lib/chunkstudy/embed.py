@@ -58,6 +58,7 @@ import numpy as np
 
 from . import llm, models
 from .params import EmbedderParams
+from .errors import ChunkstudyError
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 _BGE_V15 = re.compile(r"bge-[a-z]+-en-v1\.5", re.IGNORECASE)
@@ -76,7 +77,7 @@ RETRY_AFTER_CAP_S = 120.0
 _sleep = time.sleep  # the openai backend's waits between retries (tests replace it to read them)
 
 
-class EmbedError(RuntimeError):
+class EmbedError(ChunkstudyError, RuntimeError):
     """An embedder cannot be built or called (the message names the parameter key and the backend)."""
 
 

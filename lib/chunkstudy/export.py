@@ -54,6 +54,7 @@ import pandas as pd
 from . import artifacts, config, metrics, relevance
 from .chunks import chunk_sets
 from .params import MetricsParams
+from .errors import ChunkstudyError
 
 #: Graded relevance is an integer: ``round(GRADE_SCALE · gain)`` (a gain resolution of 1e-6).
 GRADE_SCALE = 1_000_000
@@ -61,7 +62,7 @@ GRADE_SCALE = 1_000_000
 IMPORTED = "imported"
 
 
-class ExportError(ValueError):
+class ExportError(ChunkstudyError, ValueError):
     """An export or an imported run is inconsistent (the message names the file, the line or the key)."""
 
 

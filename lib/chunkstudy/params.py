@@ -536,35 +536,41 @@ class FiguresParams:
 
 @dataclass(frozen=True)
 class ExtraConditionParams:
-    """One entry of ``conditions.extra``: a condition the user adds (:mod:`chunkstudy.chunks`; docs/chunker.md), cut by a chunker of their choice."""
+    """One entry of ``conditions.extra``: a condition the user adds (:func:`chunkstudy.design.user_conditions`;
+    docs/chunker.md), cut by a chunker of their choice or on one of the paper's chunk sets."""
 
+    boundaries: Literal["chunker", "fixed", "induced", "gold"] = param(
+        "chunker", "chunker (cut by this entry's chunker), or the paper's chunk set of that kind: fixed (A0's "
+                   "windows), induced (A2's chunks) or gold (G2's chunks)")
+    of: str | None = param(None, "instead of boundaries and a prefix: a condition of chunking.conditions this one "
+                           "takes whole (offsets, prefix, sections, placebo, routing), e.g. A0 for late(A0); it "
+                           "states only its embedding", choices=design.CONDITION_NAMES)
     chunker: str = param("", "'chonkie:RecursiveChunker', 'chonkie:SentenceChunker', 'chonkie:SemanticChunker', "
                          "'semchunk', 'langchain:<TextSplitter class>', 'package.module:function' or "
                          "'file.py:function' (relative to the parameter file that states it); see "
-                         "chunkstudy.chunks.chunkers")
+                         "chunkstudy.chunks.chunkers; required for boundaries: chunker")
     options: Mapping[str, Any] = param({}, "keyword arguments of the chunker (sizes in chunking.tokenizer tokens "
                                        "for chonkie and semchunk)")
-    prefix: str = param("none", "none, title ([Title]), path (the real heading path of the section the chunk starts "
-                        "in) or placebo (a real path of the same depth from another document)",
-                        choices=design.EXTRA_PREFIXES)
+    prefix: str = param("none", "a prefix kind of chunkstudy.design.PREFIX_KINDS: none, title ([Title]), context "
+                        "(a situating context, written by 02; not on a chunker's cut), path (the real heading path "
+                        "of the section the chunk starts in) or placebo (a real path of the same depth from another "
+                        "document)", choices=design.PREFIXES)
     depth: int | None = param(None, "heading levels a path/placebo prefix keeps; null = the deepest of "
                               "chunking.depths", ge=1)
-    outline: Literal["induced", "gold"] = param("induced", "the outline heading paths come from: induced (as A3) "
-                                                "or gold (as G3)")
+    outline: Literal["induced", "gold"] = param("induced", "the outline heading paths come from for a chunker's "
+                                                "or fixed windows' chunks: induced (as A3) or gold (as G3); a "
+                                                "structural cut uses its own")
+    embedding: str = param("independent", "how the chunks' texts become vectors: independent (each prefix + "
+                           "content encoded on its own) or late (late pooling: the document encoded in macro "
+                           "windows, each chunk's content tokens pooled; docs/beyond.md, 'Late pooling')",
+                           choices=design.EMBEDDINGS)
     size_matched_twin: bool = param(False, "also build <NAME>-fixed: fixed windows size-matched per document to "
-                                    "this condition's mean content tokens (the A0 rule)")
+                                    "this condition's mean content tokens (the A0 rule); boundaries: chunker only")
     overlap: bool = param(False, "the chunker's chunks may overlap (otherwise an overlap stops 04)")
     unaligned: Literal["error", "warn"] = param("error", "text the chunker drops or rewrites: stop 04 naming the "
                                                 "document, or count and warn")
     embedder: str | None = param(None, "chonkie:SemanticChunker: the embedder key it embeds with; null = "
                                  "embed.strong (resolved when the file loads)")
-    of: str | None = param(None, "instead of a chunker: a condition of chunking.conditions whose chunks this one "
-                           "takes whole (offsets, prefix, sections, placebo), e.g. A0 for late(A0); its twin, "
-                           "placebo and routing are that condition's", choices=design.CONDITION_NAMES)
-    embedding: Literal["independent", "late"] = param("independent", "independent (each prefix + content encoded on "
-                                                      "its own) or late (late pooling: the document encoded in "
-                                                      "macro windows, each chunk's content tokens pooled; "
-                                                      "docs/beyond.md, 'Late pooling')")
 
 
 @dataclass(frozen=True)
@@ -601,6 +607,22 @@ class Params:
     figures: FiguresParams = group(FiguresParams)
     conditions: ConditionsParams = group(ConditionsParams)
     contrasts: ContrastsParams = group(ContrastsParams)
+
+    @property
+    def run_conditions(self) -> tuple[design.Condition, ...]:
+        """Every condition the run builds: the paper's in ``chunking.conditions``, then the user's of
+        ``conditions.extra`` (their twins after them), as :class:`chunkstudy.design.Condition` records."""
+        return design.run_conditions(self.chunking.conditions, self.conditions.extra)
+
+    @property
+    def routed_retrieve(self) -> RetrieveParams:
+        """The ``retrieve`` record whose ``two_stage_conditions`` also holds every condition that takes a two-stage
+        one whole (:func:`chunkstudy.design.two_stage_conditions`: a late-pooled A4 routes as A4); 05 retrieves
+        with it, 07 counts their section centroids."""
+        from dataclasses import replace
+
+        return replace(self.retrieve, two_stage_conditions=design.two_stage_conditions(
+            design.user_conditions(self.conditions.extra), self.retrieve.two_stage_conditions))
 
     @property
     def primary_cell(self) -> design.PrimaryCell:

@@ -7,7 +7,7 @@ would).
 
 How. The pipeline's own request builders run with a dry-run client (:class:`DryRunClient`) that records every
 request and answers with a placeholder: induction (``induce.induce_structure``), A1 contexts
-(``induce.a1_contexts`` on ``chunks.a0_windows``) and generated queries (``queries.build_queries``). The chunk
+(``induce.a1_contexts`` on ``chunks.cuts.context_windows``) and generated queries (``queries.build_queries``). The chunk
 sets come from ``chunks.build_all``, the function 04 runs. So the counts follow the code, not a copy of it.
 
 What is exact and what is estimated:
@@ -145,8 +145,8 @@ def corpus_tables(cfg, build: bool = False) -> tuple[dict[str, pd.DataFrame], st
 
 def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     """The plan of a run of ``cfg`` over 01's ``tables`` (module docstring): a dict of plain numbers and notes."""
-    from . import artifacts, embed, induce, queries
-    from .chunks import chunk_sets, chunking
+    from . import artifacts, design, embed, induce, queries
+    from .chunks import chunk_sets, chunking, cuts
     from .induce import contexts
 
     documents, paragraphs = tables["documents"], tables["paragraphs"]
@@ -170,7 +170,9 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
         induce.induce_structure(documents, paragraphs, cfg.params("induce"), client=client)
         notes.append("induction self-correction: an upper bound (every window corrected)")
         induction = induction_budgets(cfg, documents, paragraphs, sections_gold)
-    windows = chunking.a0_windows(documents, paragraphs, structure, cfg.params("chunking"), counter)
+    windows = cuts.context_windows(documents, paragraphs, {"sections_induced": structure, "sections_gold": sections_gold},
+                                   design.run_conditions(cfg.params("chunking").conditions), cfg.params("chunking"),
+                                   counter)
     if cfg.params("contexts").method == "llm":
         ids = list(dict.fromkeys(windows["doc_id"]))
         for i in range(0, len(ids), A1_DOCS_PER_BATCH):
@@ -220,7 +222,7 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
                 "cache_records": len(records), "batches": llm_rows},
         "induction": induction,
         "chunks": {"rows": int(len(chunks)), "conditions": int(n_conditions), "unique_texts": len(texts),
-                   "a0_windows": int(len(windows)), "counted_in": counted},
+                   "context_windows": int(len(windows)), "counted_in": counted},
         "queries": n_queries, "embedders": embedders, "rerankers": rerankers, "notes": notes,
     }
 
@@ -274,7 +276,7 @@ def render(plan: Mapping[str, Any]) -> str:
             lines.append("  no document's expected reply exceeds its budget")
     c = plan["chunks"]
     lines += ["", f"chunks  {c['rows']:,} rows over {c['conditions']} conditions, {c['unique_texts']:,} unique "
-                  f"embedded texts, {c['a0_windows']:,} A0/A1 windows (sizes in {c['counted_in']})",
+                  f"embedded texts, {c['context_windows']:,} chunks with a situating context (A1) (sizes in {c['counted_in']})",
               "", f"texts to embed  ({plan['queries']:,} queries)",
               pd.DataFrame(plan["embedders"]).T.to_string()]
     if plan["rerankers"]:

@@ -56,6 +56,7 @@ from typing import Any, Iterator
 
 from . import artifacts, config, devices, manifests, progress, serving, stages
 from .codehash import library_hash
+from .errors import ChunkstudyError
 from .serving.check import problems as serve_problems
 from .serving.lifecycle import Services
 
@@ -63,7 +64,7 @@ from .serving.lifecycle import Services
 #: under any parameters; :func:`stage_key` narrows it to the reads a parameter file switches on.
 STAGE_DEPS: dict[str, tuple[str, ...]] = {s: stages.upstream(s) for s in stages.STAGE_NAMES}
 
-class StageFailed(RuntimeError):
+class StageFailed(ChunkstudyError, RuntimeError):
     pass
 
 

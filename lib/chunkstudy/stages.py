@@ -29,12 +29,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import design
 from .params import Params
+from .errors import ChunkstudyError
 
 KINDS = ("int", "float", "str", "bool", "list", "any")
 ALL_PARAMS = "*"
 
 
-class SchemaError(ValueError):
+class SchemaError(ChunkstudyError, ValueError):
     """A table lacks a declared column or holds a column of another kind (the message names the table, the
     column, where the table came from and the stage that writes it)."""
 
@@ -89,11 +90,14 @@ Artifact = Table | Json | Vectors
 @dataclass(frozen=True)
 class Read:
     """An artifact a stage reads; ``when`` (the validated parameters, :class:`chunkstudy.params.Params` -> bool)
-    limits the read to some parameters, ``unless`` says in words when it is off."""
+    limits the read to some parameters, ``unless`` says in words when it is off. ``optional``: the stage does
+    without the artifact when it is absent, and says what it leaves out (08's diagnostics); a read that is not
+    optional and absent stops the stage before it computes anything, naming the artifact and its writer."""
 
     name: str
     when: Callable[[Params], bool] | None = None
     unless: str = ""
+    optional: str = ""
 
     def active(self, params: Params | None) -> bool:
         return self.when is None or params is None or bool(self.when(params))
@@ -166,6 +170,11 @@ def _r(*names: str) -> tuple[Read, ...]:
     return tuple(Read(n) for n in names)
 
 
+def _optional(name: str, what: str) -> Read:
+    """A read the stage does without: ``what`` it leaves out when the artifact is absent."""
+    return Read(name, optional=f"{what} is left out")
+
+
 I, F, S, B, L, A = "int", "float", "str", "bool", "list", "any"
 
 #: The model servers a stage may call (:attr:`Stage.services`): the LLM (``llm``), the embedders (``embed.embedders``
@@ -207,8 +216,8 @@ def _bm25_reads_induced(p: Params) -> bool:
     return design.condition(p.queries.bm25_condition).outline == "sections_induced"
 
 
-def _a1_in_run(p: Params) -> bool:
-    return any(design.condition(c).prefix == "context" for c in p.chunking.conditions)
+def _contexts_in_run(p: Params) -> bool:
+    return any(c.prefix_kind.contexts for c in p.run_conditions)
 
 
 #: ``figures/<corpus>/``: 08's figures, report.md, report.html and tables/
@@ -226,7 +235,7 @@ STAGES: tuple[Stage, ...] = (
         Table("corpus_funnel", {"step": S, "count": I}),
         Json("stats", "the corpus funnel's numbers, sources read, warnings"),
     ), source_files=SourceFiles("the corpus's archives, exports, lists and questions", recorded="stats")),
-    Stage("02_induce", ("llm", "induce", "contexts", "chunking", "corpus.kind", "figures.example_doc"),
+    Stage("02_induce", ("llm", "induce", "contexts", "chunking", "conditions", "corpus.kind", "figures.example_doc"),
           _r("documents", "paragraphs", "sections_gold"), (
         Table("sections_induced", _SECTIONS, "the induced outline (tiles the paragraphs)"),
         Table("induction_log", {"doc_id": S, "status": S, "method": S, "rounds": I, "n_windows": I,
@@ -234,10 +243,11 @@ STAGES: tuple[Stage, ...] = (
                                 "model": S, "parsed_first": I, "parsed_corrected": I, "parsed_never": I,
                                 "cut_calls": I, "cut_failed": I, "reply_budget": I},
               required=('doc_id', 'status')),
-        Table("contexts_a1", {"doc_id": S, "start": I, "end": I, "context": S, "method": S, "n_tokens": I,
-                              "truncated": B, "error": S, "doc_start": I, "doc_end": I, "document_view": S},
-              "one situating context per A0 window",
-              required=('doc_id', 'start', 'end', 'context')),
+        Table("contexts_a1", {"chunk_set": S, "doc_id": S, "start": I, "end": I, "context": S, "method": S,
+                              "n_tokens": I, "truncated": B, "error": S, "doc_start": I, "doc_end": I,
+                              "document_view": S},
+              "one situating context per chunk of every chunk set a context condition names (A1: A0's windows)",
+              required=('chunk_set', 'doc_id', 'start', 'end', 'context')),
         Json("induction_stats", "induction counts, span identity with gold (the paper's measure), A1 summary"),
     ), services=("llm",)),
     Stage("03_queries", ("llm", "queries", "chunking.tokenizer", "chunking.max_chunk_tokens", "chunking.min_chunk_tokens",
@@ -257,7 +267,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("04_chunk_embed", ("chunking", "conditions", "embed.embedders", "embed.store", "embed.flush_every",
                             "embed.late_window", "embed.late_overlap", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold", "sections_induced"),
-        Read("contexts_a1", _a1_in_run, "chunking.conditions has no A1"),
+        Read("contexts_a1", _contexts_in_run, "no condition of the run has a context prefix (A1)"),
     ), (
         Table("chunks", {"condition": S, "doc_id": S, "chunk_id": S, "start": I, "end": I, "prefix": S,
                          "n_content_tokens": I, "n_prefix_tokens": I, "route_key": S, "section_id": S,
@@ -265,13 +275,13 @@ STAGES: tuple[Stage, ...] = (
               "every condition's chunks; offsets are content-only",
               required=('condition', 'doc_id', 'chunk_id', 'start', 'end', 'prefix', 'n_content_tokens', 'n_prefix_tokens', 'route_key')),
         Table("size_matching", {"doc_id": S}, "per document: n_<set>, mean_<set> of each chunk set, A0's target"),
-        Table("placebo", {"doc_id": S, "depth": I, "path": L, "placebo_doc_id": S, "placebo_path": L,
-                          "same_doc": B, "same_path": B, "n_chunks": I}, "one row per unique (document, path)",
-              required=('doc_id',)),
-        Table("placebo_buckets", {"depth": S, "pairs": I, "documents": I, "same_doc": I, "min_same_doc": I,
-                                  "same_doc_chunks": I, "chunks": I, "same_path": I, "donors_mean": F,
-                                  "donors_min": F, "donors_max": F, "top_donor_share": F},
-              "the placebo per depth bucket and in total (depth 'all')"),
+        Table("placebo", {"condition": S, "doc_id": S, "depth": I, "path": L, "placebo_doc_id": S,
+                          "placebo_path": L, "same_doc": B, "same_path": B, "n_chunks": I},
+              "per placebo condition, one row per unique (document, path)", required=('condition', 'doc_id')),
+        Table("placebo_buckets", {"condition": S, "depth": S, "pairs": I, "documents": I, "same_doc": I,
+                                  "min_same_doc": I, "same_doc_chunks": I, "chunks": I, "same_path": I,
+                                  "donors_mean": F, "donors_min": F, "donors_max": F, "top_donor_share": F},
+              "per placebo condition, the placebo per depth bucket and in total (depth 'all')"),
         Json("summary", "realised chunk counts and means, size matching, placebo residuals"),
         Json("embedding_report", "per embedder: model key, runtime, resolved dtype and its agreement check, "
              "texts embedded, seconds", manifest=True),
@@ -345,12 +355,18 @@ STAGES: tuple[Stage, ...] = (
         Table("cost", _COST, "per condition and embedder: LLM work, tokens embedded and read, index size, measured "
               "seconds, the Pareto fronts (docs/beyond.md, 'Cost')", required=("condition", "embedder", "quality")),
     )),
-    Stage("08_figures", (ALL_PARAMS,), _r(
-        "documents", "corpus_funnel", "induction_stats", "queries", "query_funnel", "bm25", "chunks", "summary",
-        "placebo_buckets", "section_recall", "section_recall_summary", "drilldown", "contrasts", "mixedlm",
-        "dose_response", "per_type", "condition_means", "reranker_lift", "power", "power_needed", "user_contrasts",
-        "user_power", "user_power_needed", "cost"), (),
-        manifests=True, folders=(FIGURES,),
+    Stage("08_figures", (ALL_PARAMS,), (
+        Read("documents"), _optional("corpus_funnel", "the corpus funnel"),
+        _optional("induction_stats", "the induction funnel"), Read("queries"),
+        _optional("query_funnel", "the query funnel"), _optional("bm25", "the BM25 sentence"), Read("chunks"),
+        Read("summary"), _optional("placebo_buckets", "the placebo table and its marks"),
+        _optional("section_recall", "Figure 1's routing example and the section-recall figure"),
+        _optional("section_recall_summary", "the section-recall table"), _optional("drilldown", "the drill-down"),
+        Read("contrasts"), Read("mixedlm"), _optional("dose_response", "the dose-response table and figure"),
+        _optional("per_type", "the per-type table and figure"), Read("condition_means"),
+        _optional("reranker_lift", "the reranker-lift table"), Read("power"), Read("power_needed"),
+        Read("user_contrasts"), Read("user_power"), Read("user_power_needed"), Read("cost")),
+        (), manifests=True, folders=(FIGURES,),
         partner=(PartnerRead("contrasts", "the replication table"),)),
 )
 
@@ -394,6 +410,11 @@ def columns(name: str) -> list[str]:
 def reads(stage_name: str, params: Params | None = None) -> tuple[str, ...]:
     """Artifacts ``stage_name`` reads; with ``params`` (``cfg.params()``), only those it reads under them."""
     return tuple(r.name for r in stage(stage_name).reads if r.active(params))
+
+
+def optional_reads(stage_name: str) -> dict[str, str]:
+    """``{artifact: what is left out without it}`` of the reads ``stage_name`` does without (:attr:`Read.optional`)."""
+    return {r.name: r.optional for r in stage(stage_name).reads if r.optional}
 
 
 def read_spec(stage_name: str, name: str) -> Read:

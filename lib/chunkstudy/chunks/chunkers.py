@@ -55,6 +55,8 @@ from typing import Any, Callable, Mapping, Sequence, cast
 import numpy as np
 import pandas as pd
 
+from ..errors import ChunkstudyError
+
 #: ``texts -> float32 (n, dim)`` unit vectors: the run's strong embedder through the embedding store.
 EmbedFn = Callable[[Sequence[str]], np.ndarray]
 #: ``texts -> [content tokens of each]``: the run's token counter (:func:`chunkstudy.chunks.chunking.load_counter`).
@@ -69,7 +71,7 @@ CHONKIE_OFFLINE_TOKENIZERS = ("character", "word", "byte")
 UNALIGNED = ("error", "warn")
 
 
-class ChunkerError(ValueError):
+class ChunkerError(ChunkstudyError, ValueError):
     """A chunker cannot be loaded, or its chunks cannot be placed exactly on a document (the message names the
     condition, the chunker and the document)."""
 

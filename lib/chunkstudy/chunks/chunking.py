@@ -43,6 +43,7 @@ import pandas as pd
 from .. import models, progress
 from ..params import ChunkingParams
 from ..corpus import model as docmodel
+from ..errors import ChunkstudyError
 
 TokenCounter = Callable[[list], list]
 
@@ -50,7 +51,7 @@ STRUCTURAL_COLUMNS = ["doc_id", "start", "end", "section_id", "route_key", "n_co
 WINDOW_COLUMNS = ["doc_id", "start", "end", "n_content_tokens"]
 
 
-class ChunkingError(ValueError):
+class ChunkingError(ChunkstudyError, ValueError):
     """Input tables cannot be chunked (the message names the document and the offending row)."""
 
 
@@ -477,23 +478,6 @@ def fixed_windows(documents: pd.DataFrame, targets: Mapping[str, float], counter
 def doc_means(chunks: pd.DataFrame) -> dict[str, float]:
     """Per-document mean ``n_content_tokens`` of a chunk table (the A0 window target when given A2 chunks)."""
     return {d: float(v) for d, v in chunks.groupby("doc_id", sort=False)["n_content_tokens"].mean().items()}
-
-
-def a0_windows(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_induced: pd.DataFrame,
-               chunking_params: ChunkingParams, counter: TokenCounter | None = None,
-               _unit_cache: dict | None = None) -> pd.DataFrame:
-    """The A0 (and A1) windows: structural chunks of the induced outline, their per-document mean content-token
-    length as the target, then :func:`fixed_windows`. Deterministic, so 02_induce (A1 contexts) and
-    04_chunk_embed cut identical ``(doc_id, start, end)``. ``chunking_params`` is the ``chunking`` record,
-    ``cfg.params("chunking")`` (a mapping is validated into one).
-    """
-    p = chunking_params
-    counter = counter or load_counter(p.tokenizer)
-    splitter = p.sentence_splitter
-    cache = {} if _unit_cache is None else _unit_cache
-    a2 = structural_chunks(documents, paragraphs, sections_induced, counter, p.max_chunk_tokens, p.min_chunk_tokens,
-                           splitter, _unit_cache=cache)
-    return fixed_windows(documents, doc_means(a2), counter, splitter, _unit_cache=cache)
 
 
 def verify_tiling(chunks: pd.DataFrame, documents: pd.DataFrame) -> dict[str, list[str]]:

@@ -42,7 +42,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
+from .. import design
 from .. import progress as _progress
+from ..errors import ChunkstudyError
 from ..embed import EmbedError, Embedder, precision_context, text_key
 
 if TYPE_CHECKING:
@@ -54,10 +56,10 @@ if TYPE_CHECKING:
 #: key of a late vector, so a change of rule never reads vectors pooled under another.
 LATE_RULES = "late1"
 #: The embedding mode of a late-pooled condition (``conditions.extra.<NAME>.embedding``).
-LATE = "late"
+LATE = design.LATE
 
 
-class LateError(ValueError):
+class LateError(ChunkstudyError, ValueError):
     """A document or its chunks cannot be late-pooled (the message names the document and the chunk)."""
 
 
@@ -508,14 +510,11 @@ def window_tokens(encoder: LateEncoder, lengths: Sequence[int]) -> int:
                                                                                 encoder.overlap)))
 
 
-def late_conditions(extra: Any) -> list[str]:
-    """The names of the ``conditions.extra`` entries (name -> record) whose ``embedding`` is ``late``, in declared
-    order, each size-matched twin (``<NAME>-fixed``) after its condition: the twin is embedded as it is."""
-    out = []
-    for name, rec in (extra or {}).items():
-        if getattr(rec, "embedding", "") == LATE:
-            out += [str(name)] + ([f"{name}-fixed"] if getattr(rec, "size_matched_twin", False) else [])
-    return out
+def late_conditions(conditions: Sequence[design.Condition]) -> list[str]:
+    """The names of the conditions (:class:`chunkstudy.design.Condition`, e.g. ``Params.run_conditions``) whose
+    embedding mode is ``late``, in their order: a size-matched twin (``<NAME>-fixed``) follows its condition and
+    is embedded as it is."""
+    return [c.name for c in conditions if c.embedding == LATE]
 
 
 def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Sequence[str],

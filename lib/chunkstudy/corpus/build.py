@@ -34,6 +34,7 @@ from ..params import CORPUS_KINDS
 from . import demo, htmltext, mdtext, qasper, wikipedia
 from .model import verify_corpus
 from .sources import CorpusInputError, source_paths  # noqa: F401  (public names of stage 01)
+from ..errors import ChunkstudyError
 
 HARVESTED_EMPTY = pd.DataFrame({c: pd.Series(dtype="object") for c in qasper.HARVESTED_COLUMNS})
 
@@ -162,7 +163,7 @@ def require_questions(cfg: Config, out: dict, source: str) -> None:
                            "each one" + tail)
 
 
-class VerificationError(ValueError):
+class VerificationError(ChunkstudyError, ValueError):
     """A gold structure failed verification (the message names the documents and their violations)."""
 
 

@@ -74,6 +74,7 @@ from ..config import Config
 from ..params import CorpusParams
 from .model import SECTION_COLUMNS, DocumentBuilder
 from .sources import CorpusInputError, kept_documents, listed_sources, source_paths
+from ..errors import ChunkstudyError
 
 _SPLIT = re.compile(r"qasper-(train|dev|test)-v[\d.]+\.json$")
 FLOAT_PREFIX = "FLOAT SELECTED"
@@ -87,7 +88,7 @@ def _split_of(name: str) -> str:
     return m.group(1) if m else Path(name).stem
 
 
-class QasperReadError(ValueError):
+class QasperReadError(ChunkstudyError, ValueError):
     """A QASPER file is missing, truncated, corrupt, not UTF-8 or not QASPER JSON (the message names the file)."""
 
 

@@ -17,9 +17,10 @@ from urllib.parse import urlparse
 from .. import artifacts
 from ..config import Config
 from . import fetch
+from ..errors import ChunkstudyError
 
 
-class CorpusInputError(ValueError):
+class CorpusInputError(ChunkstudyError, ValueError):
     """An input of stage 01 is unreadable, damaged or yields nothing (the message names the file)."""
 
 

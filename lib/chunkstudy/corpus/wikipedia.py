@@ -45,6 +45,7 @@ from .wikitext import categories as page_categories
 from .wikiapi import (MAX_TITLES_PER_REQUEST, ApiClient, featured_ids_from_api, featured_ids_from_tsv, featured_tsv,
                       fetch_api_pages, read_revision_pins, revision_pins_tsv)
 from .wikitext import is_maintenance_category, is_redirect, normalise
+from ..errors import ChunkstudyError
 
 #: Topic buckets in table order (paper, appendix "Topic buckets"). A keyword matches a category name as a whole
 #: word, case-insensitively, with an optional plural "s"/"es"; a keyword ending in ``*`` matches any word that
@@ -125,7 +126,7 @@ def _open(path: Path):
     return bz2.open(path, "rb") if str(path).endswith(".bz2") else open(path, "rb")
 
 
-class ExportError(ValueError):
+class WikiExportError(ChunkstudyError, ValueError):
     """A MediaWiki export is truncated, corrupt or not valid UTF-8 (the message names the file)."""
 
 
@@ -134,7 +135,7 @@ def iter_export(path: str | Path, warnings: list[str] | None = None, name: str |
     """Stream the main-namespace, non-redirect pages of a MediaWiki XML export (``.xml`` or ``.xml.bz2``).
 
     Yields ``{title, page_id, revision, timestamp, wikitext, source}`` (ids as strings). A truncated, corrupt or
-    undecodable file raises :class:`ExportError` naming the file, once the pages before the damage are yielded;
+    undecodable file raises :class:`WikiExportError` naming the file, once the pages before the damage are yielded;
     with ``allow_partial`` (and a ``warnings`` list) the stream ends there with a warning instead.
     """
     path = Path(path)
@@ -167,7 +168,7 @@ def iter_export(path: str | Path, warnings: list[str] | None = None, name: str |
     except (EOFError, OSError, ET.ParseError, UnicodeDecodeError) as e:
         msg = f"{path}: export is truncated, corrupt or not UTF-8 ({type(e).__name__}: {e})"
         if warnings is None or not allow_partial:
-            raise ExportError(msg) from e
+            raise WikiExportError(msg) from e
         warnings.append(msg + "; kept the pages read before it (corpus.allow_partial)")
 
 
@@ -460,7 +461,7 @@ def build(cfg: Config, session, warnings: list[str]) -> dict:
     :class:`~chunkstudy.corpus.sources.CorpusInputError` naming it, unless ``corpus.allow_partial``."""
     try:
         return _build(cfg, session, warnings)
-    except ExportError as e:
+    except WikiExportError as e:
         raise CorpusInputError(f"{e} (corpus.allow_partial: true keeps the pages read before it)") from None
 
 

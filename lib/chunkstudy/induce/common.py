@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 
 from .. import stages
+from ..errors import ChunkstudyError
 
 
 LOG_COLUMNS = stages.columns("induction_log")
 
 
-class InductionError(ValueError):
+class InductionError(ChunkstudyError, ValueError):
     """Bad input to induction (the message names the table and the document)."""
 
 

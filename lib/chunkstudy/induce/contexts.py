@@ -1,4 +1,5 @@
-"""A1 situating contexts (paper 3.2, condition A1): one short context per A0 fixed window.
+"""Situating contexts (paper 3.2, condition A1): one short context per chunk of a chunk set (A1: A0's fixed
+windows; any condition with a ``context`` prefix names the chunk set it is written for).
 
 ``method: llm`` — the paper's arm, Anthropic's Contextual Retrieval recipe with its prompt verbatim
 (:data:`CONTEXTUAL_RETRIEVAL_PROMPT`): the whole document inside ``<document>`` tags, the window's content inside
@@ -58,6 +59,7 @@ import pandas as pd
 from .. import stages
 from ..params import ContextsParams
 from ..corpus.model import SEP
+from ..errors import ChunkstudyError
 
 #: Anthropic, "Introducing Contextual Retrieval" (2024): the prompt, verbatim.
 CONTEXTUAL_RETRIEVAL_PROMPT = """<document>
@@ -79,7 +81,7 @@ CONTEXT_CHARS_PER_TOKEN = 4.0
 _APPROX = re.compile(r"\w+|[^\w\s]")
 
 
-class ContextsError(ValueError):
+class ContextsError(ChunkstudyError, ValueError):
     """Bad input to A1 contexts (names the table and the document)."""
 
 
@@ -268,7 +270,7 @@ def page_excerpt(pages: Sequence[tuple[int, int]], text: str, start: int, end: i
 def _check(documents: pd.DataFrame, windows: pd.DataFrame) -> dict[str, tuple[str, str]]:
     for col in ("doc_id", "start", "end"):
         if col not in windows.columns:
-            raise ContextsError(f"windows: missing column {col!r}; A0 windows come from chunking.a0_windows")
+            raise ContextsError(f"windows: missing column {col!r}; windows come from chunks.cuts.context_windows")
     docs = {str(d): (str(t), x) for d, t, x in zip(documents["doc_id"], documents["title"], documents["text"])}
     for d, s, e in zip(windows["doc_id"], windows["start"], windows["end"]):
         if str(d) not in docs:
@@ -402,20 +404,30 @@ def _llm(docs, windows: pd.DataFrame, p: Any, client, counter: Callable,
 def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params: ContextsParams, client=None,
                 counter: Callable[[list[str]], list[int]] | None = None,
                 sections: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One situating context per A0 window (module docstring); ``contexts_params`` is the ``contexts`` record,
+    """One situating context per window (module docstring); ``contexts_params`` is the ``contexts`` record,
     ``cfg.params("contexts")``.
 
-    ``windows`` holds ``doc_id, start, end`` (half-open character offsets into ``documents.text``), e.g. from
-    ``chunking.a0_windows``. ``client`` (:func:`llm.make_client`) is needed for ``method: llm`` only;
-    ``counter(texts) -> token counts`` is the chunking tokenizer's (``chunking.load_counter``). ``sections``
+    ``windows`` holds ``doc_id, start, end`` (half-open character offsets into ``documents.text``) of one cut, or
+    of several with a ``chunk_set`` column (:func:`chunkstudy.chunks.cuts.context_windows`: the chunks of every
+    chunk set a context condition names, A0's windows for A1). Each chunk set is situated on its own (the
+    extractive baseline weighs terms over the windows of one cut) and its rows carry its name, so a context is
+    keyed by ``(chunk_set, doc_id, start, end)``. ``client`` (:func:`llm.make_client`) is needed for ``method: llm``
+    only; ``counter(texts) -> token counts`` is the chunking tokenizer's (``chunking.load_counter``). ``sections``
     (``sections_gold``) gives the headings of the document view; ``method: llm`` with ``document_view: full``
-    needs it. Returns the columns of :data:`CONTEXT_COLUMNS` in the order of ``windows``; inputs are not modified.
+    needs it. Returns the columns of :data:`CONTEXT_COLUMNS` (without ``chunk_set`` for windows without one) in
+    the order of ``windows``; inputs are not modified.
     """
+    if "chunk_set" in windows.columns:
+        parts = [a1_contexts(documents, g.drop(columns="chunk_set"), contexts_params, client, counter, sections)
+                 .assign(chunk_set=str(name)) for name, g in windows.groupby("chunk_set", sort=False)]
+        return pd.concat(parts, ignore_index=True)[CONTEXT_COLUMNS] if parts else \
+            pd.DataFrame(columns=CONTEXT_COLUMNS)
+    columns = [c for c in CONTEXT_COLUMNS if c != "chunk_set"]
     method = contexts_params.method
     counter = counter or approx_counter
     docs = _check(documents, windows)
     if len(windows) == 0:
-        return pd.DataFrame(columns=CONTEXT_COLUMNS)
+        return pd.DataFrame(columns=columns)
     if method == "extractive":
         rows = _extractive(docs, windows, contexts_params, counter)
     elif method == "llm":
@@ -428,7 +440,7 @@ def a1_contexts(documents: pd.DataFrame, windows: pd.DataFrame, contexts_params:
     if dup.any():
         r = out[dup].iloc[0]
         raise ContextsError(f"windows: duplicate window ({r.doc_id!r}, {r.start}, {r.end})")
-    return out[CONTEXT_COLUMNS].astype({"start": "int64", "end": "int64", "n_tokens": "int64", "doc_start": "int64",
+    return out[columns].astype({"start": "int64", "end": "int64", "n_tokens": "int64", "doc_start": "int64",
                                 "doc_end": "int64"})
 
 

@@ -96,7 +96,10 @@ from .base import (
     Completion, Response, Call, prompt_hash, cache_key,
 )
 from . import http
-from .http import BROKER_ENV, Breaker, JsonPool, Replicas, ensure_served
+from .http import (
+    BROKER_ENV, RETRY_STATUS, Breaker, GaveUp, JsonPool, Replicas, auth_headers, backoff_s, ensure_served, error_for,
+    post_json, urls,
+)
 from .backends import (
     Backend, NoBackend, ScriptedBackend, parse_retry_after, prometheus_counters, OpenAIBackend, PROGRAMMING_ERRORS,
     check_engine_args, VLLMBackend, TransformersBackend, generation_finish_reason, make_backend,
@@ -117,5 +120,6 @@ __all__ = [
     "PROGRAMMING_ERRORS", "check_engine_args", "VLLMBackend", "TransformersBackend", "generation_finish_reason",
     "make_backend", "CACHE_FILE", "CallCache", "prefix_group", "PROMPT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS",
     "prompt_tokens_upper", "Client", "make_client", "describe", "http", "BROKER_ENV", "Breaker", "JsonPool",
-    "Replicas", "ensure_served",
+    "Replicas", "ensure_served", "RETRY_STATUS", "GaveUp", "auth_headers", "backoff_s", "error_for", "post_json",
+    "urls",
 ]

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..errors import ChunkstudyError
 
 PREFLIGHT_TIMEOUT_S = 10.0
 
@@ -18,7 +19,7 @@ PREFLIGHT_TIMEOUT_S = 10.0
 VLLM_COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:request_success")
 
 
-class LLMError(RuntimeError):
+class LLMError(ChunkstudyError, RuntimeError):
     """A model call failed: a transport or model error (retryable unless it is a :class:`PermanentError`).
     ``retry_after`` is the server's ``Retry-After`` in seconds, when it sent one."""
 
@@ -57,7 +58,7 @@ class LengthCut(LLMError):
     context is full, or ``llm.length_retries`` is spent): a failed call, never a cached success."""
 
 
-class StageError(RuntimeError):
+class StageError(ChunkstudyError, RuntimeError):
     """Not a failed call: the stage must stop (raised out of :meth:`Client.generate`)."""
 
 

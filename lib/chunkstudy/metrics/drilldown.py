@@ -44,6 +44,7 @@ from .. import design, stages
 from ..params import MetricsParams
 from .paired import paired_deltas
 from .scoring import rank_gains
+from ..errors import ChunkstudyError
 
 #: Columns of the ``drilldown`` table (06_metrics), one row per (contrast, direction, pick, side, rank).
 COLUMNS = stages.columns("drilldown")
@@ -51,7 +52,7 @@ COLUMNS = stages.columns("drilldown")
 DIRECTIONS = ("gain", "loss")
 
 
-class DrilldownError(ValueError):
+class DrilldownError(ChunkstudyError, ValueError):
     """An input breaks its contract; the message names the table, the key and the stage that wrote it."""
 
 

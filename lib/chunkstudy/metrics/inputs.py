@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from .. import stages
 from .blocks import expand
+from ..errors import ChunkstudyError
 
 
 RUN_COLUMNS = ("embedder", "reranker", "condition", "query_id", "rank", "chunk_id")
@@ -25,7 +26,7 @@ def _by(table: str) -> str:
     return f"written by {stages.writer(table)}"
 
 
-class MetricsInputError(ValueError):
+class MetricsInputError(ChunkstudyError, ValueError):
     """An input table breaks its contract; the message names the table, the key and the stage that wrote it."""
 
 

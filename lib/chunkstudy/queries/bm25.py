@@ -241,7 +241,7 @@ def chunk_structure(condition: str) -> str:
         induced = [c for c in design.STRUCTURAL if c not in gold]
         raise ValueError(f"queries.bm25_condition {condition!r}: the diagnostic ranks structural chunks; use one of "
                          f"{list(gold)} (gold structure) or {induced} (induced structure)")
-    return spec.outline
+    return str(spec.outline)
 
 
 def outline(condition: str, sections_gold: pd.DataFrame, sections_induced: pd.DataFrame | None) -> pd.DataFrame:

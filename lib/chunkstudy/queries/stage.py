@@ -12,9 +12,10 @@ from ..params import LLMParams, QueriesParams
 from .common import _cut, _spans
 from .generated import from_generated
 from .harvest import from_harvested
+from ..errors import ChunkstudyError
 
 
-class QueriesError(ValueError):
+class QueriesError(ChunkstudyError, ValueError):
     """03_queries has no usable query: the message names the corpus, ``queries.source`` and the funnel."""
 
 

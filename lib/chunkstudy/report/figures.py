@@ -209,7 +209,7 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
     gs = fig.add_gridspec(3, 1, height_ratios=[2.1, 1.0, 2.3])
     ax = fig.add_subplot(gs[0])
     rows = [c for c in design.CHUNK_SETS if (dc["condition"] == c).any()]
-    labels = {c: f"{c} {design.BOUNDARIES[design.condition(c).boundaries].label}" for c in rows}
+    labels = {c: f"{c} {design.BOUNDARIES[design.CHUNK_SETS[c].boundaries].label}" for c in rows}
     for i, c in enumerate(rows):
         cc = dc[dc["condition"] == c].sort_values("start")
         _bars(ax, len(rows) - 1 - i, cc["start"], cc["end"], color(c))

@@ -6,11 +6,16 @@ that is not ``capable``, a baseline inducer or A1 context method, an untrained r
 confirmatory (the four contrasts of the primary cell only) and what is exploratory (everything else); whether the
 contrasts replicate on the other corpus (when its 07_stats contrasts exist); how the data were built; and where
 each stage ran (the environment its manifest recorded: git commit, Python, torch and its threads, CPU/GPU, key
-package versions). Paths in the report are relative to the project root.
+package versions). Paths in the report are relative to the project root. The replication table is
+:mod:`chunkstudy.report.replication`'s.
 
-A missing optional input never stops the stage: :func:`gather` records it and the report prints a note where the
-table or figure would have been. Reading goes through :mod:`chunkstudy.artifacts` (the only module that touches
-paths); every other function here is pure.
+What 08 may do without is declared with its reads (:func:`chunkstudy.stages.optional_reads`: the diagnostics and
+construction tables): :func:`gather` checks every input up front, records a missing optional one (the report
+prints a note where its table or figure would have been) and stops the stage on a missing required one, naming it
+and its writer. A table builder that fails is a bug, never a note: :func:`build` stops the stage naming the table
+(:class:`ReportError`). The report prints 07's decisions (``reject_holm``, ``inference``) and computes no statistic.
+Reading goes through :mod:`chunkstudy.artifacts` (the only module that touches paths); every other function here
+is pure.
 """
 
 from __future__ import annotations
@@ -18,14 +23,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, NamedTuple
 
-import numpy as np
 import pandas as pd
 
-from .. import artifacts, config, manifests, paper, stages, stats
+from .. import artifacts, config, manifests, paper, significance, stages
 from ..config import Config
+from ..errors import ChunkstudyError
 from ..params import Params, StatsParams
 from . import drilldown, figures, html, pareto, tables
 from .bundle import Bundle
+from .replication import replication, replication_table
 
 #: Tables 08 reads (its declared reads, :data:`chunkstudy.stages.STAGES`; runs are not needed: the scores already
 #: summarise them).
@@ -34,8 +40,17 @@ INPUT_TABLES: tuple[str, ...] = tuple(n for n in stages.reads("08_figures")
 #: JSON facts 08 reads when present: (stage, name), likewise declared.
 INPUT_JSON: tuple[tuple[str, str], ...] = tuple((stages.writer(n), n) for n in stages.reads("08_figures")
                                                 if isinstance(stages.artifact(n), stages.Json))
+#: The reads 08 does without, and what each leaves out (:func:`chunkstudy.stages.optional_reads`).
+OPTIONAL_INPUTS: dict[str, str] = stages.optional_reads("08_figures")
 #: The paper's BM25 gold-top-1 shares (§5), by corpus kind; read from :mod:`chunkstudy.paper`.
 PAPER_BM25 = {kind: paper.value(kind, "bm25", "gold_top1") for kind in ("wikipedia", "qasper")}
+#: The paper's bootstrap resamples (the statistics paragraph), from :mod:`chunkstudy.paper`.
+PAPER_N_BOOT: int = paper.value("study", "design", "n_boot")
+
+
+class ReportError(ChunkstudyError):
+    """Stage 08 cannot build the report: a required input is missing, or a table builder failed (the message names
+    the inputs or the table)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -43,20 +58,28 @@ PAPER_BM25 = {kind: paper.value(kind, "bm25", "gold_top1") for kind in ("wikiped
 # ---------------------------------------------------------------------------------------------------------------
 
 def gather(cfg: Config, names: tuple[str, ...] = INPUT_TABLES) -> dict[str, Any]:
-    """Read every table in ``names`` and every JSON of :data:`INPUT_JSON` that exists. Returns
-    ``{table: DataFrame or None, ..., "json": {"<stage>/<name>": obj}, "missing": [names not found]}``."""
+    """Read every table in ``names`` and every JSON of :data:`INPUT_JSON`, checked up front: a missing input 08 does
+    without (:data:`OPTIONAL_INPUTS`) is recorded, a missing required one raises :class:`ReportError` naming all of
+    them and their writers. Returns ``{table: DataFrame or None, ..., "json": {"<stage>/<name>": obj},
+    "missing": [optional inputs not found]}``."""
     out: dict[str, Any] = {"json": {}, "missing": []}
+    required: list[str] = []
     for name in names:
         try:
             out[name] = artifacts.read(cfg, name)
         except FileNotFoundError:
             out[name] = None
-            out["missing"].append(name)
+            (out["missing"] if name in OPTIONAL_INPUTS else required).append(name)
     for stage, name in INPUT_JSON:
         try:
             out["json"][f"{stage}/{name}"] = artifacts.read_json(cfg, stage, name)
         except FileNotFoundError:
-            out["missing"].append(f"{stage}/{name}.json")
+            (out["missing"] if name in OPTIONAL_INPUTS else required).append(f"{stage}/{name}.json")
+    if required:
+        raise ReportError(f"08_figures: required inputs missing: "
+                          + ", ".join(f"{n} (written by {stages.writer(n.split('/')[-1].removesuffix('.json'))})"
+                                      for n in required)
+                          + f"; run ./run_all.sh {cfg.corpus} (08 does without only {sorted(OPTIONAL_INPUTS)})")
     out.update(run_facts(cfg))
     return out
 
@@ -225,8 +248,8 @@ def model_warnings(params: Params) -> list[str]:
     if stand_in:
         w.append(f"Embedders {stand_in} are stand-ins bundled for offline runs, not bge-large-en-v1.5 / "
                  "bge-small-en-v1.5.")
-    if int(params.stats.n_boot) < 10000:
-        w.append(f"stats.n_boot is {params.stats.n_boot} (the paper resamples 10,000 times).")
+    if int(params.stats.n_boot) < PAPER_N_BOOT:
+        w.append(f"stats.n_boot is {params.stats.n_boot} (the paper resamples {PAPER_N_BOOT:,} times).")
     return w
 
 
@@ -235,14 +258,14 @@ def inference_thresholds(stats_params: StatsParams, resamples: Any = None) -> st
     resamples 07 recorded with its contrasts (None: ``stats.n_boot``)."""
     n_boot = int(stats_params.n_boot if resamples is None or pd.isna(resamples) else resamples)
     return (f"CIs, p-values and significance stars are printed only for a contrast over at least "
-            f"{int(stats_params.min_docs):,} documents (stats.min_docs) with at least {stats.MIN_BOOT:,} bootstrap "
-            f"resamples (this run: {n_boot:,}); the bootstrap p is Monte-Carlo-correct, "
-            "min(1, 2·(1 + k)/(B + 1)) for the k of B resamples on the far side of 0, so never 0.")
+            f"{int(stats_params.min_docs):,} documents (stats.min_docs) with at least {significance.MIN_BOOT:,} "
+            f"bootstrap resamples (this run: {n_boot:,}); the bootstrap p is Monte-Carlo-correct, "
+            f"{significance.P_RULE} for the k of B resamples on the far side of 0, so never 0.")
 
 
 def inference_warnings(contrasts: pd.DataFrame | None, stats_params: StatsParams) -> list[str]:
     """A warning when a confirmatory contrast's bootstrap cannot support inference (07's ``inference`` false:
-    fewer than ``stats.min_docs`` documents, or fewer than :data:`chunkstudy.stats.MIN_BOOT` resamples), naming
+    fewer than ``stats.min_docs`` documents, or fewer than :data:`chunkstudy.significance.MIN_BOOT` resamples), naming
     the contrasts, the reasons and the thresholds (empty list = none)."""
     if contrasts is None or not len(contrasts):
         return []
@@ -262,9 +285,10 @@ def inference_warnings(contrasts: pd.DataFrame | None, stats_params: StatsParams
                        f"fewer than stats.min_docs = {min_docs}: with so few resampled clusters the percentile "
                        "bootstrap understates the spread of their mean and rejects a true null far more often than "
                        "alpha")
-    if n_boot < stats.MIN_BOOT:
-        reasons.append(f"stats.n_boot is {n_boot:,}, below the floor of {stats.MIN_BOOT:,} resamples (its smallest "
-                       f"p is 2/(B + 1) = {2 / (n_boot + 1):.3g}; a percentile CI needs about 1,000)")
+    if n_boot < significance.MIN_BOOT:
+        reasons.append(f"stats.n_boot is {n_boot:,}, below the floor of {significance.MIN_BOOT:,} resamples (its "
+                       f"smallest p is {significance.SMALLEST_P_RULE} = {significance.smallest_p(n_boot):.3g}; a "
+                       "percentile CI needs about 1,000)")
     names = ", ".join(map(str, bad["contrast"]))
     return [f"Inference is not possible for {names}: " + "; ".join(reasons or ["see the notes of Table 1"])
             + ". Their \u0394 and dz are descriptive only: no CI, p-value or significance star is printed for them "
@@ -283,158 +307,91 @@ def placebo_warnings(marks: Mapping[str, str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Replication
-# ---------------------------------------------------------------------------------------------------------------
-
-def _sign(x: float) -> str:
-    return "?" if pd.isna(x) else "+" if x > 0 else "\u2212" if x < 0 else "0"
-
-
-def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -> pd.DataFrame:
-    """The four pre-registered contrasts side by side across corpora (paper §6: "Three contrasts replicate across
-    both corpora with the same sign and Holm significance. One is corpus-dependent.").
-
-    Uses each corpus's confirmatory rows (primary cell). One row per contrast (in the first corpus's order) with,
-    per corpus ``c``: ``delta[c]`` (mean paired delta), ``p_holm[c]``, ``sign[c]`` (+, −, 0, ? when missing),
-    ``inference[c]`` (07 found the bootstrap fit for inference: enough documents and resamples) and
-    ``significant[c]`` (``p_holm < alpha`` and ``inference[c]``); then ``same_sign`` (all corpora share one
-    non-zero sign), ``all_significant`` and ``verdict``: "replicates" (same sign and Holm-significant everywhere),
-    "corpus-dependent" (significant somewhere but not replicated), or "null" (significant nowhere)."""
-    if len(contrasts_by_corpus) < 2:
-        raise ValueError(f"replication_table: need two or more corpora, got {list(contrasts_by_corpus)}")
-    conf = {}
-    for corpus, c in contrasts_by_corpus.items():
-        sel = c[c["confirmatory"].astype(bool)] if "confirmatory" in c else c
-        if sel.empty:
-            raise ValueError(f"replication_table: corpus {corpus!r} has no confirmatory contrasts (07_stats)")
-        conf[corpus] = sel.drop_duplicates("contrast").set_index("contrast")
-    first = next(iter(conf.values()))
-    names = list(dict.fromkeys(first.index.tolist() + [n for c in conf.values() for n in c.index]))
-    rows = []
-    for name in names:
-        src = next(c for c in conf.values() if name in c.index).loc[name]
-        row: dict[str, Any] = {"contrast": name, "condition_a": src.get("condition_a", ""),
-                               "condition_b": src.get("condition_b", "")}
-        for corpus, c in conf.items():
-            d = float(c.loc[name, "mean_delta"]) if name in c.index else np.nan
-            p = float(c.loc[name, "p_holm"]) if name in c.index else np.nan
-            ok = bool(tables.inference_mask(c.loc[[name]]).iat[0]) if name in c.index else False
-            row[f"delta[{corpus}]"] = d
-            row[f"p_holm[{corpus}]"] = p
-            row[f"sign[{corpus}]"] = _sign(d)
-            row[f"inference[{corpus}]"] = ok
-            row[f"significant[{corpus}]"] = bool(p < alpha) and ok if not pd.isna(p) else False
-        signs = {row[f"sign[{c}]"] for c in conf}
-        sig = [row[f"significant[{c}]"] for c in conf]
-        row["same_sign"] = len(signs) == 1 and signs <= {"+", "\u2212"}
-        row["all_significant"] = all(sig)
-        row["verdict"] = "replicates" if row["same_sign"] and row["all_significant"] else \
-            "corpus-dependent" if any(sig) else "null"
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame], alpha: float) -> tables.Table:
-    """:func:`replication_table` rendered: per corpus ``Δ (Holm p)`` with a star when Holm-significant."""
-    data = replication_table(contrasts_by_corpus, alpha)
-    display = pd.DataFrame({"Contrast": data["contrast"],
-                            "A \u2212 B": [f"{a} \u2212 {b}" for a, b in zip(data["condition_a"],
-                                                                            data["condition_b"])]})
-    for corpus in contrasts_by_corpus:
-        display[f"{corpus}: \u0394 (Holm p)"] = [
-            f"{tables.fmt_delta(d)} ({tables.fmt_p(p) if ok else tables.NO_INFERENCE}){' *' if s else ''}"
-            for d, p, ok, s in zip(data[f"delta[{corpus}]"], data[f"p_holm[{corpus}]"], data[f"inference[{corpus}]"],
-                                   data[f"significant[{corpus}]"])]
-    display["Verdict"] = data["verdict"]
-    notes: tuple[str, ...] = (f"Primary cell of each corpus; * = Holm p < {alpha:g}. \"replicates\" = same sign and "
-             "Holm-significant on every corpus.",)
-    if not all(data[f"inference[{c}]"].all() for c in contrasts_by_corpus):
-        notes += (f"{tables.NO_INFERENCE} = not enough documents or resamples for inference on that corpus (its "
-                  "report says why); such a contrast is never counted as significant.",)
-    return tables.Table("replication", "Replication of the pre-registered contrasts across corpora", data, display,
-                        notes)
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # Assembly
 # ---------------------------------------------------------------------------------------------------------------
 
-def _try(bundle: Bundle, name: str, fn, *args, **kwargs) -> None:
+def _table(bundle: Bundle, name: str, fn, *args, **kwargs) -> None:
+    """Build table ``name`` into the bundle; any exception of its builder stops the stage naming the table (a bug
+    or an input that breaks its contract, never a note)."""
     try:
         bundle.tables[name] = fn(*args, **kwargs)
-    except (ValueError, KeyError) as e:
-        bundle.notes.append(f"table {name!r} left out: {e}")
+    except Exception as e:
+        raise ReportError(f"08_figures: table {name!r} failed: {type(e).__name__}: {e}") from e
 
 
 def build(params: Params, corpus: str, inputs: Mapping[str, Any],
           partner: Partner = Partner()) -> Bundle:
     """Every table and figure of one corpus's report from the gathered ``inputs`` (:func:`gather`); ``params`` is
-    ``cfg.params()``; ``partner`` = :func:`partner_contrasts`. Missing inputs become notes, never errors."""
+    ``cfg.params()``; ``partner`` = :func:`partner_contrasts`. A table whose inputs are absent is left out with a
+    note (:func:`gather` has refused a missing required input); a table builder that fails stops the stage
+    (:class:`ReportError`, naming the table)."""
     b = Bundle(corpus=corpus, warnings=model_warnings(params), models=models_used(params, inputs.get("manifests")))
     st = params.stats
     primary = params.primary_cell
     emb, rr = primary.embedder, primary.reranker
     kind = params.corpus.kind
     got = {k: v for k, v in inputs.items() if isinstance(v, pd.DataFrame)}
-    b.notes += [f"input {m} is missing (its stage has not run or does not write it)" for m in inputs.get("missing", [])]
+    b.notes += [f"input {m} is missing (its stage has not run or does not write it): "
+                f"{OPTIONAL_INPUTS.get(m.split('/')[-1].removesuffix('.json'), 'its table is left out')}"
+                for m in inputs.get("missing", [])]
     marks = tables.placebo_marks(got.get("placebo_buckets"), st.contrasts)
     b.warnings = placebo_warnings(marks) + inference_warnings(got.get("contrasts"), st) + b.warnings
 
     if "contrasts" in got:
-        _try(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks)
+        _table(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks)
         if tables.has_tost(got["contrasts"]):
             b.facts["sesoi_registration"] = sesoi_registration(params, inputs.get("manifests"))
     other, other_contrasts, note = partner
     if note:
         b.notes.append(note)
     if "contrasts" in got and other_contrasts is not None:
-        _try(b, "replication", replication, {corpus: got["contrasts"], other: other_contrasts}, float(st.alpha))
+        _table(b, "replication", replication, {corpus: got["contrasts"], other: other_contrasts})
     js = inputs.get("json", {})
     if "condition_means" in got:
-        _try(b, "table2", tables.table2, got["condition_means"], emb, rr)
+        _table(b, "table2", tables.table2, got["condition_means"], emb, rr)
     if "reranker_lift" in got:
-        _try(b, "reranker_lift", tables.reranker_lift, got["reranker_lift"], primary.metric, emb)
+        _table(b, "reranker_lift", tables.reranker_lift, got["reranker_lift"], primary.metric, emb)
     if "dose_response" in got:
-        _try(b, "dose_response", tables.dose_response, got["dose_response"])
+        _table(b, "dose_response", tables.dose_response, got["dose_response"])
     if "section_recall_summary" in got:
-        _try(b, "section_recall", tables.section_recall_table, got["section_recall_summary"])
+        _table(b, "section_recall", tables.section_recall_table, got["section_recall_summary"])
     if "per_type" in got:
-        _try(b, "per_type", tables.per_type, got["per_type"], emb, rr, marks)
+        _table(b, "per_type", tables.per_type, got["per_type"], emb, rr, marks)
     if "power_needed" in got and "power" in got:
-        _try(b, "power", tables.power, got["power_needed"], got["power"])
+        _table(b, "power", tables.power, got["power_needed"], got["power"])
     summary = js.get("04_chunk_embed/summary")
     b.warnings += corpus_size_warnings((summary or {}).get("n_chunks"), params.metrics.recall_k)
-    _try(b, "table4", tables.table4, params.chunking.conditions, summary,
+    _table(b, "table4", tables.table4, params.chunking.conditions, summary,
          params.contexts.method, params.retrieve.route_sections)
     if "corpus_funnel" in got:
-        _try(b, "funnel_corpus", tables.corpus_funnel, got["corpus_funnel"], kind)
+        _table(b, "funnel_corpus", tables.corpus_funnel, got["corpus_funnel"], kind)
     if "02_induce/induction_stats" in js:
-        _try(b, "funnel_induction", tables.induction, js["02_induce/induction_stats"], kind,
+        _table(b, "funnel_induction", tables.induction, js["02_induce/induction_stats"], kind,
              params.induce.method)
     if "query_funnel" in got:
-        _try(b, "funnel_queries", tables.query_funnel, got["query_funnel"], kind)
+        _table(b, "funnel_queries", tables.query_funnel, got["query_funnel"], kind)
     if summary is not None:
-        _try(b, "funnel_size_matching", tables.size_matching, summary, kind)
+        _table(b, "funnel_size_matching", tables.size_matching, summary, kind)
     if "placebo_buckets" in got:
-        _try(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params.chunking.placebo_method)
+        _table(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params.chunking.placebo_method)
     if "user_contrasts" in got and len(got["user_contrasts"]):
         b.facts["user_declared"], b.facts["user_registration"] = user_registration(params, inputs.get("manifests"))
-        _try(b, "user_contrasts", tables.user_contrasts, got["user_contrasts"],
+        _table(b, "user_contrasts", tables.user_contrasts, got["user_contrasts"],
              primary.name, b.facts["user_registration"])
         if "user_power" in got and len(got["user_power"]) and "user_power_needed" in got:
-            _try(b, "user_power", lambda n, p: replace(
+            _table(b, "user_power", lambda n, p: replace(
                 tables.power(n, p), name="user_power",
                 title="Power of your contrasts: documents needed (clustered bootstrap + Holm within them)"),
                 got["user_power_needed"], got["user_power"])
     if (summary or {}).get("extra"):
-        _try(b, "user_conditions", tables.user_conditions, summary["extra"])
+        _table(b, "user_conditions", tables.user_conditions, summary["extra"])
     if "cost" in got and len(got["cost"]):
-        _try(b, "cost", tables.cost, got["cost"], primary.metric)
+        _table(b, "cost", tables.cost, got["cost"], primary.metric)
     if "drilldown" in got:
         try:
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)
-        except (ValueError, KeyError) as e:
-            b.notes.append(f"table 'drilldown' left out: {e}")
+        except Exception as e:
+            raise ReportError(f"08_figures: table 'drilldown' failed: {type(e).__name__}: {e}") from e
 
     bm25 = js.get("03_queries/bm25")
     if isinstance(bm25, Mapping) and "gold_top1_share" in bm25:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from .. import stages
 from ..config import Config
+from ..errors import ChunkstudyError
 from ..llm import http
 
 #: hosts a ``serve: auto`` server may be started for (this machine)
@@ -24,7 +25,7 @@ SERVE_SCRIPT = CODE_ROOT / "scripts" / "serve_llm.sh"
 PLACEHOLDERS = ("host", "port", "model", "params")
 
 
-class ServeError(RuntimeError):
+class ServeError(ChunkstudyError, RuntimeError):
     """A server cannot be planned, started or reached (the message names the parameter key and what to do)."""
 
 

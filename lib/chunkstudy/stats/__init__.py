@@ -22,8 +22,9 @@ value) and the ``queries`` table of 03_queries (query_id → doc_id, qtype), pai
 its inputs and never rounds (only 08_figures rounds). A contrast whose conditions are absent from a cell is not an
 error: its row carries NaN statistics and a ``note`` saying why.
 
-Where it lives: :mod:`.inference` (the building blocks: cluster bootstrap, Holm, dz, the inference floors),
-:mod:`.contrasts` (the confirmatory family in every cell, the user's family, the secondary MixedLM),
+Where it lives: the test itself — resampling, statistic, CI, p, the inference floors and Holm's decision — is
+:class:`chunkstudy.significance.BootstrapTest` (a foundation module, because the parameter rules use it too; its
+building blocks are re-exported here); :mod:`.effects` (Cohen's dz, the cluster-robust SE), :mod:`.contrasts` (the confirmatory family in every cell, the user's family, the secondary MixedLM),
 :mod:`.exploratory` (dose-response, per-type cuts, per-condition means, reranker lift), :mod:`.simulate`
 (simulated scores with known effects) and :mod:`.power` (how many documents each contrast needs; imported as
 ``chunkstudy.stats.power``).
@@ -33,13 +34,14 @@ from .contrasts import (CONFIRMATORY, CONTRAST_COLUMNS, EXPLORATORY, MIXEDLM_COL
                         contrasts_table, fit_mixedlm, mixedlm_table, user_contrasts_table, user_family)
 from .exploratory import (DEPTH_LADDER, DOSE_COLUMNS, MEANS_COLUMNS, PER_TYPE_COLUMNS, condition_means,
                           dose_response, metric_rows, per_query_slopes, per_type, reranker_lift)
-from .inference import (MIN_BOOT, ONE_DOCUMENT_NOTE, Bootstrap, bootstrap_p, cluster_bootstrap, cluster_se,
-                        cluster_sums, cohens_dz, holm, inference_problem, mc_p_two_sided, percentile_ci)
+from ..significance import (MIN_BOOT, ONE_DOCUMENT_NOTE, Bootstrap, BootstrapTest, bootstrap_p, cluster_bootstrap,
+                            cluster_sums, holm, inference_problem, mc_p_two_sided, percentile_ci)
+from .effects import cluster_se, cohens_dz
 from .simulate import simulate_scores
 
 __all__ = ["CONFIRMATORY", "CONTRAST_COLUMNS", "EXPLORATORY", "MIXEDLM_COLUMNS", "MIXEDLM_NOTE", "USER_ADDED",
            "contrasts_table", "fit_mixedlm", "mixedlm_table", "user_contrasts_table", "user_family", "DEPTH_LADDER",
            "DOSE_COLUMNS", "MEANS_COLUMNS", "PER_TYPE_COLUMNS", "condition_means", "dose_response", "metric_rows",
-           "per_query_slopes", "per_type", "reranker_lift", "MIN_BOOT", "ONE_DOCUMENT_NOTE", "Bootstrap",
+           "per_query_slopes", "per_type", "reranker_lift", "MIN_BOOT", "ONE_DOCUMENT_NOTE", "Bootstrap", "BootstrapTest",
            "bootstrap_p", "cluster_bootstrap", "cluster_se", "cluster_sums", "cohens_dz", "holm",
            "inference_problem", "mc_p_two_sided", "percentile_ci", "simulate_scores"]

@@ -14,8 +14,9 @@ import pandas as pd
 from .. import design, stages
 from ..metrics.paired import pair, prepare_scores, wide_scores
 from ..params import StatsParams
+from ..significance import BootstrapTest, Tested, holm
 from . import equivalence
-from .inference import ONE_DOCUMENT_NOTE, cluster_bootstrap, cohens_dz, holm, inference_problem
+from .effects import cohens_dz
 
 CONFIRMATORY = "confirmatory"
 EXPLORATORY = "exploratory"
@@ -47,30 +48,22 @@ def cells_in(wide: pd.DataFrame, primary: tuple[str, str, str]) -> list[tuple[st
     return sorted(cells, key=lambda c: (c != primary, c))
 
 
-def contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, n_boot: int, seed: int,
-                  alpha: float, min_docs: int, sesoi: float | None) -> dict:
-    """One contrast's statistics; with a ``sesoi`` (``stats.sesoi``) also its TOST columns from the same bootstrap
-    draws (:func:`chunkstudy.stats.equivalence.tost_columns`; no verdict where there is no inference)."""
+def contrast_row(both: pd.DataFrame | None, note: str, a: str, b: str, test: BootstrapTest) -> tuple[dict, Tested]:
+    """One contrast ``a − b`` over the paired queries ``both`` (None: none, ``note`` says why): the row's
+    statistics — ``mean_delta`` (the mean paired delta), the test's CI, p, ``inference`` and note
+    (:meth:`~chunkstudy.significance.BootstrapTest.test`), ``dz``, sizes and the two means — and what the test
+    saw, for the family's decision (:meth:`~chunkstudy.significance.BootstrapTest.decide`)."""
     nan = float("nan")
-    tost = {} if sesoi is None else equivalence.tost_columns(np.empty(0), False, sesoi, alpha)
     if both is None:
-        return dict(mean_delta=nan, ci_low=nan, ci_high=nan, p=nan, dz=nan, n_queries=0, n_docs=0, mean_a=nan,
-                    mean_b=nan, inference=False, note=note, **tost)
+        return (dict(mean_delta=nan, ci_low=nan, ci_high=nan, p=nan, dz=nan, n_queries=0, n_docs=0, mean_a=nan,
+                     mean_b=nan, inference=False, note=note), Tested.untested(note))
     delta = both[a].to_numpy() - both[b].to_numpy()
-    clusters = both["doc_id"].to_numpy()
-    boot = cluster_bootstrap(delta, clusters, n_boot, seed, alpha=alpha)
-    row: dict[str, Any] = dict(mean_delta=float(delta.mean()), ci_low=boot.ci_low, ci_high=boot.ci_high, p=boot.p,
-               dz=cohens_dz(delta), n_queries=boot.n, n_docs=boot.n_clusters, mean_a=float(both[a].mean()),
-               mean_b=float(both[b].mean()), note=note)
-    if boot.n_clusters < 2:
-        row.update(ci_low=nan, ci_high=nan, p=nan, note=ONE_DOCUMENT_NOTE)
-    problem = inference_problem(boot.n_clusters, n_boot, min_docs)
-    row["inference"] = not problem
-    row["note"] = "; ".join(x for x in (row["note"], problem) if x)
-    if sesoi is not None:
-        row.update(equivalence.tost_columns(boot.replicates, row["inference"] and boot.n_clusters >= 2, sesoi,
-                                            alpha))
-    return row
+    t = test.test(delta, both["doc_id"].to_numpy())
+    row: dict[str, Any] = dict(mean_delta=float(delta.mean()), ci_low=t.ci_low, ci_high=t.ci_high, p=t.p,
+                               dz=cohens_dz(delta), n_queries=t.n, n_docs=t.n_clusters, mean_a=float(both[a].mean()),
+                               mean_b=float(both[b].mean()), inference=t.inference,
+                               note="; ".join(x for x in (note, t.note) if x))
+    return row, t
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -87,35 +80,38 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
 
     Per cell and contrast ``A − B``: ``mean_delta`` = unweighted mean of the paired per-query deltas; ``ci_low``/
     ``ci_high`` = the ``(1−alpha)`` percentile CI and ``p`` = the two-sided p of a document-clustered bootstrap
-    (:func:`cluster_bootstrap`, ``stats.n_boot`` resamples, ``stats.seed``); ``p_holm`` = Holm-adjusted within the
-    cell's family (:func:`holm`, family = all contrasts of ``stats.contrasts``); ``inference`` = the bootstrap
-    supports inference (:func:`inference_problem`: at least ``stats.min_docs`` documents and :data:`MIN_BOOT`
-    resamples; when not, ``note`` says why and 08 prints no CI, p or star); ``reject_holm`` = ``p_holm < alpha``
-    and ``inference``; ``dz`` = Cohen's dz (:func:`cohens_dz`); ``mean_a``/``mean_b`` = the two conditions' means
+    (:class:`chunkstudy.significance.BootstrapTest`, ``stats.n_boot`` resamples, ``stats.seed``); ``p_holm`` =
+    Holm-adjusted within the cell's family (family = all contrasts of ``stats.contrasts``); ``inference`` = the
+    bootstrap supports inference (at least ``stats.min_docs`` documents and
+    :data:`~chunkstudy.significance.MIN_BOOT` resamples; when not, ``note`` says why and 08 prints no CI, p or
+    star); ``reject_holm`` = the test's decision (``p_holm < alpha`` and ``inference``, its :data:`HOLM` verdict;
+    08 prints it and decides nothing); ``dz`` = Cohen's dz (:func:`cohens_dz`); ``mean_a``/``mean_b`` = the two
+    conditions' means
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
-    "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``.
+    "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``. With
+    ``stats.sesoi`` declared the test also carries the TOST verdict (:class:`chunkstudy.stats.equivalence.TostVerdict`,
+    from the same draws): columns ``sesoi``, ``tost_ci_low``, ``tost_ci_high``, ``p_tost``, ``equivalence``.
     """
     contrasts = contrast_spec(stats_params)
-    n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
-    min_docs = int(stats_params.min_docs)
     sesoi = getattr(stats_params, "sesoi", None)
+    test = equivalence.with_tost(BootstrapTest.of(stats_params), sesoi)
     wide = wide_scores(prepare_scores(scores, queries, corpus))
     rows = []
     for metric, embedder, reranker in cells_in(wide, primary):
         block = wide.xs((metric, embedder, reranker), level=["metric", "embedder", "reranker"])
-        cell_rows = []
+        cell_rows, family = [], []
         for name, (a, b) in contrasts.items():
             both, note = pair(block, a, b)
-            stats_row = contrast_row(both, note, a, b, n_boot, seed, alpha, min_docs, sesoi)
+            stats_row, tested = contrast_row(both, note, a, b, test)
             confirmatory = (metric, embedder, reranker) == primary
             cell_rows.append(dict(corpus=corpus, cell=design.cell_name(metric, embedder, reranker), metric=metric,
                                   embedder=embedder, reranker=reranker, contrast=name, condition_a=a,
                                   condition_b=b, **stats_row, confirmatory=confirmatory,
-                                  label=CONFIRMATORY if confirmatory else EXPLORATORY, n_boot=n_boot, seed=seed))
-        p_holm = holm([r["p"] for r in cell_rows])
-        for r, ph in zip(cell_rows, p_holm):
-            r["p_holm"] = float(ph)
-            r["reject_holm"] = bool(ph < alpha) and r["inference"] if not np.isnan(ph) else False
+                                  label=CONFIRMATORY if confirmatory else EXPLORATORY, n_boot=test.n_boot,
+                                  seed=test.seed))
+            family.append(tested)
+        for r, verdict in zip(cell_rows, test.decide(family)):
+            r.update(verdict)
         rows.extend(cell_rows)
     columns = CONTRAST_COLUMNS if sesoi is not None else [c for c in CONTRAST_COLUMNS
                                                            if c not in equivalence.TOST_COLUMNS]

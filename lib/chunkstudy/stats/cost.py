@@ -30,7 +30,6 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import design
 
 #: Characters per token where a call's record holds no token count: the estimate ``chunkstudy.plan`` and the A1
 #: windows use (a central estimate; the LLM client's own budget check uses a conservative 2.5).
@@ -359,26 +358,6 @@ def read_call_records(path: Any) -> list[dict]:
     return list(out.values())
 
 
-def _conditions(params: Any) -> list[Any]:
-    """Every condition of a run as a record with ``name``, ``prefix`` and ``needs()``: the paper's, an ``of``
-    entry as its condition, and a chunker's cut (with its twin) as what its prefix reads."""
-    from types import SimpleNamespace
-
-    out: list[Any] = []
-    for n in params.chunking.conditions:
-        c = design.condition(n)
-        out.append(SimpleNamespace(name=n, prefix=c.prefix, needs=lambda c=c: (c.outline,)))
-    for name, rec in params.conditions.extra.items():
-        if rec.of is not None:
-            c = design.condition(rec.of)
-            out.append(SimpleNamespace(name=name, prefix=c.prefix, needs=lambda c=c: (c.outline,)))
-            continue
-        outline = design.EXTRA_OUTLINES[rec.outline] if rec.prefix in ("path", "placebo") else None
-        for n in (name, name + design.TWIN_SUFFIX) if rec.size_matched_twin else (name,):
-            out.append(SimpleNamespace(name=n, prefix=rec.prefix, needs=lambda o=outline: (o,)))
-    return out
-
-
 def cost_for_run(cfg: Any, condition_means: pd.DataFrame, chunks: pd.DataFrame, embedding_report: Sequence[Mapping],
                  late_report: pd.DataFrame, retrieval_timing: Sequence[Mapping]) -> pd.DataFrame:
     """:func:`cost_table` of a run's parameters ``cfg``: 04's ``chunks``, ``embedding_report`` and
@@ -392,11 +371,11 @@ def cost_for_run(cfg: Any, condition_means: pd.DataFrame, chunks: pd.DataFrame, 
     report = pd.DataFrame(list(embedding_report))
     timing = pd.DataFrame(list(retrieval_timing))
     records = read_call_records(artifacts.cache_dir(cfg, p.llm.cache, create=False) / LLM_CALLS_FILE)
-    uses = llm_uses(_conditions(p), p.induce.method == "llm", p.contexts.method == "llm")
+    uses = llm_uses(p.run_conditions, p.induce.method == "llm", p.contexts.method == "llm")
     dims = dict(zip(report["embedder"], report["dim"])) if len(report) else {}
     encoders = {key: EncoderShape(int(dims.get(key, 0)), 4, int(spec.max_seq_length), 2)
                 for key, spec in p.embed.embedders.items()}
-    two_stage = set(design.two_stage_conditions(p.conditions.extra, p.retrieve.two_stage_conditions))
+    two_stage = set(p.routed_retrieve.two_stage_conditions)
     m = condition_means
     quality = m[(m["metric"] == p.stats.primary_metric) & (m["reranker"] == "none")][
         ["condition", "embedder", "mean"]].rename(columns={"mean": "quality"})

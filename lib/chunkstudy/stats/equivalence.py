@@ -1,10 +1,10 @@
 """Equivalence tests from the clustered bootstrap's draws: TOST at a declared smallest effect size of interest
 (docs/beyond.md, "Equivalence"). Pure; never rounds.
 
-A contrast's ``B`` replicates of the mean delta ``δ*`` (:func:`chunkstudy.stats.inference.cluster_bootstrap`, the same
+A contrast's ``B`` replicates of the mean delta ``δ*`` (:func:`chunkstudy.significance.cluster_bootstrap`, the same
 draws as its CI and p) and a bound ``Δ = sesoi > 0`` (in the metric's own units: cov-nDCG points on [0, 1]) give
 
-* the ``(1 − 2α)`` percentile CI (:func:`chunkstudy.stats.inference.percentile_ci` at ``2α``: the 90% CI at
+* the ``(1 − 2α)`` percentile CI (:func:`chunkstudy.significance.percentile_ci` at ``2α``: the 90% CI at
   α = 0.05), the interval of the two one-sided tests (Schuirmann 1987, "A comparison of the two one-sided tests
   procedure and the power approach for assessing the equivalence of average bioavailability");
 * the two one-sided Monte-Carlo p-values, counted as the two-sided p is (Davison & Hinkley 1997, §4.2):
@@ -32,12 +32,12 @@ that excludes 0 inside a 90% CI within ±Δ is a real but trivially small differ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
-from .inference import percentile_ci
+from ..significance import BootstrapTest, Tested, Verdict, percentile_ci
 
 EQUIVALENT = "equivalent"
 NOT_EQUIVALENT = "not equivalent"
@@ -147,11 +147,12 @@ def tost_columns(replicates: np.ndarray, inference: bool, sesoi: float, alpha: f
 
 @dataclass(frozen=True)
 class TostVerdict:
-    """The equivalence decision beside Holm's: per contrast of a family, :func:`tost_columns` at ``±sesoi`` and the
-    test's ``alpha``, from the replicates the test drew for the contrast (``Tested.replicates``) and its floors
-    (``Tested.inference``). Each contrast is decided on its own: TOST needs no multiplicity adjustment to keep
-    the family's error at alpha for an equivalence claim (both one-sided tests must reject). Columns
-    :data:`TOST_COLUMNS`."""
+    """The equivalence decision beside Holm's, a :class:`chunkstudy.significance.Verdict`: per contrast of a
+    family, :func:`tost_columns` at ``±sesoi`` and the test's ``alpha``, from the replicates the test drew for the
+    contrast (``Tested.replicates``) and its floors (``Tested.inference``: at least ``stats.min_docs`` ≥ 2
+    documents). Each
+    contrast is decided on its own: TOST needs no multiplicity adjustment to keep the family's error at alpha for
+    an equivalence claim (both one-sided tests must reject). Columns :data:`TOST_COLUMNS`."""
 
     sesoi: float
     name: ClassVar[str] = "tost"
@@ -161,5 +162,14 @@ class TostVerdict:
         if not (np.isfinite(self.sesoi) and self.sesoi > 0):
             raise ValueError(f"TostVerdict: sesoi must be a positive number (metric units), got {self.sesoi}")
 
-    def decide(self, test: Any, family: Sequence[Any]) -> list[dict[str, Any]]:
+    def decide(self, test: BootstrapTest, family: Sequence[Tested]) -> list[dict[str, Any]]:
         return [tost_columns(t.replicates, bool(t.inference), self.sesoi, float(test.alpha)) for t in family]
+
+
+def with_tost(test: BootstrapTest, sesoi: float | None) -> BootstrapTest:
+    """``test`` with :class:`TostVerdict` at ``±sesoi`` added to its verdicts (``stats.sesoi``; None: ``test``
+    unchanged, so a run that declares no bound writes no TOST column)."""
+    if sesoi is None:
+        return test
+    tost_verdict: Verdict = TostVerdict(float(sesoi))
+    return replace(test, verdicts=(*test.verdicts, tost_verdict))

@@ -11,8 +11,8 @@ import pandas as pd
 from .. import design, stages
 from ..metrics.paired import pair, prepare_scores, wide_scores
 from ..params import StatsParams
+from ..significance import BootstrapTest
 from .contrasts import EXPLORATORY, cells_in, contrast_row, contrast_spec
-from .inference import ONE_DOCUMENT_NOTE, cluster_bootstrap, inference_problem
 
 #: The breadcrumb-depth ladder of the dose-response analysis: (condition, injected heading-path depth), from the
 #: declared conditions (:func:`chunkstudy.design.depth_ladder`).
@@ -42,11 +42,11 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Sta
     reranker, the OLS slope of the primary metric (cov-nDCG@10) on injected heading-path depth 0..3
     (:data:`DEPTH_LADDER`: A2 → A3-d1 → A3-d2 → A3), in metric units per level, over the queries scored at every
     available level; CI and two-sided p from the document-clustered bootstrap of the per-query slopes
-    (:func:`per_query_slopes`, :func:`cluster_bootstrap`). ``mean_d0..mean_d3`` are the per-level means over the
+    (:func:`per_query_slopes`, the study's test: :class:`chunkstudy.significance.BootstrapTest`; exploratory, so no
+    Holm decision). ``mean_d0..mean_d3`` are the per-level means over the
     same queries. A missing level is dropped (noted); fewer than two levels skip the cell (noted)."""
     metric = primary.metric
-    n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
-    min_docs = int(stats_params.min_docs)
+    test = BootstrapTest.of(stats_params)
     wide = wide_scores(prepare_scores(scores, queries, corpus))
     nan = float("nan")
     rows = []
@@ -72,15 +72,10 @@ def dose_response(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Sta
             rows.append(row)
             continue
         slopes = per_query_slopes(complete[conds].to_numpy(), [d for _, d in present])
-        boot = cluster_bootstrap(slopes, complete["doc_id"].to_numpy(), n_boot, seed, alpha=alpha)
-        row.update(slope=boot.estimate, ci_low=boot.ci_low, ci_high=boot.ci_high, p=boot.p, n_queries=boot.n,
-                   n_docs=boot.n_clusters)
-        if boot.n_clusters < 2:
-            row.update(ci_low=nan, ci_high=nan, p=nan)
-        problem = inference_problem(boot.n_clusters, n_boot, min_docs)
-        row["inference"] = not problem
-        row["note"] = "; ".join(x for x in (row["note"], ONE_DOCUMENT_NOTE if boot.n_clusters < 2 else "", problem)
-                                if x)
+        t = test.test(slopes, complete["doc_id"].to_numpy())
+        row.update(slope=t.estimate, ci_low=t.ci_low, ci_high=t.ci_high, p=t.p, n_queries=t.n,
+                   n_docs=t.n_clusters, inference=t.inference)
+        row["note"] = "; ".join(x for x in (row["note"], t.note) if x)
         for c, d in present:
             row[f"mean_d{d}"] = float(complete[c].mean())
         rows.append(row)
@@ -96,8 +91,7 @@ def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsPar
     the queries table, in every cell of the primary metric (all embedders × rerankers). Statistics as in
     :func:`contrasts_table` but unadjusted (no Holm: these cuts are hypothesis-generating only)."""
     contrasts = contrast_spec(stats_params)
-    n_boot, seed, alpha = int(stats_params.n_boot), int(stats_params.seed), float(stats_params.alpha)
-    min_docs = int(stats_params.min_docs)
+    test = BootstrapTest.of(stats_params)
     wide = wide_scores(prepare_scores(scores, queries, corpus))
     wide = wide.assign(qtype=wide["qtype"].astype(object).where(wide["qtype"].notna(), "(none)").astype(str))
     rows = []
@@ -111,7 +105,7 @@ def per_type(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsPar
             for qtype, g in groups:
                 rows.append(dict(corpus=corpus, cell=design.cell_name(metric, embedder, reranker), metric=metric,
                                  embedder=embedder, reranker=reranker, contrast=name, condition_a=a, condition_b=b,
-                                 qtype=qtype, **contrast_row(g, note, a, b, n_boot, seed, alpha, min_docs, None),
+                                 qtype=qtype, **contrast_row(g, note, a, b, test)[0],
                                  label=EXPLORATORY))
     return pd.DataFrame(rows, columns=PER_TYPE_COLUMNS)
 
@@ -123,7 +117,7 @@ def condition_means(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
                     corpus: str) -> pd.DataFrame:
     """Exploratory per-condition means for every metric × embedder × reranker (paper Table 2 and §6, including
     recall@50 per condition): ``mean`` and ``sd`` (ddof = 1) over the queries scored (non-NaN) under that
-    condition, ``se_cluster`` = the cluster-robust SE of the mean over documents (:func:`chunkstudy.stats.inference.cluster_se`), the query and
+    condition, ``se_cluster`` = the cluster-robust SE of the mean over documents (:func:`chunkstudy.stats.effects.cluster_se`), the query and
     document counts. Unpaired: each condition uses all of its own scored queries. ``primary_cell`` marks the rows
     of the primary cell (Table 2); every row is labelled exploratory, as in the paper."""
     s = prepare_scores(scores, queries, corpus).dropna(subset=["value"])

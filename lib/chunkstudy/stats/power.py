@@ -24,10 +24,10 @@ takes part in every study's Holm family at its observed effect).
 
 **One simulated study of N documents** draws N documents with replacement from the population — once for all
 contrasts, each drawn document bringing its queries' deltas of every contrast as a bundle, a document drawn twice
-counting as two clusters — and runs the real test on it: per contrast the document-clustered bootstrap of
-:func:`chunkstudy.stats.cluster_bootstrap` (``n_boot`` resamples of the N drawn documents), the two-sided p of
-:func:`chunkstudy.stats.bootstrap_p`, then :func:`chunkstudy.stats.holm` over the whole family. **Power** at N is
-the share of ``n_sims`` studies in which the contrast's Holm-adjusted p < alpha and, with ``require_sign`` (the
+counting as two clusters — and runs the real test on it, :class:`chunkstudy.significance.BootstrapTest` with
+``stats.power_n_boot`` resamples: per contrast the document-clustered bootstrap (``n_boot`` resamples of the N drawn
+documents), its two-sided p, then Holm over the whole family and the test's rejection rule. **Power** at N is
+the share of ``n_sims`` studies in which the test rejects the contrast and, with ``require_sign`` (the
 default), the study's mean delta has the target's sign (a significant result of the wrong sign does not detect the
 effect; with a zero target any rejection counts). Its Monte Carlo standard error is ``sqrt(power·(1−power)/n_sims)``.
 Each N uses its own seed ``SeedSequence([seed, N])`` and the two scenarios share every draw (common random
@@ -74,8 +74,9 @@ from .. import design, progress, stages
 from ..config import SCHEMA
 from ..metrics.paired import paired_deltas
 from ..params import StatsParams
+from ..significance import BootstrapTest, cluster_sums
 from .contrasts import contrast_spec, user_family
-from .inference import cluster_sums, cohens_dz, holm, mc_p_two_sided
+from .effects import cohens_dz
 
 OBSERVED = "observed"
 PAPER = "paper"
@@ -252,9 +253,15 @@ def _inner_counts(rng: np.random.Generator, outer: np.ndarray, n: int, n_boot: i
     return rng.multinomial(n, outer / n, size=(n_boot, s))
 
 
-def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: int, *, n_sims: int, n_boot: int,
-             alpha: float, seed: int, require_sign: bool = True) -> dict[str, np.ndarray]:
-    """Simulate ``n_sims`` studies of ``n_docs`` documents resampled from a population (module docstring).
+def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: int, *, n_sims: int,
+             test: BootstrapTest, require_sign: bool = True) -> dict[str, np.ndarray]:
+    """Simulate ``n_sims`` studies of ``n_docs`` documents resampled from a population (module docstring), each
+    tested by ``test`` (the study's test with ``stats.power_n_boot`` resamples,
+    :class:`chunkstudy.significance.BootstrapTest`): this is its vectorised backend. The draws are its own (the
+    module's two shortcuts, the same distribution as ``test.resample`` on each study); the p, the Holm adjustment
+    and the rejection are the test's (:meth:`~BootstrapTest.p_from_counts`, :meth:`~BootstrapTest.adjust`,
+    :meth:`~BootstrapTest.reject`). The floors of ``stats.min_docs`` and :data:`~chunkstudy.significance.MIN_BOOT`
+    are not applied: the simulation measures the test itself at every N (``null_rejection`` is its size there).
 
     ``sums``/``counts``: ``(G, K)`` per-document sums and counts of the K contrasts' deltas (a contrast whose
     counts are all 0 is absent: p NaN, kept in Holm's family). ``shifts``: ``(R, K)``, one row per scenario, the
@@ -276,7 +283,8 @@ def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: i
     present = counts.sum(axis=0) > 0
     if np.any(present & (counts <= 0).any(axis=0)):
         raise ValueError("power.simulate: every population document needs ≥ 1 query in every present contrast")
-    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(n_docs)]))
+    n_boot = test.n_boot
+    rng = np.random.default_rng(np.random.SeedSequence([int(test.seed), int(n_docs)]))
     outer = rng.multinomial(n_docs, np.full(g, 1.0 / g), size=n_sims)            # (S, G)
     base = np.where(np.isnan(shifts), 0.0, shifts)                                # (R, K)
     cs, cn = outer @ sums, outer @ counts                                         # (S, K)
@@ -294,12 +302,12 @@ def simulate(sums: np.ndarray, counts: np.ndarray, shifts: np.ndarray, n_docs: i
             rep = ms + base[i] * mn                                               # replicate sums ∝ replicate means
             le[i, start:stop] = (rep <= 0).sum(axis=0)
             ge[i, start:stop] = (rep >= 0).sum(axis=0)
-    p = np.asarray(mc_p_two_sided(le, ge, n_boot))  # as stats.bootstrap_p counts one study's replicates
+    p = np.asarray(test.p_from_counts(le, ge))  # as the test counts one study's replicates
     p[:, :, ~present] = np.nan
-    p_holm = np.apply_along_axis(holm, 2, p) if n_sims else p
+    p_holm = np.apply_along_axis(test.adjust, 2, p) if n_sims else p
     total_n = np.where(present, counts.sum(axis=0), 1.0)
     target_sign = np.where(present, np.sign((sums.sum(axis=0) + base * total_n) / total_n), 0.0)  # (R, K)
-    reject = p_holm < alpha
+    reject = np.asarray(test.reject(p_holm))
     if require_sign:
         reject &= (np.sign(estimate) == target_sign[:, None, :]) | (target_sign[:, None, :] == 0)
     power = np.asarray(reject).mean(axis=1)
@@ -376,8 +384,8 @@ def power_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Stats
     g = pop.doc_ids.size
     grid = sorted(set(pp.n_docs) | ({g} if g >= 2 else set()))
     sizes = grid if pop.present.any() and g else []
-    results = {n: simulate(pop.sums, pop.counts, shifts, n, n_sims=pp.n_sims, n_boot=pp.n_boot, alpha=pp.alpha,
-                           seed=pp.seed, require_sign=pp.require_sign)
+    test = BootstrapTest.of(stats_params, n_boot=pp.n_boot)
+    results = {n: simulate(pop.sums, pop.counts, shifts, n, n_sims=pp.n_sims, test=test, require_sign=pp.require_sign)
                for n in progress.track(sizes, desc="power: simulated corpus sizes", unit="size")}
     rows = []
     for i, (scenario, source, shift, target) in enumerate(scenarios):

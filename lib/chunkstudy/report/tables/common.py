@@ -121,28 +121,29 @@ PLACEBO_MARK = "‡"
 
 def placebo_marks(buckets: pd.DataFrame | None, contrasts: Mapping[str, Sequence[str]]) -> dict[str, str]:
     """The contrasts whose placebo is not a placebo, each with why: when some (document, heading path) pairs of
-    04's ``placebo_buckets`` kept a path of their own document (``same_doc`` > 0: no cross-document derangement
-    exists in a depth bucket where one document holds more than half of the pairs), every contrast of
-    ``contrasts`` (``stats.contrasts``) with a placebo-prefix condition (P, :mod:`chunkstudy.design`) compares
-    against chunks that partly carry their own real path, so it is biased toward 0. Empty when the placebo is
+    a placebo condition's rows of 04's ``placebo_buckets`` kept a path of their own document (``same_doc`` > 0: no
+    cross-document derangement exists in a depth bucket where one document holds more than half of the pairs),
+    every contrast of ``contrasts`` (``stats.contrasts`` or ``contrasts.extra``) with that condition compares
+    against chunks that partly carry their own real path, so it is biased toward 0. Empty when every placebo is
     clean or the table is missing."""
     if buckets is None or not len(buckets) or "same_doc" not in buckets:
         return {}
-    total = buckets[buckets["depth"].astype(str) == "all"]
-    rows = total if len(total) else buckets
-    same, pairs = int(rows["same_doc"].sum()), int(rows["pairs"].sum())
-    if same <= 0:
-        return {}
-    chunks = ""
-    if {"same_doc_chunks", "chunks"} <= set(rows.columns):
-        chunks = (f" ({int(rows['same_doc_chunks'].sum()):,} of {int(rows['chunks'].sum()):,} placebo chunks)")
     out = {}
     for name, pair in contrasts.items():
-        placebo = [c for c in pair if c in design.CONDITION_NAMES and design.condition(c).prefix == "placebo"]
-        if placebo:
-            out[str(name)] = (f"{placebo[0]} is not a clean placebo: {same:,} of {pairs:,} (document, heading path) "
+        for cond in pair:
+            rows = buckets[buckets["condition"] == cond]
+            total = rows[rows["depth"].astype(str) == "all"]
+            rows = total if len(total) else rows
+            same, pairs = int(rows["same_doc"].sum()), int(rows["pairs"].sum())
+            if same <= 0:
+                continue
+            chunks = ""
+            if {"same_doc_chunks", "chunks"} <= set(rows.columns):
+                chunks = f" ({int(rows['same_doc_chunks'].sum()):,} of {int(rows['chunks'].sum()):,} placebo chunks)"
+            out[str(name)] = (f"{cond} is not a clean placebo: {same:,} of {pairs:,} (document, heading path) "
                               f"pairs{chunks} kept a path of their own document, because no cross-document "
                               "derangement exists where one document holds more than half of a depth bucket "
                               f"(04_chunk_embed/placebo_buckets); {name} = {pair[0]} − {pair[1]} is biased "
                               "toward 0")
+            break
     return out

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ... import design, paper, stages
-from .common import PAPER, USER_MARK, USER_NOTE, _require
+from .common import PAPER, USER_MARK, USER_NOTE, _require, is_user_condition
 from .formatting import DASH, _missing, fmt_int, fmt_num, fmt_pct
 from .record import Table
 
@@ -120,10 +120,10 @@ def size_matching(summary: Mapping[str, Any], kind: str) -> Table:
     mean |gap|, max |gap|, documents above the paper's bound (``size_gap_tolerance``, 4 tokens)."""
     paper = PAPER.get(kind, {}).get("size_matching", {})
     means, counts = summary.get("realised_mean", {}), summary.get("realised_n", {})
-    rows = [{"quantity": f"{c} {design.BOUNDARIES[design.condition(c).boundaries].chunks}: mean content tokens",
+    rows = [{"quantity": f"{c} {design.BOUNDARIES[cs.boundaries].chunks}: mean content tokens",
              "ours": float(means[c]), "paper": float(paper.get(c, np.nan)), "n_chunks": float(counts.get(c, np.nan))}
-            for c in design.CHUNK_SETS if c in means]
-    fixed, induced, _ = design.CHUNK_SETS
+            for c, cs in design.CHUNK_SETS.items() if c in means]
+    fixed, induced = next((cs.name, cs.matched_to) for cs in design.CHUNK_SETS.values() if cs.matched_to)
     pair = f"{fixed}_{induced}"
     if f"mean_abs_doc_gap_{pair}" in summary:
         tol = summary["size_gap_tolerance"]
@@ -149,11 +149,12 @@ def size_matching(summary: Mapping[str, Any], kind: str) -> Table:
 
 def placebo(buckets: pd.DataFrame, method: str) -> Table:
     """Placebo residuals and donors (guards C2; paper §3.2 and appendix E.3), formatted from 04's
-    ``placebo_buckets`` table (:func:`chunkstudy.chunks.chunk_sets.placebo_buckets`, every number computed there once):
-    per depth bucket and in total, unique (document, path) pairs, same-document residual assignments beside the
-    minimum any within-bucket permutation allows, chunks carrying a residual path, foreign paths with identical
-    headings, and the donor documents per document (mean, min, max) with the mean share of a document's paths
-    taken from its single largest donor. ``method`` is ``chunking.placebo_method`` (named in a note)."""
+    ``placebo_buckets`` table (:func:`chunkstudy.chunks.placebo.placebo_buckets`, every number computed there once):
+    per placebo condition, per depth bucket and in total, unique (document, path) pairs, same-document residual
+    assignments beside the minimum any within-bucket permutation allows, chunks carrying a residual path, foreign
+    paths with identical headings, and the donor documents per document (mean, min, max) with the mean share of a
+    document's paths taken from its single largest donor. The condition is a column when the run has more than one
+    placebo condition. ``method`` is ``chunking.placebo_method`` (named in a note)."""
     _require(buckets, stages.columns("placebo_buckets"), "placebo_buckets")
     data = buckets.reset_index(drop=True)
     display = pd.DataFrame({"Depth": data["depth"], "Pairs": data["pairs"].map(fmt_int),
@@ -167,6 +168,9 @@ def placebo(buckets: pd.DataFrame, method: str) -> Table:
                                 DASH if _missing(a) else f"{fmt_num(a, 1)} ({fmt_int(lo)}–{fmt_int(hi)})"
                                 for a, lo, hi in zip(data["donors_mean"], data["donors_min"], data["donors_max"])],
                             "Largest donor's share": data["top_donor_share"].map(fmt_pct)})
+    if data["condition"].nunique() > 1:
+        display.insert(0, "Condition", [c + (f" {USER_MARK}" if is_user_condition(c) else "")
+                                        for c in data["condition"]])
     how = {"permute": "randomly permuted within depth buckets (fixed seed) and repaired by swaps toward a "
                       "cross-document derangement",
            "shift": "cyclically shifted by document groups within depth buckets (fixed seed; the older method, "
@@ -180,15 +184,17 @@ def placebo(buckets: pd.DataFrame, method: str) -> Table:
 
 
 def user_conditions(extra: Mapping[str, Any]) -> Table:
-    """The user's conditions as 04 built them (``summary.json``'s ``extra``, :func:`chunkstudy.chunks.extra_conditions.build`):
-    chunker, its version and options, prefix, chunks and mean content tokens of the condition and of
-    its size-matched twin, and the twin's per-document size gap (mean and max |gap|, the A0 rule's check)."""
+    """The user's conditions as 04 built them (``summary.json``'s ``extra``, :func:`chunkstudy.chunks.chunk_sets.build_all`):
+    chunker, its version and options (or the paper chunk set a condition takes), prefix, chunks and mean content
+    tokens of the condition and of its size-matched twin, and the twin's per-document size gap (mean and max
+    |gap|, the A0 rule's check)."""
     rows = []
     for name, f in extra.items():
         sets = f.get("sets") or {}
         own, twin = sets.get(name, {}), sets.get(f.get("twin") or "", {})
         gap = f.get("size_gap") or {}
-        rows.append({"condition": name, "chunker": f.get("chunker"), "version": f.get("version"),
+        cut = f.get("chunker") or f"{f.get('boundaries')} (chunk set {f.get('chunk_set')})"
+        rows.append({"condition": name, "chunker": cut, "version": f.get("version"),
                      "options": ", ".join(f"{k}={v}" for k, v in (f.get("options") or {}).items()),
                      "prefix": f.get("prefix"), "n_chunks": own.get("n_chunks"),
                      "mean_content_tokens": own.get("mean_content_tokens"), "twin": f.get("twin"),

@@ -34,8 +34,8 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     CI, p-values and MixedLM p, and no star; 07's note saying why (and any other row note, such as the
     one-document note) is among the table's notes. ``marks`` (contrast -> why, :func:`placebo_marks`) marks
     contrasts whose placebo is not clean with :data:`PLACEBO_MARK`."""
-    _require(contrasts, ["contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "dz", "n_queries", "n_docs"],
-             "contrasts")
+    _require(contrasts, ["contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "reject_holm", "dz", "n_queries",
+                         "n_docs"], "contrasts")
     marks = dict(marks or {})
     rows = contrasts[contrasts["confirmatory"].astype(bool)] if "confirmatory" in contrasts else contrasts
     if rows.empty:
@@ -44,8 +44,6 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     for c in ("condition_a", "condition_b"):
         if c not in d:
             d[c] = ""
-    if "reject_holm" not in d:
-        d["reject_holm"] = d["p_holm"] < 0.05
     ok = inference_mask(d)
     d["question"] = [CONTRAST_QUESTIONS.get((a, b), "") for a, b in zip(d["condition_a"], d["condition_b"])]
     if mixedlm is not None and len(mixedlm):
@@ -85,7 +83,7 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     notes = (f"Confirmatory family, primary cell {cell}. \u0394 = mean of paired per-query deltas A \u2212 B; "
              f"95% percentile CI and two-sided p from a document-clustered bootstrap"
              f"{f' ({fmt_int(b)} resamples)' if b is not None and not _missing(b) else ''}; "
-             "Holm across the four contrasts (* = Holm p < alpha); dz = mean/sd of the deltas.",
+             "Holm across the four contrasts (* = Holm p < alpha, 07's decision); dz = mean/sd of the deltas.",
              "MixedLM (score ~ condition + random intercept per document) is the pre-registered secondary check, "
              "misspecified by design (no per-query random effect) and conservative for small paired effects.")
     if not ok.all():
