@@ -236,10 +236,10 @@ def test_served_demo_agrees_with_in_process_and_two_replicas_give_identical_tabl
                 "retrieve": {"rerankers": {"xenc-untrained": {"top_n": TOP_N, "base_url": urls(rerank_ports)}}}}
 
     t1 = time.perf_counter()
-    one = _run(scratch(tmp_path / "one"), "demo_served", served_spec([free_port()], [free_port()]))
+    one = _run(scratch(tmp_path / "one"), "served", served_spec([free_port()], [free_port()]))
     timings["served, one replica each (s)"] = round(time.perf_counter() - t1, 1)
     t2 = time.perf_counter()
-    two = _run(scratch(tmp_path / "two"), "demo_served", served_spec([free_port(), free_port()],
+    two = _run(scratch(tmp_path / "two"), "served", served_spec([free_port(), free_port()],
                                                                     [free_port(), free_port()]))
     timings["served, two replicas each (s)"] = round(time.perf_counter() - t2, 1)
 
@@ -259,7 +259,7 @@ def test_served_demo_agrees_with_in_process_and_two_replicas_give_identical_tabl
     assert all(i.startswith("openai|") for i in served_ids)  # kept apart from the in-process scores
 
     # two replicas: both asked, the same tables byte for byte
-    logs = two.root / "build/executed/demo_served"
+    logs = two.root / "build/executed/served"
     asked = {p.name: p.read_text().count("POST /v1/embeddings") + p.read_text().count("POST /v1/rerank")
              for p in sorted(logs.glob("serve-*.log"))}
     assert len(asked) == 4 and all(n > 0 for n in asked.values()), asked
