@@ -1,6 +1,7 @@
 """Shared fixtures. Real-data tests take ``shared_data`` and skip with a message when ../shared/data is absent."""
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -102,8 +103,6 @@ def local_cfg(shared_data):
 def scratch_project(tmp_path_factory, raw: str = "demo_raw") -> Path:
     """A scratch copy of the project: the real notebooks, parameter files and examples, the package and the raw
     corpus ``data/<raw>`` linked in; what the pipeline tests run ``runner.run`` in."""
-    import shutil
-
     project = tmp_path_factory.mktemp("project")
     (project / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     (project / "lib").symlink_to(ROOT / "lib", target_is_directory=True)
@@ -119,8 +118,6 @@ def seed_embeddings(source: Path, corpus: str, project: Path, into: str) -> None
     ``project``. The store is content-keyed (model key and text digest, docs/models.md "The embedding store"), so a
     run reads the vectors of texts ``source`` embedded with the same model and embeds only the new ones: what a
     user's second corpus over the same documents pays. Tables do not depend on it (tests/golden/*.json)."""
-    import shutil
-
     cache = project / "data" / into / "cache"
     cache.mkdir(parents=True)
     shutil.copytree(source / "data" / corpus / "cache" / "embeddings", cache / "embeddings")

@@ -29,10 +29,6 @@ STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
 LATE = ["L0", "L3", "LP", "L4", "LREC", "LREC-fixed"]
 
 
-def _project(tmp_path_factory, raw: str) -> Path:
-    return scratch_project(tmp_path_factory, raw)
-
-
 #: params/tiny_beyond.yaml (demo_beyond.yaml on tiny's three documents) in the default suite; the full
 #: demo_beyond run, and its golden, in the slow suite: every test below runs on both
 RUNS = ["tiny_beyond", pytest.param("demo_beyond", marks=pytest.mark.slow)]
@@ -44,7 +40,7 @@ def beyond(request, tmp_path_factory):
     tiny_beyond's embedding store is seeded from the tiny run's (tests/conftest.py: its A0-A4 chunks are tiny's,
     with the same strong embedder), so only the late-pooled and the chunker's chunks are encoded."""
     name = request.param
-    project = _project(tmp_path_factory, "demo_raw")
+    project = scratch_project(tmp_path_factory, "demo_raw")
     if name == "tiny_beyond":
         seed_embeddings(request.getfixturevalue("tiny_project")[0], "tiny", project, name)
     results = runner.run(project / "params" / f"{name}.yaml", project, log=lambda *_: None)
@@ -122,7 +118,7 @@ def test_the_report_shows_the_cost_table_the_pareto_figure_and_tost_beside_holm(
 def test_the_markdown_example_reports_the_late_contrasts(tmp_path_factory):
     """The Markdown example (five documents) with late(A0), late(A3) and the three contrasts: every stage runs and
     07 and the report carry them (few documents: no inference, so no verdicts, and the report says why)."""
-    project = _project(tmp_path_factory, "markdown_example_raw")
+    project = scratch_project(tmp_path_factory, "markdown_example_raw")
     params = project / "params" / "markdown_late.yaml"
     params.write_text("base: markdown_example.yaml\nretrieve: {rerankers: {}}\n"
                       "conditions: {extra: {L0: {of: A0, embedding: late}, L3: {of: A3, embedding: late}}}\n"

@@ -20,16 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
 
 
-@pytest.fixture(scope="module")
-def tiny(tiny_project):
-    """A scratch project (the real notebooks and parameter files, the package and the demo corpus linked in) that
-    has run ``./run_all.sh tiny`` once (tests/conftest.py, once per session); returns (project root, runner
-    results)."""
-    return tiny_project
-
-
-def test_all_eight_stages_run_and_a_second_run_skips_them(tiny):
-    project, first = tiny
+def test_all_eight_stages_run_and_a_second_run_skips_them(tiny_project):
+    project, first = tiny_project
     assert [(s, status) for s, status, _ in first] == [(s, "ran") for s in STAGES]
     again = runner.run(project / "params" / "tiny.yaml", project, log=lambda *_: None)
     assert [(s, status) for s, status, _ in again] == [(s, "skipped") for s in STAGES]
@@ -38,8 +30,8 @@ def test_all_eight_stages_run_and_a_second_run_skips_them(tiny):
     assert len(list(figures.glob("*.png"))) >= 8
 
 
-def test_headline_matches_the_pinned_tiny_run(tiny):
-    project, _ = tiny
+def test_headline_matches_the_pinned_tiny_run(tiny_project):
+    project, _ = tiny_project
     cfg = config.load(project / "params" / "tiny.yaml", root=project)
     got = golden.headline(cfg)
     assert golden.compare(json.loads(golden.golden_path(ROOT, "tiny").read_text()), got) == []
@@ -50,10 +42,10 @@ def test_headline_matches_the_pinned_tiny_run(tiny):
             got["condition_means"][a] - got["condition_means"][b], abs=1e-12)
 
 
-def test_manifests_and_report_say_how_each_encoder_ran(tiny):
+def test_manifests_and_report_say_how_each_encoder_ran(tiny_project):
     """04's and 05's manifests carry their encoder reports (``records``): tiny pins float32, and the suite's kernels
     see no hardware bfloat16 (tests/conftest.py), so no agreement check ran; the report prints the same."""
-    project, _ = tiny
+    project, _ = tiny_project
     cfg = config.load(project / "params" / "tiny.yaml", root=project)
     m4 = artifacts.read_manifest(cfg, "04_chunk_embed")
     rows = m4["records"]["embedding_report"]
@@ -69,10 +61,10 @@ def test_manifests_and_report_say_how_each_encoder_ran(tiny):
     assert sum(", bf16: none |" in ln for ln in lines) >= 8  # every stage's CPU, as its process saw it
 
 
-def test_each_document_is_segmented_once_in_the_run(tiny):
+def test_each_document_is_segmented_once_in_the_run(tiny_project):
     """02 segments every document's sentence bounds and keeps them (data/<corpus>/cache/sentence_bounds/); 03 and
     04 read them back instead of segmenting again: each stage's stats count both."""
-    project, _ = tiny
+    project, _ = tiny_project
     cfg = config.load(project / "params" / "tiny.yaml", root=project)
     n = len(artifacts.read(cfg, "documents"))
     counts = {"02_induce": artifacts.read_json(cfg, "02_induce", "induction_stats")["sentence_bounds"],
@@ -85,7 +77,7 @@ def test_each_document_is_segmented_once_in_the_run(tiny):
     assert len(store.read_text().splitlines()) == n
 
 
-def test_every_notebook_runs_as_jupyterlab_runs_it(tiny, tmp_path, monkeypatch):
+def test_every_notebook_runs_as_jupyterlab_runs_it(tiny_project, tmp_path, monkeypatch):
     """JupyterLab starts the kernel in ``notebooks/``: the parameters cell's relative path must still name
     ``params/<x>.yaml`` of the project, and results must land in the project's ``data/``, not ``notebooks/data/``."""
     import jupytext
@@ -95,7 +87,7 @@ def test_every_notebook_runs_as_jupyterlab_runs_it(tiny, tmp_path, monkeypatch):
     # seconds and the cache hits of the run that wrote it), so the shared project would no longer skip every stage
     # for a test that runs after this one (random order: .ci/run's second pass)
     project = tmp_path / "project"
-    shutil.copytree(tiny[0], project, symlinks=True)
+    shutil.copytree(tiny_project[0], project, symlinks=True)
     monkeypatch.delenv("CHUNKSTUDY_ROOT", raising=False)
     cfg = config.load(project / "params" / "tiny.yaml", root=project)
     before = artifacts.read(cfg, "contrasts")

@@ -439,9 +439,7 @@ def test_replicas_spread_requests_with_the_in_flight_limit_per_replica():
 
 
 def test_replicas_spread_calls_made_one_at_a_time_round_robin():
-    from chunkstudy.llm import http
-
-    r = http.Replicas(["a", "b", "c"], 4)
+    r = llm_http.Replicas(["a", "b", "c"], 4)
     got = []
     for _ in range(7):
         with r.acquire() as url:

@@ -66,6 +66,14 @@ def needed_models(cfg: Config, selected: list[str]) -> dict[str, list[str]]:
 GATED_PREFIXES = ("google/gemma", "meta-llama/", "mistralai/", "bigcode/starcoder")
 
 
+def _licence_step(absent: list[str]) -> str:
+    """The sentence on gated models' licences for the check's message: the pages of those it knows are gated."""
+    pages = [f"https://huggingface.co/{n}" for n in absent if n.lower().startswith(GATED_PREFIXES)]
+    where = (f"A gated model needs its licence accepted first, at {', '.join(pages)}" if pages else
+             "If one of them is gated, accept its licence on its hub page first")
+    return f" {where}, and `export HF_TOKEN=hf_...`."
+
+
 def problems(cfg: Config, selected: list[str], params_arg: str) -> list[str]:
     """What would stop the run later, found now; each names the key and the command that fixes it."""
     found = []
@@ -99,12 +107,7 @@ def problems(cfg: Config, selected: list[str], params_arg: str) -> list[str]:
                   if models.is_hub_name(n) and not models.cached_offline(n)}
         if absent:
             names = "; ".join(f"{n} ({', '.join(k)})" for n, k in absent.items())
-            licensed = [n for n in absent if n.lower().startswith(GATED_PREFIXES)]
-            gated = "" if os.environ.get("HF_TOKEN") else (
-                (" A gated model needs its licence accepted first, at " +
-                 ", ".join(f"https://huggingface.co/{n}" for n in licensed) if licensed else
-                 " If one of them is gated, accept its licence on its hub page first") +
-                ", and `export HF_TOKEN=hf_...`.")
+            gated = "" if os.environ.get("HF_TOKEN") else _licence_step(list(absent))
             found.append(f"not in the local Hugging Face cache (runs are offline, HF_HUB_OFFLINE=1): {names}. "
                          f"Fix: scripts/prefetch_models.sh {params_arg}.{gated} (Or let the run download: "
                          f"HF_HUB_OFFLINE=0 ./run_all.sh ...)")
