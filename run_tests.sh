@@ -7,13 +7,18 @@
 # CHUNKSTUDY_RANDOM_ORDER=<seed> repeats that order. Unset: file order (pyproject.toml's addopts: -p no:randomly).
 # First the type check: the pinned mypy over lib/ ([tool.mypy] in pyproject.toml); any error stops the run.
 # CHUNKSTUDY_TYPECHECK=0 skips it (a quick targeted rerun); CI and the full suite keep it.
+# CHUNKSTUDY_TEST_WORKERS=N runs the tests on N processes (pytest-xdist, --dist loadfile: each test file stays on
+# one process; the session's tiny run is built once for all of them, tests/conftest.py). Default: the machine's CPUs, at
+# most 4 (each process may hold torch and a model), for the default suite; 1 for --slow and --all (their real
+# servers and real-data runs each want the machine). 1 runs the tests in this process (docs/testing.md).
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/ensure_env.sh
 marker=()
+default_workers=$(n=$(nproc); echo $(( n < 4 ? n : 4 )))
 case "${1:-}" in
-  --slow) marker=(-m slow); shift ;;
-  --all) marker=(-m "slow or not slow"); shift ;;
+  --slow) marker=(-m slow); default_workers=1; shift ;;
+  --all) marker=(-m "slow or not slow"); default_workers=1; shift ;;
 esac
 order=()
 if [ -n "${CHUNKSTUDY_RANDOM_ORDER:-}" ]; then
@@ -28,4 +33,9 @@ fi
 if [ "${CHUNKSTUDY_TYPECHECK:-1}" != 0 ]; then
   .venv/bin/python -m mypy || { echo "tests: mypy found type errors in lib/ (fix them, or CHUNKSTUDY_TYPECHECK=0 to skip)" >&2; exit 1; }
 fi
-exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider "${order[@]}" "${marker[@]}" "$@"
+workers="${CHUNKSTUDY_TEST_WORKERS:-$default_workers}"
+case "$workers" in ''|*[!0-9]*|0)
+  echo "tests: CHUNKSTUDY_TEST_WORKERS must be a positive number, got '$workers'" >&2; exit 2 ;;
+esac
+if [ "$workers" -gt 1 ]; then parallel=(-n "$workers" --dist loadfile); else parallel=(-p no:xdist); fi
+exec .venv/bin/python -m pytest -q -ra -p no:cacheprovider "${parallel[@]}" "${order[@]}" "${marker[@]}" "$@"

@@ -1,5 +1,6 @@
 """Shared fixtures. Real-data tests take ``shared_data`` and skip with a message when ../shared/data is absent."""
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -130,11 +131,25 @@ def seed_embeddings(source: Path, corpus: str, project: Path, into: str) -> None
 
 @pytest.fixture(scope="session")
 def tiny_project(tmp_path_factory):
-    """A scratch project that has run ``./run_all.sh tiny`` once: (project root, runner results). Once per session:
-    tests/test_pipeline_tiny.py tests it; tests/test_byo_pipeline.py and tests/test_beyond_pipeline.py seed their
-    embedding stores from it (:func:`seed_embeddings`)."""
+    """A scratch project that has run ``./run_all.sh tiny`` once: (project root, runner results). Once per test
+    run, also on several processes: tests/test_pipeline_tiny.py tests it; tests/test_byo_pipeline.py and
+    tests/test_beyond_pipeline.py seed their embedding stores from it (:func:`seed_embeddings`). Under pytest-xdist
+    the first process to ask builds it in the folder all processes share, holding a lock the others wait on, and
+    writes its results beside it; the others read them (docs/testing.md, "On several processes")."""
+    from filelock import FileLock
+
     from chunkstudy import runner
 
-    project = scratch_project(tmp_path_factory)
-    results = runner.run(project / "params" / "tiny.yaml", project, log=lambda *_: None)
-    return project, results
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done = shared / "tiny-project.json"
+    with FileLock(str(shared / "tiny-project.lock")):
+        if not done.exists():
+            shutil.rmtree(shared / "tiny-project", ignore_errors=True)  # a build that failed in another process
+            project = make_project(shared / "tiny-project")
+            results = runner.run(project / "params" / "tiny.yaml", project, log=lambda *_: None)
+            tmp = done.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"project": str(project), "results": results}))
+            tmp.replace(done)
+    record = json.loads(done.read_text())
+    return Path(record["project"]), [tuple(r) for r in record["results"]]
