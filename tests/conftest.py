@@ -138,7 +138,7 @@ def tiny_project(tmp_path_factory):
     writes its results beside it; the others read them (docs/testing.md, "On several processes")."""
     from filelock import FileLock
 
-    from chunkstudy import runner
+    from chunkstudy import artifacts, runner
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
@@ -148,8 +148,6 @@ def tiny_project(tmp_path_factory):
             shutil.rmtree(shared / "tiny-project", ignore_errors=True)  # a build that failed in another process
             project = make_project(shared / "tiny-project")
             results = runner.run(project / "params" / "tiny.yaml", project, log=lambda *_: None)
-            tmp = done.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"project": str(project), "results": results}))
-            tmp.replace(done)
+            artifacts.write_json_file(done, {"project": str(project), "results": results})
     record = json.loads(done.read_text())
     return Path(record["project"]), [tuple(r) for r in record["results"]]
