@@ -234,7 +234,7 @@ def main() -> None:
     env = manifests.environment()
     print(f"machine: {env['cpu']} x {env['cpu_count']}, torch {env['packages'].get('torch')} capability "
           f"{env['cpu_capability']}, bf16 {bf16_hardware(env)} "
-          f"(dtype auto takes {', '.join(models.BF16_CPU_FEATURES)}), "
+          f"(dtype auto takes {', '.join(f + (' on ' + v if v else '') for f, v in models.BF16_AUTO_RULES)}), "
           f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}")
 
     cfg = config.load(ROOT / a.params, overrides={"corpus": {"max_docs": a.docs}})
@@ -273,7 +273,8 @@ def main() -> None:
         if spec.dtype != "auto":
             print(f"  {key}: dtype {spec.dtype!r} in the parameters (auto not asked)")
         elif e.bf16_feature is None:
-            print(f"  {key}: auto -> {e.dtype} (bf16 {bf16_hardware(env)}: slower than float32, no check)")
+            print(f"  {key}: auto -> {e.dtype} (bf16 {bf16_hardware(env)}, {env['cpu_vendor'] or 'unknown vendor'}: "
+                  f"not among models.BF16_AUTO_RULES, no check)")
         else:
             rec = e.settle_precision(texts)
             chk = rec["check"]

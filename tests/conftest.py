@@ -18,10 +18,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# dtype: auto picks bfloat16 only on CPUs with hardware bfloat16 (chunkstudy.models.cpu_features): the suite sees
-# none, so no result depends on the machine it runs on (kernels started by the runner inherit it); the tests of the
-# bfloat16 path set their own flags
+# dtype: auto picks bfloat16 only on CPUs with hardware bfloat16 (chunkstudy.models.cpu_features and cpu_vendor):
+# the suite sees none, so no result depends on the machine it runs on (kernels started by the runner inherit it);
+# the tests of the bfloat16 path set their own flags
 os.environ["CHUNKSTUDY_CPU_FEATURES"] = ""
+os.environ["CHUNKSTUDY_CPU_VENDOR"] = ""
 
 #: A test of the default suite still running after this many seconds has hung: tests wait on events (a file a
 #: stage writes, a process that ends), never on time, so the only bound is this guard (pytest-timeout), far above

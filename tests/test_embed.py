@@ -622,21 +622,45 @@ def test_cpu_features_read_the_host_or_the_override(monkeypatch):
     from chunkstudy import models
 
     monkeypatch.delenv(models.CPU_FEATURES_ENV)
+    monkeypatch.delenv(models.CPU_VENDOR_ENV)
     host = models.cpu_features()
     assert host and all(isinstance(f, str) and f == f.lower() for f in host)  # x86 or arm: some flag is there
-    assert models.cpu_bf16_feature() == next((f for f in models.BF16_CPU_FEATURES if f in host), None)
+    assert models.cpu_bf16_feature() == models.cpu_bf16_feature(host, models.cpu_vendor())
     monkeypatch.setenv(models.CPU_FEATURES_ENV, "AVX2, avx512_bf16,amx_bf16")
     assert models.cpu_features() == {"avx2", "avx512_bf16", "amx_bf16"}
-    assert models.cpu_bf16_feature() == "amx_bf16"  # AMX first
-    assert models.cpu_bf16_feature({"avx2", "fma"}) is None
-    # AVX-512 BF16 without AMX: bfloat16 measured slower than float32 there, so auto does not take it; it is reported
-    assert models.cpu_bf16_feature({"avx512_bf16", "avx512f"}) is None
+    assert models.cpu_bf16_feature(vendor="intel") == "amx_bf16"  # AMX first
+    assert models.cpu_bf16_feature(vendor="amd") == "amx_bf16"
+    assert models.cpu_bf16_feature({"avx2", "fma"}, "amd") is None
+    # AVX-512 BF16 without AMX: measured slower than float32 on an Intel Xeon, faster on an AMD EPYC (Zen 4), so auto
+    # takes it on AMD alone; it is reported either way
+    assert models.cpu_bf16_feature({"avx512_bf16", "avx512f"}, "intel") is None
+    assert models.cpu_bf16_feature({"avx512_bf16", "avx512f"}, "") is None
+    assert models.cpu_bf16_feature({"avx512_bf16", "avx512f"}, "amd") == "avx512_bf16"
     assert models.cpu_bf16_flags({"avx512_bf16", "avx512f"}) == ("avx512_bf16",)
     assert models.cpu_bf16_flags({"avx512_bf16", "amx_bf16"}) == ("amx_bf16", "avx512_bf16")
     monkeypatch.setenv(models.CPU_FEATURES_ENV, "avx512_bf16,avx512f")
+    monkeypatch.setenv(models.CPU_VENDOR_ENV, "intel")
     env = manifests.environment()
-    assert env["cpu_bf16"] is None and env["cpu_bf16_flags"] == ["avx512_bf16"]
+    assert env["cpu_bf16"] is None and env["cpu_bf16_flags"] == ["avx512_bf16"] and env["cpu_vendor"] == "intel"
     assert embed.bf16_candidate(rec(SPEC)) is None  # no check, float32, the old key
+    monkeypatch.setenv(models.CPU_VENDOR_ENV, "AMD")
+    env = manifests.environment()
+    assert env["cpu_bf16"] == "avx512_bf16" and env["cpu_vendor"] == "amd" and env["cpu_vendor_env"] == "AMD"
+    assert embed.bf16_candidate(rec(SPEC)) == "avx512_bf16"
+    e = embed.load_embedder(rec(SPEC), "s")
+    assert e.precision_pending and e.bf16_feature == "avx512_bf16"
+
+
+@pytest.mark.parametrize("line, vendor", [("vendor_id\t: AuthenticAMD", "amd"), ("vendor_id\t: GenuineIntel", "intel"),
+                                          ("vendor_id : HygonGenuine", "hygongenuine"), ("processor : 0", "")])
+def test_cpu_vendor_reads_cpuinfo(tmp_path, monkeypatch, line, vendor):
+    from chunkstudy import models
+
+    monkeypatch.delenv(models.CPU_VENDOR_ENV)
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\n{line}\ncpu family\t: 25\n")
+    assert models.cpu_vendor(info) == vendor
+    assert models.cpu_vendor(tmp_path / "absent") == ""
 
 
 def test_auto_on_a_cpu_without_hardware_bf16_is_float32_with_no_check_and_the_old_key(tmp_path, monkeypatch):

@@ -96,17 +96,20 @@ def _cpu_model() -> str:
 
 
 def environment() -> dict:
-    """Where a stage ran: Python, platform, CPU model and count, its hardware-bfloat16 feature (``cpu_bf16``:
-    amx_bf16 or None, what ``dtype: auto`` may use; ``cpu_bf16_flags``: every bfloat16 flag the CPU has, avx512_bf16
-    included, which auto does not use; ``cpu_features_env``: ``$CHUNKSTUDY_CPU_FEATURES`` when it stood in for the
-    CPU's flags) and torch's vector capability (AVX2, AVX512 ...),
+    """Where a stage ran: Python, platform, CPU model, vendor (``cpu_vendor``: amd, intel, ...) and count, its
+    hardware-bfloat16 feature (``cpu_bf16``: amx_bf16, avx512_bf16 on AMD, or None: what ``dtype: auto`` may use,
+    :data:`chunkstudy.models.BF16_AUTO_RULES`; ``cpu_bf16_flags``: every bfloat16 flag the CPU has, used by auto or
+    not; ``cpu_features_env`` and ``cpu_vendor_env``: ``$CHUNKSTUDY_CPU_FEATURES`` and ``$CHUNKSTUDY_CPU_VENDOR`` when
+    they stood in for the CPU's own) and torch's vector capability (AVX2, AVX512 ...),
     GPUs, torch's intra-op thread count and CUDA version, the key package versions, and the git commit of the checkout the library was loaded from (and whether
     its tracked files differed from it; None outside a git checkout). Recorded in every manifest and printed by the
     report."""
     env: dict[str, Any] = {"python": f"{platform.python_implementation()} {platform.python_version()}",
-           "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+           "platform": platform.platform(), "cpu": _cpu_model(), "cpu_vendor": models.cpu_vendor(),
+           "cpu_count": os.cpu_count(),
            "cpu_bf16": models.cpu_bf16_feature(), "cpu_bf16_flags": list(models.cpu_bf16_flags()),
            "cpu_features_env": os.environ.get(models.CPU_FEATURES_ENV),
+           "cpu_vendor_env": os.environ.get(models.CPU_VENDOR_ENV),
            "cpu_capability": None,
            "gpus": [], "torch_threads": None, "cuda": None, "packages": _versions()}
     try:

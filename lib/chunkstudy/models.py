@@ -54,13 +54,18 @@ def package_dir(module: str) -> Path:
 #: later), and AVX-512 BF16's dot products (Intel Cooper Lake and later, AMD Zen 4 and later). Without either, torch
 #: emulates bfloat16 on the CPU, slower than float32.
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
-#: the features under which ``dtype: auto`` tries bfloat16: AMX only. AVX-512 BF16 without AMX runs the study's
-#: encoders *slower* in bfloat16 than in float32 (bench/bench_embed.py on an AVX-512 BF16 Xeon without AMX, 2
-#: threads, all-MiniLM-L6-v2 on 256 QASPER texts: autocast 0.72x at 256 tokens and 0.70-0.72x at 128, bfloat16
-#: weights 0.74-0.78x, oneDNN's bf16 math for float32 0.62-0.71x; the stand-in cross-encoder 0.68-0.77x), although
-#: oneDNN does run its avx512_core_bf16 kernels there: the matrix products of so small a model gain less than the
-#: casts around them cost.
-BF16_CPU_FEATURES = ("amx_bf16",)
+#: where ``dtype: auto`` tries bfloat16: ``(flag, vendor)`` pairs, vendor None for any, each measured faster than
+#: float32 with bench/bench_embed.py (2 threads, all-MiniLM-L6-v2 on QASPER texts; decisions 0007 and 0600):
+#:
+#: * AMX (``amx_bf16``), any vendor: bfloat16 autocast about 1.6x float32 (reported; no machine here has AMX).
+#: * AVX-512 BF16 on AMD (Zen 4 and later): autocast 1.60x float32 at 256 tokens and 1.87x at 128, the stand-in
+#:   cross-encoder 1.55-1.82x (AMD EPYC family 25, 2026-12-06).
+#:
+#: Not on AVX-512 BF16 without AMX on Intel: there autocast ran 0.72x float32 at 256 tokens and 0.70-0.72x at 128,
+#: bfloat16 weights 0.74-0.78x, the stand-in cross-encoder 0.68-0.77x (2026-12-02), although oneDNN ran its
+#: avx512_core_bf16 kernels. Either way bfloat16 is only kept after the agreement check on the run's own texts
+#: (:meth:`chunkstudy.embed.Embedder.settle_precision`).
+BF16_AUTO_RULES: tuple[tuple[str, str | None], ...] = (("amx_bf16", None), ("avx512_bf16", "amd"))
 
 
 #: set (comma-separated flags, "" for none) to stand in for the CPU's own flags: the test suite sets it to "" so
@@ -89,11 +94,35 @@ def cpu_features() -> frozenset[str]:
     return frozenset()
 
 
-def cpu_bf16_feature(features=None) -> str | None:
-    """The first of :data:`BF16_CPU_FEATURES` the CPU has (``features``: a set of flags; default
-    :func:`cpu_features`): the feature ``dtype: auto`` may take bfloat16 on; None when bfloat16 would be emulated or,
-    without AMX, slower than float32."""
-    return next((f for f in cpu_bf16_flags(features) if f in BF16_CPU_FEATURES), None)
+#: set to stand in for the CPU's vendor (``amd``, ``intel``, or "" for unknown), as :data:`CPU_FEATURES_ENV` does
+#: for its flags
+CPU_VENDOR_ENV = "CHUNKSTUDY_CPU_VENDOR"
+#: ``/proc/cpuinfo``'s ``vendor_id`` values and the short names :data:`BF16_AUTO_RULES` uses
+CPU_VENDORS = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}
+
+
+def cpu_vendor(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's vendor: ``$CHUNKSTUDY_CPU_VENDOR`` when set, else ``amd`` or ``intel`` from the ``vendor_id`` line of
+    ``cpuinfo`` (another vendor's id in lower case); "" when none answers (an Arm CPU, no ``/proc``)."""
+    if CPU_VENDOR_ENV in os.environ:
+        return os.environ[CPU_VENDOR_ENV].strip().lower()
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith("vendor_id"):
+                vid = line.partition(":")[2].strip()
+                return CPU_VENDORS.get(vid, vid.lower())
+    except OSError:
+        pass
+    return ""
+
+
+def cpu_bf16_feature(features=None, vendor: str | None = None) -> str | None:
+    """The hardware-bfloat16 feature ``dtype: auto`` may take bfloat16 on: the flag of the first rule of
+    :data:`BF16_AUTO_RULES` this CPU meets (``features``: a set of flags, default :func:`cpu_features`; ``vendor``:
+    default :func:`cpu_vendor`); None where bfloat16 would be emulated or was measured slower than float32."""
+    flags = cpu_bf16_flags(features)
+    who = cpu_vendor() if vendor is None else vendor
+    return next((f for f, v in BF16_AUTO_RULES if f in flags and v in (None, who)), None)
 
 
 def cpu_bf16_flags(features=None) -> tuple[str, ...]:
