@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-  echo "usage: ./run_all.sh CORPUS [--from NN] [--only NN] [--force]   (CORPUS: demo, qasper, wikipedia_fa, qasper_local, wikipedia_local, markdown_example)"
+  echo "usage: ./run_all.sh CORPUS [--from NN] [--only NN] [--force]   (CORPUS: demo, qasper, wikipedia_fa, qasper_local, qasper_local_fast, wikipedia_local, markdown_example)"
   exit 2
 fi
 source scripts/ensure_env.sh
