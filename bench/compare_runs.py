@@ -141,5 +141,6 @@ def main() -> None:
         t = x[x.equivalence_a.notna() | x.equivalence_b.notna()]
         print(f"  TOST verdicts that differ: {int((t.equivalence_a != t.equivalence_b).sum())} of {len(t)}")
 
+
 if __name__ == "__main__":
     main()
