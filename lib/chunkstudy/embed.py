@@ -23,15 +23,14 @@
   so a float16 checkpoint would otherwise run a float32 CPU reference in half precision), and :func:`check_loaded`
   asserts the loaded parameters' dtype and device. ``auto`` is float16 on CUDA. On a CPU it is float32, except
   where bfloat16 was measured faster (AMX, or AVX-512 BF16 on AMD: :data:`chunkstudy.models.BF16_AUTO_RULES`) and
-  the encoder runs in torch: there it is
-  bfloat16 under ``torch.autocast`` (:data:`AUTOCAST_BF16`: float32 weights and norms, bfloat16 matrix products)
-  *if* an agreement check on a sample of the run's own texts passes:
+  the encoder runs in torch: there it is bfloat16 under ``torch.autocast`` (:data:`AUTOCAST_BF16`: float32 weights
+  and norms, bfloat16 matrix products) *if* an agreement check on a sample of the run's own texts passes:
   every one of :data:`AGREEMENT_SAMPLE` texts (the distinct texts with the smallest sha256) gets a vector with
   cosine >= :data:`BF16_MIN_COSINE` to its float32 vector; else float32. The check runs once per store: its result
   is recorded in ``<store>/precision/`` and read by every later run (stage 05's queries included, so queries and
   passages are embedded in the same precision). Elsewhere bfloat16 is slower than float32, emulated or on Intel's
-  AVX-512 BF16 without AMX (measured: bench/bench_embed.py), so ``auto`` never tries it there. :func:`resolve_dtype` gives the
-  static part, :meth:`Embedder.settle_precision` the check.
+  AVX-512 BF16 without AMX (measured: bench/bench_embed.py), so ``auto`` never tries it there.
+  :func:`resolve_dtype` gives the static part, :meth:`Embedder.settle_precision` the check.
 * ``device`` is honoured by every local backend: sentence-transformers and its ONNX runtime (the execution
   provider), and FlagEmbedding (``devices=``; without it FlagEmbedding takes every GPU it sees).
 * Queries of ``bge-*-en-v1.5`` models get the BGE instruction

@@ -87,12 +87,10 @@ def _versions() -> dict[str, str]:
 
 def _cpu_model() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        name = models.cpuinfo_field(("model name",))
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        name = None
+    return name or platform.processor() or platform.machine()
 
 
 def environment() -> dict:

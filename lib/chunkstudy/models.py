@@ -86,12 +86,9 @@ def cpu_features() -> frozenset[str]:
     except (ImportError, AttributeError, RuntimeError):
         pass
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.partition(":")[2].split())
+        return frozenset(cpu_flags())
     except OSError:
-        pass
-    return frozenset()
+        return frozenset()
 
 
 #: set to stand in for the CPU's vendor (``amd``, ``intel``, or "" for unknown), as :data:`CPU_FEATURES_ENV` does
@@ -107,13 +104,10 @@ def cpu_vendor(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
     if CPU_VENDOR_ENV in os.environ:
         return os.environ[CPU_VENDOR_ENV].strip().lower()
     try:
-        for line in Path(cpuinfo).read_text().splitlines():
-            if line.startswith("vendor_id"):
-                vid = line.partition(":")[2].strip()
-                return CPU_VENDORS.get(vid, vid.lower())
+        vid = cpuinfo_field(("vendor_id",), cpuinfo) or ""
     except OSError:
-        pass
-    return ""
+        return ""
+    return CPU_VENDORS.get(vid, vid.lower())
 
 
 def cpu_bf16_feature(features=None, vendor: str | None = None) -> str | None:
@@ -155,10 +149,16 @@ def cached_offline(name: str) -> bool:
 VLLM_CPU_MIN_FLAGS = ("avx2", "fma")
 
 
-def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
-    """The instruction-set flags of the first processor in ``cpuinfo`` (x86 ``flags``, Arm ``Features``)."""
+def cpuinfo_field(names: tuple[str, ...], cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The value of the first line of ``cpuinfo`` whose key is one of ``names`` (the first processor's), stripped;
+    None when no line has one. An OSError when the file cannot be read (callers that can do without say so)."""
     for line in Path(cpuinfo).read_text(errors="replace").splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return set(value.split())
-    return set()
+        if key.strip() in names:
+            return value.strip()
+    return None
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The instruction-set flags of the first processor in ``cpuinfo`` (x86 ``flags``, Arm ``Features``)."""
+    return set((cpuinfo_field(("flags", "Features"), cpuinfo) or "").split())
