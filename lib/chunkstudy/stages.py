@@ -198,7 +198,7 @@ _COST = {"condition": S, "embedder": S, "quality": F, "embedding": S, "llm_calls
          "llm_reply_tokens": F, "llm_seconds": F, "llm_tokens_counted": S, "llm_tokens": F, "n_chunks": I,
          "n_texts": I, "content_tokens": I, "prefix_tokens": I, "tokens_embedded": I, "prefix_share": F,
          "tokens_read": F, "n_vectors": I, "n_route_vectors": I, "dim": I, "index_bytes": I, "embed_seconds": F,
-         "latency_ms_per_query": F, "pareto_tokens": B, "pareto_llm": B}
+         "latency_ms_per_query": F, "latency_ms_min": F, "latency_ms_max": F, "pareto_tokens": B, "pareto_llm": B}
 #: The documents each contrast needs (07's power_needed and user_power_needed)
 _POWER_NEEDED = {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
                  "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,

@@ -127,14 +127,28 @@ class CallCache:
         return list(self._records.values())
 
     def put(self, rec: dict) -> None:
-        line = json.dumps(rec, ensure_ascii=False) + "\n"
         with self._lock:
             if rec["key"] in self._records:
                 return
-            self._records[rec["key"]] = rec
-            if self.path is not None:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, line.encode("utf-8"))
-                finally:
-                    os.close(fd)
+            self._append(rec)
+
+    def amend(self, key: str, **fields: Any) -> None:
+        """Add ``fields`` to the stored record of ``key`` (a field it already has keeps its value): the amended
+        record is appended as a line of its own, and a later open keeps the last line of a key, so the reply
+        itself never changes. For what a record written by an older client lacks (``prompt_chars``)."""
+        with self._lock:
+            rec = self._records.get(key)
+            new = {k: v for k, v in fields.items() if rec is not None and k not in rec}
+            if rec is not None and new:
+                self._append({**rec, **new})
+
+    def _append(self, rec: dict) -> None:
+        """Keep ``rec`` and write it as one line, in one ``write`` with ``O_APPEND`` (hold the lock)."""
+        line = json.dumps(rec, ensure_ascii=False) + "\n"
+        self._records[rec["key"]] = rec
+        if self.path is not None:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode("utf-8"))
+            finally:
+                os.close(fd)

@@ -60,6 +60,12 @@ def tost_readings(d: pd.DataFrame) -> tuple[str, ...]:
                  if isinstance(v, str) and v in equivalence.VERDICTS)
 
 
+def _latency(median: float, low: float, high: float) -> str:
+    """A search latency (ms per query): the median of 05's timed repeats, their range beside it when it has one."""
+    spread = not (pd.isna(low) or pd.isna(high)) and low != high
+    return fmt_num(median, 3) + (f" ({fmt_num(low, 3)}\u2013{fmt_num(high, 3)})" if spread else "")
+
+
 def cost(table: pd.DataFrame, metric: str) -> Table:
     """The cost of each condition, one row per (condition, embedder) of 07's ``cost`` table: the primary metric
     (without a reranker), the embedding mode, LLM calls and tokens, tokens embedded and the prefix share, tokens
@@ -81,16 +87,21 @@ def cost(table: pd.DataFrame, metric: str) -> Table:
         "Tokens read": d["tokens_read"].map(fmt_int),
         "Index (KiB)": d["index_bytes"].map(lambda x: fmt_num(float(x) / 1024, 1)),
         "Embed s": d["embed_seconds"].map(lambda x: fmt_num(x, 2)),
-        "ms / query": d["latency_ms_per_query"].map(lambda x: fmt_num(x, 2)),
+        "ms / query": [_latency(m, lo, hi) for m, lo, hi in zip(
+            d["latency_ms_per_query"], d.get("latency_ms_min", d["latency_ms_per_query"]),
+            d.get("latency_ms_max", d["latency_ms_per_query"]))],
         "Pareto": [front(bool(a), bool(b)) for a, b in zip(d["pareto_tokens"], d["pareto_llm"])],
     })
-    notes = ("Each condition is charged the work of building and searching its index alone (shared work is "
-             "charged to each sharer, so the columns do not add up). LLM tokens: the server's counts where a call "
-             "record holds them, else characters / 4. Tokens embedded: content + prefix tokens of the distinct "
-             "embedded texts (the chunking tokenizer); tokens read: what the encoder read (special tokens, the "
-             "max_seq_length cut; late pooling: its macro windows). Exact counts; the seconds are measured in this "
-             "run on this machine and are not reproducible (\u2014 where the run recorded none, e.g. a rerun that "
-             "embedded nothing).",
+    notes = ("Each condition is charged the work of building and searching its index alone, whatever another "
+             "condition left in the caches (shared work is charged to each sharer, so the columns do not add up). "
+             "LLM tokens: the server's counts (usage) where a call record holds them, every reply of a cut-and-"
+             "retried call included, else characters / 4 (records written before the client kept usage). Tokens "
+             "embedded: content + prefix tokens of the distinct embedded texts (the chunking tokenizer); tokens "
+             "read: what the encoder read (special tokens, the max_seq_length cut; late pooling: its macro "
+             "windows). Exact counts; the seconds are measured in this run on this machine and are not "
+             "reproducible: embedding seconds are the tokens read at this run's rate for the embedder and mode "
+             "(\u2014 where it measured none, e.g. a rerun that embedded nothing); ms / query is the median of 05's "
+             "timed repeats of the search, their range in parentheses.",
              "Pareto: on the embedder's front of the metric against tokens read (tok) or LLM tokens (llm): no other "
              "condition is at least as good and no dearer, and better or cheaper on one. Exploratory.")
     return Table("cost", f"Cost of each condition ({metric}, no reranker)", d, display, notes)
