@@ -424,7 +424,7 @@ def test_the_paired_mixedlm_covers_a_known_contrast_at_its_nominal_rate():
     2 x 0.03^2; residual: 2 x 0.1^2). bench/bench_mixed_coverage.py prints it beside the pre-registered model's."""
     from chunkstudy.stats import simulate
 
-    cov = simulate.mixed_coverage(1000, n_docs=60, n_queries=240, effect=0.03, seed=43)
+    cov = simulate.mixed_coverage(1000, n_docs=60, n_queries=240, effect=0.03, seed=43, alpha=0.05)
     assert 0.93 <= cov["paired"] <= 0.97
     assert cov["paired_se"] == pytest.approx(cov["sd_estimate"], rel=0.1)
     assert cov["doc_var"] == pytest.approx(cov["true_doc_var"], rel=0.15)

@@ -385,8 +385,8 @@ class EmbedParams:
                                     "special tokens included; null = each embedder's max_seq_length, the length it "
                                     "embeds a chunk at independently (256 for all-MiniLM-L6-v2), so late and "
                                     "independent vectors see the same positions; a longer window (up to the "
-                                    "encoder's positions, 512 for MiniLM) is a declared choice (docs/beyond.md, "
-                                    "'Late pooling')", ge=8)
+                                    "encoder's positions, 512 for MiniLM) is a declared choice "
+                                    "(docs/beyond.md, 'Late pooling')", ge=8)
     late_overlap: int | None = param(None, "late pooling: content tokens consecutive macro windows share (a token "
                                      "keeps the embedding of the window where it has more context); null = a "
                                      "quarter of the window", ge=0)
@@ -508,8 +508,9 @@ class StatsParams:
     mixedlm: bool = param(True)
     sesoi: float | None = param(None, "smallest effect size of interest of stats.primary_metric, in its units (0.02 "
                                 "= two cov-nDCG points): every contrast of that metric gets a TOST at +-sesoi from "
-                                "its own bootstrap draws, Holm-adjusted within its family (docs/beyond.md, "
-                                "'Equivalence'), recorded in stage 01's manifest; null = no equivalence test", gt=0)
+                                "its own bootstrap draws, Holm-adjusted within its family "
+                                "(docs/beyond.md, 'Equivalence'), recorded in stage 01's manifest; null = no "
+                                "equivalence test", gt=0)
     sesoi_by_metric: Mapping[str, float] = param({}, "the bounds of other metrics, by metric name (e.g. MRR: 0.02, "
                                                  "recall@50: 0.03), each in its own units; a metric without one "
                                                  "gets blank TOST columns and a note saying so")

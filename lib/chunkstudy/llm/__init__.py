@@ -108,14 +108,14 @@ from .http import (
 )
 from .backends import (
     Backend, NoBackend, ScriptedBackend, parse_retry_after, prometheus_counters, OpenAIBackend, PROGRAMMING_ERRORS,
-    check_engine_args, VLLMBackend, TransformersBackend, generation_finish_reason, make_backend,
+    check_engine_args, VLLMBackend, TransformersBackend, generation_finish_reason, make_backend, server_usage,
 )
 from .cache import (
     CACHE_FILE, CallCache,
 )
 from .client import (
-    prefix_group, PROMPT_CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, prompt_tokens_upper, Client, make_client,
-    describe,
+    prefix_group, PROMPT_CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, prompt_tokens_upper, prompt_chars, Client,
+    make_client, describe,
 )
 
 __all__ = [
@@ -124,8 +124,8 @@ __all__ = [
     "ErrorShareExceeded", "Request", "Completion", "Response", "Call", "prompt_hash", "cache_key", "Backend",
     "NoBackend", "ScriptedBackend", "parse_retry_after", "prometheus_counters", "OpenAIBackend",
     "PROGRAMMING_ERRORS", "check_engine_args", "VLLMBackend", "TransformersBackend", "generation_finish_reason",
-    "make_backend", "CACHE_FILE", "CallCache", "prefix_group", "PROMPT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS",
-    "prompt_tokens_upper", "Client", "make_client", "describe", "http", "BROKER_ENV", "Breaker", "JsonPool",
+    "make_backend", "server_usage", "CACHE_FILE", "CallCache", "prefix_group", "PROMPT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS",
+    "prompt_tokens_upper", "prompt_chars", "Client", "make_client", "describe", "http", "BROKER_ENV", "Breaker", "JsonPool",
     "Replicas", "ensure_served", "RETRY_STATUS", "GaveUp", "auth_headers", "backoff_s", "error_for", "post_json",
     "urls",
 ]

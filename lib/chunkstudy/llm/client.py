@@ -51,7 +51,7 @@ def prompt_chars(messages: Sequence[dict]) -> int:
     return sum(len(str(m.get("content") or "")) for m in messages)
 
 
-def add_usage(total: dict | None, comp: Completion) -> dict | None:
+def _add_usage(total: dict | None, comp: Completion) -> dict | None:
     """``total`` (``prompt_tokens``, ``completion_tokens``, ``replies``) with one more reply's ``usage`` added;
     ``None`` as soon as a reply came without one (a partial sum would look like a count)."""
     u = comp.usage
@@ -208,7 +208,7 @@ class Client:
                     got = self.backend.complete(call)
                 comp = got if isinstance(got, Completion) else Completion(got)
                 if comp.text is not None:
-                    usage = add_usage(usage, comp)
+                    usage = _add_usage(usage, comp)
                 if comp.text is not None and not isinstance(comp.text, str):
                     raise TypeError(f"backend {self.backend.name!r} returned {type(comp.text).__name__}, not str")
                 if comp.finish_reason == "length":  # the server answered: not a transport failure

@@ -100,7 +100,7 @@ def tost_family_rates(test: Any, sesoi: float, m: int, *, n_docs: int, queries_p
     return out
 
 
-def mixed_coverage(n_sims: int, *, n_docs: int, n_queries: int, effect: float, seed: int, alpha: float = 0.05,
+def mixed_coverage(n_sims: int, *, n_docs: int, n_queries: int, effect: float, seed: int, alpha: float,
                    doc_sd: float = 0.1, query_sd: float = 0.2, doc_condition_sd: float = 0.03, noise_sd: float = 0.1,
                    preregistered: bool = False) -> dict[str, float]:
     """How often the ``(1 − alpha)`` Wald CI of the correctly specified secondary model
