@@ -99,14 +99,22 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
 
 def paired_mixedlm_note(paired: pd.DataFrame | None, ok: Sequence[bool], order: Sequence[str]) -> tuple[str, ...]:
     """Table 1's note on the correctly specified secondary model (07's ``mixedlm_paired``): per contrast its
-    coefficient, 95% Wald CI and Holm p (the p gated as the row's own: :data:`NO_INFERENCE` where the bootstrap row
-    supports no inference); none when 07 wrote no such table."""
+    coefficient, 95% Wald CI and Holm p (gated as the row's own: :data:`NO_INFERENCE` for the CI and p where the
+    bootstrap row supports no inference; a model not fitted says why); none when 07 wrote no such table."""
     if paired is None or not len(paired):
         return ()
     m = paired.set_index("contrast")
     gate = dict(zip(order, ok))
-    cells = [f"{c} {fmt_delta(m.at[c, 'coef'])} {fmt_ci(m.at[c, 'ci_low'], m.at[c, 'ci_high'])}, Holm p "
-             f"{fmt_p(m.at[c, 'p_holm']) if gate.get(c, True) else NO_INFERENCE}" for c in order if c in m.index]
+
+    def cell(c: str) -> str:
+        if _missing(m.at[c, "coef"]):  # not fitted: the last part of 07's note says why
+            return f"{c} not fitted ({str(m.at[c, 'note']).split('; ')[-1].removeprefix('fit failed: ')})"
+        if not gate.get(c, True):  # the row's bootstrap supports no inference: no CI or p here either
+            return f"{c} {fmt_delta(m.at[c, 'coef'])} (CI and p {NO_INFERENCE})"
+        return (f"{c} {fmt_delta(m.at[c, 'coef'])} {fmt_ci(m.at[c, 'ci_low'], m.at[c, 'ci_high'])}, Holm p "
+                f"{fmt_p(m.at[c, 'p_holm'])}")
+
+    cells = [cell(c) for c in order if c in m.index]
     return ("Correctly specified secondary model (beside the pre-registered one): the paired per-query differences "
             "A \u2212 B with a random intercept per document (REML; each query's own effect cancels in the "
             "difference): " + "; ".join(cells) + ".",)
