@@ -445,10 +445,10 @@ class RetrieveParams:
     rerankers: Mapping[str, RerankerParams] = named()
     two_stage_conditions: tuple[str, ...] = param(design.TWO_STAGE, "conditions retrieved route-to-section; "
                                                   "others flat", choices=design.CONDITION_NAMES)
-    timing_repeats: int = param(5, "05's search latency (the cost table): each cell's search is timed this many "
-                                "more times after the one that gives its results, and the median and the range "
-                                "are kept (one run of a sub-millisecond search is timer noise and warm-up); 0 = "
-                                "the one run", ge=0, digest="never")
+    timing_repeats: int = param(5, "05's search latency (the cost table): each cell's search is timed up to this "
+                                "many more times after the one that gives its results (fewer once they took a "
+                                "second), and the median and the range are kept (one run of a sub-millisecond "
+                                "search is timer noise and warm-up); 0 = the one run", ge=0, digest="never")
 
 
 # ------------------------------------------------------------------------------------------------------- metrics

@@ -290,11 +290,12 @@ class Tail:
 TIMING_COLUMNS = ("seconds", "seconds_min", "seconds_max", "repeats")
 
 
-def timed(call: Callable[[], Any], repeats: int) -> tuple[Any, dict]:
+def timed(call: Callable[[], Any], repeats: int, budget_s: float = 1.0) -> tuple[Any, dict]:
     """``call()``'s result (its first call, which also warms the caches) and its wall seconds: the median and range
-    of ``repeats`` more timed calls (:data:`TIMING_COLUMNS`), or with 0 repeats the first call's alone (one run of
-    a sub-millisecond call is timer jitter and warm-up: 05 times each cell's search so, ``retrieve.timing_repeats``).
-    Like the bars, it never changes a result."""
+    of up to ``repeats`` more timed calls (:data:`TIMING_COLUMNS`; fewer once they took ``budget_s`` together: a
+    slow call is timed well enough by one or two, and a run of large cells is not made much longer), or with 0
+    repeats the first call's alone. One run of a sub-millisecond call is timer jitter and warm-up: 05 times each
+    cell's search so (``retrieve.timing_repeats``). Like the bars, it never changes a result."""
     t0 = time.perf_counter()
     out = call()
     times = [time.perf_counter() - t0]
@@ -302,6 +303,8 @@ def timed(call: Callable[[], Any], repeats: int) -> tuple[Any, dict]:
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
-    times = times[1:] or times
-    return out, {"seconds": float(statistics.median(times)), "seconds_min": min(times), "seconds_max": max(times),
-                 "repeats": int(repeats)}
+        if sum(times[1:]) >= budget_s:
+            break
+    timed_runs = times[1:] or times
+    return out, {"seconds": float(statistics.median(timed_runs)), "seconds_min": min(timed_runs),
+                 "seconds_max": max(timed_runs), "repeats": len(times) - 1}
