@@ -39,7 +39,8 @@ def _salvage(raw: bytes) -> dict | None:
 class CallCache:
     """Append-only JSONL store of finished calls, keyed by :func:`cache_key`. Thread-safe within a process;
     each record is one ``write`` of one line with ``O_APPEND``, flushed at once, so a kill loses at most the
-    call in flight. ``folder=None`` keeps records in memory only.
+    call in flight. A record given a field it lacked (:meth:`amend`) is appended again whole; the last line of a
+    key is the one read. ``folder=None`` keeps records in memory only.
 
     On open the file is checked (:attr:`report`): ``lines`` read, ``records`` kept, ``torn_tail`` (1 when an
     unterminated last line was dropped and the file truncated to its last whole line; a last line that is a whole
