@@ -118,7 +118,8 @@ ids = embed_store.ids_table(out["texts"])
 # %% [markdown]
 # ## Late pooling (conditions with `embedding: late`; docs/beyond.md, "Late pooling")
 # Each document is encoded once per condition and embedder, in macro windows of `embed.late_window` tokens (null:
-# the encoder's own positions) overlapping by `embed.late_overlap`; a chunk's vector is the mean of its content
+# the embedder's `max_seq_length`, the length it embeds a chunk at independently) overlapping by
+# `embed.late_overlap` (null: a quarter of the window); a chunk's vector is the mean of its content
 # tokens' embeddings (prefix tokens are encoded, never pooled). Its rows follow the text rows; the store keeps them
 # under a key naming the mode, the window and the overlap, so a rerun encodes nothing.
 

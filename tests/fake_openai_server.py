@@ -28,7 +28,8 @@ user message, so one server covers the cases the tests need:
 [the last message of every chat request, in arrival order], "times": {id: [arrival times]}, "max_tokens": {id:
 [max_tokens of each request]}, "held": n}`` so tests can check
 counts, overlap, and that the key arrived as a bearer token. ``GET {prefix}/models`` lists ``--models``;
-``GET /metrics`` is a Prometheus text with vLLM's prefix-cache counters, modelled in characters: every prompt
+Every chat reply carries ``usage`` counted in words (:func:`usage`). ``GET /metrics`` is a Prometheus text with
+vLLM's prefix-cache counters, modelled in characters: every prompt
 queries its length and hits its longest common prefix with any earlier prompt. ``GET /version`` answers
 ``{"version": "fake-1"}`` as vLLM's does; ``POST /control {"exit": n}`` answers, then ends the process with exit
 code ``n`` (a server that dies mid-stage). ``POST .../rerank`` (the Jina/Cohere shape vLLM serves) scores each
@@ -255,7 +256,17 @@ class Handler(BaseHTTPRequestHandler):
     def _reply(self, req: dict, text, finish: str) -> None:
         self._send(200, {"id": "x", "object": "chat.completion", "model": req.get("model"),
                          "choices": [{"index": 0, "finish_reason": finish,
-                                      "message": {"role": "assistant", "content": text}}]})
+                                      "message": {"role": "assistant", "content": text}}],
+                         "usage": usage(req, text)})
+
+
+def usage(req: dict, text) -> dict:
+    """The reply's ``usage`` as vLLM sends it, counted in words: ``prompt_tokens`` = the words of every message
+    plus 4 per message (a chat template's role markers), ``completion_tokens`` = the reply's words (one token
+    each, as ``words:<n>`` replies are)."""
+    prompt = sum(len(str(m.get("content") or "").split()) + 4 for m in req.get("messages") or [])
+    done = len(text.split()) if isinstance(text, str) else 0
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
 
 
 class Server(ThreadingHTTPServer):

@@ -26,7 +26,7 @@ from conftest import scratch_project, seed_embeddings
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
-LATE = ["L0", "L3", "LP", "L4", "LREC", "LREC-fixed"]
+LATE = ["L0", "L2", "L3", "LP", "L4", "LREC", "LREC-fixed"]
 
 
 #: params/tiny_beyond.yaml (demo_beyond.yaml on tiny's three documents) in the default suite; the full
@@ -59,7 +59,7 @@ def test_late_conditions_keep_their_offsets_and_get_vectors_of_their_own(beyond)
     _, cfg, _ = beyond
     chunks = artifacts.read(cfg, "chunks")
     cols = ["doc_id", "start", "end", "prefix", "route_key"]
-    for late_name, of in (("L0", "A0"), ("L3", "A3"), ("LP", "P"), ("L4", "A4")):
+    for late_name, of in (("L0", "A0"), ("L2", "A2"), ("L3", "A3"), ("LP", "P"), ("L4", "A4")):
         a = chunks[chunks["condition"] == late_name][cols].reset_index(drop=True)
         b = chunks[chunks["condition"] == of][cols].reset_index(drop=True)
         assert a.equals(b), late_name  # the same chunks: relevance is computed on these offsets
@@ -74,22 +74,29 @@ def test_late_conditions_keep_their_offsets_and_get_vectors_of_their_own(beyond)
     assert cos.mean() < 0.95  # context reached the chunks: late vectors are not the independent ones
     np.testing.assert_array_equal(vec[rows["L3"]], vec[rows["L4"]])  # the same chunks, the same stored vectors
     report = artifacts.read(cfg, "late_report")
-    assert set(report["condition"]) == set(LATE) and set(report["window"]) == {512}
+    # the window is the embedder's max_seq_length (256), the overlap a quarter of it: late and independent vectors
+    # see the same positions (embed.late_window / late_overlap null)
+    assert set(report["condition"]) == set(LATE) and set(report["window"]) == {256} and set(report["overlap"]) == {64}
     l4 = report[report["condition"] == "L4"]
     assert (l4["tokens_run"] == 0).all() and (l4["tokens_read"] > 0).all()  # read back, never encoded twice
-    assert all(k.endswith(".late1-w512-o128") for k in report["model_key"])
+    assert all(k.endswith(".late1-w256-o64") for k in report["model_key"])
+    cost = artifacts.read(cfg, "cost").set_index("condition")  # and charged as L3, though it encoded nothing
+    assert cost.loc["L4", "embed_seconds"] == pytest.approx(cost.loc["L3", "embed_seconds"])
 
 
 def test_late_contrasts_are_a_holm_family_with_tost_from_the_same_draws(beyond):
     _, cfg, _ = beyond
     user = artifacts.read(cfg, "user_contrasts")
     prim = user[user["cell"] == cfg.params().primary_cell.name].set_index("contrast")
-    assert list(prim.index) == ["B1", "B2", "B3", "B4", "B5", "B6"]
+    assert list(prim.index) == ["B1", "B2", "B3", "B4", "B5", "B6", "B7"]
     assert prim.loc["B1", ["condition_a", "condition_b"]].tolist() == ["L0", "A0"]
+    assert prim.loc["B7", ["condition_a", "condition_b"]].tolist() == ["A3", "L2"]
     assert prim["p_holm"].tolist() == pytest.approx(stats.holm(prim["p"].to_numpy()).tolist())
     assert prim["inference"].all() and set(prim["equivalence"]) <= set(equivalence.VERDICTS)
-    for r in prim.itertuples():  # the verdict is the 90% interval's, read against ±sesoi
-        assert r.equivalence == equivalence.verdict(r.tost_ci_low, r.tost_ci_high, 0.02)
+    # the verdicts hold the family's error: Holm within the user's seven on the TOST p-values
+    assert prim["p_tost_holm"].tolist() == pytest.approx(stats.holm(prim["p_tost"].to_numpy()).tolist())
+    for r in prim.itertuples():
+        assert r.equivalence == equivalence.verdict_of(r.p_tost_holm, r.p_met_holm, 0.05)
         assert r.ci_low <= r.tost_ci_low <= r.tost_ci_high <= r.ci_high  # 90% inside the 95% (same draws)
     paper = artifacts.read(cfg, "contrasts")
     assert paper["equivalence"].notna().all() and "equivalence" in paper
@@ -106,8 +113,9 @@ def test_the_report_shows_the_cost_table_the_pareto_figure_and_tost_beside_holm(
     out = project / "figures" / cfg.corpus
     md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
     assert "## What each condition costs (exploratory)" in md and (out / "fig_cost.png").is_file()
-    assert "| TOST 90% CI" in md and "Holm asks whether a contrast differs from zero" in md
-    assert "The bound sesoi = 0.02 was declared before the run" in md
+    assert "| TOST 90% CI" in md and "| TOST Holm p" in md and "Holm asks whether a contrast differs from zero" in md
+    assert "The equivalence bounds (cov-nDCG@10 \u00b10.02) were declared before the run" in md
+    assert "Correctly specified secondary model" in md and "C1: " in md  # the paired MixedLM; each reading
     assert "Quality against cost" in html and (out / "tables" / "cost.tex").is_file()
     drill = artifacts.read(cfg, "drilldown")
     assert {"B1", "B2", "B3"} <= set(drill["contrast"])

@@ -368,8 +368,8 @@ def test_late_pooling_and_sesoi_at_their_defaults_leave_every_stage_digest_alone
     """embed.late_window/late_overlap and stats.sesoi came after runs were pinned: stated at their defaults they
     change no stage's digest (config.OPTIONAL_KEYS); stated otherwise they rerun the stages that read them."""
     a = config.load(ROOT / "params" / "demo.yaml")
-    same = config.load(ROOT / "params" / "demo.yaml", overrides={"embed": {"late_window": None, "late_overlap": 128},
-                                                                 "stats": {"sesoi": None}})
+    same = config.load(ROOT / "params" / "demo.yaml", overrides={"embed": {"late_window": None, "late_overlap": None},
+                                                                 "stats": {"sesoi": None, "sesoi_by_metric": {}}})
     assert {s: config.stage_digest(a, s) for s in config.STAGE_SECTIONS} == \
         {s: config.stage_digest(same, s) for s in config.STAGE_SECTIONS}
     sesoi = config.load(ROOT / "params" / "demo.yaml", overrides={"stats": {"sesoi": 0.02}})
@@ -380,6 +380,28 @@ def test_late_pooling_and_sesoi_at_their_defaults_leave_every_stage_digest_alone
         {"04_chunk_embed", "05_retrieve", "08_figures"}
     with pytest.raises(config.ConfigError, match="stats.sesoi"):
         config.load(ROOT / "params" / "demo.yaml", overrides={"stats": {"sesoi": 0}})
+
+
+def test_a_bound_per_metric_is_a_positive_number_for_a_metric_of_the_run():
+    ok = config.load(ROOT / "params" / "demo.yaml", overrides={"stats": {"sesoi": 0.02, "sesoi_by_metric": {
+        "MRR": 0.03}}})
+    assert ok.params("stats").equivalence_bounds == {"cov-nDCG@10": 0.02, "MRR": 0.03}
+    assert ok.params("stats").sesoi_for("MRR") == 0.03 and ok.params("stats").sesoi_for("recall@50") is None
+    for bounds, match in (({"cov-nDCG@10": 0.02}, "state it there"), ({"nDCG@7": 0.02}, "not a metric of this run"),
+                          ({"MRR": 0}, "positive number"), ({"MRR": "big"}, "positive number")):
+        with pytest.raises(config.ConfigError, match=r"stats\.sesoi_by_metric.*" + match):
+            config.load(ROOT / "params" / "demo.yaml", overrides={"stats": {"sesoi_by_metric": bounds}})
+
+
+def test_overlapping_chunks_under_late_pooling_are_refused_at_load():
+    """A chunker's overlapping chunks cannot be late-pooled (each token goes to one chunk of one sequence): the
+    file is refused when it loads, naming the entry, not in 04."""
+    with pytest.raises(config.ConfigError, match=r"conditions\.extra.*LX: overlap: true with embedding: late"):
+        config.load(ROOT / "params" / "demo.yaml", overrides={"conditions": {"extra": {"LX": {
+            "chunker": "semchunk", "options": {"chunk_size": 64}, "overlap": True, "embedding": "late"}}}})
+    ok = config.load(ROOT / "params" / "demo.yaml", overrides={"conditions": {"extra": {"LX": {
+        "chunker": "semchunk", "options": {"chunk_size": 64}, "overlap": True}}}})
+    assert ok.params("conditions").extra["LX"].overlap
 
 
 def test_an_of_entry_takes_a_condition_of_the_run_whole_and_states_no_chunker():

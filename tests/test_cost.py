@@ -101,19 +101,50 @@ def test_the_macro_windows_token_count_is_the_windows_own(lengths, window, data)
     assert cost.late_window_tokens(lengths, window, overlap, special) == want
 
 
-def test_timing_uses_this_runs_rate_or_a_conditions_own_seconds():
+def test_timing_uses_this_runs_rate_per_mode_and_the_median_of_the_search_repeats():
     per = pd.DataFrame({"condition": ["A2", "A3", "L"], "embedder": ["strong"] * 3,
+                        "embedding": ["independent", "independent", "late"],
                         "tokens_read": [1000.0, 3000.0, 5000.0]})
     rates = pd.DataFrame({"embedder": ["strong", "strong"], "tokens": [6000.0, 2000.0], "seconds": [3.0, 1.0],
-                          "condition": [None, "L"]})
+                          "embedding": [None, "late"]})
     runs = pd.DataFrame({"embedder": ["strong"] * 3, "condition": ["A2", "A3", "A3"], "n_queries": [40] * 3,
-                         "seconds": [0.2, 0.3, 0.1]})
+                         "seconds": [0.2, 0.3, 0.1], "seconds_min": [0.1, 0.2, 0.05],
+                         "seconds_max": [0.4, 0.5, 0.2]})
     t = cost.timing_cost(per, rates, runs)
-    assert t["embed_seconds"].tolist() == [0.5, 1.5, 1.0]  # 6000 tokens / 3 s = 2000 tokens/s; L measured: 1 s
+    # independent: 6000 tokens / 3 s = 2000 tokens/s; late: 2000 tokens / 1 s, so L's 5000 tokens take 2.5 s
+    assert t["embed_seconds"].tolist() == [0.5, 1.5, 2.5]
     assert t["latency_ms_per_query"].iloc[:2].tolist() == pytest.approx([5.0, 10.0])
+    assert t["latency_ms_min"].iloc[:2].tolist() == pytest.approx([2.5, 6.25])
+    assert t["latency_ms_max"].iloc[:2].tolist() == pytest.approx([10.0, 17.5])
     assert math.isnan(t["latency_ms_per_query"].iloc[2])
     bare = cost.timing_cost(per, None, None)
     assert bare["embed_seconds"].isna().all() and bare["latency_ms_per_query"].isna().all()
+    old = cost.timing_cost(per, rates, runs.drop(columns=["seconds_min", "seconds_max"]))  # one timing per cell
+    assert old["latency_ms_min"].iloc[:2].tolist() == old["latency_ms_per_query"].iloc[:2].tolist()
+
+
+def test_a_late_condition_is_charged_its_own_windows_whatever_an_earlier_one_left_in_the_store():
+    """L3 and L4 are the same chunks (late(A3), late(A4)): L3 ran first and encoded every window, L4 read them
+    back (tokens_run 0), LREC-fixed found 6 of its 8 windows stored. Each is charged its own tokens read at the late
+    rate this run measured (3 encoded windows' worth per second here), never the independent rate, and never only
+    what it encoded."""
+    chunks = pd.DataFrame({"condition": ["L3", "L4", "LRF", "A0"], "text_row": [0, 1, 2, 3],
+                           "n_content_tokens": [10, 10, 10, 10], "n_prefix_tokens": [0, 0, 0, 0],
+                           "route_key": ["s"] * 4})
+    quality = pd.DataFrame({"condition": ["L3", "L4", "LRF", "A0"], "embedder": ["e"] * 4,
+                            "quality": [0.5, 0.5, 0.4, 0.3]})
+    late_report = pd.DataFrame({"condition": ["L3", "L4", "LRF"], "embedder": ["e"] * 3,
+                                "tokens_read": [4608, 4608, 4096], "tokens_run": [4608, 0, 1024],
+                                "seconds": [3.21, 0.0, 0.79]})
+    embed_report = pd.DataFrame({"embedder": ["e"], "n_tokens": [1000], "seconds": [1.25]})
+    t = cost.cost_table(chunks, quality, cost.llm_calls_from_records([]), {c: [] for c in quality["condition"]},
+                        {"e": cost.EncoderShape(8, 4, 16, 2)}, two_stage=set(), late_report=late_report,
+                        embed_report=embed_report).set_index("condition")
+    rate = (4608 + 1024) / (3.21 + 0.79)
+    assert t.loc["L3", "embed_seconds"] == pytest.approx(4608 / rate)
+    assert t.loc["L4", "embed_seconds"] == t.loc["L3", "embed_seconds"]  # the same work, the same charge
+    assert t.loc["LRF", "embed_seconds"] == pytest.approx(4096 / rate)
+    assert t.loc["A0", "embed_seconds"] == pytest.approx(12 / 800)  # independent: 1000 tokens / 1.25 s
 
 
 def test_estimated_seconds_divide_the_work_by_the_rate_range():
@@ -195,7 +226,7 @@ def test_cost_table_joins_quality_llm_work_tokens_index_and_time_by_hand():
     assert t.loc["X", "tokens_read"] == 30.0 and t.loc["L", "tokens_read"] == 300.0
     # index: X two-stage, 3 chunks + 2 centroids; L flat, 2 chunks; x 8 dims x 4 bytes
     assert t.loc["X", "index_bytes"] == 5 * 32 and t.loc["L", "index_bytes"] == 2 * 32
-    # time: X at the embedder's measured 500 tokens/s; L its own seconds
+    # time: X at the embedder's measured 500 tokens/s; L at the late rate, 300 tokens / 3 s
     assert t.loc["X", "embed_seconds"] == pytest.approx(30 / 500) and t.loc["L", "embed_seconds"] == 3.0
     assert t.loc["X", "llm_tokens"] == 5000.0 + 410.0 and t.loc["L", "llm_tokens"] == 0.0
     # L is better and uses no LLM: alone on the LLM front; on tokens X is cheaper, so both are on that front

@@ -1,5 +1,7 @@
 """TOST from the clustered bootstrap's draws (chunkstudy.stats.equivalence; docs/beyond.md, "Equivalence"): a hand
-example, statsmodels' ttost_paired on unclustered data as the oracle, and the verdict's properties."""
+example, statsmodels' ttost_paired on unclustered data as the oracle, Holm within a family (statsmodels'
+multipletests as the oracle) and the family-wise rate of false verdicts at the bound by simulation, and the
+verdict's properties."""
 
 from __future__ import annotations
 
@@ -15,26 +17,71 @@ ALPHA = 0.05
 
 
 def test_hand_example():
-    """21 replicates -0.10, -0.09, ..., 0.10. The 5th/95th percentiles (numpy's linear rule: positions 0.05 x 20 = 1
-    and 19) are -0.09 and 0.09, so the 90% CI is [-0.09, 0.09]."""
-    r = np.arange(-10, 11) / 100
-    t = eq.tost(r, 0.12, alpha=ALPHA)
-    assert (t.ci_low, t.ci_high) == pytest.approx((-0.09, 0.09))
-    assert t.p_lower == t.p_upper == pytest.approx(1 / 22)  # no replicate at or beyond ±0.12: (1 + 0) / (1 + 21)
-    assert t.p_tost == pytest.approx(1 / 22) and t.verdict == eq.EQUIVALENT and t.n_boot == 21
-    # the Monte Carlo margin: the CI lies inside ±0.095 though one replicate lies beyond each bound, p = 2/22 > α
-    t = eq.tost(r, 0.095, alpha=ALPHA)
-    assert t.verdict == eq.EQUIVALENT and t.p_tost == pytest.approx(2 / 22)
-    # the CI straddles ±0.05: 6 replicates at or below -0.05, p_lower = 7/22
-    t = eq.tost(r, 0.05, alpha=ALPHA)
-    assert t.verdict == eq.INCONCLUSIVE and t.p_lower == pytest.approx(7 / 22)
-    # shifted by 0.2 the CI is [0.11, 0.29]: wholly above +0.1, not equivalent; p_upper = (1 + 21)/22 = 1
-    t = eq.tost(r + 0.2, 0.1, alpha=ALPHA)
-    assert (t.ci_low, t.ci_high) == pytest.approx((0.11, 0.29))
-    assert t.verdict == eq.NOT_EQUIVALENT and t.p_upper == pytest.approx(1.0) and t.p_lower == pytest.approx(1 / 22)
-    # ... and a CI touching the bound from outside still counts as outside (ci_low >= +sesoi)
-    assert eq.verdict(0.11, 0.29, 0.11) == eq.NOT_EQUIVALENT
-    assert eq.verdict(0.109, 0.29, 0.11) == eq.INCONCLUSIVE
+    """99 replicates -0.49, -0.48, ..., 0.49. The 5th/95th percentiles (numpy's linear rule: positions 0.05 x 98 = 4.9
+    and 93.1) are -0.441 and 0.441, so the 90% CI is [-0.441, 0.441]; the verdict reads the p-values."""
+    r = np.arange(-49, 50) / 100
+    t = eq.tost(r, 0.5, alpha=ALPHA)
+    assert (t.ci_low, t.ci_high) == pytest.approx((-0.441, 0.441))
+    assert t.p_lower == t.p_upper == pytest.approx(1 / 100)  # no replicate at or beyond ±0.5: (1 + 0) / (1 + 99)
+    assert t.p_tost == pytest.approx(1 / 100) and t.verdict == eq.EQUIVALENT and t.n_boot == 99
+    assert t.p_met == 1.0  # every replicate inside ±0.5: no sign of an effect beyond it
+    # the Monte Carlo margin: the 90% CI lies inside ±0.445, but 5 replicates lie at or beyond each bound, so
+    # p_tost = (1 + 5)/100 = 0.06 > alpha: not shown equivalent (the verdict follows the p, not the interval)
+    t = eq.tost(r, 0.445, alpha=ALPHA)
+    assert -0.445 < t.ci_low and t.ci_high < 0.445
+    assert t.p_tost == pytest.approx(6 / 100) and t.verdict == eq.INCONCLUSIVE
+    # shifted by 0.6 every replicate exceeds +0.055: p_met = 2 (1 + 0)/100 = 0.02 < alpha, not equivalent
+    t = eq.tost(r + 0.6, 0.055, alpha=ALPHA)
+    assert t.p_met == pytest.approx(2 / 100) and t.p_upper == pytest.approx(1.0) and t.p_lower == pytest.approx(0.01)
+    assert t.verdict == eq.NOT_EQUIVALENT
+    # shifted by 0.5 the 90% CI [0.059, 0.941] lies beyond +0.055 (the one-sided rule of before called that "not
+    # equivalent"), but 5 replicates (0.01 ... 0.05) do not: p_met = 2 (1 + 5)/100 = 0.12, the 95% CI reaches 0.0345
+    t = eq.tost(r + 0.5, 0.055, alpha=ALPHA)
+    assert t.ci_low == pytest.approx(0.059) and t.p_met == pytest.approx(0.12) and t.verdict == eq.INCONCLUSIVE
+    assert eq.verdict_of(0.049, 1.0, ALPHA) == eq.EQUIVALENT and eq.verdict_of(0.05, 1.0, ALPHA) == eq.INCONCLUSIVE
+    assert eq.verdict_of(1.0, 0.01, ALPHA) == eq.NOT_EQUIVALENT and eq.verdict_of(np.nan, np.nan, ALPHA) == \
+        eq.INCONCLUSIVE
+
+
+def test_holm_holds_the_family_where_each_contrast_alone_would_be_called_equivalent():
+    """Four contrasts of 199 replicates, 3, 5, 7 and 8 of them at +sesoi and none at −sesoi: alone each is
+    equivalent (p_tost = 0.02, 0.03, 0.04, 0.045 < 0.05); as a family Holm's smallest adjusted p is 4 x 0.02 = 0.08,
+    so none is (the step-down stops at the first). The family's columns are statsmodels' Holm of the raw p-values."""
+    from types import SimpleNamespace as NS
+
+    from statsmodels.stats.multitest import multipletests
+
+    from chunkstudy.significance import BootstrapTest
+
+    sesoi = 0.02
+    family = [NS(replicates=np.r_[np.zeros(199 - k), np.full(k, sesoi)], inference=True) for k in (3, 5, 7, 8)]
+    alone = [eq.tost(f.replicates, sesoi, alpha=ALPHA) for f in family]
+    assert [a.verdict for a in alone] == [eq.EQUIVALENT] * 4
+    assert [a.p_tost for a in alone] == pytest.approx([0.02, 0.03, 0.04, 0.045])
+    rows = eq.TostVerdict(sesoi).decide(BootstrapTest(199, 1, ALPHA, 2), family)
+    assert [r["equivalence"] for r in rows] == [eq.INCONCLUSIVE] * 4
+    want = multipletests([a.p_tost for a in alone], method="holm")[1]
+    assert [r["p_tost_holm"] for r in rows] == pytest.approx(list(want))
+    assert [r["p_tost"] for r in rows] == [a.p_tost for a in alone]
+    # two of them alone: Holm 2 x 0.02 = 0.04 and max(0.04, 0.03) = 0.04, both equivalent
+    two = eq.TostVerdict(sesoi).decide(BootstrapTest(199, 1, ALPHA, 2), family[:2])
+    assert [r["equivalence"] for r in two] == [eq.EQUIVALENT] * 2
+    assert [r["p_tost_holm"] for r in two] == pytest.approx([0.04, 0.04])
+
+
+def test_the_family_wise_rate_of_false_verdicts_at_the_bound_is_held_at_alpha():
+    """Six independent contrasts, each at the bound (|δ| = sesoi, so both "equivalent" and "not equivalent" are
+    false), 40 documents of 2 queries, 1,000 resamples, 200 simulated studies: without the adjustment at least one
+    contrast is called equivalent in about 1 − (1 − α)^6 = 26% of studies; Holm within the family brings it to α
+    (within 2 Monte Carlo SEs: 1.5 points here). bench/bench_tost_family.py prints the rates with more studies."""
+    from chunkstudy.significance import BootstrapTest
+    from chunkstudy.stats import simulate
+
+    rates = simulate.tost_family_rates(BootstrapTest(1000, 7, ALPHA, 2), 0.02, 6, n_docs=40, queries_per_doc=2,
+                                       n_sims=200, seed=43)
+    assert rates["raw_equivalent"] > 3 * ALPHA  # the per-contrast rule: the family's error is not held
+    assert rates["holm_equivalent"] <= ALPHA + 2 * rates["mc_se"]
+    assert rates["holm_not_equivalent"] <= ALPHA + 2 * rates["mc_se"]
 
 
 def _paired(mean: float, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -89,26 +136,31 @@ replicate_sets = st.lists(st.floats(-0.5, 0.5, allow_nan=False), min_size=1, max
 
 
 @given(replicate_sets, st.floats(1e-4, 0.6), st.sampled_from([0.01, 0.05, 0.1, 0.25]))
-def test_the_verdict_reads_the_one_interval(r, sesoi, alpha):
+def test_the_verdict_reads_the_p_values_and_implies_its_interval(r, sesoi, alpha):
+    from chunkstudy.significance import bootstrap_p
+
     t = eq.tost(r, sesoi, alpha=alpha)
     lo, hi = np.percentile(r, [100 * alpha, 100 * (1 - alpha)])
     assert (t.ci_low, t.ci_high) == (float(lo), float(hi))
-    if -sesoi < lo and hi < sesoi:
-        assert t.verdict == eq.EQUIVALENT
-    elif lo >= sesoi or hi <= -sesoi:
-        assert t.verdict == eq.NOT_EQUIVALENT
-    else:
-        assert t.verdict == eq.INCONCLUSIVE
-    if t.p_tost <= alpha:  # both one-sided tests reject: then the interval lies inside the bounds
-        assert t.verdict == eq.EQUIVALENT
+    assert t.verdict == eq.verdict_of(t.p_tost, t.p_met, alpha)
+    if t.p_tost < alpha:  # both one-sided tests reject: the (1 - 2 alpha) interval lies inside the bounds
+        assert -sesoi < lo and hi < sesoi
+    if t.p_met < alpha:  # the minimum-effect test rejects: the (1 - alpha) interval lies beyond one bound
+        lo95, hi95 = np.percentile(r, [50 * alpha, 100 - 50 * alpha])
+        assert lo95 > sesoi or hi95 < -sesoi
+    assert not (t.p_tost < alpha and t.p_met < alpha)  # never both
     assert 0 < t.p_lower <= 1 and 0 < t.p_upper <= 1 and t.p_tost == max(t.p_lower, t.p_upper)
+    assert 0 < t.p_met <= 1
+    # with the bound at 0 the minimum-effect test is the study's two-sided test of δ = 0
+    if not ((r != 0) & (np.abs(r) <= 1e-300)).any():
+        assert eq.tost(r, 1e-300, alpha=alpha).p_met == pytest.approx(bootstrap_p(r))
 
 
 @given(replicate_sets, st.floats(1e-3, 0.6))
 def test_mirroring_the_replicates_swaps_the_one_sided_tests_and_keeps_the_verdict(r, sesoi):
     a, b = eq.tost(r, sesoi, alpha=ALPHA), eq.tost(-r, sesoi, alpha=ALPHA)
     assert (a.p_lower, a.p_upper) == (b.p_upper, b.p_lower)
-    assert a.verdict == b.verdict
+    assert a.p_met == b.p_met and a.verdict == b.verdict
 
 
 def test_equivalent_and_significantly_different_can_both_hold():
@@ -140,16 +192,23 @@ def test_bad_input_is_refused_with_the_reason():
 def test_the_tost_verdict_fills_its_columns_per_contrast_and_none_without_inference():
     from types import SimpleNamespace as NS
 
+    from chunkstudy.significance import BootstrapTest
+
     rng = np.random.default_rng(3)
     inside = rng.normal(0.0, 0.002, 2000)
     far = rng.normal(0.1, 0.002, 2000)
     family = [NS(replicates=inside, inference=True), NS(replicates=far, inference=True),
               NS(replicates=inside, inference=False), NS(replicates=np.empty(0), inference=True)]
-    rows = eq.TostVerdict(0.02).decide(NS(alpha=0.05), family)
+    test = BootstrapTest(2000, 1, 0.05, 2)
+    rows = eq.TostVerdict(0.02).decide(test, family)
     assert [tuple(r) for r in rows] == [eq.TOST_COLUMNS] * 4
     assert [r["equivalence"] for r in rows] == ["equivalent", "not equivalent", "", ""]
     e = eq.tost(inside, 0.02, alpha=0.05)
     assert (rows[0]["tost_ci_low"], rows[0]["tost_ci_high"], rows[0]["p_tost"]) == (e.ci_low, e.ci_high, e.p_tost)
-    assert np.isnan(rows[2]["p_tost"]) and rows[2]["sesoi"] == 0.02
+    # the untested two count in the family (ranked last): 4 x the smallest p
+    assert rows[0]["p_tost_holm"] == pytest.approx(min(1.0, 4 * e.p_tost))
+    assert np.isnan(rows[2]["p_tost"]) and np.isnan(rows[2]["p_tost_holm"]) and rows[2]["sesoi"] == 0.02
+    blank = eq.TostVerdict(None).decide(test, family)  # no bound declared for this family's metric
+    assert [r["equivalence"] for r in blank] == [""] * 4 and all(np.isnan(r["sesoi"]) for r in blank)
     with pytest.raises(ValueError, match="sesoi"):
         eq.TostVerdict(0.0)

@@ -128,6 +128,8 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                section_recall_summary=retrieve.section_recall_summary(ret["section_recall"]), scores=scores,
                contrasts=stats.contrasts_table(scores, queries, config_mod.record("stats", sp), PRIMARY, "synthetic"),
                mixedlm=stats.mixedlm_table(scores, queries, config_mod.record("stats", sp), PRIMARY, "synthetic"),
+               mixedlm_paired=stats.paired_mixedlm_table(scores, queries, config_mod.record("stats", sp), PRIMARY,
+                                                         "synthetic"),
                dose_response=stats.dose_response(scores, queries, config_mod.record("stats", sp), PRIMARY,
                                                  "synthetic"),
                per_type=stats.per_type(scores, queries, config_mod.record("stats", sp), PRIMARY, "synthetic"),
@@ -212,6 +214,19 @@ def test_latex_is_booktabs_and_escaped():
 
 
 # ------------------------------------------------------------------------------------------------ tables
+
+def test_table1_notes_give_the_correctly_specified_model_beside_the_preregistered_one(run):
+    t = tables.table1(run["contrasts"], run["mixedlm"], paired=run["mixedlm_paired"])
+    (note,) = [n for n in t.notes if n.startswith("Correctly specified secondary model")]
+    p = run["mixedlm_paired"].set_index("contrast")
+    assert "random intercept per document" in note
+    ok = run["contrasts"].set_index("contrast").loc[["C1", "C2", "C3", "C4"]]
+    ok = ok[ok["confirmatory"]]["inference"]
+    for c in ("C1", "C2", "C3", "C4"):  # every contrast, its coefficient as Table 1 rounds it, CI and p gated
+        shown = f"{c} {tables.fmt_delta(p.at[c, 'coef'])} " + ("[" if ok[c] else f"(CI and p {tables.NO_INFERENCE})")
+        assert shown in note
+    assert not any(n.startswith("Correctly specified") for n in tables.table1(run["contrasts"], run["mixedlm"]).notes)
+
 
 def test_table1_rows_equal_the_confirmatory_contrasts(run):
     c, m = run["contrasts"], run["mixedlm"]

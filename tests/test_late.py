@@ -392,7 +392,7 @@ def test_stage_04_gives_late_chunks_rows_of_their_own_and_a_rerun_encodes_nothin
         "X": config.record("conditions.extra.*", {"chunker": "semchunk"}),
         "L": config.record("conditions.extra.*", {"of": "A0", "embedding": "late"})}))
     assert conds == ["L"]
-    out = late.embed_conditions(chunks, documents, conds, specs, store, vectors, ids, window=None, overlap=64)
+    out = late.embed_conditions(chunks, documents, conds, specs, store, vectors, ids, window=None, overlap=None)
     got = out["chunks"]
     assert got[["condition", "doc_id", "start", "end"]].equals(chunks[["condition", "doc_id", "start", "end"]])
     assert got.loc[got["condition"] == "X", "text_row"].tolist() == list(range(5))
@@ -405,12 +405,37 @@ def test_stage_04_gives_late_chunks_rows_of_their_own_and_a_rerun_encodes_nothin
         np.testing.assert_array_equal(out["vectors"][key][:5], vectors[key])
         np.testing.assert_allclose(out["vectors"][key][5:], direct, atol=1e-6)
     rep = out["report"].set_index("embedder")
-    assert rep["window"].tolist() == [512, 512] and rep["n_sequences"].tolist() == [2, 2]
+    # no window stated: each embedder's max_seq_length, the length it embeds a chunk at independently (never the
+    # encoder's 512 positions, which MiniLM was not fine-tuned on), and a quarter of it shared
+    assert rep["window"].tolist() == [256, 128] and rep["overlap"].tolist() == [64, 32]
+    assert rep["n_sequences"].tolist() == [2, 2]
     assert (rep["tokens_read"] == rep["tokens_run"]).all()  # the first run encodes every window once
     again = late.embed_conditions(chunks, documents, conds, specs, embed_store.EmbeddingStore(tmp_path / "store", 8),
-                                  vectors, ids, window=None, overlap=64)
+                                  vectors, ids, window=None, overlap=None)
     assert again["report"]["tokens_run"].tolist() == [0, 0]
     assert again["report"]["tokens_read"].tolist() == out["report"]["tokens_read"].tolist()
     np.testing.assert_array_equal(again["vectors"]["strong"], out["vectors"]["strong"])
     none = late.embed_conditions(chunks, documents, [], specs, store, vectors, ids, window=None, overlap=64)
     assert none["chunks"].equals(chunks) and none["ids"] is ids and none["report"].empty
+    declared = late.embed_conditions(chunks, documents, conds, specs, store, vectors, ids, window=512, overlap=128)
+    assert declared["report"]["window"].tolist() == [512, 512]  # a longer window is a declared choice
+
+
+def test_a_chunk_of_only_zero_width_characters_is_named_before_anything_is_encoded(embedder, tmp_path):
+    """A chunk whose content is only characters the tokenizer drops (zero-width spaces) gets no token to pool:
+    04 stops before it encodes any window, naming the document and the chunk id, and the store holds nothing."""
+    zw = "\u200b\u200b\u200b"
+    text = "First sentence here. " + zw + " Last sentence there."
+    documents = pd.DataFrame({"doc_id": ["d1"], "text": [text]})
+    cut = (0, 21, 25, len(text))
+    chunks = pd.DataFrame({"condition": "L", "doc_id": "d1", "chunk_id": ["L|d1|0", "L|d1|1", "L|d1|2"],
+                           "start": cut[:3], "end": cut[1:], "prefix": "", "text_row": [0, 1, 2]})
+    assert text[21:25].strip() == zw
+    store = embed_store.EmbeddingStore(tmp_path / "store", flush_every=8)
+    specs = {"strong": config.record("embed.embedders.*", SPEC)}
+    texts = [text[a:b].strip() for a, b in zip(cut, cut[1:])]
+    vectors, _ = embed_store.embed_all(specs, texts, store, progress=False)
+    with pytest.raises(late.LateError, match=r"document 'd1', chunk 'L\|d1\|1' \[21, 25\): no token.*U\+200B"):
+        late.embed_conditions(chunks, documents, ["L"], specs, store, vectors, embed_store.ids_table(texts),
+                              window=None, overlap=None)
+    assert not (tmp_path / "store" / late.late_model_key(embedder, 256, 64)).exists()  # nothing encoded, stored

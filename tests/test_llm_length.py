@@ -50,6 +50,48 @@ def test_a_cut_reply_is_asked_again_with_twice_the_budget_and_only_the_whole_rep
     assert len(server.stats()["chat"]) == 2  # the replay asked nothing
 
 
+def test_a_record_written_by_the_client_keeps_the_servers_usage_and_the_cost_table_counts_it(server, tmp_path):
+    """A real call record (the client against an OpenAI-compatible server over HTTP): a reply cut at 64 tokens and
+    asked again at 128. The record keeps the server's usage summed over both replies (prompt 5 words + 4 = 5
+    tokens twice; completion 64 + 100), the prompt's characters and the seconds of both attempts, and the cost
+    table reads exactly those: the tokens counted, not estimated, and every attempt's seconds."""
+    from chunkstudy.stats import cost
+
+    c = llm.make_client(config.record("llm", http_params(server.url, max_reply_tokens=64)), tmp_path)
+    r = c.generate([req("words:100", tag="induce:Apollo_8:0:r0")])[0]
+    assert r.error is None and r.cuts == 1
+    (rec,) = cache_records(tmp_path)
+    assert rec["usage"] == {"prompt_tokens": 2 * 5, "completion_tokens": 64 + 100, "replies": 2}
+    assert rec["prompt_chars"] == len("words:100")
+    assert rec["attempt_seconds"] > rec["seconds"] > 0  # two attempts, the producing one the second
+    (row,) = cost.llm_calls_from_records(cost.read_call_records(tmp_path / cost.LLM_CALLS_FILE)).to_dict("records")
+    assert (row["use"], row["doc_id"], row["calls"]) == ("induce", "Apollo_8", 2)
+    assert (row["prompt_tokens"], row["reply_tokens"], row["tokens_counted"]) == (10.0, 164.0, "usage")
+    assert row["seconds"] == rec["attempt_seconds"]
+
+
+def test_a_record_of_an_older_client_gets_its_prompt_size_when_read_and_the_cost_is_estimated(server, tmp_path):
+    """A cache written before the client kept usage (the record as that client wrote it: no usage, no prompt
+    size, one attempt's seconds): the cost table cannot count its prompt; the next run that reads it from the
+    cache (no model call) adds the prompt's characters, and the cost table then estimates the prompt at
+    characters / 4 per attempt and says so."""
+    from chunkstudy.stats import cost
+
+    params = config.record("llm", http_params(server.url, max_reply_tokens=64))
+    llm.make_client(params, tmp_path).generate([req("echo:" + "x" * 39, tag="a1:d:0:10")])
+    path = tmp_path / llm.CACHE_FILE
+    (rec,) = cache_records(tmp_path)
+    old = {k: v for k, v in rec.items() if k not in ("usage", "prompt_chars", "attempt_seconds")}
+    path.write_text(json.dumps(old) + "\n")
+    (row,) = cost.llm_calls_from_records(cost.read_call_records(path)).to_dict("records")
+    assert row["tokens_counted"] == "estimate" and row["prompt_tokens"] != row["prompt_tokens"]  # NaN: unknown
+    again = llm.make_client(params, tmp_path).generate([req("echo:" + "x" * 39, tag="a1:d:0:10")])[0]
+    assert again.cached and len(server.stats()["chat"]) == 1  # read from the cache, nothing asked
+    (row,) = cost.llm_calls_from_records(cost.read_call_records(path)).to_dict("records")
+    assert (row["prompt_tokens"], row["reply_tokens"], row["tokens_counted"]) == (44 / 4, 39 / 4, "estimate")
+    assert cache_records(tmp_path)[-1]["text"] == old["text"]  # the reply itself is never rewritten
+
+
 def test_a_reply_that_stays_cut_fails_counted_and_is_never_cached(server, tmp_path):
     c = llm.make_client(config.record("llm",
                                       http_params(server.url, max_reply_tokens=64, length_retries=2,

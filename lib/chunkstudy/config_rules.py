@@ -102,7 +102,8 @@ def _power_can_reject(d: dict) -> str | None:
 def _extra_conditions(d: dict) -> str | None:
     """User conditions: a chunker is named exactly when the boundaries are a chunker's; no name (or twin name)
     clashes with a paper condition or another user condition; a depth only where a heading path is cut; a context
-    only on a chunk set 02 cuts; a twin only of a chunker's cut; the semantic chunker's embedder is declared."""
+    only on a chunk set 02 cuts; a twin only of a chunker's cut; no overlapping chunks under late pooling; the
+    semantic chunker's embedder is declared."""
     taken = {c: "a paper condition" for c in design.CONDITION_NAMES}
     for name, spec in d["conditions"]["extra"].items():
         boundaries = spec["boundaries"]
@@ -127,6 +128,10 @@ def _extra_conditions(d: dict) -> str | None:
         if kind.contexts and boundaries == "chunker" and spec.get("of") is None:
             return f"{name}.prefix: a {spec['prefix']!r} prefix reads the situating contexts 02 writes, and 02 cuts " \
                    "only the paper's chunk sets (boundaries fixed, induced or gold), not a chunker's"
+        if spec["overlap"] and spec["embedding"] == design.LATE:
+            return f"{name}: overlap: true with embedding: late; late pooling pools each token into one chunk of " \
+                   "one sequence per document, so the chunks must not overlap: set overlap: false (and a chunker " \
+                   "that does not overlap), or embedding: independent"
         if spec["size_matched_twin"] and boundaries != "chunker":
             return f"{name}.size_matched_twin: only a chunker's cut gets a twin (the paper's A0 is already the " \
                    "size-matched twin of A2)"
@@ -137,6 +142,20 @@ def _extra_conditions(d: dict) -> str | None:
             if n in taken:
                 return f"{name}: the name {n!r} is already {taken[n]}; choose another"
             taken[n] = f"a condition of conditions.extra ({name})"
+    return None
+
+
+def _sesoi_bounds(d: dict) -> str | None:
+    """``stats.sesoi_by_metric``: each key a metric of the metrics section other than ``stats.primary_metric``
+    (whose bound is ``stats.sesoi``), each bound a positive number in that metric's units."""
+    names, primary = _metric_names(d), d["stats"]["primary_metric"]
+    for metric, bound in d["stats"]["sesoi_by_metric"].items():
+        if metric == primary:
+            return f"{metric}: the primary metric's bound is stats.sesoi; state it there"
+        if metric not in names:
+            return f"{metric!r} is not a metric of this run; metrics: {names}"
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not bound > 0:
+            return f"{metric}: expected a positive number in the metric's units, got {bound!r}"
     return None
 
 
@@ -170,6 +189,7 @@ RULES: tuple[Rule, ...] = (
     one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
     Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions"),
     Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
+    Rule("stats.sesoi_by_metric", _sesoi_bounds, "a positive bound per metric of the run"),
     Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
     Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
 )

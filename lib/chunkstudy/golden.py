@@ -41,8 +41,9 @@ def headline(cfg: config.Config) -> dict:
 
 #: Sections of :func:`headline` a golden file pins only when it has them (golden files pinned before these existed
 #: leave them out, and :func:`compare` does not count them as unexpected there): the user's contrasts of the
-#: primary cell, the TOST verdicts, and the exact columns of 07's cost table.
-OPTIONAL = ("user_contrasts", "tost", "cost")
+#: primary cell, the TOST verdicts, the exact columns of 07's cost table, and the correctly specified secondary
+#: model (07's ``mixedlm_paired``).
+OPTIONAL = ("user_contrasts", "tost", "cost", "mixedlm_paired")
 #: The cost table's columns a golden pins: the exact counts (never the measured seconds).
 COST_PINNED = ("embedding", "llm_calls", "llm_tokens", "tokens_embedded", "prefix_share", "tokens_read",
                "index_bytes", "pareto_tokens", "pareto_llm")
@@ -50,7 +51,8 @@ COST_PINNED = ("embedding", "llm_calls", "llm_tokens", "tokens_embedded", "prefi
 
 def _tost(r) -> dict:
     return {"equivalence": str(r.equivalence), "tost_ci_low": float(r.tost_ci_low),
-            "tost_ci_high": float(r.tost_ci_high)}
+            "tost_ci_high": float(r.tost_ci_high), "p_tost_holm": float(r.p_tost_holm),
+            "p_met_holm": float(r.p_met_holm)}
 
 
 def _beyond(cfg: config.Config, primary, cell: str) -> dict:
@@ -65,6 +67,10 @@ def _beyond(cfg: config.Config, primary, cell: str) -> dict:
             for r in rows.itertuples()}
     if "equivalence" in primary:
         out["tost"] = {r.contrast: _tost(r) for r in primary.itertuples()}
+    if artifacts.exists(cfg, "mixedlm_paired"):
+        paired = artifacts.read(cfg, "mixedlm_paired")
+        out["mixedlm_paired"] = {r.contrast: {"coef": float(r.coef), "se": float(r.se), "p_holm": float(r.p_holm)}
+                                 for r in paired.sort_values("contrast").itertuples()}
     if artifacts.exists(cfg, "cost"):
         table = artifacts.read(cfg, "cost")
         out["cost"] = {f"{r['condition']} / {r['embedder']}": {c: (r[c].item() if hasattr(r[c], "item") else r[c])

@@ -171,10 +171,11 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
         manifest["user_declared"] = {"digest": config.declaration_digest(cfg.params("conditions"),
                                                                          cfg.params("contrasts")),
                                      "conditions": list(user_conditions), "contrasts": list(user_contrasts)}
-    sesoi = cfg.params("stats").sesoi
-    if sesoi is not None:  # the equivalence bound as this stage saw it: 08 asks whether 01 saw the same (before any result)
-        manifest["equivalence_declared"] = {"sesoi": float(sesoi), "alpha": float(cfg.params("stats").alpha),
-                                            "metric": cfg.params("stats").primary_metric}
+    st = cfg.params("stats")
+    if st.equivalence_bounds:  # the equivalence bounds as this stage saw them: 08 asks whether 01 saw the same
+        manifest["equivalence_declared"] = {"sesoi": None if st.sesoi is None else float(st.sesoi),
+                                            "alpha": float(st.alpha), "metric": st.primary_metric,
+                                            "bounds": st.equivalence_bounds}
     if warned:
         manifest["warnings"] = list(warned)
     if services:

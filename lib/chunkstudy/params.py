@@ -382,10 +382,14 @@ class EmbedParams:
     flush_every: int = param(1024, "unseen texts per model call of the embedding store, each group written as one "
                              "checksummed shard before the next (a kill loses at most one)", ge=1)
     late_window: int | None = param(None, "late pooling (a condition with embedding: late): tokens per macro window, "
-                                    "special tokens included; null = the encoder's own positions (512 for "
-                                    "all-MiniLM-L6-v2; docs/beyond.md, 'Late pooling')", ge=8)
-    late_overlap: int = param(128, "late pooling: content tokens consecutive macro windows share (a token keeps the "
-                              "embedding of the window where it has more context)", ge=0)
+                                    "special tokens included; null = each embedder's max_seq_length, the length it "
+                                    "embeds a chunk at independently (256 for all-MiniLM-L6-v2), so late and "
+                                    "independent vectors see the same positions; a longer window (up to the "
+                                    "encoder's positions, 512 for MiniLM) is a declared choice "
+                                    "(docs/beyond.md, 'Late pooling')", ge=8)
+    late_overlap: int | None = param(None, "late pooling: content tokens consecutive macro windows share (a token "
+                                     "keeps the embedding of the window where it has more context); null = a "
+                                     "quarter of the window", ge=0)
 
 
 # ------------------------------------------------------------------------------------------------------ retrieve
@@ -441,6 +445,10 @@ class RetrieveParams:
     rerankers: Mapping[str, RerankerParams] = named()
     two_stage_conditions: tuple[str, ...] = param(design.TWO_STAGE, "conditions retrieved route-to-section; "
                                                   "others flat", choices=design.CONDITION_NAMES)
+    timing_repeats: int = param(5, "05's search latency (the cost table): each cell's search is timed up to this "
+                                "many more times after the one that gives its results (fewer once they took a "
+                                "second), and the median and the range are kept (one run of a sub-millisecond "
+                                "search is timer noise and warm-up); 0 = the one run", ge=0, digest="never")
 
 
 # ------------------------------------------------------------------------------------------------------- metrics
@@ -498,10 +506,14 @@ class StatsParams:
     primary_reranker: str = param("none")
     contrasts: Mapping[str, tuple[str, str]] = param({c.name: [c.a, c.b] for c in design.CONTRASTS})
     mixedlm: bool = param(True)
-    sesoi: float | None = param(None, "smallest effect size of interest, in the primary metric's units (0.02 = two "
-                                "cov-nDCG points): every contrast gets a TOST at +-sesoi from its own bootstrap "
-                                "draws (90% CI at alpha 0.05; docs/beyond.md, 'Equivalence'), recorded in stage "
-                                "01's manifest; null = no equivalence test", gt=0)
+    sesoi: float | None = param(None, "smallest effect size of interest of stats.primary_metric, in its units (0.02 "
+                                "= two cov-nDCG points): every contrast of that metric gets a TOST at +-sesoi from "
+                                "its own bootstrap draws, Holm-adjusted within its family "
+                                "(docs/beyond.md, 'Equivalence'), recorded in stage 01's manifest; null = no "
+                                "equivalence test", gt=0)
+    sesoi_by_metric: Mapping[str, float] = param({}, "the bounds of other metrics, by metric name (e.g. MRR: 0.02, "
+                                                 "recall@50: 0.03), each in its own units; a metric without one "
+                                                 "gets blank TOST columns and a note saying so")
     drilldown_queries: int = param(3, "per-query drill-down (06_metrics/drilldown, report.html): how many queries "
                                    "with the largest gains and how many with the largest losses each contrast of the "
                                    "primary cell shows", ge=0)
@@ -516,6 +528,21 @@ class StatsParams:
     power_paper_corpus: Literal["wikipedia", "qasper"] | None = param(
         None, "power analysis: the paper corpus whose dz is the 'paper' scenario; null = corpus.kind when the paper "
               "ran it, else wikipedia")
+
+    def sesoi_for(self, metric: str) -> float | None:
+        """The declared equivalence bound of ``metric`` (its units): ``sesoi`` for ``primary_metric``, else
+        ``sesoi_by_metric``'s; None where none is declared."""
+        if metric == self.primary_metric:
+            return self.sesoi
+        bound = self.sesoi_by_metric.get(metric)
+        return None if bound is None else float(bound)
+
+    @property
+    def equivalence_bounds(self) -> dict[str, float]:
+        """Every declared bound by metric name, the primary metric's first (what 01's manifest records); empty
+        when the run tests no equivalence."""
+        out = {self.primary_metric: float(self.sesoi)} if self.sesoi is not None else {}
+        return {**out, **{str(k): float(v) for k, v in self.sesoi_by_metric.items()}}
 
 
 # ------------------------------------------------------------------------------------------------------- figures

@@ -22,18 +22,19 @@ A stage can also send a warning that must not stay in the kernel's log (:func:`w
 repaired, for one): the runner prints it at once, records it in the stage's manifest, and 08 lists it among the
 report's warnings.
 
-Progress never changes results: it only reports counts.
+Progress never changes results: it only reports counts. Neither does :func:`timed`, which times a call repeatedly.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Iterable, Iterator, TypeVar
+from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
 from tqdm import tqdm
 
@@ -283,3 +284,27 @@ class Tail:
         elif now - self._printed[rec["id"]] >= self.log_interval_s:
             self.out.write(render(rec) + "\n")
             self._printed[rec["id"]] = now
+
+
+#: The timing columns of :func:`timed` (05's ``retrieval_timing``).
+TIMING_COLUMNS = ("seconds", "seconds_min", "seconds_max", "repeats")
+
+
+def timed(call: Callable[[], Any], repeats: int, budget_s: float = 1.0) -> tuple[Any, dict]:
+    """``call()``'s result (its first call, which also warms the caches) and its wall seconds: the median and range
+    of up to ``repeats`` more timed calls (:data:`TIMING_COLUMNS`; fewer once they took ``budget_s`` together: a
+    slow call is timed well enough by one or two, and a run of large cells is not made much longer), or with 0
+    repeats the first call's alone. One run of a sub-millisecond call is timer jitter and warm-up: 05 times each
+    cell's search so (``retrieve.timing_repeats``). Like the bars, it never changes a result."""
+    t0 = time.perf_counter()
+    out = call()
+    times = [time.perf_counter() - t0]
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+        if sum(times[1:]) >= budget_s:
+            break
+    timed_runs = times[1:] or times
+    return out, {"seconds": float(statistics.median(timed_runs)), "seconds_min": min(timed_runs),
+                 "seconds_max": max(timed_runs), "repeats": len(times) - 1}

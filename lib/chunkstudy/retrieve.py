@@ -30,12 +30,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Sequence, cast
 
-import time
 
 import numpy as np
 import pandas as pd
 
-from . import stages
+from . import progress, stages
 from .params import RetrieveParams
 
 #: Extra candidates faiss proposes beyond k, so float32 rounding in the backend rarely needs a wider look.
@@ -518,10 +517,10 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
     ``chunks``: the 04 table (condition, doc_id, chunk_id, start, end, route_key, text_row); a condition's chunk
     vectors are ``vectors_by_embedder[e][chunks.text_row]``. ``query_vecs_by_embedder[e]`` has one row per row of
     ``queries`` (same order). ``retrieve_params``: the ``retrieve`` record, ``cfg.params("retrieve")`` (k,
-    route_sections, backend, two_stage_conditions; a mapping is validated into one). Every query searches all chunks of the corpus under that condition.
-
-    Returns ``{"runs": ..., "section_recall": ..., "timing": ...}``. timing: embedder, condition, n_queries,
-    seconds (the wall seconds of that cell's search alone, measured here: never part of a golden). runs: embedder, reranker ("none"), condition, query_id, rank
+    route_sections, backend, two_stage_conditions; a mapping is validated into one). Every query searches all
+    chunks of the corpus under that condition. Returns ``{"runs": ..., "section_recall": ..., "timing": ...}``.
+    timing: embedder, condition, n_queries, the cell's search seconds (:func:`chunkstudy.progress.timed`, ``retrieve.timing_repeats``;
+    measured here, never in a golden). runs: embedder, reranker ("none"), condition, query_id, rank
     (1-based), chunk_id, score, doc_id, source ("flat" | "routed" | "backfill"). section_recall (two-stage
     conditions only): embedder, reranker, condition, query_id, doc_id, section_recall, n_gold_sections,
     n_routed_gold, first_gold_route_rank, routed_doc_ids, routed_route_keys, routed_scores (lists, best first).
@@ -534,6 +533,7 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
                          "occurs more than once (chunk ids must be unique across conditions)")
     p = retrieve_params
     k, n_sections, backend, two_stage = p.k, p.route_sections, p.backend, set(p.two_stage_conditions)
+    repeats = int(getattr(p, "timing_repeats", 0))
     query_ids = queries["query_id"].astype(str).to_numpy()
     runs, recall, timing = [], [], []
     for embedder in vectors_by_embedder:
@@ -551,13 +551,11 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
                                  f"vectors matrix of {len(matrix)} rows; 04_chunk_embed wrote them inconsistently")
             cvec = matrix[rows]
             ids = cc["chunk_id"].astype(str).to_numpy()
-            t0 = time.perf_counter()
             if condition in two_stage:
                 # a section is (document, top-level heading); route_key alone may repeat across documents
                 labels = cc["doc_id"].astype(str) + "\x1f" + cc["route_key"].astype(str)
-                res = two_stage_search(qv, cvec, ids, labels.to_numpy(), k=k, n_sections=n_sections,
-                                       backend=backend)
-                seconds = time.perf_counter() - t0
+                res, seconds = progress.timed(lambda: two_stage_search(qv, cvec, ids, labels.to_numpy(), k=k,
+                                                              n_sections=n_sections, backend=backend), repeats)
                 source = np.where(np.arange(res.idx.shape[1])[None, :] < res.n_routed[:, None], "routed",
                                   "backfill")
                 runs.append(_runs_frame(embedder, condition, query_ids, cc, res.idx, res.scores, source))
@@ -576,17 +574,16 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
                 sr["routed_scores"] = list(res.routed_scores)
                 recall.append(sr)
             else:
-                idx, scores = flat_search(qv, cvec, ids, k=k, backend=backend)
-                seconds = time.perf_counter() - t0
+                (idx, scores), seconds = progress.timed(lambda: flat_search(qv, cvec, ids, k=k, backend=backend), repeats)
                 source = np.full(idx.shape, "flat", dtype=object)
                 runs.append(_runs_frame(embedder, condition, query_ids, cc, idx, scores, source))
             timing.append({"embedder": embedder, "condition": str(condition), "n_queries": int(len(query_ids)),
-                           "seconds": seconds})
+                           **seconds})
     runs_df = pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(columns=_RUNS_COLUMNS)
     recall_df = (pd.concat(recall, ignore_index=True) if recall
                  else pd.DataFrame(columns=stages.columns("section_recall")))
     return {"runs": runs_df, "section_recall": recall_df,
-            "timing": pd.DataFrame(timing, columns=["embedder", "condition", "n_queries", "seconds"])}
+            "timing": pd.DataFrame(timing, columns=["embedder", "condition", "n_queries", *progress.TIMING_COLUMNS])}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -594,12 +591,9 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
 
 
 def embed_queries(queries: pd.DataFrame, embedders: Mapping[str, Any], store: Any) -> dict[str, np.ndarray]:
-    """Query vectors per embedder key, one row per row of ``queries``, through the persistent embedding store.
-
-    ``embedders``: ``cfg.params("embed").embedders`` (key -> embedder record); ``store``: an
-    ``embed_store.EmbeddingStore``.
-    Queries are embedded with ``kind="query"`` (the BGE query instruction where the spec asks for it).
-    """
+    """Query vectors per embedder key, one row per row of ``queries``, through the persistent embedding store
+    (``store``, an ``embed_store.EmbeddingStore``), for ``cfg.params("embed").embedders``; ``kind="query"`` (the
+    BGE query instruction where the spec asks for it)."""
     from . import embed
 
     texts = queries["text"].astype(str).tolist()
@@ -624,8 +618,7 @@ def section_recall_summary(section_recall_df: pd.DataFrame) -> pd.DataFrame:
     extra = {"mean_gold_sections": ("n_gold_sections", "mean")} if "n_gold_sections" in df.columns else {}
     out = (df.groupby(["embedder", "reranker", "condition"])
              .agg(section_recall=("hit", "mean"), n_queries=("query_id", "size"), n_defined=("defined", "sum"),
-                  **extra)
-             .reset_index())
+                  **extra).reset_index())
     r = out["section_recall"]
     out["se"] = np.sqrt(r * (1 - r) / out["n_defined"].where(out["n_defined"] > 0))
     return out.astype({"n_queries": "int64", "n_defined": "int64"})
@@ -633,8 +626,7 @@ def section_recall_summary(section_recall_df: pd.DataFrame) -> pd.DataFrame:
 
 def query_view(runs: pd.DataFrame, section_recall_df: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame,
                documents: pd.DataFrame, query_id: str, conditions: Sequence[str], *, reranker: str,
-               embedder: str | None = None, n: int = 10,
-               snippet_chars: int = 90) -> pd.DataFrame:
+               embedder: str | None = None, n: int = 10, snippet_chars: int = 90) -> pd.DataFrame:
     """The top ``n`` results of one query under ``conditions``, for reading: condition, rank, chunk_id, doc_id,
     route_key, score, source, in_routed (the chunk's section was kept by stage 1), gold_chars (characters of the
     query's gold spans inside the chunk, content offsets) and a content snippet."""
@@ -661,22 +653,21 @@ def query_view(runs: pd.DataFrame, section_recall_df: pd.DataFrame, chunks: pd.D
                          for e, c, d, k in zip(view["embedder"], view["condition"], view["doc_id"],
                                                view["route_key"])]
     text = documents.set_index("doc_id")["text"]
-    view["snippet"] = [text[d][s:s + snippet_chars].replace("\n", " ") for d, s in zip(view["doc_id"],
-                                                                                         view["start"])]
+    view["snippet"] = [text[d][s:s + snippet_chars].replace("\n", " ")
+                       for d, s in zip(view["doc_id"], view["start"])]
     return view[["embedder", "condition", "rank", "chunk_id", "doc_id", "route_key", "score", "source",
                  "in_routed", "gold_chars", "snippet"]].reset_index(drop=True)
 
 
 def routed_sections(section_recall_df: pd.DataFrame, query_id: str, embedder: str | None = None) -> pd.DataFrame:
-    """The sections stage 1 kept for one query (one row per routed section, best first) with their centroid
-    scores."""
+    """The sections stage 1 kept for one query (one row per routed section, best first), centroid scores."""
     sel = section_recall_df[section_recall_df["query_id"] == query_id]
     if embedder is not None:
         sel = sel[sel["embedder"] == embedder]
     if sel.empty:
         raise KeyError(f"section_recall: no rows for query {query_id!r}")
-    out = sel[["embedder", "condition", "query_id", "routed_doc_ids", "routed_route_keys", "routed_scores"]]
-    out = out.explode(["routed_doc_ids", "routed_route_keys", "routed_scores"]).rename(
+    out = sel[["embedder", "condition", "query_id", "routed_doc_ids", "routed_route_keys", "routed_scores"]].explode(
+        ["routed_doc_ids", "routed_route_keys", "routed_scores"]).rename(
         columns={"routed_doc_ids": "doc_id", "routed_route_keys": "route_key", "routed_scores": "centroid_score"})
     out["route_rank"] = out.groupby(["embedder", "condition"]).cumcount() + 1
     return out.reset_index(drop=True)

@@ -188,7 +188,8 @@ _PAIR = {"contrast": S, "condition_a": S, "condition_b": S}
 _BOOT = {"mean_delta": F, "ci_low": F, "ci_high": F, "p": F}
 #: A contrast family's rows (07's contrasts and user_contrasts)
 #: 07's TOST columns (stats.sesoi declared; chunkstudy.stats.equivalence.TOST_COLUMNS)
-_TOST = {"sesoi": F, "tost_ci_low": F, "tost_ci_high": F, "p_tost": F, "equivalence": S}
+_TOST = {"sesoi": F, "tost_ci_low": F, "tost_ci_high": F, "p_tost": F, "p_tost_holm": F, "p_met": F, "p_met_holm": F,
+         "equivalence": S}
 _CONTRAST = {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I, "n_docs": I,
              "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I, "seed": I, "inference": B, "note": S,
              **_TOST}
@@ -197,7 +198,7 @@ _COST = {"condition": S, "embedder": S, "quality": F, "embedding": S, "llm_calls
          "llm_reply_tokens": F, "llm_seconds": F, "llm_tokens_counted": S, "llm_tokens": F, "n_chunks": I,
          "n_texts": I, "content_tokens": I, "prefix_tokens": I, "tokens_embedded": I, "prefix_share": F,
          "tokens_read": F, "n_vectors": I, "n_route_vectors": I, "dim": I, "index_bytes": I, "embed_seconds": F,
-         "latency_ms_per_query": F, "pareto_tokens": B, "pareto_llm": B}
+         "latency_ms_per_query": F, "latency_ms_min": F, "latency_ms_max": F, "pareto_tokens": B, "pareto_llm": B}
 #: The documents each contrast needs (07's power_needed and user_power_needed)
 _POWER_NEEDED = {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
                  "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
@@ -335,6 +336,11 @@ STAGES: tuple[Stage, ...] = (
                           "ci_low": F, "ci_high": F, "n_obs": I, "n_queries": I, "n_docs": I, "group_var": F,
                           "resid_var": F, "converged": B, "label": S, "note": S},
               required=('contrast',)),
+        Table("mixedlm_paired", {"corpus": S, "cell": S, **_PAIR, "coef": F, "se": F, "z": F, "p": F, "p_holm": F,
+                                 "ci_low": F, "ci_high": F, "n_queries": I, "n_docs": I, "doc_var": F,
+                                 "resid_var": F, "converged": B, "label": S, "note": S},
+              "the correctly specified secondary model: paired per-query differences with a random intercept per "
+              "document, per contrast of the primary cell", required=('contrast',)),
         Table("dose_response", {**_CELL, "slope": F, "ci_low": F, "ci_high": F, "p": F, "n_queries": I,
                                 "n_docs": I, "levels": S,
                                 **{f"mean_d{d}": F for _, d in design.depth_ladder()},
@@ -362,7 +368,8 @@ STAGES: tuple[Stage, ...] = (
         Read("summary"), _optional("placebo_buckets", "the placebo table and its marks"),
         _optional("section_recall", "Figure 1's routing example and the section-recall figure"),
         _optional("section_recall_summary", "the section-recall table"), _optional("drilldown", "the drill-down"),
-        Read("contrasts"), Read("mixedlm"), _optional("dose_response", "the dose-response table and figure"),
+        Read("contrasts"), Read("mixedlm"), _optional("mixedlm_paired", "Table 1's note on the paired MixedLM"),
+        _optional("dose_response", "the dose-response table and figure"),
         _optional("per_type", "the per-type table and figure"), Read("condition_means"),
         _optional("reranker_lift", "the reranker-lift table"), Read("power"), Read("power_needed"),
         Read("user_contrasts"), Read("user_power"), Read("user_power_needed"), Read("cost")),

@@ -67,12 +67,19 @@ class LateError(ChunkstudyError, ValueError):
 class LateDocument:
     """One document to late-pool: its ``text``, its chunks' ``spans`` (half-open character offsets into ``text``,
     in document order, not overlapping; content is ``text[start:end].strip()``, as the chunk tables define it) and,
-    optionally, one prefix per chunk (``()``: none; ``""`` for a chunk without one)."""
+    optionally, one prefix per chunk (``()``: none; ``""`` for a chunk without one) and the chunks' ids (``()``:
+    errors name the chunk by its index)."""
 
     doc_id: str
     text: str
     spans: tuple[tuple[int, int], ...]
     prefixes: tuple[str, ...] = ()
+    chunk_ids: tuple[str, ...] = ()
+
+    def chunk_name(self, i: int) -> str:
+        """How an error names chunk ``i``: its id and span, or its index and span."""
+        lo, hi = self.spans[i]
+        return f"chunk {self.chunk_ids[i]!r} [{lo}, {hi})" if self.chunk_ids else f"chunk {i} [{lo}, {hi})"
 
 
 @dataclass(frozen=True)
@@ -188,11 +195,21 @@ def assign_tokens(offsets: np.ndarray, content: Sequence[tuple[int, int]]) -> tu
     return tok.astype(np.int64), ch.astype(np.int64)
 
 
+def default_window(embedder: Embedder) -> int:
+    """The late-pooling window when ``embed.late_window`` is null: the embedder's ``max_seq_length``, the length it
+    embeds a chunk at independently (special tokens included, as sentence-transformers counts it), so a late
+    vector's tokens sit at positions the same model uses for an independent one (256 for all-MiniLM-L6-v2, whose
+    512 position embeddings go past what it was fine-tuned on); at most :func:`encoder_window`. A longer window is
+    the declared ``embed.late_window``."""
+    return min(int(embedder.max_seq_length), encoder_window(embedder))
+
+
 def encoder_window(embedder: Embedder) -> int:
     """The encoder's own window in tokens, special tokens included: the transformer's position embeddings
     (``max_position_embeddings``; less the padding offset of RoBERTa-style models, whose positions start after
-    the pad index). 512 for all-MiniLM-L6-v2 (whose ``max_seq_length`` of 256 is a training choice, not a limit),
-    8,192 for jina-embeddings-v2. A model that declares none raises :class:`EmbedError`: give the window."""
+    the pad index): the longest window late pooling accepts. 512 for all-MiniLM-L6-v2 (fine-tuned at 128 tokens,
+    embedding at ``max_seq_length`` 256), 8,192 for jina-embeddings-v2. A model that declares none raises
+    :class:`EmbedError`: give the window."""
     m = embedder.sentence_transformer()
     cfg = getattr(getattr(m[0], "auto_model", None), "config", None)
     n = getattr(cfg, "max_position_embeddings", None)
@@ -361,6 +378,30 @@ class LateEncoder:
         return (x / np.where(n > 0, n, 1.0)).astype(np.float32)
 
 
+def _check_pooled(doc: LateDocument, comp: Composed, chunk_of_token: np.ndarray) -> None:
+    """Raise :class:`LateError` naming the document and chunk when a chunk of ``doc`` gets no token
+    (``chunk_of_token``: :func:`assign_tokens`' chunk per pooled token), before anything is encoded."""
+    empty = np.setdiff1d(np.arange(len(comp.content)), chunk_of_token)
+    if len(empty):
+        i = int(empty[0])
+        a, b = comp.content[i]
+        raise LateError(f"document {doc.doc_id!r}, {doc.chunk_name(i)}: no token of the encoder's tokenizer falls in "
+                        f"its content {comp.text[a:b][:40]!r}: it holds only characters the tokenizer drops "
+                        f"(zero-width or control characters such as U+200B); {len(empty)} such chunk(s) in this "
+                        "document. Remove those characters from the document or merge the chunk into its "
+                        "neighbour; nothing was encoded for it")
+
+
+def check_tokens(encoder: LateEncoder, docs: Sequence[LateDocument]) -> None:
+    """Refuse, before any window is encoded, a chunk of ``docs`` that no token of the encoder's tokenizer falls in
+    (:class:`LateError` naming its document and chunk id): tokenises every distinct sequence once."""
+    composed = [compose(d) for d in docs]
+    texts = list(dict.fromkeys(c.text for c in composed))
+    seqs = dict(zip(texts, encoder._tokenize(texts))) if texts else {}
+    for doc, comp in zip(docs, composed):
+        _check_pooled(doc, comp, assign_tokens(seqs[comp.text].offsets, comp.content)[1])
+
+
 def late_vectors(encoder: LateEncoder, docs: Sequence[LateDocument], progress: bool = False) -> list[np.ndarray]:
     """The late-pooled chunk vectors of each document: float32 ``(len(doc.spans), dim)``, unit rows, in span order.
 
@@ -381,6 +422,7 @@ def late_vectors(encoder: LateEncoder, docs: Sequence[LateDocument], progress: b
     for d, comp in enumerate(composed):
         u = unique[comp.text]
         tok, ch = assign_tokens(seqs[u].offsets, comp.content)
+        _check_pooled(docs[d], comp, ch)
         users[u].append((d, tok, ch))
     sums: list[np.ndarray | None] = [None] * len(docs)
     counts = [np.zeros(len(d.spans), dtype=np.int64) for d in docs]
@@ -403,11 +445,6 @@ def late_vectors(encoder: LateEncoder, docs: Sequence[LateDocument], progress: b
             counts[d] += np.bincount(c, minlength=len(docs[d].spans))
     out = []
     for d, doc in enumerate(docs):
-        empty = np.flatnonzero(counts[d] == 0)
-        if len(empty):
-            lo, hi = doc.spans[int(empty[0])]
-            raise LateError(f"document {doc.doc_id!r}, chunk {int(empty[0])} [{lo}, {hi}): no token of the sequence "
-                            "falls in its content")
         acc = sums[d]
         assert acc is not None  # every chunk has a token, so the document was accumulated
         out.append(encoder.finish(acc / counts[d][:, None]))
@@ -479,7 +516,8 @@ def documents_from_chunks(chunks: "pd.DataFrame", documents: "pd.DataFrame",
     for doc_id, g in frame.groupby("doc_id", sort=False):
         spans = tuple((int(s), int(e)) for s, e in zip(g["start"], g["end"]))
         prefixes = tuple(str(p) for p in g["prefix"]) if with_prefixes else ()
-        docs.append(LateDocument(str(doc_id), text[doc_id], spans, prefixes))
+        ids = tuple(str(c) for c in g["chunk_id"]) if "chunk_id" in g else ()
+        docs.append(LateDocument(str(doc_id), text[doc_id], spans, prefixes, ids))
         order.extend(g["_pos"].tolist())
     return docs, np.asarray(order, dtype=np.int64)
 
@@ -526,8 +564,9 @@ def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Se
     prefixes has them encoded with the document, never pooled); ``embedders``: the ``embed.embedders`` records;
     ``vectors`` and ``ids``: the text vectors per embedder and their row ids
     (:func:`chunkstudy.embed_store.embed_all`, :func:`chunkstudy.embed_store.ids_table`); ``window``: tokens per
-    macro window (None: each encoder's own, :func:`encoder_window`); ``overlap``: the windows' shared content
-    tokens.
+    macro window (None: each embedder's ``max_seq_length``, :func:`default_window`); ``overlap``: the windows'
+    shared content tokens (None: a quarter of the window). Every chunk is checked for a token of each encoder's
+    tokenizer before anything is encoded (:func:`check_tokens`).
 
     Each late chunk gets a row of its own after the ``n`` text rows, ``n + i`` in the chunks table's order, the
     same row in every embedder's matrix, so ``vectors[e][chunks.text_row]`` stays the rule. Returns
@@ -551,16 +590,23 @@ def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Se
     report: list[dict] = []
     row = int(n_texts)
     loaded = {key: _embed.load_embedder(spec, key) for key, spec in embedders.items()} if late else {}
+    encoders = {key: LateEncoder(e, window=w, overlap=overlap if overlap is not None else w // 4)
+                for key, e in loaded.items() for w in [window if window is not None else default_window(e)]}
+    sets = {}
     for cond in late:
         sel = np.flatnonzero((out["condition"] == cond).to_numpy())
         with_prefixes = bool((out["prefix"].iloc[sel].astype(str) != "").any())
-        docs, order = documents_from_chunks(out.iloc[sel], documents, with_prefixes)
+        sets[cond] = (sel, *documents_from_chunks(out.iloc[sel], documents, with_prefixes))
+        for enc in encoders.values():  # a chunk no token falls in stops 04 here, before any window is encoded
+            check_tokens(enc, sets[cond][1])
+    for cond in late:
+        sel, docs, order = sets[cond]
         rows = sel[order]  # positions in out, in the order the vectors come back
         composed = [compose(d) for d in docs]
         keys = [late_key(c, i) for c in composed for i in range(len(c.content))]
         lengths = [len(c.text) for c in composed for _ in c.content]
         for key, e in loaded.items():
-            enc = LateEncoder(e, window=window if window is not None else encoder_window(e), overlap=overlap)
+            enc = LateEncoder(e, window=encoders[key].window, overlap=encoders[key].overlap)
             vecs = np.concatenate(embed_late(store, enc, docs, progress)) if docs else np.zeros((0, e.dim), "f4")
             pooled[key].append(vecs)
             lengths_tok = sequence_tokens(enc, docs)

@@ -63,6 +63,12 @@ becoming a failed call and so a fallback outline.
   the budget it needed (``max_tokens_used``) and how many cut replies came before it (``cuts``);
   :class:`Response` carries both, so a stage's statistics are the same when replayed from the cache. Backends
   that report no finish reason (a scripted test backend returning a plain string) are taken as finished.
+* What a call cost (07's cost table, :mod:`chunkstudy.stats.cost`): the record keeps the tokens the backend
+  reported for it (``usage``: ``prompt_tokens`` and ``completion_tokens`` summed over every reply the call got,
+  its cut ones included, and their count ``replies``; the ``openai`` backend reads the server's ``usage``,
+  ``vllm`` the token ids, ``transformers`` the lengths it generated), the prompt's characters (``prompt_chars``:
+  the estimate where a backend reports no usage; added to a record of an older client when it is read from the
+  cache) and the wall seconds of all its attempts (``attempt_seconds``; ``seconds`` is the producing one's).
 * Error share (``llm.max_error_share``): after each batch, when the failed share of the calls this client made
   exceeds it, :class:`ErrorShareExceeded` stops the stage, so the runner writes no manifest; every success is
   already cached, so a plain rerun retries only the failed calls.
@@ -102,14 +108,14 @@ from .http import (
 )
 from .backends import (
     Backend, NoBackend, ScriptedBackend, parse_retry_after, prometheus_counters, OpenAIBackend, PROGRAMMING_ERRORS,
-    check_engine_args, VLLMBackend, TransformersBackend, generation_finish_reason, make_backend,
+    check_engine_args, VLLMBackend, TransformersBackend, generation_finish_reason, make_backend, server_usage,
 )
 from .cache import (
     CACHE_FILE, CallCache,
 )
 from .client import (
-    prefix_group, PROMPT_CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, prompt_tokens_upper, Client, make_client,
-    describe,
+    prefix_group, PROMPT_CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, prompt_tokens_upper, prompt_chars, Client,
+    make_client, describe,
 )
 
 __all__ = [
@@ -118,8 +124,8 @@ __all__ = [
     "ErrorShareExceeded", "Request", "Completion", "Response", "Call", "prompt_hash", "cache_key", "Backend",
     "NoBackend", "ScriptedBackend", "parse_retry_after", "prometheus_counters", "OpenAIBackend",
     "PROGRAMMING_ERRORS", "check_engine_args", "VLLMBackend", "TransformersBackend", "generation_finish_reason",
-    "make_backend", "CACHE_FILE", "CallCache", "prefix_group", "PROMPT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS",
-    "prompt_tokens_upper", "Client", "make_client", "describe", "http", "BROKER_ENV", "Breaker", "JsonPool",
+    "make_backend", "server_usage", "CACHE_FILE", "CallCache", "prefix_group", "PROMPT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS",
+    "prompt_tokens_upper", "prompt_chars", "Client", "make_client", "describe", "http", "BROKER_ENV", "Breaker", "JsonPool",
     "Replicas", "ensure_served", "RETRY_STATUS", "GaveUp", "auth_headers", "backoff_s", "error_for", "post_json",
     "urls",
 ]

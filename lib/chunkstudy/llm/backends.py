@@ -104,6 +104,18 @@ def prometheus_counters(text: str, names: Iterable[str] = VLLM_COUNTERS) -> dict
     return out
 
 
+def server_usage(usage: Any) -> dict | None:
+    """The token counts of an OpenAI-compatible reply's ``usage`` (``prompt_tokens``, ``completion_tokens``: what
+    vLLM and the OpenAI API send with every chat completion), or ``None`` when it has none or they are not counts."""
+    if not isinstance(usage, dict):
+        return None
+    try:
+        out = {k: int(usage[k]) for k in ("prompt_tokens", "completion_tokens")}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return out if min(out.values()) >= 0 else None
+
+
 class OpenAIBackend(Backend):
     """Chat completions against an OpenAI-compatible server (``POST {base_url}/chat/completions``); ``base_url``
     may list several replicas of the model (:class:`chunkstudy.llm.http.Replicas`: ``concurrency`` in flight on
@@ -113,7 +125,7 @@ class OpenAIBackend(Backend):
     are :class:`TransportError`; a reply that does not come within ``timeout_s`` is :class:`ReplyTimeout`; HTTP
     5xx is :class:`ServerError`; HTTP 408/409/425/429 are retryable (with the server's ``Retry-After``); other 4xx
     are permanent; an empty or ``None`` content is :class:`EmptyReply`. The reply is a :class:`Completion`
-    carrying ``choices[0].finish_reason``. The API key is read from the environment at construction and sent as a
+    carrying ``choices[0].finish_reason`` and the reply's ``usage`` (:func:`server_usage`). The API key is read from the environment at construction and sent as a
     bearer token; it never appears in errors, logs or the cache. :meth:`alive` tells a busy server from a dead one
     after a timeout.
     """
@@ -192,7 +204,7 @@ class OpenAIBackend(Backend):
         finish = choice.get("finish_reason") if isinstance(choice, dict) else None
         if content is not None and not isinstance(content, str):
             raise LLMError(f"malformed response from {url}: content is {type(content).__name__}") from None
-        return Completion(content, finish)
+        return Completion(content, finish, server_usage(reply.get("usage")))
 
     def alive(self) -> bool:
         """Whether every replica answers ``GET {base_url}/models`` within :attr:`probe_timeout_s` (HTTP 200). The
@@ -333,7 +345,10 @@ class VLLMBackend(Backend):
             if len(calls) == 1:
                 return [LLMError(f"vllm: {type(e).__name__}: {e}")]
             return [r for c in calls for r in self.complete_many([c])]
-        return [Completion(o.outputs[0].text, getattr(o.outputs[0], "finish_reason", None)) if o.outputs
+        return [Completion(o.outputs[0].text, getattr(o.outputs[0], "finish_reason", None),
+                           {"prompt_tokens": len(o.prompt_token_ids or ()),
+                            "completion_tokens": len(o.outputs[0].token_ids or ())}
+                           if getattr(o, "prompt_token_ids", None) is not None else None) if o.outputs
                 else LLMError("vllm: no output") for o in outs]
 
 
@@ -401,7 +416,8 @@ class TransformersBackend(Backend):
                                    pad_token_id=self.tok.pad_token_id or self.tok.eos_token_id, **kw)
         gen = out[0, enc["input_ids"].shape[1]:].tolist()
         return Completion(self.tok.decode(gen, skip_special_tokens=True),
-                          generation_finish_reason(gen, call.max_tokens, self._eos_ids()))
+                          generation_finish_reason(gen, call.max_tokens, self._eos_ids()),
+                          {"prompt_tokens": int(enc["input_ids"].shape[1]), "completion_tokens": len(gen)})
 
     def _eos_ids(self) -> set[int]:
         ids = getattr(getattr(self.lm, "generation_config", None), "eos_token_id", None)

@@ -99,10 +99,13 @@ class Request:
 class Completion:
     """What a backend's :meth:`Backend.complete` returns: the text and why generation stopped
     (``finish_reason``: ``"stop"``, ``"length"`` = cut at ``max_tokens``, ...; ``None`` when the backend does not
-    say). A backend may return a plain ``str`` instead: a reply whose finish reason is unknown."""
+    say), and the tokens the model read and wrote for it (``usage``: ``{"prompt_tokens": n, "completion_tokens":
+    m}``, the server's own count; ``None`` when the backend does not report one). A backend may return a plain
+    ``str`` instead: a reply whose finish reason and usage are unknown."""
 
     text: str | None
     finish_reason: str | None = None
+    usage: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,10 @@ class Response:
     ``finish_reason`` is the backend's for the reply returned (``None``: not reported); ``cuts`` counts the replies
     of this call that stopped at their ``max_tokens`` before it (each asked again with a larger budget; with an
     ``error`` of :class:`LengthCut` the last of them was still cut); ``max_tokens_used`` is the budget of the
-    reply returned (``None`` for a failed call)."""
+    reply returned (``None`` for a failed call). ``usage``: the backend's token counts summed over every reply the
+    call got, its cut ones included (``prompt_tokens``, ``completion_tokens``, ``replies``; ``None`` when a reply
+    came without one); ``attempt_seconds``: wall seconds of all its attempts (cut and failed ones included, the
+    waits between them not)."""
 
     text: str
     cached: bool
@@ -122,6 +128,8 @@ class Response:
     finish_reason: str | None = None
     cuts: int = 0
     max_tokens_used: int | None = None
+    usage: dict | None = None
+    attempt_seconds: float | None = None
 
 
 @dataclass(frozen=True)

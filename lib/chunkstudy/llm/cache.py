@@ -39,7 +39,8 @@ def _salvage(raw: bytes) -> dict | None:
 class CallCache:
     """Append-only JSONL store of finished calls, keyed by :func:`cache_key`. Thread-safe within a process;
     each record is one ``write`` of one line with ``O_APPEND``, flushed at once, so a kill loses at most the
-    call in flight. ``folder=None`` keeps records in memory only.
+    call in flight. A record given a field it lacked (:meth:`amend`) is appended again whole; the last line of a
+    key is the one read. ``folder=None`` keeps records in memory only.
 
     On open the file is checked (:attr:`report`): ``lines`` read, ``records`` kept, ``torn_tail`` (1 when an
     unterminated last line was dropped and the file truncated to its last whole line; a last line that is a whole
@@ -127,14 +128,28 @@ class CallCache:
         return list(self._records.values())
 
     def put(self, rec: dict) -> None:
-        line = json.dumps(rec, ensure_ascii=False) + "\n"
         with self._lock:
             if rec["key"] in self._records:
                 return
-            self._records[rec["key"]] = rec
-            if self.path is not None:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, line.encode("utf-8"))
-                finally:
-                    os.close(fd)
+            self._append(rec)
+
+    def amend(self, key: str, **fields: Any) -> None:
+        """Add ``fields`` to the stored record of ``key`` (a field it already has keeps its value): the amended
+        record is appended as a line of its own, and a later open keeps the last line of a key, so the reply
+        itself never changes. For what a record written by an older client lacks (``prompt_chars``)."""
+        with self._lock:
+            rec = self._records.get(key)
+            new = {k: v for k, v in fields.items() if rec is not None and k not in rec}
+            if rec is not None and new:
+                self._append({**rec, **new})
+
+    def _append(self, rec: dict) -> None:
+        """Keep ``rec`` and write it as one line, in one ``write`` with ``O_APPEND`` (hold the lock)."""
+        line = json.dumps(rec, ensure_ascii=False) + "\n"
+        self._records[rec["key"]] = rec
+        if self.path is not None:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode("utf-8"))
+            finally:
+                os.close(fd)

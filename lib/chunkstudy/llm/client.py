@@ -45,6 +45,24 @@ PROMPT_CHARS_PER_TOKEN = 2.5
 MESSAGE_OVERHEAD_TOKENS = 8
 
 
+def prompt_chars(messages: Sequence[dict]) -> int:
+    """Characters of a chat prompt's message contents (what the cost table estimates tokens from when the backend
+    reported no ``usage``)."""
+    return sum(len(str(m.get("content") or "")) for m in messages)
+
+
+def _add_usage(total: dict | None, comp: Completion) -> dict | None:
+    """``total`` (``prompt_tokens``, ``completion_tokens``, ``replies``) with one more reply's ``usage`` added;
+    ``None`` as soon as a reply came without one (a partial sum would look like a count)."""
+    u = comp.usage
+    if total is None or not isinstance(u, dict) or u.get("prompt_tokens") is None \
+            or u.get("completion_tokens") is None:
+        return None
+    return {"prompt_tokens": int(total["prompt_tokens"]) + int(u["prompt_tokens"]),
+            "completion_tokens": int(total["completion_tokens"]) + int(u["completion_tokens"]),
+            "replies": int(total["replies"]) + 1}
+
+
 def prompt_tokens_upper(messages: Sequence[dict]) -> int:
     """A conservative (high) estimate of a chat prompt's tokens: characters / :data:`PROMPT_CHARS_PER_TOKEN`
     plus :data:`MESSAGE_OVERHEAD_TOKENS` per message and one more for the reply's turn."""
@@ -110,12 +128,20 @@ class Client:
         return cache_key(self.backend.name, self.backend.model, self.resolve(r))
 
     def _record(self, key: str, call: Call, r: Response, calls: int) -> dict:
-        return {"key": key, "backend": self.backend.name, "model": self.backend.model,
-                "prompt_hash": prompt_hash(call.messages), "params": {k: v for k, v in call.key_fields().items()
-                                                                      if k != "messages"},
-                "tag": call.tag, "text": r.text, "seconds": r.seconds, "attempts": calls,
-                "finish_reason": r.finish_reason, "cuts": r.cuts, "max_tokens_used": r.max_tokens_used,
-                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        """The cache record of a finished call: what was asked (prompt hash, parameters, tag, the prompt's
+        characters), the reply and its finish reason, the cut replies before it, the seconds of the producing
+        attempt and of all attempts, and the token counts the backend reported summed over every reply
+        (:attr:`Response.usage`; absent when it reported none: then cost estimates from the characters)."""
+        rec = {"key": key, "backend": self.backend.name, "model": self.backend.model,
+               "prompt_hash": prompt_hash(call.messages), "params": {k: v for k, v in call.key_fields().items()
+                                                                     if k != "messages"},
+               "tag": call.tag, "text": r.text, "seconds": r.seconds, "attempts": calls,
+               "finish_reason": r.finish_reason, "cuts": r.cuts, "max_tokens_used": r.max_tokens_used,
+               "prompt_chars": prompt_chars(call.messages), "attempt_seconds": r.attempt_seconds,
+               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if r.usage is not None:
+            rec["usage"] = dict(r.usage)
+        return rec
 
     def reply_room(self, call: Call) -> int:
         """The largest reply budget the context leaves for ``call``: ``context_tokens`` minus
@@ -160,9 +186,12 @@ class Client:
         taking ``first_seconds``. Only :class:`LLMError` is a failed attempt; any other exception propagates.
         Raises :class:`_Aborted` when the batch is stopping."""
         err, attempt, cuts, calls = None, 0, 0, 0
+        spent = 0.0  # wall seconds of the attempts so far (not the waits between them)
+        usage: dict | None = {"prompt_tokens": 0, "completion_tokens": 0, "replies": 0}
 
         def failed(error: str, seconds: float = 0.0, finish: str | None = None) -> tuple[Response, int]:
-            return Response("", False, error, seconds, self.backend.model, finish, cuts), calls
+            return Response("", False, error, seconds, self.backend.model, finish, cuts,
+                            attempt_seconds=spent + seconds), calls
 
         while True:
             if self._abort.is_set():
@@ -178,6 +207,8 @@ class Client:
                     calls += 1
                     got = self.backend.complete(call)
                 comp = got if isinstance(got, Completion) else Completion(got)
+                if comp.text is not None:
+                    usage = _add_usage(usage, comp)
                 if comp.text is not None and not isinstance(comp.text, str):
                     raise TypeError(f"backend {self.backend.name!r} returned {type(comp.text).__name__}, not str")
                 if comp.finish_reason == "length":  # the server answered: not a transport failure
@@ -190,14 +221,16 @@ class Client:
                         return failed(f"LengthCut: the reply stopped at max_tokens {call.max_tokens} (finish_reason "
                                       f"'length', {cuts} cut repl{'y' if cuts == 1 else 'ies'} in all); {why}",
                                       time.perf_counter() - t0, "length")
+                    spent += time.perf_counter() - t0
                     call = grown
                     continue  # asked again at once: not a failed attempt
                 if comp.text is None or not comp.text.strip():
                     raise EmptyReply(f"empty reply ({comp.text!r}, finish_reason {comp.finish_reason!r}) from "
                                      f"{self.backend.name} model {self.backend.model!r}")
                 self._transport(True)
-                return Response(comp.text, False, None, time.perf_counter() - t0, self.backend.model,
-                                comp.finish_reason, cuts, call.max_tokens), calls
+                took = time.perf_counter() - t0
+                return Response(comp.text, False, None, took, self.backend.model, comp.finish_reason, cuts,
+                                call.max_tokens, usage, spent + took), calls
             except PermanentError as e:
                 self._transport(True)
                 return failed(f"{type(e).__name__}: {e}", time.perf_counter() - t0)
@@ -216,6 +249,7 @@ class Client:
             except LLMError as e:  # the server answered, with an error
                 err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
                 self._transport(True)
+            spent += time.perf_counter() - t0  # a failed attempt took its time too
             if attempt >= self.max_retries:
                 return failed(err)
             attempt += 1
@@ -240,6 +274,9 @@ class Client:
         todo: dict[str, Call] = {}
         for k, c in zip(keys, calls):
             rec = self.cache.get(k)
+            if rec is not None and "prompt_chars" not in rec:  # a record of an older client: the cost table's estimate
+                self.cache.amend(k, prompt_chars=prompt_chars(c.messages))
+                rec = self.cache.get(k) or rec
             if rec is not None:
                 out[k] = Response(rec["text"], True, None, float(rec.get("seconds", 0.0)), rec.get("model", ""),
                                   rec.get("finish_reason"), int(rec.get("cuts") or 0),

@@ -338,7 +338,7 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
     b.warnings = placebo_warnings(marks) + inference_warnings(got.get("contrasts"), st) + b.warnings
 
     if "contrasts" in got:
-        _table(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks)
+        _table(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks, got.get("mixedlm_paired"))
         if tables.has_tost(got["contrasts"]):
             b.facts["sesoi_registration"] = sesoi_registration(params, inputs.get("manifests"))
     other, other_contrasts, note = partner
@@ -432,13 +432,17 @@ def user_registration(params: Params, manifests: Mapping[str, Mapping] | None) -
 
 
 def sesoi_registration(params: Params, manifests: Mapping[str, Mapping] | None) -> str:
-    """Whether ``stats.sesoi`` was declared before the run: stage 01's manifest (written before any result
-    existed) records the same bound (:func:`chunkstudy.manifests.write_manifest`'s ``equivalence_declared``)."""
+    """Whether the equivalence bounds (``stats.sesoi``, ``stats.sesoi_by_metric``) were declared before the run:
+    stage 01's manifest (written before any result existed) records the same bounds
+    (:func:`chunkstudy.manifests.write_manifest`'s ``equivalence_declared``; a manifest written before per-metric
+    bounds records the primary metric's alone)."""
     first = ((manifests or {}).get("01_corpus") or {}).get("equivalence_declared") or {}
-    if params.stats.sesoi is not None and first.get("sesoi") == float(params.stats.sesoi):
-        return (f"The bound sesoi = {params.stats.sesoi} was declared before the run (stage 01's manifest records "
-                "it).")
-    return (f"The bound sesoi = {params.stats.sesoi} is not what stage 01's manifest records: it was set after the "
+    bounds = params.stats.equivalence_bounds
+    recorded = first.get("bounds", {first.get("metric"): first.get("sesoi")} if first.get("sesoi") is not None else {})
+    said = ", ".join(f"{m} \u00b1{b:g}" for m, b in bounds.items())
+    if bounds and recorded == bounds:
+        return f"The equivalence bounds ({said}) were declared before the run (stage 01's manifest records them)."
+    return (f"The equivalence bounds ({said}) are not what stage 01's manifest records: they were set after the "
             "corpus was built, possibly after seeing results.")
 
 
@@ -496,7 +500,8 @@ def render(b: Bundle, params: Params, params_file: str = "") -> str:
             f"Only the four pre-registered contrasts on the primary cell — {st.primary_metric} × embedder "
             f"'{params.embed.strong}' × reranker '{st.primary_reranker}' — are confirmatory, with Holm "
             "across the four. The MixedLM beside them is the pre-registered secondary check (misspecified by "
-            "design). Everything in the next sections is **exploratory**. "
+            "design); Table 1's notes give the correctly specified one (paired differences, a random intercept "
+            "per document) beside it. Everything in the next sections is **exploratory**. "
             + tables.md_escape(inference_thresholds(st, _recorded_n_boot(b))), ""]
     table("table1")
     if "sesoi_registration" in b.facts:

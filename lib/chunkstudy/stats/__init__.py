@@ -1,5 +1,5 @@
 """Statistics (stage 07): the pre-registered contrasts, their document-clustered bootstrap, Holm, Cohen's dz, the
-secondary MixedLM, and the exploratory analyses (paper, main text §4 "Statistics" and the statistics appendix;
+secondary MixedLMs (the pre-registered one and the correctly specified paired one), and the exploratory analyses (paper, main text §4 "Statistics" and the statistics appendix;
 docs/design.md, "Statistics").
 
 Vocabulary
@@ -30,8 +30,9 @@ building blocks are re-exported here); :mod:`.effects` (Cohen's dz, the cluster-
 ``chunkstudy.stats.power``).
 """
 
-from .contrasts import (CONFIRMATORY, CONTRAST_COLUMNS, EXPLORATORY, MIXEDLM_COLUMNS, MIXEDLM_NOTE, USER_ADDED,
-                        contrasts_table, fit_mixedlm, mixedlm_table, user_contrasts_table, user_family)
+from .contrasts import (CONFIRMATORY, CONTRAST_COLUMNS, EXPLORATORY, MIXEDLM_COLUMNS, MIXEDLM_NOTE,
+                        PAIRED_MIXEDLM_COLUMNS, PAIRED_MIXEDLM_NOTE, USER_ADDED, contrasts_table, fit_mixedlm,
+                        fit_paired_mixedlm, mixedlm_table, paired_mixedlm_table, user_contrasts_table, user_family)
 from .exploratory import (DEPTH_LADDER, DOSE_COLUMNS, MEANS_COLUMNS, PER_TYPE_COLUMNS, condition_means,
                           dose_response, metric_rows, per_query_slopes, per_type, reranker_lift)
 from ..significance import (MIN_BOOT, ONE_DOCUMENT_NOTE, Bootstrap, BootstrapTest, bootstrap_p, cluster_bootstrap,
@@ -39,8 +40,9 @@ from ..significance import (MIN_BOOT, ONE_DOCUMENT_NOTE, Bootstrap, BootstrapTes
 from .effects import cluster_se, cohens_dz
 from .simulate import simulate_scores
 
-__all__ = ["CONFIRMATORY", "CONTRAST_COLUMNS", "EXPLORATORY", "MIXEDLM_COLUMNS", "MIXEDLM_NOTE", "USER_ADDED",
-           "contrasts_table", "fit_mixedlm", "mixedlm_table", "user_contrasts_table", "user_family", "DEPTH_LADDER",
+__all__ = ["CONFIRMATORY", "CONTRAST_COLUMNS", "EXPLORATORY", "MIXEDLM_COLUMNS", "MIXEDLM_NOTE",
+           "PAIRED_MIXEDLM_COLUMNS", "PAIRED_MIXEDLM_NOTE", "USER_ADDED", "contrasts_table", "fit_mixedlm",
+           "fit_paired_mixedlm", "mixedlm_table", "paired_mixedlm_table", "user_contrasts_table", "user_family", "DEPTH_LADDER",
            "DOSE_COLUMNS", "MEANS_COLUMNS", "PER_TYPE_COLUMNS", "condition_means", "dose_response", "metric_rows",
            "per_query_slopes", "per_type", "reranker_lift", "MIN_BOOT", "ONE_DOCUMENT_NOTE", "Bootstrap", "BootstrapTest",
            "bootstrap_p", "cluster_bootstrap", "cluster_se", "cluster_sums", "cohens_dz", "holm",

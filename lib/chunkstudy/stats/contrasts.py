@@ -1,6 +1,7 @@
 """The pre-registered contrasts of stage 07 (paper §4 and the statistics appendix): the confirmatory family in the
 primary cell and the same contrasts, exploratory, in every other cell; the user's own family
-(``contrasts.extra``); and the pre-registered secondary MixedLM. Vocabulary: :mod:`chunkstudy.stats`."""
+(``contrasts.extra``); the pre-registered secondary MixedLM, and beside it the correctly specified one on the paired
+differences. Vocabulary: :mod:`chunkstudy.stats`."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ MIXEDLM_NOTE = (
     "secondary, misspecified by design: random intercept per document but no per-query random effect although "
     "treatment varies within query, so query-to-query variance inflates the SE and the model is conservative for "
     "small paired effects; the clustered bootstrap is primary"
+)
+PAIRED_MIXEDLM_NOTE = (
+    "secondary, correctly specified: the paired per-query differences A - B (each query's own effect cancels in "
+    "the difference) with a random intercept per document (the document's own effect of the contrast); REML, Wald "
+    "CI; the clustered bootstrap is primary"
 )
 
 
@@ -88,17 +94,22 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
     08 prints it and decides nothing); ``dz`` = Cohen's dz (:func:`cohens_dz`); ``mean_a``/``mean_b`` = the two
     conditions' means
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
-    "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``. With
-    ``stats.sesoi`` declared the test also carries the TOST verdict (:class:`chunkstudy.stats.equivalence.TostVerdict`,
-    from the same draws): columns ``sesoi``, ``tost_ci_low``, ``tost_ci_high``, ``p_tost``, ``equivalence``.
+    "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``. With a
+    bound declared (``stats.sesoi`` for the primary metric, ``stats.sesoi_by_metric`` for others) the test also
+    carries the TOST verdict (:class:`chunkstudy.stats.equivalence.TostVerdict`, from the same draws, Holm-adjusted
+    within the cell's family): columns :data:`chunkstudy.stats.equivalence.TOST_COLUMNS`, blank in a cell whose
+    metric has no bound, with a ``note`` saying so.
     """
     contrasts = contrast_spec(stats_params)
-    sesoi = getattr(stats_params, "sesoi", None)
-    test = equivalence.with_tost(BootstrapTest.of(stats_params), sesoi)
+    declared = bool(tost_bounds(stats_params))
+    base = BootstrapTest.of(stats_params)
     wide = wide_scores(prepare_scores(scores, queries, corpus))
     rows = []
     for metric, embedder, reranker in cells_in(wide, primary):
         block = wide.xs((metric, embedder, reranker), level=["metric", "embedder", "reranker"])
+        sesoi = sesoi_for(stats_params, metric)
+        test = equivalence.with_tost(base, sesoi, declared)
+        unbounded = no_bound_note(stats_params, metric) if declared and sesoi is None else ""
         cell_rows, family = [], []
         for name, (a, b) in contrasts.items():
             both, note = pair(block, a, b)
@@ -112,10 +123,27 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
             family.append(tested)
         for r, verdict in zip(cell_rows, test.decide(family)):
             r.update(verdict)
+            r["note"] = "; ".join(x for x in (r["note"], unbounded) if x)
         rows.extend(cell_rows)
-    columns = CONTRAST_COLUMNS if sesoi is not None else [c for c in CONTRAST_COLUMNS
-                                                           if c not in equivalence.TOST_COLUMNS]
+    columns = CONTRAST_COLUMNS if declared else [c for c in CONTRAST_COLUMNS if c not in equivalence.TOST_COLUMNS]
     return pd.DataFrame(rows, columns=columns)
+
+
+def tost_bounds(stats_params: Any) -> dict[str, float]:
+    """The declared equivalence bounds by metric (:attr:`chunkstudy.params.StatsParams.equivalence_bounds`; a
+    record without them, none)."""
+    return dict(getattr(stats_params, "equivalence_bounds", {}) or {})
+
+
+def sesoi_for(stats_params: Any, metric: str) -> float | None:
+    """``metric``'s declared equivalence bound, or None (:meth:`chunkstudy.params.StatsParams.sesoi_for`)."""
+    return tost_bounds(stats_params).get(metric)
+
+
+def no_bound_note(stats_params: Any, metric: str) -> str:
+    """The note of a contrast whose metric has no declared equivalence bound: why its TOST columns are blank."""
+    return (f"TOST blank: no smallest effect of interest declared for {metric} (stats.sesoi is "
+            f"{stats_params.primary_metric}'s; other metrics need stats.sesoi_by_metric)")
 
 
 def user_family(stats_params: StatsParams, user_contrasts: Mapping[str, Any]) -> Any:
@@ -133,7 +161,7 @@ def user_contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_para
     primary cell included. Empty (with the columns) when there are none."""
     if not user_contrasts:
         return pd.DataFrame(columns=[c for c in CONTRAST_COLUMNS if c not in equivalence.TOST_COLUMNS]
-                            if getattr(stats_params, "sesoi", None) is None else CONTRAST_COLUMNS)
+                            if not tost_bounds(stats_params) else CONTRAST_COLUMNS)
     out = contrasts_table(scores, queries, user_family(stats_params, user_contrasts), primary, corpus)
     return out.assign(confirmatory=False, label=USER_ADDED)
 
@@ -169,6 +197,20 @@ def fit_mixedlm(values: np.ndarray, treated: np.ndarray, groups: np.ndarray, *, 
                 resid_var=float(result.scale), converged=bool(result.converged), note="; ".join(msgs))
 
 
+def _primary_pairs(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, primary: design.PrimaryCell,
+                   corpus: str):
+    """Per contrast of ``stats.contrasts`` in the primary cell: ``(name, a, b, paired queries or None, note)``."""
+    wide = wide_scores(prepare_scores(scores, queries, corpus))
+    try:
+        block = wide.xs(tuple(primary), level=["metric", "embedder", "reranker"])
+    except KeyError:
+        block = None
+    for name, (a, b) in contrast_spec(stats_params).items():
+        both, note = (None, f"skipped: primary cell {primary.name} absent from scores") if block is None \
+            else pair(block, a, b)
+        yield name, a, b, both, note
+
+
 def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams, primary: design.PrimaryCell,
                   corpus: str) -> pd.DataFrame:
     """The pre-registered secondary check: per contrast of the primary cell, a MixedLM
@@ -179,23 +221,16 @@ def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Sta
     in the residual and the SE is inflated): every row carries that note (:data:`MIXEDLM_NOTE`). ``p_holm`` is
     Holm over the family for comparison with the bootstrap table. Empty (with the columns) when
     ``stats.mixedlm`` is false. A model that fails to fit gives a row of NaNs and the error in ``note``.
+    The correctly specified model is :func:`paired_mixedlm_table`.
     """
     if not stats_params.mixedlm:
         return pd.DataFrame(columns=MIXEDLM_COLUMNS)
-    contrasts = contrast_spec(stats_params)
     alpha = float(stats_params.alpha)
-    wide = wide_scores(prepare_scores(scores, queries, corpus))
     nan = float("nan")
-    try:
-        block = wide.xs(tuple(primary), level=["metric", "embedder", "reranker"])
-    except KeyError:
-        block = None
     rows = []
-    for name, (a, b) in contrasts.items():
+    for name, a, b, both, note in _primary_pairs(scores, queries, stats_params, primary, corpus):
         row: dict[str, Any] = dict(corpus=corpus, cell=primary.name, contrast=name, condition_a=a, condition_b=b,
                    label="secondary (confirmatory family)")
-        both, note = (None, f"skipped: primary cell {primary.name} absent from scores") if block is None \
-            else pair(block, a, b)
         fit: dict[str, Any]
         fit = dict(coef=nan, se=nan, z=nan, p=nan, ci_low=nan, ci_high=nan, group_var=nan, resid_var=nan,
                    converged=False, note=note)
@@ -215,3 +250,92 @@ def mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Sta
     out = pd.DataFrame(rows, columns=[c for c in MIXEDLM_COLUMNS if c != "p_holm"])
     out.insert(out.columns.get_loc("p") + 1, "p_holm", holm(out["p"].to_numpy(float)))
     return out[MIXEDLM_COLUMNS]
+
+
+PAIRED_MIXEDLM_COLUMNS = stages.columns("mixedlm_paired")
+
+
+def fit_paired_mixedlm(deltas: np.ndarray, groups: np.ndarray, *, alpha: float) -> dict:
+    """Fit the paired per-query differences with a random intercept per group, by REML:
+
+        δ_q = μ + u_d(q) + e_q,   u_d ~ N(0, σ_d²),  e_q ~ N(0, σ²)
+
+    where ``δ_q = score_A(q) − score_B(q)``: a query's own effect (and its document's effect on both conditions)
+    cancels in the difference, ``u_d`` is the document's own deviation from the contrast ``μ`` (a random slope of
+    the condition per document in the model of the scores) and ``e_q`` the query's. The same fixed effect as the
+    scores' model with a random intercept and condition slope per document and a random intercept per query
+    nested in it (docs/design.md, "Statistics", measured at QASPER's size).
+
+    The one-way model is fitted in closed form (Harville 1977; the restricted likelihood profiled over ``σ²``):
+    with ``λ = σ_d²/σ²``, group sizes ``n_g``, means ``ȳ_g``, weights ``w_g = 1/(1 + λ n_g)``,
+    ``μ̂(λ) = Σ w_g n_g ȳ_g / Σ w_g n_g``, ``σ̂²(λ) = [Σ_g Σ_i (δ_gi − ȳ_g)² + Σ_g n_g w_g (ȳ_g − μ̂)²] / (N − 1)`` and
+    ``ℓ(λ) = −½[(N − 1) log σ̂² + Σ_g log(1 + λ n_g) + log Σ_g w_g n_g]`` maximised over ``λ ≥ 0`` (bounded
+    search on log λ, and λ = 0 itself). ``se = √(σ̂² / Σ w_g n_g)`` (the GLS variance of μ̂, as lme4 and nlme
+    report it); the ``(1−alpha)`` CI and p are Wald's (normal), as :func:`fit_mixedlm`'s are. statsmodels'
+    ``MixedLM`` is the oracle in the tests (Powell's method: its default optimiser fails on this model in about
+    one simulated study in eight). Returns coef (``μ̂``), se, z, p, ci_low, ci_high, ``doc_var`` (``σ̂_d²``),
+    ``resid_var`` (``σ̂²``), ``converged`` and ``note`` (the document variance on its boundary 0, where so)."""
+    from scipy import stats as sps
+    from scipy.optimize import minimize_scalar
+
+    d = np.asarray(deltas, dtype=float)
+    _, inv = np.unique(np.asarray(groups), return_inverse=True)
+    n = np.bincount(inv).astype(float)
+    if d.ndim != 1 or d.size < 3 or not np.isfinite(d).all():
+        raise ValueError(f"fit_paired_mixedlm: need at least 3 finite deltas, got {d.size}")
+    if n.size < 2:
+        raise ValueError("fit_paired_mixedlm: one document: no document variance to estimate")
+    ybar = np.bincount(inv, weights=d) / n
+    within = float(((d - ybar[inv]) ** 2).sum())
+    if within + float(((ybar - ybar.mean()) ** 2).sum()) <= 0:
+        raise ValueError("fit_paired_mixedlm: every paired delta is the same: no variance to model")
+
+    def profile(lam: float) -> tuple[float, float, float, float]:
+        w = 1.0 / (1.0 + lam * n)
+        wn = float((w * n).sum())
+        mu = float((w * n * ybar).sum()) / wn
+        s2 = (within + float((n * w * (ybar - mu) ** 2).sum())) / (d.size - 1)
+        return mu, s2, wn, -0.5 * ((d.size - 1) * np.log(s2) + float(np.log1p(lam * n).sum()) + np.log(wn))
+
+    found = minimize_scalar(lambda t: -profile(float(np.exp(t)))[3], bounds=(-25.0, 12.0), method="bounded",
+                            options={"xatol": 1e-9})
+    lam = float(np.exp(found.x))
+    boundary = profile(0.0)[3] >= profile(lam)[3]
+    lam = 0.0 if boundary else lam
+    mu, s2, wn, _ = profile(lam)
+    se = float(np.sqrt(s2 / wn))
+    z = mu / se if se > 0 else float("nan")
+    half = float(sps.norm.ppf(1 - alpha / 2)) * se
+    return dict(coef=mu, se=se, z=z, p=float(2 * sps.norm.sf(abs(z))), ci_low=mu - half, ci_high=mu + half,
+                doc_var=lam * s2, resid_var=s2, converged=bool(found.success) or boundary,
+                note="document variance estimated at its boundary 0" if boundary else "")
+
+
+def paired_mixedlm_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: StatsParams,
+                         primary: design.PrimaryCell, corpus: str) -> pd.DataFrame:
+    """The correctly specified secondary model beside the pre-registered one (:func:`mixedlm_table`): per
+    contrast of the primary cell, :func:`fit_paired_mixedlm` of the paired per-query deltas ``A − B`` with a random
+    intercept per document. ``p_holm``: Holm over the family. Every row carries :data:`PAIRED_MIXEDLM_NOTE`; a
+    model that fails to fit (one document, identical conditions) gives NaNs and the error in ``note``. Empty (with
+    the columns) when ``stats.mixedlm`` is false. Columns :data:`PAIRED_MIXEDLM_COLUMNS`."""
+    if not stats_params.mixedlm:
+        return pd.DataFrame(columns=PAIRED_MIXEDLM_COLUMNS)
+    nan = float("nan")
+    rows = []
+    for name, a, b, both, note in _primary_pairs(scores, queries, stats_params, primary, corpus):
+        fit: dict[str, Any] = dict(coef=nan, se=nan, z=nan, p=nan, ci_low=nan, ci_high=nan, doc_var=nan,
+                                   resid_var=nan, converged=False, note=note)
+        n_q = n_d = 0
+        if both is not None:
+            n_q, n_d = len(both), int(both["doc_id"].nunique())
+            try:
+                fit = fit_paired_mixedlm(both[a].to_numpy() - both[b].to_numpy(), both["doc_id"].to_numpy(),
+                                         alpha=float(stats_params.alpha))
+            except Exception as e:  # a singular design (e.g. identical conditions) must not stop the stage
+                fit["note"] = f"fit failed: {type(e).__name__}: {e}"
+        rows.append(dict(corpus=corpus, cell=primary.name, contrast=name, condition_a=a, condition_b=b,
+                         label="secondary (confirmatory family)", **fit, n_queries=n_q, n_docs=n_d))
+        rows[-1]["note"] = "; ".join(x for x in (PAIRED_MIXEDLM_NOTE, rows[-1]["note"]) if x)
+    out = pd.DataFrame(rows)
+    out["p_holm"] = holm(out["p"].to_numpy(float)) if len(out) else []
+    return out[PAIRED_MIXEDLM_COLUMNS]

@@ -47,13 +47,18 @@ def llm_calls_from_records(records: Iterable[Mapping[str, Any]],
     * ``use``: from the tag (``induce:<doc>:<lo>:r<round>``, ``a1:<doc>:<start>:<end>``, ``queries:...``; another
       tag gives ``other``), ``doc_id`` its document ("" for queries).
     * ``calls = 1 + cuts``: a reply cut at its budget was asked again with twice the budget (the record's ``cuts``).
-    * ``prompt_tokens`` (tokens): per generating call, the record's ``usage.prompt_tokens`` when present, else its
-      ``prompt_chars`` (or ``prompt_chars[key]`` given here) / :data:`CHARS_PER_TOKEN`, else NaN; times ``calls``
-      (each attempt sends the prompt again).
-    * ``reply_tokens`` (tokens): ``usage.completion_tokens``, else the reply's characters / :data:`CHARS_PER_TOKEN`;
-      plus the cut replies, each as long as its budget: ``max_tokens · (2^cuts − 1)`` for the record's requested
-      ``max_tokens``.
-    * ``tokens_counted``: ``usage`` or ``estimate``; ``seconds``: the producing call's wall seconds."""
+    * With the server's counts (the record's ``usage``, summed by the client over every reply of the call, its cut
+      replies included): ``prompt_tokens`` and ``reply_tokens`` are its ``prompt_tokens`` and
+      ``completion_tokens``; ``tokens_counted`` = ``usage``.
+    * Else (a record written before the client kept ``usage``, or a backend that reports none) an estimate,
+      ``tokens_counted`` = ``estimate``: ``prompt_tokens`` = the record's ``prompt_chars`` (or ``prompt_chars[key]``
+      given here) / :data:`CHARS_PER_TOKEN` per attempt (each sends the prompt again), NaN when neither says
+      (a record the client has not read since: 02 adds ``prompt_chars`` to it when it reads it from the cache);
+      ``reply_tokens`` = the reply's characters / :data:`CHARS_PER_TOKEN` plus each cut reply at its budget: the
+      ``i``-th of ``cuts`` at ``max_tokens · 2^i``, capped at the budget of the reply returned
+      (``max_tokens_used``: the context caps the doubling).
+    * ``seconds``: wall seconds of every attempt (``attempt_seconds``, cut and failed attempts included); a record
+      without it counts its producing attempt alone (``seconds``)."""
     rows = []
     given = prompt_chars or {}
     for rec in records:
@@ -63,23 +68,31 @@ def llm_calls_from_records(records: Iterable[Mapping[str, Any]],
         doc_id = tag.split(":", 1)[1].rsplit(":", 2)[0] if use in ("induce", "a1") and tag.count(":") >= 3 else ""
         cuts = int(rec.get("cuts") or 0)
         usage = rec.get("usage") or {}
-        chars = rec.get("prompt_chars", given.get(str(rec.get("key")), None))
-        if usage.get("prompt_tokens") is not None:
-            prompt = float(usage["prompt_tokens"])
+        if usage.get("prompt_tokens") is not None and usage.get("completion_tokens") is not None:
+            prompt, reply, counted = float(usage["prompt_tokens"]), float(usage["completion_tokens"]), "usage"
         else:
-            prompt = float(chars) / CHARS_PER_TOKEN if chars is not None else math.nan
-        if usage.get("completion_tokens") is not None:
-            reply = float(usage["completion_tokens"])
-        else:
-            reply = len(str(rec.get("text") or "")) / CHARS_PER_TOKEN
-        budget = (rec.get("params") or {}).get("max_tokens")
-        cut_tokens = float(budget) * (2 ** cuts - 1) if cuts and budget is not None else 0.0
+            chars = rec.get("prompt_chars", given.get(str(rec.get("key")), None))
+            prompt = float(chars) / CHARS_PER_TOKEN * (1 + cuts) if chars is not None else math.nan
+            reply = len(str(rec.get("text") or "")) / CHARS_PER_TOKEN + cut_budgets(rec)
+            counted = "estimate"
+        seconds = rec.get("attempt_seconds")
         rows.append({"key": str(rec.get("key", "")), "use": use, "doc_id": doc_id, "calls": 1 + cuts,
-                     "prompt_tokens": prompt * (1 + cuts), "reply_tokens": reply + cut_tokens,
-                     "tokens_counted": "usage" if usage.get("completion_tokens") is not None else "estimate",
-                     "seconds": float(rec.get("seconds") or 0.0)})
+                     "prompt_tokens": prompt, "reply_tokens": reply, "tokens_counted": counted,
+                     "seconds": float(rec.get("seconds") or 0.0) if seconds is None else float(seconds)})
     cols = ["key", "use", "doc_id", "calls", "prompt_tokens", "reply_tokens", "tokens_counted", "seconds"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def cut_budgets(rec: Mapping[str, Any]) -> float:
+    """Tokens of a record's cut replies, each counted at its budget: the ``i``-th of ``cuts`` replies was asked
+    with ``max_tokens · 2^i`` (the record's requested ``params.max_tokens``), at most the budget of the reply
+    returned (``max_tokens_used``, where the context capped the doubling). 0 without cuts or a budget."""
+    cuts = int(rec.get("cuts") or 0)
+    budget = (rec.get("params") or {}).get("max_tokens")
+    if not cuts or budget is None:
+        return 0.0
+    cap = rec.get("max_tokens_used")
+    return float(sum(min(int(budget) * 2 ** i, int(cap) if cap is not None else math.inf) for i in range(cuts)))
 
 
 def llm_cost(calls: pd.DataFrame, uses: Mapping[str, Collection[str]]) -> pd.DataFrame:
@@ -190,31 +203,41 @@ def index_cost(chunks: pd.DataFrame, encoders: Mapping[str, EncoderShape], two_s
 
 def timing_cost(per_embedder: pd.DataFrame, embed_rates: pd.DataFrame | None,
                 retrieval: pd.DataFrame | None) -> pd.DataFrame:
-    """``per_embedder`` (:func:`index_cost`) with measured time, where a stage recorded it:
+    """``per_embedder`` (:func:`index_cost`; an ``embedding`` column, ``independent`` or ``late``, where it has one)
+    with measured time, where a stage recorded it:
 
-    * ``embed_seconds`` (s) = ``tokens_read / (tokens / seconds)`` of the embedder in ``embed_rates`` (columns
-      ``embedder, tokens, seconds``: what 04 embedded in this run and how long it took, every condition
-      together), or the condition's own measured seconds where ``embed_rates`` has a ``condition`` column (a
-      late-pooled condition, encoded apart); NaN without a record;
+    * ``embed_seconds`` (s) = ``tokens_read / rate``, the rate (tokens per second) this run measured for the
+      embedder in the row's embedding mode: ``embed_rates`` (columns ``embedder, tokens, seconds`` and optionally
+      ``embedding``, default ``independent``) summed per (embedder, mode): what 04 embedded and how long it took,
+      every condition of the mode together. A condition is so charged the work it needs alone, whatever another
+      condition left in the cache (a late condition whose windows an earlier one had already encoded is charged
+      them at the same rate). NaN where the run measured no rate (a rerun that encoded nothing);
     * ``latency_ms_per_query`` (ms) = ``1000 · seconds / n_queries`` of ``retrieval`` (columns ``embedder,
-      condition, n_queries, seconds``: 05's search wall time per cell, summed over rerankers if several rows).
+      condition, n_queries, seconds``: 05's search wall time per cell, the median of its timed repeats, summed
+      over rerankers if several rows), and ``latency_ms_min`` / ``latency_ms_max``, the fastest and slowest
+      repeat per query (``seconds_min`` / ``seconds_max``; the one measurement where 05 recorded no repeats).
     """
     out = per_embedder.copy()
     out["embed_seconds"] = math.nan
     if embed_rates is not None and len(embed_rates):
-        own = embed_rates[embed_rates["condition"].notna()] if "condition" in embed_rates else embed_rates.iloc[:0]
-        pooled = embed_rates.drop(own.index)
-        rate = (pooled.groupby("embedder")["tokens"].sum() / pooled.groupby("embedder")["seconds"].sum())
-        out["embed_seconds"] = out["tokens_read"] / out["embedder"].map(rate)
-        for r in own.itertuples():
-            sel = (out["condition"] == r.condition) & (out["embedder"] == r.embedder)
-            out.loc[sel, "embed_seconds"] = float(r.seconds)
-    out["latency_ms_per_query"] = math.nan
+        r = embed_rates.assign(embedding=embed_rates["embedding"].fillna("independent")) \
+            if "embedding" in embed_rates else embed_rates.assign(embedding="independent")
+        g = r.groupby(["embedder", "embedding"])[["tokens", "seconds"]].sum()
+        rate = (g["tokens"] / g["seconds"]).where(g["seconds"] > 0)
+        modes = out["embedding"] if "embedding" in out else pd.Series("independent", index=out.index)
+        out["embed_seconds"] = [t / rate.get((e, m), math.nan) for t, e, m in
+                                zip(out["tokens_read"], out["embedder"], modes)]
+    for col in ("latency_ms_per_query", "latency_ms_min", "latency_ms_max"):
+        out[col] = math.nan
     if retrieval is not None and len(retrieval):
-        g = retrieval.groupby(["condition", "embedder"])[["seconds", "n_queries"]].agg(
-            {"seconds": "sum", "n_queries": "max"})
-        lat = 1000.0 * g["seconds"] / g["n_queries"]
-        out["latency_ms_per_query"] = [lat.get((c, e), math.nan) for c, e in zip(out["condition"], out["embedder"])]
+        t = retrieval.assign(**{c: retrieval[c] if c in retrieval else retrieval["seconds"]
+                                for c in ("seconds_min", "seconds_max")})
+        g = t.groupby(["condition", "embedder"])[["seconds", "seconds_min", "seconds_max", "n_queries"]].agg(
+            {"seconds": "sum", "seconds_min": "sum", "seconds_max": "sum", "n_queries": "max"})
+        for col, src in (("latency_ms_per_query", "seconds"), ("latency_ms_min", "seconds_min"),
+                         ("latency_ms_max", "seconds_max")):
+            lat = 1000.0 * g[src] / g["n_queries"]
+            out[col] = [lat.get((c, e), math.nan) for c, e in zip(out["condition"], out["embedder"])]
     return out
 
 
@@ -263,10 +286,10 @@ def pareto_front(table: pd.DataFrame, maximise: str, minimise: str | Sequence[st
 #: The columns of 07's ``cost`` table, in order (:func:`cost_table`).
 COST_COLUMNS = ["condition", "embedder", "quality", "embedding", *LLM_COLUMNS[1:], "llm_tokens", "n_chunks",
                 "n_texts", "content_tokens", "prefix_tokens", "tokens_embedded", "prefix_share", "tokens_read", "n_vectors",
-                "n_route_vectors", "dim", "index_bytes", "embed_seconds", "latency_ms_per_query",
-                "pareto_tokens", "pareto_llm"]
+                "n_route_vectors", "dim", "index_bytes", "embed_seconds", "latency_ms_per_query", "latency_ms_min",
+                "latency_ms_max", "pareto_tokens", "pareto_llm"]
 #: The columns of :func:`cost_table` that are measured in the run (wall seconds): never pinned by a golden.
-MEASURED_COLUMNS = ("llm_seconds", "embed_seconds", "latency_ms_per_query")
+MEASURED_COLUMNS = ("llm_seconds", "embed_seconds", "latency_ms_per_query", "latency_ms_min", "latency_ms_max")
 
 
 def llm_uses(conditions: Sequence[Any], induce_llm: bool, contexts_llm: bool) -> dict[str, list[str]]:
@@ -297,8 +320,9 @@ def cost_table(chunks: pd.DataFrame, quality: pd.DataFrame, calls: pd.DataFrame,
     primary metric's mean without a reranker), columns :data:`COST_COLUMNS`.
 
     * ``embedding``: ``late`` for the conditions of ``late_report`` (04's, :func:`chunkstudy.chunks.late.
-      embed_conditions`: their ``tokens_read`` are the macro windows' and their ``embed_seconds`` their own
-      measured seconds), else ``independent``;
+      embed_conditions`: their ``tokens_read`` are the macro windows', whatever the store held, and their
+      ``embed_seconds`` those tokens at the late rate this run measured, ``tokens_run / seconds`` over every late
+      condition that encoded windows), else ``independent``;
     * LLM columns: :func:`llm_cost` of ``calls`` (:func:`llm_calls_from_records`) and ``uses``;
     * :func:`embedding_cost`, :func:`index_cost` (``encoders``, ``two_stage``), :func:`timing_cost` (``embed_report``:
       04's ``embedding_report`` rows, ``embedder, n_tokens, seconds``; a rerun that embedded nothing gives no rate);
@@ -306,21 +330,23 @@ def cost_table(chunks: pd.DataFrame, quality: pd.DataFrame, calls: pd.DataFrame,
       (prompt + reply), each among the rows of one embedder (:func:`pareto_front`)."""
     late = late_report if late_report is not None and len(late_report) else None
     override = late[["condition", "embedder", "tokens_read"]] if late is not None else None
+    late_names = set(late["condition"]) if late is not None else set()
     per = index_cost(chunks, encoders, two_stage, override)
+    per.insert(2, "embedding", ["late" if c in late_names else "independent" for c in per["condition"]])
     rates = None
     if embed_report is not None and len(embed_report):
         r = embed_report.rename(columns={"n_tokens": "tokens"})
-        r = r[(r["tokens"] > 0) & (r["seconds"] > 0)][["embedder", "tokens", "seconds"]]
-        if late is not None:
-            own = late[["condition", "embedder", "tokens_run", "seconds"]].rename(columns={"tokens_run": "tokens"})
-            r = pd.concat([r.assign(condition=None), own[own["tokens"] > 0]], ignore_index=True)
-        rates = r
-    per = timing_cost(per, rates, retrieval)
+        rates = r[(r["tokens"] > 0) & (r["seconds"] > 0)][["embedder", "tokens", "seconds"]].assign(
+            embedding="independent")
+    if late is not None:  # the late rate: every window this run encoded, whichever condition encoded it
+        own = late[["embedder", "tokens_run", "seconds"]].rename(columns={"tokens_run": "tokens"})
+        own = own[(own["tokens"] > 0) & (own["seconds"] > 0)].assign(embedding="late")
+        rates = own if rates is None else pd.concat([rates, own], ignore_index=True)
+    per = timing_cost(per, rates, retrieval).drop(columns="embedding")
     table = (quality[["condition", "embedder", "quality"]]
              .merge(llm_cost(calls, uses), on="condition", how="left")
              .merge(embedding_cost(chunks), on="condition", how="left")
              .merge(per, on=["condition", "embedder"], how="left"))
-    late_names = set(late["condition"]) if late is not None else set()
     table.insert(3, "embedding", ["late" if c in late_names else "independent" for c in table["condition"]])
     table["llm_tokens"] = table["llm_prompt_tokens"] + table["llm_reply_tokens"]
     table["pareto_tokens"] = False

@@ -1,43 +1,49 @@
-"""Equivalence tests from the clustered bootstrap's draws: TOST at a declared smallest effect size of interest
-(docs/beyond.md, "Equivalence"). Pure; never rounds.
+"""Equivalence tests from the clustered bootstrap's draws: TOST at a declared smallest effect size of interest, with
+the family's error held by Holm (docs/beyond.md, "Equivalence"). Pure; never rounds.
 
 A contrast's ``B`` replicates of the mean delta ``δ*`` (:func:`chunkstudy.significance.cluster_bootstrap`, the same
 draws as its CI and p) and a bound ``Δ = sesoi > 0`` (in the metric's own units: cov-nDCG points on [0, 1]) give
 
 * the ``(1 − 2α)`` percentile CI (:func:`chunkstudy.significance.percentile_ci` at ``2α``: the 90% CI at
   α = 0.05), the interval of the two one-sided tests (Schuirmann 1987, "A comparison of the two one-sided tests
-  procedure and the power approach for assessing the equivalence of average bioavailability");
-* the two one-sided Monte-Carlo p-values, counted as the two-sided p is (Davison & Hinkley 1997, §4.2):
+  procedure and the power approach for assessing the equivalence of average bioavailability"), unadjusted: shown,
+  never decided on;
+* the two one-sided Monte-Carlo p-values of TOST, counted as the two-sided p is (Davison & Hinkley 1997, §4.2):
   ``p_lower = (1 + #{δ* ≤ −Δ}) / (1 + B)`` for H0: δ ≤ −Δ, ``p_upper = (1 + #{δ* ≥ +Δ}) / (1 + B)`` for H0: δ ≥ +Δ,
   and ``p_tost = max(p_lower, p_upper)`` (Lakens 2017, "Equivalence Tests: A Practical Primer for t Tests,
-  Correlations, and Meta-Analyses": equivalence is declared when both one-sided tests reject);
-* a verdict read off that one interval against the bounds:
+  Correlations, and Meta-Analyses": equivalence is shown when both one-sided tests reject; an intersection-union
+  test, level α without halving);
+* the p of the minimum-effect test of H0: |δ| ≤ Δ (Murphy & Myors 1999; Lakens, Scheel & Isager 2018, "different
+  and not equivalent" in its strong form), two-sided as the study's test of δ = 0 is
+  (:func:`chunkstudy.significance.mc_p_two_sided`), with the null widened to ±Δ:
+  ``p_met = min(1, 2 · (1 + min(#{δ* ≤ +Δ}, #{δ* ≥ −Δ})) / (1 + B))``; at Δ = 0 it is the study's two-sided p.
 
-  - ``equivalent``: the CI lies inside ``(−Δ, +Δ)``;
-  - ``not equivalent``: the CI lies wholly outside it, at or beyond one bound (``ci_low ≥ +Δ`` or
-    ``ci_high ≤ −Δ``): the one-sided test of H0: δ ≤ +Δ (or δ ≥ −Δ) rejects at α, i.e. an effect larger than the
-    smallest effect of interest is shown (a minimum-effect test, the mirror image of TOST's two tests; Lakens,
-    Scheel & Isager 2018, "Equivalence Testing for Psychological Research: A Tutorial", outcome "different and
-    not equivalent" taken in its strong form). A CI that merely reaches past a bound is *not* enough: it leaves
-    effects inside the bounds compatible with the data;
-  - ``inconclusive``: otherwise (the CI straddles a bound: neither equivalence nor a large effect is shown).
+**The family's error.** TOST keeps the error of *one* equivalence claim at α; a family of m contrasts each at the
+bound makes at least one false "equivalent" with probability up to ``1 − (1 − α)^m`` (26% for six). So each
+verdict is decided within its family as the study's Holm decision is (:class:`TostVerdict`): Holm's step-down
+adjustment of the family's ``p_tost`` (``p_tost_holm``) and of its ``p_met`` (``p_met_holm``), and
 
-``p_tost ≤ α`` implies ``equivalent`` for α ≤ 0.5 (then at most ``α·(B − 1)`` replicates lie at or beyond either
-bound, so both percentiles lie strictly inside), not the converse: at the Monte Carlo margin the CI can lie inside
-with ``p_tost`` a little above α (its ``+1`` counts the observed sample). The verdict follows the CI.
+  - ``equivalent``: ``p_tost_holm < α`` (every effect the data allow is smaller than Δ);
+  - ``not equivalent``: ``p_met_holm < α`` (an effect larger than Δ is shown);
+  - ``inconclusive``: neither (the two cannot both hold for α < 0.5).
 
-Equivalence and a difference from zero are separate questions and can both hold: a 95% CI (the Holm test's)
-that excludes 0 inside a 90% CI within ±Δ is a real but trivially small difference (:func:`reading`).
+A family of one is the single test (:func:`tost`). ``p_tost < α`` implies that the 90% CI lies strictly inside
+``(−Δ, +Δ)``, and ``p_met < α`` that the 95% CI lies strictly beyond one bound (for α ≤ 0.5; the ``+1`` of the
+counts puts the percentile past the last replicate on the far side), not the converse: at the Monte Carlo margin an
+interval can lie inside (or beyond) with its p a hair above α. The verdict follows the p-values.
+
+Equivalence and a difference from zero are separate questions and can both hold: a Holm-rejected δ = 0 with an
+equivalent verdict is a real but trivially small difference (:func:`reading`, which the report prints).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
-from ..significance import BootstrapTest, Tested, Verdict, percentile_ci
+from ..significance import BootstrapTest, Tested, Verdict, holm, percentile_ci
 
 EQUIVALENT = "equivalent"
 NOT_EQUIVALENT = "not equivalent"
@@ -48,9 +54,10 @@ VERDICTS = (EQUIVALENT, INCONCLUSIVE, NOT_EQUIVALENT)
 
 @dataclass(frozen=True)
 class Equivalence:
-    """A TOST result: the bound ``sesoi`` and ``alpha`` it was run at, the ``(1 − 2·alpha)`` percentile CI, the
-    one-sided p-values of H0: δ ≤ −sesoi (``p_lower``) and H0: δ ≥ +sesoi (``p_upper``), ``p_tost`` = their
-    maximum, the verdict (:data:`VERDICTS`) and the replicates counted (``n_boot``)."""
+    """A TOST result of one contrast: the bound ``sesoi`` and ``alpha`` it was run at, the ``(1 − 2·alpha)``
+    percentile CI, the one-sided p-values of H0: δ ≤ −sesoi (``p_lower``) and H0: δ ≥ +sesoi (``p_upper``),
+    ``p_tost`` = their maximum, the minimum-effect test's ``p_met`` (H0: |δ| ≤ sesoi), the verdict of the contrast
+    as a family of one (:func:`verdict_of`) and the replicates counted (``n_boot``)."""
 
     sesoi: float
     alpha: float
@@ -59,35 +66,35 @@ class Equivalence:
     p_lower: float
     p_upper: float
     p_tost: float
+    p_met: float
     verdict: str
     n_boot: int
 
 
-def verdict(ci_low: float, ci_high: float, sesoi: float) -> str:
-    """The verdict of a ``(1 − 2α)`` CI ``[ci_low, ci_high]`` against ``±sesoi`` (module docstring):
-    ``equivalent`` when ``−sesoi < ci_low`` and ``ci_high < +sesoi``; ``not equivalent`` when
-    ``ci_low ≥ +sesoi`` or ``ci_high ≤ −sesoi``; ``inconclusive`` otherwise."""
-    if not sesoi > 0:
-        raise ValueError(f"equivalence: sesoi must be > 0, got {sesoi}")
-    if not ci_low <= ci_high:
-        raise ValueError(f"equivalence: CI [{ci_low}, {ci_high}] is not an interval")
-    if -sesoi < ci_low and ci_high < sesoi:
+def verdict_of(p_tost: float, p_met: float, alpha: float) -> str:
+    """The verdict from the (family-adjusted) p-values (module docstring): ``equivalent`` when ``p_tost < alpha``,
+    ``not equivalent`` when ``p_met < alpha``, else ``inconclusive`` (the rule of
+    :meth:`chunkstudy.significance.BootstrapTest.reject`: below alpha, a NaN never rejects)."""
+    if p_tost < alpha:
         return EQUIVALENT
-    if ci_low >= sesoi or ci_high <= -sesoi:
+    if p_met < alpha:
         return NOT_EQUIVALENT
     return INCONCLUSIVE
 
 
 def tost(replicates: np.ndarray, sesoi: float, *, alpha: float) -> Equivalence:
     """TOST of the mean delta from its bootstrap ``replicates`` at bounds ``±sesoi`` (metric units, > 0) and level
-    ``alpha`` (0 < alpha < 0.5; 0.05 gives the 90% CI):
+    ``alpha`` (0 < alpha < 0.5; 0.05 gives the 90% CI), one contrast on its own:
 
         CI = percentile_ci(δ*, 2·alpha)
         p_lower = (1 + #{δ* ≤ −sesoi}) / (1 + B),  p_upper = (1 + #{δ* ≥ +sesoi}) / (1 + B)
-        p_tost = max(p_lower, p_upper),  verdict = verdict(CI, sesoi)
+        p_tost = max(p_lower, p_upper)
+        p_met = min(1, 2·(1 + min(#{δ* ≤ +sesoi}, #{δ* ≥ −sesoi})) / (1 + B))
+        verdict = verdict_of(p_tost, p_met, alpha)
 
     ``replicates`` are the contrast's own draws (``Bootstrap.replicates``), so its CI, p and TOST rest on the same
-    resamples. NaN or no replicates raise ValueError."""
+    resamples. In a family, :class:`TostVerdict` decides on the Holm-adjusted p-values instead. NaN or no
+    replicates raise ValueError."""
     r = np.asarray(replicates, dtype=float).ravel()
     if r.size == 0:
         raise ValueError("tost: no replicates")
@@ -101,8 +108,10 @@ def tost(replicates: np.ndarray, sesoi: float, *, alpha: float) -> Equivalence:
     b = r.size
     p_lower = (1.0 + float(np.sum(r <= -sesoi))) / (1.0 + b)
     p_upper = (1.0 + float(np.sum(r >= sesoi))) / (1.0 + b)
-    return Equivalence(float(sesoi), float(alpha), lo, hi, p_lower, p_upper, max(p_lower, p_upper),
-                       verdict(lo, hi, sesoi), int(b))
+    p_met = min(1.0, 2.0 * (1.0 + min(float(np.sum(r <= sesoi)), float(np.sum(r >= -sesoi)))) / (1.0 + b))
+    p_tost = max(p_lower, p_upper)
+    return Equivalence(float(sesoi), float(alpha), lo, hi, p_lower, p_upper, p_tost, p_met,
+                       verdict_of(p_tost, p_met, alpha), int(b))
 
 
 def reading(outcome: str, different: bool) -> str:
@@ -112,8 +121,8 @@ def reading(outcome: str, different: bool) -> str:
     * equivalent and different: "a difference smaller than the smallest effect of interest: real, but too small to
       matter at ±sesoi";
     * equivalent, not different: "no difference of interest: equivalent within ±sesoi";
-    * not equivalent (then the CI excludes 0 as well; the Holm-adjusted test may still not reject): "a difference
-      larger than the smallest effect of interest";
+    * not equivalent (an effect beyond ±sesoi is shown; the Holm-adjusted test of δ = 0 may still not reject): "a
+      difference larger than the smallest effect of interest";
     * inconclusive and different: "a difference, but not shown to exceed or to stay within ±sesoi";
     * inconclusive, not different: "not shown to differ, and not shown equivalent: the data cannot tell"."""
     if outcome == EQUIVALENT:
@@ -128,48 +137,83 @@ def reading(outcome: str, different: bool) -> str:
 
 
 #: The columns a TOST fills in 07's contrast tables (:class:`TostVerdict`), in order.
-TOST_COLUMNS = ("sesoi", "tost_ci_low", "tost_ci_high", "p_tost", "equivalence")
+TOST_COLUMNS = ("sesoi", "tost_ci_low", "tost_ci_high", "p_tost", "p_tost_holm", "p_met", "p_met_holm",
+                "equivalence")
 
 
-def tost_columns(replicates: np.ndarray, inference: bool, sesoi: float, alpha: float) -> dict:
-    """One contrast's TOST columns (:data:`TOST_COLUMNS`) from its bootstrap ``replicates``: the bound, the
-    ``(1 − 2·alpha)`` CI, ``p_tost`` and the verdict; where the contrast supports no inference (``inference``
-    False: too few documents or resamples, one document, no paired query) the statistics are NaN and the verdict
-    is ``""``, as the two-sided test prints no CI or p there."""
-    r = np.asarray(replicates, dtype=float).ravel()
-    if not inference or r.size == 0 or not np.isfinite(r).all():
-        nan = float("nan")
-        return {"sesoi": float(sesoi), "tost_ci_low": nan, "tost_ci_high": nan, "p_tost": nan, "equivalence": ""}
-    e = tost(r, sesoi, alpha=alpha)
-    return {"sesoi": e.sesoi, "tost_ci_low": e.ci_low, "tost_ci_high": e.ci_high, "p_tost": e.p_tost,
-            "equivalence": e.verdict}
+def _blank(sesoi: float | None) -> dict:
+    nan = float("nan")
+    return {"sesoi": nan if sesoi is None else float(sesoi), "tost_ci_low": nan, "tost_ci_high": nan, "p_tost": nan,
+            "p_tost_holm": nan, "p_met": nan, "p_met_holm": nan, "equivalence": ""}
+
+
+def family_columns(replicates: Sequence[np.ndarray], inference: Sequence[bool], sesoi: float | None, alpha: float,
+                   adjust: Callable[[Sequence[float]], np.ndarray] = holm) -> list[dict]:
+    """The TOST columns (:data:`TOST_COLUMNS`) of one family of contrasts, in family order, from each contrast's
+    bootstrap ``replicates``: the bound, the ``(1 − 2·alpha)`` CI, ``p_tost`` and ``p_met`` (:func:`tost`), their
+    Holm adjustments within the family (``adjust``, :func:`chunkstudy.significance.holm`) and the verdict
+    (:func:`verdict_of` on the adjusted p-values).
+
+    A contrast that supports no inference (``inference`` False: too few documents or resamples, one document, no
+    paired query) gets NaN statistics and verdict ``""``, as the two-sided test prints no CI or p there; it still
+    counts as a member of the family, ranked last (its p NaN: :func:`~chunkstudy.significance.holm`), so the family
+    size stays as declared. ``sesoi`` None (no bound declared for the family's metric): every row blank."""
+    if sesoi is None:
+        return [_blank(None) for _ in replicates]
+    rows: list[Equivalence | None] = []
+    p_tost: list[float] = []
+    p_met: list[float] = []
+    for r, ok in zip(replicates, inference):
+        r = np.asarray(r, dtype=float).ravel()
+        if not ok or r.size == 0 or not np.isfinite(r).all():
+            rows.append(None)
+            p_tost.append(float("nan"))
+            p_met.append(float("nan"))
+            continue
+        one = tost(r, sesoi, alpha=alpha)
+        rows.append(one)
+        p_tost.append(one.p_tost)
+        p_met.append(one.p_met)
+    adj_tost, adj_met = adjust(p_tost), adjust(p_met)
+    out = []
+    for e, at, am in zip(rows, adj_tost, adj_met):
+        if e is None:
+            out.append(_blank(sesoi))
+            continue
+        out.append({"sesoi": e.sesoi, "tost_ci_low": e.ci_low, "tost_ci_high": e.ci_high, "p_tost": e.p_tost,
+                    "p_tost_holm": float(at), "p_met": e.p_met, "p_met_holm": float(am),
+                    "equivalence": verdict_of(float(at), float(am), alpha)})
+    return out
 
 
 @dataclass(frozen=True)
 class TostVerdict:
-    """The equivalence decision beside Holm's, a :class:`chunkstudy.significance.Verdict`: per contrast of a
-    family, :func:`tost_columns` at ``±sesoi`` and the test's ``alpha``, from the replicates the test drew for the
-    contrast (``Tested.replicates``) and its floors (``Tested.inference``: at least ``stats.min_docs`` ≥ 2
-    documents). Each
-    contrast is decided on its own: TOST needs no multiplicity adjustment to keep the family's error at alpha for
-    an equivalence claim (both one-sided tests must reject). Columns :data:`TOST_COLUMNS`."""
+    """The equivalence decision beside Holm's, a :class:`chunkstudy.significance.Verdict`: over a family of
+    contrasts, :func:`family_columns` at ``±sesoi`` and the test's ``alpha``, from the replicates the test drew
+    for each contrast (``Tested.replicates``) and its floors (``Tested.inference``), adjusted within the family by
+    the test's own Holm (:meth:`~chunkstudy.significance.BootstrapTest.adjust`), so the chance of any false
+    "equivalent" (or "not equivalent") in the family stays at most alpha. ``sesoi`` None: the family's metric has
+    no declared bound, and every row is blank. Columns :data:`TOST_COLUMNS`."""
 
-    sesoi: float
+    sesoi: float | None
     name: ClassVar[str] = "tost"
     columns: ClassVar[tuple[str, ...]] = TOST_COLUMNS
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.sesoi) and self.sesoi > 0):
+        if self.sesoi is not None and not (np.isfinite(self.sesoi) and self.sesoi > 0):
             raise ValueError(f"TostVerdict: sesoi must be a positive number (metric units), got {self.sesoi}")
 
     def decide(self, test: BootstrapTest, family: Sequence[Tested]) -> list[dict[str, Any]]:
-        return [tost_columns(t.replicates, bool(t.inference), self.sesoi, float(test.alpha)) for t in family]
+        return family_columns([t.replicates for t in family], [bool(t.inference) for t in family], self.sesoi,
+                              float(test.alpha), test.adjust)
 
 
-def with_tost(test: BootstrapTest, sesoi: float | None) -> BootstrapTest:
-    """``test`` with :class:`TostVerdict` at ``±sesoi`` added to its verdicts (``stats.sesoi``; None: ``test``
-    unchanged, so a run that declares no bound writes no TOST column)."""
-    if sesoi is None:
+def with_tost(test: BootstrapTest, sesoi: float | None, declared: bool | None = None) -> BootstrapTest:
+    """``test`` with :class:`TostVerdict` at ``±sesoi`` added to its verdicts. ``declared`` (default: ``sesoi`` is
+    not None) False — no bound for any metric (``stats.sesoi`` and ``stats.sesoi_by_metric`` unset): ``test``
+    unchanged, so such a run writes no TOST column; ``sesoi`` None with ``declared`` True: the columns, blank (this
+    family's metric has no bound of its own)."""
+    if not (sesoi is not None if declared is None else declared):
         return test
-    tost_verdict: Verdict = TostVerdict(float(sesoi))
+    tost_verdict: Verdict = TostVerdict(None if sesoi is None else float(sesoi))
     return replace(test, verdicts=(*test.verdicts, tost_verdict))

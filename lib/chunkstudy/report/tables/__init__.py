@@ -37,8 +37,9 @@ from .common import (  # noqa: F401
 )
 from .results import (  # noqa: F401
     table1, table2, table4, dose_response, section_recall_table, reranker_lift, per_type, power, user_contrasts,
+    paired_mixedlm_note,
 )
-from .costs import cost, has_tost, tost_cells, tost_note, TOST_SENTENCE  # noqa: F401
+from .costs import cost, has_tost, tost_cells, tost_note, tost_readings, TOST_SENTENCE  # noqa: F401
 from .construction import (  # noqa: F401
     corpus_funnel, INDUCTION_ROWS, induction, query_funnel, size_matching, placebo, user_conditions,
 )
@@ -50,5 +51,6 @@ __all__ = [
     "row_notes", "placebo_marks", "table1", "table2", "table4", "dose_response",
     "section_recall_table", "reranker_lift", "per_type", "power", "corpus_funnel", "INDUCTION_ROWS", "induction",
     "query_funnel", "size_matching", "placebo", "USER_MARK", "USER_NOTE", "is_user_condition", "user_contrasts",
-    "user_conditions", "cost", "has_tost", "tost_cells", "tost_note", "TOST_SENTENCE",
+    "user_conditions", "cost", "has_tost", "tost_cells", "tost_note", "tost_readings", "TOST_SENTENCE",
+    "paired_mixedlm_note",
 ]

@@ -23,7 +23,7 @@ from .record import Table
 
 
 def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
-           marks: Mapping[str, str] | None = None) -> Table:
+           marks: Mapping[str, str] | None = None, paired: pd.DataFrame | None = None) -> Table:
     """Table 1 — the confirmatory family: the primary cell's contrasts (rows with ``confirmatory`` true in the
     07_stats ``contrasts`` table), one row per contrast in the table's order, with Δ (mean paired delta A − B),
     the 95% cluster-bootstrap CI, two-sided p, Holm p, Cohen's dz, queries / documents, and the secondary
@@ -33,7 +33,8 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     documents or ``stats.n_boot`` below :data:`chunkstudy.stats.MIN_BOOT`) prints :data:`NO_INFERENCE` for its
     CI, p-values and MixedLM p, and no star; 07's note saying why (and any other row note, such as the
     one-document note) is among the table's notes. ``marks`` (contrast -> why, :func:`placebo_marks`) marks
-    contrasts whose placebo is not clean with :data:`PLACEBO_MARK`."""
+    contrasts whose placebo is not clean with :data:`PLACEBO_MARK`. ``paired`` (07's ``mixedlm_paired``): the
+    correctly specified secondary model, one note (:func:`paired_mixedlm_note`)."""
     _require(contrasts, ["contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "reject_holm", "dz", "n_queries",
                          "n_docs"], "contrasts")
     marks = dict(marks or {})
@@ -55,8 +56,7 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
         d["mixedlm_coef"] = d["mixedlm_p"] = d["mixedlm_p_holm"] = np.nan
     cols = ["contrast", "condition_a", "condition_b", "question", "mean_delta", "ci_low", "ci_high", "p", "p_holm",
             "reject_holm", "dz", "n_queries", "n_docs", "mixedlm_coef", "mixedlm_p", "mixedlm_p_holm"]
-    extra = [c for c in ("n_boot", "cell", "inference", "note", "sesoi", "tost_ci_low", "tost_ci_high", "p_tost",
-                         "equivalence") if c in d]
+    extra = [c for c in ("n_boot", "cell", "inference", "note", *costs.equivalence.TOST_COLUMNS) if c in d]
     data = d[cols + extra]
     n_boot = d["n_boot"] if "n_boot" in d else pd.Series([None] * len(d))
 
@@ -85,7 +85,8 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
              f"{f' ({fmt_int(b)} resamples)' if b is not None and not _missing(b) else ''}; "
              "Holm across the four contrasts (* = Holm p < alpha, 07's decision); dz = mean/sd of the deltas.",
              "MixedLM (score ~ condition + random intercept per document) is the pre-registered secondary check, "
-             "misspecified by design (no per-query random effect) and conservative for small paired effects.")
+             "misspecified by design (no per-query random effect) and conservative for small paired effects.",
+             *paired_mixedlm_note(paired, ok, d["contrast"]))
     if not ok.all():
         notes += (f"{NO_INFERENCE} = not enough for inference: no CI, p-value or star is printed for that row "
                   "(see its note below and the warning at the top of the report).",)
@@ -94,6 +95,29 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     if "note" in d:
         notes += row_notes(d["contrast"], d["note"])
     return Table("table1_primary", "Table 1: pre-registered contrasts on the primary cell", data, display, notes)
+
+
+def paired_mixedlm_note(paired: pd.DataFrame | None, ok: Sequence[bool], order: Sequence[str]) -> tuple[str, ...]:
+    """Table 1's note on the correctly specified secondary model (07's ``mixedlm_paired``): per contrast its
+    coefficient, 95% Wald CI and Holm p (gated as the row's own: :data:`NO_INFERENCE` for the CI and p where the
+    bootstrap row supports no inference; a model not fitted says why); none when 07 wrote no such table."""
+    if paired is None or not len(paired):
+        return ()
+    m = paired.set_index("contrast")
+    gate = dict(zip(order, ok))
+
+    def cell(c: str) -> str:
+        if _missing(m.at[c, "coef"]):  # not fitted: the last part of 07's note says why
+            return f"{c} not fitted ({str(m.at[c, 'note']).split('; ')[-1].removeprefix('fit failed: ')})"
+        if not gate.get(c, True):  # the row's bootstrap supports no inference: no CI or p here either
+            return f"{c} {fmt_delta(m.at[c, 'coef'])} (CI and p {NO_INFERENCE})"
+        return (f"{c} {fmt_delta(m.at[c, 'coef'])} {fmt_ci(m.at[c, 'ci_low'], m.at[c, 'ci_high'])}, Holm p "
+                f"{fmt_p(m.at[c, 'p_holm'])}")
+
+    cells = [cell(c) for c in order if c in m.index]
+    return ("Correctly specified secondary model (beside the pre-registered one): the paired per-query differences "
+            "A \u2212 B with a random intercept per document (REML; each query's own effect cancels in the "
+            "difference): " + "; ".join(cells) + ".",)
 
 
 def table2(condition_means: pd.DataFrame, embedder: str, reranker: str) -> Table:
