@@ -127,6 +127,9 @@ def _extra_conditions(d: dict) -> str | None:
         if kind.contexts and boundaries == "chunker" and spec.get("of") is None:
             return f"{name}.prefix: a {spec['prefix']!r} prefix reads the situating contexts 02 writes, and 02 cuts " \
                    "only the paper's chunk sets (boundaries fixed, induced or gold), not a chunker's"
+        if spec.get("placebo_seed") is not None and (spec["prefix"] != "placebo" or spec.get("of") is not None):
+            return f"{name}.placebo_seed: only a placebo prefix of the entry's own (prefix: placebo, no 'of') is " \
+                   "permuted; leave placebo_seed out"
         if spec["size_matched_twin"] and boundaries != "chunker":
             return f"{name}.size_matched_twin: only a chunker's cut gets a twin (the paper's A0 is already the " \
                    "size-matched twin of A2)"
@@ -158,6 +161,36 @@ def _extra_contrasts(d: dict) -> str | None:
     return None
 
 
+def _multiverse(d: dict) -> str | None:
+    """The specification curve's axes (``multiverse``): each alternative is one the run computes, and every stated
+    axis holds the primary specification's value, so the primary specification is a point of the grid."""
+    mv, st = d["multiverse"], d["stats"]
+    conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
+    axes = (("metrics", _metric_names(d), st["primary_metric"], "stats.primary_metric"),
+            ("cutoffs", None, d["metrics"]["cutoff"], "metrics.cutoff"),
+            ("embedders", _embedders(d), d["embed"]["strong"], "embed.strong"),
+            ("rerankers", ["none", *d["retrieve"]["rerankers"]], st["primary_reranker"], "stats.primary_reranker"),
+            ("query_types", None, "all", "every query"),
+            ("bootstrap_seeds", None, st["seed"], "stats.seed"))
+    for key, valid, primary, source in axes:
+        values = mv[key]
+        bad = [v for v in values if valid is not None and v not in valid]
+        if bad:
+            return f"{key}: {bad[0]!r} is not one of the run's {valid}"
+        if values and primary not in values:
+            return f"{key}: {values} lacks the primary specification's {primary!r} ({source}); add it"
+    over = [k for k in mv["cutoffs"] if k > d["retrieve"]["k"]]
+    if over:
+        return f"cutoffs: {over[0]} exceeds retrieve.k ({d['retrieve']['k']}): no list is that long"
+    for cond, alternatives in mv["conditions"].items():
+        unknown = [c for c in [cond, *alternatives] if c not in conds]
+        if unknown:
+            return f"conditions.{cond}: {unknown[0]!r} is not a condition of this run; conditions: {conds}"
+        if len(set(alternatives)) != len(alternatives) or not alternatives or alternatives[0] != cond:
+            return f"conditions.{cond}: expected [{cond}, alternatives...] without repeats, got {list(alternatives)}"
+    return None
+
+
 #: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
 RULES: tuple[Rule, ...] = (
     less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
@@ -172,6 +205,7 @@ RULES: tuple[Rule, ...] = (
     Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
     Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
     Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
+    Rule("multiverse", _multiverse, "each axis holds alternatives the run computes and the primary's value"),
 )
 
 
