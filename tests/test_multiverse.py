@@ -98,16 +98,16 @@ def test_an_unused_block_is_the_declared_default_and_changes_no_digest(root):
 
 
 @pytest.mark.parametrize("block, message", [
-    ({"metrics": ["nDCG@10"]}, r"multiverse: metrics: .* lacks the primary specification's 'cov-nDCG@10'"),
-    ({"metrics": ["cov-nDCG@10", "nDCG@7"]}, r"multiverse: metrics: 'nDCG@7' is not one of the run's"),
-    ({"embedders": ["strong", "other"]}, r"embedders: 'other' is not one of the run's \['strong', 'weak'\]"),
-    ({"rerankers": ["xenc"]}, r"rerankers: 'xenc' is not one of the run's \['none'\]"),
-    ({"cutoffs": [10, 60]}, r"cutoffs: 60 exceeds retrieve.k \(50\)"),
-    ({"cutoffs": [5]}, r"cutoffs: \[5\] lacks the primary specification's 10 \(metrics.cutoff\)"),
-    ({"query_types": ["each"]}, r"query_types: \['each'\] lacks the primary specification's 'all'"),
-    ({"bootstrap_seeds": [1, 2]}, r"bootstrap_seeds: \[1, 2\] lacks the primary specification's"),
-    ({"conditions": {"P": ["P", "Q9"]}}, r"conditions.P: 'Q9' is not a condition of this run"),
-    ({"conditions": {"P": ["A2", "P"]}}, r"conditions.P: expected \[P, alternatives...\]"),
+    ({"metrics": ["nDCG@10"]}, r"multiverse.metrics: .* lacks the primary specification's 'cov-nDCG@10'"),
+    ({"metrics": ["cov-nDCG@10", "nDCG@7"]}, r"multiverse.metrics: 'nDCG@7' is not one of the run's"),
+    ({"embedders": ["strong", "other"]}, r"multiverse.embedders: 'other' is not one of the run's \['strong', 'weak'\]"),
+    ({"rerankers": ["xenc"]}, r"multiverse.rerankers: 'xenc' is not one of the run's \['none'\]"),
+    ({"cutoffs": [10, 60]}, r"multiverse.cutoffs: 60 exceeds retrieve.k \(50\)"),
+    ({"cutoffs": [5]}, r"multiverse.cutoffs: \[5\] lacks the primary specification's 10 \(metrics.cutoff\)"),
+    ({"query_types": ["each"]}, r"multiverse.query_types: \['each'\] lacks the primary specification's 'all'"),
+    ({"bootstrap_seeds": [1, 2]}, r"multiverse.bootstrap_seeds: \[1, 2\] lacks the primary specification's"),
+    ({"conditions": {"P": ["P", "Q9"]}}, r"multiverse.conditions: P: 'Q9' is not a condition of this run"),
+    ({"conditions": {"P": ["A2", "P"]}}, r"multiverse.conditions: P: expected \[P, alternatives...\]"),
     ({"query_types": ["some"]}, r"multiverse.query_types: 'some' is not one of"),
 ])
 def test_a_bad_axis_is_refused_naming_the_key(root, block, message):

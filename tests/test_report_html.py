@@ -272,7 +272,7 @@ def check_in_browser(page, path: Path, n_figures: int, contrasts: list[str]) -> 
 
 
 def test_report_opens_in_a_headless_browser(built, page):
-    assert "fig_multiverse" in built["bundle"].figures and len(built["bundle"].multiverse) == 4
+    assert "fig_multiverse" in built["bundle"].figures and len(built["bundle"].curves) == 4
     check_in_browser(page, built["path"], len(built["bundle"].figures), list(built["cfg"]["stats"]["contrasts"]))
 
 

@@ -161,33 +161,38 @@ def _extra_contrasts(d: dict) -> str | None:
     return None
 
 
-def _multiverse(d: dict) -> str | None:
-    """The specification curve's axes (``multiverse``): each alternative is one the run computes, and every stated
+def _multiverse_axis(key: str) -> Callable[[dict], str | None]:
+    """The specification curve's axis ``multiverse.<key>``: each alternative is one the run computes, and a stated
     axis holds the primary specification's value, so the primary specification is a point of the grid."""
-    mv, st = d["multiverse"], d["stats"]
-    conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
-    axes = (("metrics", _metric_names(d), st["primary_metric"], "stats.primary_metric"),
-            ("cutoffs", None, d["metrics"]["cutoff"], "metrics.cutoff"),
-            ("embedders", _embedders(d), d["embed"]["strong"], "embed.strong"),
-            ("rerankers", ["none", *d["retrieve"]["rerankers"]], st["primary_reranker"], "stats.primary_reranker"),
-            ("query_types", None, "all", "every query"),
-            ("bootstrap_seeds", None, st["seed"], "stats.seed"))
-    for key, valid, primary, source in axes:
+    def test(d: dict) -> str | None:
+        mv, st = d["multiverse"], d["stats"]
+        valid, primary, source = {
+            "metrics": (_metric_names(d), st["primary_metric"], "stats.primary_metric"),
+            "cutoffs": (None, d["metrics"]["cutoff"], "metrics.cutoff"),
+            "embedders": (_embedders(d), d["embed"]["strong"], "embed.strong"),
+            "rerankers": (["none", *d["retrieve"]["rerankers"]], st["primary_reranker"], "stats.primary_reranker"),
+            "query_types": (None, "all", "every query"),
+            "bootstrap_seeds": (None, st["seed"], "stats.seed")}[key]
         values = mv[key]
         bad = [v for v in values if valid is not None and v not in valid]
         if bad:
-            return f"{key}: {bad[0]!r} is not one of the run's {valid}"
+            return f"{bad[0]!r} is not one of the run's {valid}"
         if values and primary not in values:
-            return f"{key}: {values} lacks the primary specification's {primary!r} ({source}); add it"
-    over = [k for k in mv["cutoffs"] if k > d["retrieve"]["k"]]
-    if over:
-        return f"cutoffs: {over[0]} exceeds retrieve.k ({d['retrieve']['k']}): no list is that long"
-    for cond, alternatives in mv["conditions"].items():
+            return f"{values} lacks the primary specification's {primary!r} ({source}); add it"
+        over = [k for k in values if key == "cutoffs" and k > d["retrieve"]["k"]]
+        return f"{over[0]} exceeds retrieve.k ({d['retrieve']['k']}): no list is that long" if over else None
+    return test
+
+
+def _multiverse_conditions(d: dict) -> str | None:
+    """``multiverse.conditions``: each stands in for a condition of the run, listed first, by others of the run."""
+    conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
+    for cond, alternatives in d["multiverse"]["conditions"].items():
         unknown = [c for c in [cond, *alternatives] if c not in conds]
         if unknown:
-            return f"conditions.{cond}: {unknown[0]!r} is not a condition of this run; conditions: {conds}"
+            return f"{cond}: {unknown[0]!r} is not a condition of this run; conditions: {conds}"
         if len(set(alternatives)) != len(alternatives) or not alternatives or alternatives[0] != cond:
-            return f"conditions.{cond}: expected [{cond}, alternatives...] without repeats, got {list(alternatives)}"
+            return f"{cond}: expected [{cond}, alternatives...] without repeats, got {list(alternatives)}"
     return None
 
 
@@ -205,7 +210,10 @@ RULES: tuple[Rule, ...] = (
     Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
     Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
     Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
-    Rule("multiverse", _multiverse, "each axis holds alternatives the run computes and the primary's value"),
+    *(Rule(f"multiverse.{k}", _multiverse_axis(k), "the axis holds alternatives the run computes and the primary "
+           "specification's value") for k in ("metrics", "cutoffs", "embedders", "rerankers", "query_types",
+                                             "bootstrap_seeds")),
+    Rule("multiverse.conditions", _multiverse_conditions, "each stand-in is a condition of the run"),
 )
 
 

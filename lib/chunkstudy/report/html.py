@@ -202,4 +202,4 @@ def render(b: Bundle, markdown: str, dpi: int) -> str:
         title=title.replace("`", "") or f"chunkstudy report: {b.corpus}", title_html=_inline(title or b.corpus),
         corpus=b.corpus,
         preamble=markdown_to_html(preamble, images), sections=views, drills=drills,
-        curves=curve_views(getattr(b, "multiverse", []) or []))
+        curves=curve_views(getattr(b, "curves", []) or []))

@@ -390,7 +390,7 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
     curve_figure = None
     if "multiverse_summary" in got and len(got["multiverse_summary"]):
         try:
-            b.tables["multiverse"], b.multiverse, curve_figure = curve.report_parts(
+            b.tables["multiverse"], b.curves, curve_figure = curve.report_parts(
                 got["multiverse_summary"], got.get("multiverse"), params, inputs.get("manifests"))
         except Exception as e:
             raise ReportError(f"08_figures: table 'multiverse' failed: {type(e).__name__}: {e}") from e
@@ -515,7 +515,7 @@ def render(b: Bundle, params: Params, params_file: str = "") -> str:
     if "multiverse" in b.tables:
         out += [f"## {curve.HEADING}", "", "How far each contrast's sign and decision survive the analysis choices "
                 "declared in the parameter file (docs/beyond.md, \"Specification curve\"). Exploratory: Holm stays on "
-                "Table 1. " + curve.links([t.name.removeprefix("multiverse_") for t in b.multiverse]), ""]
+                "Table 1. " + curve.links([t.name.removeprefix("multiverse_") for t in b.curves]), ""]
         table("multiverse")
         figure("fig_multiverse")
     out += ["## Replication across corpora", ""]
@@ -654,7 +654,7 @@ def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
     ``report.html`` (:mod:`chunkstudy.report.html`: the same report, self-contained) under ``figures/<corpus>/``
     through :mod:`chunkstudy.artifacts`; returns the list of files written."""
     written = []
-    for t in [*b.tables.values(), *b.multiverse]:
+    for t in [*b.tables.values(), *b.curves]:
         written.append(("table", t.name, artifacts.write_text(cfg, artifacts.report_table(t.name, "md"),
                                                                 f"# {tables.md_escape(t.title)}\n\n"
                                                                 + t.markdown())))

@@ -58,6 +58,10 @@ SPEC_COLUMNS = stages.columns("multiverse")
 SUMMARY_COLUMNS = stages.columns("multiverse_summary")
 #: The axes of the indicator panel, in the figure's order (columns of the ``multiverse`` table).
 AXES = ("metric_axis", "k", "embedder", "reranker", "query_types", "seed", "spec_a", "spec_b")
+#: Seconds of 07's :func:`curves` per document drawn per specification (pairing, the test, the null test), low to
+#: high: bench/bench_multiverse.py at the whole QASPER split's size (1,512 specifications, B = 10,000, G = 407) on the
+#: 2-core development machine, quiet to shared; what ``chunkstudy.plan`` multiplies by specifications × B × G.
+SECONDS_PER_DRAW = (2.0e-9, 6.0e-9)
 #: What ``k`` holds for a metric with no cut-off (MRR, recall@50).
 NO_K = "—"
 _EPS = np.finfo(float).eps
@@ -163,20 +167,40 @@ def _blocks(seed: int, n_boot: int, g: int) -> Iterator[tuple[int, np.ndarray]]:
         yield start, rng.integers(0, g, size=(min(n_boot, start + _BLOCK) - start, g))
 
 
+#: A group of at most this many specifications is resampled as the loop resamples (a gather per specification):
+#: building the counts ``W`` costs about as much as two gathers, so sharing them pays from three specifications on.
+_GATHER_UP_TO = 2
+#: A group's draws are kept (int32) for the exact recomputation when they hold at most this many indices (100 MB);
+#: above it they are drawn again from the seed.
+_KEEP_DRAWS = 25_000_000
+
+
 def _group_replicates(sums: np.ndarray, counts: np.ndarray, seed: int, n_boot: int, alpha: float) -> np.ndarray:
-    """Replicate means ``(B, m)`` of ``m`` specifications sharing G documents and a seed: ``W @ S / W @ C`` per
-    block, then the replicates a decision reads recomputed in the loop's order (:func:`_exact_where_it_matters`)."""
+    """Replicate means ``(B, m)`` of ``m`` specifications sharing G documents and a seed: ``W @ [S | C]`` per block,
+    then the replicates a decision reads recomputed in the loop's order (:func:`_exact_where_it_matters`).
+
+    The rounding bound: the loop's pairwise sum and the product's sum of a replicate's G drawn per-document sums
+    differ by at most ``2·γ_{G+1}·Σ|S_drawn| ≤ (G + 1)·eps·G·max|S|``; divided by the replicate's queries (at least G:
+    every document has one), at most ``(G + 1)·eps·max|S|``, taken 4 times over, plus the two divisions' own
+    rounding (``4·eps·|δ̄*|``)."""
     g, m = sums.shape
-    reps, bound = np.empty((n_boot, m)), np.empty((n_boot, m))
-    abs_sums = np.abs(sums)
+    if m <= _GATHER_UP_TO:  # too few to share: the loop's own arithmetic, exact by construction
+        reps = np.empty((n_boot, m))
+        for start, idx in _blocks(seed, n_boot, g):
+            for j in range(m):
+                reps[start:start + len(idx), j] = sums[:, j][idx].sum(axis=1) / counts[:, j][idx].sum(axis=1)
+        return reps
+    reps = np.empty((n_boot, m))
+    stacked = np.hstack([sums, counts])
+    kept: list[np.ndarray] | None = [] if n_boot * g <= _KEEP_DRAWS else None
     for start, idx in _blocks(seed, n_boot, g):
-        w = _counts(idx, g)
-        n = w @ counts  # integer-valued: exact in any order
-        reps[start:start + len(idx)] = (w @ sums) / n
-        # |W@S − the loop's sum| ≤ 2·γ_{G+1}·(W@|S|) (both sum at most G + 1 rounded terms), then one division each
-        bound[start:start + len(idx)] = 4.0 * (g + 2) * _EPS * (w @ abs_sums) / n
-    bound += 4.0 * _EPS * np.abs(reps) + np.finfo(float).tiny
-    return _exact_where_it_matters(reps, bound, sums, counts, seed, alpha)
+        prod = _counts(idx, g) @ stacked  # the counts' half is integer-valued: exact in any order
+        reps[start:start + len(idx)] = prod[:, :m] / prod[:, m:]
+        if kept is not None:
+            kept.append(idx.astype(np.int32))
+    bound = 4.0 * (g + 2) * _EPS * np.abs(sums).max(axis=0)[None, :] + 4.0 * _EPS * np.abs(reps) \
+        + np.finfo(float).tiny
+    return _exact_where_it_matters(reps, bound, sums, counts, seed, alpha, kept)
 
 
 def _ci_positions(n_boot: int, alpha: float) -> list[int]:
@@ -189,28 +213,29 @@ def _ci_positions(n_boot: int, alpha: float) -> list[int]:
 
 
 def _exact_where_it_matters(reps: np.ndarray, bound: np.ndarray, sums: np.ndarray, counts: np.ndarray, seed: int,
-                            alpha: float) -> np.ndarray:
+                            alpha: float, kept: list[np.ndarray] | None = None) -> np.ndarray:
     """Recompute, in the loop's order (``S[idx].sum(axis=1)`` over a block's rows), every replicate within its
     rounding bound of 0 (its sign decides p) or of one of the CI's order statistics (within twice the column's
     largest bound: sorting moves no value further than the largest bound). Every other replicate lies strictly on
-    the same side of each as the loop's does, so the result's counts and order statistics are the loop's exactly."""
-    n_boot, m = reps.shape
+    the same side of each as the loop's does, so the result's counts and order statistics are the loop's exactly.
+    ``kept``: the group's draws per block, else they are drawn again."""
+    n_boot = reps.shape[0]
     out = reps.copy()
     flag = np.abs(reps) <= bound
     positions = _ci_positions(n_boot, alpha)
-    for j in range(m):
-        col = reps[:, j]
-        at = np.partition(col, positions)[positions]
-        flag[:, j] |= (np.abs(col[:, None] - at[None, :]) <= 2.0 * float(bound[:, j].max())).any(axis=1)
-    if not flag.any():
-        return out
+    widest = 2.0 * bound.max(axis=0)
+    for at in np.partition(reps, positions, axis=0)[positions]:
+        flag |= np.abs(reps - at[None, :]) <= widest[None, :]
     sums_t, counts_t = np.ascontiguousarray(sums.T), np.ascontiguousarray(counts.T)
-    for start, idx in _blocks(seed, n_boot, sums.shape[0]):
+    blocks = enumerate(kept) if kept is not None else ((s // _BLOCK, i) for s, i in _blocks(seed, n_boot,
+                                                                                              sums.shape[0]))
+    for b, idx in blocks:
+        start = b * _BLOCK
         block = flag[start:start + len(idx)]
-        for col_j in np.flatnonzero(block.any(axis=0)):
-            rows = np.flatnonzero(block[:, col_j])
+        for col in np.flatnonzero(block.any(axis=0)):
+            rows = np.flatnonzero(block[:, col])
             drawn = idx[rows]  # (rows, G), C-contiguous: each row summed as the loop sums it
-            out[start + rows, col_j] = sums_t[col_j][drawn].sum(axis=1) / counts_t[col_j][drawn].sum(axis=1)
+            out[start + rows, col] = sums_t[col][drawn].sum(axis=1) / counts_t[col][drawn].sum(axis=1)
     return out
 
 
@@ -251,12 +276,17 @@ def null_medians(sums: np.ndarray, counts: np.ndarray, effects: np.ndarray, n_bo
     drew none of its documents sits that draw out (NaN when every one does)."""
     g, m = sums.shape
     out = np.empty(n_boot)
+    stacked = np.hstack([sums, counts])
     for start, idx in _blocks(seed, n_boot, g):
-        w = _counts(idx, g)
-        n = w @ counts
+        prod = _counts(idx, g) @ stacked
+        r, n = prod[:, :m], prod[:, m:]
         with np.errstate(invalid="ignore", divide="ignore"):
-            centred = np.where(n > 0, (w @ sums) / n, np.nan) - effects[None, :]
-        empty = np.isnan(centred).all(axis=1)
+            centred = np.where(n > 0, r / n, np.nan) - effects[None, :]
+        missing = np.isnan(centred)
+        if not missing.any():  # every specification drew some of its documents (the rule): a plain median
+            out[start:start + len(idx)] = np.median(centred, axis=1)
+            continue
+        empty = missing.all(axis=1)
         med = np.full(len(idx), np.nan)
         if (~empty).any():
             med[~empty] = np.nanmedian(centred[~empty], axis=1)
@@ -284,18 +314,21 @@ class Curves(NamedTuple):
     summary: pd.DataFrame
 
 
-class _Paired(NamedTuple):
+class Paired(NamedTuple):
+    """One computable specification's paired deltas and their documents (the bootstrap's clusters)."""
+
     spec: Spec
     delta: np.ndarray
     docs: Any
 
 
-def _paired(wide: pd.DataFrame, specs: Sequence[Spec]) -> tuple[list[_Paired], dict[str, int]]:
-    """Each computable specification's paired deltas (in the order Table 1 pairs them: the cell's queries sorted by
-    id) and, by reason, how many were not computable."""
+def spec_deltas(wide: pd.DataFrame, specs: Sequence[Spec]) -> tuple[list[Paired], dict[str, int]]:
+    """Each computable specification's paired deltas over ``wide`` (:func:`chunkstudy.metrics.paired.wide_scores`,
+    qtype filled), in the order Table 1 pairs them (the cell's queries sorted by id), and by reason how many were not
+    computable."""
     blocks: dict[tuple[str, str, str], pd.DataFrame | None] = {}
     pairs: dict[tuple, pd.DataFrame | None] = {}
-    out: list[_Paired] = []
+    out: list[Paired] = []
     skipped: dict[str, int] = {}
     for s in specs:
         cell = (s.metric, s.embedder, s.reranker)
@@ -316,11 +349,11 @@ def _paired(wide: pd.DataFrame, specs: Sequence[Spec]) -> tuple[list[_Paired], d
             why = f"cell {design.cell_name(*cell)} not scored" if block is None else "no paired query"
             skipped[why] = skipped.get(why, 0) + 1
             continue
-        out.append(_Paired(s, both[s.spec_a].to_numpy() - both[s.spec_b].to_numpy(), both["doc_id"].to_numpy()))
+        out.append(Paired(s, both[s.spec_a].to_numpy() - both[s.spec_b].to_numpy(), both["doc_id"].to_numpy()))
     return out, skipped
 
 
-def _spec_rows(corpus: str, name: str, a: str, b: str, paired: Sequence[_Paired], tested: Sequence[Tested],
+def _spec_rows(corpus: str, name: str, a: str, b: str, paired: Sequence[Paired], tested: Sequence[Tested],
                alpha: float) -> pd.DataFrame:
     rows = []
     for i, (pr, t) in enumerate(zip(paired, tested)):
@@ -359,7 +392,7 @@ def summary_row(specs: pd.DataFrame, medians: np.ndarray, n_declared: int, test:
                 label=EXPLORATORY, note="; ".join([*notes, problem] if problem else notes))
 
 
-def _union(paired: Sequence[_Paired]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _union(paired: Sequence[Paired]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(documents, sums, counts)``: every specification's per-document sums over the union of their documents."""
     per = [cluster_sums(p.delta, p.docs) for p in paired]
     docs = np.unique(np.concatenate([labels for labels, _, _ in per])) if per else np.array([], dtype=object)
@@ -384,20 +417,25 @@ def curves(scores: pd.DataFrame, extra_scores: pd.DataFrame | None, queries: pd.
     wide = wide_scores(prepare_scores(both, queries, corpus))
     wide = wide.assign(qtype=wide["qtype"].astype(object).where(wide["qtype"].notna(), "(none)").astype(str))
     test = BootstrapTest.of(stats_params)
+    contrasts = contrast_spec(stats_params)
+    found = {name: (len(specs), *spec_deltas(wide, specs)) for name, specs in
+             ((name, grid(mv, metric_axis, primary, test.seed, a, b, sorted(set(wide["qtype"]))))
+              for name, (a, b) in contrasts.items())}
+    # one test of every contrast's specifications: those of equal documents and seed share draws across contrasts
+    every = test_many(test, [(p.delta, p.docs, p.spec.seed) for _, paired, _ in found.values() for p in paired])
     tables, summaries = [], []
-    for name, (a, b) in contrast_spec(stats_params).items():
-        specs = grid(mv, metric_axis, primary, test.seed, a, b, sorted(set(wide["qtype"])))
-        paired, skipped = _paired(wide, specs)
+    for name, (a, b) in contrasts.items():
+        n_declared, paired, skipped = found[name]
+        tested, every = every[:len(paired)], every[len(paired):]
         base = dict(corpus=corpus, contrast=name, condition_a=a, condition_b=b)
         if not paired:
-            summaries.append({**base, **summary_row(pd.DataFrame(columns=SPEC_COLUMNS), np.empty(0), len(specs),
+            summaries.append({**base, **summary_row(pd.DataFrame(columns=SPEC_COLUMNS), np.empty(0), n_declared,
                                                     test, 0, skipped)})
             continue
-        tested = test_many(test, [(p.delta, p.docs, p.spec.seed) for p in paired])
         rows = _spec_rows(corpus, name, a, b, paired, tested, test.alpha)
         docs, sums, counts = _union(paired)
         medians = null_medians(sums, counts, rows["mean_delta"].to_numpy(float), test.n_boot, test.seed)
         tables.append(rows)
-        summaries.append({**base, **summary_row(rows, medians, len(specs), test, int(docs.size), skipped)})
+        summaries.append({**base, **summary_row(rows, medians, n_declared, test, int(docs.size), skipped)})
     spec_table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=SPEC_COLUMNS)
     return Curves(spec_table[SPEC_COLUMNS], pd.DataFrame(summaries, columns=SUMMARY_COLUMNS))
