@@ -20,9 +20,9 @@ stays on the four primary contrasts of Table 1; every number here is exploratory
 
 **Vectorised across specifications** (:func:`test_many`): the loop draws ``numpy.random.default_rng(seed)
 .integers(0, G, (B, G))`` for each contrast and sums the drawn documents; specifications of equal G and seed draw
-the same indices, so the draws are shared: each block of B is drawn once, turned into the counts ``W`` of each
-document in each replicate, and every specification's replicate sums are one matrix product ``W @ S`` (S: G ×
-specifications, per-document sums). A product sums in another order than the loop, so a replicate may differ from
+the same indices, whatever their contrast, so the draws are shared: each block of B is drawn once, turned into the
+counts ``W`` of each document in each replicate, and every specification's replicate sums are one matrix product
+``W @ S`` (S: G × specifications, per-document sums; a group of one or two is resampled as the loop resamples it). A product sums in another order than the loop, so a replicate may differ from
 the loop's in its last bits; the few replicates a decision reads (those within the rounding bound of 0, which decide
 p, and of the CI's order statistics) are recomputed in the loop's order. Every CI and p then equals
 :meth:`BootstrapTest.test`'s exactly (tests/test_multiverse.py checks it bit for bit; bench/bench_multiverse.py
