@@ -43,7 +43,8 @@ def multiverse(summary: pd.DataFrame, registration: str = "") -> Table:
         "Null p (median)": gated([fmt_p(p, b) for p, b in zip(d["null_p"], d["n_boot"])], ok),
     })
     notes = (CURVE_NOTE,
-             "Same sign: the share of specifications whose \u0394 has the primary specification's sign. Null p: "
+             "Same sign: the share of specifications whose \u0394 has the primary specification's sign (\u2014 when the "
+             "primary \u0394 is 0). Null p: "
              "the specification-curve test, is the median \u0394 over specifications more extreme than under the "
              "bootstrap with the contrast's effect removed (every specification's deltas shifted to mean 0, the "
              "contrast's documents resampled once for all specifications): (1 + #{|median*| \u2265 |median|}) / "
