@@ -10,8 +10,12 @@ all, each type alone, all but one; three bootstrap seeds: 378 specifications per
 test of the median) is timed in full; the loop on ``--loop-specs`` specifications and scaled to all, which the output
 says; the bench checks that both give the same CI and p for those, bit for bit.
 
-Run: ``.venv/bin/python bench/bench_multiverse.py [--loop-specs 60] [--stand-in]``. Prints measured times and
-ratios; asserts nothing about time.
+``--run params/qasper_local.yaml`` times the same on a finished run's own tables instead (its multiverse block, 06's
+scores and queries, after 01-06 ran): 06's other cut-offs (``metrics.cutoffs.multiverse_scores`` over its runs) and
+07's ``curves``, and prints the curve in numbers.
+
+Run: ``.venv/bin/python bench/bench_multiverse.py [--loop-specs 60] [--stand-in] [--run PARAMS]``. Prints measured
+times and ratios; asserts nothing about time.
 """
 
 from __future__ import annotations
@@ -32,13 +36,43 @@ METRICS = ["cov-nDCG@5", "cov-nDCG@10", "cov-nDCG@20", "nDCG@5", "nDCG@10", "nDC
 EFFECTS = {"A3": 0.012, "A1": 0.0, "P": -0.008, "P7": -0.006, "G3": 0.02, "A4": 0.003}
 
 
+def on_run(params_file: str) -> None:
+    """06's other cut-offs and 07's curves, timed on a finished run's tables (``--run``)."""
+    from chunkstudy import artifacts
+    from chunkstudy.metrics import cutoffs
+
+    cfg = config.load(params_file)
+    p = cfg.params()
+    runs, chunks, queries = (artifacts.read(cfg, n) for n in ("runs", "chunks", "queries"))
+    t0 = time.perf_counter()
+    extra = cutoffs.multiverse_scores(runs, chunks, queries, p.metrics, p.multiverse_metrics, cfg.corpus)
+    t_06 = time.perf_counter() - t0
+    scores = artifacts.read(cfg, "scores")
+    t0 = time.perf_counter()
+    c = multiverse.curves(scores, extra, queries, p.stats, p.primary_cell, p.multiverse, p.multiverse_metrics,
+                          cfg.corpus)
+    t_07 = time.perf_counter() - t0
+    s = c.summary
+    print(f"run {cfg.corpus}: {queries['doc_id'].nunique()} documents, {len(queries):,} queries, B = {p.stats.n_boot:,}; "
+          f"{len(c.specifications):,} specifications ({', '.join(f'{r.contrast} {r.n_specs} of {r.n_declared}' for r in s.itertuples())})")
+    print(f"06's other cut-offs ({', '.join(map(str, cutoffs.extra_cutoffs(p.multiverse_metrics, p.metrics.cutoff)))}): "
+          f"{t_06:.1f} s, {len(extra):,} rows; 07's curves: {t_07:.1f} s")
+    for r in s.itertuples():
+        print(f"  {r.contrast}: primary {r.primary_delta:+.4f}, median {r.median_delta:+.4f}, same sign "
+              f"{r.share_same_sign:.1%}, significant +{r.share_sig_positive:.1%} / -{r.share_sig_negative:.1%}, "
+              f"null p {r.null_p:.4f} ({r.n_docs} documents){'; ' + r.note if r.note else ''}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--loop-specs", type=int, default=60, help="specifications the loop is timed on")
     ap.add_argument("--n-boot", type=int, default=10_000)
     ap.add_argument("--stand-in", action="store_true", help="C2 also against P7 (multiverse.conditions)")
     ap.add_argument("--seed", type=int, default=params.SEED)
+    ap.add_argument("--run", help="a finished run's parameter file: time 06's cut-offs and 07's curves on its tables")
     args = ap.parse_args()
+    if args.run:
+        return on_run(args.run)
 
     scores, queries = simulate_scores(N_DOCS, N_QUERIES, EFFECTS, seed=args.seed, metrics=METRICS,
                                       embedders=["strong", "weak"], qtypes=("extractive", "abstractive", "boolean"))
