@@ -60,8 +60,9 @@ SUMMARY_COLUMNS = stages.columns("multiverse_summary")
 AXES = ("metric_axis", "k", "embedder", "reranker", "query_types", "seed", "spec_a", "spec_b")
 #: Seconds of 07's :func:`curves` per document drawn per specification (pairing, the test, the null test), low to
 #: high: bench/bench_multiverse.py at the whole QASPER split's size (1,512 specifications, B = 10,000, G = 407) on the
-#: 2-core development machine, quiet to shared; what ``chunkstudy.plan`` multiplies by specifications × B × G.
-SECONDS_PER_DRAW = (2.0e-9, 6.0e-9)
+#: 2-core development machine, 6.5 s under the heavy-job lock to 14-25 s beside other jobs (docs/performance.md);
+#: what ``chunkstudy.plan`` multiplies by specifications × B × G.
+SECONDS_PER_DRAW = (1.0e-9, 4.0e-9)
 #: What ``k`` holds for a metric with no cut-off (MRR, recall@50).
 NO_K = "—"
 _EPS = np.finfo(float).eps
