@@ -18,7 +18,8 @@
 # `03_queries/queries` (gold evidence spans, half-open character offsets on the query's document) and
 # `01_corpus/documents` (the texts the drill-down quotes).
 # **Writes** `06_metrics/scores`: one row per cell × condition × query × metric (long form; with `doc_id`, the
-# bootstrap's cluster, and `qtype`), and `06_metrics/drilldown`: the per-query drill-down of the primary cell.
+# bootstrap's cluster, and `qtype`), `06_metrics/drilldown`: the per-query drill-down of the primary cell, and
+# `06_metrics/multiverse_scores`: the same rows at the specification curve's other cut-offs (empty without).
 #
 # Relevance comes only from character overlap on content offsets — a prefix can never create relevance; it only
 # costs tokens in the budget metrics. Metrics (paper Section 5.1 and the appendix on coverage-nDCG):
@@ -33,7 +34,7 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, metrics
-from chunkstudy.metrics import drilldown
+from chunkstudy.metrics import cutoffs, drilldown
 
 cfg = config.load(params_file)
 metrics_params = cfg.params("metrics")
@@ -51,6 +52,17 @@ scores = metrics.score_runs(runs, chunks, queries, metrics_params, cfg.corpus)
 artifacts.write(cfg, "scores", scores)
 print(metrics_params)
 scores.groupby("metric", sort=False)["value"].describe()
+
+# %% [markdown]
+# ## The specification curve's other cut-offs (`multiverse.cutoffs`)
+# The rank-cut metrics of `multiverse.metrics` (cov-nDCG, nDCG) at each other k, by the same scorer: what 07's
+# specification curves read beside `scores` (docs/beyond.md, "Specification curve"). Empty without.
+
+# %%
+extra_scores = cutoffs.multiverse_scores(runs, chunks, queries, metrics_params, cfg.params().multiverse_metrics,
+                                         cfg.corpus)
+artifacts.write(cfg, "multiverse_scores", extra_scores)
+extra_scores.groupby("metric")["value"].describe()
 
 # %% [markdown]
 # ## Per-condition means for every cell (exploratory)

@@ -15,10 +15,10 @@
 #
 # **Reads** `06_metrics/scores` (per-query scores, long form) and `03_queries/queries` (query → document, type);
 # for the cost table `04_chunk_embed/chunks`, `embedding_report.json`, `late_report` and
-# `05_retrieve/retrieval_timing.json`.
+# `05_retrieve/retrieval_timing.json`; for the specification curves `06_metrics/multiverse_scores`.
 # **Writes** `07_stats/contrasts`, `mixedlm`, `mixedlm_paired`, `dose_response`, `per_type`, `condition_means`,
-# `reranker_lift`, `power` and `power_needed` (the documents each contrast needs), and `cost` (what each condition
-# costs).
+# `reranker_lift`, `power` and `power_needed` (the documents each contrast needs), `cost` (what each condition
+# costs), and `multiverse` and `multiverse_summary` (each contrast's specification curve).
 #
 # The four pre-registered contrasts (C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) are tested on one cell fixed
 # in advance — cov-nDCG@10 × strong embedder × no reranker — with a document-clustered bootstrap (resampling
@@ -33,7 +33,7 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, paper, stats
-from chunkstudy.stats import cost, power
+from chunkstudy.stats import cost, multiverse, power
 
 cfg = config.load(params_file)
 stats_params = cfg.params("stats")
@@ -184,3 +184,20 @@ cost_table = cost.cost_for_run(cfg, means, artifacts.read(cfg, "chunks"),
                                artifacts.read_json(cfg, "05_retrieve", "retrieval_timing"))
 artifacts.write(cfg, "cost", cost_table)
 cost_table
+
+
+# %% [markdown]
+# ## Exploratory — each contrast's specification curve (`multiverse`; docs/beyond.md, "Specification curve")
+# Every contrast under every combination of the analysis choices the parameter file declared before the run
+# (metric and k, embedder, reranker, query types, bootstrap seed, stand-in conditions): Δ, the clustered-bootstrap
+# CI and p of Table 1's own test (its resamples shared across specifications), and per contrast the share of
+# specifications with the primary's sign, the shares significant each way (unadjusted), and the
+# specification-curve test (Simonsohn, Simmons & Nelson 2020): is the median Δ more extreme than under the
+# bootstrap with the contrast's effect removed? Holm stays on the four primary contrasts. Empty without a multiverse.
+
+# %%
+curve = multiverse.curves(scores, artifacts.read(cfg, "multiverse_scores"), queries, stats_params, primary,
+                          cfg.params("multiverse"), cfg.params().multiverse_metrics, cfg.corpus)
+artifacts.write(cfg, "multiverse", curve.specifications)
+artifacts.write(cfg, "multiverse_summary", curve.summary)
+curve.summary

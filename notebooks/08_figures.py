@@ -17,8 +17,9 @@
 # corpus_funnel), `02_induce` (induction_stats.json), `03_queries` (queries, query_funnel, bm25.json),
 # `04_chunk_embed` (chunks, summary.json, placebo_buckets), `05_retrieve` (section_recall,
 # section_recall_summary), `06_metrics` (drilldown), `07_stats` (contrasts, mixedlm, dose_response, per_type,
-# condition_means, reranker_lift, power, power_needed) and the manifests of 01–07 — and, for the replication
-# table, the `07_stats/contrasts` of the corpus named by `figures.replicate_with` when it exists.
+# condition_means, reranker_lift, power, power_needed, multiverse, multiverse_summary) and the manifests of
+# 01–07 — and, for the replication table, the `07_stats/contrasts` of the corpus named by `figures.replicate_with`
+# when it exists.
 # **Writes** `figures/<corpus>/`: every figure as PNG and PDF (`figures.formats`), `tables/*.md` and
 # `tables/*.tex` (booktabs), `report.md`, and `report.html` (the same report in one self-contained file: figures
 # embedded, sortable tables, one collapsible drill-down per contrast). This is the only stage that rounds numbers,
@@ -62,6 +63,17 @@ Markdown(report.table_markdown(bundle, "table1"))
 
 # %%
 bundle.figures["fig_contrasts"]
+
+# %% [markdown]
+# ## Each contrast's specification curve (exploratory; `multiverse`, docs/beyond.md)
+# Beside Table 1: how far each contrast's sign and decision survive the declared analysis choices (a line saying
+# the table is not available when the parameter file declares no multiverse); `report.html` opens any specification.
+
+# %%
+Markdown(report.table_markdown(bundle, "multiverse"))
+
+# %%
+bundle.figures.get("fig_multiverse")
 
 # %% [markdown]
 # ## Planning: how many documents would each contrast need? (07's power analysis)

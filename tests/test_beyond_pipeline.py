@@ -8,7 +8,8 @@ It checks what the feature promises: the late conditions keep their chunk sets' 
 with the mode) and get vectors of their own, stored under keys that name the mode and the window, so a second
 encoding of the same chunks (L4 = L3's) reads the store; the late contrasts are a Holm family of their own, with a
 TOST verdict from the same draws; late(A4) routes two-stage; the cost table and its Pareto figure are in the report,
-and Table 1 shows the TOST column beside Holm with its sentence; the drill-down covers the late contrasts.
+and Table 1 shows the TOST column beside Holm with its sentence; the drill-down covers the late contrasts; each
+contrast's specification curve (the multiverse block) holds Table 1's row as its primary specification.
 A second test runs the Markdown example with the same late conditions (``--slow``).
 """
 
@@ -120,6 +121,34 @@ def test_the_report_shows_the_cost_table_the_pareto_figure_and_tost_beside_holm(
     drill = artifacts.read(cfg, "drilldown")
     assert {"B1", "B2", "B3"} <= set(drill["contrast"])
     assert artifacts.read_manifest(cfg, "01_corpus")["equivalence_declared"]["sesoi"] == 0.02
+
+
+def test_each_contrast_s_specification_curve(beyond):
+    """The multiverse block: 06 scores the other cut-offs, 07 runs every contrast under every specification with
+    the primary one equal to Table 1 exactly, C2 also against P7 (P's chunks under another placebo seed, sharing
+    every text row whose prefix is P's), 01's manifest records the axes and the report shows the section."""
+    project, cfg, _ = beyond
+    extra = artifacts.read(cfg, "multiverse_scores")
+    assert set(extra["metric"]) == {"cov-nDCG@5", "cov-nDCG@20", "nDCG@5", "nDCG@20"}
+    specs, summary = artifacts.read(cfg, "multiverse"), artifacts.read(cfg, "multiverse_summary").set_index("contrast")
+    table1 = artifacts.read(cfg, "contrasts").query("confirmatory").set_index("contrast")
+    primary = specs[specs["primary"]].set_index("contrast")
+    cols = ["mean_delta", "ci_low", "ci_high", "p", "dz", "n_queries", "n_docs", "inference"]
+    assert primary[cols].equals(table1[cols].astype(primary[cols].dtypes.to_dict()))
+    # 8 metric x k choices, 7 query subsets (three types), 3 seeds; C2 twice (P, P7)
+    assert summary["n_declared"].to_dict() == {"C1": 168, "C2": 336, "C3": 168, "C4": 168}
+    assert set(specs.loc[specs["contrast"] == "C2", "spec_b"]) == {"P", "P7"}
+    chunks = artifacts.read(cfg, "chunks")
+    p, p7 = (chunks[chunks["condition"] == c].reset_index(drop=True) for c in ("P", "P7"))
+    assert p7[["doc_id", "start", "end"]].equals(p[["doc_id", "start", "end"]])
+    same = (p7["prefix"] == p["prefix"]).to_numpy()
+    assert not same.all() and (p7.loc[same, "text_row"].to_numpy() == p.loc[same, "text_row"].to_numpy()).all()
+    assert artifacts.read_manifest(cfg, "01_corpus")["multiverse_declared"] == config.as_dict(cfg.params().multiverse)
+    out = project / "figures" / cfg.corpus
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "## Specification curves (exploratory)" in md and "declared before the run" in md
+    assert (out / "fig_multiverse.png").is_file() and html.count('<details class="curve"') == 4
+    assert (out / "tables" / "multiverse_C2.md").is_file()
 
 
 @pytest.mark.slow

@@ -154,6 +154,14 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                                   {c: [] for c in chunks["condition"].unique()},
                                   {e: cost.EncoderShape(int(v.shape[1]), 4, 256, 2) for e, v in vecs.items()},
                                   two_stage={"A4", "G4"}, retrieval=ret["timing"])
+    # each contrast's specification curve (chunkstudy.stats.multiverse): the weak embedder has no reranked cell
+    from chunkstudy.stats import multiverse
+
+    mv = config_mod.record("multiverse", {"metrics": ["cov-nDCG@10", "MRR"], "embedders": ["strong", "weak"],
+                                          "rerankers": ["none", "xenc"], "query_types": ["all", "each"]})
+    out["multiverse"], out["multiverse_summary"] = multiverse.curves(
+        scores, None, queries, config_mod.record("stats", sp), PRIMARY, mv, design.metric_axis(mv.metrics, (10,)),
+        "synthetic")
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],
                                          "status": (["ok", "repaired", "repaired", "failed"] * n_docs)[:n_docs],
                                          "n_windows": ([1, 2, 1, 1] * n_docs)[:n_docs]})

@@ -127,6 +127,47 @@ def test_embedding_and_reranking_work_follow_the_chunk_sets(demo):
     assert "A1 contexts" in text and "texts to embed" in text and "reranker pairs" in text
 
 
+def test_the_plan_states_each_axis_of_the_specification_curve(demo):
+    """The multiverse block before the run: the stand-in placebo's texts that no condition of the run has (counted
+    against the chunk sets 04 builds), the scoring passes 06 adds, and 07's specifications per contrast."""
+    from chunkstudy.chunks import chunk_sets
+    from chunkstudy.stats import multiverse
+
+    cfg0, tables = demo
+    p7 = {"P7": {"boundaries": "induced", "prefix": "placebo", "depth": 3, "placebo_seed": 7}}
+    block = {"metrics": ["cov-nDCG@10", "MRR"], "cutoffs": [5, 10], "embedders": ["strong", "weak"],
+             "query_types": ["all", "each"], "conditions": {"P": ["P", "P7"]}}
+    cfg = config.load(ROOT / "params" / "demo.yaml", root=cfg0.root,
+                      overrides={**LLM_ARMS, "conditions": {"extra": p7}, "multiverse": block})
+    got = plan.estimate(cfg, tables)
+    mv = got["multiverse"]
+    assert plan.estimate(cfg0, tables)["multiverse"] is None
+    assert got["chunks"] == plan.estimate(cfg0, tables)["chunks"]  # the run's own counts leave the stand-in out
+    # the texts of P7 that no other condition has: P7's prefixes drawn under another seed
+    counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
+    gold = tables["sections_gold"]
+    windows = cuts.context_windows(tables["documents"], tables["paragraphs"], {"sections_induced": gold,
+                                   "sections_gold": gold}, design.run_conditions(cfg["chunking"]["conditions"]),
+                                   cfg.params("chunking"), counter)
+    built = chunk_sets.build_all(tables["documents"], tables["paragraphs"], gold, gold,
+                                 windows.assign(context="(A1 context)"), cfg.params("chunking"), counter,
+                                 cfg.params().run_conditions)
+    ch = built["chunks"]
+    own = set(ch.loc[ch["condition"] != "P7", "text_row"])
+    assert mv["extra_texts"] == len(set(ch.loc[ch["condition"] == "P7", "text_row"]) - own) > 0
+    assert mv["extra_scoring_passes"] == 1  # k = 5 beside metrics.cutoff
+    assert 0 < mv["extra_tokens_read"]["weak"] < mv["extra_tokens_read"]["strong"]
+    qtypes = sorted(set(tables["harvested"]["qtype"]))
+    p = cfg.params()
+    assert mv["specifications"] == {n: len(multiverse.grid(p.multiverse, p.multiverse_metrics, p.primary_cell,
+                                                           p.stats.seed, a, b, qtypes))
+                                    for n, (a, b) in p.stats.contrasts.items()}
+    assert mv["specifications"]["C2"] == 2 * mv["specifications"]["C1"] == 2 * 3 * 2 * (1 + len(qtypes))
+    assert 0 < mv["stats_seconds"][0] < mv["stats_seconds"][1]
+    text = plan.render(got)
+    assert "specification curves (multiverse)" in text and "06 scores every run list 1 more time(s) (k = 5)" in text
+
+
 def test_without_01_the_command_says_what_to_run(tmp_path):
     params = tmp_path / "params" / "fresh.yaml"
     params.parent.mkdir()

@@ -126,8 +126,11 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
         assert (out / f"{name}.png").stat().st_size > 5000 and (out / f"{name}.pdf").is_file()
     expected = {"table1", "replication", "table2", "reranker_lift", "dose_response", "section_recall", "per_type",
                 "table4", "funnel_corpus", "funnel_induction", "funnel_queries", "funnel_size_matching",
-                "funnel_placebo", "power", "cost"}
+                "funnel_placebo", "power", "cost", "multiverse"}
     assert set(b.tables) == expected, b.notes
+    # the specification curves beside Table 1, every specification of each contrast in tables/ (and report.html)
+    assert [t.name for t in b.curves] == ["multiverse_C1", "multiverse_C2", "multiverse_C3", "multiverse_C4"]
+    assert "fig_multiverse" in b.figures and (out / "tables" / "multiverse_C2.md").is_file()
     assert "fig_cost" in b.figures and "## What each condition costs" in (artifacts.figures_dir(cfg) / "report.md").read_text()
     for t in b.tables.values():
         assert (out / "tables" / f"{t.name}.md").is_file() and "\\toprule" in (out / "tables" / f"{t.name}.tex").read_text()
@@ -150,7 +153,8 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     # only 08 rounds: Table 1 of the report shows the 4-decimal delta of the unrounded contrasts table
     c1 = synthetic["contrasts"].query("confirmatory and contrast == 'C1'")["mean_delta"].iat[0]
     assert f"| {c1:+.4f} " in text
-    assert len(written) == 2 * len(b.tables) + 2 * len(b.figures) + 2   # report.md and report.html
+    assert "## Specification curves (exploratory)" in text and "fig_multiverse.png" in text
+    assert len(written) == 2 * (len(b.tables) + len(b.curves)) + 2 * len(b.figures) + 2  # + report.md, .html
 
 
 def test_missing_inputs_become_notes(tmp_path, root, synthetic):

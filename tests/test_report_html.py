@@ -256,10 +256,23 @@ def check_in_browser(page, path: Path, n_figures: int, contrasts: list[str]) -> 
     first.locator("summary").first.click()
     assert first.get_attribute("open") is not None and inner.is_visible()
     assert inner.locator("tbody tr").count() >= 1
+
+    # the specification curves: one closed table of every specification per contrast; a link to any specification
+    # opens its contrast's table and shows that row
+    curves = page.locator("details.curve")
+    if curves.count():
+        last = curves.last
+        row = last.locator("tbody tr").last
+        assert last.get_attribute("open") is None and not row.is_visible()
+        row_id = row.get_attribute("id")
+        page.goto(path.resolve().as_uri() + "#" + row_id)
+        assert last.get_attribute("open") is not None and page.locator(f"[id='{row_id}']").is_visible()
+        assert curves.first.get_attribute("open") is None  # only the one linked to
     assert errors == []
 
 
 def test_report_opens_in_a_headless_browser(built, page):
+    assert "fig_multiverse" in built["bundle"].figures and len(built["bundle"].curves) == 4
     check_in_browser(page, built["path"], len(built["bundle"].figures), list(built["cfg"]["stats"]["contrasts"]))
 
 

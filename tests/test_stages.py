@@ -77,7 +77,8 @@ def test_notebook_reads_and_writes_what_its_stage_declares(name):
 #: What a value derived from the whole parameter file (``cfg.params().<property>``) reads.
 DERIVED = {"primary_cell": {"stats.primary_metric", "embed.strong", "stats.primary_reranker"},
            "run_conditions": {"chunking.conditions", "conditions.extra"},
-           "routed_retrieve": {"retrieve", "conditions.extra"}}
+           "routed_retrieve": {"retrieve", "conditions.extra"},
+           "multiverse_metrics": {"multiverse.metrics", "multiverse.cutoffs", "metrics.cutoff", "stats.primary_metric"}}
 
 
 def _param_uses(path: Path) -> set[str]:

@@ -132,6 +132,9 @@ def _extra_conditions(d: dict) -> str | None:
             return f"{name}: overlap: true with embedding: late; late pooling pools each token into one chunk of " \
                    "one sequence per document, so the chunks must not overlap: set overlap: false (and a chunker " \
                    "that does not overlap), or embedding: independent"
+        if spec.get("placebo_seed") is not None and (spec["prefix"] != "placebo" or spec.get("of") is not None):
+            return f"{name}.placebo_seed: only a placebo prefix of the entry's own (prefix: placebo, no 'of') is " \
+                   "permuted; leave placebo_seed out"
         if spec["size_matched_twin"] and boundaries != "chunker":
             return f"{name}.size_matched_twin: only a chunker's cut gets a twin (the paper's A0 is already the " \
                    "size-matched twin of A2)"
@@ -177,6 +180,41 @@ def _extra_contrasts(d: dict) -> str | None:
     return None
 
 
+def _multiverse_axis(key: str) -> Callable[[dict], str | None]:
+    """The specification curve's axis ``multiverse.<key>``: each alternative is one the run computes, and a stated
+    axis holds the primary specification's value, so the primary specification is a point of the grid."""
+    def test(d: dict) -> str | None:
+        mv, st = d["multiverse"], d["stats"]
+        valid, primary, source = {
+            "metrics": (_metric_names(d), st["primary_metric"], "stats.primary_metric"),
+            "cutoffs": (None, d["metrics"]["cutoff"], "metrics.cutoff"),
+            "embedders": (_embedders(d), d["embed"]["strong"], "embed.strong"),
+            "rerankers": (["none", *d["retrieve"]["rerankers"]], st["primary_reranker"], "stats.primary_reranker"),
+            "query_types": (None, "all", "every query"),
+            "bootstrap_seeds": (None, st["seed"], "stats.seed")}[key]
+        values = mv[key]
+        bad = [v for v in values if valid is not None and v not in valid]
+        if bad:
+            return f"{bad[0]!r} is not one of the run's {valid}"
+        if values and primary not in values:
+            return f"{values} lacks the primary specification's {primary!r} ({source}); add it"
+        over = [k for k in values if key == "cutoffs" and k > d["retrieve"]["k"]]
+        return f"{over[0]} exceeds retrieve.k ({d['retrieve']['k']}): no list is that long" if over else None
+    return test
+
+
+def _multiverse_conditions(d: dict) -> str | None:
+    """``multiverse.conditions``: each stands in for a condition of the run, listed first, by others of the run."""
+    conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
+    for cond, alternatives in d["multiverse"]["conditions"].items():
+        unknown = [c for c in [cond, *alternatives] if c not in conds]
+        if unknown:
+            return f"{cond}: {unknown[0]!r} is not a condition of this run; conditions: {conds}"
+        if len(set(alternatives)) != len(alternatives) or not alternatives or alternatives[0] != cond:
+            return f"{cond}: expected [{cond}, alternatives...] without repeats, got {list(alternatives)}"
+    return None
+
+
 #: Cross-field checks run after every key validated on its own (:data:`SCHEMA`); each names its dotted key.
 RULES: tuple[Rule, ...] = (
     less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
@@ -192,6 +230,10 @@ RULES: tuple[Rule, ...] = (
     Rule("stats.sesoi_by_metric", _sesoi_bounds, "a positive bound per metric of the run"),
     Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
     Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
+    *(Rule(f"multiverse.{k}", _multiverse_axis(k), "the axis holds alternatives the run computes and the primary "
+           "specification's value") for k in ("metrics", "cutoffs", "embedders", "rerankers", "query_types",
+                                             "bootstrap_seeds")),
+    Rule("multiverse.conditions", _multiverse_conditions, "each stand-in is a condition of the run"),
 )
 
 

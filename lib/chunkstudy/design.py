@@ -175,7 +175,8 @@ class Condition:
     whose heading paths their prefix reads (a structural cut uses its own outline; the paper's fixed windows have
     none). ``family``: :data:`PAPER_FAMILY` or :data:`EXTRA_FAMILY`; ``twin_of``: the condition a size-matched twin
     is matched to; ``of``: the condition whose chunks, prefixes and side tables this one takes whole (a user's
-    ``of: A4`` with ``embedding: late``: boundaries, prefix, depth and routing are then that condition's). The paper's conditions also state ``matched_to`` (the condition this one is built to be
+    ``of: A4`` with ``embedding: late``: boundaries, prefix, depth and routing are then that condition's);
+    ``placebo_seed``: a placebo prefix's own permutation seed (None: ``chunking.placebo_seed``). The paper's conditions also state ``matched_to`` (the condition this one is built to be
     compared with) and how (``matched``), their colour in every figure, and their Table 4 row
     (``boundaries_text``, ``prefix_text``)."""
 
@@ -195,6 +196,7 @@ class Condition:
     paths_from: str | None = None
     twin_of: str | None = None
     of: str | None = None
+    placebo_seed: int | None = None
 
     def __post_init__(self) -> None:
         where = f"condition {self.name}"
@@ -406,7 +408,7 @@ def user_conditions(extra: Mapping[str, Any] | None) -> tuple[Condition, ...]:
                 str(_field(spec, "unaligned")), _field(spec, "embedder")))
         common = dict(prefix=str(_field(spec, "prefix")), depth=_field(spec, "depth"),
                       embedding=str(_field(spec, "embedding") or INDEPENDENT), family=EXTRA_FAMILY,
-                      paths_from=OUTLINES[str(_field(spec, "outline"))])
+                      paths_from=OUTLINES[str(_field(spec, "outline"))], placebo_seed=_field(spec, "placebo_seed"))
         cond = Condition(name, boundaries, own_cut=own, **common)
         out.append(cond)
         if _field(spec, "size_matched_twin"):
@@ -520,6 +522,26 @@ def metric_order_key(name: str) -> tuple:
     """Sort key putting metric names in table order (family, then parameter value; unknown names last)."""
     found = metric_of(name)
     return (METRICS.index(found[0]), found[1], "") if found else (len(METRICS), 0, str(name))
+
+
+def metric_axis(names: Sequence[str], cutoffs: Sequence[int]) -> list[tuple[str, str, int | None]]:
+    """The metric × cut-off choices of a specification curve (``multiverse.metrics`` × ``multiverse.cutoffs``), in
+    declared order, each once: ``(name as scored, the metric's label, k)``. A family cut at ``metrics.cutoff``
+    (cov-nDCG, nDCG) takes every k (``cov-nDCG@10`` with cut-offs 5, 10 -> ``cov-nDCG@5``, ``cov-nDCG@10``, label
+    ``cov-nDCG``); any other metric is itself, with no k (``MRR``, ``recall@50``)."""
+    out: dict[str, tuple[str, str, int | None]] = {}
+    for name in names:
+        found = metric_of(name)
+        if found is None:
+            raise KeyError(f"metric {name!r} is not declared; families: {[m.key for m in METRICS]}")
+        fam = found[0]
+        if fam.parameter == "cutoff":
+            for k in cutoffs:
+                scored = fam.template.format(cutoff=int(k))
+                out.setdefault(scored, (scored, fam.key, int(k)))
+        else:
+            out.setdefault(str(name), (str(name), str(name), None))
+    return list(out.values())
 
 
 def cell_name(metric: str, embedder: str, reranker: str) -> str:

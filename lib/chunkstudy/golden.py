@@ -41,12 +41,17 @@ def headline(cfg: config.Config) -> dict:
 
 #: Sections of :func:`headline` a golden file pins only when it has them (golden files pinned before these existed
 #: leave them out, and :func:`compare` does not count them as unexpected there): the user's contrasts of the
-#: primary cell, the TOST verdicts, the exact columns of 07's cost table, and the correctly specified secondary
-#: model (07's ``mixedlm_paired``).
-OPTIONAL = ("user_contrasts", "tost", "cost", "mixedlm_paired")
+#: primary cell, the TOST verdicts, the exact columns of 07's cost table, the correctly specified secondary model
+#: (07's ``mixedlm_paired``) and each contrast's specification curve.
+OPTIONAL = ("user_contrasts", "tost", "cost", "mixedlm_paired", "multiverse")
 #: The cost table's columns a golden pins: the exact counts (never the measured seconds).
 COST_PINNED = ("embedding", "llm_calls", "llm_tokens", "tokens_embedded", "prefix_share", "tokens_read",
                "index_bytes", "pareto_tokens", "pareto_llm")
+
+
+#: The specification curve's columns a golden pins (07's ``multiverse_summary``, per contrast).
+MULTIVERSE_PINNED = ("n_declared", "n_specs", "primary_delta", "median_delta", "share_same_sign", "share_sig_positive",
+                     "share_sig_negative", "null_p")
 
 
 def _tost(r) -> dict:
@@ -76,6 +81,10 @@ def _beyond(cfg: config.Config, primary, cell: str) -> dict:
         out["cost"] = {f"{r['condition']} / {r['embedder']}": {c: (r[c].item() if hasattr(r[c], "item") else r[c])
                                                                for c in COST_PINNED}
                        for _, r in table.iterrows()}
+    curves = artifacts.read(cfg, "multiverse_summary") if artifacts.exists(cfg, "multiverse_summary") else None
+    if curves is not None and len(curves):
+        out["multiverse"] = {str(r["contrast"]): {c: (r[c].item() if hasattr(r[c], "item") else r[c])
+                                                  for c in MULTIVERSE_PINNED} for _, r in curves.iterrows()}
     return out
 
 

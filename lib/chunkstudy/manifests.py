@@ -144,7 +144,8 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
     (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
     sha256 and the digest of every parameter), the content of the JSON outputs declared with ``manifest=True``
     (``records``: how each encoder ran), what the user added (``user_declared``: the digest and names of
-    ``conditions.extra`` and ``contrasts.extra``, when any; 01's tells whether they were declared before the run),
+    ``conditions.extra`` and ``contrasts.extra``, when any; 01's tells whether they were declared before the run;
+    likewise ``equivalence_declared`` and ``multiverse_declared``),
     the model servers the stage's calls went to (``services``: URL, model, started or reused, PID, start-up
     seconds, version, command, log; :mod:`chunkstudy.serving`) and, for 01, the fingerprints of its source files.
     Paths are relative to the project."""
@@ -176,6 +177,8 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
         manifest["equivalence_declared"] = {"sesoi": None if st.sesoi is None else float(st.sesoi),
                                             "alpha": float(st.alpha), "metric": st.primary_metric,
                                             "bounds": st.equivalence_bounds}
+    if cfg.params().multiverse.active:  # the curve's axes as this stage saw them: 08 asks whether 01 saw the same
+        manifest["multiverse_declared"] = config.as_dict(cfg.params().multiverse)
     if warned:
         manifest["warnings"] = list(warned)
     if services:

@@ -598,6 +598,9 @@ class ExtraConditionParams:
                                                 "document, or count and warn")
     embedder: str | None = param(None, "chonkie:SemanticChunker: the embedder key it embeds with; null = "
                                  "embed.strong (resolved when the file loads)")
+    placebo_seed: int | None = param(None, "a placebo prefix's permutation seed (e.g. the placebo under another draw, "
+                                     "an alternative of multiverse.conditions); null = chunking.placebo_seed",
+                                     digest="changed")
 
 
 @dataclass(frozen=True)
@@ -613,6 +616,47 @@ class ContrastsParams:
 
     extra: Mapping[str, tuple[str, str]] = param({}, "NAME: [condition A, condition B] over the paper's conditions "
                                                  "and conditions.extra (twins too)")
+
+
+# ---------------------------------------------------------------------------------------------------- multiverse
+
+QueryTypes = Literal["all", "each", "all_but_one"]
+
+
+@dataclass(frozen=True)
+class MultiverseParams:
+    """``multiverse``: the analysis choices each contrast's specification curve varies (07, exploratory;
+    docs/beyond.md, "Specification curve"), declared before the run (01's manifest records the block). The grid is
+    every combination of the axes' alternatives; an empty axis holds only the primary specification's value, which
+    every stated axis must hold too, so the primary specification (Table 1's cell) is one point of the grid."""
+
+    metrics: tuple[str, ...] = param((), "metric axis: canonical names 06 writes (cov-nDCG@10, nDCG@10, MRR, "
+                                     "recall@50, budget-cov@1024, ...); with stats.primary_metric", unique=True)
+    cutoffs: tuple[int, ...] = param((), "k axis: the cut-offs of the metric axis's rank-cut families (cov-nDCG, "
+                                     "nDCG), with metrics.cutoff; 06 also scores them at each other k "
+                                     "(multiverse_scores)", ge=1, unique=True)
+    embedders: tuple[str, ...] = param((), "embedder axis: keys of embed.embedders, with embed.strong", unique=True)
+    rerankers: tuple[str, ...] = param((), "reranker axis: 'none' or keys of retrieve.rerankers, with "
+                                       "stats.primary_reranker", unique=True)
+    query_types: tuple[QueryTypes, ...] = param((), "query-type axis: all (every query), each (each type alone), "
+                                                "all_but_one (all types but one); with all", unique=True)
+    bootstrap_seeds: tuple[int, ...] = param((), "bootstrap-seed axis: seeds of the clustered bootstrap, with "
+                                             "stats.seed", unique=True)
+    conditions: Mapping[str, tuple[str, ...]] = param({}, "condition axis: a condition of a contrast -> the run's "
+                                                      "conditions that may stand in for it, itself first (P: [P, P7], "
+                                                      "P7 a placebo under another seed in conditions.extra); 04 "
+                                                      "builds them, reusing every stored vector")
+
+    @property
+    def active(self) -> bool:
+        """Whether any axis is stated (07 computes the curves only then)."""
+        return any(bool(getattr(self, f)) for f in self.__dataclass_fields__)
+
+
+#: The ``multiverse`` section when no axis is stated, as plain data: a digest leaves it out then
+#: (:data:`chunkstudy.config.OPTIONAL_SECTIONS`), so declaring the section changed no existing run's digests.
+MULTIVERSE_UNUSED: dict[str, Any] = {"metrics": [], "cutoffs": [], "embedders": [], "rerankers": [], "query_types": [],
+                                     "bootstrap_seeds": [], "conditions": {}}
 
 
 # --------------------------------------------------------------------------------------------------- whole file
@@ -634,6 +678,7 @@ class Params:
     figures: FiguresParams = group(FiguresParams)
     conditions: ConditionsParams = group(ConditionsParams)
     contrasts: ContrastsParams = group(ContrastsParams)
+    multiverse: MultiverseParams = group(MultiverseParams)
 
     @property
     def run_conditions(self) -> tuple[design.Condition, ...]:
@@ -650,6 +695,13 @@ class Params:
 
         return replace(self.retrieve, two_stage_conditions=design.two_stage_conditions(
             design.user_conditions(self.conditions.extra), self.retrieve.two_stage_conditions))
+
+    @property
+    def multiverse_metrics(self) -> list[tuple[str, str, int | None]]:
+        """The specification curve's metric × k choices (:func:`chunkstudy.design.metric_axis`): the metric axis
+        (``stats.primary_metric`` alone when unstated) at every cut-off (``metrics.cutoff`` alone when unstated)."""
+        return design.metric_axis(self.multiverse.metrics or (self.stats.primary_metric,),
+                                  self.multiverse.cutoffs or (self.metrics.cutoff,))
 
     @property
     def primary_cell(self) -> design.PrimaryCell:

@@ -30,7 +30,10 @@ What is exact and what is estimated:
   text's tokens plus [CLS] and [SEP], cut at its ``max_seq_length``; before 02 has written A1 contexts, an A1 text
   counts a placeholder context (each real one adds up to ``contexts.max_context_tokens``);
 * reranker pairs: queries x conditions x min(top_n, k) per reranker, an upper bound (a pair repeated across
-  conditions, A3/A4 say, is scored once).
+  conditions, A3/A4 say, is scored once);
+* the specification curves (``multiverse``, :func:`multiverse_plan`): per axis what it adds; the stand-in
+  conditions' new texts are exact (their chunk sets built as 04 builds them), 07's seconds an estimate at the rate
+  bench/bench_multiverse.py measured on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -195,9 +198,14 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
         ctx = artifacts.read(cfg, "contexts_a1")
     else:
         ctx = windows.assign(context=[f"(A1 context {i})" for i in range(len(windows))])
+    stand_ins = multiverse_stand_ins(cfg.params())
     built = chunk_sets.build_all(documents, paragraphs, sections_gold, structure, ctx, cfg.params("chunking"),
-                                 counter)
+                                 counter, [*design.run_conditions(cfg.params("chunking").conditions), *stand_ins]
+                                 if stand_ins else None)
     chunks, texts = built["chunks"], built["texts"]
+    mine = chunks["condition"].isin([c.name for c in stand_ins])
+    extra_texts = [texts[i] for i in sorted(set(chunks.loc[mine, "text_row"]) - set(chunks.loc[~mine, "text_row"]))]
+    chunks, texts = chunks[~mine], [texts[i] for i in sorted(set(chunks.loc[~mine, "text_row"]))]
     lengths = counter(texts)  # each unique text's tokens (prefix and content), special tokens not counted
     embedders = {}
     keys_seen: dict[str, str] = {}
@@ -216,7 +224,9 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     for desc, b in client.batches.items():
         llm_rows[desc] = {**b, "prompt_tokens": b["prompt_chars"] / CHARS_PER_TOKEN,
                           "prefix_share": b["shared_prefix_chars"] / b["prompt_chars"] if b["prompt_chars"] else None}
+    qtypes = sorted(set(q["queries"]["qtype"].astype(str))) if qp.source == "harvested" else list(vars(qp.targets))
     return {
+        "multiverse": multiverse_plan(cfg.params(), extra_texts, counter, qtypes, int(len(documents)), embedders),
         "params": str(cfg.path), "corpus": cfg.corpus, "documents": int(len(documents)),
         "llm": {"backend": lp.backend, "model": client.model, "concurrency": lp.concurrency,
                 "cache_records": len(records), "batches": llm_rows},
@@ -225,6 +235,58 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
                    "context_windows": int(len(windows)), "counted_in": counted},
         "queries": n_queries, "embedders": embedders, "rerankers": rerankers, "notes": notes,
     }
+
+
+def multiverse_stand_ins(params) -> list:
+    """The conditions of ``conditions.extra`` that ``multiverse.conditions`` names as stand-ins (a placebo under
+    another seed), as :class:`chunkstudy.design.Condition` records: the plan builds them to count their texts."""
+    from . import design
+
+    named = {c for alternatives in params.multiverse.conditions.values() for c in alternatives}
+    return [c for c in design.user_conditions(params.conditions.extra) if c.name in named]
+
+
+def multiverse_plan(params, extra_texts: Sequence[str], counter, qtypes: Sequence[str], n_docs: int,
+                    embedders: Mapping[str, dict]) -> dict | None:
+    """What each axis of the specification curve (``multiverse``) adds to the run, before it: the texts 04 embeds
+    beyond the run's own (the stand-in conditions' texts no other condition has; per embedder their tokens read
+    and their share of all tokens read, i.e. of 04's encoding time), the scoring passes 06 adds (one per other
+    cut-off), and the specifications 07 tests with its estimated seconds
+    (:data:`chunkstudy.stats.multiverse.SECONDS_PER_DRAW` × specifications × resamples × documents). None without a
+    multiverse."""
+    from .metrics import cutoffs
+    from .stats import multiverse
+
+    mv, st = params.multiverse, params.stats
+    if not mv.active:
+        return None
+    metric_axis = params.multiverse_metrics
+    other_k = cutoffs.extra_cutoffs(metric_axis, params.metrics.cutoff)
+    lengths = counter(list(extra_texts)) if extra_texts else []
+    read = {e: int(sum(min(n + SPECIAL_TOKENS, spec_max) for n in lengths))
+            for e, spec_max in ((e, params.embed.embedders[e].max_seq_length) for e in embedders)}
+    stand_ins = {c: list(alt[1:]) for c, alt in mv.conditions.items()}
+    axes = [
+        ("metrics", sorted({label for _, label, _ in metric_axis}), 0, "none: scores holds them"),
+        ("cutoffs", list(mv.cutoffs or (params.metrics.cutoff,)), 0,
+         f"06 scores every run list {len(other_k)} more time(s) (k = {', '.join(map(str, other_k)) or '-'})"),
+        ("embedders", list(mv.embedders or (params.embed.strong,)), 0, "none: every cell is scored"),
+        ("rerankers", list(mv.rerankers or (st.primary_reranker,)), 0, "none: every cell is scored"),
+        ("query_types", [label for label, _ in multiverse.query_subsets(mv.query_types, qtypes)], 0, "none"),
+        ("bootstrap_seeds", list(mv.bootstrap_seeds or (st.seed,)), 0, "07's resampling only"),
+        ("conditions", [f"{c}: {', '.join(a)}" for c, a in stand_ins.items()], len(extra_texts),
+         "04 embeds the stand-ins' new texts (" + ", ".join(
+             f"{e}: {read[e]:,} tokens, {read[e] / max(1, info['passage_tokens']):.1%} of the run's"
+             for e, info in embedders.items()) + "); 05 retrieves and 06 scores them as conditions"
+         if extra_texts else "none"),
+    ]
+    specs = {name: len(multiverse.grid(mv, metric_axis, params.primary_cell, st.seed, a, b, qtypes))
+             for name, (a, b) in st.contrasts.items()}
+    draws = sum(specs.values()) * st.n_boot * n_docs
+    return {"axes": [{"axis": a, "alternatives": v, "extra_texts": n, "work": w} for a, v, n, w in axes],
+            "specifications": specs, "extra_scoring_passes": len(other_k), "extra_texts": len(extra_texts),
+            "extra_tokens_read": read, "stats_seconds": [draws * multiverse.SECONDS_PER_DRAW[0],
+                                                         draws * multiverse.SECONDS_PER_DRAW[1]]}
 
 
 def induction_budgets(cfg, documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: pd.DataFrame) -> dict:
@@ -281,6 +343,15 @@ def render(plan: Mapping[str, Any]) -> str:
               pd.DataFrame(plan["embedders"]).T.to_string()]
     if plan["rerankers"]:
         lines += ["", "reranker pairs", pd.DataFrame(plan["rerankers"]).T.to_string()]
+    mv = plan.get("multiverse")
+    if mv:
+        specs = mv["specifications"]
+        lines += ["", f"specification curves (multiverse)  {sum(specs.values()):,} specifications ("
+                      + ", ".join(f"{c} {n:,}" for c, n in specs.items()) + f"); 07 about {mv['stats_seconds'][0]:,.1f}"
+                      f"-{mv['stats_seconds'][1]:,.1f} s on 2 CPU cores; {mv['extra_texts']:,} more texts to embed, "
+                      f"{mv['extra_scoring_passes']} more scoring pass(es) in 06",
+                  pd.DataFrame([{**a, "alternatives": ", ".join(map(str, a["alternatives"]))} for a in mv["axes"]])
+                  .to_string(index=False)]
     lines += ["", "notes"] + [f"  - {n}" for n in plan["notes"]]
     return "\n".join(lines)
 

@@ -324,9 +324,13 @@ class BootstrapTest:
         return inference_problem(n_docs, self.n_boot, self.min_docs)
 
     def test(self, deltas: Sequence[float] | np.ndarray, clusters: Sequence) -> Tested:
-        """One contrast: :meth:`resample`, then the floors. With a single document the CI and p are NaN
-        (:data:`ONE_DOCUMENT_NOTE`); below a floor ``inference`` is False and the note says why."""
-        boot = self.resample(deltas, clusters)
+        """One contrast: :meth:`resample`, then the floors (:meth:`judge`)."""
+        return self.judge(self.resample(deltas, clusters))
+
+    def judge(self, boot: Bootstrap) -> Tested:
+        """What the test says of one contrast's bootstrap (:meth:`resample`, or a backend that draws the same
+        replicates in bulk: :func:`chunkstudy.stats.multiverse.test_many`): with a single document the CI and p are
+        NaN (:data:`ONE_DOCUMENT_NOTE`); below a floor ``inference`` is False and the note says why."""
         one_doc = boot.n_clusters < 2
         problem = self.inference_problem(boot.n_clusters)
         nan = math.nan

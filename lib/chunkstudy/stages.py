@@ -199,6 +199,14 @@ _COST = {"condition": S, "embedder": S, "quality": F, "embedding": S, "llm_calls
          "n_texts": I, "content_tokens": I, "prefix_tokens": I, "tokens_embedded": I, "prefix_share": F,
          "tokens_read": F, "n_vectors": I, "n_route_vectors": I, "dim": I, "index_bytes": I, "embed_seconds": F,
          "latency_ms_per_query": F, "latency_ms_min": F, "latency_ms_max": F, "pareto_tokens": B, "pareto_llm": B}
+#: A contrast under one specification of the curve (07's multiverse): its choices, then the test's numbers
+_SPEC = {"corpus": S, **_PAIR, "spec": I, "primary": B, "metric": S, "metric_axis": S, "k": S, "embedder": S,
+         "reranker": S, "query_types": S, "seed": I, "spec_a": S, "spec_b": S, **_BOOT, "dz": F, "n_queries": I,
+         "n_docs": I, "inference": B, "significant": B, "rank": I, "label": S, "note": S}
+#: A contrast's specification curve in numbers (07's multiverse_summary)
+_CURVE = {"corpus": S, **_PAIR, "n_declared": I, "n_specs": I, "primary_delta": F, "median_delta": F,
+          "share_same_sign": F, "share_sig_positive": F, "share_sig_negative": F, "null_p": F, "n_boot": I,
+          "seed": I, "n_docs": I, "inference": B, "label": S, "note": S}
 #: The documents each contrast needs (07's power_needed and user_power_needed)
 _POWER_NEEDED = {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
                  "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
@@ -311,7 +319,8 @@ STAGES: tuple[Stage, ...] = (
         Json("retrieval_timing", "per embedder and condition: queries and the wall seconds of their search, "
              "measured in this run"),
     ), services=("embed", "rerank")),
-    Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts"), _r("documents", "queries", "chunks", "runs"), (
+    Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts", "multiverse.metrics", "multiverse.cutoffs"),
+          _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
                          "value": F, "doc_id": S, "qtype": S}, "long form: one row per cell x condition x query",
               required=('corpus', 'embedder', 'reranker', 'condition', 'query_id', 'metric', 'value')),
@@ -323,10 +332,14 @@ STAGES: tuple[Stage, ...] = (
                             "relevant": B, "gold_chars": I, "gold_ranges": L, "gain": F, "discounted_gain": F,
                             "dcg": F, "idcg": F, "ndcg": F}, "the primary cell's per-query drill-down",
               required=('contrast', 'direction', 'pick', 'query_id', 'side', 'condition', 'rank', 'chunk_id')),
+        Table("multiverse_scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S,
+                                    "metric": S, "value": F, "doc_id": S, "qtype": S},
+              "as scores, for the specification curve's other cut-offs (multiverse.cutoffs); empty without",
+              required=('corpus', 'embedder', 'reranker', 'condition', 'query_id', 'metric', 'value')),
     )),
-    Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind"), _r("queries", "scores", "chunks",
-                                                                              "embedding_report", "late_report",
-                                                                              "retrieval_timing"), (
+    Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind", "multiverse", "metrics.cutoff"),
+          _r("queries", "scores", "chunks", "embedding_report", "late_report", "retrieval_timing",
+             "multiverse_scores"), (
         Table("contrasts", _CONTRAST,
               required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
         Table("user_contrasts", _CONTRAST,
@@ -360,6 +373,10 @@ STAGES: tuple[Stage, ...] = (
         Table("user_power_needed", _POWER_NEEDED, "documents each user contrast needs; empty without"),
         Table("cost", _COST, "per condition and embedder: LLM work, tokens embedded and read, index size, measured "
               "seconds, the Pareto fronts (docs/beyond.md, 'Cost')", required=("condition", "embedder", "quality")),
+        Table("multiverse", _SPEC, "each contrast under every specification of multiverse (exploratory); empty "
+              "without", required=("contrast", "spec", "primary", "mean_delta")),
+        Table("multiverse_summary", _CURVE, "per contrast: its specification curve in numbers and the null test of "
+              "its median; empty without", required=("contrast", "n_specs", "share_same_sign")),
     )),
     Stage("08_figures", (ALL_PARAMS,), (
         Read("documents"), _optional("corpus_funnel", "the corpus funnel"),
@@ -372,7 +389,9 @@ STAGES: tuple[Stage, ...] = (
         _optional("dose_response", "the dose-response table and figure"),
         _optional("per_type", "the per-type table and figure"), Read("condition_means"),
         _optional("reranker_lift", "the reranker-lift table"), Read("power"), Read("power_needed"),
-        Read("user_contrasts"), Read("user_power"), Read("user_power_needed"), Read("cost")),
+        Read("user_contrasts"), Read("user_power"), Read("user_power_needed"), Read("cost"),
+        _optional("multiverse", "the specification curves"),
+        _optional("multiverse_summary", "the specification curves' table")),
         (), manifests=True, folders=(FIGURES,),
         partner=(PartnerRead("contrasts", "the replication table"),)),
 )

@@ -24,6 +24,7 @@ shifts or enters them, so relevance (computed on offsets) cannot come from a pre
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -134,7 +135,8 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
         base = _frame(cut[c.chunk_set], c, documents, outlines)
         depth = c.prefix_depth(p.depths)
         inputs = prefixes.PrefixInputs(c, titles, paths_of.get(str(c.outline), {}), depth,
-                                       _contexts_of(contexts_a1, c.chunk_set) if c.prefix_kind.contexts else None, p)
+                                       _contexts_of(contexts_a1, c.chunk_set) if c.prefix_kind.contexts else None,
+                                       p if c.placebo_seed is None else replace(p, placebo_seed=c.placebo_seed))
         pre, side = prefixes.render(base, inputs)
         if side is not None:
             sides.setdefault(str(c.prefix_kind.side_table), {})[c.name] = side

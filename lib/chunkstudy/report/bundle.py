@@ -25,5 +25,6 @@ class Bundle:
     models: pd.DataFrame | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     drilldown: list = field(default_factory=list)  # report.drilldown.ContrastDrill per contrast (html)
+    curves: list = field(default_factory=list)  # tables.Table of every specification per contrast (html)
     environment: pd.DataFrame | None = None
     packages: pd.DataFrame | None = None

@@ -9,6 +9,8 @@ tables, warnings and notes, in the same order) and adds what only HTML can:
 * one collapsible ``<details>`` drill-down per pre-registered contrast (:mod:`chunkstudy.report.drilldown`) under
   the report's drill-down section: each picked query's question, gold evidence, its top chunks under both conditions
   side by side, and the chunks' texts with the gold characters highlighted;
+* under the specification curves (:mod:`chunkstudy.report.curve`), one collapsible table of every specification
+  per contrast, each row with an id of its own: a link to ``#multiverse-c2-42`` opens specification 42 of C2;
 * the model warnings first, as in the Markdown, styled as a warning box;
 * a table of contents.
 
@@ -28,7 +30,7 @@ from typing import Any, Mapping, Sequence
 import jinja2
 from markdown_it import MarkdownIt
 
-from . import drilldown
+from . import curve, drilldown
 from .bundle import Bundle
 
 TEMPLATE = "report.html.j2"
@@ -164,6 +166,19 @@ def drill_views(drills: Sequence[drilldown.ContrastDrill]) -> list[dict[str, Any
     return out
 
 
+def curve_views(specs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The template's view of each contrast's table of every specification (:func:`chunkstudy.report.curve.report_parts`):
+    its id (:func:`chunkstudy.report.curve.anchor`), title, table and, per row, the row's own id (``<id>-<spec>``), so
+    a link to any specification opens it."""
+    out = []
+    for t in specs:
+        view = _table_view(t)
+        anchor = curve.anchor(t.name.removeprefix("multiverse_"))
+        view["row_ids"] = [f"{anchor}-{int(s)}" for s in t.data["spec"]]
+        out.append({"id": anchor, "title": t.title, "table": view})
+    return out
+
+
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.PackageLoader("chunkstudy.report", "templates"), autoescape=True,
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -177,12 +192,14 @@ def render(b: Bundle, markdown: str, dpi: int) -> str:
     images = {f"{name}.png": data_uri(figure_png(fig, dpi)) for name, fig in b.figures.items()}
     title, preamble, sections = split_sections(markdown)
     views = [{"id": slug(h), "heading": _inline(h), "body": markdown_to_html(body, images),
-              "warning": "Warnings" in h, "drilldown": h == drilldown.HEADING} for h, body in sections]
+              "warning": "Warnings" in h, "drilldown": h == drilldown.HEADING, "curves": h == curve.HEADING}
+             for h, body in sections]
     drills = drill_views(getattr(b, "drilldown", []) or [])
     if drills and not any(v["drilldown"] for v in views):
         views.append({"id": slug(drilldown.HEADING), "heading": drilldown.HEADING, "body": "", "warning": False,
-                      "drilldown": True})
+                      "drilldown": True, "curves": False})
     return _environment().get_template(TEMPLATE).render(
         title=title.replace("`", "") or f"chunkstudy report: {b.corpus}", title_html=_inline(title or b.corpus),
         corpus=b.corpus,
-        preamble=markdown_to_html(preamble, images), sections=views, drills=drills)
+        preamble=markdown_to_html(preamble, images), sections=views, drills=drills,
+        curves=curve_views(getattr(b, "curves", []) or []))

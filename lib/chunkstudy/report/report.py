@@ -29,7 +29,7 @@ from .. import artifacts, config, manifests, paper, significance, stages
 from ..config import Config
 from ..errors import ChunkstudyError
 from ..params import Params, StatsParams
-from . import drilldown, figures, html, pareto, tables
+from . import curve, drilldown, figures, html, pareto, tables
 from .bundle import Bundle
 from .replication import replication, replication_table
 
@@ -387,6 +387,13 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
         _table(b, "user_conditions", tables.user_conditions, summary["extra"])
     if "cost" in got and len(got["cost"]):
         _table(b, "cost", tables.cost, got["cost"], primary.metric)
+    curve_figure = None
+    if "multiverse_summary" in got and len(got["multiverse_summary"]):
+        try:
+            b.tables["multiverse"], b.curves, curve_figure = curve.report_parts(
+                got["multiverse_summary"], got.get("multiverse"), params, inputs.get("manifests"))
+        except Exception as e:
+            raise ReportError(f"08_figures: table 'multiverse' failed: {type(e).__name__}: {e}") from e
     if "drilldown" in got:
         try:
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)
@@ -405,6 +412,8 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
     b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params.figures.example_doc)
     if "cost" in got and len(got["cost"]):
         b.figures["fig_cost"] = pareto.cost_front(got["cost"], primary.metric, emb)
+    if curve_figure is not None:
+        b.figures["fig_multiverse"] = curve_figure
     if "manifests" in inputs:
         b.warnings += stage_warnings(inputs["manifests"])
         b.environment = environment_table(inputs["manifests"], inputs.get("environment"))
@@ -456,6 +465,7 @@ FIGURE_CAPTIONS = {
     "fig_reranker_lift": "Reranker lift per condition (exploratory)",
     "fig_power": "Power vs. number of documents per contrast, at this run's effect and at the paper's (planning)",
     "fig_cost": "Quality against cost (tokens read, LLM tokens), the Pareto front ringed (exploratory)",
+    "fig_multiverse": "Each contrast's specification curve: Δ sorted with its 95% CI over the choices (exploratory)",
 }
 
 
@@ -507,6 +517,12 @@ def render(b: Bundle, params: Params, params_file: str = "") -> str:
     if "sesoi_registration" in b.facts:
         out += [tables.md_escape(tables.TOST_SENTENCE + " " + b.facts["sesoi_registration"]), ""]
     figure("fig_contrasts")
+    if "multiverse" in b.tables:
+        out += [f"## {curve.HEADING}", "", "How far each contrast's sign and decision survive the analysis choices "
+                "declared in the parameter file (docs/beyond.md, \"Specification curve\"). Exploratory: Holm stays on "
+                "Table 1. " + curve.links([t.name.removeprefix("multiverse_") for t in b.curves]), ""]
+        table("multiverse")
+        figure("fig_multiverse")
     out += ["## Replication across corpora", ""]
     if "replication" in b.tables:
         table("replication")
@@ -643,7 +659,7 @@ def write_all(cfg: Config, b: Bundle, params_file: str = "") -> pd.DataFrame:
     ``report.html`` (:mod:`chunkstudy.report.html`: the same report, self-contained) under ``figures/<corpus>/``
     through :mod:`chunkstudy.artifacts`; returns the list of files written."""
     written = []
-    for t in b.tables.values():
+    for t in [*b.tables.values(), *b.curves]:
         written.append(("table", t.name, artifacts.write_text(cfg, artifacts.report_table(t.name, "md"),
                                                                 f"# {tables.md_escape(t.title)}\n\n"
                                                                 + t.markdown())))

@@ -17,9 +17,9 @@ The paper's own numbers (the ``paper`` columns, :data:`PAPER`) come from :mod:`c
 
 Layout: :mod:`.formatting` (the formatters, the only rounding), :mod:`.record` (the :class:`Table` record and its
 Markdown/LaTeX renderings), :mod:`.common` (display orders, the paper's numbers, the input check), and the
-builders: :mod:`.results` (Tables 1, 2, 4, the exploratory tables, power) and :mod:`.construction` (funnels,
-induction, size matching, placebo). Every name is re-exported here: ``chunkstudy.report.tables.table2`` and the
-like.
+builders: :mod:`.results` (Tables 1, 2, 4, the exploratory tables, power), :mod:`.construction` (funnels,
+induction, size matching, placebo), :mod:`.costs` (cost, TOST) and :mod:`.multiverse` (the specification curves).
+Every name is re-exported here: ``chunkstudy.report.tables.table2`` and the like.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from .results import (  # noqa: F401
     paired_mixedlm_note,
 )
 from .costs import cost, has_tost, tost_cells, tost_note, tost_readings, TOST_SENTENCE  # noqa: F401
+from .multiverse import CURVE_NOTE, SPEC_AXES, multiverse, multiverse_specs  # noqa: F401
 from .construction import (  # noqa: F401
     corpus_funnel, INDUCTION_ROWS, induction, query_funnel, size_matching, placebo, user_conditions,
 )
@@ -52,5 +53,5 @@ __all__ = [
     "section_recall_table", "reranker_lift", "per_type", "power", "corpus_funnel", "INDUCTION_ROWS", "induction",
     "query_funnel", "size_matching", "placebo", "USER_MARK", "USER_NOTE", "is_user_condition", "user_contrasts",
     "user_conditions", "cost", "has_tost", "tost_cells", "tost_note", "tost_readings", "TOST_SENTENCE",
-    "paired_mixedlm_note",
+    "paired_mixedlm_note", "CURVE_NOTE", "SPEC_AXES", "multiverse", "multiverse_specs",
 ]
