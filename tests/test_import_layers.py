@@ -19,7 +19,7 @@ MAX_LINES = 700
 
 #: Each layer, lowest first: the top-level names (module or package) it holds.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"errors", "significance", "design", "paper", "params", "stages", "config",
+    ("foundation", frozenset({"errors", "significance", "design", "paper", "params", "paramspec", "stages", "config",
                               "config_rules", "artifacts",
                               "manifests", "codehash", "progress", "models", "devices", "relevance"})),
     ("model clients", frozenset({"llm", "embed", "embed_store", "rerank"})),
