@@ -41,7 +41,8 @@ from urllib.parse import urlsplit
 
 
 from . import config, devices, llm
-from .models import VLLM_CPU_MIN_FLAGS, cached_offline, cpu_flags, is_hub_name as _is_hub_name  # noqa: F401
+from .models import (HUB_REVISION, VLLM_CPU_MIN_FLAGS, cached_offline, cpu_flags,  # noqa: F401
+                     is_hub_name as _is_hub_name)
 from .params import EmbedderParams, LLMParams
 from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
@@ -100,7 +101,22 @@ def serve_args(llm_params: LLMParams, weights: str | None = None, entry: str = "
             "--max-model-len", str(p.context_tokens), "--seed", str(p.seed), "--generation-config", "vllm"]
     for key, value in llm.check_engine_args(dict(p.vllm_engine)).items():
         args += _flag(key, value)
-    return args
+    return args + hub_revision_args(p.model if weights is None else None)
+
+
+def hub_revision_args(name: str | None) -> list[str]:
+    """``--revision SHA --tokenizer-revision SHA`` for a hub id the server loads from the Hugging Face cache: the
+    commit the cache holds (:func:`chunkstudy.models.hub_snapshot`), so vLLM loads exactly what was prefetched and
+    the server's command (recorded in the manifests) names it; nothing for a local folder or a model not cached."""
+    from .models import hub_snapshot
+
+    if not name or not _is_hub_name(name):
+        return []
+    try:
+        commit = hub_snapshot(name)[1]
+    except Exception:  # noqa: BLE001 - not cached: vLLM resolves the id itself (and fails offline, naming it)
+        return []
+    return ["--revision", commit, "--tokenizer-revision", commit]
 
 
 #: run by the serving environment's python: the platform vLLM picks, its kernel library, and one of its ops
@@ -261,7 +277,7 @@ def prefetch_plan(names: Sequence[str], api: Any = None, cache_dir: str | Path |
     out = []
     for name in names:
         try:
-            info = api.model_info(name, files_metadata=True)
+            info = api.model_info(name, revision=HUB_REVISION, files_metadata=True)
         except Exception as e:  # noqa: BLE001 - re-raised with the model and the usual cause
             raise RuntimeError(f"listing {name!r} on the hub failed ({type(e).__name__}: {e}); a gated model needs "
                                f"its licence accepted on the hub and HF_TOKEN set") from None
@@ -315,12 +331,18 @@ def prefetch(names: Sequence[str], echo=print, api: Any = None, download: Any = 
     for pl in plans:
         t0 = time.perf_counter()
         try:
-            out[pl["name"]] = download(pl["name"], revision=pl["revision"], allow_patterns=pl["allow_patterns"],
-                                       ignore_patterns=pl["ignore_patterns"], cache_dir=cache_dir)
+            # by branch name, not by the sha counted above: huggingface_hub then writes refs/<branch>, through which
+            # every later offline lookup of the hub id finds the snapshot (a download pinned to a sha writes none)
+            folder = download(pl["name"], revision=HUB_REVISION, allow_patterns=pl["allow_patterns"],
+                              ignore_patterns=pl["ignore_patterns"], cache_dir=cache_dir)
         except Exception as e:  # noqa: BLE001 - re-raised with the model and the usual cause
             raise RuntimeError(f"downloading {pl['name']!r} failed ({type(e).__name__}: {e}); a gated model needs "
                                f"its licence accepted on the hub and HF_TOKEN set") from None
-        echo(f"prefetch: {pl['name']} -> {out[pl['name']]} ({time.perf_counter() - t0:.0f} s)")
+        out[pl["name"]] = str(folder)
+        commit = Path(folder).name
+        moved = "" if commit == pl["revision"] else (f"; {HUB_REVISION} moved from {str(pl['revision'])[:10]} while "
+                                                     f"prefetching, so the bytes counted above were the older commit's")
+        echo(f"prefetch: {pl['name']}@{commit[:10]} -> {folder} ({time.perf_counter() - t0:.0f} s){moved}")
     return out
 
 
