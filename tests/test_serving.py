@@ -621,3 +621,26 @@ def test_a_dead_reranker_server_opens_the_breaker_naming_the_key(monkeypatch):
         with pytest.raises(rerank.RerankError, match=r"retrieve.rerankers.x: circuit breaker: 3 consecutive "
                                                      r"connection failures .*retrieve.rerankers.x.breaker_failures = 3"):
             r.score(["q"] * 4, ["a", "b", "c", "d"])
+
+
+def test_the_replica_promise_holds_for_an_ulp_and_fails_for_a_real_difference():
+    """What docs/servers.md promises of several replicas (issue 42, case 8), as the slow test checks it: the same
+    lists, scores within 1e-5, the same order except between candidates within 1e-5 of each other."""
+    import numpy as np
+    import pandas as pd
+
+    from test_serving_real import replica_differences
+
+    one = pd.DataFrame({"embedder": "strong", "reranker": "x", "condition": "A3", "query_id": "q",
+                        "chunk_id": ["c1", "c2", "c3"], "rank": [1, 2, 3], "score": [2.5, 1.25, -0.5]})
+    ulp = one.assign(score=[np.nextafter(np.float32(2.5), np.float32(3)), 1.25, -0.5])
+    assert replica_differences(one, ulp) == {"scores": 3, "scores that differ": 1,
+                                             "largest difference": float(np.spacing(np.float32(2.5))) / 2.5,
+                                             "reordered lists": 0}
+    near = pd.DataFrame({**one.to_dict("list"), "score": [2.5, 2.5 - 1e-7, -0.5]})
+    swapped = near.assign(rank=[2, 1, 3], score=[2.5 - 1e-7, 2.5, -0.5])
+    assert replica_differences(near, swapped)["reordered lists"] == 1  # within the tolerance: either order holds
+    with pytest.raises(AssertionError, match="a score moved by 0.001"):
+        replica_differences(one, one.assign(score=[2.5025, 1.25, -0.5]))
+    with pytest.raises(AssertionError, match="moved from rank 1 to 2 with no score within"):
+        replica_differences(one, one.assign(rank=[2, 1, 3]))
