@@ -163,6 +163,18 @@ def test_hub_models_list_what_prefetch_downloads():
         "BAAI/bge-reranker-v2-m3": ["retrieve.rerankers.bge-reranker-v2-m3.model"]}
     for offline in ("demo", "qasper_local", "wikipedia_local"):  # package: models need no download
         assert gpu.hub_models(load(offline)) == {}
+    # served by a server this run starts (serve: auto): its model is loaded here too (the rehearsal found the weak
+    # embedder left out); behind a server of the user's (external) it is not
+    org = "chunkstudy-rehearsal"
+    assert gpu.hub_models(load("rehearsal")) == {
+        f"{org}/gemma-stand-in-it": ["llm.model"],
+        f"{org}/bge-large-en-v1.5": ["chunking.tokenizer", "embed.embedders.strong.model"],
+        f"{org}/bge-small-en-v1.5": ["embed.embedders.weak.model"],
+        f"{org}/bge-reranker-v2-m3": ["retrieve.rerankers.bge-reranker-v2-m3.model"]}
+    external = config.load(ROOT / "params" / "rehearsal.yaml", overrides={
+        "embed": {"embedders": {"weak": {"serve": "external"}}},
+        "retrieve": {"rerankers": {"bge-reranker-v2-m3": {"serve": "external"}}}})
+    assert sorted(gpu.hub_models(external)) == [f"{org}/bge-large-en-v1.5", f"{org}/gemma-stand-in-it"]
 
 
 def test_prefetch_needs_the_network_and_doctor_sees_what_is_missing(monkeypatch):

