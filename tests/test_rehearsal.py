@@ -119,6 +119,30 @@ def test_prefetch_against_a_local_hub_then_every_model_resolves_offline_and_01_t
     assert len(artifacts.read(cfg, "chunks")) > 0
 
 
+@pytest.mark.skipif(not (SHARED_DATA / "wikipedia").is_dir(), reason=f"needs the Wikipedia mirror at {SHARED_DATA}")
+def test_the_wikipedia_rehearsal_fetches_through_a_local_mediawiki_api_and_filters_as_written(tmp_path):
+    """01 of params/rehearsal_wikipedia.yaml as written (featured_list: api, the paper's filters) against the mirror's
+    pages served as a MediaWiki API on 127.0.0.1: the Featured list and the pages come over HTTP, every request
+    names its contact, and the documents are Featured Articles that pass the filters."""
+    from local_mediawiki import LocalMediaWiki, mirror_wiki
+
+    from chunkstudy import artifacts, config, runner
+
+    wiki = mirror_wiki(SHARED_DATA / "wikipedia")
+    featured = {p.title for p in wiki.pages.values() if p.featured}
+    project = make_project(tmp_path / "project")
+    params = project / "params" / "rehearsal_wikipedia.yaml"
+    with LocalMediaWiki(wiki) as api:
+        params.write_text(params.read_text().replace("http://127.0.0.1:18445/w/api.php", api.endpoint))
+        results = runner.run(params, project, only="01", log=lambda *_: None)
+    assert [r[:2] for r in results] == [("01_corpus", "ran")]
+    assert wiki.n_list_requests() >= 1 and wiki.n_content_requests() >= 1
+    assert all("rehearsal@example.org" in h["User-Agent"] for h in wiki.headers)
+    cfg = config.load(params, root=project)
+    docs = artifacts.read(cfg, "documents")
+    assert len(docs) == 2 and set(docs["title"]) <= featured, docs["title"].tolist()
+
+
 # ------------------------------------------------------------------------------ README's three lines, as written
 
 def readme_gpu_block(readme: Path = ROOT / "README.md") -> list[str]:
