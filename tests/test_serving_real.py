@@ -209,7 +209,7 @@ def _spearman_top10(local, served) -> tuple[float, float, int]:
     return float(np.min(rhos)), float(np.mean(same)), len(rhos)
 
 
-#: how far a served score may move with the number of replicas (docs/servers.md, "Replicas"): a server's float32
+#: how far a served score may move with the number of replicas (docs/servers.md, "Beyond one GPU"): a server's float32
 #: results depend on how its requests were batched together, by a unit in the last place or two
 REPLICA_SCORE_TOL = 1e-5
 

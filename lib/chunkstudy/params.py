@@ -390,7 +390,7 @@ class EmbedParams:
         "model", "late pooling: how a chunk's token states become its vector. model = as the model pools (its "
                  "modules.json): the mean for a mean-pooled model, and a model that pools otherwise (the BGE models "
                  "pool the CLS token) is refused; mean = the mean of the chunk's token states whatever the model's "
-                 "pooling (off its training for a CLS model; the late report says so)", digest="changed")
+                 "pooling (off its training for a CLS model; the late report says so)")
 
 
 # ------------------------------------------------------------------------------------------------------ retrieve
