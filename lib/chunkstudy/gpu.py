@@ -41,7 +41,7 @@ from typing import Any, Mapping, Sequence, cast
 from urllib.parse import urlsplit
 
 
-from . import config, devices, llm
+from . import config, devices, llm, models
 from .models import (HUB_REVISION, VLLM_CPU_MIN_FLAGS, cached_offline, cpu_flags,  # noqa: F401
                      is_hub_name as _is_hub_name)
 from .params import EmbedderParams, LLMParams
@@ -109,12 +109,10 @@ def hub_revision_args(name: str | None) -> list[str]:
     """``--revision SHA --tokenizer-revision SHA`` for a hub id the server loads from the Hugging Face cache: the
     commit the cache holds (:func:`chunkstudy.models.hub_snapshot`), so vLLM loads exactly what was prefetched and
     the server's command (recorded in the manifests) names it; nothing for a local folder or a model not cached."""
-    from .models import hub_snapshot
-
     if not name or not _is_hub_name(name):
         return []
     try:
-        commit = hub_snapshot(name)[1]
+        commit = models.hub_snapshot(name)[1]
     except Exception:  # noqa: BLE001 - not cached: vLLM resolves the id itself (and fails offline, naming it)
         return []
     return ["--revision", commit, "--tokenizer-revision", commit]
