@@ -276,15 +276,18 @@ class _Handler(BaseHTTPRequestHandler):
 # ------------------------------------------------------------------------------------- the rehearsal's models
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+#: BGE v1.5's max_seq_length (its sentence_bert_config.json); MiniLM has the 512 positions for it
+BGE_MAX_LENGTH = 512
 
 
 def _bge_files(minilm: Path) -> dict[str, Path | bytes]:
     """The bundled all-MiniLM-L6-v2 folder dressed as a BGE v1.5 repository: BGE's sentence-transformers
     configuration (CLS pooling, then Normalize, in ``modules.json``; the query instruction as the ``query`` prompt),
     MiniLM's transformer, tokenizer and weights."""
-    keep = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt",
-            "special_tokens_map.json", "sentence_bert_config.json")
+    keep = ("config.json", "model.safetensors", "tokenizer.json", "vocab.txt", "special_tokens_map.json")
     files: dict[str, Path | bytes] = {k: minilm / k for k in keep}
+    files["tokenizer_config.json"] = _max_length(minilm / "tokenizer_config.json", BGE_MAX_LENGTH)
+    files["sentence_bert_config.json"] = json.dumps({"max_seq_length": BGE_MAX_LENGTH, "do_lower_case": True}).encode()
     dim = json.loads((minilm / "config.json").read_text())["hidden_size"]
     files["modules.json"] = json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -306,6 +309,15 @@ def _folder_files(folder: Path) -> dict[str, Path | bytes]:
     return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def _max_length(tokenizer_config: Path, n: int) -> bytes:
+    """A tokenizer configuration whose ``model_max_length`` is ``n`` (the length BGE's own files state, within
+    MiniLM's 512 positions; vLLM takes a served model's length from these files)."""
+    conf = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+    conf["model_max_length"] = n
+    conf.pop("max_length", None)
+    return json.dumps(conf, indent=2).encode()
+
+
 def rehearsal_hub(root: Path) -> LocalHub:
     """A :class:`LocalHub` (not yet serving) holding the repositories ``params/rehearsal.yaml`` names, built once per
     ``root`` from the offline models: ``{ORG}/bge-large-en-v1.5`` and ``{ORG}/bge-small-en-v1.5`` (:func:`_bge_files`),
@@ -324,7 +336,9 @@ def rehearsal_hub(root: Path) -> LocalHub:
     from chunkstudy import rerank
 
     xenc = rerank.served_folder(demo.params("retrieve").rerankers["xenc-untrained"], "xenc-untrained")
-    hub.repo(f"{ORG}/bge-reranker-v2-m3").commit(_folder_files(Path(xenc)), "the seeded MiniLM cross-encoder")
+    reranker = _folder_files(Path(xenc))
+    reranker["tokenizer_config.json"] = _max_length(Path(xenc) / "tokenizer_config.json", BGE_MAX_LENGTH)
+    hub.repo(f"{ORG}/bge-reranker-v2-m3").commit(reranker, "the seeded MiniLM cross-encoder")
     served = config.load(root_dir / "params" / "vllm_cpu_served.yaml")
     smollm = args.llm_weights(served, echo=lambda *_: None)
     assert smollm is not None
