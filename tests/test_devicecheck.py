@@ -111,3 +111,20 @@ def test_the_float16_ranking_check_passes_on_the_cpu_and_finds_no_ties(bundle):
     assert rank["ok"] and rank["detail"]["ties"] == 0 and rank["detail"]["queries"] == 4
     assert rank["detail"]["float16_sigmoid_exactly_1"] == rank["detail"]["pairs"] == 32  # the old scores: all tied
     assert rank["detail"]["max_abs_diff"] < devicecheck.RANK_NOISE
+
+
+def test_the_folders_a_served_check_writes_are_the_bundles_networks(bundle, tmp_path):
+    """What the device check hands vLLM (scripts/device_check.sh with a Python that has vLLM): the embedder and the
+    cross-encoder written back as Hugging Face folders from the bundle. Loaded here by sentence-transformers, they
+    give the bundle's references: the same networks (the served comparison itself needs vLLM: run with
+    SERVE_PYTHON=.venv-serve-cpu/bin/python scripts/device_check.sh --dry-run)."""
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    d, _ = bundle
+    b = torch.load(d / devicecheck.BUNDLE, weights_only=True)
+    emb = SentenceTransformer(str(devicecheck._write_folder(b, tmp_path / "e", False)), device="cpu")
+    vecs = torch.from_numpy(emb.encode(b["texts"]["strings"], normalize_embeddings=True))
+    assert float(torch.nn.functional.cosine_similarity(vecs, b["texts"]["reference"]).min()) > 0.9999
+    ce = CrossEncoder(str(devicecheck._write_folder(b, tmp_path / "x", True)), device="cpu", max_length=256)
+    got = ce.predict([tuple(p) for p in b["pairs"]["strings"]], activation_fn=torch.nn.Identity())
+    assert np.allclose(got, b["pairs"]["reference"].numpy(), atol=2e-3)  # the logits, from float16-rounded weights
