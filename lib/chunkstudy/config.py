@@ -231,9 +231,8 @@ EMBEDDING_CHUNKERS = ("chonkie:SemanticChunker",)
 OPTIONAL_SECTIONS: dict[str, dict] = {"conditions": {"extra": {}}, "contrasts": {"extra": {}}}
 #: Keys a run may leave at their default, with that default: a digest leaves such a key out while it holds exactly
 #: that value, so late pooling and the equivalence test changed no existing run's stage digests (docs/beyond.md).
-OPTIONAL_KEYS: dict[str, dict[str, Any]] = {"embed": {"late_window": None, "late_overlap": 128},
-                                            "stats": {"sesoi": None}}
-OPTIONAL_KEYS["embed"]["late_pooling"] = "model"  # added with issue 41's pooling check
+OPTIONAL_KEYS: dict[str, dict[str, Any]] = {
+    "embed": {"late_window": None, "late_overlap": 128, "late_pooling": "model"}, "stats": {"sesoi": None}}
 
 
 #: Keys a parameter file may no longer state, and the key that took each one's place: ``max_tokens`` meant four

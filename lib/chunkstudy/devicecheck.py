@@ -560,7 +560,8 @@ def ranking_check(w: dict, full: dict, cfg: dict, p: dict, dev, dtype: str) -> d
         same += order == sorted(range(len(r)), key=lambda k: (-r[k], k))
     saturated = int((torch.sigmoid(torch.tensor(half, dtype=torch.float16)) == 1.0).sum())
     detail = {"queries": len(p["queries"]), "same_ranking": same, "ties": ties,
-              f"discordant_beyond_{RANK_NOISE:g}": discordant, "max_abs_diff": max(abs(a - c) for a, c in zip(half, ref)),
+              f"discordant_beyond_{RANK_NOISE:g}": discordant,
+              "max_abs_diff": max(abs(a - c) for a, c in zip(half, ref)),
               "logit_shift": HEAD_SHIFT, "float16_sigmoid_exactly_1": saturated, "pairs": len(half)}
     return {"check": f"reranker ranking: {dtype} encoder (float32 head, logits) vs float32 on the device: no new ties, "
                      f"no order against float32 beyond {RANK_NOISE:g}", "ok": ties == 0 and discordant == 0,
