@@ -288,7 +288,8 @@ class Reranker:
         if self.spec.backend == "openai":
             return self._model.score(pairs, done)
         if self.spec.backend == "flag":
-            s = self._model.compute_score(pairs, batch_size=bs, max_length=self.spec.max_length, normalize=False)
+            # the logits: FlagEmbedding applies its Sigmoid only when asked (normalize=True)
+            s = self._model.compute_score(pairs, batch_size=bs, max_length=self.spec.max_length)
             return np.atleast_1d(np.asarray(s, dtype=np.float64))
         import torch
 
