@@ -126,7 +126,8 @@ ids = embed_store.ids_table(out["texts"])
 # %%
 pooled = late.embed_conditions(out["chunks"], documents, late.late_conditions(cfg.params().run_conditions),
                                cfg.params("embed").embedders, store, vectors, ids,
-                               window=cfg.params("embed").late_window, overlap=cfg.params("embed").late_overlap)
+                               window=cfg.params("embed").late_window, overlap=cfg.params("embed").late_overlap,
+                               pooling=cfg.params("embed").late_pooling)
 artifacts.write(cfg, "chunks", pooled["chunks"])
 artifacts.write(cfg, "late_report", pooled["report"])
 written = artifacts.write_all_vectors(cfg, pooled["vectors"], pooled["ids"])

@@ -13,6 +13,12 @@
 #   - CUDA float16 embeddings vs the float32 CPU references: min cosine >= 0.999;
 #   - the cross-encoder on CUDA vs the CPU references: per-query Spearman >= 0.99 (an untrained, seeded head:
 #     this shows the device computes the same function, not that it ranks well);
+#   - the reranker's ranking with a float16 encoder (its head in float32, the score its logit, as the pipeline
+#     scores) against float32 on the same device, logits moved to 10 (where a float16 Sigmoid is exactly 1.0): no
+#     new ties, no order against float32 beyond 1e-3;
+#   - where the device's Python has vLLM (or SERVE_PYTHON names one that does): both models served by vLLM on the
+#     device (the pooling runner) against the in-process results: vectors (min cosine >= 0.999) and the
+#     reranker's logits (per-query Spearman >= 0.99);
 #   - throughput and peak GPU memory at the paper's batch sizes (64, 128; reranker 64) at 256 and 512 tokens.
 # It writes result.json and exits non-zero when a check fails.
 #
@@ -20,7 +26,8 @@
 #   scripts/device_check.sh        (result.json lands in $OUT, which the tool brings back)
 #
 # Environment: PYTHON (the interpreter for the check; default: .venv/bin/python where it exists and the
-# machine's python3 otherwise), DEVICE (cuda), BUNDLE_DIR (build/device_check).
+# machine's python3 otherwise), DEVICE (cuda), BUNDLE_DIR (build/device_check), SERVE_PYTHON (a Python with vLLM
+# for the served check; default: PYTHON when it imports vllm, else the served check is reported as not run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=${BUNDLE_DIR:-build/device_check}
@@ -40,6 +47,9 @@ if [ -z "$py" ]; then
 fi
 [ -f "$bundle/bundle.pt" ] || { echo "device check: no $bundle/bundle.pt: run scripts/device_check.sh --prepare here, then carry $bundle" >&2; exit 1; }
 echo "device check: $($py -c 'import sys, torch; print("Python", sys.version.split()[0], "torch", torch.__version__, "CUDA", torch.version.cuda)')"
+serve_py=${SERVE_PYTHON:-}
+if [ -z "$serve_py" ] && "$py" -c 'import vllm' >/dev/null 2>&1; then serve_py=$py; fi
+echo "device check: served models: ${serve_py:-not checked (no vLLM in $py; SERVE_PYTHON names one)}"
 # lib/ on the path instead of an install: chunkstudy/__init__ imports nothing, devicecheck only torch
 PYTHONPATH="$PWD/lib${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -m chunkstudy.devicecheck check --bundle "$bundle" \
-  --out "$out" --device "$device" "${dry[@]}"
+  --out "$out" --device "$device" "${dry[@]}" ${serve_py:+--serve-python "$serve_py"}

@@ -42,8 +42,13 @@ stop() {
   if kill -0 "$pid" 2>/dev/null; then
     echo "serve: stopping vLLM (process group $pid)"
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-    kill -0 "$pid" 2>/dev/null && { kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; }
+    # the whole group, not only its leader: vLLM's engine process outlives the API server by moments and holds the
+    # GPU's memory until it exits
+    for _ in $(seq 60); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 1; done
+    if kill -0 -- "-$pid" 2>/dev/null; then
+      kill -KILL -- "-$pid" 2>/dev/null || true
+      while kill -0 -- "-$pid" 2>/dev/null; do sleep 0.2; done
+    fi
   fi
   rm -f "$pidfile"
 }
@@ -91,14 +96,23 @@ else
   entry=serve
 fi
 want="$(cat "${pins[@]}" | sha256sum | cut -c1-16)"
-if ! ready || [ "$(cat "$venv/.deps-hash" 2>/dev/null)" != "$want" ]; then
-  echo "serve: installing $what into $venv (once; several GB) ..." >&2
-  t0=$SECONDS
-  [ -x "$venv/bin/python" ] || "${SERVE_PYTHON:-python3}" -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip
-  install
-  echo "$want" > "$venv/.deps-hash"
-  echo "serve: $venv ready in $((SECONDS - t0)) s" >&2
+installed() { ready && [ "$(cat "$venv/.deps-hash" 2>/dev/null)" = "$want" ]; }
+if ! installed; then
+  # one installer at a time (two replicas' servers, or prefetch and a run, may start at once): the others wait
+  # here and find it installed
+  exec 9>"$venv.install-lock"
+  flock 9
+  if ! installed; then
+    echo "serve: installing $what into $venv (once; several GB) ..." >&2
+    t0=$SECONDS
+    [ -x "$venv/bin/python" ] || "${SERVE_PYTHON:-python3}" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    install
+    echo "$want" > "$venv/.deps-hash"
+    echo "serve: $venv ready in $((SECONDS - t0)) s" >&2
+  fi
+  flock -u 9
+  exec 9>&-
 fi
 [ "$mode" = install ] && { echo "serve: $venv holds $what"; exit 0; }
 if [ -n "$cpu" ]; then

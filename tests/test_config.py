@@ -368,7 +368,8 @@ def test_late_pooling_and_sesoi_at_their_defaults_leave_every_stage_digest_alone
     """embed.late_window/late_overlap and stats.sesoi came after runs were pinned: stated at their defaults they
     change no stage's digest (config.OPTIONAL_KEYS); stated otherwise they rerun the stages that read them."""
     a = config.load(ROOT / "params" / "demo.yaml")
-    same = config.load(ROOT / "params" / "demo.yaml", overrides={"embed": {"late_window": None, "late_overlap": None},
+    same = config.load(ROOT / "params" / "demo.yaml", overrides={"embed": {"late_window": None, "late_overlap": None,
+                                                                           "late_pooling": "model"},
                                                                  "stats": {"sesoi": None, "sesoi_by_metric": {}}})
     assert {s: config.stage_digest(a, s) for s in config.STAGE_SECTIONS} == \
         {s: config.stage_digest(same, s) for s in config.STAGE_SECTIONS}
@@ -377,6 +378,9 @@ def test_late_pooling_and_sesoi_at_their_defaults_leave_every_stage_digest_alone
     assert {s for s in config.STAGE_SECTIONS if config.stage_digest(a, s) != config.stage_digest(sesoi, s)} == \
         {"06_metrics", "07_stats", "08_figures"}
     assert {s for s in config.STAGE_SECTIONS if config.stage_digest(a, s) != config.stage_digest(window, s)} == \
+        {"04_chunk_embed", "05_retrieve", "08_figures"}
+    mean = config.load(ROOT / "params" / "demo.yaml", overrides={"embed": {"late_pooling": "mean"}})
+    assert {s for s in config.STAGE_SECTIONS if config.stage_digest(a, s) != config.stage_digest(mean, s)} == \
         {"04_chunk_embed", "05_retrieve", "08_figures"}
     with pytest.raises(config.ConfigError, match="stats.sesoi"):
         config.load(ROOT / "params" / "demo.yaml", overrides={"stats": {"sesoi": 0}})

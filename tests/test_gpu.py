@@ -60,6 +60,18 @@ def test_serve_args_follow_the_parameters():
     # a local folder is served under the same name, so the pre-flight and the cache keys still match
     local = gpu.serve_args(config.record("llm", cfg["llm"]), weights="/models/gemma")
     assert local[1] == "/models/gemma" and local[local.index("--served-model-name") + 1] == cfg["llm"]["model"]
+    assert "--revision" not in args and "--revision" not in local  # not in this machine's cache: nothing to pin
+
+
+def test_a_cached_hub_model_is_served_at_the_commit_the_cache_holds(monkeypatch):
+    """vLLM gets the prefetched commit (issue 41), so it loads exactly that snapshot offline and the server's command
+    names it; a local folder needs none. (The slow rehearsal serves a real cached hub id this way.)"""
+    sha = "361e7946121086f813984e25461bc4555a8f9ce7"
+    monkeypatch.setattr(gpu.models, "hub_snapshot", lambda name, revision="main": (f"/hf/snapshots/{sha}", sha))
+    llm_rec = config.record("llm", load("qasper")["llm"])
+    args = gpu.serve_args(llm_rec)
+    assert args[-4:] == ["--revision", sha, "--tokenizer-revision", sha]
+    assert "--revision" not in gpu.serve_args(llm_rec, weights="/models/gemma")
 
 
 def test_serve_args_flag_forms_and_refusals():
@@ -163,6 +175,18 @@ def test_hub_models_list_what_prefetch_downloads():
         "BAAI/bge-reranker-v2-m3": ["retrieve.rerankers.bge-reranker-v2-m3.model"]}
     for offline in ("demo", "qasper_local", "wikipedia_local"):  # package: models need no download
         assert gpu.hub_models(load(offline)) == {}
+    # served by a server this run starts (serve: auto): its model is loaded here too (the rehearsal found the weak
+    # embedder left out); behind a server of the user's (external) it is not
+    org = "chunkstudy-rehearsal"
+    assert gpu.hub_models(load("rehearsal")) == {
+        f"{org}/gemma-stand-in-it": ["llm.model"],
+        f"{org}/bge-large-en-v1.5": ["chunking.tokenizer", "embed.embedders.strong.model"],
+        f"{org}/bge-small-en-v1.5": ["embed.embedders.weak.model"],
+        f"{org}/bge-reranker-v2-m3": ["retrieve.rerankers.bge-reranker-v2-m3.model"]}
+    external = config.load(ROOT / "params" / "rehearsal.yaml", overrides={
+        "embed": {"embedders": {"weak": {"serve": "external"}}},
+        "retrieve": {"rerankers": {"bge-reranker-v2-m3": {"serve": "external"}}}})
+    assert sorted(gpu.hub_models(external)) == [f"{org}/bge-large-en-v1.5", f"{org}/gemma-stand-in-it"]
 
 
 def test_prefetch_needs_the_network_and_doctor_sees_what_is_missing(monkeypatch):

@@ -439,3 +439,34 @@ def test_a_chunk_of_only_zero_width_characters_is_named_before_anything_is_encod
         late.embed_conditions(chunks, documents, ["L"], specs, store, vectors, embed_store.ids_table(texts),
                               window=None, overlap=None)
     assert not (tmp_path / "store" / late.late_model_key(embedder, 256, 64)).exists()  # nothing encoded, stored
+
+
+def test_a_cls_pooled_model_is_refused_unless_mean_pooling_is_chosen_and_the_report_says_which(tmp_path):
+    """The paper's embedders (bge-*-en-v1.5) pool the CLS token (their modules.json): late pooling, which means a
+    chunk's token states, refuses such a model unless embed.late_pooling is mean, and the late report says what was
+    pooled (issue 41). Here: all-MiniLM-L6-v2's weights with BGE's configuration (tests/local_hub.py)."""
+    from local_hub import _bge_files
+
+    bge = tmp_path / "bge-like"
+    for rel, src in _bge_files(Path(models.resolve(SPEC["model"]))).items():
+        (bge / rel).parent.mkdir(parents=True, exist_ok=True)
+        (bge / rel).write_bytes(src if isinstance(src, bytes) else Path(src).read_bytes())
+    documents = pd.DataFrame({"doc_id": ["d1"], "text": [SHORT]})
+    chunks = pd.DataFrame([("d1", s, e) for s, e in SHORT_SPANS], columns=["doc_id", "start", "end"]).assign(
+        prefix="", condition="L", text_row=range(len(SHORT_SPANS)))
+    texts = [SHORT[s:e].strip() for s, e in SHORT_SPANS]
+    store = embed_store.EmbeddingStore(tmp_path / "store", flush_every=8)
+    specs = {"strong": config.record("embed.embedders.*", {**SPEC, "model": str(bge)})}
+    vectors, _ = embed_store.embed_all(specs, texts, store, progress=False)
+    ids = embed_store.ids_table(texts)
+    with pytest.raises(late.LateError, match=r"embed.embedders.strong .*bge-like\): the model pools 'cls'.*"
+                                             r"Set embed.late_pooling: mean"):
+        late.embed_conditions(chunks, documents, ["L"], specs, store, vectors, ids, window=None, overlap=64)
+    assert late.model_pooling(embed.load_embedder(specs["strong"], "strong")) == "cls"
+    out = late.embed_conditions(chunks, documents, ["L"], specs, store, vectors, ids, window=None, overlap=64,
+                                pooling="mean")
+    assert out["report"]["pooling"].tolist() == ["mean (the model pools cls)"]
+    minilm = {"strong": config.record("embed.embedders.*", SPEC)}  # mean-pooled: no choice needed, and it says so
+    mv, _ = embed_store.embed_all(minilm, texts, store, progress=False)
+    plain = late.embed_conditions(chunks, documents, ["L"], minilm, store, mv, ids, window=None, overlap=64)
+    assert plain["report"]["pooling"].tolist() == ["mean"]

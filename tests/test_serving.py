@@ -282,6 +282,34 @@ def test_the_supervisor_ends_the_servers_whole_process_group_when_its_pipe_close
     wait_gone(worker)
 
 
+def test_stopping_a_server_waits_for_its_whole_group_not_only_its_leader(tmp_path):
+    """vLLM's API server (the group's leader) exits at SIGTERM before its engine process, which then releases the
+    GPU's memory: the supervisor returns only once the engine has exited by itself (issue 41), within the grace,
+    not as soon as the leader is gone (the old stop sent SIGKILL then, and returned while the engine still ran)."""
+    marker, released = tmp_path / "worker", tmp_path / "released"
+    worker = (f"import os, signal, sys, time\n"
+              f"leader = os.getppid()\n"
+              f"def term(*_):\n"
+              f"    while os.getppid() == leader:\n"  # the API server goes first
+              f"        time.sleep(0.01)\n"
+              f"    time.sleep(0.3)\n"  # releasing its memory
+              f"    open({str(released)!r}, 'w').write('1'); sys.exit(0)\n"
+              f"signal.signal(signal.SIGTERM, term)\n"
+              f"open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+              f"time.sleep(86400)\n")
+    server = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {worker!r}]); time.sleep(86400)"
+    sup = subprocess.Popen([sys.executable, "-m", "chunkstudy.serving.supervise", "--log", str(tmp_path / "log"),
+                            "--grace", "60", "--", sys.executable, "-c", server],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    pid = json.loads(sup.stdout.readline())["pid"]
+    while not marker.exists() or not marker.read_text():
+        time.sleep(0.02)
+    sup.stdin.close()
+    assert sup.wait() == 0
+    assert not alive(pid) and not alive(int(marker.read_text()))  # the whole group gone when the stop returned
+    assert released.read_text() == "1"  # ... the engine by itself, within the grace
+
+
 # ---------------------------------------------------------------------------------- one port, two runs
 
 def test_a_second_run_wanting_a_claimed_port_refuses_naming_the_first(project):
@@ -315,7 +343,7 @@ def test_the_up_front_check_names_each_problem_and_its_fix_before_01(project, mo
     cfg_file = project / "params" / "gpu.yaml"
     cfg_file.write_text(yaml.safe_dump({
         "corpus": {"name": "gpu"},
-        "llm": {"backend": "openai", "model": "google/gemma-never-downloaded", "base_url": "http://gpu-box:8000/v1",
+        "llm": {"backend": "openai", "model": "google/gemma-3-never-downloaded", "base_url": "http://gpu-box:8000/v1",
                 "serve": "auto"},
         "embed": {"embedders": {"strong": {"backend": "openai", "model": "org/never-downloaded-embedder",
                                            "base_url": "http://127.0.0.1:8001/v1", "serve": "auto",
@@ -334,11 +362,49 @@ def test_the_up_front_check_names_each_problem_and_its_fix_before_01(project, mo
     assert "Fix: scripts/serve_llm.sh --install (once" in msg and "scripts/prefetch_models.sh params/gpu.yaml" in msg
     assert "nvidia-smi -L lists none" in msg
     assert "org/never-downloaded-embedder (embed.embedders.strong.model)" in msg
-    assert "google/gemma-never-downloaded (llm.model)" in msg  # served here (serve: auto), so it must be cached here
-    assert "licence accepted first, at https://huggingface.co/google/gemma-never-downloaded, and `export HF_TOKEN" \
+    assert "google/gemma-3-never-downloaded (llm.model)" in msg  # served here (serve: auto), so it must be cached here
+    assert "licence accepted first, at https://huggingface.co/google/gemma-3-never-downloaded, and `export HF_TOKEN" \
         in msg and "huggingface.co/org/never-downloaded-embedder" not in msg  # only the gated model's page
     assert not (project / "data/gpu").exists()
     print(f"up-front check failed in {time.perf_counter() - t0:.1f} s")
+
+
+def test_servers_on_one_gpu_get_memory_shares_that_fit_and_the_check_refuses_those_that_do_not(tmp_path):
+    """vLLM takes 0.92 of the GPU's memory unless told otherwise, so an embedder's and a reranker's server (or either
+    beside an external LLM server at 0.80) could not both start (issue 41): each served role gets a declared share,
+    the defaults fit together, and the up-front check refuses shares that add up to more than the GPU holds."""
+    from chunkstudy.serving import args, check
+
+    def served(share=None):
+        engine = {} if share is None else {"gpu_memory_utilization": share}
+        return {"backend": "openai", "serve": "auto", "device": "cuda", "vllm_engine": engine}
+
+    def cfg(llm_share=0.80, embed=None, rerank=None, llm_serve="external"):
+        return config.load(HERE.parent / "params" / "qasper.yaml", root=tmp_path, overrides={
+            "llm": {"serve": llm_serve, "vllm_engine": {"gpu_memory_utilization": llm_share}},
+            "embed": {"embedders": {"strong": {**served(embed), "base_url": "http://127.0.0.1:8001/v1"},
+                                    "weak": {**served(embed), "base_url": "http://127.0.0.1:8003/v1"}}},
+            "retrieve": {"rerankers": {"bge-reranker-v2-m3": {**served(rerank),
+                                                              "base_url": "http://127.0.0.1:8002/v1"}}}})
+
+    stages = list(config.stages.STAGE_NAMES)
+    fits = cfg()  # the paper's LLM server at 0.80 kept up by its user during 04/05, the pooling servers' defaults
+    assert check.gpu_share_problems(fits, stages) == []
+    rec = fits.params("retrieve").rerankers["bge-reranker-v2-m3"]
+    assert args.gpu_share_flag("rerank", rec) == ["--gpu-memory-utilization", "0.05"]  # vLLM's flag, always stated
+    llm_line = args.serve_args(fits, "llm", "http://localhost:8000/v1", "serve")
+    assert llm_line.count("--gpu-memory-utilization") == 1  # the declared 0.8, not a second default
+    in04, in05 = check.gpu_share_problems(cfg(embed=0.92, rerank=0.92, llm_serve="auto"), stages)  # vLLM's own
+    assert in04.startswith("04_chunk_embed has these servers up on one GPU at once: embed.embedders.strong (auto, "
+                           "http://127.0.0.1:8001/v1) 0.92, embed.embedders.weak (auto, http://127.0.0.1:8003/v1) 0.92;")
+    assert in05.startswith("05_retrieve has these servers up on one GPU at once: embed.embedders.strong (auto, "
+                           "http://127.0.0.1:8001/v1) 0.92, embed.embedders.weak (auto, http://127.0.0.1:8003/v1) 0.92, "
+                           "retrieve.rerankers.bge-reranker-v2-m3 (auto, http://127.0.0.1:8002/v1) 0.92;")
+    assert "add up to 2.76, more than 0.95" in in05 and "Fix: lower their vllm_engine.gpu_memory_utilization" in in05
+    in04, in05 = check.gpu_share_problems(cfg(llm_share=0.92), stages)  # beside an external LLM server at 0.92
+    assert "llm (external, http://localhost:8000/v1) 0.92" in in04 and "add up to 1.02" in in04
+    # an LLM server started by the run is stopped before 04: its share never meets the encoders'
+    assert check.gpu_share_problems(cfg(llm_share=0.92, llm_serve="auto"), stages) == []
 
 
 def test_serve_keys_never_enter_a_stage_digest(tmp_path):
@@ -555,3 +621,26 @@ def test_a_dead_reranker_server_opens_the_breaker_naming_the_key(monkeypatch):
         with pytest.raises(rerank.RerankError, match=r"retrieve.rerankers.x: circuit breaker: 3 consecutive "
                                                      r"connection failures .*retrieve.rerankers.x.breaker_failures = 3"):
             r.score(["q"] * 4, ["a", "b", "c", "d"])
+
+
+def test_the_replica_promise_holds_for_an_ulp_and_fails_for_a_real_difference():
+    """What docs/servers.md promises of several replicas (issue 42, case 8), as the slow test checks it: the same
+    lists, scores within 1e-5, the same order except between candidates within 1e-5 of each other."""
+    import numpy as np
+    import pandas as pd
+
+    from test_serving_real import replica_differences
+
+    one = pd.DataFrame({"embedder": "strong", "reranker": "x", "condition": "A3", "query_id": "q",
+                        "chunk_id": ["c1", "c2", "c3"], "rank": [1, 2, 3], "score": [2.5, 1.25, -0.5]})
+    ulp = one.assign(score=[np.nextafter(np.float32(2.5), np.float32(3)), 1.25, -0.5])
+    assert replica_differences(one, ulp) == {"scores": 3, "scores that differ": 1,
+                                             "largest difference": float(np.spacing(np.float32(2.5))) / 2.5,
+                                             "reordered lists": 0}
+    near = pd.DataFrame({**one.to_dict("list"), "score": [2.5, 2.5 - 1e-7, -0.5]})
+    swapped = near.assign(rank=[2, 1, 3], score=[2.5 - 1e-7, 2.5, -0.5])
+    assert replica_differences(near, swapped)["reordered lists"] == 1  # within the tolerance: either order holds
+    with pytest.raises(AssertionError, match="a score moved by 0.001"):
+        replica_differences(one, one.assign(score=[2.5025, 1.25, -0.5]))
+    with pytest.raises(AssertionError, match="moved from rank 1 to 2 with no score within"):
+        replica_differences(one, one.assign(rank=[2, 1, 3]))

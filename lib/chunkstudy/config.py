@@ -231,8 +231,8 @@ EMBEDDING_CHUNKERS = ("chonkie:SemanticChunker",)
 OPTIONAL_SECTIONS: dict[str, dict] = {"conditions": {"extra": {}}, "contrasts": {"extra": {}}, "multiverse": params.MULTIVERSE_UNUSED}
 #: Keys a run may leave at their default, with that default: a digest leaves such a key out while it holds exactly
 #: that value, so late pooling and the equivalence test changed no existing run's stage digests (docs/beyond.md).
-OPTIONAL_KEYS: dict[str, dict[str, Any]] = {"embed": {"late_window": None, "late_overlap": None}, "stats": {
-    "sesoi": None, "sesoi_by_metric": {}}, "multiverse": params.MULTIVERSE_UNUSED}
+OPTIONAL_KEYS: dict[str, dict[str, Any]] = {"embed": {"late_window": None, "late_overlap": None, "late_pooling": "model"},
+                                            "stats": {"sesoi": None, "sesoi_by_metric": {}}, "multiverse": params.MULTIVERSE_UNUSED}
 
 
 #: Keys a parameter file may no longer state, and the key that took each one's place: ``max_tokens`` meant four

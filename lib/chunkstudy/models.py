@@ -30,9 +30,7 @@ def resolve(name: str) -> str:
         return str(Path(name).expanduser())
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
         try:
-            from huggingface_hub import snapshot_download
-
-            return snapshot_download(name, local_files_only=True)
+            return hub_snapshot(name)[0]
         except Exception:  # noqa: BLE001 - any miss means the same thing here
             raise ValueError(
                 f"model {name!r} is neither a local folder nor in the Hugging Face cache, and HF_HUB_OFFLINE=1 "
@@ -132,12 +130,27 @@ def is_hub_name(name: str) -> bool:
     return bool(name) and not name.startswith("package:") and not Path(name).expanduser().exists() and "/" in name
 
 
-def cached_offline(name: str) -> bool:
-    """Whether ``name`` loads from the local Hugging Face cache without the network."""
+#: the branch a hub id without a revision means (huggingface_hub's default revision)
+HUB_REVISION = "main"
+
+
+def hub_snapshot(name: str, revision: str = HUB_REVISION) -> tuple[str, str]:
+    """``(snapshot folder, commit sha)`` of hub model ``name`` at ``revision`` in the local Hugging Face cache, found
+    without the network (``snapshot_download(..., local_files_only=True)``): the one place a hub id becomes a folder
+    and the commit it was fetched at. A branch name is read through the cache's ``refs/<branch>`` file, which
+    :func:`chunkstudy.gpu.prefetch` leaves behind (it downloads by branch name, so huggingface_hub writes it; a
+    download pinned to a commit sha writes none). Raises huggingface_hub's ``LocalEntryNotFoundError`` when the cache
+    does not hold it."""
     from huggingface_hub import snapshot_download
 
+    folder = snapshot_download(name, revision=revision, local_files_only=True)
+    return str(folder), Path(folder).name
+
+
+def cached_offline(name: str) -> bool:
+    """Whether ``name`` loads from the local Hugging Face cache without the network (:func:`hub_snapshot`)."""
     try:
-        snapshot_download(name, local_files_only=True)
+        hub_snapshot(name)
         return True
     except Exception:  # noqa: BLE001 - any miss means the same here
         return False

@@ -333,6 +333,11 @@ class EmbedParams:
     late_overlap: int | None = param(None, "late pooling: content tokens consecutive macro windows share (a token "
                                      "keeps the embedding of the window where it has more context); null = a "
                                      "quarter of the window", ge=0)
+    late_pooling: Literal["model", "mean"] = param(
+        "model", "late pooling: how a chunk's token states become its vector. model = as the model pools (its "
+                 "modules.json): the mean for a mean-pooled model, and a model that pools otherwise (the BGE models "
+                 "pool the CLS token) is refused; mean = the mean of the chunk's token states whatever the model's "
+                 "pooling (off its training for a CLS model; the late report says so)")
 
 
 # ------------------------------------------------------------------------------------------------------ retrieve

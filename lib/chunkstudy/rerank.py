@@ -169,7 +169,7 @@ class Reranker:
 
     def _model_id(self) -> str:
         spec = self.spec
-        ident = [spec.backend, spec.model, spec.max_length]
+        ident = [spec.backend, spec.model, spec.max_length, SCORES]
         if not self.trained:
             ident.append(f"untrained-seed={spec.seed}")
         if self.runtime != "torch":  # the defaults (torch, float32) keep the identity scores were cached under
@@ -254,6 +254,7 @@ class Reranker:
             where = f"retrieve.rerankers.{self.key}"
             m = FlagReranker(path, **flag_kwargs(FlagReranker, spec.device, self.dtype, where))
             place_flag_model(m, self.dtype, spec.device, where)
+            float32_head(m.model, self.dtype)
             self._model = m
             return
         from sentence_transformers import CrossEncoder
@@ -269,6 +270,7 @@ class Reranker:
             return
         self._model = self._torch_model(path, max_length, device)
         cast_and_check(self._model, self.dtype, device, f"retrieve.rerankers.{self.key}")
+        float32_head(self._model[0].model, self.dtype)
 
     def _torch_model(self, path: str, max_length: int, device: str):
         import torch
@@ -286,10 +288,13 @@ class Reranker:
         if self.spec.backend == "openai":
             return self._model.score(pairs, done)
         if self.spec.backend == "flag":
+            # the logits: FlagEmbedding applies its Sigmoid only when asked (normalize=True)
             s = self._model.compute_score(pairs, batch_size=bs, max_length=self.spec.max_length)
             return np.atleast_1d(np.asarray(s, dtype=np.float64))
-        with precision_context(dtype or self.dtype):
-            s = self._model.predict(pairs, batch_size=bs, show_progress_bar=False)
+        import torch
+
+        with precision_context(dtype or self.dtype):  # the logits themselves (SCORES): no Sigmoid
+            s = self._model.predict(pairs, batch_size=bs, show_progress_bar=False, activation_fn=torch.nn.Identity())
         return np.asarray(s, dtype=np.float64)
 
     def score(self, queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
@@ -369,7 +374,7 @@ class _OpenAIRerank:
             for lo in range(0, len(idx), self.batch):
                 part = idx[lo:lo + self.batch]
                 out.append((part, {"model": self.model, "query": q, "documents": [pairs[i][1] for i in part],
-                                   "truncate_prompt_tokens": self.max_length}))
+                                   "truncate_prompt_tokens": self.max_length, "use_activation": False}))
         return out
 
     def parse(self, reply: dict, n: int) -> np.ndarray:
@@ -403,6 +408,46 @@ class _OpenAIRerank:
         except (LLMError, StageError) as e:
             raise RerankError(f"{self.where}: {e}") from None
         return out
+
+
+#: what a reranker's score is, in every backend (part of each score cache's model id): the cross-encoder's logit, with
+#: no activation. sentence-transformers applies a one-label cross-encoder's default Sigmoid to the logits in the
+#: model's precision: in float16 every logit >= 8.35 became exactly 1.0, so the best candidates tied and were ordered
+#: by chunk_id; vLLM's /v1/rerank applies it unless asked not to (``use_activation: false``). The Sigmoid is monotone,
+#: so the logit ranks as it would, without the ties.
+SCORES = "scores=logit"
+#: the dtypes a classification head is kept in float32 beside (:func:`float32_head`)
+HALF_DTYPES = ("float16", "bfloat16", AUTOCAST_BF16)
+
+
+def float32_head(model: Any, dtype: str) -> list[str]:
+    """Run the classification head of a sequence-classification transformer in float32 when the rest runs in half
+    precision (``dtype`` of :data:`HALF_DTYPES`), as vLLM's pooling runner does (its ``head_dtype``): ``classifier``
+    and the base model's ``pooler``, their floating inputs cast to float32 and autocast off inside them. In float16
+    the head's output alone has a spacing of 0.008 at 8-16, enough to tie close candidates. Returns the modules'
+    names (none in float32)."""
+    import torch
+
+    if dtype not in HALF_DTYPES:
+        return []
+    base = getattr(model, str(getattr(model, "base_model_prefix", "")), None)
+    done = []
+    for name, mod in (("pooler", getattr(base, "pooler", None)), ("classifier", getattr(model, "classifier", None))):
+        if mod is None:
+            continue
+        mod.float()
+        device = next(mod.parameters()).device.type
+
+        def forward(*args: Any, _original=mod.forward, _device=device, **kwargs: Any) -> Any:
+            def up(x: Any) -> Any:
+                return x.float() if torch.is_tensor(x) and x.is_floating_point() else x
+
+            with torch.autocast(device_type=_device, enabled=False):
+                return _original(*map(up, args), **{k: up(v) for k, v in kwargs.items()})
+
+        mod.forward = forward
+        done.append(name)
+    return done
 
 
 class RerankError(RuntimeError):

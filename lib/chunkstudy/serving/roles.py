@@ -23,6 +23,14 @@ CODE_ROOT = Path(__file__).resolve().parents[3]
 SERVE_SCRIPT = CODE_ROOT / "scripts" / "serve_llm.sh"
 #: the placeholders a ``serve_command`` may hold
 PLACEHOLDERS = ("host", "port", "model", "params")
+#: the share of the GPU's memory (vLLM's ``gpu_memory_utilization``) a ``device: cuda`` server of each kind gets when
+#: its ``vllm_engine`` states none: shares that fit together on one GPU (the LLM's beside an embedder's and a
+#: reranker's). vLLM's own default, 0.92, lets no second server start: each checks at start-up that its share is free.
+GPU_SHARE_DEFAULT = {"llm": 0.80, "embed": 0.05, "rerank": 0.05}
+#: the most the shares of the servers up at once on one GPU may add up to (the rest: CUDA contexts), and what that
+#: leaves when a stage also runs a model in process on the GPU
+GPU_SHARE_LIMIT = 0.95
+GPU_SHARE_IN_PROCESS = 0.10
 
 
 class ServeError(ChunkstudyError, RuntimeError):
@@ -49,6 +57,15 @@ class Service:
     replica: int = 1
     replicas: int = 1
     stages: tuple[str, ...] = field(default=())
+    engine: dict = field(default_factory=dict)
+
+    @property
+    def gpu_share(self) -> float | None:
+        """The share of the GPU's memory the server takes: its ``vllm_engine.gpu_memory_utilization``, else
+        :data:`GPU_SHARE_DEFAULT`; None for a server that is not on a GPU (``device`` not cuda)."""
+        if not self.device.startswith("cuda"):
+            return None
+        return float(self.engine.get("gpu_memory_utilization", GPU_SHARE_DEFAULT[self.kind]))
 
     @property
     def host(self) -> str:
@@ -113,7 +130,7 @@ def services(cfg: Config) -> list[Service]:
             raise ServeError(f"{cfg.path}: {key}.base_url is empty; backend 'openai' needs the server's URL")
         for i, url in enumerate(base, 1):
             svc = Service(url, [key], kind, rec.model, rec.serve, str(rec.device), float(rec.serve_timeout_s),
-                          rec.api_key_env, rec.serve_command, i, len(base), kind_stages(kind))
+                          rec.api_key_env, rec.serve_command, i, len(base), kind_stages(kind), dict(rec.vllm_engine))
             old = by_url.get(url)
             if old is None:
                 by_url[url], engines[url] = svc, dict(rec.vllm_engine)

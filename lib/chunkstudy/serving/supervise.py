@@ -10,6 +10,8 @@ server's PID, which is also its process group) on standard output. It ends the s
 * it gets SIGTERM, SIGINT or SIGHUP, or
 * the server exits by itself (then the supervisor exits with the server's exit code, 128 + N for signal N).
 
+Either way it returns only when no process of the server's group is left (:func:`end_group`).
+
 So no server outlives the run that started it. Standard library only: the supervisor starts in a fraction of a
 second and holds no model.
 """
@@ -23,21 +25,55 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+
+
+#: seconds between two looks at whether a stopping server's process group is gone
+GROUP_POLL_S = 0.1
+
+
+def group_members(pgid: int, proc: str = "/proc") -> list[int]:
+    """The processes of group ``pgid`` that have not ended (a zombie has ended: it holds no memory, GPU memory
+    included), from ``/proc/<pid>/stat``."""
+    out = []
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "stat"), "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            out.append(int(entry.name))
+    return out
+
+
+def _wait_group(pgid: int, child: subprocess.Popen, deadline: float | None) -> bool:
+    """Wait until no process of group ``pgid`` is left (``child``, its leader, reaped on the way), or ``deadline``
+    (``time.monotonic()``) passes; whether the group is gone."""
+    while True:
+        if child.poll() is not None and not group_members(pgid):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(GROUP_POLL_S)
 
 
 def end_group(pgid: int, child: subprocess.Popen, grace_s: float) -> None:
-    """SIGTERM to process group ``pgid``; wait for ``child`` (its leader) up to ``grace_s`` seconds; then SIGKILL
-    to whatever of the group is left (a server's worker processes)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """SIGTERM to process group ``pgid``; wait up to ``grace_s`` seconds until the whole group has exited, not only
+    ``child`` (its leader): vLLM's API server exits before its engine process, which may still hold the GPU's memory
+    when the next stage starts; then SIGKILL to whatever of the group is left, and wait until it is gone."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if not _wait_group(pgid, child, time.monotonic() + grace_s):
         try:
-            os.killpg(pgid, sig)
+            os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        if sig == signal.SIGTERM:
-            try:
-                child.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
+        _wait_group(pgid, child, None)
     child.wait()
 
 
