@@ -378,11 +378,17 @@ class Embedder:
         if self.bf16_feature is None:
             self.precision = {"dtype": self.dtype, "cpu_bf16": None, "check": None}
         self._want_dim: int | None = None
+        try:  # a server's model is its own: the store keeps the served vectors apart by backend
+            self.source = None if self.backend == "openai" else models.content_key(self.spec.model)
+        except ValueError as e:
+            raise EmbedError(f"{where}.model: {e}") from None
         self.model_key = self._model_key()
 
     def _model_key(self) -> str:
         ident = {"backend": self.backend, "model": self.spec.model, "max_seq_length": self.max_seq_length,
                  "instruction": self.instruction}
+        if self.source is not None:
+            ident["source"] = self.source  # the model's content: a folder's digest, a hub model's commit
         if self.runtime != "torch":
             ident["runtime"] = self.runtime
         if self.backend != "openai" and self.dtype != "float32":
