@@ -555,3 +555,35 @@ def test_a_dead_reranker_server_opens_the_breaker_naming_the_key(monkeypatch):
         with pytest.raises(rerank.RerankError, match=r"retrieve.rerankers.x: circuit breaker: 3 consecutive "
                                                      r"connection failures .*retrieve.rerankers.x.breaker_failures = 3"):
             r.score(["q"] * 4, ["a", "b", "c", "d"])
+
+
+# ------------------------------------------------------------------------------- one endpoint, however spelled
+
+def test_localhost_and_127_0_0_1_are_one_port_claim(project):
+    """The probe: run A claimed ``localhost-18100.lock``, run B ``127.0.0.1-18100.lock``; B then reused A's server
+    (A's 64-dimensional vectors for B's 32, recorded ``how: reused``) and A stopped it under B. The claim is on the
+    resolved address and the port: B refuses at once, naming A."""
+    port = free_port()
+    a = config.load(write_params(project, port, name="a"), root=project)
+    b_file = write_params(project, port, name="b")
+    b_file.write_text(b_file.read_text().replace(f"127.0.0.1:{port}", f"localhost:{port}"))
+    b = config.load(b_file, root=project)
+    assert b.params("llm").base_url == f"http://localhost:{port}/v1"
+    with lifecycle.Services(a, ["02_induce"], project / "build", quiet, "run A"):
+        with pytest.raises(serving.ServeError, match=rf"port {port} \(llm.base_url http://localhost:{port}/v1, serve: "
+                                                     rf"auto\) is claimed by another run, PID {os.getpid()} \(run A"):
+            lifecycle.Services(b, ["02_induce"], project / "build", quiet, "run B").__enter__()
+    with lifecycle.Services(b, ["02_induce"], project / "build", quiet, "run B") as served:  # A's claim went with A
+        assert served._claims
+
+
+def test_one_parameter_file_spelling_one_server_two_ways_is_refused(tmp_path):
+    p = tmp_path / "p.yaml"
+    emb = {"backend": "openai", "model": "m", "serve": "auto"}
+    p.write_text(yaml.safe_dump({"corpus": {"name": "x"}, "embed": {"strong": "strong", "embedders": {
+        "strong": {**emb, "base_url": "http://localhost:8013/v1"},
+        "weak": {**emb, "base_url": "http://127.0.0.1:8013/v1"}}}}))
+    with pytest.raises(serving.ServeError, match=r"embed.embedders.strong.base_url http://localhost:8013/v1 and "
+                                                 r"embed.embedders.weak.base_url http://127.0.0.1:8013/v1 are one "
+                                                 r"server \(127.0.0.1:8013\) spelled two ways"):
+        serving.services(config.load(p))
