@@ -71,7 +71,7 @@ class Service:
         if self.local:
             return "127.0.0.1"
         try:
-            return socket.getaddrinfo(self.host, self.port, proto=socket.IPPROTO_TCP)[0][4][0]
+            return str(socket.getaddrinfo(self.host, self.port, proto=socket.IPPROTO_TCP)[0][4][0])
         except (OSError, UnicodeError):
             return self.host
 
