@@ -302,7 +302,8 @@ if __name__ == "__main__":
 # * ``gather:<n>[:<id>]``  wait until n requests have been in flight at once (concurrency tests, ``max_in_flight``);
 # * ``long:<n>``          stands for a text of n tokens: HTTP 400 ("maximum context length") when n > 16, unless
 #                         the request asks vLLM-style truncation (``truncate_prompt_tokens``), which then cuts it;
-# * ``zero:<id>`` / ``nan:<id>``  its vector is all zero / holds a NaN (a server gone wrong for one text).
+# * ``zero:<id>`` / ``nan:<id>``  its vector is all zero / holds a NaN (a server gone wrong for one text);
+# * ``hold:<id>``         no reply until the test sets ``EMB_RELEASE`` (a server that never answers).
 #
 # ``EMB_STATE["defect"]`` (set by a test) makes the whole server go wrong: ``"zero"`` or ``"nan"``: the first text of
 # every request gets a zero or NaN vector; ``"dims:<n>"``: every vector has n dimensions (zeros after the third: a
@@ -312,6 +313,7 @@ if __name__ == "__main__":
 EMB_STATE: dict = {"requests": 0, "paths": [], "bodies": [], "seen": set(), "in_flight": 0, "max_in_flight": 0,
                    "defect": None, "answered": 0}
 EMB_LOCK = threading.Lock()
+EMB_RELEASE = threading.Event()  # hold:<id> embedding requests wait on it
 EMB_ENTERED = threading.Condition(EMB_LOCK)
 EMB_MAX_TOKENS = 16
 
@@ -320,6 +322,7 @@ def reset_embeddings_state() -> None:
     with EMB_LOCK:
         EMB_STATE.update(requests=0, paths=[], bodies=[], seen=set(), in_flight=0, max_in_flight=0, defect=None,
                          answered=0)
+    EMB_RELEASE.clear()
 
 
 def embedding_of(text: str, dims: int = 3) -> list[float]:
@@ -380,6 +383,8 @@ class EmbeddingsHandler(Handler):
                 return self._send(429, {"error": {"message": "rate limited"}}, headers={"Retry-After": t.split(":")[1]})
             if t.startswith("slow:"):
                 time.sleep(float(t.split(":")[1]))
+            if t.startswith("hold:"):
+                EMB_RELEASE.wait()
             if t.startswith("gather:"):
                 gather(EMB_ENTERED, EMB_STATE, "max_in_flight", int(t.split(":")[1]))
             if t.startswith("long:") and int(t.split(":")[1]) > EMB_MAX_TOKENS and req.get("truncate_prompt_tokens") is None:
