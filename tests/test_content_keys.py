@@ -193,3 +193,80 @@ def test_a_user_chunkers_key_holds_every_file_of_its_own_it_imports(tmp_path):
     assert runner.chunker_sources(cfg)["MINE"] not in (before["MINE"], changed["MINE"])
     assert codehash.user_closure(folder / "ch_main.py") == [
         folder / "ch_helper.py", folder / "ch_main.py", folder / "tools" / "__init__.py", folder / "tools" / "words.py"]
+
+
+# ------------------------------------------------------------------------- a .venv from another checkout
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+def test_a_run_refuses_to_execute_another_checkouts_library(tmp_path):
+    """The probe: with a .venv from another checkout (its editable install pointing at that one's lib/), the runner
+    hashed and ran the other library ("library unchanged" after an edit here) and the manifests said
+    ``git_dirty: False``. The runner now refuses before anything, naming both."""
+    from conftest import make_project
+
+    project = make_project(tmp_path / "project")
+    (project / "lib").unlink()
+    shutil.copytree(ROOT / "lib", project / "lib", ignore=SKIP)  # this checkout's own library, not the one imported
+    with pytest.raises(runner.StageFailed, match=rf"would execute the library at {ROOT / 'lib' / 'chunkstudy'}, not "
+                                                 rf"this project's {project / 'lib' / 'chunkstudy'}"):
+        runner.run(project / "params" / "tiny.yaml", project, only="01", log=lambda *_: None)
+    assert not (project / "data" / "tiny").exists()
+
+
+def _venv_imports_from(venv: Path) -> str:
+    import subprocess
+
+    return subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.util, pathlib; print(pathlib.Path("
+                           "importlib.util.find_spec('chunkstudy').origin).resolve().parent)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_environment_check_repairs_a_venv_copied_from_another_checkout(tmp_path):
+    """``scripts/check_editable.sh`` (run by ensure_env.sh, so by every ./run_all.sh and ./run_tests.sh): a venv
+    whose editable install points at another checkout is reinstalled editable from this one; one it cannot repair
+    (no pip) is refused, naming both. The other checkout here is this repository; its own .venv is only read."""
+    import subprocess
+    import sysconfig
+    import venv as venv_module
+
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "lib", checkout / "lib", ignore=SKIP)
+    shutil.copytree(ROOT / "scripts", checkout / "scripts")
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / f, checkout / f)
+    ours = Path(sysconfig.get_paths()["purelib"])
+    editable = sorted(ours.glob("__editable__.chunkstudy-*.pth"))
+    before = [p.read_text() for p in editable]
+
+    def copied_venv(name: str, tools: bool) -> Path:
+        """A venv as one copied from this repository holds it: chunkstudy's editable .pth points at ROOT/lib;
+        ``tools``: it also sees this venv's packages (pip, setuptools), read-only."""
+        v = tmp_path / name
+        venv_module.EnvBuilder(with_pip=False).create(v)
+        site = Path(subprocess.run([str(v / "bin" / "python"), "-c", "import sysconfig; "
+                                    "print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True,
+                                   check=True).stdout.strip())
+        (site / "__editable__.chunkstudy-0.1.0.pth").write_text(str(ROOT / "lib") + "\n")
+        if tools:
+            (site / "zz-tools.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
+        return v
+
+    fixable = copied_venv("venv-copied", tools=True)
+    assert _venv_imports_from(fixable) == str(ROOT / "lib" / "chunkstudy")
+    r = subprocess.run([str(checkout / "scripts" / "check_editable.sh"), str(fixable), str(checkout)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"imports chunkstudy from {ROOT / 'lib' / 'chunkstudy'}, not this checkout's" in r.stderr
+    assert _venv_imports_from(fixable) == str(checkout / "lib" / "chunkstudy")
+    again = subprocess.run([str(checkout / "scripts" / "check_editable.sh"), str(fixable), str(checkout)],
+                           capture_output=True, text=True)
+    assert again.returncode == 0 and again.stderr == ""  # repaired: silent from now on
+    broken = copied_venv("venv-no-pip", tools=False)
+    r = subprocess.run([str(checkout / "scripts" / "check_editable.sh"), str(broken), str(checkout)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and f"FAILED: {broken} still imports chunkstudy from {ROOT / 'lib' / 'chunkstudy'}" \
+        in r.stderr
+    assert [p.read_text() for p in editable] == before  # this repository's venv untouched

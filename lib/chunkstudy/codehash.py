@@ -188,3 +188,17 @@ def files_digest(files: list[Path], base: Path) -> str:
         h.update(str(p.relative_to(base) if base in p.parents else p).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+def foreign_library(root: Path) -> str | None:
+    """Why a run of the project at ``root`` would execute another checkout's library: the package this process
+    imported is not the project's ``lib/chunkstudy`` (a ``.venv`` copied from another checkout keeps an editable
+    install that points there; scripts/check_editable.sh repairs it). None when it is, or when the project has no
+    ``lib/`` of its own."""
+    mine, running = Path(root) / "lib" / PACKAGE, Path(__file__).resolve().parent
+    if not mine.is_dir() or mine.resolve() == running:
+        return None
+    return (f"this run would execute the library at {running}, not this project's {mine}: the environment's "
+            "editable install of chunkstudy points at another checkout (a .venv copied from it?), so the stage keys "
+            "would not see this checkout's edits and the manifests would record the other's git state. Repair it: "
+            f"scripts/check_editable.sh .venv {root} (./run_all.sh does so itself), then run again")

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import artifacts, config, devices, manifests, models, progress, serving, stages
-from .codehash import library_hash
+from .codehash import foreign_library, library_hash
 from .errors import ChunkstudyError
 from .serving.check import problems as serve_problems
 from .serving.lifecycle import Services
@@ -566,6 +566,8 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
     The run holds the corpus's lock (:func:`corpus_lock`) from start to end, and reads one frozen copy of its
     parameters (:func:`freeze_params`), the one every stage key is computed from."""
     log = log or (lambda line: print(line, flush=True))
+    if (foreign := foreign_library(root)) is not None:
+        raise StageFailed(foreign)
     cfg = config.load(params_file, root=root)
     selected = discover(notebooks_dir or root / "notebooks")
     if not selected:
