@@ -175,3 +175,55 @@ def test_the_in_process_model_and_late_pooling_are_checked_too(tmp_path, monkeyp
     with pytest.raises(embed.EmbedError, match=rf"m.late1-w8-o2/passage\): the vector of text {'b' * 64} is all zero"):
         store.put("m.late1-w8-o2", "passage", ["a" * 64, "b" * 64], vecs)
     assert shards(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- through the runner, tiny corpus
+
+def test_a_server_gone_wrong_stops_04_and_the_rerun_after_the_fix_recovers(tmp_path, tiny_project, server,
+                                                                         monkeypatch):
+    """The probes, on the tiny corpus: both embedders served by the fake. A server returning one zero vector per
+    request, then one NaN vector per request: 04 stops, naming the server, the text and the condition, writes no
+    manifest and stores nothing. The server fixed, the same command runs 04 and 05 through, nothing deleted by
+    hand. (Before: every stage passed with zero vectors; NaN vectors were stored and 05 failed on every rerun.)"""
+    import shutil
+
+    import yaml
+
+    from chunkstudy import artifacts, runner
+
+    project = tmp_path / "project"
+    shutil.copytree(tiny_project[0], project, symlinks=True)
+    params = project / "params" / "tiny.yaml"
+    data = yaml.safe_load(params.read_text())
+    served_spec = {"backend": "openai", "model": "m", "base_url": server, "batch_size": 8, "max_retries": 0}
+    data["embed"] = {"embedders": {"strong": served_spec, "weak": {**served_spec, "max_seq_length": 128}}}
+    params.write_text(yaml.safe_dump(data))
+
+    def execute(cfg, stage, executed_dir):  # the notebook's code in this process, as tests/test_serving.py does
+        code = stage.notebook.read_text().replace('params_file = "params/demo.yaml"',
+                                                  f"params_file = {str(cfg.frozen or cfg.path)!r}", 1)
+        monkeypatch.chdir(cfg.root)
+        try:
+            exec(compile(code, str(stage.notebook), "exec"), {})
+        except Exception as e:  # as papermill reports a failed cell
+            raise runner.StageFailed(f"notebook {stage.notebook.name} failed: {type(e).__name__}: {e}") from None
+        return []
+
+    monkeypatch.setattr(runner, "execute", execute)
+    store = project / "data" / "tiny" / "cache" / "embeddings"
+    for defect, condition in (("zero", "is all zero"), ("nan", "holds NaN or infinity")):
+        fake.EMB_STATE["defect"] = defect
+        with pytest.raises(runner.StageFailed, match=rf"embed.embedders.strong \(server {server}, model 'm'\): "
+                                                     rf"the vector of text [0-9a-f]{{64}} {condition}"):
+            runner.run(params, project, only="04", log=lambda *_: None)
+        cfg = config.load(params, root=project)
+        assert artifacts.read_manifest(cfg, "04_chunk_embed") is None
+        assert [p for p in store.rglob("shard-*.npy") if p.parent.parent.name.startswith("m-")] == []
+    fake.EMB_STATE["defect"] = None
+    assert [s for s, status, _ in runner.run(params, project, only="04", log=lambda *_: None)] == ["04_chunk_embed"]
+    assert runner.run(params, project, only="05", log=lambda *_: None)[0][1] == "ran"
+    for key in ("strong", "weak"):
+        v = artifacts.read_vectors(cfg, key)
+        assert np.isfinite(v).all() and np.allclose(np.linalg.norm(v, axis=1), 1.0)
+    assert not list(store.rglob("*.bad*"))
+    assert len(artifacts.read(cfg, "runs")) > 0
