@@ -8,6 +8,10 @@
 set -euo pipefail
 venv="$1"
 here="$(cd "$2" && pwd -P)"
+if [ ! -d "$here/lib/chunkstudy" ]; then
+  echo "env: $here has no lib/chunkstudy: not a chunkstudy checkout" >&2
+  exit 2
+fi
 want="$(cd "$here/lib/chunkstudy" && pwd -P)"
 where() {
   "$venv/bin/python" -c 'import importlib.util, pathlib

@@ -145,6 +145,13 @@ def test_a_hub_models_key_is_the_commit_its_cache_snapshot_is(tmp_path, monkeypa
     assert keys[0] != keys[1]
     assert models.content_key("org/tiny") == f"commit:{shas[1]}"
     assert models.content_key("org/not-cached") is None  # offline and absent: the loader fails, naming it
+    # downloads allowed (HF_HUB_OFFLINE=0) but the hub unreachable: the cached snapshot's commit, what the loader
+    # falls back to; not cached either: an error naming the model
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    assert models.content_key("org/tiny") == f"commit:{shas[1]}"
+    with pytest.raises(ValueError, match="'org/not-cached': cannot learn which commit the hub serves"):
+        models.content_key("org/not-cached")
 
 
 # ------------------------------------------------------------------------------------------ a user's chunker

@@ -260,15 +260,19 @@ def content_key(name: str) -> str | None:
 
 
 def _hub_commit(name: str) -> str:
-    """``commit:<sha>`` of the revision the hub serves for ``name`` now (downloads allowed, the model not cached)."""
-    from huggingface_hub import HfApi
+    """``commit:<sha>`` of the revision the hub serves for ``name`` now (downloads allowed): what the loader will
+    fetch; when the hub does not answer, the cached snapshot's (what the loader then falls back to)."""
+    from huggingface_hub import HfApi, snapshot_download
 
     try:
         return f"commit:{HfApi().model_info(name).sha}"
-    except Exception as e:  # noqa: BLE001 - any failure means the same: no commit to key its outputs by
-        raise ValueError(f"model {name!r}: cannot learn which commit the hub serves ({type(e).__name__}: {e}); "
-                         "pre-fetch it (scripts/prefetch_models.sh PARAMS) or point the parameter file at a local "
-                         "folder") from None
+    except Exception as e:  # noqa: BLE001 - any failure means the same: ask the cache
+        try:
+            return f"commit:{snapshot_commit(snapshot_download(name, local_files_only=True))}"
+        except Exception:  # noqa: BLE001 - not cached either
+            raise ValueError(f"model {name!r}: cannot learn which commit the hub serves ({type(e).__name__}: {e}), "
+                             "and it is not in the cache; pre-fetch it (scripts/prefetch_models.sh PARAMS) or point "
+                             "the parameter file at a local folder") from None
 
 
 def stage_sources(p: Any, reads: tuple[str, ...]) -> dict[str, str | None]:
