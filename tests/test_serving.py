@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -644,3 +645,92 @@ def test_the_replica_promise_holds_for_an_ulp_and_fails_for_a_real_difference():
         replica_differences(one, one.assign(score=[2.5025, 1.25, -0.5]))
     with pytest.raises(AssertionError, match="moved from rank 1 to 2 with no score within"):
         replica_differences(one, one.assign(rank=[2, 1, 3]))
+# ------------------------------------------------------------------------------- one endpoint, however spelled
+
+def test_localhost_and_127_0_0_1_are_one_port_claim(project):
+    """The probe: run A claimed ``localhost-18100.lock``, run B ``127.0.0.1-18100.lock``; B then reused A's server
+    (A's 64-dimensional vectors for B's 32, recorded ``how: reused``) and A stopped it under B. The claim is on the
+    resolved address and the port: B refuses at once, naming A."""
+    port = free_port()
+    a = config.load(write_params(project, port, name="a"), root=project)
+    b_file = write_params(project, port, name="b")
+    b_file.write_text(b_file.read_text().replace(f"127.0.0.1:{port}", f"localhost:{port}"))
+    b = config.load(b_file, root=project)
+    assert b.params("llm").base_url == f"http://localhost:{port}/v1"
+    with lifecycle.Services(a, ["02_induce"], project / "build", quiet, "run A"):
+        with pytest.raises(serving.ServeError, match=rf"port {port} \(llm.base_url http://localhost:{port}/v1, serve: "
+                                                     rf"auto\) is claimed by another run, PID {os.getpid()} \(run A"):
+            lifecycle.Services(b, ["02_induce"], project / "build", quiet, "run B").__enter__()
+    with lifecycle.Services(b, ["02_induce"], project / "build", quiet, "run B") as served:  # A's claim went with A
+        assert served._claims
+
+
+def test_one_parameter_file_spelling_one_server_two_ways_is_refused(tmp_path):
+    p = tmp_path / "p.yaml"
+    emb = {"backend": "openai", "model": "m", "serve": "auto"}
+    p.write_text(yaml.safe_dump({"corpus": {"name": "x"}, "embed": {"strong": "strong", "embedders": {
+        "strong": {**emb, "base_url": "http://localhost:8013/v1"},
+        "weak": {**emb, "base_url": "http://127.0.0.1:8013/v1"}}}}))
+    with pytest.raises(serving.ServeError, match=r"embed.embedders.strong.base_url http://localhost:8013/v1 and "
+                                                 r"embed.embedders.weak.base_url http://127.0.0.1:8013/v1 are one "
+                                                 r"server \(127.0.0.1:8013\) spelled two ways"):
+        serving.services(config.load(p))
+
+
+# ------------------------------------------------------------------------------------------- a silent server
+
+def test_a_silent_server_is_named_with_what_waits_and_since_when(monkeypatch):
+    """The probe: a server that never answers printed nothing for 85 s and more (timeout_s 300 x retries). While
+    requests are in flight and no reply comes, the client says, every ``WAIT_NOTICE_S`` seconds, its role, the URL,
+    the requests in flight and how long the oldest has waited (embedder and LLM alike; through progress.note, the
+    runner's output)."""
+    from http.server import ThreadingHTTPServer
+
+    from chunkstudy import embed, progress
+    from chunkstudy.llm.backends import OpenAIBackend
+    from chunkstudy.llm.base import Call
+
+    sys.path.insert(0, str(HERE))
+    import fake_openai_server as fake
+
+    fake.reset_embeddings_state()
+    fake.RELEASE.clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), fake.EmbeddingsHandler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    notes: list[str] = []
+    said = threading.Event()
+
+    def note(message: str) -> None:
+        notes.append(message)
+        if "2 requests in flight" in message or message.startswith("llm:"):
+            said.set()
+
+    monkeypatch.setattr(progress, "note", note, raising=False)
+    monkeypatch.setattr(llm_http, "WAIT_NOTICE_S", 0.05, raising=False)
+    try:
+        e = embed.load_embedder(config.record("embed.embedders.*", {
+            "backend": "openai", "model": "m", "base_url": url, "batch_size": 1, "concurrency": 2}), "strong")
+        done = threading.Thread(target=e.encode, args=(["hold:1", "hold:2"],))
+        done.start()
+        assert said.wait(120), notes  # a bound against a hang, not a timing: the notice comes every 0.05 s
+        fake.EMB_RELEASE.set()
+        done.join()
+        msg = next(m for m in notes if "2 requests in flight" in m)
+        assert re.fullmatch(rf"embed\.embedders\.strong: waiting for {re.escape(url)}/embeddings: 2 requests in "
+                            r"flight, the oldest for \d+ s, no reply for \d+ s", msg), msg
+        said.clear()
+        backend = OpenAIBackend(url, "m", "NO_KEY", timeout_s=600, concurrency=1, structured_output="none")
+        done = threading.Thread(target=backend.complete, args=(Call(messages=(
+            {"role": "user", "content": "hold:llm-1"},), json_schema=None, max_tokens=8, temperature=0.0, top_p=1.0, seed=1),))
+        done.start()
+        assert said.wait(120), notes
+        fake.RELEASE.set()
+        done.join()
+        assert any(m.startswith(f"llm: waiting for {url}/chat/completions: 1 request in flight") for m in notes)
+    finally:
+        fake.EMB_RELEASE.set()
+        fake.RELEASE.set()
+        httpd.shutdown()
+        httpd.server_close()

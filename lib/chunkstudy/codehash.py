@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import sys
 from pathlib import Path
 
 
@@ -111,3 +112,93 @@ def library_hash(notebook: Path | None = None, pkg: Path | None = None) -> str:
         h.update(str(p.relative_to(pkg)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------- a user's own modules
+
+def _installed_dirs() -> list[Path]:
+    """Where the standard library and installed packages live: no user's code of a run is there."""
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    dirs |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    return [Path(d).resolve() for d in dirs if d]
+
+
+def _locate(name: str, dirs: list[Path]) -> list[Path]:
+    """The files of module ``name`` (dotted) in the first folder of ``dirs`` that holds its top-level part: each
+    package's ``__init__.py`` on the way and the module's own file; [] when none holds it."""
+    parts = name.split(".")
+    for d in dirs:
+        found: list[Path] = []
+        cur = d
+        for i, part in enumerate(parts):
+            if (cur / part / "__init__.py").is_file():
+                found.append(cur / part / "__init__.py")
+                cur = cur / part
+            elif (cur / f"{part}.py").is_file() and i == len(parts) - 1:
+                found.append(cur / f"{part}.py")
+            elif (cur / part).is_dir():  # a namespace package
+                cur = cur / part
+            else:
+                break
+        if found or (d / parts[0]).is_dir() or (d / f"{parts[0]}.py").is_file():
+            return found
+    return []
+
+
+def user_closure(path: Path) -> list[Path]:
+    """A user's module file (a chunker's, ``conditions.extra.*.chunker``) and every module of the user's own it
+    imports, transitively, as :func:`module_closure` follows the library: any import statement (also one inside a
+    function), resolved as Python would from the module's folder, then ``sys.path``; modules of the standard
+    library, of installed packages and of this package (the stage's library hash) are not the user's and are not
+    followed. Sorted paths."""
+    path = Path(path).resolve()
+    installed = _installed_dirs()
+    dirs = [path.parent] + [p for p in (Path(s or ".").resolve() for s in sys.path)
+                            if p.is_dir() and not any(p == d or d in p.parents for d in installed)]
+    seen: set[Path] = set()
+    todo = [path]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        for node in ast.walk(ast.parse(f.read_bytes())):
+            if isinstance(node, ast.Import):
+                names, where = [a.name for a in node.names], dirs
+            elif isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                names = [f"{mod}.{a.name}".lstrip(".") for a in node.names] + ([mod] if mod else [])
+                where = [f.parent.joinpath(*[".."] * (node.level - 1)).resolve()] if node.level else dirs
+            else:
+                continue
+            relative = isinstance(node, ast.ImportFrom) and node.level > 0
+            for name in names:
+                if relative or name.split(".")[0] != PACKAGE:
+                    todo += [p.resolve() for p in _locate(name, where)]
+    return sorted(seen)
+
+
+def files_digest(files: list[Path], base: Path) -> str:
+    """sha256 (16 hex) of files' names (relative to ``base`` where they lie under it) and bytes."""
+    h = hashlib.sha256()
+    for p in files:
+        h.update(str(p.relative_to(base) if base in p.parents else p).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def foreign_library(root: Path) -> str | None:
+    """Why a run of the project at ``root`` would execute another checkout's library: the package this process
+    imported is not the project's ``lib/chunkstudy`` (a ``.venv`` copied from another checkout keeps an editable
+    install that points there; scripts/check_editable.sh repairs it). None when it is, or when the project has no
+    ``lib/`` of its own."""
+    mine, running = Path(root) / "lib" / PACKAGE, Path(__file__).resolve().parent
+    if not mine.is_dir() or mine.resolve() == running:
+        return None
+    return (f"this run would execute the library at {running}, not this project's {mine}: the environment's "
+            "editable install of chunkstudy points at another checkout (a .venv copied from it?), so the stage keys "
+            "would not see this checkout's edits and the manifests would record the other's git state. Repair it: "
+            f"scripts/check_editable.sh .venv {root} (./run_all.sh does so itself), then run again")

@@ -74,14 +74,30 @@ def _metric_names(d: dict) -> list[str]:
     return design.metric_names(d["metrics"])  # the canonical names, as 06 writes them
 
 
+def _twice(seen: dict, name: str, pair: Any, family: str) -> str | None:
+    """An error when ``pair`` (or its reverse) is already a contrast of ``seen`` (``(a, b)`` -> name, filled here):
+    the same comparison under two names would be counted twice (twice in a Holm family)."""
+    key = tuple(sorted(pair))
+    if key in seen:
+        other, first = seen[key]
+        how = "the same pair" if list(first) == list(pair) else "the same pair reversed"
+        return (f"{name}: {list(pair)} is {how} as {other} {list(first)}; a contrast counted twice would enter "
+                f"the {family} twice. Keep one of {other} and {name}")
+    seen[key] = (name, pair)
+    return None
+
+
 def _contrasts(d: dict) -> str | None:
     conds = d["chunking"]["conditions"]
+    seen: dict = {}
     for name, pair in d["stats"]["contrasts"].items():
         if not (isinstance(pair, list) and len(pair) == 2 and pair[0] != pair[1]):
             return f"{name}: expected [condition A, condition B] of two different conditions, got {pair!r}"
         missing = [c for c in pair if c not in conds]
         if missing:
             return f"{name}: {missing[0]!r} is not among chunking.conditions {conds}"
+        if (twice := _twice(seen, name, pair, "Holm family of stats.contrasts")) is not None:
+            return twice
     return None
 
 
@@ -166,6 +182,7 @@ def _extra_contrasts(d: dict) -> str | None:
     """User contrasts: ``NAME: [A, B]`` of two different conditions that the run builds (chunking.conditions and
     conditions.extra with twins), named apart from stats.contrasts."""
     conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
+    seen: dict = {}
     for name, pair in d["contrasts"]["extra"].items():
         if not is_name(str(name)):
             return f"{name!r} is not a plain name (a letter or digit, then letters, digits, '.', '_' or '-')"
@@ -177,6 +194,8 @@ def _extra_contrasts(d: dict) -> str | None:
         missing = [c for c in pair if c not in conds]
         if missing:
             return f"{name}: {missing[0]!r} is not a condition of this run; conditions: {conds}"
+        if (twice := _twice(seen, name, pair, "user contrasts' Holm family")) is not None:
+            return twice
     return None
 
 
@@ -225,11 +244,13 @@ RULES: tuple[Rule, ...] = (
     one_of("stats.primary_reranker", "'none' or the keys of retrieve.rerankers",
            lambda d: ["none", *d["retrieve"]["rerankers"]]),
     one_of("stats.primary_metric", "the metric names of the metrics section", _metric_names),
-    Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions"),
+    Rule("stats.contrasts", _contrasts, "each contrast is two different conditions of chunking.conditions, and no "
+         "pair (or its reverse) is declared twice"),
     Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
     Rule("stats.sesoi_by_metric", _sesoi_bounds, "a positive bound per metric of the run"),
     Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
-    Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run"),
+    Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run, and no pair "
+         "(or its reverse) is declared twice"),
     *(Rule(f"multiverse.{k}", _multiverse_axis(k), "the axis holds alternatives the run computes and the primary "
            "specification's value") for k in ("metrics", "cutoffs", "embedders", "rerankers", "query_types",
                                              "bootstrap_seeds")),

@@ -4,7 +4,8 @@
   library family): ``sentence-transformers`` (local path, ``package:`` name or hub name), ``flag`` (FlagEmbedding,
   optional, imported lazily) and ``openai`` (any OpenAI-compatible ``/v1/embeddings`` server: vLLM,
   text-embeddings-inference, ...). Vectors are float32 and L2-normalised, so inner product = cosine. The model
-  loads on the first :meth:`Embedder.encode`.
+  loads on the first :meth:`Embedder.encode`, which checks every vector (:func:`check_vectors`: finite, non-zero,
+  the model's dimension) and raises :class:`BadVector` naming the server or model and the text otherwise.
 * ``runtime`` (sentence-transformers only): ``torch`` (default) or ``onnx`` = ONNX Runtime through
   sentence-transformers' own ``backend="onnx"``. The ONNX graph is exported once by optimum's exporter, offline,
   from the local model folder, and cached under :func:`onnx_cache_root` (``$CHUNKSTUDY_ONNX_CACHE``, else
@@ -103,6 +104,42 @@ def _normalise(v: np.ndarray) -> np.ndarray:
     v = np.asarray(v, dtype=np.float32)
     n = np.linalg.norm(v, axis=1, keepdims=True)
     return (v / np.where(n > 0, n, 1.0)).astype(np.float32)
+
+
+class BadVector(EmbedError):
+    """A vector that must not be stored: not finite, all zero, or not of the model's dimension
+    (:func:`check_vectors`)."""
+
+
+def bad_rows(vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a ``(n, d)`` matrix that hold a NaN or an infinity, and rows whose norm is 0 (boolean masks; the norm
+    is taken in float64, so no finite float32 row overflows to a false infinity)."""
+    v = np.asarray(vecs)
+    finite = np.isfinite(v).all(axis=1)
+    zero = finite & (np.linalg.norm(np.where(np.isfinite(v), v, 0).astype(np.float64), axis=1) == 0)
+    return ~finite, zero
+
+
+def check_vectors(vecs: Any, keys: Sequence[str], where: str, dim: int | None = None) -> np.ndarray:
+    """``vecs`` as float32 ``(len(keys), d)`` when every row may be stored: finite, of norm > 0, and of dimension
+    ``dim`` (when given: the model's); else :class:`BadVector` naming ``where`` (the embedder and its server or
+    model), the content key (``keys[i]``: the text's sha256, :func:`text_key`) of the first bad row, the condition and
+    how many rows of the batch have it. Every vector is checked here before it is stored (:mod:`chunkstudy.
+    embed_store`), whatever computed it: a zero vector would rank as no text does, a NaN poisons every score."""
+    v = np.asarray(vecs, dtype=np.float32)
+    n = len(keys)
+    if v.ndim != 2 or v.shape[0] != n:
+        raise BadVector(f"{where}: {n} keys but vectors of shape {v.shape}; nothing of this batch is stored")
+    if dim is not None and n and v.shape[1] != dim:
+        raise BadVector(f"{where}: the vector of text {keys[0]} has dimension {v.shape[1]}, the model's is {dim}; "
+                        "nothing of this batch is stored")
+    nonfinite, zero = bad_rows(v)
+    for mask, what in ((nonfinite, "holds NaN or infinity"), (zero, "is all zero (norm 0)")):
+        if mask.any():
+            i = int(np.argmax(mask))
+            raise BadVector(f"{where}: the vector of text {keys[i]} {what} ({int(mask.sum())} of the batch's {n} "
+                            "vectors); nothing of this batch is stored")
+    return v
 
 
 def resolve_dtype(spec: Any, where: str) -> str:
@@ -340,11 +377,18 @@ class Embedder:
         self.precision: dict | None = None
         if self.bf16_feature is None:
             self.precision = {"dtype": self.dtype, "cpu_bf16": None, "check": None}
+        self._want_dim: int | None = None
+        try:  # a server's model is its own: the store keeps the served vectors apart by backend
+            self.source = None if self.backend == "openai" else models.content_key(self.spec.model)
+        except ValueError as e:
+            raise EmbedError(f"{where}.model: {e}") from None
         self.model_key = self._model_key()
 
     def _model_key(self) -> str:
         ident = {"backend": self.backend, "model": self.spec.model, "max_seq_length": self.max_seq_length,
                  "instruction": self.instruction}
+        if self.source is not None:
+            ident["source"] = self.source  # the model's content: a folder's digest, a hub model's commit
         if self.runtime != "torch":
             ident["runtime"] = self.runtime
         if self.backend != "openai" and self.dtype != "float32":
@@ -445,7 +489,24 @@ class Embedder:
             raise EmbedError(f"encode: kind {kind!r} is not one of {list(KINDS)}")
         if self.precision_pending:
             self.settle_precision(texts)
-        return self._encode([(self.instruction + t) if kind == "query" else t for t in texts], self.dtype)
+        v = self._encode([(self.instruction + t) if kind == "query" else t for t in texts], self.dtype)
+        return check_vectors(v, [text_key(t) for t in texts], self.describe(), self._declared_dim(v))
+
+    def describe(self) -> str:
+        """The parameter key and what computes its vectors: ``embed.embedders.strong (server http://...:8000/v1,
+        model 'm')`` or ``embed.embedders.strong (sentence-transformers model 'package:...')``."""
+        if self.backend == "openai":
+            return f"embed.embedders.{self.key} (server {', '.join(self._load().base_urls)}, model {self.spec.model!r})"
+        return f"embed.embedders.{self.key} ({self.backend} model {self.spec.model!r})"
+
+    def _declared_dim(self, v: np.ndarray) -> int | None:
+        """The dimension every vector of this embedder must have: a sentence-transformers model's own, else the
+        first batch's in this process (a server's: one whose vectors change size between requests is refused)."""
+        if self._want_dim is None and self.backend == "sentence-transformers":
+            self._want_dim = self.dim
+        if self._want_dim is None and v.ndim == 2 and len(v):
+            self._want_dim = int(v.shape[1])
+        return self._want_dim
 
     def _encode(self, texts: list[str], dtype: str) -> np.ndarray:
         m = self._load()
@@ -523,6 +584,7 @@ class _OpenAIEmbeddings:
                                   breaker_failures=spec.breaker_failures, retry_after_max_s=RETRY_AFTER_CAP_S,
                                   sleep=lambda s: _sleep(s))
         self._served = False
+        self.dimension = 0  # the vectors' dimension, from the first reply
 
     @property
     def n_requests(self) -> int:
@@ -578,7 +640,14 @@ class _OpenAIEmbeddings:
             raise EmbedError(f"{self.where}: {e}{hint}") from None
         except (LLMError, StageError) as e:
             raise EmbedError(f"{self.where}: {e}") from None
-        return np.concatenate([self._parse(r, len(b), self.url) for r, b in zip(replies, batches)])
+        vecs = [self._parse(r, len(b), self.url) for r, b in zip(replies, batches)]
+        for b, v in zip(batches, vecs):
+            self.dimension = self.dimension or v.shape[1]
+            if v.shape[1] != self.dimension:  # np.concatenate would fail with a bare ValueError
+                raise EmbedError(f"{self.where}: {', '.join(self.base_urls)} returned vectors of dimension "
+                                 f"{v.shape[1]} (text {text_key(b[0])}) after vectors of dimension {self.dimension} "
+                                 "in this run: the server's model changed under it; nothing of this batch is stored")
+        return np.concatenate(vecs)
 
 
 def load_embedder(spec: EmbedderParams, key: str, show_progress: bool = False) -> Embedder:

@@ -5,7 +5,9 @@ every embedder through it (:func:`embed_all`). The embedders themselves are :mod
 across conditions and runs; every finished group is on disk before the next begins (a killed run resumes), a
 rerun makes zero model calls, and every shard carries its shape and checksum, verified when the store is read:
 a damaged or swapped shard is set aside (renamed, named in a warning) and its texts are embedded again. The
-warning also reaches the runner's output and the report's warnings (:func:`chunkstudy.progress.warn`).
+warning also reaches the runner's output and the report's warnings (:func:`chunkstudy.progress.warn`). Every vector
+is checked on its way in (:func:`chunkstudy.embed.check_vectors`: finite, norm > 0, one dimension): a bad one stops
+the stage, naming the embedder, its server or model and the text, and is never stored.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from . import artifacts
 from . import progress as _progress
-from .embed import KINDS, EmbedError, Embedder, load_embedder, text_key
+from .embed import KINDS, EmbedError, Embedder, bad_rows, check_vectors, load_embedder, text_key
 from .params import EmbedderParams
 
 
@@ -49,7 +51,9 @@ class EmbeddingStore:
     that fails (truncated, swapped with another, rewritten, its keys lost) is *set aside*: both files are renamed
     with a ``.bad`` suffix (never deleted), a :class:`ShardWarning` names them and the reason, and its texts count as
     unseen, so the next :meth:`embed` recomputes them. Shards written before checksums existed (no header) are
-    checked for shape only.
+    checked for shape only. A shard with a NaN, infinite or all-zero row (written before vectors were checked on
+    their way in) fails too, and so does one whose vectors have another dimension than the newest shard's (the
+    model under the key changed: a server's model replaced), so a store heals in one run.
 
     ``flush_every`` (params ``embed.flush_every``): unseen texts go to the model in groups of this many, each
     written as one shard before the next group starts. Larger groups give the model (or an OpenAI-compatible
@@ -70,6 +74,7 @@ class EmbeddingStore:
         self.set_aside: list[Path] = []
         self._token_counts: dict[str, dict[str, int]] = {}  # tokenizer id -> text hash -> tokens
         self._index: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
+        self._dims: dict[tuple[str, str], int | None] = {}  # the stored vectors' dimension per (model_key, kind)
 
     def _dir(self, model_key: str, kind: str) -> Path:
         return self.folder / model_key / kind
@@ -100,6 +105,11 @@ class EmbeddingStore:
                 return hashes, f"{keys_path.name} lists {len(hashes)} texts for {rows} rows", None
         elif arr.ndim != 2 or arr.shape[0] != len(hashes):
             return hashes, f"{npy.name} holds shape {arr.shape} for {len(hashes)} texts", None
+        for mask, what in zip(bad_rows(arr), ("holds NaN or infinity", "is all zero")):
+            if mask.any():  # written before every vector was checked on its way in (embed.check_vectors)
+                i = int(np.argmax(mask))
+                return hashes, (f"the vector of row {i} (text {hashes[i]}) {what} ({int(mask.sum())} of its "
+                                f"{len(hashes)} rows)"), None
         return hashes, None, int(arr.shape[1])
 
     def _set_aside(self, keys_path: Path, reason: str) -> None:
@@ -116,24 +126,31 @@ class EmbeddingStore:
         _progress.warn(message)  # under the runner: its output, the stage's manifest and the report's warnings
 
     def _load_index(self, model_key: str, kind: str) -> dict[str, tuple[int, int]]:
+        """The stored texts of ``(model_key, kind)`` (text hash -> (shard, row)), every shard checked on the first
+        read (class docstring). Shards whose vectors have another dimension than the newest good shard's were
+        written by the model before it changed under this key (a server's model replaced): they are set aside, so
+        the store holds one dimension and heals in one run."""
         k = (model_key, kind)
         if k not in self._index:
             idx: dict[str, tuple[int, int]] = {}
-            dims: dict[int, Any] = {}
+            good: list[tuple[Path, int, list[str], int]] = []
             d = self._dir(model_key, kind)
             for keys in sorted(d.glob("shard-*.keys")) if d.is_dir() else []:
-                shard = int(keys.stem.split("-")[1])
                 hashes, problem, dim = self._check_shard(keys)
-                if problem is None:
-                    if dims and dim not in dims.values():
-                        problem = f"its vectors have dimension {dim}, the other shards {sorted(set(dims.values()))}"
-                    dims[shard] = dim
                 if problem is not None:
                     self._set_aside(keys, problem)
+                else:
+                    good.append((keys, int(keys.stem.split("-")[1]), hashes, int(dim or 0)))
+            newest = good[-1][3] if good else None
+            for keys, shard, hashes, dim in good:
+                if dim != newest:
+                    self._set_aside(keys, f"its vectors have dimension {dim}, those of the newest shard {newest}: "
+                                          "the model under this key changed")
                     continue
                 for row, h in enumerate(hashes):
                     idx.setdefault(h, (shard, row))
             self._index[k] = idx
+            self._dims[k] = newest
         return self._index[k]
 
     def _write_shard(self, model_key: str, kind: str, hashes: list[str], vecs: np.ndarray) -> int:
@@ -192,11 +209,13 @@ class EmbeddingStore:
         return int(sum(min(known[h], cap) for h in hashes if h in known))
 
     def embed(self, embedder: Embedder, texts: Sequence[str], kind: str = "passage",
-              progress: bool = False) -> np.ndarray:
+              progress: bool = False, healed: bool = False) -> np.ndarray:
         """Vectors of ``texts`` (float32 ``(len(texts), dim)``, in order), embedding only distinct unseen texts.
 
         Unseen texts go to the model longest first (:meth:`_batch_order`) in groups of ``flush_every``; each group
-        is written as a shard before the next is embedded.
+        is checked (:func:`chunkstudy.embed.check_vectors`: finite, non-zero, one dimension) and written as a shard
+        before the next is embedded. When the model's dimension is no longer the stored vectors' (its server's
+        model replaced), the stored ones are set aside and embedded again, once (``healed``: that happened).
         """
         if kind not in KINDS:
             raise EmbedError(f"EmbeddingStore.embed: kind {kind!r} is not one of {list(KINDS)}")
@@ -205,6 +224,8 @@ class EmbeddingStore:
             embedder.settle_precision(texts, self.folder)
         hashes = [text_key(t) for t in texts]
         idx = self._load_index(embedder.model_key, kind)
+        k = (embedder.model_key, kind)
+        stored_dim, run_dim = self._dims.get(k), None
         todo: dict[str, str] = {}
         for h, t in zip(hashes, texts):
             if h not in idx and h not in todo:
@@ -222,12 +243,22 @@ class EmbeddingStore:
                 for j in range(0, len(group), piece):
                     parts.append(embedder.encode([todo[h] for h in group[j:j + piece]], kind))
                     bar.update(len(group[j:j + piece]))
-                vecs = np.concatenate(parts) if len(parts) > 1 else parts[0]
+                vecs = check_vectors(np.concatenate(parts) if len(parts) > 1 else parts[0], group,
+                                     embedder.describe(), run_dim if run_dim is not None else
+                                     stored_dim if healed else None)
+                run_dim = vecs.shape[1]
                 self.n_calls += 1
                 self.n_embedded += len(group)
                 self.n_tokens += self._tokens_read(embedder, group)
                 shard = self._write_shard(embedder.model_key, kind, group, vecs)
-                fresh[shard] = np.asarray(vecs, dtype=np.float32)
+                if stored_dim not in (None, run_dim):
+                    # the model under this key changed its dimension since the stored vectors were written (a
+                    # server's model replaced): read the store again, which sets the shards of the old dimension
+                    # aside (the newest shard's wins), and embed what they held
+                    self._index.pop(k)
+                    return self.embed(embedder, texts, kind, progress, healed=True)
+                self._dims[k] = run_dim
+                fresh[shard] = vecs
                 for row, h in enumerate(group):
                     idx[h] = (shard, row)
         return self._gather(embedder.model_key, kind, hashes, fresh)
@@ -259,10 +290,8 @@ class EmbeddingStore:
         Returns the rows written (0: every key was stored already; nothing is written). Counts as one model call
         of ``len(written)`` texts in :attr:`n_calls` and :attr:`n_embedded`."""
         self._check_keyed(model_key, kind, keys)
-        vecs = np.asarray(vectors, dtype=np.float32)
-        if vecs.ndim != 2 or vecs.shape[0] != len(keys):
-            raise EmbedError(f"EmbeddingStore.put ({model_key}/{kind}): {len(keys)} keys but vectors of shape "
-                             f"{vecs.shape}")
+        vecs = check_vectors(vectors, keys, f"EmbeddingStore.put ({model_key}/{kind})", self._dims.get(
+            (model_key, kind)) if self._load_index(model_key, kind) else None)
         idx = self._load_index(model_key, kind)
         first: dict[str, int] = {}
         for i, k in enumerate(keys):
@@ -272,6 +301,7 @@ class EmbeddingStore:
             return 0
         rows = list(first.values())
         shard = self._write_shard(model_key, kind, list(first), vecs[rows])
+        self._dims[(model_key, kind)] = vecs.shape[1]
         for row, k in enumerate(first):
             idx[k] = (shard, row)
         self.n_calls += 1

@@ -9,8 +9,9 @@ from __future__ import annotations
 import importlib
 import os
 import importlib.util
+import re
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 
 def resolve(name: str) -> str:
@@ -175,3 +176,135 @@ def cpuinfo_field(names: tuple[str, ...], cpuinfo: str | Path = "/proc/cpuinfo")
 def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
     """The instruction-set flags of the first processor in ``cpuinfo`` (x86 ``flags``, Arm ``Features``)."""
     return set((cpuinfo_field(("flags", "Features"), cpuinfo) or "").split())
+
+
+# ------------------------------------------------------------------ what a model is: its content, for the store keys
+
+#: what a model folder holds that no loader reads, left out of its digest (a path relative to the folder, any part):
+#: hidden files and folders (``.git``, ``.cache``, ``.gitattributes``), documentation, and the weights of other
+#: runtimes (ONNX, OpenVINO, TensorFlow, Flax, Rust, Core ML)
+NOT_READ = re.compile(r"(^|/)(\.[^/]*|README[^/]*|LICENSE[^/]*|[^/]*\.md|onnx|openvino|coreml|tf_model\.h5|"
+                      r"flax_model\.msgpack|rust_model\.ot)(/|$)", re.IGNORECASE)
+#: where the per-file digests of model folders are kept between runs (set to move it; files are re-hashed when their
+#: size, modification time, change time or inode differ from what is recorded there)
+DIGEST_CACHE_ENV = "CHUNKSTUDY_DIGEST_CACHE"
+_SNAPSHOT = re.compile(r"[0-9a-f]{40}")
+_digests: dict[tuple, str] = {}  # (folder, its files' stat) -> digest, in this process
+
+
+def snapshot_commit(path: str | Path) -> str | None:
+    """The commit of a Hugging Face cache snapshot folder (``.../snapshots/<commit sha>/``), else None."""
+    p = Path(path)
+    return p.name if p.parent.name == "snapshots" and _SNAPSHOT.fullmatch(p.name) else None
+
+
+def _digest_cache() -> Path:
+    if os.environ.get(DIGEST_CACHE_ENV):
+        return Path(os.environ[DIGEST_CACHE_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "chunkstudy" / "digests"
+
+
+def model_files(folder: Path) -> list[tuple[str, Path]]:
+    """``(relative path, path)`` of every file of a model folder a loader may read (:data:`NOT_READ` left out),
+    sorted."""
+    return sorted((f.relative_to(folder).as_posix(), f) for f in folder.rglob("*")
+                  if f.is_file() and not NOT_READ.search(f.relative_to(folder).as_posix()))
+
+
+def folder_digest(folder: str | Path) -> str:
+    """sha256 of a model folder's content: of each file's relative path and sha256 (:func:`model_files`). A file's
+    sha256 is recomputed only when its size, mtime, ctime or inode differ from what the digest cache
+    (:data:`DIGEST_CACHE_ENV`) records for it, so an unchanged 1 GB folder costs a ``stat`` per file."""
+    import hashlib
+    import json
+
+    folder = Path(folder).resolve()
+    files = model_files(folder)
+    stats = tuple((rel, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                  for rel, st in ((rel, f.stat()) for rel, f in files))
+    memo = _digests.get((str(folder), stats))
+    if memo is not None:
+        return memo
+    record = _digest_cache() / f"{hashlib.sha256(str(folder).encode()).hexdigest()[:24]}.json"
+    try:
+        known = json.loads(record.read_text()).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        known = {}
+    per_file = {}
+    for (rel, f), stat in zip(files, stats):
+        entry = known.get(rel)
+        if entry is None or entry.get("stat") != list(stat[1:]):
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            entry = {"stat": list(stat[1:]), "sha256": h.hexdigest()}
+        per_file[rel] = entry
+    digest = hashlib.sha256(json.dumps([[rel, e["sha256"]] for rel, e in per_file.items()]).encode()).hexdigest()
+    if per_file != known:
+        try:  # written whole and renamed into place (artifacts imports this module: no write_json_file here)
+            import tempfile
+
+            record.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=record.parent, prefix=".digest-", delete=False) as tmp:
+                json.dump({"folder": str(folder), "files": per_file}, tmp)
+            os.replace(tmp.name, record)
+        except OSError:
+            pass  # a cache that cannot be written costs a re-hash next time, nothing else
+    _digests[(str(folder), stats)] = digest
+    return digest
+
+
+def content_key(name: str) -> str | None:
+    """What a model's outputs are a function of besides its name, for the keys of stored vectors and scores: for a
+    hub model the commit of the cache snapshot it resolves to (``commit:<sha>``; :func:`resolve`), for a local folder
+    (a path, or a ``package:`` model's folder) ``sha256:<digest>`` of the files its loader reads
+    (:func:`folder_digest`), so weights fine-tuned into the same folder are another model. None when the name
+    resolves to no folder here and names no hub model (the loader will fail, naming it). A hub model not in the
+    cache, with downloads allowed (``HF_HUB_OFFLINE=0``), is keyed by the commit the hub serves now."""
+    try:
+        path = Path(resolve(name))
+    except ValueError:
+        return None
+    if not path.is_dir():
+        return _hub_commit(name) if is_hub_name(name) else None
+    commit = snapshot_commit(path)
+    return f"commit:{commit}" if commit else f"sha256:{folder_digest(path)}"
+
+
+def _hub_commit(name: str) -> str:
+    """``commit:<sha>`` of the revision the hub serves for ``name`` now (downloads allowed): what the loader will
+    fetch; when the hub does not answer, the cached snapshot's (what the loader then falls back to)."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    try:
+        return f"commit:{HfApi().model_info(name).sha}"
+    except Exception as e:  # noqa: BLE001 - any failure means the same: ask the cache
+        try:
+            return f"commit:{snapshot_commit(snapshot_download(name, local_files_only=True))}"
+        except Exception:  # noqa: BLE001 - not cached either
+            raise ValueError(f"model {name!r}: cannot learn which commit the hub serves ({type(e).__name__}: {e}), "
+                             "and it is not in the cache; pre-fetch it (scripts/prefetch_models.sh PARAMS) or point "
+                             "the parameter file at a local folder") from None
+
+
+def stage_sources(p: Any, reads: tuple[str, ...]) -> dict[str, str | None]:
+    """The content (:func:`content_key`) of every model a stage's parameters name (``p``: the whole
+    :class:`chunkstudy.params.Params`; ``reads``: the sections and keys the stage declares), for its skip key: the
+    embedders' (a stage reading ``embed`` or ``embed.embedders``), the rerankers' (``retrieve``) and the chunking
+    tokenizer's (``chunking`` or ``chunking.tokenizer``). A server's model (backend ``openai``) is the server's."""
+    roles: list[tuple[str, str]] = []
+    if {"embed", "embed.embedders"} & set(reads):
+        roles += [(f"embed.embedders.{k}", s.model) for k, s in p.embed.embedders.items() if s.backend != "openai"]
+    if "retrieve" in reads:
+        roles += [(f"retrieve.rerankers.{k}", s.model) for k, s in p.retrieve.rerankers.items()
+                  if s.backend != "openai"]
+    if {"chunking", "chunking.tokenizer"} & set(reads):
+        roles.append(("chunking.tokenizer", p.chunking.tokenizer))
+    out: dict[str, str | None] = {}
+    for role, name in roles:
+        try:
+            out[role] = content_key(name)
+        except ValueError:  # the model cannot be found: the stage fails loading it, naming it
+            out[role] = None
+    return out

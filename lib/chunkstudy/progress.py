@@ -20,7 +20,7 @@ Where the progress goes:
 
 A stage can also send a warning that must not stay in the kernel's log (:func:`warn`: an embedding-store shard
 repaired, for one): the runner prints it at once, records it in the stage's manifest, and 08 lists it among the
-report's warnings.
+report's warnings; and a note (:func:`note`: a client waiting on a silent server), which the runner prints only.
 
 Progress never changes results: it only reports counts. Neither does :func:`timed`, which times a call repeatedly.
 """
@@ -154,6 +154,17 @@ def warn(message: str) -> None:
                        "warning": str(message)})
 
 
+def note(message: str) -> None:
+    """Show ``message``, a line that is no warning (a client saying what it waits for), in the runner's output
+    (``NN_stage | message``) when the runner executes this notebook, else on stderr (a notebook opened by hand)."""
+    path = os.environ.get(ENV)
+    if path:
+        _append(path, {"id": f"{os.getpid()}-{_next_id()}", "stage": os.environ.get(STAGE_ENV, ""),
+                       "note": str(message)})
+    else:
+        print(message, file=sys.stderr, flush=True)
+
+
 def track(items: Iterable[T], total: int | None = None, desc: str = "", unit: str = "it") -> Iterator[T]:
     """Iterate ``items`` while reporting progress (one tick per item)."""
     if total is None and hasattr(items, "__len__"):
@@ -259,10 +270,12 @@ class Tail:
         self.out.flush()
 
     def _show(self, rec: dict) -> None:
-        if "warning" in rec:
-            self.warnings.append(rec["warning"])
+        if "warning" in rec or "note" in rec:
+            if "warning" in rec:
+                self.warnings.append(rec["warning"])
             prefix = f"{rec['stage']} | " if rec.get("stage") else ""
-            self.out.write(("\r\x1b[K" if self._open_line else "") + f"{prefix}WARNING: {rec['warning']}\n")
+            line = f"WARNING: {rec['warning']}" if "warning" in rec else rec["note"]
+            self.out.write(("\r\x1b[K" if self._open_line else "") + f"{prefix}{line}\n")
             self._open_line = False
             return
         if self.tty:

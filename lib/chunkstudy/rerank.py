@@ -163,6 +163,8 @@ class Reranker:
         self.precision: dict | None = None
         if self.bf16_feature is None:
             self.precision = {"dtype": self.dtype, "cpu_bf16": None, "check": None}
+        # the model's content (a folder's digest, a hub model's commit): weights edited in place are another model
+        self.source = None if spec.backend == "openai" else models.content_key(spec.model)
         self.model_id = self._model_id()
         self.n_computed = 0  # pairs actually sent to the model (cache misses), for tests and logs
         self._model: Any = None
@@ -170,6 +172,8 @@ class Reranker:
     def _model_id(self) -> str:
         spec = self.spec
         ident = [spec.backend, spec.model, spec.max_length, SCORES]
+        if self.source is not None:
+            ident.append(f"source={self.source}")
         if not self.trained:
             ident.append(f"untrained-seed={spec.seed}")
         if self.runtime != "torch":  # the defaults (torch, float32) keep the identity scores were cached under

@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, config, devices, manifests, progress, serving, stages
-from .codehash import library_hash
+from . import artifacts, config, devices, manifests, models, progress, serving, stages
+from .codehash import foreign_library, library_hash
 from .errors import ChunkstudyError
 from .serving.check import problems as serve_problems
 from .serving.lifecycle import Services
@@ -145,7 +145,8 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
     artifact, as it is on disk: :func:`_input_digest`; a read switched off by the parameters is not an input), the
     library it runs (:func:`~chunkstudy.codehash.library_hash`) and its notebook; for a stage that declares source
     files (:class:`chunkstudy.stages.SourceFiles`: 01), their fingerprints; for 04, the code of the user's chunker
-    functions (:func:`chunker_sources`); for a stage that reads every earlier manifest (08), those manifests' keys
+    functions (:func:`chunker_sources`); for a stage whose parameters name a model, its content
+    (:func:`chunkstudy.models.stage_sources`); for a stage that reads every earlier manifest (08), those manifests' keys
     and outputs; for one that reads the replication partner's run (:class:`chunkstudy.stages.PartnerRead`: 08's
     contrasts), the outputs of their writer there. ``changed``
     (when given) collects the inputs whose files differ from what their writer's manifest records."""
@@ -189,20 +190,24 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
                           for f in source_fingerprints(cfg, stage.name)]
     if stage.name == "04_chunk_embed" and cfg.params("conditions").extra:
         key["chunker_sources"] = chunker_sources(cfg)
+    if declared is not None and (used := models.stage_sources(params, declared.params)):
+        key["models"] = used  # the content of each model folder or hub commit: weights edited in place rerun
     return key
 
 
 def chunker_sources(cfg: config.Config) -> dict[str, str | None]:
-    """Per user condition (``conditions.extra``) whose chunker is the user's own function, the sha256 of the file
-    it lives in (:func:`chunkstudy.chunks.chunkers.source_file`; None when it cannot be found): an edit of that code
-    reruns 04, as an edit of the package does."""
+    """Per user condition (``conditions.extra``) whose chunker is the user's own function, the digest of the file
+    it lives in (:func:`chunkstudy.chunks.chunkers.source_file`; None when it cannot be found) and of every module
+    of the user's own it imports (:func:`chunkstudy.codehash.user_closure`): an edit of that code, or of a helper
+    it imports, reruns 04, as an edit of the package does."""
     from .chunks import chunkers
+    from .codehash import files_digest, user_closure
 
     out = {}
     for name, spec in cfg.params("conditions").extra.items():
         if not chunkers.is_library(spec.chunker):
             f = chunkers.source_file(spec.chunker, Path(cfg.path).parent)
-            out[name] = artifacts.file_hash(f)[:16] if f is not None else None
+            out[name] = files_digest(user_closure(f), f.parent) if f is not None else None
     return out
 
 
@@ -561,6 +566,8 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
     The run holds the corpus's lock (:func:`corpus_lock`) from start to end, and reads one frozen copy of its
     parameters (:func:`freeze_params`), the one every stage key is computed from."""
     log = log or (lambda line: print(line, flush=True))
+    if (foreign := foreign_library(root)) is not None:
+        raise StageFailed(foreign)
     cfg = config.load(params_file, root=root)
     selected = discover(notebooks_dir or root / "notebooks")
     if not selected:

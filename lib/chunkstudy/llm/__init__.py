@@ -103,8 +103,8 @@ from .base import (
 )
 from . import http
 from .http import (
-    BROKER_ENV, RETRY_STATUS, Breaker, GaveUp, JsonPool, Replicas, auth_headers, backoff_s, ensure_served, error_for,
-    post_json, urls,
+    BROKER_ENV, RETRY_STATUS, WAIT_NOTICE_S, Breaker, GaveUp, JsonPool, Replicas, auth_headers, backoff_s,
+    ensure_served, error_for, post_json, urls,
 )
 from .backends import (
     Backend, NoBackend, ScriptedBackend, parse_retry_after, prometheus_counters, OpenAIBackend, PROGRAMMING_ERRORS,
@@ -127,5 +127,5 @@ __all__ = [
     "make_backend", "server_usage", "CACHE_FILE", "CallCache", "prefix_group", "PROMPT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS",
     "prompt_tokens_upper", "prompt_chars", "Client", "make_client", "describe", "http", "BROKER_ENV", "Breaker", "JsonPool",
     "Replicas", "ensure_served", "RETRY_STATUS", "GaveUp", "auth_headers", "backoff_s", "error_for", "post_json",
-    "urls",
+    "urls", "WAIT_NOTICE_S",
 ]

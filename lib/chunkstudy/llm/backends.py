@@ -147,7 +147,7 @@ class OpenAIBackend(Backend):
         self._requests = requests
         self.base_url = self.base_urls[0]
         self.url = self.base_url + "/chat/completions"
-        self.replicas = http.Replicas([u + "/chat/completions" for u in self.base_urls], concurrency)
+        self.replicas = http.Replicas([u + "/chat/completions" for u in self.base_urls], concurrency, role="llm")
         self.model = model
         self.timeout_s = timeout_s
         self.concurrency = self.replicas.width

@@ -63,20 +63,35 @@ def urls(value: str | Sequence[str] | None) -> list[str]:
     return [str(u).rstrip("/") for u in items if str(u).strip()]
 
 
+#: seconds without a reply, while requests are in flight, after which a client says what it waits for (and again
+#: every as many seconds): a silent server is named, not waited on in silence for ``timeout_s`` x retries
+WAIT_NOTICE_S = 30.0
+
+
 class Replicas:
     """The replicas of one model: ``acquire()`` yields the URL with the fewest requests in flight, on a tie the one
     that got the fewest so far (then the lowest index), and blocks while each has ``per_replica`` in flight.
     ``sent[i]``: requests replica ``i`` got. The second key spreads calls made one at a time (a stage whose batch
-    is smaller than the in-flight limit) round-robin instead of sending them all to the first replica."""
+    is smaller than the in-flight limit) round-robin instead of sending them all to the first replica.
 
-    def __init__(self, base_urls: Sequence[str], per_replica: int):
+    While requests are in flight and no reply came for :data:`WAIT_NOTICE_S` seconds, a watcher says so, every as
+    many seconds, through ``notice`` (default :func:`chunkstudy.progress.note`: the runner's output): ``role``, the
+    URLs waited on, the requests in flight and how long the oldest has waited."""
+
+    def __init__(self, base_urls: Sequence[str], per_replica: int, role: str = "",
+                 notice: Callable[[str], Any] | None = None):
         if not base_urls:
             raise ValueError("Replicas: no base_url")
         self.urls = list(base_urls)
         self.per_replica = max(1, int(per_replica))
         self.in_flight = [0] * len(self.urls)
         self.sent = [0] * len(self.urls)
+        self.role, self.notice = role, notice
         self._cond = threading.Condition()
+        self._since: dict[int, tuple[str, float]] = {}  # request -> (URL, monotonic time it was sent)
+        self._last_reply = self._last_said = time.monotonic()  # the last reply, and the last notice
+        self._idle = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     @property
     def width(self) -> int:
@@ -90,12 +105,53 @@ class Replicas:
             i = min(range(len(self.urls)), key=lambda j: (self.in_flight[j], self.sent[j], j))
             self.in_flight[i] += 1
             self.sent[i] += 1
+            token = sum(self.sent)
+            now = time.monotonic()
+            if not self._since:
+                self._last_reply = now  # the wait starts with the first request in flight
+            self._since[token] = (self.urls[i], now)
+            self._idle.clear()
+            if self._watcher is None:
+                self._watcher = threading.Thread(target=self._watch, name="wait-notice", daemon=True)
+                self._watcher.start()
         try:
             yield self.urls[i]
         finally:
             with self._cond:
                 self.in_flight[i] -= 1
+                del self._since[token]
+                self._last_reply = time.monotonic()
+                if not self._since:
+                    self._idle.set()
                 self._cond.notify()
+
+    def _watch(self) -> None:
+        """Say what the client waits for while no reply comes (class docstring); ends when nothing is in flight."""
+        every = WAIT_NOTICE_S
+        while True:
+            with self._cond:
+                if not self._since:
+                    self._watcher = None
+                    return
+                now = time.monotonic()
+                message = self.waiting(now) if now - max(self._last_reply, self._last_said) >= every else None
+                if message is not None:
+                    self._last_said = now
+                due = max(self._last_reply, self._last_said) + every - now
+            if message is not None:
+                from .. import progress
+
+                (self.notice or progress.note)(message)
+            self._idle.wait(max(due, 0.01))
+
+    def waiting(self, now: float) -> str:
+        """What the requests in flight wait for: ``llm: waiting for http://h:8000/v1/chat/completions: 4 requests
+        in flight, the oldest for 62 s, no reply for 31 s`` (call holding the lock)."""
+        urls = ", ".join(dict.fromkeys(u for u, _ in self._since.values()))
+        oldest = now - min(t for _, t in self._since.values())
+        n = len(self._since)
+        return (f"{self.role or 'server'}: waiting for {urls}: {n} request{'s' * (n != 1)} in flight, the oldest for "
+                f"{oldest:.0f} s, no reply for {now - self._last_reply:.0f} s")
 
     def __repr__(self) -> str:
         return f"Replicas({self.urls!r}, per_replica={self.per_replica})"
@@ -202,7 +258,7 @@ class JsonPool:
     def __init__(self, base_urls: Sequence[str], path: str, *, where: str, api_key_env: str, per_replica: int,
                  max_retries: int, retry_backoff_s: float, timeout_s: float, breaker_failures: int,
                  retry_after_max_s: float, sleep: Callable[[float], Any]):
-        self.replicas = Replicas([u + path for u in urls(base_urls)], per_replica)
+        self.replicas = Replicas([u + path for u in urls(base_urls)], per_replica, role=where)
         self.where, self.api_key_env = where, api_key_env
         self.max_retries, self.retry_backoff_s, self.timeout_s = max_retries, retry_backoff_s, timeout_s
         self.retry_after_max_s, self.sleep = retry_after_max_s, sleep

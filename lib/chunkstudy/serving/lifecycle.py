@@ -2,11 +2,12 @@
 start, the wait, the stop, and what the manifests record.
 
 * **Port claims.** Before 01, a run claims every local port of a ``serve: auto`` server its selected stages need:
-  an exclusive ``flock`` on ``$TMPDIR/chunkstudy-serve-<uid>/<host>-<port>.lock``, held to the run's end (the
-  kernel drops it when the run dies, however). A second run that wants a claimed port — another corpus, another
-  checkout — **refuses at once**, naming the run that holds it; it never picks another port (the port is in
-  the parameter file, which the stage keys and the frozen copy hold) and never shares a server that the other run
-  will stop.
+  an exclusive ``flock`` on ``$TMPDIR/chunkstudy-serve-<uid>/<address>-<port>.lock`` (the resolved address,
+  :attr:`chunkstudy.serving.roles.Service.endpoint`: ``localhost`` and ``127.0.0.1`` are one claim), held to the
+  run's end (the kernel drops it when the run dies, however). A second run that wants a claimed port — another
+  corpus, another checkout — **refuses at once**, naming the run that holds it; it never picks another port (the
+  port is in the parameter file, which the stage keys and the frozen copy hold) and never shares a server that the
+  other run will stop.
 * **Broker.** A Unix socket (``multiprocessing.connection``, a random key) named to the stage's kernel by
   :data:`chunkstudy.llm.http.BROKER_ENV`. A client asks it before its first model call that its caches do not
   hold (:func:`chunkstudy.llm.http.ensure_served`); a fully cached replay never asks, so it starts nothing.
@@ -177,7 +178,7 @@ class Services:
     def _claim(self, s: Service) -> None:
         folder = claim_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{s.host}-{s.port}.lock"
+        path = folder / f"{s.endpoint}.lock"  # any spelling of one endpoint (localhost, 127.0.0.1) is one claim
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

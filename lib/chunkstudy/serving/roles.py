@@ -6,6 +6,7 @@ served (``serve: auto | external``), the command that starts it, and the stages 
 from __future__ import annotations
 
 import shlex
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,24 @@ class Service:
         return self.host in LOCAL_HOSTS
 
     @property
+    def bind_host(self) -> str:
+        """The address the server listens on: ``127.0.0.1`` for every spelling of this machine
+        (:data:`LOCAL_HOSTS`), else the URL's host resolved to its first address (the host when it resolves to none)."""
+        if self.local:
+            return "127.0.0.1"
+        try:
+            return str(socket.getaddrinfo(self.host, self.port, proto=socket.IPPROTO_TCP)[0][4][0])
+        except (OSError, UnicodeError):
+            return self.host
+
+    @property
+    def endpoint(self) -> str:
+        """Where the server is, whatever the URL's spelling: the resolved address and the port (``127.0.0.1-8000``
+        for ``localhost:8000`` and ``127.0.0.1:8000`` alike). A port claim is on this, so two spellings of one
+        local endpoint are one claim."""
+        return f"{self.bind_host}-{self.port}"
+
+    @property
     def name(self) -> str:
         """The server's file name stem: ``serve-llm``, ``serve-embed-strong`` (``-2`` ... for later replicas)."""
         first = self.roles[0].rsplit(".", 1)[-1] if self.kind != "llm" else ""
@@ -91,7 +110,7 @@ class Service:
         ``scripts/serve_llm.sh --foreground [--cpu] --role ROLE --url URL PARAMS`` (vLLM, from ``.venv-serve`` on
         a cuda device, ``.venv-serve-cpu`` on the CPU)."""
         if self.command:
-            values = {"host": "127.0.0.1" if self.host in LOCAL_HOSTS else self.host, "port": str(self.port),
+            values = {"host": "127.0.0.1" if self.local else self.host, "port": str(self.port),
                       "model": self.model, "params": str(params)}
             text = self.command
             for k, v in values.items():
@@ -124,6 +143,7 @@ def services(cfg: Config) -> list[Service]:
     server: they must name the same model and be served the same way, else :class:`ServeError` names both."""
     by_url: dict[str, Service] = {}
     engines: dict[str, dict] = {}
+    spelled: dict[str, Service] = {}  # local endpoint -> the first service there
     for key, kind, rec in _roles(cfg):
         base = http.urls(rec.base_url)
         if not base:
@@ -131,6 +151,10 @@ def services(cfg: Config) -> list[Service]:
         for i, url in enumerate(base, 1):
             svc = Service(url, [key], kind, rec.model, rec.serve, str(rec.device), float(rec.serve_timeout_s),
                           rec.api_key_env, rec.serve_command, i, len(base), kind_stages(kind), dict(rec.vllm_engine))
+            first = spelled.setdefault(svc.endpoint, svc) if svc.local else svc
+            if first.url != url:
+                raise ServeError(f"{cfg.path}: {first.roles[0]}.base_url {first.url} and {key}.base_url {url} are one "
+                                 f"server ({svc.endpoint.replace('-', ':')}) spelled two ways; write it one way")
             old = by_url.get(url)
             if old is None:
                 by_url[url], engines[url] = svc, dict(rec.vllm_engine)
