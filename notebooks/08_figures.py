@@ -112,4 +112,4 @@ Markdown(report.tables_markdown(bundle, prefix="drilldown"))
 # ## The report (`figures/<corpus>/report.md`, its figures embedded here)
 
 # %%
-Markdown(report.render(bundle, cfg.params(), params_file, embed=True))
+Markdown(report.render(bundle, cfg.params(), params_file, embed_figures=True))

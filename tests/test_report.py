@@ -155,7 +155,7 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
 
 def test_the_report_in_a_notebook_embeds_its_figures(tmp_path, root, synthetic):
     """08 showed ``Markdown(report.render(...))``, whose images link ``<name>.png``: JupyterLab resolved them under
-    notebooks/ (404 each). ``embed=True`` puts every figure in as the PNG report.html embeds, same place, same
+    notebooks/ (404 each). ``embed_figures=True`` puts every figure in as the PNG report.html embeds, same place, same
     caption; report.md keeps its relative links."""
     import base64
     import io
@@ -168,7 +168,7 @@ def test_the_report_in_a_notebook_embeds_its_figures(tmp_path, root, synthetic):
     cfg = config.load(root / "params" / "demo.yaml", root=tmp_path)
     _store(cfg, synthetic)
     b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
-    linked, embedded = report.render(b, cfg.params()), report.render(b, cfg.params(), embed=True)
+    linked, embedded = report.render(b, cfg.params()), report.render(b, cfg.params(), embed_figures=True)
     links = re.findall(r"!\[([^]]*)\]\(([^)]*)\)", linked)
     assert sorted(src for _, src in links) == sorted(f"{n}.png" for n in b.figures) and len(links) >= 8
     images = re.findall(r"!\[([^]]*)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", embedded)
