@@ -1,11 +1,11 @@
 """Run the numbered notebooks of one corpus with papermill, skipping stages whose inputs did not change.
 
-``./run_all.sh CORPUS [--from NN] [--until NN] [--only NN] [--force]`` calls :func:`main`. A run first takes the corpus's lock
-(:func:`corpus_lock`, ``data/CORPUS/run.lock``: one run per corpus at a time; a second one refuses at once, naming
-the first's PID and command; a stale lock, left by a run killed outright, is taken over) and freezes its parameters
-(:func:`freeze_params`: one resolved copy, ``build/executed/CORPUS/params.frozen.yaml``, that every key is computed
-from and every notebook reads, so an edit of the parameter file during the run has no effect on it). Then, for each
-``notebooks/NN_*.py`` (jupytext percent format), the runner:
+``./run_all.sh CORPUS [--from NN] [--until NN] [--only NN] [--force]`` calls :func:`main`. A run first takes the
+corpus's lock (:func:`corpus_lock`, ``data/CORPUS/run.lock``: one run per corpus at a time; a second one refuses at
+once, naming the first's PID and command; a stale lock, left by a run killed outright, is taken over) and freezes
+its parameters (:func:`freeze_params`: one resolved copy, ``build/executed/CORPUS/params.frozen.yaml``, that every
+key is computed from and every notebook reads, so an edit of the parameter file during the run has no effect on it).
+Then, for each ``notebooks/NN_*.py`` (jupytext percent format), the runner:
 
 1. computes the stage's *key* (:func:`stage_key`) from its declaration (:data:`chunkstudy.stages.STAGES`): the
    digest of the parameters the stage reads (:data:`chunkstudy.config.STAGE_SECTIONS`), the content hashes of the
