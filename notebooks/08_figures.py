@@ -121,7 +121,7 @@ Markdown(report.tables_markdown(bundle, prefix="funnel"))
 Markdown(report.tables_markdown(bundle, prefix="drilldown"))
 
 # %% [markdown]
-# ## The report (`figures/<corpus>/report.md`)
+# ## The report (`figures/<corpus>/report.md`, its figures embedded here)
 
 # %%
-Markdown(report.render(bundle, cfg.params(), params_file))
+Markdown(report.render(bundle, cfg.params(), params_file, embed_figures=True))

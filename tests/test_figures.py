@@ -428,6 +428,44 @@ def test_every_figure_renders(run):
         assert _png_bytes(fig) > 5000, name
 
 
+def test_every_figure_is_an_image_to_ipython_whatever_the_backend(run):
+    """08's figure cells printed ``<Figure size 800x400 with 1 Axes>`` in JupyterLab and in the executed copies:
+    IPython draws a Figure built without pyplot only if it can draw itself. IPython's own display formatter (what
+    ipykernel sends a cell's result through) gives every figure of the report an ``image/png``, under the Agg
+    backend this test runs with: the PNG of the figure at its size (tight around what is drawn)."""
+    from IPython.core.formatters import DisplayFormatter
+    from matplotlib.figure import Figure
+    from matplotlib.image import imread
+
+    params = config_mod.load(config_mod.find_root(__import__("pathlib").Path(__file__)) / "params/demo.yaml").params()
+    assert matplotlib.get_backend().lower() == "agg"
+    fmt = DisplayFormatter()
+    assert set(fmt.format(Figure())[0]) == {"text/plain"}  # a plain Figure: text only, the bug's output
+    figs = {**figures.all_figures(run, params), "placeholder": figures.placeholder("A title", "a message")}
+    for name, fig in figs.items():
+        data, _ = fmt.format(fig)
+        assert set(data) == {"text/plain", "image/png"}, name
+        png = imread(io.BytesIO(data["image/png"]), format="png")
+        w, h = fig.get_size_inches() * fig.dpi
+        assert 0.5 < png.shape[1] / w < 1.1 and 0.5 < png.shape[0] / h < 1.1, (name, png.shape, w, h)
+        assert (png[..., :3] < 0.5).any(), name  # something dark is drawn: text, lines, markers
+
+
+def test_importing_the_report_leaves_the_backend_to_the_environment():
+    """figures.py called ``matplotlib.use("Agg")`` at import, which switched a kernel's inline backend to Agg: a
+    pyplot figure of the user's own then showed nothing either."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import matplotlib; from chunkstudy.report import report; print(matplotlib.rcParams._get_backend_or_none())"
+    for backend in ("module://matplotlib_inline.backend_inline", "svg"):
+        r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "MPLBACKEND": backend},
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == backend
+
+
 def test_missing_inputs_give_placeholders_not_crashes(run):
     params = config_mod.record("", {"stats": {"primary_reranker": "none", "primary_metric": "cov-nDCG@10"},
                                     "embed": {"strong": "strong"}})

@@ -5,8 +5,11 @@
 * A headless Jupyter server on a free port, with only those settings: the contents API opens
   ``notebooks/06_metrics.py`` as a notebook (jupytext's contents manager) and a session on the ``chunkstudy``
   kernel runs its parameters cell and a config load; the server and its kernel are stopped by their ids.
-* (slow) JupyterLab in Debian's Chromium (Playwright's Python package, never a browser it downloads): a
-  double-click on ``06_metrics.py`` opens a notebook on "chunkstudy (.venv)" and "Run All Cells" runs every cell.
+* (slow) JupyterLab in Debian's Chromium (Playwright's Python package, never a browser it downloads), on a
+  scratch copy of the project with the demo's run: each of the eight notebooks opened by a double-click on
+  "chunkstudy (.venv)", "Run All Cells" with no error output, every figure cell an image/png, every report image
+  loaded, the .py unchanged after a save, no kernel left after Close and Shut Down, no 404 in the server log;
+  then the runner's build/executed/demo/08_figures.html shows every figure.
 
 The server tests skip with a message when JupyterLab is not in .venv (./lab.sh installs constraints/lab-lock.txt).
 """
@@ -116,25 +119,31 @@ def _need_lab() -> None:
 class Server:
     """``jupyter lab`` (or ``jupyter server``) in its own process group, the settings of lab_setup.sh from a
     temporary prefix only (JUPYTER_PATH, JUPYTER_CONFIG_PATH), port 0 (the server picks a free one and says which
-    in its runtime file)."""
+    in its runtime file), serving ``root`` (default: this checkout). ``args``: more options for the server."""
 
-    def __init__(self, tmp: Path, app: str = "server", overrides: dict | None = None):
+    def __init__(self, tmp: Path, app: str = "server", overrides: dict | None = None, root: Path = ROOT,
+                 args: tuple[str, ...] = ()):
         _setup(tmp / "prefix")
-        if overrides:  # more lab defaults on top of lab_setup.sh's (the browser test's rendering mode)
+        if overrides:  # more lab defaults on top of lab_setup.sh's (the browser test's rendering mode), per plugin
             f = tmp / "prefix/etc/jupyter/labconfig/default_setting_overrides.json"
-            f.write_text(json.dumps({**json.loads(f.read_text()), **overrides}))
-        self.token = uuid.uuid4().hex
+            settings = json.loads(f.read_text())
+            for plugin, values in overrides.items():
+                settings.setdefault(plugin, {}).update(values)
+            f.write_text(json.dumps(settings))
+        self.token, self.root = uuid.uuid4().hex, root
         self.runtime = tmp / "runtime"
         env = {**os.environ, "JUPYTER_PATH": str(tmp / "prefix/share/jupyter"),
                "JUPYTER_CONFIG_PATH": str(tmp / "prefix/etc/jupyter"), "JUPYTER_RUNTIME_DIR": str(self.runtime),
                "JUPYTER_CONFIG_DIR": str(tmp / "config"), "IPYTHONDIR": str(tmp / "ipython"),
                "JUPYTER_PLATFORM_DIRS": "1"}
-        env.pop("MPLBACKEND", None)
+        env.pop("MPLBACKEND", None)  # as ./lab.sh: the kernel's own (inline) backend
+        env.pop("CHUNKSTUDY_ROOT", None)
         self.log = open(tmp / "server.log", "w")
         self.proc = subprocess.Popen(
             [str(ROOT / ".venv/bin/jupyter"), app, "--no-browser", "--ServerApp.port=0", "--ServerApp.ip=127.0.0.1",
-             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={ROOT}", "--allow-root"],
-            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+             f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={root}", "--allow-root", *args],
+            cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
         self.url = self._ready()
 
     def _ready(self) -> str:
@@ -226,10 +235,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture
-def server(tmp_path):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A headless server on a scratch copy of the project (tests/conftest.py's make_project), so that what a test
+    saves through it never touches this checkout."""
+    from conftest import make_project
+
     _need_lab()
-    s = Server(tmp_path)
+    tmp = tmp_path_factory.mktemp("lab")
+    s = Server(tmp, root=make_project(tmp / "project"))
     try:
         yield s
     finally:
@@ -285,15 +299,34 @@ def test_server_opens_a_py_notebook_and_runs_a_cell_on_the_project_kernel(server
     assert sess["kernel"]["name"] == KERNEL
     try:
         reply, out = _execute(server, sess["kernel"]["id"], params["source"] + "\n" + (
-            "import os, sys\nfrom chunkstudy import config\n"
-            "print(sys.executable, os.environ.get('PYTHONHASHSEED'), os.getcwd(), config.load(params_file).corpus)"))
+            "import os, sys\nfrom chunkstudy import artifacts, config\n"
+            "print(sys.executable, os.environ.get('PYTHONHASHSEED'), os.getcwd(), config.load(params_file).corpus,"
+            " artifacts.reading_stage())"))
         assert reply["status"] == "ok", out
-        exe, seed, cwd, corpus = out.split()
-        assert (Path(exe), seed, Path(cwd), corpus) == (VENV_PY, "0", ROOT / "notebooks", "demo")
+        exe, seed, cwd, corpus, reader = out.split()
+        assert (Path(exe), seed, Path(cwd), corpus) == (VENV_PY, "0", server.root / "notebooks", "demo")
+        # the server tells the kernel which notebook it runs (JPY_SESSION_NAME): a missing input's message names
+        # the command that feeds this notebook (artifacts.run_command)
+        assert reader == "06_metrics"
         assert server.kernel_pids()  # the kernel, seen by its connection file (the server's stop checks it ends)
     finally:
         server.api("DELETE", f"/api/sessions/{sess['id']}")
     assert server.api("GET", "/api/kernels") == []
+
+
+def test_saving_a_notebook_through_the_server_writes_its_py_back_unchanged(server):
+    """A save in JupyterLab (the contents API's PUT, jupytext writing the .py) added ``format_version`` and
+    ``jupytext_version`` to the header: every notebook saved, even unedited, was a modified tracked file.
+    notebooks/jupytext.toml filters them out. Each notebook as JupyterLab sends it back (the kernel's
+    ``language_info`` added, as it does on opening) is written byte for byte as it was."""
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
+        api = f"/api/contents/notebooks/{path.name}"
+        nb = server.api("GET", f"{api}?type=notebook&content=1")["content"]
+        nb["metadata"]["language_info"] = {"name": "python", "version": "3.11.7", "mimetype": "text/x-python",
+                                           "file_extension": ".py", "pygments_lexer": "ipython3"}
+        saved = server.api("PUT", api, {"type": "notebook", "format": "json", "content": nb})
+        assert saved["path"] == f"notebooks/{path.name}"
+        assert (server.root / "notebooks" / path.name).read_bytes() == path.read_bytes(), path.name
 
 
 # ------------------------------------------------------------------------------------ in a real browser
@@ -305,46 +338,130 @@ def _chromium() -> str:
     return exe
 
 
+#: Every notebook of the pipeline, in run order; a cell ``bundle.figures["<name>"]`` shows one figure.
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+FIGURE_CELL = re.compile(r'bundle\.figures\["(\w+)"\]')
+#: docs/jupyterlab.md's picture: 08 in JupyterLab, its first figure inline, written by the browser test when
+#: CHUNKSTUDY_DOCS_IMG=1 (else into the test's temporary folder: the same shot, checked, not kept).
+DOCS_SHOT = ROOT / "docs" / "img" / "jupyterlab-08-figure.png"
+#: The notebook on screen, as JupyterLab holds it (the browser test's server exposes the app to the page).
+_CODE_CELLS = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  return w.content.model.toJSON().cells.filter(c => c.cell_type === "code").map(c => ({
+    source: Array.isArray(c.source) ? c.source.join("") : c.source, count: c.execution_count,
+    outputs: c.outputs.map(o => ({type: o.output_type, mimes: Object.keys(o.data || {}),
+                                  error: o.output_type === "error" ? o.ename + ": " + o.evalue : null}))}));
+}"""
+
+
+def _loaded_images(locator) -> list[int]:
+    """The natural width of every ``img`` the locator finds: 0 for one that did not load."""
+    return locator.evaluate_all("els => els.map(e => e.complete ? e.naturalWidth : 0)")
+
+
+def _run_in_lab(page, pw, lab: Server, path: Path, shot: Path) -> dict:
+    """Open ``path`` by double-click, run all its cells, check its outputs, save it, close it and shut its kernel
+    down; returns what was counted (figure cells, report images)."""
+    page.locator(".jp-DirListing-item", has_text=path.name).dblclick()
+    panel = page.locator(".jp-NotebookPanel:visible")
+    panel.wait_for()                                                  # a notebook, not a text editor
+    assert page.locator(".jp-FileEditor:visible").count() == 0, path.name
+    pw.expect(panel.locator(".jp-KernelName, [data-jp-item-name='kernelName']").first).to_have_text(DISPLAY)
+    pw.expect(panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
+    n_code = sum(c.cell_type == "code" for c in jupytext.read(path).cells)
+    page.get_by_role("menuitem", name="Run").click()
+    page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+    # stop_on_error: after an error the later cells keep an empty prompt; done when the last cell has its number
+    # or a traceback shows, whichever comes first
+    prompts = panel.locator(".jp-CodeCell .jp-InputPrompt")
+    pw.expect(prompts).to_have_count(n_code)
+    last = prompts.nth(n_code - 1).filter(has_text=re.compile(r"\[\d+\]"))
+    last.or_(panel.locator(".jp-OutputArea-output", has_text="Traceback")).first.wait_for(timeout=900_000)
+    cells = page.evaluate(_CODE_CELLS)
+    errors = [(c["source"][:60], o["error"]) for c in cells for o in c["outputs"] if o["type"] == "error"]
+    assert not errors, (path.name, errors)
+    assert all(c["count"] for c in cells), (path.name, [c["source"][:60] for c in cells if not c["count"]])
+    figures = {}
+    for c in cells:
+        if m := FIGURE_CELL.fullmatch(c["source"].strip()):
+            figures[m[1]] = [o["mimes"] for o in c["outputs"]]
+    assert all(sum("image/png" in m for m in mimes) == 1 for mimes in figures.values()), (path.name, figures)
+    shown = panel.locator(".jp-OutputArea-output[data-mime-type='image/png'] img")
+    assert len(figures) <= len(sizes := _loaded_images(shown)) and all(sizes), (path.name, sizes)
+    report = panel.locator(".jp-OutputArea-output[data-mime-type='text/markdown'] img")  # 08's report cell
+    assert all(report_sizes := _loaded_images(report)), (path.name, report_sizes)
+    if figures:  # JupyterLab as it shows the first figure cell, at the top of the notebook's view
+        first = panel.locator(".jp-CodeCell", has=page.locator(".jp-InputArea", has_text=next(iter(figures))))
+        first.evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(shot))
+    # saved (as a researcher would, and as autosave does): jupytext writes the same .py back
+    page.evaluate("() => { window.jupyterapp.commands.execute('docmanager:save'); }")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty")
+    # File > Close and Shut Down Notebook, confirmed (a tab's close button leaves the kernel running: jupytext's
+    # notebook factory does not take JupyterLab's kernelShutdown setting, docs/jupyterlab.md)
+    page.get_by_role("menuitem", name="File").click()
+    page.get_by_role("menuitem", name=re.compile(r"^Close and Shut Down Notebook")).click()
+    page.locator(".jp-Dialog .jp-mod-accept").click()
+    panel.wait_for(state="detached")
+    deadline = time.monotonic() + READY_S
+    while (lab.api("GET", "/api/kernels") or lab.kernel_pids()) and time.monotonic() < deadline:
+        page.wait_for_timeout(200)  # a poll of the server's kernel list and of /proc (no event tells us)
+    assert lab.api("GET", "/api/kernels") == [] and lab.kernel_pids() == [], f"{path.name}: its kernel outlived it"
+    return {"figures": len(figures), "report_images": len(report_sizes)}
+
+
 @pytest.mark.slow
-def test_lab_double_click_opens_06_as_a_notebook_and_runs_all_cells(tmp_path):
-    """The demo's stages first (./run_all.sh demo; those already current are skipped): 06 reads 05's runs."""
+def test_lab_opens_every_notebook_by_double_click_and_runs_it(tmp_path):
+    """The demo's stages first (./run_all.sh demo; those already current are skipped), then, in JupyterLab in
+    Debian's Chromium, on a scratch copy of the project holding that run's data/demo/ (so the notebooks rerun there
+    and the checkout's run stays as the runner left it): each of the eight notebooks opened by a double-click on
+    "chunkstudy (.venv)", all cells run with no error output, every ``bundle.figures[...]`` cell an image/png that
+    loads, every image of 08's report loaded, the notebook saved and its .py unchanged byte for byte, closed
+    with its kernel shut down and none left; no 404 in the server's log. Then the runner's HTML export of the
+    executed 08 (build/executed/demo/08_figures.html) in the same browser: every figure there loads."""
+    from conftest import make_project
+
+    from chunkstudy import runner
+
     _need_lab()
     pw = pytest.importorskip("playwright.sync_api", reason="browser test: the playwright package is not installed")
     exe = _chromium()
-    from chunkstudy import runner
     runner.run(ROOT / "params" / "demo.yaml", ROOT, log=print)
-    n_code = sum(c.cell_type == "code" for c in jupytext.read(ROOT / NOTEBOOK).cells)
-    # JupyterLab renders only the cells in view by default; "none" keeps every cell (and its prompt) in the page
-    lab = Server(tmp_path, app="lab", overrides={"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}})
+    project = make_project(tmp_path / "project")
+    shutil.copytree(ROOT / "data" / "demo", project / "data" / "demo")
+    before = {p.name: p.read_bytes() for p in NOTEBOOKS}
+    shot = DOCS_SHOT if os.environ.get("CHUNKSTUDY_DOCS_IMG") == "1" else tmp_path / DOCS_SHOT.name
+    # JupyterLab renders only the cells in view by default; "none" keeps every cell (and its prompt) in the page;
+    # no news prompt over the notebook (nor a request for it: the machine may be offline)
+    lab = Server(tmp_path, app="lab", root=project, args=("--LabApp.expose_app_in_browser=True",),
+                 overrides={"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
+                            "@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
+                                                                            "checkForUpdates": False}})
+    counted = {}
     try:
         with pw.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=exe, args=CHROMIUM_FLAGS)
             try:
-                page = browser.new_page()
+                page = browser.new_page(viewport={"width": 1280, "height": 1000})
                 page.set_default_timeout(READY_S * 1000)
                 page.goto(f"{lab.url}/lab/tree/notebooks?token={lab.token}")
-                item = page.locator(".jp-DirListing-item", has_text=Path(NOTEBOOK).name)
-                item.dblclick()
-                panel = page.locator(".jp-NotebookPanel:visible")
-                panel.wait_for()                      # a notebook, not a text editor
-                assert page.locator(".jp-FileEditor:visible").count() == 0
-                kernel = panel.locator(".jp-KernelName, [data-jp-item-name='kernelName']").first
-                pw.expect(kernel).to_have_text(DISPLAY)
-                pw.expect(panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_have_count(1)
-                page.get_by_role("menuitem", name="Run").click()
-                page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
-                # stop_on_error: after an error the later cells keep an empty prompt; so every code cell's
-                # prompt holds a number once all ran cleanly
-                prompts = panel.locator(".jp-CodeCell .jp-InputPrompt")
-                pw.expect(prompts).to_have_count(n_code)
-                # done: the last cell got its number, or a cell failed (a traceback); whichever comes first
-                last = prompts.nth(n_code - 1).filter(has_text=re.compile(r"\[\d+\]"))
-                traceback = panel.locator(".jp-OutputArea-output", has_text="Traceback")
-                last.or_(traceback).first.wait_for(timeout=600_000)
-                texts = prompts.all_inner_texts()
-                assert all(re.fullmatch(r"\[\d+\]:", t.strip()) for t in texts), texts
-                assert panel.locator(".jp-OutputArea-output", has_text="Traceback").count() == 0
+                for path in NOTEBOOKS:
+                    counted[path.stem] = _run_in_lab(page, pw, lab, project / "notebooks" / path.name, shot)
+                    assert (project / "notebooks" / path.name).read_bytes() == before[path.name], path.name
+                html = ROOT / "build" / "executed" / "demo" / "08_figures.html"
+                page.goto(html.as_uri())
+                images = page.locator("img")
+                sizes = _loaded_images(images)
+                assert all(sizes), sizes
+                assert len(sizes) == counted["08_figures"]["figures"] + counted["08_figures"]["report_images"]
             finally:
                 browser.close()
     finally:
         lab.stop()
+    print(counted)
+    in_report = len(re.findall(r"!\[[^]]*\]\(\w+\.png\)", (project / "figures/demo/report.md").read_text()))
+    assert counted["08_figures"]["figures"] >= 8 and counted["08_figures"]["report_images"] == in_report >= 8
+    assert sum(c["figures"] for c in counted.values()) == counted["08_figures"]["figures"]
+    log = (tmp_path / "server.log").read_text()
+    assert not re.findall(r".*\b404 (?:GET|POST|PUT|PATCH|DELETE) .*", log), log[-3000:]
+    assert shot.stat().st_size > 10_000

@@ -107,3 +107,38 @@ def test_every_notebook_runs_as_jupyterlab_runs_it(tiny_project, tmp_path, monke
     after = artifacts.read(cfg, "contrasts")
     assert after.equals(before)
     assert os.path.getmtime(artifacts.table_path(cfg, "contrasts")) > os.path.getmtime(project / "params" / "tiny.yaml")
+
+
+def test_the_executed_08_shows_every_figure_as_an_image(tiny_project):
+    """08's figure cells printed ``<Figure size 800x400 with 1 Axes>``: ``build/executed/<corpus>/08_figures.ipynb``
+    held text and no ``image/png``, so its HTML export had no figures either, and the report cell linked
+    ``<name>.png``, which resolves only beside report.md. Now each ``bundle.figures[...]`` cell has one PNG, the
+    figure 08 wrote (same aspect), the report cell embeds every figure of report.md, and the HTML shows them all."""
+    import base64
+    import io
+    import re
+
+    import nbformat
+    from matplotlib.image import imread
+
+    project, _ = tiny_project
+    executed, figures = project / "build" / "executed" / "tiny", project / "figures" / "tiny"
+    nb = nbformat.read(executed / "08_figures.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    shown = {m[1]: c for c in code if (m := re.fullmatch(r'bundle\.figures\["(\w+)"\]', c.source.strip()))}
+    assert len(shown) >= 8
+    for name, cell in shown.items():
+        pngs = [o["data"]["image/png"] for o in cell.outputs if "image/png" in o.get("data", {})]
+        assert len(pngs) == 1, (name, [sorted(o.get("data", {})) for o in cell.outputs])
+        got, written = imread(io.BytesIO(base64.b64decode(pngs[0])), format="png"), imread(figures / f"{name}.png")
+        aspect = (got.shape[1] / got.shape[0]) / (written.shape[1] / written.shape[0])
+        assert 0.9 < aspect < 1.1, name  # the shown PNG is cropped tight
+    report_md = (figures / "report.md").read_text()
+    linked = re.findall(r"!\[[^]]*\]\((\w+)\.png\)", report_md)
+    assert set(shown) <= set(linked)
+    (report_cell,) = [c for c in code if "report.render(" in c.source]
+    (out,) = report_cell.outputs
+    text = out["data"]["text/markdown"]
+    assert text.count("](data:image/png;base64,") == len(linked) and not re.search(r"\]\(\w+\.png\)", text)
+    html = (executed / "08_figures.html").read_text()
+    assert html.count('src="data:image/png;base64,') == len(shown) + len(linked)

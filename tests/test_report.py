@@ -157,6 +157,34 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     assert len(written) == 2 * (len(b.tables) + len(b.curves)) + 2 * len(b.figures) + 2  # + report.md, .html
 
 
+def test_the_report_in_a_notebook_embeds_its_figures(tmp_path, root, synthetic):
+    """08 showed ``Markdown(report.render(...))``, whose images link ``<name>.png``: JupyterLab resolved them under
+    notebooks/ (404 each). ``embed_figures=True`` puts every figure in as the PNG report.html embeds, same place, same
+    caption; report.md keeps its relative links."""
+    import base64
+    import io
+    import re
+
+    from matplotlib.image import imread
+
+    from chunkstudy.report import html
+
+    cfg = config.load(root / "params" / "demo.yaml", root=tmp_path)
+    _store(cfg, synthetic)
+    b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
+    linked, embedded = report.render(b, cfg.params()), report.render(b, cfg.params(), embed_figures=True)
+    links = re.findall(r"!\[([^]]*)\]\(([^)]*)\)", linked)
+    assert sorted(src for _, src in links) == sorted(f"{n}.png" for n in b.figures) and len(links) >= 8
+    images = re.findall(r"!\[([^]]*)\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", embedded)
+    assert [alt for alt, _ in images] == [alt for alt, _ in links]
+    dpi = cfg.params("figures").dpi
+    for (_, data), (_, src) in zip(images, links):  # the figure as report.html has it (a constrained layout
+        got, want = (imread(io.BytesIO(png), format="png") for png in  # moves a little from one draw to the next)
+                     (base64.b64decode(data), html.figure_png(b.figures[src[:-4]], dpi)))
+        assert got.shape == want.shape and (abs(got - want).max(axis=2) > 0.02).mean() < 0.1, src
+    assert re.sub(r"\(data:image/png;base64,[^)]*\)", "", embedded) == re.sub(r"\(\w+\.png\)", "", linked)
+
+
 def test_missing_inputs_become_notes(tmp_path, root, synthetic):
     cfg = config.load(root / "params" / "demo.yaml", root=tmp_path, overrides={"figures": {"formats": ["png"]}})
     _store(cfg, synthetic, skip=("drilldown", "placebo_buckets", "per_type", "section_recall_summary",

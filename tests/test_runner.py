@@ -80,8 +80,49 @@ def test_failure_names_notebook_and_cell(project):
 
 def test_only_needs_upstream(project):
     params = write_params(project)
-    with pytest.raises(runner.StageFailed, match="01_corpus, which has not completed"):
+    # the command it suggests runs 02 with what 02 needs (it said --only 01, after which --only 02 was still due)
+    with pytest.raises(runner.StageFailed, match=r"01_corpus, which has not completed .*\(run ./run_all.sh tiny "
+                                                 r"--until 02\)"):
         runner.run(params, project, only="02", log=lambda *_: None)
+
+
+def test_a_missing_input_names_the_command_that_writes_it_and_that_command_works(project, no_kernel, capsys):
+    """06 pointed at a corpus that had never run said ``--only 05``, which then failed on 01's missing outputs. The
+    suggestion comes from the stage graph and what has completed: run it, and the input is there."""
+    from chunkstudy import artifacts, config
+    cfg = config.load(write_params(project), root=project)
+
+    def suggested(call) -> list[str]:
+        with pytest.raises(FileNotFoundError) as e:
+            call()
+        (cmd,) = re.findall(r"\(run \./run_all\.sh (.+?)\)", str(e.value))
+        return cmd.split()
+
+    read_02 = lambda: artifacts.read_json(cfg, "02_induce", "induction_stats")  # noqa: E731
+    assert suggested(lambda: artifacts.read(cfg, "documents")) == ["tiny", "--only", "01"]  # 01 needs nothing
+    assert suggested(read_02) == ["tiny", "--until", "02"]
+    assert runner.main(suggested(read_02) + ["--root", str(project)]) == 0
+    assert read_02() == {"n": 1}
+    assert "2 stages (2 ran, 0 skipped)" in capsys.readouterr().out
+    # 02's outputs gone, 01 complete: --only 02 is enough, and works
+    shutil.rmtree(project / "data/tiny/02_induce")
+    assert suggested(read_02) == ["tiny", "--only", "02"]
+    assert runner.main(suggested(read_02) + ["--root", str(project)]) == 0 and read_02() == {"n": 1}
+    # a parameter file outside params/ is named by its path, relative to the project root
+    other = project / "elsewhere.yaml"
+    other.write_text((project / "params/tiny.yaml").read_text().replace("name: tiny", "name: other"))
+    with pytest.raises(FileNotFoundError, match=r"\(run ./run_all.sh elsewhere.yaml --until 02\)"):
+        artifacts.read_json(config.load(other, root=project), "02_induce", "induction_stats")
+
+
+def test_until_runs_the_stages_up_to_it_and_skips_the_current_ones(project, no_kernel):
+    params = write_params(project)
+    quiet = dict(log=lambda *_: None)
+    assert statuses(runner.run(params, project, until="01", **quiet)) == {"01_corpus": "ran"}
+    assert statuses(runner.run(params, project, until="2", **quiet)) == {"01_corpus": "skipped", "02_induce": "ran"}
+    assert statuses(runner.run(params, project, start="02", until="02", **quiet)) == {"02_induce": "skipped"}
+    with pytest.raises(runner.StageFailed, match="--from 02 --until 01: no stage in that range"):
+        runner.run(params, project, start="02", until="01", **quiet)
 
 
 # ------------------------------------------------------------------------------------- safety and provenance

@@ -198,6 +198,54 @@ def test_read_input_reads_only_what_the_parameters_switch_on(demo_cfg):
         artifacts.read_input(demo_cfg, "03_queries", "chunks")
 
 
+def test_needs_is_the_transitive_closure_of_upstream(root):
+    p = config.load(root / "params" / "tiny.yaml").params()
+    assert stages.needs("01_corpus", p) == ()
+    assert stages.needs("03_queries", p) == ("01_corpus",)          # bm25_condition G2: not 02, under tiny
+    assert stages.needs("05_retrieve", p) == ("01_corpus", "02_induce", "03_queries", "04_chunk_embed")
+    for name in stages.STAGE_NAMES:
+        closure = set(stages.upstream(name, p))
+        for dep in stages.upstream(name, p):
+            closure |= set(stages.needs(dep, p))
+        assert set(stages.needs(name, p)) == closure, name
+
+
+def test_a_notebook_on_a_corpus_that_never_ran_names_the_run_that_feeds_it(tmp_path, root, monkeypatch):
+    """06 with params_file = "params/tiny.yaml" and tiny never run said ``./run_all.sh tiny --only 05``, which
+    failed on 01. The command comes from the stage graph, what has completed, and the notebook that reads (the
+    kernel JupyterLab starts for notebooks/NN_stage.py has its path in JPY_SESSION_NAME)."""
+    shutil.copytree(root / "params", tmp_path / "params")
+    cfg = config.load(tmp_path / "params" / "tiny.yaml", root=tmp_path)
+    monkeypatch.delenv("CHUNKSTUDY_STAGE", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+
+    def said(call) -> str:
+        with pytest.raises(FileNotFoundError) as e:
+            call()
+        return str(e.value).rsplit("(run ", 1)[1].rstrip(")")
+
+    assert said(lambda: artifacts.read(cfg, "runs")) == "./run_all.sh tiny --until 05"     # 06's first read
+    assert said(lambda: artifacts.read(cfg, "documents")) == "./run_all.sh tiny --only 01"
+    assert said(lambda: artifacts.read_vectors(cfg, "strong")) == "./run_all.sh tiny --until 04"
+    assert said(lambda: artifacts.read(cfg, "contrasts")) == "./run_all.sh tiny --until 07"
+    # 04 reads 01's documents first, then 02's outline: in its notebook, the one command runs both
+    monkeypatch.setenv("JPY_SESSION_NAME", str(root / "notebooks" / "04_chunk_embed.py"))
+    assert artifacts.reading_stage() == "04_chunk_embed"
+    assert said(lambda: artifacts.read(cfg, "documents")) == "./run_all.sh tiny --until 02"
+    # 01 and 02 completed: what 05 still lacks is 03 and 04; then 04 alone
+    _tiny_outputs(cfg, "01_corpus")
+    _tiny_outputs(cfg, "02_induce")
+    monkeypatch.setenv("JPY_SESSION_NAME", str(root / "notebooks" / "05_retrieve.py"))
+    assert said(lambda: artifacts.read(cfg, "chunks")) == "./run_all.sh tiny --until 04"
+    monkeypatch.setenv("JPY_SESSION_NAME", "/somewhere/Untitled.ipynb")  # not a stage's notebook: the writer's needs
+    assert artifacts.reading_stage() is None
+    assert said(lambda: artifacts.read(cfg, "chunks")) == "./run_all.sh tiny --only 04"
+    assert said(lambda: artifacts.read(cfg, "scores")) == "./run_all.sh tiny --until 06"
+    assert artifacts.run_command(cfg, "08_figures") == "./run_all.sh tiny"
+    monkeypatch.setenv("CHUNKSTUDY_STAGE", "06_metrics")  # the runner's kernels: it names the stage
+    assert artifacts.reading_stage() == "06_metrics"
+
+
 # ------------------------------------------------------------------------------------------- runner keys
 
 def _tiny_outputs(cfg, stage: str, version: int = 0) -> None:

@@ -49,6 +49,8 @@ ALLOWED = {
     ("stats.simulate", "simulate_scores", "rerankers"): "which simulated rerankers to emit",
     ("manifests", "write_manifest", "sources"): "01's source fingerprints, not corpus.sources",
     ("report.bundle", "Bundle.__init__", "figures"): "the bundle's figure objects, not the figures section",
+    **{("report.figures", "ShownFigure.set", k): "matplotlib's Artist.set, generated for every Figure class"
+       for k in ("alpha", "dpi", "label")},
     ("llm.client", "Client.__init__", "stats"): "the client's call counters, not the stats section",
     # names that became schema keys with conditions.extra.<NAME> (embedder, prefix) and conditions/contrasts.extra
     ("chunks.chunk_sets", "build_all", "conditions"): "None = the paper's conditions of the chunking record it is "

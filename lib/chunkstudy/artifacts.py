@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
-from . import models, stages
+from . import models, progress, stages
 from .config import Config
 from .stages import SchemaError  # noqa: F401 - re-exported: artifacts.SchemaError is what a bad table raises
 from .errors import ChunkstudyError
@@ -198,9 +198,7 @@ def write(cfg: Config, table: str, df: pd.DataFrame) -> Path:
 def read(cfg: Config, table: str) -> pd.DataFrame:
     path = table_path(cfg, table)
     if not path.is_file():
-        writer = stages.writer(table)
-        raise FileNotFoundError(f"{table}: {path} does not exist; it is written by notebook {writer} "
-                                f"(run ./run_all.sh {cfg.corpus} --only {writer[:2]})")
+        raise _missing(cfg, f"{table}: ", path, stages.writer(table))
     df = pd.read_parquet(path)
     check_schema(df, table, str(path))
     return df
@@ -248,10 +246,41 @@ def write_json_file(path: Path, obj: Any) -> None:
 def read_json(cfg: Config, stage: str, name: str) -> Any:
     path = json_path(cfg, stage, name)
     if not path.is_file():
-        writer = stages.writer(name)
-        raise FileNotFoundError(f"{path} does not exist; it is written by notebook {writer} "
-                                f"(run ./run_all.sh {cfg.corpus} --only {writer[:2]})")
+        raise _missing(cfg, "", path, stages.writer(name))
     return json.loads(path.read_text())
+
+
+def run_command(cfg: Config, stage: str, reader: str | None = None) -> str:
+    """The ``./run_all.sh`` command for ``cfg``'s parameter file that runs ``stage`` and what it needs, or with
+    ``reader`` also everything that stage needs, from the stage graph (:func:`chunkstudy.stages.needs`) and the
+    stages completed (their manifests): ``--only NN`` when ``stage`` is the one stage to run, else ``--until`` the
+    last one (the runner skips those already current; the whole run when that is the last stage). What an error
+    about a missing output suggests; :func:`reading_stage` names the reader."""
+    params = cfg.params()
+    want = {stage, *stages.needs(stage, params), *(stages.needs(reader, params) if reader else ())}
+    todo = sorted({stage} | {s for s in want if read_manifest(cfg, s) is None})  # "NN_name": in run order
+    p = cfg.path.resolve()
+    arg = p.stem if p.parent == (cfg.root / "params").resolve() else os.path.relpath(p, cfg.root.resolve())
+    if len(todo) == 1:
+        return f"./run_all.sh {arg} --only {stage[:2]}"
+    return f"./run_all.sh {arg}" + ("" if todo[-1] == stages.STAGE_NAMES[-1] else f" --until {todo[-1][:2]}")
+
+
+def reading_stage() -> str | None:
+    """The stage whose notebook this process runs, when it can tell: the runner names it in its kernels'
+    environment (:data:`chunkstudy.progress.STAGE_ENV`); a kernel JupyterLab starts for ``notebooks/NN_stage.py``
+    has that notebook's path in ``JPY_SESSION_NAME`` (jupyter_server; ipykernel's ``__session__``)."""
+    for value in (os.environ.get(progress.STAGE_ENV), os.environ.get("JPY_SESSION_NAME")):
+        name = Path(value).stem if value else None
+        if name in stages.STAGE_NAMES:
+            return name
+    return None
+
+
+def _missing(cfg: Config, what: str, path: Path, writer: str) -> FileNotFoundError:
+    """The error for an output of ``writer`` that is not there, with the command that writes it."""
+    return FileNotFoundError(f"{what}{path} does not exist; it is written by notebook {writer} "
+                             f"(run {run_command(cfg, writer, reading_stage())})")
 
 
 def manifest_path(cfg: Config, stage: str) -> Path:
@@ -339,9 +368,7 @@ def read_vectors(cfg: Config, embedder: str, mmap: bool = False) -> np.ndarray:
     """One embedder's vectors; index with ``chunks["text_row"]``."""
     path = vectors_path(cfg, embedder)
     if not path.is_file():
-        stage = stages.writer(VECTORS)
-        raise FileNotFoundError(f"vectors for embedder {embedder!r}: {path} does not exist; written by notebook "
-                                f"{stage} (run ./run_all.sh {cfg.corpus} --only {stage[:2]})")
+        raise _missing(cfg, f"vectors for embedder {embedder!r}: ", path, stages.writer(VECTORS))
     return read_array(path, mmap)
 
 

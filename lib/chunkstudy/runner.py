@@ -1,11 +1,11 @@
 """Run the numbered notebooks of one corpus with papermill, skipping stages whose inputs did not change.
 
-``./run_all.sh CORPUS [--from NN] [--only NN] [--force]`` calls :func:`main`. A run first takes the corpus's lock
-(:func:`corpus_lock`, ``data/CORPUS/run.lock``: one run per corpus at a time; a second one refuses at once, naming
-the first's PID and command; a stale lock, left by a run killed outright, is taken over) and freezes its parameters
-(:func:`freeze_params`: one resolved copy, ``build/executed/CORPUS/params.frozen.yaml``, that every key is computed
-from and every notebook reads, so an edit of the parameter file during the run has no effect on it). Then, for each
-``notebooks/NN_*.py`` (jupytext percent format), the runner:
+``./run_all.sh CORPUS [--from NN] [--until NN] [--only NN] [--force]`` calls :func:`main`. A run first takes the
+corpus's lock (:func:`corpus_lock`, ``data/CORPUS/run.lock``: one run per corpus at a time; a second one refuses at
+once, naming the first's PID and command; a stale lock, left by a run killed outright, is taken over) and freezes
+its parameters (:func:`freeze_params`: one resolved copy, ``build/executed/CORPUS/params.frozen.yaml``, that every
+key is computed from and every notebook reads, so an edit of the parameter file during the run has no effect on it).
+Then, for each ``notebooks/NN_*.py`` (jupytext percent format), the runner:
 
 1. computes the stage's *key* (:func:`stage_key`) from its declaration (:data:`chunkstudy.stages.STAGES`): the
    digest of the parameters the stage reads (:data:`chunkstudy.config.STAGE_SECTIONS`), the content hashes of the
@@ -158,7 +158,7 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
         m = artifacts.read_manifest(cfg, dep)
         if m is None:
             raise StageFailed(f"{stage.name} reads the outputs of {dep}, which has not completed for corpus "
-                              f"'{cfg.corpus}' (run ./run_all.sh {cfg.corpus} --only {dep[:2]})")
+                              f"'{cfg.corpus}' (run {artifacts.run_command(cfg, stage.name)})")
         done[dep] = m
     for name in stages.reads(stage.name, params) if declared else ():
         inputs[name], same = _input_digest(cfg, done[stages.writer(name)], name)
@@ -555,8 +555,8 @@ def freeze_params(cfg: config.Config) -> config.Config:
 
 
 def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start: str | None = None,
-        only: str | None = None, force: bool = False, log=None, command: str | None = None
-        ) -> list[tuple[str, str, float]]:
+        only: str | None = None, force: bool = False, log=None, command: str | None = None,
+        until: str | None = None) -> list[tuple[str, str, float]]:
     """Run the pipeline; return ``[(stage, "ran" | "skipped", seconds)]``. Raises :class:`StageFailed` (and
     :class:`RunLocked` when another run of the corpus is working), or :class:`Interrupted` on Ctrl-C or SIGTERM.
     ``log`` prints one line per stage (default: stdout, flushed, so the lines stay in order with the progress lines
@@ -576,8 +576,12 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
         selected = [s for s in selected if s.number == only.zfill(2)[:2] or s.name == only]
         if not selected:
             raise StageFailed(f"--only {only}: no such stage")
-    elif start is not None:
-        selected = [s for s in selected if s.number >= start.zfill(2)[:2]]
+    else:  # --from NN, --until NN: the stages from NN on, up to NN (both ends included)
+        selected = [s for s in selected if (start is None or s.number >= start.zfill(2)[:2])
+                    and (until is None or s.number <= until.zfill(2)[:2])]
+        if not selected:
+            given = " ".join(f"--{k} {v}" for k, v in (("from", start), ("until", until)) if v is not None)
+            raise StageFailed(f"{given}: no stage in that range")
     if any(s.number in CUDA_STAGES for s in selected):
         try:  # fail before the first stage, not at 04 after hours of model calls in 02 and 03
             devices.require_cuda(cfg)
@@ -656,6 +660,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="run_all.sh", description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus", help="a parameter file name in params/ (demo, qasper, wikipedia_fa, *_local) or a path")
     ap.add_argument("--from", dest="start", metavar="NN", help="run stages NN and later (earlier ones must be done)")
+    ap.add_argument("--until", metavar="NN", help="run stages up to NN (those already current are skipped)")
     ap.add_argument("--only", metavar="NN", help="run stage NN alone")
     ap.add_argument("--force", action="store_true", help="rerun the selected stages even if nothing changed")
     ap.add_argument("--root", type=Path, default=Path.cwd(), help="project root (default: the current folder)")
@@ -672,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminate)
     try:
         results = run(params_file, root, notebooks_dir=args.notebooks, start=args.start, only=args.only,
-                      force=args.force, command=command)
+                      force=args.force, command=command, until=args.until)
     except (StageFailed, config.ConfigError) as e:
         print(f"run_all: FAILED: {e}", file=sys.stderr)
         return 1

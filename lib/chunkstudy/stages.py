@@ -459,6 +459,18 @@ def upstream(stage_name: str, params: Params | None = None) -> tuple[str, ...]:
     return tuple(s for s in STAGE_NAMES if s in used)
 
 
+def needs(stage_name: str, params: Params | None = None) -> tuple[str, ...]:
+    """Every stage ``stage_name`` depends on, directly or through others (:func:`upstream`, transitively), in run
+    order: what must have completed before it can run."""
+    found: set[str] = set()
+    todo = [stage_name]
+    while todo:
+        new = set(upstream(todo.pop(), params)) - found
+        found |= new
+        todo.extend(new)
+    return tuple(s for s in STAGE_NAMES if s in found)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The one schema check
 # ---------------------------------------------------------------------------------------------------------------

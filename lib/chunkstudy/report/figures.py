@@ -1,6 +1,7 @@
 """The paper's figures, drawn from a run's own tables (stage 08). Every function is pure: tables in, a
-``matplotlib.figure.Figure`` out (built without pyplot, so no global figure state and no GUI backend; saving is
-``artifacts.write_figure``). One style for all (:data:`STYLE`, :data:`CONDITION_COLORS`).
+``matplotlib.figure.Figure`` out (built without pyplot, so no global figure state; saving is
+``artifacts.write_figure``; the backend is the environment's, nothing here selects one), shown in Jupyter as an
+image by itself (:class:`ShownFigure`). One style for all (:data:`STYLE`, :data:`CONDITION_COLORS`).
 
 * :func:`mechanisms` — Figure 1: what each mechanism does to one real document of the run (boundaries of A0, A2
   and G2 along the document's character axis; the prefixes A1, A3 and P put before the same content; the
@@ -18,21 +19,19 @@ Numbers printed on figures are rounded here (stage 08) with the formatters of :m
 
 from __future__ import annotations
 
+import io
 import textwrap
 from typing import Mapping, Sequence
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 
-matplotlib.use("Agg", force=False)
-
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.text import Text  # noqa: E402
-
-from .. import design, stats  # noqa: E402
-from ..params import Params  # noqa: E402
-from . import tables  # noqa: E402
+from .. import design, stats
+from ..params import Params
+from . import tables
 
 #: rcParams applied to every figure (one consistent style).
 STYLE: dict = {
@@ -74,9 +73,21 @@ def _control(condition: str) -> bool:
     return condition in design.CONDITION_NAMES and design.condition(condition).prefix in ("context", "placebo")
 
 
+class ShownFigure(Figure):
+    """A Figure that shows itself in Jupyter as an ``image/png`` output, under any backend. IPython draws a plain
+    Figure only through the formatter matplotlib's inline backend registers when pyplot loads that backend, which
+    figures built without pyplot never do: a cell ending in one printed ``<Figure size ...>`` in JupyterLab and in
+    the runner's executed notebooks alike. The rich display protocol asks the object itself instead."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", bbox_inches="tight")
+        return buf.getvalue()
+
+
 def _figure(w: float, h: float) -> Figure:
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=(w, h), layout="constrained")
+        fig = ShownFigure(figsize=(w, h), layout="constrained")
     return fig
 
 

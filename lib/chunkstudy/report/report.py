@@ -474,10 +474,13 @@ def _recorded_n_boot(b: Bundle) -> Any:
     return t.data["n_boot"].iat[0] if t is not None and "n_boot" in t.data and len(t.data) else None
 
 
-def render(b: Bundle, params: Params, params_file: str = "") -> str:
+def render(b: Bundle, params: Params, params_file: str = "", embed_figures: bool = False) -> str:
     """The report as Markdown (``figures/<corpus>/report.md``): figures are linked by relative path
-    (``<name>.png``), tables are inlined (their LaTeX lies in :func:`chunkstudy.artifacts.report_table`,
-    ``tables/<name>.tex``)."""
+    (``<name>.png``), or with ``embed_figures`` put in as PNG data URIs at ``figures.dpi`` (what notebook 08
+    shows: a relative link would resolve against the notebook's folder, not ``figures/<corpus>/``); tables are
+    inlined (their LaTeX lies in :func:`chunkstudy.artifacts.report_table`, ``tables/<name>.tex``)."""
+    images = ({n: html.data_uri(html.figure_png(f, params.figures.dpi)) for n, f in b.figures.items()}
+              if embed_figures else {})
     out: list[str] = [f"# chunkstudy — report for corpus `{b.corpus}`", ""]
     params_file = b.facts.get("params_file") or params_file  # relative to the project root when known
     facts = [f"parameters `{params_file}`" if params_file else "",
@@ -502,7 +505,7 @@ def render(b: Bundle, params: Params, params_file: str = "") -> str:
 
     def figure(name: str) -> None:
         if name in b.figures:
-            out.extend([f"![{FIGURE_CAPTIONS.get(name, name)}]({name}.png)", "",
+            out.extend([f"![{FIGURE_CAPTIONS.get(name, name)}]({images.get(name, f'{name}.png')})", "",
                         f"*{FIGURE_CAPTIONS.get(name, name)}.*", ""])
 
     st = params.stats
