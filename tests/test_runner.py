@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import runner
+from chunkstudy import runlock, runner
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runner" / "notebooks"
 
@@ -466,7 +466,7 @@ def test_ctrl_c_and_sigterm_stop_cleanly_keep_finished_work_and_say_how_to_resum
     assert (project / "data/tiny/01_corpus/manifest.json").is_file()
     assert not (project / "data/tiny/02_induce/manifest.json").exists()  # the stage reruns next time
     assert hidden_leftovers(project) == []
-    assert not (project / "data/tiny" / runner.LOCK_NAME).exists()
+    assert not (project / "data/tiny" / runlock.LOCK_NAME).exists()
     assert sorted(int(p.stem) for p in cache.glob("*.done")) == [0, 1, 2]
     # the rerun resumes: 01 is skipped, 02 redoes only the steps that were not finished
     results = runner.run(params, project, log=lambda *_: None)
@@ -549,7 +549,7 @@ def test_two_runs_of_one_corpus_started_together_one_refuses_the_other_finishes(
     loser = next(i for i, p in enumerate(procs) if p.poll() is not None)
     winner = 1 - loser
     wait_until_held(project, procs[winner])
-    lock = json.loads((project / "data/tiny" / runner.LOCK_NAME).read_text())
+    lock = json.loads((project / "data/tiny" / runlock.LOCK_NAME).read_text())
     assert lock["pid"] == procs[winner].pid and "run_all.sh" in lock["command"] and str(params) in lock["command"]
     (project / "gate").write_text("go")
     assert procs[winner].wait() == 0, output(project, f"run{winner}")
@@ -557,7 +557,7 @@ def test_two_runs_of_one_corpus_started_together_one_refuses_the_other_finishes(
     err = output(project, f"run{loser}")[1]
     assert f"corpus 'tiny' is being run by PID {procs[winner].pid} (./run_all.sh {params}" in err, err
     assert "Traceback" not in err
-    assert not (project / "data/tiny" / runner.LOCK_NAME).exists()  # released at the end
+    assert not (project / "data/tiny" / runlock.LOCK_NAME).exists()  # released at the end
     docs, stats = _tables(project)
     clean_docs, clean_stats = _clean_run_tables(project)
     pd.testing.assert_frame_equal(docs, clean_docs)
@@ -573,7 +573,7 @@ def test_runs_of_different_corpora_go_side_by_side(project, in_process):
     wait_until_held(project, held_run)  # tiny's run holds its lock (and waits at its gate)
     results = runner.run(other, project, log=lambda *_: None)  # no gate here: the other corpus runs through
     assert statuses(results) == {"01_corpus": "ran", "02_induce": "ran"}
-    assert (project / "data/tiny" / runner.LOCK_NAME).is_file()
+    assert (project / "data/tiny" / runlock.LOCK_NAME).is_file()
     (project / "gate").write_text("go")
     assert held_run.wait() == 0, output(project)
 
@@ -585,7 +585,7 @@ def test_a_run_killed_with_sigkill_leaves_a_stale_lock_the_next_run_takes_over(p
     wait_until_held(project, victim)
     victim.kill()  # SIGKILL: no cleanup runs
     victim.wait()
-    lock = project / "data/tiny" / runner.LOCK_NAME
+    lock = project / "data/tiny" / runlock.LOCK_NAME
     assert json.loads(lock.read_text())["pid"] == victim.pid  # left behind, stale
     lines = []
     results = runner.run(params, project, log=lines.append)
@@ -599,18 +599,18 @@ def test_a_lock_naming_a_reused_pid_is_stale_and_a_live_holder_is_refused(projec
     that started at another time) is taken over; a lock whose process still runs is refused, even where the file
     system gives no flock (here: no flock is held at all)."""
     params = write_params(project)
-    lock = project / "data/tiny" / runner.LOCK_NAME
+    lock = project / "data/tiny" / runlock.LOCK_NAME
     lock.parent.mkdir(parents=True)
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
-        start = runner._process_start(other.pid)
+        start = runlock.process_start(other.pid)
         lock.write_text(json.dumps({"pid": other.pid, "process_start": str(int(start) + 1), "command": "x"}))
         lines = []
         assert statuses(runner.run(params, project, log=lines.append))["01_corpus"] == "ran"
         assert any(f"took over the stale lock of PID {other.pid}" in line for line in lines)
         lock.write_text(json.dumps({"pid": other.pid, "process_start": start, "command": "./run_all.sh tiny",
                                     "started": "2030-01-01T00:00:00"}))
-        with pytest.raises(runner.RunLocked, match=rf"being run by PID {other.pid} \(./run_all.sh tiny, started "):
+        with pytest.raises(runlock.RunLocked, match=rf"being run by PID {other.pid} \(./run_all.sh tiny, started "):
             runner.run(params, project, force=True, log=lambda *_: None)
         assert (project / "data/tiny/01_corpus/manifest.json").is_file()  # nothing was touched
     finally:
@@ -628,7 +628,7 @@ def test_a_run_meeting_a_lock_before_its_holder_wrote_the_record_waits_for_it(pr
     from chunkstudy import config
 
     cfg = config.load(write_params(project), root=project)
-    lock = project / "data/tiny" / runner.LOCK_NAME
+    lock = project / "data/tiny" / runlock.LOCK_NAME
     lock.parent.mkdir(parents=True)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken; the record not yet written
@@ -638,18 +638,18 @@ def test_a_run_meeting_a_lock_before_its_holder_wrote_the_record_waits_for_it(pr
     def pause(seconds):
         pauses.append(seconds)
         if len(pauses) == 1:  # the holder writes its record once the other run is waiting for it
-            record = {"pid": os.getpid(), "process_start": runner._process_start(os.getpid()),
+            record = {"pid": os.getpid(), "process_start": runlock.process_start(os.getpid()),
                       "command": "./run_all.sh tiny", "started": "2030-01-01T00:00:00"}
             os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
             waiting.set()
 
-    monkeypatch.setattr(runner.time, "sleep", pause)
+    monkeypatch.setattr(runlock.time, "sleep", pause)
 
     def meet_the_lock():
         try:
-            with runner.corpus_lock(cfg, "./run_all.sh tiny (second)", log=lambda *_: None):
+            with runlock.corpus_lock(cfg, "./run_all.sh tiny (second)", log=lambda *_: None):
                 pass
-        except runner.RunLocked as e:
+        except runlock.RunLocked as e:
             refused.append(str(e))
 
     try:
@@ -660,7 +660,7 @@ def test_a_run_meeting_a_lock_before_its_holder_wrote_the_record_waits_for_it(pr
         assert refused and f"being run by PID {os.getpid()} (./run_all.sh tiny, started 2030" in refused[0]
         # a holder that never writes its record: refused all the same once the wait is over, naming no PID
         os.ftruncate(fd, 0)
-        monkeypatch.setattr(runner, "HOLDER_RECORD_WAIT_S", 0.0)
+        monkeypatch.setattr(runlock, "HOLDER_RECORD_WAIT_S", 0.0)
         refused.clear()
         meet_the_lock()
         assert refused and "being run by another run" in refused[0]
