@@ -73,7 +73,7 @@ def test_weights_fine_tuned_into_the_same_folder_are_a_new_model(tmp_path, diges
     r1 = rerank.Reranker("x", config.record("retrieve.rerankers.*", {"model": str(folder)}), None)
     (folder / "config.json").write_text((folder / "config.json").read_text().replace("\n", "\n ", 1))
     r2 = rerank.Reranker("x", config.record("retrieve.rerankers.*", {"model": str(folder)}), None)
-    assert r1.model_id != r2.model_id and r2.model_id.startswith(f"cross-encoder|{folder}|512|source=sha256:")
+    assert r1.model_id != r2.model_id and r2.model_id.startswith(f"cross-encoder|{folder}|512|{rerank.SCORES}|source=sha256:")
 
 
 def test_a_model_folder_edited_in_place_reruns_the_stages_that_use_it(tmp_path, tiny_project, digests):
