@@ -5,8 +5,9 @@
 # Extra arguments go to pytest, e.g. ./run_tests.sh tests/test_metrics.py -k worked
 # CHUNKSTUDY_RANDOM_ORDER=random runs the tests in a random order (pytest-randomly) and prints the seed;
 # CHUNKSTUDY_RANDOM_ORDER=<seed> repeats that order. Unset: file order (pyproject.toml's addopts: -p no:randomly).
-# First the type check: the pinned mypy over lib/ ([tool.mypy] in pyproject.toml); any error stops the run.
-# CHUNKSTUDY_TYPECHECK=0 skips it (a quick targeted rerun); CI and the full suite keep it.
+# First the static checks: the pinned ruff over the repository ([tool.ruff] in pyproject.toml), then the pinned mypy
+# over lib/ ([tool.mypy]); any finding stops the run. CHUNKSTUDY_TYPECHECK=0 skips both (a quick targeted rerun);
+# CI and the full suite keep them.
 # CHUNKSTUDY_TEST_WORKERS=N runs the tests on N processes (pytest-xdist, --dist loadfile: each test file stays on
 # one process; the session's tiny run is built once for all of them, tests/conftest.py). Default: the machine's CPUs, at
 # most 4 (each process may hold torch and a model), for the default suite; 1 for --slow and --all (their real
@@ -31,6 +32,9 @@ if [ -n "${CHUNKSTUDY_RANDOM_ORDER:-}" ]; then
   order=(-p randomly --randomly-seed="$seed")
 fi
 if [ "${CHUNKSTUDY_TYPECHECK:-1}" != 0 ]; then
+  .venv/bin/python -m ruff check --quiet . || {
+    echo "tests: ruff found problems (.venv/bin/ruff check --fix mends the safe ones; CHUNKSTUDY_TYPECHECK=0 skips)" >&2
+    exit 1; }
   .venv/bin/python -m mypy || { echo "tests: mypy found type errors in lib/ (fix them, or CHUNKSTUDY_TYPECHECK=0 to skip)" >&2; exit 1; }
 fi
 workers="${CHUNKSTUDY_TEST_WORKERS:-$default_workers}"

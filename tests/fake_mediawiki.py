@@ -25,6 +25,7 @@ the texts of real pages given to it.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass, field
@@ -359,8 +360,7 @@ def synthetic_wiki(n: int, seed: int = 1, words: tuple[int, int] = (800, 5000), 
             nw, ns = rng.randint(*words), rng.randint(*sections)
             level = 4 if rng.random() < deep_share else rng.choice([2, 3])
             sub = random.Random(rng.random())
-            make = (lambda sub=sub, title=title, cats=cats, nw=nw, ns=ns, level=level:
-                    synthetic_wikitext(sub, title, cats, nw, ns, level))
+            make = functools.partial(synthetic_wikitext, sub, title, cats, nw, ns, level)
         revs: dict = {latest: make}
         if rng.random() < extra_revision_share:
             revs[latest - 5] = f"'''{title}''' (an older revision).\n\n== Early ==\nShort.\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from chunkstudy import artifacts, codehash, config, design, golden, runner, stats
-from chunkstudy.chunks import chunk_sets, chunkers, chunking, prefixes
+from chunkstudy.chunks import chunkers, chunking, prefixes
 from chunkstudy.metrics import paired
 from conftest import scratch_project, seed_embeddings
 

@@ -196,8 +196,8 @@ def test_anchors_apply_the_same_way_stated_or_inherited(tmp_path):
     mirror.mkdir()
     (tmp_path / "p").mkdir()
     base = tmp_path / "p" / "base.yaml"
-    base.write_text(f"corpus: {{kind: wikipedia, mirror: ../m, featured_list: f.tsv, sources: [a.xml],"
-                    f" api_revisions: pins.tsv}}\n")
+    base.write_text("corpus: {kind: wikipedia, mirror: ../m, featured_list: f.tsv, sources: [a.xml],"
+                    " api_revisions: pins.tsv}\n")
     child = tmp_path / "child.yaml"
     child.write_text("base: p/base.yaml\n")
     stated = tmp_path / "p" / "stated.yaml"

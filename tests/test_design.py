@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import config, design, metrics, retrieve, stats
+from chunkstudy import config, design, metrics, stats
 from chunkstudy.chunks import chunk_sets
 from chunkstudy.queries import bm25
 from chunkstudy.report import figures, tables

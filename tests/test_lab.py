@@ -21,7 +21,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request

@@ -160,7 +160,9 @@ def test_same_seed_same_spans_and_document_independence(corpus):
     # a document's spans do not depend on the other documents or their order
     rev = queries.sample_spans(docs.iloc[::-1], paras, secs, config.record("queries", p))
     one = queries.sample_spans(docs[docs.doc_id == "beta"], paras, secs, config.record("queries", p))
-    key = lambda df: df.sort_values("query_id").reset_index(drop=True)
+    def key(df):
+        return df.sort_values("query_id").reset_index(drop=True)
+
     pd.testing.assert_frame_equal(key(rev), key(a))
     pd.testing.assert_frame_equal(key(one), key(a[a.doc_id == "beta"]))
     c = queries.sample_spans(docs, paras, secs, config.record("queries", _params(seed=7)))

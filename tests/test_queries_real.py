@@ -13,7 +13,7 @@ from chunkstudy.queries import bm25
 from chunkstudy.corpus import build
 
 from test_bm25 import brute_bm25
-from test_queries import _params, check_invariants
+from test_queries import check_invariants
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,6 +9,7 @@ import pytest
 
 from chunkstudy import artifacts, config, manifests, paper, stages
 from chunkstudy.report import report, tables
+from chunkstudy.report.replication import replication_table
 from test_figures import build_synthetic_run
 
 
@@ -31,7 +32,7 @@ def test_replication_table_worked_example():
     wiki, qasper = _paper_table1("wikipedia"), _paper_table1("qasper")
     # an exploratory row must be ignored
     qasper = pd.concat([qasper, _contrasts([("C3", "G3", "A3", 0.5, 0.0)]).assign(confirmatory=False)])
-    t = report.replication_table({"wikipedia_fa": wiki, "qasper": qasper})
+    t = replication_table({"wikipedia_fa": wiki, "qasper": qasper})
     d = t.set_index("contrast")
     # the paper's pattern (§6.1): three replicate, one is corpus-dependent
     assert d["verdict"].to_dict() == {"C1": "replicates", "C2": "replicates", "C3": "corpus-dependent",
@@ -45,13 +46,13 @@ def test_replication_table_worked_example():
 def test_replication_opposite_signs_and_nulls():
     a = _contrasts([("C1", "A3", "A1", 0.02, 0.01), ("C2", "A3", "P", 0.001, 0.5)])
     b = _contrasts([("C1", "A3", "A1", -0.02, 0.01), ("C2", "A3", "P", -0.001, 0.7)])
-    d = report.replication_table({"x": a, "y": b}).set_index("contrast")
+    d = replication_table({"x": a, "y": b}).set_index("contrast")
     assert d.loc["C1", "verdict"] == "corpus-dependent" and not d.loc["C1", "same_sign"]
     assert d.loc["C2", "verdict"] == "null"
     shown = report.replication({"x": a, "y": b}).display
     assert shown["x: \u0394 (Holm p)"].iat[0] == "+0.0200 (0.010) *"
     with pytest.raises(ValueError, match="two or more corpora"):
-        report.replication_table({"x": a})
+        replication_table({"x": a})
 
 
 def test_replication_prints_07s_decision_and_decides_nothing():
@@ -59,11 +60,11 @@ def test_replication_prints_07s_decision_and_decides_nothing():
     without the decision is refused, naming it."""
     a = _contrasts([("C1", "A3", "A1", 0.02, 0.01)]).assign(reject_holm=False, inference=False)
     b = _contrasts([("C1", "A3", "A1", 0.02, 0.01)])
-    d = report.replication_table({"x": a, "y": b}).set_index("contrast")
+    d = replication_table({"x": a, "y": b}).set_index("contrast")
     assert not d.loc["C1", "significant[x]"] and d.loc["C1", "significant[y]"]
     assert d.loc["C1", "verdict"] == "corpus-dependent"
     with pytest.raises(stages.SchemaError, match="reject_holm"):
-        report.replication_table({"x": a.drop(columns="reject_holm"), "y": b})
+        replication_table({"x": a.drop(columns="reject_holm"), "y": b})
 
 
 def test_warnings_for_demo_and_paper_params(root):
@@ -212,7 +213,6 @@ def test_notebook_runs_on_a_synthetic_store(tmp_path, root, synthetic, run_noteb
 
 
 def test_report_prints_the_environment_and_only_project_relative_paths(tmp_path, root, synthetic, params_file):
-    from chunkstudy import manifests
 
     cfg = config.load(params_file("demo", figures={"formats": ["png"], "replicate_with": "nowhere.yaml"}),
                       root=tmp_path)
@@ -224,7 +224,7 @@ def test_report_prints_the_environment_and_only_project_relative_paths(tmp_path,
     env = manifests.environment()
     assert "parameters `params/demo.yaml`" in text
     assert "## Environment" in text and "| 07_stats " in text and "| 08_figures " in text
-    assert env["python"] in text and f"| torch " in text and env["packages"]["torch"] in text
+    assert env["python"] in text and "| torch " in text and env["packages"]["torch"] in text
     assert f"| {env['torch_threads']} " in text
     assert "figures.replicate_with could not be loaded" in text  # a note whose error names a file under the root
     assert str(tmp_path) not in text and str(root) not in text

@@ -252,7 +252,9 @@ def test_served_demo_agrees_with_in_process_and_two_replicas_give_the_same_ranki
     timings["in process (s)"] = round(time.perf_counter() - t0, 1)
 
     def served_spec(embed_ports, rerank_ports):
-        urls = lambda ps: [f"http://127.0.0.1:{p}/v1" for p in ps] if len(ps) > 1 else f"http://127.0.0.1:{ps[0]}/v1"
+        def urls(ps):
+            return [f"http://127.0.0.1:{p}/v1" for p in ps] if len(ps) > 1 else f"http://127.0.0.1:{ps[0]}/v1"
+
         return {"base": "demo_served.yaml",
                 "embed": {"embedders": {k: {"base_url": urls(embed_ports)} for k in ("strong", "weak")}},
                 "retrieve": {"rerankers": {"xenc-untrained": {"top_n": TOP_N, "base_url": urls(rerank_ports)}}}}

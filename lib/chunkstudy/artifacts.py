@@ -17,18 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
-import subprocess
 import tempfile
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
 
-from . import models, progress, stages
+from . import progress, stages
 from .config import Config
 from .stages import SchemaError  # noqa: F401 - re-exported: artifacts.SchemaError is what a bad table raises
 from .errors import ChunkstudyError

@@ -50,14 +50,11 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, cast
-
-if TYPE_CHECKING:
-    import pandas as pd
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
-from . import llm, models
+from . import models
 from .params import EmbedderParams
 from .errors import ChunkstudyError
 

@@ -17,7 +17,7 @@ import re
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -363,8 +363,6 @@ def embed_all(specs: Mapping[str, EmbedderParams], texts: Sequence[str], store: 
     for the openai backend; ``cpu_bf16`` the CPU's hardware-bfloat16 feature when ``dtype: auto`` could use it,
     and ``agreement_*`` the bfloat16-vs-float32 check that settled it, None without one).
     """
-    import time
-
     import pandas as pd
 
     vectors, rows = {}, []

@@ -581,8 +581,6 @@ def _chunk_texts(cfg, n: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import config
-
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.gpu", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("serve-args", help="the `vllm serve` arguments for PARAMS, one per line")

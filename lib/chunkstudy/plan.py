@@ -149,7 +149,7 @@ def corpus_tables(cfg, build: bool = False) -> tuple[dict[str, pd.DataFrame], st
 def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     """The plan of a run of ``cfg`` over 01's ``tables`` (module docstring): a dict of plain numbers and notes."""
     from . import artifacts, design, embed, induce, queries
-    from .chunks import chunk_sets, chunking, cuts
+    from .chunks import chunk_sets, cuts
     from .induce import contexts
 
     documents, paragraphs = tables["documents"], tables["paragraphs"]
@@ -357,8 +357,6 @@ def render(plan: Mapping[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import config
-
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.plan", description=__doc__.split("\n\n")[0])
     ap.add_argument("params", help="a parameter file (params/qasper.yaml) or a name in params/")
     ap.add_argument("--build", action="store_true", help="build the corpus in memory when 01 has not run")

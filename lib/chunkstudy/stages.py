@@ -175,7 +175,8 @@ def _optional(name: str, what: str) -> Read:
     return Read(name, optional=f"{what} is left out")
 
 
-I, F, S, B, L, A = "int", "float", "str", "bool", "list", "any"
+#: the column kinds of the schemas below, one letter each so that a table reads as one line
+I, F, S, B, L, A = "int", "float", "str", "bool", "list", "any"  # noqa: E741
 
 #: The model servers a stage may call (:attr:`Stage.services`): the LLM (``llm``), the embedders (``embed.embedders``
 #: with ``backend: openai``) and the rerankers (``retrieve.rerankers`` with ``backend: openai``).

@@ -65,7 +65,7 @@ import re
 import tarfile
 from collections import Counter
 from pathlib import Path
-from typing import IO, Any, Iterable, cast
+from typing import IO, Iterable, cast
 
 import pandas as pd
 from rapidfuzz import fuzz, process

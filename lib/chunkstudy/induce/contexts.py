@@ -51,7 +51,7 @@ chunking tokenizer); without one, a stated approximation (words and punctuation 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 import pandas as pd

@@ -4,7 +4,7 @@ sections and the log."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 import numpy as np
 import pandas as pd

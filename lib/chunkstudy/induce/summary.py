@@ -4,7 +4,7 @@ model produced the structure. The table beside the paper's numbers is :func:`chu
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 

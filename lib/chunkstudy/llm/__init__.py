@@ -104,10 +104,10 @@ from .base import (
 from . import http
 from .http import (
     BROKER_ENV, RETRY_STATUS, WAIT_NOTICE_S, Breaker, GaveUp, JsonPool, Replicas, auth_headers, backoff_s,
-    ensure_served, error_for, post_json, urls,
+    ensure_served, error_for, parse_retry_after, post_json, urls,
 )
 from .backends import (
-    Backend, NoBackend, ScriptedBackend, parse_retry_after, prometheus_counters, OpenAIBackend, PROGRAMMING_ERRORS,
+    Backend, NoBackend, ScriptedBackend, prometheus_counters, OpenAIBackend, PROGRAMMING_ERRORS,
     check_engine_args, VLLMBackend, TransformersBackend, generation_finish_reason, make_backend, server_usage,
 )
 from .cache import (

@@ -5,12 +5,10 @@ failure policy each one maps its errors to."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
 import time
-from concurrent.futures import wait
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
@@ -18,7 +16,6 @@ from ..params import LLMParams
 from . import http
 from .base import (PREFLIGHT_TIMEOUT_S, VLLM_COUNTERS, Call, Completion, LLMError, LLMUnavailable, PermanentError,
                    PreflightError, Request)
-from .http import parse_retry_after
 
 
 class Backend:

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 from ..params import LLMParams
 from . import http
 from .backends import Backend, NoBackend, make_backend, prometheus_counters
-from .base import (Call, CircuitOpen, Completion, EmptyReply, ErrorShareExceeded, LLMError, LLMUnavailable, LengthCut,
+from .base import (Call, CircuitOpen, Completion, EmptyReply, ErrorShareExceeded, LLMError, LLMUnavailable,
                    PermanentError, ReplyTimeout, Request, Response, ServerError, TransportError, _Aborted, cache_key,
                    prompt_hash)
 from .cache import CallCache

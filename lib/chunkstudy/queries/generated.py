@@ -4,7 +4,7 @@ two rounds around the paraphrase, the seeded balancing of finals, and the funnel
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd

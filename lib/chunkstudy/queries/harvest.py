@@ -4,7 +4,6 @@ checked against the documents; leakage scores are recorded as description, never
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
 
 import pandas as pd
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 from functools import lru_cache
-from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd

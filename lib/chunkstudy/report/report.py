@@ -31,7 +31,7 @@ from ..errors import ChunkstudyError
 from ..params import Params, StatsParams
 from . import curve, drilldown, figures, html, pareto, tables
 from .bundle import Bundle
-from .replication import replication, replication_table
+from .replication import replication
 
 #: Tables 08 reads (its declared reads, :data:`chunkstudy.stages.STAGES`; runs are not needed: the scores already
 #: summarise them).
@@ -76,7 +76,7 @@ def gather(cfg: Config, names: tuple[str, ...] = INPUT_TABLES) -> dict[str, Any]
         except FileNotFoundError:
             (out["missing"] if name in OPTIONAL_INPUTS else required).append(f"{stage}/{name}.json")
     if required:
-        raise ReportError(f"08_figures: required inputs missing: "
+        raise ReportError("08_figures: required inputs missing: "
                           + ", ".join(f"{n} (written by {stages.writer(n.split('/')[-1].removesuffix('.json'))})"
                                       for n in required)
                           + f"; run ./run_all.sh {cfg.corpus} (08 does without only {sorted(OPTIONAL_INPUTS)})")

@@ -41,10 +41,10 @@ def contrast_spec(stats_params: StatsParams) -> dict[str, tuple[str, str]]:
     if not isinstance(raw, Mapping) or not raw:
         raise ValueError(f"stats.contrasts: expected a mapping name -> [condition_a, condition_b], got {raw!r}")
     out = {}
-    for name, pair in raw.items():
-        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(isinstance(c, str) for c in pair):
-            raise ValueError(f"stats.contrasts.{name}: expected [condition_a, condition_b], got {pair!r}")
-        out[str(name)] = (pair[0], pair[1])
+    for name, ab in raw.items():
+        if not isinstance(ab, (list, tuple)) or len(ab) != 2 or not all(isinstance(c, str) for c in ab):
+            raise ValueError(f"stats.contrasts.{name}: expected [condition_a, condition_b], got {ab!r}")
+        out[str(name)] = (ab[0], ab[1])
     return out
 
 
