@@ -288,8 +288,6 @@ COST_COLUMNS = ["condition", "embedder", "quality", "embedding", *LLM_COLUMNS[1:
                 "n_texts", "content_tokens", "prefix_tokens", "tokens_embedded", "prefix_share", "tokens_read", "n_vectors",
                 "n_route_vectors", "dim", "index_bytes", "embed_seconds", "latency_ms_per_query", "latency_ms_min",
                 "latency_ms_max", "pareto_tokens", "pareto_llm"]
-#: The columns of :func:`cost_table` that are measured in the run (wall seconds): never pinned by a golden.
-MEASURED_COLUMNS = ("llm_seconds", "embed_seconds", "latency_ms_per_query", "latency_ms_min", "latency_ms_max")
 
 
 def llm_uses(conditions: Sequence[Any], induce_llm: bool, contexts_llm: bool) -> dict[str, list[str]]:
