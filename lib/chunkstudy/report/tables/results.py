@@ -164,7 +164,7 @@ def table4(conditions: Sequence[str], summary: Mapping[str, Any] | None, context
     spec = {c: design.condition(c).table4(route_sections) for c in conds}
     if contexts_method != "llm":
         spec = {c: (b, f"{contexts_method} situating context (non-LLM baseline)", r)
-                if design.condition(c).prefix == "context" else (b, p, r) for c, (b, p, r) in spec.items()}
+                if design.condition(c).prefix_kind.contexts else (b, p, r) for c, (b, p, r) in spec.items()}
     data = pd.DataFrame({"condition": conds, "boundaries": [spec[c][0] for c in conds],
                          "prefix": [spec[c][1] for c in conds],
                          "retrieval": [spec[c][2] for c in conds]})
