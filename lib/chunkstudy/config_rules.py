@@ -128,7 +128,7 @@ def _extra_conditions(d: dict) -> str | None:
             if spec["chunker"] or spec["size_matched_twin"] or boundaries != "chunker":
                 return f"{name}: 'of: {spec['of']}' takes that condition's chunks whole; state no chunker, no " \
                        "boundaries and no size_matched_twin"
-            if spec["prefix"] != "none" or spec["depth"] is not None:
+            if spec["prefix"] != design.NO_PREFIX or spec["depth"] is not None:
                 return f"{name}: 'of: {spec['of']}' takes that condition's prefix whole; state no prefix and no depth"
             if spec["of"] not in d["chunking"]["conditions"]:
                 return f"{name}.of: {spec['of']!r} is not in chunking.conditions {list(d['chunking']['conditions'])}"
@@ -148,9 +148,10 @@ def _extra_conditions(d: dict) -> str | None:
             return f"{name}: overlap: true with embedding: late; late pooling pools each token into one chunk of " \
                    "one sequence per document, so the chunks must not overlap: set overlap: false (and a chunker " \
                    "that does not overlap), or embedding: independent"
-        if spec.get("placebo_seed") is not None and (spec["prefix"] != "placebo" or spec.get("of") is not None):
-            return f"{name}.placebo_seed: only a placebo prefix of the entry's own (prefix: placebo, no 'of') is " \
-                   "permuted; leave placebo_seed out"
+        if spec.get("placebo_seed") is not None and (not kind.control or spec.get("of") is not None):
+            controls = " or ".join(k.name for k in design.PREFIX_KINDS.values() if k.control)
+            return f"{name}.placebo_seed: only a {controls} prefix of the entry's own (prefix: {controls}, no " \
+                   "'of') is permuted; leave placebo_seed out"
         if spec["size_matched_twin"] and boundaries != "chunker":
             return f"{name}.size_matched_twin: only a chunker's cut gets a twin (the paper's A0 is already the " \
                    "size-matched twin of A2)"

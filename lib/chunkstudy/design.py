@@ -60,23 +60,34 @@ BOUNDARIES: dict[str, Boundaries] = {
 
 @dataclass(frozen=True)
 class PrefixKind:
-    """What is put before a chunk's content at embedding time, declared once. ``heading_path``: the prefix reads
-    the heading path of the section the chunk's content starts in, cut to the condition's depth (so it needs the
-    condition's outline and has a depth); ``contexts``: it reads the situating contexts 02 writes for the
-    condition's chunk set (``02_induce/contexts_a1``); ``side_table``: the 04 table its side output goes to, one
-    part per condition (``placebo``); ``text``: one line saying what it puts there. The function that renders each
-    kind is :data:`chunkstudy.chunks.prefixes.FUNCTIONS` (checked against this declaration on import)."""
+    """What is put before a chunk's content at embedding time, declared once; every decision about a kind reads
+    this record, never its name (a test scans the library for a comparison with a kind's name).
+
+    ``heading_path``: the prefix reads the heading path of the section the chunk's content starts in, cut to the
+    condition's depth (so it needs the condition's outline and has a depth); ``contexts``: it reads the situating
+    contexts 02 writes for the condition's chunk set (``02_induce/contexts_a1``; 02 situates that chunk set and
+    07 charges the LLM calls that wrote them to the condition); ``side_table``: the 04 table its side output goes
+    to, one part per condition, keyed by ``condition`` (``placebo``; declared with its columns in
+    :data:`chunkstudy.stages.STAGES`); ``text``: one line saying what it puts there; ``control``: a control, not a
+    structure of the chunk's own document (the placebo's path from another document: permuted with
+    ``chunking.placebo_seed`` or a condition's own ``placebo_seed``, drawn dashed in the figures, Figure 1's
+    placebo). The function that renders each kind is :data:`chunkstudy.chunks.prefixes.FUNCTIONS` (checked
+    against this declaration on import)."""
 
     name: str
     heading_path: bool
     contexts: bool
     side_table: str | None
     text: str
+    control: bool = False
 
+
+#: The kind that puts nothing before a chunk: a condition's prefix unless it names another.
+NO_PREFIX = "none"
 
 #: Every prefix kind, paper's and user's alike.
 PREFIX_KINDS: dict[str, PrefixKind] = {
-    "none": PrefixKind("none", False, False, None, "nothing"),
+    NO_PREFIX: PrefixKind(NO_PREFIX, False, False, None, "nothing"),
     "title": PrefixKind("title", False, False, None, "the document title alone: [Title]"),
     "context": PrefixKind("context", False, True, None,
                           "a situating context of the chunk in its document (A1; LLM or the extractive baseline)"),
@@ -84,8 +95,16 @@ PREFIX_KINDS: dict[str, PrefixKind] = {
                        "the real heading path of the chunk's section, [Title › Section › Subsection], cut to a "
                        "depth"),
     "placebo": PrefixKind("placebo", True, False, "placebo",
-                          "a real heading path of the same depth from another document (the placebo)"),
+                          "a real heading path of the same depth from another document (the placebo)", control=True),
 }
+
+
+def side_tables() -> tuple[str, ...]:
+    """The 04 tables the prefix kinds' side outputs go to (:attr:`PrefixKind.side_table`), each once, in declared
+    order; read when called, so a kind added at run time is counted."""
+    return tuple(dict.fromkeys(k.side_table for k in PREFIX_KINDS.values() if k.side_table is not None))
+
+
 #: The prefix kinds, in declared order (the parameters' choices).
 PREFIXES: tuple[str, ...] = tuple(PREFIX_KINDS)
 
@@ -182,7 +201,7 @@ class Condition:
 
     name: str
     boundaries: str
-    prefix: str = "none"
+    prefix: str = NO_PREFIX
     routing: str = "flat"
     depth: int | None = None
     matched_to: str | None = None

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from . import artifacts, config
+from .stats import verdicts
 
 
 def headline(cfg: config.Config) -> dict:
@@ -41,9 +42,18 @@ def headline(cfg: config.Config) -> dict:
 
 #: Sections of :func:`headline` a golden file pins only when it has them (golden files pinned before these existed
 #: leave them out, and :func:`compare` does not count them as unexpected there): the user's contrasts of the
-#: primary cell, the TOST verdicts, the exact columns of 07's cost table, the correctly specified secondary model
-#: (07's ``mixedlm_paired``) and each contrast's specification curve.
-OPTIONAL = ("user_contrasts", "tost", "cost", "mixedlm_paired", "multiverse")
+#: primary cell, the exact columns of 07's cost table, the correctly specified secondary model (07's
+#: ``mixedlm_paired``) and each contrast's specification curve; each registered verdict's section too
+#: (:func:`optional`; TOST's ``tost``).
+OPTIONAL = ("user_contrasts", "cost", "mixedlm_paired", "multiverse")
+
+
+def optional() -> tuple[str, ...]:
+    """:data:`OPTIONAL` and each registered verdict's section, read when called (a verdict registered at run time
+    counts)."""
+    return (*OPTIONAL, *(v.golden_section for v in verdicts.VERDICTS.values()))
+
+
 #: The cost table's columns a golden pins: the exact counts (never the measured seconds).
 COST_PINNED = ("embedding", "llm_calls", "llm_tokens", "tokens_embedded", "prefix_share", "tokens_read",
                "index_bytes", "pareto_tokens", "pareto_llm")
@@ -54,24 +64,19 @@ MULTIVERSE_PINNED = ("n_declared", "n_specs", "primary_delta", "median_delta", "
                      "share_sig_negative", "null_p")
 
 
-def _tost(r) -> dict:
-    return {"equivalence": str(r.equivalence), "tost_ci_low": float(r.tost_ci_low),
-            "tost_ci_high": float(r.tost_ci_high), "p_tost_holm": float(r.p_tost_holm),
-            "p_met_holm": float(r.p_met_holm)}
-
-
 def _beyond(cfg: config.Config, primary, cell: str) -> dict:
-    """The :data:`OPTIONAL` sections of a finished run's headline, those its tables hold."""
+    """The :func:`optional` sections of a finished run's headline, those its tables hold."""
     out: dict = {}
     user = artifacts.read(cfg, "user_contrasts") if artifacts.exists(cfg, "user_contrasts") else None
     if user is not None and len(user):
         rows = user[user["cell"] == cell].sort_values("contrast")
+        shown = verdicts.shown(user)
         out["user_contrasts"] = {
             r.contrast: {"mean_delta": float(r.mean_delta), "p": float(r.p), "p_holm": float(r.p_holm),
-                         **({"equivalence": str(r.equivalence)} if "equivalence" in user else {})}
+                         **{k: x for v in shown for k, x in v.golden_user(r).items()}}
             for r in rows.itertuples()}
-    if "equivalence" in primary:
-        out["tost"] = {r.contrast: _tost(r) for r in primary.itertuples()}
+    for v in verdicts.shown(primary):
+        out[v.golden_section] = {r.contrast: v.golden(r) for r in primary.itertuples()}
     if artifacts.exists(cfg, "mixedlm_paired"):
         paired = artifacts.read(cfg, "mixedlm_paired")
         out["mixedlm_paired"] = {r.contrast: {"coef": float(r.coef), "se": float(r.se), "p_holm": float(r.p_holm)}
@@ -90,11 +95,11 @@ def _beyond(cfg: config.Config, primary, cell: str) -> dict:
 
 def compare(expected, actual, tol: float = 1e-6, where: str = "") -> list[str]:
     """Differences between two headline dicts: numbers beyond ``tol`` (absolute), anything else unequal. At the
-    top level, an :data:`OPTIONAL` section the pinned file does not hold is not compared."""
+    top level, an :func:`optional` section the pinned file does not hold is not compared."""
     if isinstance(expected, dict) and isinstance(actual, dict):
         out = []
         for k in sorted(set(expected) | set(actual)):
-            if not where and k in OPTIONAL and k not in expected:
+            if not where and k in optional() and k not in expected:
                 continue
             if k not in actual or k not in expected:
                 out.append(f"{where}{k}: {'missing' if k not in actual else 'unexpected'}")

@@ -14,7 +14,7 @@ import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from . import artifacts, config, models, stages
 
@@ -138,14 +138,16 @@ def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
 
 def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
                    sources: list[dict] | None = None, env: dict | None = None,
-                   warned: list[str] | None = None, services: list[dict] | None = None) -> dict:
+                   warned: list[str] | None = None, services: list[dict] | None = None,
+                   declared: Mapping[str, dict] | None = None) -> dict:
     """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
     (:func:`environment`, or ``env`` when the runner has it), the warnings the stage sent
     (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
     sha256 and the digest of every parameter), the content of the JSON outputs declared with ``manifest=True``
     (``records``: how each encoder ran), what the user added (``user_declared``: the digest and names of
     ``conditions.extra`` and ``contrasts.extra``, when any; 01's tells whether they were declared before the run;
-    likewise ``equivalence_declared`` and ``multiverse_declared``),
+    likewise ``multiverse_declared`` and what each verdict beside Holm's records of its declaration: ``declared``,
+    record name -> record, :func:`chunkstudy.stats.verdicts.records`, e.g. TOST's ``equivalence_declared``),
     the model servers the stage's calls went to (``services``: URL, model, started or reused, PID, start-up
     seconds, version, command, log; :mod:`chunkstudy.serving`) and, for 01, the fingerprints of its source files.
     Paths are relative to the project."""
@@ -172,11 +174,7 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
         manifest["user_declared"] = {"digest": config.declaration_digest(cfg.params("conditions"),
                                                                          cfg.params("contrasts")),
                                      "conditions": list(user_conditions), "contrasts": list(user_contrasts)}
-    st = cfg.params("stats")
-    if st.equivalence_bounds:  # the equivalence bounds as this stage saw them: 08 asks whether 01 saw the same
-        manifest["equivalence_declared"] = {"sesoi": None if st.sesoi is None else float(st.sesoi),
-                                            "alpha": float(st.alpha), "metric": st.primary_metric,
-                                            "bounds": st.equivalence_bounds}
+    manifest.update(declared or {})  # the verdicts' declarations as this stage saw them: 08 asks whether 01 did
     if cfg.params().multiverse.active:  # the curve's axes as this stage saw them: 08 asks whether 01 saw the same
         manifest["multiverse_declared"] = config.as_dict(cfg.params().multiverse)
     if warned:

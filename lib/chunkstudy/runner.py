@@ -58,6 +58,7 @@ from .errors import ChunkstudyError
 from .runlock import RunLocked, corpus_lock
 from .serving.check import problems as serve_problems
 from .serving.lifecycle import Services
+from .stats import verdicts
 
 #: Which earlier stages each stage reads (its inputs are their outputs), from :data:`chunkstudy.stages.STAGES`
 #: under any parameters; :func:`stage_key` narrows it to the reads a parameter file switches on.
@@ -522,7 +523,8 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
                 key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
         env = env or manifests.environment()  # the same for every stage of this run: looked up once
-        manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned, served.records(stage.name))
+        manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned, served.records(stage.name),
+                                 verdicts.records(cfg.params("stats")))
         log(f"{stage.name:<16} ran      {dt:6.1f} s" + (f"  ({len(warned)} warning{'s' * (len(warned) != 1)}, "
                                                         "in the report)" if warned else ""))
         results.append((stage.name, "ran", dt))

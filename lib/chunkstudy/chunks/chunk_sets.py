@@ -24,7 +24,7 @@ shifts or enters them, so relevance (computed on offsets) cannot come from a pre
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -103,8 +103,10 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     * ``"texts"``: the unique embedded texts in row order (a list of str).
     * ``"size_matching"``: per document, the A0 target (mean content tokens of its A2 chunks) and the realised
       chunk counts and means of the paper's chunk sets A0, A2 and G2, with ``gap_A0_A2 = mean_A0 - mean_A2``.
-    * ``"placebo"``: the side table of every placebo condition (:func:`prefixes.placebo`), keyed by ``condition``;
-      ``"placebo_buckets"``: :func:`placebo.placebo_buckets` of each, keyed likewise.
+    * one entry per side table the prefix kinds declare (:func:`chunkstudy.design.side_tables`,
+      :attr:`~chunkstudy.design.PrefixKind.side_table`; ``"placebo"``: :func:`prefixes.placebo`'s), each the side
+      outputs of its conditions keyed by ``condition`` (:func:`keyed`; empty when no condition of the run has it);
+      ``"placebo_buckets"``: :func:`placebo.placebo_buckets` of each part of the placebo table, keyed likewise.
     * ``"summary"``: realised pooled means per paper chunk set, the A0-A2 gap, the paper's placebo residuals,
       unique-text share, and under ``"extra"`` the facts of the user's conditions.
     """
@@ -115,12 +117,43 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     cuts.require_outlines(conds, outlines)
     cut = cuts.cut_all(cuts.chunk_sets_of(conds),
                        cuts.CutInputs(documents, paragraphs, outlines, p, counter, dict(embed_fns or {}), params_dir))
-    titles = dict(zip(documents["doc_id"], documents["title"]))
-    # gold and induced section ids may coincide ("doc::s003"), so their heading paths are kept apart
-    paths_of = {o: docmodel.heading_paths(t) if t is not None else {} for o, t in outlines.items()}
+    frames, sides = _prefixed(conds, _Build(cut, documents, outlines, contexts_a1, p))
+    chunks, texts = _chunk_rows(frames, documents, counter)
+    placebos = sides.get(placebo.TABLE, {})
+    size, summary = _summaries(conds, cut, chunks, texts, placebos, p)
+    return {"chunks": chunks, "texts": texts, "size_matching": size,
+            **{table: keyed(parts, table) for table, parts in sides.items()},
+            "placebo_buckets": keyed({n: placebo.placebo_buckets(t) for n, t in placebos.items()},
+                                     "placebo_buckets"),
+            "summary": summary}
 
+
+@dataclass(frozen=True)
+class _Build:
+    """What every condition of one :func:`build_all` is prefixed from: the chunk sets ``cut``, the ``documents``,
+    the ``outlines`` (section table name -> table or None), 02's ``contexts`` and the ``chunking`` record."""
+
+    cut: Mapping[str, cuts.Cut]
+    documents: pd.DataFrame
+    outlines: Mapping[str, pd.DataFrame | None]
+    contexts: pd.DataFrame | None
+    chunking: ChunkingParams
+
+
+#: Side tables by table, each condition -> its part.
+Sides = dict[str, dict[str, pd.DataFrame]]
+
+
+def _prefixed(conds: list[design.Condition], b: _Build) -> tuple[list[pd.DataFrame], Sides]:
+    """Each condition's rows with its prefixes (:func:`prefixes.render`), in order, and the side tables: per table
+    the kinds declare (:func:`chunkstudy.design.side_tables`), condition -> its part. A condition that takes
+    another whole (``of``) gets that one's rows and side-table parts under its own name."""
+    titles = dict(zip(b.documents["doc_id"], b.documents["title"]))
+    # gold and induced section ids may coincide ("doc::s003"), so their heading paths are kept apart
+    paths_of = {o: docmodel.heading_paths(t) if t is not None else {} for o, t in b.outlines.items()}
+    p = b.chunking
     frames: list[pd.DataFrame] = []
-    sides: dict[str, dict[str, pd.DataFrame]] = {}
+    sides: Sides = {table: {} for table in design.side_tables()}
     built: dict[str, pd.DataFrame] = {}
     for c in conds:
         if c.of is not None:  # the chunks, prefixes and side tables of the condition it takes whole, renamed
@@ -128,18 +161,23 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
                 raise ChunkingError(f"conditions.extra.{c.name}: of: {c.of} is not a condition of this run "
                                     f"{[x.name for x in conds if x.of is None]}")
             frames.append(built[c.of].assign(condition=c.name, shares_vectors_with=None))
-            for table in sides.values():
-                if c.of in table:
-                    table[c.name] = table[c.of]
+            for parts in sides.values():
+                if c.of in parts:
+                    parts[c.name] = parts[c.of]
             continue
-        base = _frame(cut[c.chunk_set], c, documents, outlines)
+        base = _frame(b.cut[c.chunk_set], c, b.documents, b.outlines)
         depth = c.prefix_depth(p.depths)
         inputs = prefixes.PrefixInputs(c, titles, paths_of.get(str(c.outline), {}), depth,
-                                       _contexts_of(contexts_a1, c.chunk_set) if c.prefix_kind.contexts else None,
+                                       _contexts_of(b.contexts, c.chunk_set) if c.prefix_kind.contexts else None,
                                        p if c.placebo_seed is None else replace(p, placebo_seed=c.placebo_seed))
         pre, side = prefixes.render(base, inputs)
+        table = c.prefix_kind.side_table
+        if (side is None) != (table is None):
+            raise ChunkingError(f"prefix kind {c.prefix}: its function returned "
+                                f"{'no side table' if side is None else 'a side table'}, and design.PREFIX_KINDS "
+                                f"declares side_table={table!r}")
         if side is not None:
-            sides.setdefault(str(c.prefix_kind.side_table), {})[c.name] = side
+            sides[str(table)][c.name] = side
         df = base.copy()
         df.insert(0, "condition", c.name)
         df["prefix"] = pre
@@ -147,7 +185,13 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
         df["shares_vectors_with"] = c.shares_vectors_with
         frames.append(df)
         built[c.name] = df
+    return frames, sides
 
+
+def _chunk_rows(frames: list[pd.DataFrame], documents: pd.DataFrame,
+                counter: TokenCounter) -> tuple[pd.DataFrame, list[str]]:
+    """The conditions' rows as 04's ``chunks`` (:data:`CHUNK_COLUMNS`): their ``chunk_id``, prefix tokens and
+    ``text_row`` into the unique embedded texts, which are returned beside them."""
     chunks = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CHUNK_COLUMNS)
     chunks["chunk_id"] = (chunks["condition"] + "|" + chunks["doc_id"] + "|"
                           + chunks.groupby(["condition", "doc_id"], sort=False).cumcount().map("{:04d}".format))
@@ -156,10 +200,14 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     chunks["n_prefix_tokens"] = chunks["prefix"].map(n_pre).astype("int64")
     rows, texts = text_rows(embedded_texts(chunks, documents))
     chunks["text_row"] = rows
-    chunks = chunks[CHUNK_COLUMNS]
+    return chunks[CHUNK_COLUMNS], texts
 
+
+def _summaries(conds: list[design.Condition], cut: Mapping[str, cuts.Cut], chunks: pd.DataFrame, texts: list[str],
+               placebos: Mapping[str, pd.DataFrame], p: ChunkingParams) -> tuple[pd.DataFrame, dict]:
+    """04's ``size_matching`` table and ``summary.json`` (:func:`_summary`, the user's conditions under
+    ``extra``); ``placebos``: the placebo table's parts, condition -> part (the paper's pooled for its residuals)."""
     paper_sets = {n: cut[n].spans for n in design.CHUNK_SETS if n in cut}
-    placebos = sides.get("placebo", {})
     paper_placebo = [placebos[c.name] for c in conds if not c.user and c.name in placebos]
     pooled = pd.concat(paper_placebo, ignore_index=True) if paper_placebo else None
     size = _size_matching(paper_sets)
@@ -169,10 +217,7 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     extra = _user_facts([c for c in conds if c.user], cut, chunks, placebos, p.depths)
     if extra:
         summary["extra"] = extra
-    return {"chunks": chunks, "texts": texts, "size_matching": size, "placebo": keyed(placebos, "placebo"),
-            "placebo_buckets": keyed({n: placebo.placebo_buckets(t) for n, t in placebos.items()},
-                                     "placebo_buckets"),
-            "summary": summary}
+    return size, summary
 
 
 def keyed(tables: Mapping[str, pd.DataFrame], table: str) -> pd.DataFrame:
@@ -289,7 +334,7 @@ def _user_facts(conds: list[design.Condition], cut: Mapping[str, cuts.Cut], chun
         owner.setdefault("sets", {})[c.name] = _set_facts(rows)
         if c.name in placebos:
             pl = placebos[c.name]
-            owner["sets"][c.name]["placebo"] = {**placebo.placebo_donors(pl), "pairs": int(len(pl)),
+            owner["sets"][c.name][placebo.TABLE] = {**placebo.placebo_donors(pl), "pairs": int(len(pl)),
                                                 "min_residual": placebo.min_residual(pl)}
         if c.twin_of is not None:
             owner["twin"] = c.name

@@ -18,8 +18,10 @@ from .chunking import ChunkingError
 
 PLACEBO_METHODS = ("permute", "shift")
 
+#: The 04 table of the assignments (the placebo kind's side table, :data:`chunkstudy.design.PREFIX_KINDS`).
+TABLE = "placebo"
 #: The columns of :func:`placebo_assign` (04's ``placebo`` table adds ``condition`` and ``n_chunks``).
-PLACEBO_COLUMNS = [c for c in stages.columns("placebo") if c not in ("condition", "n_chunks")]
+PLACEBO_COLUMNS = [c for c in stages.columns(TABLE) if c not in ("condition", "n_chunks")]
 
 
 def derangement_repair(labels: np.ndarray, perm: np.ndarray, rng: np.random.Generator) -> np.ndarray:

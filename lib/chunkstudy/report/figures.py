@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 import textwrap
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import matplotlib
 import numpy as np
@@ -49,19 +49,30 @@ CONDITION_COLORS: dict[str, str] = {c.name: c.colour for c in design.CONDITIONS}
 EMBEDDER_COLORS = ("#08519c", "#e6550d", "#31a354", "#7b3294")
 
 
-def _the(**declared: object) -> str:
-    """The one condition of :data:`chunkstudy.design.CONDITIONS` with these declared properties: Figure 1 shows
-    conditions by their role, so a renamed condition keeps its place in the figure."""
-    (name,) = [c.name for c in design.CONDITIONS if all(getattr(c, k) == v for k, v in declared.items())]
-    return name
+def _first(role: str, plays: Callable[[design.Condition], bool]) -> str:
+    """The first condition of :data:`chunkstudy.design.CONDITIONS` (in the paper's order) that ``plays`` Figure 1's
+    ``role``, read from its declaration (its prefix kind's :class:`~chunkstudy.design.PrefixKind`, its boundaries,
+    depth and routing), never its name: a renamed condition keeps its place in the figure, and a second condition
+    of the same role (a second placebo) is drawn as any other."""
+    for c in design.CONDITIONS:
+        if plays(c):
+            return c.name
+    raise ImportError(f"chunkstudy.report.figures: no condition of design.CONDITIONS is Figure 1's {role}")
+
+
+def _full_path(c: design.Condition, routing: str) -> bool:
+    """The induced structure's own full heading path (A3; routed: A4)."""
+    kind = c.prefix_kind
+    return (c.boundaries == "induced" and kind.heading_path and not kind.control and c.depth is None
+            and c.routing == routing)
 
 
 #: Figure 1's conditions by role: the full induced heading path (A3), the placebo (P), the situating context
 #: (A1) and the routed full path (A4); the unprefixed cuts under them are their chunk sets (A2, A0).
-_FULL_PATH = _the(boundaries="induced", prefix="path", depth=None, routing="flat")
-_PLACEBO = _the(prefix="placebo")
-_CONTEXT = _the(prefix="context")
-_ROUTED = _the(boundaries="induced", prefix="path", depth=None, routing="two-stage")
+_FULL_PATH = _first("full heading path", lambda c: _full_path(c, "flat"))
+_PLACEBO = _first("placebo", lambda c: c.prefix_kind.control)
+_CONTEXT = _first("situating context", lambda c: c.prefix_kind.contexts)
+_ROUTED = _first("routed full heading path", lambda c: _full_path(c, "two-stage"))
 
 
 def color(condition: str) -> str:
@@ -69,8 +80,12 @@ def color(condition: str) -> str:
 
 
 def _control(condition: str) -> bool:
-    """Conditions drawn dashed: a prefix that is not the document's own structure (A1's context, P's placebo)."""
-    return condition in design.CONDITION_NAMES and design.condition(condition).prefix in ("context", "placebo")
+    """Conditions drawn dashed: a prefix that is not the document's own structure, one that reads the situating
+    contexts or a control (:class:`~chunkstudy.design.PrefixKind`: A1's context, P's placebo)."""
+    if condition not in design.CONDITION_NAMES:
+        return False
+    kind = design.condition(condition).prefix_kind
+    return kind.contexts or kind.control
 
 
 class ShownFigure(Figure):

@@ -29,6 +29,7 @@ from .. import artifacts, config, manifests, paper, significance, stages
 from ..config import Config
 from ..errors import ChunkstudyError
 from ..params import Params, StatsParams
+from ..stats import verdicts
 from . import curve, drilldown, figures, html, pareto, tables
 from .bundle import Bundle
 from .replication import replication
@@ -339,8 +340,7 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
 
     if "contrasts" in got:
         _table(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks, got.get("mixedlm_paired"))
-        if tables.has_tost(got["contrasts"]):
-            b.facts["sesoi_registration"] = sesoi_registration(params, inputs.get("manifests"))
+        b.facts["verdicts"] = verdict_sentences(params, got["contrasts"], inputs.get("manifests"))
     other, other_contrasts, note = partner
     if note:
         b.notes.append(note)
@@ -440,19 +440,15 @@ def user_registration(params: Params, manifests: Mapping[str, Mapping] | None) -
                    "results. Hypothesis-generating only.")
 
 
-def sesoi_registration(params: Params, manifests: Mapping[str, Mapping] | None) -> str:
-    """Whether the equivalence bounds (``stats.sesoi``, ``stats.sesoi_by_metric``) were declared before the run:
-    stage 01's manifest (written before any result existed) records the same bounds
-    (:func:`chunkstudy.manifests.write_manifest`'s ``equivalence_declared``; a manifest written before per-metric
-    bounds records the primary metric's alone)."""
-    first = ((manifests or {}).get("01_corpus") or {}).get("equivalence_declared") or {}
-    bounds = params.stats.equivalence_bounds
-    recorded = first.get("bounds", {first.get("metric"): first.get("sesoi")} if first.get("sesoi") is not None else {})
-    said = ", ".join(f"{m} \u00b1{b:g}" for m, b in bounds.items())
-    if bounds and recorded == bounds:
-        return f"The equivalence bounds ({said}) were declared before the run (stage 01's manifest records them)."
-    return (f"The equivalence bounds ({said}) are not what stage 01's manifest records: they were set after the "
-            "corpus was built, possibly after seeing results.")
+def verdict_sentences(params: Params, contrasts: pd.DataFrame,
+                      manifests: Mapping[str, Mapping] | None) -> list[str]:
+    """What the report's text says beside Holm's decision of each registered verdict 07's ``contrasts`` carry
+    (:data:`chunkstudy.stats.verdicts.VERDICTS`): its sentence, then whether its declaration was made before the
+    run, from what stage 01's manifest (written before any result existed) records of it
+    (:meth:`chunkstudy.significance.ReportedVerdict.registration`)."""
+    first = (manifests or {}).get("01_corpus") or {}
+    return [f"{v.sentence} {v.registration(params.stats, first.get(v.record_name) or {})}"
+            for v in verdicts.shown(contrasts)]
 
 
 FIGURE_CAPTIONS = {
@@ -517,8 +513,8 @@ def render(b: Bundle, params: Params, params_file: str = "", embed_figures: bool
             "per document) beside it. Everything in the next sections is **exploratory**. "
             + tables.md_escape(inference_thresholds(st, _recorded_n_boot(b))), ""]
     table("table1")
-    if "sesoi_registration" in b.facts:
-        out += [tables.md_escape(tables.TOST_SENTENCE + " " + b.facts["sesoi_registration"]), ""]
+    for sentence in b.facts.get("verdicts", []):
+        out += [tables.md_escape(sentence), ""]
     figure("fig_contrasts")
     if "multiverse" in b.tables:
         out += [f"## {curve.HEADING}", "", "How far each contrast's sign and decision survive the analysis choices "

@@ -16,7 +16,7 @@ from .. import design, stages
 from ..metrics.paired import pair, prepare_scores, wide_scores
 from ..params import StatsParams
 from ..significance import BootstrapTest, Tested, holm
-from . import equivalence
+from . import verdicts
 from .effects import cohens_dz
 
 CONFIRMATORY = "confirmatory"
@@ -95,21 +95,20 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
     conditions' means
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
     "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``. With a
-    bound declared (``stats.sesoi`` for the primary metric, ``stats.sesoi_by_metric`` for others) the test also
-    carries the TOST verdict (:class:`chunkstudy.stats.equivalence.TostVerdict`, from the same draws, Holm-adjusted
-    within the cell's family): columns :data:`chunkstudy.stats.equivalence.TOST_COLUMNS`, blank in a cell whose
-    metric has no bound, with a ``note`` saying so.
+    registered verdict beside Holm's declared (:data:`chunkstudy.stats.verdicts.VERDICTS`: the TOST of
+    :class:`chunkstudy.stats.equivalence.TostVerdict` when a bound is declared, ``stats.sesoi`` for the primary
+    metric, ``stats.sesoi_by_metric`` for others) the test also carries that verdict, from the same draws and
+    decided within the cell's family, with its columns after these (TOST's blank in a cell whose metric has no
+    bound, with a ``note`` saying so).
     """
     contrasts = contrast_spec(stats_params)
-    declared = bool(tost_bounds(stats_params))
     base = BootstrapTest.of(stats_params)
     wide = wide_scores(prepare_scores(scores, queries, corpus))
     rows = []
     for metric, embedder, reranker in cells_in(wide, primary):
         block = wide.xs((metric, embedder, reranker), level=["metric", "embedder", "reranker"])
-        sesoi = sesoi_for(stats_params, metric)
-        test = equivalence.with_tost(base, sesoi, declared)
-        unbounded = no_bound_note(stats_params, metric) if declared and sesoi is None else ""
+        beside, cell_note = verdicts.for_cell(stats_params, metric)
+        test = replace(base, verdicts=(*base.verdicts, *beside))
         cell_rows, family = [], []
         for name, (a, b) in contrasts.items():
             both, note = pair(block, a, b)
@@ -123,27 +122,18 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
             family.append(tested)
         for r, verdict in zip(cell_rows, test.decide(family)):
             r.update(verdict)
-            r["note"] = "; ".join(x for x in (r["note"], unbounded) if x)
+            r["note"] = "; ".join(x for x in (r["note"], cell_note) if x)
         rows.extend(cell_rows)
-    columns = CONTRAST_COLUMNS if declared else [c for c in CONTRAST_COLUMNS if c not in equivalence.TOST_COLUMNS]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=table_columns(stats_params))
 
 
-def tost_bounds(stats_params: Any) -> dict[str, float]:
-    """The declared equivalence bounds by metric (:attr:`chunkstudy.params.StatsParams.equivalence_bounds`; a
-    record without them, none)."""
-    return dict(getattr(stats_params, "equivalence_bounds", {}) or {})
-
-
-def sesoi_for(stats_params: Any, metric: str) -> float | None:
-    """``metric``'s declared equivalence bound, or None (:meth:`chunkstudy.params.StatsParams.sesoi_for`)."""
-    return tost_bounds(stats_params).get(metric)
-
-
-def no_bound_note(stats_params: Any, metric: str) -> str:
-    """The note of a contrast whose metric has no declared equivalence bound: why its TOST columns are blank."""
-    return (f"TOST blank: no smallest effect of interest declared for {metric} (stats.sesoi is "
-            f"{stats_params.primary_metric}'s; other metrics need stats.sesoi_by_metric)")
+def table_columns(stats_params: Any) -> list[str]:
+    """The columns of 07's contrast tables under the ``stats`` record: the declared ones (:data:`CONTRAST_COLUMNS`)
+    but the registered verdicts', then the columns of each verdict the run declares
+    (:func:`chunkstudy.stats.verdicts.declared`), in registered order."""
+    own = set(verdicts.columns())
+    return ([c for c in CONTRAST_COLUMNS if c not in own]
+            + [c for v in verdicts.declared(stats_params) for c in v.columns])
 
 
 def user_family(stats_params: StatsParams, user_contrasts: Mapping[str, Any]) -> Any:
@@ -160,8 +150,7 @@ def user_contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_para
     kept apart from ``stats.contrasts``), ``confirmatory`` False everywhere and ``label`` :data:`USER_ADDED`, the
     primary cell included. Empty (with the columns) when there are none."""
     if not user_contrasts:
-        return pd.DataFrame(columns=[c for c in CONTRAST_COLUMNS if c not in equivalence.TOST_COLUMNS]
-                            if not tost_bounds(stats_params) else CONTRAST_COLUMNS)
+        return pd.DataFrame(columns=table_columns(stats_params))
     out = contrasts_table(scores, queries, user_family(stats_params, user_contrasts), primary, corpus)
     return out.assign(confirmatory=False, label=USER_ADDED)
 

@@ -30,6 +30,8 @@ from typing import Any, Collection, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .. import design
+
 
 #: Characters per token where a call's record holds no token count: the estimate ``chunkstudy.plan`` and the A1
 #: windows use (a central estimate; the LLM client's own budget check uses a conservative 2.5).
@@ -288,17 +290,16 @@ COST_COLUMNS = ["condition", "embedder", "quality", "embedding", *LLM_COLUMNS[1:
                 "n_texts", "content_tokens", "prefix_tokens", "tokens_embedded", "prefix_share", "tokens_read", "n_vectors",
                 "n_route_vectors", "dim", "index_bytes", "embed_seconds", "latency_ms_per_query", "latency_ms_min",
                 "latency_ms_max", "pareto_tokens", "pareto_llm"]
-#: The columns of :func:`cost_table` that are measured in the run (wall seconds): never pinned by a golden.
-MEASURED_COLUMNS = ("llm_seconds", "embed_seconds", "latency_ms_per_query", "latency_ms_min", "latency_ms_max")
 
 
 def llm_uses(conditions: Sequence[Any], induce_llm: bool, contexts_llm: bool) -> dict[str, list[str]]:
     """The LLM uses each condition needs (for :func:`llm_cost`): the induction for every condition whose chunks or
     heading paths come from the induced outline, when the induction is an LLM's (``induce_llm``); A1's contexts
-    for a condition with a context prefix, when an LLM writes them (``contexts_llm``). ``conditions``: records
-    with ``name``, ``prefix`` and ``outline`` (:class:`chunkstudy.design.Condition`); fixed windows size-matched
-    to the induced cut count the induction too (their sizes come from it): a record's ``needs()`` (the section
-    tables it is built from) decides where it has one."""
+    for a condition whose prefix kind reads them (:attr:`chunkstudy.design.PrefixKind.contexts`), when an LLM
+    writes them (``contexts_llm``). ``conditions``: records with ``name``, ``prefix`` (a key of
+    :data:`chunkstudy.design.PREFIX_KINDS`) and ``outline`` (:class:`chunkstudy.design.Condition`); fixed windows
+    size-matched to the induced cut count the induction too (their sizes come from it): a record's ``needs()``
+    (the section tables it is built from) decides where it has one."""
     out: dict[str, list[str]] = {}
     for c in conditions:
         needs = []
@@ -306,7 +307,7 @@ def llm_uses(conditions: Sequence[Any], induce_llm: bool, contexts_llm: bool) ->
         induced = "sections_induced" in tables
         if induce_llm and induced:
             needs.append("induce")
-        if contexts_llm and getattr(c, "prefix", "") == "context":
+        if contexts_llm and design.lookup(design.PREFIX_KINDS, str(c.prefix), f"prefix kind of {c.name}").contexts:
             needs.append("a1")
         out[str(c.name)] = needs
     return out

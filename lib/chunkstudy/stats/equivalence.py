@@ -38,8 +38,8 @@ equivalent verdict is a real but trivially small difference (:func:`reading`, wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -186,18 +186,44 @@ def family_columns(replicates: Sequence[np.ndarray], inference: Sequence[bool], 
     return out
 
 
+#: The sentence the report puts beside Holm's decision wherever the TOST columns are shown.
+TOST_SENTENCE = ("Holm asks whether a contrast differs from zero; TOST asks whether it lies within \u00b1sesoi, the "
+                 "smallest effect of interest declared before the run; \"inconclusive\" means the data cannot tell.")
+
+
+def bounds(stats_params: Any) -> dict[str, float]:
+    """The declared equivalence bounds by metric (:attr:`chunkstudy.params.StatsParams.equivalence_bounds`; a
+    record without them, none)."""
+    return dict(getattr(stats_params, "equivalence_bounds", {}) or {})
+
+
+def no_bound_note(stats_params: Any, metric: str) -> str:
+    """The note of a contrast whose metric has no declared equivalence bound: why its TOST columns are blank."""
+    return (f"TOST blank: no smallest effect of interest declared for {metric} (stats.sesoi is "
+            f"{stats_params.primary_metric}'s; other metrics need stats.sesoi_by_metric)")
+
+
 @dataclass(frozen=True)
 class TostVerdict:
-    """The equivalence decision beside Holm's, a :class:`chunkstudy.significance.Verdict`: over a family of
+    """The equivalence decision beside Holm's, a :class:`chunkstudy.significance.ReportedVerdict`: over a family of
     contrasts, :func:`family_columns` at ``±sesoi`` and the test's ``alpha``, from the replicates the test drew
     for each contrast (``Tested.replicates``) and its floors (``Tested.inference``), adjusted within the family by
     the test's own Holm (:meth:`~chunkstudy.significance.BootstrapTest.adjust`), so the chance of any false
     "equivalent" (or "not equivalent") in the family stays at most alpha. ``sesoi`` None: the family's metric has
-    no declared bound, and every row is blank. Columns :data:`TOST_COLUMNS`."""
+    no declared bound, and every row is blank. Columns :data:`TOST_COLUMNS`.
+
+    What it declares beyond the decision: a run has it when a bound is declared for any metric (``stats.sesoi``,
+    ``stats.sesoi_by_metric``; :meth:`for_cell`); Table 1 and the user's table print its 90% CI, Holm-adjusted
+    TOST p and verdict (:meth:`cells`), the bound and each contrast's reading (:meth:`notes`, :func:`reading`);
+    the goldens pin the verdict, the CI and both adjusted p-values (section ``tost``); each manifest records the
+    bounds (``equivalence_declared``), so 08 says whether they were declared before the run."""
 
     sesoi: float | None
     name: ClassVar[str] = "tost"
     columns: ClassVar[tuple[str, ...]] = TOST_COLUMNS
+    sentence: ClassVar[str] = TOST_SENTENCE
+    record_name: ClassVar[str] = "equivalence_declared"
+    golden_section: ClassVar[str] = "tost"
 
     def __post_init__(self) -> None:
         if self.sesoi is not None and not (np.isfinite(self.sesoi) and self.sesoi > 0):
@@ -207,13 +233,96 @@ class TostVerdict:
         return family_columns([t.replicates for t in family], [bool(t.inference) for t in family], self.sesoi,
                               float(test.alpha), test.adjust)
 
+    # 07: which cells carry it ---------------------------------------------------------------------------------
+    def for_cell(self, stats_params: Any, metric: str) -> tuple[Verdict, str] | None:
+        """TOST at ``metric``'s bound (``stats.sesoi`` for the primary metric, ``stats.sesoi_by_metric`` for
+        others); blank with a note (:func:`no_bound_note`) where that metric has none; None when no metric has
+        one (the run writes no TOST column)."""
+        declared = bounds(stats_params)
+        if not declared:
+            return None
+        sesoi = declared.get(metric)
+        return (TostVerdict(None if sesoi is None else float(sesoi)),
+                no_bound_note(stats_params, metric) if sesoi is None else "")
 
-def with_tost(test: BootstrapTest, sesoi: float | None, declared: bool | None = None) -> BootstrapTest:
-    """``test`` with :class:`TostVerdict` at ``±sesoi`` added to its verdicts. ``declared`` (default: ``sesoi`` is
-    not None) False — no bound for any metric (``stats.sesoi`` and ``stats.sesoi_by_metric`` unset): ``test``
-    unchanged, so such a run writes no TOST column; ``sesoi`` None with ``declared`` True: the columns, blank (this
-    family's metric has no bound of its own)."""
-    if not (sesoi is not None if declared is None else declared):
-        return test
-    tost_verdict: Verdict = TostVerdict(None if sesoi is None else float(sesoi))
-    return replace(test, verdicts=(*test.verdicts, tost_verdict))
+    # 08: its columns and notes --------------------------------------------------------------------------------
+    def shown(self, table: Any) -> bool:
+        """Whether 07's contrast table carries the TOST columns (a bound was declared)."""
+        return table is not None and "equivalence" in table.columns
+
+    def cells(self, table: Any, ok: Sequence[bool], fmt: Any) -> dict[str, list[str]]:
+        """The TOST columns of a printed contrast table (07's ``tost_ci_low, tost_ci_high, p_tost_holm,
+        equivalence``): the unadjusted 90% CI (``1 − 2·alpha``), the Holm-adjusted TOST p and the verdict (decided
+        on the family's Holm-adjusted p-values); ``fmt.DASH`` where the row supports no inference (``ok`` False)
+        or 07 gave no verdict."""
+        d = table
+        ci, p, verdict = [], [], []
+        n_boot = d["n_boot"] if "n_boot" in d else [None] * len(d)
+        for lo, hi, ph, v, good, b in zip(d["tost_ci_low"], d["tost_ci_high"], d["p_tost_holm"], d["equivalence"],
+                                          ok, n_boot):
+            shown = bool(good) and isinstance(v, str) and v != ""
+            ci.append(fmt.fmt_ci(lo, hi) if shown else fmt.DASH)
+            p.append(fmt.fmt_p(ph, b) if shown else fmt.DASH)
+            verdict.append(v if shown else fmt.DASH)
+        return {"TOST 90% CI": ci, "TOST Holm p": p, "TOST": verdict}
+
+    def notes(self, table: Any, fmt: Any) -> tuple[str, ...]:
+        """The note on the TOST columns: the bound, how the verdict holds the family's error,
+        :data:`TOST_SENTENCE`, and each contrast's reading (:meth:`readings`)."""
+        d = table
+        s = d["sesoi"].dropna()
+        bound = fmt.fmt_num(float(s.iat[0]), 3) if len(s) else fmt.DASH
+        metric = f" ({d['metric'].iat[0]})" if "metric" in d and len(d) else ""
+        return (f"TOST: two one-sided tests of |\u0394| < sesoi = {bound}{metric} from the same bootstrap draws; the "
+                "90% CI is unadjusted. The verdicts hold the family's error at alpha as Holm does: equivalent = the "
+                "Holm-adjusted TOST p (the larger one-sided p) < alpha; not equivalent = the Holm-adjusted p of the "
+                "minimum-effect test (H0: |\u0394| \u2264 sesoi) < alpha; inconclusive = neither. " + TOST_SENTENCE,
+                *self.readings(d))
+
+    def readings(self, table: Any) -> tuple[str, ...]:
+        """One sentence per contrast with a verdict (:func:`reading`, from the verdict and the contrast's Holm
+        decision ``reject_holm``), e.g. "C4: no difference of interest: equivalent within ±sesoi."; none without
+        a verdict."""
+        d = table
+        rejected = d["reject_holm"] if "reject_holm" in d else [False] * len(d)
+        return tuple(f"{c}: {reading(v, bool(r))}." for c, v, r in zip(d["contrast"], d["equivalence"], rejected)
+                     if isinstance(v, str) and v in VERDICTS)
+
+    # the manifests and the report's registration sentence ---------------------------------------------------
+    def record(self, stats_params: Any) -> dict[str, Any] | None:
+        """The bounds as a stage saw them (``sesoi``, ``alpha``, the primary ``metric`` and every metric's
+        ``bounds``); None when none is declared."""
+        declared = bounds(stats_params)
+        if not declared:
+            return None
+        sesoi = stats_params.sesoi
+        return {"sesoi": None if sesoi is None else float(sesoi), "alpha": float(stats_params.alpha),
+                "metric": stats_params.primary_metric, "bounds": declared}
+
+    def registration(self, stats_params: Any, recorded: Mapping[str, Any]) -> str:
+        """Whether the equivalence bounds (``stats.sesoi``, ``stats.sesoi_by_metric``) were declared before the run:
+        stage 01's manifest (written before any result existed) records the same bounds (a manifest written before
+        per-metric bounds records the primary metric's alone)."""
+        declared = bounds(stats_params)
+        first = dict(recorded or {})
+        earlier = first.get("bounds", {first.get("metric"): first.get("sesoi")} if first.get("sesoi") is not None
+                            else {})
+        said = ", ".join(f"{m} \u00b1{b:g}" for m, b in declared.items())
+        if declared and earlier == declared:
+            return f"The equivalence bounds ({said}) were declared before the run (stage 01's manifest records them)."
+        return (f"The equivalence bounds ({said}) are not what stage 01's manifest records: they were set after the "
+                "corpus was built, possibly after seeing results.")
+
+    # the goldens ------------------------------------------------------------------------------------------------
+    def golden(self, row: Any) -> dict[str, Any]:
+        return {"equivalence": str(row.equivalence), "tost_ci_low": float(row.tost_ci_low),
+                "tost_ci_high": float(row.tost_ci_high), "p_tost_holm": float(row.p_tost_holm),
+                "p_met_holm": float(row.p_met_holm)}
+
+    def golden_user(self, row: Any) -> dict[str, Any]:
+        return {"equivalence": str(row.equivalence)}
+
+
+#: TOST as registered (:data:`chunkstudy.stats.verdicts.VERDICTS`): each cell gets its own bound (:meth:`for_cell`).
+TOST = TostVerdict(None)
+

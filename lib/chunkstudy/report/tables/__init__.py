@@ -18,7 +18,7 @@ The paper's own numbers (the ``paper`` columns, :data:`PAPER`) come from :mod:`c
 Layout: :mod:`.formatting` (the formatters, the only rounding), :mod:`.record` (the :class:`Table` record and its
 Markdown/LaTeX renderings), :mod:`.common` (display orders, the paper's numbers, the input check), and the
 builders: :mod:`.results` (Tables 1, 2, 4, the exploratory tables, power), :mod:`.construction` (funnels,
-induction, size matching, placebo), :mod:`.costs` (cost, TOST) and :mod:`.multiverse` (the specification curves).
+induction, size matching, placebo), :mod:`.costs` (cost) and :mod:`.multiverse` (the specification curves).
 Every name is re-exported here: ``chunkstudy.report.tables.table2`` and the like.
 """
 
@@ -37,9 +37,9 @@ from .common import (  # noqa: F401
 )
 from .results import (  # noqa: F401
     table1, table2, table4, dose_response, section_recall_table, reranker_lift, per_type, power, user_contrasts,
-    paired_mixedlm_note,
+    paired_mixedlm_note, verdict_cells, verdict_notes,
 )
-from .costs import cost, has_tost, tost_cells, tost_note, tost_readings, TOST_SENTENCE  # noqa: F401
+from .costs import cost  # noqa: F401
 from .multiverse import CURVE_NOTE, SPEC_AXES, multiverse, multiverse_specs  # noqa: F401
 from .construction import (  # noqa: F401
     corpus_funnel, INDUCTION_ROWS, induction, query_funnel, size_matching, placebo, user_conditions,
@@ -52,6 +52,6 @@ __all__ = [
     "row_notes", "placebo_marks", "table1", "table2", "table4", "dose_response",
     "section_recall_table", "reranker_lift", "per_type", "power", "corpus_funnel", "INDUCTION_ROWS", "induction",
     "query_funnel", "size_matching", "placebo", "USER_MARK", "USER_NOTE", "is_user_condition", "user_contrasts",
-    "user_conditions", "cost", "has_tost", "tost_cells", "tost_note", "tost_readings", "TOST_SENTENCE",
-    "paired_mixedlm_note", "CURVE_NOTE", "SPEC_AXES", "multiverse", "multiverse_specs",
+    "user_conditions", "cost", "paired_mixedlm_note", "verdict_cells", "verdict_notes", "CURVE_NOTE", "SPEC_AXES",
+    "multiverse", "multiverse_specs",
 ]

@@ -1,63 +1,14 @@
-"""The cost table (07's ``cost``, :func:`chunkstudy.stats.cost.cost_table`) and the equivalence cells of Table 1
-(07's TOST columns, :mod:`chunkstudy.stats.equivalence`): docs/beyond.md, "Cost" and "Equivalence"."""
+"""The cost table (07's ``cost``, :func:`chunkstudy.stats.cost.cost_table`): docs/beyond.md, "Cost". The
+equivalence cells of Table 1 are TOST's own (:class:`chunkstudy.stats.equivalence.TostVerdict`, printed through
+:func:`chunkstudy.report.tables.results.verdict_cells` as every registered verdict is)."""
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import pandas as pd
 
-from ...stats import equivalence
 from .common import _require
-from .formatting import DASH, fmt_ci, fmt_int, fmt_num, fmt_p, fmt_pct
+from .formatting import fmt_int, fmt_num, fmt_pct
 from .record import Table
-
-#: The sentence the report puts beside Holm's decision wherever the TOST column is shown.
-TOST_SENTENCE = ("Holm asks whether a contrast differs from zero; TOST asks whether it lies within \u00b1sesoi, the "
-                 "smallest effect of interest declared before the run; \"inconclusive\" means the data cannot tell.")
-
-
-def has_tost(contrasts: pd.DataFrame | None) -> bool:
-    """Whether 07's contrast table carries the TOST columns (``stats.sesoi`` was declared)."""
-    return contrasts is not None and "equivalence" in contrasts.columns
-
-
-def tost_cells(d: pd.DataFrame, ok: Sequence[bool]) -> dict[str, list[str]]:
-    """Table 1's TOST columns for the rows of ``d`` (07's columns ``tost_ci_low, tost_ci_high, p_tost_holm,
-    equivalence``): the unadjusted 90% CI (``1 − 2·alpha``), the Holm-adjusted TOST p and the verdict (decided
-    on the family's Holm-adjusted p-values); :data:`DASH` where the row supports no inference (``ok`` False) or
-    07 gave no verdict."""
-    ci, p, verdict = [], [], []
-    n_boot = d["n_boot"] if "n_boot" in d else pd.Series([None] * len(d))
-    for lo, hi, ph, v, good, b in zip(d["tost_ci_low"], d["tost_ci_high"], d["p_tost_holm"], d["equivalence"], ok,
-                                      n_boot):
-        shown = bool(good) and isinstance(v, str) and v != ""
-        ci.append(fmt_ci(lo, hi) if shown else DASH)
-        p.append(fmt_p(ph, b) if shown else DASH)
-        verdict.append(v if shown else DASH)
-    return {"TOST 90% CI": ci, "TOST Holm p": p, "TOST": verdict}
-
-
-def tost_note(d: pd.DataFrame) -> tuple[str, ...]:
-    """The note on the TOST columns: the bound, how the verdict holds the family's error, :data:`TOST_SENTENCE`,
-    and each contrast's reading (:func:`tost_readings`)."""
-    s = d["sesoi"].dropna()
-    bound = fmt_num(float(s.iat[0]), 3) if len(s) else DASH
-    metric = f" ({d['metric'].iat[0]})" if "metric" in d and len(d) else ""
-    return (f"TOST: two one-sided tests of |\u0394| < sesoi = {bound}{metric} from the same bootstrap draws; the 90% "
-            "CI is unadjusted. The verdicts hold the family's error at alpha as Holm does: equivalent = the "
-            "Holm-adjusted TOST p (the larger one-sided p) < alpha; not equivalent = the Holm-adjusted p of the "
-            "minimum-effect test (H0: |\u0394| \u2264 sesoi) < alpha; inconclusive = neither. " + TOST_SENTENCE,
-            *tost_readings(d))
-
-
-def tost_readings(d: pd.DataFrame) -> tuple[str, ...]:
-    """One sentence per contrast with a verdict (:func:`chunkstudy.stats.equivalence.reading`, from the verdict and
-    the contrast's Holm decision ``reject_holm``), e.g. "C4: no difference of interest: equivalent within
-    ±sesoi."; none without a verdict."""
-    rejected = d["reject_holm"] if "reject_holm" in d else pd.Series([False] * len(d))
-    return tuple(f"{c}: {equivalence.reading(v, bool(r))}." for c, v, r in zip(d["contrast"], d["equivalence"], rejected)
-                 if isinstance(v, str) and v in equivalence.VERDICTS)
 
 
 def _latency(median: float, low: float, high: float) -> str:

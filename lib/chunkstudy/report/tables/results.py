@@ -13,8 +13,9 @@ from .common import (CONTRAST_QUESTIONS, NO_INFERENCE, PLACEBO_MARK, USER_MARK, 
                      _require, gated, is_user_condition,
                      inference_mask, paper_source_label, row_notes)
 from .formatting import DASH, _missing, fmt_ci, fmt_delta, fmt_int, fmt_n, fmt_needed, fmt_num, fmt_p, fmt_pct
-from . import costs
+from . import formatting
 from .record import Table
+from ...stats import verdicts
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
         d["mixedlm_coef"] = d["mixedlm_p"] = d["mixedlm_p_holm"] = np.nan
     cols = ["contrast", "condition_a", "condition_b", "question", "mean_delta", "ci_low", "ci_high", "p", "p_holm",
             "reject_holm", "dz", "n_queries", "n_docs", "mixedlm_coef", "mixedlm_p", "mixedlm_p_holm"]
-    extra = [c for c in ("n_boot", "cell", "inference", "note", *costs.equivalence.TOST_COLUMNS) if c in d]
+    extra = [c for c in ("n_boot", "cell", "inference", "note", *verdicts.columns()) if c in d]
     data = d[cols + extra]
     n_boot = d["n_boot"] if "n_boot" in d else pd.Series([None] * len(d))
 
@@ -74,9 +75,7 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
         "MixedLM coef": d["mixedlm_coef"].map(fmt_delta),
         "MixedLM p": gated(d["mixedlm_p"].map(fmt_p), ok),
     })
-    if costs.has_tost(d):  # stats.sesoi declared: the equivalence verdict beside Holm's decision
-        for col, cells in costs.tost_cells(d, ok).items():
-            display.insert(display.columns.get_loc("dz"), col, cells)
+    verdict_cells(display, d, ok)  # a verdict beside Holm's decision (TOST: stats.sesoi declared)
     cell = str(d["cell"].iat[0]) if "cell" in d else "primary cell"
     b = d["n_boot"].iat[0] if "n_boot" in d else None
     notes: tuple[str, ...]
@@ -91,10 +90,24 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
         notes += (f"{NO_INFERENCE} = not enough for inference: no CI, p-value or star is printed for that row "
                   "(see its note below and the warning at the top of the report).",)
     notes += tuple(f"{PLACEBO_MARK} {c}: {why}." for c, why in marks.items() if c in set(d["contrast"].astype(str)))
-    notes += costs.tost_note(d) if costs.has_tost(d) else ()
+    notes += verdict_notes(d)
     if "note" in d:
         notes += row_notes(d["contrast"], d["note"])
     return Table("table1_primary", "Table 1: pre-registered contrasts on the primary cell", data, display, notes)
+
+
+def verdict_cells(display: pd.DataFrame, d: pd.DataFrame, ok: Sequence[bool]) -> None:
+    """Put the columns of every registered verdict that ``d`` (07's rows of one family) carries into ``display``,
+    before dz, in registered order (:meth:`chunkstudy.significance.ReportedVerdict.cells`,
+    :data:`chunkstudy.stats.verdicts.VERDICTS`); ``ok``: the rows fit for inference."""
+    for v in verdicts.shown(d):
+        for col, cells in v.cells(d, ok, formatting).items():
+            display.insert(display.columns.get_loc("dz"), col, cells)
+
+
+def verdict_notes(d: pd.DataFrame) -> tuple[str, ...]:
+    """The notes of every registered verdict that ``d`` carries, in registered order."""
+    return tuple(n for v in verdicts.shown(d) for n in v.notes(d, formatting))
 
 
 def paired_mixedlm_note(paired: pd.DataFrame | None, ok: Sequence[bool], order: Sequence[str]) -> tuple[str, ...]:
@@ -164,7 +177,7 @@ def table4(conditions: Sequence[str], summary: Mapping[str, Any] | None, context
     spec = {c: design.condition(c).table4(route_sections) for c in conds}
     if contexts_method != "llm":
         spec = {c: (b, f"{contexts_method} situating context (non-LLM baseline)", r)
-                if design.condition(c).prefix == "context" else (b, p, r) for c, (b, p, r) in spec.items()}
+                if design.condition(c).prefix_kind.contexts else (b, p, r) for c, (b, p, r) in spec.items()}
     data = pd.DataFrame({"condition": conds, "boundaries": [spec[c][0] for c in conds],
                          "prefix": [spec[c][1] for c in conds],
                          "retrieval": [spec[c][2] for c in conds]})
@@ -341,12 +354,10 @@ def user_contrasts(user_contrasts: pd.DataFrame, cell: str, registration: str) -
         "dz": d["dz"].map(lambda x: fmt_num(x, 2)),
         "n (q / docs)": [fmt_n(q, n) for q, n in zip(d["n_queries"], d["n_docs"])],
     })
-    if costs.has_tost(d):
-        for col, cells in costs.tost_cells(d, ok).items():
-            display.insert(display.columns.get_loc("dz"), col, cells)
+    verdict_cells(display, d, ok)
     notes: tuple[str, ...] = (f"Exploratory, cell {cell}. {registration} Holm is applied within the user's {len(d)} contrast(s) "
              "only: the confirmatory four are neither in this family nor affected by it.", USER_NOTE + ".")
-    notes += costs.tost_note(d) if costs.has_tost(d) else ()
+    notes += verdict_notes(d)
     if "note" in d:
         notes += row_notes(d["contrast"], d["note"])
     return Table("user_contrasts", "Your contrasts (user-added, exploratory)", d, display, notes)
