@@ -384,7 +384,7 @@ def test_a_record_takes_its_defaults_from_the_schema_alone_and_checks_values_lik
 
 def test_late_pooling_and_sesoi_at_their_defaults_leave_every_stage_digest_alone():
     """embed.late_window/late_overlap and stats.sesoi came after runs were pinned: stated at their defaults they
-    change no stage's digest (config.OPTIONAL_KEYS); stated otherwise they rerun the stages that read them."""
+    change no stage's digest (their declarations say digest: changed); stated otherwise they rerun the stages that read them."""
     a = config.load(ROOT / "params" / "demo.yaml")
     same = config.load(ROOT / "params" / "demo.yaml", overrides={"embed": {"late_window": None, "late_overlap": None,
                                                                            "late_pooling": "model"},
