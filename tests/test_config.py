@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chunkstudy import config, config_rules
+from chunkstudy import config, config_rules, stages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -440,3 +440,82 @@ def test_an_of_entry_takes_a_condition_of_the_run_whole_and_states_no_chunker():
         config.load(ROOT / "params" / "demo.yaml", overrides={"chunking": {"conditions": ["A0", "A2", "A3"]},
                                                               "stats": {"contrasts": {"X": ["A3", "A2"]}},
                                                               "conditions": {"extra": {"L1": {"of": "A1"}}}})
+
+
+# ------------------------------------------------------------------------ one declaration per key (issue 44 §2)
+
+#: A file with every server-client block (the LLM's, an embedder's, a reranker's) left at its defaults, and its
+#: stage digests as the code before issue 44 computed them (each key's digest mode then declared per block).
+PINNED = """corpus: {name: pinned, kind: demo}
+llm: {backend: openai, model: m, base_url: "http://localhost:8000/v1"}
+embed:
+  strong: s
+  embedders: {s: {backend: openai, model: e, base_url: "http://localhost:8001/v1"}}
+retrieve:
+  rerankers: {r: {backend: openai, model: x, base_url: "http://localhost:8002/v1"}}
+"""
+PINNED_DIGESTS = {"01_corpus": "f7daf1b13f8bc968", "02_induce": "8b30a0fb3dfa3e0a", "03_queries": "66bab975922d6f5a",
+                  "04_chunk_embed": "c9a0e7a8da9e040f", "05_retrieve": "bd2ba0e43bd6280e",
+                  "06_metrics": "d6f11aded2bda888", "07_stats": "187f732a7fbd3a9f", "08_figures": "ea66372c1ca90308"}
+
+
+def test_stage_digests_of_a_pinned_file_do_not_move(tmp_path):
+    """A finished run must not rerun because the code changed: a key added with ``digest: always`` (or a mode or
+    default changed) moves these. Move them only on purpose, saying which runs rerun."""
+    p = tmp_path / "pinned.yaml"
+    p.write_text(PINNED)
+    cfg = config.load(p, root=tmp_path)
+    assert {s: config.stage_digest(cfg, s) for s in config.STAGE_SECTIONS} == PINNED_DIGESTS
+
+
+def test_the_server_client_keys_are_declared_once():
+    """llm, an embedder and a reranker extend one record (params.ServerClientParams): each shared key has one type,
+    range and documentation; a host changes only a default or a digest mode (paramspec.override)."""
+    from chunkstudy import params
+    from chunkstudy.paramspec import schema
+
+    shared = schema(params.ServerClientParams)
+    hosts = {"llm": config.SCHEMA["llm"], "embedder": config.SCHEMA["embed"]["embedders"]["*"],
+             "reranker": config.SCHEMA["retrieve"]["rerankers"]["*"]}
+    for host, group in hosts.items():
+        for key, spec in shared.items():
+            mine = group[key]
+            assert (mine.types, mine.doc, mine.ge, mine.gt, mine.nullable) == \
+                   (spec.types, spec.doc, spec.ge, spec.gt, spec.nullable), (host, key)
+    # the one difference in how they digest: keys a host had before they were shared keep their mode
+    assert {h: g["timeout_s"].digest for h, g in hosts.items()} == {"llm": "always", "embedder": "always",
+                                                                   "reranker": "changed"}
+    assert {h: g["concurrency"].default for h, g in hosts.items()} == {"llm": 8, "embedder": 4, "reranker": 4}
+
+
+def test_an_override_of_another_type_is_refused():
+    from dataclasses import dataclass
+
+    from chunkstudy import params
+    from chunkstudy.paramspec import override, schema
+
+    @dataclass(frozen=True)
+    class Wrong(params.ServerClientParams):
+        timeout_s: int = override(params.ServerClientParams, "timeout_s", 5)
+
+    with pytest.raises(TypeError, match=r"x\.timeout_s is declared <class 'int'> here but ServerClientParams"):
+        schema(Wrong, "x")
+
+
+def test_a_record_refuses_an_unknown_keyword():
+    """config.record once swallowed any keyword (``base=`` of an old signature): a section's keys go in its values."""
+    with pytest.raises(TypeError, match="cutoff"):
+        config.record("metrics", cutoff=5)  # type: ignore[call-arg]
+    assert config.record("metrics", {"cutoff": 5}).cutoff == 5
+
+
+def test_a_section_declared_changed_is_left_out_whole_at_its_default():
+    """``conditions``, ``contrasts`` and ``multiverse`` are declared ``digest: changed`` as sections: a file without
+    them digests as it did before they existed; a user condition moves the stages that read the section."""
+    assert {s: config.SCHEMA[s].digest for s in ("conditions", "contrasts", "multiverse", "stats")} == {
+        "conditions": "changed", "contrasts": "changed", "multiverse": "changed", "stats": "always"}
+    a = config.load(ROOT / "params" / "demo.yaml")
+    b = config.load(ROOT / "params" / "demo.yaml", overrides={"conditions": {"extra": {
+        "P7": {"boundaries": "induced", "prefix": "placebo"}}}})
+    moved = {s for s in config.STAGE_SECTIONS if config.stage_digest(a, s) != config.stage_digest(b, s)}
+    assert moved == {s.name for s in stages.STAGES if "conditions" in s.params or stages.ALL_PARAMS in s.params}
