@@ -55,10 +55,10 @@ def test_base_inheritance_overrides_only_what_it_restates():
     real = config.load(ROOT / "params" / "qasper.yaml")
     local = config.load(ROOT / "params" / "qasper_local.yaml")
     assert local.corpus == "qasper_local"
-    assert local["corpus"]["sources"] == ["qasper-test-and-evaluator-v0.3.tgz"]
-    assert local["corpus"]["fuzzy_threshold"] == real["corpus"]["fuzzy_threshold"]
-    assert local["stats"] == real["stats"]
-    assert local["induce"]["method"] == "texttiling" and real["induce"]["method"] == "llm"
+    assert local.data["corpus"]["sources"] == ["qasper-test-and-evaluator-v0.3.tgz"]
+    assert local.data["corpus"]["fuzzy_threshold"] == real.data["corpus"]["fuzzy_threshold"]
+    assert local.data["stats"] == real.data["stats"]
+    assert local.data["induce"]["method"] == "texttiling" and real.data["induce"]["method"] == "llm"
 
 
 def test_base_loop_is_an_error(tmp_path):
@@ -103,14 +103,14 @@ def test_a_stage_that_reads_single_keys_ignores_the_rest_of_their_section(change
 
 def test_resolve_is_relative_to_the_params_file():
     cfg = config.load(ROOT / "params" / "qasper_local.yaml")
-    assert cfg.resolve(cfg["corpus"]["mirror"]) == (ROOT / "params" / "../../shared/data/qasper").resolve()
+    assert cfg.resolve(cfg.data["corpus"]["mirror"]) == (ROOT / "params" / "../../shared/data/qasper").resolve()
 
 
 def test_empty_mapping_in_a_local_file_clears_the_base_entries():
     """qasper_local runs without a reranker although qasper.yaml names bge-reranker-v2-m3."""
-    assert config.load(ROOT / "params" / "qasper.yaml")["retrieve"]["rerankers"]
+    assert config.load(ROOT / "params" / "qasper.yaml").data["retrieve"]["rerankers"]
     for name in ("qasper_local", "wikipedia_local", "qasper_smoke"):
-        assert config.load(ROOT / "params" / f"{name}.yaml")["retrieve"]["rerankers"] == {}
+        assert config.load(ROOT / "params" / f"{name}.yaml").data["retrieve"]["rerankers"] == {}
 
 
 def test_paths_a_base_file_states_stay_anchored_to_it(tmp_path):
@@ -119,12 +119,12 @@ def test_paths_a_base_file_states_stay_anchored_to_it(tmp_path):
     child = tmp_path / "mine.yaml"
     child.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus: {{name: mine}}\n")
     cfg = config.load(child, root=tmp_path)
-    assert cfg.resolve(cfg["corpus"]["mirror"]) == (ROOT / "data" / "demo_raw").resolve()
+    assert cfg.resolve(cfg.data["corpus"]["mirror"]) == (ROOT / "data" / "demo_raw").resolve()
     child.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus: {{name: mine, mirror: raw}}\n")
     assert config.load(child, root=tmp_path).resolve("raw") == tmp_path / "raw"
     # 'api' names no file and is inherited as written
     child.write_text(f"base: {ROOT / 'params' / 'wikipedia_fa.yaml'}\n")
-    assert config.load(child, root=tmp_path)["corpus"]["featured_list"] == "api"
+    assert config.load(child, root=tmp_path).data["corpus"]["featured_list"] == "api"
 
 
 # ------------------------------------------------------------------------------------------- names and paths
@@ -157,7 +157,7 @@ def test_corpus_name_is_the_file_name_unless_stated_and_never_inherited(tmp_path
     child.write_text("base: base.yaml\n")
     assert config.load(base, root=tmp_path).corpus == "basecorpus"
     got = config.load(child, root=tmp_path)
-    assert got.corpus == "variant" and got["corpus"]["min_words"] == 7
+    assert got.corpus == "variant" and got.data["corpus"]["min_words"] == 7
     child.write_text("base: base.yaml\ncorpus: {name: mine}\n")
     assert config.load(child, root=tmp_path).corpus == "mine"
     odd = tmp_path / "my params.yaml"
@@ -187,7 +187,7 @@ def test_a_variant_that_changes_only_the_name_resolves_every_path_like_its_base(
             "figures.replicate_with"} <= set(keys)
     for key in keys:
         assert var.resolve_param(key, downloads) == base.resolve_param(key, downloads), key
-    if base["corpus"]["mirror"] is not None:  # every file stage 01 would read, demo files included
+    if base.data["corpus"]["mirror"] is not None:  # every file stage 01 would read, demo files included
         assert build.source_files(var) == build.source_files(base)
 
 
@@ -306,7 +306,7 @@ def test_a_yaml_alias_bomb_is_refused_at_its_first_alias(tmp_path):
         config.load(p, root=tmp_path)
     # an anchor alone is harmless and stays allowed
     p.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\nstats: &s\n  n_boot: 100\n")
-    assert config.load(p, root=tmp_path)["stats"]["n_boot"] == 100
+    assert config.load(p, root=tmp_path).data["stats"]["n_boot"] == 100
 
 
 def test_consistent_changes_load(tmp_path):
@@ -316,7 +316,7 @@ def test_consistent_changes_load(tmp_path):
                                            "contrasts": {"X": ["G3", "G2"]}},
                                  "corpus": {"fuzzy_threshold": 85}}))
     cfg = config.load(p, root=tmp_path)
-    assert cfg["stats"]["primary_metric"] == "cov-nDCG@5" and cfg["corpus"]["fuzzy_threshold"] == 85.0
+    assert cfg.data["stats"]["primary_metric"] == "cov-nDCG@5" and cfg.data["corpus"]["fuzzy_threshold"] == 85.0
 
 
 @pytest.mark.parametrize("pair,how", [(["A3", "A1"], "the same pair"), (["A1", "A3"], "the same pair reversed")])

@@ -101,9 +101,6 @@ class Config:
     def __post_init__(self) -> None:
         self._record = SCHEMA.freeze(self.data)
 
-    def __getitem__(self, key: str) -> Any:  # tests only: lib/ and notebooks/ read cfg.params(...)
-        return self.data[key]
-
     @overload
     def params(self) -> Params: ...
     @overload
