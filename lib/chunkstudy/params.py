@@ -578,18 +578,22 @@ class MultiverseParams:
     """``multiverse``: the analysis choices each contrast's specification curve varies (07, exploratory;
     docs/beyond.md, "Specification curve"), declared before the run (01's manifest records the block). The grid is
     every combination of the axes' alternatives; an empty axis holds only the primary specification's value, which
-    every stated axis must hold too, so the primary specification (Table 1's cell) is one point of the grid."""
+    every stated axis must hold too, so the primary specification (Table 1's cell) is one point of the grid. The
+    block came after runs were made: an axis moves no digest while unstated, and the section none at all."""
 
     metrics: tuple[str, ...] = param((), "metric axis: canonical names 06 writes (cov-nDCG@10, nDCG@10, MRR, "
-                                     "recall@50, budget-cov@1024, ...); with stats.primary_metric", unique=True, digest="changed")
+                                     "recall@50, budget-cov@1024, ...); with stats.primary_metric", unique=True,
+                                     digest="changed")
     cutoffs: tuple[int, ...] = param((), "k axis: the cut-offs of the metric axis's rank-cut families (cov-nDCG, "
                                      "nDCG), with metrics.cutoff; 06 also scores them at each other k "
                                      "(multiverse_scores)", ge=1, unique=True, digest="changed")
-    embedders: tuple[str, ...] = param((), "embedder axis: keys of embed.embedders, with embed.strong", unique=True, digest="changed")
+    embedders: tuple[str, ...] = param((), "embedder axis: keys of embed.embedders, with embed.strong", unique=True,
+                                       digest="changed")
     rerankers: tuple[str, ...] = param((), "reranker axis: 'none' or keys of retrieve.rerankers, with "
                                        "stats.primary_reranker", unique=True, digest="changed")
     query_types: tuple[QueryTypes, ...] = param((), "query-type axis: all (every query), each (each type alone), "
-                                                "all_but_one (all types but one); with all", unique=True, digest="changed")
+                                                "all_but_one (all types but one); with all", unique=True,
+                                                digest="changed")
     bootstrap_seeds: tuple[int, ...] = param((), "bootstrap-seed axis: seeds of the clustered bootstrap, with "
                                              "stats.seed", unique=True, digest="changed")
     conditions: Mapping[str, tuple[str, ...]] = param({}, "condition axis: a condition of a contrast -> the run's "
