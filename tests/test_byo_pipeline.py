@@ -44,7 +44,7 @@ def test_every_stage_runs_and_the_papers_numbers_are_the_pinned_tiny_ones(byo):
     _, cfg, results = byo
     assert [(s, status) for s, status, _ in results] == [(s, "ran") for s in STAGES]
     got = golden.headline(cfg)
-    assert set(got["chunks_per_condition"]) == set(cfg["chunking"]["conditions"]) | set(USER)
+    assert set(got["chunks_per_condition"]) == set(cfg.data["chunking"]["conditions"]) | set(USER)
     paper = set(design.CONDITION_NAMES)
     got = {**got, "corpus": "tiny", **{k: {c: v for c, v in got[k].items() if c in paper}
                                        for k in ("chunks_per_condition", "condition_means")}}
@@ -54,7 +54,7 @@ def test_every_stage_runs_and_the_papers_numbers_are_the_pinned_tiny_ones(byo):
 def test_user_chunks_are_exactly_what_their_chunkers_cut(byo):
     project, cfg, _ = byo
     chunks, documents = artifacts.read(cfg, "chunks"), artifacts.read(cfg, "documents")
-    counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
+    counter = chunking.load_counter(cfg.data["chunking"]["tokenizer"])
     text = dict(zip(documents["doc_id"], documents["text"]))
     titles = dict(zip(documents["doc_id"], documents["title"]))
     for name in ("REC", "LC", "PARA"):
@@ -72,7 +72,8 @@ def test_user_chunks_are_exactly_what_their_chunkers_cut(byo):
     lc = chunks[chunks["condition"] == "LC"]
     assert lc["prefix"].tolist() == [prefixes.render_prefix(titles[d], []) for d in lc["doc_id"]]
     para = chunks[chunks["condition"] == "PARA"]
-    assert para["prefix"].str.startswith("[").all() and (para["prefix_depth"] == max(cfg["chunking"]["depths"])).all()
+    assert para["prefix"].str.startswith("[").all() and (
+        para["prefix_depth"] == max(cfg.params("chunking").depths)).all()
     # every user chunk was embedded and retrieved like the paper's
     runs = artifacts.read(cfg, "runs")
     assert set(USER) <= set(runs["condition"]) and set(USER) <= set(artifacts.read(cfg, "scores")["condition"])
@@ -81,12 +82,13 @@ def test_user_chunks_are_exactly_what_their_chunkers_cut(byo):
 def test_twins_are_the_a0_rule_on_their_conditions_means(byo):
     _, cfg, _ = byo
     chunks, documents = artifacts.read(cfg, "chunks"), artifacts.read(cfg, "documents")
-    counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
+    counter = chunking.load_counter(cfg.data["chunking"]["tokenizer"])
     summary = artifacts.read_json(cfg, "04_chunk_embed", "summary")["extra"]
     for name in ("REC", "LC", "PARA"):
         own = chunks[chunks["condition"] == name]
         twin = chunks[chunks["condition"] == name + "-fixed"]
-        want = chunking.fixed_windows(documents, chunking.doc_means(own), counter, cfg["chunking"]["sentence_splitter"])
+        want = chunking.fixed_windows(documents, chunking.doc_means(own), counter,
+                                      cfg.params("chunking").sentence_splitter)
         assert twin[["doc_id", "start", "end"]].reset_index(drop=True).equals(
             want[["doc_id", "start", "end"]].reset_index(drop=True))
         a, b = chunking.doc_means(twin), chunking.doc_means(own)

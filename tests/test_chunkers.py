@@ -363,8 +363,8 @@ def test_a_good_declaration_loads_and_twins_are_conditions(tmp_path):
         conditions: {extra: {SEM: {chunker: "chonkie:SemanticChunker", size_matched_twin: true}}}
         contrasts: {extra: {U1: [SEM, SEM-fixed], U2: [SEM, A0]}}
     """)
-    assert cfg["conditions"]["extra"]["SEM"]["embedder"] == cfg["embed"]["strong"]  # resolved when loaded
-    assert design.extra_condition_names(cfg["conditions"]["extra"]) == ["SEM", "SEM-fixed"]
+    assert cfg.data["conditions"]["extra"]["SEM"]["embedder"] == cfg.data["embed"]["strong"]  # resolved when loaded
+    assert design.extra_condition_names(cfg.data["conditions"]["extra"]) == ["SEM", "SEM-fixed"]
     assert design.extra_question("SEM", "SEM-fixed").startswith("boundary placement")
 
 
@@ -422,8 +422,8 @@ def test_a_variant_elsewhere_inherits_a_file_chunker_relative_to_the_file_that_s
     variant = tmp_path / "elsewhere" / "variant.yaml"
     variant.parent.mkdir()
     variant.write_text(f"base: {ROOT / 'params' / 'tiny_byo.yaml'}\ncorpus: {{name: variant}}\n")
-    ref = config.load(variant)["conditions"]["extra"]["PARA"]["chunker"]
+    ref = config.load(variant).data["conditions"]["extra"]["PARA"]["chunker"]
     assert ref == f"{ROOT / 'examples' / 'paragraph_chunker.py'}:chunk"
     assert chunkers.source_file(ref, variant.parent) == ROOT / "examples" / "paragraph_chunker.py"
-    assert config.load(ROOT / "params" / "tiny_byo.yaml")["conditions"]["extra"]["PARA"]["chunker"] == \
+    assert config.load(ROOT / "params" / "tiny_byo.yaml").data["conditions"]["extra"]["PARA"]["chunker"] == \
         "../examples/paragraph_chunker.py:chunk"  # the stating file's own value stays as written

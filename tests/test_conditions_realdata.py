@@ -38,7 +38,7 @@ def real(request, local_cfg, tmp_path_factory):
     docs, paras, gold = corpus["documents"], corpus["paragraphs"], corpus["sections_gold"]
     induced = stand_in_induced(docs, paras)
     assert verify_corpus(docs, paras, induced) == {}
-    prm = dict(cfg["chunking"])
+    prm = dict(cfg.data["chunking"])
     counter = chunking.load_counter(prm["tokenizer"])
     a0 = cuts.context_windows(docs, paras, {"sections_induced": induced, "sections_gold": gold},
                               [design.condition("A1")], config.record("chunking", prm), counter)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chunkstudy import config, config_rules
+from chunkstudy import config, config_rules, stages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,10 +55,10 @@ def test_base_inheritance_overrides_only_what_it_restates():
     real = config.load(ROOT / "params" / "qasper.yaml")
     local = config.load(ROOT / "params" / "qasper_local.yaml")
     assert local.corpus == "qasper_local"
-    assert local["corpus"]["sources"] == ["qasper-test-and-evaluator-v0.3.tgz"]
-    assert local["corpus"]["fuzzy_threshold"] == real["corpus"]["fuzzy_threshold"]
-    assert local["stats"] == real["stats"]
-    assert local["induce"]["method"] == "texttiling" and real["induce"]["method"] == "llm"
+    assert local.data["corpus"]["sources"] == ["qasper-test-and-evaluator-v0.3.tgz"]
+    assert local.data["corpus"]["fuzzy_threshold"] == real.data["corpus"]["fuzzy_threshold"]
+    assert local.data["stats"] == real.data["stats"]
+    assert local.data["induce"]["method"] == "texttiling" and real.data["induce"]["method"] == "llm"
 
 
 def test_base_loop_is_an_error(tmp_path):
@@ -103,14 +103,14 @@ def test_a_stage_that_reads_single_keys_ignores_the_rest_of_their_section(change
 
 def test_resolve_is_relative_to_the_params_file():
     cfg = config.load(ROOT / "params" / "qasper_local.yaml")
-    assert cfg.resolve(cfg["corpus"]["mirror"]) == (ROOT / "params" / "../../shared/data/qasper").resolve()
+    assert cfg.resolve(cfg.data["corpus"]["mirror"]) == (ROOT / "params" / "../../shared/data/qasper").resolve()
 
 
 def test_empty_mapping_in_a_local_file_clears_the_base_entries():
     """qasper_local runs without a reranker although qasper.yaml names bge-reranker-v2-m3."""
-    assert config.load(ROOT / "params" / "qasper.yaml")["retrieve"]["rerankers"]
+    assert config.load(ROOT / "params" / "qasper.yaml").data["retrieve"]["rerankers"]
     for name in ("qasper_local", "wikipedia_local", "qasper_smoke"):
-        assert config.load(ROOT / "params" / f"{name}.yaml")["retrieve"]["rerankers"] == {}
+        assert config.load(ROOT / "params" / f"{name}.yaml").data["retrieve"]["rerankers"] == {}
 
 
 def test_paths_a_base_file_states_stay_anchored_to_it(tmp_path):
@@ -119,12 +119,12 @@ def test_paths_a_base_file_states_stay_anchored_to_it(tmp_path):
     child = tmp_path / "mine.yaml"
     child.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus: {{name: mine}}\n")
     cfg = config.load(child, root=tmp_path)
-    assert cfg.resolve(cfg["corpus"]["mirror"]) == (ROOT / "data" / "demo_raw").resolve()
+    assert cfg.resolve(cfg.data["corpus"]["mirror"]) == (ROOT / "data" / "demo_raw").resolve()
     child.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\ncorpus: {{name: mine, mirror: raw}}\n")
     assert config.load(child, root=tmp_path).resolve("raw") == tmp_path / "raw"
     # 'api' names no file and is inherited as written
     child.write_text(f"base: {ROOT / 'params' / 'wikipedia_fa.yaml'}\n")
-    assert config.load(child, root=tmp_path)["corpus"]["featured_list"] == "api"
+    assert config.load(child, root=tmp_path).data["corpus"]["featured_list"] == "api"
 
 
 # ------------------------------------------------------------------------------------------- names and paths
@@ -157,7 +157,7 @@ def test_corpus_name_is_the_file_name_unless_stated_and_never_inherited(tmp_path
     child.write_text("base: base.yaml\n")
     assert config.load(base, root=tmp_path).corpus == "basecorpus"
     got = config.load(child, root=tmp_path)
-    assert got.corpus == "variant" and got["corpus"]["min_words"] == 7
+    assert got.corpus == "variant" and got.data["corpus"]["min_words"] == 7
     child.write_text("base: base.yaml\ncorpus: {name: mine}\n")
     assert config.load(child, root=tmp_path).corpus == "mine"
     odd = tmp_path / "my params.yaml"
@@ -187,7 +187,7 @@ def test_a_variant_that_changes_only_the_name_resolves_every_path_like_its_base(
             "figures.replicate_with"} <= set(keys)
     for key in keys:
         assert var.resolve_param(key, downloads) == base.resolve_param(key, downloads), key
-    if base["corpus"]["mirror"] is not None:  # every file stage 01 would read, demo files included
+    if base.data["corpus"]["mirror"] is not None:  # every file stage 01 would read, demo files included
         assert build.source_files(var) == build.source_files(base)
 
 
@@ -306,7 +306,7 @@ def test_a_yaml_alias_bomb_is_refused_at_its_first_alias(tmp_path):
         config.load(p, root=tmp_path)
     # an anchor alone is harmless and stays allowed
     p.write_text(f"base: {ROOT / 'params' / 'demo.yaml'}\nstats: &s\n  n_boot: 100\n")
-    assert config.load(p, root=tmp_path)["stats"]["n_boot"] == 100
+    assert config.load(p, root=tmp_path).data["stats"]["n_boot"] == 100
 
 
 def test_consistent_changes_load(tmp_path):
@@ -316,7 +316,7 @@ def test_consistent_changes_load(tmp_path):
                                            "contrasts": {"X": ["G3", "G2"]}},
                                  "corpus": {"fuzzy_threshold": 85}}))
     cfg = config.load(p, root=tmp_path)
-    assert cfg["stats"]["primary_metric"] == "cov-nDCG@5" and cfg["corpus"]["fuzzy_threshold"] == 85.0
+    assert cfg.data["stats"]["primary_metric"] == "cov-nDCG@5" and cfg.data["corpus"]["fuzzy_threshold"] == 85.0
 
 
 @pytest.mark.parametrize("pair,how", [(["A3", "A1"], "the same pair"), (["A1", "A3"], "the same pair reversed")])
@@ -384,7 +384,7 @@ def test_a_record_takes_its_defaults_from_the_schema_alone_and_checks_values_lik
 
 def test_late_pooling_and_sesoi_at_their_defaults_leave_every_stage_digest_alone():
     """embed.late_window/late_overlap and stats.sesoi came after runs were pinned: stated at their defaults they
-    change no stage's digest (config.OPTIONAL_KEYS); stated otherwise they rerun the stages that read them."""
+    change no stage's digest (their declarations say digest: changed); stated otherwise they rerun the stages that read them."""
     a = config.load(ROOT / "params" / "demo.yaml")
     same = config.load(ROOT / "params" / "demo.yaml", overrides={"embed": {"late_window": None, "late_overlap": None,
                                                                            "late_pooling": "model"},
@@ -440,3 +440,82 @@ def test_an_of_entry_takes_a_condition_of_the_run_whole_and_states_no_chunker():
         config.load(ROOT / "params" / "demo.yaml", overrides={"chunking": {"conditions": ["A0", "A2", "A3"]},
                                                               "stats": {"contrasts": {"X": ["A3", "A2"]}},
                                                               "conditions": {"extra": {"L1": {"of": "A1"}}}})
+
+
+# ------------------------------------------------------------------------ one declaration per key (issue 44 §2)
+
+#: A file with every server-client block (the LLM's, an embedder's, a reranker's) left at its defaults, and its
+#: stage digests as the code before issue 44 computed them (each key's digest mode then declared per block).
+PINNED = """corpus: {name: pinned, kind: demo}
+llm: {backend: openai, model: m, base_url: "http://localhost:8000/v1"}
+embed:
+  strong: s
+  embedders: {s: {backend: openai, model: e, base_url: "http://localhost:8001/v1"}}
+retrieve:
+  rerankers: {r: {backend: openai, model: x, base_url: "http://localhost:8002/v1"}}
+"""
+PINNED_DIGESTS = {"01_corpus": "f7daf1b13f8bc968", "02_induce": "8b30a0fb3dfa3e0a", "03_queries": "66bab975922d6f5a",
+                  "04_chunk_embed": "c9a0e7a8da9e040f", "05_retrieve": "bd2ba0e43bd6280e",
+                  "06_metrics": "d6f11aded2bda888", "07_stats": "187f732a7fbd3a9f", "08_figures": "ea66372c1ca90308"}
+
+
+def test_stage_digests_of_a_pinned_file_do_not_move(tmp_path):
+    """A finished run must not rerun because the code changed: a key added with ``digest: always`` (or a mode or
+    default changed) moves these. Move them only on purpose, saying which runs rerun."""
+    p = tmp_path / "pinned.yaml"
+    p.write_text(PINNED)
+    cfg = config.load(p, root=tmp_path)
+    assert {s: config.stage_digest(cfg, s) for s in config.STAGE_SECTIONS} == PINNED_DIGESTS
+
+
+def test_the_server_client_keys_are_declared_once():
+    """llm, an embedder and a reranker extend one record (params.ServerClientParams): each shared key has one type,
+    range and documentation; a host changes only a default or a digest mode (paramspec.override)."""
+    from chunkstudy import params
+    from chunkstudy.paramspec import schema
+
+    shared = schema(params.ServerClientParams)
+    hosts = {"llm": config.SCHEMA["llm"], "embedder": config.SCHEMA["embed"]["embedders"]["*"],
+             "reranker": config.SCHEMA["retrieve"]["rerankers"]["*"]}
+    for host, group in hosts.items():
+        for key, spec in shared.items():
+            mine = group[key]
+            assert (mine.types, mine.doc, mine.ge, mine.gt, mine.nullable) == \
+                   (spec.types, spec.doc, spec.ge, spec.gt, spec.nullable), (host, key)
+    # the one difference in how they digest: keys a host had before they were shared keep their mode
+    assert {h: g["timeout_s"].digest for h, g in hosts.items()} == {"llm": "always", "embedder": "always",
+                                                                   "reranker": "changed"}
+    assert {h: g["concurrency"].default for h, g in hosts.items()} == {"llm": 8, "embedder": 4, "reranker": 4}
+
+
+def test_an_override_of_another_type_is_refused():
+    from dataclasses import dataclass
+
+    from chunkstudy import params
+    from chunkstudy.paramspec import override, schema
+
+    @dataclass(frozen=True)
+    class Wrong(params.ServerClientParams):
+        timeout_s: int = override(params.ServerClientParams, "timeout_s", 5)
+
+    with pytest.raises(TypeError, match=r"x\.timeout_s is declared <class 'int'> here but ServerClientParams"):
+        schema(Wrong, "x")
+
+
+def test_a_record_refuses_an_unknown_keyword():
+    """config.record once swallowed any keyword (``base=`` of an old signature): a section's keys go in its values."""
+    with pytest.raises(TypeError, match="cutoff"):
+        config.record("metrics", cutoff=5)  # type: ignore[call-arg]
+    assert config.record("metrics", {"cutoff": 5}).cutoff == 5
+
+
+def test_a_section_declared_changed_is_left_out_whole_at_its_default():
+    """``conditions``, ``contrasts`` and ``multiverse`` are declared ``digest: changed`` as sections: a file without
+    them digests as it did before they existed; a user condition moves the stages that read the section."""
+    assert {s: config.SCHEMA[s].digest for s in ("conditions", "contrasts", "multiverse", "stats")} == {
+        "conditions": "changed", "contrasts": "changed", "multiverse": "changed", "stats": "always"}
+    a = config.load(ROOT / "params" / "demo.yaml")
+    b = config.load(ROOT / "params" / "demo.yaml", overrides={"conditions": {"extra": {
+        "P7": {"boundaries": "induced", "prefix": "placebo"}}}})
+    moved = {s for s in config.STAGE_SECTIONS if config.stage_digest(a, s) != config.stage_digest(b, s)}
+    assert moved == {s.name for s in stages.STAGES if "conditions" in s.params or stages.ALL_PARAMS in s.params}

@@ -187,12 +187,12 @@ def test_extractive_baseline_within_token_range_with_real_counter(demo_cfg):
 
     out = build.build_corpus(demo_cfg)
     docs, paras = out["documents"], out["paragraphs"]
-    secs, _ = induce.induce_structure(docs, paras, config.record("induce", demo_cfg["induce"]))
-    counter = chunking.load_counter(demo_cfg["chunking"]["tokenizer"])
+    secs, _ = induce.induce_structure(docs, paras, demo_cfg.params("induce"))
+    counter = chunking.load_counter(demo_cfg.data["chunking"]["tokenizer"])
     windows = cuts.context_windows(docs, paras, {"sections_induced": secs, "sections_gold": None},
-                                   [design.condition("A1")], config.record("chunking", demo_cfg["chunking"]), counter)
+                                   [design.condition("A1")], demo_cfg.params("chunking"), counter)
     assert set(windows["chunk_set"]) == {"A0"}
-    p = demo_cfg["contexts"]
+    p = demo_cfg.data["contexts"]
     ctx = contexts.a1_contexts(docs, windows, config.record("contexts", p), counter=counter)
     assert len(ctx) == len(windows) and set(ctx["method"]) == {"extractive"} and set(ctx["chunk_set"]) == {"A0"}
     assert (ctx["n_tokens"] <= p["max_context_tokens"]).all()

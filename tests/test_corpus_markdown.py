@@ -290,7 +290,7 @@ def test_generated_queries_work_unchanged_on_a_markdown_corpus(example):
     of a Markdown corpus and keeps what passes the filters (a scripted model stands in for the LLM)."""
     cfg, out = example
     docs, paras, secs = out["documents"], out["paragraphs"], out["sections_gold"]
-    qp = {**cfg["queries"], "source": "generated", "per_doc": 2,
+    qp = {**cfg.data["queries"], "source": "generated", "per_doc": 2,
           "targets": {"factoid": 4, "underspecified": 4, "multihop": 4, "structural": 4}}
     n = iter(range(10 ** 6))
 
@@ -509,7 +509,7 @@ def test_no_usable_question_fails_at_01_naming_the_corpus_and_the_file(tmp_path)
                        match=r"^t.yaml: corpus 't' has no usable question: 2 read from questions.jsonl, 0 usable "
                              r"\(dropped: no evidence 1, document not in corpus 1\); the warnings .*; "
                              r"queries.source is 'harvested' \(set it to 'generated'"):
-        build.require_questions(cfg, out, cfg["queries"]["source"])
+        build.require_questions(cfg, out, cfg.data["queries"]["source"])
     (f / "questions.jsonl").unlink()
     with pytest.raises(build.CorpusInputError, match=r"no usable question: no questions.jsonl in corpus.mirror"):
         build.require_questions(cfg, build.build_corpus(cfg), "harvested")

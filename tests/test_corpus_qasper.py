@@ -173,8 +173,8 @@ def test_harvest_rules_policies_and_funnel(built):
 def test_the_paper_policy_is_the_union_over_annotators(root):
     from chunkstudy import config
 
-    assert config.load(root / "params" / "qasper.yaml")["corpus"]["evidence_annotators"] == "union"
-    assert config.load(root / "params" / "qasper_local.yaml")["corpus"]["evidence_annotators"] == "union"
+    assert config.load(root / "params" / "qasper.yaml").data["corpus"]["evidence_annotators"] == "union"
+    assert config.load(root / "params" / "qasper_local.yaml").data["corpus"]["evidence_annotators"] == "union"
 
 
 def test_bad_inputs_are_reported_by_name_and_the_rest_builds(built):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from chunkstudy import paramdoc
+from chunkstudy.paramspec import Spec
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
@@ -111,7 +112,7 @@ def test_parameter_reference_lists_every_declared_key():
     def walk(spec: dict, dotted: str) -> None:
         for key, p in spec.items():
             full = f"{dotted}.{key}" if dotted else key
-            if isinstance(p, config.P):
+            if isinstance(p, Spec):
                 section = full.rsplit(".", 1)[0].replace("*", "KEY")
                 block = text.split(f"# {section}\n", 1)[1].split("\n#", 1)[0]
                 assert f"| `{key}` |" in block, f"{full} has no row in the reference"

@@ -136,7 +136,7 @@ def test_ir_measures_reproduces_every_cell_of_the_demo(root, tmp_path):
     cfg = config.load(root / "params" / "demo.yaml", root=root)
     check = export.check_with_ir_measures(cfg, export.export_run(cfg, tmp_path))
     # every embedder unreranked, and each reranker over the strong embedder's lists
-    assert len(check) == len(cfg["chunking"]["conditions"]) * (len(cfg["embed"]["embedders"])
-                                                              + len(cfg["retrieve"]["rerankers"]))
+    assert len(check) == len(cfg.data["chunking"]["conditions"]) * (len(cfg.data["embed"]["embedders"])
+                                                              + len(cfg.data["retrieve"]["rerankers"]))
     assert check["max_diff_nDCG"].max() <= 1e-9 and check["max_diff_RR"].max() <= 1e-9
     assert check["max_diff_graded_nDCG"].max() <= 1e-5

@@ -48,18 +48,18 @@ def load_smoke(tmp_path: Path) -> config.Config:
 
 def test_serve_args_follow_the_parameters():
     cfg = load("qasper")
-    args = gpu.serve_args(config.record("llm", cfg["llm"]))
+    args = gpu.serve_args(cfg.params("llm"))
     assert args[:2] == ["serve", "google/gemma-4-26B-A4B-it"]
     pairs = dict(zip(args[2::1], args[3::1]))
-    assert pairs["--served-model-name"] == cfg["llm"]["model"] == "google/gemma-4-26B-A4B-it"
+    assert pairs["--served-model-name"] == cfg.data["llm"]["model"] == "google/gemma-4-26B-A4B-it"
     assert (pairs["--host"], pairs["--port"]) == ("127.0.0.1", "8000")
     assert pairs["--max-model-len"] == "131072" and pairs["--seed"] == "20260710"
     assert pairs["--generation-config"] == "vllm" and pairs["--max-num-seqs"] == "128"
     assert float(pairs["--gpu-memory-utilization"]) < 1.0
     assert "--language-model-only" in args and "--enable-prefix-caching" in args
     # a local folder is served under the same name, so the pre-flight and the cache keys still match
-    local = gpu.serve_args(config.record("llm", cfg["llm"]), weights="/models/gemma")
-    assert local[1] == "/models/gemma" and local[local.index("--served-model-name") + 1] == cfg["llm"]["model"]
+    local = gpu.serve_args(cfg.params("llm"), weights="/models/gemma")
+    assert local[1] == "/models/gemma" and local[local.index("--served-model-name") + 1] == cfg.data["llm"]["model"]
     assert "--revision" not in args and "--revision" not in local  # not in this machine's cache: nothing to pin
 
 
@@ -68,7 +68,7 @@ def test_a_cached_hub_model_is_served_at_the_commit_the_cache_holds(monkeypatch)
     names it; a local folder needs none. (The slow rehearsal serves a real cached hub id this way.)"""
     sha = "361e7946121086f813984e25461bc4555a8f9ce7"
     monkeypatch.setattr(gpu.models, "hub_snapshot", lambda name, revision="main": (f"/hf/snapshots/{sha}", sha))
-    llm_rec = config.record("llm", load("qasper")["llm"])
+    llm_rec = config.record("llm", load("qasper").data["llm"])
     args = gpu.serve_args(llm_rec)
     assert args[-4:] == ["--revision", sha, "--tokenizer-revision", sha]
     assert "--revision" not in gpu.serve_args(llm_rec, weights="/models/gemma")
@@ -94,7 +94,7 @@ def test_serve_args_flag_forms_and_refusals():
 def test_serve_args_command_line_prints_one_argument_per_line():
     out = subprocess.run([sys.executable, "-m", "chunkstudy.gpu", "serve-args", "params/wikipedia_fa.yaml"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert out.splitlines() == gpu.serve_args(config.record("llm", load("wikipedia_fa")["llm"]))
+    assert out.splitlines() == gpu.serve_args(config.record("llm", load("wikipedia_fa").data["llm"]))
 
 
 def _serve_python() -> Path | None:
@@ -126,10 +126,10 @@ def test_serve_args_parse_with_the_pinned_vllm(tmp_path):
         assert r.returncode == 0, r.stderr[-2000:]
         return r.stdout.split()
 
-    assert parse(gpu.serve_args(config.record("llm", load("qasper")["llm"]))) == [
+    assert parse(gpu.serve_args(config.record("llm", load("qasper").data["llm"]))) == [
         "google/gemma-4-26B-A4B-it", "google/gemma-4-26B-A4B-it", "8000", "131072", "20260710", "vllm", "True",
         "True", "128", "0.8", "False"]
-    smoke = gpu.serve_args(config.record("llm", load_smoke(tmp_path)["llm"]),
+    smoke = gpu.serve_args(config.record("llm", load_smoke(tmp_path).data["llm"]),
                            weights="build/gpu_smoke/smollm2-135m-instruct-fp16")
     assert parse(smoke) == ["build/gpu_smoke/smollm2-135m-instruct-fp16", "smollm2-135m-instruct", "8011", "8192",
                             "20260710", "vllm", "True", "True", "64", "0.25", "True"]  # inherited; a no-op for text
@@ -227,11 +227,11 @@ def test_require_cuda_with_the_installed_torch(tmp_path):
 
 def test_gpu_smoke_params(tmp_path):
     cfg = load_smoke(tmp_path)
-    lp = cfg["llm"]
-    assert cfg.corpus == "gpu_smoke" and cfg["corpus"]["max_docs"] == 5 and cfg["corpus"]["kind"] == "qasper"
-    assert cfg.resolve(cfg["corpus"]["mirror"]) == (ROOT.parent / "shared" / "data" / "qasper").resolve()
+    lp = cfg.data["llm"]
+    assert cfg.corpus == "gpu_smoke" and cfg.data["corpus"]["max_docs"] == 5 and cfg.data["corpus"]["kind"] == "qasper"
+    assert cfg.resolve(cfg.data["corpus"]["mirror"]) == (ROOT.parent / "shared" / "data" / "qasper").resolve()
     assert (lp["backend"], lp["concurrency"], lp["server_metrics"], lp["max_error_share"]) == ("openai", 64, True, 0.0)
-    assert cfg["induce"]["method"] == "llm" and cfg["contexts"]["method"] == "llm"
+    assert cfg.data["induce"]["method"] == "llm" and cfg.data["contexts"]["method"] == "llm"
     args = gpu.serve_args(config.record("llm", lp), weights="build/gpu_smoke/smollm2-135m-instruct-fp16")
     assert args[args.index("--served-model-name") + 1] == lp["model"]
     assert args[args.index("--max-model-len") + 1] == "8192"  # SmolLM2's window

@@ -238,14 +238,15 @@ def test_a_document_that_fits_the_context_is_induced_in_one_call_a_longer_one_in
     ps = [TOPICS[t] + f" Item {i}." for i, t in enumerate((["cats"] * 100) + (["rockets"] * 100) + (["bread"] * 100))]
     docs, paras, _ = corpus({"long": ps})
     params = config.load(config.find_root(Path(__file__)) / "params" / "qasper.yaml")
-    assert params["induce"]["window_paragraphs"] is None  # "as the context allows"
+    assert params.data["induce"]["window_paragraphs"] is None  # "as the context allows"
 
     def fn(r):
         last = int(re.search(r"numbered from 0 to (\d+)", r.messages[0]["content"]).group(1))
         return json.dumps({"sections": [{"title": "All", "level": 1, "first_paragraph": 0, "last_paragraph": last}]})
 
-    llm_params = {**LLM, "context_tokens": params["llm"]["context_tokens"], "max_reply_tokens": params["llm"]["max_reply_tokens"]}
-    secs, log, be = run(docs, paras, fn, params=params["induce"], llm_params=llm_params)
+    lp = params.params("llm")
+    llm_params = {**LLM, "context_tokens": lp.context_tokens, "max_reply_tokens": lp.max_reply_tokens}
+    secs, log, be = run(docs, paras, fn, params=params.data["induce"], llm_params=llm_params)
     assert len(be.calls) == 1 and log.iloc[0].n_windows == 1 and len(secs) == 1
     assert len(re.findall(r"^\[\d+\] ", be.calls[0].messages[0]["content"], re.M)) == 300
     # the reply budget follows the document (64 + 48 per paragraph), not llm.max_reply_tokens (2,048)
@@ -256,7 +257,7 @@ def test_a_document_that_fits_the_context_is_induced_in_one_call_a_longer_one_in
     assert shown.loc["induced whole (one call, not windowed)"].tolist() == ["1/1", "1,585/1,585"]
     # prompt + reply no longer fit: windows, each prompt and its budget within the context
     small = {**llm_params, "context_tokens": 8192}
-    secs2, log2, be2 = run(docs, paras, fn, params=params["induce"], llm_params=small)
+    secs2, log2, be2 = run(docs, paras, fn, params=params.data["induce"], llm_params=small)
     assert log2.iloc[0].n_windows == len(be2.calls) > 1 and (secs2["level"] == 1).all()
     for c in be2.calls:
         n = len(re.findall(r"^\[\d+\] ", c.messages[0]["content"], re.M))
@@ -444,7 +445,7 @@ def test_texttiling_on_the_demo_corpus(demo_cfg):
 
     out = build.build_corpus(demo_cfg)
     secs, log = induce.induce_structure(out["documents"], out["paragraphs"],
-                                        config.record("induce", demo_cfg["induce"]))
+                                        demo_cfg.params("induce"))
     assert docmodel.verify_corpus(out["documents"], out["paragraphs"], secs) == {}
     s = induce.induction_stats(secs, log, out["sections_gold"])
     assert s["usable"] == s["n_docs"] == len(out["documents"]) and s["failed"] == 0
@@ -458,7 +459,7 @@ def test_texttiling_on_real_qasper_test_split(local_cfg, tmp_path):
 
     cfg = local_cfg("qasper_local", tmp_path)
     out = build.build_corpus(cfg)
-    secs, log = induce.induce_structure(out["documents"], out["paragraphs"], config.record("induce", cfg["induce"]))
+    secs, log = induce.induce_structure(out["documents"], out["paragraphs"], cfg.params("induce"))
     assert docmodel.verify_corpus(out["documents"], out["paragraphs"], secs) == {}
     s = induce.induction_stats(secs, log, out["sections_gold"])
     print("\nQASPER test split, TextTiling baseline:", json.dumps(s, indent=1))

@@ -40,7 +40,7 @@ def test_no_gold_outline_reply_is_cut_under_the_paper_context(name, local_cfg, t
     cfg = local_cfg(name, tmp_path)
     paper = config.load(ROOT / "params" / PAPER[name])
     context = paper.params("llm").context_tokens
-    ip = paper["induce"]
+    ip = paper.data["induce"]
     assert context == 131072 and ip["method"] == "llm"
     corpus = build.build_corpus(cfg)
     docs, paras, gold = corpus["documents"], corpus["paragraphs"], corpus["sections_gold"]
@@ -59,7 +59,7 @@ def test_no_gold_outline_reply_is_cut_under_the_paper_context(name, local_cfg, t
         return llm.Completion(reply, "stop")
 
     client = llm.make_client(config.record("llm",
-                                           {**paper["llm"], "backend": "scripted",
+                                           {**paper.data["llm"], "backend": "scripted",
                                             "max_error_share": 0.0}), None,
                              backend=llm.ScriptedBackend(model, model="gold outline"))
     secs, log = induce.induce_structure(docs, paras, config.record("induce", ip), client=client)

@@ -52,13 +52,13 @@ def synthetic_store(cfg, seed: int = 0) -> None:
 def test_walk_example_prefers_a_multispan_query_between_0_and_1(demo_cfg):
     synthetic_store(demo_cfg)
     runs, chunks, queries = (artifacts.read(demo_cfg, t) for t in ("runs", "chunks", "queries"))
-    scores = metrics.score_runs(runs, chunks, queries, config.record("metrics", demo_cfg["metrics"]), demo_cfg.corpus)
+    scores = metrics.score_runs(runs, chunks, queries, demo_cfg.params("metrics"), demo_cfg.corpus)
     example = metrics.walk_example(scores, queries, embedder="strong", reranker="none", condition="A3")
     assert example["condition"] == "A3" and example["reranker"] == "none"
     value = scores[(scores.embedder == "strong") & (scores.condition == "A3") & (scores.metric == "cov-nDCG@10")
                    & (scores.query_id == example["query_id"])].value.iloc[0]
     assert 0 < value < 1
-    walk = metrics.coverage_walk(runs, chunks, queries, config.record("metrics", demo_cfg["metrics"]), **example)
+    walk = metrics.coverage_walk(runs, chunks, queries, demo_cfg.params("metrics"), **example)
     assert walk.attrs["score"] == pytest.approx(value)
     assert len(walk) == 10 and (np.diff(walk["dcg"]) >= 0).all() and (np.diff(walk["ideal_gain"]) <= 1e-12).all()
 

@@ -113,7 +113,7 @@ def test_the_wikipedia_spec_samples_as_many_spans_as_the_papers_funnel_needs(roo
     from chunkstudy import config
 
     cfg = config.load(root / "params" / "wikipedia_fa.yaml")
-    n_docs, per = cfg["corpus"]["target_docs"], cfg["queries"]["per_doc"]
+    n_docs, per = cfg.data["corpus"]["target_docs"], cfg.data["queries"]["per_doc"]
     assert n_docs == paper.value("wikipedia", "corpus", "documents")
     slots = n_docs * len(queries.QTYPES)
     assert (per - 1) * slots < paper.value("wikipedia", "queries", "generated") <= per * slots

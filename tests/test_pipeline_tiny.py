@@ -37,7 +37,7 @@ def test_headline_matches_the_pinned_tiny_run(tiny_project):
     assert golden.compare(json.loads(golden.golden_path(ROOT, "tiny").read_text()), got) == []
     # the pipeline's own consistency: a contrast is a paired mean difference over the same queries, so it equals
     # the difference of the two conditions' means in the primary cell (every query is scored under every condition)
-    for name, (a, b) in cfg["stats"]["contrasts"].items():
+    for name, (a, b) in cfg.data["stats"]["contrasts"].items():
         assert got["contrasts"][name]["mean_delta"] == pytest.approx(
             got["condition_means"][a] - got["condition_means"][b], abs=1e-12)
 

@@ -53,14 +53,14 @@ def test_the_plan_predicts_the_calls_a_run_makes_and_sees_the_cache(demo, tmp_pa
     class Recording(llm.ScriptedBackend):
         name = "openai"  # the configured backend's name and model: the cache keys a real run writes
 
-    be = Recording(lambda r: "not a valid outline", model=cfg["llm"]["model"])
-    client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg["llm"]["cache"]), backend=be)
-    induce.induce_structure(docs, paras, config.record("induce", cfg["induce"]), client=client)
-    counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
+    be = Recording(lambda r: "not a valid outline", model=cfg.data["llm"]["model"])
+    client = llm.make_client(cfg.params("llm"), artifacts.cache_dir(cfg, cfg.data["llm"]["cache"]), backend=be)
+    induce.induce_structure(docs, paras, cfg.params("induce"), client=client)
+    counter = chunking.load_counter(cfg.data["chunking"]["tokenizer"])
     windows = cuts.context_windows(docs, paras, {"sections_induced": gold, "sections_gold": gold},
-                                   [design.condition("A1")], config.record("chunking", cfg["chunking"]),
+                                   [design.condition("A1")], cfg.params("chunking"),
                                    counter)  # gold stands in for 02's outline
-    contexts.a1_contexts(docs, windows, config.record("contexts", cfg["contexts"]), client=client, counter=counter,
+    contexts.a1_contexts(docs, windows, cfg.params("contexts"), client=client, counter=counter,
                          sections=gold)
 
     def made(prefix):
@@ -88,7 +88,7 @@ def test_the_plan_lists_documents_whose_expected_induction_reply_exceeds_its_bud
     cfg, tables = demo
     docs, paras, gold = tables["documents"], tables["paragraphs"], tables["sections_gold"]
     ind = plan.estimate(cfg, tables)["induction"]
-    rp = induce.reply_plan(docs, paras, config.record("induce", cfg["induce"]), cfg["llm"]["context_tokens"], gold)
+    rp = induce.reply_plan(docs, paras, cfg.params("induce"), cfg.data["llm"]["context_tokens"], gold)
     assert (ind["calls"], ind["max_budget"], ind["over_budget"]) == (len(rp), rp["reply_budget"].max(), [])
     assert ind["max_expected_reply_tokens"] == rp["expected_reply_tokens"].max() > 0
     assert ind["expected_reply_tokens"] == rp["expected_reply_tokens"].sum() >= ind["max_expected_reply_tokens"]
@@ -108,7 +108,7 @@ def test_embedding_and_reranking_work_follow_the_chunk_sets(demo):
     p = plan.estimate(cfg, tables)
     n_q = p["queries"]
     assert n_q == len(tables["harvested"]) > 0
-    assert p["chunks"]["conditions"] == len(cfg["chunking"]["conditions"])
+    assert p["chunks"]["conditions"] == len(cfg.data["chunking"]["conditions"])
     assert 0 < p["chunks"]["unique_texts"] < p["chunks"]["rows"]  # A4/G4 share A3/G3's texts
     for e in p["embedders"].values():
         assert (e["passages"], e["queries"]) == (p["chunks"]["unique_texts"], n_q)
@@ -121,8 +121,8 @@ def test_embedding_and_reranking_work_follow_the_chunk_sets(demo):
     whole = uncut["embedders"]["strong"]["passage_tokens"]
     assert whole == uncut["embedders"]["weak"]["passage_tokens"] >= strong["passage_tokens"]
     assert whole > weak["passage_tokens"]
-    top_n = cfg["retrieve"]["rerankers"]["xenc-untrained"]["top_n"]
-    assert p["rerankers"]["xenc-untrained"]["pairs_at_most"] == n_q * 11 * min(top_n, cfg["retrieve"]["k"])
+    top_n = cfg.data["retrieve"]["rerankers"]["xenc-untrained"]["top_n"]
+    assert p["rerankers"]["xenc-untrained"]["pairs_at_most"] == n_q * 11 * min(top_n, cfg.data["retrieve"]["k"])
     text = plan.render(p)
     assert "A1 contexts" in text and "texts to embed" in text and "reranker pairs" in text
 
@@ -144,10 +144,10 @@ def test_the_plan_states_each_axis_of_the_specification_curve(demo):
     assert plan.estimate(cfg0, tables)["multiverse"] is None
     assert got["chunks"] == plan.estimate(cfg0, tables)["chunks"]  # the run's own counts leave the stand-in out
     # the texts of P7 that no other condition has: P7's prefixes drawn under another seed
-    counter = chunking.load_counter(cfg["chunking"]["tokenizer"])
+    counter = chunking.load_counter(cfg.data["chunking"]["tokenizer"])
     gold = tables["sections_gold"]
     windows = cuts.context_windows(tables["documents"], tables["paragraphs"], {"sections_induced": gold,
-                                   "sections_gold": gold}, design.run_conditions(cfg["chunking"]["conditions"]),
+                                   "sections_gold": gold}, design.run_conditions(cfg.data["chunking"]["conditions"]),
                                    cfg.params("chunking"), counter)
     built = chunk_sets.build_all(tables["documents"], tables["paragraphs"], gold, gold,
                                  windows.assign(context="(A1 context)"), cfg.params("chunking"), counter,

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chunkstudy import artifacts, config, llm, queries
+from chunkstudy.paramspec import Spec
 from chunkstudy.queries import leakage
 from chunkstudy.corpus.model import SEP, DocumentBuilder, verify_corpus
 
@@ -60,7 +61,7 @@ def corpus():
 
 
 def _params(**over):
-    p = {k: v.default for k, v in config.SCHEMA["queries"].items() if isinstance(v, config.P)}
+    p = {k: v.default for k, v in config.SCHEMA["queries"].items() if isinstance(v, Spec)}
     p["targets"] = {k: v.default for k, v in config.SCHEMA["queries"]["targets"].items()}
     p["source"] = "generated"
     p.update(over)

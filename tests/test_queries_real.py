@@ -25,7 +25,7 @@ def test_span_sampling_invariants_on_real_wikipedia_articles(local_cfg, tmp_path
     out = build.build_corpus(cfg)
     docs, paras, secs = out["documents"], out["paragraphs"], out["sections_gold"]
     assert len(docs) >= 5
-    p = dict(cfg["queries"])
+    p = dict(cfg.data["queries"])
     samples = queries.sample_spans(docs, paras, secs, config.record("queries", p))
     check_invariants(docs, paras, secs, samples, p)
     # articles passing the study's filters (>= 12 sections, depth >= 3) offer every type; sentence runs at full
@@ -41,7 +41,7 @@ def test_qasper_harvested_queries_and_bm25_against_brute_force(local_cfg, tmp_pa
     cfg = local_cfg("qasper_local", tmp_path, max_docs=40)
     out = build.build_corpus(cfg)
     docs, paras, secs = out["documents"], out["paragraphs"], out["sections_gold"]
-    res = queries.build_queries(docs, paras, secs, out["harvested"], config.record("queries", cfg["queries"]))
+    res = queries.build_queries(docs, paras, secs, out["harvested"], cfg.params("queries"))
     q = res["queries"]
     assert len(q) == len(out["harvested"]) and set(q["qtype"]) <= {"extractive", "abstractive", "boolean"}
     texts = dict(zip(docs["doc_id"], docs["text"]))
@@ -50,10 +50,11 @@ def test_qasper_harvested_queries_and_bm25_against_brute_force(local_cfg, tmp_pa
     assert res["summary"]["rouge_l"]["median"] < 0.2
     assert json.loads(q["provenance"].iat[0])["source"] == "harvested"
 
-    ch = chunking.structural_chunks(docs, paras, secs, chunking.load_counter(cfg["chunking"]["tokenizer"]),
-                                    cfg["chunking"]["max_chunk_tokens"], cfg["chunking"]["min_chunk_tokens"], "regex")
-    per_q, summary = bm25.diagnostic(docs, ch, q, scope="document", k1=cfg["queries"]["bm25_k1"], b=cfg["queries"]["bm25_b"],
-                                     span_frac=cfg["metrics"]["span_frac"], chunk_frac=cfg["metrics"]["chunk_frac"])
+    cp, qp, mp = cfg.params("chunking"), cfg.params("queries"), cfg.params("metrics")
+    ch = chunking.structural_chunks(docs, paras, secs, chunking.load_counter(cp.tokenizer), cp.max_chunk_tokens,
+                                    cp.min_chunk_tokens, "regex")
+    per_q, summary = bm25.diagnostic(docs, ch, q, scope="document", k1=qp.bm25_k1, b=qp.bm25_b,
+                                     span_frac=mp.span_frac, chunk_frac=mp.chunk_frac)
     assert summary["n_queries"] == len(q) and 0 < summary["gold_top1_share"] < 1
     # oracle: the document-scope top chunk of a sample of queries, recomputed by brute force
     ch = ch.assign(chunk_id=[f"{d}#{i}" for d, i in zip(ch["doc_id"], ch.groupby("doc_id").cumcount())])

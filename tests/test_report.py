@@ -137,10 +137,10 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
         assert (out / "tables" / f"{t.name}.md").is_file() and "\\toprule" in (out / "tables" / f"{t.name}.tex").read_text()
     text = (out / "report.md").read_text()
     size = report.corpus_size_warnings(artifacts.read_json(cfg, "04_chunk_embed", "summary")["n_chunks"],
-                                       cfg["metrics"]["recall_k"])
+                                       cfg.data["metrics"]["recall_k"])
     # 4 documents and 300 resamples: inference is not possible, said first (after any placebo warning)
     inference = report.inference_warnings(synthetic["contrasts"], cfg.params("stats"))
-    placebo = report.placebo_warnings(tables.placebo_marks(synthetic["placebo_buckets"], cfg["stats"]["contrasts"]))
+    placebo = report.placebo_warnings(tables.placebo_marks(synthetic["placebo_buckets"], cfg.params("stats").contrasts))
     assert len(inference) == 1 and "rest on 4 documents, fewer than stats.min_docs = 20" in inference[0]
     assert b.warnings == placebo + inference + report.model_warnings(cfg.params()) + size and len(size) == 1
     assert text.count("**WARNING:**") == len(b.warnings) >= 5

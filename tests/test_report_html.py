@@ -135,7 +135,7 @@ def test_html_has_the_markdown_reports_content(built):
 
 def test_one_collapsible_drilldown_per_contrast(built):
     html, cfg = built["html"], built["cfg"]
-    contrasts = list(cfg["stats"]["contrasts"])
+    contrasts = list(cfg.data["stats"]["contrasts"])
     found = re.findall(r'<details class="drilldown" id="drill-([a-z0-9-]+)">', html)
     assert found == [report_html.slug(c) for c in contrasts]
     assert html.find(f"<h2>{drill_view.HEADING}</h2>") < html.find('<details class="drilldown"')
@@ -273,7 +273,7 @@ def check_in_browser(page, path: Path, n_figures: int, contrasts: list[str]) -> 
 
 def test_report_opens_in_a_headless_browser(built, page):
     assert "fig_multiverse" in built["bundle"].figures and len(built["bundle"].curves) == 4
-    check_in_browser(page, built["path"], len(built["bundle"].figures), list(built["cfg"]["stats"]["contrasts"]))
+    check_in_browser(page, built["path"], len(built["bundle"].figures), list(built["cfg"].data["stats"]["contrasts"]))
 
 
 @pytest.mark.slow
@@ -283,6 +283,6 @@ def test_demo_report_opens_in_a_headless_browser(root, page):
     cfg = config.load(root / "params" / "demo.yaml", root=root)
     path = artifacts.figures_dir(cfg) / "report.html"
     b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
-    check_in_browser(page, path, len(b.figures), list(cfg["stats"]["contrasts"]))
+    check_in_browser(page, path, len(b.figures), list(cfg.data["stats"]["contrasts"]))
     executed = root / "build" / "executed" / cfg.corpus
     assert sorted(p.stem for p in executed.glob("*.html")) == [s.name for s in runner.discover(root / "notebooks")]

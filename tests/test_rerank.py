@@ -16,7 +16,7 @@ import pytest
 from chunkstudy import config, models, rerank
 
 PARAMS = config.load(__import__("pathlib").Path(__file__).resolve().parents[1] / "params" / "demo.yaml")
-SPEC = PARAMS["retrieve"]["rerankers"]["xenc-untrained"]
+SPEC = PARAMS.data["retrieve"]["rerankers"]["xenc-untrained"]
 KEY = "xenc-untrained"
 
 

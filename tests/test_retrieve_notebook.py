@@ -75,7 +75,7 @@ def test_notebook_05_runs_and_replays_from_caches(tmp_path, root):
     assert len(first) == 2 * 3 * sum(n_chunks.values())
     rr = runs[runs["reranker"] == "xenc-untrained"]
     assert set(rr["embedder"]) == {"strong"} and set(rr["condition"]) == {"A0", "A3", "A4"}
-    top_n = cfg["retrieve"]["rerankers"]["xenc-untrained"]["top_n"]
+    top_n = cfg.data["retrieve"]["rerankers"]["xenc-untrained"]["top_n"]
     assert rr.groupby(["condition", "query_id"])["reranked"].sum().eq(min(top_n, 18)).all()  # 18 chunks each
     assert set(recall["condition"]) == {"A4"} and len(recall) == 2 * 3
     a4 = first[first["condition"] == "A4"]

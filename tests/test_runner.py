@@ -157,7 +157,7 @@ def no_kernel(monkeypatch):
     def execute(cfg, stage, executed_dir):
         if stage.name == "01_corpus":
             artifacts.write(cfg, "documents", pd.DataFrame({"doc_id": ["d"], "title": ["t"], "source": ["s"],
-                                                            "text": ["x" * cfg["corpus"]["min_words"]]}))
+                                                            "text": ["x" * cfg.data["corpus"]["min_words"]]}))
         else:
             artifacts.write_json(cfg, "02_induce", "induction_stats", {"n": 1})
 
@@ -380,7 +380,7 @@ if gate:
     while not Path(gate).exists():
         time.sleep(0.02)
 cfg = config.load(params_file)
-text = "x" * cfg["corpus"]["min_words"]
+text = "x" * cfg.data["corpus"]["min_words"]
 artifacts.write(cfg, "documents", pd.DataFrame({"doc_id": ["d"], "title": ["t"], "text": [text], "source": ["fixture"]}))
 '''
 

@@ -90,23 +90,23 @@ def test_cpu_check_recognises_an_illegal_instruction_and_a_failed_import(tmp_pat
 
 def test_serve_args_name_the_model_the_way_each_entry_point_wants():
     cfg = config.load(ROOT / "params" / "vllm_cpu.yaml")
-    gpu_args = gpu.serve_args(config.record("llm", cfg["llm"]), weights="/w")
-    cpu_args = gpu.serve_args(config.record("llm", cfg["llm"]), weights="/w", entry="api_server")
+    gpu_args = gpu.serve_args(cfg.params("llm"), weights="/w")
+    cpu_args = gpu.serve_args(cfg.params("llm"), weights="/w", entry="api_server")
     assert gpu_args[:2] == ["serve", "/w"] and cpu_args[:2] == ["--model", "/w"]
     assert gpu_args[2:] == cpu_args[2:]  # the same params, the same flags, in both modes
     assert "--enforce-eager" in cpu_args and cpu_args[cpu_args.index("--dtype") + 1] == "float32"
     with pytest.raises(ValueError, match="entry 'vllm' is not one of"):
-        gpu.serve_args(config.record("llm", cfg["llm"]), entry="vllm")
+        gpu.serve_args(cfg.params("llm"), entry="vllm")
 
 
 def test_vllm_cpu_params():
     cfg = config.load(ROOT / "params" / "vllm_cpu.yaml")
-    lp = cfg["llm"]
-    assert cfg.corpus == "vllm_cpu" and cfg["corpus"]["kind"] == "qasper" and cfg["corpus"]["max_docs"] == 2
-    assert cfg["corpus"]["max_docs_from"] == "seeded"
+    lp = cfg.data["llm"]
+    assert cfg.corpus == "vllm_cpu" and cfg.data["corpus"]["kind"] == "qasper" and cfg.data["corpus"]["max_docs"] == 2
+    assert cfg.data["corpus"]["max_docs_from"] == "seeded"
     assert (lp["backend"], lp["server_metrics"], lp["structured_output"]) == ("openai", True, "json_schema")
-    assert cfg["induce"]["method"] == "llm" and cfg["contexts"]["method"] == "llm"
-    assert cfg["queries"]["source"] == "generated"
+    assert cfg.data["induce"]["method"] == "llm" and cfg.data["contexts"]["method"] == "llm"
+    assert cfg.data["queries"]["source"] == "generated"
     assert devices.cuda_keys(cfg) == [] and gpu.hub_models(cfg) == {}  # CPU encoders, bundled models
 
 
@@ -269,7 +269,7 @@ def test_vllm_cpu_runs_the_pipeline_end_to_end(request, tmp_path):
         timings["first run (s)"] = round(time.perf_counter() - t1, 1)
         assert [status for _, status, _ in first] == ["ran"] * len(first) and len(first) == 8
         stats = _stats(cfg)
-        cache = llm.CallCache(artifacts.cache_dir(cfg, cfg["llm"]["cache"]))
+        cache = llm.CallCache(artifacts.cache_dir(cfg, cfg.data["llm"]["cache"]))
         records = cache.records()
         calls = {st: s["llm"] for st, s in stats.items()}
 

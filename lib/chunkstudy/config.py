@@ -19,18 +19,16 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import math
 import os
-from collections import abc
-from dataclasses import MISSING, Field, dataclass, field, fields as dataclass_fields, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType, UnionType
-from typing import Any, Literal, Mapping, Union, get_args, get_origin, get_type_hints, overload
+from typing import Any, Literal, Mapping, overload
 
 import yaml
 
 from . import params, stages
-from .config_rules import RULES, Rule, digested, dotted_value, is_name
+from .config_rules import RULES, Rule, dotted_value
+from .paramspec import BadValue, Group, Spec, is_name, schema, thaw
 from .params import (ChunkingParams, ConditionsParams, ContextsParams, ContrastsParams, CorpusParams, EmbedParams,
                      FiguresParams, InduceParams, LLMParams, MetricsParams, Params, QueriesParams, RetrieveParams,
                      StatsParams)
@@ -41,199 +39,14 @@ class ConfigError(ChunkstudyError, ValueError):
     """A parameter file is malformed: the message names the file and the key."""
 
 
-@dataclass(frozen=True)
-class P:
-    """One parameter as the validator sees it, derived from its declared field (:func:`_parameter`): the default,
-    the accepted types, and optionally the allowed values, a range, an anchor and a list's element type.
-
-    ``ge``/``gt``/``le``/``lt`` bound a number (each element of a list of numbers); ``name`` requires a plain
-    file-system name (:data:`chunkstudy.config_rules.NAME_PATTERN`); ``unique`` forbids repeated list elements;
-    ``anchor`` marks a path (:data:`chunkstudy.params.ANCHORS`); ``item``: the type of each element of a list
-    (checked), or of each value of a mapping (what :meth:`freeze` makes of it); ``digest``: whether it enters stage
-    digests (:data:`chunkstudy.params.DIGEST_MODES`). Cross-field checks: :data:`chunkstudy.config_rules.RULES`.
-    """
-
-    default: Any
-    types: tuple[type, ...] = ()
-    choices: tuple[Any, ...] | None = None
-    nullable: bool = False
-    doc: str = ""
-    anchor: str | None = None
-    name: bool = False
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
-    unique: bool = False
-    item: Any = None
-    digest: str = "always"
-
-    def freeze(self, value: Any) -> Any:
-        """A validated value as its record holds it: a list becomes a tuple, a mapping a read-only mapping whose
-        list values become tuples when the declared value type is a tuple (``stats.contrasts``); the values of a
-        free-form mapping (``llm.vllm_engine``) stay as the file states them."""
-        if isinstance(value, list):
-            return tuple(value)
-        if isinstance(value, Mapping):
-            return MappingProxyType({k: tuple(v) if self.item is tuple and isinstance(v, list) else v
-                                     for k, v in value.items()})
-        return value
-
-    @property
-    def range_text(self) -> str:
-        lo = f"[{self.ge}" if self.ge is not None else f"({self.gt}" if self.gt is not None else "(-inf"
-        hi = f"{self.le}]" if self.le is not None else f"{self.lt})" if self.lt is not None else "inf)"
-        return f"{lo}, {hi}"
-
-    def _in_range(self, x: Any) -> bool:
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
-            return True  # type errors are reported by the type check
-        return not ((self.ge is not None and x < self.ge) or (self.gt is not None and x <= self.gt)
-                    or (self.le is not None and x > self.le) or (self.lt is not None and x >= self.lt))
-
-    def check(self, value: Any, where: str) -> Any:
-        if value is None:
-            if self.nullable or self.default is None:
-                return None
-            raise ConfigError(f"{where}: must not be null")
-        types = self.types or (type(self.default),)
-        if float in types and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if bool not in types and isinstance(value, bool):
-            raise ConfigError(f"{where}: expected {'/'.join(t.__name__ for t in types)}, got a boolean {value!r}")
-        if not isinstance(value, types):
-            raise ConfigError(
-                f"{where}: expected {'/'.join(t.__name__ for t in types)}, got {type(value).__name__} {value!r}"
-            )
-        bad_number = _non_finite(value)
-        if bad_number is not None:
-            raise ConfigError(f"{where}: {bad_number!r} is not a finite number (.nan and .inf pass no range check: "
-                              "state a number)")
-        items = value if isinstance(value, list) else [value]
-        if self.item is not None and isinstance(value, list):
-            if self.item is float:
-                value = items = [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
-            wrong = [v for v in value
-                     if not isinstance(v, self.item) or (isinstance(v, bool) and self.item is not bool)]
-            if wrong:
-                raise ConfigError(f"{where}: expected a list of {self.item.__name__}, got {type(wrong[0]).__name__} "
-                                  f"{wrong[0]!r} in it")
-        if self.choices is not None:
-            bad = [v for v in items if v not in self.choices]
-            if bad:
-                raise ConfigError(f"{where}: {bad[0]!r} is not one of {list(self.choices)}")
-        if self.name and not is_name(value):
-            raise ConfigError(f"{where}: {value!r} is not a plain name (a letter or digit, then letters, digits, "
-                              "'.', '_' or '-'); it names a folder or file, which must stay inside the project")
-        if any(b is not None for b in (self.ge, self.gt, self.le, self.lt)):
-            bad = [v for v in items if not self._in_range(v)]
-            if bad:
-                raise ConfigError(f"{where}: {bad[0]!r} is outside {self.range_text}")
-        if self.unique and isinstance(value, list):
-            seen = [v for i, v in enumerate(value) if v in value[:i]]
-            if seen:
-                raise ConfigError(f"{where}: {seen[0]!r} is repeated in {value!r}")
-        return value
-
-
-def _non_finite(value: Any) -> float | None:
-    """The first NaN or infinite float anywhere in a parameter value (lists and mappings included), else None.
-    No parameter means NaN or infinity, and a NaN passes every comparison, so every range check too."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else value
-    if isinstance(value, Mapping):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            bad = _non_finite(v)
-            if bad is not None:
-                return bad
-    return None
-
-
-def _thaw(value: Any) -> Any:
-    """Records, read-only mappings and tuples back to the plain dicts and lists the validator reads."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _thaw(getattr(value, f.name)) for f in dataclass_fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [_thaw(v) for v in value]
-    return value
-
-
-def _parameter(f: Field, hint: Any, key: str) -> P:
-    """The validator's view of one declared field: accepted types, null, choices and element type from its
-    annotation, range, anchor and the rest from its :class:`~chunkstudy.params.Spec`."""
-    s = f.metadata.get("param")
-    if not isinstance(s, params.Spec):
-        raise TypeError(f"chunkstudy.params: {key} is declared without param(...)")
-    nullable, choices, item = False, s.choices, None
-    types: tuple[type, ...] = (str, list)  # str | tuple[str, ...]: one value or several
-    if get_origin(hint) in (Union, UnionType):
-        args = [a for a in get_args(hint) if a is not type(None)]
-        nullable = len(args) < len(get_args(hint))
-        hint, item = (None, str) if set(args) == {str, tuple[str, ...]} else (args[0], None)
-    origin = get_origin(hint)
-    if hint is not None and origin is Literal:
-        choices = get_args(hint)
-        types = (type(choices[0]),)
-    elif origin is tuple:
-        types, elem = (list,), get_args(hint)[0]
-        if get_origin(elem) is Literal:
-            choices, item = get_args(elem), type(get_args(elem)[0])
-        else:
-            item = elem
-    elif origin is abc.Mapping:
-        types, item = (dict,), get_origin(get_args(hint)[1]) or get_args(hint)[1]
-    elif hint in (int, float, str, bool):
-        types = (hint,)
-    elif hint is not None:
-        raise TypeError(f"chunkstudy.params: {key}: the type {hint!r} has no check")
-    default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
-    return P(_thaw(default), types, None if choices is None else tuple(choices), nullable, s.doc, s.anchor, s.name,
-             s.ge, s.gt, s.le, s.lt, s.unique, item, s.digest)
-
-
-#: The declared record class of every section and nested group by dotted name (``""`` the whole file,
-#: ``"llm"``, ``"queries.targets"``, ``"embed.embedders.*"``), filled by :func:`_derive`.
-_CLASSES: dict[str, type] = {}
-
-
-def _derive(cls: type, dotted: str) -> dict[str, Any]:
-    """The schema of a declared record class: a dict of :class:`P` by key, a nested dict for a nested record,
-    ``{"*": ...}`` for a group of named entries (``Mapping[str, Record]``)."""
-    _CLASSES[dotted] = cls
-    hints = get_type_hints(cls)
-    spec: dict[str, Any] = {}
-    for f in dataclass_fields(cls):
-        key = f"{dotted}.{f.name}" if dotted else f.name
-        hint = hints[f.name]
-        if is_dataclass(hint):
-            spec[f.name] = _derive(hint, key)  # type: ignore[arg-type]
-        elif get_origin(hint) is abc.Mapping and is_dataclass(get_args(hint)[1]):
-            spec[f.name] = {"*": _derive(get_args(hint)[1], f"{key}.*")}
-        else:
-            spec[f.name] = _parameter(f, hint, key)
-    return spec
-
-
-#: Every parameter the pipeline reads, by section: derived from the record classes of :mod:`chunkstudy.params`
-#: (the declaration). A nested dict of :class:`P`; ``"*"`` maps any key to a spec (``embed.embedders.*``).
-SCHEMA: dict[str, Any] = _derive(params.Params, "")
+#: Every parameter the pipeline reads, by section: the declaration of :mod:`chunkstudy.params` as one
+#: :class:`~chunkstudy.paramspec.Group` of sections, each a ``Group`` of :class:`~chunkstudy.paramspec.Spec` by key
+#: (``"*"`` maps any name to an entry's group: ``embed.embedders.*``).
+SCHEMA: Group = schema(params.Params)
 
 #: Chunkers that embed while they cut (their ``embedder`` resolves to ``embed.strong`` when the file loads, so the
 #: digest of 04 names it).
 EMBEDDING_CHUNKERS = ("chonkie:SemanticChunker",)
-
-#: Sections a run may leave out, with the value that means "not used": a digest leaves such a section out while it
-#: holds exactly that value, so adding these features changed no existing run's stage digests.
-OPTIONAL_SECTIONS: dict[str, dict] = {"conditions": {"extra": {}}, "contrasts": {"extra": {}}, "multiverse": params.MULTIVERSE_UNUSED}
-#: Keys a run may leave at their default, with that default: a digest leaves such a key out while it holds exactly
-#: that value, so late pooling and the equivalence test changed no existing run's stage digests (docs/beyond.md).
-OPTIONAL_KEYS: dict[str, dict[str, Any]] = {"embed": {"late_window": None, "late_overlap": None, "late_pooling": "model"},
-                                            "stats": {"sesoi": None, "sesoi_by_metric": {}}, "multiverse": params.MULTIVERSE_UNUSED}
-
 
 #: Keys a parameter file may no longer state, and the key that took each one's place: ``max_tokens`` meant four
 #: things in four sections (now each name says which tokens it counts), and ``stats.primary_embedder`` and
@@ -286,10 +99,7 @@ class Config:
     _record: Params = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._record = _freeze(SCHEMA, self.data, "")
-
-    def __getitem__(self, key: str) -> Any:  # tests only: lib/ and notebooks/ read cfg.params(...)
-        return self.data[key]
+        self._record = SCHEMA.freeze(self.data)
 
     @overload
     def params(self) -> Params: ...
@@ -377,8 +187,8 @@ class Config:
         return out if isinstance(value, list) else out[0]
 
     def digest(self, sections: tuple[str, ...] | None = None) -> str:
-        """Digest of the given sections or dotted keys (``"corpus.kind"``); all sections when None. An optional
-        section at its unused value (:data:`OPTIONAL_SECTIONS`) is left out."""
+        """Digest of the given sections or dotted keys (``"corpus.kind"``); all sections when None
+        (:func:`digest_of`)."""
         return digest_of(self.data, sections)
 
     def values(self, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -387,79 +197,70 @@ class Config:
 
 
 def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) -> str:
-    """:meth:`Config.digest` of validated ``data`` (``cfg.data``): the given sections or dotted keys, all when None,
-    less an optional section at its unused value (:data:`OPTIONAL_SECTIONS`) and :func:`digested`'s parameters."""
-    part = {k: dotted_value(digested(SCHEMA, data), k) for k in (sections or tuple(data))}
-    part = {k: v for k, v in part.items() if not (k in OPTIONAL_SECTIONS and v == OPTIONAL_SECTIONS[k])}
-    for k, unused in OPTIONAL_KEYS.items():
-        if isinstance(part.get(k), Mapping):
-            part[k] = {key: v for key, v in part[k].items() if not (key in unused and v == unused[key])}
-        for key, v in unused.items():  # the same keys named as dotted keys (a stage's "embed.late_window")
-            if f"{k}.{key}" in part and part[f"{k}.{key}"] == v:
-                del part[f"{k}.{key}"]
+    """:meth:`Config.digest` of validated ``data`` (``cfg.data``, or a part of it): the given sections or dotted keys
+    (all sections when None) less what their declarations leave out of digests
+    (:meth:`chunkstudy.paramspec.Group.digested`): ``never`` keys, and ``changed`` keys and sections while at their
+    defaults. A section or dotted key so left out is absent, as it was before it was declared."""
+    kept = SCHEMA.digested(data)
+    part = {}
+    for k in sections or tuple(data):
+        SCHEMA.node(k)  # a key nothing declares is an error, not an absence
+        try:
+            part[k] = dotted_value(kept, k)
+        except KeyError:
+            continue
     return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def declaration_digest(conditions: Any, contrasts: Any) -> str:
     """The digest of what the user added (the ``conditions`` and ``contrasts`` records, as plain data): stage
     manifests record it (``user_declared``) and the report compares 01's with the one it reads."""
-    return digest_of({"conditions": _thaw(conditions), "contrasts": _thaw(contrasts)})
+    return digest_of({"conditions": thaw(conditions), "contrasts": thaw(contrasts)})
 
 
 # ------------------------------------------------------------------------------------------ typed section records
 
-def _spec_at(dotted: str) -> dict:
-    """The spec of a section or nested group by dotted name (``"llm"``, ``"queries.targets"``,
+def _group(dotted: str) -> Group:
+    """The declaration of a section or nested group by dotted name (``"llm"``, ``"queries.targets"``,
     ``"embed.embedders.*"``); ``""`` is the whole file."""
-    spec: Any = SCHEMA
-    for part in dotted.split(".") if dotted else ():
-        spec = spec[part]
-    if not isinstance(spec, dict):
+    node = SCHEMA.node(dotted)
+    if not isinstance(node, Group):
         raise KeyError(f"{dotted} is a parameter, not a section")
-    return spec
+    return node
 
 
 def record_type(dotted: str) -> type:
     """The declared record class (:mod:`chunkstudy.params`) of a section (``record_type("llm")``) or a nested
     group (``"queries.targets"``, ``"embed.embedders.*"``, ``"retrieve.rerankers.*"``)."""
-    if dotted not in _CLASSES:
-        _spec_at(dotted)  # says whether it is a parameter or unknown
-        raise KeyError(f"{dotted} is not a section or group; sections: {list(SCHEMA)}")
-    return _CLASSES[dotted]
+    cls = _group(dotted).record
+    if cls is None:
+        raise KeyError(f"{dotted} is not a section or group but a mapping of named ones: {dotted}.*")
+    return cls
 
 
-def _freeze(spec: Any, value: Any, dotted: str) -> Any:
-    if isinstance(spec, P):
-        return spec.freeze(value)
-    if "*" in spec:
-        return MappingProxyType({k: _freeze(spec["*"], v, f"{dotted}.*") for k, v in value.items()})
-    return _CLASSES[dotted](**{k: _freeze(sub, value[k], f"{dotted}.{k}" if dotted else k)
-                               for k, sub in spec.items()})
-
-
-def record(dotted: str, values: Mapping[str, Any] | None = None, *, where: str | Path = "", **_old: Any) -> Any:
+def record(dotted: str, values: Mapping[str, Any] | None = None, *, where: str | Path = "") -> Any:
     """A section's (or nested group's) values as its declared frozen record (:func:`record_type`): keys not given
     take the declared default, and every value is checked as a parameter file's would be (types, choices,
     ranges), so a record holds only valid values. A record of the same type passes through unchanged. Lists
     become tuples; a ``"*"`` group (embedders, rerankers) becomes a read-only mapping of records. Tests build
-    the records a function takes with it: ``config.record("metrics", {"cutoff": 5})``."""
+    the records a function takes with it: ``config.record("metrics", {"cutoff": 5})``; the section's keys go in
+    ``values``, and any other keyword is refused (a TypeError naming it)."""
     cls = record_type(dotted)
     if isinstance(values, cls):
         return values
-    spec = _spec_at(dotted)
-    data = _validate(spec, _thaw(values or {}), dotted, Path(str(where or "<parameters>")))
-    return _freeze(spec, data, dotted)
+    group = _group(dotted)
+    return group.freeze(_validate(group, thaw(values or {}), dotted, Path(str(where or "<parameters>"))))
 
 
 def as_dict(rec: Any) -> dict:
     """A record as plain dicts and lists (for JSON, manifests and reports)."""
-    return _thaw(rec)
+    return thaw(rec)
 
 
 def path_params() -> list[tuple[str, str]]:
     """``(dotted key, anchor)`` of every path parameter in :data:`SCHEMA`."""
     return [(f"{sec}.{k}", p.anchor) for sec, spec in SCHEMA.items() if "*" not in spec
-            for k, p in spec.items() if isinstance(p, P) and p.anchor is not None]
+            for k, p in spec.items() if isinstance(p, Spec) and p.anchor is not None]
 
 
 def _merge(base: dict, over: Mapping) -> dict:
@@ -554,7 +355,7 @@ def _anchor_paths(raw: dict, folder: Path) -> dict:
             continue
         for key, p in spec.items():
             v = values.get(key)
-            if isinstance(p, P) and p.anchor == "params" and isinstance(v, str) and v not in _NOT_PATHS:
+            if isinstance(p, Spec) and p.anchor == "params" and isinstance(v, str) and v not in _NOT_PATHS:
                 values[key] = str((folder / v).expanduser().resolve())
     extra = (out.get("conditions") or {}).get("extra") if isinstance(out.get("conditions"), dict) else None
     for spec in (extra or {}).values():  # a user chunker in a file ("mine.py:chunk") is relative to its file too
@@ -566,10 +367,10 @@ def _anchor_paths(raw: dict, folder: Path) -> dict:
 
 
 def _validate(spec: Any, value: Any, where: str, file: Path) -> Any:
-    if isinstance(spec, P):
+    if isinstance(spec, Spec):
         try:
             return spec.check(value, where)
-        except ConfigError as e:
+        except BadValue as e:
             raise ConfigError(f"{file}: {e}") from None
     # a section: dict of specs (or a "*" wildcard mapping any name to a sub-spec)
     if not isinstance(value, Mapping):
@@ -590,7 +391,7 @@ def _validate(spec: Any, value: Any, where: str, file: Path) -> Any:
         key = f"{where}.{k}" if where else k
         if k in value:
             out[k] = _validate(sub, value[k], key, file)
-        elif isinstance(sub, P):
+        elif isinstance(sub, Spec):
             out[k] = copy.deepcopy(sub.default)
         else:
             out[k] = _validate(sub, {}, key, file)

@@ -1,5 +1,5 @@
 """The cross-field checks of a parameter file (:data:`RULES`), run by :func:`chunkstudy.config.load` after every key
-passed its own check, and the rule for names that become folder or file names (:func:`is_name`).
+passed its own check.
 
 A rule returns None when the parameters pass, else what is wrong; :func:`chunkstudy.config.check_rules` raises
 the error naming the file and the rule's dotted key. Rules read the validated parameters as plain dicts.
@@ -7,25 +7,12 @@ the error naming the file and the rule's dotted key. Rules read the validated pa
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from . import design
+from .paramspec import is_name
 from .significance import SMALLEST_P_RULE, BootstrapTest
-
-#: A name that becomes one folder or file name (``corpus.name``, ``llm.cache``, ``embed.store``, embedder and
-#: reranker keys): a letter or digit, then letters, digits, ``.``, ``_`` or ``-``. No separator, so no ``..``,
-#: ``.``, ``''`` or ``a/../b`` can leave the folder it is meant for.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-def is_name(value: Any) -> bool:
-    """True for a plain file-system name (:data:`NAME_PATTERN`).
-
-    >>> [is_name(v) for v in ("demo", "qasper_local", "bge-v1.5", "..", ".", "", "a/../b", "-x")]
-    [True, True, True, False, False, False, False, False]
-    """
-    return isinstance(value, str) and NAME_PATTERN.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -258,13 +245,3 @@ RULES: tuple[Rule, ...] = (
     Rule("multiverse.conditions", _multiverse_conditions, "each stand-in is a condition of the run"),
 )
 
-
-def digested(spec: Any, value: Any) -> Any:
-    """``value`` without what a digest leaves out (``spec``: a schema node of :mod:`chunkstudy.config`, a mapping,
-    or a parameter with ``digest`` and ``default``): ``digest: never``, and ``digest: changed`` at its default."""
-    if not isinstance(spec, Mapping) or not isinstance(value, Mapping):
-        return value
-    if "*" in spec:
-        return {k: digested(spec["*"], v) for k, v in value.items()}
-    return {k: digested(spec[k], v) for k, v in value.items() if not (not isinstance(spec[k], Mapping) and (
-        spec[k].digest == "never" or (spec[k].digest == "changed" and v == spec[k].default)))}

@@ -1,9 +1,10 @@
 """The parameter reference, ``docs/parameters.md``, generated from the declaration.
 
 Every parameter a file may state is declared once, as a typed field of a record class in :mod:`chunkstudy.params`;
-:data:`chunkstudy.config.SCHEMA` is the validator's view of those fields. :func:`markdown` renders that view as one
-Markdown page: per section its record's docstring and a table of its keys (type, default, what the validator
-accepts, the declared documentation, and the stages whose skip key covers it, from :data:`chunkstudy.stages.STAGES`),
+:data:`chunkstudy.config.SCHEMA` is that declaration as the validator and the digests read it
+(:mod:`chunkstudy.paramspec`). :func:`markdown` renders it as one Markdown page: per section its record's docstring
+and a table of its keys (type, default, what the validator accepts, the declared documentation, and the stages whose
+skip key covers it, from :data:`chunkstudy.stages.STAGES` and the key's digest mode),
 then the cross-field rules (:data:`chunkstudy.config_rules.RULES`) and the renamed keys
 (:data:`chunkstudy.config.RENAMED`). The page is never edited by hand: ``tests/test_docs.py`` fails when it
 differs from :func:`markdown`, naming the command that rewrites it::
@@ -15,6 +16,7 @@ differs from :func:`markdown`, naming the command that rewrites it::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import re
 import sys
@@ -23,6 +25,7 @@ from typing import Any, Mapping
 
 from . import config, stages
 from .config_rules import RULES
+from .paramspec import Group, Spec
 
 #: The page's path relative to the project root.
 PAGE = "docs/parameters.md"
@@ -62,7 +65,7 @@ def _cell(text: str) -> str:
     return _md(text).replace("|", "\\|")
 
 
-def _type(p: config.P) -> str:
+def _type(p: Spec) -> str:
     names = "/".join(t.__name__ for t in p.types) if p.types else type(p.default).__name__
     if names == "list" and p.item is not None:
         names = f"list of {p.item.__name__}"
@@ -71,7 +74,7 @@ def _type(p: config.P) -> str:
     return names + (" or null" if p.nullable or p.default is None else "")
 
 
-def _accepts(p: config.P) -> str:
+def _accepts(p: Spec) -> str:
     parts = []
     each = "each " if list in p.types else ""
     if p.choices is not None:
@@ -89,7 +92,10 @@ def _accepts(p: config.P) -> str:
 
 def read_by(dotted: str) -> tuple[str, ...]:
     """The stages whose parameter digest covers the key ``dotted`` (its section, the key, or a group above it);
-    an edit of the key reruns these (and what reads their outputs)."""
+    an edit of the key reruns these (and what reads their outputs). None for a key declared ``digest: never``."""
+    node = config.SCHEMA.node(dotted)
+    if isinstance(node, Spec) and node.digest == "never":
+        return ()
     generic = dotted.replace(".*", "")
     out = []
     for s in stages.STAGES:
@@ -98,8 +104,8 @@ def read_by(dotted: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _doc(cls: type) -> str:
-    return _md(inspect.getdoc(cls) or "") if cls.__doc__ else ""
+def _doc(cls: type | None) -> str:
+    return _md(inspect.getdoc(cls) or "") if cls is not None and cls.__doc__ else ""
 
 
 def _anchor(title: str) -> str:
@@ -107,20 +113,30 @@ def _anchor(title: str) -> str:
     return "".join(c for c in title.lower() if c.isalnum() or c in "-_ ").replace(" ", "-")
 
 
-def _section(dotted: str, spec: Mapping[str, Any], out: list[str], nested: list[tuple[str, Mapping]]) -> None:
+def _inherited(spec: Group) -> tuple[type | None, set[str]]:
+    """The record class ``spec``'s record extends (``ServerClientParams``) and the keys it inherits from it."""
+    bases = [b for b in (spec.record.__mro__[1:] if spec.record else ()) if dataclasses.is_dataclass(b)]
+    return (bases[0], {f.name for f in dataclasses.fields(bases[0])}) if bases else (None, set())
+
+
+def _section(dotted: str, spec: Group, out: list[str], nested: list[tuple[str, Group]]) -> None:
     title = dotted.replace("*", "KEY")
     out += [f"{'##' if '.' not in dotted else '###'} {title}", ""]
-    doc = _doc(config._CLASSES[dotted])
+    doc = _doc(spec.record)
     if doc:
         out += [doc, ""]
     if dotted.endswith("*"):
         out += [f"`{dotted.replace('.*', '')}` maps names of your choice (`KEY`) to records with these keys.", ""]
+    base, inherited = _inherited(spec)
+    if base is not None:
+        text = _doc(base)
+        out += [f"From `{next(k for k in spec if k in inherited)}` on, {text[:1].lower()}{text[1:]}", ""]
     out += ["| key | type | default | accepts | what it decides | read by |", "|---|---|---|---|---|---|"]
-    for key, p in spec.items():
+    for key, p in sorted(spec.items(), key=lambda kv: kv[0] in inherited):  # its own keys first
         full = f"{dotted}.{key}"
-        if isinstance(p, config.P):
+        if isinstance(p, Spec):
             out.append(f"| `{key}` | {_type(p)} | `{_cell(_yaml(p.default))}` | {_cell(_accepts(p))} | "
-                       f"{_cell(p.doc)} | {' '.join(read_by(full))} |")
+                       f"{_cell(p.doc)} | {' '.join(read_by(full)) or 'none: reruns nothing'} |")
         else:
             sub = f"{full}.*" if set(p) == {"*"} else full
             out.append(f"| `{key}` | record | | | see [{sub.replace('*', 'KEY')}](#{_anchor(sub.replace('*', 'KEY'))}) "
@@ -150,7 +166,7 @@ def markdown() -> str:
         "",
     ]
     for section, spec in config.SCHEMA.items():
-        nested: list[tuple[str, Mapping]] = []
+        nested: list[tuple[str, Group]] = []
         _section(section, spec, out, nested)
         while nested:
             sub, subspec = nested.pop(0)

