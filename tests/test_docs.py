@@ -31,7 +31,8 @@ CODE = ("lib", "notebooks", "tests", "scripts", "bench", "params", "examples", "
 README_MAX_LINES = 250
 #: Files the docs tell a user to create (``cp params/markdown_example.yaml params/mydocs.yaml``): examples, not
 #: files of the repository.
-USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml"}
+USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml",
+              "lib/chunkstudy/corpus/plaintext.py"}  # docs/extending.md's new corpus kind (tests/test_extending.py)
 
 
 def _rel(p: Path) -> str:
