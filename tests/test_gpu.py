@@ -209,6 +209,8 @@ def test_require_cuda_names_the_keys_and_the_torch_build():
                                                             get_device_name=lambda i: "NVIDIA H200"))
     assert devices.require_cuda(cfg, torch_module=h200) == "NVIDIA H200"
     assert devices.require_cuda(load("demo"), torch_module=no_gpu) is None
+    assert devices.cuda_keys(cfg, {"retrieve"}) == ["retrieve.rerankers.bge-reranker-v2-m3.device"]
+    assert devices.require_cuda(cfg, torch_module=no_gpu, sections={"llm"}) is None  # qasper's LLM is served
 
 
 def test_require_cuda_with_the_installed_torch(tmp_path):

@@ -518,22 +518,22 @@ def compare_devices(specs: Mapping[str, EmbedderParams], texts: Sequence[str],
 def check_run(cfg, expect_no_calls: bool = False, min_prefix_hit_rate: float | None = None) -> list[dict]:
     """The smoke run's checks on a finished run of ``cfg``: ``[{"check", "ok", "detail"}]``.
 
-    * every stage has a manifest (the run completed);
+    * every declared stage (:data:`chunkstudy.stages.STAGE_NAMES`) has a manifest (the run completed);
     * 02 (and 03 when generated): zero failed model calls, zero failed A1 contexts;
     * ``expect_no_calls``: the last run of 02/03 made no model call (all replies from the cache);
     * the prefix-cache hit rate of the A1 batch, read from the server's counters (``llm.server_metrics``),
       reported, and at least ``min_prefix_hit_rate`` when given.
     """
-    from . import artifacts, runner
+    from . import artifacts, stages
 
     rows = []
 
     def add(check: str, ok: bool, detail: Any) -> None:
         rows.append({"check": check, "ok": bool(ok), "detail": detail})
 
-    stages = [s.name for s in runner.discover(cfg.root / "notebooks")]
-    missing = [s for s in stages if artifacts.read_manifest(cfg, s) is None]
-    add("all stages completed", not missing, f"missing manifests: {missing}" if missing else f"{len(stages)} stages")
+    missing = [s for s in stages.STAGE_NAMES if artifacts.read_manifest(cfg, s) is None]
+    add("all stages completed", not missing,
+        f"missing manifests: {missing}" if missing else f"{len(stages.STAGE_NAMES)} stages")
     sources = [("02_induce", "induction_stats")]
     if cfg.params("queries").source == "generated":
         sources.append(("03_queries", "funnel"))
