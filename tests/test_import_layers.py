@@ -31,7 +31,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("06 metrics", frozenset({"metrics"})),
     ("07 stats", frozenset({"stats"})),
     ("08 report", frozenset({"report"})),
-    ("tools", frozenset({"runner", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "serving", ""})),
+    ("tools", frozenset({"runner", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "stagedoc",
+                         "serving", ""})),
 )
 
 
