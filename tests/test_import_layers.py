@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("07 stats", frozenset({"stats"})),
     ("08 report", frozenset({"report"})),
     ("tools", frozenset({"runner", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "stagedoc",
-                         "serving", ""})),
+                         "gguf_convert", "serving", ""})),
 )
 
 

@@ -16,7 +16,8 @@ import each other (tests/test_import_layers.py holds the rule, and checks that t
   ``retrieve`` (05), ``metrics`` (06), ``stats`` (07), ``report`` (08);
 * tools that drive or check whole runs — ``runner`` (run_all.sh) and ``runlock``, ``serving`` (the model servers
   a run starts), ``plan`` (a run's model calls and texts, estimated before any model runs), ``golden``,
-  ``export``, ``gpu`` (vLLM serving, model prefetch, CUDA checks, the GPU smoke run's checks), ``devicecheck``,
+  ``export``, ``gpu`` (vLLM serving, model prefetch, CUDA checks, the GPU smoke run's checks), ``gguf_convert``
+  (a GGUF model to a standard Hugging Face folder), ``devicecheck``,
   and the generated docs: ``paramdoc`` (docs/parameters.md) and ``stagedoc`` (the pipeline table of
   docs/running.md).
 """
