@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from chunkstudy import codehash, config, embed, embed_store, models, rerank, runner
+from chunkstudy import codehash, config, embed, embed_store, models, rerank, runner, stages
 
 TEXTS = ["Apollo 8 was the first crewed spacecraft to leave low Earth orbit.",
          "The crew orbited the Moon ten times.", "Amphibians are ectothermic vertebrates."]
@@ -190,14 +190,15 @@ def user_project(tmp_path: Path) -> config.Config:
 def test_a_user_chunkers_key_holds_every_file_of_its_own_it_imports(tmp_path):
     cfg = user_project(tmp_path)
     folder = tmp_path / "params"
-    before = runner.chunker_sources(cfg)
+    code = stages.stage("04_chunk_embed").user_code
+    before = runner.user_code_sources(cfg, code)
     (folder / "unrelated.py").write_text("X = 2\n")  # imported by nothing: no change
-    assert runner.chunker_sources(cfg) == before
+    assert runner.user_code_sources(cfg, code) == before
     (folder / "tools" / "words.py").write_text("WIDTH = 900\n")  # two imports away: 04 reruns
-    changed = runner.chunker_sources(cfg)
+    changed = runner.user_code_sources(cfg, code)
     assert changed["MINE"] != before["MINE"]
     (folder / "ch_helper.py").write_text((folder / "ch_helper.py").read_text() + "\n# edited\n")
-    assert runner.chunker_sources(cfg)["MINE"] not in (before["MINE"], changed["MINE"])
+    assert runner.user_code_sources(cfg, code)["MINE"] not in (before["MINE"], changed["MINE"])
     assert codehash.user_closure(folder / "ch_main.py") == [
         folder / "ch_helper.py", folder / "ch_main.py", folder / "tools" / "__init__.py", folder / "tools" / "words.py"]
 

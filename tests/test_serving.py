@@ -1,6 +1,7 @@
 """The runner's model servers (lib/chunkstudy/serving, docs/servers.md) with fake OpenAI-compatible servers
-(tests/fake_openai_server.py started as the role's ``serve_command``), on a fixture pipeline of three stages
-(tests/fixtures/serving/notebooks: 01, 02 with four LLM calls, 04 that records whether the LLM still answers).
+(tests/fake_openai_server.py started as the role's ``serve_command``), on a fixture pipeline of four stages
+(tests/fixtures/serving/notebooks: 01, 02 with four LLM calls, 03 with none, 04 that records whether the LLM still
+answers; every run selects them, ``--until 04``).
 
 The lifecycle: a server starts at a stage's first uncached call, its start-up and version go into the manifest,
 it stops before 04 (no later stage declares the LLM), a fully cached rerun starts none, a server already running
@@ -110,8 +111,8 @@ def test_a_server_starts_at_the_first_uncached_call_is_recorded_and_stops_before
     """Real kernels: the broker reaches the kernel through its environment."""
     params = write_params(project)
     lines: list[str] = []
-    results = runner.run(params, project, log=lines.append)
-    assert [s for _, s, _ in results] == ["ran"] * 3
+    results = runner.run(params, project, until="04", log=lines.append)
+    assert [s for _, s, _ in results] == ["ran"] * 4
     rec = manifest(project, "02_induce")["services"]
     assert len(rec) == 1 and rec[0]["how"] == "started" and rec[0]["model"] == "m" and rec[0]["version"] == "fake-1"
     assert rec[0]["startup_s"] >= 0 and rec[0]["log"] == "build/executed/tiny/serve-llm.log"
@@ -127,8 +128,8 @@ def test_a_server_starts_at_the_first_uncached_call_is_recorded_and_stops_before
     log = (project / "build/executed/tiny/serve-llm.log").read_text()
     assert log.count("./run_all.sh starts llm") == 1 and "PORT" in log
     # a second run skips everything and starts nothing; a forced rerun of 02 replays its cache: nothing either
-    again = runner.run(params, project, log=quiet)
-    assert [s for _, s, _ in again] == ["skipped"] * 3
+    again = runner.run(params, project, until="04", log=quiet)
+    assert [s for _, s, _ in again] == ["skipped"] * 4
     forced = runner.run(params, project, only="02", force=True, log=quiet)
     assert [s for _, s, _ in forced] == ["ran"]
     assert (project / "build/executed/tiny/serve-llm.log").read_text().count("./run_all.sh starts llm") == 1
@@ -141,7 +142,7 @@ def test_a_server_already_answering_is_used_and_left_running(project, in_process
                             stdout=subprocess.PIPE, text=True)
     try:
         assert mine.stdout.readline().startswith("PORT")
-        runner.run(write_params(project, port), project, log=quiet)
+        runner.run(write_params(project, port), project, until="04", log=quiet)
         rec = manifest(project, "02_induce")["services"]
         assert rec[0]["how"] == "reused" and rec[0]["pid"] is None and rec[0]["version"] == "fake-1"
         assert mine.poll() is None  # the user's server is never stopped by the run
@@ -155,7 +156,7 @@ def test_a_server_that_exits_during_start_up_is_reported_with_its_log(project, i
     dies = f"{sys.executable} -c \"import sys; print('loading weights ...'); sys.exit('CUDA out of memory (fake)')\""
     params = write_params(project, command=dies)
     with pytest.raises(runner.StageFailed) as e:
-        runner.run(params, project, log=quiet)
+        runner.run(params, project, until="04", log=quiet)
     msg = str(e.value)
     assert "llm: the server exited with code 1 before it served 'm'" in msg
     assert "loading weights ..." in msg and "CUDA out of memory (fake)" in msg
@@ -166,13 +167,13 @@ def test_a_server_that_exits_during_start_up_is_reported_with_its_log(project, i
 def test_a_server_serving_another_model_is_refused(project, in_process):
     params = write_params(project, command=f"{sys.executable} {FAKE} --port {{port}} --models other --lifetime 600")
     with pytest.raises(runner.StageFailed, match=r"serves \['other'\], not 'm'"):
-        runner.run(params, project, log=quiet)
+        runner.run(params, project, until="04", log=quiet)
 
 
 def test_a_failed_stage_stops_its_server(project, in_process):
     lines: list[str] = []
     with pytest.raises(runner.StageFailed, match="requested failure"):
-        runner.run(write_params(project, title_terms=99), project, log=lines.append)
+        runner.run(write_params(project, title_terms=99), project, until="04", log=lines.append)
     pid = int(next(line for line in lines if "serve: starting llm" in line).split("PID ")[1].split(";")[0])
     assert not alive(pid)
 
@@ -180,7 +181,7 @@ def test_a_failed_stage_stops_its_server(project, in_process):
 def test_a_server_that_dies_mid_stage_is_named_with_its_log_and_its_calls_stay_cached(project, in_process):
     params = write_params(project, title_terms=98)
     with pytest.raises(runner.StageFailed) as e:
-        runner.run(params, project, log=quiet)
+        runner.run(params, project, until="04", log=quiet)
     msg = str(e.value)
     assert "the server of llm (PID" in msg and "exited with code 3 during 02_induce" in msg
     assert "its finished calls are cached" in msg and "Last lines of build/executed/tiny/serve-llm.log" in msg
@@ -213,8 +214,8 @@ def spawn(project, params, gate):
     env = {**os.environ, "TINY_GATE": str(gate)}
     out = open(project / "runner.out", "w")
     with out:
-        return subprocess.Popen([sys.executable, "-c", SPAWN, str(params), "--root", str(project)], stdout=out,
-                                stderr=subprocess.STDOUT, env=env, text=True)
+        return subprocess.Popen([sys.executable, "-c", SPAWN, str(params), "--until", "04", "--root", str(project)],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, text=True)
 
 
 def wait_for(project, pattern, proc) -> Path:
@@ -321,7 +322,7 @@ def test_a_second_run_wanting_a_claimed_port_refuses_naming_the_first(project):
         wait_for(project, "gate.waiting.*", first)
         other = write_params(project, port, name="other")
         with pytest.raises(runner.StageFailed) as e:
-            runner.run(other, project, log=quiet)
+            runner.run(other, project, until="04", log=quiet)
         msg = str(e.value)
         assert f"port {port} (llm.base_url http://127.0.0.1:{port}/v1, serve: auto) is claimed by another run, PID " \
                f"{first.pid}" in msg and "corpus tiny" in msg and "another port in llm.base_url" in msg
@@ -355,7 +356,7 @@ def test_the_up_front_check_names_each_problem_and_its_fix_before_01(project, mo
     monkeypatch.setenv("PATH", str(project))  # no nvidia-smi
     t0 = time.perf_counter()
     with pytest.raises(runner.StageFailed) as e:
-        runner.run(cfg_file, project, log=quiet)
+        runner.run(cfg_file, project, until="04", log=quiet)
     msg = str(e.value)
     assert msg.startswith("before 01, the run cannot go on")
     assert ("llm.serve: auto starts a server on this machine, but llm.base_url http://gpu-box:8000/v1 is not local"
@@ -468,9 +469,9 @@ def test_two_replicas_both_get_requests_and_the_tables_are_those_of_one(tmp_path
     monkeypatch.setattr(lifecycle.Services, "stop", stop)
     # title_terms 97: each request waits for a second one in flight on its server (gather:2), so with two
     # replicas of two in flight each, both servers get two whatever the machine's speed
-    runner.run(write_params(one, free_port(), concurrency=2, title_terms=97), one, log=quiet)
+    runner.run(write_params(one, free_port(), concurrency=2, title_terms=97), one, until="04", log=quiet)
     ports = [free_port(), free_port()]
-    runner.run(write_params(two, ports, concurrency=2, title_terms=97), two, log=quiet)
+    runner.run(write_params(two, ports, concurrency=2, title_terms=97), two, until="04", log=quiet)
     chats = {u: list(s["chat"]) for u, s in seen.items()}
     counts = sorted(len(chats[f"http://127.0.0.1:{p}/v1"]) for p in ports)
     assert sum(counts) == 4 and counts[0] >= 1, chats  # both replicas answered; the even 2/2 split is not shown

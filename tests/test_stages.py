@@ -188,6 +188,35 @@ def test_the_edges_outside_the_store_are_declared(demo_cfg):
                                                             artifacts.corpus_dir(demo_cfg))]
 
 
+#: Where the models behind each kind of model server run when no server serves them (stages.SERVICES ->
+#: stages.DEVICE_SECTIONS), and the parameter that names their device
+SERVED_ON = {"llm": ("llm", "llm.device"), "embed": ("embed", "embed.embedders"),
+             "rerank": ("retrieve", "retrieve.rerankers")}
+
+
+def test_a_stage_declares_the_devices_of_the_models_it_runs():
+    """The runner checks for CUDA before the first stage for the devices the selected stages declare (it used to
+    name 04 and 05, and missed the transformers LLM of 02 and 03): every stage that reads a model's device key
+    declares its section, and so does every stage that may call that model's server."""
+    for s in stages.STAGES:
+        if stages.ALL_PARAMS in s.params:  # 08 reads every parameter for its report and runs no model
+            assert not s.devices and not s.services
+            continue
+        reads = {sec for sec, key in SERVED_ON.values() if any(key == p or key.startswith(p + ".") for p in s.params)}
+        assert set(s.devices) == reads == {SERVED_ON[kind][0] for kind in s.services}, s.name
+
+
+def test_a_declaration_the_runner_cannot_honour_is_refused():
+    four = stages.stage("04_chunk_embed")
+    with pytest.raises(ValueError, match="devices \\['gpu'\\] are not among"):
+        dataclasses.replace(four, devices=("gpu",))
+    outside = stages.UserCode("retrieve.rerankers", "model", "reranker_sources")
+    with pytest.raises(ValueError, match="'retrieve.rerankers' is not among the parameters it reads"):
+        dataclasses.replace(four, user_code=outside)
+    assert four.user_code is not None and four.user_code.entries(config.load(ROOT / "params/tiny_byo.yaml",
+                                                                             root=ROOT).params())
+
+
 def test_read_input_reads_only_what_the_parameters_switch_on(demo_cfg):
     harvested = pd.DataFrame({"query_id": ["q"], "doc_id": ["d"], "qtype": ["t"], "text": ["?"], "spans": [[[0, 1]]]})
     artifacts.write(demo_cfg, "harvested", harvested)

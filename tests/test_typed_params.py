@@ -39,7 +39,7 @@ ALLOWED = {
     ("llm.base", "Request.__init__", "max_tokens"): "None: the client's llm.max_reply_tokens (a per-request override)",
     ("llm.base", "Request.__init__", "temperature"): "None: the client's llm.temperature (a per-request override)",
     ("llm.base", "Request.__init__", "seed"): "None: the client's llm.seed (a per-request override)",
-    ("gpu", "convert_gguf", "dtype"): "the converted weights' type (the gpu convert CLI), not an embedder's dtype",
+    ("gguf_convert", "convert_gguf", "dtype"): "the converted weights' type (the gpu convert CLI), not an embedder's dtype",
     ("llm.client", "make_client", "backend"): "a Backend object overriding llm.backend (tests), not the key",
     ("retrieve", "flat_search", "batch_size"): "None sizes the query blocks to the chunks (results identical)",
     ("retrieve", "two_stage_search", "batch_size"): "None sizes the query blocks to the chunks (results identical)",

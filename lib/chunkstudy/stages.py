@@ -18,8 +18,11 @@ non-null value passes any kind (an empty table has no values to check). Like :mo
 module sits at the bottom of the import floors (it imports only ``design`` and ``params``).
 
 Edges that are no artifact of the store are declared too, so the runner special-cases no stage by name: 01's
-source files (:class:`SourceFiles`), 08's ``figures/`` folder (:class:`Folder`) and 08's read of the replication
-partner's contrasts (:class:`PartnerRead`).
+source files (:class:`SourceFiles`), 04's user chunker code (:class:`UserCode`), 08's ``figures/`` folder
+(:class:`Folder`), 08's read of the replication partner's contrasts (:class:`PartnerRead`), and which stages run
+models on a device a parameter names (:attr:`Stage.devices`: the runner checks for CUDA before the first stage).
+The runner runs exactly these stages, from ``notebooks/<name>.py``: a notebook ``NN_*.py`` declared here is a
+stage, any other is refused (:func:`chunkstudy.runner.discover`).
 """
 
 from __future__ import annotations
@@ -135,6 +138,34 @@ class PartnerRead:
 
 
 @dataclass(frozen=True)
+class UserCode:
+    """Code of the user's own that a stage runs, named by a parameter: ``param`` (a dotted key the stage reads) maps
+    names to records whose ``field`` names a function (``module:function`` or ``file.py:function``; a library
+    adapter is no user code). The runner puts the digest of each such function's file, and of every module of the
+    user's it imports, into the stage's key under ``key`` whenever ``param`` holds an entry
+    (:func:`chunkstudy.runner.user_code_sources`), so an edit of that code reruns the stage as an edit of the
+    package does (04: the chunkers of ``conditions.extra``)."""
+
+    param: str
+    field: str
+    key: str
+    doc: str = ""
+
+    def entries(self, params: Params) -> Mapping[str, Any]:
+        """``{name: record}`` that ``param`` holds under ``params`` (empty: the stage runs no code of the user's)."""
+        value: Any = params
+        for part in self.param.split("."):
+            value = getattr(value, part)
+        return value
+
+
+#: The parameter sections whose models may run on a device they name (:attr:`Stage.devices`): the LLM's
+#: ``llm.device`` (transformers backend), each embedder's and each reranker's ``device``
+#: (:func:`chunkstudy.devices.cuda_keys`).
+DEVICE_SECTIONS = ("llm", "embed", "retrieve")
+
+
+@dataclass(frozen=True)
 class Stage:
     """One notebook stage: ``params`` are the parameter sections (``"llm"``) or single keys (``"corpus.kind"``) it
     reads (:data:`ALL_PARAMS` for every section), ``reads``/``writes`` its artifacts; ``manifests``: it reads the
@@ -143,7 +174,10 @@ class Stage:
     folders outside its data folder (:class:`Folder`); ``partner``: what it reads of the replication partner's run
     (:class:`PartnerRead`); ``services``: the model servers its calls may go to (:data:`SERVICES`: ``llm``,
     ``embed``, ``rerank``): the runner starts a ``serve: auto`` one when the stage first needs it and stops it once
-    no later selected stage declares it (:mod:`chunkstudy.serving`)."""
+    no later selected stage declares it (:mod:`chunkstudy.serving`); ``devices``: the sections whose models it runs
+    on the device their parameters name (:data:`DEVICE_SECTIONS`): when one of them asks for CUDA, the runner checks
+    for a device before the first selected stage starts, not hours later when this stage is reached;
+    ``user_code``: code of the user's own it runs (:class:`UserCode`), whose edit reruns it."""
 
     name: str
     params: tuple[str, ...]
@@ -154,11 +188,21 @@ class Stage:
     folders: tuple[Folder, ...] = ()
     partner: tuple[PartnerRead, ...] = ()
     services: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    user_code: UserCode | None = None
 
     def __post_init__(self):
         bad = [s for s in self.services if s not in SERVICES]
         if bad:
             raise ValueError(f"stage {self.name}: services {bad} are not among {list(SERVICES)}")
+        bad = [s for s in self.devices if s not in DEVICE_SECTIONS]
+        if bad:
+            raise ValueError(f"stage {self.name}: devices {bad} are not among {list(DEVICE_SECTIONS)}")
+        code = self.user_code
+        if code is not None and not any(p == ALL_PARAMS or code.param == p or code.param.startswith(p + ".")
+                                        for p in self.params):
+            raise ValueError(f"stage {self.name}: its user code's parameter {code.param!r} is not among the "
+                             f"parameters it reads {list(self.params)} (an edit of it would not rerun the stage)")
 
     @property
     def notebook(self) -> str:
@@ -259,7 +303,7 @@ STAGES: tuple[Stage, ...] = (
               "one situating context per chunk of every chunk set a context condition names (A1: A0's windows)",
               required=('chunk_set', 'doc_id', 'start', 'end', 'context')),
         Json("induction_stats", "induction counts, span identity with gold (the paper's measure), A1 summary"),
-    ), services=("llm",)),
+    ), services=("llm",), devices=("llm",)),
     Stage("03_queries", ("llm", "queries", "chunking.tokenizer", "chunking.max_chunk_tokens", "chunking.min_chunk_tokens",
                          "chunking.sentence_splitter", "metrics.span_frac", "metrics.chunk_frac", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold"),
@@ -273,7 +317,7 @@ STAGES: tuple[Stage, ...] = (
               required=('step',)),
         Json("funnel", "the query funnel's summary"),
         Json("bm25", "the BM25 diagnostic"),
-    ), services=("llm",)),
+    ), services=("llm",), devices=("llm",)),
     Stage("04_chunk_embed", ("chunking", "conditions", "embed.embedders", "embed.store", "embed.flush_every",
                             "embed.late_window", "embed.late_overlap", "embed.late_pooling", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold", "sections_induced"),
@@ -302,7 +346,9 @@ STAGES: tuple[Stage, ...] = (
               "without", required=("condition", "embedder", "tokens_read")),
         Vectors("embeddings", "one float32 row per distinct embedded text, then one per late-pooled chunk; "
                 "chunks.text_row indexes it"),
-    ), services=("embed",)),
+    ), services=("embed",), devices=("embed",),
+        user_code=UserCode("conditions.extra", "chunker", "chunker_sources",
+                           "the chunker functions of your own conditions")),
     Stage("05_retrieve", ("retrieve", "embed", "conditions"), _r("documents", "queries", "chunks", "embeddings"), (
         Table("runs", {"embedder": S, "reranker": S, "condition": S, "query_id": S, "rank": I, "chunk_id": S,
                        "score": F, "doc_id": S, "source": S}, "ranked chunk lists, ranks 1-based",
@@ -319,7 +365,7 @@ STAGES: tuple[Stage, ...] = (
              "scored", manifest=True),
         Json("retrieval_timing", "per embedder and condition: queries and the wall seconds of their search, "
              "measured in this run"),
-    ), services=("embed", "rerank")),
+    ), services=("embed", "rerank"), devices=("embed", "retrieve")),
     Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts", "multiverse.metrics", "multiverse.cutoffs"),
           _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
-from .. import gpu, models
+from .. import gguf_convert, gpu, models
 from ..config import Config
 from .roles import GPU_SHARE_DEFAULT, LOCAL_HOSTS, ServeError
 
@@ -49,7 +49,7 @@ def _cache_root() -> Path:
 
 def llm_weights(cfg: Config, echo=print) -> str | None:
     """What the LLM server loads: None (the hub id ``llm.model``), or a local folder (``llm.serve_weights``; a GGUF
-    in it is converted once, :func:`chunkstudy.gpu.convert_gguf`)."""
+    in it is converted once, :func:`chunkstudy.gguf_convert.convert_gguf`)."""
     lp = cfg.params("llm")
     if not lp.serve_weights:
         return None
@@ -68,7 +68,7 @@ def llm_weights(cfg: Config, echo=print) -> str | None:
     if not (out / "config.json").is_file():
         echo(f"serve: converting {gguf.name} to a Hugging Face folder once ({out}) ...")
         out.parent.mkdir(parents=True, exist_ok=True)
-        gpu.convert_gguf(folder, gguf.name, out, verify=False, echo=echo)
+        gguf_convert.convert_gguf(folder, gguf.name, out, verify=False, echo=echo)
     return str(out)
 
 
