@@ -41,7 +41,7 @@ from typing import Any, Mapping, Sequence, cast
 from urllib.parse import urlsplit
 
 
-from . import config, devices, llm, models
+from . import config, devices, llm, models, procs
 from .models import (HUB_REVISION, VLLM_CPU_MIN_FLAGS, cached_offline, cpu_flags,  # noqa: F401
                      is_hub_name as _is_hub_name)
 from .params import EmbedderParams, LLMParams
@@ -170,25 +170,6 @@ def vllm_cpu_problem(serve_python: str | Path, cpuinfo: str | Path = "/proc/cpui
     return None, r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.is_file():  # a zombie (exited, not yet reaped) answers kill(0) but serves nothing
-        return stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    return True
-
-
-def _tail(path: str | Path | None, n: int = 40) -> str:
-    if not path or not Path(path).is_file():
-        return ""
-    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
-
-
 def wait_ready(base_url: str, model: str, timeout_s: float, pid: int | None = None,
                log: str | Path | None = None, interval_s: float = 2.0, *, api_key_env: str,
                echo=print) -> list[str]:
@@ -215,12 +196,12 @@ def wait_ready(base_url: str, model: str, timeout_s: float, pid: int | None = No
             last = f"HTTP {r.status_code}"
         except requests.RequestException as e:
             last = type(e).__name__
-        if pid is not None and not _alive(pid):
+        if pid is not None and not procs.alive(pid):
             raise RuntimeError(f"the server process {pid} exited before serving {model!r} at {url}; last lines of "
-                               f"{log}:\n{_tail(log)}")
+                               f"{log}:\n{procs.tail(log, 40)}")
         if time.monotonic() - t0 > timeout_s:
             raise TimeoutError(f"{url} did not serve {model!r} within {timeout_s:g} s (last: {last}); "
-                               f"log: {log}\n{_tail(log, 15)}")
+                               f"log: {log}\n{procs.tail(log, 15)}")
         time.sleep(interval_s)
 
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from . import artifacts, config
+from . import artifacts, config, procs
 from .errors import ChunkstudyError
 
 
@@ -29,26 +29,6 @@ LOCK_NAME = "run.lock"
 HOLDER_RECORD_WAIT_S = 10.0
 
 
-def process_start(pid: int) -> str | None:
-    """When process ``pid`` started (field 22 of ``/proc/<pid>/stat``, clock ticks after boot), or None when no
-    such process runs (a zombie counts as ended). Where ``/proc`` is absent: ``"?"`` for any live process."""
-    stat = Path(f"/proc/{pid}/stat")
-    if not Path("/proc/self/stat").is_file():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return "?"
-    try:
-        raw = stat.read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()  # the command name (field 2) may hold spaces and parentheses
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
 def lock_holder(path: Path) -> dict | None:
     try:
         holder = json.loads(path.read_text(encoding="utf-8"))
@@ -58,12 +38,11 @@ def lock_holder(path: Path) -> dict | None:
 
 
 def _holder_alive(holder: dict | None) -> bool:
-    """Whether the run a lock file names still runs: its PID exists and started when the lock says (a PID that
-    was reused by another process since is no run of ours)."""
+    """Whether the run a lock file names still runs: its PID runs and started when the lock says (a PID that
+    was reused by another process since is no run of ours; :func:`chunkstudy.procs.alive`)."""
     if not holder:
         return False
-    start = process_start(holder["pid"])
-    return start is not None and (start == "?" or start == str(holder.get("process_start")))
+    return procs.alive(holder["pid"], holder.get("process_start"))
 
 
 def _describe(holder: dict) -> str:
@@ -76,13 +55,13 @@ def corpus_lock(cfg: config.Config, command: str, log=None) -> Iterator[dict | N
     """Hold ``data/<corpus>/run.lock`` while a run of the corpus works: one run per corpus at a time, since two
     runs would write the same stage folders and caches. Runs of different corpora do not meet.
 
-    The file holds the run's PID, the process's start time (``/proc/<pid>/stat``), the wall-clock start, the
-    host and the command; an exclusive ``flock`` on it is held while the run lives. A second run refuses at once
-    (:class:`RunLocked`), naming the first run's PID and command. The lock is released (the file removed) when the
-    run ends in any way Python sees: success, failure, Ctrl-C, SIGTERM. A run killed outright (SIGKILL, a crash of
-    the machine) leaves the file behind, *stale*: the kernel dropped its flock, and its PID is dead or belongs to a
-    process that started at another time. The next run takes a stale lock over and says so (through ``log``).
-    Yields the stale holder it took over, or None."""
+    The file holds the run's PID, the process's start time (:func:`chunkstudy.procs.started`), the wall-clock
+    start, the host and the command; an exclusive ``flock`` on it is held while the run lives. A second run refuses
+    at once (:class:`RunLocked`), naming the first run's PID and command. The lock is released (the file removed)
+    when the run ends in any way Python sees: success, failure, Ctrl-C, SIGTERM. A run killed outright (SIGKILL, a
+    crash of the machine) leaves the file behind, *stale*: the kernel dropped its flock, and its PID is dead or
+    belongs to a process that started at another time. The next run takes a stale lock over and says so (through
+    ``log``). Yields the stale holder it took over, or None."""
     log = log or (lambda line: print(line, flush=True))
     path = artifacts.corpus_dir(cfg) / LOCK_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +100,7 @@ def corpus_lock(cfg: config.Config, command: str, log=None) -> Iterator[dict | N
         stale = holder if holder and holder["pid"] != os.getpid() else None
         if stale:
             log(f"run_all: took over the stale lock of {_describe(stale)}, which no longer runs")
-        record = {"pid": os.getpid(), "process_start": process_start(os.getpid()), "host": platform.node(),
+        record = {"pid": os.getpid(), "process_start": procs.started(os.getpid()), "host": platform.node(),
                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import procs
 from ..config import Config
 from ..llm import http
 from .roles import Service, ServeError, auto_services
@@ -50,16 +51,10 @@ from .roles import Service, ServeError, auto_services
 PROBE_INTERVAL_S = 0.5
 #: seconds a stopping server gets between SIGTERM and SIGKILL
 STOP_GRACE_S = 30.0
+#: lines of a server's log an error message shows
+LOG_LINES = 30
 #: seconds one readiness probe (``GET /models``, ``GET /version``) may take
 PROBE_TIMEOUT_S = 5.0
-
-
-def tail(path: Path, n: int = 30) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "    (no log)"
-    return "\n".join("    " + line for line in lines[-n:]) or "    (empty)"
 
 
 def probe(url: str, model: str, api_key_env: str) -> list[str] | None:
@@ -85,14 +80,6 @@ def server_version(url: str) -> str | None:
         return str(r.json().get("version")) if r.status_code == 200 else None
     except (requests.RequestException, ValueError, AttributeError):
         return None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, has ended)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def claim_dir() -> Path:
@@ -275,7 +262,7 @@ class Services:
         server whose process has ended is waited for first (its supervisor notices within moments)."""
         out = []
         for run in list(self.running.values()):
-            if run.supervisor is not None and run.pid is not None and not pid_alive(run.pid):
+            if run.supervisor is not None and run.pid is not None and not procs.alive(run.pid):
                 run.supervisor.wait()
                 self._watched(run)
         with self._lock:
@@ -283,7 +270,7 @@ class Services:
         for r in gone:
             out.append(f"the server of {', '.join(r.service.roles)} (PID {r.pid}, {r.service.url}) exited with code "
                        f"{r.exit_code} during {name}; its finished calls are cached. Last lines of "
-                       f"{self._rel(r.log)}:\n{tail(r.log)}")
+                       f"{self._rel(r.log)}:\n{procs.tail(r.log, LOG_LINES)}")
         return "\n".join(out)
 
     # ---------------------------------------------------------------------------------------- a server
@@ -374,12 +361,12 @@ class Services:
                     self.exited = [r for r in self.exited if r is not run]
                 raise ServeError(f"{s.roles[0]}: the server exited with code {code} before it served "
                                  f"{s.model!r} at {s.url} ({' '.join(run.command)}). Last lines of "
-                                 f"{self._rel(logf)}:\n{tail(logf)}")
+                                 f"{self._rel(logf)}:\n{procs.tail(logf, LOG_LINES)}")
             if time.monotonic() - run.t0 > s.timeout_s:
                 self.stop(s.url)
                 raise ServeError(f"{s.roles[0]}: the server did not serve {s.model!r} at {s.url} within "
                                  f"{s.timeout_s:g} s (serve_timeout_s); stopped. Last lines of {self._rel(logf)}:\n"
-                                 f"{tail(logf)}")
+                                 f"{procs.tail(logf, LOG_LINES)}")
             try:
                 sup.wait(timeout=PROBE_INTERVAL_S)  # returns at once when the server has exited
             except subprocess.TimeoutExpired:
