@@ -15,7 +15,9 @@ all ask here; nothing of theirs reads ``/proc`` itself.
 * **Log tails** (:func:`tail`): the last lines of a log, indented for an error message.
 * **Readiness** (:func:`wait_served`): poll ``GET {url}/models`` of an OpenAI-compatible server until it lists
   the model, lists only others, its process exits, or a time limit passes; the caller turns the outcome into its
-  own error.
+  own error. Its users: the runner's servers (:meth:`chunkstudy.serving.lifecycle.Services.ensure`) and
+  ``scripts/serve_llm.sh`` (:func:`chunkstudy.gpu.wait_ready`). :mod:`chunkstudy.devicecheck` keeps a loop of its
+  own: it runs on a lent GPU machine with torch and the standard library only (no psutil, no requests).
 """
 
 from __future__ import annotations

@@ -57,19 +57,6 @@ LOG_LINES = 30
 PROBE_TIMEOUT_S = 5.0
 
 
-def probe(url: str, model: str, api_key_env: str) -> list[str] | None:
-    """The model ids ``GET {url}/models`` lists, or None when nothing answers there with a model list."""
-    import requests
-
-    try:
-        r = requests.get(url + "/models", headers=http.auth_headers(api_key_env), timeout=PROBE_TIMEOUT_S)
-        if r.status_code != 200:
-            return None
-        return [str(m["id"]) for m in r.json().get("data", [])]
-    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
 def server_version(url: str) -> str | None:
     """The server's version: vLLM's ``GET /version`` at the URL's root; None when it does not say."""
     import requests
@@ -305,7 +292,7 @@ class Services:
             return None
         if self._closing:
             raise ServeError(f"the run is stopping: {role} gets no server at {url}")
-        served = probe(url, s.model, s.api_key_env)
+        served, _ = procs.served_models(url, http.auth_headers(s.api_key_env), PROBE_TIMEOUT_S)
         if served is None:
             return self._launch(s)
         if s.model not in served:
@@ -345,32 +332,36 @@ class Services:
         """Wait for ``/v1/models`` to list the model, the server to exit, or ``serve_timeout_s``."""
         s, sup, logf = run.service, run.supervisor, run.log
         assert sup is not None
-        while True:
-            served = probe(s.url, s.model, s.api_key_env)
-            if served is not None and s.model in served:
-                break
-            if served is not None:
-                self.stop(s.url)
-                raise ServeError(f"{s.roles[0]}: the server started at {s.url} serves {served}, not {s.model!r} "
-                                 f"(the served model name must be {s.roles[0]}.model)")
-            if sup.poll() is not None or run.pid is None:
-                code = sup.wait()
-                run.stopping = True  # a failed start is this error, not a death during the stage
-                self.stop(s.url)
-                with self._lock:
-                    self.exited = [r for r in self.exited if r is not run]
-                raise ServeError(f"{s.roles[0]}: the server exited with code {code} before it served "
-                                 f"{s.model!r} at {s.url} ({' '.join(run.command)}). Last lines of "
-                                 f"{self._rel(logf)}:\n{procs.tail(logf, LOG_LINES)}")
-            if time.monotonic() - run.t0 > s.timeout_s:
-                self.stop(s.url)
-                raise ServeError(f"{s.roles[0]}: the server did not serve {s.model!r} at {s.url} within "
-                                 f"{s.timeout_s:g} s (serve_timeout_s); stopped. Last lines of {self._rel(logf)}:\n"
-                                 f"{procs.tail(logf, LOG_LINES)}")
-            try:
-                sup.wait(timeout=PROBE_INTERVAL_S)  # returns at once when the server has exited
-            except subprocess.TimeoutExpired:
-                pass
+
+        def exited(seconds: float) -> bool:
+            if seconds:
+                try:
+                    sup.wait(timeout=seconds)  # returns at once when the server has exited
+                except subprocess.TimeoutExpired:
+                    pass
+            return sup.poll() is not None or run.pid is None
+
+        r = procs.wait_served(s.url, s.model, timeout_s=s.timeout_s - (time.monotonic() - run.t0),
+                              interval_s=PROBE_INTERVAL_S, probe_timeout_s=PROBE_TIMEOUT_S,
+                              headers=http.auth_headers(s.api_key_env), exited=exited)
+        if r.state == "other":
+            self.stop(s.url)
+            raise ServeError(f"{s.roles[0]}: the server started at {s.url} serves {r.served}, not {s.model!r} "
+                             f"(the served model name must be {s.roles[0]}.model)")
+        if r.state == "exited":
+            code = sup.wait()
+            run.stopping = True  # a failed start is this error, not a death during the stage
+            self.stop(s.url)
+            with self._lock:
+                self.exited = [x for x in self.exited if x is not run]
+            raise ServeError(f"{s.roles[0]}: the server exited with code {code} before it served "
+                             f"{s.model!r} at {s.url} ({' '.join(run.command)}). Last lines of "
+                             f"{self._rel(logf)}:\n{procs.tail(logf, LOG_LINES)}")
+        if r.state == "timeout":
+            self.stop(s.url)
+            raise ServeError(f"{s.roles[0]}: the server did not serve {s.model!r} at {s.url} within "
+                             f"{s.timeout_s:g} s (serve_timeout_s); stopped. Last lines of {self._rel(logf)}:\n"
+                             f"{procs.tail(logf, LOG_LINES)}")
         run.startup_s = round(time.monotonic() - run.t0, 1)
         run.version = server_version(s.url)
         self.log(f"{'':<16} serve: {', '.join(s.roles)} answers at {s.url} after {run.startup_s:.1f} s"
