@@ -83,7 +83,7 @@ def group(pgid: int) -> list[int]:
     return sorted(out)
 
 
-def wait_group_gone(pgid: int, timeout_s: float | None = None, leader: subprocess.Popen | None = None) -> bool:
+def wait_group_gone(pgid: int, timeout_s: float | None, leader: subprocess.Popen | None = None) -> bool:
     """Wait until no process of group ``pgid`` is left that has not ended, or ``timeout_s`` seconds pass (None:
     no limit); whether the group is gone. ``leader``, the group's leader when it is this process's child, is
     reaped on the way (by ``Popen.poll``, so its exit code stays with the ``Popen``) and the group counts as gone
