@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from chunkstudy import config, devices, gguf_convert, gpu, runner
+from chunkstudy import config, devices, gguf_convert, gpu, procs, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -388,7 +388,7 @@ def test_serve_llm_script_starts_waits_and_stops(tmp_path):
     again = subprocess.run([script, str(params)], env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 1 and "is running" in again.stderr  # never two servers on one state folder
     assert subprocess.run([script, "--stop"], env=env, capture_output=True, text=True, timeout=90).returncode == 0
-    assert not gpu._alive(pid) and not (tmp_path / "state" / "vllm.pid").exists()
+    assert not procs.alive(pid) and not (tmp_path / "state" / "vllm.pid").exists()
     with pytest.raises(requests.ConnectionError):
         requests.get(base + "/models", timeout=2)
 

@@ -269,10 +269,10 @@ def test_retry_after_parsing():
 def test_backoff_is_jittered_around_the_doubling_schedule_and_capped_retry_after():
     c = llm.make_client(config.record("llm", {**PARAMS, "retry_backoff_s": 1.0, "retry_after_max_s": 5.0}), None,
                         backend=llm.ScriptedBackend([]))
-    waits = [c._backoff(2, None) for _ in range(200)]
+    waits = [c.policy.backoff(2, None) for _ in range(200)]
     assert 2.0 <= min(waits) and max(waits) < 6.0 and len(set(waits)) > 100  # 4 s x [0.5, 1.5)
-    assert all(c._backoff(0, 3.0) >= 3.0 for _ in range(50))
-    assert all(5.0 <= c._backoff(0, 600.0) < 5.0 + 1e-9 for _ in range(50))  # capped at retry_after_max_s
+    assert all(c.policy.backoff(0, 3.0) >= 3.0 for _ in range(50))
+    assert all(5.0 <= c.policy.backoff(0, 600.0) < 5.0 + 1e-9 for _ in range(50))  # capped at retry_after_max_s
 
 
 # ----------------------------------------------------------------------------------------- programming errors

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import runlock, runner
+from chunkstudy import procs, runlock, runner
 
 FIXTURE = Path(__file__).parent / "fixtures" / "runner" / "notebooks"
 
@@ -632,7 +632,7 @@ def test_a_lock_naming_a_reused_pid_is_stale_and_a_live_holder_is_refused(projec
     lock.parent.mkdir(parents=True)
     other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
-        start = runlock.process_start(other.pid)
+        start = procs.started(other.pid)
         lock.write_text(json.dumps({"pid": other.pid, "process_start": str(int(start) + 1), "command": "x"}))
         lines = []
         assert statuses(runner.run(params, project, until="02", log=lines.append))["01_corpus"] == "ran"
@@ -667,7 +667,7 @@ def test_a_run_meeting_a_lock_before_its_holder_wrote_the_record_waits_for_it(pr
     def pause(seconds):
         pauses.append(seconds)
         if len(pauses) == 1:  # the holder writes its record once the other run is waiting for it
-            record = {"pid": os.getpid(), "process_start": runlock.process_start(os.getpid()),
+            record = {"pid": os.getpid(), "process_start": procs.started(os.getpid()),
                       "command": "./run_all.sh tiny", "started": "2030-01-01T00:00:00"}
             os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
             waiting.set()

@@ -9,7 +9,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from chunkstudy import config, design, golden, stats

@@ -42,7 +42,7 @@ from typing import Any, Mapping, Sequence, cast
 from urllib.parse import urlsplit
 
 
-from . import config, devices, llm, models
+from . import config, devices, llm, models, procs
 from .models import (HUB_REVISION, VLLM_CPU_MIN_FLAGS, cached_offline, cpu_flags,  # noqa: F401
                      is_hub_name as _is_hub_name)
 from .params import EmbedderParams, LLMParams
@@ -171,58 +171,33 @@ def vllm_cpu_problem(serve_python: str | Path, cpuinfo: str | Path = "/proc/cpui
     return None, r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.is_file():  # a zombie (exited, not yet reaped) answers kill(0) but serves nothing
-        return stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    return True
-
-
-def _tail(path: str | Path | None, n: int = 40) -> str:
-    if not path or not Path(path).is_file():
-        return ""
-    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
-
-
 def wait_ready(base_url: str, model: str, timeout_s: float, pid: int | None = None,
                log: str | Path | None = None, interval_s: float = 2.0, *, api_key_env: str,
                echo=print) -> list[str]:
-    """Poll ``GET {base_url}/models`` until it lists ``model``; return the served ids.
+    """Poll ``GET {base_url}/models`` until it lists ``model`` (:func:`chunkstudy.procs.wait_served`); return the
+    served ids.
 
     Raises ``RuntimeError`` at once when the server answers without ``model`` (a wrong ``--served-model-name``)
     or when process ``pid`` exits (with the last lines of ``log``), and ``TimeoutError`` after ``timeout_s``."""
-    import requests
-
     url = base_url.rstrip("/") + "/models"
-    key = os.environ.get(api_key_env, "")
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    t0 = time.monotonic()
-    last = "no answer yet"
-    while True:
-        try:
-            r = requests.get(url, headers=headers, timeout=5)
-            if r.status_code == 200:
-                served = [str(m["id"]) for m in r.json().get("data", [])]
-                if model in served:
-                    echo(f"serve: {url} serves {served} after {time.monotonic() - t0:.0f} s")
-                    return served
-                raise RuntimeError(f"{url} serves {served}, not {model!r} (check --served-model-name)")
-            last = f"HTTP {r.status_code}"
-        except requests.RequestException as e:
-            last = type(e).__name__
-        if pid is not None and not _alive(pid):
-            raise RuntimeError(f"the server process {pid} exited before serving {model!r} at {url}; last lines of "
-                               f"{log}:\n{_tail(log)}")
-        if time.monotonic() - t0 > timeout_s:
-            raise TimeoutError(f"{url} did not serve {model!r} within {timeout_s:g} s (last: {last}); "
-                               f"log: {log}\n{_tail(log, 15)}")
-        time.sleep(interval_s)
+
+    def exited(seconds: float) -> bool:
+        if seconds:
+            time.sleep(seconds)
+        return pid is not None and not procs.alive(pid)
+
+    r = procs.wait_served(base_url, model, timeout_s=timeout_s, interval_s=interval_s, probe_timeout_s=5,
+                          headers=llm.http.auth_headers(api_key_env), exited=exited)
+    if r.state == "served":
+        echo(f"serve: {url} serves {r.served} after {r.seconds:.0f} s")
+        return list(r.served or ())
+    if r.state == "other":
+        raise RuntimeError(f"{url} serves {r.served}, not {model!r} (check --served-model-name)")
+    if r.state == "exited":
+        raise RuntimeError(f"the server process {pid} exited before serving {model!r} at {url}; last lines of "
+                           f"{log}:\n{procs.tail(log, 40)}")
+    raise TimeoutError(f"{url} did not serve {model!r} within {timeout_s:g} s (last: {r.last}); "
+                       f"log: {log}\n{procs.tail(log, 15)}")
 
 
 # ----------------------------------------------------------------------------------------- models and CUDA

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, config, devices, manifests, models, progress, serving, stages
+from . import artifacts, config, devices, manifests, models, procs, progress, serving, stages
 from .codehash import foreign_library, library_hash
 from .errors import ChunkstudyError
 from .runlock import RunLocked, corpus_lock
@@ -352,7 +352,7 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
                           f" {e.ename}: {e.evalue}\n  executed copy with the traceback: {out}") from None
     except RuntimeError as e:  # the kernel died (papermill's DeadKernelError is a RuntimeError): show why
         raise StageFailed(f"notebook {stage.notebook.name}: {type(e).__name__}: {e}\n  the kernel's own messages "
-                          f"(last lines of {kernel_log}):\n{_tail_lines(kernel_log)}") from None
+                          f"(last lines of {kernel_log}):\n{procs.tail(kernel_log, 15)}") from None
     finally:
         src.unlink(missing_ok=True)
         progress_file.unlink(missing_ok=True)
@@ -400,14 +400,6 @@ def _stderr_to(path: Path) -> Iterator[None]:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(fd)
-
-
-def _tail_lines(path: Path, n: int = 15) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "    (no kernel log)"
-    return "\n".join("    " + line for line in lines[-n:]) or "    (empty)"
 
 
 def export_html(executed: Path) -> Path | None:

@@ -87,9 +87,10 @@ Replicas. ``llm.base_url`` may list several servers of the same model: calls go 
 flight, ``llm.concurrency`` at most on each (:class:`~chunkstudy.llm.http.Replicas`); replies are keyed by request
 and seed, never by server, so results do not depend on the replica count.
 
-Layout: :mod:`.base` (the records of a call, its cache key, the errors), :mod:`.http` (the HTTP machinery the LLM,
-embedding and reranker server clients share: replicas, the error taxonomy of an answer, backoff, the breaker, a
-pool of JSON requests, the runner's broker), :mod:`.backends` (one per ``llm.backend``), :mod:`.cache`
+Layout: :mod:`.base` (the records of a call, its cache key, the errors), :mod:`.retry` (the one retry policy of
+every server client: backoff, the breaker and what counts against it), :mod:`.http` (the HTTP machinery the LLM,
+embedding and reranker server clients share: replicas, the error taxonomy of an answer, a pool of JSON requests,
+the runner's broker), :mod:`.backends` (one per ``llm.backend``), :mod:`.cache`
 (``calls.jsonl``) and :mod:`.client` (the client and its policy). Every public
 name is re-exported here (``chunkstudy.llm.make_client``, ``chunkstudy.llm.ScriptedBackend`` and the like).
 """
@@ -101,10 +102,13 @@ from .base import (
     ServerError, ReplyTimeout, LengthCut, StageError, PreflightError, CircuitOpen, ErrorShareExceeded, Request,
     Completion, Response, Call, prompt_hash, cache_key,
 )
-from . import http
+from . import http, retry
+from .retry import (
+    ANSWER_TTL_S, Breaker, ModelsAnswer, RetryPolicy, backoff_s,
+)
 from .http import (
-    BROKER_ENV, RETRY_STATUS, WAIT_NOTICE_S, Breaker, GaveUp, JsonPool, Replicas, auth_headers, backoff_s,
-    ensure_served, error_for, parse_retry_after, post_json, urls,
+    BROKER_ENV, RETRY_STATUS, WAIT_NOTICE_S, GaveUp, JsonPool, Replicas, auth_headers, ensure_served, error_for,
+    parse_retry_after, post_json, urls,
 )
 from .backends import (
     Backend, NoBackend, ScriptedBackend, prometheus_counters, OpenAIBackend, PROGRAMMING_ERRORS,
@@ -127,5 +131,5 @@ __all__ = [
     "make_backend", "server_usage", "CACHE_FILE", "CallCache", "prefix_group", "PROMPT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS",
     "prompt_tokens_upper", "prompt_chars", "Client", "make_client", "describe", "http", "BROKER_ENV", "Breaker", "JsonPool",
     "Replicas", "ensure_served", "RETRY_STATUS", "GaveUp", "auth_headers", "backoff_s", "error_for", "post_json",
-    "urls", "WAIT_NOTICE_S",
+    "urls", "WAIT_NOTICE_S", "retry", "ANSWER_TTL_S", "ModelsAnswer", "RetryPolicy",
 ]

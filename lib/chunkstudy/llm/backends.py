@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
@@ -16,6 +15,7 @@ from ..params import LLMParams
 from . import http
 from .base import (PREFLIGHT_TIMEOUT_S, VLLM_COUNTERS, Call, Completion, LLMError, LLMUnavailable, PermanentError,
                    PreflightError, Request)
+from .retry import ANSWER_TTL_S, ModelsAnswer
 
 
 class Backend:
@@ -128,9 +128,8 @@ class OpenAIBackend(Backend):
     """
 
     name = "openai"
-    #: seconds the ``GET /models`` probe after a timeout may take; its answer is kept ``ALIVE_TTL_S`` seconds
+    #: seconds the ``GET /models`` probe after a timeout may take (its answer is kept ``retry.ANSWER_TTL_S`` seconds)
     probe_timeout_s = PREFLIGHT_TIMEOUT_S
-    ALIVE_TTL_S = 5.0
 
     def __init__(self, base_url: str | Sequence[str], model: str, api_key_env: str, timeout_s: float,
                  concurrency: int, structured_output: str):
@@ -152,8 +151,7 @@ class OpenAIBackend(Backend):
         self.api_key_env = api_key_env
         self._key = os.environ.get(api_key_env, "")
         self._local = threading.local()
-        self._probe_lock = threading.Lock()
-        self._probe: tuple[float, bool] | None = None  # (monotonic time, the server answered /models)
+        self._answers = ModelsAnswer(self.base_urls, self._headers(), ANSWER_TTL_S)
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIBackend(url={', '.join(self.replicas.urls)!r}, model={self.model!r})"
@@ -204,22 +202,10 @@ class OpenAIBackend(Backend):
         return Completion(content, finish, server_usage(reply.get("usage")))
 
     def alive(self) -> bool:
-        """Whether every replica answers ``GET {base_url}/models`` within :attr:`probe_timeout_s` (HTTP 200). The
-        answer is kept :attr:`ALIVE_TTL_S` seconds, and one probe runs at a time, so a wave of timed-out calls
-        asks once."""
-        with self._probe_lock:
-            now = time.monotonic()
-            if self._probe is not None and now - self._probe[0] < self.ALIVE_TTL_S:
-                return self._probe[1]
-            ok = True
-            for base in self.base_urls:
-                try:
-                    r = self._session().get(base + "/models", headers=self._headers(), timeout=self.probe_timeout_s)
-                    ok = ok and r.status_code == 200
-                except self._requests.RequestException:
-                    ok = False
-            self._probe = (time.monotonic(), ok)
-            return ok
+        """Whether every replica answers ``GET {base_url}/models`` within :attr:`probe_timeout_s`
+        (:class:`chunkstudy.llm.retry.ModelsAnswer`: the answer kept a few seconds, one probe at a time, so a wave of
+        timed-out calls asks once)."""
+        return self._answers(self.probe_timeout_s)
 
     def preflight(self, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> list[str]:
         """The models the server serves (``GET {base_url}/models``, every replica asked); raises

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..params import LLMParams
-from . import http
+from . import retry
 from .backends import Backend, NoBackend, make_backend, prometheus_counters
 from .base import (Call, CircuitOpen, Completion, EmptyReply, ErrorShareExceeded, LLMError, LLMUnavailable,
-                   PermanentError, ReplyTimeout, Request, Response, ServerError, TransportError, _Aborted, cache_key,
-                   prompt_hash)
+                   PermanentError, ReplyTimeout, Request, Response, _Aborted, cache_key, prompt_hash)
 from .cache import CallCache
 
 
@@ -102,12 +101,15 @@ class Client:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._abort = threading.Event()
-        self._abort_reason = ""
-        self._breaker = http.Breaker(self.breaker_failures, str(getattr(self.backend, "url", self.backend.name)),
-                                     "llm.breaker_failures", self._abort)
+        self._breaker = retry.Breaker(self.breaker_failures, str(getattr(self.backend, "url", self.backend.name)),
+                                      "llm.breaker_failures", self._abort)
+        alive = getattr(self.backend, "alive", None)
+        self.policy = retry.RetryPolicy(self.max_retries, self.retry_backoff_s, self.retry_after_max_s,
+                                         self._breaker, sleep=self._wait, answers=alive if callable(alive) else None,
+                                         rng=random.Random(), on_retry=self._retried)  # jitter: unseeded on
+        # purpose, it moves retry times only (module docstring)
         self._preflight_done = False
         self._served = False  # the runner was asked for the servers (llm.serve: auto), once per client
-        self._rng = random.Random()  # jitter moves retry times only; unseeded on purpose (module docstring)
         self.errors: list[str] = []  # the first few distinct failed-call errors, for the reports
         self.server: dict[str, dict] = {}  # per batch label: prefix-cache counters read from /metrics
 
@@ -169,50 +171,61 @@ class Client:
         self._preflight_done = True
         return served
 
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        return http.backoff_s(attempt, self.retry_backoff_s, retry_after, self.retry_after_max_s, self._rng)
+    def _wait(self, seconds: float) -> None:
+        """The wait before a retry; it ends early, raising :class:`_Aborted`, when the batch stops."""
+        if self._abort.wait(seconds):
+            raise _Aborted()
 
-    def _transport(self, ok: bool, error: str = "") -> None:
-        """The breaker (:class:`chunkstudy.llm.http.Breaker`, sharing the batch's stop event) sees one outcome."""
-        self._breaker.record(ok, error)
-        if self._breaker.reason:
-            self._abort_reason = self._breaker.reason
+    def _retried(self, error: LLMError) -> None:
+        with self._lock:
+            self.stats["retries"] += 1
 
     def _call_with_retries(self, call: Call, first: Any = None, first_seconds: float = 0.0
                            ) -> tuple[Response, int]:
         """Call the backend until a finished reply, a permanent error, ``max_retries`` failed attempts or a cut
-        reply with no larger budget left (module docstring); returns the outcome and the backend calls made.
-        ``first`` is a reply (or exception) already obtained for the call's first attempt (a native batch's),
-        taking ``first_seconds``. Only :class:`LLMError` is a failed attempt; any other exception propagates.
-        Raises :class:`_Aborted` when the batch is stopping."""
-        err, attempt, cuts, calls = None, 0, 0, 0
+        reply with no larger budget left (module docstring; the retries and the breaker are
+        :class:`chunkstudy.llm.retry.RetryPolicy`'s); returns the outcome and the backend calls made. ``first`` is
+        a reply (or exception) already obtained for the call's first attempt (a native batch's), taking
+        ``first_seconds``. Only :class:`LLMError` is a failed attempt; any other exception propagates. A cut reply
+        is asked again at once with a larger budget, within the same attempt. Raises :class:`_Aborted` when the
+        batch is stopping."""
+        cuts, calls = 0, 0
         spent = 0.0  # wall seconds of the attempts so far (not the waits between them)
         usage: dict | None = {"prompt_tokens": 0, "completion_tokens": 0, "replies": 0}
+        last = 0.0  # wall seconds of the last attempt
 
         def failed(error: str, seconds: float = 0.0, finish: str | None = None) -> tuple[Response, int]:
             return Response("", False, error, seconds, self.backend.model, finish, cuts,
                             attempt_seconds=spent + seconds), calls
 
-        while True:
-            if self._abort.is_set():
-                raise _Aborted()
-            t0 = time.perf_counter()
-            retry_after = None
-            try:
-                if first is not None:
-                    got, first, t0 = first, None, t0 - first_seconds
-                    if isinstance(got, BaseException):
-                        raise got
-                else:
-                    calls += 1
-                    got = self.backend.complete(call)
+        def attempt() -> tuple[Response, int]:
+            nonlocal call, first, cuts, calls, spent, usage, last
+            while True:
+                if self._abort.is_set():
+                    raise _Aborted()
+                t0 = time.perf_counter()
+                try:
+                    if first is not None:
+                        got, first, t0 = first, None, t0 - first_seconds
+                        if isinstance(got, BaseException):
+                            raise got
+                    else:
+                        calls += 1
+                        got = self.backend.complete(call)
+                except LLMError as e:
+                    last = time.perf_counter() - t0
+                    spent += last  # a failed attempt took its time too
+                    if isinstance(e, ReplyTimeout):
+                        with self._lock:
+                            self.stats["timeouts"] += 1
+                    raise
                 comp = got if isinstance(got, Completion) else Completion(got)
                 if comp.text is not None:
                     usage = _add_usage(usage, comp)
                 if comp.text is not None and not isinstance(comp.text, str):
                     raise TypeError(f"backend {self.backend.name!r} returned {type(comp.text).__name__}, not str")
-                if comp.finish_reason == "length":  # the server answered: not a transport failure
-                    self._transport(True)
+                if comp.finish_reason == "length":  # the server answered: not a breaker failure
+                    self._breaker.record(True)
                     cuts += 1
                     with self._lock:
                         self.stats["cut_replies"] += 1
@@ -225,38 +238,25 @@ class Client:
                     call = grown
                     continue  # asked again at once: not a failed attempt
                 if comp.text is None or not comp.text.strip():
+                    last = time.perf_counter() - t0
+                    spent += last
                     raise EmptyReply(f"empty reply ({comp.text!r}, finish_reason {comp.finish_reason!r}) from "
                                      f"{self.backend.name} model {self.backend.model!r}")
-                self._transport(True)
                 took = time.perf_counter() - t0
                 return Response(comp.text, False, None, took, self.backend.model, comp.finish_reason, cuts,
                                 call.max_tokens, usage, spent + took), calls
-            except PermanentError as e:
-                self._transport(True)
-                return failed(f"{type(e).__name__}: {e}", time.perf_counter() - t0)
-            except (TransportError, ServerError) as e:
-                err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
-                self._transport(False, err)
-            except ReplyTimeout as e:
-                err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
-                with self._lock:
-                    self.stats["timeouts"] += 1
-                alive = getattr(self.backend, "alive", None)
-                if callable(alive) and alive():
-                    self._transport(True)  # busy, not down: the server answers GET /models
-                else:
-                    self._transport(False, err + "; GET /models does not answer either")
-            except LLMError as e:  # the server answered, with an error
-                err, retry_after = f"{type(e).__name__}: {e}", e.retry_after
-                self._transport(True)
-            spent += time.perf_counter() - t0  # a failed attempt took its time too
-            if attempt >= self.max_retries:
-                return failed(err)
-            attempt += 1
-            with self._lock:
-                self.stats["retries"] += 1
-            if self._abort.wait(self._backoff(attempt - 1, retry_after)):
-                raise _Aborted()
+
+        try:
+            return self.policy.run(attempt)
+        except CircuitOpen:
+            raise _Aborted() from None
+        except PermanentError as e:
+            spent -= last
+            return failed(f"{type(e).__name__}: {e}", last)
+        except LLMError as e:
+            if self._abort.is_set():
+                raise _Aborted() from None
+            return failed(f"{type(e).__name__}: {e}")
 
     # ---- batches
 
@@ -325,7 +325,7 @@ class Client:
         finally:
             bar.close()
         if self._abort.is_set():
-            raise CircuitOpen(f"{self._abort_reason}. {self.stats['called']} calls of this client finished and are "
+            raise CircuitOpen(f"{self._breaker.reason}. {self.stats['called']} calls of this client finished and are "
                               f"cached; {len(todo) - sum(1 for k in todo if k in out)} of this batch"
                               f"{' (' + desc + ')' if desc else ''} were not made. Rerun once the server answers.")
         if before is not None:

@@ -8,12 +8,9 @@
   broken connection is :class:`TransportError`, no reply in time :class:`ReplyTimeout`, HTTP 5xx
   :class:`ServerError`, HTTP 408/409/425/429 a retryable :class:`LLMError` (with the server's ``Retry-After``),
   any other status :class:`PermanentError`.
-* :func:`backoff_s` — the wait before a retry: ``retry_backoff_s`` doubling per attempt (times a jitter when a
-  random generator is given), at least the server's ``Retry-After`` (capped).
-* :class:`Breaker` — the circuit breaker: ``breaker_failures`` consecutive connection failures or HTTP 5xx
-  answers trip it, any other answer resets the count.
 * :class:`JsonPool` — a batch of JSON requests (embedding batches, one query's rerank candidates), in flight per
-  replica, each retried by the rules above; each reply is handed on as it completes, so a caller caches it then.
+  replica, each retried by the one policy of :mod:`chunkstudy.llm.retry` (backoff, the circuit breaker and its
+  rule for timeouts); each reply is handed on as it completes, so a caller caches it then.
 * :func:`ensure_served` — ask the runner (``./run_all.sh``) to start the servers of ``serve: auto`` roles when a
   stage first needs a model call its caches do not hold (:mod:`chunkstudy.serving`); a no-op outside a run.
 """
@@ -28,7 +25,9 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
-from .base import CircuitOpen, LLMError, PermanentError, ReplyTimeout, ServerError, TransportError
+from .base import (PREFLIGHT_TIMEOUT_S, CircuitOpen, LLMError, PermanentError, ReplyTimeout, ServerError,
+                   TransportError)
+from .retry import ANSWER_TTL_S, Breaker, ModelsAnswer, RetryPolicy
 
 #: HTTP statuses that are retried (with the backoff, honouring Retry-After); 5xx ones also count for the breaker.
 RETRY_STATUS = (408, 409, 425, 429)
@@ -198,47 +197,6 @@ def auth_headers(api_key_env: str) -> dict:
     return headers
 
 
-def backoff_s(attempt: int, retry_backoff_s: float, retry_after: float | None, retry_after_max_s: float,
-              rng: Any = None) -> float:
-    """The wait before retry ``attempt + 1``: ``retry_backoff_s * 2**attempt`` (times a jitter in [0.5, 1.5) from
-    ``rng`` when given), at least the server's ``retry_after`` capped at ``retry_after_max_s``."""
-    delay = retry_backoff_s * (2 ** attempt) * (rng.uniform(0.5, 1.5) if rng is not None else 1.0)
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, retry_after_max_s))
-    return delay
-
-
-class Breaker:
-    """``limit`` consecutive connection failures or HTTP 5xx answers (``record(False, ...)``) set ``tripped`` (an
-    event the caller may share with its own stop) with :attr:`reason`; any other outcome resets the count. ``limit``
-    0 never trips. ``key`` names the parameter in the reason."""
-
-    def __init__(self, limit: int, where: str, key: str, tripped: threading.Event | None = None):
-        self.limit, self.where, self.key = limit, where, key
-        self.tripped = tripped if tripped is not None else threading.Event()
-        self.reason = ""
-        self.consecutive = 0
-        self._lock = threading.Lock()
-
-    def record(self, ok: bool, error: str = "") -> None:
-        with self._lock:
-            if ok:
-                self.consecutive = 0
-                return
-            self.consecutive += 1
-            if 0 < self.limit <= self.consecutive and not self.tripped.is_set():
-                self.reason = (f"circuit breaker: {self.consecutive} consecutive connection failures or server "
-                               f"errors from {self.where} (last: {error}); the server is down or unreachable "
-                               f"({self.key} = {self.limit})")
-                self.tripped.set()
-
-    def reset(self) -> None:
-        with self._lock:
-            self.consecutive = 0
-            self.reason = ""
-            self.tripped.clear()
-
-
 class GaveUp(LLMError):
     """A request of a :class:`JsonPool` failed for good: ``attempts`` made; ``permanent`` when the server refused
     it (HTTP 4xx other than the retried ones), so no retry was made."""
@@ -250,19 +208,24 @@ class GaveUp(LLMError):
 
 class JsonPool:
     """A batch of JSON requests to ``{base_url}{path}`` over one pooled session per replica set, at most
-    ``per_replica`` in flight on each replica. Each request is retried ``max_retries`` times after a connection
-    error, a timeout or HTTP 408/409/425/429/5xx, waiting :func:`backoff_s` (no jitter: ``sleep`` is the wait,
-    replaceable in tests); another status fails it at once. The :class:`Breaker` stops the batch
-    (:class:`~chunkstudy.llm.base.CircuitOpen`). ``n_requests`` counts HTTP requests, retries included."""
+    ``per_replica`` in flight on each replica. Each request is retried by :class:`chunkstudy.llm.retry.RetryPolicy`
+    (``max_retries`` times after a connection error, a timeout or HTTP 408/409/425/429/5xx, waiting
+    :func:`~chunkstudy.llm.retry.backoff_s` without jitter; ``sleep`` is the wait, replaceable in tests); another
+    status fails it at once. Its :class:`~chunkstudy.llm.retry.Breaker` stops the batch
+    (:class:`~chunkstudy.llm.base.CircuitOpen`); a timeout counts against it only when the replicas do not answer
+    ``GET {base_url}/models`` either. ``n_requests`` counts HTTP requests, retries included."""
 
     def __init__(self, base_urls: Sequence[str], path: str, *, where: str, api_key_env: str, per_replica: int,
                  max_retries: int, retry_backoff_s: float, timeout_s: float, breaker_failures: int,
                  retry_after_max_s: float, sleep: Callable[[float], Any]):
         self.replicas = Replicas([u + path for u in urls(base_urls)], per_replica, role=where)
         self.where, self.api_key_env = where, api_key_env
-        self.max_retries, self.retry_backoff_s, self.timeout_s = max_retries, retry_backoff_s, timeout_s
-        self.retry_after_max_s, self.sleep = retry_after_max_s, sleep
+        self.max_retries, self.timeout_s, self.sleep = max_retries, timeout_s, sleep
         self.breaker = Breaker(breaker_failures, ", ".join(self.replicas.urls), f"{where}.breaker_failures")
+        answers = ModelsAnswer(urls(base_urls), auth_headers(api_key_env), ANSWER_TTL_S)
+        self.policy = RetryPolicy(max_retries, retry_backoff_s, retry_after_max_s, self.breaker,
+                                  sleep=lambda s: self.sleep(s), answers=lambda: answers(PREFLIGHT_TIMEOUT_S),
+                                  on_retry=lambda _: self._count("n_retries"))
         self.n_requests = 0
         self.n_retries = 0
         self._lock = threading.Lock()
@@ -288,33 +251,23 @@ class JsonPool:
     def post(self, body: dict) -> dict:
         """One request with its retries: the JSON reply, or :class:`GaveUp` / :class:`CircuitOpen`."""
         headers = auth_headers(self.api_key_env)
-        problem = ""
-        for attempt in range(self.max_retries + 1):
-            if self.breaker.tripped.is_set():
-                raise CircuitOpen(self.breaker.reason)
+        attempts = 0
+
+        def attempt() -> dict:
+            nonlocal attempts
+            attempts += 1
             self._count("n_requests")
-            retry_after = None
-            try:
-                with self.replicas.acquire() as url:
-                    reply = post_json(self.session(), url, body, headers, self.timeout_s)
-                self.breaker.record(True)
-                return reply
-            except PermanentError as e:
-                self.breaker.record(True)
-                raise GaveUp(str(e), attempt + 1, True) from None
-            except (TransportError, ServerError, ReplyTimeout) as e:
-                problem, retry_after = str(e), e.retry_after
-                self.breaker.record(False, problem)
-            except LLMError as e:  # the server answered (408/429 ...): not a breaker failure
-                problem, retry_after = str(e), e.retry_after
-                self.breaker.record(True)
-            if attempt == self.max_retries:
-                break
-            self._count("n_retries")
-            self.sleep(backoff_s(attempt, self.retry_backoff_s, retry_after, self.retry_after_max_s))
-        if self.breaker.tripped.is_set():
-            raise CircuitOpen(self.breaker.reason)
-        raise GaveUp(f"gave up after {self.max_retries + 1} attempts: {problem}", self.max_retries + 1, False)
+            with self.replicas.acquire() as url:
+                return post_json(self.session(), url, body, headers, self.timeout_s)
+
+        try:
+            return self.policy.run(attempt)
+        except PermanentError as e:
+            raise GaveUp(str(e), attempts, True) from None
+        except LLMError as e:
+            if self.breaker.tripped.is_set():
+                raise CircuitOpen(self.breaker.reason) from None
+            raise GaveUp(f"gave up after {attempts} attempts: {e}", attempts, False) from None
 
     def run(self, bodies: Sequence[dict], done: Callable[[int, dict], Any] | None = None) -> list[dict]:
         """Every body's reply, in order; ``done(i, reply)`` as each completes (in completion order). The first

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import procs
 from ..config import Config
 from ..llm import http
 from .roles import Service, ServeError, auto_services
@@ -50,29 +51,10 @@ from .roles import Service, ServeError, auto_services
 PROBE_INTERVAL_S = 0.5
 #: seconds a stopping server gets between SIGTERM and SIGKILL
 STOP_GRACE_S = 30.0
+#: lines of a server's log an error message shows
+LOG_LINES = 30
 #: seconds one readiness probe (``GET /models``, ``GET /version``) may take
 PROBE_TIMEOUT_S = 5.0
-
-
-def tail(path: Path, n: int = 30) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "    (no log)"
-    return "\n".join("    " + line for line in lines[-n:]) or "    (empty)"
-
-
-def probe(url: str, model: str, api_key_env: str) -> list[str] | None:
-    """The model ids ``GET {url}/models`` lists, or None when nothing answers there with a model list."""
-    import requests
-
-    try:
-        r = requests.get(url + "/models", headers=http.auth_headers(api_key_env), timeout=PROBE_TIMEOUT_S)
-        if r.status_code != 200:
-            return None
-        return [str(m["id"]) for m in r.json().get("data", [])]
-    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
-        return None
 
 
 def server_version(url: str) -> str | None:
@@ -85,14 +67,6 @@ def server_version(url: str) -> str | None:
         return str(r.json().get("version")) if r.status_code == 200 else None
     except (requests.RequestException, ValueError, AttributeError):
         return None
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, ended but not yet reaped, has ended)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def claim_dir() -> Path:
@@ -275,7 +249,7 @@ class Services:
         server whose process has ended is waited for first (its supervisor notices within moments)."""
         out = []
         for run in list(self.running.values()):
-            if run.supervisor is not None and run.pid is not None and not pid_alive(run.pid):
+            if run.supervisor is not None and run.pid is not None and not procs.alive(run.pid):
                 run.supervisor.wait()
                 self._watched(run)
         with self._lock:
@@ -283,7 +257,7 @@ class Services:
         for r in gone:
             out.append(f"the server of {', '.join(r.service.roles)} (PID {r.pid}, {r.service.url}) exited with code "
                        f"{r.exit_code} during {name}; its finished calls are cached. Last lines of "
-                       f"{self._rel(r.log)}:\n{tail(r.log)}")
+                       f"{self._rel(r.log)}:\n{procs.tail(r.log, LOG_LINES)}")
         return "\n".join(out)
 
     # ---------------------------------------------------------------------------------------- a server
@@ -318,7 +292,7 @@ class Services:
             return None
         if self._closing:
             raise ServeError(f"the run is stopping: {role} gets no server at {url}")
-        served = probe(url, s.model, s.api_key_env)
+        served, _ = procs.served_models(url, http.auth_headers(s.api_key_env), PROBE_TIMEOUT_S)
         if served is None:
             return self._launch(s)
         if s.model not in served:
@@ -358,32 +332,36 @@ class Services:
         """Wait for ``/v1/models`` to list the model, the server to exit, or ``serve_timeout_s``."""
         s, sup, logf = run.service, run.supervisor, run.log
         assert sup is not None
-        while True:
-            served = probe(s.url, s.model, s.api_key_env)
-            if served is not None and s.model in served:
-                break
-            if served is not None:
-                self.stop(s.url)
-                raise ServeError(f"{s.roles[0]}: the server started at {s.url} serves {served}, not {s.model!r} "
-                                 f"(the served model name must be {s.roles[0]}.model)")
-            if sup.poll() is not None or run.pid is None:
-                code = sup.wait()
-                run.stopping = True  # a failed start is this error, not a death during the stage
-                self.stop(s.url)
-                with self._lock:
-                    self.exited = [r for r in self.exited if r is not run]
-                raise ServeError(f"{s.roles[0]}: the server exited with code {code} before it served "
-                                 f"{s.model!r} at {s.url} ({' '.join(run.command)}). Last lines of "
-                                 f"{self._rel(logf)}:\n{tail(logf)}")
-            if time.monotonic() - run.t0 > s.timeout_s:
-                self.stop(s.url)
-                raise ServeError(f"{s.roles[0]}: the server did not serve {s.model!r} at {s.url} within "
-                                 f"{s.timeout_s:g} s (serve_timeout_s); stopped. Last lines of {self._rel(logf)}:\n"
-                                 f"{tail(logf)}")
-            try:
-                sup.wait(timeout=PROBE_INTERVAL_S)  # returns at once when the server has exited
-            except subprocess.TimeoutExpired:
-                pass
+
+        def exited(seconds: float) -> bool:
+            if seconds:
+                try:
+                    sup.wait(timeout=seconds)  # returns at once when the server has exited
+                except subprocess.TimeoutExpired:
+                    pass
+            return sup.poll() is not None or run.pid is None
+
+        r = procs.wait_served(s.url, s.model, timeout_s=s.timeout_s - (time.monotonic() - run.t0),
+                              interval_s=PROBE_INTERVAL_S, probe_timeout_s=PROBE_TIMEOUT_S,
+                              headers=http.auth_headers(s.api_key_env), exited=exited)
+        if r.state == "other":
+            self.stop(s.url)
+            raise ServeError(f"{s.roles[0]}: the server started at {s.url} serves {r.served}, not {s.model!r} "
+                             f"(the served model name must be {s.roles[0]}.model)")
+        if r.state == "exited":
+            code = sup.wait()
+            run.stopping = True  # a failed start is this error, not a death during the stage
+            self.stop(s.url)
+            with self._lock:
+                self.exited = [x for x in self.exited if x is not run]
+            raise ServeError(f"{s.roles[0]}: the server exited with code {code} before it served "
+                             f"{s.model!r} at {s.url} ({' '.join(run.command)}). Last lines of "
+                             f"{self._rel(logf)}:\n{procs.tail(logf, LOG_LINES)}")
+        if r.state == "timeout":
+            self.stop(s.url)
+            raise ServeError(f"{s.roles[0]}: the server did not serve {s.model!r} at {s.url} within "
+                             f"{s.timeout_s:g} s (serve_timeout_s); stopped. Last lines of {self._rel(logf)}:\n"
+                             f"{procs.tail(logf, LOG_LINES)}")
         run.startup_s = round(time.monotonic() - run.t0, 1)
         run.version = server_version(s.url)
         self.log(f"{'':<16} serve: {', '.join(s.roles)} answers at {s.url} after {run.startup_s:.1f} s"

@@ -25,39 +25,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
-
-#: seconds between two looks at whether a stopping server's process group is gone
-GROUP_POLL_S = 0.1
-
-
-def group_members(pgid: int, proc: str = "/proc") -> list[int]:
-    """The processes of group ``pgid`` that have not ended (a zombie has ended: it holds no memory, GPU memory
-    included), from ``/proc/<pid>/stat``."""
-    out = []
-    for entry in os.scandir(proc):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(os.path.join(entry.path, "stat"), "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # ended while we looked
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            out.append(int(entry.name))
-    return out
-
-
-def _wait_group(pgid: int, child: subprocess.Popen, deadline: float | None) -> bool:
-    """Wait until no process of group ``pgid`` is left (``child``, its leader, reaped on the way), or ``deadline``
-    (``time.monotonic()``) passes; whether the group is gone."""
-    while True:
-        if child.poll() is not None and not group_members(pgid):
-            return True
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        time.sleep(GROUP_POLL_S)
+from .. import procs
 
 
 def end_group(pgid: int, child: subprocess.Popen, grace_s: float) -> None:
@@ -68,12 +37,12 @@ def end_group(pgid: int, child: subprocess.Popen, grace_s: float) -> None:
         os.killpg(pgid, signal.SIGTERM)
     except (ProcessLookupError, PermissionError):
         pass
-    if not _wait_group(pgid, child, time.monotonic() + grace_s):
+    if not procs.wait_group_gone(pgid, grace_s, leader=child):
         try:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        _wait_group(pgid, child, None)
+        procs.wait_group_gone(pgid, None, leader=child)
     child.wait()
 
 
