@@ -184,8 +184,8 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
                                 for r in services]
     if sources is not None:
         manifest["sources"] = sources
-    declared = stages.stage(stage).writes if stage in stages.STAGE_NAMES else ()
-    records = {a.name: artifacts.read_json(cfg, stage, a.name) for a in declared
+    writes = stages.stage(stage).writes if stage in stages.STAGE_NAMES else ()
+    records = {a.name: artifacts.read_json(cfg, stage, a.name) for a in writes
                if isinstance(a, stages.Json) and a.manifest and artifacts.json_path(cfg, stage, a.name).is_file()}
     if records:
         manifest["records"] = records
