@@ -49,13 +49,13 @@ def plain_numpy(q, c, k, batch=512):
 
 def matmul_floor(q, c, cent=None, batch=None):
     """The float32 products a search cannot avoid, in the blocks flat search uses (results discarded)."""
-    step = retrieve._block_rows(len(c), batch)
+    step = retrieve.search._block_rows(len(c), batch)
     ct = c.T
     for lo in range(0, len(q), step):
         qb = q[lo:lo + step]
         qb @ ct
     if cent is not None:
-        step = retrieve._block_rows(len(cent), batch)
+        step = retrieve.search._block_rows(len(cent), batch)
         for lo in range(0, len(q), step):
             q[lo:lo + step] @ cent.T
 
@@ -71,7 +71,7 @@ def micro(a, rng, ids, keys):
         c, q = unit(rng, a.chunks, d), unit(rng, a.queries, d)
         methods = {
             "plain numpy (baseline)": lambda: plain_numpy(q, c, a.k),
-            "plain numpy, flat's blocks": lambda: plain_numpy(q, c, a.k, batch=retrieve._block_rows(len(c), None)),
+            "plain numpy, flat's blocks": lambda: plain_numpy(q, c, a.k, batch=retrieve.search._block_rows(len(c), None)),
             "faiss IndexFlatIP, raw": lambda: faiss_raw(q, c, a.k),
             "flat_search backend=numpy": lambda: retrieve.flat_search(q, c, ids, a.k, backend="numpy"),
             "flat_search backend=faiss": lambda: retrieve.flat_search(q, c, ids, a.k, backend="faiss"),

@@ -457,7 +457,7 @@ def test_section_sums_equal_numpy_reduceat_bit_for_bit(n, d, n_keys):
     order = np.argsort(codes, kind="stable")
     starts = np.searchsorted(codes[order], np.arange(len(uniq)))
     sums = np.add.reduceat(c[order].astype(np.float64), starts, axis=0)
-    np.testing.assert_array_equal(retrieve._section_sums(c, codes, len(uniq)), sums)
+    np.testing.assert_array_equal(retrieve.routing._section_sums(c, codes, len(uniq)), sums)
     np.testing.assert_array_equal(cent, (sums / np.sqrt((sums ** 2).sum(axis=1))[:, None]).astype(np.float32))
 
 
