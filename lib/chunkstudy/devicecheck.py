@@ -319,13 +319,8 @@ def _throughput(fn, rows, batch, length, device, repeats) -> dict:
             "items_per_s": round(batch * repeats / dt, 1), "peak_memory_mib": round(_peak_bytes(device) / 2**20, 1)}
 
 
-def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cuda", dtype: str = "float16",
-          dry_run: bool = False, echo=print, serve_python: str | None = None) -> dict:
-    """Run the device check on ``bundle_dir/bundle.pt``; write ``out_dir/result.json`` when ``out_dir`` is given.
-
-    ``dry_run`` keeps every check but measures throughput on 1 batch of the paper's sizes at 32 tokens instead
-    of 5 batches at 256 and 512 tokens (seconds on a CPU, not minutes). Returns the result, whose ``ok`` is true when every check passed."""
-    t0 = time.perf_counter()
+def _load_bundle(bundle_dir: str | Path) -> dict:
+    """``bundle_dir/bundle.pt`` as written by ``--prepare``, refused when absent or of another format."""
     path = Path(bundle_dir) / BUNDLE
     if not path.is_file():
         raise FileNotFoundError(f"device check: no bundle at {path}; make it first with scripts/device_check.sh "
@@ -334,23 +329,13 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
     if b.get("format") != FORMAT:
         raise ValueError(f"device check: {path} has format {b.get('format')!r}, this code reads format {FORMAT}: "
                          f"prepare it again (scripts/device_check.sh --prepare)")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device check: device {device!r} asked for, but torch {torch.__version__} sees no CUDA "
-                           f"device (CUDA build: {torch.version.cuda}); use --dry-run on a machine without one")
-    tdtype = getattr(torch, dtype)
-    cfg = b["config"]
-    w = {k: v.to(dev, torch.float32 if k in HEAD else tdtype) for k, v in b["weights"].items()}
-    checks, result = [], {
-        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
-        "device_arg": device, "dtype": dtype, "dry_run": dry_run, "torch": torch.__version__,
-        "cuda": torch.version.cuda, "python": platform.python_version(), "model": b["model"],
-        "bundle_prepared_with": b.get("prepared"), "thresholds": {"min_cosine": MIN_COSINE,
-                                                                   "min_spearman": MIN_SPEARMAN}}
+    return b
 
-    # embeddings vs the float32 CPU references
-    ids = b["texts"]["input_ids"]
-    ref = b["texts"]["reference"].to(torch.float32)
+
+def _embedding_check(w: dict, cfg: dict, texts: dict, dev, label: str) -> tuple[dict, dict, Any]:
+    """The embedder on the device against the bundle's float32 CPU vectors: ``(check, numbers, vectors)``;
+    passes when every text's cosine is at least :data:`MIN_COSINE`."""
+    ids, ref = texts["input_ids"], texts["reference"].to(torch.float32)
     vecs = []
     with torch.inference_mode():
         for i in range(0, len(ids), 64):
@@ -359,12 +344,14 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
     got = torch.cat(vecs)
     cos = torch.nn.functional.cosine_similarity(got.double(), ref.double(), dim=-1)
     emb = {"n": len(ids), "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}
-    checks.append({"check": f"embeddings: {device}/{dtype} vs float32 CPU reference, min cosine >= {MIN_COSINE}",
-                   "ok": emb["min_cosine"] >= MIN_COSINE, "detail": emb})
+    return ({"check": f"embeddings: {label} vs float32 CPU reference, min cosine >= {MIN_COSINE}",
+             "ok": emb["min_cosine"] >= MIN_COSINE, "detail": emb}, emb, got)
 
-    # the cross-encoder vs the float32 CPU references, per query
-    p = b["pairs"]
-    scores = []
+
+def _cross_encoder_check(w: dict, cfg: dict, p: dict, dev, label: str) -> tuple[dict, dict, list[float]]:
+    """The cross-encoder on the device against the bundle's float32 CPU scores, per query: ``(check, numbers,
+    scores)``; passes when every query's Spearman correlation is at least :data:`MIN_SPEARMAN`."""
+    scores: list[float] = []
     with torch.inference_mode():
         for i in range(0, len(p["input_ids"]), 64):
             t_ids, t_mask, t_types = _pad(p["input_ids"][i:i + 64], dev, p["token_type_ids"][i:i + 64])
@@ -375,25 +362,17 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
         rhos.append(spearman(scores[lo:lo + q["n"]], refs[lo:lo + q["n"]]))
         lo += q["n"]
     ce: dict[str, Any] = {"queries": len(rhos), "pairs": len(scores), "min_spearman": min(rhos),
-          "mean_spearman": sum(rhos) / len(rhos), "reranker": f"untrained head, seed {p['seed']} (plumbing only)"}
-    checks.append({"check": f"cross-encoder: {device}/{dtype} vs float32 CPU reference, per-query Spearman >= "
-                            f"{MIN_SPEARMAN}", "ok": ce["min_spearman"] >= MIN_SPEARMAN, "detail": ce})
+                          "mean_spearman": sum(rhos) / len(rhos),
+                          "reranker": f"untrained head, seed {p['seed']} (plumbing only)"}
+    return ({"check": f"cross-encoder: {label} vs float32 CPU reference, per-query Spearman >= {MIN_SPEARMAN}",
+             "ok": ce["min_spearman"] >= MIN_SPEARMAN, "detail": ce}, ce, scores)
 
-    # the reranker's ranking in float16 against float32, both on the device, the head shifted to confident logits
-    full = {k: v.to(dev, torch.float32) for k, v in b["weights"].items()}
-    checks.append(ranking_check(w, full, cfg, p, dev, dtype))
 
-    # the same models behind a vLLM server on this device, against the device's in-process results
-    if serve_python:
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="device-check-served-") as tmp:
-            served = served_checks(b, Path(tmp), serve_python, dev, dtype, got, scores)
-        checks += served
-    result["served"] = "checked" if serve_python else "not checked: no vLLM here (--serve-python PYTHON: one with vllm)"
-
-    # throughput and peak memory at the paper's batch sizes (reported, not judged)
+def _throughputs(w: dict, cfg: dict, b: dict, dev, dry_run: bool) -> list[dict]:
+    """Items per second and peak memory at the paper's batch sizes (:data:`PAPER_BATCHES`; reported, not judged):
+    5 batches at 256 and 512 tokens, or 1 batch at 32 tokens with ``dry_run``."""
     lengths, repeats = ((32,), 1) if dry_run else ((256, 512), 5)
+    p, ids = b["pairs"], b["texts"]["input_ids"]
     perf = []
     for what, bs in PAPER_BATCHES:
         for length in lengths:
@@ -406,11 +385,14 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
                     return mean_pool(bert_encode(w, cfg, i, m), m)
                 rows = ids
             perf.append({"what": what, **_throughput(fn, rows, bs, length, dev, repeats)})
-    result.update({"checks": checks, "embeddings": emb, "cross_encoder": ce, "throughput": perf,
-                   "ok": all(c["ok"] for c in checks), "seconds": round(time.perf_counter() - t0, 1)})
-    for c in checks:
+    return perf
+
+
+def _report(result: dict, out_dir: str | Path | None, echo) -> None:
+    """Each check and throughput row as a line; ``out_dir/result.json`` when ``out_dir`` is given."""
+    for c in result["checks"]:
         echo(f"{'PASS' if c['ok'] else 'FAIL'}  {c['check']}: {json.dumps(c['detail'])}")
-    for r in perf:
+    for r in result["throughput"]:
         echo(f"perf  {r['what']}: batch {r['batch_size']} x {r['tokens']} tokens: {r['items_per_s']} /s, "
              f"peak {r['peak_memory_mib']} MiB")
     if out_dir is not None:
@@ -419,6 +401,47 @@ def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cud
         (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
         echo(f"device check: {'passed' if result['ok'] else 'FAILED'} in {result['seconds']} s -> "
              f"{out / 'result.json'}")
+
+
+def check(bundle_dir: str | Path, out_dir: str | Path | None, device: str = "cuda", dtype: str = "float16",
+          dry_run: bool = False, echo=print, serve_python: str | None = None) -> dict:
+    """Run the device check on ``bundle_dir/bundle.pt``; write ``out_dir/result.json`` when ``out_dir`` is given.
+
+    ``dry_run`` keeps every check but measures throughput on 1 batch of the paper's sizes at 32 tokens instead
+    of 5 batches at 256 and 512 tokens (seconds on a CPU, not minutes). Returns the result, whose ``ok`` is true
+    when every check passed."""
+    t0 = time.perf_counter()
+    b = _load_bundle(bundle_dir)
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device check: device {device!r} asked for, but torch {torch.__version__} sees no CUDA "
+                           f"device (CUDA build: {torch.version.cuda}); use --dry-run on a machine without one")
+    tdtype = getattr(torch, dtype)
+    cfg = b["config"]
+    w = {k: v.to(dev, torch.float32 if k in HEAD else tdtype) for k, v in b["weights"].items()}
+    result = {
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
+        "device_arg": device, "dtype": dtype, "dry_run": dry_run, "torch": torch.__version__,
+        "cuda": torch.version.cuda, "python": platform.python_version(), "model": b["model"],
+        "bundle_prepared_with": b.get("prepared"), "thresholds": {"min_cosine": MIN_COSINE,
+                                                                   "min_spearman": MIN_SPEARMAN}}
+    label = f"{device}/{dtype}"
+    emb_check, emb, got = _embedding_check(w, cfg, b["texts"], dev, label)
+    ce_check, ce, scores = _cross_encoder_check(w, cfg, b["pairs"], dev, label)
+    # the reranker's ranking in float16 against float32, both on the device, the head shifted to confident logits
+    full = {k: v.to(dev, torch.float32) for k, v in b["weights"].items()}
+    checks = [emb_check, ce_check, ranking_check(w, full, cfg, b["pairs"], dev, dtype)]
+    # the same models behind a vLLM server on this device, against the device's in-process results
+    if serve_python:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="device-check-served-") as tmp:
+            checks += served_checks(b, Path(tmp), serve_python, dev, dtype, got, scores)
+    result["served"] = "checked" if serve_python else "not checked: no vLLM here (--serve-python PYTHON: one with vllm)"
+    perf = _throughputs(w, cfg, b, dev, dry_run)
+    result.update({"checks": checks, "embeddings": emb, "cross_encoder": ce, "throughput": perf,
+                   "ok": all(c["ok"] for c in checks), "seconds": round(time.perf_counter() - t0, 1)})
+    _report(result, out_dir, echo)
     return result
 
 
