@@ -148,18 +148,47 @@ def corpus_tables(cfg, build: bool = False) -> tuple[dict[str, pd.DataFrame], st
 
 def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
     """The plan of a run of ``cfg`` over 01's ``tables`` (module docstring): a dict of plain numbers and notes."""
-    from . import artifacts, design, embed, induce, queries
-    from .chunks import chunk_sets, cuts
-    from .induce import contexts
+    from . import artifacts
 
-    documents, paragraphs = tables["documents"], tables["paragraphs"]
-    sections_gold, harvested = tables["sections_gold"], tables.get("harvested")
+    documents = tables["documents"]
     notes: list[str] = []
     lp = cfg.params("llm")
     cache_path = artifacts.cache_dir(cfg, lp.cache, create=False) / llm.CACHE_FILE  # read, not created
     records = llm.CallCache._load(cache_path)[0] if cache_path.is_file() else {}
     client = DryRunClient(lp, records)
     counter, counted = _counter(cfg.params("chunking").tokenizer)
+    structure, induction, windows = _structure_and_contexts(cfg, tables, client, counter, notes)
+    n_queries, qtypes = _queries(cfg, tables, client, notes)
+    chunks, texts, extra_texts = _chunk_texts(cfg, tables, structure, windows, counter)
+    embedders = _embedders(cfg, texts, counter(texts), n_queries)
+    n_conditions = chunks["condition"].nunique()
+    k = int(cfg.params("retrieve").k)
+    rerankers = {key: {"model": spec.model, "pairs_at_most": n_queries * n_conditions * min(int(spec.top_n), k)}
+                 for key, spec in cfg.params("retrieve").rerankers.items()}
+    llm_rows = {desc: {**b, "prompt_tokens": b["prompt_chars"] / CHARS_PER_TOKEN,
+                       "prefix_share": b["shared_prefix_chars"] / b["prompt_chars"] if b["prompt_chars"] else None}
+                for desc, b in client.batches.items()}
+    return {
+        "multiverse": multiverse_plan(cfg.params(), extra_texts, counter, qtypes, int(len(documents)), embedders),
+        "params": str(cfg.path), "corpus": cfg.corpus, "documents": int(len(documents)),
+        "llm": {"backend": lp.backend, "model": client.model, "concurrency": lp.concurrency,
+                "cache_records": len(records), "batches": llm_rows},
+        "induction": induction,
+        "chunks": {"rows": int(len(chunks)), "conditions": int(n_conditions), "unique_texts": len(texts),
+                   "context_windows": int(len(windows)), "counted_in": counted},
+        "queries": n_queries, "embedders": embedders, "rerankers": rerankers, "notes": notes,
+    }
+
+
+def _structure_and_contexts(cfg, tables: Mapping[str, pd.DataFrame], client, counter, notes: list[str]):
+    """02 through the dry-run ``client``: the structure the A1 windows and induced chunk sets follow (02's
+    ``sections_induced`` when it exists, else the gold one), the induction budgets (``llm`` induction only) and the
+    A1 context windows, whose contexts the client counts (``llm`` contexts only). Appends its notes."""
+    from . import artifacts, design, induce
+    from .chunks import cuts
+    from .induce import contexts
+
+    documents, paragraphs, sections_gold = tables["documents"], tables["paragraphs"], tables["sections_gold"]
     if artifacts.exists(cfg, "sections_induced"):
         structure = artifacts.read(cfg, "sections_induced")
         notes.append("A1 windows and induced chunk sets: from 02's sections_induced")
@@ -167,7 +196,6 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
         structure = sections_gold
         notes.append("A1 windows and induced chunk sets: the gold structure stands in for 02's induced one (not "
                      "run yet)")
-
     induction = None
     if cfg.params("induce").method == "llm":
         induce.induce_structure(documents, paragraphs, cfg.params("induce"), client=client)
@@ -182,9 +210,17 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
             part = set(ids[i:i + A1_DOCS_PER_BATCH])
             contexts.a1_contexts(documents[documents["doc_id"].isin(part)], windows[windows["doc_id"].isin(part)],
                                  cfg.params("contexts"), client=client, counter=counter, sections=sections_gold)
+    return structure, induction, windows
+
+
+def _queries(cfg, tables: Mapping[str, pd.DataFrame], client, notes: list[str]) -> tuple[int, list[str]]:
+    """03 through the dry-run ``client``: the number of queries (harvested: counted; generated: at most the
+    targets, with their paraphrase calls at most one per generated query) and the query types."""
+    from . import queries
+
     qp = cfg.params("queries")
-    q = queries.build_queries(documents, paragraphs, sections_gold, harvested, qp,
-                              client=client if qp.source == "generated" else None)
+    q = queries.build_queries(tables["documents"], tables["paragraphs"], tables["sections_gold"],
+                              tables.get("harvested"), qp, client=client if qp.source == "generated" else None)
     n_queries = len(q["queries"]) if qp.source == "harvested" else int(sum(vars(qp.targets).values()))
     if qp.source == "generated":
         gen = client.batches.get("queries: generate", {}).get("calls", 0)
@@ -193,20 +229,38 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
                                                            "max_new_tokens": gen * int(qp.gen_reply_tokens)}
         client.batches.pop("queries: paraphrase", None)
         notes.append(f"generated queries: at most {n_queries} after balancing (queries.targets)")
+    qtypes = sorted(set(q["queries"]["qtype"].astype(str))) if qp.source == "harvested" else list(vars(qp.targets))
+    return n_queries, qtypes
+
+
+def _chunk_texts(cfg, tables: Mapping[str, pd.DataFrame], structure, windows, counter):
+    """04's chunk sets without a model: ``(chunks, texts, extra_texts)`` — the run's chunks and their unique
+    texts, and the texts only the multiverse's stand-in conditions add (:func:`multiverse_stand_ins`). The A1
+    contexts are 02's when it ran, else placeholders."""
+    from . import artifacts, design
+    from .chunks import chunk_sets
 
     if artifacts.exists(cfg, "contexts_a1"):
         ctx = artifacts.read(cfg, "contexts_a1")
     else:
         ctx = windows.assign(context=[f"(A1 context {i})" for i in range(len(windows))])
     stand_ins = multiverse_stand_ins(cfg.params())
-    built = chunk_sets.build_all(documents, paragraphs, sections_gold, structure, ctx, cfg.params("chunking"),
-                                 counter, [*design.run_conditions(cfg.params("chunking").conditions), *stand_ins]
+    built = chunk_sets.build_all(tables["documents"], tables["paragraphs"], tables["sections_gold"], structure, ctx,
+                                 cfg.params("chunking"), counter,
+                                 [*design.run_conditions(cfg.params("chunking").conditions), *stand_ins]
                                  if stand_ins else None)
     chunks, texts = built["chunks"], built["texts"]
     mine = chunks["condition"].isin([c.name for c in stand_ins])
     extra_texts = [texts[i] for i in sorted(set(chunks.loc[mine, "text_row"]) - set(chunks.loc[~mine, "text_row"]))]
-    chunks, texts = chunks[~mine], [texts[i] for i in sorted(set(chunks.loc[~mine, "text_row"]))]
-    lengths = counter(texts)  # each unique text's tokens (prefix and content), special tokens not counted
+    return chunks[~mine], [texts[i] for i in sorted(set(chunks.loc[~mine, "text_row"]))], extra_texts
+
+
+def _embedders(cfg, texts: list[str], lengths, n_queries: int) -> dict[str, dict]:
+    """Per embedder: the passages and their tokens (each unique text's tokens, prefix and content, plus the
+    special tokens, cut at the model's ``max_seq_length``), the queries, and the embedder whose vectors it shares
+    (the same model key)."""
+    from . import embed
+
     embedders = {}
     keys_seen: dict[str, str] = {}
     for key, spec in cfg.params("embed").embedders.items():
@@ -215,26 +269,7 @@ def estimate(cfg, tables: Mapping[str, pd.DataFrame]) -> dict:
                           "passage_tokens": int(sum(min(n + SPECIAL_TOKENS, spec.max_seq_length) for n in lengths)),
                           "queries": n_queries, "shares_vectors_with": keys_seen.get(mk)}
         keys_seen.setdefault(mk, key)
-    n_conditions = chunks["condition"].nunique()
-    k = int(cfg.params("retrieve").k)
-    rerankers = {key: {"model": spec.model, "pairs_at_most": n_queries * n_conditions * min(int(spec.top_n), k)}
-                 for key, spec in cfg.params("retrieve").rerankers.items()}
-
-    llm_rows = {}
-    for desc, b in client.batches.items():
-        llm_rows[desc] = {**b, "prompt_tokens": b["prompt_chars"] / CHARS_PER_TOKEN,
-                          "prefix_share": b["shared_prefix_chars"] / b["prompt_chars"] if b["prompt_chars"] else None}
-    qtypes = sorted(set(q["queries"]["qtype"].astype(str))) if qp.source == "harvested" else list(vars(qp.targets))
-    return {
-        "multiverse": multiverse_plan(cfg.params(), extra_texts, counter, qtypes, int(len(documents)), embedders),
-        "params": str(cfg.path), "corpus": cfg.corpus, "documents": int(len(documents)),
-        "llm": {"backend": lp.backend, "model": client.model, "concurrency": lp.concurrency,
-                "cache_records": len(records), "batches": llm_rows},
-        "induction": induction,
-        "chunks": {"rows": int(len(chunks)), "conditions": int(n_conditions), "unique_texts": len(texts),
-                   "context_windows": int(len(windows)), "counted_in": counted},
-        "queries": n_queries, "embedders": embedders, "rerankers": rerankers, "notes": notes,
-    }
+    return embedders
 
 
 def multiverse_stand_ins(params) -> list:
