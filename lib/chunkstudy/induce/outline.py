@@ -334,43 +334,55 @@ def _budget(st: dict) -> int:
     return max(1, min(st["budget"], int(st["room"] - added / CHARS_PER_TOKEN)))
 
 
-def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
-    from .. import llm
-
-    max_level, rounds = p.max_level, p.self_correct_rounds
-    # one state per (document, window)
+def _window_states(docs: list[_Doc], p: Any, context_tokens: int) -> list[dict]:
+    """One state per (document, window of :func:`window_plan`), in document order: the window's paragraphs
+    ``[lo, hi)`` (the document's paragraph numbers, half-open; ``paras`` renumbered from 0), its reply ``budget``
+    and the ``room`` its prompt leaves of ``context_tokens`` (tokens), its conversation so far (``messages``), and
+    what :func:`_ask` records of its replies (empty until asked)."""
     states = []
     for d in docs:
-        for lo, hi, budget in window_plan(d.texts, p, client.context_tokens):
+        for lo, hi, budget in window_plan(d.texts, p, context_tokens):
             states.append({"doc": d, "lo": lo, "hi": hi, "paras": _local_paras(d.paras, lo, hi), "budget": budget,
-                           "room": client.context_tokens - prompt_tokens(d.texts[lo:hi]),
-                           "messages": build_messages(d.texts[lo:hi], max_level), "items": None,
+                           "room": context_tokens - prompt_tokens(d.texts[lo:hi]),
+                           "messages": build_messages(d.texts[lo:hi], p.max_level), "items": None,
                            "violations": None, "first_violations": None, "rounds": 0, "errors": [],
                            "parsed_round": None, "cut_calls": 0, "cut_failed": 0})
+    return states
 
-    def ask(batch: list[dict], label: str) -> None:
-        reqs = [llm.Request(st["messages"], json_schema=OUTPUT_SCHEMA,
-                            max_tokens=_budget(st),
-                            tag=f"induce:{st['doc'].doc_id}:{st['lo']}:r{st['rounds']}") for st in batch]
-        for st, r in zip(batch, client.generate(reqs, desc=label)):
-            st["rounds"] += 1
-            st["reply"] = r.text
-            st["cut_calls"] += bool(getattr(r, "cuts", 0))
-            if r.error:
-                st["errors"].append(r.error)
-                st["cut_failed"] += r.error.startswith("LengthCut")
-                items, problems = None, [f"the model call failed: {r.error}"]
-            else:
-                items, problems = parse_reply(r.text)
-                if st["parsed_round"] is None and schema_bound(items, problems):
-                    st["parsed_round"] = st["rounds"] - 1
-            st["items"] = items if items is not None else st["items"]
-            st["violations"] = problems + (outline_violations(items, st["paras"], max_level)
-                                           if items is not None else [])
-            if st["first_violations"] is None:
-                st["first_violations"] = list(st["violations"])
 
-    ask(states, "induction")
+def _ask(client, batch: list[dict], label: str, max_level: int) -> None:
+    """Send each window state of ``batch`` its conversation once (one ``client.generate`` for all; ``label`` names
+    the progress bar) and record the reply on the state: the items it parsed to (the last parsed items stay when a
+    reply parses to none), its violations (a failed call is one), the first round's violations, the round
+    (0-based) of the first schema-bound reply, and counts of rounds asked, cut calls and failed cuts."""
+    from .. import llm
+
+    reqs = [llm.Request(st["messages"], json_schema=OUTPUT_SCHEMA,
+                        max_tokens=_budget(st),
+                        tag=f"induce:{st['doc'].doc_id}:{st['lo']}:r{st['rounds']}") for st in batch]
+    for st, r in zip(batch, client.generate(reqs, desc=label)):
+        st["rounds"] += 1
+        st["reply"] = r.text
+        st["cut_calls"] += bool(getattr(r, "cuts", 0))
+        if r.error:
+            st["errors"].append(r.error)
+            st["cut_failed"] += r.error.startswith("LengthCut")
+            items, problems = None, [f"the model call failed: {r.error}"]
+        else:
+            items, problems = parse_reply(r.text)
+            if st["parsed_round"] is None and schema_bound(items, problems):
+                st["parsed_round"] = st["rounds"] - 1
+        st["items"] = items if items is not None else st["items"]
+        st["violations"] = problems + (outline_violations(items, st["paras"], max_level)
+                                       if items is not None else [])
+        if st["first_violations"] is None:
+            st["first_violations"] = list(st["violations"])
+
+
+def _self_correct(client, states: list[dict], rounds: int, max_level: int) -> None:
+    """Up to ``rounds`` correction turns: every window whose last reply has violations gets that reply and its
+    violations (the first 30, in :data:`CORRECTION`) added to its conversation and is asked again; stops early
+    once no window has any."""
     for _ in range(rounds):
         bad = [st for st in states if st["violations"]]
         if not bad:
@@ -380,51 +392,78 @@ def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
                 {"role": "assistant", "content": st["reply"] or ""},
                 {"role": "user", "content": CORRECTION.format(
                     violations="\n".join(f"- {v}" for v in st["violations"][:30]), last=st["hi"] - st["lo"] - 1)}]
-        ask(bad, "induction self-correction")
+        _ask(client, bad, "induction self-correction", max_level)
 
-    sections, log = [], []
+
+def _window_outline(st: dict, d: _Doc, p: Any, lex: _Lexicon) -> tuple[list[Outline], str, str | None]:
+    """A window's outline, in the window's own paragraph numbers (0 = its first), its status and what fixed it
+    (None when nothing needed to): the model's items when they have no violations ("ok", or "repaired" by
+    "self-correction" when the first reply had some), else :func:`repair` of them ("repaired" by "repair") when
+    that is a valid tiling, else one section titled as the document over the window ("failed", "fallback")."""
+    lo, m = st["lo"], st["hi"] - st["lo"]
+    title_fn = lambda s, e: _title(lex.terms(d.doc_id, lo + s, lo + e + 1, p.title_terms))  # noqa: E731
+    if not st["violations"]:
+        local = [Outline(it["title"], it["level"], it["first_paragraph"], it["last_paragraph"]) for it in st["items"]]
+        return (local, "repaired", "self-correction") if st["first_violations"] else (local, "ok", None)
+    repaired = repair(st["items"], m, p.max_level, title_fn)
+    if repaired is not None and is_valid_outline(repaired, st["paras"], p.max_level):
+        return repaired, "repaired", "repair"
+    return [Outline(d.title, 1, 0, m - 1)], "failed", "fallback"
+
+
+#: window statuses from best to worst: a document's status is its worst window's
+_STATUS_RANK = {"ok": 0, "repaired": 1, "failed": 2}
+
+
+def _document_sections(d: _Doc, windows: list[dict], p: Any, lex: _Lexicon) -> tuple[pd.DataFrame, str, set[str]]:
+    """A document's sections from its windows' outlines (:func:`_window_outline`, shifted to the document's
+    paragraph numbers and joined in order), its status (its worst window's) and what fixed its windows; an
+    assembled outline that is not a valid tiling raises :class:`InductionError` naming the document."""
+    outline: list[Outline] = []
+    status, fixed = "ok", set()
+    for st in windows:
+        local, st_status, fix = _window_outline(st, d, p, lex)
+        lo = st["lo"]
+        outline += [Outline(o.title, o.level, o.first_para + lo, o.last_para + lo) for o in local]
+        status = max(status, st_status, key=_STATUS_RANK.__getitem__)
+        fixed |= {fix} if fix else set()
+    secs = docmodel.sections_from_outline(d.doc_id, d.paras, outline, len(d.text))
+    v = docmodel.verify_sections(secs, d.paras, len(d.text), p.max_level)
+    if v:
+        raise InductionError(f"induction: document {d.doc_id!r} assembled an invalid outline: {v[:3]}")
+    return secs, status, fixed
+
+
+def _document_log(doc_id: str, windows: list[dict], status: str, fixed: set[str], n_sections: int,
+                  model: str) -> dict:
+    """A document's row of the induction log (:func:`_log_row`) from its window states: rounds (the most any
+    window took), the first round's violations (the first 20 kept), errors (500 characters at most), how the
+    windows' replies parsed (first try, after correction, never), cut calls and the largest reply budget
+    (tokens)."""
+    first_v = [x for st in windows for x in (st["first_violations"] or [])]
+    pr = [st["parsed_round"] for st in windows]
+    return _log_row(
+        doc_id, status, "llm", rounds=max(st["rounds"] for st in windows), n_windows=len(windows),
+        n_sections=n_sections, fixed_by="+".join(sorted(fixed)), n_violations=len(first_v),
+        violations=json.dumps(first_v[:20]), error="; ".join(e for st in windows for e in st["errors"])[:500],
+        model=model, parsed_first=sum(r == 0 for r in pr),
+        parsed_corrected=sum(r is not None and r > 0 for r in pr), parsed_never=sum(r is None for r in pr),
+        cut_calls=sum(st["cut_calls"] for st in windows), cut_failed=sum(st["cut_failed"] for st in windows),
+        reply_budget=max(st["budget"] for st in windows))
+
+
+def _llm(docs: list[_Doc], p: Any, lex: _Lexicon, client) -> tuple[list, list]:
+    """The LLM arm over ``docs``: every window asked once (batched), up to ``p.self_correct_rounds`` correction
+    turns for those with violations, then each document's sections and its log row, in the order of ``docs``."""
+    states = _window_states(docs, p, client.context_tokens)
+    _ask(client, states, "induction", p.max_level)
+    _self_correct(client, states, p.self_correct_rounds, p.max_level)
     by_doc: dict[str, list[dict]] = {}
     for st in states:
         by_doc.setdefault(st["doc"].doc_id, []).append(st)
-    rank = {"ok": 0, "repaired": 1, "failed": 2}
+    sections, log = [], []
     for d in docs:
-        outline, status, fixed = [], "ok", set()
-        for st in by_doc[d.doc_id]:
-            lo, hi = st["lo"], st["hi"]
-            m = hi - lo
-            title_fn = lambda s, e, lo=lo: _title(lex.terms(d.doc_id, lo + s, lo + e + 1, p.title_terms))  # noqa: E731
-            local: list[Outline] | None
-            if not st["violations"]:
-                local = [Outline(it["title"], it["level"], it["first_paragraph"], it["last_paragraph"])
-                         for it in st["items"]]
-                st_status = "ok" if not st["first_violations"] else "repaired"
-                if st_status == "repaired":
-                    fixed.add("self-correction")
-            else:
-                local = repair(st["items"], m, max_level, title_fn)
-                if local is not None and is_valid_outline(local, st["paras"], max_level):
-                    st_status = "repaired"
-                    fixed.add("repair")
-                else:
-                    local = [Outline(d.title, 1, 0, m - 1)]
-                    st_status = "failed"
-                    fixed.add("fallback")
-            outline += [Outline(o.title, o.level, o.first_para + lo, o.last_para + lo) for o in local or ()]
-            status = max(status, st_status, key=rank.__getitem__)
-        secs = docmodel.sections_from_outline(d.doc_id, d.paras, outline, len(d.text))
-        v = docmodel.verify_sections(secs, d.paras, len(d.text), max_level)
-        if v:
-            raise InductionError(f"induction: document {d.doc_id!r} assembled an invalid outline: {v[:3]}")
+        secs, status, fixed = _document_sections(d, by_doc[d.doc_id], p, lex)
         sections.append(secs)
-        sts = by_doc[d.doc_id]
-        first_v = [x for st in sts for x in (st["first_violations"] or [])]
-        pr = [st["parsed_round"] for st in sts]
-        log.append(_log_row(
-            d.doc_id, status, "llm", rounds=max(st["rounds"] for st in sts), n_windows=len(sts),
-            n_sections=len(secs), fixed_by="+".join(sorted(fixed)), n_violations=len(first_v),
-            violations=json.dumps(first_v[:20]), error="; ".join(e for st in sts for e in st["errors"])[:500],
-            model=client.model, parsed_first=sum(r == 0 for r in pr),
-            parsed_corrected=sum(r is not None and r > 0 for r in pr), parsed_never=sum(r is None for r in pr),
-            cut_calls=sum(st["cut_calls"] for st in sts), cut_failed=sum(st["cut_failed"] for st in sts),
-            reply_budget=max(st["budget"] for st in sts)))
+        log.append(_document_log(d.doc_id, by_doc[d.doc_id], status, fixed, len(secs), client.model))
     return sections, log
