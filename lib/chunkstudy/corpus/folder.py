@@ -210,6 +210,143 @@ def _question_problem(rec) -> str | None:
 Parser = Callable[[str, str, str], tuple[dict, pd.DataFrame, pd.DataFrame, ParseReport]]
 
 
+@dataclass
+class _Parsed:
+    """What parsing a folder's files gave: each built document's row, paragraphs and sections (file order), the
+    markup dropped over all files (kind -> count), where the titles came from (source -> count), how many files
+    had no prose left, and how many documents had a title heading taken out of their outline."""
+
+    docs: list[dict] = field(default_factory=list)
+    paragraphs: list[pd.DataFrame] = field(default_factory=list)
+    sections: list[pd.DataFrame] = field(default_factory=list)
+    dropped: Counter = field(default_factory=Counter)
+    titles: Counter = field(default_factory=Counter)
+    n_empty: int = 0
+    n_title_heading: int = 0
+
+
+def _skip_or_stop(problem: CorpusInputError, allow_partial: bool, warnings: list[str]) -> None:
+    """A file that cannot be read or parsed stops the build, naming the file and the way out; with
+    ``corpus.allow_partial`` it is warned about and skipped instead."""
+    if not allow_partial:
+        raise CorpusInputError(f"{problem} (corpus.allow_partial: true builds without it)") from None
+    warnings.append(f"{problem}; skipped (corpus.allow_partial)")
+
+
+def _read_file(path: Path, allow_partial: bool, warnings: list[str]) -> str | None:
+    """A document file's text (UTF-8, :func:`~chunkstudy.corpus.sources.read_text`); None when it is missing or
+    undecodable and ``corpus.allow_partial`` skips it (:func:`_skip_or_stop`)."""
+    try:
+        if not path.is_file():
+            raise CorpusInputError(f"{path}: not found (corpus.sources)")
+        return read_text(path)
+    except CorpusInputError as e:
+        _skip_or_stop(e, allow_partial, warnings)
+        return None
+
+
+def _parse_file(parse: Parser, text: str, doc_id: str, rel: str, path: Path, kind: str, allow_partial: bool,
+                warnings: list[str]) -> tuple[dict, pd.DataFrame, pd.DataFrame, ParseReport] | None:
+    """``parse(text, doc_id, rel)``; a parser that recursed deeper than Python allows names the file and stops
+    the build, or is skipped (None) under ``corpus.allow_partial``."""
+    try:
+        return parse(text, doc_id, rel)
+    except RecursionError:
+        deep = CorpusInputError(f"{path}: nested too deeply to parse (RecursionError in the {kind} parser)")
+        _skip_or_stop(deep, allow_partial, warnings)
+        return None
+
+
+def _parse_files(files: list[tuple[str, Path]], kind: str, parse: Parser, allow_partial: bool,
+                 warnings: list[str]) -> _Parsed:
+    """Every ``(relative path, path)`` of ``files`` read and parsed, in order. Skipped with a warning: an
+    unreadable file (under ``corpus.allow_partial``), a second file of the same doc_id (the first is kept) and a
+    file with no prose left; a parser's problems are warned about, prefixed with the file's path."""
+    got = _Parsed()
+    built: set[str] = set()
+    for rel, path in files:
+        doc_id = doc_id_of(rel)
+        text = _read_file(path, allow_partial, warnings)
+        if text is None:
+            continue
+        if doc_id in built:
+            warnings.append(f"{rel}: doc_id {doc_id!r} repeats another file's (same path, other extension); "
+                            "kept the first")
+            continue
+        parsed = _parse_file(parse, text, doc_id, rel, path, kind, allow_partial, warnings)
+        if parsed is None:
+            continue
+        doc, paras, secs, report = parsed
+        got.dropped.update(report.dropped)
+        warnings.extend(f"{rel}: {p}" for p in report.problems)
+        if not len(paras):
+            got.n_empty += 1
+            warnings.append(f"{rel}: no prose left after parsing; skipped")
+            continue
+        built.add(doc_id)
+        got.titles[report.title_source] += 1
+        got.n_title_heading += int(report.title_heading)
+        got.docs.append(doc)
+        got.paragraphs.append(paras)
+        got.sections.append(secs)
+    return got
+
+
+def _tables(got: _Parsed) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The documents, paragraphs and gold sections tables of the built documents (empty, with their columns,
+    when none was built)."""
+    documents = pd.DataFrame(got.docs) if got.docs else pd.DataFrame(columns=["doc_id", "title", "text", "source",
+                                                                               "n_words"])
+    paragraphs = pd.concat(got.paragraphs, ignore_index=True) if got.paragraphs else pd.DataFrame(
+        columns=["doc_id", "para_idx", "start", "end"])
+    sections = pd.concat(got.sections, ignore_index=True) if got.sections else pd.DataFrame(columns=SECTION_COLUMNS)
+    return documents, paragraphs, sections
+
+
+def _corpus_stats(got: _Parsed, n_files: int, n_outside: int, documents: pd.DataFrame, sections: pd.DataFrame,
+                  drop_labels: dict[str, str]) -> tuple[dict, pd.DataFrame]:
+    """The corpus half of ``stats`` (counts, markup dropped per ``drop_labels`` key, title sources, means per
+    document, the outline depth distribution) and of the funnel (files read, skipped, built, markup dropped)."""
+    depths = Counter(depth(s) for s in got.sections)
+    n_docs = len(got.docs)
+    stats = {"files_read": n_files, "documents_built": n_docs, "empty_documents": got.n_empty,
+             "markup_dropped": {k: int(got.dropped[k]) for k in drop_labels},
+             "title_from": dict(got.titles), "title_headings": got.n_title_heading,
+             "mean_sections_per_doc": float(sections.groupby("doc_id").size().mean()) if n_docs else 0.0,
+             "mean_words_per_doc": float(documents["n_words"].mean()) if n_docs else 0.0,
+             "depth_distribution": {str(k): v for k, v in sorted(depths.items())}}
+    stats["outside_links"] = n_outside
+    funnel = pd.DataFrame(
+        [{"step": "files read", "count": n_files},
+         {"step": "skipped: outside the folder (links)", "count": n_outside},
+         {"step": "skipped: no prose", "count": got.n_empty},
+         {"step": "documents built", "count": n_docs}]
+        + [{"step": f"dropped: {label}", "count": int(got.dropped[k])} for k, label in drop_labels.items()])
+    return stats, funnel
+
+
+def _questions(folder: Path, kind: str, documents: pd.DataFrame, paragraphs: pd.DataFrame, sections: pd.DataFrame,
+               fuzzy_threshold: float, warnings: list[str]) -> tuple[pd.DataFrame, dict, int, pd.DataFrame]:
+    """The folder's ``questions.jsonl`` (none: no questions) harvested with exact spans: the harvested table, the
+    question stats, how many records were skipped, and the question half of the funnel (its steps prefixed
+    ``questions:``)."""
+    qpath = folder / QUESTIONS_FILE
+    if qpath.is_file():  # a link to a file outside the folder is refused, as a document's would be skipped
+        qpath = mirror_file(folder, QUESTIONS_FILE, QUESTIONS_FILE, kind)
+    questions, skipped = read_questions(qpath, documents.get("doc_id", []), warnings) if qpath.is_file() else ([], 0)
+    harvested, counts = harvest_questions(questions, documents, paragraphs, sections, fuzzy_threshold,
+                                          warnings, where=QUESTIONS_FILE)
+    counts["questions read"] += skipped
+    qstats = harvest_stats(harvested, sections, counts)
+    qstats["papers_read"] = len(documents)
+    qstats["dropped_document_not_in_corpus"] = int(counts["dropped: document not in corpus"])
+    qstats["skipped_bad_records"] = skipped
+    qstats["file"] = QUESTIONS_FILE if qpath.is_file() else None
+    qfunnel = harvest_funnel(qstats)
+    qfunnel["step"] = "questions: " + qfunnel["step"].str.replace("papers", "documents")
+    return harvested, qstats, skipped, qfunnel
+
+
 def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ...], parse: Parser,
           drop_labels: dict[str, str]) -> dict:
     """The tables of a folder corpus: every document parsed by ``parse(text, doc_id, source)``, questions from
@@ -223,82 +360,13 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
     for rel, real in outside:
         warnings.append(f"{rel}: a link to {real}, outside corpus.mirror {folder.resolve()}; skipped (a document "
                         "must lie inside the folder)")
-    docs, paras_l, secs_l = [], [], []
-    dropped: Counter = Counter()
-    titles: Counter = Counter()
-    n_empty = n_title_heading = 0
-    built: set[str] = set()
-    for rel, path in files:
-        doc_id = doc_id_of(rel)
-        try:
-            if not path.is_file():
-                raise CorpusInputError(f"{path}: not found (corpus.sources)")
-            text = read_text(path)
-        except CorpusInputError as e:
-            if not c.allow_partial:
-                raise CorpusInputError(f"{e} (corpus.allow_partial: true builds without it)") from None
-            warnings.append(f"{e}; skipped (corpus.allow_partial)")
-            continue
-        if doc_id in built:
-            warnings.append(f"{rel}: doc_id {doc_id!r} repeats another file's (same path, other extension); "
-                            "kept the first")
-            continue
-        try:
-            doc, paras, secs, report = parse(text, doc_id, rel)
-        except RecursionError:  # a parser that recursed on nesting deeper than Python allows: name the file
-            deep = CorpusInputError(f"{path}: nested too deeply to parse (RecursionError in the {kind} parser)")
-            if not c.allow_partial:
-                raise CorpusInputError(f"{deep} (corpus.allow_partial: true builds without it)") from None
-            warnings.append(f"{deep}; skipped (corpus.allow_partial)")
-            continue
-        dropped.update(report.dropped)
-        warnings.extend(f"{rel}: {p}" for p in report.problems)
-        if not len(paras):
-            n_empty += 1
-            warnings.append(f"{rel}: no prose left after parsing; skipped")
-            continue
-        built.add(doc_id)
-        titles[report.title_source] += 1
-        n_title_heading += int(report.title_heading)
-        docs.append(doc)
-        paras_l.append(paras)
-        secs_l.append(secs)
-    documents = pd.DataFrame(docs) if docs else pd.DataFrame(columns=["doc_id", "title", "text", "source",
-                                                                       "n_words"])
-    paragraphs = pd.concat(paras_l, ignore_index=True) if paras_l else pd.DataFrame(
-        columns=["doc_id", "para_idx", "start", "end"])
-    sections = pd.concat(secs_l, ignore_index=True) if secs_l else pd.DataFrame(columns=SECTION_COLUMNS)
-    depths = Counter(depth(s) for s in secs_l)
-    stats = {"files_read": len(files), "documents_built": len(docs), "empty_documents": n_empty,
-             "markup_dropped": {k: int(dropped[k]) for k in drop_labels},
-             "title_from": dict(titles), "title_headings": n_title_heading,
-             "mean_sections_per_doc": float(sections.groupby("doc_id").size().mean()) if len(docs) else 0.0,
-             "mean_words_per_doc": float(documents["n_words"].mean()) if len(docs) else 0.0,
-             "depth_distribution": {str(k): v for k, v in sorted(depths.items())}}
-    stats["outside_links"] = len(outside)
-    funnel = pd.DataFrame(
-        [{"step": "files read", "count": len(files)},
-         {"step": "skipped: outside the folder (links)", "count": len(outside)},
-         {"step": "skipped: no prose", "count": n_empty},
-         {"step": "documents built", "count": len(docs)}]
-        + [{"step": f"dropped: {label}", "count": int(dropped[k])} for k, label in drop_labels.items()])
-
-    qpath = folder / QUESTIONS_FILE
-    if qpath.is_file():  # a link to a file outside the folder is refused, as a document's would be skipped
-        qpath = mirror_file(folder, QUESTIONS_FILE, QUESTIONS_FILE, kind)
-    questions, skipped = read_questions(qpath, documents.get("doc_id", []), warnings) if qpath.is_file() else ([], 0)
-    harvested, counts = harvest_questions(questions, documents, paragraphs, sections, c.fuzzy_threshold,
-                                          warnings, where=QUESTIONS_FILE)
-    counts["questions read"] += skipped
-    qstats = harvest_stats(harvested, sections, counts)
-    qstats["papers_read"] = len(documents)
-    qstats["dropped_document_not_in_corpus"] = int(counts["dropped: document not in corpus"])
-    qstats["skipped_bad_records"] = skipped
-    qstats["file"] = QUESTIONS_FILE if qpath.is_file() else None
+    got = _parse_files(files, kind, parse, c.allow_partial, warnings)
+    documents, paragraphs, sections = _tables(got)
+    stats, funnel = _corpus_stats(got, len(files), len(outside), documents, sections, drop_labels)
+    harvested, qstats, skipped, qfunnel = _questions(folder, kind, documents, paragraphs, sections,
+                                                     c.fuzzy_threshold, warnings)
     stats["questions"] = qstats
     stats["skipped_records"] = {"questions": skipped}
-    qfunnel = harvest_funnel(qstats)
-    qfunnel["step"] = "questions: " + qfunnel["step"].str.replace("papers", "documents")
     if len(documents):
         documents["revision"] = None
         documents["topic_bucket"] = None
