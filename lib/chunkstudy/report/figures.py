@@ -209,6 +209,108 @@ def _short(s: str, width: int, lines: int) -> str:
     return "\n".join(out)
 
 
+def _example_document(documents: pd.DataFrame, doc_id: str | None) -> tuple[str, str, str]:
+    """Figure 1's document: its doc_id (None = the first of ``documents``), flat text and title; an empty table or
+    a doc_id that is not in it raises ValueError (the latter naming ``figures.example_doc``)."""
+    if documents.empty:
+        raise ValueError("mechanisms: the documents table is empty (01_corpus)")
+    doc_id = str(documents["doc_id"].iat[0]) if doc_id is None else str(doc_id)
+    drow = documents[documents["doc_id"].astype(str) == doc_id]
+    if drow.empty:
+        raise ValueError(f"mechanisms: figures.example_doc {doc_id!r} is not in documents; first documents: "
+                         f"{documents['doc_id'].astype(str).head(5).tolist()}")
+    return doc_id, str(drow["text"].iat[0]), str(drow["title"].iat[0])
+
+
+def _boundaries_panel(ax, dc: pd.DataFrame, ex: pd.Series | None, n: int, title: str, doc_id: str) -> None:
+    """Figure 1's top panel (and the figure's title): one row of alternating bars per unprefixed chunk set with
+    chunks in the document (``dc``: its chunks, content offsets ``[start, end)`` on the x axis of ``n``
+    characters), its chunk count beside it, and the example chunk ``ex`` outlined on its chunk set's row."""
+    rows = [c for c in design.CHUNK_SETS if (dc["condition"] == c).any()]
+    labels = {c: f"{c} {design.BOUNDARIES[design.CHUNK_SETS[c].boundaries].label}" for c in rows}
+    for i, c in enumerate(rows):
+        cc = dc[dc["condition"] == c].sort_values("start")
+        _bars(ax, len(rows) - 1 - i, cc["start"], cc["end"], color(c))
+        ax.text(n * 1.005, len(rows) - 1 - i, f"{len(cc)} chunks", va="center", fontsize=8, color="#555555")
+    cut = design.condition(_FULL_PATH).chunk_set  # the unprefixed chunks the example chunk is one of
+    if ex is not None and cut in rows:
+        y = len(rows) - 1 - rows.index(cut)
+        ax.add_patch(matplotlib.patches.Rectangle((int(ex["start"]), y - 0.42), int(ex["end"]) - int(ex["start"]),
+                                                  0.84, fill=False, edgecolor="black", linewidth=1.4))
+    ax.set_yticks(range(len(rows)), [labels[c] for c in reversed(rows)])
+    ax.set_xlim(0, n)
+    ax.set_ylim(-0.6, max(len(rows), 1) - 0.4)
+    ax.set_xlabel("character offset in the document's flat text (content only; headings are not in the text)")
+    ax.grid(False)
+    ax.set_title(f"Figure 1 \u2014 {title} ({doc_id}): boundaries, routing and prefixes", loc="left")
+    if not rows:
+        ax.text(0.5, 0.5, "no A0/A2/G2 chunks for this document", transform=ax.transAxes, ha="center")
+
+
+def _routing_panel(ax, chunks: pd.DataFrame, doc_id: str, n: int, section_recall_df: pd.DataFrame | None,
+                   queries: pd.DataFrame | None, embedder: str | None) -> None:
+    """Figure 1's middle panel: the routed condition's top-level sections of the document along the same
+    character axis (``n`` characters), those stage 1 kept for one query (:func:`routing_example`) in its colour,
+    the query's gold spans in black (at least ``n / 400`` wide, so a short one shows), and a title saying what
+    stage 1 kept; a note instead when there is no two-stage record for a query of this document."""
+    route = routing_example(section_recall_df, queries, doc_id, _ROUTED, embedder)
+    ext = section_extents(chunks, doc_id, _ROUTED)
+    ax.grid(False)
+    ax.set_yticks([0.5], [f"{_ROUTED} top-level sections"])
+    if ext.empty or route is None:
+        ax.text(0.5, 0.5, f"{_ROUTED} routing: no two-stage record for a query of this document", ha="center",
+                va="center", transform=ax.transAxes, color="#555555")
+    else:
+        kept = set(route["kept"])
+        for s, e, k in zip(ext["start"], ext["end"], ext["route_key"]):
+            ax.broken_barh([(int(s), int(e) - int(s))], (0.25, 0.5), facecolors=color(_ROUTED) if k in kept
+                           else "#e0e0e0", edgecolors="white", linewidth=1.0)
+        for s, e in route["spans"]:
+            ax.broken_barh([(s, max(e - s, n / 400))], (0.02, 0.16), facecolors="black")
+        rec = {True: "kept gold evidence", False: "missed all gold evidence", None: "undefined"}[
+            route["section_recall"]]
+        ax.set_title(
+            _short(f"{_ROUTED} stage 1 for query {route['query_id']} \u201c{route['text']}\u201d: kept {len(kept)} "
+                   f"section(s) of this document (in {_ROUTED}'s colour) and {route['n_kept'] - len(kept)} in "
+                   f"{route['n_other_docs']} other document(s); section recall: {rec}. Black: gold spans.", 150, 2),
+            loc="left", fontsize=8)
+        ax.set_ylim(0, 1)
+    ax.tick_params(labelbottom=False)
+
+
+def _prefixes_panel(ax, dc: pd.DataFrame, ex: pd.Series | None, text: str) -> None:
+    """Figure 1's bottom panel, in axes coordinates (top down): the prefix each of the full heading path, the
+    placebo and the situating context put before the example chunk ``ex``'s content (the context of the window
+    of ``dc`` holding its start), each shortened to fit, then that content (``text[start:end]``); a note when
+    the document has no example chunk."""
+    ax.axis("off")
+    if ex is None:
+        ax.text(0, 0.5, f"no {_FULL_PATH} chunk in this document", transform=ax.transAxes)
+        return
+    s, e = int(ex["start"]), int(ex["end"])
+    same = dc[(dc["start"] == s) & (dc["end"] == e)].set_index("condition")
+    a1 = dc[(dc["condition"] == _CONTEXT) & (dc["start"] <= s) & (dc["end"] > s)]
+    windows = design.condition(_CONTEXT).chunk_set
+    lines = [(_FULL_PATH, f"heading path (depth {design.FULL_DEPTH})", str(ex["prefix"])),
+             (_PLACEBO, "placebo: a real path from another document",
+              str(same.loc[_PLACEBO, "prefix"]) if _PLACEBO in same.index else f"({_PLACEBO} not in this run)"),
+             (_CONTEXT, f"situating context of the {windows} window holding this chunk's start",
+              str(a1["prefix"].iat[0]) if len(a1) else f"({_CONTEXT} not in this run)")]
+    y = 0.97
+    ax.text(0, y, f"Prefixes put before the same content (outlined chunk, characters [{s}, {e})):",
+            transform=ax.transAxes, va="top", fontweight="bold")
+    y -= 0.12
+    for cond, what, prefix in lines:
+        ax.text(0, y, cond, transform=ax.transAxes, va="top", color=color(cond), fontweight="bold")
+        body = _short(prefix.strip() or "(empty)", 118, 3 if cond == _CONTEXT else 1)
+        ax.text(0.075, y, f"{what}:\n{body}", transform=ax.transAxes, va="top", family="DejaVu Sans Mono",
+                fontsize=7.5)
+        y -= 0.13 + 0.065 * body.count("\n") + 0.065
+    ax.text(0, y, "content", transform=ax.transAxes, va="top", fontweight="bold", color="#333333")
+    ax.text(0.075, y, _short(text[s:e], 118, 2), transform=ax.transAxes, va="top", family="DejaVu Sans Mono",
+            fontsize=7.5, color="#333333")
+
+
 @_styled
 def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None = None,
                queries: pd.DataFrame | None = None, section_recall_df: pd.DataFrame | None = None,
@@ -221,92 +323,16 @@ def mechanisms(documents: pd.DataFrame, chunks: pd.DataFrame, doc_id: str | None
     Bottom: the prefixes A1, A3 and P put before the same content at embedding time (the A3 chunk with the
     deepest heading path; A1 shows the context of the A0 window holding that chunk's start).
     ``doc_id`` None = the first document of ``documents``."""
-    if documents.empty:
-        raise ValueError("mechanisms: the documents table is empty (01_corpus)")
-    doc_id = str(documents["doc_id"].iat[0]) if doc_id is None else str(doc_id)
-    drow = documents[documents["doc_id"].astype(str) == doc_id]
-    if drow.empty:
-        raise ValueError(f"mechanisms: figures.example_doc {doc_id!r} is not in documents; first documents: "
-                         f"{documents['doc_id'].astype(str).head(5).tolist()}")
-    text, title = str(drow["text"].iat[0]), str(drow["title"].iat[0])
-    n = len(text)
+    doc_id, text, title = _example_document(documents, doc_id)
     dc = chunks[chunks["doc_id"].astype(str) == doc_id]
+    ex = example_chunk(chunks, doc_id, _FULL_PATH)
     fig = _figure(11, 7.2)
     gs = fig.add_gridspec(3, 1, height_ratios=[2.1, 1.0, 2.3])
     ax = fig.add_subplot(gs[0])
-    rows = [c for c in design.CHUNK_SETS if (dc["condition"] == c).any()]
-    labels = {c: f"{c} {design.BOUNDARIES[design.CHUNK_SETS[c].boundaries].label}" for c in rows}
-    for i, c in enumerate(rows):
-        cc = dc[dc["condition"] == c].sort_values("start")
-        _bars(ax, len(rows) - 1 - i, cc["start"], cc["end"], color(c))
-        ax.text(n * 1.005, len(rows) - 1 - i, f"{len(cc)} chunks", va="center", fontsize=8, color="#555555")
-    ex = example_chunk(chunks, doc_id, _FULL_PATH)
-    cut = design.condition(_FULL_PATH).chunk_set  # the unprefixed chunks the example chunk is one of
-    if ex is not None and cut in rows:
-        y: float = len(rows) - 1 - rows.index(cut)
-        ax.add_patch(matplotlib.patches.Rectangle((int(ex["start"]), y - 0.42), int(ex["end"]) - int(ex["start"]),
-                                                  0.84, fill=False, edgecolor="black", linewidth=1.4))
-    ax.set_yticks(range(len(rows)), [labels[c] for c in reversed(rows)])
-    ax.set_xlim(0, n)
-    ax.set_ylim(-0.6, max(len(rows), 1) - 0.4)
-    ax.set_xlabel("character offset in the document's flat text (content only; headings are not in the text)")
-    ax.grid(False)
-    ax.set_title(f"Figure 1 \u2014 {title} ({doc_id}): boundaries, routing and prefixes", loc="left")
-    if not rows:
-        ax.text(0.5, 0.5, "no A0/A2/G2 chunks for this document", transform=ax.transAxes, ha="center")
-
-    ax2 = fig.add_subplot(gs[1], sharex=ax)
-    route = routing_example(section_recall_df, queries, doc_id, _ROUTED, embedder)
-    ext = section_extents(chunks, doc_id, _ROUTED)
-    ax2.grid(False)
-    ax2.set_yticks([0.5], [f"{_ROUTED} top-level sections"])
-    if ext.empty or route is None:
-        ax2.text(0.5, 0.5, f"{_ROUTED} routing: no two-stage record for a query of this document", ha="center",
-                 va="center", transform=ax2.transAxes, color="#555555")
-    else:
-        kept = set(route["kept"])
-        for s, e, k in zip(ext["start"], ext["end"], ext["route_key"]):
-            ax2.broken_barh([(int(s), int(e) - int(s))], (0.25, 0.5), facecolors=color(_ROUTED) if k in kept
-                            else "#e0e0e0", edgecolors="white", linewidth=1.0)
-        for s, e in route["spans"]:
-            ax2.broken_barh([(s, max(e - s, n / 400))], (0.02, 0.16), facecolors="black")
-        rec = {True: "kept gold evidence", False: "missed all gold evidence", None: "undefined"}[
-            route["section_recall"]]
-        ax2.set_title(
-            _short(f"{_ROUTED} stage 1 for query {route['query_id']} \u201c{route['text']}\u201d: kept {len(kept)} "
-                   f"section(s) of this document (in {_ROUTED}'s colour) and {route['n_kept'] - len(kept)} in "
-                   f"{route['n_other_docs']} other document(s); section recall: {rec}. Black: gold spans.", 150, 2),
-            loc="left", fontsize=8)
-        ax2.set_ylim(0, 1)
-    ax2.tick_params(labelbottom=False)
-
-    ax3 = fig.add_subplot(gs[2])
-    ax3.axis("off")
-    if ex is None:
-        ax3.text(0, 0.5, f"no {_FULL_PATH} chunk in this document", transform=ax3.transAxes)
-        return fig
-    s, e = int(ex["start"]), int(ex["end"])
-    same = dc[(dc["start"] == s) & (dc["end"] == e)].set_index("condition")
-    a1 = dc[(dc["condition"] == _CONTEXT) & (dc["start"] <= s) & (dc["end"] > s)]
-    windows = design.condition(_CONTEXT).chunk_set
-    lines = [(_FULL_PATH, f"heading path (depth {design.FULL_DEPTH})", str(ex["prefix"])),
-             (_PLACEBO, "placebo: a real path from another document",
-              str(same.loc[_PLACEBO, "prefix"]) if _PLACEBO in same.index else f"({_PLACEBO} not in this run)"),
-             (_CONTEXT, f"situating context of the {windows} window holding this chunk's start",
-              str(a1["prefix"].iat[0]) if len(a1) else f"({_CONTEXT} not in this run)")]
-    y = 0.97
-    ax3.text(0, y, f"Prefixes put before the same content (outlined chunk, characters [{s}, {e})):",
-             transform=ax3.transAxes, va="top", fontweight="bold")
-    y -= 0.12
-    for cond, what, prefix in lines:
-        ax3.text(0, y, cond, transform=ax3.transAxes, va="top", color=color(cond), fontweight="bold")
-        body = _short(prefix.strip() or "(empty)", 118, 3 if cond == _CONTEXT else 1)
-        ax3.text(0.075, y, f"{what}:\n{body}", transform=ax3.transAxes, va="top", family="DejaVu Sans Mono",
-                 fontsize=7.5)
-        y -= 0.13 + 0.065 * body.count("\n") + 0.065
-    ax3.text(0, y, "content", transform=ax3.transAxes, va="top", fontweight="bold", color="#333333")
-    ax3.text(0.075, y, _short(text[s:e], 118, 2), transform=ax3.transAxes, va="top", family="DejaVu Sans Mono",
-             fontsize=7.5, color="#333333")
+    _boundaries_panel(ax, dc, ex, len(text), title, doc_id)
+    _routing_panel(fig.add_subplot(gs[1], sharex=ax), chunks, doc_id, len(text), section_recall_df, queries,
+                   embedder)
+    _prefixes_panel(fig.add_subplot(gs[2]), dc, ex, text)
     return fig
 
 
