@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, NamedTuple
 
+import jinja2
 import pandas as pd
 
 from .. import artifacts, config, manifests, paper, significance, stages
@@ -327,17 +328,37 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
     note (:func:`gather` has refused a missing required input); a table builder that fails stops the stage
     (:class:`ReportError`, naming the table)."""
     b = Bundle(corpus=corpus, warnings=model_warnings(params), models=models_used(params, inputs.get("manifests")))
-    st = params.stats
-    primary = params.primary_cell
-    emb, rr = primary.embedder, primary.reranker
-    kind = params.corpus.kind
     got = {k: v for k, v in inputs.items() if isinstance(v, pd.DataFrame)}
     b.notes += [f"input {m} is missing (its stage has not run or does not write it): "
                 f"{OPTIONAL_INPUTS.get(m.split('/')[-1].removesuffix('.json'), 'its table is left out')}"
                 for m in inputs.get("missing", [])]
-    marks = tables.placebo_marks(got.get("placebo_buckets"), st.contrasts)
-    b.warnings = placebo_warnings(marks) + inference_warnings(got.get("contrasts"), st) + b.warnings
+    marks = tables.placebo_marks(got.get("placebo_buckets"), params.stats.contrasts)
+    b.warnings = placebo_warnings(marks) + inference_warnings(got.get("contrasts"), params.stats) + b.warnings
+    _confirmatory(b, params, got, inputs, partner, marks)
+    _exploratory(b, params, got, marks)
+    summary = inputs.get("json", {}).get("04_chunk_embed/summary")
+    _construction(b, params, got, inputs.get("json", {}), summary)
+    _user_added(b, params, got, inputs, summary)
+    curve_figure = _beyond(b, params, got, inputs)
+    _run_facts(b, params, got, inputs)
+    b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params.figures.example_doc)
+    if "cost" in got and len(got["cost"]):
+        b.figures["fig_cost"] = pareto.cost_front(got["cost"], params.primary_cell.metric, params.primary_cell.embedder)
+    if curve_figure is not None:
+        b.figures["fig_multiverse"] = curve_figure
+    if "manifests" in inputs:
+        b.warnings += stage_warnings(inputs["manifests"])
+        b.environment = environment_table(inputs["manifests"], inputs.get("environment"))
+        b.packages = package_versions(inputs["manifests"], inputs.get("environment"))
+    for key in ("params_file", "root"):  # where the report's paths are relative to
+        if inputs.get(key):
+            b.facts[key] = inputs[key]
+    return b
 
+
+def _confirmatory(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], inputs: Mapping[str, Any],
+                  partner: Partner, marks: Mapping[str, str]) -> None:
+    """Table 1 with its verdicts' sentences, and the replication table beside the partner corpus's contrasts."""
     if "contrasts" in got:
         _table(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks, got.get("mixedlm_paired"))
         b.facts["verdicts"] = verdict_sentences(params, got["contrasts"], inputs.get("manifests"))
@@ -345,8 +366,14 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
     if note:
         b.notes.append(note)
     if "contrasts" in got and other_contrasts is not None:
-        _table(b, "replication", replication, {corpus: got["contrasts"], other: other_contrasts})
-    js = inputs.get("json", {})
+        _table(b, "replication", replication, {b.corpus: got["contrasts"], other: other_contrasts})
+
+
+def _exploratory(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], marks: Mapping[str, str]) -> None:
+    """The exploratory tables (Table 2, reranker lift, dose-response, section recall, per query type) and the
+    power table, those whose inputs this run has."""
+    primary = params.primary_cell
+    emb, rr = primary.embedder, primary.reranker
     if "condition_means" in got:
         _table(b, "table2", tables.table2, got["condition_means"], emb, rr)
     if "reranker_lift" in got:
@@ -359,34 +386,52 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
         _table(b, "per_type", tables.per_type, got["per_type"], emb, rr, marks)
     if "power_needed" in got and "power" in got:
         _table(b, "power", tables.power, got["power_needed"], got["power"])
-    summary = js.get("04_chunk_embed/summary")
+
+
+def _construction(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], js: Mapping[str, Any],
+                  summary: Mapping[str, Any] | None) -> None:
+    """How the data were built: Table 4 (with the corpus-size warnings of 04's summary) and the funnels of the
+    corpus, the induction, the queries, the size matching and the placebo."""
+    kind = params.corpus.kind
     b.warnings += corpus_size_warnings((summary or {}).get("n_chunks"), params.metrics.recall_k)
     _table(b, "table4", tables.table4, params.chunking.conditions, summary,
-         params.contexts.method, params.retrieve.route_sections)
+           params.contexts.method, params.retrieve.route_sections)
     if "corpus_funnel" in got:
         _table(b, "funnel_corpus", tables.corpus_funnel, got["corpus_funnel"], kind)
     if "02_induce/induction_stats" in js:
         _table(b, "funnel_induction", tables.induction, js["02_induce/induction_stats"], kind,
-             params.induce.method)
+               params.induce.method)
     if "query_funnel" in got:
         _table(b, "funnel_queries", tables.query_funnel, got["query_funnel"], kind)
     if summary is not None:
         _table(b, "funnel_size_matching", tables.size_matching, summary, kind)
     if "placebo_buckets" in got:
         _table(b, "funnel_placebo", tables.placebo, got["placebo_buckets"], params.chunking.placebo_method)
+
+
+def _user_added(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], inputs: Mapping[str, Any],
+                summary: Mapping[str, Any] | None) -> None:
+    """The user's contrasts (with whether they were declared before the run), their power and the user's
+    conditions."""
     if "user_contrasts" in got and len(got["user_contrasts"]):
         b.facts["user_declared"], b.facts["user_registration"] = user_registration(params, inputs.get("manifests"))
         _table(b, "user_contrasts", tables.user_contrasts, got["user_contrasts"],
-             primary.name, b.facts["user_registration"])
+               params.primary_cell.name, b.facts["user_registration"])
         if "user_power" in got and len(got["user_power"]) and "user_power_needed" in got:
             _table(b, "user_power", lambda n, p: replace(
                 tables.power(n, p), name="user_power",
                 title="Power of your contrasts: documents needed (clustered bootstrap + Holm within them)"),
                 got["user_power_needed"], got["user_power"])
-    if (summary or {}).get("extra"):
-        _table(b, "user_conditions", tables.user_conditions, summary["extra"])
+    extra = (summary or {}).get("extra")
+    if extra:
+        _table(b, "user_conditions", tables.user_conditions, extra)
+
+
+def _beyond(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], inputs: Mapping[str, Any]) -> Any:
+    """The cost table, the specification curves and the drill-down; returns the curves' figure (None without a
+    multiverse)."""
     if "cost" in got and len(got["cost"]):
-        _table(b, "cost", tables.cost, got["cost"], primary.metric)
+        _table(b, "cost", tables.cost, got["cost"], params.primary_cell.metric)
     curve_figure = None
     if "multiverse_summary" in got and len(got["multiverse_summary"]):
         try:
@@ -399,29 +444,20 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
             b.tables["drilldown"], b.drilldown = drilldown.report_parts(got["drilldown"], params)
         except Exception as e:
             raise ReportError(f"08_figures: table 'drilldown' failed: {type(e).__name__}: {e}") from e
+    return curve_figure
 
-    bm25 = js.get("03_queries/bm25")
+
+def _run_facts(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], inputs: Mapping[str, Any]) -> None:
+    """The facts the text quotes: BM25's gold-first share beside the paper's, the query and document counts."""
+    bm25 = inputs.get("json", {}).get("03_queries/bm25")
     if isinstance(bm25, Mapping) and "gold_top1_share" in bm25:
         b.facts["bm25_gold_top1"] = bm25["gold_top1_share"]
-        b.facts["bm25_paper"] = PAPER_BM25.get(kind)
+        b.facts["bm25_paper"] = PAPER_BM25.get(params.corpus.kind)
     if "queries" in got:
         b.facts["n_queries"] = len(got["queries"])
         b.facts["n_query_docs"] = got["queries"]["doc_id"].nunique()
     if "documents" in got:
         b.facts["n_documents"] = len(got["documents"])
-    b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params.figures.example_doc)
-    if "cost" in got and len(got["cost"]):
-        b.figures["fig_cost"] = pareto.cost_front(got["cost"], primary.metric, emb)
-    if curve_figure is not None:
-        b.figures["fig_multiverse"] = curve_figure
-    if "manifests" in inputs:
-        b.warnings += stage_warnings(inputs["manifests"])
-        b.environment = environment_table(inputs["manifests"], inputs.get("environment"))
-        b.packages = package_versions(inputs["manifests"], inputs.get("environment"))
-    for key in ("params_file", "root"):
-        if inputs.get(key):
-            b.facts[key] = inputs[key]
-    return b
 
 
 def user_registration(params: Params, manifests: Mapping[str, Mapping] | None) -> tuple[bool, str]:
@@ -470,122 +506,72 @@ def _recorded_n_boot(b: Bundle) -> Any:
     return t.data["n_boot"].iat[0] if t is not None and "n_boot" in t.data and len(t.data) else None
 
 
+#: The Markdown report's template (``report/templates``), beside :data:`chunkstudy.report.html.TEMPLATE`.
+MD_TEMPLATE = "report.md.j2"
+
+#: The exploratory tables of the report, each with its figure, in the report's order.
+EXPLORATORY = (("table2", "fig_budget_coverage"), ("dose_response", "fig_dose_response"),
+               ("section_recall", "fig_section_recall"), ("per_type", "fig_per_type"),
+               ("reranker_lift", "fig_reranker_lift"))
+
+#: The construction funnels of "How the data were built", in the report's order.
+FUNNELS = ("funnel_corpus", "funnel_induction", "funnel_queries", "funnel_size_matching", "funnel_placebo")
+
+
+def _lines(items) -> str:
+    """Lines of the report as the template writes them: each followed by a newline, then a blank line."""
+    return "".join(f"{x}\n" for x in [*items, ""])
+
+
 def render(b: Bundle, params: Params, params_file: str = "", embed_figures: bool = False) -> str:
-    """The report as Markdown (``figures/<corpus>/report.md``): figures are linked by relative path
-    (``<name>.png``), or with ``embed_figures`` put in as PNG data URIs at ``figures.dpi`` (what notebook 08
-    shows: a relative link would resolve against the notebook's folder, not ``figures/<corpus>/``); tables are
-    inlined (their LaTeX lies in :func:`chunkstudy.artifacts.report_table`, ``tables/<name>.tex``)."""
+    """The report as Markdown (``figures/<corpus>/report.md``, from :data:`MD_TEMPLATE`): figures are linked by
+    relative path (``<name>.png``), or with ``embed_figures`` put in as PNG data URIs at ``figures.dpi`` (what
+    notebook 08 shows: a relative link would resolve against the notebook's folder, not ``figures/<corpus>/``);
+    tables are inlined (their LaTeX lies in :func:`chunkstudy.artifacts.report_table`, ``tables/<name>.tex``).
+    Paths under the project root are written relative to it."""
     images = ({n: html.data_uri(html.figure_png(f, params.figures.dpi)) for n, f in b.figures.items()}
               if embed_figures else {})
-    out: list[str] = [f"# chunkstudy — report for corpus `{b.corpus}`", ""]
     params_file = b.facts.get("params_file") or params_file  # relative to the project root when known
     facts = [f"parameters `{params_file}`" if params_file else "",
              f"{tables.fmt_int(b.facts['n_documents'])} documents" if "n_documents" in b.facts else "",
              f"{tables.fmt_int(b.facts['n_queries'])} queries over {tables.fmt_int(b.facts['n_query_docs'])} "
              "documents" if "n_queries" in b.facts else ""]
-    out += ["Every number below was written by this run's pipeline (stages 01–07) and rounded only here (08). "
-            + "; ".join(f for f in facts if f) + ".", ""]
-    if b.warnings:
-        out += ["## ⚠ Warnings — read before any number", ""]
-        out += [f"> **WARNING:** {tables.md_escape(w)}" + "\n>" for w in b.warnings]
-        out += [""]
-    out += ["## Models actually used", "", tables.markdown_table(b.models) if b.models is not None else "", ""]
 
-    def table(name: str) -> None:
+    def table(name: str) -> str:
         t = b.tables.get(name)
         if t is None:
-            out.extend([f"_{name}: not available in this run (see the notes at the end)._", ""])
-            return
+            return _lines([f"_{name}: not available in this run (see the notes at the end)._"])
         tex = artifacts.report_table(t.name, "tex")
-        out.extend([f"### {tables.md_escape(t.title)}", "", t.markdown(), f"LaTeX: [`{tex}`]({tex})", ""])
+        return _lines([f"### {tables.md_escape(t.title)}", "", t.markdown(), f"LaTeX: [`{tex}`]({tex})"])
 
-    def figure(name: str) -> None:
-        if name in b.figures:
-            out.extend([f"![{FIGURE_CAPTIONS.get(name, name)}]({images.get(name, f'{name}.png')})", "",
-                        f"*{FIGURE_CAPTIONS.get(name, name)}.*", ""])
+    def figure(name: str) -> str:
+        if name not in b.figures:
+            return ""
+        caption = FIGURE_CAPTIONS.get(name, name)
+        return _lines([f"![{caption}]({images.get(name, f'{name}.png')})", "", f"*{caption}.*"])
 
-    st = params.stats
-    out += ["## Confirmatory", "",
-            f"Only the four pre-registered contrasts on the primary cell — {st.primary_metric} × embedder "
-            f"'{params.embed.strong}' × reranker '{st.primary_reranker}' — are confirmatory, with Holm "
-            "across the four. The MixedLM beside them is the pre-registered secondary check (misspecified by "
-            "design); Table 1's notes give the correctly specified one (paired differences, a random intercept "
-            "per document) beside it. Everything in the next sections is **exploratory**. "
-            + tables.md_escape(inference_thresholds(st, _recorded_n_boot(b))), ""]
-    table("table1")
-    for sentence in b.facts.get("verdicts", []):
-        out += [tables.md_escape(sentence), ""]
-    figure("fig_contrasts")
-    if "multiverse" in b.tables:
-        out += [f"## {curve.HEADING}", "", "How far each contrast's sign and decision survive the analysis choices "
-                "declared in the parameter file (docs/beyond.md, \"Specification curve\"). Exploratory: Holm stays on "
-                "Table 1. " + curve.links([t.name.removeprefix("multiverse_") for t in b.curves]), ""]
-        table("multiverse")
-        figure("fig_multiverse")
-    out += ["## Replication across corpora", ""]
-    if "replication" in b.tables:
-        table("replication")
-    else:
-        out += ["_Not available: " + tables.md_escape(next((n for n in b.notes if n.startswith("replication")),
-                                                           "the other corpus has no results")) + "._", ""]
-    out += ["## Planning: how many documents would each contrast need?", ""]
-    if "power" in b.tables:
-        out += power_sentences(b.tables["power"].data) + [""]
-        table("power")
-        figure("fig_power")
-    else:
-        out += [power_markdown(b), ""]
-    out += ["## Exploratory", "", "Labelled exploratory: other metrics and cells, the depth dose-response, "
-            "per-query-type cuts, reranked cells, recall and section-recall diagnostics.", ""]
-    for name, fig in (("table2", "fig_budget_coverage"), ("dose_response", "fig_dose_response"),
-                      ("section_recall", "fig_section_recall"), ("per_type", "fig_per_type"),
-                      ("reranker_lift", "fig_reranker_lift")):
-        table(name)
-        figure(fig)
-    if "user_contrasts" in b.tables or "user_conditions" in b.tables:
-        out += [f"## Your chunkers and contrasts (user-added {tables.USER_MARK}, exploratory)", "",
-                "Conditions and contrasts the parameter file adds (`conditions.extra`, `contrasts.extra`): embedded, "
-                "retrieved and scored exactly as the paper's, beside them in Table 2 and in the contrast figure. "
-                + tables.md_escape(b.facts.get("user_registration", "")), ""]
-        table("user_conditions")
-        table("user_contrasts")
-        if "user_power" in b.tables:
-            out += power_sentences(b.tables["user_power"].data) + [""]
-            table("user_power")
-    if "cost" in b.tables:
-        out += ["## What each condition costs (exploratory)", "",
-                "Quality beside cost, per condition (docs/beyond.md, \"Cost\"): token and LLM counts are exact; the "
-                "seconds were measured in this run, on this machine, and are not reproducible.", ""]
-        table("cost")
-        figure("fig_cost")
-    out += [f"## {drilldown.HEADING}", "", "Exploratory reading of the confirmatory contrasts"
-            + (f" (and of yours, marked {tables.USER_MARK})" if params.contrasts.extra else "")
-            + ": the queries with the "
-            "largest gains and losses in the primary cell (`06_metrics/drilldown`); `report.html` shows each one's "
-            "top chunks under both conditions side by side.", ""]
-    table("drilldown")
-    out += ["## How the data were built", ""]
-    table("table4")
-    figure("fig1_mechanisms")
-    for name in ("funnel_corpus", "funnel_induction", "funnel_queries", "funnel_size_matching", "funnel_placebo"):
-        table(name)
-    if "bm25_gold_top1" in b.facts:
-        paper = b.facts.get("bm25_paper")
-        out += [f"BM25 places the gold chunk first for {tables.fmt_pct(b.facts['bm25_gold_top1'])} of queries"
-                + (f" (paper: {tables.fmt_pct(paper)})." if paper else "."), ""]
-    if b.environment is not None:
-        out += ["## Environment", "", "Where each stage ran (from its manifest; stage 08 is this report).", "",
-                tables.markdown_table(b.environment), ""]
-    if b.packages is not None and len(b.packages):
-        out += ["Key package versions:", "", tables.markdown_table(b.packages), ""]
-    if b.notes:
-        out += ["## Notes on missing inputs", ""] + [f"- {tables.md_escape(n)}" for n in b.notes] + [""]
-    text = "\n".join(out)
+    text = _md_environment().get_template(MD_TEMPLATE).render(
+        b=b, st=params.stats, strong=params.embed.strong, facts="; ".join(f for f in facts if f),
+        models=tables.markdown_table(b.models) if b.models is not None else "",
+        thresholds=inference_thresholds(params.stats, _recorded_n_boot(b)), table=table, figure=figure,
+        lines=lambda items: _lines(items), power_sentences=power_sentences, power_text=power_markdown(b),
+        curve_heading=curve.HEADING, curve_links=curve.links([t.name.removeprefix("multiverse_") for t in b.curves]),
+        replication_note=next((n for n in b.notes if n.startswith("replication")), "the other corpus has no results"),
+        exploratory=EXPLORATORY, funnels=FUNNELS, user_mark=tables.USER_MARK, user_contrasts=bool(params.contrasts.extra),
+        drilldown_heading=drilldown.HEADING, esc=tables.md_escape, pct=tables.fmt_pct, md_table=tables.markdown_table,
+    ).removesuffix("\n")
     root = b.facts.get("root")
     if not root:
         return text
     prefix = root.rstrip("/") + "/"  # paths relative to the project root, as written and as escaped in tables
     return text.replace(prefix, "").replace(tables.md_escape(prefix), "")
+
+
+def _md_environment() -> jinja2.Environment:
+    """The Markdown template's environment: no escaping (Markdown, escaped where it is prose by ``esc``), an
+    undefined name is an error, block tags take their line with them."""
+    return jinja2.Environment(loader=jinja2.PackageLoader("chunkstudy.report", "templates"), autoescape=False,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
 def power_sentences(needed: pd.DataFrame) -> list[str]:
