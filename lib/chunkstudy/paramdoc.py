@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import config, stages
+from . import artifacts, config, stages
 from .config_rules import RULES
 from .paramspec import Group, Spec
 
@@ -193,9 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.write)
     if not path.is_absolute():
         path = config.find_root(Path.cwd()) / path
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    with artifacts.atomic_path(path) as tmp:  # a killed write leaves the page as it was
+        tmp.write_text(text, encoding="utf-8")
     print(f"paramdoc: wrote {path}")
     return 0
 

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import config, stages
+from . import artifacts, config, stages
 
 #: The page that holds the table, relative to the project root.
 PAGE = "docs/running.md"
@@ -125,9 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_absolute():
         path = config.find_root(Path.cwd()) / path
     text = rewrite(path.read_text(encoding="utf-8"), str(path))
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    with artifacts.atomic_path(path) as tmp:  # a killed write leaves the page as it was
+        tmp.write_text(text, encoding="utf-8")
     print(f"stagedoc: rewrote the pipeline table in {path}")
     return 0
 
