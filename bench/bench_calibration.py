@@ -1,0 +1,243 @@
+"""The calibration table (docs/design.md, "Calibrated at the sizes users bring"): how often each test the report
+prints rejects a true null, and how often its 95% CI covers the truth, at G = 5 to 1,500 documents, on real runs'
+deltas.
+
+**Data.** Each pool is a finished run's primary cell (``data/<corpus>/06_metrics/scores`` with its queries): the
+paired per-query deltas of the confirmatory contrasts (m = 4: C1-C4) and of seven (m = 7: C1-C4 and A3 − A2,
+A2 − A0, G3 − G2, which every run of the paper's conditions has), each re-centred to a true null that keeps its
+zeros (:class:`chunkstudy.stats.calibration.Pool`), with the run's own queries per document. A pool is used when
+its run exists: ``demo`` after ``./run_all.sh demo``, ``qasper_local`` after ``./run_all.sh qasper_local``; the
+bench says which pools it used and skips the others.
+
+**Studies.** A simulated study draws G documents with replacement from the pool; *correlated* contrasts share the
+draw (a document brings its deltas of every contrast, with their real dependence), *independent* ones draw apart.
+Every procedure of :data:`chunkstudy.stats.calibration.PROCEDURES` tests the m contrasts at alpha = 0.05 with Holm
+over the family: the paper's percentile cluster bootstrap, the wild cluster bootstrap-t with the null imposed
+(``wild``: Webb weights below :data:`chunkstudy.stats.calibrated.WEBB_BELOW` documents, Rademacher from there,
+enumerated where 2^G ≤ B; ``wild-et`` its equal-tailed p; ``wild-rademacher`` / ``wild-webb`` at small G, to show
+where each weight is needed, and a table of the two at G = 6-15), CR2 with Bell–McCaffrey df and CR1 with G − 1 df.
+Then the dose-response slope's p (the per-query slopes on depth resampled as a contrast's deltas), TOST at ±sesoi
+(percentile and calibrated; every contrast at its bound, the rate of any false "equivalent" after Holm) and the
+correctly specified mixed model's Wald CI coverage.
+
+**Reading a cell**: ``rate (SE)`` in percent, the Monte Carlo SE over the studies. ``†`` marks a rate above
+alpha + 2 SE (liberal), ``‡`` one below alpha − 2 SE (conservative). The rule the study applies
+(:data:`chunkstudy.stats.calibration.IN_BOUNDS_RULE`): a test is in bounds at G when its per-contrast rate and its
+family-wise rate are both at most alpha + 2 SE (Holm is conservative under positively correlated contrasts, so a
+family-wise rate below alpha is not a fault; a per-contrast rate far below alpha is said, not penalised).
+
+    .venv/bin/python bench/bench_calibration.py [--pools demo qasper_local] [--docs 5 10 20 ...] [--quick]
+
+The seed is declared (``--seed``, default 20261208); every cell draws from ``SeedSequence([seed, G, m, ...])``, so
+a cell does not depend on which others run. Prints what it measures, asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lib"))
+
+import numpy as np  # noqa: E402
+
+from chunkstudy import artifacts, config  # noqa: E402
+from chunkstudy.metrics.paired import prepare_scores, wide_scores  # noqa: E402
+from chunkstudy.stats import calibration  # noqa: E402
+from chunkstudy.stats.exploratory import DEPTH_LADDER, per_query_slopes  # noqa: E402
+
+#: The three contrasts beside C1-C4 that make a family of seven (conditions every run of the paper's has).
+EXTRA = {"A3−A2": ("A3", "A2"), "A2−A0": ("A2", "A0"), "G3−G2": ("G3", "G2")}
+PROCS = ("percentile", "wild", "wild-et", "cr2", "cr1")
+SMALL_G_PROCS = ("wild-rademacher", "wild-webb")
+CLOSED_FORM = ("cr2", "cr1")
+
+
+def cpu() -> str:
+    """The CPU's model name and logical CPUs, from /proc/cpuinfo."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    names = [x.split(":", 1)[1].strip() for x in lines if x.startswith("model name")]
+    return f"{names[0] if names else 'unknown CPU'} ({len(names)} logical CPUs)"
+
+
+def pools(names: list[str]) -> dict[str, dict[int, calibration.Pool]]:
+    """Each named run's pools of m = 4 and m = 7 contrasts (runs not made yet are skipped, with a line)."""
+    out = {}
+    for name in names:
+        cfg = config.load(ROOT / "params" / f"{name}.yaml", root=ROOT)
+        if not (artifacts.exists(cfg, "scores") and artifacts.exists(cfg, "queries")):
+            print(f"pool {name}: skipped (no finished run: ./run_all.sh {name} writes data/{name}/06_metrics/scores)")
+            continue
+        stats_params = cfg.params("stats")
+        cell = tuple(cfg.params().primary_cell)
+        scores, queries = artifacts.read(cfg, "scores"), artifacts.read(cfg, "queries")
+        four = dict(stats_params.contrasts)
+        out[name] = {m: calibration.pool_from_scores(scores, queries, family, cell, cfg.corpus)
+                     for m, family in ((4, four), (7, {**four, **EXTRA}))}
+        out[name][1] = dose_pool(scores, queries, cell, cfg.corpus)
+        p = out[name][4]
+        print(f"pool {name}: {p.docs.size} documents, {p.deltas.shape[0]} queries paired in every contrast "
+              f"({p.deltas.shape[0] / p.docs.size:.1f} per document), cell {'|'.join(cell)}; share of zero deltas "
+              + ", ".join(f"{n} {np.mean(out[name][7].deltas[:, k] == 0):.0%}" for k, n in enumerate(out[name][7].names)))
+    return out
+
+
+def dose_pool(scores, queries, cell: tuple, corpus: str) -> calibration.Pool:
+    """The dose-response slope's pool: each query's least-squares slope of the primary metric on heading-path depth
+    (A2 → A3-d1 → A3-d2 → A3; :func:`chunkstudy.stats.exploratory.per_query_slopes`), the statistic 07's
+    dose-response resamples, re-centred as a contrast is."""
+    wide = wide_scores(prepare_scores(scores, queries, corpus)).xs(cell, level=["metric", "embedder", "reranker"])
+    conds = [c for c, _ in DEPTH_LADDER]
+    rows = wide.dropna(subset=conds)
+    slopes = per_query_slopes(rows[conds].to_numpy(float), [d for _, d in DEPTH_LADDER])
+    return calibration.Pool.of(slopes[:, None], rows["doc_id"].to_numpy(), ["slope"])
+
+
+def sims_for(proc: str, g: int, a: argparse.Namespace) -> int:
+    if proc in CLOSED_FORM:
+        return a.sims_closed
+    return a.sims if g <= 100 else a.sims_large
+
+
+def mark(rate: float, se: float, alpha: float) -> str:
+    """† liberal (a false-positive rate above alpha + 2 SE), ‡ conservative (below alpha − 2 SE)."""
+    return "†" if rate > alpha + 2 * se else "‡" if rate < alpha - 2 * se else ""
+
+
+def cell(rate: float, se: float, alpha: float, coverage: bool = False) -> str:
+    """``rate (SE)`` in percent with its mark; a coverage is marked as its miss rate ``1 − rate`` against alpha."""
+    return f"{100 * rate:.1f} ({100 * se:.1f}){mark(1 - rate if coverage else rate, se, alpha)}"
+
+
+def size_table(name: str, pool_by_m: dict[int, calibration.Pool], a: argparse.Namespace) -> None:
+    alpha = 0.05
+    rows = []
+    t0 = time.perf_counter()
+    for m, pool in ((m, p) for m, p in pool_by_m.items() if m > 1):
+        for correlated in (True, False):
+            for proc in PROCS + SMALL_G_PROCS:
+                cells = []
+                for g in a.docs:
+                    if proc in SMALL_G_PROCS and g > 20:
+                        cells.append(("", "", ""))
+                        continue
+                    seed = np.random.SeedSequence([a.seed, g, m, int(correlated), PROCS.index(proc) if proc in PROCS
+                                                   else 10 + SMALL_G_PROCS.index(proc)]).generate_state(1)[0]
+                    r = calibration.rates(pool, g, proc, n_sims=sims_for(proc, g, a), n_boot=a.n_boot, seed=int(seed),
+                                          alpha=alpha, correlated=correlated)
+                    cells.append((cell(r["familywise"], r["familywise_se"], alpha),
+                                  cell(r["per_contrast"], r["per_contrast_se"], alpha),
+                                  cell(r["coverage"], r["coverage_se"], alpha, coverage=True)))
+                rows.append((m, "correlated" if correlated else "independent", proc, cells))
+    head = "| m | contrasts | procedure | " + " | ".join(f"G = {g:,}" for g in a.docs) + " |"
+    rule = "|---|---|---|" + "---|" * len(a.docs)
+    for i, what in enumerate(("family-wise false-positive rate, Holm over the m contrasts (%)",
+                              "per-contrast false-positive rate, unadjusted p < 0.05 (%)",
+                              "95% CI coverage of the true 0 (%; † below 95 − 2 SE, ‡ above 95 + 2 SE)")):
+        print(f"\n{name}: {what}\n\n{head}\n{rule}")
+        for m, corr, proc, cells in rows:
+            print(f"| {m} | {corr} | {proc} | " + " | ".join(c[i] for c in cells) + " |")
+    print(f"\n({name}: {time.perf_counter() - t0:.0f} s; studies per cell: {a.sims} bootstrap at G ≤ 100, "
+          f"{a.sims_large} above, {a.sims_closed} closed-form; B = {a.n_boot})")
+
+
+def tost_and_mixed(name: str, pool: calibration.Pool, a: argparse.Namespace) -> None:
+    alpha = 0.05
+    t0 = time.perf_counter()
+    for bound in a.sesoi:
+        print(f"\n{name}: TOST at ±{bound}, every contrast at its bound (half at +, half at −), m = 4 correlated: "
+              "any false \"equivalent\" after Holm (%)\n")
+        print("| procedure | " + " | ".join(f"G = {g:,}" for g in a.docs) + " |\n|---|" + "---|" * len(a.docs))
+        for proc in ("percentile", "wild", "cr2"):
+            cells = []
+            for g in a.docs:
+                seed = np.random.SeedSequence([a.seed, g, 4, 7, PROCS.index(proc), int(1000 * bound)]).generate_state(1)
+                r = calibration.rates(pool, g, proc, n_sims=sims_for(proc, g, a), n_boot=a.n_boot, seed=int(seed[0]),
+                                      alpha=alpha, bound=bound)
+                cells.append(cell(r["tost_familywise"], r["tost_familywise_se"], alpha))
+            print(f"| {proc} | " + " | ".join(cells) + " |")
+    print(f"\n{name}: the correctly specified mixed model (paired deltas, random intercept per document), 95% Wald CI "
+          f"coverage of the true 0 over the 4 contrasts (%; {a.mixed_sims} studies)\n")
+    print("| model | " + " | ".join(f"G = {g:,}" for g in a.docs) + " |\n|---|" + "---|" * len(a.docs))
+    cells = []
+    for g in a.docs:
+        r = calibration.mixed_coverage(pool, g, n_sims=a.mixed_sims, seed=int(
+            np.random.SeedSequence([a.seed, g, 4, 9]).generate_state(1)[0]), alpha=alpha)
+        cells.append(cell(r["coverage"], r["coverage_se"], alpha, coverage=True))
+    print("| paired MixedLM | " + " | ".join(cells) + " |")
+    print(f"\n({name}: TOST and mixed model {time.perf_counter() - t0:.0f} s)")
+
+
+def weights_table(name: str, pool_by_m: dict[int, calibration.Pool], a: argparse.Namespace) -> None:
+    """Rademacher against Webb weights at small G (where :data:`chunkstudy.stats.calibrated.WEBB_BELOW` is set)."""
+    alpha = 0.05
+    print(f"\n{name}: the wild bootstrap's weights at small G, correlated contrasts: family-wise (per-contrast) "
+          f"false-positive rate (%), {a.sims} studies\n")
+    print("| m | weights | " + " | ".join(f"G = {g}" for g in a.small_docs) + " |\n|---|---|" + "---|" * len(a.small_docs))
+    for m in (4, 7):
+        for proc in SMALL_G_PROCS:
+            cells = []
+            for g in a.small_docs:
+                seed = np.random.SeedSequence([a.seed, g, m, 3, SMALL_G_PROCS.index(proc)]).generate_state(1)[0]
+                r = calibration.rates(pool_by_m[m], g, proc, n_sims=a.sims, n_boot=a.n_boot, seed=int(seed),
+                                      alpha=alpha)
+                cells.append(f"{cell(r['familywise'], r['familywise_se'], alpha)} "
+                             f"({100 * r['per_contrast']:.1f})")
+            print(f"| {m} | {proc.removeprefix('wild-')} | " + " | ".join(cells) + " |")
+
+
+def dose_table(name: str, pool: calibration.Pool, a: argparse.Namespace) -> None:
+    """The dose-response slope's p (exploratory, no Holm): its false-positive rate under a true null slope."""
+    alpha = 0.05
+    print(f"\n{name}: the dose-response slope (per-query slopes on depth 0-3, {pool.deltas.shape[0]} queries over "
+          f"{pool.docs.size} documents): false-positive rate of its p < 0.05 under a flat slope (%)\n")
+    print("| procedure | " + " | ".join(f"G = {g:,}" for g in a.docs) + " |\n|---|" + "---|" * len(a.docs))
+    for proc in ("percentile", "wild", "cr2"):
+        cells = []
+        for g in a.docs:
+            seed = np.random.SeedSequence([a.seed, g, 1, 5, PROCS.index(proc)]).generate_state(1)[0]
+            r = calibration.rates(pool, g, proc, n_sims=sims_for(proc, g, a), n_boot=a.n_boot, seed=int(seed),
+                                  alpha=alpha)
+            cells.append(cell(r["per_contrast"], r["per_contrast_se"], alpha))
+        print(f"| {proc} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pools", nargs="+", default=["demo", "qasper_local"])
+    ap.add_argument("--docs", type=int, nargs="+", default=[5, 10, 20, 40, 100, 400, 1500])
+    ap.add_argument("--small-docs", type=int, nargs="+", default=[6, 7, 8, 9, 10, 12, 15],
+                    help="G of the weights table")
+    ap.add_argument("--sims", type=int, default=2000, help="studies per bootstrap cell at G ≤ 100")
+    ap.add_argument("--sims-large", type=int, default=1000, help="studies per bootstrap cell at G > 100")
+    ap.add_argument("--sims-closed", type=int, default=10000, help="studies per closed-form (t test) cell")
+    ap.add_argument("--mixed-sims", type=int, default=500)
+    ap.add_argument("--n-boot", type=int, default=999)
+    ap.add_argument("--sesoi", type=float, nargs="+", default=[0.02, 0.1],
+                    help="TOST bounds (metric units): the declared demo_beyond bound, and a wide one where TOST "
+                         "is the one-sided test at the bound")
+    ap.add_argument("--seed", type=int, default=20261208)
+    ap.add_argument("--quick", action="store_true", help="a tenth of the studies (a look, not the table)")
+    a = ap.parse_args()
+    if a.quick:
+        a.sims, a.sims_large, a.sims_closed, a.mixed_sims = 200, 100, 1000, 50
+    print(f"bench_calibration, {date.today().isoformat()}, {cpu()}; seed {a.seed}; alpha 0.05; B = {a.n_boot}")
+    t0 = time.perf_counter()
+    for name, by_m in pools(a.pools).items():
+        size_table(name, by_m, a)
+        weights_table(name, by_m, a)
+        dose_table(name, by_m[1], a)
+        tost_and_mixed(name, by_m[4], a)
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
