@@ -18,7 +18,7 @@ enumerated where 2^G ≤ B; ``wild-et`` its equal-tailed p; ``wild-rademacher`` 
 where each weight is needed, and a table of the two at G = 6-15), CR2 with Bell–McCaffrey df and CR1 with G − 1 df.
 Then the dose-response slope's p (the per-query slopes on depth resampled as a contrast's deltas), TOST at ±sesoi
 (percentile and calibrated; every contrast at its bound, the rate of any false "equivalent" after Holm) and the
-correctly specified mixed model's Wald CI coverage.
+correctly specified mixed model's Wald CI coverage (and, with ``--preregistered-sims``, the pre-registered one's).
 
 **Reading a cell**: ``rate (SE)`` in percent, the Monte Carlo SE over the studies. ``†`` marks a rate above
 alpha + 2 SE (liberal), ``‡`` one below alpha − 2 SE (conservative). The rule the study applies
@@ -38,6 +38,7 @@ import argparse
 import platform
 import sys
 import time
+import warnings
 from datetime import date
 from pathlib import Path
 
@@ -117,6 +118,12 @@ def cell(rate: float, se: float, alpha: float, coverage: bool = False) -> str:
     return f"{100 * rate:.1f} ({100 * se:.1f}){mark(1 - rate if coverage else rate, se, alpha)}"
 
 
+#: (procedure, G) -> every (rate, SE) the size tables measured there, per-contrast and family-wise, over the pools
+MEASURED: dict[tuple[str, int], list[tuple[float, float]]] = {}
+#: (pool, procedure, G, "familywise" | "per_contrast") -> the (rate, SE) of each family (m × correlation)
+WORST: dict[tuple[str, str, int, str], list[tuple[float, float]]] = {}
+
+
 def size_table(name: str, pool_by_m: dict[int, calibration.Pool], a: argparse.Namespace) -> None:
     alpha = 0.05
     rows = []
@@ -133,6 +140,10 @@ def size_table(name: str, pool_by_m: dict[int, calibration.Pool], a: argparse.Na
                                                    else 10 + SMALL_G_PROCS.index(proc)]).generate_state(1)[0]
                     r = calibration.rates(pool, g, proc, n_sims=sims_for(proc, g, a), n_boot=a.n_boot, seed=int(seed),
                                           alpha=alpha, correlated=correlated)
+                    MEASURED.setdefault((proc, g), []).extend([(r["familywise"], r["familywise_se"]),
+                                                               (r["per_contrast"], r["per_contrast_se"])])
+                    for what in ("familywise", "per_contrast"):
+                        WORST.setdefault((name, proc, g, what), []).append((r[what], r[f"{what}_se"]))
                     cells.append((cell(r["familywise"], r["familywise_se"], alpha),
                                   cell(r["per_contrast"], r["per_contrast_se"], alpha),
                                   cell(r["coverage"], r["coverage_se"], alpha, coverage=True)))
@@ -173,7 +184,44 @@ def tost_and_mixed(name: str, pool: calibration.Pool, a: argparse.Namespace) -> 
             np.random.SeedSequence([a.seed, g, 4, 9]).generate_state(1)[0]), alpha=alpha)
         cells.append(cell(r["coverage"], r["coverage_se"], alpha, coverage=True))
     print("| paired MixedLM | " + " | ".join(cells) + " |")
+    if a.preregistered_sims:
+        cells = []
+        for g in a.docs:
+            if g > 40:
+                cells.append("")
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # statsmodels' convergence and boundary warnings
+                r = calibration.mixed_coverage(pool, g, n_sims=a.preregistered_sims, seed=int(
+                    np.random.SeedSequence([a.seed, g, 4, 11]).generate_state(1)[0]), alpha=alpha,
+                    preregistered=True)
+            cells.append(cell(r["coverage"], r["coverage_se"], alpha, coverage=True))
+        print(f"| pre-registered MixedLM ({a.preregistered_sims} studies, G ≤ 40) | " + " | ".join(cells) + " |")
     print(f"\n({name}: TOST and mixed model {time.perf_counter() - t0:.0f} s)")
+
+
+def in_bounds_summary(docs: list[int]) -> None:
+    """Per procedure, the sizes at which it holds its size (:data:`chunkstudy.stats.calibration.IN_BOUNDS_RULE`) over
+    every pool measured, and the fewest documents from which it holds at every larger size of the table too."""
+    pools = sorted({k[0] for k in WORST})
+    for name in pools:
+        print(f"\n{name}: the worst of the four families (m = 4, 7; correlated, independent): family-wise / "
+              "per-contrast false-positive rate (%), SE in brackets\n")
+        print("| procedure | " + " | ".join(f"G = {g:,}" for g in docs) + " |\n|---|" + "---|" * len(docs))
+        for proc in PROCS:
+            cells = []
+            for g in docs:
+                fw = max(WORST.get((name, proc, g, "familywise"), [(np.nan, np.nan)]))
+                pc = max(WORST.get((name, proc, g, "per_contrast"), [(np.nan, np.nan)]))
+                cells.append(f"{cell(*fw, 0.05)} / {cell(*pc, 0.05)}")
+            print(f"| {proc} | " + " | ".join(cells) + " |")
+    print(f"\nin bounds ({calibration.IN_BOUNDS_RULE}), over the pools measured:\n")
+    for proc in PROCS:
+        ok = [g for g in docs if (proc, g) in MEASURED and all(calibration.in_bounds(r, se, 0.05)
+                                                               for r, se in MEASURED[(proc, g)])]
+        start = next((g for g in docs if all(h in ok for h in docs if h >= g)), None)
+        print(f"- {proc}: in bounds at G = {', '.join(map(str, ok)) or 'none'}; from G = {start} on"
+              if start is not None else f"- {proc}: in bounds at G = {', '.join(map(str, ok)) or 'none'}")
 
 
 def weights_table(name: str, pool_by_m: dict[int, calibration.Pool], a: argparse.Namespace) -> None:
@@ -220,6 +268,9 @@ def main() -> None:
     ap.add_argument("--sims-large", type=int, default=1000, help="studies per bootstrap cell at G > 100")
     ap.add_argument("--sims-closed", type=int, default=10000, help="studies per closed-form (t test) cell")
     ap.add_argument("--mixed-sims", type=int, default=500)
+    ap.add_argument("--preregistered-sims", type=int, default=0,
+                    help="studies for the pre-registered MixedLM's coverage at G ≤ 40 (statsmodels, about a second "
+                         "per fit on the shared machine: off by default)")
     ap.add_argument("--n-boot", type=int, default=999)
     ap.add_argument("--sesoi", type=float, nargs="+", default=[0.02, 0.1],
                     help="TOST bounds (metric units): the declared demo_beyond bound, and a wide one where TOST "
@@ -236,6 +287,7 @@ def main() -> None:
         weights_table(name, by_m, a)
         dose_table(name, by_m[1], a)
         tost_and_mixed(name, by_m[4], a)
+    in_bounds_summary(a.docs)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
 

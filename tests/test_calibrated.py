@@ -193,3 +193,15 @@ def test_weights_are_seeded_and_refuse_an_unknown_kind():
     assert np.array_equal(a, b) and set(np.unique(a)) == {-1.0, 1.0}
     with pytest.raises(ValueError, match="unknown kind 'mammen'; known"):
         cal.weights(5, 10, seed=1, kind="mammen")
+
+
+def test_deltas_with_no_spread_still_count_the_sample_itself_at_a_shifted_null():
+    """Three documents whose deltas are all 0: at β0 = ±0.02 the observed t is infinite, and so is the replicate
+    v = 1 (and every constant weight vector); they count as reaching it, so the one-sided p is the share of constant
+    positive (negative) vectors, never 0."""
+    c = cal.Clusters.of(np.zeros(9), np.repeat(["a", "b", "c"], 3))
+    w = cal.WildT.of(c, 999, seed=1)
+    assert w.enumerated and w.kind == "webb" and w.n_boot == 216
+    assert w.t(-0.02) == np.inf and w.p_greater(-0.02) == pytest.approx(3 / 216)
+    assert w.t(0.02) == -np.inf and w.p_less(0.02) == pytest.approx(3 / 216)
+    assert w.p(0.02) == pytest.approx(6 / 216)

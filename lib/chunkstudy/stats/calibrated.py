@@ -66,6 +66,20 @@ WEBB_BELOW = 9
 _TIE = 1e-10
 
 
+def _spread(w: np.ndarray, cross: np.ndarray, square: np.ndarray) -> np.ndarray:
+    """A replicate's sum of squared cluster residuals, ``w − cross + square``, set to 0 where it is rounding error
+    against its terms (a weight vector constant over the documents leaves no residual when the deltas have no
+    spread; computed, it is a few ulps either side of 0)."""
+    q = w - cross + square
+    return np.where(q <= 1e-12 * (np.abs(w) + np.abs(cross) + np.abs(square)), 0.0, q)
+
+
+def _slack(t: float) -> float:
+    """How far below |t| a replicate's statistic still counts as reaching it (:data:`_TIE`; 0 for an infinite t,
+    whose replicate v = 1 is infinite too: deltas with no spread)."""
+    return abs(t) * _TIE if math.isfinite(t) else 0.0
+
+
 @dataclass(frozen=True)
 class Clusters:
     """Per-document sums ``S_d`` and counts ``n_d`` of one contrast's paired deltas (documents in sorted label order,
@@ -218,7 +232,7 @@ class WildT:
         cc = r[:, 2] - beta0 * r[:, 3]
         w = r[:, 4] - 2 * beta0 * r[:, 5] + beta0 ** 2 * r[:, 6]
         shift = a / n_total
-        q = np.maximum(w - 2 * shift * cc + shift ** 2 * float(np.sum(c.counts ** 2)), 0.0)
+        q = _spread(w, 2 * shift * cc, shift ** 2 * float(np.sum(c.counts ** 2)))
         with np.errstate(divide="ignore", invalid="ignore"):
             return a / np.sqrt(g / (g - 1) * q)
 
@@ -231,17 +245,17 @@ class WildT:
         t = self.t(beta0)
         if t == 0.0:
             return 1.0
-        return min(1.0, self._share(np.abs(self.t_star(beta0)) >= abs(t) * (1 - _TIE)))
+        return min(1.0, self._share(np.abs(self.t_star(beta0)) >= abs(t) - _slack(t)))
 
     def p_greater(self, beta0: float) -> float:
         """One-sided p of ``H0: β ≤ β0`` against ``β > β0``: the share of ``t* ≥ t``."""
         t = self.t(beta0)
-        return min(1.0, self._share(self.t_star(beta0) >= t - abs(t) * _TIE))
+        return min(1.0, self._share(self.t_star(beta0) >= t - _slack(t)))
 
     def p_less(self, beta0: float) -> float:
         """One-sided p of ``H0: β ≥ β0`` against ``β < β0``: the share of ``t* ≤ t``."""
         t = self.t(beta0)
-        return min(1.0, self._share(self.t_star(beta0) <= t + abs(t) * _TIE))
+        return min(1.0, self._share(self.t_star(beta0) <= t + _slack(t)))
 
     def ci(self, alpha: float) -> tuple[float, float]:
         """The ``(1 − alpha)`` interval by inverting the test: on each side of the estimate, the ``β0`` where
