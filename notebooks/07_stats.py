@@ -17,13 +17,16 @@
 # for the cost table `04_chunk_embed/chunks`, `embedding_report.json`, `late_report` and
 # `05_retrieve/retrieval_timing.json`; for the specification curves `06_metrics/multiverse_scores`.
 # **Writes** `07_stats/contrasts`, `mixedlm`, `mixedlm_paired`, `dose_response`, `per_type`, `condition_means`,
-# `reranker_lift`, `power` and `power_needed` (the documents each contrast needs), `cost` (what each condition
-# costs), and `multiverse` and `multiverse_summary` (each contrast's specification curve).
+# `reranker_lift`, `power` and `power_needed` (the documents each contrast needs), `size_check` (the measured size of
+# its tests at this run's structure), `cost` (what each condition costs), and `multiverse` and `multiverse_summary`
+# (each contrast's specification curve).
 #
 # The four pre-registered contrasts (C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) are tested on one cell fixed
 # in advance — cov-nDCG@10 × strong embedder × no reranker — with a document-clustered bootstrap (resampling
 # documents, `stats.n_boot` resamples, `stats.seed`), 95% percentile CIs, two-sided p, Holm across the four and
-# Cohen's dz. That family is **confirmatory**. The MixedLM is the pre-registered **secondary** check and is
+# Cohen's dz, and beside it the small-sample-calibrated test (the wild cluster bootstrap-t with the null imposed);
+# `stats.decision` says which one decides (auto: the calibrated test below the documents at which the percentile
+# bootstrap holds its size). That family is **confirmatory**. The MixedLM is the pre-registered **secondary** check and is
 # misspecified by design (no per-query random effect); beside it, the correctly specified secondary model on the
 # paired per-query differences. Everything else — other cells, the depth dose-response, query-type cuts,
 # per-condition means — is **exploratory**.
@@ -33,7 +36,7 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, paper, stats
-from chunkstudy.stats import cost, multiverse, power
+from chunkstudy.stats import cost, multiverse, power, size_check
 
 cfg = config.load(params_file)
 stats_params = cfg.params("stats")
@@ -45,14 +48,16 @@ scores.groupby(["metric", "embedder", "reranker"]).agg(conditions=("condition", 
 
 # %% [markdown]
 # ## Table 1 — the confirmatory family (primary cell)
-# Mean paired delta, 95% cluster-bootstrap CI, two-sided p, Holm-adjusted p and dz.
+# Mean paired delta, 95% cluster-bootstrap CI, two-sided p, Holm-adjusted p; the calibrated test's CI, p and Holm
+# p; which test decided and its decision (`significant`); dz.
 
 # %%
 contrasts = stats.contrasts_table(scores, queries, stats_params, primary, cfg.corpus)
 artifacts.write(cfg, "contrasts", contrasts)
 contrasts.loc[contrasts["confirmatory"], ["label", "cell", "contrast", "condition_a", "condition_b", "mean_delta",
-                                          "ci_low", "ci_high", "p", "p_holm", "reject_holm", "dz", "n_queries",
-                                          "n_docs", "note"]]
+                                          "ci_low", "ci_high", "p", "p_holm", "reject_holm", "ci_low_cal",
+                                          "ci_high_cal", "p_cal", "p_holm_cal", "reject_holm_cal", "decided_by",
+                                          "significant", "dz", "n_queries", "n_docs", "note"]]
 
 # %% [markdown]
 # ## Secondary — MixedLM `score ~ condition + (1 | document)` on the primary cell
@@ -80,11 +85,13 @@ mixedlm_paired.drop(columns=["note"])
 
 # %% [markdown]
 # ## Exploratory — the same contrasts in every other cell
-# Other metrics, the weak embedder and the reranked cells. Holm is applied within each cell's family of four.
+# Other metrics, the weak embedder and the reranked cells. Holm is applied within each cell's family of four, and
+# the same rule decides each cell's family (`decided_by`).
 
 # %%
 contrasts.loc[~contrasts["confirmatory"], ["label", "cell", "contrast", "mean_delta", "ci_low", "ci_high", "p",
-                                           "p_holm", "dz", "n_queries", "note"]]
+                                           "p_holm", "p_holm_cal", "decided_by", "significant", "dz", "n_queries",
+                                           "note"]]
 
 # %% [markdown]
 # ## Exploratory — breadcrumb-depth dose-response
@@ -156,10 +163,11 @@ power_needed
 
 # %%
 user = cfg.params("contrasts").extra
-user_contrasts = stats.user_contrasts_table(scores, queries, stats_params, primary, cfg.corpus, user)
+user_contrasts = stats.user_contrasts_table(scores, queries, stats_params, primary, cfg.corpus, user,
+                                           cfg.params("contrasts").decision)
 artifacts.write(cfg, "user_contrasts", user_contrasts)
 user_contrasts[["label", "cell", "contrast", "condition_a", "condition_b", "mean_delta", "ci_low", "ci_high", "p",
-                "p_holm", "dz", "n_queries", "note"]]
+                "p_holm", "p_holm_cal", "decided_by", "significant", "dz", "n_queries", "note"]]
 
 # %%
 user_power = power.user_power_table(scores, queries, stats_params, primary, cfg.corpus, user)
@@ -167,6 +175,22 @@ artifacts.write(cfg, "user_power", user_power)
 user_power_needed = power.needed_table(user_power)
 artifacts.write(cfg, "user_power_needed", user_power_needed)
 user_power_needed
+
+
+# %% [markdown]
+# ## Each run checks itself — the measured size of its tests at this run's structure
+# How often each test rejects a true null in studies of this run's own documents (resampled, each bringing its
+# queries' deltas of every contrast, every contrast re-centred to 0 with its zeros kept): the percentile bootstrap and
+# the calibrated test, family-wise (Holm) and per contrast, `stats.check_sims` studies with `stats.check_n_boot`
+# resamples under `stats.seed`; and the paired MixedLM's 95% CI coverage (`stats.check_mixed_sims` studies).
+# `decided` marks the test that decided the family (Table 1's star). Method: `chunkstudy.stats.size_check`.
+
+# %%
+checked = size_check.size_check_table(scores, queries, stats_params, primary, cfg.corpus,
+                                       {stats.CONFIRMATORY: (stats_params.contrasts, contrasts),
+                                        stats.USER_ADDED: (user, user_contrasts)})
+artifacts.write(cfg, "size_check", checked)
+checked[checked["measure"] != "size"]
 
 
 # %% [markdown]

@@ -454,9 +454,11 @@ embed:
 retrieve:
   rerankers: {r: {backend: openai, model: x, base_url: "http://localhost:8002/v1"}}
 """
+#: 06-08 moved on purpose once: stats.min_docs' default became the calibrated test's measured floor
+#: (significance.CALIBRATED_FROM), so 06-08 of every run that does not state it rerun once.
 PINNED_DIGESTS = {"01_corpus": "f7daf1b13f8bc968", "02_induce": "8b30a0fb3dfa3e0a", "03_queries": "66bab975922d6f5a",
                   "04_chunk_embed": "c9a0e7a8da9e040f", "05_retrieve": "bd2ba0e43bd6280e",
-                  "06_metrics": "d6f11aded2bda888", "07_stats": "187f732a7fbd3a9f", "08_figures": "ea66372c1ca90308"}
+                  "06_metrics": "065842c248adf64e", "07_stats": "02f8239628ad3925", "08_figures": "d4102368e1260308"}
 
 
 def test_stage_digests_of_a_pinned_file_do_not_move(tmp_path):

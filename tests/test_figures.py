@@ -19,7 +19,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from chunkstudy import design, induce, paper, stats  # noqa: E402
+from chunkstudy import design, induce, paper, significance, stats  # noqa: E402
 from chunkstudy.chunks import chunk_sets, placebo  # noqa: E402
 from chunkstudy.chunks import cuts as chunk_cuts  # noqa: E402
 from chunkstudy import config as config_mod  # noqa: E402
@@ -146,7 +146,12 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
     out["user_contrasts"] = stats.user_contrasts_table(scores, queries, sp, PRIMARY, "synthetic", {})
     out["user_power"] = power.user_power_table(scores, queries, sp, PRIMARY, "synthetic", {})
     out["user_power_needed"] = power.needed_table(out["user_power"])
-    from chunkstudy.stats import cost
+    from chunkstudy.stats import cost, size_check
+
+    out["size_check"] = size_check.size_check_table(
+        scores, queries, config_mod.record("stats", {**sp, "check_sims": 100, "check_mixed_sims": 20}), PRIMARY,
+        "synthetic", {stats.CONFIRMATORY: (sp["contrasts"], out["contrasts"]),
+                      stats.USER_ADDED: ({}, out["user_contrasts"])})
 
     m = out["condition_means"]
     quality = m[(m["metric"] == PRIMARY.metric) & (m["reranker"] == "none")].rename(columns={"mean": "quality"})
@@ -550,16 +555,20 @@ def test_table1_prints_no_inference_below_the_thresholds(run):
     assert not t.display["Holm p"].str.contains(r"\*").any()
     assert t.display["\u0394"].iat[0] != tables.NO_INFERENCE     # the estimate is still shown, as description
     notes = " ".join(t.notes)
-    assert "4 documents, fewer than stats.min_docs = 20" in notes and "stats.n_boot = 300" in notes
-    # enough documents and resamples: the same table prints CIs, p and stars as before
-    scores, queries = stats.simulate_scores(30, 120, {"A3": 0.1, "A1": 0.0, "P": 0.0, "G3": 0.1, "A4": 0.1},
-                                            seed=3)
+    assert f"4 documents, fewer than stats.min_docs = {significance.CALIBRATED_FROM}" in notes
+    assert "stats.n_boot = 300" in notes
+    # enough documents and resamples: the same table prints CIs, p and stars as before, the star on the Holm p of
+    # the test that decided (the percentile bootstrap as declared here; the calibrated test under auto at this size)
+    scores, queries = stats.simulate_scores(significance.CALIBRATED_FROM, 4 * significance.CALIBRATED_FROM,
+                                            {"A3": 0.1, "A1": 0.0, "P": 0.0, "G3": 0.1, "A4": 0.1}, seed=3)
     sp = {**{k: v.default for k, v in config_mod.SCHEMA["stats"].items()}, "n_boot": 1000}
-    ok = stats.contrasts_table(scores, queries, config_mod.record("stats", sp), PRIMARY, "sim")
-    t2 = tables.table1(ok)
-    assert ok["inference"].all() and ok["reject_holm"].any()
-    assert not (t2.display[["95% CI", "p", "Holm p"]] == tables.NO_INFERENCE).any().any()
-    assert t2.display["Holm p"].str.endswith(" *").any()
+    for decision, column in (("percentile", "Holm p"), ("auto", "Calibrated Holm p")):
+        ok = stats.contrasts_table(scores, queries, config_mod.record("stats", {**sp, "decision": decision}),
+                                   PRIMARY, "sim")
+        t2 = tables.table1(ok)
+        assert ok["inference"].all() and ok["significant"].any()
+        assert not (t2.display[["95% CI", "p", "Holm p"]] == tables.NO_INFERENCE).any().any()
+        assert t2.display[column].str.endswith(" *").sum() == ok["significant"].sum()
 
 
 def test_one_document_note_reaches_table1():

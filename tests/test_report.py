@@ -7,7 +7,7 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, config, manifests, paper, stages
+from chunkstudy import artifacts, config, manifests, paper, significance, stages
 from chunkstudy.report import report, tables
 from chunkstudy.report.replication import replication_table
 from test_figures import build_synthetic_run
@@ -141,7 +141,8 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
     # 4 documents and 300 resamples: inference is not possible, said first (after any placebo warning)
     inference = report.inference_warnings(synthetic["contrasts"], cfg.params("stats"))
     placebo = report.placebo_warnings(tables.placebo_marks(synthetic["placebo_buckets"], cfg.params("stats").contrasts))
-    assert len(inference) == 1 and "rest on 4 documents, fewer than stats.min_docs = 20" in inference[0]
+    floor = f"fewer than stats.min_docs = {significance.CALIBRATED_FROM}"  # the default: the calibrated test's floor
+    assert len(inference) == 1 and f"rest on 4 documents, {floor}" in inference[0]
     assert b.warnings == placebo + inference + report.model_warnings(cfg.params()) + size and len(size) == 1
     assert text.count("**WARNING:**") == len(b.warnings) >= 5
     assert "## Confirmatory" in text and "## Exploratory" in text and "fig1_mechanisms.png" in text
@@ -252,8 +253,8 @@ def test_report_states_the_inference_thresholds_and_says_why_none_is_printed(tmp
     _store(cfg, synthetic)
     b = report.build(cfg.params(), cfg.corpus, report.gather(cfg), report.partner_contrasts(cfg))
     text = report.render(b, cfg.params())
-    thresholds = ("at least 20 documents (stats.min_docs) with at least 1,000 bootstrap resamples (this run: "
-                  "300)")  # the resamples 07 recorded, not the params file's
+    thresholds = (f"at least {significance.CALIBRATED_FROM} documents (stats.min_docs) with at least 1,000 bootstrap "
+                  "resamples (this run: 300)")  # the resamples 07 recorded, not the params file's
     confirmatory = text[text.index("## Confirmatory"):text.index("### Table 1")]
     assert thresholds in confirmatory and "min(1, 2·(1 + k)/(B + 1))" in confirmatory
     assert "**WARNING:** Inference is not possible for C1, C2, C3, C4: C1, C2, C3, C4 rest on 4 documents" in text

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from statsmodels.stats.multitest import multipletests
 
-from chunkstudy import config, design, stats
+from chunkstudy import config, design, significance, stats
 from chunkstudy.metrics import paired
 
 PRIMARY = design.PrimaryCell("cov-nDCG@10", "strong", "none")  # the primary cell of the simulated runs
@@ -150,7 +150,8 @@ def test_significance_needs_enough_documents_and_resamples():
                                 config.record("stats", {**PARAMS, "n_boot": 2000}),
                                 PRIMARY, "sim")
     assert not few["inference"].any() and not few["reject_holm"].any()
-    assert few["p"].notna().all() and (few["note"] == "no inference: 3 documents, fewer than stats.min_docs = 20").all()
+    floor = f"fewer than stats.min_docs = {significance.CALIBRATED_FROM}"  # the default: the calibrated test's floor
+    assert few["p"].notna().all() and (few["note"] == f"no inference: 3 documents, {floor}").all()
     many = stats.contrasts_table(*stats.simulate_scores(40, 120, effects, seed=1),
                                  config.record("stats", {**PARAMS, "n_boot": 500}),
                                  PRIMARY, "sim")
@@ -164,7 +165,7 @@ def test_significance_needs_enough_documents_and_resamples():
     for table in (stats.per_type, stats.dose_response):
         t = table(*stats.simulate_scores(3, 30, EFFECTS, seed=1), config.record("stats", {**PARAMS, "n_boot": 2000}),
                   PRIMARY, "sim")
-        assert not t["inference"].any() and t["note"].str.contains("fewer than stats.min_docs = 20").all()
+        assert not t["inference"].any() and t["note"].str.contains(floor).all()
 
 
 def test_clustering_widens_the_interval():

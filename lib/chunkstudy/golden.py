@@ -43,9 +43,10 @@ def headline(cfg: config.Config) -> dict:
 #: Sections of :func:`headline` a golden file pins only when it has them (golden files pinned before these existed
 #: leave them out, and :func:`compare` does not count them as unexpected there): the user's contrasts of the
 #: primary cell, the exact columns of 07's cost table, the correctly specified secondary model (07's
-#: ``mixedlm_paired``) and each contrast's specification curve; each registered verdict's section too
-#: (:func:`optional`; TOST's ``tost``).
-OPTIONAL = ("user_contrasts", "cost", "mixedlm_paired", "multiverse")
+#: ``mixedlm_paired``), each contrast's specification curve and 07's check of its own tests (``size_check``: each
+#: family's family-wise size per test, and the paired MixedLM's coverage per contrast); each registered verdict's
+#: section too (:func:`optional`; the calibrated test's ``calibrated``, TOST's ``tost``).
+OPTIONAL = ("user_contrasts", "cost", "mixedlm_paired", "multiverse", "size_check")
 
 
 def optional() -> tuple[str, ...]:
@@ -86,6 +87,11 @@ def _beyond(cfg: config.Config, primary, cell: str) -> dict:
         out["cost"] = {f"{r['condition']} / {r['embedder']}": {c: (r[c].item() if hasattr(r[c], "item") else r[c])
                                                                for c in COST_PINNED}
                        for _, r in table.iterrows()}
+    if artifacts.exists(cfg, "size_check"):
+        checked = artifacts.read(cfg, "size_check")
+        pinned = checked[checked["measure"] != "size"]
+        if len(pinned):
+            out["size_check"] = {f"{r.family} / {r.rule} / {r.contrast}": float(r.rate) for r in pinned.itertuples()}
     curves = artifacts.read(cfg, "multiverse_summary") if artifacts.exists(cfg, "multiverse_summary") else None
     if curves is not None and len(curves):
         out["multiverse"] = {str(r["contrast"]): {c: (r[c].item() if hasattr(r[c], "item") else r[c])

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, get_args
 
-from . import design, paper
+from . import design, paper, significance
 from .paramspec import group, named, override, param
 
 #: The study's fixed seed (the paper's seeded walk), the default of every seed parameter.
@@ -443,11 +443,24 @@ class StatsParams:
     n_boot: int = param(10000, "cluster-bootstrap resamples (the paper: 10,000); below 1,000 (stats.MIN_BOOT) a run "
                         "writes its numbers but marks nothing significant and the report prints no CI, p or star",
                         ge=1)
-    min_docs: int = param(20, "fewest documents (the bootstrap's resampled clusters) a contrast needs for "
-                          "inference; below it the report prints no CI, p or star and says why. The percentile "
-                          "cluster bootstrap rejects a true null at alpha 0.05 in 25% of studies of 3 documents, 15% "
-                          "of 5, 9% of 10, 8% of 15 and 6% of 20 (bench/bench_bootstrap_size.py; "
-                          "docs/design.md, 'Statistics')", ge=2)
+    min_docs: int = param(significance.CALIBRATED_FROM,
+                          "fewest documents (the resampled clusters) a contrast needs for inference; below it the "
+                          "report prints no CI, p or star and says why. The default is the size below which even the "
+                          "calibrated test does not hold its size in the calibration table (bench/bench_calibration.py; "
+                          "docs/design.md, 'Calibrated at the sizes users bring'); override it knowingly", ge=2)
+    decision: Literal["auto", "percentile", "calibrated"] = param(
+        "auto", "which test decides significance (the star) in every family of stats.contrasts: percentile (the "
+                "paper's cluster bootstrap, pre-registered in its parameter files), calibrated (the wild cluster "
+                "bootstrap-t with the null imposed), or auto: the percentile bootstrap from "
+                f"{significance.PERCENTILE_FROM} documents on, where the calibration table measured it holding its "
+                "size, the calibrated test below; both are always reported", digest="changed")
+    check_sims: int = param(1000, "07's check of its own tests (07_stats/size_check): null studies of this run's "
+                            "documents and queries per document, per test (MC SE of a 5% rate: 0.7 points)", ge=1,
+                            digest="changed")
+    check_n_boot: int = param(999, "07's check: resamples (and wild-bootstrap weight vectors) per simulated study",
+                              ge=1, digest="changed")
+    check_mixed_sims: int = param(200, "07's check: null studies for the paired MixedLM's CI coverage (a fit per "
+                                  "contrast and study)", ge=1, digest="changed")
     seed: int = param(SEED)
     alpha: float = param(0.05, gt=0, lt=1)
     primary_metric: str = param(MetricsParams().primary, "the confirmatory metric: one of the metrics section's "
@@ -566,6 +579,9 @@ class ContrastsParams:
 
     extra: Mapping[str, tuple[str, str]] = param({}, "NAME: [condition A, condition B] over the paper's conditions "
                                                  "and conditions.extra (twins too)")
+    decision: Literal["auto", "percentile", "calibrated"] | None = param(
+        None, "which test decides the user's family (as stats.decision); null = stats.decision. calibrated declares "
+              "that the calibrated test decides your contrasts whatever the corpus's size", digest="changed")
 
 
 # ---------------------------------------------------------------------------------------------------- multiverse

@@ -46,6 +46,16 @@ _BLOCK = 1000
 #: method, not a policy to tune.
 MIN_BOOT = 1000
 
+#: From this many documents on, ``stats.decision: auto`` lets the percentile bootstrap decide a family: the fewest
+#: documents at which bench/bench_calibration.py measured its per-contrast and family-wise false-positive rates at
+#: most alpha + 2 Monte Carlo SE in every family of its table; below, the calibrated test decides
+#: (:mod:`chunkstudy.stats.decision`; docs/design.md, "Calibrated at the sizes users bring").
+PERCENTILE_FROM = 100
+#: The fewest documents at which the calibrated test held its size in every family of the same table: the default of
+#: ``stats.min_docs``, below which no test is trusted and nothing is called significant (a parameter: override it
+#: knowingly).
+CALIBRATED_FROM = 40
+
 #: The note of a contrast whose paired queries all come from one document.
 ONE_DOCUMENT_NOTE = "only one document: the clustered bootstrap cannot estimate uncertainty"
 
@@ -147,7 +157,9 @@ def inference_problem(n_docs: int, n_boot: int, min_docs: int) -> str:
 @dataclass(frozen=True)
 class Bootstrap:
     """A cluster-bootstrap result: the point estimate (the unweighted mean over all observations), the percentile
-    CI, the two-sided p, the sizes, and the replicate means themselves (length ``n_boot``)."""
+    CI, the two-sided p, the sizes, the replicate means themselves (length ``n_boot``), and the per-cluster sums and
+    counts it resampled (sorted label order; what a test on the same clusters reads: the calibrated test of
+    :mod:`chunkstudy.stats.decision`)."""
 
     estimate: float
     ci_low: float
@@ -156,6 +168,8 @@ class Bootstrap:
     n: int
     n_clusters: int
     replicates: np.ndarray
+    sums: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False)
+    counts: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False)
 
 
 def cluster_sums(values: Sequence[float] | np.ndarray, clusters: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -202,7 +216,7 @@ def cluster_bootstrap(deltas: Sequence[float] | np.ndarray, clusters: Sequence, 
         replicates[start:stop] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
     estimate = float(sums.sum() / counts.sum())
     lo, hi = percentile_ci(replicates, alpha)
-    return Bootstrap(estimate, lo, hi, bootstrap_p(replicates), int(counts.sum()), int(g), replicates)
+    return Bootstrap(estimate, lo, hi, bootstrap_p(replicates), int(counts.sum()), int(g), replicates, sums, counts)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -213,8 +227,9 @@ def cluster_bootstrap(deltas: Sequence[float] | np.ndarray, clusters: Sequence, 
 class Tested:
     """One contrast as the test saw it (:meth:`BootstrapTest.test`): the bootstrap ``estimate`` (the mean over all
     paired queries), the ``(1−alpha)`` CI and p (NaN when they are undefined: one document, or no paired query),
-    the sizes, ``inference`` (the floors hold, :func:`inference_problem`), a ``note`` saying why not, and the
-    replicates every verdict reads (empty when nothing was drawn)."""
+    the sizes, ``inference`` (the floors hold, :func:`inference_problem`), a ``note`` saying why not, the
+    replicates every verdict reads (empty when nothing was drawn), and the per-document sums and counts of the
+    deltas (what a verdict that tests the same documents otherwise reads; empty when not given)."""
 
     estimate: float
     ci_low: float
@@ -225,6 +240,8 @@ class Tested:
     inference: bool
     note: str = ""
     replicates: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False)
+    sums: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False)
+    counts: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False)
 
     @classmethod
     def untested(cls, note: str) -> "Tested":
@@ -399,7 +416,8 @@ class BootstrapTest:
         nan = math.nan
         return Tested(boot.estimate, nan if one_doc else boot.ci_low, nan if one_doc else boot.ci_high,
                       nan if one_doc else boot.p, boot.n, boot.n_clusters, not problem,
-                      "; ".join(x for x in (ONE_DOCUMENT_NOTE if one_doc else "", problem) if x), boot.replicates)
+                      "; ".join(x for x in (ONE_DOCUMENT_NOTE if one_doc else "", problem) if x), boot.replicates,
+                      boot.sums, boot.counts)
 
     # the decision -----------------------------------------------------------------------------------------------
     def adjust(self, pvalues: Sequence[float] | np.ndarray) -> np.ndarray:

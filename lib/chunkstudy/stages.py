@@ -235,9 +235,12 @@ _BOOT = {"mean_delta": F, "ci_low": F, "ci_high": F, "p": F}
 #: 07's TOST columns (stats.sesoi declared; chunkstudy.stats.equivalence.TOST_COLUMNS)
 _TOST = {"sesoi": F, "tost_ci_low": F, "tost_ci_high": F, "p_tost": F, "p_tost_holm": F, "p_met": F, "p_met_holm": F,
          "equivalence": S}
+#: 07's calibrated test beside the percentile's and the test that decided (chunkstudy.stats.decision.CAL_COLUMNS)
+_CAL = {"p_cal": F, "p_holm_cal": F, "ci_low_cal": F, "ci_high_cal": F, "reject_holm_cal": B, "method_cal": S,
+        "decision": S, "decided_by": S, "significant": B}
 _CONTRAST = {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I, "n_docs": I,
              "mean_a": F, "mean_b": F, "confirmatory": B, "label": S, "n_boot": I, "seed": I, "inference": B, "note": S,
-             **_TOST}
+             **_CAL, **_TOST}
 #: 07's cost table (:data:`chunkstudy.stats.cost.COST_COLUMNS`)
 _COST = {"condition": S, "embedder": S, "quality": F, "embedding": S, "llm_calls": I, "llm_prompt_tokens": F,
          "llm_reply_tokens": F, "llm_seconds": F, "llm_tokens_counted": S, "llm_tokens": F, "n_chunks": I,
@@ -392,6 +395,11 @@ STAGES: tuple[Stage, ...] = (
         Table("user_contrasts", _CONTRAST,
               "the user's contrasts (contrasts.extra): an exploratory family, Holm within it; empty without",
               required=tuple(c for c in _CONTRAST if c not in _TOST)),
+        Table("size_check", {"family": S, "cell": S, "rule": S, "decided": B, "measure": S, "contrast": S, "rate": F,
+                             "mc_se": F, "alpha": F, "n_sims": I, "n_boot": I, "n_docs": I, "queries_per_doc": F,
+                             "seed": I, "note": S},
+              "each test's measured size (and the paired MixedLM's CI coverage) in null studies of this run's own "
+              "documents and queries per document (stats.check_*)", required=("family", "rule", "measure", "rate")),
         Table("mixedlm", {"corpus": S, "cell": S, **_PAIR, "coef": F, "se": F, "z": F, "p": F, "p_holm": F,
                           "ci_low": F, "ci_high": F, "n_obs": I, "n_queries": I, "n_docs": I, "group_var": F,
                           "resid_var": F, "converged": B, "label": S, "note": S},
@@ -433,6 +441,7 @@ STAGES: tuple[Stage, ...] = (
         _optional("section_recall", "Figure 1's routing example and the section-recall figure"),
         _optional("section_recall_summary", "the section-recall table"), _optional("drilldown", "the drill-down"),
         Read("contrasts"), Read("mixedlm"), _optional("mixedlm_paired", "Table 1's note on the paired MixedLM"),
+        _optional("size_check", "Table 1's note on the measured size at this run's structure"),
         _optional("dose_response", "the dose-response table and figure"),
         _optional("per_type", "the per-type table and figure"), Read("condition_means"),
         _optional("reranker_lift", "the reranker-lift table"), Read("power"), Read("power_needed"),

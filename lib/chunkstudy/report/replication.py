@@ -1,5 +1,6 @@
 """The cross-corpus replication table of stage 08: the confirmatory contrasts of each corpus's 07_stats side by
-side, with 07's Holm decision (``reject_holm``) and inference floor read, never recomputed. Pure."""
+side, with 07's decision (``significant``, by the test that decided: ``decided_by``; before that column,
+``reject_holm``) and inference floor read, never recomputed. Pure."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame]) -> pd.Dat
     Uses each corpus's confirmatory rows (primary cell) as its 07 wrote them. One row per contrast (in the first
     corpus's order) with, per corpus ``c``: ``delta[c]`` (mean paired delta), ``p_holm[c]``, ``sign[c]`` (+, −, 0,
     ? when missing), ``inference[c]`` (07 found the bootstrap fit for inference: enough documents and resamples)
-    and ``significant[c]`` (07's decision, ``reject_holm``: :class:`chunkstudy.significance.BootstrapTest`); then
+    and ``significant[c]`` (07's decision, ``significant``: :mod:`chunkstudy.stats.decision`); then
     ``same_sign`` (all corpora share one non-zero sign), ``all_significant`` and ``verdict``: "replicates" (same
     sign and Holm-significant everywhere), "corpus-dependent" (significant somewhere but not replicated), or
     "null" (significant nowhere). Nothing is tested here."""
@@ -47,10 +48,13 @@ def replication_table(contrasts_by_corpus: Mapping[str, pd.DataFrame]) -> pd.Dat
             here = name in c.index
             d = float(c.loc[name, "mean_delta"]) if here else np.nan
             row[f"delta[{corpus}]"] = d
-            row[f"p_holm[{corpus}]"] = float(c.loc[name, "p_holm"]) if here else np.nan
+            calibrated = here and "decided_by" in c and c.loc[name, "decided_by"] == "calibrated"
+            row[f"p_holm[{corpus}]"] = float(c.loc[name, "p_holm_cal" if calibrated else "p_holm"]) if here \
+                else np.nan
             row[f"sign[{corpus}]"] = _sign(d)
             row[f"inference[{corpus}]"] = bool(tables.inference_mask(c.loc[[name]]).iat[0]) if here else False
-            row[f"significant[{corpus}]"] = bool(c.loc[name, "reject_holm"]) if here else False
+            row[f"significant[{corpus}]"] = bool(c.loc[name, "significant" if "significant" in c else
+                                                       "reject_holm"]) if here else False
         signs = {row[f"sign[{c}]"] for c in conf}
         sig = [row[f"significant[{c}]"] for c in conf]
         row["same_sign"] = len(signs) == 1 and signs <= {"+", "\u2212"}
@@ -73,8 +77,9 @@ def replication(contrasts_by_corpus: Mapping[str, pd.DataFrame]) -> tables.Table
             for d, p, ok, s in zip(data[f"delta[{corpus}]"], data[f"p_holm[{corpus}]"], data[f"inference[{corpus}]"],
                                    data[f"significant[{corpus}]"])]
     display["Verdict"] = data["verdict"]
-    notes: tuple[str, ...] = ("Primary cell of each corpus; * = Holm-significant in that corpus's 07_stats "
-                              "(reject_holm). \"replicates\" = same sign and Holm-significant on every corpus.",)
+    notes: tuple[str, ...] = ("Primary cell of each corpus; * = Holm-significant in that corpus's 07_stats by the "
+                              "test that decided there (its Holm p shown). \"replicates\" = same sign and "
+                              "Holm-significant on every corpus.",)
     if not all(data[f"inference[{c}]"].all() for c in contrasts_by_corpus):
         notes += (f"{tables.NO_INFERENCE} = not enough documents or resamples for inference on that corpus (its "
                   "report says why); such a contrast is never counted as significant.",)

@@ -13,7 +13,8 @@ What 08 may do without is declared with its reads (:func:`chunkstudy.stages.opti
 construction tables): :func:`gather` checks every input up front, records a missing optional one (the report
 prints a note where its table or figure would have been) and stops the stage on a missing required one, naming it
 and its writer. A table builder that fails is a bug, never a note: :func:`build` stops the stage naming the table
-(:class:`ReportError`). The report prints 07's decisions (``reject_holm``, ``inference``) and computes no statistic.
+(:class:`ReportError`). The report prints 07's decisions (``significant`` and ``decided_by``, ``reject_holm``,
+``inference``) and computes no statistic.
 Reading goes through :mod:`chunkstudy.artifacts` (the only module that touches paths); every other function here
 is pure.
 """
@@ -262,7 +263,9 @@ def inference_thresholds(stats_params: StatsParams, resamples: Any = None) -> st
     return (f"CIs, p-values and significance stars are printed only for a contrast over at least "
             f"{int(stats_params.min_docs):,} documents (stats.min_docs) with at least {significance.MIN_BOOT:,} "
             f"bootstrap resamples (this run: {n_boot:,}); the bootstrap p is Monte-Carlo-correct, "
-            f"{significance.P_RULE} for the k of B resamples on the far side of 0, so never 0.")
+            f"{significance.P_RULE} for the k of B resamples on the far side of 0, so never 0. The star is the "
+            f"decision of the test that decided (stats.decision: {stats_params.decision}; auto: the calibrated test "
+            f"below {significance.PERCENTILE_FROM:,} documents, the percentile bootstrap from there).")
 
 
 def inference_warnings(contrasts: pd.DataFrame | None, stats_params: StatsParams) -> list[str]:
@@ -284,9 +287,8 @@ def inference_warnings(contrasts: pd.DataFrame | None, stats_params: StatsParams
         docs = sorted({int(n) for n in few["n_docs"].fillna(0)})
         span = f"{docs[0]}" if len(docs) == 1 else f"{docs[0]}-{docs[-1]}"
         reasons.append(f"{', '.join(map(str, few['contrast']))} rest on {span} document{'' if docs == [1] else 's'}, "
-                       f"fewer than stats.min_docs = {min_docs}: with so few resampled clusters the percentile "
-                       "bootstrap understates the spread of their mean and rejects a true null far more often than "
-                       "alpha")
+                       f"fewer than stats.min_docs = {min_docs}: with so few documents even the calibrated test "
+                       "rejects a true null more often than alpha (the calibration table, docs/design.md)")
     if n_boot < significance.MIN_BOOT:
         reasons.append(f"stats.n_boot is {n_boot:,}, below the floor of {significance.MIN_BOOT:,} resamples (its "
                        f"smallest p is {significance.SMALLEST_P_RULE} = {significance.smallest_p(n_boot):.3g}; a "
@@ -360,7 +362,8 @@ def _confirmatory(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], in
                   partner: Partner, marks: Mapping[str, str]) -> None:
     """Table 1 with its verdicts' sentences, and the replication table beside the partner corpus's contrasts."""
     if "contrasts" in got:
-        _table(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks, got.get("mixedlm_paired"))
+        _table(b, "table1", tables.table1, got["contrasts"], got.get("mixedlm"), marks, got.get("mixedlm_paired"),
+               got.get("size_check"))
         b.facts["verdicts"] = verdict_sentences(params, got["contrasts"], inputs.get("manifests"))
     other, other_contrasts, note = partner
     if note:
@@ -416,7 +419,7 @@ def _user_added(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], inpu
     if "user_contrasts" in got and len(got["user_contrasts"]):
         b.facts["user_declared"], b.facts["user_registration"] = user_registration(params, inputs.get("manifests"))
         _table(b, "user_contrasts", tables.user_contrasts, got["user_contrasts"],
-               params.primary_cell.name, b.facts["user_registration"])
+               params.primary_cell.name, b.facts["user_registration"], got.get("size_check"))
         if "user_power" in got and len(got["user_power"]) and "user_power_needed" in got:
             _table(b, "user_power", lambda n, p: replace(
                 tables.power(n, p), name="user_power",

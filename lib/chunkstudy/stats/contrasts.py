@@ -32,7 +32,8 @@ MIXEDLM_NOTE = (
 PAIRED_MIXEDLM_NOTE = (
     "secondary, correctly specified: the paired per-query differences A - B (each query's own effect cancels in "
     "the difference) with a random intercept per document (the document's own effect of the contrast); REML, Wald "
-    "CI; the clustered bootstrap is primary"
+    "CI; its estimate weights each document by its precision (GLS), so it is not mean_delta, the mean over "
+    "queries; the clustered bootstrap is primary"
 )
 
 
@@ -94,7 +95,10 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
     08 prints it and decides nothing); ``dz`` = Cohen's dz (:func:`cohens_dz`); ``mean_a``/``mean_b`` = the two
     conditions' means
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
-    "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``. With a
+    "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``. Every
+    cell's family also carries the calibrated test beside the percentile bootstrap and the test that decides under
+    ``stats.decision`` (:class:`chunkstudy.stats.decision.CalibratedVerdict`: ``p_cal``, ``p_holm_cal``,
+    ``ci_low_cal``, ``ci_high_cal``, ``reject_holm_cal``, ``decided_by``, ``significant``). With a further
     registered verdict beside Holm's declared (:data:`chunkstudy.stats.verdicts.VERDICTS`: the TOST of
     :class:`chunkstudy.stats.equivalence.TostVerdict` when a bound is declared, ``stats.sesoi`` for the primary
     metric, ``stats.sesoi_by_metric`` for others) the test also carries that verdict, from the same draws and
@@ -136,22 +140,25 @@ def table_columns(stats_params: Any) -> list[str]:
             + [c for v in verdicts.declared(stats_params) for c in v.columns])
 
 
-def user_family(stats_params: StatsParams, user_contrasts: Mapping[str, Any]) -> Any:
-    """The ``stats`` record with ``contrasts`` replaced by the user's (``contrasts.extra``): every function that
-    tests or simulates "the family" (:func:`contrasts_table`, :func:`chunkstudy.stats.power.power_table`) then works on
-    the user's family alone, with its own Holm correction, and never touches the confirmatory four."""
-    return replace(stats_params, contrasts=dict(user_contrasts))
+def user_family(stats_params: StatsParams, user_contrasts: Mapping[str, Any], decision: str | None = None) -> Any:
+    """The ``stats`` record with ``contrasts`` replaced by the user's (``contrasts.extra``) and, when given, its
+    ``decision`` by the user family's (``contrasts.decision``): every function that tests or simulates "the family"
+    (:func:`contrasts_table`, :func:`chunkstudy.stats.power.power_table`) then works on the user's family alone, with
+    its own Holm correction and rule, and never touches the confirmatory four."""
+    out = replace(stats_params, contrasts=dict(user_contrasts))
+    return out if decision is None else replace(out, decision=cast(Any, decision))
 
 
 def user_contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: Any, primary: design.PrimaryCell,
-                         corpus: str, user_contrasts: Mapping[str, Any]) -> pd.DataFrame:
+                         corpus: str, user_contrasts: Mapping[str, Any], decision: str | None = None) -> pd.DataFrame:
     """The user's contrasts (``contrasts.extra``) in every cell, as :func:`contrasts_table` computes the paper's:
     the same bootstrap, seed and dz, but Holm-adjusted within the user's family in each cell (a family of its own,
-    kept apart from ``stats.contrasts``), ``confirmatory`` False everywhere and ``label`` :data:`USER_ADDED`, the
-    primary cell included. Empty (with the columns) when there are none."""
+    kept apart from ``stats.contrasts``) and decided under ``decision`` (``contrasts.decision``; None: as
+    ``stats.decision``), ``confirmatory`` False everywhere and ``label`` :data:`USER_ADDED`, the primary cell
+    included. Empty (with the columns) when there are none."""
     if not user_contrasts:
         return pd.DataFrame(columns=table_columns(stats_params))
-    out = contrasts_table(scores, queries, user_family(stats_params, user_contrasts), primary, corpus)
+    out = contrasts_table(scores, queries, user_family(stats_params, user_contrasts, decision), primary, corpus)
     return out.assign(confirmatory=False, label=USER_ADDED)
 
 

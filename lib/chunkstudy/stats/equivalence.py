@@ -34,6 +34,11 @@ interval can lie inside (or beyond) with its p a hair above α. The verdict foll
 
 Equivalence and a difference from zero are separate questions and can both hold: a Holm-rejected δ = 0 with an
 equivalent verdict is a real but trivially small difference (:func:`reading`, which the report prints).
+
+**By the test that decides.** Where the family is decided by the calibrated test (:mod:`.decision`: ``stats.decision``,
+with ``auto`` every family of fewer than :data:`~chunkstudy.significance.PERCENTILE_FROM` documents), the same
+counts come from it instead (:func:`tost_calibrated`): its one-sided p-values with the null imposed at ±Δ and its
+``(1 − 2α)`` interval by inversion; Holm and the verdicts are the same.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from ..significance import BootstrapTest, Tested, Verdict, holm, percentile_ci
+from . import decision
 
 EQUIVALENT = "equivalent"
 NOT_EQUIVALENT = "not equivalent"
@@ -114,6 +120,24 @@ def tost(replicates: np.ndarray, sesoi: float, *, alpha: float) -> Equivalence:
                        verdict_of(p_tost, p_met, alpha), int(b))
 
 
+def tost_calibrated(test: Any, sesoi: float, *, alpha: float) -> Equivalence:
+    """TOST of one contrast by the calibrated test (:func:`chunkstudy.stats.decision.calibrated_test`: any object
+    with ``p_greater``, ``p_less`` and ``ci`` at a null β0) at bounds ``±sesoi``, counted as :func:`tost` counts the
+    bootstrap's: ``p_lower`` = its one-sided p of H0: δ ≤ −sesoi, ``p_upper`` of H0: δ ≥ +sesoi, ``p_tost`` their
+    maximum, ``p_met`` = ``min(1, 2·min(p of H0: δ ≤ +sesoi, p of H0: δ ≥ −sesoi))`` (at sesoi 0 its two-sided p
+    of δ = 0, doubled from the one-sided ones) and the ``(1 − 2·alpha)`` CI by inverting the test."""
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"tost_calibrated: alpha must lie in (0, 0.5), got {alpha}")
+    if not (np.isfinite(sesoi) and sesoi > 0):
+        raise ValueError(f"tost_calibrated: sesoi must be a positive number (metric units), got {sesoi}")
+    lo, hi = test.ci(2 * alpha)
+    p_lower, p_upper = float(test.p_greater(-sesoi)), float(test.p_less(sesoi))
+    p_met = min(1.0, 2.0 * min(float(test.p_greater(sesoi)), float(test.p_less(-sesoi))))
+    p_tost = max(p_lower, p_upper)
+    return Equivalence(float(sesoi), float(alpha), float(lo), float(hi), p_lower, p_upper, p_tost, p_met,
+                       verdict_of(p_tost, p_met, alpha), int(getattr(test, "n_boot", 0)))
+
+
 def reading(outcome: str, different: bool) -> str:
     """One sentence for the report, from the TOST verdict and whether the contrast's two-sided test rejected
     δ = 0 (``different``: the Holm decision for a family's contrast):
@@ -148,11 +172,13 @@ def _blank(sesoi: float | None) -> dict:
 
 
 def family_columns(replicates: Sequence[np.ndarray], inference: Sequence[bool], sesoi: float | None, alpha: float,
-                   adjust: Callable[[Sequence[float]], np.ndarray] = holm) -> list[dict]:
+                   adjust: Callable[[Sequence[float]], np.ndarray] = holm,
+                   calibrated: Sequence[Any] | None = None) -> list[dict]:
     """The TOST columns (:data:`TOST_COLUMNS`) of one family of contrasts, in family order, from each contrast's
-    bootstrap ``replicates``: the bound, the ``(1 − 2·alpha)`` CI, ``p_tost`` and ``p_met`` (:func:`tost`), their
-    Holm adjustments within the family (``adjust``, :func:`chunkstudy.significance.holm`) and the verdict
-    (:func:`verdict_of` on the adjusted p-values).
+    bootstrap ``replicates`` (:func:`tost`) or, given ``calibrated`` (one calibrated test per contrast, None where
+    there is none), from those (:func:`tost_calibrated`): the bound, the ``(1 − 2·alpha)`` CI, ``p_tost`` and
+    ``p_met``, their Holm adjustments within the family (``adjust``, :func:`chunkstudy.significance.holm`) and the
+    verdict (:func:`verdict_of` on the adjusted p-values).
 
     A contrast that supports no inference (``inference`` False: too few documents or resamples, one document, no
     paired query) gets NaN statistics and verdict ``""``, as the two-sided test prints no CI or p there; it still
@@ -161,20 +187,16 @@ def family_columns(replicates: Sequence[np.ndarray], inference: Sequence[bool], 
     if sesoi is None:
         return [_blank(None) for _ in replicates]
     rows: list[Equivalence | None] = []
-    p_tost: list[float] = []
-    p_met: list[float] = []
-    for r, ok in zip(replicates, inference):
+    for i, (r, ok) in enumerate(zip(replicates, inference)):
         r = np.asarray(r, dtype=float).ravel()
-        if not ok or r.size == 0 or not np.isfinite(r).all():
-            rows.append(None)
-            p_tost.append(float("nan"))
-            p_met.append(float("nan"))
-            continue
-        one = tost(r, sesoi, alpha=alpha)
+        if calibrated is not None:
+            one = tost_calibrated(calibrated[i], sesoi, alpha=alpha) if ok and calibrated[i] is not None else None
+        else:
+            one = tost(r, sesoi, alpha=alpha) if ok and r.size and np.isfinite(r).all() else None
         rows.append(one)
-        p_tost.append(one.p_tost)
-        p_met.append(one.p_met)
-    adj_tost, adj_met = adjust(p_tost), adjust(p_met)
+    nan = float("nan")
+    adj_tost = adjust([e.p_tost if e is not None else nan for e in rows])
+    adj_met = adjust([e.p_met if e is not None else nan for e in rows])
     out = []
     for e, at, am in zip(rows, adj_tost, adj_met):
         if e is None:
@@ -206,8 +228,10 @@ def no_bound_note(stats_params: Any, metric: str) -> str:
 @dataclass(frozen=True)
 class TostVerdict:
     """The equivalence decision beside Holm's, a :class:`chunkstudy.significance.ReportedVerdict`: over a family of
-    contrasts, :func:`family_columns` at ``±sesoi`` and the test's ``alpha``, from the replicates the test drew
-    for each contrast (``Tested.replicates``) and its floors (``Tested.inference``), adjusted within the family by
+    contrasts, :func:`family_columns` at ``±sesoi`` and the test's ``alpha``, by the test that decides the family
+    under ``decision`` (``stats.decision``): the replicates the bootstrap drew for each contrast
+    (``Tested.replicates``), or the calibrated test on the per-document sums it saw (``Tested.sums``,
+    ``Tested.counts``), with the floors (``Tested.inference``), adjusted within the family by
     the test's own Holm (:meth:`~chunkstudy.significance.BootstrapTest.adjust`), so the chance of any false
     "equivalent" (or "not equivalent") in the family stays at most alpha. ``sesoi`` None: the family's metric has
     no declared bound, and every row is blank. Columns :data:`TOST_COLUMNS`.
@@ -219,6 +243,7 @@ class TostVerdict:
     bounds (``equivalence_declared``), so 08 says whether they were declared before the run."""
 
     sesoi: float | None
+    decision: str = "percentile"
     name: ClassVar[str] = "tost"
     columns: ClassVar[tuple[str, ...]] = TOST_COLUMNS
     sentence: ClassVar[str] = TOST_SENTENCE
@@ -230,8 +255,13 @@ class TostVerdict:
             raise ValueError(f"TostVerdict: sesoi must be a positive number (metric units), got {self.sesoi}")
 
     def decide(self, test: BootstrapTest, family: Sequence[Tested]) -> list[dict[str, Any]]:
+        """The family's TOST by the test that decides it (:func:`chunkstudy.stats.decision.rule` under
+        ``decision``): the percentile bootstrap's replicates, or the calibrated test at ±sesoi."""
+        calibrated = None
+        if decision.rule_of(self.decision, family) == decision.CALIBRATED:
+            calibrated = [decision.calibrated_test(t, test.n_boot, test.seed) for t in family]
         return family_columns([t.replicates for t in family], [bool(t.inference) for t in family], self.sesoi,
-                              float(test.alpha), test.adjust)
+                              float(test.alpha), test.adjust, calibrated)
 
     # 07: which cells carry it ---------------------------------------------------------------------------------
     def for_cell(self, stats_params: Any, metric: str) -> tuple[Verdict, str] | None:
@@ -242,7 +272,7 @@ class TostVerdict:
         if not declared:
             return None
         sesoi = declared.get(metric)
-        return (TostVerdict(None if sesoi is None else float(sesoi)),
+        return (TostVerdict(None if sesoi is None else float(sesoi), str(getattr(stats_params, "decision", "auto"))),
                 no_bound_note(stats_params, metric) if sesoi is None else "")
 
     # 08: its columns and notes --------------------------------------------------------------------------------
@@ -273,10 +303,13 @@ class TostVerdict:
         s = d["sesoi"].dropna()
         bound = fmt.fmt_num(float(s.iat[0]), 3) if len(s) else fmt.DASH
         metric = f" ({d['metric'].iat[0]})" if "metric" in d and len(d) else ""
-        return (f"TOST: two one-sided tests of |\u0394| < sesoi = {bound}{metric} from the same bootstrap draws; the "
-                "90% CI is unadjusted. The verdicts hold the family's error at alpha as Holm does: equivalent = the "
-                "Holm-adjusted TOST p (the larger one-sided p) < alpha; not equivalent = the Holm-adjusted p of the "
-                "minimum-effect test (H0: |\u0394| \u2264 sesoi) < alpha; inconclusive = neither. " + TOST_SENTENCE,
+        by = ("the calibrated test's one-sided p-values at \u00b1sesoi (the 90% CI by inverting it)"
+              if "decided_by" in d and (d["decided_by"] == decision.CALIBRATED).any() else "the same bootstrap draws")
+        return (f"TOST: two one-sided tests of |\u0394| < sesoi = {bound}{metric} from {by}, as the test that "
+                "decided; the 90% CI is unadjusted. The verdicts hold the family's error at alpha as Holm does: "
+                "equivalent = the Holm-adjusted TOST p (the larger one-sided p) < alpha; not equivalent = the "
+                "Holm-adjusted p of the minimum-effect test (H0: |\u0394| \u2264 sesoi) < alpha; inconclusive = "
+                "neither. " + TOST_SENTENCE,
                 *self.readings(d))
 
     def readings(self, table: Any) -> tuple[str, ...]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..significance import ReportedVerdict, Verdict
-from . import equivalence
+from . import decision, equivalence
 
-#: Every verdict beside Holm's, by name, in the order its columns follow 07's and 08's: the equivalence test.
-VERDICTS: dict[str, ReportedVerdict] = {equivalence.TOST.name: equivalence.TOST}
+#: Every verdict beside Holm's, by name, in the order its columns follow 07's and 08's: the calibrated test and which
+#: test decides (every run), then the equivalence test (a bound declared).
+VERDICTS: dict[str, ReportedVerdict] = {decision.CALIBRATED_VERDICT.name: decision.CALIBRATED_VERDICT,
+                                        equivalence.TOST.name: equivalence.TOST}
 
 
 def columns() -> tuple[str, ...]:

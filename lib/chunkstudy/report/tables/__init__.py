@@ -37,7 +37,7 @@ from .common import (  # noqa: F401
 )
 from .results import (  # noqa: F401
     table1, table2, table4, dose_response, section_recall_table, reranker_lift, per_type, power, user_contrasts,
-    paired_mixedlm_note, verdict_cells, verdict_notes,
+    paired_mixedlm_note, verdict_cells, verdict_notes, percentile_stars, size_check_note,
 )
 from .costs import cost  # noqa: F401
 from .multiverse import CURVE_NOTE, SPEC_AXES, multiverse, multiverse_specs  # noqa: F401
@@ -52,6 +52,7 @@ __all__ = [
     "row_notes", "placebo_marks", "table1", "table2", "table4", "dose_response",
     "section_recall_table", "reranker_lift", "per_type", "power", "corpus_funnel", "INDUCTION_ROWS", "induction",
     "query_funnel", "size_matching", "placebo", "USER_MARK", "USER_NOTE", "is_user_condition", "user_contrasts",
-    "user_conditions", "cost", "paired_mixedlm_note", "verdict_cells", "verdict_notes", "CURVE_NOTE", "SPEC_AXES",
+    "user_conditions", "cost", "paired_mixedlm_note", "verdict_cells", "verdict_notes", "percentile_stars",
+    "size_check_note", "CURVE_NOTE", "SPEC_AXES",
     "multiverse", "multiverse_specs",
 ]

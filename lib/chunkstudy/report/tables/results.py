@@ -16,6 +16,7 @@ from .formatting import DASH, _missing, fmt_ci, fmt_delta, fmt_int, fmt_n, fmt_n
 from . import formatting
 from .record import Table
 from ...stats import verdicts
+from ...stats.contrasts import USER_ADDED as USER_ADDED_LABEL
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -24,7 +25,8 @@ from ...stats import verdicts
 
 
 def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
-           marks: Mapping[str, str] | None = None, paired: pd.DataFrame | None = None) -> Table:
+           marks: Mapping[str, str] | None = None, paired: pd.DataFrame | None = None,
+           size_check: pd.DataFrame | None = None) -> Table:
     """Table 1 — the confirmatory family: the primary cell's contrasts (rows with ``confirmatory`` true in the
     07_stats ``contrasts`` table), one row per contrast in the table's order, with Δ (mean paired delta A − B),
     the 95% cluster-bootstrap CI, two-sided p, Holm p, Cohen's dz, queries / documents, and the secondary
@@ -35,7 +37,11 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     CI, p-values and MixedLM p, and no star; 07's note saying why (and any other row note, such as the
     one-document note) is among the table's notes. ``marks`` (contrast -> why, :func:`placebo_marks`) marks
     contrasts whose placebo is not clean with :data:`PLACEBO_MARK`. ``paired`` (07's ``mixedlm_paired``): the
-    correctly specified secondary model, one note (:func:`paired_mixedlm_note`)."""
+    correctly specified secondary model, one note (:func:`paired_mixedlm_note`). The calibrated test's CI and Holm p
+    and the test that decided are the registered verdict's columns (:class:`chunkstudy.stats.decision.
+    CalibratedVerdict`); the star sits on the Holm p of the test that decided (:func:`percentile_stars`).
+    ``size_check`` (07's): the measured size of the tests at this run's structure, one note
+    (:func:`size_check_note`)."""
     _require(contrasts, ["contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "reject_holm", "dz", "n_queries",
                          "n_docs"], "contrasts")
     marks = dict(marks or {})
@@ -69,7 +75,7 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
         "95% CI": gated([fmt_ci(lo, hi) for lo, hi in zip(d["ci_low"], d["ci_high"])], ok),
         "p": gated([fmt_p(p, b) for p, b in zip(d["p"], n_boot)], ok),
         "Holm p": gated([fmt_p(p, b) + (" *" if r else "") for p, b, r in zip(d["p_holm"], n_boot,
-                                                                              d["reject_holm"])], ok),
+                                                                              percentile_stars(d))], ok),
         "dz": d["dz"].map(lambda x: fmt_num(x, 2)),
         "n (q / docs)": [fmt_n(q, n) for q, n in zip(d["n_queries"], d["n_docs"])],
         "MixedLM coef": d["mixedlm_coef"].map(fmt_delta),
@@ -82,10 +88,13 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     notes = (f"Confirmatory family, primary cell {cell}. \u0394 = mean of paired per-query deltas A \u2212 B; "
              f"95% percentile CI and two-sided p from a document-clustered bootstrap"
              f"{f' ({fmt_int(b)} resamples)' if b is not None and not _missing(b) else ''}; "
-             "Holm across the four contrasts (* = Holm p < alpha, 07's decision); dz = mean/sd of the deltas.",
+             "Holm across the four contrasts; * = 07's decision, on the Holm p of the test that decided (Decided "
+             "by); dz = mean/sd of the deltas.",
              "MixedLM (score ~ condition + random intercept per document) is the pre-registered secondary check, "
-             "misspecified by design (no per-query random effect) and conservative for small paired effects.",
-             *paired_mixedlm_note(paired, ok, d["contrast"]))
+             "misspecified by design (no per-query random effect) and conservative for small paired effects; its "
+             "CI's coverage is measured in the calibration table of docs/design.md, not per run.",
+             *paired_mixedlm_note(paired, ok, d["contrast"], size_check),
+             *size_check_note(size_check, "confirmatory"))
     if not ok.all():
         notes += (f"{NO_INFERENCE} = not enough for inference: no CI, p-value or star is printed for that row "
                   "(see its note below and the warning at the top of the report).",)
@@ -94,6 +103,40 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     if "note" in d:
         notes += row_notes(d["contrast"], d["note"])
     return Table("table1_primary", "Table 1: pre-registered contrasts on the primary cell", data, display, notes)
+
+
+def percentile_stars(d: pd.DataFrame) -> list[bool]:
+    """Per row of a family, whether the percentile bootstrap's Holm p carries the star: its Holm decision
+    (``reject_holm``) where it decided the family (``decided_by``; a table without the column: always)."""
+    by = d["decided_by"] if "decided_by" in d else pd.Series(["percentile"] * len(d))
+    return [bool(r) and b == "percentile" for r, b in zip(d["reject_holm"], by)]
+
+
+def size_check_note(size_check: pd.DataFrame | None, family: str) -> tuple[str, ...]:
+    """The note on 07's check of its own tests (``size_check``) for one family: "measured size at this run's
+    structure: X % (± SE)" of the test that decided, family-wise, with the other test's beside it; none without."""
+    if size_check is None or not len(size_check):
+        return ()
+    d = size_check[(size_check["family"] == family) & (size_check["measure"] == "family-wise size")]
+    if d.empty:
+        return ()
+    if d["rate"].isna().all():
+        return (f"Measured size at this run's structure: {str(d['note'].iat[0]) or 'not checked'}.",)
+
+    def said(r: Any) -> str:
+        return f"{fmt_pct(r['rate'], 1)} (± {fmt_pct(r['mc_se'], 1)})"
+
+    first = d.iloc[0]
+    decided = d[d["decided"].astype(bool)]
+    other = d[~d["decided"].astype(bool)]
+    head = decided.iloc[0] if len(decided) else first
+    text = (f"Measured size at this run's structure: {said(head)} for the {head['rule']} test that decided "
+            f"(family-wise, Holm, alpha {fmt_num(head['alpha'], 2)})")
+    if len(other):
+        text += f"; the {other.iloc[0]['rule']} test {said(other.iloc[0])}"
+    return (text + f" — {fmt_int(first['n_sims'])} null studies of this run's {fmt_int(first['n_docs'])} documents "
+            f"({fmt_num(first['queries_per_doc'], 1)} queries each), its deltas re-centred to 0, "
+            f"{fmt_int(first['n_boot'])} resamples each (07_stats/size_check).",)
 
 
 def verdict_cells(display: pd.DataFrame, d: pd.DataFrame, ok: Sequence[bool]) -> None:
@@ -110,10 +153,13 @@ def verdict_notes(d: pd.DataFrame) -> tuple[str, ...]:
     return tuple(n for v in verdicts.shown(d) for n in v.notes(d, formatting))
 
 
-def paired_mixedlm_note(paired: pd.DataFrame | None, ok: Sequence[bool], order: Sequence[str]) -> tuple[str, ...]:
+def paired_mixedlm_note(paired: pd.DataFrame | None, ok: Sequence[bool], order: Sequence[str],
+                        size_check: pd.DataFrame | None = None) -> tuple[str, ...]:
     """Table 1's note on the correctly specified secondary model (07's ``mixedlm_paired``): per contrast its
     coefficient, 95% Wald CI and Holm p (gated as the row's own: :data:`NO_INFERENCE` for the CI and p where the
-    bootstrap row supports no inference; a model not fitted says why); none when 07 wrote no such table."""
+    bootstrap row supports no inference; a model not fitted says why), that its estimate weights documents (it is
+    not Δ, the mean over queries), and, from 07's ``size_check``, its CI's measured coverage at this run's
+    structure; none when 07 wrote no such table."""
     if paired is None or not len(paired):
         return ()
     m = paired.set_index("contrast")
@@ -128,9 +174,18 @@ def paired_mixedlm_note(paired: pd.DataFrame | None, ok: Sequence[bool], order: 
                 f"{fmt_p(m.at[c, 'p_holm'])}")
 
     cells = [cell(c) for c in order if c in m.index]
+    coverage = ""
+    if size_check is not None and len(size_check):
+        cov = size_check[(size_check["measure"] == "CI coverage") & size_check["rate"].notna()]
+        if len(cov):
+            coverage = (" Its 95% CI's measured coverage at this run's structure: "
+                        + ", ".join(f"{r.contrast} {fmt_pct(r.rate, 1)}" for r in cov.itertuples())
+                        + f" ({fmt_int(cov['n_sims'].iat[0])} null studies each, 07_stats/size_check).")
     return ("Correctly specified secondary model (beside the pre-registered one): the paired per-query differences "
             "A \u2212 B with a random intercept per document (REML; each query's own effect cancels in the "
-            "difference): " + "; ".join(cells) + ".",)
+            "difference): " + "; ".join(cells) + ". Its estimate weights each document by its precision (GLS), "
+            "between one weight per query and one per document, so it is not \u0394, Table 1's mean over queries."
+            + coverage,)
 
 
 def table2(condition_means: pd.DataFrame, embedder: str, reranker: str) -> Table:
@@ -331,7 +386,8 @@ def power(needed: pd.DataFrame, power_df: pd.DataFrame) -> Table:
     return Table("power", "Power: documents needed per contrast (clustered bootstrap + Holm)", data, display, notes)
 
 
-def user_contrasts(user_contrasts: pd.DataFrame, cell: str, registration: str) -> Table:
+def user_contrasts(user_contrasts: pd.DataFrame, cell: str, registration: str,
+                   size_check: pd.DataFrame | None = None) -> Table:
     """The user's contrasts (07's ``user_contrasts``, ``contrasts.extra``) in one cell (the primary cell's name,
     e.g. ``cov-nDCG@10 | strong | none``): Δ, 95% CI, p, Holm p within the user's family (never the
     confirmatory four's), dz, queries / documents. ``registration`` is the sentence saying whether they were
@@ -350,14 +406,15 @@ def user_contrasts(user_contrasts: pd.DataFrame, cell: str, registration: str) -
         "\u0394": d["mean_delta"].map(fmt_delta),
         "95% CI": gated([fmt_ci(lo, hi) for lo, hi in zip(d["ci_low"], d["ci_high"])], ok),
         "p": gated([fmt_p(p, b) for p, b in zip(d["p"], n_boot)], ok),
-        "Holm p (user family)": gated([fmt_p(p, b) for p, b in zip(d["p_holm"], n_boot)], ok),
+        "Holm p (user family)": gated([fmt_p(p, b) + (" *" if r else "") for p, b, r in zip(
+            d["p_holm"], n_boot, percentile_stars(d) if "reject_holm" in d else [False] * len(d))], ok),
         "dz": d["dz"].map(lambda x: fmt_num(x, 2)),
         "n (q / docs)": [fmt_n(q, n) for q, n in zip(d["n_queries"], d["n_docs"])],
     })
     verdict_cells(display, d, ok)
     notes: tuple[str, ...] = (f"Exploratory, cell {cell}. {registration} Holm is applied within the user's {len(d)} contrast(s) "
              "only: the confirmatory four are neither in this family nor affected by it.", USER_NOTE + ".")
-    notes += verdict_notes(d)
+    notes += verdict_notes(d) + size_check_note(size_check, USER_ADDED_LABEL)
     if "note" in d:
         notes += row_notes(d["contrast"], d["note"])
     return Table("user_contrasts", "Your contrasts (user-added, exploratory)", d, display, notes)
