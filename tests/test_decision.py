@@ -132,3 +132,12 @@ def test_the_paired_model_s_note_says_it_weights_documents(twelve):
     notes = " ".join(tables.table1(t, paired=paired).notes)
     assert "Its estimate weights each document by its precision (GLS)" in notes
     assert "so it is not \u0394, Table 1's mean over queries" in notes
+
+
+def test_below_the_floor_nothing_is_decided_and_the_note_says_so(twelve):
+    t = _table(twelve, min_docs=20)  # 12 documents: no inference
+    notes = " ".join(tables.table1(t).notes)
+    assert not t["significant"].any()
+    assert ("Nothing is decided here (no row supports inference; see its note). The calibrated test would decide: "
+            "with 12 documents") in notes
+    assert "the percentile bootstrap rejects" not in notes  # no disagreement is reported without inference

@@ -145,9 +145,12 @@ class CalibratedVerdict:
             return ()
         method = next((m for m in d["method_cal"] if isinstance(m, str) and m), "the calibrated test")
         n_docs = int(np.nanmin(d["n_docs"].to_numpy(float))) if "n_docs" in d and len(d) else 0
+        reason = why(str(d["decision"].iat[0]), str(d["decided_by"].iat[0]), n_docs)
+        if "inference" in d and not d["inference"].astype(bool).any():
+            reason = "Nothing is decided here (no row supports inference; see its note). " + reason.replace(
+                " decides", " would decide", 1)
         out = [f"Calibrated: {method}; p two-sided (the share of bootstrap |t| at least the observed), 95% CI by "
-               "inverting it, Holm across the same family.",
-               why(str(d["decision"].iat[0]), str(d["decided_by"].iat[0]), n_docs)]
+               "inverting it, Holm across the same family.", reason]
         out += [disagreement(r, fmt) for r in d.itertuples() if bool(r.reject_holm) != bool(r.reject_holm_cal)
                 and bool(getattr(r, "inference", True))]
         return tuple(out)
