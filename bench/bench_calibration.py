@@ -18,7 +18,9 @@ enumerated where 2^G ≤ B; ``wild-et`` its equal-tailed p; ``wild-rademacher`` 
 where each weight is needed, and a table of the two at G = 6-15), CR2 with Bell–McCaffrey df and CR1 with G − 1 df.
 Then the dose-response slope's p (the per-query slopes on depth resampled as a contrast's deltas), TOST at ±sesoi
 (percentile and calibrated; every contrast at its bound, the rate of any false "equivalent" after Holm) and the
-correctly specified mixed model's Wald CI coverage (and, with ``--preregistered-sims``, the pre-registered one's).
+correctly specified mixed model's Wald CI coverage (and, with ``--preregistered-sims``, the pre-registered one's);
+and, for a pool of enough documents, the power analysis's predicted power from pilot runs of 20-100 documents
+against the power realised in studies of 100 and 400 documents of the whole pool, every contrast at dz = 0.1.
 
 **Reading a cell**: ``rate (SE)`` in percent, the Monte Carlo SE over the studies. ``†`` marks a rate above
 alpha + 2 SE (liberal), ``‡`` one below alpha − 2 SE (conservative). The rule the study applies
@@ -49,7 +51,8 @@ import numpy as np  # noqa: E402
 
 from chunkstudy import artifacts, config  # noqa: E402
 from chunkstudy.metrics.paired import prepare_scores, wide_scores  # noqa: E402
-from chunkstudy.stats import calibration  # noqa: E402
+from chunkstudy.significance import BootstrapTest  # noqa: E402
+from chunkstudy.stats import calibration, power  # noqa: E402
 from chunkstudy.stats.exploratory import DEPTH_LADDER, per_query_slopes  # noqa: E402
 
 #: The three contrasts beside C1-C4 that make a family of seven (conditions every run of the paper's has).
@@ -258,6 +261,47 @@ def dose_table(name: str, pool: calibration.Pool, a: argparse.Namespace) -> None
         print(f"| {proc} | " + " | ".join(cells) + " |")
 
 
+def _power_at(pool: calibration.Pool, docs: np.ndarray, n: int, dz: float, a: argparse.Namespace, seed: int):
+    """The power analysis's answer (:func:`chunkstudy.stats.power.simulate`, Holm over the four, the sign required)
+    at ``n`` documents for the four contrasts moved to Cohen's dz ``dz``, from the pool's documents ``docs`` (the
+    run the analysis would read): each contrast shifted by ``dz · sd − mean`` over those documents' queries."""
+    rows = np.isin(pool.doc, docs)
+    deltas = pool.deltas[rows]
+    # a document drawn twice is one population document here, as it would be in a run
+    labels, inv = np.unique(pool.doc[rows], return_inverse=True)
+    sums = np.zeros((labels.size, deltas.shape[1]))
+    np.add.at(sums, inv, deltas)
+    counts = np.repeat(np.bincount(inv)[:, None].astype(float), deltas.shape[1], axis=1)
+    shifts = dz * deltas.std(axis=0, ddof=1) - deltas.mean(axis=0)
+    test = BootstrapTest(a.power_n_boot, seed, 0.05, 2)
+    return power.simulate(sums, counts, shifts[None, :], n, n_sims=a.power_sims, test=test)["power"][0]
+
+
+def power_check(name: str, pool: calibration.Pool, a: argparse.Namespace) -> None:
+    """The power analysis's predicted power (from a pilot run of G0 documents of the pool) against the power realised
+    in studies of N documents drawn from the whole pool, every contrast moved to the paper's scale of effect."""
+    if pool.docs.size < 2 * max(a.pilots):
+        print(f"\n{name}: power predicted against realised: skipped (a pool of {pool.docs.size} documents has no "
+              f"pilot of {max(a.pilots)} apart from itself)")
+        return
+    t0 = time.perf_counter()
+    print(f"\n{name}: power at dz = {a.power_dz} (the four contrasts, Holm), realised in {a.power_sims} studies of N "
+          f"documents of the whole pool against the power analysis's prediction from {a.n_pilots} pilot runs of G0 "
+          "documents (mean, and 10th-90th percentile over the pilots)\n")
+    print("| N | G0 | contrast | realised | predicted: mean | 10th-90th |\n|---|---|---|---|---|---|")
+    rng = np.random.default_rng(a.seed)
+    for n in a.power_n:
+        realised = _power_at(pool, np.arange(pool.docs.size), n, a.power_dz, a, a.seed)
+        for g0 in a.pilots:
+            pred = np.array([_power_at(pool, rng.choice(pool.docs.size, g0, replace=False), n, a.power_dz, a,
+                                       a.seed + 1 + i) for i in range(a.n_pilots)])
+            for k, c in enumerate(pool.names):
+                lo, hi = np.percentile(pred[:, k], [10, 90])
+                print(f"| {n} | {g0} | {c} | {100 * realised[k]:.0f} % | {100 * pred[:, k].mean():.0f} % | "
+                      f"{100 * lo:.0f}-{100 * hi:.0f} % |")
+    print(f"\n({name}: power {time.perf_counter() - t0:.0f} s; {a.power_n_boot} resamples per study)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pools", nargs="+", default=["demo", "qasper_local"])
@@ -275,11 +319,17 @@ def main() -> None:
     ap.add_argument("--sesoi", type=float, nargs="+", default=[0.02, 0.1],
                     help="TOST bounds (metric units): the declared demo_beyond bound, and a wide one where TOST "
                          "is the one-sided test at the bound")
+    ap.add_argument("--power-dz", type=float, default=0.1, help="the planted effect of the power check (Cohen's dz)")
+    ap.add_argument("--power-n", type=int, nargs="+", default=[100, 400], help="N of the power check")
+    ap.add_argument("--pilots", type=int, nargs="+", default=[20, 50, 100], help="G0: the pilot runs' documents")
+    ap.add_argument("--n-pilots", type=int, default=10)
+    ap.add_argument("--power-sims", type=int, default=200)
+    ap.add_argument("--power-n-boot", type=int, default=200)
     ap.add_argument("--seed", type=int, default=20261208)
     ap.add_argument("--quick", action="store_true", help="a tenth of the studies (a look, not the table)")
     a = ap.parse_args()
     if a.quick:
-        a.sims, a.sims_large, a.sims_closed, a.mixed_sims = 200, 100, 1000, 50
+        a.sims, a.sims_large, a.sims_closed, a.mixed_sims, a.n_pilots, a.power_sims = 200, 100, 1000, 50, 3, 50
     print(f"bench_calibration, {date.today().isoformat()}, {cpu()}; seed {a.seed}; alpha 0.05; B = {a.n_boot}")
     t0 = time.perf_counter()
     for name, by_m in pools(a.pools).items():
@@ -287,6 +337,7 @@ def main() -> None:
         weights_table(name, by_m, a)
         dose_table(name, by_m[1], a)
         tost_and_mixed(name, by_m[4], a)
+        power_check(name, by_m[4], a)
     in_bounds_summary(a.docs)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
