@@ -114,6 +114,12 @@ class Spec:
     primary: bool = False
 
     @property
+    def analysis(self) -> tuple:
+        """The specification less its bootstrap seed (:data:`ANALYSIS`): specifications with the same analysis have
+        the same Δ."""
+        return (self.metric, self.embedder, self.reranker, self.query_types, self.spec_a, self.spec_b)
+
+    @property
     def choices(self) -> dict[str, Any]:
         """The specification's value on every axis (:data:`AXES`), as the table holds them."""
         return {"metric": self.metric, "metric_axis": self.metric_axis, "k": NO_K if self.k is None else str(self.k),
