@@ -7,12 +7,12 @@ params/qasper.yaml (metric x k: cov-nDCG and nDCG at 5, 10, 20, MRR, recall@50, 
 all, each type alone, all but one; three bootstrap seeds: 378 specifications per contrast, 1,512 in all) and
 ``--stand-in`` for C2's placebo under a second seed (doubling C2's). Scores are simulated with known effects
 (``stats.simulate_scores``), ``stats.n_boot`` 10,000. ``curves`` (pairing, the per-specification test, the null
-test of the median) is timed in full; the loop on ``--loop-specs`` specifications and scaled to all, which the output
+tests of the median and of Stouffer's Z, the table by axis) is timed in full; the loop on ``--loop-specs`` specifications and scaled to all, which the output
 says; the bench checks that both give the same CI and p for those, bit for bit.
 
 ``--run params/qasper_local.yaml`` times the same on a finished run's own tables instead (its multiverse block, 06's
 scores and queries, after 01-06 ran): 06's other cut-offs (``metrics.cutoffs.multiverse_scores`` over its runs) and
-07's ``curves``, and prints the curve in numbers.
+07's ``curves``, and prints the curve in numbers and read by axis.
 
 Run: ``.venv/bin/python bench/bench_multiverse.py [--loop-specs 60] [--stand-in] [--run PARAMS]``. Prints measured
 times and ratios; asserts nothing about time.
@@ -58,9 +58,16 @@ def on_run(params_file: str) -> None:
     print(f"06's other cut-offs ({', '.join(map(str, cutoffs.extra_cutoffs(p.multiverse_metrics, p.metrics.cutoff)))}): "
           f"{t_06:.1f} s, {len(extra):,} rows; 07's curves: {t_07:.1f} s")
     for r in s.itertuples():
-        print(f"  {r.contrast}: primary {r.primary_delta:+.4f}, median {r.median_delta:+.4f}, same sign "
-              f"{r.share_same_sign:.1%}, significant +{r.share_sig_positive:.1%} / -{r.share_sig_negative:.1%}, "
-              f"null p {r.null_p:.4f} ({r.n_docs} documents){'; ' + r.note if r.note else ''}")
+        print(f"  {r.contrast}: {r.n_specs} specifications ({r.n_analyses} analyses), primary {r.primary_delta:+.4f}, "
+              f"median {r.median_delta:+.4f}, same sign {r.share_same_sign:.1%}, "
+              f"significant +{r.share_sig_positive:.1%} / -{r.share_sig_negative:.1%}, null p: median {r.null_p:.4f}, "
+              f"Stouffer Z {r.stouffer_z:+.2f} p {r.stouffer_p:.4f} ({r.n_docs} documents)"
+              f"{'; ' + r.note if r.note else ''}")
+    print("by axis (significant + / - · same sign):")
+    for r in c.axes.itertuples():
+        print(f"  {r.contrast} {r.axis} = {r.level}: {r.n_specs} specifications ({r.n_analyses} analyses), "
+              f"+{r.share_sig_positive:.1%} / -{r.share_sig_negative:.1%} · {r.share_same_sign:.1%}, "
+              f"median {r.median_delta:+.4f}")
 
 
 def main() -> None:
@@ -108,7 +115,7 @@ def main() -> None:
     print(f"design: {N_QUERIES:,} queries over {N_DOCS} documents, 3 query types, {len(s)} contrasts, "
           f"{n_specs:,} specifications ({', '.join(f'{r.contrast} {r.n_specs}' for r in s.itertuples())}), "
           f"B = {args.n_boot:,}")
-    print(f"curves (pairing, every specification's test, the median's null test): {t_vec:.1f} s measured in full "
+    print(f"curves (pairing, every specification's test, the null tests, by axis): {t_vec:.1f} s measured in full "
           f"({1000 * t_vec / n_specs:.1f} ms per specification)")
     print(f"loop of BootstrapTest.test: {t_loop:.1f} s, measured on {len(paired)} specifications drawn at random "
           f"({1000 * t_loop / n_specs:.1f} ms each) and scaled x{n_specs / len(paired):.1f}, without the null test")
@@ -117,7 +124,7 @@ def main() -> None:
     for r in s.itertuples():
         print(f"  {r.contrast}: primary {r.primary_delta:+.4f}, median {r.median_delta:+.4f}, same sign "
               f"{r.share_same_sign:.1%}, significant +{r.share_sig_positive:.1%} / -{r.share_sig_negative:.1%}, "
-              f"null p {r.null_p:.4f}")
+              f"null p: median {r.null_p:.4f}, Stouffer Z {r.stouffer_p:.4f}")
 
 
 if __name__ == "__main__":

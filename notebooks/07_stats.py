@@ -18,8 +18,8 @@
 # `05_retrieve/retrieval_timing.json`; for the specification curves `06_metrics/multiverse_scores`.
 # **Writes** `07_stats/contrasts`, `mixedlm`, `mixedlm_paired`, `dose_response`, `per_type`, `condition_means`,
 # `reranker_lift`, `power` and `power_needed` (the documents each contrast needs), `size_check` (the measured size of
-# its tests at this run's structure), `cost` (what each condition costs), and `multiverse` and `multiverse_summary`
-# (each contrast's specification curve).
+# its tests at this run's structure), `cost` (what each condition costs), and `multiverse`, `multiverse_summary` and
+# `multiverse_axes` (each contrast's specification curve, and read by axis).
 #
 # The four pre-registered contrasts (C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) are tested on one cell fixed
 # in advance — cov-nDCG@10 × strong embedder × no reranker — with a document-clustered bootstrap (resampling
@@ -215,13 +215,19 @@ cost_table
 # Every contrast under every combination of the analysis choices the parameter file declared before the run
 # (metric and k, embedder, reranker, query types, bootstrap seed, stand-in conditions): Δ, the clustered-bootstrap
 # CI and p of Table 1's own test (its resamples shared across specifications), and per contrast the share of
-# specifications with the primary's sign, the shares significant each way (unadjusted), and the
-# specification-curve test (Simonsohn, Simmons & Nelson 2020): is the median Δ more extreme than under the
-# bootstrap with the contrast's effect removed? Holm stays on the four primary contrasts. Empty without a multiverse.
+# specifications with the primary's sign, the shares significant each way (unadjusted), the distinct analyses
+# (specifications less the bootstrap seed), and two specification-curve tests (Simonsohn, Simmons & Nelson 2020):
+# are the median Δ and Stouffer's Z more extreme than under the bootstrap with the contrast's effect removed? Then
+# the same shares per value of each axis (`multiverse_axes`). Holm stays on the four primary contrasts. Empty
+# without a multiverse.
 
 # %%
 curve = multiverse.curves(scores, artifacts.read(cfg, "multiverse_scores"), queries, stats_params, primary,
                           cfg.params("multiverse"), cfg.params().multiverse_metrics, cfg.corpus)
 artifacts.write(cfg, "multiverse", curve.specifications)
 artifacts.write(cfg, "multiverse_summary", curve.summary)
+artifacts.write(cfg, "multiverse_axes", curve.axes)
 curve.summary
+
+# %%
+curve.axes.head(20)

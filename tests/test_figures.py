@@ -164,7 +164,7 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
 
     mv = config_mod.record("multiverse", {"metrics": ["cov-nDCG@10", "MRR"], "embedders": ["strong", "weak"],
                                           "rerankers": ["none", "xenc"], "query_types": ["all", "each"]})
-    out["multiverse"], out["multiverse_summary"] = multiverse.curves(
+    out["multiverse"], out["multiverse_summary"], out["multiverse_axes"] = multiverse.curves(
         scores, None, queries, config_mod.record("stats", sp), PRIMARY, mv, design.metric_axis(mv.metrics, (10,)),
         "synthetic")
     out["induction_log"] = pd.DataFrame({"doc_id": documents["doc_id"],

@@ -136,7 +136,8 @@ def test_the_plan_states_each_axis_of_the_specification_curve(demo):
     cfg0, tables = demo
     p7 = {"P7": {"boundaries": "induced", "prefix": "placebo", "depth": 3, "placebo_seed": 7}}
     block = {"metrics": ["cov-nDCG@10", "MRR"], "cutoffs": [5, 10], "embedders": ["strong", "weak"],
-             "query_types": ["all", "each"], "conditions": {"P": ["P", "P7"]}}
+             "query_types": ["all", "each"], "bootstrap_seeds": [cfg0.params().stats.seed, 3],
+             "conditions": {"P": ["P", "P7"]}}
     cfg = config.load(ROOT / "params" / "demo.yaml", root=cfg0.root,
                       overrides={**LLM_ARMS, "conditions": {"extra": p7}, "multiverse": block})
     got = plan.estimate(cfg, tables)
@@ -162,10 +163,13 @@ def test_the_plan_states_each_axis_of_the_specification_curve(demo):
     assert mv["specifications"] == {n: len(multiverse.grid(p.multiverse, p.multiverse_metrics, p.primary_cell,
                                                            p.stats.seed, a, b, qtypes))
                                     for n, (a, b) in p.stats.contrasts.items()}
-    assert mv["specifications"]["C2"] == 2 * mv["specifications"]["C1"] == 2 * 3 * 2 * (1 + len(qtypes))
+    assert mv["specifications"]["C2"] == 2 * mv["specifications"]["C1"] == 2 * 3 * 2 * (1 + len(qtypes)) * 2
+    # two bootstrap seeds: each analysis twice
+    assert {n: 2 * a for n, a in mv["analyses"].items()} == mv["specifications"]
     assert 0 < mv["stats_seconds"][0] < mv["stats_seconds"][1]
     text = plan.render(got)
     assert "specification curves (multiverse)" in text and "06 scores every run list 1 more time(s) (k = 5)" in text
+    assert f"{sum(mv['analyses'].values()):,} analyses (a bootstrap seed repeats each)" in text
 
 
 def test_without_01_the_command_says_what_to_run(tmp_path):

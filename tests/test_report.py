@@ -127,7 +127,7 @@ def test_stage_writes_every_table_figure_and_report(tmp_path, root, synthetic):
         assert (out / f"{name}.png").stat().st_size > 5000 and (out / f"{name}.pdf").is_file()
     expected = {"table1", "replication", "table2", "reranker_lift", "dose_response", "section_recall", "per_type",
                 "table4", "funnel_corpus", "funnel_induction", "funnel_queries", "funnel_size_matching",
-                "funnel_placebo", "power", "cost", "multiverse"}
+                "funnel_placebo", "power", "cost", "multiverse", "multiverse_axes"}
     assert set(b.tables) == expected, b.notes
     # the specification curves beside Table 1, every specification of each contrast in tables/ (and report.html)
     assert [t.name for t in b.curves] == ["multiverse_C1", "multiverse_C2", "multiverse_C3", "multiverse_C4"]

@@ -43,10 +43,10 @@ def headline(cfg: config.Config) -> dict:
 #: Sections of :func:`headline` a golden file pins only when it has them (golden files pinned before these existed
 #: leave them out, and :func:`compare` does not count them as unexpected there): the user's contrasts of the
 #: primary cell, the exact columns of 07's cost table, the correctly specified secondary model (07's
-#: ``mixedlm_paired``), each contrast's specification curve and 07's check of its own tests (``size_check``: each
-#: family's family-wise size per test, and the paired MixedLM's coverage per contrast); each registered verdict's
-#: section too (:func:`optional`; the calibrated test's ``calibrated``, TOST's ``tost``).
-OPTIONAL = ("user_contrasts", "cost", "mixedlm_paired", "multiverse", "size_check")
+#: ``mixedlm_paired``), each contrast's specification curve and the curve read by axis, and 07's check of its own
+#: tests (``size_check``: each family's family-wise size per test, and the paired MixedLM's coverage per contrast);
+#: each registered verdict's section too (:func:`optional`; the calibrated test's ``calibrated``, TOST's ``tost``).
+OPTIONAL = ("user_contrasts", "cost", "mixedlm_paired", "multiverse", "multiverse_axes", "size_check")
 
 
 def optional() -> tuple[str, ...]:
@@ -61,8 +61,14 @@ COST_PINNED = ("embedding", "llm_calls", "llm_tokens", "tokens_embedded", "prefi
 
 
 #: The specification curve's columns a golden pins (07's ``multiverse_summary``, per contrast).
-MULTIVERSE_PINNED = ("n_declared", "n_specs", "primary_delta", "median_delta", "share_same_sign", "share_sig_positive",
-                     "share_sig_negative", "null_p")
+MULTIVERSE_PINNED = ("n_declared", "n_specs", "n_analyses", "primary_delta", "median_delta", "n_zero",
+                     "share_same_sign", "share_sig_positive", "share_sig_negative", "null_p", "stouffer_z", "stouffer_p")
+#: The curve read by axis (07's ``multiverse_axes``), per contrast, axis and value.
+MULTIVERSE_AXES_PINNED = ("n_specs", "n_analyses", "share_same_sign", "share_sig_positive", "share_sig_negative")
+
+
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v
 
 
 def _beyond(cfg: config.Config, primary, cell: str) -> dict:
@@ -94,8 +100,15 @@ def _beyond(cfg: config.Config, primary, cell: str) -> dict:
             out["size_check"] = {f"{r.family} / {r.rule} / {r.contrast}": float(r.rate) for r in pinned.itertuples()}
     curves = artifacts.read(cfg, "multiverse_summary") if artifacts.exists(cfg, "multiverse_summary") else None
     if curves is not None and len(curves):
-        out["multiverse"] = {str(r["contrast"]): {c: (r[c].item() if hasattr(r[c], "item") else r[c])
-                                                  for c in MULTIVERSE_PINNED} for _, r in curves.iterrows()}
+        out["multiverse"] = {str(r["contrast"]): {c: _plain(r[c]) for c in MULTIVERSE_PINNED}
+                             for _, r in curves.iterrows()}
+    axes = artifacts.read(cfg, "multiverse_axes") if artifacts.exists(cfg, "multiverse_axes") else None
+    if axes is not None and len(axes):
+        by_axis: dict = {}
+        for _, r in axes.iterrows():
+            by_axis.setdefault(str(r["contrast"]), {}).setdefault(str(r["axis"]), {})[str(r["level"])] = {
+                c: _plain(r[c]) for c in MULTIVERSE_AXES_PINNED}
+        out["multiverse_axes"] = by_axis
     return out
 
 

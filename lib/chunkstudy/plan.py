@@ -286,7 +286,8 @@ def multiverse_plan(params, extra_texts: Sequence[str], counter, qtypes: Sequenc
     """What each axis of the specification curve (``multiverse``) adds to the run, before it: the texts 04 embeds
     beyond the run's own (the stand-in conditions' texts no other condition has; per embedder their tokens read
     and their share of all tokens read, i.e. of 04's encoding time), the scoring passes 06 adds (one per other
-    cut-off), and the specifications 07 tests with its estimated seconds
+    cut-off), and the specifications 07 tests (and the distinct analyses among them: the bootstrap-seed axis repeats
+    each) with its estimated seconds
     (:data:`chunkstudy.stats.multiverse.SECONDS_PER_DRAW` × specifications × resamples × documents). None without a
     multiverse."""
     from .metrics import cutoffs
@@ -315,11 +316,13 @@ def multiverse_plan(params, extra_texts: Sequence[str], counter, qtypes: Sequenc
              for e, info in embedders.items()) + "); 05 retrieves and 06 scores them as conditions"
          if extra_texts else "none"),
     ]
-    specs = {name: len(multiverse.grid(mv, metric_axis, params.primary_cell, st.seed, a, b, qtypes))
+    grids = {name: multiverse.grid(mv, metric_axis, params.primary_cell, st.seed, a, b, qtypes)
              for name, (a, b) in st.contrasts.items()}
+    specs = {name: len(g) for name, g in grids.items()}
     draws = sum(specs.values()) * st.n_boot * n_docs
     return {"axes": [{"axis": a, "alternatives": v, "extra_texts": n, "work": w} for a, v, n, w in axes],
-            "specifications": specs, "extra_scoring_passes": len(other_k), "extra_texts": len(extra_texts),
+            "specifications": specs, "analyses": {name: len({s.analysis for s in g}) for name, g in grids.items()},
+            "extra_scoring_passes": len(other_k), "extra_texts": len(extra_texts),
             "extra_tokens_read": read, "stats_seconds": [draws * multiverse.SECONDS_PER_DRAW[0],
                                                          draws * multiverse.SECONDS_PER_DRAW[1]]}
 
@@ -382,7 +385,9 @@ def render(plan: Mapping[str, Any]) -> str:
     if mv:
         specs = mv["specifications"]
         lines += ["", f"specification curves (multiverse)  {sum(specs.values()):,} specifications ("
-                      + ", ".join(f"{c} {n:,}" for c, n in specs.items()) + f"); 07 about {mv['stats_seconds'][0]:,.1f}"
+                      + ", ".join(f"{c} {n:,}" for c, n in specs.items())
+                      + f"), {sum(mv['analyses'].values()):,} analyses (a bootstrap seed repeats each); 07 about "
+                      f"{mv['stats_seconds'][0]:,.1f}"
                       f"-{mv['stats_seconds'][1]:,.1f} s on 2 CPU cores; {mv['extra_texts']:,} more texts to embed, "
                       f"{mv['extra_scoring_passes']} more scoring pass(es) in 06",
                   pd.DataFrame([{**a, "alternatives": ", ".join(map(str, a["alternatives"]))} for a in mv["axes"]])

@@ -252,9 +252,13 @@ _SPEC = {"corpus": S, **_PAIR, "spec": I, "primary": B, "metric": S, "metric_axi
          "reranker": S, "query_types": S, "seed": I, "spec_a": S, "spec_b": S, **_BOOT, "dz": F, "n_queries": I,
          "n_docs": I, "inference": B, "significant": B, "rank": I, "label": S, "note": S}
 #: A contrast's specification curve in numbers (07's multiverse_summary)
-_CURVE = {"corpus": S, **_PAIR, "n_declared": I, "n_specs": I, "primary_delta": F, "median_delta": F,
-          "share_same_sign": F, "share_sig_positive": F, "share_sig_negative": F, "null_p": F, "n_boot": I,
+_SHARES = {"share_same_sign": F, "share_sig_positive": F, "share_sig_negative": F}
+_CURVE = {"corpus": S, **_PAIR, "n_declared": I, "n_specs": I, "n_analyses": I, "primary_delta": F,
+          "median_delta": F, "n_zero": I, **_SHARES, "null_p": F, "stouffer_z": F, "stouffer_p": F, "n_boot": I,
           "seed": I, "n_docs": I, "inference": B, "label": S, "note": S}
+#: A contrast's specification curve read by axis: one row per value of each axis that varies (07's multiverse_axes)
+_CURVE_AXIS = {"corpus": S, **_PAIR, "axis": S, "level": S, "n_specs": I, "n_analyses": I, "median_delta": F,
+               **_SHARES, "label": S}
 #: The documents each contrast needs (07's power_needed and user_power_needed)
 _POWER_NEEDED = {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
                  "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
@@ -430,8 +434,10 @@ STAGES: tuple[Stage, ...] = (
               "seconds, the Pareto fronts (docs/beyond.md, 'Cost')", required=("condition", "embedder", "quality")),
         Table("multiverse", _SPEC, "each contrast under every specification of multiverse (exploratory); empty "
               "without", required=("contrast", "spec", "primary", "mean_delta")),
-        Table("multiverse_summary", _CURVE, "per contrast: its specification curve in numbers and the null test of "
-              "its median; empty without", required=("contrast", "n_specs", "share_same_sign")),
+        Table("multiverse_summary", _CURVE, "per contrast: its specification curve in numbers and the null tests of "
+              "its median and Stouffer's Z; empty without", required=("contrast", "n_specs", "share_same_sign")),
+        Table("multiverse_axes", _CURVE_AXIS, "per contrast and value of each axis that varies: its specifications' "
+              "shares (the curve read by axis); empty without", required=("contrast", "axis", "level", "n_specs")),
     )),
     Stage("08_figures", (ALL_PARAMS,), (
         Read("documents"), _optional("corpus_funnel", "the corpus funnel"),
@@ -447,7 +453,8 @@ STAGES: tuple[Stage, ...] = (
         _optional("reranker_lift", "the reranker-lift table"), Read("power"), Read("power_needed"),
         Read("user_contrasts"), Read("user_power"), Read("user_power_needed"), Read("cost"),
         _optional("multiverse", "the specification curves"),
-        _optional("multiverse_summary", "the specification curves' table")),
+        _optional("multiverse_summary", "the specification curves' table"),
+        _optional("multiverse_axes", "the specification curves read by axis")),
         (), manifests=True, folders=(FIGURES,),
         partner=(PartnerRead("contrasts", "the replication table"),)),
 )

@@ -438,8 +438,11 @@ def _beyond(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], inputs: 
     curve_figure = None
     if "multiverse_summary" in got and len(got["multiverse_summary"]):
         try:
-            b.tables["multiverse"], b.curves, curve_figure = curve.report_parts(
-                got["multiverse_summary"], got.get("multiverse"), params, inputs.get("manifests"))
+            parts = curve.report_parts(got["multiverse_summary"], got.get("multiverse"), params,
+                                       inputs.get("manifests"), got.get("multiverse_axes"))
+            b.tables["multiverse"], b.curves, curve_figure = parts.table, parts.specifications, parts.figure
+            if parts.axes is not None:
+                b.tables["multiverse_axes"] = parts.axes
         except Exception as e:
             raise ReportError(f"08_figures: table 'multiverse' failed: {type(e).__name__}: {e}") from e
     if "drilldown" in got:

@@ -28,14 +28,33 @@ p, and of the CI's order statistics) are recomputed in the loop's order. Every C
 :meth:`BootstrapTest.test`'s exactly (tests/test_multiverse.py checks it bit for bit; bench/bench_multiverse.py
 times it against the loop).
 
-**Per contrast** (:func:`summary_row`): the share of specifications with the primary's sign, the shares significant
-in each direction, the median Δ, and the specification-curve test of Simonsohn et al.: is the median Δ across
-specifications more extreme than when the contrast has no effect? The null is built by the bootstrap with the effect
-removed: every specification's deltas are shifted to mean 0 (δ − Δ_s), the union of the contrast's documents is
-resampled (``stats.n_boot`` draws under ``stats.seed``, shared by all specifications, so their dependence is kept:
-:func:`null_medians`), and each draw's median over specifications of the centred replicate means is one draw of the
-median under the null. ``null_p = (1 + #{|median*| ≥ |median Δ|}) / (1 + B)``, two-sided, Monte-Carlo-counted as the
-study's p is. Pure; never rounds.
+**Per contrast** (:func:`summary_row`): the specifications computed and the distinct analyses among them (the
+bootstrap-seed axis moves a specification's CI and p, never its Δ, so specifications that differ only in their seed
+are one analysis: ``n_analyses`` beside ``n_specs``), the share of specifications with the primary's sign, the
+shares significant in each direction, the median Δ, and two of the specification-curve tests of Simonsohn et al.,
+each against the bootstrap with the effect removed: every specification's deltas are shifted to mean 0 (δ − Δ_s),
+the union of the contrast's documents is resampled (``stats.n_boot`` draws under ``stats.seed``, shared by all
+specifications, so their dependence is kept: :func:`null_draws`), and each draw gives one draw of each statistic
+under the null:
+
+* **the median Δ** over specifications (their first statistic): ``null_p = (1 + #{|median*| ≥ |median Δ|}) /
+  (1 + B)``, two-sided, Monte-Carlo-counted as the study's p is. Its rule for ties: when the median Δ is exactly 0
+  (as when half the specifications or more tie at Δ = 0 because the two conditions score every query alike under
+  them) every null median is at least as extreme, so its p is 1 by construction, whatever the other
+  specifications show; the note says so (``n_zero`` counts the specifications at Δ = 0).
+* **Stouffer's Z** (their third, the average z): ``Z = Σ z_s / √m`` with ``z_s = Δ_s / SE_s``, ``SE_s`` the
+  standard deviation of the specification's own bootstrap replicates (the test above), over the ``m``
+  specifications with ``SE_s > 0``; per null draw ``Z* = Σ (δ̄*_s − Δ_s) / SE_s / √m``, the SEs held fixed (their
+  re-estimation per draw would be a bootstrap inside the bootstrap; any fixed weights give a valid test, the null
+  being resampled). ``stouffer_p = (1 + #{|Z*| ≥ |Z|}) / (1 + B)``. It is the tie rule: a specification whose
+  deltas are all 0 has SE 0 and no z, in the data and in every draw, so a block of them leaves Z's p exactly as it
+  was (tested), where it makes the median's p 1. It reads every specification's evidence without a threshold (the
+  second statistic, the count of significant specifications, would need each specification's decision in every
+  null draw, again a bootstrap inside the bootstrap).
+
+**Per axis** (:func:`axis_table`): for every axis that varies, per value, the specifications and analyses that took
+it, their median Δ and the shares above (the sign is the primary specification's); a value's shares weighted by its
+specifications average to the contrast's. Pure; never rounds.
 """
 
 from __future__ import annotations
@@ -56,8 +75,12 @@ from .effects import cohens_dz
 
 SPEC_COLUMNS = stages.columns("multiverse")
 SUMMARY_COLUMNS = stages.columns("multiverse_summary")
+AXIS_COLUMNS = stages.columns("multiverse_axes")
 #: The axes of the indicator panel, in the figure's order (columns of the ``multiverse`` table).
 AXES = ("metric_axis", "k", "embedder", "reranker", "query_types", "seed", "spec_a", "spec_b")
+#: The choices that make one analysis: every axis but the bootstrap seed, which moves a specification's CI and p and
+#: never its Δ (columns of the ``multiverse`` table; ``metric`` is metric_axis and k together).
+ANALYSIS = ("metric", "embedder", "reranker", "query_types", "spec_a", "spec_b")
 #: Seconds of 07's :func:`curves` per document drawn per specification (pairing, the test, the null test), low to
 #: high: bench/bench_multiverse.py at the whole QASPER split's size (1,512 specifications, B = 10,000, G = 407) on the
 #: 2-core development machine, 6.5 s under the heavy-job lock to 14-25 s beside other jobs (docs/performance.md);
@@ -89,6 +112,12 @@ class Spec:
     spec_a: str
     spec_b: str
     primary: bool = False
+
+    @property
+    def analysis(self) -> tuple:
+        """The specification less its bootstrap seed (:data:`ANALYSIS`): specifications with the same analysis have
+        the same Δ."""
+        return (self.metric, self.embedder, self.reranker, self.query_types, self.spec_a, self.spec_b)
 
     @property
     def choices(self) -> dict[str, Any]:
@@ -269,38 +298,77 @@ def test_many(test: BootstrapTest, columns: Sequence[tuple[np.ndarray, Any, int]
     return [t for t in out if t is not None]
 
 
-def null_medians(sums: np.ndarray, counts: np.ndarray, effects: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+class NullDraws(NamedTuple):
+    """The specification curve under the null (:func:`null_draws`), one value per bootstrap draw: the median over
+    specifications of the centred replicate means, and their Stouffer Z (:func:`stouffer_z`)."""
+
+    medians: np.ndarray
+    stouffer: np.ndarray
+
+
+def informative(se: np.ndarray) -> np.ndarray:
+    """Which specifications enter Stouffer's Z: those whose bootstrap SE is positive (a specification whose deltas
+    are all equal, as when two conditions score every query alike, has none)."""
+    se = np.asarray(se, dtype=float)
+    return np.isfinite(se) & (se > 0)
+
+
+def stouffer_z(effects: np.ndarray, se: np.ndarray) -> float:
+    """Stouffer's Z of the specifications (the module docstring): ``Σ z_s / √m``, ``z_s = Δ_s / SE_s`` over the
+    ``m`` :func:`informative` ones; NaN when there is none. ``z_s`` is Φ⁻¹(1 − p_s) of the one-sided normal p of
+    each specification, so Z is ``scipy.stats.combine_pvalues(p, method="stouffer")``'s statistic of those p."""
+    ok = informative(se)
+    if not ok.any():
+        return math.nan
+    return float(np.sum(np.asarray(effects, dtype=float)[ok] / np.asarray(se, dtype=float)[ok]) / math.sqrt(ok.sum()))
+
+
+def null_draws(sums: np.ndarray, counts: np.ndarray, effects: np.ndarray, se: np.ndarray, n_boot: int,
+               seed: int) -> NullDraws:
     """The specification-curve null (the module docstring): ``sums``/``counts`` are ``(G, m)`` per-document sums and
     counts of ``m`` specifications over the union of their documents (0 where a specification has no query of a
-    document), ``effects`` each specification's Δ. Per draw (``n_boot`` resamples of the G documents, ``seed``, drawn
-    as the test draws them), the median over specifications of the replicate mean less Δ_s; a specification that
-    drew none of its documents sits that draw out (NaN when every one does)."""
+    document), ``effects`` each specification's Δ and ``se`` its bootstrap SE. Per draw (``n_boot`` resamples of the G
+    documents, ``seed``, drawn as the test draws them), the median over specifications of the replicate mean less
+    Δ_s, and Stouffer's Z of those centred means over ``se``; a specification that drew none of its documents sits
+    that draw out (NaN when every one does)."""
     g, m = sums.shape
-    out = np.empty(n_boot)
+    medians, stouffer = np.empty(n_boot), np.empty(n_boot)
     stacked = np.hstack([sums, counts])
+    ok = informative(se)
+    scale = np.asarray(se, dtype=float)[ok]
     for start, idx in _blocks(seed, n_boot, g):
         prod = _counts(idx, g) @ stacked
         r, n = prod[:, :m], prod[:, m:]
         with np.errstate(invalid="ignore", divide="ignore"):
             centred = np.where(n > 0, r / n, np.nan) - effects[None, :]
-        missing = np.isnan(centred)
-        if not missing.any():  # every specification drew some of its documents (the rule): a plain median
-            out[start:start + len(idx)] = np.median(centred, axis=1)
-            continue
-        empty = missing.all(axis=1)
-        med = np.full(len(idx), np.nan)
-        if (~empty).any():
-            med[~empty] = np.nanmedian(centred[~empty], axis=1)
-        out[start:start + len(idx)] = med
-    return out
+        at = slice(start, start + len(idx))
+        medians[at] = _median_of_rows(centred)
+        z = centred[:, ok] / scale[None, :]
+        drawn = (~np.isnan(z)).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            stouffer[at] = np.where(drawn > 0, np.nansum(z, axis=1) / np.sqrt(drawn), np.nan)
+    return NullDraws(medians, stouffer)
 
 
-def null_p(observed_median: float, medians: np.ndarray) -> tuple[float, int]:
-    """``((1 + #{|median*| ≥ |observed|}) / (1 + B), B)`` over the draws with a median (NaN, 0 when none)."""
-    ok = medians[~np.isnan(medians)]
-    if ok.size == 0 or math.isnan(observed_median):
+def _median_of_rows(centred: np.ndarray) -> np.ndarray:
+    """Each row's median over the specifications that drew some of their documents (NaN where none did)."""
+    missing = np.isnan(centred)
+    if not missing.any():  # every specification drew some of its documents (the rule): a plain median
+        return np.median(centred, axis=1)
+    empty = missing.all(axis=1)
+    med = np.full(centred.shape[0], np.nan)
+    if (~empty).any():
+        med[~empty] = np.nanmedian(centred[~empty], axis=1)
+    return med
+
+
+def null_p(observed: float, draws: np.ndarray) -> tuple[float, int]:
+    """``((1 + #{|draw| ≥ |observed|}) / (1 + B), B)`` over the draws of a statistic under the null that are defined
+    (NaN, 0 when none is). Its floor is ``1/(B + 1)``: no draw as extreme."""
+    ok = draws[~np.isnan(draws)]
+    if ok.size == 0 or math.isnan(observed):
         return math.nan, int(ok.size)
-    return float((1 + np.sum(np.abs(ok) >= abs(observed_median))) / (1 + ok.size)), int(ok.size)
+    return float((1 + np.sum(np.abs(ok) >= abs(observed))) / (1 + ok.size)), int(ok.size)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -308,11 +376,13 @@ def null_p(observed_median: float, medians: np.ndarray) -> tuple[float, int]:
 # ---------------------------------------------------------------------------------------------------------------
 
 class Curves(NamedTuple):
-    """07's two tables: every contrast × specification (``specifications``, the ``multiverse`` table) and one row per
-    contrast (``summary``, the ``multiverse_summary`` table)."""
+    """07's three tables: every contrast × specification (``specifications``, the ``multiverse`` table), one row per
+    contrast (``summary``, the ``multiverse_summary`` table) and one per value of each axis that varies in a
+    contrast (``axes``, the ``multiverse_axes`` table)."""
 
     specifications: pd.DataFrame
     summary: pd.DataFrame
+    axes: pd.DataFrame
 
 
 class Paired(NamedTuple):
@@ -369,28 +439,82 @@ def _spec_rows(corpus: str, name: str, a: str, b: str, paired: Sequence[Paired],
     return out.astype({"rank": int})
 
 
-def summary_row(specs: pd.DataFrame, medians: np.ndarray, n_declared: int, test: BootstrapTest, n_docs: int,
+def _primary_sign(specs: pd.DataFrame) -> float:
+    """The sign of the primary specification's Δ (±1.0), NaN when it is 0 or not among ``specs``."""
+    prim = specs.loc[specs["primary"].astype(bool), "mean_delta"]
+    primary = float(prim.iat[0]) if len(prim) else math.nan
+    return math.nan if math.isnan(primary) or primary == 0 else math.copysign(1.0, primary)
+
+
+def _shares(d: np.ndarray, sig: np.ndarray, fit: np.ndarray, sign: float) -> dict[str, float]:
+    """The shares of a group of specifications (a contrast's, or one value of one axis) with Δ ``d``: the primary's
+    sign ``sign`` (NaN when the primary Δ is 0), significant and positive, significant and negative; the last two
+    NaN when no specification of the group supports inference (``fit``: the floors)."""
+    return dict(share_same_sign=float(np.mean(np.sign(d) == sign)) if d.size and not math.isnan(sign) else math.nan,
+                share_sig_positive=float(np.mean(sig & (d > 0))) if fit.any() else math.nan,
+                share_sig_negative=float(np.mean(sig & (d < 0))) if fit.any() else math.nan)
+
+
+def n_analyses(specs: pd.DataFrame) -> int:
+    """How many distinct analyses ``specs`` (rows of the ``multiverse`` table) holds: specifications that differ
+    only in their bootstrap seed are one (:data:`ANALYSIS`)."""
+    return int(len(specs.drop_duplicates(list(ANALYSIS)))) if len(specs) else 0
+
+
+def _tie_note(median: float, n_zero: int, n: int) -> str:
+    if median != 0:
+        return ""
+    return (f"median \u0394 exactly 0 ({n_zero} of {n} specifications at \u0394 = 0): every null median is as "
+            "extreme, so its null p is 1 by construction; Stouffer's Z is unaffected by such ties")
+
+
+def summary_row(specs: pd.DataFrame, null: NullDraws, z: float, n_declared: int, test: BootstrapTest, n_docs: int,
                 skipped: dict[str, int]) -> dict[str, Any]:
-    """One contrast's curve in numbers (module docstring): from its rows of the ``multiverse`` table and the null
-    medians (:func:`null_medians`); ``inference`` is the floors over the union of its documents."""
+    """One contrast's curve in numbers (module docstring): from its rows of the ``multiverse`` table, the draws
+    under the null (:func:`null_draws`) and the observed Stouffer Z ``z`` (:func:`stouffer_z`); ``inference`` is the
+    floors over the union of its documents."""
     d = specs["mean_delta"].to_numpy(float)
     prim = specs.loc[specs["primary"], "mean_delta"]
     primary = float(prim.iat[0]) if len(prim) else math.nan
     median = float(np.median(d)) if d.size else math.nan
-    sign = math.nan if math.isnan(primary) or primary == 0 else math.copysign(1.0, primary)
     fit = specs["inference"].astype(bool).to_numpy()
     sig = specs["significant"].astype(bool).to_numpy()
-    p, n_valid = null_p(median, medians)
+    p, n_valid = null_p(median, null.medians)
+    n_zero = int(np.sum(d == 0))
     notes = [f"{n} specification(s) not computable: {why}" for why, n in skipped.items()]
     if not fit.any():
         notes.append("no specification supports inference (the floors): no share significant")
+    notes += [x for x in (_tie_note(median, n_zero, int(d.size)),) if x]
     problem = test.inference_problem(n_docs)
-    return dict(n_declared=n_declared, n_specs=int(d.size), primary_delta=primary, median_delta=median,
-                share_same_sign=float(np.mean(np.sign(d) == sign)) if d.size and not math.isnan(sign) else math.nan,
-                share_sig_positive=float(np.mean(sig & (d > 0))) if fit.any() else math.nan,
-                share_sig_negative=float(np.mean(sig & (d < 0))) if fit.any() else math.nan,
-                null_p=p, n_boot=n_valid, seed=test.seed, n_docs=n_docs, inference=not problem,
-                label=EXPLORATORY, note="; ".join([*notes, problem] if problem else notes))
+    return dict(n_declared=n_declared, n_specs=int(d.size), n_analyses=n_analyses(specs), primary_delta=primary,
+                median_delta=median, n_zero=n_zero, **_shares(d, sig, fit, _primary_sign(specs)),
+                null_p=p, stouffer_z=z, stouffer_p=null_p(z, null.stouffer)[0], n_boot=n_valid, seed=test.seed,
+                n_docs=n_docs, inference=not problem, label=EXPLORATORY,
+                note="; ".join([*notes, problem] if problem else notes))
+
+
+def axis_table(specs: pd.DataFrame) -> pd.DataFrame:
+    """Each contrast's curve read by axis (07's ``multiverse_axes``), from its rows of the ``multiverse`` table
+    ``specs``: for every axis of :data:`AXES` that takes more than one value in the contrast, per value (in the
+    grid's order) the specifications and analyses that took it, their median Δ, and the shares of
+    :func:`summary_row` (the sign is the contrast's primary specification's, whatever the value). A value's shares
+    weighted by its specifications average to the contrast's."""
+    rows = []
+    for contrast, d in specs.groupby("contrast", sort=False):
+        d = d.sort_values("spec", kind="stable")
+        delta = d["mean_delta"].to_numpy(float)
+        fit, sig = d["inference"].astype(bool).to_numpy(), d["significant"].astype(bool).to_numpy()
+        sign, first = _primary_sign(d), d.iloc[0]
+        for axis in AXES:
+            values = d[axis].astype(str).to_numpy()
+            levels = list(dict.fromkeys(values))
+            for level in levels if len(levels) > 1 else ():
+                on = values == level
+                rows.append(dict(corpus=first["corpus"], contrast=contrast, condition_a=first["condition_a"],
+                                 condition_b=first["condition_b"], axis=axis, level=level, n_specs=int(on.sum()),
+                                 n_analyses=n_analyses(d[on]), median_delta=float(np.median(delta[on])),
+                                 **_shares(delta[on], sig[on], fit[on], sign), label=EXPLORATORY))
+    return pd.DataFrame(rows, columns=AXIS_COLUMNS)
 
 
 def _union(paired: Sequence[Paired]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -412,7 +536,8 @@ def curves(scores: pd.DataFrame, extra_scores: pd.DataFrame | None, queries: pd.
     ``primary``, ``stats.seed``): 06's ``scores`` with its ``multiverse_scores`` (the other cut-offs), 03's
     ``queries``. Empty tables (with their columns) when the multiverse states no axis."""
     if not mv.active:
-        return Curves(pd.DataFrame(columns=SPEC_COLUMNS), pd.DataFrame(columns=SUMMARY_COLUMNS))
+        return Curves(pd.DataFrame(columns=SPEC_COLUMNS), pd.DataFrame(columns=SUMMARY_COLUMNS),
+                      pd.DataFrame(columns=AXIS_COLUMNS))
     both = scores if extra_scores is None or extra_scores.empty else pd.concat(
         [scores, extra_scores[[c for c in scores.columns if c in extra_scores.columns]]], ignore_index=True)
     wide = wide_scores(prepare_scores(both, queries, corpus))
@@ -430,13 +555,18 @@ def curves(scores: pd.DataFrame, extra_scores: pd.DataFrame | None, queries: pd.
         tested, every = every[:len(paired)], every[len(paired):]
         base = dict(corpus=corpus, contrast=name, condition_a=a, condition_b=b)
         if not paired:
-            summaries.append({**base, **summary_row(pd.DataFrame(columns=SPEC_COLUMNS), np.empty(0), n_declared,
+            none = NullDraws(np.empty(0), np.empty(0))
+            summaries.append({**base, **summary_row(pd.DataFrame(columns=SPEC_COLUMNS), none, math.nan, n_declared,
                                                     test, 0, skipped)})
             continue
         rows = _spec_rows(corpus, name, a, b, paired, tested, test.alpha)
         docs, sums, counts = _union(paired)
-        medians = null_medians(sums, counts, rows["mean_delta"].to_numpy(float), test.n_boot, test.seed)
+        effects = rows["mean_delta"].to_numpy(float)
+        se = np.array([float(np.std(t.replicates, ddof=1)) if t.replicates.size > 1 else 0.0 for t in tested])
+        null = null_draws(sums, counts, effects, se, test.n_boot, test.seed)
         tables.append(rows)
-        summaries.append({**base, **summary_row(rows, medians, n_declared, test, int(docs.size), skipped)})
+        summaries.append({**base, **summary_row(rows, null, stouffer_z(effects, se), n_declared, test,
+                                                int(docs.size), skipped)})
     spec_table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=SPEC_COLUMNS)
-    return Curves(spec_table[SPEC_COLUMNS], pd.DataFrame(summaries, columns=SUMMARY_COLUMNS))
+    return Curves(spec_table[SPEC_COLUMNS], pd.DataFrame(summaries, columns=SUMMARY_COLUMNS),
+                  axis_table(spec_table))

@@ -40,7 +40,7 @@ from .results import (  # noqa: F401
     paired_mixedlm_note, verdict_cells, verdict_notes, percentile_stars, size_check_note,
 )
 from .costs import cost  # noqa: F401
-from .multiverse import CURVE_NOTE, SPEC_AXES, multiverse, multiverse_specs  # noqa: F401
+from .multiverse import AXIS_LABELS, CURVE_NOTE, SPEC_AXES, multiverse, multiverse_axes, multiverse_specs  # noqa: F401
 from .construction import (  # noqa: F401
     corpus_funnel, INDUCTION_ROWS, induction, query_funnel, size_matching, placebo, user_conditions,
 )
@@ -54,5 +54,5 @@ __all__ = [
     "query_funnel", "size_matching", "placebo", "USER_MARK", "USER_NOTE", "is_user_condition", "user_contrasts",
     "user_conditions", "cost", "paired_mixedlm_note", "verdict_cells", "verdict_notes", "percentile_stars",
     "size_check_note", "CURVE_NOTE", "SPEC_AXES",
-    "multiverse", "multiverse_specs",
+    "multiverse", "multiverse_specs", "AXIS_LABELS", "multiverse_axes",
 ]
