@@ -33,7 +33,9 @@ vLLM's prefix-cache counters, modelled in characters: every prompt
 queries its length and hits its longest common prefix with any earlier prompt. ``GET /version`` answers
 ``{"version": "fake-1"}`` as vLLM's does; ``POST /control {"exit": n}`` answers, then ends the process with exit
 code ``n`` (a server that dies mid-stage). ``POST .../rerank`` (the Jina/Cohere shape vLLM serves) scores each
-document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first time).
+document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first time); with
+``STATE["rerank_defect"]`` set by a test, ``"repeat-index"`` numbers the results 0, 0, 1, ..., n-2 and ``"nan"``
+gives the last candidate a NaN score.
 """
 
 from __future__ import annotations
@@ -250,6 +252,12 @@ class Handler(BaseHTTPRequestHandler):
         q = str(req.get("query"))
         results = [{"index": i, "document": {"text": d}, "relevance_score": len(d) / (1 + len(q))}
                    for i, d in enumerate(docs)]
+        defect = STATE.get("rerank_defect")
+        if defect == "repeat-index" and len(results) > 1:  # 0, 0, 1, ..., n-2: every score after the first moved
+            for i, r in enumerate(results):
+                r["index"] = max(0, i - 1)
+        elif defect == "nan" and results:
+            results[-1]["relevance_score"] = float("nan")
         self._send(200, {"id": "r", "model": req.get("model"), "results": sorted(results,
                                                                                  key=lambda r: -r["relevance_score"])})
 
@@ -318,11 +326,16 @@ if __name__ == "__main__":
 #
 # ``EMB_STATE["defect"]`` (set by a test) makes the whole server go wrong: ``"zero"`` or ``"nan"``: the first text of
 # every request gets a zero or NaN vector; ``"dims:<n>"``: every vector has n dimensions (zeros after the third: a
-# server whose model was replaced); ``"alternate"``: requests alternate between 3 and 4 dimensions; None: healthy.
+# server whose model was replaced); ``"alternate"``: requests alternate between 3 and 4 dimensions; ``"same"``: every
+# text gets one vector (a server that embeds nothing of its input); ``"repeat-index"``: the reply's ``index`` fields
+# are 0, 0, 1, ..., n-2 (the last text's vector numbered as the first's); ``"scale:<f>"``: every vector times f
+# (1e-30, 1e25: a server that does not normalise, at a scale float32 squares cannot hold); None: healthy.
+# ``EMB_STATE["model_dims"]`` is the dimension of the healthy model (3; ``dims:<n>`` overrides it), and
+# ``EMB_STATE["max_model_len"]``, when set, is what ``GET .../models`` reports for every model (as vLLM does).
 # GET .../embeddings-stats returns the state: requests, paths, bodies, max_in_flight.
 
 EMB_STATE: dict = {"requests": 0, "paths": [], "bodies": [], "seen": set(), "in_flight": 0, "max_in_flight": 0,
-                   "defect": None, "answered": 0}
+                   "defect": None, "answered": 0, "max_model_len": None}
 EMB_LOCK = threading.Lock()
 EMB_RELEASE = threading.Event()  # hold:<id> embedding requests wait on it
 EMB_ENTERED = threading.Condition(EMB_LOCK)
@@ -332,12 +345,18 @@ EMB_MAX_TOKENS = 16
 def reset_embeddings_state() -> None:
     with EMB_LOCK:
         EMB_STATE.update(requests=0, paths=[], bodies=[], seen=set(), in_flight=0, max_in_flight=0, defect=None,
-                         answered=0)
+                         answered=0, max_model_len=None)
     EMB_RELEASE.clear()
 
 
 def embedding_of(text: str, dims: int = 3) -> list[float]:
-    return ([float(len(text)), float(text.count("a")), 1.0] + [0.0] * dims)[:max(3, dims)]
+    """``[len(text), text.count("a"), 1 + h]`` (unnormalised; zeros after the third up to ``dims``), ``h`` in
+    [0, 64) drawn from the text's sha256: texts of one length and as many a's still point apart, as a real model's
+    vectors of different texts do."""
+    import hashlib
+
+    h = int.from_bytes(hashlib.sha256(text.encode()).digest()[:2], "big") / 1024.0
+    return ([float(len(text)), float(text.count("a")), 1.0 + h] + [0.0] * dims)[:max(3, dims)]
 
 
 def _vectors(texts: list) -> list[list[float]]:
@@ -346,12 +365,15 @@ def _vectors(texts: list) -> list[list[float]]:
         defect, nth = EMB_STATE["defect"], EMB_STATE["answered"]
         EMB_STATE["answered"] += 1
     dims = int(defect.split(":")[1]) if str(defect).startswith("dims:") else 3 + nth % 2 if defect == "alternate" else 3
-    out = [embedding_of(t, dims) for t in texts]
+    out = [embedding_of(texts[0] if defect == "same" else t, dims) for t in texts]
     for i, t in enumerate(texts):
         if t.startswith("zero:") or (defect == "zero" and i == 0):
             out[i] = [0.0] * dims
         if t.startswith("nan:") or (defect == "nan" and i == 0):
             out[i] = [float("nan")] + out[i][1:]
+    if str(defect).startswith("scale:"):
+        f = float(defect.split(":")[1])
+        out = [[x * f for x in v] for v in out]
     return out
 
 
@@ -360,6 +382,9 @@ class EmbeddingsHandler(Handler):
         if self.path.rstrip("/").endswith("/embeddings-stats"):
             with EMB_LOCK:
                 return self._send(200, {k: (sorted(v) if isinstance(v, set) else v) for k, v in EMB_STATE.items()})
+        if self.path.rstrip("/").endswith("/models") and EMB_STATE["max_model_len"] is not None:
+            return self._send(200, {"object": "list", "data": [{"id": m, "object": "model", "max_model_len":
+                                                                EMB_STATE["max_model_len"]} for m in STATE["models"]]})
         return super().do_GET()
 
     def do_POST(self):
@@ -402,5 +427,9 @@ class EmbeddingsHandler(Handler):
                 return self._send(400, {"error": {"message": f"This model's maximum context length is "
                                                              f"{EMB_MAX_TOKENS} tokens; the input has "
                                                              f"{t.split(':')[1]}"}})
-        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(_vectors(texts))][::-1]
+        vecs = _vectors(texts)
+        index = list(range(len(vecs)))
+        if EMB_STATE["defect"] == "repeat-index" and len(index) > 1:  # 0, 0, 1, ..., n-2: the vectors shifted by one
+            index = [0] + index[:-1]
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in zip(index, vecs)][::-1]
         self._send(200, {"object": "list", "data": data, "model": req.get("model")})

@@ -227,3 +227,71 @@ def test_a_server_gone_wrong_stops_04_and_the_rerun_after_the_fix_recovers(tmp_p
         assert np.isfinite(v).all() and np.allclose(np.linalg.norm(v, axis=1), 1.0)
     assert not list(store.rglob("*.bad*"))
     assert len(artifacts.read(cfg, "runs")) > 0
+
+
+# ----------------------------------------------------------------------------- replies checked as a whole
+
+def test_a_reply_whose_indices_repeat_is_refused_naming_the_server_the_model_and_the_cause(server, tmp_path):
+    """The fake numbers its vectors 0, 0, 1, ..., n-2: sorted by index, every text after the first would get the
+    vector of the text before it (before: stored, 137 of 142 vectors belonging to other texts)."""
+    fake.EMB_STATE["defect"] = "repeat-index"
+    with pytest.raises(embed.EmbedError, match=rf"embed.embedders.strong \(server {server}/embeddings, model 'm'\): "
+                                               r"sent 7 texts, got 7 vectors whose index 0 is repeated \(2 times\) "
+                                               r"and 6 is missing: each text must have exactly one vector"):
+        embed_store.EmbeddingStore(tmp_path, flush_every=1024).embed(served(server, batch_size=7), TEXTS)
+    assert shards(tmp_path) == []
+
+
+def test_one_vector_for_every_text_is_refused_but_texts_read_alike_are_not(server, tmp_path):
+    """A server that answers every text with one vector (before: all 7,920 scores 1.0, no warning). Texts that
+    differ only in case and white space may share a vector (an uncased tokenizer reads them alike)."""
+    fake.EMB_STATE["defect"] = "same"
+    with pytest.raises(embed.EmbedError, match=rf"\(server {server}/embeddings, model 'm'\): the reply gives its 2 "
+                                               r"texts \(2 distinct\) all the same vector \(least cosine 1.0+ >= "
+                                               r"0.999999\): the server is not embedding what it is sent"):
+        embed_store.EmbeddingStore(tmp_path, flush_every=1024).embed(served(server), TEXTS)
+    assert shards(tmp_path) == []
+    v = served(server).encode(["Apollo 8", "apollo  8 "])
+    np.testing.assert_allclose(v[0], v[1])
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e25])
+def test_vectors_at_any_scale_are_stored_normalised(server, tmp_path, scale):
+    """A server that does not normalise, at scales float32 squares cannot hold: 1e-30 (before: stored as they came,
+    scores around 1e-59) and 1e25 (before: refused as all zero). Stored as the unit vectors they point along."""
+    want = served(server).encode(TEXTS)
+    fake.EMB_STATE["defect"] = f"scale:{scale}"
+    got = embed_store.EmbeddingStore(tmp_path, flush_every=1024).embed(served(server), TEXTS)
+    np.testing.assert_allclose(np.linalg.norm(got.astype(np.float64), axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_normalisation_is_scale_safe_and_an_unnormalised_vector_is_never_stored():
+    rows = np.array([[3.0, 4.0], [3e-30, 4e-30], [3e25, 4e25], [1.5e38, 2e38], [0.0, 0.0]], dtype=np.float32)
+    got = embed._normalise(rows)
+    np.testing.assert_allclose(got[:4], [[0.6, 0.8]] * 4, rtol=1e-6)
+    assert (got[4] == 0).all()
+    with pytest.raises(embed.BadVector, match=r"has norm 5, not 1 \(within 0.001\): it was not normalised"):
+        embed.check_vectors(rows[:1], ["a" * 64], "here")
+
+
+@pytest.mark.parametrize("defect, cause", [
+    ("repeat-index", r"sent 3 candidates, got 3 scores whose index 0 is repeated \(2 times\) and 2 is missing: "
+                     r"each candidate must have exactly one score, numbered 0..2"),
+    ("nan", r"the score of candidate 2 is nan \(1 of the request's 3 scores are not finite\)")])
+def test_a_rerank_reply_whose_indices_repeat_or_whose_scores_are_not_finite_is_refused(server, tmp_path, defect,
+                                                                                        cause):
+    """The reranker's replies are checked as the embedder's (before: a repeated index was named as 'scores for
+    indices [0, 1]', and a NaN score was stored)."""
+    from chunkstudy import rerank
+
+    r = rerank.load_reranker(config.record("retrieve.rerankers.*", {
+        "backend": "openai", "model": "xenc", "base_url": server, "batch_size": 8, "max_retries": 0}), "x", tmp_path)
+    fake.STATE["rerank_defect"] = defect
+    try:
+        with pytest.raises(rerank.RerankError, match=rf"retrieve.rerankers.x \(server {server}, model 'xenc'\): "
+                                                     rf"{cause}; nothing of this request is stored"):
+            r.score(["q"] * 3, ["a", "bb", "ccc"])
+    finally:
+        fake.STATE["rerank_defect"] = None
+    assert len(rerank.ScoreStore(tmp_path)) == 0

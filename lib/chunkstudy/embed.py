@@ -98,13 +98,33 @@ def query_instruction(spec: Any) -> str:
 
 
 def _normalise(v: np.ndarray) -> np.ndarray:
-    v = np.asarray(v, dtype=np.float32)
-    n = np.linalg.norm(v, axis=1, keepdims=True)
-    return (v / np.where(n > 0, n, 1.0)).astype(np.float32)
+    """Rows of ``v`` scaled to unit L2 norm, float32, whatever their scale: each row is divided by its largest
+    absolute entry before its norm is taken, in float64, so a row of 1e-30s (whose float32 squares underflow to a
+    norm of 0) and a row of 1e25s (whose squares overflow to infinity) come out as the unit vectors they point
+    along. A zero row stays zero and a NaN or infinite one becomes NaN: :func:`check_vectors` refuses both."""
+    return unit_rows(v).astype(np.float32)
+
+
+def unit_rows(v: Any) -> np.ndarray:
+    """:func:`_normalise` in float64 (the cosines of :func:`identical_batch` are taken on these)."""
+    v = np.asarray(v, dtype=np.float64)
+    if v.ndim != 2 or not v.size:
+        return v
+    with np.errstate(invalid="ignore"):
+        scale = np.abs(v).max(axis=1, keepdims=True)
+        u = v / np.where((scale > 0) & np.isfinite(scale), scale, 1.0)
+        u = np.where(np.isfinite(scale), u, np.nan)
+        n = np.linalg.norm(u, axis=1, keepdims=True)
+        return u / np.where(n > 0, n, 1.0)
+
+
+#: what every stored vector's L2 norm must be: vectors are unit-normalised (inner product = cosine), so a norm off 1
+#: by more than this is a vector the normalisation missed, refused before it is stored (:func:`check_vectors`)
+NORM_TOLERANCE = 1e-3
 
 
 class BadVector(EmbedError):
-    """A vector that must not be stored: not finite, all zero, or not of the model's dimension
+    """A vector that must not be stored: not finite, all zero, not unit-normalised, or not of the model's dimension
     (:func:`check_vectors`)."""
 
 
@@ -118,10 +138,10 @@ def bad_rows(vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def check_vectors(vecs: Any, keys: Sequence[str], where: str, dim: int | None = None) -> np.ndarray:
-    """``vecs`` as float32 ``(len(keys), d)`` when every row may be stored: finite, of norm > 0, and of dimension
-    ``dim`` (when given: the model's); else :class:`BadVector` naming ``where`` (the embedder and its server or
-    model), the content key (``keys[i]``: the text's sha256, :func:`text_key`) of the first bad row, the condition and
-    how many rows of the batch have it. Every vector is checked here before it is stored (:mod:`chunkstudy.
+    """``vecs`` as float32 ``(len(keys), d)`` when every row may be stored: finite, of norm > 0, unit-normalised
+    (norm 1 within :data:`NORM_TOLERANCE`) and of dimension ``dim`` (when given: the model's); else
+    :class:`BadVector` naming ``where`` (the embedder and its server or model), the content key (``keys[i]``: the
+    text's sha256, :func:`text_key`) of the first bad row, the condition and how many rows of the batch have it. Every vector is checked here before it is stored (:mod:`chunkstudy.
     embed_store`), whatever computed it: a zero vector would rank as no text does, a NaN poisons every score."""
     v = np.asarray(vecs, dtype=np.float32)
     n = len(keys)
@@ -136,7 +156,45 @@ def check_vectors(vecs: Any, keys: Sequence[str], where: str, dim: int | None = 
             i = int(np.argmax(mask))
             raise BadVector(f"{where}: the vector of text {keys[i]} {what} ({int(mask.sum())} of the batch's {n} "
                             "vectors); nothing of this batch is stored")
+    norms = np.linalg.norm(v.astype(np.float64), axis=1)
+    off = np.abs(norms - 1.0) > NORM_TOLERANCE
+    if off.any():
+        i = int(np.argmax(off))
+        raise BadVector(f"{where}: the vector of text {keys[i]} has norm {norms[i]:.6g}, not 1 (within "
+                        f"{NORM_TOLERANCE:g}): it was not normalised ({int(off.sum())} of the batch's {n} vectors); "
+                        "nothing of this batch is stored")
     return v
+
+
+class BadReply(EmbedError):
+    """A server's reply that cannot be taken as a whole: its ``index`` fields not a permutation of the texts sent,
+    vectors of different lengths, or one vector for texts that differ (:meth:`_OpenAIEmbeddings._parse`)."""
+
+
+#: a reply whose vectors for two distinct texts or more all have at least this cosine to its first vector is
+#: refused (:func:`identical_batch`): a server that gives every text one vector (a broken pooling, a model that
+#: ignores its input) would make every score equal. Distinct texts of a real model stay far below it: texts that
+#: differ in a word have cosines around 0.9-0.99
+IDENTICAL_MIN_COSINE = 1 - 1e-6
+
+
+def distinct_texts(texts: Sequence[str]) -> set[str]:
+    """The texts that differ once case and white space are folded (what an uncased tokenizer reads alike is one)."""
+    return {" ".join(t.casefold().split()) for t in texts}
+
+
+def identical_batch(vecs: np.ndarray, texts: Sequence[str]) -> float | None:
+    """The least cosine (float64) between the first vector of a batch and the others when the batch holds two
+    :func:`distinct_texts` or more and every vector has cosine >= :data:`IDENTICAL_MIN_COSINE` to the first (the
+    batch is refused); None otherwise (also for a batch with a NaN or zero vector: :func:`check_vectors` names
+    those)."""
+    if len(distinct_texts(texts)) < 2:
+        return None
+    u = unit_rows(vecs)
+    if not np.isfinite(u).all() or (np.linalg.norm(u, axis=1) == 0).any():
+        return None
+    least = float((u @ u[0]).min())
+    return least if least >= IDENTICAL_MIN_COSINE else None
 
 
 def resolve_dtype(spec: Any, where: str) -> str:
@@ -604,17 +662,36 @@ class _OpenAIEmbeddings:
             body.update(truncate_prompt_tokens=self.max_tokens)
         return body
 
-    def _parse(self, reply: dict, n: int, url: str) -> np.ndarray:
+    def _parse(self, reply: dict, texts: Sequence[str], url: str) -> np.ndarray:
+        """The reply's vectors in the order of ``texts`` (float64, as sent), checked as a whole: its ``index``
+        fields a permutation of ``0..n-1`` (:func:`chunkstudy.llm.http.permutation_problem`), one length, and not
+        one vector for every text (:func:`identical_batch`); else :class:`BadReply` naming the server, the model
+        and the cause. Finite, non-zero and normalised are :func:`check_vectors`' (after normalisation)."""
+        from .llm import http
+
+        n, who = len(texts), f"{self.where} (server {url}, model {self.model!r})"
         try:
-            data = sorted(reply["data"], key=lambda d: d["index"])
-            vecs = [d["embedding"] for d in data]
+            indices = [d["index"] for d in reply["data"]]
+            vecs = [d["embedding"] for d in reply["data"]]
         except (KeyError, TypeError) as e:
-            raise EmbedError(f"{self.where}: {url} sent a malformed reply ({e!r}): {str(reply)[:200]}") from None
-        if len(vecs) != n:
-            raise EmbedError(f"{self.where}: sent {n} texts, got {len(vecs)} embeddings")
-        if len({len(v) for v in vecs}) > 1:
-            raise EmbedError(f"{self.where}: {url} returned embeddings of different lengths")
-        return np.asarray(vecs, dtype=np.float32).reshape(n, -1)
+            raise BadReply(f"{who} sent a malformed reply ({e!r}): {str(reply)[:200]}") from None
+        if (problem := http.permutation_problem(indices, n)) is not None:
+            raise BadReply(f"{who}: sent {n} texts, got {len(indices)} vectors whose index {problem}: each text must "
+                           f"have exactly one vector, numbered 0..{n - 1}; nothing of this batch is stored")
+        if len({len(v) if isinstance(v, list) else -1 for v in vecs}) > 1:
+            raise BadReply(f"{who} returned vectors of different lengths in one reply "
+                           f"({sorted({len(v) if isinstance(v, list) else -1 for v in vecs})}); nothing of this "
+                           "batch is stored")
+        try:
+            arr = np.asarray([vecs[indices.index(i)] for i in range(n)], dtype=np.float64).reshape(n, -1)
+        except (TypeError, ValueError) as e:
+            raise BadReply(f"{who} sent vectors that are not lists of numbers ({e}); nothing of this batch is "
+                           "stored") from None
+        if (least := identical_batch(arr, texts)) is not None:
+            raise BadReply(f"{who}: the reply gives its {n} texts ({len(distinct_texts(texts))} distinct) all the "
+                           f"same vector (least cosine {least:.9f} >= {IDENTICAL_MIN_COSINE}): the server is not "
+                           "embedding what it is sent; nothing of this batch is stored")
+        return arr
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         from .llm import LLMError, StageError, http
@@ -637,7 +714,7 @@ class _OpenAIEmbeddings:
             raise EmbedError(f"{self.where}: {e}{hint}") from None
         except (LLMError, StageError) as e:
             raise EmbedError(f"{self.where}: {e}") from None
-        vecs = [self._parse(r, len(b), self.url) for r, b in zip(replies, batches)]
+        vecs = [self._parse(r, b, self.url) for r, b in zip(replies, batches)]
         for b, v in zip(batches, vecs):
             self.dimension = self.dimension or v.shape[1]
             if v.shape[1] != self.dimension:  # np.concatenate would fail with a bare ValueError

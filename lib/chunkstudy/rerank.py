@@ -382,14 +382,30 @@ class _OpenAIRerank:
         return out
 
     def parse(self, reply: dict, n: int) -> np.ndarray:
+        """The reply's scores in the order of the candidates sent, checked as a whole: its ``index`` fields a
+        permutation of ``0..n-1`` (:func:`chunkstudy.llm.http.permutation_problem`: a repeated index would give one
+        candidate's score to another) and every score finite; else :class:`RerankError` naming the server, the
+        model and the cause."""
+        from .llm import http
+
+        who = f"{self.where} (server {self.base_urls[0]}, model {self.model!r})"
         try:
-            got = {int(r["index"]): float(r["relevance_score"]) for r in reply["results"]}
+            indices = [r["index"] for r in reply["results"]]
+            scores = np.array([float(r["relevance_score"]) for r in reply["results"]], dtype=np.float64)
         except (KeyError, TypeError, ValueError) as e:
-            raise RerankError(f"{self.where}: {self.base_urls[0]}/rerank sent a malformed reply ({e!r}): "
-                              f"{str(reply)[:200]}") from None
-        if sorted(got) != list(range(n)):
-            raise RerankError(f"{self.where}: sent {n} candidates, got scores for indices {sorted(got)[:10]}")
-        return np.array([got[i] for i in range(n)], dtype=np.float64)
+            raise RerankError(f"{who}: /rerank sent a malformed reply ({e!r}): {str(reply)[:200]}") from None
+        if (problem := http.permutation_problem(indices, n)) is not None:
+            raise RerankError(f"{who}: sent {n} candidates, got {len(indices)} scores whose index {problem}: each "
+                              f"candidate must have exactly one score, numbered 0..{n - 1}; nothing of this "
+                              "request is stored")
+        if not np.isfinite(scores).all():
+            i = int(np.argmax(~np.isfinite(scores)))
+            raise RerankError(f"{who}: the score of candidate {indices[i]} is {scores[i]} "
+                              f"({int((~np.isfinite(scores)).sum())} of the request's {n} scores are not finite); "
+                              "nothing of this request is stored")
+        out = np.empty(n, dtype=np.float64)
+        out[np.asarray(indices, dtype=np.int64)] = scores
+        return out
 
     def score(self, pairs: Sequence[tuple[str, str]], done=None) -> np.ndarray:
         from .llm import LLMError, StageError, http
