@@ -454,9 +454,12 @@ embed:
 retrieve:
   rerankers: {r: {backend: openai, model: x, base_url: "http://localhost:8002/v1"}}
 """
+#: Moved on purpose once since: an embedder's max_seq_length defaults to the model's own (null) instead of 512 (issue
+#: 51), so 04, 05 and 08 of a file that states none rerun once (their vectors are kept where the model's own length
+#: is 512, as the BGE models'; a served model's are keyed by its answers from then on anyway).
 PINNED_DIGESTS = {"01_corpus": "f7daf1b13f8bc968", "02_induce": "8b30a0fb3dfa3e0a", "03_queries": "66bab975922d6f5a",
-                  "04_chunk_embed": "c9a0e7a8da9e040f", "05_retrieve": "bd2ba0e43bd6280e",
-                  "06_metrics": "d6f11aded2bda888", "07_stats": "187f732a7fbd3a9f", "08_figures": "ea66372c1ca90308"}
+                  "04_chunk_embed": "0565a487b08b4595", "05_retrieve": "5e4f8efb4f3d5767",
+                  "06_metrics": "d6f11aded2bda888", "07_stats": "187f732a7fbd3a9f", "08_figures": "d8c713c08c41819c"}
 
 
 def test_stage_digests_of_a_pinned_file_do_not_move(tmp_path):
