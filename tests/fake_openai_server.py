@@ -26,14 +26,16 @@ user message, so one server covers the cases the tests need:
 
 ``GET /stats`` returns ``{"requests": n, "auth": [authorization headers seen], "max_inflight": n, "chat":
 [the last message of every chat request, in arrival order], "times": {id: [arrival times]}, "max_tokens": {id:
-[max_tokens of each request]}, "held": n}`` so tests can check
-counts, overlap, and that the key arrived as a bearer token. ``GET {prefix}/models`` lists ``--models``;
+[max_tokens of each request]}, "held": n, "canary": n}`` so tests can check counts, overlap, and that the key
+arrived as a bearer token (the canary prompt, :func:`is_canary`, is counted apart). ``GET {prefix}/models`` lists ``--models``;
 Every chat reply carries ``usage`` counted in words (:func:`usage`). ``GET /metrics`` is a Prometheus text with
 vLLM's prefix-cache counters, modelled in characters: every prompt
 queries its length and hits its longest common prefix with any earlier prompt. ``GET /version`` answers
 ``{"version": "fake-1"}`` as vLLM's does; ``POST /control {"exit": n}`` answers, then ends the process with exit
 code ``n`` (a server that dies mid-stage). ``POST .../rerank`` (the Jina/Cohere shape vLLM serves) scores each
-document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first time).
+document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first time); with
+``STATE["rerank_defect"]`` set by a test, ``"repeat-index"`` numbers the results 0, 0, 1, ..., n-2, ``"nan"``
+gives the last candidate a NaN score and ``"scale:<f>"`` multiplies every score by f (another model).
 """
 
 from __future__ import annotations
@@ -48,7 +50,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"requests": 0, "seen": {}, "auth": [], "inflight": 0, "max_inflight": 0, "chat": [], "times": {},
          "failing": False, "models": ["served-model"], "prompts": [], "pc_queries": 0, "pc_hits": 0, "success": 0,
-         "max_tokens": {}, "held": 0}
+         "max_tokens": {}, "held": 0, "canary": 0, "canary_reply": "was Apollo 8, in December 1968."}
+
+
+def is_canary(req: dict) -> bool:
+    """Whether a chat request is the canary prompt a client asks to know the model by (chunkstudy.identity): it is
+    answered with ``STATE["canary_reply"]`` (the model's answer; ``--canary-reply`` or ``POST /control
+    {"canary_reply": ...}`` make another model of it) and counted in ``STATE["canary"]``, never among the stage's
+    chat requests."""
+    try:
+        from chunkstudy.identity import CANARY_CHAT
+    except ImportError:  # run without the package: nothing is a canary
+        return False
+    return list(req.get("messages") or []) == list(CANARY_CHAT)
 LOCK = threading.Lock()
 RELEASE = threading.Event()  # hold:<id> requests wait on it
 #: notified whenever a request enters: ``gather:<n>`` requests wait on it
@@ -133,7 +147,7 @@ class Handler(BaseHTTPRequestHandler):
         if path.endswith("/stats"):
             with LOCK:
                 self._send(200, {k: STATE[k] for k in ("requests", "auth", "max_inflight", "chat", "times",
-                                                      "max_tokens", "held")})
+                                                      "max_tokens", "held", "canary")})
         elif path.endswith("/models"):
             self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in STATE["models"]]})
         elif path == "/version":
@@ -152,12 +166,17 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         n = int(self.headers.get("Content-Length", 0))
         req = json.loads(self.rfile.read(n) or b"{}")
+        if self.path.rstrip("/").endswith("/chat/completions") and is_canary(req):
+            with LOCK:
+                STATE["canary"] += 1
+            return self._reply(req, STATE["canary_reply"], "stop")
         with LOCK:
             STATE["requests"] += 1
             STATE["auth"].append(self.headers.get("Authorization"))
         if self.path.rstrip("/").endswith("/control"):
             with LOCK:
                 STATE["failing"] = bool(req.get("failing", STATE["failing"]))
+                STATE["canary_reply"] = str(req.get("canary_reply", STATE["canary_reply"]))
             if req.get("release"):
                 RELEASE.set()
             self._send(200, {"failing": STATE["failing"]})
@@ -250,6 +269,15 @@ class Handler(BaseHTTPRequestHandler):
         q = str(req.get("query"))
         results = [{"index": i, "document": {"text": d}, "relevance_score": len(d) / (1 + len(q))}
                    for i, d in enumerate(docs)]
+        defect = STATE.get("rerank_defect")
+        if defect == "repeat-index" and len(results) > 1:  # 0, 0, 1, ..., n-2: every score after the first moved
+            for i, r in enumerate(results):
+                r["index"] = max(0, i - 1)
+        elif defect == "nan" and results:
+            results[-1]["relevance_score"] = float("nan")
+        elif str(defect).startswith("scale:"):  # another cross-encoder: every score times f
+            for r in results:
+                r["relevance_score"] *= float(defect.split(":")[1])
         self._send(200, {"id": "r", "model": req.get("model"), "results": sorted(results,
                                                                                  key=lambda r: -r["relevance_score"])})
 
@@ -280,12 +308,18 @@ def main() -> None:
     ap.add_argument("--models", default="served-model", help="comma-separated model ids GET /models lists")
     ap.add_argument("--failing", action="store_true", help="start failing prompts that contain FAILME")
     ap.add_argument("--port", type=int, default=0, help="port to bind (default: an ephemeral one)")
+    ap.add_argument("--canary-reply", default=STATE["canary_reply"],
+                    help="the model's reply to the canary prompt (another reply: another model behind the name)")
+    ap.add_argument("--embed-dims", type=int, default=3,
+                    help="the dimension of the embedding model it serves (as vLLM's --dim; zeros after the third)")
     ap.add_argument("--until-stdin-closes", action="store_true",
                     help="also exit when standard input closes (the test that started it ended), whatever its age")
     a = ap.parse_args()
     STATE["models"] = a.models.split(",")
     STATE["failing"] = a.failing
-    srv = Server(("127.0.0.1", a.port), Handler)
+    STATE["canary_reply"] = a.canary_reply
+    EMB_STATE["defect"] = f"dims:{a.embed_dims}" if a.embed_dims != 3 else None
+    srv = Server(("127.0.0.1", a.port), EmbeddingsHandler)  # the chat and rerank routes, and /v1/embeddings
     print(f"PORT {srv.server_address[1]}", flush=True)
     timer = threading.Timer(a.lifetime, srv.shutdown)
     timer.daemon = True
@@ -295,9 +329,6 @@ def main() -> None:
     srv.serve_forever()
     sys.exit(0)
 
-
-if __name__ == "__main__":
-    main()
 
 
 # ------------------------------------------------------------------------------------------------- /v1/embeddings
@@ -318,11 +349,16 @@ if __name__ == "__main__":
 #
 # ``EMB_STATE["defect"]`` (set by a test) makes the whole server go wrong: ``"zero"`` or ``"nan"``: the first text of
 # every request gets a zero or NaN vector; ``"dims:<n>"``: every vector has n dimensions (zeros after the third: a
-# server whose model was replaced); ``"alternate"``: requests alternate between 3 and 4 dimensions; None: healthy.
+# server whose model was replaced); ``"alternate"``: requests alternate between 3 and 4 dimensions; ``"same"``: every
+# text gets one vector (a server that embeds nothing of its input); ``"repeat-index"``: the reply's ``index`` fields
+# are 0, 0, 1, ..., n-2 (the last text's vector numbered as the first's); ``"scale:<f>"``: every vector times f
+# (1e-30, 1e25: a server that does not normalise, at a scale float32 squares cannot hold); None: healthy.
+# ``EMB_STATE["model_dims"]`` is the dimension of the healthy model (3; ``dims:<n>`` overrides it), and
+# ``EMB_STATE["max_model_len"]``, when set, is what ``GET .../models`` reports for every model (as vLLM does).
 # GET .../embeddings-stats returns the state: requests, paths, bodies, max_in_flight.
 
 EMB_STATE: dict = {"requests": 0, "paths": [], "bodies": [], "seen": set(), "in_flight": 0, "max_in_flight": 0,
-                   "defect": None, "answered": 0}
+                   "defect": None, "answered": 0, "max_model_len": None}
 EMB_LOCK = threading.Lock()
 EMB_RELEASE = threading.Event()  # hold:<id> embedding requests wait on it
 EMB_ENTERED = threading.Condition(EMB_LOCK)
@@ -332,12 +368,18 @@ EMB_MAX_TOKENS = 16
 def reset_embeddings_state() -> None:
     with EMB_LOCK:
         EMB_STATE.update(requests=0, paths=[], bodies=[], seen=set(), in_flight=0, max_in_flight=0, defect=None,
-                         answered=0)
+                         answered=0, max_model_len=None)
     EMB_RELEASE.clear()
 
 
 def embedding_of(text: str, dims: int = 3) -> list[float]:
-    return ([float(len(text)), float(text.count("a")), 1.0] + [0.0] * dims)[:max(3, dims)]
+    """``[len(text), text.count("a"), 1 + h]`` (unnormalised; zeros after the third up to ``dims``), ``h`` in
+    [0, 64) drawn from the text's sha256: texts of one length and as many a's still point apart, as a real model's
+    vectors of different texts do."""
+    import hashlib
+
+    h = int.from_bytes(hashlib.sha256(text.encode()).digest()[:2], "big") / 1024.0
+    return ([float(len(text)), float(text.count("a")), 1.0 + h] + [0.0] * dims)[:max(3, dims)]
 
 
 def _vectors(texts: list) -> list[list[float]]:
@@ -346,12 +388,15 @@ def _vectors(texts: list) -> list[list[float]]:
         defect, nth = EMB_STATE["defect"], EMB_STATE["answered"]
         EMB_STATE["answered"] += 1
     dims = int(defect.split(":")[1]) if str(defect).startswith("dims:") else 3 + nth % 2 if defect == "alternate" else 3
-    out = [embedding_of(t, dims) for t in texts]
+    out = [embedding_of(texts[0] if defect == "same" else t, dims) for t in texts]
     for i, t in enumerate(texts):
         if t.startswith("zero:") or (defect == "zero" and i == 0):
             out[i] = [0.0] * dims
         if t.startswith("nan:") or (defect == "nan" and i == 0):
             out[i] = [float("nan")] + out[i][1:]
+    if str(defect).startswith("scale:"):
+        f = float(defect.split(":")[1])
+        out = [[x * f for x in v] for v in out]
     return out
 
 
@@ -360,6 +405,9 @@ class EmbeddingsHandler(Handler):
         if self.path.rstrip("/").endswith("/embeddings-stats"):
             with EMB_LOCK:
                 return self._send(200, {k: (sorted(v) if isinstance(v, set) else v) for k, v in EMB_STATE.items()})
+        if self.path.rstrip("/").endswith("/models") and EMB_STATE["max_model_len"] is not None:
+            return self._send(200, {"object": "list", "data": [{"id": m, "object": "model", "max_model_len":
+                                                                EMB_STATE["max_model_len"]} for m in STATE["models"]]})
         return super().do_GET()
 
     def do_POST(self):
@@ -402,5 +450,13 @@ class EmbeddingsHandler(Handler):
                 return self._send(400, {"error": {"message": f"This model's maximum context length is "
                                                              f"{EMB_MAX_TOKENS} tokens; the input has "
                                                              f"{t.split(':')[1]}"}})
-        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(_vectors(texts))][::-1]
+        vecs = _vectors(texts)
+        index = list(range(len(vecs)))
+        if EMB_STATE["defect"] == "repeat-index" and len(index) > 1:  # 0, 0, 1, ..., n-2: the vectors shifted by one
+            index = [0] + index[:-1]
+        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in zip(index, vecs)][::-1]
         self._send(200, {"object": "list", "data": data, "model": req.get("model")})
+
+
+if __name__ == "__main__":  # last: main serves the embeddings route, defined above
+    main()

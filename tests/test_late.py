@@ -208,9 +208,10 @@ def test_the_encoder_window_of_minilm_is_its_512_positions(embedder):
     assert late.encoder_window(embedder) == 512
     enc = late.LateEncoder(embedder, window=512, overlap=64)
     assert enc.layout == (1, 1) and enc.capacity == 510
-    with pytest.raises(embed.EmbedError, match="exceeds the encoder's 512"):
+    with pytest.raises(embed.EmbedError, match=r"embed.late_window: 1024 \(late pooling with embed.embedders."
+                                               r"strong\) exceeds the encoder's 512"):
         late.LateEncoder(embedder, window=1024, overlap=64)
-    with pytest.raises(embed.EmbedError, match="overlap 510"):
+    with pytest.raises(embed.EmbedError, match=r"embed.late_overlap: 510 .* below the window's 510 content tokens"):
         late.LateEncoder(embedder, window=512, overlap=510)
 
 
@@ -354,9 +355,9 @@ def test_the_keyed_entry_point_writes_checked_shards_and_leaves_text_keys_alone(
     texts = ["Apollo 8 orbited the Moon.", "Amphibians are ectothermic."]
     vecs = store.embed(embedder, texts)
     keys = [embed.text_key(f"k{i}") for i in range(3)]
-    v = np.arange(12, dtype=np.float32).reshape(3, 4)
+    v = embed._normalise(np.arange(12, dtype=np.float32).reshape(3, 4))  # stored vectors are unit vectors
     assert store.missing("m.late1-w8-o2", "passage", keys + keys[:1]) == keys
-    assert store.put("m.late1-w8-o2", "passage", keys + keys[:1], np.vstack([v, v[:1] + 9])) == 3
+    assert store.put("m.late1-w8-o2", "passage", keys + keys[:1], np.vstack([v, embed._normalise(v[:1] + 9)])) == 3
     assert store.put("m.late1-w8-o2", "passage", keys, v) == 0
     fresh = embed_store.EmbeddingStore(tmp_path / "store", flush_every=8)
     np.testing.assert_array_equal(fresh.get("m.late1-w8-o2", "passage", keys[::-1]), v[::-1])

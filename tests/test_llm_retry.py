@@ -182,4 +182,7 @@ def test_the_llm_client_counts_no_timeout_of_a_busy_server(busy, tmp_path):
                                               "max_error_share": 1.0}), tmp_path)
     out = c.generate([llm.Request(messages=({"role": "user", "content": "q"},))])
     assert out[0].error and "ReplyTimeout" in out[0].error  # failed, not stopped by the breaker
-    assert c.stats["timeouts"] == 5 and c.stats["retries"] == 4 and busy.posts == 5
+    # five attempts of the call, and before them the canary request (chunkstudy.identity), held as every POST is:
+    # with llm.preflight false the model is then keyed as an unknown one, and the call goes ahead
+    assert c.stats["timeouts"] == 5 and c.stats["retries"] == 4 and busy.posts == 6
+    assert c.identity is not None and c.identity.fingerprint == "canary:unknown"

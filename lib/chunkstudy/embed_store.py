@@ -125,12 +125,15 @@ class EmbeddingStore:
         warnings.warn(message, ShardWarning, stacklevel=3)
         _progress.warn(message)  # under the runner: its output, the stage's manifest and the report's warnings
 
-    def _load_index(self, model_key: str, kind: str) -> dict[str, tuple[int, int]]:
+    def _load_index(self, model_key: str, kind: str, model_dim: int | None = None) -> dict[str, tuple[int, int]]:
         """The stored texts of ``(model_key, kind)`` (text hash -> (shard, row)), every shard checked on the first
-        read (class docstring). Shards whose vectors have another dimension than the newest good shard's were
-        written by the model before it changed under this key (a server's model replaced): they are set aside, so
-        the store holds one dimension and heals in one run."""
+        read (class docstring). The store holds one dimension per key, the model's: ``model_dim`` where it is known
+        (a served model's answers to the canary texts had it), else the newest good shard's. Shards of another were
+        written by a model that changed under this key: they are set aside, for passages and queries alike, and
+        their texts embedded again (:meth:`embed`)."""
         k = (model_key, kind)
+        if model_dim is not None and self._dims.get(k) not in (None, model_dim):
+            self._index.pop(k, None)  # read again: the model's dimension is not the stored one
         if k not in self._index:
             idx: dict[str, tuple[int, int]] = {}
             good: list[tuple[Path, int, list[str], int]] = []
@@ -142,15 +145,18 @@ class EmbeddingStore:
                 else:
                     good.append((keys, int(keys.stem.split("-")[1]), hashes, int(dim or 0)))
             newest = good[-1][3] if good else None
-            for keys, shard, hashes, dim in good:
-                if dim != newest:
-                    self._set_aside(keys, f"its vectors have dimension {dim}, those of the newest shard {newest}: "
-                                          "the model under this key changed")
+            want = model_dim if model_dim is not None else newest
+            for keys, shard, hashes, d_shard in good:
+                if d_shard != want:
+                    whose = f"the model's {want} (its answers to the canary texts)" if model_dim is not None else \
+                        f"those of the newest shard {want}"
+                    self._set_aside(keys, f"its vectors have dimension {d_shard}, {whose}: the model under this key "
+                                          "changed")
                     continue
                 for row, h in enumerate(hashes):
                     idx.setdefault(h, (shard, row))
             self._index[k] = idx
-            self._dims[k] = newest
+            self._dims[k] = want if idx else None
         return self._index[k]
 
     def _write_shard(self, model_key: str, kind: str, hashes: list[str], vecs: np.ndarray) -> int:
@@ -213,17 +219,25 @@ class EmbeddingStore:
         """Vectors of ``texts`` (float32 ``(len(texts), dim)``, in order), embedding only distinct unseen texts.
 
         Unseen texts go to the model longest first (:meth:`_batch_order`) in groups of ``flush_every``; each group
-        is checked (:func:`chunkstudy.embed.check_vectors`: finite, non-zero, one dimension) and written as a shard
-        before the next is embedded. When the model's dimension is no longer the stored vectors' (its server's
-        model replaced), the stored ones are set aside and embedded again, once (``healed``: that happened).
+        is checked (:func:`chunkstudy.embed.check_vectors`: finite, non-zero, normalised, one dimension) and
+        written as a shard before the next is embedded.
+
+        One rule heals the store, for passages and queries alike: a key holds the vectors of one model (a served
+        model's key holds its answers to the canary texts, :meth:`Embedder.settle_identity`, so another model
+        behind the same name has another key), in that model's dimension. Where the dimension is known before a
+        text is embedded (a served model's canary vectors had it), shards of another dimension are set aside before
+        any stored vector is read, whether a text is new or not; elsewhere, when the first new vectors show a
+        dimension other than the stored one, the stored vectors are set aside and embedded again, once
+        (``healed``: that happened).
         """
         if kind not in KINDS:
             raise EmbedError(f"EmbeddingStore.embed: kind {kind!r} is not one of {list(KINDS)}")
         texts = list(texts)
+        embedder.settle_identity(self.folder)  # a served model: known by its answers (one request per process)
         if embedder.precision_pending:  # dtype: auto on a CPU with hardware bfloat16: one check per store
             embedder.settle_precision(texts, self.folder)
         hashes = [text_key(t) for t in texts]
-        idx = self._load_index(embedder.model_key, kind)
+        idx = self._load_index(embedder.model_key, kind, embedder.identity.dim if embedder.identity else None)
         k = (embedder.model_key, kind)
         stored_dim, run_dim = self._dims.get(k), None
         todo: dict[str, str] = {}
@@ -358,18 +372,25 @@ def embed_all(specs: Mapping[str, EmbedderParams], texts: Sequence[str], store: 
 
     Returns ``({key: float32 (len(texts), dim)}, report)`` where the report has one row per embedder:
     ``embedder, model_key, runtime, dtype, cpu_bf16, agreement_n, agreement_min, agreement_mean, n_texts,
-    n_embedded, n_calls, n_tokens, seconds, dim`` (``n_embedded == 0`` on a rerun; ``n_tokens``: the tokens the
-    model read for them, 0 where the store counts none; ``dtype`` is the resolved one, "server"
-    for the openai backend; ``cpu_bf16`` the CPU's hardware-bfloat16 feature when ``dtype: auto`` could use it,
-    and ``agreement_*`` the bfloat16-vs-float32 check that settled it, None without one).
+    n_embedded, n_calls, n_tokens, seconds, dim, max_seq_length, max_seq_length_source, model_max_seq_length,
+    identity`` (``n_embedded == 0`` on a rerun; ``n_tokens``: the tokens the model read for them, 0 where the store
+    counts none; ``dtype`` is the resolved one, "server" for the openai backend; ``cpu_bf16`` the CPU's
+    hardware-bfloat16 feature when ``dtype: auto`` could use it, and ``agreement_*`` the bfloat16-vs-float32 check
+    that settled it, None without one; ``max_seq_length`` the tokens read of a text, where it came from and the
+    model's own (:func:`chunkstudy.embed.seq_length`); ``identity`` a served model's fingerprint, None for one run
+    here). A stated ``max_seq_length`` other than the model's own is noted (:func:`chunkstudy.embed.length_note`).
     """
     import pandas as pd
+
+    from .embed import length_note
 
     vectors, rows = {}, []
     for key, spec in specs.items():
         e = load_embedder(spec, key)
         n0, c0, k0, t0 = store.n_embedded, store.n_calls, store.n_tokens, time.perf_counter()
         vectors[key] = store.embed(e, texts, kind, progress=progress)
+        if (note := length_note(key, e.max_seq_length, e.length_source, e.own_length)) is not None:
+            _progress.note(note)
         check = (e.precision or {}).get("check") or {}
         rows.append({"embedder": key, "model_key": e.model_key, "runtime": e.runtime, "dtype": e.dtype,
                      "cpu_bf16": (e.precision or {}).get("cpu_bf16"), "agreement_n": check.get("n"),
@@ -377,5 +398,8 @@ def embed_all(specs: Mapping[str, EmbedderParams], texts: Sequence[str], store: 
                      "n_texts": len(texts),
                      "n_embedded": store.n_embedded - n0, "n_calls": store.n_calls - c0,
                      "n_tokens": store.n_tokens - k0,
-                     "seconds": time.perf_counter() - t0, "dim": int(vectors[key].shape[1]) if len(texts) else 0})
+                     "seconds": time.perf_counter() - t0, "dim": int(vectors[key].shape[1]) if len(texts) else 0,
+                     "max_seq_length": e.max_seq_length, "max_seq_length_source": e.length_source,
+                     "model_max_seq_length": e.own_length,
+                     "identity": e.identity.fingerprint if e.identity is not None else None})
     return vectors, pd.DataFrame(rows)

@@ -308,3 +308,81 @@ def stage_sources(p: Any, reads: tuple[str, ...]) -> dict[str, str | None]:
         except ValueError:  # the model cannot be found: the stage fails loading it, naming it
             out[role] = None
     return out
+
+
+# ------------------------------------------------------------------ what a model says of itself: its length
+
+def _model_folder(name: str) -> Path | None:
+    """The local folder ``name`` resolves to (:func:`resolve`), None when it resolves to none here."""
+    try:
+        path = Path(resolve(name))
+    except ValueError:
+        return None
+    return path if path.is_dir() else None
+
+
+def _json(path: Path) -> dict:
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _transformer_dir(folder: Path) -> Path:
+    """The folder of a sentence-transformers model's Transformer module (``modules.json``; the model's root when
+    it lists none)."""
+    try:
+        import json
+
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return folder
+    for m in modules if isinstance(modules, list) else []:
+        if isinstance(m, dict) and str(m.get("type", "")).endswith("Transformer"):
+            return folder / str(m.get("path", ""))
+    return folder
+
+
+#: the length an embedder is taken to read when neither the parameter file nor the model (its folder, or its
+#: server's ``max_model_len``) states one: sentence-transformers' and the parameter's old default
+ASSUMED_SEQ_LENGTH = 512
+
+
+def own_max_seq_length(name: str) -> tuple[int | None, str]:
+    """The length a sentence-transformers model embeds at by its own configuration, and the file that says so,
+    read from its folder without loading it, as sentence-transformers decides it: ``max_seq_length`` of the
+    Transformer module's ``sentence_bert_config.json`` (256 for all-MiniLM-L6-v2, 512 for the BGE v1.5 models),
+    else the tokenizer's ``model_max_length`` capped at ``max_position_embeddings``. ``(None, "")`` where the model
+    is not a folder here (a hub model not in the cache) or states neither."""
+    folder = _model_folder(name)
+    if folder is None:
+        return None, ""
+    module = _transformer_dir(folder)
+    stated = _json(module / "sentence_bert_config.json").get("max_seq_length")
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0:
+        return stated, "sentence_bert_config.json"
+    tok = _json(module / "tokenizer_config.json").get("model_max_length")
+    pos = _json(module / "config.json").get("max_position_embeddings")
+    found = [int(v) for v in (tok, pos) if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 10**6]
+    if found:
+        return min(found), "tokenizer_config.json and config.json"
+    return None, ""
+
+
+def encoder_positions(name: str) -> int | None:
+    """The positions of a model's encoder (``max_position_embeddings`` of its ``config.json``, less the padding
+    offset of RoBERTa-style models), read from its folder: what :func:`chunkstudy.chunks.late.encoder_window` takes
+    from the loaded model. None where the folder or the field cannot be found here."""
+    folder = _model_folder(name)
+    if folder is None:
+        return None
+    cfg = _json(_transformer_dir(folder) / "config.json") or _json(folder / "config.json")
+    n = cfg.get("max_position_embeddings")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return None
+    if cfg.get("model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer"):
+        n -= int(cfg.get("pad_token_id", 1) or 0) + 1
+    return n

@@ -307,7 +307,12 @@ class EmbedderParams(ServerClientParams):
     query_instruction: str = param("auto", "'auto' = the BGE instruction for bge-*-en-v1.5, '' = none")
     batch_size: int = param(32, ge=1)
     device: str = param("cpu")
-    max_seq_length: int = param(512, ge=1)
+    max_seq_length: int | None = param(None, "tokens the model reads of a text, special tokens included (the rest "
+                                       "is cut); null = the model's own: sentence-transformers' max_seq_length from "
+                                       "its folder (sentence_bert_config.json: 256 for all-MiniLM-L6-v2, 512 for "
+                                       "bge-*-en-v1.5), for a served model the max_model_len its server reports "
+                                       "(vLLM), else 512, assumed and said so; a stated value other than the "
+                                       "model's own is noted in 04's output (docs/models.md, 'Encoders')", ge=1)
     label: str = param("", "how reports name it, e.g. 'bge-large-en-v1.5 (strong)'")
     runtime: Runtime = param("torch", "sentence-transformers backend: run in PyTorch, or in ONNX Runtime (exported "
                              "once, cached under $CHUNKSTUDY_ONNX_CACHE or ~/.cache/chunkstudy/onnx; float32)")

@@ -86,6 +86,11 @@ class DryRunClient:
         self.max_tokens = self._client.max_tokens
         self.model = self._client.backend.model
         self.records = records or {}
+        # a served model's replies are keyed by its fingerprint too (chunkstudy.identity); the plan asks no server,
+        # so it takes the fingerprint of the cache's newest reply of this model
+        mine = sorted((r.get("finished_at") or "", r["identity"]) for r in self.records.values()
+                      if r.get("identity") and r.get("model") == self.model and r.get("backend") == llm_params.backend)
+        self.model_id = self.model + (f"|{mine[-1][1]}" if mine else "")
         self.batches: dict[str, dict] = {}
         self._last: dict[str, str] = {}  # per batch label: the previous prompt (for the prefix share)
 
@@ -97,7 +102,7 @@ class DryRunClient:
         out = []
         for r in requests:
             call = self._client.resolve(r)
-            key = llm.cache_key(self._client.backend.name, self._client.backend.model, call)
+            key = llm.cache_key(self._client.backend.name, self.model_id, call)
             rec = self.records.get(key)
             # a cached reply is what the run will see (a self-correction round depends on it)
             out.append(llm.Response(rec["text"] if rec else PLACEHOLDER, rec is not None, None, 0.0, self.model))
@@ -264,9 +269,10 @@ def _embedders(cfg, texts: list[str], lengths, n_queries: int) -> dict[str, dict
     embedders = {}
     keys_seen: dict[str, str] = {}
     for key, spec in cfg.params("embed").embedders.items():
-        mk = embed.Embedder(spec, key).model_key
+        mk = embed.Embedder(spec, key).declared_key  # a plan asks no server
+        cap = embed.seq_length(spec)[0]
         embedders[key] = {"model": spec.model, "device": spec.device, "passages": len(texts),
-                          "passage_tokens": int(sum(min(n + SPECIAL_TOKENS, spec.max_seq_length) for n in lengths)),
+                          "passage_tokens": int(sum(min(n + SPECIAL_TOKENS, cap) for n in lengths)),
                           "queries": n_queries, "shares_vectors_with": keys_seen.get(mk)}
         keys_seen.setdefault(mk, key)
     return embedders
@@ -290,6 +296,7 @@ def multiverse_plan(params, extra_texts: Sequence[str], counter, qtypes: Sequenc
     each) with its estimated seconds
     (:data:`chunkstudy.stats.multiverse.SECONDS_PER_DRAW` × specifications × resamples × documents). None without a
     multiverse."""
+    from . import embed
     from .metrics import cutoffs
     from .stats import multiverse
 
@@ -300,7 +307,7 @@ def multiverse_plan(params, extra_texts: Sequence[str], counter, qtypes: Sequenc
     other_k = cutoffs.extra_cutoffs(metric_axis, params.metrics.cutoff)
     lengths = counter(list(extra_texts)) if extra_texts else []
     read = {e: int(sum(min(n + SPECIAL_TOKENS, spec_max) for n in lengths))
-            for e, spec_max in ((e, params.embed.embedders[e].max_seq_length) for e in embedders)}
+            for e, spec_max in ((e, embed.seq_length(params.embed.embedders[e])[0]) for e in embedders)}
     stand_ins = {c: list(alt[1:]) for c, alt in mv.conditions.items()}
     axes = [
         ("metrics", sorted({label for _, label, _ in metric_axis}), 0, "none: scores holds them"),

@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence, cast
 import numpy as np
 import pandas as pd
 
-from . import artifacts, models, progress
+from . import artifacts, identity, models, progress
 from .params import RerankerParams, RetrieveParams
 from .embed import (AUTOCAST_BF16, ONNX_FILE, RETRY_AFTER_CAP_S, _onnx_provider, _source_fingerprint, bf16_candidate,
                     cast_and_check, flag_kwargs, onnx_cache_root, onnx_model_dir, place_flag_model, precision_context,
@@ -163,17 +163,59 @@ class Reranker:
         self.precision: dict | None = None
         if self.bf16_feature is None:
             self.precision = {"dtype": self.dtype, "cpu_bf16": None, "check": None}
-        # the model's content (a folder's digest, a hub model's commit): weights edited in place are another model
+        # the model's content (a folder's digest, a hub model's commit): weights edited in place are another model;
+        # a server's model is known by its answers instead (identity)
         self.source = None if spec.backend == "openai" else models.content_key(spec.model)
-        self.model_id = self._model_id()
+        self.identity = identity.handed(f"retrieve.rerankers.{key}") if spec.backend == "openai" else None
+        self._id: str | None = None
         self.n_computed = 0  # pairs actually sent to the model (cache misses), for tests and logs
         self._model: Any = None
+
+    @property
+    def model_id(self) -> str:
+        """The score cache's model id (class docstring); a served model's settled by its answers first."""
+        if self._id is None:
+            self.settle_identity()
+            self._id = self._model_id()
+        return self._id
+
+    @model_id.setter
+    def model_id(self, value: str) -> None:
+        self._id = value
+
+    def settle_identity(self) -> identity.Identity | None:
+        """A served reranker's identity: the one the runner handed this stage, else its answers to the canary pairs
+        (:data:`chunkstudy.identity.CANARY_PAIRS`, one request), matched in the registry beside the score store
+        (:func:`chunkstudy.identity.settle_client`); None for a model run here."""
+        if self.spec.backend != "openai" or self.identity is not None:
+            return self.identity
+        self._load()
+        m = cast(ServedReranker, self._model)
+
+        def canary() -> tuple[dict, str]:
+            m.served()
+            return m.canary()
+
+        folder = self.store.path.parent if self.store is not None else None
+        self.identity = identity.settle_client(f"retrieve.rerankers.{self.key}", "rerank", self.spec, folder,
+                                               canary, m.base_urls[0], RerankError)
+        self._id = None
+        return self.identity
+
+    def _check_recorded(self) -> None:
+        """Once the servers answer for this reranker's first request: a model id made from recorded answers (the
+        server was down) must still hold (:func:`chunkstudy.identity.verify_recorded`)."""
+        folder = self.store.path.parent if self.store is not None else None
+        self.identity = identity.verify_recorded(self.identity, "rerank", self.spec, folder,
+                                                 cast(ServedReranker, self._model).canary, RerankError)
 
     def _model_id(self) -> str:
         spec = self.spec
         ident = [spec.backend, spec.model, spec.max_length, SCORES]
         if self.source is not None:
             ident.append(f"source={self.source}")
+        if self.identity is not None:
+            ident.append(f"identity={self.identity.fingerprint}")
         if not self.trained:
             ident.append(f"untrained-seed={spec.seed}")
         if self.runtime != "torch":  # the defaults (torch, float32) keep the identity scores were cached under
@@ -246,7 +288,7 @@ class Reranker:
             return
         spec = self.spec
         if spec.backend == "openai":
-            self._model = _OpenAIRerank(spec, self.key)
+            self._model = ServedReranker(spec, self.key, self._check_recorded)
             return
         path = models.resolve(spec.model)
         if spec.backend == "flag":
@@ -346,15 +388,17 @@ class Reranker:
         return np.array([known[k] for k in keys], dtype=np.float64)
 
 
-class _OpenAIRerank:
+class ServedReranker:
     """``POST {base_url}/rerank`` (module docstring): ``score(pairs, done)`` -> float64 scores, one per pair, sent
     as one request per query with at most ``batch_size`` candidates; ``done(indices, scores)`` as each request
     completes. The runner starts the servers of a ``serve: auto`` reranker before the first request
     (:func:`chunkstudy.llm.http.ensure_served`)."""
 
-    def __init__(self, spec: RerankerParams, key: str):
+    def __init__(self, spec: RerankerParams, key: str, after_served: Any = None):
         from .llm import http
 
+        self.after_served = after_served  # once the servers answer for the first request (the recorded answers' check)
+        self.api_key_env = spec.api_key_env
         self.where = f"retrieve.rerankers.{key}"
         self.base_urls = http.urls(spec.base_url)
         if not self.base_urls:
@@ -382,21 +426,64 @@ class _OpenAIRerank:
         return out
 
     def parse(self, reply: dict, n: int) -> np.ndarray:
-        try:
-            got = {int(r["index"]): float(r["relevance_score"]) for r in reply["results"]}
-        except (KeyError, TypeError, ValueError) as e:
-            raise RerankError(f"{self.where}: {self.base_urls[0]}/rerank sent a malformed reply ({e!r}): "
-                              f"{str(reply)[:200]}") from None
-        if sorted(got) != list(range(n)):
-            raise RerankError(f"{self.where}: sent {n} candidates, got scores for indices {sorted(got)[:10]}")
-        return np.array([got[i] for i in range(n)], dtype=np.float64)
+        """The reply's scores in the order of the candidates sent, checked as a whole: its ``index`` fields a
+        permutation of ``0..n-1`` (:func:`chunkstudy.llm.http.permutation_problem`: a repeated index would give one
+        candidate's score to another) and every score finite; else :class:`RerankError` naming the server, the
+        model and the cause."""
+        from .llm import http
 
-    def score(self, pairs: Sequence[tuple[str, str]], done=None) -> np.ndarray:
-        from .llm import LLMError, StageError, http
+        who = f"{self.where} (server {self.base_urls[0]}, model {self.model!r})"
+        try:
+            indices = [r["index"] for r in reply["results"]]
+            scores = np.array([float(r["relevance_score"]) for r in reply["results"]], dtype=np.float64)
+        except (KeyError, TypeError, ValueError) as e:
+            raise RerankError(f"{who}: /rerank sent a malformed reply ({e!r}): {str(reply)[:200]}") from None
+        if (problem := http.permutation_problem(indices, n)) is not None:
+            raise RerankError(f"{who}: sent {n} candidates, got {len(indices)} scores whose index {problem}: each "
+                              f"candidate must have exactly one score, numbered 0..{n - 1}; nothing of this "
+                              "request is stored")
+        if not np.isfinite(scores).all():
+            i = int(np.argmax(~np.isfinite(scores)))
+            raise RerankError(f"{who}: the score of candidate {indices[i]} is {scores[i]} "
+                              f"({int((~np.isfinite(scores)).sum())} of the request's {n} scores are not finite); "
+                              "nothing of this request is stored")
+        out = np.empty(n, dtype=np.float64)
+        out[np.asarray(indices, dtype=np.int64)] = scores
+        return out
+
+    def served(self) -> None:
+        """Before the first request: the runner starts the servers of a ``serve: auto`` reranker (nothing outside a
+        run), then ``after_served``."""
+        from .llm import http
 
         if not self._served:
             http.ensure_served(self.base_urls, self.where)
             self._served = True
+            if self.after_served is not None:
+                self.after_served()
+
+    def canary(self) -> tuple[dict, str]:
+        """The model's scores of :data:`chunkstudy.identity.CANARY_PAIRS` (one request, checked as every reply) with
+        its ``GET /models`` entry, and the URL asked (:mod:`chunkstudy.identity`)."""
+        from .llm import LLMError, http
+        from .llm.base import PREFLIGHT_TIMEOUT_S
+
+        url = self.base_urls[0]
+        body = {"model": self.model, "query": identity.CANARY_QUERY, "documents": [t for _, t in identity.CANARY_PAIRS],
+                "truncate_prompt_tokens": self.max_length, "use_activation": False}
+        try:
+            meta = identity.model_entry(url, self.model, http.auth_headers(self.api_key_env), PREFLIGHT_TIMEOUT_S)
+            reply = self.pool.post(body)
+        except identity.IdentityError as e:
+            raise identity.NoAnswer(f"{self.where}: {e}") from None
+        except LLMError as e:
+            raise identity.NoAnswer(f"{self.where}: the canary request to {url}/rerank failed: {e}") from None
+        return identity.answers("rerank", self.parse(reply, len(identity.CANARY_PAIRS)), meta), url
+
+    def score(self, pairs: Sequence[tuple[str, str]], done=None) -> np.ndarray:
+        from .llm import LLMError, StageError
+
+        self.served()
         reqs = self.requests(pairs)
         out = np.full(len(pairs), np.nan)
 

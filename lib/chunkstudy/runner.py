@@ -60,6 +60,7 @@ from .codehash import foreign_library, library_hash
 from .errors import ChunkstudyError
 from .runlock import RunLocked, corpus_lock
 from .serving.check import problems as serve_problems
+from .serving.identities import Identities, IdentityProblem
 from .serving.lifecycle import Services
 from .stats import verdicts
 
@@ -166,7 +167,8 @@ def _input_digest(cfg: config.Config, manifest: dict, name: str) -> tuple[str, b
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16], same
 
 
-def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str] | None = None) -> dict:
+def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str] | None = None,
+              identities: Identities | None = None) -> dict:
     """The stage's skip key: the digest of the parameters it reads, the content of every file it reads (per
     artifact, as it is on disk: :func:`_input_digest`; a read switched off by the parameters is not an input), the
     library it runs (:func:`~chunkstudy.codehash.library_hash`) and its notebook; for a stage that declares source
@@ -176,7 +178,9 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
     (:func:`chunkstudy.models.stage_sources`); for a stage that reads every earlier manifest (08), those manifests' keys
     and outputs; for one that reads the replication partner's run (:class:`chunkstudy.stages.PartnerRead`: 08's
     contrasts), the outputs of their writer there. ``changed``
-    (when given) collects the inputs whose files differ from what their writer's manifest records."""
+    (when given) collects the inputs whose files differ from what their writer's manifest records. ``identities``
+    (the run's, :class:`chunkstudy.serving.identities.Identities`) adds the served models the stage uses, each known
+    by its answers to the canary set."""
     inputs = {}
     declared = stage.declared
     params = cfg.params()
@@ -218,6 +222,8 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
         key[declared.user_code.key] = user_code_sources(cfg, declared.user_code)
     if used := models.stage_sources(params, declared.params):
         key["models"] = used  # the content of each model folder or hub commit: weights edited in place rerun
+    if identities is not None and (served := identities.key_entries(stage)):
+        key["models"] = {**key.get("models", {}), **served}  # a served model: its answers to the canary set
     return key
 
 
@@ -508,11 +514,15 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
 def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, force: bool,
                 log, served: Services) -> list[tuple[str, str, float]]:
     results, env = [], None
+    identities = Identities(cfg, log)
     for i, stage in enumerate(selected):
         served.after(stage.name, [s.name for s in selected[i:]])  # a server no stage from here on needs stops
         t0 = time.perf_counter()
         changed: list[str] = []
-        key = stage_key(cfg, stage, library_hash(stage.notebook), changed)
+        try:
+            key = stage_key(cfg, stage, library_hash(stage.notebook), changed, identities)
+        except IdentityProblem as e:
+            raise StageFailed(f"before {stage.name}: {e}") from None
         for name in changed:
             log(f"{stage.name:<16} note: {name} differs from what its stage recorded (changed by hand?); "
                 f"{stage.name} reads it as it is now, and reruns once {name.split('/')[0]} has rewritten it")
@@ -525,7 +535,8 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
         _clear_outputs(cfg, stage.name)
         served.stage(stage.name)
         try:
-            warned = execute(cfg, stage, executed_dir) or []
+            with identities.handed(stage):
+                warned = execute(cfg, stage, executed_dir) or []
         except KeyboardInterrupt as e:
             raise Interrupted(stage.name, cfg.corpus, getattr(e, "signum", signal.SIGINT)) from None
         except StageFailed as e:
@@ -546,6 +557,7 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             now = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in sources]
             if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
                 key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
+        key = identities.settled_after(stage, key)  # a served model the stage learnt when it needed it
         env = env or manifests.environment()  # the same for every stage of this run: looked up once
         manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned, served.records(stage.name),
                                  verdicts.records(cfg.params("stats")))

@@ -246,12 +246,13 @@ class LateEncoder:
         self._layout: tuple[int, int] | None = None
         self.model = embedder.sentence_transformer()
         if not 0 <= self.overlap < self.capacity:
-            raise EmbedError(f"late pooling with embed.embedders.{embedder.key}: overlap {self.overlap} must be >= 0 "
-                             f"and below the window's {self.capacity} content tokens (window {self.window})")
+            raise EmbedError(f"embed.late_overlap: {self.overlap} (late pooling with embed.embedders.{embedder.key}) "
+                             f"must be >= 0 and below the window's {self.capacity} content tokens (window "
+                             f"{self.window} less this tokenizer's {sum(self.layout)} special tokens)")
         limit = encoder_window(embedder)
         if self.window > limit:
-            raise EmbedError(f"late pooling with embed.embedders.{embedder.key}: window {self.window} exceeds the "
-                             f"encoder's {limit} positions")
+            raise EmbedError(f"embed.late_window: {self.window} (late pooling with embed.embedders.{embedder.key}) "
+                             f"exceeds the encoder's {limit} positions")
 
     @property
     def tokenizer(self) -> Any:
@@ -617,6 +618,11 @@ def embed_conditions(chunks: "pd.DataFrame", documents: "pd.DataFrame", late: Se
     report: list[dict] = []
     row = int(n_texts)
     loaded = {key: _embed.load_embedder(spec, key) for key, spec in embedders.items()} if late else {}
+    for key, e in loaded.items():  # the parameter file's rule says so at load; a record made in code meets it here
+        if e.backend != "sentence-transformers" or e.runtime != "torch":
+            raise LateError(f"condition(s) {', '.join(names)}: embedding: late pools the token states of every "
+                            f"embedder in torch, and embed.embedders.{key} is backend {e.backend!r}, runtime "
+                            f"{e.runtime!r}")
     how = {key: late_pooling(e, pooling) for key, e in loaded.items()}  # before any document is encoded
     encoders = {key: LateEncoder(e, window=w, overlap=overlap if overlap is not None else w // 4)
                 for key, e in loaded.items() for w in [window if window is not None else default_window(e)]}

@@ -108,7 +108,7 @@ from .retry import (
 )
 from .http import (
     BROKER_ENV, RETRY_STATUS, WAIT_NOTICE_S, GaveUp, JsonPool, Replicas, auth_headers, ensure_served, error_for,
-    parse_retry_after, post_json, urls,
+    parse_retry_after, permutation_problem, post_json, urls,
 )
 from .backends import (
     Backend, NoBackend, ScriptedBackend, prometheus_counters, OpenAIBackend, PROGRAMMING_ERRORS,
@@ -131,5 +131,5 @@ __all__ = [
     "make_backend", "server_usage", "CACHE_FILE", "CallCache", "prefix_group", "PROMPT_CHARS_PER_TOKEN", "MESSAGE_OVERHEAD_TOKENS",
     "prompt_tokens_upper", "prompt_chars", "Client", "make_client", "describe", "http", "BROKER_ENV", "Breaker", "JsonPool",
     "Replicas", "ensure_served", "RETRY_STATUS", "GaveUp", "auth_headers", "backoff_s", "error_for", "post_json",
-    "urls", "WAIT_NOTICE_S", "retry", "ANSWER_TTL_S", "ModelsAnswer", "RetryPolicy",
+    "permutation_problem", "urls", "WAIT_NOTICE_S", "retry", "ANSWER_TTL_S", "ModelsAnswer", "RetryPolicy",
 ]

@@ -201,6 +201,33 @@ class OpenAIBackend(Backend):
             raise LLMError(f"malformed response from {url}: content is {type(content).__name__}") from None
         return Completion(content, finish, server_usage(reply.get("usage")))
 
+    def canary(self) -> tuple[dict, str]:
+        """The model's answers that :mod:`chunkstudy.identity` knows it by: its ``GET /models`` entry (vLLM's
+        ``max_model_len``) and its seeded, greedy reply to :data:`~chunkstudy.identity.CANARY_CHAT` (temperature 0,
+        seed :data:`~chunkstudy.identity.CANARY_SEED`, at most :data:`~chunkstudy.identity.CANARY_TOKENS` tokens),
+        asked of the first replica, and the URL asked. :class:`chunkstudy.identity.NoAnswer` names the URL when it
+        does not answer; a malformed reply is a :class:`PreflightError`."""
+        from .. import identity
+
+        base = self.base_urls[0]
+        try:
+            meta = identity.model_entry(base, self.model, self._headers(), PREFLIGHT_TIMEOUT_S)
+        except identity.IdentityError as e:
+            raise identity.NoAnswer(f"llm pre-flight: {e}. Start it (scripts/serve_llm.sh PARAMS; or llm.serve: auto, "
+                                    "and ./run_all.sh starts it) or fix llm.base_url.") from None
+        body = {"model": self.model, "messages": list(identity.CANARY_CHAT), "max_tokens": identity.CANARY_TOKENS,
+                "temperature": 0.0, "top_p": 1.0, "seed": identity.CANARY_SEED}
+        try:
+            reply = http.post_json(self._session(), base + "/chat/completions", body, self._headers(),
+                                   min(self.timeout_s, 60.0))
+            text = reply["choices"][0]["message"]["content"]
+        except LLMError as e:
+            raise identity.NoAnswer(f"llm: the canary request to {base}/chat/completions failed: {e}") from None
+        except (KeyError, IndexError, TypeError):
+            raise PreflightError(f"llm: {base}/chat/completions answered the canary request with a malformed "
+                                 f"reply: {str(reply)[:200]}") from None
+        return identity.answers("llm", text, meta), base
+
     def alive(self) -> bool:
         """Whether every replica answers ``GET {base_url}/models`` within :attr:`probe_timeout_s`
         (:class:`chunkstudy.llm.retry.ModelsAnswer`: the answer kept a few seconds, one probe at a time, so a wave of

@@ -51,6 +51,7 @@ class CallCache:
     """
 
     def __init__(self, folder: Path | None):
+        self.folder = Path(folder) if folder is not None else None
         self.path = Path(folder) / CACHE_FILE if folder is not None else None
         self._records: dict[str, dict] = {}
         self._lock = threading.Lock()

@@ -16,13 +16,14 @@ from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
+from .. import identity
 from ..params import LLMParams
 from . import retry
 from .backends import Backend, NoBackend, make_backend, prometheus_counters
 from .base import (Call, CircuitOpen, Completion, EmptyReply, ErrorShareExceeded, LLMError, LLMUnavailable,
-                   PermanentError, ReplyTimeout, Request, Response, _Aborted, cache_key, prompt_hash)
+                   PermanentError, PreflightError, ReplyTimeout, Request, Response, _Aborted, cache_key, prompt_hash)
 from .cache import CallCache
 
 
@@ -97,6 +98,8 @@ class Client:
     #: ``failed``); ``timeouts``: requests that got no reply within ``llm.timeout_s`` (retried)
     stats: dict = field(default_factory=lambda: {"cached": 0, "called": 0, "failed": 0, "retries": 0, "timeouts": 0,
                                                  "cut_replies": 0, "cut_resolved": 0, "cut_failed": 0})
+    #: the ``llm`` record the client was made from (a served model's declaration, :mod:`chunkstudy.identity`)
+    record: Any = None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -110,12 +113,55 @@ class Client:
         # purpose, it moves retry times only (module docstring)
         self._preflight_done = False
         self._served = False  # the runner was asked for the servers (llm.serve: auto), once per client
+        #: a served model's identity (its answers to the canary prompt): what the runner handed this stage, else
+        #: settled before the first cache lookup (:meth:`settle_identity`)
+        self.identity = identity.handed("llm") if self.backend.name == "openai" else None
         self.errors: list[str] = []  # the first few distinct failed-call errors, for the reports
         self.server: dict[str, dict] = {}  # per batch label: prefix-cache counters read from /metrics
 
     @property
     def model(self) -> str:
         return self.backend.model
+
+    @property
+    def model_id(self) -> str:
+        """The model as the cache keys name it: the backend's model, and for a served one its fingerprint
+        (:mod:`chunkstudy.identity`), so another model behind the same name never meets its replies."""
+        return self.backend.model + (f"|{self.identity.fingerprint}" if self.identity is not None else "")
+
+    def settle_identity(self) -> None:
+        """A served LLM's identity before the first cache lookup: the one the runner handed this stage, else its
+        ``GET /models`` entry and its seeded greedy reply to the canary prompt, asked now (in a run, the runner
+        first starts an ``llm.serve: auto`` server), matched in the registry beside the cache
+        (:func:`chunkstudy.identity.settle_client`); nothing for other backends. With ``llm.preflight: false`` a
+        server that cannot be asked is no error here: its replies are keyed as an unknown model's
+        (:data:`chunkstudy.identity.UNKNOWN`), apart from every known one's, and each call fails as it would."""
+        if self.identity is not None or self.record is None or not callable(getattr(self.backend, "canary", None)):
+            return
+        be = cast(Any, self.backend)
+
+        def canary() -> tuple[dict, str]:
+            self._ensure_served()
+            return be.canary()
+
+        try:
+            self.identity = identity.settle_client("llm", "llm", self.record, self.cache.folder, canary,
+                                                   be.base_urls[0], PreflightError)
+        except PreflightError:
+            if self.preflight:
+                raise
+            self.identity = identity.Identity("llm", identity.UNKNOWN, "unknown", be.base_urls[0])
+
+    def _ensure_served(self) -> None:
+        """Ask the runner once for the servers of ``llm.serve: auto`` (nothing outside a run); a model whose key
+        recorded answers made must then answer so (:func:`chunkstudy.identity.verify_recorded`)."""
+        ensure = getattr(self.backend, "ensure_served", None)
+        if callable(ensure) and not self._served:
+            ensure()
+            self._served = True
+            if self.record is not None:
+                self.identity = identity.verify_recorded(self.identity, "llm", self.record, self.cache.folder,
+                                                         cast(Any, self.backend).canary, PreflightError)
 
     def resolve(self, r: Request) -> Call:
         if not isinstance(r, Request):
@@ -127,7 +173,8 @@ class Client:
             top_p=float(self.top_p), seed=int(self.seed if r.seed is None else r.seed), tag=r.tag)
 
     def key(self, r: Request) -> str:
-        return cache_key(self.backend.name, self.backend.model, self.resolve(r))
+        self.settle_identity()
+        return cache_key(self.backend.name, self.model_id, self.resolve(r))
 
     def _record(self, key: str, call: Call, r: Response, calls: int) -> dict:
         """The cache record of a finished call: what was asked (prompt hash, parameters, tag, the prompt's
@@ -135,6 +182,7 @@ class Client:
         attempt and of all attempts, and the token counts the backend reported summed over every reply
         (:attr:`Response.usage`; absent when it reported none: then cost estimates from the characters)."""
         rec = {"key": key, "backend": self.backend.name, "model": self.backend.model,
+               "identity": self.identity.fingerprint if self.identity is not None else None,
                "prompt_hash": prompt_hash(call.messages), "params": {k: v for k, v in call.key_fields().items()
                                                                      if k != "messages"},
                "tag": call.tag, "text": r.text, "seconds": r.seconds, "attempts": calls,
@@ -269,7 +317,8 @@ class Client:
         and any non-:class:`LLMError` exception a backend raised; the successes before it stay cached."""
         requests = list(requests)
         calls = [self.resolve(r) for r in requests]
-        keys = [cache_key(self.backend.name, self.backend.model, c) for c in calls]
+        self.settle_identity()
+        keys = [cache_key(self.backend.name, self.model_id, c) for c in calls]
         out: dict[str, Response] = {}
         todo: dict[str, Call] = {}
         for k, c in zip(keys, calls):
@@ -290,10 +339,7 @@ class Client:
             # a configuration error, not a failed call: say so at once instead of one error per request
             raise LLMUnavailable(f"{len(todo)} of {len(keys)} requests{' (' + desc + ')' if desc else ''} are not "
                                  f"in the cache and llm.backend is 'none'. " + NoBackend.HINT)
-        ensure = getattr(self.backend, "ensure_served", None)
-        if callable(ensure) and not self._served:
-            ensure()  # in a run: the runner starts the servers of llm.serve: auto now, on the first uncached call
-            self._served = True
+        self._ensure_served()  # in a run: the runner starts the servers of llm.serve: auto now, at the first miss
         if self.preflight and not self._preflight_done:
             self.check_server()
         before = self._read_metrics() if self.server_metrics else None
@@ -435,7 +481,9 @@ class Client:
     # ---- moving caches
 
     def export_cache(self, path: str | Path) -> int:
-        """Write every cached record to ``path`` (JSONL); returns the number written."""
+        """Write every cached record to ``path`` (JSONL), and beside it (``<path>.identity.json``) the answers the
+        cache folder recorded of its served models (:mod:`chunkstudy.identity`), so a machine without the server
+        can key its replies; returns the number of records written."""
         recs = self.cache.records()
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -444,17 +492,29 @@ class Client:
             for rec in recs:
                 f.write(json.dumps(rec, ensure_ascii=False) + "\n")
         os.replace(tmp, path)
+        if self.cache.folder is not None and (known := identity.registries(self.cache.folder)):
+            from ..artifacts import write_json_file
+
+            write_json_file(path.with_name(path.name + IDENTITY_SUFFIX), known)
         return len(recs)
 
     def import_cache(self, path: str | Path) -> int:
-        """Add the records of an exported cache that this cache lacks; returns the number added."""
+        """Add the records of an exported cache that this cache lacks, and the served models' answers exported with
+        them; returns the number of records added."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"LLM cache export {path} does not exist")
         before = len(self.cache)
         for rec in CallCache._load(path)[0].values():
             self.cache.put(rec)
+        side = path.with_name(path.name + IDENTITY_SUFFIX)
+        if self.cache.folder is not None and side.is_file():
+            identity.merge_registries(self.cache.folder, json.loads(side.read_text(encoding="utf-8")))
         return len(self.cache) - before
+
+
+#: what :meth:`Client.export_cache` adds to the export's file name for the served models' recorded answers
+IDENTITY_SUFFIX = ".identity.json"
 
 
 def make_client(llm_params: LLMParams, cache_dir: Path | None, backend: Backend | None = None) -> Client:
@@ -471,7 +531,7 @@ def make_client(llm_params: LLMParams, cache_dir: Path | None, backend: Backend 
                                          getattr(be, "concurrency", 1))),
                   max_error_share=p.max_error_share, breaker_failures=p.breaker_failures, preflight=p.preflight,
                   retry_after_max_s=p.retry_after_max_s, prefix_group_chars=p.prefix_group_chars,
-                  server_metrics=p.server_metrics, length_retries=p.length_retries)
+                  server_metrics=p.server_metrics, length_retries=p.length_retries, record=p)
 
 
 def describe(client: Client) -> dict:

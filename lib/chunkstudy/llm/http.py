@@ -62,6 +62,34 @@ def urls(value: str | Sequence[str] | None) -> list[str]:
     return [str(u).rstrip("/") for u in items if str(u).strip()]
 
 
+def permutation_problem(indices: Sequence[Any], n: int) -> str | None:
+    """What is wrong with the ``index`` fields of a reply to ``n`` inputs (an embedding or rerank reply numbers each
+    of its items by the input it belongs to): None when they are a permutation of ``0..n-1``, else the true cause,
+    e.g. ``"0 is repeated (2 times) and 6 is missing"``. Sorting by a repeated index would hand one input's
+    vector to another. The caller says "index ..." before it."""
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in indices):
+        bad = next(i for i in indices if isinstance(i, bool) or not isinstance(i, int))
+        return f"{bad!r} is not an integer"
+    counts: dict[int, int] = {}
+    for i in indices:
+        counts[i] = counts.get(i, 0) + 1
+    parts = []
+    repeated = sorted(i for i, c in counts.items() if c > 1)
+    if len(repeated) == 1:
+        parts.append(f"{repeated[0]} is repeated ({counts[repeated[0]]} times)")
+    elif repeated:
+        parts.append(f"{', '.join(f'{i} ({counts[i]} times)' for i in repeated[:5])} are repeated")
+    outside = sorted(i for i in counts if not 0 <= i < n)
+    if outside:
+        parts.append(f"{', '.join(map(str, outside[:5]))} {'is' if len(outside) == 1 else 'are'} outside "
+                     f"0..{n - 1}")
+    missing = sorted(set(range(n)) - set(counts))
+    if missing:
+        parts.append(f"{', '.join(map(str, missing[:5]))}{' ...' if len(missing) > 5 else ''} "
+                     f"{'is' if len(missing) == 1 else 'are'} missing")
+    return " and ".join(parts) or None
+
+
 #: seconds without a reply, while requests are in flight, after which a client says what it waits for (and again
 #: every as many seconds): a silent server is named, not waited on in silence for ``timeout_s`` x retries
 WAIT_NOTICE_S = 30.0

@@ -104,7 +104,8 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
             raise ValueError(f"query vectors ({embedder}): {len(qv)} rows for {len(queries)} queries")
         if len(qv) and matrix.ndim == 2 and qv.shape[1] != matrix.shape[1]:  # the server's model changed after 04
             raise ValueError(f"query vectors ({embedder}) have dimension {qv.shape[1]}, 04's chunk vectors "
-                             f"{matrix.shape[1]}: the model changed since 04 ran; rerun from 04 (--from 04 --force)")
+                             f"{matrix.shape[1]}: the model changed since 04 ran; run from 04 (--from 04), which "
+                             "embeds the chunks with the model that answers now")
         for condition, cc in chunks.groupby("condition", sort=True):
             cc = cc.reset_index(drop=True)
             rows = cc["text_row"].to_numpy()

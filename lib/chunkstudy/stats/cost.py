@@ -391,8 +391,10 @@ def cost_for_run(cfg: Any, condition_means: pd.DataFrame, chunks: pd.DataFrame, 
     ``late_report``, 05's ``retrieval_timing``, the LLM call records of the run's cache (``llm.cache``: induction
     and A1's contexts; none without an LLM), and 07's ``condition_means`` of the primary metric without a reranker
     as the quality. Each embedder's index holds float32 vectors (4 bytes) of its ``dim``; its reads add 2 special
-    tokens per text and stop at its ``max_seq_length``."""
+    tokens per text and stop at its ``max_seq_length`` (as 04 resolved it and its report records; a report written
+    before it did: the stated length, else the model's own, :func:`chunkstudy.models.own_max_seq_length`)."""
     from .. import artifacts
+    from ..models import ASSUMED_SEQ_LENGTH, own_max_seq_length
 
     p = cfg.params()
     report = pd.DataFrame(list(embedding_report))
@@ -400,7 +402,10 @@ def cost_for_run(cfg: Any, condition_means: pd.DataFrame, chunks: pd.DataFrame, 
     records = read_call_records(artifacts.cache_dir(cfg, p.llm.cache, create=False) / LLM_CALLS_FILE)
     uses = llm_uses(p.run_conditions, p.induce.method == "llm", p.contexts.method == "llm")
     dims = dict(zip(report["embedder"], report["dim"])) if len(report) else {}
-    encoders = {key: EncoderShape(int(dims.get(key, 0)), 4, int(spec.max_seq_length), 2)
+    lengths = dict(zip(report["embedder"], report["max_seq_length"])) if "max_seq_length" in report else {}
+    encoders = {key: EncoderShape(int(dims.get(key, 0)), 4, int(lengths.get(key) or spec.max_seq_length or
+                                                                 own_max_seq_length(spec.model)[0] or
+                                                                 ASSUMED_SEQ_LENGTH), 2)
                 for key, spec in p.embed.embedders.items()}
     two_stage = set(p.routed_retrieve.two_stage_conditions)
     m = condition_means
