@@ -529,8 +529,10 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
         except KeyboardInterrupt as e:
             raise Interrupted(stage.name, cfg.corpus, getattr(e, "signum", signal.SIGINT)) from None
         except StageFailed as e:
-            why = served.explain(stage.name)  # a server that died while the stage ran, with its log's tail
-            raise StageFailed(f"{e}\n{why}" if why else str(e)) from None
+            # a server that died while the stage ran comes first, with its log's tail: it is the cause, and the
+            # stage's error (calls that found no server) its consequence
+            why = served.explain(stage.name)
+            raise StageFailed(f"{why}\n{stage.name} failed with it: {e}" if why else str(e)) from None
         dt = time.perf_counter() - t0
         sources = None
         declared = stage.declared.source_files
