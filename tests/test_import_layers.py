@@ -21,7 +21,7 @@ MAX_LINES = 700
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"errors", "significance", "design", "paper", "params", "paramspec", "stages", "config",
                               "config_rules", "artifacts",
-                              "manifests", "codehash", "progress", "models", "devices", "relevance", "procs"})),
+                              "manifests", "codehash", "imported", "progress", "models", "devices", "relevance", "procs"})),
     ("model clients", frozenset({"llm", "embed", "embed_store", "rerank"})),
     ("01 corpus", frozenset({"corpus"})),
     ("02 induce", frozenset({"induce"})),

@@ -291,6 +291,43 @@ def test_manifest_records_the_environment_with_relative_paths(project, no_kernel
     assert str(project) not in json.dumps(m)
 
 
+def test_each_manifest_records_what_its_kernel_imported_and_a_foreign_library_is_refused(project, tmp_path,
+                                                                                         monkeypatch):
+    """The runner hashed its own library into a stage's key, but the stage ran in a kernel that imports chunkstudy
+    from wherever the environment points when its first cell runs: two checkouts sharing one .venv executed each
+    other's library with manifests naming their own commit. Now the kernel reports what it imported
+    (chunkstudy.imported) and the runner checks it. A kernel that imports another copy of the package (here one
+    put ahead of the install on PYTHONPATH) fails its stage, naming both folders, with no manifest; a kernel that
+    imports the runner's library has its record (library folder and hash, interpreter, venv, package versions)
+    in the manifest, and the environment's versions are the kernel's. (On main the shadowed run recorded the
+    runner's library.)"""
+    import platform
+
+    from chunkstudy import codehash, imported
+
+    params = write_params(project)
+    shadow = tmp_path / "shadow"
+    shutil.copytree(Path(imported.__file__).parent, shadow / "chunkstudy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("PYTHONPATH", str(shadow))  # the kernel inherits it; this process has imported its own
+    with pytest.raises(runner.StageFailed) as e:
+        runner.run(params, project, only="01", log=lambda *_: None)
+    assert str(e.value).startswith(f"01_corpus: its kernel imported chunkstudy from {shadow / 'chunkstudy'}")
+    assert f"not the library this run hashed into the stage's key, {imported.package_dir()}" in str(e.value)
+    assert not (project / "data/tiny/01_corpus/manifest.json").exists()
+    monkeypatch.delenv("PYTHONPATH")
+    runner.run(params, project, only="01", log=lambda *_: None)
+    m = json.loads((project / "data/tiny/01_corpus/manifest.json").read_text())
+    seen = m["imported"]
+    assert seen["by"] == "kernel" and seen["pid"] != os.getpid()
+    assert (project / seen["library"]).resolve() == imported.package_dir()
+    assert seen["library_hash"] == codehash.library_hash(None, imported.package_dir())
+    assert (project / seen["venv"]).resolve() == Path(sys.prefix).resolve()
+    assert seen["python"] == f"{platform.python_implementation()} {platform.python_version()}"
+    assert seen["packages"] == imported.versions() == m["packages"] == m["environment"]["packages"]
+    assert not list((project / "build/executed/tiny").glob(".*imported*"))  # read and removed
+
+
 def test_runner_output_has_no_unencrypted_kernel_warning(project, capfd):
     """ipykernel printed "Kernel is running over TCP without encryption" into the runner's output once per stage;
     the kernel manager now provisions CurveZMQ keys, so the kernel has nothing to warn about."""

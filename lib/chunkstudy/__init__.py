@@ -10,8 +10,9 @@ import each other (tests/test_import_layers.py holds the rule, and checks that t
   section), ``paper`` (the paper's own numbers), ``significance`` (the study's one test of a contrast),
   ``relevance`` (the span relevance rule); and the plumbing every stage uses: ``config`` and ``config_rules``
   (loading and checking a parameter file), ``artifacts`` (the only module that touches the data store's paths),
-  ``manifests``, ``codehash``, ``progress``, ``models``, ``devices``, ``errors``, ``procs`` (process liveness,
-  process groups, log tails and server readiness, said once);
+  ``manifests``, ``codehash``, ``imported`` (the library and environment a process actually imported: what each
+  stage's kernel reports to the runner), ``progress``, ``models``, ``devices``, ``errors``, ``procs`` (process
+  liveness, process groups, log tails and server readiness, said once);
 * model clients — ``llm``, ``embed``, ``embed_store``, ``rerank``;
 * the stages, in pipeline order — ``corpus`` (01), ``induce`` (02), ``queries`` (03), ``chunks`` (04),
   ``retrieve`` (05), ``metrics`` (06), ``stats`` (07), ``report`` (08);
@@ -23,4 +24,11 @@ import each other (tests/test_import_layers.py holds the rule, and checks that t
   docs/running.md).
 """
 
+import os as _os
+
 __version__ = "0.1.0"
+
+if _os.environ.get("CHUNKSTUDY_IMPORTED"):  # a stage's kernel under the runner: say which library it imported
+    from . import imported as _imported
+
+    _imported.announce()

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, config, devices, manifests, models, procs, progress, serving, stages
+from . import artifacts, config, devices, imported, manifests, models, procs, progress, serving, stages
 from .codehash import foreign_library, library_hash
 from .errors import ChunkstudyError
 from .runlock import RunLocked, corpus_lock
@@ -333,7 +333,10 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
     out = executed_dir / f"{stage.name}.ipynb"
     progress_file = executed_dir / f".{stage.name}.progress.jsonl"
     progress_file.unlink(missing_ok=True)
-    kernel_env = {"CHUNKSTUDY_ROOT": str(cfg.root), progress.ENV: str(progress_file), progress.STAGE_ENV: stage.name}
+    seen = imported_file(executed_dir, stage.name)
+    seen.unlink(missing_ok=True)
+    kernel_env = {"CHUNKSTUDY_ROOT": str(cfg.root), progress.ENV: str(progress_file), progress.STAGE_ENV: stage.name,
+                  imported.ENV: str(seen)}
     saved = {k: os.environ.get(k) for k in kernel_env}
     os.environ.update(kernel_env)  # the kernel inherits this process's environment
     kernel_log = executed_dir / f"{stage.name}.kernel.log"
@@ -343,6 +346,11 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
             pm.execute_notebook(str(src), str(out), parameters={"params_file": str(cfg.frozen or cfg.path)},
                                 cwd=str(cfg.root), kernel_name="python3", progress_bar=False, log_output=False,
                                 report_mode=False, **_kernel_config())
+        if not seen.is_file():
+            raise StageFailed(f"notebook {stage.notebook.name}: its kernel did not say which chunkstudy it imported "
+                              f"(no {seen.name}): the library it ran is not this run's (one too old to report "
+                              "it, from another checkout?), so its outputs are not recorded. Check that "
+                              ".venv/bin/python imports this checkout's lib/ (scripts/check_editable.sh .venv .)")
         return tail.warnings
     except KeyboardInterrupt:
         _log_orphaned_tasks(kernel_log)
@@ -362,6 +370,25 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def imported_file(executed_dir: Path, stage: str) -> Path:
+    """Where ``stage``'s kernel writes what it imported (:mod:`chunkstudy.imported`), beside its executed copy."""
+    return executed_dir / f".{stage}.imported.json"
+
+
+def what_ran(executed_dir: Path, stage: str) -> dict:
+    """The library and environment ``stage`` ran with: its kernel's record (:func:`imported_file`, read and
+    removed), or, for a stage that ran in this process (no kernel wrote one), this process's own. Raises
+    :class:`StageFailed` when the kernel imported another chunkstudy than this runner's
+    (:func:`chunkstudy.imported.foreign`): the key names this library, so the outputs would be recorded under
+    a library that did not make them."""
+    path = imported_file(executed_dir, stage)
+    seen = imported.read(path) or imported.record("runner")
+    path.unlink(missing_ok=True)
+    if (why := imported.foreign(seen, stage)) is not None:
+        raise StageFailed(why)
+    return seen
 
 
 def _log_orphaned_tasks(kernel_log: Path) -> None:
@@ -548,9 +575,10 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             now = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f} for f in sources]
             if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
                 key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
-        env = env or manifests.environment()  # the same for every stage of this run: looked up once
+        seen = what_ran(executed_dir, stage.name)
+        env = env or manifests.environment()  # the machine is the same for every stage of this run: looked up once
         manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned, served.records(stage.name),
-                                 verdicts.records(cfg.params("stats")))
+                                 verdicts.records(cfg.params("stats")), seen)
         log(f"{stage.name:<16} ran      {dt:6.1f} s" + (f"  ({len(warned)} warning{'s' * (len(warned) != 1)}, "
                                                         "in the report)" if warned else ""))
         results.append((stage.name, "ran", dt))
