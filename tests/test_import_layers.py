@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("06 metrics", frozenset({"metrics"})),
     ("07 stats", frozenset({"stats"})),
     ("08 report", frozenset({"report"})),
-    ("tools", frozenset({"runner", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "stagedoc",
+    ("tools", frozenset({"runner", "rerun", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "stagedoc",
                          "gguf_convert", "serving", ""})),
 )
 

@@ -69,6 +69,53 @@ def test_skip_rerun_and_dependency_tracking(project):
     assert set(statuses(runner.run(params, project, until="02", force=True, log=lambda *_: None)).values()) == {"ran"}
 
 
+def _why(lines: list[str], stage: str) -> str | None:
+    """The reason a run's output line gives for running ``stage`` (None when it was skipped)."""
+    found = [line for line in lines if line.startswith(f"{stage:<16} running ...")]
+    return found[0].split("running ...", 1)[1].strip().removeprefix("(").removesuffix(")") if found else None
+
+
+def test_every_rerun_says_why_in_one_line(project, no_kernel):
+    """Each reason a stage runs again is named on its "running ..." line: no manifest, a changed parameter (name
+    and values), a changed input, a flipped byte in an output, a missing output, an edited notebook, changed library
+    code (by file), --force. (On main the line said "running ..." and nothing more.)"""
+    params = write_params(project)
+
+    def run(**kw) -> list[str]:
+        lines: list[str] = []
+        runner.run(params, project, until="02", log=lines.append, **kw)
+        return lines
+
+    lines = run()
+    assert _why(lines, "01_corpus") == "no manifest: it has not completed for corpus 'tiny'"
+    write_params(project, title_terms=4)
+    lines = run()
+    assert _why(lines, "01_corpus") is None and _why(lines, "02_induce") == "parameter induce.title_terms: 3 → 4"
+    write_params(project, min_words=12, title_terms=4)
+    lines = run()
+    assert _why(lines, "01_corpus") == "parameter corpus.min_words: 10 → 12"
+    assert _why(lines, "02_induce") == "input documents changed"
+    out = project / "data/tiny/02_induce/induction_stats.json"
+    flipped = bytearray(out.read_bytes())
+    flipped[-2] ^= 1  # one byte of the output flipped on disk
+    out.write_bytes(bytes(flipped))
+    assert _why(run(), "02_induce") == ("output data/tiny/02_induce/induction_stats.json differs from what "
+                                        "02_induce wrote")
+    out.unlink()
+    assert _why(run(), "02_induce") == "output data/tiny/02_induce/induction_stats.json is missing"
+    nb = project / "notebooks/02_induce.py"
+    nb.write_text(nb.read_text() + "\n# an edit\n")
+    assert _why(run(), "02_induce") == "notebook notebooks/02_induce.py changed"
+    # the code the stage ran last time differed in one file (recorded so in its manifest)
+    mp = project / "data/tiny/02_induce/manifest.json"
+    m = json.loads(mp.read_text())
+    m["key"]["library"] = "0" * 16
+    m["library_files"]["chunkstudy/config.py"] = "0" * 16
+    mp.write_text(json.dumps(m))
+    assert _why(run(), "02_induce") == "code chunkstudy/config.py changed"
+    assert _why(run(force=True), "01_corpus") == "--force; nothing else changed"
+
+
 def test_failure_names_notebook_and_cell(project):
     params = write_params(project, title_terms=99)
     with pytest.raises(runner.StageFailed, match=r"02_induce\.py failed in cell .*RuntimeError: requested failure"):
@@ -390,7 +437,7 @@ def test_progress_of_a_stage_loop_reaches_the_runner_output(project, capsys):
     params = _loop_project(project, n_steps=8, sleep_s=0.3)
     runner.run(params, project, until="02")
     out = capsys.readouterr().out.splitlines()
-    assert "02_induce        running ..." in out
+    assert any(line.startswith("02_induce        running ...") for line in out)
     loop = [line for line in out if line.startswith("02_induce | tiny loop")]
     # not a terminal: the loop's line once it has run a second (count, total, rate, remaining time), then its
     # summary with the time

@@ -16,11 +16,11 @@ import each other (tests/test_import_layers.py holds the rule, and checks that t
 * model clients — ``llm``, ``embed``, ``embed_store``, ``rerank``;
 * the stages, in pipeline order — ``corpus`` (01), ``induce`` (02), ``queries`` (03), ``chunks`` (04),
   ``retrieve`` (05), ``metrics`` (06), ``stats`` (07), ``report`` (08);
-* tools that drive or check whole runs — ``runner`` (run_all.sh) and ``runlock``, ``serving`` (the model servers
-  a run starts), ``plan`` (a run's model calls and texts, estimated before any model runs), ``golden``,
-  ``export``, ``gpu`` (vLLM serving, model prefetch, CUDA checks, the GPU smoke run's checks), ``gguf_convert``
-  (a GGUF model to a standard Hugging Face folder), ``devicecheck``,
-  and the generated docs: ``paramdoc`` (docs/parameters.md) and ``stagedoc`` (the pipeline table of
+* tools that drive or check whole runs — ``runner`` (run_all.sh), ``rerun`` (why a stage runs again) and
+  ``runlock``, ``serving`` (the model servers a run starts), ``plan`` (a run's model calls and texts, estimated
+  before any model runs), ``golden``, ``export``, ``gpu`` (vLLM serving, model prefetch, CUDA checks, the GPU
+  smoke run's checks), ``gguf_convert`` (a GGUF model to a standard Hugging Face folder), ``devicecheck``, and the
+  generated docs: ``paramdoc`` (docs/parameters.md) and ``stagedoc`` (the pipeline table of
   docs/running.md).
 """
 

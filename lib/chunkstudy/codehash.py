@@ -114,6 +114,15 @@ def library_hash(notebook: Path | None = None, pkg: Path | None = None) -> str:
     return h.hexdigest()[:16]
 
 
+def library_files(notebook: Path, pkg: Path | None = None) -> dict[str, str]:
+    """``{file relative to the package's parent ("chunkstudy/report/figures.py"): sha256 (16 hex)}`` of the files
+    :func:`library_hash` hashes for ``notebook``: what a stage's manifest records, so that a rerun after a code
+    change names the files that changed."""
+    pkg = pkg or Path(__file__).resolve().parent
+    return {str(p.relative_to(pkg.parent)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+            for p in module_closure(notebook, pkg)}
+
+
 # ------------------------------------------------------------------------------------- a user's own modules
 
 def _installed_dirs() -> list[Path]:

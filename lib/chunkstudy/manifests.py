@@ -125,7 +125,8 @@ def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
 def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
                    sources: list[dict] | None = None, env: dict | None = None,
                    warned: list[str] | None = None, services: list[dict] | None = None,
-                   declared: Mapping[str, dict] | None = None, imported: Mapping[str, Any] | None = None) -> dict:
+                   declared: Mapping[str, dict] | None = None, imported: Mapping[str, Any] | None = None,
+                   library_files: Mapping[str, str] | None = None) -> dict:
     """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
     (:func:`environment`, or ``env`` when the runner has it), the warnings the stage sent
     (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
@@ -139,6 +140,9 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
     ``imported``: what the stage's kernel imported (:func:`chunkstudy.imported.record`), recorded as ``imported``;
     its package versions and Python replace this process's in ``packages`` and ``environment``, and the git state is
     that of the library it imported, so the manifest says what ran, not what the runner assumed.
+    What the next run compares to say why a stage reruns (:mod:`chunkstudy.rerun`): ``params_read``, the values of
+    the parameters the stage's key digests (:func:`chunkstudy.config.digested`), and ``library_files``, the digest
+    of each library file its notebook runs (:func:`chunkstudy.codehash.library_files`).
     Paths are relative to the project."""
     env = env or environment()
     if imported is not None:
@@ -151,12 +155,16 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
         "outputs": hash_outputs(cfg, stage),
         "row_counts": _row_counts(cfg, stage),
         "seeds": _seeds(cfg, config.STAGE_SECTIONS.get(stage, ())),
+        "params_read": config.digested(cfg.data, config.STAGE_SECTIONS[stage]) if stage in config.STAGE_SECTIONS
+        else {},
         "packages": env["packages"],
         "git_commit": env.get("git_commit"),
         "environment": env,
         "seconds": round(seconds, 2),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if library_files is not None:
+        manifest["library_files"] = dict(library_files)
     if imported is not None:
         manifest["imported"] = {**imported, **{k: artifacts.project_relative(cfg, imported[k])
                                                for k in ("library", "executable", "venv") if imported.get(k)}}

@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, config, devices, imported, manifests, models, procs, progress, serving, stages
-from .codehash import foreign_library, library_hash
+from . import artifacts, config, devices, imported, manifests, models, procs, progress, rerun, serving, stages
+from .codehash import foreign_library, library_files, library_hash
 from .errors import ChunkstudyError
 from .runlock import RunLocked, corpus_lock
 from .serving.check import problems as serve_problems
@@ -258,11 +258,9 @@ def source_fingerprints(cfg: config.Config, stage: str, previous: list[dict] | N
 
 
 def is_current(cfg: config.Config, stage: Stage, key: dict) -> bool:
-    m = artifacts.read_manifest(cfg, stage.name)
-    if m is None or m.get("key") != key:
-        return False
-    now = manifests.hash_outputs(cfg, stage.name, m["outputs"])
-    return {k: v["sha256"] for k, v in now.items()} == {k: v["sha256"] for k, v in m["outputs"].items()}
+    """Whether the stage's manifest holds ``key`` and every output it recorded is unchanged
+    (:func:`chunkstudy.rerun.reason` finds nothing)."""
+    return rerun.reason(cfg, stage.name, stage.notebook, key) is None
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -333,7 +331,7 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
     out = executed_dir / f"{stage.name}.ipynb"
     progress_file = executed_dir / f".{stage.name}.progress.jsonl"
     progress_file.unlink(missing_ok=True)
-    seen = imported_file(executed_dir, stage.name)
+    seen, kept = imported_file(executed_dir, stage.name), False
     seen.unlink(missing_ok=True)
     kernel_env = {"CHUNKSTUDY_ROOT": str(cfg.root), progress.ENV: str(progress_file), progress.STAGE_ENV: stage.name,
                   imported.ENV: str(seen)}
@@ -351,6 +349,7 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
                               f"(no {seen.name}): the library it ran is not this run's (one too old to report "
                               "it, from another checkout?), so its outputs are not recorded. Check that "
                               ".venv/bin/python imports this checkout's lib/ (scripts/check_editable.sh .venv .)")
+        kept = True  # the record stays for what_ran; a failed or stopped stage leaves none behind
         return tail.warnings
     except KeyboardInterrupt:
         _log_orphaned_tasks(kernel_log)
@@ -362,8 +361,8 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
         raise StageFailed(f"notebook {stage.notebook.name}: {type(e).__name__}: {e}\n  the kernel's own messages "
                           f"(last lines of {kernel_log}):\n{procs.tail(kernel_log, 15)}") from None
     finally:
-        src.unlink(missing_ok=True)
-        progress_file.unlink(missing_ok=True)
+        for leftover in (src, progress_file) + (() if kept else (seen,)):
+            leftover.unlink(missing_ok=True)
         export_html(out)
         for k, v in saved.items():
             if v is None:
@@ -543,12 +542,13 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
         for name in changed:
             log(f"{stage.name:<16} note: {name} differs from what its stage recorded (changed by hand?); "
                 f"{stage.name} reads it as it is now, and reruns once {name.split('/')[0]} has rewritten it")
-        if not force and is_current(cfg, stage, key):
+        why = rerun.reason(cfg, stage.name, stage.notebook, key, force)
+        if why is None:
             dt = time.perf_counter() - t0
             log(f"{stage.name:<16} skipped  {dt:6.1f} s  (parameters, inputs and library unchanged)")
             results.append((stage.name, "skipped", dt))
             continue
-        log(f"{stage.name:<16} running ...")
+        log(f"{stage.name:<16} running ...  ({why})")
         _clear_outputs(cfg, stage.name)
         served.stage(stage.name)
         try:
@@ -578,7 +578,7 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
         seen = what_ran(executed_dir, stage.name)
         env = env or manifests.environment()  # the machine is the same for every stage of this run: looked up once
         manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned, served.records(stage.name),
-                                 verdicts.records(cfg.params("stats")), seen)
+                                 verdicts.records(cfg.params("stats")), seen, library_files(stage.notebook))
         log(f"{stage.name:<16} ran      {dt:6.1f} s" + (f"  ({len(warned)} warning{'s' * (len(warned) != 1)}, "
                                                         "in the report)" if warned else ""))
         results.append((stage.name, "ran", dt))
