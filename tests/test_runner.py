@@ -116,6 +116,57 @@ def test_every_rerun_says_why_in_one_line(project, no_kernel):
     assert _why(run(force=True), "01_corpus") == "--force; nothing else changed"
 
 
+def test_pointing_a_notebook_at_another_corpus_reruns_nothing(project, no_kernel):
+    """JupyterLab autosaved an edit of the parameters cell (``params_file = "params/other.yaml"``) into the tracked
+    notebook, and the next headless run reran that stage and everything after it. The runner injects its own
+    ``params_file``, so that line never reaches a run: it is left out of the notebook's hash. Any other edit of the
+    parameters cell still reruns the stage. (On main the first edit reran 02.)"""
+    params = write_params(project)
+    runner.run(params, project, until="02", log=lambda *_: None)
+    nb = project / "notebooks/02_induce.py"
+    text = nb.read_text()
+    assert 'params_file = "params.yaml"' in text
+    nb.write_text(text.replace('params_file = "params.yaml"', 'params_file = "params/other.yaml"'))
+    assert statuses(runner.run(params, project, until="02", log=lambda *_: None)) == {"01_corpus": "skipped",
+                                                                                       "02_induce": "skipped"}
+    nb.write_text(text.replace('params_file = "params.yaml"', 'params_file = "params.yaml"\nsteps = 3'))
+    lines: list[str] = []
+    runner.run(params, project, until="02", log=lines.append)
+    assert _why(lines, "02_induce") == "notebook notebooks/02_induce.py changed"
+
+
+#: What makes a browser fetch from the network: a script, stylesheet or image from an http(s) URL, an import() of
+#: one, a CSS url() of one
+NETWORK = re.compile(r"""<(?:script|img)[^>]*\ssrc=["']https?:|<link[^>]*\shref=["']https?:|import\(["']https?:"""
+                     r"""|url\(["']?https?:""", re.I)
+
+
+def test_the_executed_notebooks_html_loads_nothing_from_the_network(tmp_path):
+    """build/executed/<corpus>/NN_stage.html loaded require.js and MathJax from a CDN: offline (these machines, a
+    laptop on a train) the page waited on them. The export now loads nothing from the network; its figure stays
+    embedded. (On main: two script tags from cdnjs.cloudflare.com.)"""
+    import base64
+    import io
+
+    import matplotlib
+    import nbformat
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    png = io.BytesIO()
+    Figure(figsize=(2, 1)).savefig(png, format="png")
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 06 · Metrics\nA formula: $\\log_2(i + 1)$, a [link](https://example.org)."),
+        nbformat.v4.new_code_cell("bundle.figures['fig']", execution_count=1, outputs=[nbformat.v4.new_output(
+            "display_data", data={"image/png": base64.b64encode(png.getvalue()).decode(), "text/plain": "<Figure>"})])])
+    executed = tmp_path / "06_metrics.ipynb"
+    nbformat.write(nb, executed)
+    html = runner.export_html(executed).read_text()
+    assert NETWORK.findall(html) == []
+    assert html.count('src="data:image/png;base64,') == 1 and "06 · Metrics" in html and "log_2" in html
+
+
 def test_failure_names_notebook_and_cell(project):
     params = write_params(project, title_terms=99)
     with pytest.raises(runner.StageFailed, match=r"02_induce\.py failed in cell .*RuntimeError: requested failure"):

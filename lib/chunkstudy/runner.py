@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from . import artifacts, config, devices, imported, manifests, models, procs, progress, rerun, serving, stages
-from .codehash import foreign_library, library_files, library_hash
+from .codehash import foreign_library, library_files, library_hash, notebook_hash
 from .errors import ChunkstudyError
 from .runlock import RunLocked, corpus_lock
 from .serving.check import problems as serve_problems
@@ -209,7 +209,7 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
         "params_digest": config.stage_digest(cfg, stage.name),
         "inputs": inputs,
         "library": lib_hash,
-        "notebook": artifacts.file_hash(stage.notebook)[:16],
+        "notebook": notebook_hash(stage.notebook),  # its parameters cell's params_file left out: the runner's wins
     }
     if declared.source_files is not None:
         key["sources"] = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f}
@@ -428,17 +428,24 @@ def _stderr_to(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+#: The template of the executed notebooks' HTML export: nbconvert's "lab" page without what it loads from a CDN.
+EXECUTED_HTML = Path(__file__).resolve().parent / "templates" / "executed.html.j2"
+
+
 def export_html(executed: Path) -> Path | None:
-    """Export an executed notebook to HTML beside it (``NN_stage.html``, nbconvert's standard template, outputs and
-    figures embedded): how Jupyter users share a notebook. Runs for a failed stage too (its traceback is the
-    point); a failed export is reported on stderr and never fails the stage."""
+    """Export an executed notebook to HTML beside it (``NN_stage.html``: nbconvert's lab page, outputs and figures
+    embedded): how Jupyter users share a notebook. The page loads nothing from the network (:data:`EXECUTED_HTML`
+    leaves out require.js, MathJax and mermaid, which nbconvert fetches from a CDN), so it opens offline. Runs for a
+    failed stage too (its traceback is the point); a failed export is reported on stderr and never fails the
+    stage."""
     if not executed.is_file():
         return None
     try:
         import nbconvert
         import nbformat
 
-        body, _ = nbconvert.HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+        exporter = nbconvert.HTMLExporter(template_file=str(EXECUTED_HTML))
+        body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
         target = executed.with_suffix(".html")
         with artifacts.atomic_path(target) as tmp:
             tmp.write_text(body, encoding="utf-8")
