@@ -426,6 +426,24 @@ def test_each_manifest_records_what_its_kernel_imported_and_a_foreign_library_is
     assert not list((project / "build/executed/tiny").glob(".*imported*"))  # read and removed
 
 
+def test_only_the_first_process_of_a_stage_speaks_for_its_kernel(tmp_path, monkeypatch):
+    """The variable that asks for the record reaches more than the kernel (a model server's supervisor the runner
+    starts during the stage imports the package too). The kernel imports it first; a later process leaves the record
+    as it is, and a process that has spoken drops the variable, so its own children never speak."""
+    from chunkstudy import imported
+
+    target = tmp_path / ".02_induce.imported.json"
+    target.write_text('{"library": "the kernel\'s"}')
+    monkeypatch.setenv(imported.ENV, str(target))
+    imported.announce()
+    assert json.loads(target.read_text()) == {"library": "the kernel's"} and imported.ENV not in os.environ
+    target.unlink()
+    monkeypatch.setenv(imported.ENV, str(target))
+    imported.announce()
+    assert imported.read(target)["library"] == str(imported.package_dir()) and imported.ENV not in os.environ
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temporary file left
+
+
 def test_runner_output_has_no_unencrypted_kernel_warning(project, capfd):
     """ipykernel printed "Kernel is running over TCP without encryption" into the runner's output once per stage;
     the kernel manager now provisions CurveZMQ keys, so the kernel has nothing to warn about."""

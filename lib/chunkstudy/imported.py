@@ -63,16 +63,24 @@ def record(by: str) -> dict:
 
 
 def announce() -> None:
-    """Write :func:`record` (``by="kernel"``) to the file :data:`ENV` names, atomically; nothing when it names
-    none. Called once, when the package is imported."""
-    target = os.environ.get(ENV)
+    """Write :func:`record` (``by="kernel"``) to the file :data:`ENV` names, complete or not at all; nothing when it
+    names none. Called once, when the package is imported. The first process to write it wins (a hard link of a
+    complete temporary file, which fails when the file exists), and the variable is then dropped from this
+    process's environment: a process started later under the same variable (a model server's supervisor the runner
+    starts during the stage, a subprocess of the notebook) never speaks for the kernel."""
+    target = os.environ.pop(ENV, None)
     if not target:
         return
     path = Path(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(record("kernel"), f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record("kernel"), f, indent=2, sort_keys=True)
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another process of the stage spoke first: the kernel, which imports the package before any other
+    finally:
+        os.unlink(tmp)
 
 
 def read(path: Path) -> dict | None:

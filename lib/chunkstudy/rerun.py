@@ -34,8 +34,9 @@ def reason(cfg: config.Config, stage: str, notebook: Path, key: dict, force: boo
     previous = artifacts.read_manifest(cfg, stage)
     if previous is None:
         return f"no manifest: it has not completed for corpus '{cfg.corpus}'"
-    changes = key_changes(previous, key, config.digested(cfg.data, config.STAGE_SECTIONS[stage]),
-                          codehash.library_files(notebook), artifacts.project_relative(cfg, notebook))
+    params_now = json.loads(json.dumps(config.digested(cfg.data, config.STAGE_SECTIONS[stage]), default=str))
+    changes = key_changes(previous, key, params_now, codehash.library_files(notebook),
+                          artifacts.project_relative(cfg, notebook))
     if not changes:
         now = manifests.hash_outputs(cfg, stage, previous["outputs"])
         changes = output_changes(stage, previous["outputs"], now)
@@ -59,16 +60,17 @@ def key_changes(previous: Mapping[str, Any], key: Mapping[str, Any], params_now:
         if field == "params_digest":
             out.append(_parameters(previous.get("params_read"), params_now))
         elif field == "inputs":
-            out.append(_grouped("input", _changed(before, after), "changed"))
+            out += _compared("input", before, after)
         elif field == "library":
-            files = _changed(previous.get("library_files"), library_now) if previous.get("library_files") else []
-            out.append(_grouped("code", files, "changed") if files else "library code changed")
+            files = _compared("code", previous.get("library_files"), library_now) if previous.get("library_files") \
+                else []
+            out += files or ["library code changed"]
         elif field == "notebook":
             out.append(f"notebook {notebook} changed")
         elif field == "sources":
-            out.append(_grouped("source file", _changed(_by_path(before), _by_path(after)), "changed"))
+            out += _compared("source file", _by_path(before), _by_path(after))
         elif field == "models":
-            out.append(_grouped("model", _changed(before, after), "changed (its files' content)"))
+            out += _compared("model", before, after, "changed (its files' content)")
         elif isinstance(before, dict) and isinstance(after, dict):  # e.g. 04's chunker_sources: a user's code
             out.append(f"{field} changed for {_listed(_changed(before, after))}")
         else:
@@ -131,6 +133,17 @@ def _flat(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def _value(v: Any) -> str:
     text = repr(v) if v is _UNSET else json.dumps(v, sort_keys=True, default=str, ensure_ascii=False)
     return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS - 1] + "…"
+
+
+def _compared(kind: str, before: Any, after: Any, verb: str = "changed") -> list[str]:
+    """Phrases for two mappings of one kind of thing by name: those whose value differs (``verb``), those only
+    ``after`` has (added) and those only ``before`` had (removed)."""
+    before = before if isinstance(before, Mapping) else {}
+    after = after if isinstance(after, Mapping) else {}
+    differ = [k for k in before if k in after and before[k] != after[k]]
+    added, removed = [k for k in after if k not in before], [k for k in before if k not in after]
+    return [_grouped(kind, names, how) for names, how in ((differ, verb), (added, "added"), (removed, "removed"))
+            if names]
 
 
 def _changed(before: Any, after: Any) -> list[str]:
