@@ -428,8 +428,17 @@ def _stderr_to(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-#: The template of the executed notebooks' HTML export: nbconvert's "lab" page without what it loads from a CDN.
-EXECUTED_HTML = Path(__file__).resolve().parent / "templates" / "executed.html.j2"
+#: The template of the executed notebooks' HTML export: nbconvert's "lab" page with nothing that loads from the
+#: network, so build/executed/<corpus>/NN_stage.html opens offline as it does online. Left out: require.js and the
+#: widget renderer (the runner's kernels show no widgets: progress goes to the runner's terminal), MathJax (no
+#: notebook holds math; a formula a user adds shows as its TeX source) and mermaid.js (no notebook holds a diagram).
+#: Figures are embedded as data: URIs by nbconvert itself.
+EXECUTED_HTML = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
 
 
 def export_html(executed: Path) -> Path | None:
@@ -441,10 +450,12 @@ def export_html(executed: Path) -> Path | None:
     if not executed.is_file():
         return None
     try:
+        import jinja2
         import nbconvert
         import nbformat
 
-        exporter = nbconvert.HTMLExporter(template_file=str(EXECUTED_HTML))
+        exporter = nbconvert.HTMLExporter(extra_loaders=[jinja2.DictLoader({"executed.html.j2": EXECUTED_HTML})],
+                                          template_file="executed.html.j2")
         body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
         target = executed.with_suffix(".html")
         with artifacts.atomic_path(target) as tmp:
