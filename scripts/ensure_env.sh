@@ -11,6 +11,12 @@
 # (or with CHUNKSTUDY_UNLOCKED=1) it falls back to pyproject.toml's ranges with constraints/cpu.txt or gpu.txt and
 # says so. The stamp records the lock, so switching builds reinstalls. scripts/lock.sh regenerates the locks
 # (docs/environment.md).
+#
+# The environment's lock (<.venv, links resolved>.lock, flock): whoever sources this holds it shared for as long as
+# it runs (the descriptor passes to ./run_all.sh's runner, ./run_tests.sh's pytest and ./lab.sh's JupyterLab through
+# exec). A reinstall, and check_editable.sh's repair of an editable install that points at another checkout, take
+# it exclusively without waiting: while another process uses the environment they are refused, never done under
+# it (docs/environment.md, "One environment, one checkout").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$here/.venv"
@@ -25,11 +31,22 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "env: creating $venv with $($py --version 2>&1)" >&2
   "$py" -m venv "$venv"
 fi
+venv_lock_fd=
+if command -v flock >/dev/null 2>&1; then
+  exec {venv_lock_fd}>>"$(cd "$venv" && pwd -P).lock"
+  flock -s "$venv_lock_fd"  # waits only for a reinstall under way
+fi
 pip_quiet() {  # pip with this machine's harmless "Location ... is ignored" index warnings filtered out
   "$venv/bin/python" -m pip "$@" 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; } >&2
   return "${PIPESTATUS[0]}"
 }
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  if [ -n "$venv_lock_fd" ] && ! flock -x -n "$venv_lock_fd"; then
+    echo "env: FAILED: $venv must be reinstalled (pyproject.toml or constraints/ changed since it was installed), but" \
+         "another process is using it now (a run, the tests or JupyterLab hold $(cd "$venv" && pwd -P).lock):" \
+         "reinstalling under them would change what their next stage imports. Wait for them to end, then run again." >&2
+    exit 2
+  fi
   t0=$SECONDS
   pip_quiet install -q --upgrade pip
   locked="$("$venv/bin/python" -c 'import platform, sys
@@ -53,11 +70,12 @@ platform.python_version(), platform.system(), platform.machine())')${CHUNKSTUDY_
     pip_quiet install -q --no-deps $(grep -vE '^\s*(#|$)' "$here/constraints/nodeps.txt")
   fi
   echo "$want" > "$stamp"
+  [ -z "$venv_lock_fd" ] || flock -s "$venv_lock_fd"  # installed: back to a shared hold, as every user's
   echo "env: ready in $((SECONDS - t0)) s (torch: $("$venv/bin/python" -c 'import torch
 print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo '?'); constraints/$lock)" >&2
 fi
 # The venv's chunkstudy must be this checkout's (a .venv copied from another checkout points at that one's lib/)
-"$here/scripts/check_editable.sh" "$venv" "$here" || exit 2
+CHUNKSTUDY_VENV_LOCK_FD="$venv_lock_fd" "$here/scripts/check_editable.sh" "$venv" "$here" || exit 2
 # Offline unless the caller says otherwise: a stage never downloads a model. Hub models (BGE, Gemma) are fetched
 # once with scripts/prefetch_models.sh PARAMS; HF_HUB_OFFLINE=0 ./run_all.sh X lets a run download them itself.
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"

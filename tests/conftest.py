@@ -102,6 +102,32 @@ def local_cfg(shared_data):
     return load
 
 
+def figure_cell(source: str) -> tuple[str, bool] | None:
+    """The figure of 08 a notebook cell shows, whatever its call form: ``(name, required)`` when the cell's last
+    expression reads ``bundle.figures`` by key (``bundle.figures["fig_x"]``: the figure must be there) or by
+    ``.get("fig_x")`` (``fig_multiverse``: shown when the report has it, else the cell shows nothing); None for any
+    other cell. The browser test and the executed-08 test check every such cell."""
+    import ast
+
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return None
+    if not body or not isinstance(body[-1], ast.Expr):
+        return None
+    e = body[-1].value
+
+    def figures(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "figures"
+
+    if isinstance(e, ast.Subscript) and figures(e.value) and isinstance(e.slice, ast.Constant):
+        return str(e.slice.value), True
+    if (isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "get"
+            and figures(e.func.value) and e.args and isinstance(e.args[0], ast.Constant)):
+        return str(e.args[0].value), False
+    return None
+
+
 def scratch_project(tmp_path_factory, raw: str = "demo_raw") -> Path:
     """A scratch copy of the project: the real notebooks, parameter files and examples, the package and the raw
     corpus ``data/<raw>`` linked in; what the pipeline tests run ``runner.run`` in."""

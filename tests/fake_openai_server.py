@@ -32,10 +32,12 @@ Every chat reply carries ``usage`` counted in words (:func:`usage`). ``GET /metr
 vLLM's prefix-cache counters, modelled in characters: every prompt
 queries its length and hits its longest common prefix with any earlier prompt. ``GET /version`` answers
 ``{"version": "fake-1"}`` as vLLM's does; ``POST /control {"exit": n}`` answers, then ends the process with exit
-code ``n`` (a server that dies mid-stage). ``POST .../rerank`` (the Jina/Cohere shape vLLM serves) scores each
-document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first time); with
-``STATE["rerank_defect"]`` set by a test, ``"repeat-index"`` numbers the results 0, 0, 1, ..., n-2, ``"nan"``
-gives the last candidate a NaN score and ``"scale:<f>"`` multiplies every score by f (another model).
+code ``n`` (a server that dies mid-stage); with ``"after": PATH`` it answers, closes every later connection unanswered
+(a dying server: its clients fail at once) and ends with code ``n`` only once ``PATH`` exists, so a test orders the
+clients' failure before the process's exit, as a loaded machine may. ``POST .../rerank`` (the Jina/Cohere shape vLLM
+serves) scores each document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first
+time); with ``STATE["rerank_defect"]`` set by a test, ``"repeat-index"`` numbers the results 0, 0, 1, ..., n-2,
+``"nan"`` gives the last candidate a NaN score and ``"scale:<f>"`` multiplies every score by f (another model).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def is_canary(req: dict) -> bool:
     return list(req.get("messages") or []) == list(CANARY_CHAT)
 LOCK = threading.Lock()
 RELEASE = threading.Event()  # hold:<id> requests wait on it
+DYING = threading.Event()  # set by POST /control {"exit": n, "after": path}: every later connection closed unanswered
 #: notified whenever a request enters: ``gather:<n>`` requests wait on it
 ENTERED = threading.Condition(LOCK)
 #: how long a ``gather:<n>`` request waits for the overlap at most: a client that never overlaps its requests then
@@ -182,6 +185,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, {"failing": STATE["failing"]})
             if req.get("exit") is not None:
                 self.wfile.flush()
+                if req.get("after"):
+                    DYING.set()
+                    threading.Thread(target=_exit_once, args=(int(req["exit"]), str(req["after"])),
+                                     daemon=True).start()
+                    return
                 os._exit(int(req["exit"]))
             return
         if self.path.rstrip("/").endswith("/rerank"):
@@ -297,9 +305,19 @@ def usage(req: dict, text) -> dict:
     return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
 
 
+def _exit_once(code: int, path: str) -> None:
+    """End the process with ``code`` once ``path`` exists (a file the test creates: an event, not a deadline)."""
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    os._exit(code)
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # as a real server's backlog: 128 clients connecting at once are all accepted
+
+    def verify_request(self, request, client_address) -> bool:
+        return not DYING.is_set()  # a dying server: the connection is closed with no answer
 
 
 def main() -> None:

@@ -232,37 +232,43 @@ def _venv_imports_from(venv: Path) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
+def _copied_venv(tmp_path: Path, name: str, points_at: Path, tools: bool = True) -> Path:
+    """A venv as one copied from another checkout holds it: chunkstudy's editable .pth points at ``points_at`` (a
+    lib/ folder); ``tools``: it also sees this venv's packages (pip, setuptools), read-only."""
+    import subprocess
+    import sysconfig
+    import venv as venv_module
+
+    v = tmp_path / name
+    venv_module.EnvBuilder(with_pip=False).create(v)
+    site = Path(subprocess.run([str(v / "bin" / "python"), "-c", "import sysconfig; "
+                                "print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True,
+                               check=True).stdout.strip())
+    (site / "__editable__.chunkstudy-0.1.0.pth").write_text(str(points_at) + "\n")
+    if tools:
+        (site / "zz-tools.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    return v
+
+
+def _checkout(path: Path) -> Path:
+    shutil.copytree(ROOT / "lib", path / "lib", ignore=SKIP)
+    shutil.copytree(ROOT / "scripts", path / "scripts")
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / f, path / f)
+    return path
+
+
 def test_the_environment_check_repairs_a_venv_copied_from_another_checkout(tmp_path):
     """``scripts/check_editable.sh`` (run by ensure_env.sh, so by every ./run_all.sh and ./run_tests.sh): a venv
     whose editable install points at another checkout is reinstalled editable from this one; one it cannot repair
     (no pip) is refused, naming both. The other checkout here is this repository; its own .venv is only read."""
     import subprocess
     import sysconfig
-    import venv as venv_module
 
-    checkout = tmp_path / "checkout"
-    shutil.copytree(ROOT / "lib", checkout / "lib", ignore=SKIP)
-    shutil.copytree(ROOT / "scripts", checkout / "scripts")
-    for f in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / f, checkout / f)
-    ours = Path(sysconfig.get_paths()["purelib"])
-    editable = sorted(ours.glob("__editable__.chunkstudy-*.pth"))
+    checkout = _checkout(tmp_path / "checkout")
+    editable = sorted(Path(sysconfig.get_paths()["purelib"]).glob("__editable__.chunkstudy-*.pth"))
     before = [p.read_text() for p in editable]
-
-    def copied_venv(name: str, tools: bool) -> Path:
-        """A venv as one copied from this repository holds it: chunkstudy's editable .pth points at ROOT/lib;
-        ``tools``: it also sees this venv's packages (pip, setuptools), read-only."""
-        v = tmp_path / name
-        venv_module.EnvBuilder(with_pip=False).create(v)
-        site = Path(subprocess.run([str(v / "bin" / "python"), "-c", "import sysconfig; "
-                                    "print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True,
-                                   check=True).stdout.strip())
-        (site / "__editable__.chunkstudy-0.1.0.pth").write_text(str(ROOT / "lib") + "\n")
-        if tools:
-            (site / "zz-tools.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
-        return v
-
-    fixable = copied_venv("venv-copied", tools=True)
+    fixable = _copied_venv(tmp_path, "venv-copied", ROOT / "lib")
     assert _venv_imports_from(fixable) == str(ROOT / "lib" / "chunkstudy")
     r = subprocess.run([str(checkout / "scripts" / "check_editable.sh"), str(fixable), str(checkout)],
                        capture_output=True, text=True)
@@ -272,9 +278,59 @@ def test_the_environment_check_repairs_a_venv_copied_from_another_checkout(tmp_p
     again = subprocess.run([str(checkout / "scripts" / "check_editable.sh"), str(fixable), str(checkout)],
                            capture_output=True, text=True)
     assert again.returncode == 0 and again.stderr == ""  # repaired: silent from now on
-    broken = copied_venv("venv-no-pip", tools=False)
+    broken = _copied_venv(tmp_path, "venv-no-pip", ROOT / "lib", tools=False)
     r = subprocess.run([str(checkout / "scripts" / "check_editable.sh"), str(broken), str(checkout)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and f"FAILED: {broken} still imports chunkstudy from {ROOT / 'lib' / 'chunkstudy'}" \
         in r.stderr
     assert [p.read_text() for p in editable] == before  # this repository's venv untouched
+
+
+def test_a_venv_linked_from_another_checkout_is_refused_never_repointed(tmp_path):
+    """The issue's case: checkout B's .venv is a link to checkout A's. B's environment check repointed the shared
+    editable install at B's lib/, so A's running pipeline executed B's library in its next stages while its
+    manifests said ``git_dirty: false``. The check now refuses such a .venv, naming the link, and leaves the
+    install as it is (on main it reinstalled it from B)."""
+    import subprocess
+
+    a, b = _checkout(tmp_path / "a"), _checkout(tmp_path / "b")
+    shared = _copied_venv(a, ".venv", a / "lib")
+    (b / ".venv").symlink_to(shared, target_is_directory=True)
+    assert _venv_imports_from(shared) == str(a / "lib" / "chunkstudy")
+    r = subprocess.run([str(b / "scripts" / "check_editable.sh"), str(b / ".venv"), str(b)], capture_output=True,
+                       text=True)
+    assert r.returncode == 2, r.stderr
+    assert f"{b / '.venv'} is a link to {shared}, outside this checkout" in r.stderr
+    assert f"imports chunkstudy from {a / 'lib' / 'chunkstudy'}" in r.stderr and "rm " in r.stderr
+    assert _venv_imports_from(shared) == str(a / "lib" / "chunkstudy")  # A's runs keep A's library
+    # A's own check finds its install as it was: nothing to do
+    r = subprocess.run([str(a / "scripts" / "check_editable.sh"), str(shared), str(a)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_a_venv_in_use_is_not_repaired_until_its_users_have_ended(tmp_path):
+    """A repair (an editable install pointing at another checkout, reinstalled from here) takes the environment's
+    lock exclusively without waiting: while a run holds it shared (as every process that sourced ensure_env.sh
+    does) the check refuses, naming the lock, and changes nothing; once the run has ended it repairs."""
+    import subprocess
+
+    checkout = _checkout(tmp_path / "checkout")
+    copied = _copied_venv(tmp_path, "venv-copied", ROOT / "lib")
+    lock = f"{copied}.lock"
+    run = subprocess.Popen(["flock", "-s", lock, "sh", "-c", "echo held; cat"], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout.readline() == "held\n"  # the lock is held from here on
+        r = subprocess.run([str(checkout / "scripts" / "check_editable.sh"), str(copied), str(checkout)],
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and "another process is using that environment now" in r.stderr, r.stderr
+        assert lock in r.stderr
+        assert _venv_imports_from(copied) == str(ROOT / "lib" / "chunkstudy")
+    finally:
+        run.stdin.close()
+        run.wait()
+    r = subprocess.run([str(checkout / "scripts" / "check_editable.sh"), str(copied), str(checkout)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert _venv_imports_from(copied) == str(checkout / "lib" / "chunkstudy")

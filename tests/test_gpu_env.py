@@ -221,3 +221,31 @@ def test_the_gpu_lock_resolves_with_hashes_for_cpython_311_on_linux(tmp_path):
                   if "extra" in d]
         checked += 1
     assert checked > len(got)
+
+
+def test_a_process_that_sourced_ensure_env_holds_the_environment_and_no_reinstall_runs_under_it(tmp_path):
+    """Whoever sources ensure_env.sh (./run_all.sh, ./run_tests.sh, ./lab.sh) holds the environment's lock shared
+    for as long as it runs; a second ensure_env.sh that would reinstall (here: another torch build, so another
+    stamp) is refused while the first holds it, naming the lock, and installs nothing; once the first has ended it
+    reinstalls. (On main the second reinstalled under the first.)"""
+    ensure_env(tmp_path, gpus=None)  # the environment, installed once
+    proj = tmp_path / "proj"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHUNKSTUDY_", "PIP_"))}
+    env.update(PATH=f"{fake_bin(tmp_path, None)}:/usr/bin:/bin", PYTHON=str(tmp_path / "python"),
+               FAKE_LOG=str(tmp_path / "calls.log"))
+    # a user of the environment: sourced it, says so, then works until its standard input closes
+    user = subprocess.Popen(["bash", "-c", f"source {proj}/scripts/ensure_env.sh && echo ready && cat"], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert user.stdout.readline() == "ready\n", user.stderr.read()
+        (tmp_path / "calls.log").write_text("")
+        r = subprocess.run(["bash", "-c", f"source {proj}/scripts/ensure_env.sh"], capture_output=True, text=True,
+                           env={**env, "CHUNKSTUDY_TORCH": "cuda"})
+        assert r.returncode == 2 and "must be reinstalled" in r.stderr and "another process is using it" in r.stderr
+        assert f"{proj / '.venv'}.lock" in r.stderr
+        assert not [c for c in (tmp_path / "calls.log").read_text().splitlines() if "pip install" in c]
+    finally:
+        user.stdin.close()
+        user.wait()
+    pip, stamp, _ = ensure_env(tmp_path, gpus=None, CHUNKSTUDY_TORCH="cuda")
+    assert stamp.endswith("-gpu-lock.txt") and any("gpu-lock.txt" in c for c in pip)

@@ -21,7 +21,8 @@ MAX_LINES = 700
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"errors", "significance", "design", "paper", "params", "paramspec", "stages", "config",
                               "config_rules", "artifacts",
-                              "manifests", "codehash", "progress", "models", "devices", "relevance", "procs"})),
+                              "manifests", "codehash", "imported", "progress", "models", "devices", "relevance",
+                              "procs"})),
     ("model clients", frozenset({"llm", "identity", "embed_checks", "embed_served", "embed", "embed_store",
                                  "rerank"})),
     ("01 corpus", frozenset({"corpus"})),
@@ -32,7 +33,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("06 metrics", frozenset({"metrics"})),
     ("07 stats", frozenset({"stats"})),
     ("08 report", frozenset({"report"})),
-    ("tools", frozenset({"runner", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "stagedoc",
+    ("tools", frozenset({"runner", "rerun", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "stagedoc",
                          "gguf_convert", "serving", ""})),
 )
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import jupytext
 import pytest
+from conftest import figure_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_PY = ROOT / ".venv" / "bin" / "python"
@@ -58,6 +59,10 @@ def test_lab_setup_writes_the_kernelspec_and_the_default_viewer(tmp_path):
     overrides = json.loads((tmp_path / "etc/jupyter/labconfig/default_setting_overrides.json").read_text())
     viewer = overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]["python"]
     assert viewer == "Jupytext Notebook"
+    # no "Jupyter news" pop-up at every start (nor a request to the feed), and no autosave: an edit made in the
+    # browser (params_file pointed at another corpus) reaches the tracked notebook only when saved on purpose
+    assert overrides["@jupyterlab/apputils-extension:notification"] == {"fetchNews": "false", "checkForUpdates": False}
+    assert overrides["@jupyterlab/docmanager-extension:plugin"]["autosave"] is False
     # ... the name of the widget factory jupytext's lab extension registers, where that extension is installed
     ext = ROOT / ".venv/share/jupyter/labextensions/jupyterlab-jupytext/static"
     if ext.is_dir():
@@ -313,6 +318,19 @@ def test_server_opens_a_py_notebook_and_runs_a_cell_on_the_project_kernel(server
     assert server.api("GET", "/api/kernels") == []
 
 
+def test_jupyterlab_takes_the_settings_lab_setup_writes(server):
+    """The defaults JupyterLab's settings API serves for the plugins lab_setup.sh configures (its schemas' defaults
+    with the overrides applied; a user's own settings come on top): the news feed never fetched nor asked about, no
+    update check, no autosave, .py files opened as notebooks."""
+    def default(plugin: str, key: str):
+        return server.api("GET", f"/lab/api/settings/{plugin}")["schema"]["properties"][key]["default"]
+
+    assert default("@jupyterlab/apputils-extension:notification", "fetchNews") == "false"
+    assert default("@jupyterlab/apputils-extension:notification", "checkForUpdates") is False
+    assert default("@jupyterlab/docmanager-extension:plugin", "autosave") is False
+    assert default("@jupyterlab/docmanager-extension:plugin", "defaultViewers")["python"] == "Jupytext Notebook"
+
+
 def test_saving_a_notebook_through_the_server_writes_its_py_back_unchanged(server):
     """A save in JupyterLab (the contents API's PUT, jupytext writing the .py) added ``format_version`` and
     ``jupytext_version`` to the header: every notebook saved, even unedited, was a modified tracked file.
@@ -337,9 +355,9 @@ def _chromium() -> str:
     return exe
 
 
-#: Every notebook of the pipeline, in run order; a cell ``bundle.figures["<name>"]`` shows one figure.
+#: Every notebook of the pipeline, in run order; a cell ``bundle.figures["<name>"]`` shows one figure, a cell
+#: ``bundle.figures.get("<name>")`` one when the report has it (tests/conftest.py's figure_cell).
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
-FIGURE_CELL = re.compile(r'bundle\.figures\["(\w+)"\]')
 #: docs/jupyterlab.md's picture: 08 in JupyterLab, its first figure inline, written by the browser test when
 #: CHUNKSTUDY_DOCS_IMG=1 (else into the test's temporary folder: the same shot, checked, not kept).
 DOCS_SHOT = ROOT / "docs" / "img" / "jupyterlab-08-figure.png"
@@ -353,14 +371,28 @@ _CODE_CELLS = """() => {
 }"""
 
 
+def test_every_cell_that_shows_a_figure_is_found_whatever_its_call_form():
+    """The browser test found figure cells by ``bundle.figures["..."]`` alone, so 08's
+    ``bundle.figures.get("fig_multiverse")`` was never checked. Every code cell of a notebook that reads
+    ``bundle.figures`` is a figure cell now (tests/conftest.py's figure_cell), required or not; 08 has both forms."""
+    found = {}
+    for path in NOTEBOOKS:
+        for cell in jupytext.read(path).cells:
+            if cell.cell_type == "code" and "bundle.figures" in cell.source:
+                assert figure_cell(cell.source) is not None, (path.name, cell.source)
+                found[figure_cell(cell.source)[0]] = figure_cell(cell.source)[1]
+    assert found["fig_contrasts"] is True and found["fig_multiverse"] is False and len(found) >= 9
+
+
 def _loaded_images(locator) -> list[int]:
     """The natural width of every ``img`` the locator finds: 0 for one that did not load."""
     return locator.evaluate_all("els => els.map(e => e.complete ? e.naturalWidth : 0)")
 
 
-def _run_in_lab(page, pw, lab: Server, path: Path, shot: Path) -> dict:
-    """Open ``path`` by double-click, run all its cells, check its outputs, save it, close it and shut its kernel
-    down; returns what was counted (figure cells, report images)."""
+def _run_in_lab(page, pw, lab: Server, path: Path, shot: Path, written: Path) -> dict:
+    """Open ``path`` by double-click, run all its cells, check its outputs (every figure cell, whatever its call
+    form: one image, or for a ``.get(...)`` cell one exactly when 08 wrote that figure into ``written``), save it,
+    close it and shut its kernel down; returns what was counted (figure cells shown, report images)."""
     page.locator(".jp-DirListing-item", has_text=path.name).dblclick()
     panel = page.locator(".jp-NotebookPanel:visible")
     panel.wait_for()                                                  # a notebook, not a text editor
@@ -380,11 +412,15 @@ def _run_in_lab(page, pw, lab: Server, path: Path, shot: Path) -> dict:
     errors = [(c["source"][:60], o["error"]) for c in cells for o in c["outputs"] if o["type"] == "error"]
     assert not errors, (path.name, errors)
     assert all(c["count"] for c in cells), (path.name, [c["source"][:60] for c in cells if not c["count"]])
-    figures = {}
+    figures, expected = {}, {}
     for c in cells:
-        if m := FIGURE_CELL.fullmatch(c["source"].strip()):
-            figures[m[1]] = [o["mimes"] for o in c["outputs"]]
-    assert all(sum("image/png" in m for m in mimes) == 1 for mimes in figures.values()), (path.name, figures)
+        if (found := figure_cell(c["source"])) is not None:
+            name, required = found
+            figures[name] = sum("image/png" in o["mimes"] for o in c["outputs"])
+            # a .get(...) cell shows its figure when 08 wrote it (in JupyterLab: under build/lab/), else nothing
+            expected[name] = 1 if required or (written / f"{name}.png").is_file() else 0
+    assert figures == expected, (path.name, figures, expected)
+    figures = {n: k for n, k in figures.items() if k}
     shown = panel.locator(".jp-OutputArea-output[data-mime-type='image/png'] img")
     assert len(figures) <= len(sizes := _loaded_images(shown)) and all(sizes), (path.name, sizes)
     report = panel.locator(".jp-OutputArea-output[data-mime-type='text/markdown'] img")  # 08's report cell
@@ -417,7 +453,10 @@ def test_lab_opens_every_notebook_by_double_click_and_runs_it(tmp_path):
     "chunkstudy (.venv)", all cells run with no error output, every ``bundle.figures[...]`` cell an image/png that
     loads, every image of 08's report loaded, the notebook saved and its .py unchanged byte for byte, closed
     with its kernel shut down and none left; no 404 in the server's log. Then the runner's HTML export of the
-    executed 08 (build/executed/demo/08_figures.html) in the same browser: every figure there loads."""
+    executed 08 (build/executed/demo/08_figures.html) in the same browser: every figure there loads, and the page
+    asks for nothing beyond its own file (no CDN: it works offline). The notebooks run in JupyterLab wrote under
+    build/lab/ of the scratch copy: its data/demo/ is byte for byte and mtime for mtime as the runner left it, and a
+    headless run there afterwards skips every stage."""
     from conftest import make_project
 
     from chunkstudy import runner
@@ -428,14 +467,15 @@ def test_lab_opens_every_notebook_by_double_click_and_runs_it(tmp_path):
     runner.run(ROOT / "params" / "demo.yaml", ROOT, log=print)
     project = make_project(tmp_path / "project")
     shutil.copytree(ROOT / "data" / "demo", project / "data" / "demo")
+    shutil.copytree(ROOT / "figures" / "demo", project / "figures" / "demo")
+    runner.run(project / "params" / "demo.yaml", project, log=print)  # the copy's own manifests (01's source paths)
+    state = _run_state(project)
     before = {p.name: p.read_bytes() for p in NOTEBOOKS}
     shot = DOCS_SHOT if os.environ.get("CHUNKSTUDY_DOCS_IMG") == "1" else tmp_path / DOCS_SHOT.name
-    # JupyterLab renders only the cells in view by default; "none" keeps every cell (and its prompt) in the page;
-    # no news prompt over the notebook (nor a request for it: the machine may be offline)
+    # JupyterLab renders only the cells in view by default; "none" keeps every cell (and its prompt) in the page
+    # (no news prompt over the notebook: lab_setup.sh turns it off for every user)
     lab = Server(tmp_path, app="lab", root=project, args=("--LabApp.expose_app_in_browser=True",),
-                 overrides={"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
-                            "@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
-                                                                            "checkForUpdates": False}})
+                 overrides={"@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}})
     counted = {}
     try:
         with pw.sync_playwright() as p:
@@ -445,22 +485,38 @@ def test_lab_opens_every_notebook_by_double_click_and_runs_it(tmp_path):
                 page.set_default_timeout(READY_S * 1000)
                 page.goto(f"{lab.url}/lab/tree/notebooks?token={lab.token}")
                 for path in NOTEBOOKS:
-                    counted[path.stem] = _run_in_lab(page, pw, lab, project / "notebooks" / path.name, shot)
+                    counted[path.stem] = _run_in_lab(page, pw, lab, project / "notebooks" / path.name, shot,
+                                                     project / "build/lab/figures/demo")
                     assert (project / "notebooks" / path.name).read_bytes() == before[path.name], path.name
                 html = ROOT / "build" / "executed" / "demo" / "08_figures.html"
+                asked: list[str] = []
+                page.on("request", lambda r: asked.append(r.url))
                 page.goto(html.as_uri())
                 images = page.locator("img")
                 sizes = _loaded_images(images)
                 assert all(sizes), sizes
                 assert len(sizes) == counted["08_figures"]["figures"] + counted["08_figures"]["report_images"]
+                assert [u for u in asked if not u.startswith(("file:", "data:"))] == []  # offline: no CDN
             finally:
                 browser.close()
     finally:
         lab.stop()
     print(counted)
-    in_report = len(re.findall(r"!\[[^]]*\]\(\w+\.png\)", (project / "figures/demo/report.md").read_text()))
+    report_md = (project / "build/lab/figures/demo/report.md").read_text()
+    in_report = len(re.findall(r"!\[[^]]*\]\(\w+\.png\)", report_md))
     assert counted["08_figures"]["figures"] >= 8 and counted["08_figures"]["report_images"] == in_report >= 8
     assert sum(c["figures"] for c in counted.values()) == counted["08_figures"]["figures"]
     log = (tmp_path / "server.log").read_text()
     assert not re.findall(r".*\b404 (?:GET|POST|PUT|PATCH|DELETE) .*", log), log[-3000:]
     assert shot.stat().st_size > 10_000
+    assert _run_state(project) == state  # the run as the runner left it: JupyterLab wrote under build/lab/
+    again = runner.run(project / "params" / "demo.yaml", project, log=print)
+    assert {status for _, status, _ in again} == {"skipped"}
+
+
+def _run_state(project: Path) -> dict[str, tuple[int, int]]:
+    """``{path: (size, mtime_ns)}`` of every file a headless run of demo left under data/demo/ (caches aside) and
+    figures/demo/."""
+    return {str(f.relative_to(project)): (f.stat().st_size, f.stat().st_mtime_ns)
+            for top in (project / "data/demo", project / "figures/demo") for f in sorted(top.rglob("*"))
+            if f.is_file() and "cache" not in f.relative_to(top).parts}

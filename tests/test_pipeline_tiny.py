@@ -8,11 +8,12 @@ moves the tiny numbers re-pins with ``.venv/bin/python -m chunkstudy.golden tiny
 """
 
 import json
-import os
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from conftest import figure_cell
 
 from chunkstudy import artifacts, config, golden, runner
 
@@ -77,20 +78,36 @@ def test_each_document_is_segmented_once_in_the_run(tiny_project):
     assert len(store.read_text().splitlines()) == n
 
 
-def test_every_notebook_runs_as_jupyterlab_runs_it(tiny_project, tmp_path, monkeypatch):
-    """JupyterLab starts the kernel in ``notebooks/``: the parameters cell's relative path must still name
-    ``params/<x>.yaml`` of the project, and results must land in the project's ``data/``, not ``notebooks/data/``."""
+def _state(project: Path, corpus: str) -> dict[str, tuple[int, int, str]]:
+    """What a headless run left: ``{path: (size, mtime_ns, sha256)}`` of every file under ``data/<corpus>/`` (its
+    caches left out: keyed by content, no stage's key) and ``figures/<corpus>/``."""
+    out = {}
+    for top in (project / "data" / corpus, project / "figures" / corpus):
+        for f in sorted(p for p in top.rglob("*") if p.is_file() and "cache" not in p.relative_to(top).parts):
+            st = f.stat()
+            out[str(f.relative_to(project))] = (st.st_size, st.st_mtime_ns, artifacts.file_hash(f))
+    return out
+
+
+def test_every_notebook_runs_as_jupyterlab_runs_it_and_leaves_the_run_as_it_was(tiny_project, tmp_path,
+                                                                                 monkeypatch):
+    """JupyterLab starts the kernel in ``notebooks/`` and names the notebook in ``JPY_SESSION_NAME``: the parameters
+    cell's relative path must still name ``params/<x>.yaml`` of the project, and nothing may land in
+    ``notebooks/data/``. Running the notebooks there rewrote the run's files (08: its PDFs, report.md and
+    report.html differ at every run), so the next ``./run_all.sh`` reran 08 without saying why. Now a notebook run
+    in JupyterLab reads the run's files and writes under build/lab/ (chunkstudy.artifacts.place): every file of the
+    run keeps its bytes and its mtime, the same numbers land under build/lab/, and the next headless run skips
+    every stage. (On main the run's files were rewritten and 08 reran.)"""
     import jupytext
     import papermill as pm
 
-    # on a copy: rewriting the outputs by hand is a change the runner must see (04's embedding report records the
-    # seconds and the cache hits of the run that wrote it), so the shared project would no longer skip every stage
-    # for a test that runs after this one (random order: .ci/run's second pass)
     project = tmp_path / "project"
     shutil.copytree(tiny_project[0], project, symlinks=True)
     monkeypatch.delenv("CHUNKSTUDY_ROOT", raising=False)
     cfg = config.load(project / "params" / "tiny.yaml", root=project)
-    before = artifacts.read(cfg, "contrasts")
+    # the copy's own run first: 01 records its source files relative to the project, and the copy lies elsewhere
+    runner.run(project / "params" / "tiny.yaml", project, log=lambda *_: None)
+    before = _state(project, "tiny")
     out = project / "interactive"
     out.mkdir()
     for stage in STAGES:
@@ -98,15 +115,20 @@ def test_every_notebook_runs_as_jupyterlab_runs_it(tiny_project, tmp_path, monke
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         src = out / f"{stage}.ipynb"
         jupytext.write(nb, src, fmt="ipynb")
+        monkeypatch.setenv("JPY_SESSION_NAME", str(project / "notebooks" / f"{stage}.py"))  # as jupyter_server
         pm.execute_notebook(str(src), str(out / f"{stage}.out.ipynb"), parameters={"params_file": "params/tiny.yaml"},
                             cwd=str(project / "notebooks"), kernel_name="python3", progress_bar=False,
                             log_output=False)
+    monkeypatch.delenv("JPY_SESSION_NAME")
     assert not (project / "notebooks" / "data").exists()
     assert not (project / "notebooks" / "figures").exists()
-    # rerun by hand, the notebooks rewrote the same numbers where the runner had put them
-    after = artifacts.read(cfg, "contrasts")
-    assert after.equals(before)
-    assert os.path.getmtime(artifacts.table_path(cfg, "contrasts")) > os.path.getmtime(project / "params" / "tiny.yaml")
+    assert _state(project, "tiny") == before
+    lab = project / "build" / "lab"
+    assert pd.read_parquet(lab / "data/tiny/07_stats/contrasts.parquet").equals(artifacts.read(cfg, "contrasts"))
+    assert (lab / "figures/tiny/report.md").is_file() and (lab / "figures/tiny/report.html").is_file()
+    lines: list[str] = []
+    again = runner.run(project / "params" / "tiny.yaml", project, log=lines.append)
+    assert [(s, status) for s, status, _ in again] == [(s, "skipped") for s in STAGES], lines
 
 
 def test_the_executed_08_shows_every_figure_as_an_image(tiny_project):
@@ -125,8 +147,13 @@ def test_the_executed_08_shows_every_figure_as_an_image(tiny_project):
     executed, figures = project / "build" / "executed" / "tiny", project / "figures" / "tiny"
     nb = nbformat.read(executed / "08_figures.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    shown = {m[1]: c for c in code if (m := re.fullmatch(r'bundle\.figures\["(\w+)"\]', c.source.strip()))}
+    cells = {found: c for c in code if (found := figure_cell(c.source)) is not None}
+    assert any(not required for _, required in cells)  # bundle.figures.get(...) is checked too
+    shown = {name: c for (name, required), c in cells.items() if required or (figures / f"{name}.png").is_file()}
     assert len(shown) >= 8
+    for (name, required), cell in cells.items():
+        if name not in shown:  # a .get(...) of a figure this run does not draw (tiny declares no multiverse)
+            assert [o for o in cell.outputs if o.get("data")] == [], name
     for name, cell in shown.items():
         pngs = [o["data"]["image/png"] for o in cell.outputs if "image/png" in o.get("data", {})]
         assert len(pngs) == 1, (name, [sorted(o.get("data", {})) for o in cell.outputs])

@@ -69,6 +69,104 @@ def test_skip_rerun_and_dependency_tracking(project):
     assert set(statuses(runner.run(params, project, until="02", force=True, log=lambda *_: None)).values()) == {"ran"}
 
 
+def _why(lines: list[str], stage: str) -> str | None:
+    """The reason a run's output line gives for running ``stage`` (None when it was skipped)."""
+    found = [line for line in lines if line.startswith(f"{stage:<16} running ...")]
+    return found[0].split("running ...", 1)[1].strip().removeprefix("(").removesuffix(")") if found else None
+
+
+def test_every_rerun_says_why_in_one_line(project, no_kernel):
+    """Each reason a stage runs again is named on its "running ..." line: no manifest, a changed parameter (name
+    and values), a changed input, a flipped byte in an output, a missing output, an edited notebook, changed library
+    code (by file), --force. (On main the line said "running ..." and nothing more.)"""
+    params = write_params(project)
+
+    def run(**kw) -> list[str]:
+        lines: list[str] = []
+        runner.run(params, project, until="02", log=lines.append, **kw)
+        return lines
+
+    lines = run()
+    assert _why(lines, "01_corpus") == "no manifest: it has not completed for corpus 'tiny'"
+    write_params(project, title_terms=4)
+    lines = run()
+    assert _why(lines, "01_corpus") is None and _why(lines, "02_induce") == "parameter induce.title_terms: 3 → 4"
+    write_params(project, min_words=12, title_terms=4)
+    lines = run()
+    assert _why(lines, "01_corpus") == "parameter corpus.min_words: 10 → 12"
+    assert _why(lines, "02_induce") == "input documents changed"
+    out = project / "data/tiny/02_induce/induction_stats.json"
+    flipped = bytearray(out.read_bytes())
+    flipped[-2] ^= 1  # one byte of the output flipped on disk
+    out.write_bytes(bytes(flipped))
+    assert _why(run(), "02_induce") == ("output data/tiny/02_induce/induction_stats.json differs from what "
+                                        "02_induce wrote")
+    out.unlink()
+    assert _why(run(), "02_induce") == "output data/tiny/02_induce/induction_stats.json is missing"
+    nb = project / "notebooks/02_induce.py"
+    nb.write_text(nb.read_text() + "\n# an edit\n")
+    assert _why(run(), "02_induce") == "notebook notebooks/02_induce.py changed"
+    # the code the stage ran last time differed in one file (recorded so in its manifest)
+    mp = project / "data/tiny/02_induce/manifest.json"
+    m = json.loads(mp.read_text())
+    m["key"]["library"] = "0" * 16
+    m["library_files"]["chunkstudy/config.py"] = "0" * 16
+    mp.write_text(json.dumps(m))
+    assert _why(run(), "02_induce") == "code chunkstudy/config.py changed"
+    assert _why(run(force=True), "01_corpus") == "--force; nothing else changed"
+
+
+def test_pointing_a_notebook_at_another_corpus_reruns_nothing(project, no_kernel):
+    """JupyterLab autosaved an edit of the parameters cell (``params_file = "params/other.yaml"``) into the tracked
+    notebook, and the next headless run reran that stage and everything after it. The runner injects its own
+    ``params_file``, so that line never reaches a run: it is left out of the notebook's hash. Any other edit of the
+    parameters cell still reruns the stage. (On main the first edit reran 02.)"""
+    params = write_params(project)
+    runner.run(params, project, until="02", log=lambda *_: None)
+    nb = project / "notebooks/02_induce.py"
+    text = nb.read_text()
+    assert 'params_file = "params.yaml"' in text
+    nb.write_text(text.replace('params_file = "params.yaml"', 'params_file = "params/other.yaml"'))
+    assert statuses(runner.run(params, project, until="02", log=lambda *_: None)) == {"01_corpus": "skipped",
+                                                                                       "02_induce": "skipped"}
+    nb.write_text(text.replace('params_file = "params.yaml"', 'params_file = "params.yaml"\nsteps = 3'))
+    lines: list[str] = []
+    runner.run(params, project, until="02", log=lines.append)
+    assert _why(lines, "02_induce") == "notebook notebooks/02_induce.py changed"
+
+
+#: What makes a browser fetch from the network: a script, stylesheet or image from an http(s) URL, an import() of
+#: one, a CSS url() of one
+NETWORK = re.compile(r"""<(?:script|img)[^>]*\ssrc=["']https?:|<link[^>]*\shref=["']https?:|import\(["']https?:"""
+                     r"""|url\(["']?https?:""", re.I)
+
+
+def test_the_executed_notebooks_html_loads_nothing_from_the_network(tmp_path):
+    """build/executed/<corpus>/NN_stage.html loaded require.js and MathJax from a CDN: offline (these machines, a
+    laptop on a train) the page waited on them. The export now loads nothing from the network; its figure stays
+    embedded. (On main: two script tags from cdnjs.cloudflare.com.)"""
+    import base64
+    import io
+
+    import matplotlib
+    import nbformat
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    png = io.BytesIO()
+    Figure(figsize=(2, 1)).savefig(png, format="png")
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 06 · Metrics\nA formula: $\\log_2(i + 1)$, a [link](https://example.org)."),
+        nbformat.v4.new_code_cell("bundle.figures['fig']", execution_count=1, outputs=[nbformat.v4.new_output(
+            "display_data", data={"image/png": base64.b64encode(png.getvalue()).decode(), "text/plain": "<Figure>"})])])
+    executed = tmp_path / "06_metrics.ipynb"
+    nbformat.write(nb, executed)
+    html = runner.export_html(executed).read_text()
+    assert NETWORK.findall(html) == []
+    assert html.count('src="data:image/png;base64,') == 1 and "06 · Metrics" in html and "log_2" in html
+
+
 def test_failure_names_notebook_and_cell(project):
     params = write_params(project, title_terms=99)
     with pytest.raises(runner.StageFailed, match=r"02_induce\.py failed in cell .*RuntimeError: requested failure"):
@@ -291,6 +389,61 @@ def test_manifest_records_the_environment_with_relative_paths(project, no_kernel
     assert str(project) not in json.dumps(m)
 
 
+def test_each_manifest_records_what_its_kernel_imported_and_a_foreign_library_is_refused(project, tmp_path,
+                                                                                         monkeypatch):
+    """The runner hashed its own library into a stage's key, but the stage ran in a kernel that imports chunkstudy
+    from wherever the environment points when its first cell runs: two checkouts sharing one .venv executed each
+    other's library with manifests naming their own commit. Now the kernel reports what it imported
+    (chunkstudy.imported) and the runner checks it. A kernel that imports another copy of the package (here one
+    put ahead of the install on PYTHONPATH) fails its stage, naming both folders, with no manifest; a kernel that
+    imports the runner's library has its record (library folder and hash, interpreter, venv, package versions)
+    in the manifest, and the environment's versions are the kernel's. (On main the shadowed run recorded the
+    runner's library.)"""
+    import platform
+
+    from chunkstudy import codehash, imported
+
+    params = write_params(project)
+    shadow = tmp_path / "shadow"
+    shutil.copytree(Path(imported.__file__).parent, shadow / "chunkstudy",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("PYTHONPATH", str(shadow))  # the kernel inherits it; this process has imported its own
+    with pytest.raises(runner.StageFailed) as e:
+        runner.run(params, project, only="01", log=lambda *_: None)
+    assert str(e.value).startswith(f"01_corpus: its kernel imported chunkstudy from {shadow / 'chunkstudy'}")
+    assert f"not the library this run hashed into the stage's key, {imported.package_dir()}" in str(e.value)
+    assert not (project / "data/tiny/01_corpus/manifest.json").exists()
+    monkeypatch.delenv("PYTHONPATH")
+    runner.run(params, project, only="01", log=lambda *_: None)
+    m = json.loads((project / "data/tiny/01_corpus/manifest.json").read_text())
+    seen = m["imported"]
+    assert seen["by"] == "kernel" and seen["pid"] != os.getpid()
+    assert (project / seen["library"]).resolve() == imported.package_dir()
+    assert seen["library_hash"] == codehash.library_hash(None, imported.package_dir())
+    assert (project / seen["venv"]).resolve() == Path(sys.prefix).resolve()
+    assert seen["python"] == f"{platform.python_implementation()} {platform.python_version()}"
+    assert seen["packages"] == imported.versions() == m["packages"] == m["environment"]["packages"]
+    assert not list((project / "build/executed/tiny").glob(".*imported*"))  # read and removed
+
+
+def test_only_the_first_process_of_a_stage_speaks_for_its_kernel(tmp_path, monkeypatch):
+    """The variable that asks for the record reaches more than the kernel (a model server's supervisor the runner
+    starts during the stage imports the package too). The kernel imports it first; a later process leaves the record
+    as it is, and a process that has spoken drops the variable, so its own children never speak."""
+    from chunkstudy import imported
+
+    target = tmp_path / ".02_induce.imported.json"
+    target.write_text('{"library": "the kernel\'s"}')
+    monkeypatch.setenv(imported.ENV, str(target))
+    imported.announce()
+    assert json.loads(target.read_text()) == {"library": "the kernel's"} and imported.ENV not in os.environ
+    target.unlink()
+    monkeypatch.setenv(imported.ENV, str(target))
+    imported.announce()
+    assert imported.read(target)["library"] == str(imported.package_dir()) and imported.ENV not in os.environ
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temporary file left
+
+
 def test_runner_output_has_no_unencrypted_kernel_warning(project, capfd):
     """ipykernel printed "Kernel is running over TCP without encryption" into the runner's output once per stage;
     the kernel manager now provisions CurveZMQ keys, so the kernel has nothing to warn about."""
@@ -353,7 +506,7 @@ def test_progress_of_a_stage_loop_reaches_the_runner_output(project, capsys):
     params = _loop_project(project, n_steps=8, sleep_s=0.3)
     runner.run(params, project, until="02")
     out = capsys.readouterr().out.splitlines()
-    assert "02_induce        running ..." in out
+    assert any(line.startswith("02_induce        running ...") for line in out)
     loop = [line for line in out if line.startswith("02_induce | tiny loop")]
     # not a terminal: the loop's line once it has run a second (count, total, rate, remaining time), then its
     # summary with the time

@@ -10,6 +10,14 @@ This is the only module that touches paths. Layout (docs/design.md, "Data contra
 
 Every write goes to a temporary file in the same folder and is renamed into place, so an interrupted stage never
 leaves a half-written table for a later stage to read.
+
+**A notebook run in JupyterLab writes to its own place.** A Jupyter kernel that the runner did not start
+(:func:`interactive`: JupyterLab names the notebook in ``JPY_SESSION_NAME``, the runner's kernels carry
+:data:`chunkstudy.progress.STAGE_ENV`) writes its stage outputs under :data:`LAB_DIR` in the same layout
+(``build/lab/data/<corpus>/06_metrics/scores.parquet``, ``build/lab/figures/<corpus>/report.md``), never into the
+run's ``data/`` and ``figures/``: running a notebook there cannot change what ``./run_all.sh`` skips or rereads.
+It reads the run's files, and reads back what it wrote itself in that session (:func:`place`). The caches
+(``data/<corpus>/cache/``: model calls, embeddings) are shared: they are keyed by content and no stage's key.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +70,42 @@ def set_aside(path: Path) -> Path:
         dest = path.with_name(f"{path.name}.bad{n}")
     os.replace(path, dest)
     return dest
+
+
+#: Where an interactive notebook run (:func:`interactive`) writes: the project's layout below this folder.
+LAB_DIR = "build/lab"
+#: What this process wrote under :data:`LAB_DIR`: read back from there, as a notebook reads its own outputs.
+_written: set[Path] = set()
+
+
+def interactive() -> bool:
+    """Whether this process is a Jupyter kernel the runner did not start (JupyterLab's: ``JPY_SESSION_NAME`` names
+    its notebook; the runner's kernels carry :data:`chunkstudy.progress.STAGE_ENV`). Its writes go to
+    :data:`LAB_DIR` (module docstring)."""
+    return bool(os.environ.get("JPY_SESSION_NAME")) and not os.environ.get(progress.STAGE_ENV)
+
+
+def place(cfg: Config, path: Path, write: bool = False) -> Path:
+    """Where a stage output at ``path`` (under ``data/`` or a declared output folder such as ``figures/``) is
+    written or read by this process: ``path`` itself, but in an :func:`interactive` session its twin under
+    :data:`LAB_DIR`, for a write, and for a read of a file this session wrote there."""
+    if not interactive():
+        return path
+    for top in ("data", *sorted({f.root for s in STAGES for f in stages.stage(s).folders})):
+        base = (cfg.root / top).resolve()
+        if path == base or base in path.parents:
+            twin = cfg.root / LAB_DIR / top / path.relative_to(base)
+            break
+    else:
+        return path
+    if write:
+        if not _written:
+            print(f"chunkstudy: this notebook runs outside ./run_all.sh, so it writes under {LAB_DIR}/ (here: "
+                  f"{project_relative(cfg, twin)}); the run's data/ and figures/ stay as the runner left them "
+                  "(docs/jupyterlab.md)", file=sys.stderr)
+        _written.add(twin)
+        return twin
+    return twin if twin in _written and twin.exists() else path
 
 
 def data_root(cfg: Config) -> Path:
@@ -119,7 +164,7 @@ def write_figure(cfg: Config, name: str, fig: Any) -> list[Path]:
     """Save a matplotlib figure as ``figures/<corpus>/<name>.<fmt>`` for every ``figures.formats`` (atomic)."""
     paths = []
     for fmt in cfg.params("figures").formats:
-        path = inside(figures_dir(cfg) / f"{name}.{fmt}", figures_dir(cfg), f"figure {name!r}")
+        path = place(cfg, inside(figures_dir(cfg) / f"{name}.{fmt}", figures_dir(cfg), f"figure {name!r}"), True)
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=fmt, dpi=cfg.params("figures").dpi)
         paths.append(path)
@@ -128,7 +173,7 @@ def write_figure(cfg: Config, name: str, fig: Any) -> list[Path]:
 
 def write_text(cfg: Config, relpath: str, text: str) -> Path:
     """Write a text file under ``figures/<corpus>/`` (e.g. ``report.md``, ``tables/table1.tex``), atomically."""
-    path = inside(figures_dir(cfg) / relpath, figures_dir(cfg), f"report file {relpath!r}")
+    path = place(cfg, inside(figures_dir(cfg) / relpath, figures_dir(cfg), f"report file {relpath!r}"), True)
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return path
@@ -186,14 +231,14 @@ def atomic_path(path: Path) -> Iterator[Path]:
 def write(cfg: Config, table: str, df: pd.DataFrame) -> Path:
     """Schema-check ``df`` and write it atomically to its place in the store."""
     check_schema(df, table)
-    path = table_path(cfg, table)
+    path = place(cfg, table_path(cfg, table), True)
     with atomic_path(path) as tmp:
         df.reset_index(drop=True).to_parquet(tmp, index=False)
     return path
 
 
 def read(cfg: Config, table: str) -> pd.DataFrame:
-    path = table_path(cfg, table)
+    path = place(cfg, table_path(cfg, table))
     if not path.is_file():
         raise _missing(cfg, f"{table}: ", path, stages.writer(table))
     df = pd.read_parquet(path)
@@ -209,12 +254,13 @@ def read_input(cfg: Config, stage: str, name: str) -> pd.DataFrame | None:
 
 
 def listing(cfg: Config, stage: str) -> list[str]:
-    """The file names in a stage's output folder, sorted (what a notebook shows after writing its outputs)."""
-    return sorted(p.name for p in stage_dir(cfg, stage).iterdir())
+    """The file names in a stage's output folder, sorted (what a notebook shows after writing its outputs; in an
+    :func:`interactive` session that wrote there, its own folder under :data:`LAB_DIR`)."""
+    return sorted(p.name for p in place(cfg, stage_dir(cfg, stage)).iterdir())
 
 
 def exists(cfg: Config, table: str) -> bool:
-    return table_path(cfg, table).is_file()
+    return place(cfg, table_path(cfg, table)).is_file()
 
 
 def json_path(cfg: Config, stage: str, name: str) -> Path:
@@ -230,7 +276,7 @@ def json_path(cfg: Config, stage: str, name: str) -> Path:
 
 
 def write_json(cfg: Config, stage: str, name: str, obj: Any) -> Path:
-    path = json_path(cfg, stage, name)
+    path = place(cfg, json_path(cfg, stage, name), True)
     write_json_file(path, obj)
     return path
 
@@ -241,7 +287,7 @@ def write_json_file(path: Path, obj: Any) -> None:
 
 
 def read_json(cfg: Config, stage: str, name: str) -> Any:
-    path = json_path(cfg, stage, name)
+    path = place(cfg, json_path(cfg, stage, name))
     if not path.is_file():
         raise _missing(cfg, "", path, stages.writer(name))
     return json.loads(path.read_text())
@@ -346,12 +392,12 @@ def write_vectors(cfg: Config, embedder: str, vectors: np.ndarray, ids: pd.DataF
     order (``text_row`` plus e.g. the sha256 of each text)."""
     if vectors.dtype != np.float32 or vectors.ndim != 2:
         raise ValueError(f"vectors for {embedder!r}: expected float32 (n, dim), got {vectors.dtype} {vectors.shape}")
-    path = vectors_path(cfg, embedder)
+    path = place(cfg, vectors_path(cfg, embedder), True)
     write_array(path, vectors)
     if ids is not None:
         if len(ids) != len(vectors):
             raise ValueError(f"vectors for {embedder!r}: {len(vectors)} rows but {len(ids)} ids")
-        with atomic_path(path.with_suffix(".ids.parquet")) as tmp:
+        with atomic_path(place(cfg, vectors_path(cfg, embedder).with_suffix(".ids.parquet"), True)) as tmp:
             ids.reset_index(drop=True).to_parquet(tmp, index=False)
     return path
 
@@ -363,7 +409,7 @@ def write_all_vectors(cfg: Config, vectors: dict[str, np.ndarray], ids: pd.DataF
 
 def read_vectors(cfg: Config, embedder: str, mmap: bool = False) -> np.ndarray:
     """One embedder's vectors; index with ``chunks["text_row"]``."""
-    path = vectors_path(cfg, embedder)
+    path = place(cfg, vectors_path(cfg, embedder))
     if not path.is_file():
         raise _missing(cfg, f"vectors for embedder {embedder!r}: ", path, stages.writer(VECTORS))
     return read_array(path, mmap)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import re
 import sys
 from pathlib import Path
 
@@ -112,6 +113,36 @@ def library_hash(notebook: Path | None = None, pkg: Path | None = None) -> str:
         h.update(str(p.relative_to(pkg)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+#: The parameters the runner injects into every notebook it executes (papermill's cell after the one tagged
+#: ``parameters``): what a notebook's own parameters cell assigns to them never reaches a run.
+INJECTED = ("params_file",)
+_ASSIGNS_INJECTED = re.compile(rf"(?:{'|'.join(INJECTED)})\s*=")
+
+
+def notebook_hash(notebook: Path) -> str:
+    """sha256 (16 hex) of a notebook (jupytext percent format) as the runner executes it: every line but the
+    assignments of :data:`INJECTED` in its cell tagged ``parameters``, which the runner's injected cell overrides.
+    Pointing a notebook at another corpus in JupyterLab (``params_file = "params/tiny.yaml"``, saved into the tracked
+    file) therefore reruns nothing; any other edit of the notebook reruns its stage."""
+    kept, in_parameters = [], False
+    for line in notebook.read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.startswith("# %%"):
+            in_parameters = "parameters" in line  # the header of the tagged cell: # %% tags=["parameters"]
+        elif in_parameters and _ASSIGNS_INJECTED.match(line):
+            continue
+        kept.append(line)
+    return hashlib.sha256("".join(kept).encode("utf-8")).hexdigest()[:16]
+
+
+def library_files(notebook: Path, pkg: Path | None = None) -> dict[str, str]:
+    """``{file relative to the package's parent ("chunkstudy/report/figures.py"): sha256 (16 hex)}`` of the files
+    :func:`library_hash` hashes for ``notebook``: what a stage's manifest records, so that a rerun after a code
+    change names the files that changed."""
+    pkg = pkg or Path(__file__).resolve().parent
+    return {str(p.relative_to(pkg.parent)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+            for p in module_closure(notebook, pkg)}
 
 
 # ------------------------------------------------------------------------------------- a user's own modules

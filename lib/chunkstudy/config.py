@@ -196,11 +196,12 @@ class Config:
         return {k: dotted_value(self.data, k) for k in keys}
 
 
-def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) -> str:
-    """:meth:`Config.digest` of validated ``data`` (``cfg.data``, or a part of it): the given sections or dotted keys
-    (all sections when None) less what their declarations leave out of digests
+def digested(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """What :func:`digest_of` hashes: ``{section or dotted key: value}`` of validated ``data`` for the given sections
+    or dotted keys (all sections when None), less what their declarations leave out of digests
     (:meth:`chunkstudy.paramspec.Group.digested`): ``never`` keys, and ``changed`` keys and sections while at their
-    defaults. A section or dotted key so left out is absent, as it was before it was declared."""
+    defaults. A section or dotted key so left out is absent, as it was before it was declared. Stage manifests
+    record it (``params_read``), so a rerun can name the parameter that changed."""
     kept = SCHEMA.digested(data)
     part = {}
     for k in sections or tuple(data):
@@ -209,7 +210,13 @@ def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) 
             part[k] = dotted_value(kept, k)
         except KeyError:
             continue
-    return hashlib.sha256(json.dumps(part, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return part
+
+
+def digest_of(data: Mapping[str, Any], sections: tuple[str, ...] | None = None) -> str:
+    """:meth:`Config.digest` of validated ``data`` (``cfg.data``, or a part of it): the sha256 (16 hex) of
+    :func:`digested`."""
+    return hashlib.sha256(json.dumps(digested(data, sections), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def declaration_digest(conditions: Any, contrasts: Any) -> str:

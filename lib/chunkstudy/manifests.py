@@ -12,14 +12,10 @@ import os
 import platform
 import subprocess
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import artifacts, config, models, stages
-
-TRACKED_PACKAGES = ("numpy", "pandas", "pyarrow", "scipy", "statsmodels", "faiss-cpu", "torch", "transformers",
-                    "sentence-transformers", "mwparserfromhell", "pysbd", "bm25s", "rapidfuzz", "papermill")
+from . import artifacts, config, imported as imported_mod, models, stages
 
 
 def hash_outputs(cfg: config.Config, stage: str, previous: dict | None = None) -> dict[str, dict]:
@@ -75,16 +71,6 @@ def _git_dirty(root: Path) -> bool | None:
     return bool(r.stdout.strip()) if r.returncode == 0 else None
 
 
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in TRACKED_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
 def _cpu_model() -> str:
     try:
         name = models.cpuinfo_field(("model name",))
@@ -93,7 +79,7 @@ def _cpu_model() -> str:
     return name or platform.processor() or platform.machine()
 
 
-def environment() -> dict:
+def environment(library: Path | None = None) -> dict:
     """Where a stage ran: Python, platform, CPU model, vendor (``cpu_vendor``: amd, intel, ...) and count, its
     hardware-bfloat16 feature (``cpu_bf16``: amx_bf16, avx512_bf16 on AMD, or None: what ``dtype: auto`` may use,
     :data:`chunkstudy.models.BF16_AUTO_RULES`; ``cpu_bf16_flags``: every bfloat16 flag the CPU has, used by auto or
@@ -109,7 +95,7 @@ def environment() -> dict:
            "cpu_features_env": os.environ.get(models.CPU_FEATURES_ENV),
            "cpu_vendor_env": os.environ.get(models.CPU_VENDOR_ENV),
            "cpu_capability": None,
-           "gpus": [], "torch_threads": None, "cuda": None, "packages": _versions()}
+           "gpus": [], "torch_threads": None, "cuda": None, "packages": imported_mod.versions()}
     try:
         import torch
 
@@ -120,7 +106,7 @@ def environment() -> dict:
             env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     except ImportError:
         pass
-    code = Path(__file__).resolve().parent  # the code that ran, wherever the data root is
+    code = library or Path(__file__).resolve().parent  # the code that ran, wherever the data root is
     env["git_commit"] = _git_commit(code)
     env["git_dirty"] = _git_dirty(code) if env["git_commit"] else None
     return env
@@ -139,7 +125,8 @@ def _row_counts(cfg: config.Config, stage: str) -> dict[str, int]:
 def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
                    sources: list[dict] | None = None, env: dict | None = None,
                    warned: list[str] | None = None, services: list[dict] | None = None,
-                   declared: Mapping[str, dict] | None = None) -> dict:
+                   declared: Mapping[str, dict] | None = None, imported: Mapping[str, Any] | None = None,
+                   library_files: Mapping[str, str] | None = None) -> dict:
     """Write ``manifest.json`` last, atomically: the key, the outputs' hashes, row counts, seeds, the environment
     (:func:`environment`, or ``env`` when the runner has it), the warnings the stage sent
     (:func:`chunkstudy.progress.warn`; 08 reports them), the frozen parameter copy the stage read (its path,
@@ -150,8 +137,16 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
     record name -> record, :func:`chunkstudy.stats.verdicts.records`, e.g. TOST's ``equivalence_declared``),
     the model servers the stage's calls went to (``services``: URL, model, started or reused, PID, start-up
     seconds, version, command, log; :mod:`chunkstudy.serving`) and, for 01, the fingerprints of its source files.
+    ``imported``: what the stage's kernel imported (:func:`chunkstudy.imported.record`), recorded as ``imported``;
+    its package versions and Python replace this process's in ``packages`` and ``environment``, and the git state is
+    that of the library it imported, so the manifest says what ran, not what the runner assumed.
+    What the next run compares to say why a stage reruns (:mod:`chunkstudy.rerun`): ``params_read``, the values of
+    the parameters the stage's key digests (:func:`chunkstudy.config.digested`), and ``library_files``, the digest
+    of each library file its notebook runs (:func:`chunkstudy.codehash.library_files`).
     Paths are relative to the project."""
     env = env or environment()
+    if imported is not None:
+        env = _as_imported(env, imported)
     manifest = {
         "stage": stage,
         "corpus": cfg.corpus,
@@ -160,12 +155,19 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
         "outputs": hash_outputs(cfg, stage),
         "row_counts": _row_counts(cfg, stage),
         "seeds": _seeds(cfg, config.STAGE_SECTIONS.get(stage, ())),
+        "params_read": config.digested(cfg.data, config.STAGE_SECTIONS[stage]) if stage in config.STAGE_SECTIONS
+        else {},
         "packages": env["packages"],
         "git_commit": env.get("git_commit"),
         "environment": env,
         "seconds": round(seconds, 2),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if library_files is not None:
+        manifest["library_files"] = dict(library_files)
+    if imported is not None:
+        manifest["imported"] = {**imported, **{k: artifacts.project_relative(cfg, imported[k])
+                                               for k in ("library", "executable", "venv") if imported.get(k)}}
     if cfg.frozen is not None and cfg.frozen.is_file():
         manifest["params_frozen"] = {"path": artifacts.project_relative(cfg, cfg.frozen),
                                      "sha256": artifacts.file_hash(cfg.frozen), "digest": cfg.digest()}
@@ -191,6 +193,17 @@ def write_manifest(cfg: config.Config, stage: str, key: dict, seconds: float,
         manifest["records"] = records
     artifacts.write_json_file(artifacts.manifest_path(cfg, stage), manifest)
     return manifest
+
+
+def _as_imported(env: dict, seen: Mapping[str, Any]) -> dict:
+    """``env`` with what a stage's kernel reported of itself (``seen``): its interpreter, package versions and the
+    git state of the library it imported (looked up again only when that library is not the one ``env`` names)."""
+    out = {**env, "python": seen.get("python", env.get("python")), "packages": dict(seen.get("packages") or {})}
+    library = Path(seen["library"]) if seen.get("library") else None
+    if library is not None and library != Path(__file__).resolve().parent:
+        out["git_commit"] = _git_commit(library)
+        out["git_dirty"] = _git_dirty(library) if out["git_commit"] else None
+    return out
 
 
 def _seeds(cfg: config.Config, keys: tuple[str, ...]) -> dict:

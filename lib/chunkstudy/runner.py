@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import artifacts, config, devices, manifests, models, procs, progress, serving, stages
-from .codehash import foreign_library, library_hash
+from . import artifacts, config, devices, imported, manifests, models, procs, progress, rerun, serving, stages
+from .codehash import foreign_library, library_files, library_hash, notebook_hash
 from .errors import ChunkstudyError
 from .runlock import RunLocked, corpus_lock
 from .serving.check import problems as serve_problems
@@ -213,7 +213,7 @@ def stage_key(cfg: config.Config, stage: Stage, lib_hash: str, changed: list[str
         "params_digest": config.stage_digest(cfg, stage.name),
         "inputs": inputs,
         "library": lib_hash,
-        "notebook": artifacts.file_hash(stage.notebook)[:16],
+        "notebook": notebook_hash(stage.notebook),  # its parameters cell's params_file left out: the runner's wins
     }
     if declared.source_files is not None:
         key["sources"] = [{k: f[k] for k in SOURCE_KEY_FIELDS if k in f}
@@ -264,11 +264,9 @@ def source_fingerprints(cfg: config.Config, stage: str, previous: list[dict] | N
 
 
 def is_current(cfg: config.Config, stage: Stage, key: dict) -> bool:
-    m = artifacts.read_manifest(cfg, stage.name)
-    if m is None or m.get("key") != key:
-        return False
-    now = manifests.hash_outputs(cfg, stage.name, m["outputs"])
-    return {k: v["sha256"] for k, v in now.items()} == {k: v["sha256"] for k, v in m["outputs"].items()}
+    """Whether the stage's manifest holds ``key`` and every output it recorded is unchanged
+    (:func:`chunkstudy.rerun.reason` finds nothing)."""
+    return rerun.reason(cfg, stage.name, stage.notebook, key) is None
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -339,7 +337,10 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
     out = executed_dir / f"{stage.name}.ipynb"
     progress_file = executed_dir / f".{stage.name}.progress.jsonl"
     progress_file.unlink(missing_ok=True)
-    kernel_env = {"CHUNKSTUDY_ROOT": str(cfg.root), progress.ENV: str(progress_file), progress.STAGE_ENV: stage.name}
+    seen, kept = imported_file(executed_dir, stage.name), False
+    seen.unlink(missing_ok=True)
+    kernel_env = {"CHUNKSTUDY_ROOT": str(cfg.root), progress.ENV: str(progress_file), progress.STAGE_ENV: stage.name,
+                  imported.ENV: str(seen)}
     saved = {k: os.environ.get(k) for k in kernel_env}
     os.environ.update(kernel_env)  # the kernel inherits this process's environment
     kernel_log = executed_dir / f"{stage.name}.kernel.log"
@@ -349,6 +350,12 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
             pm.execute_notebook(str(src), str(out), parameters={"params_file": str(cfg.frozen or cfg.path)},
                                 cwd=str(cfg.root), kernel_name="python3", progress_bar=False, log_output=False,
                                 report_mode=False, **_kernel_config())
+        if not seen.is_file():
+            raise StageFailed(f"notebook {stage.notebook.name}: its kernel did not say which chunkstudy it imported "
+                              f"(no {seen.name}): the library it ran is not this run's (one too old to report "
+                              "it, from another checkout?), so its outputs are not recorded. Check that "
+                              ".venv/bin/python imports this checkout's lib/ (scripts/check_editable.sh .venv .)")
+        kept = True  # the record stays for what_ran; a failed or stopped stage leaves none behind
         return tail.warnings
     except KeyboardInterrupt:
         _log_orphaned_tasks(kernel_log)
@@ -360,14 +367,33 @@ def execute(cfg: config.Config, stage: Stage, executed_dir: Path, progress_out=N
         raise StageFailed(f"notebook {stage.notebook.name}: {type(e).__name__}: {e}\n  the kernel's own messages "
                           f"(last lines of {kernel_log}):\n{procs.tail(kernel_log, 15)}") from None
     finally:
-        src.unlink(missing_ok=True)
-        progress_file.unlink(missing_ok=True)
+        for leftover in (src, progress_file) + (() if kept else (seen,)):
+            leftover.unlink(missing_ok=True)
         export_html(out)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def imported_file(executed_dir: Path, stage: str) -> Path:
+    """Where ``stage``'s kernel writes what it imported (:mod:`chunkstudy.imported`), beside its executed copy."""
+    return executed_dir / f".{stage}.imported.json"
+
+
+def what_ran(executed_dir: Path, stage: str) -> dict:
+    """The library and environment ``stage`` ran with: its kernel's record (:func:`imported_file`, read and
+    removed), or, for a stage that ran in this process (no kernel wrote one), this process's own. Raises
+    :class:`StageFailed` when the kernel imported another chunkstudy than this runner's
+    (:func:`chunkstudy.imported.foreign`): the key names this library, so the outputs would be recorded under
+    a library that did not make them."""
+    path = imported_file(executed_dir, stage)
+    seen = imported.read(path) or imported.record("runner")
+    path.unlink(missing_ok=True)
+    if (why := imported.foreign(seen, stage)) is not None:
+        raise StageFailed(why)
+    return seen
 
 
 def _log_orphaned_tasks(kernel_log: Path) -> None:
@@ -408,17 +434,35 @@ def _stderr_to(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+#: The template of the executed notebooks' HTML export: nbconvert's "lab" page with nothing that loads from the
+#: network, so build/executed/<corpus>/NN_stage.html opens offline as it does online. Left out: require.js and the
+#: widget renderer (the runner's kernels show no widgets: progress goes to the runner's terminal), MathJax (no
+#: notebook holds math; a formula a user adds shows as its TeX source) and mermaid.js (no notebook holds a diagram).
+#: Figures are embedded as data: URIs by nbconvert itself.
+EXECUTED_HTML = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
 def export_html(executed: Path) -> Path | None:
-    """Export an executed notebook to HTML beside it (``NN_stage.html``, nbconvert's standard template, outputs and
-    figures embedded): how Jupyter users share a notebook. Runs for a failed stage too (its traceback is the
-    point); a failed export is reported on stderr and never fails the stage."""
+    """Export an executed notebook to HTML beside it (``NN_stage.html``: nbconvert's lab page, outputs and figures
+    embedded): how Jupyter users share a notebook. The page loads nothing from the network (:data:`EXECUTED_HTML`
+    leaves out require.js, MathJax and mermaid, which nbconvert fetches from a CDN), so it opens offline. Runs for a
+    failed stage too (its traceback is the point); a failed export is reported on stderr and never fails the
+    stage."""
     if not executed.is_file():
         return None
     try:
+        import jinja2
         import nbconvert
         import nbformat
 
-        body, _ = nbconvert.HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+        exporter = nbconvert.HTMLExporter(extra_loaders=[jinja2.DictLoader({"executed.html.j2": EXECUTED_HTML})],
+                                          template_file="executed.html.j2")
+        body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
         target = executed.with_suffix(".html")
         with artifacts.atomic_path(target) as tmp:
             tmp.write_text(body, encoding="utf-8")
@@ -526,12 +570,13 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
         for name in changed:
             log(f"{stage.name:<16} note: {name} differs from what its stage recorded (changed by hand?); "
                 f"{stage.name} reads it as it is now, and reruns once {name.split('/')[0]} has rewritten it")
-        if not force and is_current(cfg, stage, key):
+        why = rerun.reason(cfg, stage.name, stage.notebook, key, force)
+        if why is None:
             dt = time.perf_counter() - t0
             log(f"{stage.name:<16} skipped  {dt:6.1f} s  (parameters, inputs and library unchanged)")
             results.append((stage.name, "skipped", dt))
             continue
-        log(f"{stage.name:<16} running ...")
+        log(f"{stage.name:<16} running ...  ({why})")
         _clear_outputs(cfg, stage.name)
         served.stage(stage.name)
         try:
@@ -540,8 +585,10 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
         except KeyboardInterrupt as e:
             raise Interrupted(stage.name, cfg.corpus, getattr(e, "signum", signal.SIGINT)) from None
         except StageFailed as e:
-            why = served.explain(stage.name)  # a server that died while the stage ran, with its log's tail
-            raise StageFailed(f"{e}\n{why}" if why else str(e)) from None
+            # a server that died while the stage ran comes first, with its log's tail: it is the cause, and the
+            # stage's error (calls that found no server) its consequence
+            why = served.explain(stage.name)
+            raise StageFailed(f"{why}\n{stage.name} failed with it: {e}" if why else str(e)) from None
         dt = time.perf_counter() - t0
         sources = None
         declared = stage.declared.source_files
@@ -558,9 +605,10 @@ def _run_stages(cfg: config.Config, selected: list[Stage], executed_dir: Path, f
             if [f["path"] for f in now] == [f["path"] for f in key["sources"]]:
                 key = {**key, "sources": [n if b.get("missing") else b for b, n in zip(key["sources"], now)]}
         key = identities.settled_after(stage, key)  # a served model the stage learnt when it needed it
-        env = env or manifests.environment()  # the same for every stage of this run: looked up once
+        seen = what_ran(executed_dir, stage.name)
+        env = env or manifests.environment()  # the machine is the same for every stage of this run: looked up once
         manifests.write_manifest(cfg, stage.name, key, dt, sources, env, warned, served.records(stage.name),
-                                 verdicts.records(cfg.params("stats")))
+                                 verdicts.records(cfg.params("stats")), seen, library_files(stage.notebook))
         log(f"{stage.name:<16} ran      {dt:6.1f} s" + (f"  ({len(warned)} warning{'s' * (len(warned) != 1)}, "
                                                         "in the report)" if warned else ""))
         results.append((stage.name, "ran", dt))

@@ -55,6 +55,9 @@ STOP_GRACE_S = 30.0
 LOG_LINES = 30
 #: seconds one readiness probe (``GET /models``, ``GET /version``) may take
 PROBE_TIMEOUT_S = 5.0
+#: seconds a failed stage waits, on the process, for a server of this run that no longer answers to end, so that the
+#: failure names the dead server (:meth:`Services.explain`); a server that answers is not waited for
+DEATH_WAIT_S = 30.0
 
 
 def server_version(url: str) -> str | None:
@@ -245,12 +248,24 @@ class Services:
                 self.stop(url)
 
     def explain(self, name: str) -> str:
-        """For a failed stage: every server that exited while it ran, with the tail of its log ("" when none). A
-        server whose process has ended is waited for first (its supervisor notices within moments)."""
+        """For a failed stage: every server that exited while it ran, with the tail of its log ("" when none).
+
+        A server this run started that no longer answers ``GET /models`` is waited for first, on its supervisor's
+        exit (at most :data:`DEATH_WAIT_S`): a dying server drops its connections before its process has ended,
+        so on a loaded machine the stage's clients fail (a share of calls "unreachable") before the exit is seen.
+        Waiting for the exit status, not for a time, lets the failure name the server that died; a server that
+        answers is not waited for."""
         out = []
         for run in list(self.running.values()):
-            if run.supervisor is not None and run.pid is not None and not procs.alive(run.pid):
-                run.supervisor.wait()
+            sup = run.supervisor
+            if sup is None:
+                continue  # the user's server: not ours to wait for
+            if sup.poll() is None and not self._answers(run.service):
+                try:
+                    sup.wait(timeout=DEATH_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass  # alive but silent: the stage's own error says what the clients saw
+            if sup.poll() is not None:
                 self._watched(run)
         with self._lock:
             gone = [r for r in self.exited if r.exited_during == name]
@@ -259,6 +274,12 @@ class Services:
                        f"{r.exit_code} during {name}; its finished calls are cached. Last lines of "
                        f"{self._rel(r.log)}:\n{procs.tail(r.log, LOG_LINES)}")
         return "\n".join(out)
+
+    @staticmethod
+    def _answers(s: Service) -> bool:
+        """Whether the server at ``s.url`` answers ``GET /models`` now (one probe)."""
+        served, _ = procs.served_models(s.url, http.auth_headers(s.api_key_env), PROBE_TIMEOUT_S)
+        return served is not None
 
     # ---------------------------------------------------------------------------------------- a server
     def ensure(self, urls: list[str], role: str) -> None:
