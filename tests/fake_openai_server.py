@@ -33,7 +33,9 @@ vLLM's prefix-cache counters, modelled in characters: every prompt
 queries its length and hits its longest common prefix with any earlier prompt. ``GET /version`` answers
 ``{"version": "fake-1"}`` as vLLM's does; ``POST /control {"exit": n}`` answers, then ends the process with exit
 code ``n`` (a server that dies mid-stage). ``POST .../rerank`` (the Jina/Cohere shape vLLM serves) scores each
-document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first time).
+document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first time; a document
+``score:<hex>:<anything>`` scores ``float.fromhex(<hex>)``, a score the test chose), its results sorted by score as
+vLLM sends them.
 """
 
 from __future__ import annotations
@@ -248,8 +250,7 @@ class Handler(BaseHTTPRequestHandler):
         if flaky:
             return self._send(503, {"error": {"message": "overloaded"}})
         q = str(req.get("query"))
-        results = [{"index": i, "document": {"text": d}, "relevance_score": len(d) / (1 + len(q))}
-                   for i, d in enumerate(docs)]
+        results = [{"index": i, "document": {"text": d}, "relevance_score": _score(q, d)} for i, d in enumerate(docs)]
         self._send(200, {"id": "r", "model": req.get("model"), "results": sorted(results,
                                                                                  key=lambda r: -r["relevance_score"])})
 
@@ -258,6 +259,13 @@ class Handler(BaseHTTPRequestHandler):
                          "choices": [{"index": 0, "finish_reason": finish,
                                       "message": {"role": "assistant", "content": text}}],
                          "usage": usage(req, text)})
+
+
+def _score(query: str, document: str) -> float:
+    """A rerank score: the one a ``score:<hex>:...`` document names, else ``len(document) / (1 + len(query))``."""
+    if document.startswith("score:"):
+        return float.fromhex(document.split(":")[1])
+    return len(document) / (1 + len(query))
 
 
 def usage(req: dict, text) -> dict:
