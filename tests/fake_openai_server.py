@@ -36,8 +36,10 @@ code ``n`` (a server that dies mid-stage); with ``"after": PATH`` it answers, cl
 (a dying server: its clients fail at once) and ends with code ``n`` only once ``PATH`` exists, so a test orders the
 clients' failure before the process's exit, as a loaded machine may. ``POST .../rerank`` (the Jina/Cohere shape vLLM
 serves) scores each document ``len(document) / (1 + len(query))`` (a document ``flaky:<id>`` gets HTTP 503 the first
-time); with ``STATE["rerank_defect"]`` set by a test, ``"repeat-index"`` numbers the results 0, 0, 1, ..., n-2,
-``"nan"`` gives the last candidate a NaN score and ``"scale:<f>"`` multiplies every score by f (another model).
+time; a document ``score:<hex>:<anything>`` scores ``float.fromhex(<hex>)``, a score the test chose), its results
+sorted by score as vLLM sends them; with ``STATE["rerank_defect"]`` set by a test, ``"repeat-index"`` numbers the
+results 0, 0, 1, ..., n-2, ``"nan"`` gives the last candidate a NaN score and ``"scale:<f>"`` multiplies every score
+by f (another model).
 """
 
 from __future__ import annotations
@@ -275,8 +277,7 @@ class Handler(BaseHTTPRequestHandler):
         if flaky:
             return self._send(503, {"error": {"message": "overloaded"}})
         q = str(req.get("query"))
-        results = [{"index": i, "document": {"text": d}, "relevance_score": len(d) / (1 + len(q))}
-                   for i, d in enumerate(docs)]
+        results = [{"index": i, "document": {"text": d}, "relevance_score": _score(q, d)} for i, d in enumerate(docs)]
         defect = STATE.get("rerank_defect")
         if defect == "repeat-index" and len(results) > 1:  # 0, 0, 1, ..., n-2: every score after the first moved
             for i, r in enumerate(results):
@@ -294,6 +295,13 @@ class Handler(BaseHTTPRequestHandler):
                          "choices": [{"index": 0, "finish_reason": finish,
                                       "message": {"role": "assistant", "content": text}}],
                          "usage": usage(req, text)})
+
+
+def _score(query: str, document: str) -> float:
+    """A rerank score: the one a ``score:<hex>:...`` document names, else ``len(document) / (1 + len(query))``."""
+    if document.startswith("score:"):
+        return float.fromhex(document.split(":")[1])
+    return len(document) / (1 + len(query))
 
 
 def usage(req: dict, text) -> dict:

@@ -125,7 +125,9 @@ class ServerClientParams:
                                            "...): --flags of the server scripts/serve_llm.sh starts (serve: auto, "
                                            "default command), and vllm.LLM's arguments under llm.backend: vllm; an "
                                            "embedder's dtype enters its store key, a reranker's its score cache's "
-                                           "model id")
+                                           "model id; an embedder's or a reranker's server that states no "
+                                           "max_num_seqs gets 1 (one sequence per forward pass, so replicas cannot "
+                                           "change a score)")
     serve: Serve = param("external", "openai backend: external: the server is yours; auto: ./run_all.sh starts it "
                          "at each local base_url that does not answer once a stage needs an uncached model call, "
                          "and stops it by its PID when no later stage needs it (docs/servers.md)", digest="never")

@@ -138,6 +138,13 @@ class ScoreStore:
             return con.execute("SELECT COUNT(*) FROM scores").fetchone()[0]
 
 
+def as_stored(score: float) -> float:
+    """``score`` as the score cache gives it back: SQLite's REAL holds -0.0 as 0.0, so a score computed now is used
+    as that float too, and a run that reads its scores from the cache (a resume, a rerun) gets the table a run that
+    computed them got, to the bit."""
+    return float(score) + 0.0  # -0.0 + 0.0 is 0.0; every other float is itself
+
+
 class _Damaged(sqlite3.DatabaseError):
     """``PRAGMA quick_check`` found the file damaged."""
 
@@ -361,7 +368,7 @@ class Reranker:
                 items = sorted(missing.items(), key=lambda kv: (kv[1][0], kv[0]))
 
                 def stored(part: list[int], values: np.ndarray) -> None:
-                    fresh = {items[i][0]: float(v) for i, v in zip(part, values)}
+                    fresh = {items[i][0]: as_stored(v) for i, v in zip(part, values)}
                     if self.store is not None:
                         self.store.put_many(fresh.items())
                     known.update(fresh)
@@ -380,7 +387,7 @@ class Reranker:
                     part = todo[i:i + block]
                     values = self._predict([pair for _, pair in part])
                     self.n_computed += len(part)
-                    fresh = {key: float(v) for (key, _), v in zip(part, values)}
+                    fresh = {key: as_stored(v) for (key, _), v in zip(part, values)}
                     if self.store is not None:
                         self.store.put_many(fresh.items())
                     known.update(fresh)

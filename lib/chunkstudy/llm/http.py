@@ -3,7 +3,9 @@
 
 * :class:`Replicas` — one or several ``base_url`` values of the same model (replicas on several GPUs or machines),
   each with at most ``per_replica`` requests in flight; a request goes to the replica with the fewest in flight.
-  Which replica answers never changes what is asked, so results do not depend on the replica count.
+  Which replica answers never changes what is asked; what it answers is the server's: an embedder's or a
+  reranker's server that the runner starts computes one sequence per forward pass, so its vector or score does not
+  depend on the replica or on the requests beside it (docs/servers.md, "Replicas cannot change a result").
 * :func:`post_json` — one ``POST`` mapped onto the failure taxonomy of :mod:`chunkstudy.llm.base`: a refused or
   broken connection is :class:`TransportError`, no reply in time :class:`ReplyTimeout`, HTTP 5xx
   :class:`ServerError`, HTTP 408/409/425/429 a retryable :class:`LLMError` (with the server's ``Retry-After``),

@@ -8,8 +8,9 @@
 * an embedder or reranker with ``backend: openai``: vLLM's pooling runner (``--runner pooling``) on the model's
   folder (:func:`chunkstudy.models.resolve`; a reranker with an untrained head: the seeded head saved once,
   :func:`chunkstudy.rerank.served_folder`), ``--served-model-name`` = its ``model``, host and port from the URL,
-  then its ``vllm_engine`` as ``--flags``. vLLM reads the pooling (mean, normalised) and the maximum length from
-  the sentence-transformers files of the folder.
+  then its ``vllm_engine`` as ``--flags``, and ``--max-num-seqs 1`` where ``vllm_engine`` states no
+  ``max_num_seqs`` (:data:`POOLING_MAX_NUM_SEQS`). vLLM reads the pooling (mean, normalised) and the maximum length
+  from the sentence-transformers files of the folder.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from .roles import GPU_SHARE_DEFAULT, LOCAL_HOSTS, ServeError
 
 #: vLLM flags the other parameters of an embedder or reranker set
 OWNED = {"model": "model", "served_model_name": "model", "host": "base_url", "port": "base_url", "runner": "backend"}
+#: the sequences an embedder's or a reranker's pooling server computes in one forward pass when its ``vllm_engine``
+#: states no ``max_num_seqs``: one, so that a vector or a score is a function of its own input alone. vLLM batches
+#: the sequences of all requests in flight into one pass, and a pass's float32 arithmetic depends on what it holds (a
+#: score moved by up to 3.3e-8 with the batching, measured on vLLM's CPU build): with several in a pass, which
+#: replica answered and which requests arrived beside it could reorder two candidates (docs/servers.md,
+#: "Replicas cannot change a result")
+POOLING_MAX_NUM_SEQS = 1
 
 
 def role_record(cfg: Config, role: str) -> tuple[str, Any]:
@@ -102,8 +110,9 @@ def serve_args(cfg: Config, role: str, url: str, entry: str, echo=print) -> list
         weights = models.resolve(rec.model)
     host = "127.0.0.1" if u.hostname in LOCAL_HOSTS else "0.0.0.0"
     head = ["serve", weights] if entry == "serve" else ["--model", weights]
+    one_pass = [] if "max_num_seqs" in rec.vllm_engine else ["--max-num-seqs", str(POOLING_MAX_NUM_SEQS)]
     return [*head, "--served-model-name", rec.model, "--host", host, "--port", str(u.port or 80),
-            "--runner", "pooling", *_flags(rec.vllm_engine, role), *share]
+            "--runner", "pooling", *_flags(rec.vllm_engine, role), *one_pass, *share]
 
 
 def gpu_share_flag(kind: str, rec: Any) -> list[str]:
