@@ -252,6 +252,10 @@ _SPEC = {"corpus": S, **_PAIR, "spec": I, "primary": B, "metric": S, "metric_axi
 _CURVE = {"corpus": S, **_PAIR, "n_declared": I, "n_specs": I, "primary_delta": F, "median_delta": F,
           "share_same_sign": F, "share_sig_positive": F, "share_sig_negative": F, "null_p": F, "n_boot": I,
           "seed": I, "n_docs": I, "inference": B, "label": S, "note": S}
+#: Anthropic's recipe, a row per step (07's recipe: chunkstudy.stats.recipe)
+_RECIPE = {"corpus": S, "step": S, "condition": S, "mode": S, "embedder": S, "reranker": S, "description": S,
+           "k": I, "failure": F, "baseline_failure": F, "reduction": F, "ci_low": F, "ci_high": F, "p": F,
+           "n_queries": I, "n_docs": I, "inference": B, "anthropic": F, "n_boot": I, "seed": I, "label": S, "note": S}
 #: The documents each contrast needs (07's power_needed and user_power_needed)
 _POWER_NEEDED = {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
                  "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
@@ -368,7 +372,8 @@ STAGES: tuple[Stage, ...] = (
         Json("lexical_report", "the BM25 indexes of the lexical modes: tokenizer and scoring, per condition its "
              "tokens, vocabulary, (term, chunk) pairs, bytes and build seconds; empty without"),
     ), services=("embed", "rerank"), devices=("embed", "retrieve")),
-    Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts", "multiverse.metrics", "multiverse.cutoffs"),
+    Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts", "multiverse.metrics", "multiverse.cutoffs",
+                         "retrieve.modes"),
           _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
                          "value": F, "doc_id": S, "qtype": S}, "long form: one row per cell x condition x query",
@@ -385,10 +390,15 @@ STAGES: tuple[Stage, ...] = (
                                     "metric": S, "value": F, "doc_id": S, "qtype": S},
               "as scores, for the specification curve's other cut-offs (multiverse.cutoffs); empty without",
               required=('corpus', 'embedder', 'reranker', 'condition', 'query_id', 'metric', 'value')),
+        Table("recipe_scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S,
+                                "metric": S, "value": F, "doc_id": S, "qtype": S},
+              "as scores: recall@stats.recipe_k of the recipe's conditions in every cell (its failure is 1 - it); "
+              "empty without retrieve.modes' bm25 and hybrid",
+              required=('corpus', 'embedder', 'reranker', 'condition', 'query_id', 'metric', 'value')),
     )),
     Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind", "multiverse", "metrics.cutoff"),
           _r("queries", "scores", "chunks", "embedding_report", "late_report", "retrieval_timing",
-             "multiverse_scores"), (
+             "multiverse_scores", "recipe_scores", "lexical_report"), (
         Table("contrasts", _CONTRAST,
               required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
         Table("user_contrasts", _CONTRAST,
@@ -426,6 +436,9 @@ STAGES: tuple[Stage, ...] = (
               "without", required=("contrast", "spec", "primary", "mean_delta")),
         Table("multiverse_summary", _CURVE, "per contrast: its specification curve in numbers and the null test of "
               "its median; empty without", required=("contrast", "n_specs", "share_same_sign")),
+        Table("recipe", _RECIPE, "Anthropic's recipe: each step's top-k failure and its relative reduction from the "
+              "baseline's, with a document-clustered CI (exploratory); empty without retrieve.modes' bm25 and "
+              "hybrid", required=("step", "failure", "reduction")),
     )),
     Stage("08_figures", (ALL_PARAMS,), (
         Read("documents"), _optional("corpus_funnel", "the corpus funnel"),
@@ -440,7 +453,8 @@ STAGES: tuple[Stage, ...] = (
         _optional("reranker_lift", "the reranker-lift table"), Read("power"), Read("power_needed"),
         Read("user_contrasts"), Read("user_power"), Read("user_power_needed"), Read("cost"),
         _optional("multiverse", "the specification curves"),
-        _optional("multiverse_summary", "the specification curves' table")),
+        _optional("multiverse_summary", "the specification curves' table"),
+        _optional("recipe", "the recipe's table and figure")),
         (), manifests=True, folders=(FIGURES,),
         partner=(PartnerRead("contrasts", "the replication table"),)),
 )
