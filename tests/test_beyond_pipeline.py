@@ -244,6 +244,10 @@ def test_the_report_shows_each_mode_s_contrasts_and_the_recipe_with_its_interval
     assert r5["failure"] == pytest.approx(failure("A1", "hybrid-strong"))
     assert r5["reduction"] == pytest.approx(1 - failure("A1", "hybrid-strong") / failure("A0", "strong"))
     assert r5["anthropic"] == 0.49 and recipe.set_index("step").loc["R3", "anthropic"] == 0.35
+    for name, spec in cfg.params("retrieve").rerankers.items():
+        if spec.top_n <= k:  # reordering the top n <= k cannot change which chunks the top k hold
+            r6 = recipe[(recipe["step"] == "R6") & (recipe["reranker"] == name)].iloc[0]
+            assert r6["failure"] == r5["failure"] and r6["reduction"] == r5["reduction"]
     ok = recipe[recipe["inference"]]
     assert len(ok) and (ok["ci_low"] <= ok["reduction"]).all() and (ok["reduction"] <= ok["ci_high"]).all()
     out = project / "figures" / cfg.corpus

@@ -125,7 +125,7 @@ def _chunk_vectors(matrix: np.ndarray, rows: np.ndarray, condition: str, embedde
 def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndarray],
                  query_vecs_by_embedder: Mapping[str, np.ndarray], queries: pd.DataFrame,
                  retrieve_params: RetrieveParams, texts: Sequence[str] | None = None,
-                 store: SearchCache | None = None) -> dict[str, Any]:
+                 searches: SearchCache | None = None) -> dict[str, Any]:
     """Retrieve every query under every (retriever, condition): flat, or two-stage for ``two_stage_conditions``.
 
     ``chunks``: the 04 table (condition, doc_id, chunk_id, start, end, route_key, text_row); a condition's chunk
@@ -135,7 +135,7 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
     into one). The retrievers are ``retrieve.modes`` × the embedders (:func:`chunkstudy.design.retrievers`: an
     embedder's own key in the dense mode, ``bm25``, ``hybrid-<embedder>``), each searched by its mode's function
     (:data:`chunkstudy.retrieve.modes.FUNCTIONS`); a lexical mode indexes ``texts``, each chunk row's indexed text
-    (prefix + content, :func:`chunkstudy.chunks.chunk_sets.embedded_texts`). ``store``: the store of dense
+    (prefix + content, :func:`chunkstudy.chunks.chunk_sets.embedded_texts`). ``searches``: the store of dense
     searches (:class:`chunkstudy.retrieve.cache.SearchCache`; None searches every time). Every query searches all
     chunks of the corpus under that condition. Returns ``{"runs": ..., "section_recall": ..., "timing": ...,
     "lexical": ...}``. timing: embedder (the retriever), condition, n_queries, the cell's search seconds
@@ -163,13 +163,13 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
                              f"content); got {'none' if texts is None else len(texts)} texts for {len(chunks)} chunks")
         lx = modes.lexical_inputs(texts, queries["text"].astype(str).tolist(), p.bm25)
     out = _cells(chunks, _query_vectors(vectors_by_embedder, query_vecs_by_embedder, len(queries)), queries, p,
-                 retrievers, lx, store)
+                 retrievers, lx, searches)
     return {**out, "lexical": modes.lexical_report(lx)}
 
 
 def _cells(chunks: pd.DataFrame, vectors: Mapping[str, tuple[np.ndarray, np.ndarray]], queries: pd.DataFrame,
            p: RetrieveParams, retrievers: Mapping[str, tuple[design.RetrievalMode, str | None]],
-           lx: modes.Lexical | None, store: SearchCache | None) -> dict[str, pd.DataFrame]:
+           lx: modes.Lexical | None, searches: SearchCache | None) -> dict[str, pd.DataFrame]:
     """:func:`retrieve_all`'s loop: each retriever (in order), each condition (sorted), one cell each."""
     two_stage = set(p.two_stage_conditions)
     repeats = int(getattr(p, "timing_repeats", 0))
@@ -186,7 +186,7 @@ def _cells(chunks: pd.DataFrame, vectors: Mapping[str, tuple[np.ndarray, np.ndar
             labels = (cc["doc_id"].astype(str) + "\x1f" + cc["route_key"].astype(str)).to_numpy() \
                 if condition in two_stage else None
             cell = modes.Cell(str(condition), cc["chunk_id"].astype(str).to_numpy(), rows, labels, qv, cvec, lx, p,
-                              store, repeats)
+                              searches, repeats)
             found = modes.FUNCTIONS[mode.name](cell)
             runs.append(_runs_frame(name, str(condition), query_ids, cc, found))
             if found.routed is not None:

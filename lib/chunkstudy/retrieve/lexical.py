@@ -50,8 +50,9 @@ from .search import _tie_rank
 # bm25s logs a DEBUG line per index
 logging.getLogger("bm25s").setLevel(logging.WARNING)
 
-#: Entries of one float64 score block (queries × chunks), about 128 MiB: the queries per block follow from it.
-_BLOCK_ENTRIES = 1 << 24
+#: Entries of one float64 score block (queries × chunks), 64 MiB (a block's selection holds about three such
+#: arrays at once): the queries per block follow from it.
+_BLOCK_ENTRIES = 1 << 23
 
 
 def tokenizer_text(p: Bm25Params) -> str:
@@ -191,15 +192,36 @@ def top_k(scores: np.ndarray, matched: np.ndarray, tie: np.ndarray, k: int) -> t
                                                                                    np.ndarray]:
     """Per row, the matched columns ranked by ``(−score, tie)`` (``tie``: each column's place in ascending chunk_id
     order), first ``k``: ``(idx, scores, n)``, (rows × k) arrays (unused slots: index 0, score 0) and how many each
-    row filled. Every column tied with the k-th is a candidate, so the cut is exact."""
+    row filled. The candidates are the matched columns at or above the ``k``-th largest of a strided sample of the
+    row (about ``sqrt(n · k)`` columns; the sample's k-th largest is at most the row's, so every column tied with the
+    k-th is among them and the cut is exact), ranked exactly; far cheaper than selecting over the whole row."""
     b, n = scores.shape
     kk = min(k, n)
-    s = np.where(matched, scores, -np.inf)
     if kk == 0 or b == 0:
         return np.zeros((b, kk), dtype=np.int64), np.zeros((b, kk)), np.zeros(b, dtype=np.int64)
-    t = np.partition(s, n - kk, axis=1)[:, n - kk]
-    qi, rows = np.nonzero((s >= t[:, None]) & matched)
-    return ranked(qi, rows, s[qi, rows], tie, b, kk)
+    step = max(1, int(np.sqrt(n / kk))) if n >= 4 * kk else 1
+    sample = np.where(matched[:, ::step], scores[:, ::step], -np.inf)
+    m = sample.shape[1]
+    t = np.partition(sample, m - kk, axis=1)[:, m - kk] if m >= kk else np.full(b, -np.inf)
+    qi, rows = np.nonzero(matched & (scores >= t[:, None]))
+    f = scores[qi, rows]
+    keep = f >= _kth_largest(qi, f, b, kk)[qi]  # the exact k-th of the candidates: ties at the cut stay
+    return ranked(qi[keep], rows[keep], f[keep], tie, b, kk)
+
+
+def _kth_largest(qi: np.ndarray, f: np.ndarray, n_rows: int, kk: int) -> np.ndarray:
+    """Per row ``qi`` (ascending), the ``kk``-th largest of ``f`` (float64, exact); -inf for a row with fewer."""
+    counts = np.bincount(qi, minlength=n_rows)
+    out = np.full(n_rows, -np.inf)
+    full = np.flatnonzero(counts >= kk)
+    if len(full) == 0:
+        return out
+    width = int(counts.max())
+    starts = np.cumsum(counts) - counts
+    pad = np.full((n_rows, width), -np.inf)
+    pad[qi, np.arange(len(qi)) - starts[qi]] = f
+    out[full] = np.partition(pad[full], width - kk, axis=1)[:, width - kk]
+    return out
 
 
 def ranked(qi: np.ndarray, rows: np.ndarray, s: np.ndarray, tie: np.ndarray, n_rows: int,
