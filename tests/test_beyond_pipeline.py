@@ -25,7 +25,7 @@ from chunkstudy import artifacts, config, export, golden, runner, stats
 from chunkstudy.chunks import chunk_sets
 from chunkstudy.params import Bm25Params
 from chunkstudy.retrieve import lexical
-from chunkstudy.stats import equivalence
+from chunkstudy.stats import equivalence, multiverse
 from conftest import scratch_project, seed_embeddings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -268,3 +268,27 @@ def test_every_mode_s_trec_runs_score_in_ir_measures_as_in_the_study(beyond, tmp
     assert set(check["embedder"]) == set(RETRIEVERS)
     assert set(check["reranker"]) == {"none", *cfg.params("retrieve").rerankers}
     assert check[["max_diff_nDCG", "max_diff_RR"]].to_numpy().max() <= 1e-9
+
+
+def test_the_mode_is_an_axis_of_each_contrast_s_specification_curve(beyond):
+    """multiverse.embedders takes the run's retrievers: each contrast's curve over the three modes (with the query
+    types), whose dense primary specification is Table 1's row and whose other modes' all-query specifications are
+    07's contrasts of those cells."""
+    _, cfg, _ = beyond
+    p = cfg.params()
+    mv = config.record("multiverse", {"embedders": RETRIEVERS, "query_types": ["all", "each"]})
+    scores, queries = artifacts.read(cfg, "scores"), artifacts.read(cfg, "queries")
+    got = multiverse.curves(scores, None, queries, p.stats, p.primary_cell, mv,
+                                  [(p.stats.primary_metric, "cov-nDCG", p.metrics.cutoff)], cfg.corpus)
+    specs = got.specifications
+    n_types = queries["qtype"].nunique()
+    assert (got.summary["n_declared"] == len(RETRIEVERS) * (1 + n_types)).all()
+    contrasts = artifacts.read(cfg, "contrasts").set_index(["embedder", "contrast"])
+    cols = ["mean_delta", "ci_low", "ci_high", "p", "n_queries"]
+    for r in RETRIEVERS:
+        every = specs[(specs["embedder"] == r) & (specs["query_types"] == "all")].set_index("contrast")
+        want = contrasts[contrasts["metric"] == p.stats.primary_metric].loc[r]
+        want = want[want["reranker"] == "none"]
+        for c in every.index:
+            assert every.loc[c, cols].tolist() == pytest.approx(want.loc[c, cols].tolist(), nan_ok=True), (r, c)
+    assert specs.loc[specs["primary"], "embedder"].unique().tolist() == [p.embed.strong]
