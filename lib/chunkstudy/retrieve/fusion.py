@@ -14,7 +14,7 @@ The fused list is ranked by ``(−score, chunk_id)`` and cut to ``k``. Vectorise
 are flat arrays (query, chunk, rank, score); contributions are summed per (query, chunk) with one sort and a
 ``reduceat``, dense before BM25, so a sum's order, and its bits, never depend on the block.
 
-Two-stage routing in this mode (:func:`route`): stage 1 fuses the dense ranking of section centroids (the
+Two-stage routing in this mode (:func:`two_stage`): stage 1 fuses the dense ranking of section centroids (the
 renormalised mean of the chunk vectors, as the dense mode routes) with the BM25 ranking of sections
 (:func:`chunkstudy.retrieve.lexical.two_stage`'s section documents), each cut to ``depth``, and keeps the top
 ``route_sections``; stage 2 fuses the two rankings of the chunks inside the routed sections, each ranked among those
@@ -28,6 +28,10 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..params import FusionParams
+from .lexical import block_rows, flat_search as bm25_search, in_sections, merge_routed, query_counts, ranked, \
+    routed_list, score_block
+from .routing import _centroids
+from .search import _as_matrix, _pair_scores, _tie_rank, flat_search as dense_search
 
 
 class Lists(NamedTuple):
@@ -122,8 +126,6 @@ def fused_top(dense: Lists, lexical: Lists, p: FusionParams, tie: np.ndarray, n_
               k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The fused list of each query ranked by ``(−score, tie)`` (``tie``: each row's place in ascending id order),
     its first ``k``: ``(idx, scores, n)``, (queries × k) arrays and how many each query filled."""
-    from .lexical import ranked
-
     qi, rows, score = fuse(dense, lexical, p, n_rows)
     return ranked(qi, rows, score, tie, n_rows, k)
 
@@ -150,8 +152,6 @@ def flat(dense: tuple[np.ndarray, np.ndarray], lexical: tuple[np.ndarray, np.nda
     """The hybrid flat list of every query: the dense top ``depth`` (``(idx, scores)`` of
     :func:`chunkstudy.retrieve.search.flat_search`) fused with the BM25 top ``depth`` (``(idx, scores, n)`` of
     :func:`chunkstudy.retrieve.lexical.flat_search`), ranked, cut to ``k``."""
-    from .search import _tie_rank
-
     nq = dense[0].shape[0]
     idx, scores, n = fused_top(lists(*dense, cut=depth), lists(*lexical, cut=depth), p,
                                _tie_rank(np.asarray(chunk_ids, dtype=object)), nq, min(k, len(chunk_ids)))
@@ -163,9 +163,6 @@ def _routed_chunks(q: np.ndarray, c: np.ndarray, index, counts, inside: np.ndarr
     """The dense and the BM25 rankings of the chunks inside a block of queries' routed sections (``inside``:
     queries × chunks), each among those chunks alone, cut to ``depth``: dense over all of them (exact scores),
     BM25 over those holding a query token."""
-    from .lexical import ranked, score_block
-    from .search import _pair_scores
-
     b = len(q)
     qi, rows = np.nonzero(inside)
     qi, rows = qi.astype(np.int64), rows.astype(np.int64)
@@ -186,11 +183,7 @@ def two_stage(q: np.ndarray, c: np.ndarray, chunk_ids: Sequence[str], labels: Se
     vectors, ``labels`` each chunk's section (document + route key), ``index`` the condition's BM25 index and
     ``sections`` the BM25 index of its sections (:func:`chunkstudy.retrieve.lexical.section_documents`, in sorted
     label order), ``flat_list`` the hybrid flat list (the backfill)."""
-    from .lexical import block_rows, flat_search as bm25_search, in_sections, merge_routed, query_counts, \
-        routed_list
-    from .routing import _centroids
-    from .search import _tie_rank, flat_search as dense_search
-
+    q, c = _as_matrix(q, "query_vecs"), _as_matrix(c, "chunk_vecs")
     nq, kk = len(q), min(k, len(chunk_ids))
     keys, centroids, codes = _centroids(c, labels)
     ds = dense_search(q, centroids, keys, k=min(depth, len(keys)), backend=backend)
