@@ -86,15 +86,14 @@ class Vocabulary(NamedTuple):
     """Tokens numbered in sorted order, and each text's token ids (a token list's order kept)."""
 
     tokens: list[str]
-    ids: list[np.ndarray]
+    ids: list[list[int]]
 
 
 def number(token_lists: Sequence[Sequence[str]]) -> Vocabulary:
     """The sorted vocabulary of ``token_lists`` and each list as token ids into it."""
     tokens = sorted({t for toks in token_lists for t in toks})
     where = {t: i for i, t in enumerate(tokens)}
-    return Vocabulary(tokens, [np.fromiter((where[t] for t in toks), dtype=np.int64, count=len(toks))
-                               for toks in token_lists])
+    return Vocabulary(tokens, [[where[t] for t in toks] for toks in token_lists])
 
 
 @dataclass(frozen=True)
@@ -142,8 +141,7 @@ def build_index(token_lists: Sequence[Sequence[str]], p: Bm25Params) -> LexicalI
     if not voc.tokens:  # no document holds a token: nothing can match
         return LexicalIndex({}, sp.csr_matrix((0, len(token_lists))), None, 0)
     model = bm25s.BM25(k1=p.k1, b=p.b, delta=p.delta, method=p.method)
-    scores = model.build_index_from_ids(list(range(len(voc.tokens))), [ids.tolist() for ids in voc.ids],
-                                        show_progress=False)
+    scores = model.build_index_from_ids(list(range(len(voc.tokens))), voc.ids, show_progress=False)
     weights = sp.csr_matrix((np.asarray(scores["data"], dtype=np.float64), np.asarray(scores["indices"]),
                              np.asarray(scores["indptr"])), shape=(len(voc.tokens), int(scores["num_docs"])))
     non = model.nonoccurrence_array
