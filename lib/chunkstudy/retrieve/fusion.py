@@ -28,8 +28,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from ..params import FusionParams
-from .lexical import block_rows, flat_search as bm25_search, in_sections, merge_routed, query_counts, ranked, \
-    routed_list, score_block
+from .lexical import _kth_largest, block_rows, flat_search as bm25_search, in_sections, merge_routed, query_counts, \
+    ranked, routed_list, score_block
 from .routing import _centroids
 from .search import _as_matrix, _pair_scores, _tie_rank, flat_search as dense_search
 
@@ -112,11 +112,13 @@ def fuse(dense: Lists, lexical: Lists, p: FusionParams, n_rows: int) -> tuple[np
     qi = np.concatenate([dense.qi, lexical.qi])
     rows = np.concatenate([dense.rows, lexical.rows])
     part = np.concatenate(parts)
-    source = np.r_[np.zeros(len(dense.qi), dtype=np.int64), np.ones(len(lexical.qi), dtype=np.int64)]
-    order = np.lexsort((source, rows, qi))  # dense before BM25 within a (query, chunk): a fixed sum order
-    qi, rows, part = qi[order], rows[order], part[order]
     if len(qi) == 0:
         return qi, rows, part
+    # one integer key (query, chunk, list): dense before BM25 within a (query, chunk), a fixed sum order
+    width = int(rows.max()) + 1
+    source = np.r_[np.zeros(len(dense.qi), dtype=np.int64), np.ones(len(lexical.qi), dtype=np.int64)]
+    order = np.argsort((qi * width + rows) * 2 + source, kind="stable")
+    qi, rows, part = qi[order], rows[order], part[order]
     starts = np.r_[0, np.flatnonzero((qi[1:] != qi[:-1]) | (rows[1:] != rows[:-1])) + 1]
     fused = base[qi[starts]] + np.add.reduceat(part, starts)
     return qi[starts], rows[starts], fused
@@ -127,7 +129,8 @@ def fused_top(dense: Lists, lexical: Lists, p: FusionParams, tie: np.ndarray, n_
     """The fused list of each query ranked by ``(−score, tie)`` (``tie``: each row's place in ascending id order),
     its first ``k``: ``(idx, scores, n)``, (queries × k) arrays and how many each query filled."""
     qi, rows, score = fuse(dense, lexical, p, n_rows)
-    return ranked(qi, rows, score, tie, n_rows, k)
+    keep = score >= _kth_largest(qi, score, n_rows, k)[qi]  # the candidates of the top k, ties at the cut kept
+    return ranked(qi[keep], rows[keep], score[keep], tie, n_rows, k)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -225,17 +225,30 @@ def _kth_largest(qi: np.ndarray, f: np.ndarray, n_rows: int, kk: int) -> np.ndar
 def ranked(qi: np.ndarray, rows: np.ndarray, s: np.ndarray, tie: np.ndarray, n_rows: int,
            kk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pairs (row ``qi``, column ``rows``) with scores ``s`` ranked per row by ``(−score, tie[column])``, the
-    first ``kk`` of each row: ``(idx, scores, n)`` as :func:`top_k`'s."""
-    order = np.lexsort((tie[rows], -s, qi))
-    qi, rows, s = qi[order], rows[order], s[order]
+    first ``kk`` of each row: ``(idx, scores, n)`` as :func:`top_k`'s. The pairs of each row are laid out in one
+    padded row and the rows sorted each on its own (``np.lexsort`` along the last axis: short rows, no key for the
+    row itself)."""
+    qi, rows, s = np.asarray(qi, dtype=np.int64), np.asarray(rows, dtype=np.int64), np.asarray(s, dtype=np.float64)
     counts = np.bincount(qi, minlength=n_rows)
-    rank = np.arange(len(qi)) - (np.cumsum(counts) - counts)[qi]
-    keep = rank < kk
     idx = np.zeros((n_rows, kk), dtype=np.int64)
     out = np.zeros((n_rows, kk), dtype=np.float64)
-    idx[qi[keep], rank[keep]] = rows[keep]
-    out[qi[keep], rank[keep]] = s[keep]
-    return idx, out, np.minimum(counts, kk)
+    n = np.minimum(counts, kk)
+    if len(qi) == 0 or kk == 0:
+        return idx, out, n
+    order = np.argsort(qi, kind="stable")
+    qi, rows, s = qi[order], rows[order], s[order]
+    width = int(counts.max())
+    slot = np.arange(len(qi)) - (np.cumsum(counts) - counts)[qi]
+    pad_s = np.full((n_rows, width), np.inf)  # an empty slot sorts last (-inf is largest... of -score)
+    pad_t = np.zeros((n_rows, width), dtype=np.int64)
+    pad_r = np.zeros((n_rows, width), dtype=np.int64)
+    pad_s[qi, slot], pad_t[qi, slot], pad_r[qi, slot] = -s, tie[rows], rows
+    first = np.lexsort((pad_t, pad_s), axis=-1)[:, :kk]
+    idx[:, :first.shape[1]] = np.take_along_axis(pad_r, first, axis=1)
+    out[:, :first.shape[1]] = -np.take_along_axis(pad_s, first, axis=1)
+    unused = np.arange(kk)[None, :] >= n[:, None]
+    idx[unused], out[unused] = 0, 0.0
+    return idx, out, n
 
 
 def flat_search(index: LexicalIndex, query_tokens: Sequence[Sequence[str]], chunk_ids: Sequence[str],
