@@ -401,8 +401,7 @@ class Bm25Params:
 class FusionParams:
     """``retrieve.fusion``: how ``hybrid`` fuses the dense and BM25 rankings (:mod:`chunkstudy.retrieve.fusion`)."""
 
-    method: Literal["rrf", "convex"] = param("rrf", "rrf: sum of weight / (rrf_k + rank) (Cormack et al. 2009); "
-                                             "convex: weighted mean of normalised scores")
+    method: Literal["rrf", "convex"] = param("rrf", "rrf: sum of weight / (rrf_k + rank); convex: of normalised scores")
     rrf_k: int = param(60, ge=1)
     dense_weight: float = param(1.0, ge=0)
     bm25_weight: float = param(1.0, ge=0)
@@ -621,7 +620,8 @@ class MultiverseParams:
     cutoffs: tuple[int, ...] = param((), "k axis: the cut-offs of the metric axis's rank-cut families (cov-nDCG, "
                                      "nDCG), with metrics.cutoff; 06 also scores them at each other k "
                                      "(multiverse_scores)", ge=1, unique=True, digest="changed")
-    embedders: tuple[str, ...] = param((), "embedder axis: keys of embed.embedders, with embed.strong", unique=True,
+    embedders: tuple[str, ...] = param((), "embedder (and mode) axis: keys of embed.embedders, and the retrievers of "
+                                       "retrieve.modes (bm25, hybrid-<key>), with embed.strong", unique=True,
                                        digest="changed")
     rerankers: tuple[str, ...] = param((), "reranker axis: 'none' or keys of retrieve.rerankers, with "
                                        "stats.primary_reranker", unique=True, digest="changed")
