@@ -122,8 +122,9 @@ def bench(texts: list[str], queries: list[str], ids: list[str], k: int, depth: i
 
 
 def memory(params_file: str) -> None:
-    """Build every condition's BM25 index of a finished run, as 05 does, and print their bytes and the peak
-    resident memory of this process."""
+    """Build every condition's BM25 index of a finished run, as 05 does (each distinct text tokenized once, the
+    indexes kept for the stage), and print their bytes and the peak resident memory of this process before and
+    after."""
     import pandas as pd
 
     from chunkstudy import artifacts
@@ -156,11 +157,11 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
+    if a.run:  # first, so that the peak resident memory is the indexes' own
+        memory(a.run)
     texts, queries, ids = from_run(a.run, a.condition) if a.run else synthetic(a.chunks, a.queries, 1)
     print(f"bm25s {bm25s.__version__}; {'run ' + a.run + ', condition ' + a.condition if a.run else 'synthetic'}")
     bench(texts, queries, ids, a.k, a.depth, a.repeats)
-    if a.run:
-        memory(a.run)
 
 
 if __name__ == "__main__":
