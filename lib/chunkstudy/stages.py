@@ -369,8 +369,9 @@ STAGES: tuple[Stage, ...] = (
              "scored", manifest=True),
         Json("retrieval_timing", "per embedder and condition: queries and the wall seconds of their search, "
              "measured in this run"),
-        Json("lexical_report", "the BM25 indexes of the lexical modes: tokenizer and scoring, per condition its "
-             "tokens, vocabulary, (term, chunk) pairs, bytes and build seconds; empty without"),
+        Json("lexical_report", "the BM25 indexes of the lexical modes: library, variant, k1, b, tokenizer, per "
+             "condition its tokens, vocabulary, (term, chunk) pairs, bytes and build seconds; empty without",
+             manifest=True),
     ), services=("embed", "rerank"), devices=("embed", "retrieve")),
     Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts", "multiverse.metrics", "multiverse.cutoffs",
                          "retrieve.modes"),
