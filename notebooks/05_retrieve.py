@@ -29,9 +29,15 @@
 #   *same* chunk vectors flat search uses (representation constancy, guards C4); stage 1 keeps the top
 #   `retrieve.route_sections` sections (a section = document + top-level heading), stage 2 ranks their chunks,
 #   the global ranking backfills to k.
+# * **Retrieval modes** (`retrieve.modes`; docs/beyond.md, "Retrieval modes"): `dense` (above, the paper's),
+#   `bm25` (one BM25 index per condition over its indexed texts, prefix + content: "contextual BM25") and `hybrid`
+#   (the two rankings fused, `retrieve.fusion`); each mode's retriever (`bm25`, `hybrid-<embedder>`) is a cell of
+#   its own in the `embedder` column. Two-stage conditions route in every mode. Dense searches are kept in
+#   `data/<corpus>/cache/retrieval/` by content, so a rerun for a BM25 parameter searches no vector again.
+#   `05_retrieve/lexical_report.json`: what each BM25 index holds and cost.
 # * **Reranked cells**: each cross-encoder in `retrieve.rerankers` rescores the top `top_n` of the
-#   `embed.strong` lists, every condition, query vs. the embedded text; scores are cached on disk by
-#   (model, query, text).
+#   `embed.strong` lists (in every retrieval mode), every condition, query vs. the embedded text; scores are
+#   cached on disk by (model, query, text).
 
 # %% tags=["parameters"]
 params_file = "params/demo.yaml"
@@ -41,6 +47,7 @@ import pandas as pd
 
 from chunkstudy import artifacts, config, devices, embed_store, rerank, retrieve
 from chunkstudy.chunks import chunk_sets
+from chunkstudy.retrieve import cache, modes
 
 cfg = config.load(params_file)
 devices.require_cuda(cfg)  # any device: cuda without a CUDA torch fails here, naming the keys
@@ -66,7 +73,11 @@ retrieve.vector_shapes(query_vectors)
 # ## First-stage retrieval (flat and two-stage)
 
 # %%
-retrieved = retrieve.retrieve_all(chunks, vectors, query_vectors, queries, retrieve_params)
+texts = chunk_sets.embedded_texts(chunks, documents)  # what each chunk embeds: also what a lexical mode indexes
+searches = cache.SearchCache(artifacts.cache_dir(cfg, "retrieval"))
+retrieved = retrieve.retrieve_all(chunks, vectors, query_vectors, queries, retrieve_params, texts, searches)
+artifacts.write_json(cfg, "05_retrieve", "lexical_report", retrieved["lexical"])
+print(f"dense searches: {searches.hits} read from the store, {searches.misses} computed")
 retrieved["runs"].groupby(["embedder", "condition", "source"]).size().unstack(fill_value=0)
 
 # %% [markdown]
@@ -77,9 +88,9 @@ retrieved["runs"].groupby(["embedder", "condition", "source"]).size().unstack(fi
 # demo's reranked cells say nothing about reranking quality. The real parameter files name bge-reranker-v2-m3.
 
 # %%
-texts = rerank.texts_by_chunk(chunks, chunk_sets.embedded_texts(chunks, documents))
 rerank_report = []
-reranked = rerank.rerank_all(retrieved["runs"], queries, texts, retrieve_params, cfg.params("embed").strong,
+reranked = rerank.rerank_all(retrieved["runs"], queries, rerank.texts_by_chunk(chunks, texts), retrieve_params,
+                             modes.reranked_retrievers(cfg.params().retrievers, cfg.params("embed").strong),
                              artifacts.cache_dir(cfg, "rerank"), report=rerank_report)
 runs = pd.concat([retrieved["runs"], reranked], ignore_index=True)
 artifacts.write(cfg, "runs", runs)

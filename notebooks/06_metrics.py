@@ -19,7 +19,9 @@
 # `01_corpus/documents` (the texts the drill-down quotes).
 # **Writes** `06_metrics/scores`: one row per cell × condition × query × metric (long form; with `doc_id`, the
 # bootstrap's cluster, and `qtype`), `06_metrics/drilldown`: the per-query drill-down of the primary cell, and
-# `06_metrics/multiverse_scores`: the same rows at the specification curve's other cut-offs (empty without).
+# `06_metrics/multiverse_scores`: the same rows at the specification curve's other cut-offs (empty without), and
+# `06_metrics/recipe_scores`: recall@`stats.recipe_k` of the recipe's conditions (A0, A1) in every cell, whose
+# complement is Anthropic's top-k failure (empty unless `retrieve.modes` has bm25 and hybrid).
 #
 # Relevance comes only from character overlap on content offsets — a prefix can never create relevance; it only
 # costs tokens in the budget metrics. Metrics (paper Section 5.1 and the appendix on coverage-nDCG):
@@ -63,6 +65,17 @@ extra_scores = cutoffs.multiverse_scores(runs, chunks, queries, metrics_params, 
                                          cfg.corpus)
 artifacts.write(cfg, "multiverse_scores", extra_scores)
 extra_scores.groupby("metric")["value"].describe()
+
+# %% [markdown]
+# ## Anthropic's recipe: recall at its k
+# The recipe's failure is 1 − recall@k (span-level: a gold span counts as retrieved when the union of the top k
+# covers ≥ `span_frac` of it), per query, for A0 and A1 in every retriever and reranker (docs/beyond.md).
+
+# %%
+recipe = cutoffs.recipe_scores(runs, chunks, queries, metrics_params, cfg.params("stats").recipe_k,
+                               cfg.params("retrieve").modes, cfg.corpus)
+artifacts.write(cfg, "recipe_scores", recipe)
+recipe.groupby(["embedder", "reranker", "condition"])["value"].mean()
 
 # %% [markdown]
 # ## Per-condition means for every cell (exploratory)

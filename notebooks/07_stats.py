@@ -15,11 +15,13 @@
 #
 # **Reads** `06_metrics/scores` (per-query scores, long form) and `03_queries/queries` (query → document, type);
 # for the cost table `04_chunk_embed/chunks`, `embedding_report.json`, `late_report` and
-# `05_retrieve/retrieval_timing.json`; for the specification curves `06_metrics/multiverse_scores`.
+# `05_retrieve/retrieval_timing.json` and `lexical_report.json`; for the specification curves
+# `06_metrics/multiverse_scores`; for Anthropic's recipe `06_metrics/recipe_scores`.
 # **Writes** `07_stats/contrasts`, `mixedlm`, `mixedlm_paired`, `dose_response`, `per_type`, `condition_means`,
 # `reranker_lift`, `power` and `power_needed` (the documents each contrast needs), `size_check` (the measured size of
-# its tests at this run's structure), `cost` (what each condition costs), and `multiverse`, `multiverse_summary` and
-# `multiverse_axes` (each contrast's specification curve, and read by axis).
+# its tests at this run's structure), `cost` (what each condition costs), `multiverse`, `multiverse_summary` and
+# `multiverse_axes` (each contrast's specification curve, and read by axis), and `recipe` (Anthropic's recipe: each
+# step's top-k failure reduction with its CI).
 #
 # The four pre-registered contrasts (C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) are tested on one cell fixed
 # in advance — cov-nDCG@10 × strong embedder × no reranker — with a document-clustered bootstrap (resampling
@@ -36,7 +38,7 @@ params_file = "params/demo.yaml"
 
 # %%
 from chunkstudy import artifacts, config, paper, stats
-from chunkstudy.stats import cost, multiverse, power, size_check
+from chunkstudy.stats import cost, multiverse, power, recipe, size_check
 
 cfg = config.load(params_file)
 stats_params = cfg.params("stats")
@@ -205,9 +207,24 @@ checked[checked["measure"] != "size"]
 cost_table = cost.cost_for_run(cfg, means, artifacts.read(cfg, "chunks"),
                                artifacts.read_json(cfg, "04_chunk_embed", "embedding_report"),
                                artifacts.read(cfg, "late_report"),
-                               artifacts.read_json(cfg, "05_retrieve", "retrieval_timing"))
+                               artifacts.read_json(cfg, "05_retrieve", "retrieval_timing"),
+                               artifacts.read_json(cfg, "05_retrieve", "lexical_report"))
 artifacts.write(cfg, "cost", cost_table)
 cost_table
+
+
+# %% [markdown]
+# ## Exploratory — Anthropic's recipe (`retrieve.modes` with bm25 and hybrid; docs/beyond.md, "Anthropic's recipe")
+# Each declared step (fixed windows A0 and contextual A1, dense, BM25 and fused, the fused one also reranked) with
+# its top-`stats.recipe_k` failure, 1 − recall@k (span-level), over the queries it shares with the baseline (A0,
+# dense, no reranker), and the relative reduction 1 − F_step / F_base with the document-clustered bootstrap's CI:
+# the ratio resampled as a ratio on the study's draws. Empty without the lexical modes.
+
+# %%
+recipe_table = recipe.recipe_table(artifacts.read(cfg, "recipe_scores"), stats_params, cfg.params("embed").strong,
+                                   cfg.corpus)
+artifacts.write(cfg, "recipe", recipe_table)
+recipe_table
 
 
 # %% [markdown]

@@ -21,13 +21,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chunkstudy import artifacts, config, golden, runner, stats
-from chunkstudy.stats import equivalence
+from chunkstudy import artifacts, config, export, golden, runner, stats
+from chunkstudy.chunks import chunk_sets
+from chunkstudy.params import Bm25Params
+from chunkstudy.retrieve import lexical
+from chunkstudy.stats import equivalence, multiverse
 from conftest import scratch_project, seed_embeddings
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
 LATE = ["L0", "L2", "L3", "LP", "L4", "LREC", "LREC-fixed"]
+#: retrieve.modes [dense, bm25, hybrid] with the one embedder: the retrievers, the cells' second coordinate
+RETRIEVERS = ["strong", "bm25", "hybrid-strong"]
 
 
 #: params/tiny_beyond.yaml (demo_beyond.yaml on tiny's three documents) in the default suite; the full
@@ -81,7 +86,8 @@ def test_late_conditions_keep_their_offsets_and_get_vectors_of_their_own(beyond)
     l4 = report[report["condition"] == "L4"]
     assert (l4["tokens_run"] == 0).all() and (l4["tokens_read"] > 0).all()  # read back, never encoded twice
     assert all(k.endswith(".late1-w256-o64") for k in report["model_key"])
-    cost = artifacts.read(cfg, "cost").set_index("condition")  # and charged as L3, though it encoded nothing
+    cost = artifacts.read(cfg, "cost").query("embedder == 'strong'").set_index("condition")
+    # and charged as L3, though it encoded nothing
     assert cost.loc["L4", "embed_seconds"] == pytest.approx(cost.loc["L3", "embed_seconds"])
 
 
@@ -109,8 +115,10 @@ def test_late_contrasts_are_a_holm_family_with_tost_from_the_same_draws(beyond):
 def test_the_report_shows_the_cost_table_the_pareto_figure_and_tost_beside_holm(beyond):
     project, cfg, _ = beyond
     cost = artifacts.read(cfg, "cost")
-    assert set(cost["condition"]) >= set(LATE) and set(cost["embedder"]) == {"strong"}
-    assert (cost.loc[cost["condition"].isin(LATE), "embedding"] == "late").all()
+    assert set(cost["condition"]) >= set(LATE) and set(cost["embedder"]) == set(RETRIEVERS)
+    late = cost[cost["condition"].isin(LATE)]
+    assert (late.loc[late["embedder"] != "bm25", "embedding"] == "late").all()
+    assert (cost.loc[cost["embedder"] == "bm25", "embedding"] == "none").all()
     assert cost.groupby("embedder")["pareto_tokens"].any().all()
     out = project / "figures" / cfg.corpus
     md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
@@ -169,3 +177,119 @@ def test_the_markdown_example_reports_the_late_contrasts(tmp_path_factory):
     assert set(user["contrast"]) == {"B1", "B2", "B3"} and "equivalence" in user
     md = (project / "figures" / "markdown_late" / "report.md").read_text()
     assert "B1 §" in md and "## What each condition costs" in md
+
+
+# ------------------------------------------------------------------------------------------------ retrieval modes
+
+
+def test_each_condition_is_ranked_in_every_mode_and_its_prefix_enters_the_lexical_index(beyond):
+    """retrieve.modes [dense, bm25, hybrid]: every condition in each retriever, first stage and reranked (the
+    strong embedder's lists in every mode); the BM25 lists are BM25 over what each condition embeds (A1: its
+    situating context + content), and late pooling, which changes vectors only, leaves a condition's BM25 list
+    as its source condition's (L3's is A3's)."""
+    _, cfg, _ = beyond
+    runs, chunks = artifacts.read(cfg, "runs"), artifacts.read(cfg, "chunks")
+    conds = set(chunks["condition"])
+    for rr in ("none", *cfg.params("retrieve").rerankers):  # tiny_beyond's untrained cross-encoder
+        cells = runs[runs["reranker"] == rr].groupby("embedder")["condition"].agg(set)
+        assert list(cells.index.sort_values()) == sorted(RETRIEVERS) and all(c == conds for c in cells)
+    documents, queries = artifacts.read(cfg, "documents"), artifacts.read(cfg, "queries")
+    a1 = chunks[chunks["condition"] == "A1"].reset_index(drop=True)
+    texts = chunk_sets.embedded_texts(a1, documents)
+    assert (a1["prefix"] != "").all() and all(t.startswith(p) for t, p in zip(texts, a1["prefix"]))
+    p = Bm25Params()
+    index = lexical.build_index(lexical.tokenize(list(texts), p), p)
+    idx, scores, n = lexical.flat_search(index, lexical.tokenize(queries["text"].tolist(), p), a1["chunk_id"],
+                                         cfg.params("retrieve").k)
+    got = runs[(runs["embedder"] == "bm25") & (runs["reranker"] == "none") & (runs["condition"] == "A1")]
+    assert got["chunk_id"].tolist() == [a1["chunk_id"][j] for q in range(len(queries)) for j in idx[q, :n[q]]]
+    np.testing.assert_array_equal(got["score"].to_numpy(), np.concatenate([scores[q, :n[q]]
+                                                                           for q in range(len(queries))]))
+
+    def plain(cond):
+        r = runs[(runs["embedder"] == "bm25") & (runs["reranker"] == "none") & (runs["condition"] == cond)]
+        return [(q, c.split("|", 1)[1], s) for q, c, s in zip(r["query_id"], r["chunk_id"], r["score"])]
+
+    assert plain("L3") == plain("A3") and plain("L0") == plain("A0")
+    report = artifacts.read_json(cfg, "05_retrieve", "lexical_report")
+    assert {r["condition"] for r in report["conditions"]} == conds and report["method"] == "lucene"
+    recall = artifacts.read(cfg, "section_recall_summary")
+    assert set(recall.loc[recall["condition"] == "A4", "embedder"]) == set(RETRIEVERS)  # routed in every mode
+
+
+def test_the_report_shows_each_mode_s_contrasts_and_the_recipe_with_its_interval(beyond):
+    project, cfg, _ = beyond
+    contrasts = artifacts.read(cfg, "contrasts")
+    primary = cfg.params().primary_cell
+    for r in RETRIEVERS:  # the four contrasts in each mode's cell of the primary metric, Holm within it
+        cell = contrasts[(contrasts["metric"] == primary.metric) & (contrasts["embedder"] == r)
+                         & (contrasts["reranker"] == "none")]
+        assert list(cell["contrast"]) == ["C1", "C2", "C3", "C4"]
+        assert cell["confirmatory"].tolist() == [r == primary.embedder] * 4
+        assert cell["p_holm"].tolist() == pytest.approx(stats.holm(cell["p"].to_numpy()).tolist())
+    per_type = artifacts.read(cfg, "per_type")
+    assert set(per_type.loc[per_type["metric"] == primary.metric, "embedder"]) == set(RETRIEVERS)
+    recipe, scores = artifacts.read(cfg, "recipe"), artifacts.read(cfg, "recipe_scores")
+    k = cfg.params("stats").recipe_k
+    assert set(scores["metric"]) == {f"recall@{k}"} and set(scores["condition"]) == {"A0", "A1"}
+    rerankers = list(cfg.params("retrieve").rerankers)
+    assert recipe["step"].tolist() == ["R0", "R1", "R2", "R3", "R4", "R5"] + ["R6"] * len(rerankers)
+    assert recipe.loc[recipe["step"] == "R6", ["condition", "embedder", "reranker"]].values.tolist() == \
+        [["A1", "hybrid-strong", r] for r in rerankers]
+
+    def failure(cond, retriever, rr="none"):
+        sel = scores[(scores["condition"] == cond) & (scores["embedder"] == retriever) & (scores["reranker"] == rr)]
+        return float((1 - sel["value"]).mean())
+
+    r5 = recipe.set_index("step").loc["R5"]
+    assert r5["failure"] == pytest.approx(failure("A1", "hybrid-strong"))
+    assert r5["reduction"] == pytest.approx(1 - failure("A1", "hybrid-strong") / failure("A0", "strong"))
+    assert r5["anthropic"] == 0.49 and recipe.set_index("step").loc["R3", "anthropic"] == 0.35
+    for name, spec in cfg.params("retrieve").rerankers.items():
+        if spec.top_n <= k:  # reordering the top n <= k cannot change which chunks the top k hold
+            r6 = recipe[(recipe["step"] == "R6") & (recipe["reranker"] == name)].iloc[0]
+            assert r6["failure"] == r5["failure"] and r6["reduction"] == r5["reduction"]
+    ok = recipe[recipe["inference"]]
+    assert len(ok) and (ok["ci_low"] <= ok["reduction"]).all() and (ok["reduction"] <= ok["ci_high"]).all()
+    out = project / "figures" / cfg.corpus
+    md = (out / "report.md").read_text()
+    assert "## Retrieval modes: dense, BM25 and hybrid (exploratory)" in md
+    assert "Exploratory: the contrasts in each retrieval mode" in md and "Anthropic's contextual-retrieval recipe" in md
+    assert (out / "fig_recipe.png").is_file() and (out / "tables" / "recipe.tex").is_file()
+    got = golden.headline(cfg)
+    assert set(got["modes"]) == {"bm25", "hybrid-strong"} and len(got["recipe"]) == 6 + len(rerankers)
+
+
+def test_every_mode_s_trec_runs_score_in_ir_measures_as_in_the_study(beyond, tmp_path):
+    """The BEIR/TREC export of every cell, each mode's first-stage and reranked lists included (a BM25 list may be
+    shorter than k): ir_measures' nDCG@10 and RR equal the study's per query."""
+    _, cfg, _ = beyond
+    written = export.export_run(cfg, tmp_path)
+    check = export.check_with_ir_measures(cfg, written)
+    assert set(check["embedder"]) == set(RETRIEVERS)
+    assert set(check["reranker"]) == {"none", *cfg.params("retrieve").rerankers}
+    assert check[["max_diff_nDCG", "max_diff_RR"]].to_numpy().max() <= 1e-9
+
+
+def test_the_mode_is_an_axis_of_each_contrast_s_specification_curve(beyond):
+    """multiverse.embedders takes the run's retrievers: each contrast's curve over the three modes (with the query
+    types), whose dense primary specification is Table 1's row and whose other modes' all-query specifications are
+    07's contrasts of those cells."""
+    _, cfg, _ = beyond
+    p = cfg.params()
+    mv = config.record("multiverse", {"embedders": RETRIEVERS, "query_types": ["all", "each"]})
+    scores, queries = artifacts.read(cfg, "scores"), artifacts.read(cfg, "queries")
+    got = multiverse.curves(scores, None, queries, p.stats, p.primary_cell, mv,
+                                  [(p.stats.primary_metric, "cov-nDCG", p.metrics.cutoff)], cfg.corpus)
+    specs = got.specifications
+    n_types = queries["qtype"].nunique()
+    assert (got.summary["n_declared"] == len(RETRIEVERS) * (1 + n_types)).all()
+    contrasts = artifacts.read(cfg, "contrasts").set_index(["embedder", "contrast"])
+    cols = ["mean_delta", "ci_low", "ci_high", "p", "n_queries"]
+    for r in RETRIEVERS:
+        every = specs[(specs["embedder"] == r) & (specs["query_types"] == "all")].set_index("contrast")
+        want = contrasts[contrasts["metric"] == p.stats.primary_metric].loc[r]
+        want = want[want["reranker"] == "none"]
+        for c in every.index:
+            assert every.loc[c, cols].tolist() == pytest.approx(want.loc[c, cols].tolist(), nan_ok=True), (r, c)
+    assert specs.loc[specs["primary"], "embedder"].unique().tolist() == [p.embed.strong]

@@ -555,3 +555,52 @@ def test_late_pooling_beside_a_served_embedder_is_refused_naming_the_condition()
         config.load(ROOT / "params" / "demo.yaml", overrides={
             **served, "conditions": {"extra": {"L0": {"of": "A0", "embedding": "late"}}}})
     assert config.load(ROOT / "params" / "demo.yaml", overrides=served)  # without a late condition: fine
+
+
+def test_retrieval_modes_enter_only_the_digests_of_the_stages_that_read_them():
+    """retrieve.modes, retrieve.bm25, retrieve.fusion and stats.recipe_k came after runs were pinned: at their
+    defaults no stage's digest moves; a BM25 or fusion parameter reruns 05 (whose dense searches the store then reads
+    back) and the report, never 01-04, 06 or 07; the modes themselves rerun 05, 06 (the recipe's recall) and 08."""
+    a = config.load(ROOT / "params" / "demo.yaml")
+    same = config.load(ROOT / "params" / "demo.yaml", overrides={
+        "retrieve": {"modes": ["dense"], "bm25": {"k1": 1.5, "method": "lucene"}, "fusion": {"method": "rrf"}},
+        "stats": {"recipe_k": 20}})
+    digests = {s: config.stage_digest(a, s) for s in config.STAGE_SECTIONS}
+    assert digests == {s: config.stage_digest(same, s) for s in config.STAGE_SECTIONS}
+
+    def moved(x, y):
+        return {s for s in config.STAGE_SECTIONS if config.stage_digest(x, s) != config.stage_digest(y, s)}
+
+    three = {"modes": ["dense", "bm25", "hybrid"]}
+    modes = config.load(ROOT / "params" / "demo.yaml", overrides={"retrieve": three})
+    assert moved(a, modes) == {"05_retrieve", "06_metrics", "08_figures"}
+    for change in ({"bm25": {"k1": 0.9}}, {"bm25": {"stemmer": "porter"}}, {"fusion": {"rrf_k": 10}},
+                   {"fusion": {"method": "convex", "normalisation": "zscore"}}):
+        other = config.load(ROOT / "params" / "demo.yaml", overrides={"retrieve": {**three, **change}})
+        assert moved(modes, other) == {"05_retrieve", "08_figures"}, change
+    k = config.load(ROOT / "params" / "demo.yaml", overrides={"retrieve": three, "stats": {"recipe_k": 10}})
+    assert moved(modes, k) == {"06_metrics", "07_stats", "08_figures"}
+    assert list(modes.params().retrievers) == ["strong", "weak", "bm25", "hybrid-strong", "hybrid-weak"]
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"retrieve": {"modes": ["bm25"]}}, r"retrieve\.modes.*lacks 'dense'"),
+    ({"retrieve": {"modes": ["dense", "lexical"]}}, r"retrieve\.modes.*'lexical' is not one of"),
+    ({"retrieve": {"modes": ["dense", "bm25"]}, "embed": {"embedders": {"bm25": {"model": "x"}}}},
+     r"embed\.embedders\.bm25: the name is the bm25 mode's retriever"),
+    ({"retrieve": {"fusion": {"depth": 10}}}, r"retrieve\.fusion.*depth 10 is below retrieve\.k \(50\)"),
+    ({"retrieve": {"fusion": {"dense_weight": 0, "bm25_weight": 0}}}, r"retrieve\.fusion.*both 0"),
+    ({"retrieve": {"bm25": {"method": "bm42"}}}, r"retrieve\.bm25\.method.*not one of"),
+    ({"stats": {"recipe_k": 60}}, r"stats\.recipe_k.*must not exceed retrieve\.k"),
+    ({"multiverse": {"embedders": ["strong", "bm25"]}}, r"multiverse\.embedders.*'bm25' is not one of"),
+])
+def test_a_retrieval_mode_declared_wrong_is_refused_at_load(change, match):
+    with pytest.raises(config.ConfigError, match=match):
+        config.load(ROOT / "params" / "demo.yaml", overrides=change)
+
+
+def test_the_mode_axis_of_the_specification_curve_takes_the_run_s_retrievers():
+    cfg = config.load(ROOT / "params" / "demo.yaml", overrides={
+        "retrieve": {"modes": ["dense", "bm25", "hybrid"]},
+        "multiverse": {"embedders": ["strong", "bm25", "hybrid-strong", "hybrid-weak"]}})
+    assert cfg.params("multiverse").embedders == ("strong", "bm25", "hybrid-strong", "hybrid-weak")

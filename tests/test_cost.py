@@ -259,3 +259,40 @@ def test_the_call_records_are_read_as_the_cache_keeps_them(tmp_path):
     got = cost.read_call_records(path)
     assert sorted(r["key"] for r in got) == ["k1", "k2", "k3"]
     assert path.read_text().endswith('"te') and cost.read_call_records(tmp_path / "none.jsonl") == []
+
+
+def test_a_lexical_mode_is_charged_its_bm25_index_and_a_hybrid_both_by_hand():
+    """retrieve.modes [dense, bm25, hybrid]: BM25 rows read the bm25s tokens of 05's lexical_report and its index's
+    bytes (and, routed, its sections'), the hybrid rows add the embedder's dense row to them; both mode rows take
+    their latency from 05's timing of their own search."""
+    from chunkstudy import design
+
+    chunks = _chunks()
+    quality = pd.DataFrame({"condition": ["X", "L"] * 3, "embedder": ["e", "e", "bm25", "bm25", "hybrid-e",
+                                                                      "hybrid-e"], "quality": [0.5, 0.6] * 3})
+    lexical = {"conditions": [
+        {"condition": "X", "n_chunks": 3, "n_tokens": 70, "n_vocab": 20, "nnz": 40, "index_bytes": 404,
+         "n_sections": 2, "section_bytes": 300, "index_seconds": 0.5},
+        {"condition": "L", "n_chunks": 2, "n_tokens": 50, "n_vocab": 15, "nnz": 30, "index_bytes": 304,
+         "n_sections": 0, "section_bytes": 0, "index_seconds": 0.25}]}
+    timing = pd.DataFrame({"embedder": ["e", "bm25", "hybrid-e"], "condition": ["X"] * 3, "n_queries": [10] * 3,
+                           "seconds": [0.01, 0.02, 0.04]})
+    embed_report = pd.DataFrame({"embedder": ["e"], "n_tokens": [1000], "seconds": [2.0]})
+    t = cost.cost_table(chunks, quality, cost.llm_calls_from_records([]), {"X": [], "L": []},
+                        {"e": cost.EncoderShape(8, 4, 16, 2)}, two_stage={"X"}, embed_report=embed_report,
+                        retrieval=timing, lexical=lexical,
+                        retrievers=design.retrievers(["dense", "bm25", "hybrid"], ["e"])
+                        ).set_index(["condition", "embedder"])
+    assert list(t.reset_index().columns) == cost.COST_COLUMNS
+    bm, hy, de = t.loc[("X", "bm25")], t.loc[("X", "hybrid-e")], t.loc[("X", "e")]
+    assert bm["embedding"] == "none" and hy["embedding"] == "independent"
+    assert t.loc[("L", "bm25"), "embedding"] == "none"
+    assert (bm["tokens_read"], bm["n_vectors"], bm["n_route_vectors"], bm["dim"], bm["index_bytes"]) == \
+        (70.0, 3, 2, 0, 704)
+    assert bm["embed_seconds"] == 0.5 and bm["latency_ms_per_query"] == pytest.approx(2.0)
+    assert hy["tokens_read"] == 70.0 + de["tokens_read"] and hy["index_bytes"] == 704 + de["index_bytes"]
+    assert (hy["n_vectors"], hy["n_route_vectors"], hy["dim"]) == (3, 2 + 2, 8)
+    assert hy["embed_seconds"] == pytest.approx(0.5 + de["embed_seconds"]) and hy["latency_ms_per_query"] == 4.0
+    # the condition's own columns are the same in every mode; each mode has its own Pareto front
+    assert (t.xs("X", level="condition")["tokens_embedded"] == 35).all()
+    assert t.groupby(level="embedder")["pareto_tokens"].any().all()

@@ -221,3 +221,54 @@ def test_no_module_outside_the_prefix_registry_decides_by_a_prefix_kinds_name():
              if str(path.relative_to(LIB)) not in PREFIX_REGISTRY
              for hit in _prefix_name_checks(path.read_text(encoding="utf-8"))]
     assert found == []
+
+
+#: The retrieval modes' registry: their declaration and the function of each.
+MODE_REGISTRY = ("design.py", "retrieve/modes.py")
+
+
+def _mode_name_checks(source: str) -> list[str]:
+    """The places in ``source`` that decide by a retrieval mode's name: a comparison (``==``, ``!=``, ``in``, ``not
+    in``) of an expression that reads a mode with a mode's name (or a literal collection holding one)."""
+    names = set(design.MODES)
+
+    def names_a_mode(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return bool((_literal_strings(node) or set()) & names)
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(names_a_mode(x) for x in sides) and any("mode" in ast.unparse(x) for x in sides
+                                                            if not names_a_mode(x)):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_mode_name_check_finds_what_it_looks_for():
+    assert len(_mode_name_checks('a = mode.name == "bm25"\nb = "hybrid" in p.modes\nc = m.mode != "dense"\n'
+                                 'd = mode.name in ("bm25", "hybrid")\n')) == 4
+    assert _mode_name_checks('a = mode.lexical\nb = design.DENSE in p.modes\nc = r.embedder == "bm25x"\n') == []
+
+
+def test_no_module_outside_the_mode_registry_decides_by_a_retrieval_mode_s_name():
+    """Whether a mode reads vectors, a BM25 index or both, what its retriever is called and which retrievers a
+    reranker rescores are read from design.RetrievalMode, never from its name: a mode added to
+    design.RETRIEVAL_MODES (with its function in retrieve/modes.py) is treated by what it declares."""
+    found = [f"{path.relative_to(LIB)}:{hit}" for path in sorted(LIB.rglob("*.py"))
+             if str(path.relative_to(LIB)) not in MODE_REGISTRY
+             for hit in _mode_name_checks(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+def test_the_recipe_is_declared_on_the_paper_s_conditions_and_the_declared_modes():
+    assert design.RECIPE[0].mode == design.DENSE and not design.RECIPE[0].reranked  # the baseline: plain embeddings
+    assert {s.condition for s in design.RECIPE} == {"A0", "A1"}
+    assert design.recipe_modes() == design.MODES
+    assert [s.name for s in design.RECIPE if s.anthropic] == ["R3", "R5"]
+    with pytest.raises(ValueError, match="unknown retrieval mode"):
+        design.RecipeStep("X", "A0", "sparse", False, "x")
+    with pytest.raises(ValueError, match="unknown condition"):
+        design.RecipeStep("X", "Z9", "bm25", False, "x")

@@ -159,6 +159,10 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
                                   {c: [] for c in chunks["condition"].unique()},
                                   {e: cost.EncoderShape(int(v.shape[1]), 4, 256, 2) for e, v in vecs.items()},
                                   two_stage={"A4", "G4"}, retrieval=ret["timing"])
+    # a dense-only run (retrieve.modes at its default) writes the recipe's table empty
+    from chunkstudy.stats import recipe
+
+    out["recipe"] = recipe.recipe_table(pd.DataFrame(), config_mod.record("stats", sp), "strong", "synthetic")
     # each contrast's specification curve (chunkstudy.stats.multiverse): the weak embedder has no reranked cell
     from chunkstudy.stats import multiverse
 

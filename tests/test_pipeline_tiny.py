@@ -54,7 +54,8 @@ def test_manifests_and_report_say_how_each_encoder_ran(tiny_project):
     assert [(r["embedder"], r["runtime"], r["dtype"], r["cpu_bf16"], r["agreement_n"]) for r in rows] == \
         [("strong", "torch", "float32", None, None), ("weak", "torch", "float32", None, None)]
     assert m4["environment"]["cpu_bf16"] is None and m4["environment"]["cpu_features_env"] == ""
-    assert artifacts.read_manifest(cfg, "05_retrieve")["records"] == {"rerank_report": []}  # tiny has no reranker
+    # tiny has no reranker and no lexical mode (retrieve.modes: its dense default)
+    assert artifacts.read_manifest(cfg, "05_retrieve")["records"] == {"rerank_report": [], "lexical_report": {}}
     lines = (project / "figures" / "tiny" / "report.md").read_text().splitlines()
     for key in ("strong", "weak"):
         (row,) = [ln for ln in lines if ln.startswith(f"| embedder '{key}' ")]

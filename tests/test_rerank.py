@@ -307,3 +307,23 @@ def test_float16_scores_rank_as_float32_with_no_ties(tmp_path):
     assert len(set(half.tolist())) == len(CANDIDATES), half  # no two candidates tie
     assert list(np.argsort(-half, kind="stable")) == list(np.argsort(-ref, kind="stable"))
     assert np.abs(half - ref).max() < 0.05, (half, ref)
+
+
+def test_rerank_all_rescores_the_strong_embedder_s_lists_in_every_retrieval_mode(tmp_path):
+    """retrieve.modes [dense, bm25, hybrid]: the rerankers rescore the lists of the strong embedder's retrievers
+    (strong, bm25, hybrid-strong), never the weak embedder's (weak, hybrid-weak); a list of one name is today's."""
+    from chunkstudy import design
+    from chunkstudy.retrieve import modes
+
+    base = first_stage_runs()
+    runs = pd.concat([base.assign(embedder=e) for e in ("strong", "weak", "bm25", "hybrid-strong", "hybrid-weak")],
+                     ignore_index=True)
+    names = modes.reranked_retrievers(design.retrievers(["dense", "bm25", "hybrid"], ["strong", "weak"]), "strong")
+    params = config.record("retrieve", {"rerankers": {KEY: {**SPEC, "top_n": 2}}})
+    out = rerank.rerank_all(runs, QUERIES, TEXTS, params, names, tmp_path)
+    assert sorted(set(out["embedder"])) == ["bm25", "hybrid-strong", "strong"]
+    one = rerank.rerank_all(runs, QUERIES, TEXTS, params, "strong", tmp_path)
+    pd.testing.assert_frame_equal(out[out["embedder"] == "strong"].reset_index(drop=True), one)
+    for e in names:  # the same first-stage lists, the same cached scores: the same reranked lists in every mode
+        got = out[out["embedder"] == e].drop(columns="embedder").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, one.drop(columns="embedder"))

@@ -56,6 +56,11 @@ ALLOWED = {
     ("chunks.chunk_sets", "build_all", "conditions"): "None = the paper's conditions of the chunking record it is "
                                                       "given (Condition records), not the conditions section",
     ("chunks.cuts", "CutInputs.__init__", "cache"): "the sentence bounds of one build, not llm.cache",
+    # names that became schema keys with retrieve.bm25 (k1, b)
+    ("queries.bm25", "build_index", "k1"): "bm25s's own default of the leakage diagnostic's index (03 passes "
+                                           "queries.bm25_k1), not retrieve.bm25.k1",
+    ("queries.bm25", "build_index", "b"): "bm25s's own default of the leakage diagnostic's index (03 passes "
+                                          "queries.bm25_b), not retrieve.bm25.b",
     ("embed", "onnx_model_dir", "extra"): "extra fingerprint parts of an ONNX export, not conditions.extra",
     ("report.figures", "routing_example", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",
     ("report.figures", "mechanisms", "embedder"): "None = the first embedder present, not conditions.extra.*.embedder",

@@ -57,6 +57,35 @@ def _embedders(d: dict) -> list[str]:
     return list(d["embed"]["embedders"])
 
 
+def _retrievers(d: dict) -> list[str]:
+    """The run's retrievers (:func:`chunkstudy.design.retrievers`): its cells' second coordinate."""
+    return list(design.retrievers(d["retrieve"]["modes"], _embedders(d)))
+
+
+def _modes(d: dict) -> str | None:
+    """``retrieve.modes`` holds the dense mode (the primary cell's), and no embedder key is another mode's retriever
+    name (``bm25``, ``hybrid-<key>``): a cell must name one retriever."""
+    if design.DENSE not in d["retrieve"]["modes"]:
+        return f"{list(d['retrieve']['modes'])} lacks {design.DENSE!r}: the primary cell (stats.primary_metric x " \
+               "embed.strong) is dense; add it"
+    others = [m for m in design.RETRIEVAL_MODES.values() if m.name != design.DENSE]
+    for key in _embedders(d):
+        for m in others:
+            if key in {m.retriever_name(e) for e in _embedders(d)}:
+                return f"embed.embedders.{key}: the name is the {m.name} mode's retriever; rename the embedder"
+    return None
+
+
+def _fusion(d: dict) -> str | None:
+    """``retrieve.fusion``: a weight above 0, and a depth that lets the fused list fill ``retrieve.k``."""
+    f, k = d["retrieve"]["fusion"], d["retrieve"]["k"]
+    if not f["dense_weight"] + f["bm25_weight"] > 0:
+        return "dense_weight and bm25_weight are both 0: nothing is fused; give one a weight above 0"
+    if f["depth"] is not None and f["depth"] < k:
+        return f"depth {f['depth']} is below retrieve.k ({k}): the fused list could not fill k ranks"
+    return None
+
+
 def _metric_names(d: dict) -> list[str]:
     return design.metric_names(d["metrics"])  # the canonical names, as 06 writes them
 
@@ -195,7 +224,7 @@ def _multiverse_axis(key: str) -> Callable[[dict], str | None]:
         valid, primary, source = {
             "metrics": (_metric_names(d), st["primary_metric"], "stats.primary_metric"),
             "cutoffs": (None, d["metrics"]["cutoff"], "metrics.cutoff"),
-            "embedders": (_embedders(d), d["embed"]["strong"], "embed.strong"),
+            "embedders": (_retrievers(d), d["embed"]["strong"], "embed.strong"),
             "rerankers": (["none", *d["retrieve"]["rerankers"]], st["primary_reranker"], "stats.primary_reranker"),
             "query_types": (None, "all", "every query"),
             "bootstrap_seeds": (None, st["seed"], "stats.seed")}[key]
@@ -301,6 +330,10 @@ RULES: tuple[Rule, ...] = (
     less_than("chunking.min_chunk_tokens", "chunking.max_chunk_tokens"),
     at_most("metrics.cutoff", "retrieve.k"),
     at_most("metrics.recall_k", "retrieve.k"),
+    at_most("stats.recipe_k", "retrieve.k"),
+    Rule("retrieve.modes", _modes, "the dense mode is among them, and no embedder is named as another mode's "
+         "retriever"),
+    Rule("retrieve.fusion", _fusion, "a weight above 0, and a depth of at least retrieve.k"),
     one_of("embed.strong", "the keys of embed.embedders", _embedders, unless_empty=True),
     one_of("stats.primary_reranker", "'none' or the keys of retrieve.rerankers",
            lambda d: ["none", *d["retrieve"]["rerankers"]]),

@@ -459,6 +459,104 @@ def extra_question(a: str, b: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Retrieval modes (dense, lexical, hybrid) and Anthropic's contextual-retrieval recipe
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetrievalMode:
+    """How 05 ranks a condition's chunks for a query (``retrieve.modes``; docs/beyond.md, "Retrieval modes"); every
+    decision about a mode reads this record, never its name (a test scans the library). ``dense``: by an embedder's
+    vectors (the paper's); ``lexical``: by BM25 over the condition's indexed texts, exactly what it embeds
+    (``prefix + content``; ``retrieve.bm25``); both: the two rankings fused (``retrieve.fusion``). Relevance stays
+    on content offsets in every mode. ``retriever``: the mode's name, with an embedder, as the second coordinate of
+    a cell (the ``embedder`` column of runs, scores and 07's tables): ``{embedder}`` for the dense mode, so a
+    dense-only run keeps every cell's name and the primary cell stays ``<metric>|<strong>|none``. ``label``: how
+    tables name it; ``question``: what its contrasts answer beside the dense ones."""
+
+    name: str
+    dense: bool
+    lexical: bool
+    retriever: str
+    label: str
+    question: str
+
+    @property
+    def per_embedder(self) -> bool:
+        """True when the mode has one retriever per embedder (it reads vectors)."""
+        return "{embedder}" in self.retriever
+
+    def retriever_name(self, embedder: str) -> str:
+        """The retriever of this mode with ``embedder`` (ignored by a mode that reads no vectors)."""
+        return self.retriever.format(embedder=embedder)
+
+
+#: The paper's retrieval mode (the primary cell's; every run has it).
+DENSE = "dense"
+#: Every retrieval mode, in declared order (``retrieve.modes``' choices).
+RETRIEVAL_MODES: dict[str, RetrievalMode] = {
+    DENSE: RetrievalMode(DENSE, True, False, "{embedder}", "dense",
+                         "the paper's question: does the mechanism help an embedding index?"),
+    "bm25": RetrievalMode("bm25", False, True, "bm25", "BM25",
+                          "does the prefix help a lexical index (a heading path's, a context's or a foreign path's "
+                          "vocabulary entering BM25)?"),
+    "hybrid": RetrievalMode("hybrid", True, True, "hybrid-{embedder}", "hybrid (dense + BM25, fused)",
+                            "does the mechanism still help once lexical matching is fused in (DAPR: hybrid "
+                            "retrieval is strongest overall but fails where document context is needed)?"),
+}
+MODES: tuple[str, ...] = tuple(RETRIEVAL_MODES)
+
+
+def retrievers(modes: Sequence[str], embedders: Sequence[str]) -> dict[str, tuple[RetrievalMode, str | None]]:
+    """A run's retrievers, ``{name: (mode, embedder or None)}``: each of ``modes`` with each embedder where it reads
+    vectors, once where not: ``["dense", "bm25", "hybrid"]`` × strong, weak -> strong, weak, bm25, hybrid-strong,
+    hybrid-weak."""
+    out: dict[str, tuple[RetrievalMode, str | None]] = {}
+    for name in modes:
+        mode = lookup(RETRIEVAL_MODES, name, "retrieval mode")
+        for emb in (embedders if mode.per_embedder else (None,)):
+            out[mode.retriever_name(emb or "")] = (mode, emb)
+    return out
+
+
+@dataclass(frozen=True)
+class RecipeStep:
+    """A step of Anthropic's contextual-retrieval recipe as the study runs it (docs/beyond.md, "Anthropic's recipe"):
+    a paper condition in a mode, reranked or not; ``anthropic``: the key of the failure reduction the paper cites
+    for it (:mod:`chunkstudy.paper`, ``study.anthropic``), None where it cites none."""
+
+    name: str
+    condition: str
+    mode: str
+    reranked: bool
+    label: str
+    anthropic: str | None = None
+
+    def __post_init__(self) -> None:
+        condition(self.condition)
+        lookup(RETRIEVAL_MODES, self.mode, f"retrieval mode of recipe step {self.name}")
+
+
+#: The recipe's steps; the first is the baseline every reduction is measured against (Anthropic's: embeddings of
+#: plain chunks). Its top-k failure is ``1 − recall@k`` (``stats.recipe_k``, 20 as Anthropic's), span-level.
+RECIPE: tuple[RecipeStep, ...] = (
+    RecipeStep("R0", "A0", DENSE, False, "embeddings on fixed windows (the baseline)"),
+    RecipeStep("R1", "A0", "bm25", False, "plain BM25 on fixed windows"),
+    RecipeStep("R2", "A0", "hybrid", False, "embeddings + plain BM25, fused"),
+    RecipeStep("R3", "A1", DENSE, False, "contextual embeddings (A1)", "contextual_embeddings"),
+    RecipeStep("R4", "A1", "bm25", False, "contextual BM25 (A1's contexts indexed)"),
+    RecipeStep("R5", "A1", "hybrid", False, "contextual embeddings + contextual BM25, fused", "contextual_hybrid"),
+    RecipeStep("R6", "A1", "hybrid", True, "contextual embeddings + contextual BM25, fused, reranked"),
+)
+
+
+def recipe_modes() -> tuple[str, ...]:
+    """The modes the recipe's steps name (declared order): a run reports the recipe when it retrieves in them all."""
+    used = {s.mode for s in RECIPE}
+    return tuple(m for m in MODES if m in used)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Metrics
 # ---------------------------------------------------------------------------------------------------------------
 

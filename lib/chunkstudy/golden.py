@@ -43,10 +43,13 @@ def headline(cfg: config.Config) -> dict:
 #: Sections of :func:`headline` a golden file pins only when it has them (golden files pinned before these existed
 #: leave them out, and :func:`compare` does not count them as unexpected there): the user's contrasts of the
 #: primary cell, the exact columns of 07's cost table, the correctly specified secondary model (07's
-#: ``mixedlm_paired``), each contrast's specification curve and the curve read by axis, and 07's check of its own
-#: tests (``size_check``: each family's family-wise size per test, and the paired MixedLM's coverage per contrast);
-#: each registered verdict's section too (:func:`optional`; the calibrated test's ``calibrated``, TOST's ``tost``).
-OPTIONAL = ("user_contrasts", "cost", "mixedlm_paired", "multiverse", "multiverse_axes", "size_check")
+#: ``mixedlm_paired``), each contrast's specification curve and the curve read by axis, 07's check of its own tests
+#: (``size_check``: each family's family-wise size per test, and the paired MixedLM's coverage per contrast), the
+#: contrasts of the primary metric in each retrieval mode but the dense one (``modes``) and Anthropic's recipe
+#: (``recipe``); each registered verdict's section too (:func:`optional`; the calibrated test's ``calibrated``,
+#: TOST's ``tost``).
+OPTIONAL = ("user_contrasts", "cost", "mixedlm_paired", "multiverse", "multiverse_axes", "size_check", "modes",
+            "recipe")
 
 
 def optional() -> tuple[str, ...]:
@@ -98,6 +101,7 @@ def _beyond(cfg: config.Config, primary, cell: str) -> dict:
         pinned = checked[checked["measure"] != "size"]
         if len(pinned):
             out["size_check"] = {f"{r.family} / {r.rule} / {r.contrast}": float(r.rate) for r in pinned.itertuples()}
+    out.update(_modes(cfg))
     curves = artifacts.read(cfg, "multiverse_summary") if artifacts.exists(cfg, "multiverse_summary") else None
     if curves is not None and len(curves):
         out["multiverse"] = {str(r["contrast"]): {c: _plain(r[c]) for c in MULTIVERSE_PINNED}
@@ -109,6 +113,34 @@ def _beyond(cfg: config.Config, primary, cell: str) -> dict:
             by_axis.setdefault(str(r["contrast"]), {}).setdefault(str(r["axis"]), {})[str(r["level"])] = {
                 c: _plain(r[c]) for c in MULTIVERSE_AXES_PINNED}
         out["multiverse_axes"] = by_axis
+    return out
+
+
+#: The recipe's columns a golden pins, per step (07's ``recipe``).
+RECIPE_PINNED = ("failure", "baseline_failure", "reduction", "ci_low", "ci_high", "p", "n_queries")
+
+
+def _modes(cfg: config.Config) -> dict:
+    """The ``modes`` and ``recipe`` sections of a run with more than the dense mode: per retriever of the strong
+    embedder in a lexical mode (``bm25``, ``hybrid-<strong>``), the paper's contrasts of the primary metric without
+    a reranker (as Table 1 pins them); per recipe step (and reranker), :data:`RECIPE_PINNED`."""
+    p = cfg.params()
+    if len(p.retrieve.modes) < 2:
+        return {}
+    metric, strong, _ = p.primary_cell
+    contrasts = artifacts.read(cfg, "contrasts")
+    out: dict = {"modes": {}}
+    for name, (mode, emb) in p.retrievers.items():
+        if not mode.lexical or emb not in (None, strong):
+            continue
+        rows = contrasts[(contrasts["metric"] == metric) & (contrasts["embedder"] == name)
+                         & (contrasts["reranker"] == "none")].sort_values("contrast")
+        out["modes"][name] = {r.contrast: {"mean_delta": float(r.mean_delta), "p": float(r.p),
+                                           "p_holm": float(r.p_holm), "dz": float(r.dz)} for r in rows.itertuples()}
+    recipe = artifacts.read(cfg, "recipe") if artifacts.exists(cfg, "recipe") else None
+    if recipe is not None and len(recipe):
+        out["recipe"] = {f"{r['step']} / {r['reranker']}": {c: (r[c].item() if hasattr(r[c], "item") else r[c])
+                                                            for c in RECIPE_PINNED} for _, r in recipe.iterrows()}
     return out
 
 

@@ -390,6 +390,33 @@ class RerankerParams(ServerClientParams):
 
 
 @dataclass(frozen=True)
+class Bm25Params:
+    """``retrieve.bm25``: each condition's index over its prefix + content (:mod:`chunkstudy.retrieve.lexical`)."""
+
+    method: Literal["lucene", "robertson", "atire", "bm25l", "bm25+"] = param(
+        "lucene", "bm25s's variant (Kamphuis et al. 2020; lucene: Lucene's and Pyserini's)")
+    k1: float = param(1.5, "term-frequency saturation", ge=0)
+    b: float = param(0.75, "document-length normalisation", ge=0, le=1)
+    delta: float = param(0.5, "bm25l and bm25+: the floor a present term adds", ge=0)
+    lowercase: bool = param(True)
+    token_pattern: str = param(r"(?u)\b\w\w+\b", "what a token matches (bm25s's: two or more word characters)")
+    stopwords: Literal["en", "none"] = param("en", "en: bm25s's English stopwords removed")
+    stemmer: Literal["none", "porter"] = param("none", "porter: NLTK's Porter stemmer on texts and queries")
+
+
+@dataclass(frozen=True)
+class FusionParams:
+    """``retrieve.fusion``: how ``hybrid`` fuses the dense and BM25 rankings (:mod:`chunkstudy.retrieve.fusion`)."""
+
+    method: Literal["rrf", "convex"] = param("rrf", "rrf: sum of weight / (rrf_k + rank); convex: of normalised scores")
+    rrf_k: int = param(60, ge=1)
+    dense_weight: float = param(1.0, ge=0)
+    bm25_weight: float = param(1.0, ge=0)
+    normalisation: Literal["minmax", "zscore"] = param("minmax", "convex: per query, over each list's top depth")
+    depth: int | None = param(None, "each ranking's top chunks (routed: sections) fused; null = retrieve.k", ge=1)
+
+
+@dataclass(frozen=True)
 class RetrieveParams:
     """``retrieve``: 05's top-k search, two-stage routing and rerankers."""
 
@@ -401,6 +428,10 @@ class RetrieveParams:
     rerankers: Mapping[str, RerankerParams] = named()
     two_stage_conditions: tuple[str, ...] = param(design.TWO_STAGE, "conditions retrieved route-to-section; "
                                                   "others flat", choices=design.CONDITION_NAMES)
+    modes: tuple[str, ...] = param((design.DENSE,), "retrieval modes (design.RETRIEVAL_MODES): dense (always), bm25, "
+                                   "hybrid", choices=design.MODES, unique=True, digest="changed")
+    bm25: Bm25Params = group(Bm25Params, digest="changed")
+    fusion: FusionParams = group(FusionParams, digest="changed")
     timing_repeats: int = param(5, "05's search latency (the cost table): each cell's search is timed up to this "
                                 "many more times after the one that gives its results (fewer once they took a "
                                 "second), and the median and the range are kept (one run of a sub-millisecond "
@@ -484,6 +515,8 @@ class StatsParams:
                                                  "recall@50: 0.03), each in its own units; a metric without one "
                                                  "gets blank TOST columns and a note saying so",
                                                  digest="changed")
+    recipe_k: int = param(20, "Anthropic's recipe (retrieve.modes with bm25 and hybrid): the top k whose failure, "
+                          "1 - recall@k (span-level), each step reduces; 20 as Anthropic's", ge=1, digest="changed")
     drilldown_queries: int = param(3, "per-query drill-down (06_metrics/drilldown, report.html): how many queries "
                                    "with the largest gains and how many with the largest losses each contrast of the "
                                    "primary cell shows", ge=0)
@@ -610,7 +643,8 @@ class MultiverseParams:
     cutoffs: tuple[int, ...] = param((), "k axis: the cut-offs of the metric axis's rank-cut families (cov-nDCG, "
                                      "nDCG), with metrics.cutoff; 06 also scores them at each other k "
                                      "(multiverse_scores)", ge=1, unique=True, digest="changed")
-    embedders: tuple[str, ...] = param((), "embedder axis: keys of embed.embedders, with embed.strong", unique=True,
+    embedders: tuple[str, ...] = param((), "embedder (and mode) axis: keys of embed.embedders, and the retrievers of "
+                                       "retrieve.modes (bm25, hybrid-<key>), with embed.strong", unique=True,
                                        digest="changed")
     rerankers: tuple[str, ...] = param((), "reranker axis: 'none' or keys of retrieve.rerankers, with "
                                        "stats.primary_reranker", unique=True, digest="changed")
@@ -669,6 +703,11 @@ class Params:
 
         return replace(self.retrieve, two_stage_conditions=design.two_stage_conditions(
             design.user_conditions(self.conditions.extra), self.retrieve.two_stage_conditions))
+
+    @property
+    def retrievers(self) -> dict[str, tuple[design.RetrievalMode, str | None]]:
+        """The run's retrievers, its cells' second coordinate (:func:`chunkstudy.design.retrievers`)."""
+        return design.retrievers(self.retrieve.modes, list(self.embed.embedders))
 
     @property
     def multiverse_metrics(self) -> list[tuple[str, str, int | None]]:

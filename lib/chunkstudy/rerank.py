@@ -662,19 +662,22 @@ def rerank_runs(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mappi
 
 
 def rerank_all(runs: pd.DataFrame, queries: pd.DataFrame, texts_by_chunk: Mapping[str, str] | pd.Series,
-               retrieve_params: RetrieveParams, embedder: str, cache_dir: str | Path | None,
+               retrieve_params: RetrieveParams, embedder: str | Sequence[str], cache_dir: str | Path | None,
                report: list | None = None) -> pd.DataFrame:
     """The stage's reranked cells: every reranker of ``retrieve_params.rerankers`` (the ``retrieve`` record) over
     the first-stage lists of ``embedder`` (``embed.strong``, the primary cell's embedder; all conditions,
-    two-stage included), each with its own ``top_n``.
+    two-stage included), each with its own ``top_n``; a list of names reranks the lists of each of those
+    retrievers (the strong embedder's in every retrieval mode:
+    :func:`chunkstudy.retrieve.modes.reranked_retrievers`).
 
     Returns the reranked runs of all rerankers stacked (empty, with the runs columns, when none is configured).
     ``report``, when given, gets one row per reranker (:func:`report_row`: how it ran, its settled precision).
     """
     rerankers = retrieve_params.rerankers
-    first = runs[(runs["embedder"] == embedder) & (runs["reranker"] == "none")]
+    names = [embedder] if isinstance(embedder, str) else list(embedder)
+    first = runs[runs["embedder"].isin(names) & (runs["reranker"] == "none")]
     if rerankers and first.empty:
-        raise ValueError(f"embed.strong: no first-stage runs for embedder {embedder!r} to rerank; runs hold "
+        raise ValueError(f"embed.strong: no first-stage runs for embedder {names[0]!r} to rerank; runs hold "
                          f"{sorted(set(runs['embedder']))}")
     parts = []
     for key, spec in rerankers.items():

@@ -259,6 +259,10 @@ _CURVE = {"corpus": S, **_PAIR, "n_declared": I, "n_specs": I, "n_analyses": I, 
 #: A contrast's specification curve read by axis: one row per value of each axis that varies (07's multiverse_axes)
 _CURVE_AXIS = {"corpus": S, **_PAIR, "axis": S, "level": S, "n_specs": I, "n_analyses": I, "median_delta": F,
                **_SHARES, "label": S}
+#: Anthropic's recipe, a row per step (07's recipe: chunkstudy.stats.recipe)
+_RECIPE = {"corpus": S, "step": S, "condition": S, "mode": S, "embedder": S, "reranker": S, "description": S,
+           "k": I, "failure": F, "baseline_failure": F, "reduction": F, "ci_low": F, "ci_high": F, "p": F,
+           "n_queries": I, "n_docs": I, "inference": B, "anthropic": F, "n_boot": I, "seed": I, "label": S, "note": S}
 #: The documents each contrast needs (07's power_needed and user_power_needed)
 _POWER_NEEDED = {"corpus": S, "scenario": S, "effect_source": S, **_PAIR, "target_dz": F,
                  "n_docs_needed": F, "status": S, "n_docs_observed": I, "power_at_observed": F,
@@ -372,8 +376,12 @@ STAGES: tuple[Stage, ...] = (
              "scored", manifest=True),
         Json("retrieval_timing", "per embedder and condition: queries and the wall seconds of their search, "
              "measured in this run"),
+        Json("lexical_report", "the BM25 indexes of the lexical modes: library, variant, k1, b, tokenizer, per "
+             "condition its tokens, vocabulary, (term, chunk) pairs, bytes and build seconds; empty without",
+             manifest=True),
     ), services=("embed", "rerank"), devices=("embed", "retrieve")),
-    Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts", "multiverse.metrics", "multiverse.cutoffs"),
+    Stage("06_metrics", ("metrics", "embed.strong", "stats", "contrasts", "multiverse.metrics", "multiverse.cutoffs",
+                         "retrieve.modes"),
           _r("documents", "queries", "chunks", "runs"), (
         Table("scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S, "metric": S,
                          "value": F, "doc_id": S, "qtype": S}, "long form: one row per cell x condition x query",
@@ -390,10 +398,15 @@ STAGES: tuple[Stage, ...] = (
                                     "metric": S, "value": F, "doc_id": S, "qtype": S},
               "as scores, for the specification curve's other cut-offs (multiverse.cutoffs); empty without",
               required=('corpus', 'embedder', 'reranker', 'condition', 'query_id', 'metric', 'value')),
+        Table("recipe_scores", {"corpus": S, "embedder": S, "reranker": S, "condition": S, "query_id": S,
+                                "metric": S, "value": F, "doc_id": S, "qtype": S},
+              "as scores: recall@stats.recipe_k of the recipe's conditions in every cell (its failure is 1 - it); "
+              "empty without retrieve.modes' bm25 and hybrid",
+              required=('corpus', 'embedder', 'reranker', 'condition', 'query_id', 'metric', 'value')),
     )),
     Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind", "multiverse", "metrics.cutoff"),
           _r("queries", "scores", "chunks", "embedding_report", "late_report", "retrieval_timing",
-             "multiverse_scores"), (
+             "multiverse_scores", "recipe_scores", "lexical_report"), (
         Table("contrasts", _CONTRAST,
               required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
         Table("user_contrasts", _CONTRAST,
@@ -438,6 +451,9 @@ STAGES: tuple[Stage, ...] = (
               "its median and Stouffer's Z; empty without", required=("contrast", "n_specs", "share_same_sign")),
         Table("multiverse_axes", _CURVE_AXIS, "per contrast and value of each axis that varies: its specifications' "
               "shares (the curve read by axis); empty without", required=("contrast", "axis", "level", "n_specs")),
+        Table("recipe", _RECIPE, "Anthropic's recipe: each step's top-k failure and its relative reduction from the "
+              "baseline's, with a document-clustered CI (exploratory); empty without retrieve.modes' bm25 and "
+              "hybrid", required=("step", "failure", "reduction")),
     )),
     Stage("08_figures", (ALL_PARAMS,), (
         Read("documents"), _optional("corpus_funnel", "the corpus funnel"),
@@ -454,7 +470,8 @@ STAGES: tuple[Stage, ...] = (
         Read("user_contrasts"), Read("user_power"), Read("user_power_needed"), Read("cost"),
         _optional("multiverse", "the specification curves"),
         _optional("multiverse_summary", "the specification curves' table"),
-        _optional("multiverse_axes", "the specification curves read by axis")),
+        _optional("multiverse_axes", "the specification curves read by axis"),
+        _optional("recipe", "the recipe's table and figure")),
         (), manifests=True, folders=(FIGURES,),
         partner=(PartnerRead("contrasts", "the replication table"),)),
 )

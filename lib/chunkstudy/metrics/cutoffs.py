@@ -1,6 +1,11 @@
-"""The specification curve's other cut-offs (stage 06; docs/beyond.md, "Specification curve"): the rank-cut metrics
-of ``multiverse.metrics`` (cov-nDCG, nDCG) scored at each k of ``multiverse.cutoffs`` other than
-``metrics.cutoff``, which ``scores`` already holds. Pure; the same scorer as ``scores`` (:func:`.scoring.score_runs`)."""
+"""Metrics at other cut-offs than ``scores``' (stage 06), with the same scorer (:func:`.scoring.score_runs`); pure.
+
+* The specification curve's (docs/beyond.md, "Specification curve"): the rank-cut metrics of ``multiverse.metrics``
+  (cov-nDCG, nDCG) scored at each k of ``multiverse.cutoffs`` other than ``metrics.cutoff``, which ``scores``
+  already holds (:func:`multiverse_scores`).
+* Anthropic's recipe's (docs/beyond.md, "Anthropic's recipe"): the study's span-level recall at ``stats.recipe_k``
+  of the lists of the recipe's conditions, whose complement is the recipe's top-k failure (:func:`recipe_scores`).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from .. import stages
+from .. import design, stages
 from ..params import MetricsParams
 from .scoring import score_runs
 
@@ -37,3 +42,21 @@ def multiverse_scores(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.Data
     if not frames:
         return pd.DataFrame(columns=stages.columns("multiverse_scores"))
     return pd.concat(frames, ignore_index=True)
+
+
+def recipe_scores(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, metrics_params: MetricsParams,
+                  k: int, modes: Sequence[str], corpus: str) -> pd.DataFrame:
+    """``recall@k`` (``stats.recipe_k``; the study's recall: the share of a query's gold spans at least
+    ``metrics.span_frac`` covered by the union of the top k chunks) of every list of the recipe's conditions
+    (:data:`chunkstudy.design.RECIPE`: A0, A1), in every cell of ``runs``, as ``scores`` rows: the per-query
+    values whose complement 07 reads as the recipe's top-k failure. Empty, with the columns, unless ``modes``
+    (``retrieve.modes``) holds every mode the recipe names (:func:`chunkstudy.design.recipe_modes`)."""
+    if not set(design.recipe_modes()) <= set(modes):
+        return pd.DataFrame(columns=stages.columns("recipe_scores"))
+    conditions = list(dict.fromkeys(s.condition for s in design.RECIPE))
+    if not runs["condition"].isin(conditions).any():
+        return pd.DataFrame(columns=stages.columns("recipe_scores"))
+    name = design.metric("recall").names({"recall_k": int(k)})[0]
+    scored = score_runs(runs[runs["condition"].isin(conditions)], chunks[chunks["condition"].isin(conditions)],
+                        queries, replace(metrics_params, recall_k=int(k)), corpus)
+    return scored[scored["metric"] == name].reset_index(drop=True)

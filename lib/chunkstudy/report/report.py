@@ -32,7 +32,7 @@ from ..config import Config
 from ..errors import ChunkstudyError
 from ..params import Params, StatsParams
 from ..stats import verdicts
-from . import curve, drilldown, figures, html, pareto, tables
+from . import curve, drilldown, figures, html, pareto, recipe, tables
 from .bundle import Bundle
 from .replication import replication
 
@@ -342,12 +342,15 @@ def build(params: Params, corpus: str, inputs: Mapping[str, Any],
     _construction(b, params, got, inputs.get("json", {}), summary)
     _user_added(b, params, got, inputs, summary)
     curve_figure = _beyond(b, params, got, inputs)
+    recipe_figure = _modes(b, params, got)
     _run_facts(b, params, got, inputs)
     b.figures = figures.all_figures({k: got.get(k) for k in INPUT_TABLES}, params, params.figures.example_doc)
     if "cost" in got and len(got["cost"]):
         b.figures["fig_cost"] = pareto.cost_front(got["cost"], params.primary_cell.metric, params.primary_cell.embedder)
     if curve_figure is not None:
         b.figures["fig_multiverse"] = curve_figure
+    if recipe_figure is not None:
+        b.figures["fig_recipe"] = recipe_figure
     if "manifests" in inputs:
         b.warnings += stage_warnings(inputs["manifests"])
         b.environment = environment_table(inputs["manifests"], inputs.get("environment"))
@@ -453,6 +456,27 @@ def _beyond(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], inputs: 
     return curve_figure
 
 
+def _modes(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame]) -> Any:
+    """The retrieval modes (a run with more than the dense one): the contrasts of the primary metric in each mode
+    (the paper's and the user's), their per-query-type cuts by mode, and Anthropic's recipe; returns the recipe's
+    figure (None without)."""
+    if len(params.retrieve.modes) < 2:
+        return None
+    metric, strong, reranker = params.primary_cell
+    retrievers = tables.mode_retrievers(params.retrievers, strong)
+    if "contrasts" in got:
+        user = got.get("user_contrasts")
+        both = pd.concat([got["contrasts"], user], ignore_index=True) if user is not None and len(user) \
+            else got["contrasts"]
+        _table(b, "modes_contrasts", tables.modes_contrasts, both, metric, retrievers, reranker)
+    if "per_type" in got:
+        _table(b, "modes_per_type", tables.modes_per_type, got["per_type"], metric, retrievers, reranker)
+    if "recipe" in got and len(got["recipe"]):
+        _table(b, "recipe", tables.recipe, got["recipe"])
+        return recipe.recipe_figure(got["recipe"])
+    return None
+
+
 def _run_facts(b: Bundle, params: Params, got: Mapping[str, pd.DataFrame], inputs: Mapping[str, Any]) -> None:
     """The facts the text quotes: BM25's gold-first share beside the paper's, the query and document counts."""
     bm25 = inputs.get("json", {}).get("03_queries/bm25")
@@ -504,6 +528,8 @@ FIGURE_CAPTIONS = {
     "fig_power": "Power vs. number of documents per contrast, at this run's effect and at the paper's (planning)",
     "fig_cost": "Quality against cost (tokens read, LLM tokens), the Pareto front ringed (exploratory)",
     "fig_multiverse": "Each contrast's specification curve: Δ sorted with its 95% CI over the choices (exploratory)",
+    "fig_recipe": "Anthropic's recipe: each step's reduction of the baseline's top-k failure, with its 95% CI "
+                  "(exploratory)",
 }
 
 

@@ -37,8 +37,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .. import progress, stages
+from .. import design, progress, stages
 from ..params import RetrieveParams
+from . import modes
+from .cache import SearchCache
 # the kernels, re-exported: the stage's callers and the benches name them retrieve.flat_search and the like
 from .routing import (TwoStageResult, gold_sections, section_centroids, section_extents,  # noqa: F401
                       section_recall, two_stage_search)
@@ -52,37 +54,99 @@ _RUNS_COLUMNS = stages.columns("runs")
 
 
 def _runs_frame(embedder: str, condition: str, query_ids: np.ndarray, cond_chunks: pd.DataFrame,
-                idx: np.ndarray, scores: np.ndarray, source: np.ndarray) -> pd.DataFrame:
-    nq, kk = idx.shape
-    flat = idx.ravel()
+                found: modes.Found) -> pd.DataFrame:
+    """The runs rows of one cell: every filled slot of its lists (all of them unless ``found.n`` says fewer)."""
+    nq, kk = found.idx.shape
+    keep = np.ones(nq * kk, dtype=bool) if found.n is None else \
+        (np.arange(kk)[None, :] < found.n[:, None]).ravel()
+    flat = found.idx.ravel()[keep]
     return pd.DataFrame({
         "embedder": embedder,
         "reranker": "none",
         "condition": condition,
-        "query_id": np.repeat(query_ids, kk),
-        "rank": np.tile(np.arange(1, kk + 1, dtype=np.int64), nq),
+        "query_id": np.repeat(query_ids, kk)[keep],
+        "rank": np.tile(np.arange(1, kk + 1, dtype=np.int64), nq)[keep],
         "chunk_id": cond_chunks["chunk_id"].to_numpy()[flat],
-        "score": scores.ravel(),
+        "score": found.scores.ravel()[keep],
         "doc_id": cond_chunks["doc_id"].to_numpy()[flat],
-        "source": source.ravel(),
+        "source": found.source.ravel()[keep],
     }, columns=_RUNS_COLUMNS)
+
+
+def _recall_frame(embedder: str, condition: str, query_ids: np.ndarray, queries: pd.DataFrame,
+                  cc: pd.DataFrame, found: modes.Found) -> pd.DataFrame:
+    """The section_recall rows of one routed cell: the sections stage 1 kept (``found.routed``, "" unused)."""
+    routed_keys = np.asarray(found.routed).astype(str)
+    used = routed_keys != ""
+    split = np.char.partition(routed_keys, "\x1f")
+    ns = routed_keys.shape[1]
+    routed = pd.DataFrame({
+        "query_id": np.repeat(query_ids, ns)[used.ravel()],
+        "route_rank": np.tile(np.arange(1, ns + 1), len(query_ids))[used.ravel()],
+        "doc_id": split[..., 0].ravel()[used.ravel()], "route_key": split[..., 2].ravel()[used.ravel()]})
+    sr = section_recall(routed, queries.assign(query_id=query_ids), cc.astype({"doc_id": str, "route_key": str}))
+    sr.insert(0, "condition", condition)
+    sr.insert(0, "reranker", "none")
+    sr.insert(0, "embedder", embedder)
+    whole = bool(used.all())  # every slot used (dense routing): the rows as they are
+    sr["routed_doc_ids"] = list(split[..., 0]) if whole else [r[u] for r, u in zip(split[..., 0], used)]
+    sr["routed_route_keys"] = list(split[..., 2]) if whole else [r[u] for r, u in zip(split[..., 2], used)]
+    scores = np.asarray(found.routed_scores)
+    sr["routed_scores"] = list(scores) if whole else [r[u] for r, u in zip(scores, used)]
+    return sr
+
+
+def _query_vectors(vectors_by_embedder: Mapping[str, np.ndarray], query_vecs_by_embedder: Mapping[str, np.ndarray],
+                   n_queries: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per embedder, its chunk matrix and its validated query vectors (the checks name what 04 or the server got
+    wrong)."""
+    out = {}
+    for embedder in vectors_by_embedder:
+        if embedder not in query_vecs_by_embedder:
+            raise KeyError(f"query vectors for embedder {embedder!r} are missing; have {list(query_vecs_by_embedder)}")
+        matrix = np.asarray(vectors_by_embedder[embedder])
+        qv = _as_matrix(query_vecs_by_embedder[embedder], f"query vectors ({embedder})")
+        if len(qv) != n_queries:
+            raise ValueError(f"query vectors ({embedder}): {len(qv)} rows for {n_queries} queries")
+        if len(qv) and matrix.ndim == 2 and qv.shape[1] != matrix.shape[1]:  # the server's model changed after 04
+            raise ValueError(f"query vectors ({embedder}) have dimension {qv.shape[1]}, 04's chunk vectors "
+                             f"{matrix.shape[1]}: the model changed since 04 ran; run from 04 (--from 04), which "
+                             "embeds the chunks with the model that answers now")
+        out[embedder] = (matrix, qv)
+    return out
+
+
+def _chunk_vectors(matrix: np.ndarray, rows: np.ndarray, condition: str, embedder: str) -> np.ndarray:
+    if len(rows) and (rows.min() < 0 or rows.max() >= len(matrix)):
+        raise IndexError(f"chunks ({condition}): text_row {int(rows.max())} is outside the {embedder!r} "
+                         f"vectors matrix of {len(matrix)} rows; 04_chunk_embed wrote them inconsistently")
+    return matrix[rows]
 
 
 def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndarray],
                  query_vecs_by_embedder: Mapping[str, np.ndarray], queries: pd.DataFrame,
-                 retrieve_params: RetrieveParams) -> dict[str, pd.DataFrame]:
-    """Retrieve every query under every (embedder, condition): flat, or two-stage for ``two_stage_conditions``.
+                 retrieve_params: RetrieveParams, texts: Sequence[str] | None = None,
+                 searches: SearchCache | None = None) -> dict[str, Any]:
+    """Retrieve every query under every (retriever, condition): flat, or two-stage for ``two_stage_conditions``.
 
     ``chunks``: the 04 table (condition, doc_id, chunk_id, start, end, route_key, text_row); a condition's chunk
     vectors are ``vectors_by_embedder[e][chunks.text_row]``. ``query_vecs_by_embedder[e]`` has one row per row of
     ``queries`` (same order). ``retrieve_params``: the ``retrieve`` record, ``cfg.params("retrieve")`` (k,
-    route_sections, backend, two_stage_conditions; a mapping is validated into one). Every query searches all
-    chunks of the corpus under that condition. Returns ``{"runs": ..., "section_recall": ..., "timing": ...}``.
-    timing: embedder, condition, n_queries, the cell's search seconds (:func:`chunkstudy.progress.timed`, ``retrieve.timing_repeats``;
-    measured here, never in a golden). runs: embedder, reranker ("none"), condition, query_id, rank
-    (1-based), chunk_id, score, doc_id, source ("flat" | "routed" | "backfill"). section_recall (two-stage
+    route_sections, backend, two_stage_conditions, modes and their bm25 and fusion records; a mapping is validated
+    into one). The retrievers are ``retrieve.modes`` × the embedders (:func:`chunkstudy.design.retrievers`: an
+    embedder's own key in the dense mode, ``bm25``, ``hybrid-<embedder>``), each searched by its mode's function
+    (:data:`chunkstudy.retrieve.modes.FUNCTIONS`); a lexical mode indexes ``texts``, each chunk row's indexed text
+    (prefix + content, :func:`chunkstudy.chunks.chunk_sets.embedded_texts`). ``searches``: the store of dense
+    searches (:class:`chunkstudy.retrieve.cache.SearchCache`; None searches every time). Every query searches all
+    chunks of the corpus under that condition. Returns ``{"runs": ..., "section_recall": ..., "timing": ...,
+    "lexical": ...}``. timing: embedder (the retriever), condition, n_queries, the cell's search seconds
+    (:func:`chunkstudy.progress.timed`, ``retrieve.timing_repeats``; a dense search read from the store keeps the
+    seconds it took when it ran; measured, never in a golden). runs: embedder (the retriever), reranker ("none"),
+    condition, query_id, rank (1-based), chunk_id, score, doc_id, source ("flat" | "routed" | "backfill"); a BM25
+    list holds only chunks sharing a token with the query, so it may be shorter than k. section_recall (two-stage
     conditions only): embedder, reranker, condition, query_id, doc_id, section_recall, n_gold_sections,
     n_routed_gold, first_gold_route_rank, routed_doc_ids, routed_route_keys, routed_scores (lists, best first).
+    lexical: :func:`chunkstudy.retrieve.modes.lexical_report` (empty without a lexical mode).
     """
     stages.check(chunks, "chunks", ("condition", "doc_id", "chunk_id", "start", "end", "route_key", "text_row"),
                  "retrieve.retrieve_all")
@@ -91,57 +155,45 @@ def retrieve_all(chunks: pd.DataFrame, vectors_by_embedder: Mapping[str, np.ndar
         raise ValueError(f"chunks: chunk_id {chunks.loc[chunks['chunk_id'].duplicated(), 'chunk_id'].iloc[0]!r} "
                          "occurs more than once (chunk ids must be unique across conditions)")
     p = retrieve_params
-    k, n_sections, backend, two_stage = p.k, p.route_sections, p.backend, set(p.two_stage_conditions)
+    chunks = chunks.reset_index(drop=True)
+    retrievers = design.retrievers(getattr(p, "modes", (design.DENSE,)), list(vectors_by_embedder))
+    lx = None
+    if any(mode.lexical for mode, _ in retrievers.values()):
+        if texts is None or len(texts) != len(chunks):
+            raise ValueError(f"retrieve.modes {list(p.modes)}: a lexical mode indexes each chunk's text (prefix + "
+                             f"content); got {'none' if texts is None else len(texts)} texts for {len(chunks)} chunks")
+        lx = modes.lexical_inputs(texts, queries["text"].astype(str).tolist(), p.bm25)
+    out = _cells(chunks, _query_vectors(vectors_by_embedder, query_vecs_by_embedder, len(queries)), queries, p,
+                 retrievers, lx, searches)
+    return {**out, "lexical": modes.lexical_report(lx)}
+
+
+def _cells(chunks: pd.DataFrame, vectors: Mapping[str, tuple[np.ndarray, np.ndarray]], queries: pd.DataFrame,
+           p: RetrieveParams, retrievers: Mapping[str, tuple[design.RetrievalMode, str | None]],
+           lx: modes.Lexical | None, searches: SearchCache | None) -> dict[str, pd.DataFrame]:
+    """:func:`retrieve_all`'s loop: each retriever (in order), each condition (sorted), one cell each."""
+    two_stage = set(p.two_stage_conditions)
     repeats = int(getattr(p, "timing_repeats", 0))
     query_ids = queries["query_id"].astype(str).to_numpy()
     runs, recall, timing = [], [], []
-    for embedder in vectors_by_embedder:
-        if embedder not in query_vecs_by_embedder:
-            raise KeyError(f"query vectors for embedder {embedder!r} are missing; have {list(query_vecs_by_embedder)}")
-        matrix = np.asarray(vectors_by_embedder[embedder])
-        qv = _as_matrix(query_vecs_by_embedder[embedder], f"query vectors ({embedder})")
-        if len(qv) != len(queries):
-            raise ValueError(f"query vectors ({embedder}): {len(qv)} rows for {len(queries)} queries")
-        if len(qv) and matrix.ndim == 2 and qv.shape[1] != matrix.shape[1]:  # the server's model changed after 04
-            raise ValueError(f"query vectors ({embedder}) have dimension {qv.shape[1]}, 04's chunk vectors "
-                             f"{matrix.shape[1]}: the model changed since 04 ran; run from 04 (--from 04), which "
-                             "embeds the chunks with the model that answers now")
+    for name, (mode, embedder) in retrievers.items():
         for condition, cc in chunks.groupby("condition", sort=True):
+            rows = cc.index.to_numpy()
             cc = cc.reset_index(drop=True)
-            rows = cc["text_row"].to_numpy()
-            if len(rows) and (rows.min() < 0 or rows.max() >= len(matrix)):
-                raise IndexError(f"chunks ({condition}): text_row {int(rows.max())} is outside the {embedder!r} "
-                                 f"vectors matrix of {len(matrix)} rows; 04_chunk_embed wrote them inconsistently")
-            cvec = matrix[rows]
-            ids = cc["chunk_id"].astype(str).to_numpy()
-            if condition in two_stage:
-                # a section is (document, top-level heading); route_key alone may repeat across documents
-                labels = cc["doc_id"].astype(str) + "\x1f" + cc["route_key"].astype(str)
-                res, seconds = progress.timed(lambda: two_stage_search(qv, cvec, ids, labels.to_numpy(), k=k,
-                                                              n_sections=n_sections, backend=backend), repeats)
-                source = np.where(np.arange(res.idx.shape[1])[None, :] < res.n_routed[:, None], "routed",
-                                  "backfill")
-                runs.append(_runs_frame(embedder, condition, query_ids, cc, res.idx, res.scores, source))
-                split = np.char.partition(res.routed.astype(str), "\x1f")
-                routed = pd.DataFrame({
-                    "query_id": np.repeat(query_ids, res.routed.shape[1]),
-                    "route_rank": np.tile(np.arange(1, res.routed.shape[1] + 1), len(query_ids)),
-                    "doc_id": split[..., 0].ravel(), "route_key": split[..., 2].ravel()})
-                sr = section_recall(routed, queries.assign(query_id=query_ids), cc.astype({"doc_id": str,
-                                                                                           "route_key": str}))
-                sr.insert(0, "condition", condition)
-                sr.insert(0, "reranker", "none")
-                sr.insert(0, "embedder", embedder)
-                sr["routed_doc_ids"] = list(split[..., 0])
-                sr["routed_route_keys"] = list(split[..., 2])
-                sr["routed_scores"] = list(res.routed_scores)
-                recall.append(sr)
-            else:
-                (idx, scores), seconds = progress.timed(lambda: flat_search(qv, cvec, ids, k=k, backend=backend), repeats)
-                source = np.full(idx.shape, "flat", dtype=object)
-                runs.append(_runs_frame(embedder, condition, query_ids, cc, idx, scores, source))
-            timing.append({"embedder": embedder, "condition": str(condition), "n_queries": int(len(query_ids)),
-                           **seconds})
+            matrix, qv = vectors[embedder] if mode.dense and embedder is not None else (None, None)
+            cvec = _chunk_vectors(matrix, cc["text_row"].to_numpy(), str(condition), str(embedder)) \
+                if matrix is not None else None
+            # a section is (document, top-level heading); route_key alone may repeat across documents
+            labels = (cc["doc_id"].astype(str) + "\x1f" + cc["route_key"].astype(str)).to_numpy() \
+                if condition in two_stage else None
+            cell = modes.Cell(str(condition), cc["chunk_id"].astype(str).to_numpy(), rows, labels, qv, cvec, lx, p,
+                              searches, repeats)
+            found = modes.FUNCTIONS[mode.name](cell)
+            runs.append(_runs_frame(name, str(condition), query_ids, cc, found))
+            if found.routed is not None:
+                recall.append(_recall_frame(name, str(condition), query_ids, queries, cc, found))
+            timing.append({"embedder": name, "condition": str(condition), "n_queries": int(len(query_ids)),
+                           **found.seconds})
     runs_df = pd.concat(runs, ignore_index=True) if runs else pd.DataFrame(columns=_RUNS_COLUMNS)
     recall_df = (pd.concat(recall, ignore_index=True) if recall
                  else pd.DataFrame(columns=stages.columns("section_recall")))

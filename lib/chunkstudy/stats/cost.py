@@ -229,6 +229,12 @@ def timing_cost(per_embedder: pd.DataFrame, embed_rates: pd.DataFrame | None,
         modes = out["embedding"] if "embedding" in out else pd.Series("independent", index=out.index)
         out["embed_seconds"] = [t / rate.get((e, m), math.nan) for t, e, m in
                                 zip(out["tokens_read"], out["embedder"], modes)]
+    return latency(out, retrieval)
+
+
+def latency(table: pd.DataFrame, retrieval: pd.DataFrame | None) -> pd.DataFrame:
+    """``table`` (rows of ``condition, embedder``) with :func:`timing_cost`'s latency columns from ``retrieval``."""
+    out = table.copy()
     for col in ("latency_ms_per_query", "latency_ms_min", "latency_ms_max"):
         out[col] = math.nan
     if retrieval is not None and len(retrieval):
@@ -241,6 +247,46 @@ def timing_cost(per_embedder: pd.DataFrame, embed_rates: pd.DataFrame | None,
             lat = 1000.0 * g[src] / g["n_queries"]
             out[col] = [lat.get((c, e), math.nan) for c, e in zip(out["condition"], out["embedder"])]
     return out
+
+
+def lexical_cost(dense: pd.DataFrame, lexical: Mapping[str, Any] | None, retrievers: Mapping[str, Any],
+                 retrieval: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Rows of :func:`timing_cost`'s columns for the retrievers of a lexical mode (``retrievers``: name ->
+    (mode, embedder), :func:`chunkstudy.design.retrievers`), per condition of 05's ``lexical_report``
+    (``lexical``: its ``conditions``, each ``n_chunks, n_tokens, n_vocab, index_bytes, n_sections, section_bytes,
+    index_seconds``), with the dense rows of their embedder (``dense``: :func:`timing_cost`'s) added where the mode
+    also reads vectors (hybrid: both indexes are built and searched):
+
+    * ``tokens_read`` = the BM25 tokens indexed (the bm25s tokenizer's, repeats counted) [+ the embedder's];
+    * ``n_vectors`` = the chunks indexed, ``n_route_vectors`` = the sections indexed for a routed condition
+      [+ the embedder's centroids], ``dim`` = the embedder's (0 for BM25 alone: its index is sparse);
+    * ``index_bytes`` = the BM25 indexes' (a float32 weight and an int32 id per (term, chunk) pair, an int32 pointer
+      per term: :attr:`chunkstudy.retrieve.lexical.LexicalIndex.nbytes`) [+ the embedder's];
+    * ``embed_seconds`` = the seconds 05 took to build the BM25 indexes [+ the embedder's embedding seconds];
+    * the latency columns from ``retrieval`` (05's timing of the retriever's own search: a hybrid search's includes
+      its dense half)."""
+    cols = ["condition", "embedder", "tokens_read", "n_vectors", "n_route_vectors", "dim", "index_bytes",
+            "embed_seconds"]
+    rows = []
+    for name, (mode, emb) in retrievers.items():
+        if not mode.lexical:
+            continue
+        for lx in (lexical or {}).get("conditions", []):
+            own = {"tokens_read": float(lx["n_tokens"]), "n_vectors": int(lx["n_chunks"]),
+                   "n_route_vectors": int(lx["n_sections"]), "dim": 0,
+                   "index_bytes": int(lx["index_bytes"]) + int(lx["section_bytes"]),
+                   "embed_seconds": float(lx["index_seconds"])}
+            if mode.dense:
+                d = dense[(dense["condition"] == lx["condition"]) & (dense["embedder"] == emb)]
+                if d.empty:
+                    continue
+                r = d.iloc[0]
+                own = {"tokens_read": own["tokens_read"] + float(r["tokens_read"]), "n_vectors": int(r["n_vectors"]),
+                       "n_route_vectors": own["n_route_vectors"] + int(r["n_route_vectors"]), "dim": int(r["dim"]),
+                       "index_bytes": own["index_bytes"] + int(r["index_bytes"]),
+                       "embed_seconds": own["embed_seconds"] + float(r["embed_seconds"])}
+            rows.append({"condition": lx["condition"], "embedder": name, **own})
+    return latency(pd.DataFrame(rows, columns=cols), retrieval)
 
 
 def estimated_seconds(table: pd.DataFrame, rates: Mapping[str, tuple[float, float]]) -> pd.DataFrame:
@@ -316,7 +362,8 @@ def llm_uses(conditions: Sequence[Any], induce_llm: bool, contexts_llm: bool) ->
 def cost_table(chunks: pd.DataFrame, quality: pd.DataFrame, calls: pd.DataFrame,
                uses: Mapping[str, Collection[str]], encoders: Mapping[str, EncoderShape],
                two_stage: Collection[str], late_report: pd.DataFrame | None = None,
-               embed_report: pd.DataFrame | None = None, retrieval: pd.DataFrame | None = None) -> pd.DataFrame:
+               embed_report: pd.DataFrame | None = None, retrieval: pd.DataFrame | None = None,
+               lexical: Mapping[str, Any] | None = None, retrievers: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """07's cost table: one row per (condition, embedder) of ``quality`` (``condition, embedder, quality``: the
     primary metric's mean without a reranker), columns :data:`COST_COLUMNS`.
 
@@ -328,7 +375,10 @@ def cost_table(chunks: pd.DataFrame, quality: pd.DataFrame, calls: pd.DataFrame,
     * :func:`embedding_cost`, :func:`index_cost` (``encoders``, ``two_stage``), :func:`timing_cost` (``embed_report``:
       04's ``embedding_report`` rows, ``embedder, n_tokens, seconds``; a rerun that embedded nothing gives no rate);
     * ``pareto_tokens``: on the front of ``quality`` against ``tokens_read``, ``pareto_llm``: against LLM tokens
-      (prompt + reply), each among the rows of one embedder (:func:`pareto_front`)."""
+      (prompt + reply), each among the rows of one embedder (:func:`pareto_front`);
+    * a lexical mode's retrievers (``retrievers``: name -> (mode, embedder); ``lexical``: 05's ``lexical_report``):
+      their rows' index and time columns from :func:`lexical_cost`, ``embedding`` ``none`` where the mode reads no
+      vectors."""
     late = late_report if late_report is not None and len(late_report) else None
     override = late[["condition", "embedder", "tokens_read"]] if late is not None else None
     late_names = set(late["condition"]) if late is not None else set()
@@ -344,11 +394,16 @@ def cost_table(chunks: pd.DataFrame, quality: pd.DataFrame, calls: pd.DataFrame,
         own = own[(own["tokens"] > 0) & (own["seconds"] > 0)].assign(embedding="late")
         rates = own if rates is None else pd.concat([rates, own], ignore_index=True)
     per = timing_cost(per, rates, retrieval).drop(columns="embedding")
+    lex = lexical_cost(per, lexical, retrievers or {}, retrieval)
+    if len(lex):
+        per = pd.concat([per, lex], ignore_index=True)
+    no_vectors = {name for name, (mode, _) in (retrievers or {}).items() if not mode.dense}
     table = (quality[["condition", "embedder", "quality"]]
              .merge(llm_cost(calls, uses), on="condition", how="left")
              .merge(embedding_cost(chunks), on="condition", how="left")
              .merge(per, on=["condition", "embedder"], how="left"))
-    table.insert(3, "embedding", ["late" if c in late_names else "independent" for c in table["condition"]])
+    table.insert(3, "embedding", ["none" if e in no_vectors else "late" if c in late_names else "independent"
+                                  for c, e in zip(table["condition"], table["embedder"])])
     table["llm_tokens"] = table["llm_prompt_tokens"] + table["llm_reply_tokens"]
     table["pareto_tokens"] = False
     table["pareto_llm"] = False
@@ -386,13 +441,15 @@ def read_call_records(path: Any) -> list[dict]:
 
 
 def cost_for_run(cfg: Any, condition_means: pd.DataFrame, chunks: pd.DataFrame, embedding_report: Sequence[Mapping],
-                 late_report: pd.DataFrame, retrieval_timing: Sequence[Mapping]) -> pd.DataFrame:
+                 late_report: pd.DataFrame, retrieval_timing: Sequence[Mapping],
+                 lexical_report: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """:func:`cost_table` of a run's parameters ``cfg``: 04's ``chunks``, ``embedding_report`` and
-    ``late_report``, 05's ``retrieval_timing``, the LLM call records of the run's cache (``llm.cache``: induction
-    and A1's contexts; none without an LLM), and 07's ``condition_means`` of the primary metric without a reranker
-    as the quality. Each embedder's index holds float32 vectors (4 bytes) of its ``dim``; its reads add 2 special
-    tokens per text and stop at its ``max_seq_length`` (as 04 resolved it and its report records; a report written
-    before it did: the stated length, else the model's own, :func:`chunkstudy.models.own_max_seq_length`)."""
+    ``late_report``, 05's ``retrieval_timing`` and ``lexical_report`` (the lexical modes' indexes), the LLM call
+    records of the run's cache (``llm.cache``: induction and A1's contexts; none without an LLM), and 07's
+    ``condition_means`` of the primary metric without a reranker as the quality, in every retriever. Each
+    embedder's index holds float32 vectors (4 bytes) of its ``dim``; its reads add 2 special tokens per text and
+    stop at its ``max_seq_length`` (as 04 resolved it and its report records; a report written before it did: the
+    stated length, else the model's own, :func:`chunkstudy.models.own_max_seq_length`)."""
     from .. import artifacts
     from ..models import ASSUMED_SEQ_LENGTH, own_max_seq_length
 
@@ -414,4 +471,5 @@ def cost_for_run(cfg: Any, condition_means: pd.DataFrame, chunks: pd.DataFrame, 
     order = {c: i for i, c in enumerate(dict.fromkeys(chunks["condition"]))}
     quality = quality.assign(_o=quality["condition"].map(order)).sort_values(["embedder", "_o"], kind="stable")
     return cost_table(chunks, quality.drop(columns="_o"), llm_calls_from_records(records), uses, encoders,
-                      two_stage, late_report=late_report, embed_report=report, retrieval=timing)
+                      two_stage, late_report=late_report, embed_report=report, retrieval=timing,
+                      lexical=lexical_report, retrievers=p.retrievers)

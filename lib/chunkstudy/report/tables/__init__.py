@@ -18,7 +18,8 @@ The paper's own numbers (the ``paper`` columns, :data:`PAPER`) come from :mod:`c
 Layout: :mod:`.formatting` (the formatters, the only rounding), :mod:`.record` (the :class:`Table` record and its
 Markdown/LaTeX renderings), :mod:`.common` (display orders, the paper's numbers, the input check), and the
 builders: :mod:`.results` (Tables 1, 2, 4, the exploratory tables, power), :mod:`.construction` (funnels,
-induction, size matching, placebo), :mod:`.costs` (cost) and :mod:`.multiverse` (the specification curves).
+induction, size matching, placebo), :mod:`.costs` (cost), :mod:`.multiverse` (the specification curves) and
+:mod:`.modes` (the retrieval modes and Anthropic's recipe).
 Every name is re-exported here: ``chunkstudy.report.tables.table2`` and the like.
 """
 
@@ -40,6 +41,7 @@ from .results import (  # noqa: F401
     paired_mixedlm_note, verdict_cells, verdict_notes, percentile_stars, size_check_note,
 )
 from .costs import cost  # noqa: F401
+from .modes import mode_retrievers, modes_contrasts, modes_per_type, recipe  # noqa: F401
 from .multiverse import AXIS_LABELS, CURVE_NOTE, SPEC_AXES, multiverse, multiverse_axes, multiverse_specs  # noqa: F401
 from .construction import (  # noqa: F401
     corpus_funnel, INDUCTION_ROWS, induction, query_funnel, size_matching, placebo, user_conditions,
@@ -54,5 +56,6 @@ __all__ = [
     "query_funnel", "size_matching", "placebo", "USER_MARK", "USER_NOTE", "is_user_condition", "user_contrasts",
     "user_conditions", "cost", "paired_mixedlm_note", "verdict_cells", "verdict_notes", "percentile_stars",
     "size_check_note", "CURVE_NOTE", "SPEC_AXES",
-    "multiverse", "multiverse_specs", "AXIS_LABELS", "multiverse_axes",
+    "multiverse", "multiverse_specs", "AXIS_LABELS", "multiverse_axes", "mode_retrievers", "modes_contrasts",
+    "modes_per_type", "recipe",
 ]
