@@ -56,6 +56,15 @@ ALLOWED = {
     ("chunks.chunk_sets", "build_all", "conditions"): "None = the paper's conditions of the chunking record it is "
                                                       "given (Condition records), not the conditions section",
     ("chunks.cuts", "CutInputs.__init__", "cache"): "the sentence bounds of one build, not llm.cache",
+    # names that became schema keys with stats.decision and contrasts.decision
+    ("stats.contrasts", "user_family", "decision"): "None = the stats record's own rule (contrasts.decision is "
+                                                    "passed when the user's family declares one)",
+    ("stats.contrasts", "user_contrasts_table", "decision"): "None = the stats record's own rule (as user_family)",
+    ("stats.decision", "CalibratedVerdict.__init__", "decision"): "the registry's prototype (CALIBRATED_VERDICT); a "
+                                                                  "run's verdict is built from stats.decision",
+    ("stats.equivalence", "TostVerdict.__init__", "decision"): "the paper's percentile replicates for callers outside "
+                                                               "a run (power's simulated studies, tests); a run's "
+                                                               "verdict is built from stats.decision",
     # names that became schema keys with retrieve.bm25 (k1, b)
     ("queries.bm25", "build_index", "k1"): "bm25s's own default of the leakage diagnostic's index (03 passes "
                                            "queries.bm25_k1), not retrieve.bm25.k1",

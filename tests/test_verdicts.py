@@ -63,7 +63,7 @@ def registered(monkeypatch):
 
 def _family():
     effects = {"A0": 0.0, "A1": 0.0, "A3": 0.08, "P": 0.0, "G3": 0.03, "A4": 0.08}
-    scores, queries = stats.simulate_scores(24, 96, effects, seed=5)
+    scores, queries = stats.simulate_scores(48, 192, effects, seed=5)  # above stats.min_docs: inference
     p = config.record("stats", {"n_boot": 1000, "seed": 3})
     return scores, queries, p, design.PrimaryCell(p.primary_metric, "strong", p.primary_reranker)
 

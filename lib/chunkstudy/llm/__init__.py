@@ -119,10 +119,11 @@ from .cache import (
 )
 from .client import (
     prefix_group, PROMPT_CHARS_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS, prompt_tokens_upper, prompt_chars, Client,
-    make_client, describe,
+    make_client, describe, IDENTITY_SUFFIX,
 )
 
 __all__ = [
+    "IDENTITY_SUFFIX",
     "PREFLIGHT_TIMEOUT_S", "VLLM_COUNTERS", "LLMError", "PermanentError", "LLMUnavailable", "TransportError",
     "EmptyReply", "ServerError", "ReplyTimeout", "LengthCut", "StageError", "PreflightError", "CircuitOpen",
     "ErrorShareExceeded", "Request", "Completion", "Response", "Call", "prompt_hash", "cache_key", "Backend",
