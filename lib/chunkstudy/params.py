@@ -56,10 +56,14 @@ class CorpusParams:
     fetch_urls: tuple[str, ...] = param((), "upstream URLs the fetch step downloads when no mirror is set")
     featured_list: str | None = param(None, "TSV of page_id<TAB>title (relative to mirror), or 'api'",
                                       anchor="mirror")
-    require_featured: bool = param(True)
+    require_featured: bool = param(True, "wikipedia: true = only pages on the Featured Article list "
+                                   "(corpus.featured_list) pass the first filter, and a run with no list stops; "
+                                   "false = every page passes it")
     api_titles: tuple[str, ...] = param((), "titles to fetch from the MediaWiki API (online users)")
-    api_endpoint: str = param("https://en.wikipedia.org/w/api.php")
-    api_rate_limit_s: float = param(1.0, ge=0)
+    api_endpoint: str = param("https://en.wikipedia.org/w/api.php", "wikipedia: the MediaWiki API URL that "
+                              "api_titles and featured_list: api are fetched from")
+    api_rate_limit_s: float = param(1.0, "wikipedia: least seconds between two MediaWiki API requests (one request "
+                                    "at a time)", ge=0)
     api_revisions: str | None = param(None, "TSV title<TAB>revid pinning API fetches (relative to the params "
                                       "file)", anchor="params")
     api_user_agent: str | None = param(None, "User-Agent of every MediaWiki API request: the tool and a contact "
@@ -74,14 +78,22 @@ class CorpusParams:
                                           "API (a file for api_revisions; an API-fetched Featured list goes beside "
                                           "it), relative to the params file; null = "
                                           "data/<corpus>/cache/mediawiki_api/api_revisions.tsv", anchor="params")
-    min_words: int = param(3000, ge=0)
-    min_heading_depth: int = param(3, ge=1)
-    min_sections: int = param(12, ge=0)
-    drop_sections: tuple[str, ...] = param(("References", "Notes", "External links", "See also", "Further reading",
-                                            "Bibliography", "Sources", "Citations"))
-    target_docs: int = param(200, ge=1)
-    max_per_bucket: int = param(60, ge=1)
-    seed: int = param(SEED)
+    min_words: int = param(3000, "wikipedia filter: a page passes with at least this many whitespace-separated "
+                           "words of body text", ge=0)
+    min_heading_depth: int = param(3, "wikipedia filter: a page passes when its section tree is at least this many "
+                                   "levels deep", ge=1)
+    min_sections: int = param(12, "wikipedia filter: a page passes with at least this many headed sections (the "
+                              "lead not counted)", ge=0)
+    drop_sections: tuple[str, ...] = param(
+        ("References", "Notes", "External links", "See also", "Further reading", "Bibliography", "Sources",
+         "Citations"),
+        "wikipedia: headings (case-insensitive) dropped with their sub-sections before anything is counted or "
+        "chunked: the tail matter that holds no article prose")
+    target_docs: int = param(200, "wikipedia: the seeded walk stops after accepting this many documents (or "
+                             "corpus.max_docs, if smaller)", ge=1)
+    max_per_bucket: int = param(60, "wikipedia: the seeded walk skips a page whose topic bucket already holds this "
+                                "many documents", ge=1)
+    seed: int = param(SEED, "the order of wikipedia's seeded walk, and the sample of corpus.max_docs_from: seeded")
     fuzzy_threshold: float = param(90.0, "rapidfuzz score (0-100) an evidence string needs to match fuzzily; a "
                                    "fraction such as 0.9 is refused", gt=1, le=100)
     max_docs: int | None = param(None, "cap on documents (local runs); null = all", ge=1)
@@ -90,7 +102,8 @@ class CorpusParams:
                                                       "sample (corpus.seed; a larger sample holds a smaller one). "
                                                       "The first QASPER test papers by id all have flat section "
                                                       "trees")
-    drop_numeric_only: bool = param(True)
+    drop_numeric_only: bool = param(True, "QASPER: true = a question whose every answerable non-boolean answer is "
+                                    "only a number is left out; false keeps it")
     evidence_annotators: Literal["union", "majority", "first"] = param(
         "union", "QASPER gold spans: paragraphs cited by any answering annotator (the paper's counts are unions), "
                  "by >= half of them, or by the first")
@@ -150,17 +163,22 @@ def _changed(key: str) -> Any:
 class LLMParams(ServerClientParams):
     """``llm``: the model that induces outlines (02), writes A1 contexts (02) and generates queries (03)."""
 
-    backend: Literal["none", "scripted", "openai", "vllm", "transformers"] = param("none")
-    model: str = param("")
-    temperature: float = param(0.0, ge=0)
-    top_p: float = param(1.0, gt=0, le=1)
+    backend: Literal["none", "scripted", "openai", "vllm", "transformers"] = param(
+        "none", "which backend answers every model call: openai (a served model at base_url), vllm (in process), "
+                "transformers (a local folder), scripted (tests) or none (any call fails; offline runs use the "
+                "non-LLM baselines)")
+    model: str = param("", "the model name sent to the server (openai) or loaded (vllm, transformers); part of "
+                       "every call's cache key")
+    temperature: float = param(0.0, "sampling temperature of every call (0 = greedy); part of every call's cache "
+                               "key", ge=0)
+    top_p: float = param(1.0, "nucleus-sampling mass of every call; part of every call's cache key", gt=0, le=1)
     max_reply_tokens: int = param(2048, "model tokens a reply may use when its request states no max_tokens "
                                   "(induction, A1 contexts and queries state their own: induce.reply_*, "
                                   "contexts.request_reply_tokens, queries.gen_reply_tokens)", ge=1)
     length_retries: int = param(2, "a reply cut at its max_tokens (finish reason 'length') is asked again with "
                                 "twice the budget, capped by what llm.context_tokens leaves, at most this many "
                                 "times; then the call fails (counted, never cached)", ge=0)
-    seed: int = param(SEED)
+    seed: int = param(SEED, "sampling seed sent with every call; part of every call's cache key")
     context_tokens: int = param(32768, "model context window; longer inputs are windowed", ge=1)
     concurrency: int = override(ServerClientParams, "concurrency", 8)
     device: str = param("cpu", "transformers backend: where the model runs; openai backend with serve: auto and the "
@@ -196,9 +214,12 @@ class LLMParams(ServerClientParams):
 class InduceParams:
     """``induce``: how 02 induces each document's outline (the LLM, or the TextTiling baseline)."""
 
-    method: Literal["llm", "texttiling"] = param("texttiling")
-    self_correct_rounds: int = param(1, ge=0)
-    max_level: int = param(4, ge=1)
+    method: Literal["llm", "texttiling"] = param("texttiling", "how 02 draws each document's outline: llm = the "
+                                                 "paper's LLM inducer; texttiling = the named non-LLM baseline")
+    self_correct_rounds: int = param(1, "llm method: correction turns, each listing the reply's violations, before "
+                                     "an invalid outline is repaired", ge=0)
+    max_level: int = param(4, "deepest heading level an induced outline may have (deeper levels are clamped "
+                           "to it)", ge=1)
     window_paragraphs: int | None = param(None, "null = one call per document whenever prompt + reply fit "
                                           "llm.context_tokens (windows only beyond); a number also caps the "
                                           "paragraphs per call", ge=1)
@@ -211,9 +232,10 @@ class InduceParams:
                                                 gt=0)
     reply_base_tokens: int = param(64, "reply budget rule: tokens for the JSON around the sections list, and "
                                    "slack", ge=0)
-    texttiling_block: int = param(2, ge=1)
-    texttiling_depth_cutoff: float = param(0.5)
-    title_terms: int = param(3, ge=0)
+    texttiling_block: int = param(2, "texttiling: paragraphs compared on each side of a gap", ge=1)
+    texttiling_depth_cutoff: float = param(0.5, "texttiling: a valley is a boundary when its depth exceeds mean - "
+                                           "this x sd of all depth scores (Hearst's liberal cutoff: 0.5)")
+    title_terms: int = param(3, "texttiling: salient tf-idf terms that title each section", ge=0)
     texttiling_levels: int = param(3, "deepest level the TextTiling baseline assigns (2 or 3)", ge=1)
 
 
@@ -223,7 +245,9 @@ class InduceParams:
 class ContextsParams:
     """``contexts``: A1's situating contexts (02), from the LLM or the extractive baseline."""
 
-    method: Literal["llm", "extractive"] = param("extractive")
+    method: Literal["llm", "extractive"] = param("extractive", "how 02 writes A1's contexts: llm = the paper's "
+                                                 "contextual-retrieval recipe; extractive = the named non-LLM "
+                                                 "baseline (title, lead sentence, key terms)")
     min_context_tokens: int = param(50, "extractive baseline: a context grows toward the middle of min..max "
                                     "(chunking-tokenizer tokens)", ge=0)
     max_context_tokens: int = param(100, "hard cap on an A1 context (chunking-tokenizer tokens); longer ones are "
@@ -246,30 +270,38 @@ class ContextsParams:
 class QueriesTargetsParams:
     """``queries.targets``: how many queries of each type the generated path keeps."""
 
-    factoid: int = param(250, ge=0)
-    underspecified: int = param(250, ge=0)
-    multihop: int = param(250, ge=0)
-    structural: int = param(250, ge=0)
+    factoid: int = param(250, "generated path: at most this many factoid queries are kept", ge=0)
+    underspecified: int = param(250, "generated path: at most this many underspecified queries are kept", ge=0)
+    multihop: int = param(250, "generated path: at most this many multihop queries are kept", ge=0)
+    structural: int = param(250, "generated path: at most this many structural queries are kept", ge=0)
 
 
 @dataclass(frozen=True)
 class QueriesParams:
     """``queries``: where 03's queries come from, their filters, and the BM25 leakage diagnostic."""
 
-    source: Literal["harvested", "generated"] = param("harvested")
+    source: Literal["harvested", "generated"] = param("harvested", "where 03's queries come from: harvested = 01's "
+                                                      "human questions with their gold spans (QASPER, demo); "
+                                                      "generated = LLM queries on sampled spans, leakage-filtered "
+                                                      "(wikipedia)")
     targets: QueriesTargetsParams = group(QueriesTargetsParams)
     per_doc: int = param(4, "span samples per type per document", ge=1)
-    rouge_max: float = param(0.35, ge=0, le=1)
-    ngram: int = param(4, ge=1)
-    seed: int = param(SEED)
+    rouge_max: float = param(0.35, "leakage filter: a generated query (and its paraphrase) with ROUGE-L F1 above "
+                             "this against a gold span is rejected; harvested ones are only scored", ge=0, le=1)
+    ngram: int = param(4, "leakage filter: a generated query sharing any word n-gram of this length with a gold "
+                       "span is rejected", ge=1)
+    seed: int = param(SEED, "generated path: the span samples (with each doc_id), the balancing of finals and "
+                      "queries.max_docs' sample")
     bm25_condition: str = param("G2", "structural chunk set the BM25 diagnostic ranks", choices=design.STRUCTURAL)
-    factoid_span_sentences: int = param(2, ge=1)
+    factoid_span_sentences: int = param(2, "generated path: sentences in each sentence run a span is made of (a "
+                                        "factoid's, an underspecified query's, each of a multihop's two); fewer "
+                                        "where the paragraph is shorter", ge=1)
     rouge_stemmer: bool = param(True, "Porter stemming inside ROUGE-L (rouge-score use_stemmer)")
     min_span_words: int = param(8, "sentence-run spans shorter than this many words are not sampled", ge=0)
     prompt_max_chars: int = param(12000, "evidence shown to the model is cut here; filters use full spans", ge=1)
     gen_reply_tokens: int = param(128, "model tokens each query generation / paraphrase reply may use", ge=1)
-    bm25_k1: float = param(1.5, ge=0)
-    bm25_b: float = param(0.75, ge=0, le=1)
+    bm25_k1: float = param(1.5, "BM25 leakage diagnostic: term-frequency saturation k1", ge=0)
+    bm25_b: float = param(0.75, "BM25 leakage diagnostic: length normalisation b", ge=0, le=1)
     max_docs: int | None = param(None, "generated path: a seeded sample of this many documents gets queries; null "
                                  "= all", ge=1)
     bm25_scope: Literal["document", "corpus"] = param("document", "headline BM25 scope: the query's own "
