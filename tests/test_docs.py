@@ -127,6 +127,26 @@ def test_parameter_reference_lists_every_declared_key():
     assert "| `retrieve.k` |" not in text and "| `k` | int | `50` | in `[1, inf)` |" in text
 
 
+def test_every_declared_key_says_what_it_decides():
+    """Every key's declaration carries its "what it decides" line (``param(default, doc)``), so no row of the
+    reference leaves that column empty; a new key without one fails here, naming it."""
+    from chunkstudy import config
+
+    def undocumented(spec: dict, dotted: str) -> list[str]:
+        out = []
+        for key, p in spec.items():
+            full = f"{dotted}.{key}" if dotted else key
+            if isinstance(p, Spec):
+                out += [] if p.doc.strip() else [full]
+            else:
+                out += undocumented(p, full)
+        return out
+
+    missing = undocumented(config.SCHEMA, "")
+    assert not missing, (f"{len(missing)} key(s) declared without a 'what it decides' line in "
+                         f"lib/chunkstudy/params.py (param(default, doc)): {', '.join(missing)}")
+
+
 def test_pipeline_table_is_generated_from_the_stage_graph():
     page = ROOT / stagedoc.PAGE
     text = page.read_text(encoding="utf-8")

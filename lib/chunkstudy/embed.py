@@ -57,10 +57,10 @@ import numpy as np
 from . import identity, models
 from .embed_checks import (IDENTICAL_MIN_COSINE, NORM_TOLERANCE, BadReply, BadVector, EmbedError, bad_rows,
                            check_vectors, distinct_texts, identical_batch, normalise, text_key, unit_rows)
-from .embed_served import RETRY_AFTER_CAP_S, RETRY_STATUS, TRUNCATIONS, ServedEmbeddings
+from .embed_served import RETRY_AFTER_CAP_S, TRUNCATIONS, ServedEmbeddings
 from .params import EmbedderParams
 
-__all__ = ["IDENTICAL_MIN_COSINE", "NORM_TOLERANCE", "RETRY_AFTER_CAP_S", "RETRY_STATUS", "TRUNCATIONS", "BadReply",
+__all__ = ["IDENTICAL_MIN_COSINE", "NORM_TOLERANCE", "RETRY_AFTER_CAP_S", "TRUNCATIONS", "BadReply",
            "BadVector", "EmbedError", "Embedder", "bad_rows", "check_vectors", "distinct_texts", "identical_batch",
            "load_embedder", "normalise", "text_key", "unit_rows"]
 _normalise = normalise  # the name the store's tests and older callers use

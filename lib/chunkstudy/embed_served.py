@@ -20,9 +20,6 @@ from .embed_checks import (IDENTICAL_MIN_COSINE, BadReply, EmbedError, check_vec
 #: ``max_seq_length`` tokens, as sentence-transformers does locally, with vLLM's request field
 #: ``truncate_prompt_tokens`` (servers that do not know it may reject the request).
 TRUNCATIONS = ("server", "start")
-#: HTTP statuses of the openai backend that are retried (with backoff, honouring Retry-After; 5xx ones count for the
-#: breaker); others fail at once (:mod:`chunkstudy.llm.http`).
-RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
 #: longest wait a server's Retry-After may impose on one retry, seconds.
 RETRY_AFTER_CAP_S = 120.0
 
@@ -32,7 +29,8 @@ class ServedEmbeddings:
     key from the env, through the HTTP machinery every server client shares (:class:`chunkstudy.llm.http.JsonPool`).
 
     Batches of ``batch_size`` texts go out over one pooled HTTP session, up to ``concurrency`` at a time on each
-    replica, and come back in order. A connection error, a timeout or HTTP 408/409/425/429/5xx is retried up to
+    replica, and come back in order. A connection error, a timeout, HTTP 5xx or a status in
+    :data:`chunkstudy.llm.http.RETRY_STATUS` is retried (the one policy, :mod:`chunkstudy.llm.retry`) up to
     ``max_retries`` times, waiting ``retry_backoff_s`` x 2^attempt, at least what the server's ``Retry-After`` asks
     (capped at :data:`RETRY_AFTER_CAP_S`); ``breaker_failures`` consecutive connection failures or 5xx stop the
     stage; any other HTTP error fails at once, naming the URL, the status and the server's message. ``truncation``

