@@ -20,7 +20,7 @@ SEED = config.SCHEMA["llm"]["seed"].default
 
 #: The one list of where no public signature may restate a parameter default: every module of the library but
 #: the declaration itself (params declares the defaults, config derives the schema from it, design the conditions).
-DECLARING = {"params", "paramspec", "config", "design"}
+DECLARING = {"params", "params_analysis", "paramspec", "config", "design"}
 
 #: Names of a cell, a threshold or a choice that only the parameter file may set, beside the schema's keys.
 POLICY_NAMES = {"embedder", "reranker", "metric", "condition", "conditions", "span_frac", "chunk_frac", "kind",

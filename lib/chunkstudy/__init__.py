@@ -6,9 +6,9 @@ import each other (tests/test_import_layers.py holds the rule, and checks that t
 
 * foundation — the declarations everything else derives from: ``design`` (the conditions, prefix kinds,
   pre-registered contrasts and metrics), ``stages`` (the stage graph: each stage's parameters, reads, writes and
-  edges, the tables' columns, the one schema check), ``params`` and ``paramspec`` (one typed record per parameter
-  section), ``paper`` (the paper's own numbers), ``significance`` (the study's one test of a contrast),
-  ``relevance`` (the span relevance rule); and the plumbing every stage uses: ``config`` and ``config_rules``
+  edges, the tables' columns, the one schema check), ``params``, ``params_analysis`` (its metrics, stats and
+  multiverse sections) and ``paramspec`` (one typed record per parameter section), ``paper`` (the paper's own
+  numbers), ``significance`` (the study's one test of a contrast), ``relevance`` (the span relevance rule); and the plumbing every stage uses: ``config`` and ``config_rules``
   (loading and checking a parameter file), ``artifacts`` (the only module that touches the data store's paths),
   ``manifests``, ``codehash``, ``imported`` (the library and environment a process actually imported: what each
   stage's kernel reports to the runner), ``progress``, ``models``, ``devices``, ``errors``, ``procs`` (process
