@@ -32,7 +32,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import config, identity, runner, serving
+from chunkstudy import config, identity, runner, serving, stages
 from chunkstudy.llm import http as llm_http
 from chunkstudy.serving import lifecycle
 
@@ -427,6 +427,51 @@ def test_servers_on_one_gpu_get_memory_shares_that_fit_and_the_check_refuses_tho
     assert "llm (external, http://localhost:8000/v1) 0.92" in in04 and "add up to 1.02" in in04
     # an LLM server started by the run is stopped before 04: its share never meets the encoders'
     assert check.gpu_share_problems(cfg(llm_share=0.92, llm_serve="auto"), stages) == []
+
+
+def _judge(**declared):
+    """A stage the graph does not hold, after 08, that declares what it loads (``declared``: services, devices...)."""
+    return stages.Stage("09_judge", ("llm", "chunking"), (), (), **declared)
+
+
+def test_a_stage_added_to_the_graph_is_checked_before_01_for_the_models_it_declares(tmp_path, monkeypatch):
+    """The up-front check reads which stage loads which model from the stage graph (its ``services``, ``devices``
+    and ``models``), so a new stage that declares the LLM has its model and its GPU share checked before 01 as 02
+    and 03 have, with no stage named in ``chunkstudy.serving``."""
+    from chunkstudy.serving import check
+
+    monkeypatch.setattr(stages, "STAGES", (*stages.STAGES, _judge(services=("llm",), devices=("llm",))))
+    qasper = HERE.parent / "params" / "qasper.yaml"
+    served = config.load(qasper, root=tmp_path, overrides={"llm": {"model": "google/gemma-3-never-downloaded"}})
+    assert check.needed_models(served, ["09_judge"]) == {"google/gemma-3-never-downloaded": ["llm.model"]}
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert any("google/gemma-3-never-downloaded (llm.model)" in p
+               for p in check.problems(served, ["09_judge"], "params/qasper.yaml"))
+    # in process on the GPU beside a local server that is up throughout: the share left is 0.85, not 0.95
+    in_process = config.load(qasper, root=tmp_path, overrides={
+        "llm": {"backend": "transformers", "device": "cuda"},
+        "embed": {"embedders": {"strong": {"backend": "openai", "serve": "external", "device": "cuda",
+                                           "base_url": "http://127.0.0.1:8001/v1",
+                                           "vllm_engine": {"gpu_memory_utilization": 0.90}}}}})
+    assert check.needed_models(in_process, ["09_judge"]) == {in_process.params("llm").model: ["llm.model"]}
+    (found,) = check.gpu_share_problems(in_process, ["09_judge"])
+    assert found.startswith("09_judge has these servers up on one GPU at once: embed.embedders.strong (external, "
+                            "http://127.0.0.1:8001/v1) 0.9, beside llm in process;") and "more than 0.85" in found
+    # a stage that declares none of them loads none of them
+    monkeypatch.setattr(stages, "STAGES", (*stages.STAGES[:-1], _judge()))
+    assert check.needed_models(served, ["09_judge"]) == {} and check.gpu_share_problems(in_process, ["09_judge"]) == []
+    monkeypatch.setattr(stages, "STAGES", (*stages.STAGES[:-1], _judge(models=("chunking.tokenizer",))))
+    tokenizer = served.params("chunking").tokenizer
+    assert check.needed_models(served, ["09_judge"]) == {tokenizer: ["chunking.tokenizer"]}
+
+
+def test_the_serving_package_names_no_stage():
+    """Which stage loads which model, and which servers are up during which stage, is read from the stage graph
+    (chunkstudy.stages): no module of chunkstudy.serving names a stage."""
+    named = re.compile("|".join([*map(re.escape, stages.STAGE_NAMES), r"\b0[1-9]_[a-z]"]))
+    found = [f"{p.name}:{i}: {line.strip()}" for p in sorted((HERE.parent / "lib/chunkstudy/serving").glob("*.py"))
+             for i, line in enumerate(p.read_text().splitlines(), 1) if named.search(line)]
+    assert found == []
 
 
 def test_an_encoders_server_computes_one_sequence_per_forward_pass(tmp_path):

@@ -210,6 +210,8 @@ def test_a_declaration_the_runner_cannot_honour_is_refused():
     four = stages.stage("04_chunk_embed")
     with pytest.raises(ValueError, match="devices \\['gpu'\\] are not among"):
         dataclasses.replace(four, devices=("gpu",))
+    with pytest.raises(ValueError, match="models \\['llm.model'\\] are not among the parameters it reads"):
+        dataclasses.replace(four, models=("llm.model",))
     outside = stages.UserCode("retrieve.rerankers", "model", "reranker_sources")
     with pytest.raises(ValueError, match="'retrieve.rerankers' is not among the parameters it reads"):
         dataclasses.replace(four, user_code=outside)

@@ -3,8 +3,8 @@
 One row per stage, in run order: the parameters it reads (the sections or single keys of its declaration), what it
 reads (per artifact, grouped by the stage that writes it, with the parameters that switch a read off and the reads
 it does without; the files outside the data store it reads: source files, code of the user's, the earlier
-manifests, the replication partner's run), the model servers its calls may go to, the sections whose models it
-runs on a device, and what it writes (tables;
+manifests, the replication partner's run, the other models it loads), the model servers its calls may go to, the
+sections whose models it runs on a device, and what it writes (tables;
 ``.json`` facts; ``name/`` vector folders; output folders outside its data folder). The table sits in
 :data:`PAGE` between :data:`BEGIN` and :data:`END` and is never edited by hand: ``tests/test_docs.py`` fails when
 it differs from :func:`table`, naming the command that rewrites it (as for ``docs/parameters.md``,
@@ -67,6 +67,7 @@ def _reads(s: stages.Stage) -> str:
         parts.insert(0, f"source files ({s.source_files.doc})" if s.source_files.doc else "source files")
     if s.user_code is not None:
         parts.append(f"your code: {s.user_code.doc or s.user_code.field} ({_code(s.user_code.param)})")
+    parts += [f"the model {_code(k)} names" for k in s.models]
     if s.manifests:
         parts.append("the manifests of every earlier stage")
     parts += [f"the replication partner's {_artifact(stages.artifact(r.name))}" + (f" ({r.doc})" if r.doc else "")
@@ -94,10 +95,12 @@ def table() -> str:
         out.append(f"| `{s.name}` | {_cell(_params(s))} | {_cell(_reads(s))} | {_cell(', '.join(s.services))} | "
                    f"{_cell(', '.join(s.devices))} | {_cell(_writes(s))} |")
     out += ["", "A read marked *not when ...* is off under those parameters (it is then no input of the stage's "
-            "key); an *optional* one the stage does without, saying what it leaves out. *model servers*: the roles "
-            "whose `serve: auto` server the runner starts for the stage ([servers.md](servers.md)). *devices*: the "
-            "sections whose models the stage runs on the device their parameters name; when one asks for CUDA, "
-            "the runner checks for a device before the first selected stage starts."]
+            "key); an *optional* one the stage does without, saying what it leaves out; *the model a key names*: "
+            "one more model the stage loads in process. *model servers*: the roles whose `serve: auto` server the "
+            "runner starts for the stage ([servers.md](servers.md)). *devices*: the sections whose models the stage "
+            "runs on the device their parameters name; when one asks for CUDA, the runner checks for a device "
+            "before the first selected stage starts. The models of a selected stage's servers, devices and keys "
+            "are those the runner finds in the local model cache before 01."]
     return "\n".join(out)
 
 

@@ -19,8 +19,10 @@ module sits at the bottom of the import floors (it imports only ``design`` and `
 
 Edges that are no artifact of the store are declared too, so the runner special-cases no stage by name: 01's
 source files (:class:`SourceFiles`), 04's user chunker code (:class:`UserCode`), 08's ``figures/`` folder
-(:class:`Folder`), 08's read of the replication partner's contrasts (:class:`PartnerRead`), and which stages run
-models on a device a parameter names (:attr:`Stage.devices`: the runner checks for CUDA before the first stage).
+(:class:`Folder`), 08's read of the replication partner's contrasts (:class:`PartnerRead`), which stages run
+models on a device a parameter names (:attr:`Stage.devices`: the runner checks for CUDA before the first stage),
+and which models each stage loads (its :attr:`Stage.services`, :attr:`Stage.devices` and :attr:`Stage.models`:
+the up-front check finds them in the model cache before the first stage).
 The runner runs exactly these stages, from ``notebooks/<name>.py``: a notebook ``NN_*.py`` declared here is a
 stage, any other is refused (:func:`chunkstudy.runner.discover`).
 """
@@ -176,8 +178,11 @@ class Stage:
     ``embed``, ``rerank``): the runner starts a ``serve: auto`` one when the stage first needs it and stops it once
     no later selected stage declares it (:mod:`chunkstudy.serving`); ``devices``: the sections whose models it runs
     on the device their parameters name (:data:`DEVICE_SECTIONS`): when one of them asks for CUDA, the runner checks
-    for a device before the first selected stage starts, not hours later when this stage is reached;
-    ``user_code``: code of the user's own it runs (:class:`UserCode`), whose edit reruns it."""
+    for a device before the first selected stage starts, not hours later when this stage is reached; ``models``: the
+    keys of the other models it loads in process (``chunking.tokenizer``, a key among those it reads); with those
+    of its ``services`` and ``devices`` they are what the up-front check finds in the local model cache before the
+    first selected stage (:mod:`chunkstudy.serving.check`); ``user_code``: code of the user's own it runs
+    (:class:`UserCode`), whose edit reruns it. Only ``params`` enter the stage's parameter digest."""
 
     name: str
     params: tuple[str, ...]
@@ -189,6 +194,7 @@ class Stage:
     partner: tuple[PartnerRead, ...] = ()
     services: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
     user_code: UserCode | None = None
 
     def __post_init__(self):
@@ -198,11 +204,18 @@ class Stage:
         bad = [s for s in self.devices if s not in DEVICE_SECTIONS]
         if bad:
             raise ValueError(f"stage {self.name}: devices {bad} are not among {list(DEVICE_SECTIONS)}")
+        unread = [k for k in self.models if not self.reads_param(k)]
+        if unread:
+            raise ValueError(f"stage {self.name}: models {unread} are not among the parameters it reads "
+                             f"{list(self.params)} (a change of the model would not rerun the stage)")
         code = self.user_code
-        if code is not None and not any(p == ALL_PARAMS or code.param == p or code.param.startswith(p + ".")
-                                        for p in self.params):
+        if code is not None and not self.reads_param(code.param):
             raise ValueError(f"stage {self.name}: its user code's parameter {code.param!r} is not among the "
                              f"parameters it reads {list(self.params)} (an edit of it would not rerun the stage)")
+
+    def reads_param(self, key: str) -> bool:
+        """Whether the dotted ``key`` is among the parameters the stage reads (its section, or the key itself)."""
+        return any(p == ALL_PARAMS or key == p or key.startswith(p + ".") for p in self.params)
 
     @property
     def notebook(self) -> str:
@@ -314,7 +327,7 @@ STAGES: tuple[Stage, ...] = (
               "one situating context per chunk of every chunk set a context condition names (A1: A0's windows)",
               required=('chunk_set', 'doc_id', 'start', 'end', 'context')),
         Json("induction_stats", "induction counts, span identity with gold (the paper's measure), A1 summary"),
-    ), services=("llm",), devices=("llm",)),
+    ), services=("llm",), devices=("llm",), models=("chunking.tokenizer",)),
     Stage("03_queries", ("llm", "queries", "chunking.tokenizer", "chunking.max_chunk_tokens", "chunking.min_chunk_tokens",
                          "chunking.sentence_splitter", "metrics.span_frac", "metrics.chunk_frac", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold"),
@@ -328,7 +341,7 @@ STAGES: tuple[Stage, ...] = (
               required=('step',)),
         Json("funnel", "the query funnel's summary"),
         Json("bm25", "the BM25 diagnostic"),
-    ), services=("llm",), devices=("llm",)),
+    ), services=("llm",), devices=("llm",), models=("chunking.tokenizer",)),
     Stage("04_chunk_embed", ("chunking", "conditions", "embed.embedders", "embed.store", "embed.flush_every",
                             "embed.late_window", "embed.late_overlap", "embed.late_pooling", "corpus.kind"), (
         *_r("documents", "paragraphs", "sections_gold", "sections_induced"),
@@ -357,7 +370,7 @@ STAGES: tuple[Stage, ...] = (
               "without", required=("condition", "embedder", "tokens_read")),
         Vectors("embeddings", "one float32 row per distinct embedded text, then one per late-pooled chunk; "
                 "chunks.text_row indexes it"),
-    ), services=("embed",), devices=("embed",),
+    ), services=("embed",), devices=("embed",), models=("chunking.tokenizer",),
         user_code=UserCode("conditions.extra", "chunker", "chunker_sources",
                            "the chunker functions of your own conditions")),
     Stage("05_retrieve", ("retrieve", "embed", "conditions"), _r("documents", "queries", "chunks", "embeddings"), (

@@ -1,6 +1,12 @@
 """The up-front check of a run (before 01, in seconds): every model its selected stages load is available offline,
 and every ``serve: auto`` server can be started here. :func:`problems` lists what is wrong, each with the exact
-command that fixes it; :func:`check` raises them together (:class:`~chunkstudy.serving.roles.ServeError`)."""
+command that fixes it; :func:`check` raises them together (:class:`~chunkstudy.serving.roles.ServeError`).
+
+Which stage loads which model is read from the stage graph (:data:`chunkstudy.stages.STAGES`, when asked), never
+from a stage's name: a stage loads the models of the service kinds it declares (:attr:`~chunkstudy.stages.Stage.
+services`: ``llm``, ``embed``, ``rerank``) when a server this run starts serves them, those of the sections it
+declares (:attr:`~chunkstudy.stages.Stage.devices`: ``llm``, ``embed``, ``retrieve``) when they run in its own
+process, and the models its :attr:`~chunkstudy.stages.Stage.models` keys name (the chunking tokenizer)."""
 
 from __future__ import annotations
 
@@ -10,8 +16,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .. import models
+from .. import models, stages
 from ..config import Config
+from ..params import EmbedderParams, LLMParams, RerankerParams
 from .roles import CODE_ROOT, GPU_SHARE_DEFAULT, GPU_SHARE_IN_PROCESS, GPU_SHARE_LIMIT, auto_services, services
 
 #: what each kind of role's server is started from by the default command (``scripts/serve_llm.sh``)
@@ -43,44 +50,56 @@ def _gpu_listed() -> bool:
     return r.returncode == 0 and "GPU" in r.stdout
 
 
+def _declared(selected: list[str]) -> list[stages.Stage]:
+    """The declarations of the selected stages, in run order (the graph as it is when asked)."""
+    chosen = set(selected)
+    return [s for s in stages.STAGES if s.name in chosen]
+
+
 def needed_models(cfg: Config, selected: list[str]) -> dict[str, list[str]]:
-    """``{model name: [parameter keys]}`` of every model the selected stages load on this machine: in process, or
-    by a server this run starts (``serve: auto``); a server that is the user's (``external``) loads its own."""
+    """``{model name: [parameter keys]}`` of every model the selected stages load on this machine: in process (the
+    sections of their ``devices``, the keys of their ``models``), or by a server this run starts (``serve: auto``,
+    of their ``services``); a server that is the user's (``external``) loads its own."""
     out: dict[str, list[str]] = {}
-    sel = set(selected)
+    declared = _declared(selected)
+    served = {k for s in declared for k in s.services}
+    in_process = {d for s in declared for d in s.devices}
 
     def add(key: str, name: str | None) -> None:
         if name:
             out.setdefault(name, []).append(key)
 
+    def loaded(rec: LLMParams | EmbedderParams | RerankerParams, kind: str, section: str) -> bool:
+        if rec.backend == "openai":
+            return kind in served and rec.serve == "auto"
+        return section in in_process
+
     lp = cfg.params("llm")
-    if sel & {"02_induce", "03_queries"}:
-        if lp.backend in ("vllm", "transformers") or (lp.backend == "openai" and lp.serve == "auto"
-                                                       and not lp.serve_weights):
-            add("llm.model", lp.model)
-    if sel & {"02_induce", "03_queries", "04_chunk_embed"}:
-        add("chunking.tokenizer", cfg.params("chunking").tokenizer)
-    if sel & {"04_chunk_embed", "05_retrieve"}:
-        for k, s in cfg.params("embed").embedders.items():
-            if s.backend != "openai" or s.serve == "auto":
-                add(f"embed.embedders.{k}.model", s.model)
-    if "05_retrieve" in sel:
-        for k, r in cfg.params("retrieve").rerankers.items():
-            if r.backend != "openai" or r.serve == "auto":
-                add(f"retrieve.rerankers.{k}.model", r.model)
+    if lp.backend in ("vllm", "transformers", "openai") and loaded(lp, "llm", "llm") and not (
+            lp.backend == "openai" and lp.serve_weights):  # served from local weights, not the hub's
+        add("llm.model", lp.model)
+    keys = list(dict.fromkeys(k for s in declared for k in s.models))
+    for key, name in cfg.values(tuple(keys)).items():
+        add(key, name)
+    for k, e in cfg.params("embed").embedders.items():
+        if loaded(e, "embed", "embed"):
+            add(f"embed.embedders.{k}.model", e.model)
+    for k, r in cfg.params("retrieve").rerankers.items():
+        if loaded(r, "rerank", "retrieve"):
+            add(f"retrieve.rerankers.{k}.model", r.model)
     return out
 
 
-def _in_process_cuda(cfg: Config, stage: str) -> list[str]:
-    """The parameter keys of the models stage ``stage`` runs in its own process on a GPU."""
+def _in_process_cuda(cfg: Config, stage: stages.Stage) -> list[str]:
+    """The parameter keys of the models ``stage`` runs in its own process on a GPU (of its declared ``devices``)."""
     keys = []
     lp = cfg.params("llm")
-    if stage in ("02_induce", "03_queries") and lp.backend in ("vllm", "transformers") and lp.device.startswith("cuda"):
+    if "llm" in stage.devices and lp.backend in ("vllm", "transformers") and lp.device.startswith("cuda"):
         keys.append("llm")
-    if stage in ("04_chunk_embed", "05_retrieve"):
+    if "embed" in stage.devices:
         keys += [f"embed.embedders.{k}" for k, e in cfg.params("embed").embedders.items()
                  if e.backend != "openai" and e.device.startswith("cuda")]
-    if stage == "05_retrieve":
+    if "retrieve" in stage.devices:
         keys += [f"retrieve.rerankers.{k}" for k, r in cfg.params("retrieve").rerankers.items()
                  if r.backend != "openai" and r.device.startswith("cuda")]
     return keys
@@ -95,9 +114,10 @@ def gpu_share_problems(cfg: Config, selected: list[str]) -> list[str]:
     on_gpu = [s for s in services(cfg) if s.local and s.gpu_share is not None
               and (s.serve == "external" or s.command is None)]
     found: dict[tuple, str] = {}
-    for stage in selected:
+    for declared in _declared(selected):
+        stage = declared.name
         up = [s for s in on_gpu if s.serve == "external" or stage in s.stages]
-        local = _in_process_cuda(cfg, stage)
+        local = _in_process_cuda(cfg, declared)
         limit = GPU_SHARE_LIMIT - (GPU_SHARE_IN_PROCESS if local else 0.0)
         total = sum(float(s.gpu_share or 0.0) for s in up)
         if len(up) + bool(local) < 2 or total <= limit + 1e-9:
