@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chunkstudy import paramdoc, stagedoc, stages
+from chunkstudy import design, designdoc, paramdoc, stagedoc, stages
 from chunkstudy.paramspec import Spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,6 +178,45 @@ def test_pipeline_table_shows_every_declared_edge():
     assert "cost" in rows["07_stats"][4].split(", ")
     with pytest.raises(ValueError, match="docs/x.md: needs the marker line"):
         stagedoc.rewrite("# no markers\n", "docs/x.md")
+
+
+def test_declared_tables_are_generated_from_the_registries():
+    """The conditions, prefix kinds, contrasts, metrics and corpus kinds are shown only as generated blocks, and each
+    block equals what its registry renders (a hand copy drifted: C1's question had three wordings)."""
+    stale = []
+    for page, names in designdoc.PAGES.items():
+        text = (ROOT / page).read_text(encoding="utf-8")
+        if text != designdoc.rewrite(text, page, names):
+            stale.append(page)
+    if stale:
+        pytest.fail(f"the generated tables of {', '.join(stale)} are stale (lib/chunkstudy/design.py or the corpus "
+                    f"kinds changed): regenerate them with `{designdoc.COMMAND}` and commit them")
+    held = [n for names in designdoc.PAGES.values() for n in names]
+    assert sorted(set(held)) == sorted(designdoc.BLOCKS), "a declared table that no page shows"
+    for page in PAGES:  # a block opened in a page PAGES does not name would never be rewritten
+        if _rel(page) not in designdoc.PAGES:
+            assert not designdoc.blocks_in(page.read_text(encoding="utf-8")), _rel(page)
+
+
+def test_declared_tables_show_every_declaration():
+    """The generators are complete: a row per condition, prefix kind, contrast (with design.py's one wording of its
+    question), metric family and corpus kind; a page whose markers are missing or unknown is refused."""
+    from chunkstudy.corpus import build
+
+    def first_cells(block: str) -> list[str]:
+        return [line.split("|")[1].strip() for line in block.splitlines()[2:] if line.startswith("|")]
+
+    assert first_cells(designdoc.conditions()) == list(design.CONDITION_NAMES)
+    assert first_cells(designdoc.prefix_kinds()) == [f"`{k}`" for k in design.PREFIX_KINDS]
+    rows = [line.split(" | ") for line in designdoc.contrasts().splitlines()[2:]]
+    assert [(r[0], r[1]) for r in rows] == [(f"| {c.name} = {c.a} − {c.b}", c.question) for c in design.CONTRASTS]
+    assert first_cells(designdoc.metrics()) == [f"`{m.template}`" for m in design.METRICS]
+    assert "cov-nDCG@10" in designdoc.metrics() and "budget-cov@512, budget-cov@1024" in designdoc.metrics()
+    assert first_cells(designdoc.corpus_kinds()) == [f"`{k}`" for k in build.KINDS]
+    with pytest.raises(ValueError, match="docs/x.md: opens the generated blocks"):
+        designdoc.rewrite("# no markers\n", "docs/x.md", ("contrasts",))
+    with pytest.raises(ValueError, match="needs the marker line"):
+        designdoc.rewrite(designdoc.begin("contrasts") + "\n", "docs/x.md", ("contrasts",))
 
 
 def test_slugs_follow_both_rules():
