@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
 import unicodedata
 from functools import cache
 from pathlib import Path
@@ -217,6 +218,15 @@ def test_declared_tables_show_every_declaration():
         designdoc.rewrite("# no markers\n", "docs/x.md", ("contrasts",))
     with pytest.raises(ValueError, match="needs the marker line"):
         designdoc.rewrite(designdoc.begin("contrasts") + "\n", "docs/x.md", ("contrasts",))
+
+
+def test_run_all_usage_lists_every_parameter_file():
+    """./run_all.sh's usage names the corpora a user can run: exactly the parameter files of params/ (a hand-kept
+    list named 7 of 20)."""
+    done = subprocess.run(["bash", str(ROOT / "run_all.sh"), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    listed = done.stdout.split("params/CORPUS.yaml:", 1)[1].split(")")[0].split()
+    assert listed == sorted(p.stem for p in (ROOT / "params").glob("*.yaml"))
 
 
 def test_slugs_follow_both_rules():
