@@ -229,6 +229,51 @@ def test_run_all_usage_lists_every_parameter_file():
     assert listed == sorted(p.stem for p in (ROOT / "params").glob("*.yaml"))
 
 
+def _writes_part(stage: str) -> str:
+    """The "**Writes** ..." paragraph of a stage's notebook header (its first markdown cell), as Markdown."""
+    text = (ROOT / "notebooks" / f"{stage}.py").read_text(encoding="utf-8")
+    cell = text.split("# %% [markdown]\n", 1)[1].split("\n# %%", 1)[0]
+    md = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in cell.splitlines())
+    assert md.count("**Writes**") == 1, f"notebooks/{stage}.py: its header has no single **Writes** part"
+    return md.split("**Writes**", 1)[1].split("\n\n", 1)[0]
+
+
+def _written_names(stage: stages.Stage, part: str) -> set[str]:
+    """The artifact names a Writes part names in code spans: ``05_retrieve/runs``, ``runs``, ``stats.json``,
+    ``embeddings/<embedder>.npy``; a parameter or a column (``retrieve.k``, ``chunks.text_row``, ``doc_id``) and
+    what a stage's folder holds (``figures/<corpus>/``, ``tables/*.md``) are not names of artifacts
+    (:func:`_not_artifacts`)."""
+    out = set()
+    for span in re.findall(r"`([^`]+)`", part):
+        parts = span.split("/")
+        if parts[0] in stages.STAGE_NAMES:
+            parts = parts[1:]
+        name = parts[0].removesuffix(".json")
+        if re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            out.add(name)
+    return out - _not_artifacts(stage)
+
+
+def _not_artifacts(stage: stages.Stage) -> set[str]:
+    """Names a Writes part may hold that are no artifact: the columns of the stage's tables (``doc_id``) and what
+    its folders hold (``figures``, ``tables``)."""
+    declared = {a.name for a in stage.writes}
+    columns = {c for a in stage.writes if isinstance(a, stages.Table) for c in a.columns}
+    held = {f.root for f in stage.folders} | {w.strip(" /") for f in stage.folders for w in f.doc.split(",")}
+    return (columns | held) - declared
+
+
+@pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.name)
+def test_notebook_header_names_what_the_stage_writes(stage: stages.Stage):
+    """Each notebook's "**Writes**" header names every artifact its stage declares (``stages.py``) and no other (05
+    left out lexical_report.json, 07 the user's contrasts and power tables)."""
+    named = _written_names(stage, _writes_part(stage.name))
+    declared = {a.name for a in stage.writes}
+    assert not declared - named, f"notebooks/{stage.name}.py: its Writes header leaves out {sorted(declared - named)}"
+    assert not named - declared, (f"notebooks/{stage.name}.py: its Writes header names {sorted(named - declared)}, "
+                                  "which the stage does not declare it writes")
+
+
 def test_slugs_follow_both_rules():
     assert github_slug("Policy: seeds and ties") == mkdocs_slug("Policy: seeds and ties") == "policy-seeds-and-ties"
     assert github_slug("conditions.extra.KEY") == "conditionsextrakey"
