@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-  echo "usage: ./run_all.sh CORPUS [--from NN] [--until NN] [--only NN] [--force]   (CORPUS: demo, qasper, wikipedia_fa, qasper_local, qasper_local_fast, wikipedia_local, markdown_example)"
+  corpora=(params/*.yaml)  # every parameter file is a corpus to run: listed, never copied by hand
+  corpora=("${corpora[@]#params/}")
+  echo "usage: ./run_all.sh CORPUS [--from NN] [--until NN] [--only NN] [--force]   (CORPUS: the name of a file params/CORPUS.yaml: ${corpora[*]%.yaml})"
   exit 2
 fi
 source scripts/ensure_env.sh

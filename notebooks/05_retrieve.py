@@ -21,7 +21,8 @@
 # with its per-cell summary `05_retrieve/section_recall_summary`, and `05_retrieve/rerank_report.json` (how each
 # reranker ran: runtime, precision and its agreement check, pairs scored), and `05_retrieve/retrieval_timing.json`
 # (each cell's search seconds, measured here: the median and range of up to `retrieve.timing_repeats` timed repeats
-# after the search that ranked; 07's cost table).
+# after the search that ranked; 07's cost table), and `05_retrieve/lexical_report.json` (the BM25 indexes of the
+# lexical modes; empty without).
 #
 # * **Flat** (all conditions but A4/G4): exact inner-product search over all chunks of the corpus, top
 #   `retrieve.k`, ties broken by (−score, chunk_id).

@@ -20,8 +20,9 @@
 # **Writes** `07_stats/contrasts`, `mixedlm`, `mixedlm_paired`, `dose_response`, `per_type`, `condition_means`,
 # `reranker_lift`, `power` and `power_needed` (the documents each contrast needs), `size_check` (the measured size of
 # its tests at this run's structure), `cost` (what each condition costs), `multiverse`, `multiverse_summary` and
-# `multiverse_axes` (each contrast's specification curve, and read by axis), and `recipe` (Anthropic's recipe: each
-# step's top-k failure reduction with its CI).
+# `multiverse_axes` (each contrast's specification curve, and read by axis), `recipe` (Anthropic's recipe: each
+# step's top-k failure reduction with its CI), and for your own contrasts (`contrasts.extra`, empty without)
+# `user_contrasts`, `user_power` and `user_power_needed`.
 #
 # The four pre-registered contrasts (C1 = A3−A1, C2 = A3−P, C3 = G3−A3, C4 = A4−A3) are tested on one cell fixed
 # in advance — cov-nDCG@10 × strong embedder × no reranker — with a document-clustered bootstrap (resampling

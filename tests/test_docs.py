@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import importlib
 import re
+import subprocess
 import unicodedata
 from functools import cache
 from pathlib import Path
 
 import pytest
 
-from chunkstudy import paramdoc, stagedoc, stages
+from chunkstudy import design, designdoc, paramdoc, stagedoc, stages
 from chunkstudy.paramspec import Spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,6 +179,99 @@ def test_pipeline_table_shows_every_declared_edge():
     assert "cost" in rows["07_stats"][4].split(", ")
     with pytest.raises(ValueError, match="docs/x.md: needs the marker line"):
         stagedoc.rewrite("# no markers\n", "docs/x.md")
+
+
+def test_declared_tables_are_generated_from_the_registries():
+    """The conditions, prefix kinds, contrasts, metrics and corpus kinds are shown only as generated blocks, and each
+    block equals what its registry renders (a hand copy drifted: C1's question had three wordings)."""
+    stale = []
+    for page, names in designdoc.PAGES.items():
+        text = (ROOT / page).read_text(encoding="utf-8")
+        if text != designdoc.rewrite(text, page, names):
+            stale.append(page)
+    if stale:
+        pytest.fail(f"the generated tables of {', '.join(stale)} are stale (lib/chunkstudy/design.py or the corpus "
+                    f"kinds changed): regenerate them with `{designdoc.COMMAND}` and commit them")
+    held = [n for names in designdoc.PAGES.values() for n in names]
+    assert sorted(set(held)) == sorted(designdoc.BLOCKS), "a declared table that no page shows"
+    for page in PAGES:  # a block opened in a page PAGES does not name would never be rewritten
+        if _rel(page) not in designdoc.PAGES:
+            assert not designdoc.blocks_in(page.read_text(encoding="utf-8")), _rel(page)
+
+
+def test_declared_tables_show_every_declaration():
+    """The generators are complete: a row per condition, prefix kind, contrast (with design.py's one wording of its
+    question), metric family and corpus kind; a page whose markers are missing or unknown is refused."""
+    from chunkstudy.corpus import build
+
+    def first_cells(block: str) -> list[str]:
+        return [line.split("|")[1].strip() for line in block.splitlines()[2:] if line.startswith("|")]
+
+    assert first_cells(designdoc.conditions()) == list(design.CONDITION_NAMES)
+    assert first_cells(designdoc.prefix_kinds()) == [f"`{k}`" for k in design.PREFIX_KINDS]
+    rows = [line.split(" | ") for line in designdoc.contrasts().splitlines()[2:]]
+    assert [(r[0], r[1]) for r in rows] == [(f"| {c.name} = {c.a} − {c.b}", c.question) for c in design.CONTRASTS]
+    assert first_cells(designdoc.metrics()) == [f"`{m.template}`" for m in design.METRICS]
+    assert "cov-nDCG@10" in designdoc.metrics() and "budget-cov@512, budget-cov@1024" in designdoc.metrics()
+    assert first_cells(designdoc.corpus_kinds()) == [f"`{k}`" for k in build.KINDS]
+    with pytest.raises(ValueError, match="docs/x.md: opens the generated blocks"):
+        designdoc.rewrite("# no markers\n", "docs/x.md", ("contrasts",))
+    with pytest.raises(ValueError, match="needs the marker line"):
+        designdoc.rewrite(designdoc.begin("contrasts") + "\n", "docs/x.md", ("contrasts",))
+
+
+def test_run_all_usage_lists_every_parameter_file():
+    """./run_all.sh's usage names the corpora a user can run: exactly the parameter files of params/ (a hand-kept
+    list named 7 of 20)."""
+    done = subprocess.run(["bash", str(ROOT / "run_all.sh"), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    listed = done.stdout.split("params/CORPUS.yaml:", 1)[1].split(")")[0].split()
+    assert listed == sorted(p.stem for p in (ROOT / "params").glob("*.yaml"))
+
+
+def _writes_part(stage: str) -> str:
+    """The "**Writes** ..." paragraph of a stage's notebook header (its first markdown cell), as Markdown."""
+    text = (ROOT / "notebooks" / f"{stage}.py").read_text(encoding="utf-8")
+    cell = text.split("# %% [markdown]\n", 1)[1].split("\n# %%", 1)[0]
+    md = "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in cell.splitlines())
+    assert md.count("**Writes**") == 1, f"notebooks/{stage}.py: its header has no single **Writes** part"
+    return md.split("**Writes**", 1)[1].split("\n\n", 1)[0]
+
+
+def _written_names(stage: stages.Stage, part: str) -> set[str]:
+    """The artifact names a Writes part names in code spans: ``05_retrieve/runs``, ``runs``, ``stats.json``,
+    ``embeddings/<embedder>.npy``; a parameter or a column (``retrieve.k``, ``chunks.text_row``, ``doc_id``) and
+    what a stage's folder holds (``figures/<corpus>/``, ``tables/*.md``) are not names of artifacts
+    (:func:`_not_artifacts`)."""
+    out = set()
+    for span in re.findall(r"`([^`]+)`", part):
+        parts = span.split("/")
+        if parts[0] in stages.STAGE_NAMES:
+            parts = parts[1:]
+        name = parts[0].removesuffix(".json")
+        if re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            out.add(name)
+    return out - _not_artifacts(stage)
+
+
+def _not_artifacts(stage: stages.Stage) -> set[str]:
+    """Names a Writes part may hold that are no artifact: the columns of the stage's tables (``doc_id``) and what
+    its folders hold (``figures``, ``tables``)."""
+    declared = {a.name for a in stage.writes}
+    columns = {c for a in stage.writes if isinstance(a, stages.Table) for c in a.columns}
+    held = {f.root for f in stage.folders} | {w.strip(" /") for f in stage.folders for w in f.doc.split(",")}
+    return (columns | held) - declared
+
+
+@pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.name)
+def test_notebook_header_names_what_the_stage_writes(stage: stages.Stage):
+    """Each notebook's "**Writes**" header names every artifact its stage declares (``stages.py``) and no other (05
+    left out lexical_report.json, 07 the user's contrasts and power tables)."""
+    named = _written_names(stage, _writes_part(stage.name))
+    declared = {a.name for a in stage.writes}
+    assert not declared - named, f"notebooks/{stage.name}.py: its Writes header leaves out {sorted(declared - named)}"
+    assert not named - declared, (f"notebooks/{stage.name}.py: its Writes header names {sorted(named - declared)}, "
+                                  "which the stage does not declare it writes")
 
 
 def test_slugs_follow_both_rules():

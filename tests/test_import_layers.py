@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("07 stats", frozenset({"stats"})),
     ("08 report", frozenset({"report"})),
     ("tools", frozenset({"runner", "rerun", "runlock", "plan", "golden", "export", "gpu", "devicecheck", "paramdoc", "stagedoc",
-                         "gguf_convert", "serving", ""})),
+                         "designdoc", "gguf_convert", "serving", ""})),
 )
 
 

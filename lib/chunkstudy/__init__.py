@@ -22,8 +22,8 @@ import each other (tests/test_import_layers.py holds the rule, and checks that t
   ``runlock``, ``serving`` (the model servers a run starts), ``plan`` (a run's model calls and texts, estimated
   before any model runs), ``golden``, ``export``, ``gpu`` (vLLM serving, model prefetch, CUDA checks, the GPU
   smoke run's checks), ``gguf_convert`` (a GGUF model to a standard Hugging Face folder), ``devicecheck``, and the
-  generated docs: ``paramdoc`` (docs/parameters.md) and ``stagedoc`` (the pipeline table of
-  docs/running.md).
+  generated docs: ``paramdoc`` (docs/parameters.md), ``stagedoc`` (the pipeline table of docs/running.md) and
+  ``designdoc`` (the tables of the conditions, prefix kinds, contrasts, metrics and corpus kinds).
 """
 
 import os as _os

@@ -50,8 +50,8 @@ class CorpusParams:
 
     name: str = param("demo", "results go to data/<name>/ and figures/<name>/; when the file that is run does not "
                       "state it, the file's name (params/foo.yaml -> foo); never inherited through base:", name=True)
-    kind: CorpusKind = param("demo", "demo (data/demo_raw format), wikipedia, qasper, markdown (a folder of .md "
-                             "files) or html (a folder of .html files); see docs/corpus.md")
+    kind: CorpusKind = param("demo", "the module that builds the corpus from its own inputs; each kind and what it "
+                             "reads: docs/corpus.md, \"Corpus kinds\"")
     mirror: str | None = param(None, "folder holding upstream files; relative to the params file", anchor="params")
     sources: tuple[str, ...] = param((), "files to read, relative to mirror (wiki XML exports, QASPER archives); "
                                      "with no mirror, names of downloaded corpus.fetch_urls files", anchor="mirror")

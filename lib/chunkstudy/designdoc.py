@@ -1,0 +1,170 @@
+"""The docs' tables of what the study declares, generated from the registries: the conditions, the prefix kinds,
+the pre-registered contrasts and the metrics (:mod:`chunkstudy.design`), and the corpus kinds
+(:data:`chunkstudy.corpus.build.KINDS`).
+
+A page holds a table as a block between a begin and an end marker naming it (:func:`begin`, :func:`end`);
+:data:`PAGES` says which blocks each page holds. The blocks are never edited by hand, so no page keeps a second
+wording of a declaration (a contrast's question is the one of :data:`chunkstudy.design.CONTRASTS`, wherever it is
+shown): ``tests/test_docs.py`` fails when a block differs from what :data:`BLOCKS` renders, naming the command that
+rewrites them (as for ``docs/parameters.md``, :mod:`chunkstudy.paramdoc`, and the pipeline table,
+:mod:`chunkstudy.stagedoc`)::
+
+    .venv/bin/python -m chunkstudy.designdoc --write        # rewrites every block of every page in PAGES
+    .venv/bin/python -m chunkstudy.designdoc conditions     # prints one block
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import sys
+from pathlib import Path
+from typing import Callable
+
+from . import artifacts, config, design
+from .corpus import build
+from .paramdoc import _cell
+
+#: The command that rewrites every block (what the staleness test prints).
+COMMAND = ".venv/bin/python -m chunkstudy.designdoc --write"
+
+
+def _code(name: object) -> str:
+    return f"`{name}`"
+
+
+def conditions() -> str:
+    """The paper's conditions (:data:`chunkstudy.design.CONDITIONS`), in its order: their Table 4 texts, routing and
+    what each is built to be compared with."""
+    out = ["| condition | boundaries | prefix at embedding time | retrieval | built to be compared with |",
+           "|---|---|---|---|---|"]
+    for c in design.CONDITIONS:
+        routing = "flat" if c.routing == "flat" else f"{c.routing} (top `retrieve.route_sections` sections)"
+        matched = f"{c.matched_to}: {c.matched}" if c.matched_to else c.matched
+        out.append(f"| {c.name} | {_cell(c.boundaries_text)} | {_cell(c.prefix_text)} | {routing} | "
+                   f"{_cell(matched)} |")
+    return "\n".join(out)
+
+
+def prefix_kinds() -> str:
+    """The prefix kinds (:data:`chunkstudy.design.PREFIX_KINDS`): what each puts before a chunk's content, what it
+    reads, the 04 side table it writes and whether it is a control."""
+    out = ["| prefix kind | what it puts before the chunk | reads | side table (04) | control |", "|---|---|---|---|---|"]
+    for k in design.PREFIX_KINDS.values():
+        reads = [r for r, on in (("the heading path, cut to a depth", k.heading_path),
+                                 ("02's situating contexts", k.contexts)) if on]
+        out.append(f"| `{k.name}` | {_cell(k.text)} | {'; '.join(reads) or 'nothing'} | "
+                   f"{_code(k.side_table) if k.side_table else ''} | {'yes' if k.control else ''} |")
+    return "\n".join(out)
+
+
+def contrasts() -> str:
+    """The pre-registered contrasts (:data:`chunkstudy.design.CONTRASTS`): each one subtraction and its question,
+    with what each side is built as."""
+    out = ["| contrast | question | A | B |", "|---|---|---|---|"]
+    for c in design.CONTRASTS:
+        a, b = design.condition(c.a), design.condition(c.b)
+        out.append(f"| {c.name} = {c.a} − {c.b} | {_cell(c.question)} | {a.name}: {_cell(a.matched)} | "
+                   f"{b.name}: {_cell(b.matched)} |")
+    return "\n".join(out)
+
+
+def metrics() -> str:
+    """The metric families (:data:`chunkstudy.design.METRICS`), in table order: the canonical name, the ``metrics``
+    parameter that completes it and the names its default gives, the role and the definition."""
+    section = config.SCHEMA["metrics"]
+    out = ["| metric | parameter | names by default | role | definition |", "|---|---|---|---|---|"]
+    for m in design.METRICS:
+        defaults = {m.parameter: section[m.parameter].default} if m.parameter else {}
+        out.append(f"| `{m.template}` | {_code('metrics.' + m.parameter) if m.parameter else ''} | "
+                   f"{', '.join(m.names(defaults))} | {m.role} | {_cell(m.definition)} |")
+    return "\n".join(out)
+
+
+def _summary(module: object) -> str:
+    """The first paragraph of a module's docstring, as one Markdown line (a leading ``corpus.kind: x``: goes, the
+    table's first column says it)."""
+    first = (inspect.getdoc(module) or "").split("\n\n")[0]
+    return _cell(re.sub(r"^``corpus\.kind: [\w-]+``: ", "", first))
+
+
+def corpus_kinds() -> str:
+    """The corpus kinds (``corpus.kind``; :data:`chunkstudy.corpus.build.KINDS`): the module that builds each and
+    the first paragraph of its docstring."""
+    out = ["| `corpus.kind` | module | what it is |", "|---|---|---|"]
+    for kind, module in build.KINDS.items():
+        out.append(f"| `{kind}` | `{getattr(module, '__name__')}` | {_summary(module)} |")
+    return "\n".join(out)
+
+
+#: Each block's name -> the declaration it is generated from and the function that renders it.
+BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
+    "conditions": ("lib/chunkstudy/design.py", conditions),
+    "prefix kinds": ("lib/chunkstudy/design.py", prefix_kinds),
+    "contrasts": ("lib/chunkstudy/design.py", contrasts),
+    "metrics": ("lib/chunkstudy/design.py", metrics),
+    "corpus kinds": ("lib/chunkstudy/corpus/build.py", corpus_kinds),
+}
+
+#: Each page (relative to the project root) -> the blocks it holds, in the page's order.
+PAGES: dict[str, tuple[str, ...]] = {
+    "README.md": ("contrasts",),
+    "docs/design.md": ("conditions", "prefix kinds", "contrasts", "metrics"),
+    "docs/corpus.md": ("corpus kinds",),
+}
+
+
+def begin(name: str) -> str:
+    """The line that opens block ``name``."""
+    return f"<!-- The {name} table: generated from {BLOCKS[name][0]} by `{COMMAND}`; do not edit by hand. -->"
+
+
+def end(name: str) -> str:
+    """The line that closes block ``name``."""
+    return f"<!-- End of the generated {name} table. -->"
+
+
+def blocks_in(text: str) -> list[str]:
+    """The names of the blocks ``text`` opens, in its order (an unknown name is returned as written)."""
+    return re.findall(r"^<!-- The (.+?) table: generated from \S+ by `" + re.escape(COMMAND) + "`", text, re.M)
+
+
+def rewrite(text: str, where: str, names: tuple[str, ...]) -> str:
+    """``text`` (a page's content) with the lines between each of ``names``' markers replaced by the block's
+    rendering; ValueError naming ``where`` when a marker is missing or repeated, or the page opens a block it is
+    not declared to hold."""
+    found = blocks_in(text)
+    if found != list(names):
+        raise ValueError(f"{where}: opens the generated blocks {found}, expected {list(names)} (designdoc.PAGES)")
+    for name in names:
+        for marker in (begin(name), end(name)):
+            if text.count(marker) != 1:
+                raise ValueError(f"{where}: needs the marker line {marker!r} once (found {text.count(marker)})")
+        head, rest = text.split(begin(name), 1)
+        _, tail = rest.split(end(name), 1)
+        text = f"{head}{begin(name)}\n\n{BLOCKS[name][1]()}\n\n{end(name)}{tail}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m chunkstudy.designdoc", description=__doc__.split("\n")[0])
+    ap.add_argument("block", nargs="?", choices=list(BLOCKS), help="print this block")
+    ap.add_argument("--write", action="store_true", help="rewrite every block of every page instead of printing")
+    args = ap.parse_args(argv)
+    if not args.write:
+        for name in [args.block] if args.block else list(BLOCKS):
+            sys.stdout.write(BLOCKS[name][1]() + "\n\n")
+        return 0
+    root = config.find_root(Path.cwd())
+    for page, names in PAGES.items():
+        path = root / page
+        text = rewrite(path.read_text(encoding="utf-8"), page, names)
+        with artifacts.atomic_path(path) as tmp:  # a killed write leaves the page as it was
+            tmp.write_text(text, encoding="utf-8")
+        print(f"designdoc: rewrote {', '.join(names)} in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
