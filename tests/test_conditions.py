@@ -403,6 +403,63 @@ def test_a_prefix_kind_added_at_runtime_with_contexts_on_the_gold_chunk_set_runs
     assert alone["context_paths"].empty and list(alone["context_paths"].columns) == list(table.columns)
 
 
+def test_a_prefix_kind_added_at_runtime_gets_its_side_table_derived_table_and_summary_from_its_declaration(
+        counter, monkeypatch):
+    """04 (chunk_sets.build_all) writes a kind's side table, the tables derived from it and its summary because the
+    kind declares them (design.PrefixKind.side_table, derived_tables, summary) and registers their functions
+    (prefixes.FUNCTIONS, DERIVED, SUMMARIES): a kind added at run time gets all three with no code naming it, one
+    part per condition (also under a condition that takes one whole), its paper conditions' parts pooled in the
+    summary and a user condition's under ``extra``; the placebo's tables and summary keys are left as they were."""
+    def depth_path(chunks, inputs):
+        paths = prefixes.cut_paths(chunks, inputs)
+        side = pd.DataFrame({"doc_id": chunks["doc_id"].tolist(), "depth": [len(p) for p in paths]})
+        return [prefixes.render_prefix(inputs.titles[d], p) for d, p in zip(chunks["doc_id"], paths)], side
+
+    def per_depth(part):
+        return part.groupby("depth", sort=True).size().rename("chunks").reset_index()
+
+    monkeypatch.setitem(design.PREFIX_KINDS, "depth_path", design.PrefixKind(
+        "depth_path", heading_path=True, contexts=False, side_table="depth_paths", text="the path, its depth kept",
+        derived_tables=("depth_counts",), summary=True))
+    monkeypatch.setitem(prefixes.FUNCTIONS, "depth_path", depth_path)
+    monkeypatch.setitem(prefixes.DERIVED, "depth_counts", per_depth)
+    monkeypatch.setitem(prefixes.SUMMARIES, "depth_path", prefixes.Summary(
+        pooled=lambda t, p: {"depth_path_chunks": int(len(t)), "depth_path_seed": p.placebo_seed},
+        facts=lambda t: {"rows": int(len(t))}))
+    for table in (stages.Table("depth_paths", {"condition": "str", "doc_id": "str", "depth": "int"}, "x"),
+                  stages.Table("depth_counts", {"condition": "str", "depth": "int", "chunks": "int"}, "y")):
+        monkeypatch.setitem(stages.ARTIFACTS, table.name, (table, "04_chunk_embed"))
+
+    docs, paras, gold, induced = make_corpus(n_docs=4, seed=5)
+    rec = config.record("chunking", PARAMS)
+    paper_kind = design.Condition("GD", "gold", "depth_path", depth=2)     # the pooled summary: a paper family
+    mine = design.Condition("ID", "induced", "depth_path", depth=1, family=design.EXTRA_FAMILY)
+    whole = design.Condition("ID-late", "induced", "depth_path", depth=1, family=design.EXTRA_FAMILY,
+                             embedding=design.LATE, of="ID")
+    conds = (*design.run_conditions(["A2", "G2", "P"]), paper_kind, mine, whole)
+    out = chunk_sets.build_all(docs, paras, gold, induced, None, rec, counter, conds)
+
+    ch = out["chunks"]
+    side, derived = out["depth_paths"], out["depth_counts"]
+    assert list(side.columns) == ["condition", "doc_id", "depth"] and list(derived.columns) == [
+        "condition", "depth", "chunks"]
+    assert list(dict.fromkeys(side["condition"])) == list(dict.fromkeys(derived["condition"])) == [
+        "GD", "ID", "ID-late"]
+    for name in ("GD", "ID", "ID-late"):
+        part = side[side["condition"] == name]
+        assert len(part) == (ch["condition"] == name).sum()
+        got = derived[derived["condition"] == name].drop(columns="condition").reset_index(drop=True)
+        assert got.equals(per_depth(part.drop(columns="condition")))
+    assert side.loc[side["condition"] == "GD", "depth"].max() == 2   # the declared depth (a lead: 0)
+    summary = out["summary"]
+    assert summary["depth_path_chunks"] == (ch["condition"] == "GD").sum()       # the paper's parts, pooled
+    assert summary["depth_path_seed"] == rec.placebo_seed
+    assert summary["extra"]["ID"]["sets"]["ID"]["depth_paths"] == {"rows": int((ch["condition"] == "ID").sum())}
+    # the placebo's tables and summary are there as before, beside the new kind's
+    assert set(out["placebo"]["condition"]) == set(out["placebo_buckets"]["condition"]) == {"P"}
+    assert summary["placebo_method"] == rec.placebo_method and "placebo_pairs" in summary
+
+
 def test_the_prefix_kind_walk_through_names_the_files_it_touches():
     """docs/extending.md's "A prefix kind" lists the files a new kind touches, and they are the ones the
     walk-through above changes (design.py, prefixes.py, stages.py) and 04's notebook, which writes a declared

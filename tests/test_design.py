@@ -223,6 +223,66 @@ def test_no_module_outside_the_prefix_registry_decides_by_a_prefix_kinds_name():
     assert found == []
 
 
+#: Where a prefix kind's table names may be looked up: the kinds' declaration and their functions' registry, the
+#: placebo kind's own module (the functions its registry names), the stage graph that declares the tables, and the
+#: report, which renders the tables 04 wrote under the names 08's declared reads give them.
+KIND_TABLE_REGISTRY = ("design.py", "chunks/prefixes.py", "chunks/placebo.py", "stages.py")
+ARTIFACT_READERS = ("report/",)
+
+
+def _kind_table_checks(source: str) -> list[str]:
+    """The places in ``source`` that decide by the name of a table a prefix kind declares (its side table or a table
+    derived from it, :func:`chunkstudy.design.side_tables`, :func:`chunkstudy.design.derived_tables`): a reference to
+    ``placebo.TABLE``, or such a name as a literal in a comparison, a subscript, the key of ``.get`` /
+    ``.setdefault`` / ``.pop``, or a key of a dict display."""
+    names = set(design.side_tables()) | set(design.derived_tables())
+
+    def names_a_table(node: ast.AST | None) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return node is not None and bool((_literal_strings(node) or set()) & names)
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        hit = False
+        if isinstance(node, ast.Attribute):
+            hit = node.attr == "TABLE" and isinstance(node.value, ast.Name) and node.value.id == "placebo"
+        elif isinstance(node, ast.Compare):
+            hit = any(names_a_table(x) for x in [node.left, *node.comparators])
+        elif isinstance(node, ast.Subscript):
+            hit = names_a_table(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            hit = node.func.attr in ("get", "setdefault", "pop") and names_a_table(node.args[0])
+        elif isinstance(node, ast.Dict):
+            hit = any(names_a_table(k) for k in node.keys)
+        if hit:
+            found.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_the_kind_table_check_finds_what_it_looks_for():
+    """The scan below is not vacuous: it finds each form 04's wiring of the placebo's extras to its table's name took
+    (the buckets and the residual summary built for the table called "placebo")."""
+    assert len(_kind_table_checks('placebos = sides.get(placebo.TABLE, {})\n'
+                                  'out = {"placebo_buckets": keyed(placebos, "placebo_buckets")}\n'
+                                  'if c.name in sides["placebo"]:\n    pass\n'
+                                  'ok = table == "placebo"\n')) == 4
+    assert _kind_table_checks('cols = stages.columns("placebo_buckets")\nx = design.side_tables()\n'
+                              'y = sides.get(kind.side_table)\nz = c.prefix_kind.side_table is None\n') == []
+
+
+def test_no_module_outside_the_prefix_registry_decides_by_a_prefix_kind_s_table_name():
+    """Which side tables 04 writes, which tables it derives from them and what its summary says of them are read from
+    the kinds' declarations (design.PrefixKind.side_table, derived_tables, summary) and their registered functions
+    (chunks/prefixes.py), never from a table's name: a kind added with a side table and a derived table gets both
+    written, and its summary, without code that names it (before, the placebo's buckets and residual summary were
+    wired to the table called "placebo")."""
+    found = [f"{rel}:{hit}" for path in sorted(LIB.rglob("*.py"))
+             if (rel := str(path.relative_to(LIB))) not in KIND_TABLE_REGISTRY and not rel.startswith(ARTIFACT_READERS)
+             for hit in _kind_table_checks(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
 #: The retrieval modes' registry: their declaration and the function of each.
 MODE_REGISTRY = ("design.py", "retrieve/modes.py")
 

@@ -71,8 +71,14 @@ class PrefixKind:
     :data:`chunkstudy.stages.STAGES`); ``text``: one line saying what it puts there; ``control``: a control, not a
     structure of the chunk's own document (the placebo's path from another document: permuted with
     ``chunking.placebo_seed`` or a condition's own ``placebo_seed``, drawn dashed in the figures, Figure 1's
-    placebo). The function that renders each kind is :data:`chunkstudy.chunks.prefixes.FUNCTIONS` (checked
-    against this declaration on import)."""
+    placebo); ``derived_tables``: 04 tables computed from each condition's part of its side table, one part per
+    condition keyed by ``condition`` (the placebo's ``placebo_buckets``: its residuals per depth bucket), each by
+    its function in :data:`chunkstudy.chunks.prefixes.DERIVED` and declared among 04's writes; ``summary``: 04's
+    ``summary.json`` summarises its side table (the placebo's residuals and donors), pooled over the paper's
+    conditions of the kind and per user condition under ``extra``, by its functions in
+    :data:`chunkstudy.chunks.prefixes.SUMMARIES`. The function that renders each kind is
+    :data:`chunkstudy.chunks.prefixes.FUNCTIONS`; these registries are checked against this declaration on
+    import, so 04 writes what a kind declares without naming it."""
 
     name: str
     heading_path: bool
@@ -80,6 +86,13 @@ class PrefixKind:
     side_table: str | None
     text: str
     control: bool = False
+    derived_tables: tuple[str, ...] = ()
+    summary: bool = False
+
+    def __post_init__(self) -> None:
+        if self.side_table is None and (self.derived_tables or self.summary):
+            raise ValueError(f"prefix kind {self.name}: derived tables {list(self.derived_tables)} and a summary "
+                             f"(summary={self.summary}) are computed from a side table, and it declares none")
 
 
 #: The kind that puts nothing before a chunk: a condition's prefix unless it names another.
@@ -95,7 +108,8 @@ PREFIX_KINDS: dict[str, PrefixKind] = {
                        "the real heading path of the chunk's section, [Title › Section › Subsection], cut to a "
                        "depth"),
     "placebo": PrefixKind("placebo", True, False, "placebo",
-                          "a real heading path of the same depth from another document (the placebo)", control=True),
+                          "a real heading path of the same depth from another document (the placebo)", control=True,
+                          derived_tables=("placebo_buckets",), summary=True),
 }
 
 
@@ -103,6 +117,12 @@ def side_tables() -> tuple[str, ...]:
     """The 04 tables the prefix kinds' side outputs go to (:attr:`PrefixKind.side_table`), each once, in declared
     order; read when called, so a kind added at run time is counted."""
     return tuple(dict.fromkeys(k.side_table for k in PREFIX_KINDS.values() if k.side_table is not None))
+
+
+def derived_tables() -> tuple[str, ...]:
+    """The 04 tables computed from the prefix kinds' side tables (:attr:`PrefixKind.derived_tables`), each once, in
+    declared order; read when called, so a kind added at run time is counted."""
+    return tuple(dict.fromkeys(t for k in PREFIX_KINDS.values() for t in k.derived_tables))
 
 
 #: The prefix kinds, in declared order (the parameters' choices).

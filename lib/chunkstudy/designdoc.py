@@ -49,13 +49,17 @@ def conditions() -> str:
 
 def prefix_kinds() -> str:
     """The prefix kinds (:data:`chunkstudy.design.PREFIX_KINDS`): what each puts before a chunk's content, what it
-    reads, the 04 side table it writes and whether it is a control."""
-    out = ["| prefix kind | what it puts before the chunk | reads | side table (04) | control |", "|---|---|---|---|---|"]
+    reads, the 04 tables it writes (its side table, then those derived from it, and whether 04's summary.json
+    summarises it) and whether it is a control."""
+    out = ["| prefix kind | what it puts before the chunk | reads | tables (04) | control |", "|---|---|---|---|---|"]
     for k in design.PREFIX_KINDS.values():
         reads = [r for r, on in (("the heading path, cut to a depth", k.heading_path),
                                  ("02's situating contexts", k.contexts)) if on]
-        out.append(f"| `{k.name}` | {_cell(k.text)} | {'; '.join(reads) or 'nothing'} | "
-                   f"{_code(k.side_table) if k.side_table else ''} | {'yes' if k.control else ''} |")
+        tables = [f"{_code(k.side_table)} (side table)"] if k.side_table else []
+        tables += [f"{_code(t)} (from it)" for t in k.derived_tables]
+        tables += ["its summary in `summary.json`"] if k.summary else []
+        out.append(f"| `{k.name}` | {_cell(k.text)} | {'; '.join(reads) or 'nothing'} | {', '.join(tables)} | "
+                   f"{'yes' if k.control else ''} |")
     return "\n".join(out)
 
 

@@ -34,7 +34,7 @@ import pandas as pd
 from .. import design, paper, stages
 from ..corpus import model as docmodel
 from ..params import ChunkingParams
-from . import chunkers, chunking, cuts, placebo, prefixes
+from . import chunkers, chunking, cuts, prefixes
 from .chunking import ChunkingError, TokenCounter
 
 CHUNK_COLUMNS = stages.columns("chunks")
@@ -104,11 +104,14 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     * ``"size_matching"``: per document, the A0 target (mean content tokens of its A2 chunks) and the realised
       chunk counts and means of the paper's chunk sets A0, A2 and G2, with ``gap_A0_A2 = mean_A0 - mean_A2``.
     * one entry per side table the prefix kinds declare (:func:`chunkstudy.design.side_tables`,
-      :attr:`~chunkstudy.design.PrefixKind.side_table`; ``"placebo"``: :func:`prefixes.placebo`'s), each the side
-      outputs of its conditions keyed by ``condition`` (:func:`keyed`; empty when no condition of the run has it);
-      ``"placebo_buckets"``: :func:`placebo.placebo_buckets` of each part of the placebo table, keyed likewise.
-    * ``"summary"``: realised pooled means per paper chunk set, the A0-A2 gap, the paper's placebo residuals,
-      unique-text share, and under ``"extra"`` the facts of the user's conditions.
+      :attr:`~chunkstudy.design.PrefixKind.side_table`; the placebo's: :func:`prefixes.placebo`'s), each the side
+      outputs of its conditions keyed by ``condition`` (:func:`keyed`; empty when no condition of the run has it),
+      then one per table derived from them (:func:`chunkstudy.design.derived_tables`; the placebo's
+      ``placebo_buckets``): its function (:data:`prefixes.DERIVED`) of each part whose kind declares it, keyed
+      likewise.
+    * ``"summary"``: realised pooled means per paper chunk set, the A0-A2 gap, what the kinds that declare a
+      summary say of their side tables (:data:`prefixes.SUMMARIES`; the paper's placebo residuals), unique-text
+      share, and under ``"extra"`` the facts of the user's conditions.
     """
     p = chunking_params
     conds = list(design.run_conditions(p.conditions) if conditions is None else conditions)
@@ -119,12 +122,9 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
                        cuts.CutInputs(documents, paragraphs, outlines, p, counter, dict(embed_fns or {}), params_dir))
     frames, sides = _prefixed(conds, _Build(cut, documents, outlines, contexts_a1, p))
     chunks, texts = _chunk_rows(frames, documents, counter)
-    placebos = sides.get(placebo.TABLE, {})
-    size, summary = _summaries(conds, cut, chunks, texts, placebos, p)
+    size, summary = _summaries(conds, cut, chunks, texts, sides, p)
     return {"chunks": chunks, "texts": texts, "size_matching": size,
-            **{table: keyed(parts, table) for table, parts in sides.items()},
-            "placebo_buckets": keyed({n: placebo.placebo_buckets(t) for n, t in placebos.items()},
-                                     "placebo_buckets"),
+            **{table: keyed(parts, table) for table, parts in {**sides, **_derived(conds, sides)}.items()},
             "summary": summary}
 
 
@@ -188,6 +188,20 @@ def _prefixed(conds: list[design.Condition], b: _Build) -> tuple[list[pd.DataFra
     return frames, sides
 
 
+def _derived(conds: list[design.Condition], sides: Sides) -> Sides:
+    """The tables derived from the side tables (:func:`chunkstudy.design.derived_tables`), condition -> its part:
+    for each condition whose kind declares the table, its function (:data:`prefixes.DERIVED`) of the condition's
+    side-table part (a condition that takes another whole has its kind and a copy of its part)."""
+    out: Sides = {table: {} for table in design.derived_tables()}
+    for c in conds:
+        kind = c.prefix_kind
+        part = sides[str(kind.side_table)].get(c.name) if kind.side_table is not None else None
+        for table in kind.derived_tables:
+            if part is not None:
+                out[table][c.name] = prefixes.DERIVED[table](part)
+    return out
+
+
 def _chunk_rows(frames: list[pd.DataFrame], documents: pd.DataFrame,
                 counter: TokenCounter) -> tuple[pd.DataFrame, list[str]]:
     """The conditions' rows as 04's ``chunks`` (:data:`CHUNK_COLUMNS`): their ``chunk_id``, prefix tokens and
@@ -204,20 +218,32 @@ def _chunk_rows(frames: list[pd.DataFrame], documents: pd.DataFrame,
 
 
 def _summaries(conds: list[design.Condition], cut: Mapping[str, cuts.Cut], chunks: pd.DataFrame, texts: list[str],
-               placebos: Mapping[str, pd.DataFrame], p: ChunkingParams) -> tuple[pd.DataFrame, dict]:
-    """04's ``size_matching`` table and ``summary.json`` (:func:`_summary`, the user's conditions under
-    ``extra``); ``placebos``: the placebo table's parts, condition -> part (the paper's pooled for its residuals)."""
+               sides: Sides, p: ChunkingParams) -> tuple[pd.DataFrame, dict]:
+    """04's ``size_matching`` table and ``summary.json`` (:func:`_summary`, :func:`_kind_summaries`, the user's
+    conditions under ``extra``); ``sides``: the side tables, table -> condition -> part."""
     paper_sets = {n: cut[n].spans for n in design.CHUNK_SETS if n in cut}
-    paper_placebo = [placebos[c.name] for c in conds if not c.user and c.name in placebos]
-    pooled = pd.concat(paper_placebo, ignore_index=True) if paper_placebo else None
     size = _size_matching(paper_sets)
-    summary = _summary(chunks, paper_sets, size, pooled, texts, p.max_chunk_tokens, p.min_chunk_tokens)
-    if pooled is not None:
-        summary["placebo_method"] = p.placebo_method
-    extra = _user_facts([c for c in conds if c.user], cut, chunks, placebos, p.depths)
+    summary = _summary(chunks, paper_sets, size, texts, p.max_chunk_tokens, p.min_chunk_tokens)
+    summary.update(_kind_summaries([c for c in conds if not c.user], sides, p))
+    extra = _user_facts([c for c in conds if c.user], cut, chunks, sides, p.depths)
     if extra:
         summary["extra"] = extra
     return size, summary
+
+
+def _kind_summaries(paper: list[design.Condition], sides: Sides, p: ChunkingParams) -> dict:
+    """What each kind that declares a summary (:attr:`chunkstudy.design.PrefixKind.summary`; the placebo's
+    residuals) says of its side table, pooled over the ``paper`` conditions of the kind that have a part
+    (:data:`prefixes.SUMMARIES`); nothing for a kind no paper condition of the run has."""
+    out: dict[str, Any] = {}
+    for kind in design.PREFIX_KINDS.values():
+        if not kind.summary:
+            continue
+        parts = sides.get(str(kind.side_table), {})
+        mine = [parts[c.name] for c in paper if c.prefix_kind.name == kind.name and c.name in parts]
+        if mine:
+            out.update(prefixes.SUMMARIES[kind.name].pooled(pd.concat(mine, ignore_index=True), p))
+    return out
 
 
 def keyed(tables: Mapping[str, pd.DataFrame], table: str) -> pd.DataFrame:
@@ -245,12 +271,12 @@ def _size_matching(sets: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return out
 
 
-def _summary(chunks: pd.DataFrame, sets: Mapping[str, pd.DataFrame], size: pd.DataFrame,
-             pooled_placebo: pd.DataFrame | None, texts: list[str], mx: int, mn: int) -> dict:
+def _summary(chunks: pd.DataFrame, sets: Mapping[str, pd.DataFrame], size: pd.DataFrame, texts: list[str],
+             mx: int, mn: int) -> dict:
     """04's ``summary.json``: per condition the chunk count and mean content/prefix tokens; per paper chunk set its
     realised count and pooled mean content tokens (the size-matching numbers, paper §3.2), chunks over/under the
     split/merge bounds; the A0 - A2 gap pooled and per document (mean and max |gap|, documents whose |gap|
-    exceeds the paper's bound ``size_gap_tolerance``); the paper's placebo residuals (:func:`placebo_buckets`)."""
+    exceeds the paper's bound ``size_gap_tolerance``)."""
     by = chunks.groupby("condition", sort=False)
     out: dict[str, Any] = {
         "n_chunks": {k: int(v) for k, v in by.size().items()},
@@ -278,13 +304,6 @@ def _summary(chunks: pd.DataFrame, sets: Mapping[str, pd.DataFrame], size: pd.Da
         out["size_gap_tolerance"] = tolerance
         out[f"n_docs_{fixed}_{induced}"] = int(len(size))
         out[f"docs_over_tolerance_{fixed}_{induced}"] = int((gap > tolerance).sum())
-    if pooled_placebo is not None:
-        out["placebo_pairs"] = int(len(pooled_placebo))
-        out["placebo_residual_same_doc"] = int(pooled_placebo["same_doc"].sum())
-        out["placebo_residual_chunks"] = int(pooled_placebo.loc[pooled_placebo["same_doc"], "n_chunks"].sum())
-        out["placebo_min_residual"] = placebo.min_residual(pooled_placebo)
-        out["placebo_same_path"] = int(pooled_placebo["same_path"].sum())
-        out["placebo_donors"] = placebo.placebo_donors(pooled_placebo)
     return out
 
 
@@ -309,11 +328,12 @@ _SPEC_OUTLINE = {v: k for k, v in design.OUTLINES.items()}
 
 
 def _user_facts(conds: list[design.Condition], cut: Mapping[str, cuts.Cut], chunks: pd.DataFrame,
-                placebos: Mapping[str, pd.DataFrame], depths: Any) -> dict:
+                sides: Sides, depths: Any) -> dict:
     """``summary["extra"]``: per user condition (its twin under it) what 04 built: the chunker, its version and
     options (or the paper chunk set it takes), the prefix and its depth, the outline, the chunker's placement
-    counts, the chunks of the condition and of its twin (``sets``, with a placebo's residuals and donors) and the
-    twin's size gap."""
+    counts, the chunks of the condition and of its twin (``sets``, with what a kind that declares a summary says of
+    the condition's side table, under the table's name: a placebo's residuals and donors) and the twin's size
+    gap."""
     out: dict[str, Any] = {}
     for c in conds:
         owner = out.setdefault(c.twin_of or c.name, {})
@@ -332,10 +352,10 @@ def _user_facts(conds: list[design.Condition], cut: Mapping[str, cuts.Cut], chun
             owner.update(facts)
         rows = chunks[chunks["condition"] == c.name]
         owner.setdefault("sets", {})[c.name] = _set_facts(rows)
-        if c.name in placebos:
-            pl = placebos[c.name]
-            owner["sets"][c.name][placebo.TABLE] = {**placebo.placebo_donors(pl), "pairs": int(len(pl)),
-                                                "min_residual": placebo.min_residual(pl)}
+        kind = c.prefix_kind
+        part = sides.get(str(kind.side_table), {}).get(c.name)
+        if kind.summary and part is not None:
+            owner["sets"][c.name][str(kind.side_table)] = prefixes.SUMMARIES[kind.name].facts(part)
         if c.twin_of is not None:
             owner["twin"] = c.name
             owner["size_gap"] = _size_gap(cut[str(c.cut.matched_to)].spans, cut[c.chunk_set].spans)

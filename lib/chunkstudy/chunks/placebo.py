@@ -3,7 +3,9 @@ within depth buckets, toward a cross-document derangement, and the residual and 
 
 The prefix kind that renders these paths before a chunk's content is :func:`chunkstudy.chunks.prefixes.placebo`;
 it returns one :func:`placebo_assign` table per placebo condition, which 04 writes keyed by condition
-(``04_chunk_embed/placebo``) with :func:`placebo_buckets` beside it (``placebo_buckets``).
+(``04_chunk_embed/placebo``) with :func:`placebo_buckets` beside it (``placebo_buckets``) and
+:func:`residual_summary` in its ``summary.json``, as the placebo kind declares (:data:`chunkstudy.design.PREFIX_KINDS`,
+its functions registered in :mod:`chunkstudy.chunks.prefixes`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stages
+from ..params import ChunkingParams
 from .chunking import ChunkingError
 
 PLACEBO_METHODS = ("permute", "shift")
@@ -193,3 +196,22 @@ def placebo_buckets(placebo: pd.DataFrame) -> pd.DataFrame:
     if rows:
         rows.append(row("all", placebo, sum(r["min_same_doc"] for r in rows)))
     return pd.DataFrame(rows, columns=BUCKET_COLUMNS)
+
+
+def residual_summary(pooled: pd.DataFrame, chunking: ChunkingParams) -> dict:
+    """What 04's ``summary.json`` says of the paper's placebo (paper §3.2 and appendix E.3): over ``pooled`` (the
+    side tables of its placebo conditions, :func:`placebo_assign`'s rows with ``n_chunks``, concatenated) the
+    assigned pairs, the residual same-document pairs and the chunks carrying them beside the fewest any permutation
+    allows (:func:`min_residual`), foreign paths with identical headings, the donor statistics
+    (:func:`placebo_donors`) and the construction method (``chunking.placebo_method``). No rounding."""
+    return {"placebo_pairs": int(len(pooled)), "placebo_residual_same_doc": int(pooled["same_doc"].sum()),
+            "placebo_residual_chunks": int(pooled.loc[pooled["same_doc"], "n_chunks"].sum()),
+            "placebo_min_residual": min_residual(pooled), "placebo_same_path": int(pooled["same_path"].sum()),
+            "placebo_donors": placebo_donors(pooled), "placebo_method": chunking.placebo_method}
+
+
+def residual_facts(part: pd.DataFrame) -> dict:
+    """What 04's ``summary.json`` says of one user condition's placebo (under ``extra``): its donor statistics
+    (:func:`placebo_donors`), its assigned ``pairs`` and the fewest same-document assignments a permutation allows
+    (``min_residual``). ``part``: the condition's side table."""
+    return {**placebo_donors(part), "pairs": int(len(part)), "min_residual": min_residual(part)}

@@ -1,8 +1,10 @@
 """What is put before a chunk's content at embedding time: one function per prefix kind.
 
 Each kind is declared once in :data:`chunkstudy.design.PREFIX_KINDS` (its name, whether it reads a heading path
-or the situating contexts, its side table) and rendered by its function here, :data:`FUNCTIONS` (the registry is
-checked against the declaration on import, as :mod:`chunkstudy.corpus.build` checks the corpus kinds). A prefix
+or the situating contexts, its side table, the tables derived from it and whether 04's summary summarises it) and
+rendered by its function here, :data:`FUNCTIONS`; a derived table's function is in :data:`DERIVED` and a summary's
+in :data:`SUMMARIES` (each registry is checked against the declaration on import, as :mod:`chunkstudy.corpus.build`
+checks the corpus kinds). A prefix
 function takes the rows of the condition's chunk set (``doc_id, start, end, section_id, ...``: half-open content
 offsets into ``documents.text``) and the condition's :class:`PrefixInputs`, and returns one prefix per row and a
 side table (or None): ``(prefixes, side_table)``. Adding a kind is one entry in ``design.PREFIX_KINDS`` and one
@@ -22,7 +24,7 @@ import pandas as pd
 from .. import design
 from ..params import ChunkingParams
 from .chunking import ChunkingError
-from .placebo import placebo_assign
+from .placebo import placebo_assign, placebo_buckets, residual_facts, residual_summary
 
 PATH_SEP = " \u203a "  # " › "
 
@@ -136,6 +138,33 @@ FUNCTIONS: dict[str, PrefixFn] = {"none": none, "title": title, "context": conte
 if tuple(FUNCTIONS) != design.PREFIXES:  # pragma: no cover - a kind added on one side only
     raise ImportError(f"chunkstudy.chunks.prefixes.FUNCTIONS {list(FUNCTIONS)} differ from design.PREFIX_KINDS "
                       f"{list(design.PREFIXES)}: declare the kind there and give it its function here")
+
+
+#: Derived table -> its function: one condition's part of its kind's side table -> that condition's part of the
+#: derived table (without ``condition``, which 04 adds): exactly the tables the kinds declare
+#: (:attr:`chunkstudy.design.PrefixKind.derived_tables`).
+DERIVED: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {"placebo_buckets": placebo_buckets}
+if set(DERIVED) != set(design.derived_tables()):  # pragma: no cover - a table added on one side only
+    raise ImportError(f"chunkstudy.chunks.prefixes.DERIVED {sorted(DERIVED)} differ from the derived tables "
+                      f"design.PREFIX_KINDS declares {sorted(design.derived_tables())}")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What 04's ``summary.json`` says of a kind's side table (:attr:`chunkstudy.design.PrefixKind.summary`):
+    ``pooled(side tables of the paper's conditions of the kind, concatenated; the chunking record)`` -> top-level
+    keys of the summary; ``facts(one user condition's part)`` -> what ``extra`` says of that condition's table,
+    under the side table's name."""
+
+    pooled: Callable[[pd.DataFrame, ChunkingParams], dict]
+    facts: Callable[[pd.DataFrame], dict]
+
+
+#: Prefix kind -> its :class:`Summary`: exactly the kinds that declare ``summary=True``.
+SUMMARIES: dict[str, Summary] = {"placebo": Summary(residual_summary, residual_facts)}
+if set(SUMMARIES) != {k.name for k in design.PREFIX_KINDS.values() if k.summary}:  # pragma: no cover
+    raise ImportError(f"chunkstudy.chunks.prefixes.SUMMARIES {sorted(SUMMARIES)} differ from the kinds "
+                      "design.PREFIX_KINDS declares with summary=True")
 
 
 def render(chunks: pd.DataFrame, inputs: PrefixInputs) -> tuple[list[str], pd.DataFrame | None]:
