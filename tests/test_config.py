@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chunkstudy import config, config_rules, stages
+from chunkstudy import config, config_rules, design, stages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -335,6 +335,20 @@ def test_a_contrast_declared_twice_is_refused_naming_both(tmp_path, pair, how):
                                  "contrasts": {"extra": {"U1": ["A0", "A2"], "U2": ["A2", "A0"]}}}))
     with pytest.raises(config.ConfigError, match=r"contrasts.extra: U2: .* reversed as U1"):
         config.load(p, root=tmp_path)
+
+
+def test_a_metric_s_rank_cut_off_is_at_most_retrieve_k_from_its_declaration(tmp_path):
+    """Each parameter a metric declares a rank cut-off (design.Metric.rank_cut) gets the rule, named by its key:
+    one such parameter a metric adds (success_k) is refused above retrieve.k with no rule written for it."""
+    success = design.Metric("success", "success@{success_k}", "success_k", "secondary", "a relevant chunk in the top",
+                            rank_cut=True)
+    rules = config_rules.rank_cut_rules((*design.METRICS, success))
+    assert [r.key for r in rules] == ["metrics.cutoff", "metrics.recall_k", "metrics.success_k"]
+    assert [r.key for r in config_rules.rank_cut_rules()] == [r.key for r in config_rules.RULES if r.own_row]
+    data = {"metrics": {"cutoff": 10, "recall_k": 50, "success_k": 500}, "retrieve": {"k": 50}}
+    with pytest.raises(config.ConfigError, match=r"^p\.yaml: metrics\.success_k: 500 must not exceed retrieve\.k \(50\)"):
+        config.check_rules(data, "p.yaml", rules)
+    config.check_rules({**data, "metrics": {**data["metrics"], "success_k": 50}}, "p.yaml", rules)
 
 
 def test_every_rule_and_range_names_a_real_key():

@@ -118,6 +118,29 @@ def test_metric_names_follow_the_declaration():
                                                           "budget-cov@2048", "other"]
 
 
+def test_a_rank_cut_family_declares_the_k_axis_and_saturation_that_the_curve_and_the_report_read(monkeypatch):
+    """What the k axis varies, and which metrics the report calls 1 by construction, is read from each family's
+    declaration (Metric.k_axis, Metric.saturates), not from its parameter's or its key's name: a family added to
+    METRICS, cut at recall_k, is on the k axis, scored at each k and warned about, with no other change."""
+    from chunkstudy.metrics import cutoffs
+    from chunkstudy.report import report
+
+    hit = design.Metric("hit", "hit@{recall_k}", "recall_k", "secondary", "a relevant chunk among the top recall_k",
+                        rank_cut=True, k_axis=True, saturates=True)
+    monkeypatch.setattr(design, "METRICS", (*design.METRICS, hit))
+    assert design.metric_axis(["hit@50", "recall@50"], (5, 50)) == [
+        ("hit@5", "hit", 5), ("hit@50", "hit", 50), ("recall@50", "recall@50", None)]
+    assert design.metric_axis(["hit@50"], ()) == [("hit@50", "hit", 50)]  # unstated: its own cut-off
+    mp = config.record("metrics")
+    assert cutoffs.extra_cutoffs(design.metric_axis(["hit@50", "cov-nDCG@10"], (10, 50)), mp.cutoff,
+                                 design.metric_names(vars(mp))) == {10: ["hit@10"], 50: ["cov-nDCG@50"]}
+    assert (cutoffs.at_cutoff(mp, 5).cutoff, cutoffs.at_cutoff(mp, 5).recall_k) == (5, 5)
+    warned = report.saturation_warnings({"A0": 25, "G2": 51}, mp)
+    assert [w.split(" is 1 by construction")[0] for w in warned] == ["recall@50", "hit@50"]
+    with pytest.raises(ValueError, match="declare rank_cut"):
+        design.Metric("x", "x@{cutoff}", "cutoff", "secondary", "", k_axis=True)
+
+
 @pytest.mark.parametrize("params", [{}, {"cutoff": 3, "recall_k": 4, "budgets": [8, 64]}])
 def test_score_runs_computes_every_declared_metric_in_order(params):
     """Each declared metric family is computed by metrics.score_runs (a family without a computation raises),

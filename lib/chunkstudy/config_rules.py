@@ -7,8 +7,8 @@ the error naming the file and the rule's dotted key. Rules read the validated pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
 
 from . import design
 from .paramspec import is_name
@@ -18,11 +18,14 @@ from .significance import SMALLEST_P_RULE, BootstrapTest
 @dataclass(frozen=True)
 class Rule:
     """A check across parameters: ``test(data)`` returns None when the parameters pass, else what is wrong; the
-    error names ``key`` (dotted) and the file."""
+    error names ``key`` (dotted) and the file. ``own_row``: docs/parameters.md says the rule in the key's own row
+    (what it accepts) rather than in the cross-field table, as for a bound every key of a kind takes (a metric's
+    rank cut-off, :func:`rank_cut_rules`)."""
 
     key: str
     test: Callable[[dict], str | None]
     doc: str = ""
+    own_row: bool = False
 
 
 def dotted_value(data: Any, dotted: str) -> Any:
@@ -40,6 +43,15 @@ def less_than(a: str, b: str) -> Rule:
 def at_most(a: str, b: str) -> Rule:
     return Rule(a, lambda d: None if dotted_value(d, a) <= dotted_value(d, b) else
                 f"{dotted_value(d, a)!r} must not exceed {b} ({dotted_value(d, b)!r})", f"{a} <= {b}")
+
+
+def rank_cut_rules(metrics: Sequence[design.Metric] = design.METRICS) -> tuple[Rule, ...]:
+    """``metrics.<parameter> <= retrieve.k`` for each parameter that is a metric's rank cut-off
+    (:attr:`chunkstudy.design.Metric.rank_cut`: ``cutoff``, ``recall_k``), once each in declared order: a run list
+    holds at most ``retrieve.k`` ranks, so a deeper cut-off would count ranks no list has."""
+    keys = dict.fromkeys(f"metrics.{m.parameter}" for m in metrics if m.rank_cut)
+    return tuple(replace(at_most(key, "retrieve.k"), doc="at most `retrieve.k` (a rank cut-off)", own_row=True)
+                 for key in keys)
 
 
 def one_of(key: str, what: str, names: Callable[[dict], list], unless_empty: bool = False) -> Rule:
@@ -216,6 +228,15 @@ def _extra_contrasts(d: dict) -> str | None:
     return None
 
 
+def _primary_k(d: dict) -> tuple[int, str]:
+    """The primary specification's point of the k axis and the key that sets it: the primary metric's cut-off when
+    its family is on the axis (:attr:`chunkstudy.design.Metric.k_axis`), else the first such family's
+    (``metrics.cutoff``, cov-nDCG's)."""
+    found = design.metric_of(d["stats"]["primary_metric"])
+    fam = found[0] if found is not None and found[0].k_axis else next(m for m in design.METRICS if m.k_axis)
+    return d["metrics"][fam.parameter], f"metrics.{fam.parameter}"
+
+
 def _multiverse_axis(key: str) -> Callable[[dict], str | None]:
     """The specification curve's axis ``multiverse.<key>``: each alternative is one the run computes, and a stated
     axis holds the primary specification's value, so the primary specification is a point of the grid."""
@@ -223,7 +244,7 @@ def _multiverse_axis(key: str) -> Callable[[dict], str | None]:
         mv, st = d["multiverse"], d["stats"]
         valid, primary, source = {
             "metrics": (_metric_names(d), st["primary_metric"], "stats.primary_metric"),
-            "cutoffs": (None, d["metrics"]["cutoff"], "metrics.cutoff"),
+            "cutoffs": (None, *_primary_k(d)),
             "embedders": (_retrievers(d), d["embed"]["strong"], "embed.strong"),
             "rerankers": (["none", *d["retrieve"]["rerankers"]], st["primary_reranker"], "stats.primary_reranker"),
             "query_types": (None, "all", "every query"),
@@ -328,8 +349,7 @@ def _multiverse_conditions(d: dict) -> str | None:
 RULES: tuple[Rule, ...] = (
     less_than("contexts.min_context_tokens", "contexts.max_context_tokens"),
     less_than("chunking.min_chunk_tokens", "chunking.max_chunk_tokens"),
-    at_most("metrics.cutoff", "retrieve.k"),
-    at_most("metrics.recall_k", "retrieve.k"),
+    *rank_cut_rules(),
     at_most("stats.recipe_k", "retrieve.k"),
     Rule("retrieve.modes", _modes, "the dense mode is among them, and no embedder is named as another mode's "
          "retriever"),

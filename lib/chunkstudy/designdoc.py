@@ -76,12 +76,17 @@ def contrasts() -> str:
 
 def metrics() -> str:
     """The metric families (:data:`chunkstudy.design.METRICS`), in table order: the canonical name, the ``metrics``
-    parameter that completes it and the names its default gives, the role and the definition."""
+    parameter that completes it and what it is (:attr:`chunkstudy.design.Metric.rank_cut`, ``k_axis``,
+    ``saturates``), the names its default gives, the role and the definition."""
     section = config.SCHEMA["metrics"]
     out = ["| metric | parameter | names by default | role | definition |", "|---|---|---|---|---|"]
     for m in design.METRICS:
         defaults = {m.parameter: section[m.parameter].default} if m.parameter else {}
-        out.append(f"| `{m.template}` | {_code('metrics.' + m.parameter) if m.parameter else ''} | "
+        kinds = [what for what, on in (("rank cut-off, at most `retrieve.k`", m.rank_cut),
+                                       ("the k axis varies it", m.k_axis),
+                                       ("1 when the list holds every chunk (the report warns)", m.saturates)) if on]
+        param = (_code('metrics.' + m.parameter) + "".join(f"; {k}" for k in kinds)) if m.parameter else ""
+        out.append(f"| `{m.template}` | {param} | "
                    f"{', '.join(m.names(defaults))} | {m.role} | {_cell(m.definition)} |")
     return "\n".join(out)
 

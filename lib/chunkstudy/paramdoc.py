@@ -135,7 +135,8 @@ def _section(dotted: str, spec: Group, out: list[str], nested: list[tuple[str, G
     for key, p in sorted(spec.items(), key=lambda kv: kv[0] in inherited):  # its own keys first
         full = f"{dotted}.{key}"
         if isinstance(p, Spec):
-            out.append(f"| `{key}` | {_type(p)} | `{_cell(_yaml(p.default))}` | {_cell(_accepts(p))} | "
+            accepts = "; ".join([_accepts(p), *(r.doc for r in RULES if r.own_row and r.key == full)])
+            out.append(f"| `{key}` | {_type(p)} | `{_cell(_yaml(p.default))}` | {_cell(accepts)} | "
                        f"{_cell(p.doc)} | {' '.join(read_by(full)) or 'none: reruns nothing'} |")
         else:
             sub = f"{full}.*" if set(p) == {"*"} else full
@@ -174,7 +175,7 @@ def markdown() -> str:
     out += ["## Cross-field rules", "",
             "Checked after every key passed its own check (`chunkstudy.config_rules`); a failure names the key.", "",
             "| key | rule |", "|---|---|"]
-    out += [f"| `{r.key}` | {_cell(r.doc)} |" for r in RULES]
+    out += [f"| `{r.key}` | {_cell(r.doc)} |" for r in RULES if not r.own_row]
     out += ["", "## Renamed keys", "", "A file that states an old key is refused with the new name.", "",
             "| old key | new key |", "|---|---|"]
     out += [f"| `{old}` | `{new}` |" for old, new in config.RENAMED.items()]

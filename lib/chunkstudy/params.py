@@ -612,9 +612,9 @@ class Params:
     @property
     def multiverse_metrics(self) -> list[tuple[str, str, int | None]]:
         """The specification curve's metric × k choices (:func:`chunkstudy.design.metric_axis`): the metric axis
-        (``stats.primary_metric`` alone when unstated) at every cut-off (``metrics.cutoff`` alone when unstated)."""
-        return design.metric_axis(self.multiverse.metrics or (self.stats.primary_metric,),
-                                  self.multiverse.cutoffs or (self.metrics.cutoff,))
+        (``stats.primary_metric`` alone when unstated) at every cut-off of the k axis (each family's own cut-off,
+        ``metrics.cutoff`` for cov-nDCG and nDCG, when unstated)."""
+        return design.metric_axis(self.multiverse.metrics or (self.stats.primary_metric,), self.multiverse.cutoffs)
 
     @property
     def primary_cell(self) -> design.PrimaryCell:

@@ -162,9 +162,9 @@ class MultiverseParams:
     metrics: tuple[str, ...] = param((), "metric axis: canonical names 06 writes (cov-nDCG@10, nDCG@10, MRR, "
                                      "recall@50, budget-cov@1024, ...); with stats.primary_metric", unique=True,
                                      digest="changed")
-    cutoffs: tuple[int, ...] = param((), "k axis: the cut-offs of the metric axis's rank-cut families (cov-nDCG, "
-                                     "nDCG), with metrics.cutoff; 06 also scores them at each other k "
-                                     "(multiverse_scores)", ge=1, unique=True, digest="changed")
+    cutoffs: tuple[int, ...] = param((), "k axis: the cut-offs of the metric axis's families on the k axis "
+                                     "(declared k_axis: cov-nDCG, nDCG), with metrics.cutoff; 06 also scores them "
+                                     "at each other k (multiverse_scores)", ge=1, unique=True, digest="changed")
     embedders: tuple[str, ...] = param((), "embedder (and mode) axis: keys of embed.embedders, and the retrievers of "
                                        "retrieve.modes (bm25, hybrid-<key>), with embed.strong", unique=True,
                                        digest="changed")

@@ -304,7 +304,7 @@ def multiverse_plan(params, extra_texts: Sequence[str], counter, qtypes: Sequenc
     if not mv.active:
         return None
     metric_axis = params.multiverse_metrics
-    other_k = cutoffs.extra_cutoffs(metric_axis, params.metrics.cutoff)
+    other_k = cutoffs.extra_cutoffs(metric_axis, params.metrics.cutoff, params.metrics.names)
     lengths = counter(list(extra_texts)) if extra_texts else []
     read = {e: int(sum(min(n + SPECIAL_TOKENS, spec_max) for n in lengths))
             for e, spec_max in ((e, embed.seq_length(params.embed.embedders[e])[0]) for e in embedders)}

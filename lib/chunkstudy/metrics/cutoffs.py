@@ -1,8 +1,8 @@
 """Metrics at other cut-offs than ``scores``' (stage 06), with the same scorer (:func:`.scoring.score_runs`); pure.
 
-* The specification curve's (docs/beyond.md, "Specification curve"): the rank-cut metrics of ``multiverse.metrics``
-  (cov-nDCG, nDCG) scored at each k of ``multiverse.cutoffs`` other than ``metrics.cutoff``, which ``scores``
-  already holds (:func:`multiverse_scores`).
+* The specification curve's (docs/beyond.md, "Specification curve"): the metrics of ``multiverse.metrics`` on the
+  k axis (:attr:`chunkstudy.design.Metric.k_axis`: cov-nDCG, nDCG) scored at each k of ``multiverse.cutoffs``
+  other than their own cut-off (``metrics.cutoff``), which ``scores`` already holds (:func:`multiverse_scores`).
 * Anthropic's recipe's (docs/beyond.md, "Anthropic's recipe"): the study's span-level recall at ``stats.recipe_k``
   of the lists of the recipe's conditions, whose complement is the recipe's top-k failure (:func:`recipe_scores`).
 """
@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Any, Collection, Sequence
 
 import pandas as pd
 
@@ -19,25 +19,34 @@ from ..params import MetricsParams
 from .scoring import score_runs
 
 
-def extra_cutoffs(metric_axis: Sequence[tuple[str, str, int | None]], cutoff: int) -> dict[int, list[str]]:
+def extra_cutoffs(metric_axis: Sequence[tuple[str, str, int | None]], cutoff: int,
+                  held: Collection[str] | None = None) -> dict[int, list[str]]:
     """``{k: [metric names as scored at k]}`` for every cut-off of the curve's metric × k choices ``metric_axis``
-    (:attr:`chunkstudy.params.Params.multiverse_metrics`) other than ``cutoff`` (``metrics.cutoff``); empty when
-    there is none."""
+    (:attr:`chunkstudy.params.Params.multiverse_metrics`) that ``scores`` does not hold: a name not among ``held``
+    (:attr:`chunkstudy.params.MetricsParams.names`, each k-axis family at its own cut-off) when given, else a k
+    other than ``cutoff`` (``metrics.cutoff``, where cov-nDCG and nDCG are cut); empty when there is none."""
     out: dict[int, list[str]] = {}
     for scored, _, k in metric_axis:
-        if k is not None and k != cutoff:
+        if k is not None and (scored not in held if held is not None else k != cutoff):
             out.setdefault(k, []).append(scored)
     return dict(sorted(out.items()))
 
 
+def at_cutoff(metrics_params: MetricsParams, k: int) -> MetricsParams:
+    """``metrics_params`` with the cut-off of every family on the k axis (:attr:`chunkstudy.design.Metric.k_axis`)
+    set to ``k``: the parameters under which ``scores`` would hold the curve's metrics at k."""
+    cut: dict[str, Any] = {str(m.parameter): int(k) for m in design.METRICS if m.k_axis}
+    return replace(metrics_params, **cut)
+
+
 def multiverse_scores(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFrame, metrics_params: MetricsParams,
                       metric_axis: Sequence[tuple[str, str, int | None]], corpus: str) -> pd.DataFrame:
-    """The rows ``scores`` would hold for the metrics of :func:`extra_cutoffs` had ``metrics.cutoff`` been each k:
+    """The rows ``scores`` would hold for the metrics of :func:`extra_cutoffs` had their cut-off been each k:
     the same columns, one scoring pass of every run list per k (its cost: 06's scoring time per k). Empty, with the
     columns, when the curve varies no cut-off."""
     frames = []
-    for k, names in extra_cutoffs(metric_axis, metrics_params.cutoff).items():
-        scored = score_runs(runs, chunks, queries, replace(metrics_params, cutoff=k), corpus)
+    for k, names in extra_cutoffs(metric_axis, metrics_params.cutoff, metrics_params.names).items():
+        scored = score_runs(runs, chunks, queries, at_cutoff(metrics_params, k), corpus)
         frames.append(scored[scored["metric"].isin(names)])
     if not frames:
         return pd.DataFrame(columns=stages.columns("multiverse_scores"))
