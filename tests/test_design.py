@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import config, design, metrics, stats
+from chunkstudy import config, design, design_metrics, metrics, stats
 from chunkstudy.chunks import chunk_sets
 from chunkstudy.queries import bm25
 from chunkstudy.report import figures, tables
@@ -128,6 +128,7 @@ def test_a_rank_cut_family_declares_the_k_axis_and_saturation_that_the_curve_and
     hit = design.Metric("hit", "hit@{recall_k}", "recall_k", "secondary", "a relevant chunk among the top recall_k",
                         rank_cut=True, k_axis=True, saturates=True)
     monkeypatch.setattr(design, "METRICS", (*design.METRICS, hit))
+    monkeypatch.setattr(design_metrics, "METRICS", design.METRICS)  # where the metric functions read it
     assert design.metric_axis(["hit@50", "recall@50"], (5, 50)) == [
         ("hit@5", "hit", 5), ("hit@50", "hit", 50), ("recall@50", "recall@50", None)]
     assert design.metric_axis(["hit@50"], ()) == [("hit@50", "hit", 50)]  # unstated: its own cut-off

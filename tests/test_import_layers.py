@@ -19,8 +19,8 @@ MAX_LINES = 700
 
 #: Each layer, lowest first: the top-level names (module or package) it holds.
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("foundation", frozenset({"errors", "significance", "design", "paper", "params", "params_analysis", "paramspec",
-                              "stages", "config", "config_rules", "artifacts",
+    ("foundation", frozenset({"errors", "significance", "design", "design_metrics", "paper", "params", "params_analysis",
+                              "paramspec", "stages", "config", "config_rules", "artifacts",
                               "manifests", "codehash", "imported", "progress", "models", "devices", "relevance",
                               "procs"})),
     ("model clients", frozenset({"llm", "identity", "embed_checks", "embed_served", "embed", "embed_store",

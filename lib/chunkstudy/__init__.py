@@ -4,15 +4,16 @@ section first — the library behind the notebooks in ``notebooks/`` (see README
 The package in layers, lowest first; a module imports only from its own layer or those below, and no two modules
 import each other (tests/test_import_layers.py holds the rule, and checks that this map names every module):
 
-* foundation — the declarations everything else derives from: ``design`` (the conditions, prefix kinds,
-  pre-registered contrasts and metrics), ``stages`` (the stage graph: each stage's parameters, reads, writes and
-  edges, the tables' columns, the one schema check), ``params``, ``params_analysis`` (its metrics, stats and
-  multiverse sections) and ``paramspec`` (one typed record per parameter section), ``paper`` (the paper's own
-  numbers), ``significance`` (the study's one test of a contrast), ``relevance`` (the span relevance rule); and the plumbing every stage uses: ``config`` and ``config_rules``
-  (loading and checking a parameter file), ``artifacts`` (the only module that touches the data store's paths),
-  ``manifests``, ``codehash``, ``imported`` (the library and environment a process actually imported: what each
-  stage's kernel reports to the runner), ``progress``, ``models``, ``devices``, ``errors``, ``procs`` (process
-  liveness, process groups, log tails and server readiness, said once);
+* foundation — the declarations everything else derives from: ``design`` (the conditions, prefix kinds, pre-registered
+  contrasts and metrics; ``design_metrics`` declares the metrics, re-exported there), ``stages`` (the stage graph:
+  each stage's parameters, reads, writes and edges, the tables' columns, the one schema check), ``params``,
+  ``params_analysis`` (its metrics, stats and multiverse sections) and ``paramspec`` (one typed record per parameter
+  section), ``paper`` (the paper's own numbers), ``significance`` (the study's one test of a contrast), ``relevance``
+  (the span relevance rule); and the plumbing every stage uses: ``config`` and ``config_rules`` (loading and checking
+  a parameter file), ``artifacts`` (the only module that touches the data store's paths), ``manifests``, ``codehash``,
+  ``imported`` (the library and environment a process actually imported: what each stage's kernel reports to the
+  runner), ``progress``, ``models``, ``devices``, ``errors``, ``procs`` (process liveness, process groups, log tails
+  and server readiness, said once);
 * model clients — ``llm``, ``identity`` (a served model known by its answers to a canary set), ``embed_checks``
   (what a vector and a server's reply must be), ``embed_served`` (an embedder behind a server), ``embed``,
   ``embed_store``, ``rerank``;
