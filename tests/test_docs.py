@@ -182,16 +182,17 @@ def test_pipeline_table_shows_every_declared_edge():
 
 
 def test_declared_tables_are_generated_from_the_registries():
-    """The conditions, prefix kinds, contrasts, metrics and corpus kinds are shown only as generated blocks, and each
-    block equals what its registry renders (a hand copy drifted: C1's question had three wordings)."""
+    """The conditions, prefix kinds, contrasts, metrics, recipe steps, data contracts and corpus kinds are shown only
+    as generated blocks, and each block equals what its registry renders (a hand copy drifted: C1's question had three
+    wordings)."""
     stale = []
     for page, names in designdoc.PAGES.items():
         text = (ROOT / page).read_text(encoding="utf-8")
         if text != designdoc.rewrite(text, page, names):
             stale.append(page)
     if stale:
-        pytest.fail(f"the generated tables of {', '.join(stale)} are stale (lib/chunkstudy/design.py or the corpus "
-                    f"kinds changed): regenerate them with `{designdoc.COMMAND}` and commit them")
+        pytest.fail(f"the generated tables of {', '.join(stale)} are stale (lib/chunkstudy/design.py, the corpus kinds "
+                    f"or lib/chunkstudy/stages.py changed): regenerate them with `{designdoc.COMMAND}` and commit them")
     held = [n for names in designdoc.PAGES.values() for n in names]
     assert sorted(set(held)) == sorted(designdoc.BLOCKS), "a declared table that no page shows"
     for page in PAGES:  # a block opened in a page PAGES does not name would never be rewritten
@@ -201,7 +202,7 @@ def test_declared_tables_are_generated_from_the_registries():
 
 def test_declared_tables_show_every_declaration():
     """The generators are complete: a row per condition, prefix kind, contrast (with design.py's one wording of its
-    question), metric family and corpus kind; a page whose markers are missing or unknown is refused."""
+    question), metric family, corpus kind and recipe step; a page whose markers are missing or unknown is refused."""
     from chunkstudy.corpus import build
 
     def first_cells(block: str) -> list[str]:
@@ -214,10 +215,26 @@ def test_declared_tables_show_every_declaration():
     assert first_cells(designdoc.metrics()) == [f"`{m.template}`" for m in design.METRICS]
     assert "cov-nDCG@10" in designdoc.metrics() and "budget-cov@512, budget-cov@1024" in designdoc.metrics()
     assert first_cells(designdoc.corpus_kinds()) == [f"`{k}`" for k in build.KINDS]
+    assert first_cells(designdoc.recipe()) == [s.name for s in design.RECIPE]
+    assert "35 %" in designdoc.recipe() and "49 %" in designdoc.recipe()  # the paper's citations, from paper.py
     with pytest.raises(ValueError, match="docs/x.md: opens the generated blocks"):
         designdoc.rewrite("# no markers\n", "docs/x.md", ("contrasts",))
     with pytest.raises(ValueError, match="needs the marker line"):
         designdoc.rewrite(designdoc.begin("contrasts") + "\n", "docs/x.md", ("contrasts",))
+
+
+def test_data_contracts_are_the_stage_graphs_contracts():
+    """docs/design.md's "Data contracts" shows, for each table of ``stages.DATA_CONTRACTS`` in run order, its writer
+    and exactly the columns ``stages.check`` demands with their kinds (the hand copy listed ``provenance`` for
+    ``queries``, a column no reader may rely on)."""
+    rows = [line.split(" | ") for line in designdoc.data_contracts().splitlines()[2:]]
+    assert [r[0].removeprefix("| ") for r in rows] == [f"`{n}`" for n in stages.DATA_CONTRACTS]
+    in_run_order = sorted(stages.DATA_CONTRACTS, key=lambda n: stages.STAGE_NAMES.index(stages.writer(n)))
+    assert list(stages.DATA_CONTRACTS) == in_run_order
+    for (name, writer, columns, _), table in zip(rows, map(stages.table, stages.DATA_CONTRACTS)):
+        assert writer == stages.writer(table.name)
+        assert columns == ", ".join(f"`{c}` {table.columns[c]}" for c in table.contract), name
+    assert "`provenance`" not in rows[stages.DATA_CONTRACTS.index("queries")][2]
 
 
 def test_run_all_usage_lists_every_parameter_file():

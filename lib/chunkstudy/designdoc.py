@@ -1,6 +1,6 @@
 """The docs' tables of what the study declares, generated from the registries: the conditions, the prefix kinds,
-the pre-registered contrasts and the metrics (:mod:`chunkstudy.design`), and the corpus kinds
-(:data:`chunkstudy.corpus.build.KINDS`).
+the pre-registered contrasts, the metrics and Anthropic's recipe (:mod:`chunkstudy.design`), the corpus kinds
+(:data:`chunkstudy.corpus.build.KINDS`) and the data contracts (:data:`chunkstudy.stages.DATA_CONTRACTS`).
 
 A page holds a table as a block between a begin and an end marker naming it (:func:`begin`, :func:`end`);
 :data:`PAGES` says which blocks each page holds. The blocks are never edited by hand, so no page keeps a second
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from . import artifacts, config, design
+from . import artifacts, config, design, paper, stages
 from .corpus import build
 from .paramdoc import _cell
 
@@ -107,6 +107,33 @@ def corpus_kinds() -> str:
     return "\n".join(out)
 
 
+def recipe() -> str:
+    """Anthropic's recipe as the study runs it (:data:`chunkstudy.design.RECIPE`), in step order: each step's
+    condition, retrieval mode (with ``embed.strong`` where the mode reads vectors), reranking, what it is, and the
+    failure reduction the paper cites for it (:mod:`chunkstudy.paper`, ``study.anthropic``)."""
+    out = ["| step | condition | retrieval | reranker | what | the paper cites |", "|---|---|---|---|---|---|"]
+    for s in design.RECIPE:
+        mode = design.RETRIEVAL_MODES[s.mode]
+        retrieval = _code(mode.name) + (" with `embed.strong`" if mode.per_embedder else "")
+        reranker = "each of `retrieve.rerankers`" if s.reranked else "none"
+        cited = f"{paper.value('study', 'anthropic', s.anthropic) * 100:g} %" if s.anthropic else ""
+        out.append(f"| {s.name} | {s.condition} | {retrieval} | {reranker} | {_cell(s.label)} | {cited} |")
+    return "\n".join(out)
+
+
+def data_contracts() -> str:
+    """The data contracts (:data:`chunkstudy.stages.DATA_CONTRACTS`), in run order: each table's writer, the columns
+    (and kinds) every table of that name holds at least (:attr:`chunkstudy.stages.Table.contract`, what
+    :func:`chunkstudy.stages.check` demands) and its description. The other columns a writer declares are left to
+    ``stages.py``: they may come and go without breaking a reader."""
+    out = ["| table | written by | columns it holds at least | what it is |", "|---|---|---|---|"]
+    for name in stages.DATA_CONTRACTS:
+        t = stages.table(name)
+        columns = ", ".join(f"`{c}` {t.columns[c]}" for c in t.contract)
+        out.append(f"| `{name}` | {stages.writer(name)} | {columns} | {_cell(t.doc)} |")
+    return "\n".join(out)
+
+
 #: Each block's name -> the declaration it is generated from and the function that renders it.
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "conditions": ("lib/chunkstudy/design.py", conditions),
@@ -114,13 +141,16 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "contrasts": ("lib/chunkstudy/design.py", contrasts),
     "metrics": ("lib/chunkstudy/design.py", metrics),
     "corpus kinds": ("lib/chunkstudy/corpus/build.py", corpus_kinds),
+    "recipe": ("lib/chunkstudy/design.py", recipe),
+    "data contracts": ("lib/chunkstudy/stages.py", data_contracts),
 }
 
 #: Each page (relative to the project root) -> the blocks it holds, in the page's order.
 PAGES: dict[str, tuple[str, ...]] = {
     "README.md": ("contrasts",),
-    "docs/design.md": ("conditions", "prefix kinds", "contrasts", "metrics"),
+    "docs/design.md": ("conditions", "prefix kinds", "contrasts", "data contracts", "metrics"),
     "docs/corpus.md": ("corpus kinds",),
+    "docs/beyond.md": ("recipe",),
 }
 
 

@@ -306,7 +306,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("01_corpus", ("corpus", "queries.source"), (), (
         Table("documents", {"doc_id": S, "title": S, "text": S, "source": S},
               "one row per document; text = body paragraphs joined by the separator"),
-        Table("paragraphs", {"doc_id": S, "para_idx": I, "start": I, "end": I}),
+        Table("paragraphs", {"doc_id": S, "para_idx": I, "start": I, "end": I},
+              "one row per body paragraph, its offsets into documents.text as it was emitted"),
         Table("sections_gold", _SECTIONS, "the gold outline (tiles the paragraphs)"),
         Table("harvested", {"query_id": S, "doc_id": S, "qtype": S, "text": S, "spans": L},
               "questions with gold spans (QASPER, demo; empty for Wikipedia)"),
@@ -420,7 +421,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("07_stats", ("stats", "contrasts", "embed.strong", "corpus.kind", "multiverse", "metrics.cutoff"),
           _r("queries", "scores", "chunks", "embedding_report", "late_report", "retrieval_timing",
              "multiverse_scores", "recipe_scores", "lexical_report"), (
-        Table("contrasts", _CONTRAST,
+        Table("contrasts", _CONTRAST, "per cell and contrast of stats.contrasts: the paired mean delta, its "
+              "document-clustered bootstrap CI and p, Holm within the cell's family, dz",
               required=('cell', 'contrast', 'mean_delta', 'ci_low', 'ci_high', 'p', 'p_holm', 'dz', 'n_queries', 'n_docs')),
         Table("user_contrasts", _CONTRAST,
               "the user's contrasts (contrasts.extra): an exploratory family, Holm within it; empty without",
@@ -493,6 +495,15 @@ STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
 _STAGE = {s.name: s for s in STAGES}
 #: artifact name -> (artifact, the stage that writes it)
 ARTIFACTS: dict[str, tuple[Artifact, str]] = {a.name: (a, s.name) for s in STAGES for a in s.writes}
+
+#: The tables the study's data model rests on, in run order: what each stage hands on to the next, from the
+#: documents to 07's contrasts. docs/design.md's "Data contracts" shows each with its contract, generated from
+#: here (:func:`chunkstudy.designdoc.data_contracts`); every other table is in docs/running.md's pipeline table.
+DATA_CONTRACTS: tuple[str, ...] = ("documents", "paragraphs", "sections_gold", "sections_induced", "queries",
+                                   "chunks", "runs", "scores", "contrasts")
+_not_tables = [n for n in DATA_CONTRACTS if not isinstance(ARTIFACTS.get(n, (None,))[0], Table)]
+if _not_tables:
+    raise ValueError(f"DATA_CONTRACTS names {_not_tables}, which no stage declares as a table")
 
 
 def stage(name: str) -> Stage:
