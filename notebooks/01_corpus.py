@@ -13,10 +13,9 @@
 # %% [markdown]
 # # 01 · Corpus
 #
-# **Reads** the corpus sources named by the parameters: MediaWiki XML exports / the MediaWiki API and the
-# Featured Article list (`wikipedia`), the official QASPER archives (`qasper`), `data/demo_raw/` (`demo`), or a
-# folder of Markdown or HTML files with a `questions.jsonl` (`markdown`, `html`), from `corpus.mirror` (or
-# downloaded from `corpus.fetch_urls` when no mirror is set). Each kind's module reads its own inputs.
+# **Reads** the corpus sources named by the parameters, from `corpus.mirror` (or downloaded from
+# `corpus.fetch_urls` when no mirror is set): the module of the corpus kind `corpus.kind` names reads its own
+# inputs (what each kind reads: the generated table in docs/corpus.md, "Corpus kinds").
 # **Writes** `01_corpus/documents`, `paragraphs`, `sections_gold`, `harvested` (questions with gold spans; empty
 # for Wikipedia), `corpus_funnel` and `stats.json`.
 #
@@ -99,7 +98,7 @@ build.sources_table(out)
 build.section_trees(out["documents"], out["sections_gold"], n_docs=3)
 
 # %% [markdown]
-# ## Harvested questions (QASPER, demo, Markdown, HTML)
+# ## Harvested questions (empty for a corpus kind that ships none)
 
 # %%
 out["harvested"].head(10)

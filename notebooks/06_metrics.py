@@ -20,16 +20,15 @@
 # **Writes** `06_metrics/scores`: one row per cell × condition × query × metric (long form; with `doc_id`, the
 # bootstrap's cluster, and `qtype`), `06_metrics/drilldown`: the per-query drill-down of the primary cell, and
 # `06_metrics/multiverse_scores`: the same rows at the specification curve's other cut-offs (empty without), and
-# `06_metrics/recipe_scores`: recall@`stats.recipe_k` of the recipe's conditions (A0, A1) in every cell, whose
+# `06_metrics/recipe_scores`: recall@`stats.recipe_k` of the recipe's conditions in every cell, whose
 # complement is Anthropic's top-k failure (empty unless `retrieve.modes` has bm25 and hybrid).
 #
 # Relevance comes only from character overlap on content offsets — a prefix can never create relevance; it only
-# costs tokens in the budget metrics. Metrics (paper Section 5.1 and the appendix on coverage-nDCG):
-# **cov-nDCG@10** (primary: novelty gains, per-condition greedy ideal over the condition's own chunks of the
-# document), **recall@50** (a span counts when ≥ `span_frac` of it is covered by the union of the top 50),
-# **MRR**, binary **nDCG@10**, and **budget-cov@512/1024/2048** (prefix tokens charged; a chunk that only partly
-# fits follows `metrics.budget_partial`). A query with no retrieved results scores 0; so does one whose ideal is 0.
-# Definitions: `chunkstudy.metrics`.
+# costs tokens in the budget metrics. The metrics (paper Section 5.1 and the appendix on coverage-nDCG) are those
+# `chunkstudy.design.METRICS` declares, completed by the `metrics` parameters: their names, parameters, roles and
+# definitions are the generated table in docs/design.md, "Metrics"; `stats.primary_metric` names the primary one.
+# A chunk that only partly fits a token budget follows `metrics.budget_partial`. A query with no retrieved results
+# scores 0; so does one whose ideal is 0. Definitions: `chunkstudy.metrics`.
 
 # %% tags=["parameters"]
 params_file = "params/demo.yaml"
@@ -57,7 +56,7 @@ scores.groupby("metric", sort=False)["value"].describe()
 
 # %% [markdown]
 # ## The specification curve's other cut-offs (`multiverse.cutoffs`)
-# The rank-cut metrics of `multiverse.metrics` (cov-nDCG, nDCG) at each other k, by the same scorer: what 07's
+# The rank-cut metrics `multiverse.metrics` names, at each other k, by the same scorer: what 07's
 # specification curves read beside `scores` (docs/beyond.md, "Specification curve"). Empty without.
 
 # %%

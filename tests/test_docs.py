@@ -237,6 +237,26 @@ def test_data_contracts_are_the_stage_graphs_contracts():
     assert "`provenance`" not in rows[stages.DATA_CONTRACTS.index("queries")][2]
 
 
+def test_notebooks_point_to_the_generated_tables_instead_of_listing_them():
+    """No notebook's prose lists the metrics or the corpus kinds (two or more of their names in one markdown cell):
+    a notebook names the generated table in docs/design.md or docs/corpus.md instead, so that a metric or a kind
+    added to its registry leaves no notebook behind (06 listed five metrics, 01 five corpus kinds)."""
+    from chunkstudy import config
+    from chunkstudy.corpus import build
+
+    section = config.SCHEMA["metrics"]
+    metric_names = {n for m in design.METRICS
+                    for n in m.names({m.parameter: section[m.parameter].default} if m.parameter else {})}
+    lists = []
+    for stage in stages.STAGES:
+        text = (ROOT / stage.notebook).read_text(encoding="utf-8")
+        for cell in re.findall(r"^# %% \[markdown\]\n((?:#.*\n)*)", text, re.M):
+            metrics = sorted(n for n in metric_names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w@])", cell))
+            kinds = sorted(k for k in build.KINDS if f"`{k}`" in cell)
+            lists += [f"{stage.notebook}: {found}" for found in (metrics, kinds) if len(found) > 1]
+    assert not lists, f"notebook prose lists declared names; point to the generated table instead: {lists}"
+
+
 def test_run_all_usage_lists_every_parameter_file():
     """./run_all.sh's usage names the corpora a user can run: exactly the parameter files of params/ (a hand-kept
     list named 7 of 20)."""
