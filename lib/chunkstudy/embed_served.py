@@ -163,13 +163,8 @@ class ServedEmbeddings:
 
         url = self.base_urls[0]
         body = {"model": self.model, "input": list(identity.CANARY_TEXTS), "encoding_format": "float"}
-        try:
-            meta = identity.model_entry(url, self.model, http.auth_headers(self.api_key_env), PREFLIGHT_TIMEOUT_S)
-            reply = self.pool.post(body)
-        except identity.IdentityError as e:
-            raise identity.NoAnswer(f"{self.where}: {e}") from None
-        except LLMError as e:
-            raise identity.NoAnswer(f"{self.where}: the canary request to {url}/embeddings failed: {e}") from None
+        meta, reply = identity.ask(self.where, url, self.model, http.auth_headers(self.api_key_env), PREFLIGHT_TIMEOUT_S,
+                                   lambda: self.pool.post(body), "embeddings", (LLMError,))
         vecs = self.parse(reply, identity.CANARY_TEXTS, url + "/embeddings")
         unit = unit_rows(vecs)
         check_vectors(unit, [text_key(t) for t in identity.CANARY_TEXTS],  # finite, not zero: as every vector

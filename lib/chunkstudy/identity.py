@@ -175,6 +175,19 @@ def model_entry(base_url: str, model: str, headers: dict, timeout_s: float) -> d
     return next((dict(e) for e in entries if isinstance(e, dict) and e.get("id") == model), {})
 
 
+def ask(where: str, url: str, model: str, headers: dict, timeout_s: float, post: Any, endpoint: str,
+        failures: tuple[type[Exception], ...]) -> tuple[dict, Any]:
+    """A served embedder's or reranker's canary request: the model's :func:`model_entry` at ``url``, then ``post()``
+    (the request of the canary set); :class:`NoAnswer` naming ``where`` when nothing answers, and naming
+    ``{url}/{endpoint}`` when the request fails with one of ``failures`` (the client's transport errors)."""
+    try:
+        return model_entry(url, model, headers, timeout_s), post()
+    except IdentityError as e:
+        raise NoAnswer(f"{where}: {e}") from None
+    except failures as e:
+        raise NoAnswer(f"{where}: the canary request to {url}/{endpoint} failed: {e}") from None
+
+
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -478,13 +478,8 @@ class ServedReranker:
         url = self.base_urls[0]
         body = {"model": self.model, "query": identity.CANARY_QUERY, "documents": [t for _, t in identity.CANARY_PAIRS],
                 "truncate_prompt_tokens": self.max_length, "use_activation": False}
-        try:
-            meta = identity.model_entry(url, self.model, http.auth_headers(self.api_key_env), PREFLIGHT_TIMEOUT_S)
-            reply = self.pool.post(body)
-        except identity.IdentityError as e:
-            raise identity.NoAnswer(f"{self.where}: {e}") from None
-        except LLMError as e:
-            raise identity.NoAnswer(f"{self.where}: the canary request to {url}/rerank failed: {e}") from None
+        meta, reply = identity.ask(self.where, url, self.model, http.auth_headers(self.api_key_env), PREFLIGHT_TIMEOUT_S,
+                                   lambda: self.pool.post(body), "rerank", (LLMError,))
         return identity.answers("rerank", self.parse(reply, len(identity.CANARY_PAIRS)), meta), url
 
     def score(self, pairs: Sequence[tuple[str, str]], done=None) -> np.ndarray:
