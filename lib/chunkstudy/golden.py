@@ -55,7 +55,7 @@ OPTIONAL = ("user_contrasts", "cost", "mixedlm_paired", "multiverse", "multivers
 def optional() -> tuple[str, ...]:
     """:data:`OPTIONAL` and each registered verdict's section, read when called (a verdict registered at run time
     counts)."""
-    return (*OPTIONAL, *(v.golden_section for v in verdicts.VERDICTS.values()))
+    return (*OPTIONAL, *(v.golden_section for v in verdicts.statistics()))
 
 
 #: The cost table's columns a golden pins: the exact counts (never the measured seconds).
@@ -80,12 +80,12 @@ def _beyond(cfg: config.Config, primary, cell: str) -> dict:
     user = artifacts.read(cfg, "user_contrasts") if artifacts.exists(cfg, "user_contrasts") else None
     if user is not None and len(user):
         rows = user[user["cell"] == cell].sort_values("contrast")
-        shown = verdicts.shown(user)
+        shown = verdicts.carried(user)
         out["user_contrasts"] = {
             r.contrast: {"mean_delta": float(r.mean_delta), "p": float(r.p), "p_holm": float(r.p_holm),
                          **{k: x for v in shown for k, x in v.golden_user(r).items()}}
             for r in rows.itertuples()}
-    for v in verdicts.shown(primary):
+    for v in verdicts.carried(primary):
         out[v.golden_section] = {r.contrast: v.golden(r) for r in primary.itertuples()}
     if artifacts.exists(cfg, "mixedlm_paired"):
         paired = artifacts.read(cfg, "mixedlm_paired")

@@ -17,9 +17,9 @@ Everything that decides significance goes through it:
   (:data:`P_RULE`); it computes no statistic.
 
 A decision is a :class:`Verdict` over a family of :class:`Tested` contrasts: Holm is the study's
-(:data:`HOLM`); another decision computed from the same bootstrap draws (an equivalence test, say) is a
-:class:`ReportedVerdict`, which also declares its columns' rendering, what the goldens pin and what the manifests
-record; registered in :data:`chunkstudy.stats.verdicts.VERDICTS`, 07 adds it to each cell's
+(:data:`HOLM`); another decision computed from the same bootstrap draws (an equivalence test, say) is registered in
+:data:`chunkstudy.stats.verdicts.VERDICTS`, with what 07, the manifests and the goldens read of it and, apart, how the
+report prints it (:mod:`chunkstudy.stats.verdict_protocols`); 07 adds it to each cell's
 :attr:`BootstrapTest.verdicts`. Pure; never rounds. This module sits with the foundations (it imports nothing of the
 project) because the parameter rules below the stages use it.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Protocol, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
 import numpy as np
 
@@ -262,68 +262,6 @@ class Verdict(Protocol):
     def columns(self) -> tuple[str, ...]: ...
 
     def decide(self, test: "BootstrapTest", family: Sequence[Tested]) -> list[dict[str, Any]]: ...
-
-
-class ReportedVerdict(Verdict, Protocol):
-    """A verdict beside Holm's (:data:`HOLM`), self-contained: besides its decision (:class:`Verdict`) it declares
-    when a run has it, how the report prints it, what the goldens pin and what the manifests record, so that 07's
-    contrast code, 08's tables and text, :mod:`chunkstudy.golden` and the runner's manifests loop over the
-    registered verdicts (:data:`chunkstudy.stats.verdicts.VERDICTS`) and name none. Adding one is its module, one
-    entry there and a test (docs/extending.md, "Another verdict"). ``table`` arguments are 07 contrast tables
-    (pandas frames, the rows of one family); the printed numbers are rounded only by the report's formatters,
-    which the report hands it (``fmt``: :mod:`chunkstudy.report.tables.formatting`)."""
-
-    def for_cell(self, stats_params: Any, metric: str) -> "tuple[Verdict, str] | None":
-        """This verdict for one cell of 07 (of ``metric``, under the ``stats`` record) and the note of the cell's
-        rows (``""``: none); None when the run declares no such verdict (its columns are then left out of 07's
-        tables)."""
-        ...
-
-    def shown(self, table: Any) -> bool:
-        """Whether a 07 contrast table carries this verdict's columns."""
-        ...
-
-    def cells(self, table: Any, ok: Sequence[bool], fmt: Any) -> dict[str, list[str]]:
-        """Its columns in a printed contrast table (Table 1, the user's contrasts), header -> one cell per row,
-        placed before dz; ``ok``: per row, whether the bootstrap supports inference."""
-        ...
-
-    def notes(self, table: Any, fmt: Any) -> tuple[str, ...]:
-        """Its notes under that printed table."""
-        ...
-
-    @property
-    def sentence(self) -> str:
-        """What the report's text says of it beside Holm's decision, where Table 1 shows it."""
-        ...
-
-    @property
-    def record_name(self) -> str:
-        """The key of its record in each stage's manifest (:meth:`record`)."""
-        ...
-
-    def record(self, stats_params: Any) -> dict[str, Any] | None:
-        """What each stage's manifest records of its declaration under the ``stats`` record (None: nothing
-        declared), so that 08 can say whether it was declared before the run (:meth:`registration`)."""
-        ...
-
-    def registration(self, stats_params: Any, recorded: Mapping[str, Any]) -> str:
-        """The report's sentence on whether the declaration was made before the run: ``recorded`` is what stage
-        01's manifest recorded under :attr:`record_name` (empty when nothing)."""
-        ...
-
-    @property
-    def golden_section(self) -> str:
-        """The section of a golden file (:func:`chunkstudy.golden.headline`) it pins, per confirmatory contrast."""
-        ...
-
-    def golden(self, row: Any) -> dict[str, Any]:
-        """What that section pins of one confirmatory contrast (a row of 07's ``contrasts``, ``itertuples``)."""
-        ...
-
-    def golden_user(self, row: Any) -> dict[str, Any]:
-        """What a golden file pins of it in one user contrast's entry (a row of ``user_contrasts``)."""
-        ...
 
 
 @dataclass(frozen=True)

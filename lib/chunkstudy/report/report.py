@@ -491,10 +491,10 @@ def verdict_sentences(params: Params, contrasts: pd.DataFrame,
     """What the report's text says beside Holm's decision of each registered verdict 07's ``contrasts`` carry
     (:data:`chunkstudy.stats.verdicts.VERDICTS`): its sentence, then whether its declaration was made before the
     run, from what stage 01's manifest (written before any result existed) records of it
-    (:meth:`chunkstudy.significance.ReportedVerdict.registration`)."""
-    first = (manifests or {}).get("01_corpus") or {}
-    return [f"{v.sentence} {v.registration(params.stats, first.get(v.record_name) or {})}"
-            for v in verdicts.shown(contrasts)]
+    (:func:`chunkstudy.stats.verdicts.recorded`,
+    :meth:`chunkstudy.stats.verdict_protocols.VerdictRendering.registration`)."""
+    recorded = verdicts.recorded((manifests or {}).get("01_corpus") or {})
+    return [f"{v.sentence} {v.registration(params.stats, recorded[v.name])}" for v in verdicts.shown(contrasts)]
 
 
 FIGURE_CAPTIONS = {

@@ -30,9 +30,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
+from ..params import StatsParams
 from ..significance import HOLM, PERCENTILE_FROM, BootstrapTest, Tested, Verdict
 from . import calibrated
+from .verdict_protocols import Formatting
 
 #: The rules ``stats.decision`` and ``contrasts.decision`` accept.
 DECISIONS = ("auto", "percentile", "calibrated")
@@ -86,8 +89,9 @@ CAL_COLUMNS = ("p_cal", "p_holm_cal", "ci_low_cal", "ci_high_cal", "reject_holm_
 @dataclass(frozen=True)
 class CalibratedVerdict:
     """The calibrated test beside the percentile's and which one decides, a
-    :class:`chunkstudy.significance.ReportedVerdict` (module docstring). ``decision``: the rule declared for the
-    family (``stats.decision``; the user's family: ``contrasts.decision``, else ``stats.decision``)."""
+    :class:`chunkstudy.stats.verdict_protocols.RegisteredVerdict` (module docstring): its statistic, then how 08
+    prints it. ``decision``: the rule declared for the family (``stats.decision``; the user's family:
+    ``contrasts.decision``, else ``stats.decision``)."""
 
     decision: str = "auto"
     name: ClassVar[str] = "calibrated"
@@ -99,6 +103,7 @@ class CalibratedVerdict:
         "cluster bootstrap-t with the null imposed, Holm over the same family); the starred Holm p is the test that "
         "decided.")
 
+    # its statistic (VerdictStatistic): 07, the manifests, the goldens ----------------------------------------------
     def decide(self, test: BootstrapTest, family: Sequence[Tested]) -> list[dict[str, Any]]:
         by = rule_of(self.decision, family)
         tests = [calibrated_test(t, test.n_boot, test.seed) for t in family]
@@ -115,15 +120,25 @@ class CalibratedVerdict:
                          "significant": reject if by == CALIBRATED else bool(pct["reject_holm"])})
         return rows
 
-    # 07: every cell carries it ---------------------------------------------------------------------------------
-    def for_cell(self, stats_params: Any, metric: str) -> tuple[Verdict, str] | None:
+    def for_cell(self, stats_params: StatsParams, metric: str) -> tuple[Verdict, str] | None:
         return CalibratedVerdict(str(getattr(stats_params, "decision", "auto"))), ""
 
-    # 08 --------------------------------------------------------------------------------------------------------
-    def shown(self, table: Any) -> bool:
+    def carried(self, table: pd.DataFrame | None) -> bool:
         return table is not None and "p_holm_cal" in table.columns
 
-    def cells(self, table: Any, ok: Sequence[bool], fmt: Any) -> dict[str, list[str]]:
+    def record(self, stats_params: StatsParams) -> dict[str, Any] | None:
+        return {"decision": str(getattr(stats_params, "decision", "auto"))}
+
+    def golden(self, row: Any) -> dict[str, Any]:
+        return {"p": float(row.p_cal), "p_holm": float(row.p_holm_cal), "ci_low": float(row.ci_low_cal),
+                "ci_high": float(row.ci_high_cal), "decided_by": str(row.decided_by),
+                "significant": bool(row.significant)}
+
+    def golden_user(self, row: Any) -> dict[str, Any]:
+        return {"p_holm_cal": float(row.p_holm_cal), "decided_by": str(row.decided_by)}
+
+    # how 08 prints it (VerdictRendering) ---------------------------------------------------------------------------
+    def cells(self, table: pd.DataFrame, ok: Sequence[bool], fmt: Formatting) -> dict[str, list[str]]:
         """The calibrated 95% CI, p and Holm p (starred where it decided and rejects) and the test that decided;
         ``fmt.DASH`` where the row supports no inference."""
         d = table
@@ -137,7 +152,7 @@ class CalibratedVerdict:
             by.append(str(dec))
         return {"Calibrated 95% CI": ci, "Calibrated p": p, "Calibrated Holm p": holm, "Decided by": by}
 
-    def notes(self, table: Any, fmt: Any) -> tuple[str, ...]:
+    def notes(self, table: pd.DataFrame, fmt: Formatting) -> tuple[str, ...]:
         """What the calibrated test is, why the deciding test decides, and each contrast where the two tests'
         Holm decisions differ."""
         d = table
@@ -155,11 +170,7 @@ class CalibratedVerdict:
                 and bool(getattr(r, "inference", True))]
         return tuple(out)
 
-    # the manifests and the registration sentence -----------------------------------------------------------------
-    def record(self, stats_params: Any) -> dict[str, Any] | None:
-        return {"decision": str(getattr(stats_params, "decision", "auto"))}
-
-    def registration(self, stats_params: Any, recorded: Mapping[str, Any]) -> str:
+    def registration(self, stats_params: StatsParams, recorded: Mapping[str, Any]) -> str:
         declared = str(getattr(stats_params, "decision", "auto"))
         if not recorded:
             return (f"The rule (stats.decision: {declared}) is not in stage 01's manifest, which was written before "
@@ -169,17 +180,8 @@ class CalibratedVerdict:
         return (f"The rule (stats.decision: {declared}) is not what stage 01's manifest records "
                 f"({recorded.get('decision')}): it was set after the corpus was built, possibly after seeing results.")
 
-    # the goldens ----------------------------------------------------------------------------------------------
-    def golden(self, row: Any) -> dict[str, Any]:
-        return {"p": float(row.p_cal), "p_holm": float(row.p_holm_cal), "ci_low": float(row.ci_low_cal),
-                "ci_high": float(row.ci_high_cal), "decided_by": str(row.decided_by),
-                "significant": bool(row.significant)}
 
-    def golden_user(self, row: Any) -> dict[str, Any]:
-        return {"p_holm_cal": float(row.p_holm_cal), "decided_by": str(row.decided_by)}
-
-
-def disagreement(row: Any, fmt: Any) -> str:
+def disagreement(row: Any, fmt: Formatting) -> str:
     """The note on a contrast whose two tests' Holm decisions differ, naming the one that decided."""
     pct = "rejects" if bool(row.reject_holm) else "does not reject"
     cal = "rejects" if bool(row.reject_holm_cal) else "does not reject"

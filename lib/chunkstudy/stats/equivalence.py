@@ -47,9 +47,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
+from ..params import StatsParams
 from ..significance import BootstrapTest, Tested, Verdict, holm, percentile_ci
 from . import decision
+from .verdict_protocols import Formatting
 
 EQUIVALENT = "equivalent"
 NOT_EQUIVALENT = "not equivalent"
@@ -227,7 +230,7 @@ def no_bound_note(stats_params: Any, metric: str) -> str:
 
 @dataclass(frozen=True)
 class TostVerdict:
-    """The equivalence decision beside Holm's, a :class:`chunkstudy.significance.ReportedVerdict`: over a family of
+    """The equivalence decision beside Holm's, a :class:`chunkstudy.stats.verdict_protocols.RegisteredVerdict`: over a family of
     contrasts, :func:`family_columns` at ``±sesoi`` and the test's ``alpha``, by the test that decides the family
     under ``decision`` (``stats.decision``): the replicates the bootstrap drew for each contrast
     (``Tested.replicates``), or the calibrated test on the per-document sums it saw (``Tested.sums``,
@@ -254,6 +257,7 @@ class TostVerdict:
         if self.sesoi is not None and not (np.isfinite(self.sesoi) and self.sesoi > 0):
             raise ValueError(f"TostVerdict: sesoi must be a positive number (metric units), got {self.sesoi}")
 
+    # its statistic (VerdictStatistic): 07, the manifests, the goldens ----------------------------------------------
     def decide(self, test: BootstrapTest, family: Sequence[Tested]) -> list[dict[str, Any]]:
         """The family's TOST by the test that decides it (:func:`chunkstudy.stats.decision.rule` under
         ``decision``): the percentile bootstrap's replicates, or the calibrated test at ±sesoi."""
@@ -263,8 +267,7 @@ class TostVerdict:
         return family_columns([t.replicates for t in family], [bool(t.inference) for t in family], self.sesoi,
                               float(test.alpha), test.adjust, calibrated)
 
-    # 07: which cells carry it ---------------------------------------------------------------------------------
-    def for_cell(self, stats_params: Any, metric: str) -> tuple[Verdict, str] | None:
+    def for_cell(self, stats_params: StatsParams, metric: str) -> tuple[Verdict, str] | None:
         """TOST at ``metric``'s bound (``stats.sesoi`` for the primary metric, ``stats.sesoi_by_metric`` for
         others); blank with a note (:func:`no_bound_note`) where that metric has none; None when no metric has
         one (the run writes no TOST column)."""
@@ -275,12 +278,30 @@ class TostVerdict:
         return (TostVerdict(None if sesoi is None else float(sesoi), str(getattr(stats_params, "decision", "auto"))),
                 no_bound_note(stats_params, metric) if sesoi is None else "")
 
-    # 08: its columns and notes --------------------------------------------------------------------------------
-    def shown(self, table: Any) -> bool:
+    def carried(self, table: pd.DataFrame | None) -> bool:
         """Whether 07's contrast table carries the TOST columns (a bound was declared)."""
         return table is not None and "equivalence" in table.columns
 
-    def cells(self, table: Any, ok: Sequence[bool], fmt: Any) -> dict[str, list[str]]:
+    def record(self, stats_params: StatsParams) -> dict[str, Any] | None:
+        """The bounds as a stage saw them (``sesoi``, ``alpha``, the primary ``metric`` and every metric's
+        ``bounds``); None when none is declared."""
+        declared = bounds(stats_params)
+        if not declared:
+            return None
+        sesoi = stats_params.sesoi
+        return {"sesoi": None if sesoi is None else float(sesoi), "alpha": float(stats_params.alpha),
+                "metric": stats_params.primary_metric, "bounds": declared}
+
+    def golden(self, row: Any) -> dict[str, Any]:
+        return {"equivalence": str(row.equivalence), "tost_ci_low": float(row.tost_ci_low),
+                "tost_ci_high": float(row.tost_ci_high), "p_tost_holm": float(row.p_tost_holm),
+                "p_met_holm": float(row.p_met_holm)}
+
+    def golden_user(self, row: Any) -> dict[str, Any]:
+        return {"equivalence": str(row.equivalence)}
+
+    # how 08 prints it (VerdictRendering) ---------------------------------------------------------------------------
+    def cells(self, table: pd.DataFrame, ok: Sequence[bool], fmt: Formatting) -> dict[str, list[str]]:
         """The TOST columns of a printed contrast table (07's ``tost_ci_low, tost_ci_high, p_tost_holm,
         equivalence``): the unadjusted 90% CI (``1 − 2·alpha``), the Holm-adjusted TOST p and the verdict (decided
         on the family's Holm-adjusted p-values); ``fmt.DASH`` where the row supports no inference (``ok`` False)
@@ -296,7 +317,7 @@ class TostVerdict:
             verdict.append(v if shown else fmt.DASH)
         return {"TOST 90% CI": ci, "TOST Holm p": p, "TOST": verdict}
 
-    def notes(self, table: Any, fmt: Any) -> tuple[str, ...]:
+    def notes(self, table: pd.DataFrame, fmt: Formatting) -> tuple[str, ...]:
         """The note on the TOST columns: the bound, how the verdict holds the family's error,
         :data:`TOST_SENTENCE`, and each contrast's reading (:meth:`readings`)."""
         d = table
@@ -312,7 +333,7 @@ class TostVerdict:
                 "neither. " + TOST_SENTENCE,
                 *self.readings(d))
 
-    def readings(self, table: Any) -> tuple[str, ...]:
+    def readings(self, table: pd.DataFrame) -> tuple[str, ...]:
         """One sentence per contrast with a verdict (:func:`reading`, from the verdict and the contrast's Holm
         decision ``reject_holm``), e.g. "C4: no difference of interest: equivalent within ±sesoi."; none without
         a verdict."""
@@ -321,18 +342,7 @@ class TostVerdict:
         return tuple(f"{c}: {reading(v, bool(r))}." for c, v, r in zip(d["contrast"], d["equivalence"], rejected)
                      if isinstance(v, str) and v in VERDICTS)
 
-    # the manifests and the report's registration sentence ---------------------------------------------------
-    def record(self, stats_params: Any) -> dict[str, Any] | None:
-        """The bounds as a stage saw them (``sesoi``, ``alpha``, the primary ``metric`` and every metric's
-        ``bounds``); None when none is declared."""
-        declared = bounds(stats_params)
-        if not declared:
-            return None
-        sesoi = stats_params.sesoi
-        return {"sesoi": None if sesoi is None else float(sesoi), "alpha": float(stats_params.alpha),
-                "metric": stats_params.primary_metric, "bounds": declared}
-
-    def registration(self, stats_params: Any, recorded: Mapping[str, Any]) -> str:
+    def registration(self, stats_params: StatsParams, recorded: Mapping[str, Any]) -> str:
         """Whether the equivalence bounds (``stats.sesoi``, ``stats.sesoi_by_metric``) were declared before the run:
         stage 01's manifest (written before any result existed) records the same bounds (a manifest written before
         per-metric bounds records the primary metric's alone)."""
@@ -345,15 +355,6 @@ class TostVerdict:
             return f"The equivalence bounds ({said}) were declared before the run (stage 01's manifest records them)."
         return (f"The equivalence bounds ({said}) are not what stage 01's manifest records: they were set after the "
                 "corpus was built, possibly after seeing results.")
-
-    # the goldens ------------------------------------------------------------------------------------------------
-    def golden(self, row: Any) -> dict[str, Any]:
-        return {"equivalence": str(row.equivalence), "tost_ci_low": float(row.tost_ci_low),
-                "tost_ci_high": float(row.tost_ci_high), "p_tost_holm": float(row.p_tost_holm),
-                "p_met_holm": float(row.p_met_holm)}
-
-    def golden_user(self, row: Any) -> dict[str, Any]:
-        return {"equivalence": str(row.equivalence)}
 
 
 #: TOST as registered (:data:`chunkstudy.stats.verdicts.VERDICTS`): each cell gets its own bound (:meth:`for_cell`).

@@ -141,7 +141,7 @@ def size_check_note(size_check: pd.DataFrame | None, family: str) -> tuple[str, 
 
 def verdict_cells(display: pd.DataFrame, d: pd.DataFrame, ok: Sequence[bool]) -> None:
     """Put the columns of every registered verdict that ``d`` (07's rows of one family) carries into ``display``,
-    before dz, in registered order (:meth:`chunkstudy.significance.ReportedVerdict.cells`,
+    before dz, in registered order (:meth:`chunkstudy.stats.verdict_protocols.VerdictRendering.cells`,
     :data:`chunkstudy.stats.verdicts.VERDICTS`); ``ok``: the rows fit for inference."""
     for v in verdicts.shown(d):
         for col, cells in v.cells(d, ok, formatting).items():
