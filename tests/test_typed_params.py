@@ -100,6 +100,8 @@ ALLOWED = {
     ("devicecheck", "check", "dtype"): "the type the check compares against float32 (the CLI's choice)",
     ("paper", "facts_table", "kind"): "None: the facts of every corpus (an optional filter)",
     ("report.tables.formatting", "fmt_p", "n_boot"): "the bootstrap's resamples as recorded with a p-value (data)",
+    ("stats.verdict_protocols", "Formatting.fmt_p", "n_boot"): "the protocol of report.tables.formatting.fmt_p "
+                                                              "(its signature, as above)",
     ("report.tables.results", "table1", "mixedlm"): "07's optional mixedlm table (data), not the stats.mixedlm switch",
     ("induce.structure", "induce_structure", "embed"): "an optional embedding function for TextTiling's gaps",
 }
