@@ -156,6 +156,25 @@ def seed_embeddings(source: Path, corpus: str, project: Path, into: str) -> None
     shutil.copytree(source / "data" / corpus / "cache" / "embeddings", cache / "embeddings")
 
 
+def notebooks_in_process(monkeypatch) -> None:
+    """Make the runner run each stage's notebook code in this process (``runner.execute`` replaced; the runner's own
+    decisions, manifests and servers stay real), with the notebook's parameter file the run's frozen one and the
+    working directory the project's; a failing notebook raises ``StageFailed`` as papermill's failed cell does."""
+    from chunkstudy import runner
+
+    def execute(cfg, stage, executed_dir):
+        code = stage.notebook.read_text().replace('params_file = "params/demo.yaml"',
+                                                  f"params_file = {str(cfg.frozen or cfg.path)!r}", 1)
+        monkeypatch.chdir(cfg.root)
+        try:
+            exec(compile(code, str(stage.notebook), "exec"), {})
+        except Exception as e:  # as papermill reports a failed cell
+            raise runner.StageFailed(f"notebook {stage.notebook.name} failed: {type(e).__name__}: {e}") from None
+        return []
+
+    monkeypatch.setattr(runner, "execute", execute)
+
+
 @pytest.fixture(scope="session")
 def tiny_project(tmp_path_factory):
     """A scratch project that has run ``./run_all.sh tiny`` once: (project root, runner results). Once per test

@@ -26,6 +26,7 @@ from chunkstudy import artifacts, config, embed, embed_store, identity, llm, rer
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import fake_openai_server as fake  # noqa: E402
+from conftest import notebooks_in_process  # noqa: E402
 
 
 @pytest.fixture
@@ -179,21 +180,6 @@ def test_an_llm_replaced_behind_its_name_is_asked_again_and_its_old_replies_are_
 
 # --------------------------------------------------------------------------------------- through the runner
 
-def in_process(monkeypatch):
-    """Each stage's notebook code run in this process (the runner's own decisions and servers are real)."""
-    def execute(cfg, stage, executed_dir):
-        code = stage.notebook.read_text().replace('params_file = "params/demo.yaml"',
-                                                  f"params_file = {str(cfg.frozen or cfg.path)!r}", 1)
-        monkeypatch.chdir(cfg.root)
-        try:
-            exec(compile(code, str(stage.notebook), "exec"), {})
-        except Exception as e:  # as papermill reports a failed cell
-            raise runner.StageFailed(f"notebook {stage.notebook.name} failed: {type(e).__name__}: {e}") from None
-        return []
-
-    monkeypatch.setattr(runner, "execute", execute)
-
-
 def served_project(tmp_path, tiny_project, spec: dict) -> tuple[Path, Path]:
     """The tiny project (01-03 done) with both embedders served as ``spec`` says."""
     project = tmp_path / "project"
@@ -226,7 +212,7 @@ def test_an_embedder_replaced_behind_its_name_reruns_04_and_05_and_an_unchanged_
     embedders, which share it) and the answers enter their keys. Unchanged, 04 and 05 skip; replaced (another
     dimension), both rerun and every text and query is embedded by the new model (before: every stage skipped, and
     ``--force`` reused the old vectors). With the server gone, the answers recorded for it stand for it, said so."""
-    in_process(monkeypatch)
+    notebooks_in_process(monkeypatch)
     httpd, server = start_fake()
     project, params = served_project(tmp_path, tiny_project, {"backend": "openai", "model": "m", "base_url": server,
                                                              "batch_size": 8, "max_retries": 0})
@@ -267,7 +253,7 @@ def test_force_after_the_serve_command_changed_embeds_with_the_new_model(tmp_pat
     ``--force`` 04 embeds every text again, 32-dimensional (before: the old vectors, byte-identical, and not one
     request). Then a plain rerun skips 04 and starts no server: the answers recorded for the new command stand for
     its server, which is down between runs."""
-    in_process(monkeypatch)
+    notebooks_in_process(monkeypatch)
     port = free_port()
     command = f"{sys.executable} {HERE / 'fake_openai_server.py'} --port {{port}} --models {{model}} --lifetime 600"
     spec = {"backend": "openai", "model": "m", "base_url": f"http://127.0.0.1:{port}/v1", "batch_size": 8,

@@ -20,6 +20,7 @@ from chunkstudy import config, embed, embed_store
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_openai_server as fake  # noqa: E402
+from conftest import notebooks_in_process  # noqa: E402
 
 TEXTS = [f"text number {i}, about a banana" for i in range(7)]
 
@@ -232,17 +233,7 @@ def test_a_server_gone_wrong_stops_04_and_the_rerun_after_the_fix_recovers(tmp_p
     data["embed"] = {"embedders": {"strong": served_spec, "weak": {**served_spec, "max_seq_length": 128}}}
     params.write_text(yaml.safe_dump(data))
 
-    def execute(cfg, stage, executed_dir):  # the notebook's code in this process, as tests/test_serving.py does
-        code = stage.notebook.read_text().replace('params_file = "params/demo.yaml"',
-                                                  f"params_file = {str(cfg.frozen or cfg.path)!r}", 1)
-        monkeypatch.chdir(cfg.root)
-        try:
-            exec(compile(code, str(stage.notebook), "exec"), {})
-        except Exception as e:  # as papermill reports a failed cell
-            raise runner.StageFailed(f"notebook {stage.notebook.name} failed: {type(e).__name__}: {e}") from None
-        return []
-
-    monkeypatch.setattr(runner, "execute", execute)
+    notebooks_in_process(monkeypatch)  # the notebooks' code in this process
     store = project / "data" / "tiny" / "cache" / "embeddings"
     before = artifacts.read_manifest(config.load(params, root=project), "04_chunk_embed")  # the in-process run's
     for defect, condition in (("zero", "is all zero"), ("nan", "holds NaN or infinity")):
