@@ -25,6 +25,7 @@ from typing import Callable
 from . import artifacts, config, design, paper, stages
 from .corpus import build
 from .paramdoc import _cell
+from .stagedoc import replace_block
 
 #: The command that rewrites every block (what the staleness test prints).
 COMMAND = ".venv/bin/python -m chunkstudy.designdoc --write"
@@ -177,12 +178,7 @@ def rewrite(text: str, where: str, names: tuple[str, ...]) -> str:
     if found != list(names):
         raise ValueError(f"{where}: opens the generated blocks {found}, expected {list(names)} (designdoc.PAGES)")
     for name in names:
-        for marker in (begin(name), end(name)):
-            if text.count(marker) != 1:
-                raise ValueError(f"{where}: needs the marker line {marker!r} once (found {text.count(marker)})")
-        head, rest = text.split(begin(name), 1)
-        _, tail = rest.split(end(name), 1)
-        text = f"{head}{begin(name)}\n\n{BLOCKS[name][1]()}\n\n{end(name)}{tail}"
+        text = replace_block(text, begin(name), end(name), BLOCKS[name][1](), where)
     return text
 
 

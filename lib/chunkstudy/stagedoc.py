@@ -104,15 +104,22 @@ def table() -> str:
     return "\n".join(out)
 
 
+def replace_block(text: str, begin: str, end: str, body: str, where: str) -> str:
+    """``text`` with the lines between its marker lines ``begin`` and ``end`` replaced by ``body`` (a blank line on
+    each side); ValueError naming ``where`` when a marker is missing or repeated. Every generated block of the docs
+    is kept this way (this table, and :mod:`chunkstudy.designdoc`'s)."""
+    for marker in (begin, end):
+        if text.count(marker) != 1:
+            raise ValueError(f"{where}: needs the marker line {marker!r} once (found {text.count(marker)})")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n\n{body}\n\n{end}{tail}"
+
+
 def rewrite(text: str, where: str = PAGE) -> str:
     """``text`` (the content of :data:`PAGE`) with the lines between its :data:`BEGIN` and :data:`END` markers
     replaced by :func:`table`; ValueError naming ``where`` when a marker is missing."""
-    for marker in (BEGIN, END):
-        if text.count(marker) != 1:
-            raise ValueError(f"{where}: needs the marker line {marker!r} once (found {text.count(marker)})")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n\n{table()}\n\n{END}{tail}"
+    return replace_block(text, BEGIN, END, table(), where)
 
 
 def main(argv: list[str] | None = None) -> int:
