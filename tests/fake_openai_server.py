@@ -50,6 +50,7 @@ import os
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 STATE = {"requests": 0, "seen": {}, "auth": [], "inflight": 0, "max_inflight": 0, "chat": [], "times": {},
@@ -482,6 +483,21 @@ class EmbeddingsHandler(Handler):
             index = [0] + index[:-1]
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in zip(index, vecs)][::-1]
         self._send(200, {"object": "list", "data": data, "model": req.get("model")})
+
+
+@contextmanager
+def embeddings_in_thread():
+    """The embeddings, rerank and chat routes (:class:`EmbeddingsHandler`) on 127.0.0.1 in this process, its state
+    reset first: yields the base URL with /v1; shut down and closed on exit."""
+    reset_embeddings_state()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), EmbeddingsHandler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 if __name__ == "__main__":  # last: main serves the embeddings route, defined above

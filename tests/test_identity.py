@@ -12,8 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
-from http.server import ThreadingHTTPServer
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -32,14 +31,9 @@ from conftest import notebooks_in_process  # noqa: E402
 @pytest.fixture
 def server():
     """The fake's routes (embeddings, rerank, chat) on 127.0.0.1 in this process; base URL with /v1."""
-    fake.reset_embeddings_state()
     fake.STATE["rerank_defect"] = None
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), fake.EmbeddingsHandler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with fake.embeddings_in_thread() as url:
+        yield url
     fake.STATE["rerank_defect"] = None
 
 
@@ -198,14 +192,6 @@ def run(params, project, **kw) -> tuple[list[str], list[str]]:
     return [f"{s}:{status}" for s, status, _ in done], lines
 
 
-def start_fake() -> tuple[ThreadingHTTPServer, str]:
-    fake.reset_embeddings_state()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), fake.EmbeddingsHandler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-
-
 def test_an_embedder_replaced_behind_its_name_reruns_04_and_05_and_an_unchanged_one_keeps_every_vector(
         tmp_path, tiny_project, monkeypatch):
     """``serve: external``: the runner asks the server the canary texts before 04 and 05 (one request for both
@@ -213,7 +199,8 @@ def test_an_embedder_replaced_behind_its_name_reruns_04_and_05_and_an_unchanged_
     dimension), both rerun and every text and query is embedded by the new model (before: every stage skipped, and
     ``--force`` reused the old vectors). With the server gone, the answers recorded for it stand for it, said so."""
     notebooks_in_process(monkeypatch)
-    httpd, server = start_fake()
+    up = ExitStack()
+    server = up.enter_context(fake.embeddings_in_thread())
     project, params = served_project(tmp_path, tiny_project, {"backend": "openai", "model": "m", "base_url": server,
                                                              "batch_size": 8, "max_retries": 0})
     assert run(params, project, start="04", until="05")[0] == ["04_chunk_embed:ran", "05_retrieve:ran"]
@@ -234,8 +221,7 @@ def test_an_embedder_replaced_behind_its_name_reruns_04_and_05_and_an_unchanged_
     assert run(params, project, start="04", until="05", force=True)[0] == ["04_chunk_embed:ran", "05_retrieve:ran"]
     np.testing.assert_array_equal(artifacts.read_vectors(cfg, "strong"), before)
     assert fake.EMB_STATE["requests"] == n + 1
-    httpd.shutdown()  # the server gone: the answers recorded for it stand for it, and the run says so
-    httpd.server_close()
+    up.close()  # the server gone: the answers recorded for it stand for it, and the run says so
     done, lines = run(params, project, start="04", until="05")
     assert done == ["04_chunk_embed:skipped", "05_retrieve:skipped"]
     assert any(f"embed.embedders.strong: no server answers at {server}; its model is taken to be the one last "

@@ -8,9 +8,7 @@ clear error, and one whose model changed dimension between runs heals the store 
 from __future__ import annotations
 
 import sys
-import threading
 import warnings
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +26,8 @@ TEXTS = [f"text number {i}, about a banana" for i in range(7)]
 @pytest.fixture
 def server():
     """The fake's embeddings route on 127.0.0.1 (its ``EMB_STATE["defect"]`` set by each test); base URL with /v1."""
-    fake.reset_embeddings_state()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), fake.EmbeddingsHandler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with fake.embeddings_in_thread() as url:
+        yield url
 
 
 def served(url: str, **kw) -> embed.Embedder:
