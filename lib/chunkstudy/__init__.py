@@ -13,7 +13,7 @@ import each other (tests/test_import_layers.py holds the rule, and checks that t
   a parameter file), ``artifacts`` (the only module that touches the data store's paths), ``manifests``, ``codehash``,
   ``imported`` (the library and environment a process actually imported: what each stage's kernel reports to the
   runner), ``progress``, ``models``, ``devices``, ``errors``, ``procs`` (process liveness, process groups, log tails
-  and server readiness, said once);
+  and server readiness, said once), ``plugins`` (the extensions of a package found by its files);
 * model clients — ``llm``, ``identity`` (a served model known by its answers to a canary set), ``embed_checks``
   (what a vector and a server's reply must be), ``embed_served`` (an embedder behind a server), ``embed``,
   ``embed_store``, ``rerank``;
