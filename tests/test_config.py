@@ -340,8 +340,12 @@ def test_a_contrast_declared_twice_is_refused_naming_both(tmp_path, pair, how):
 def test_a_metric_s_rank_cut_off_is_at_most_retrieve_k_from_its_declaration(tmp_path):
     """Each parameter a metric declares a rank cut-off (design.Metric.rank_cut) gets the rule, named by its key:
     one such parameter a metric adds (success_k) is refused above retrieve.k with no rule written for it."""
-    success = design.Metric("success", "success@{success_k}", "success_k", "secondary", "a relevant chunk in the top",
-                            rank_cut=True)
+    class Success(design.Metric):
+        """a relevant chunk among the top success_k"""
+
+        key, template, rank_cut = "success", "success@{success_k}", True
+
+    success = Success()  # declared, not registered
     rules = config_rules.rank_cut_rules((*design.METRICS, success))
     assert [r.key for r in rules] == ["metrics.cutoff", "metrics.recall_k", "metrics.success_k"]
     assert [r.key for r in config_rules.rank_cut_rules()] == [r.key for r in config_rules.RULES if r.own_row]

@@ -125,9 +125,13 @@ def test_a_rank_cut_family_declares_the_k_axis_and_saturation_that_the_curve_and
     from chunkstudy.metrics import cutoffs
     from chunkstudy.report import report
 
-    hit = design.Metric("hit", "hit@{recall_k}", "recall_k", "secondary", "a relevant chunk among the top recall_k",
-                        rank_cut=True, k_axis=True, saturates=True)
-    monkeypatch.setattr(design, "METRICS", (*design.METRICS, hit))
+    class Hit(design.Metric):
+        """a relevant chunk among the top recall_k"""
+
+        key, template, rank_cut, k_axis, saturates = "hit", "hit@{recall_k}", True, True, True
+
+    hit = Hit()  # declared, not registered: the registry is patched for this test alone
+    monkeypatch.setattr(design, "METRICS", [*design.METRICS, hit])
     monkeypatch.setattr(design_metrics, "METRICS", design.METRICS)  # where the metric functions read it
     assert design.metric_axis(["hit@50", "recall@50"], (5, 50)) == [
         ("hit@5", "hit", 5), ("hit@50", "hit", 50), ("recall@50", "recall@50", None)]
@@ -139,7 +143,10 @@ def test_a_rank_cut_family_declares_the_k_axis_and_saturation_that_the_curve_and
     warned = report.saturation_warnings({"A0": 25, "G2": 51}, mp)
     assert [w.split(" is 1 by construction")[0] for w in warned] == ["recall@50", "hit@50"]
     with pytest.raises(ValueError, match="declare rank_cut"):
-        design.Metric("x", "x@{cutoff}", "cutoff", "secondary", "", k_axis=True)
+        class X(design.Metric):
+            """x"""
+
+            key, template, k_axis = "x", "x@{cutoff}", True
 
 
 @pytest.mark.parametrize("params", [{}, {"cutoff": 3, "recall_k": 4, "budgets": [8, 64]}])
@@ -160,11 +167,61 @@ def test_score_runs_computes_every_declared_metric_in_order(params):
         broken.named({"cov-nDCG": 0, "recall": 0, "MRR": 0, "nDCG": 0})
 
 
-def test_every_declared_metric_has_one_registered_computation():
-    """The ir_measures pattern: each family of design.METRICS is computed by the function registered against its
-    declaration (metrics.MEASURES), and nothing undeclared is computed."""
-    assert list(metrics.MEASURES) == list(design.METRICS)
-    assert all(callable(fn) for fn in metrics.MEASURES.values())
+def test_each_metric_is_one_class_with_its_parameters_computation_and_citation():
+    """The ir_measures pattern: each registered metric is one class holding its parameters, its computation and its
+    docstring (the definition line, then the formula and the citation); the ``metrics`` section is assembled from
+    the parameters they declare, each key declared once."""
+    for m in design.METRICS:
+        cls = type(m)
+        assert cls.compute is not design.Metric.compute, m.key
+        paragraphs = [p for p in (cls.__doc__ or "").split("\n\n") if p.strip()]
+        assert len(paragraphs) >= 2 and m.definition, f"{m.key}: a definition line, then its formula and citation"
+    assert [name for name, _, _ in design.parameter_fields()] == ["cutoff", "recall_k", "budgets", "budget_partial"]
+    assert list(config.SCHEMA["metrics"]) == ["cutoff", "recall_k", "budgets", "budget_partial", "span_frac",
+                                              "chunk_frac"]
+    assert {m.parameter for m in design.METRICS} - {None} <= set(config.SCHEMA["metrics"])
+
+
+def test_a_metric_is_refused_when_its_declaration_clashes(monkeypatch):
+    """register refuses a second key or a parameter another metric declares (naming both classes); the section's
+    assembly refuses a template whose parameter no metric declares; a metric without a docstring is refused."""
+    from dataclasses import dataclass
+
+    from chunkstudy import params_analysis
+    from chunkstudy.paramspec import param
+
+    monkeypatch.setattr(design, "METRICS", list(design.METRICS))  # registered for this test alone
+    monkeypatch.setattr(design_metrics, "METRICS", design.METRICS)
+    with pytest.raises(ValueError, match=r"metric Again: key 'MRR' .* is MRR's already"):
+        @design_metrics.register
+        class Again(design.Metric):
+            """again"""
+
+            key, template = "MRR", "MRR2"
+
+    with pytest.raises(ValueError, match=r"parameters \['cutoff'\] are declared by CoverageNDCG already"):
+        @design_metrics.register
+        class Twice(design.Metric):
+            """twice"""
+
+            key, template = "twice", "twice@{cutoff}"
+
+            @dataclass(frozen=True)
+            class Parameters:
+                cutoff: int = param(3, "again", ge=1)
+
+    @design_metrics.register
+    class Orphan(design.Metric):
+        """orphan"""
+
+        key, template = "orphan", "orphan@{nope}"
+
+    with pytest.raises(TypeError, match=r"metric 'orphan': its template 'orphan@\{nope\}' names the parameter "
+                                        r"'nope', which no metric declares"):
+        params_analysis._metrics_params()
+    with pytest.raises(ValueError, match="its docstring is its definition"):
+        class Bare(design.Metric):
+            key, template = "bare", "bare"
 
 
 def test_metric_rows_select_a_family():

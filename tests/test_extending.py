@@ -68,7 +68,7 @@ def _indented(code: str, indent: int) -> list[str]:
 def apply(root: Path, file: str, where: str, code: str) -> None:
     """Put ``code`` into the copy of ``file`` under ``root`` at ``where``: ``a new module``; ``in NAME`` (an entry at the
     end of the literal assigned to NAME, or a field after the last field of class NAME); ``with the other
-    imports``; ``after the other measures`` (after the last ``@measure`` function)."""
+    imports``; ``after the other metrics`` (after the last ``@register`` class)."""
     path = root / file
     if where == "a new module":
         assert not path.exists(), f"{file} exists already"
@@ -96,10 +96,10 @@ def apply(root: Path, file: str, where: str, code: str) -> None:
     elif where == "with the other imports":
         at = max(n.end_lineno or 0 for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)))
         lines[at:at] = _indented(code, 0)
-    elif where == "after the other measures":
-        measures = [n for n in tree.body if isinstance(n, ast.FunctionDef) and any(
-            isinstance(d, ast.Call) and getattr(d.func, "id", "") == "measure" for d in n.decorator_list)]
-        at = measures[-1].end_lineno or 0
+    elif where == "after the other metrics":
+        registered = [n for n in tree.body if isinstance(n, ast.ClassDef) and any(
+            getattr(d, "id", "") == "register" for d in n.decorator_list)]
+        at = registered[-1].end_lineno or 0
         lines[at:at] = ["\n", "\n", *_indented(code, 0)]
     else:
         raise AssertionError(f"{PAGE.name}: unknown place {where!r} for {file}")
@@ -190,8 +190,8 @@ print(json.dumps({
 
 
 def test_a_metric_with_a_parameter_as_the_page_walks_it(tmp_path):
-    """"A metric": precision at k, declared, given its parameter and registered in the three files the page names,
-    scored by 06, contrasted and averaged by 07 and printed by 08, with P@2 by hand: relevant chunks among the top
+    """"A metric": precision at k, one class in the one file the page names (its parameter, computation and
+    citation together), scored by 06, contrasted and averaged by 07 and printed by 08, with P@2 by hand: relevant chunks among the top
     2 ranks / 2 (a relevant chunk at rank 3 counts nothing; a list of one counts over 2)."""
     lib = perform("A metric", tmp_path)
     out = run_copy(lib, METRIC_RUN)

@@ -5,7 +5,8 @@ The package in layers, lowest first; a module imports only from its own layer or
 import each other (tests/test_import_layers.py holds the rule, and checks that this map names every module):
 
 * foundation — the declarations everything else derives from: ``design`` (the conditions, prefix kinds, pre-registered
-  contrasts and metrics; ``design_metrics`` declares the metrics, re-exported there), ``stages`` (the stage graph:
+  contrasts and metrics; ``design_metrics`` holds each metric as one class, re-exported there, computed with the
+  numpy blocks of ``metric_blocks``), ``stages`` (the stage graph:
   each stage's parameters, reads, writes and edges, the tables' columns, the one schema check), ``params``,
   ``params_analysis`` (its metrics, stats and multiverse sections) and ``paramspec`` (one typed record per parameter
   section), ``paper`` (the paper's own numbers), ``significance`` (the study's one test of a contrast), ``relevance``

@@ -23,6 +23,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 from . import design_metrics
 from .design_metrics import (  # noqa: F401  (the metrics are declared there; design is where they are read)
     METRICS, PRIMARY_METRIC, Metric, is_metric, metric_axis, metric_names, metric_of, metric_order_key,
+    parameter_fields,
 )
 from .errors import lookup  # noqa: F401  (design.lookup: the one way a declared name is looked up)
 

@@ -6,11 +6,11 @@ type does not say), and re-exported there: ``chunkstudy.params.StatsParams`` is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from dataclasses import dataclass, fields, make_dataclass
+from typing import TYPE_CHECKING, Any, Literal, Mapping, get_type_hints
 
 from . import design, paper, significance
-from .paramspec import param
+from .paramspec import override, param
 
 #: The study's fixed seed (the paper's seeded walk): the default of ``stats.seed`` (:data:`chunkstudy.params.SEED`
 #: is the same value, read from the same place).
@@ -19,26 +19,19 @@ SEED: int = paper.value("study", "design", "seed")
 # ------------------------------------------------------------------------------------------------------- metrics
 
 @dataclass(frozen=True)
-class MetricsParams:
-    """``metrics``: the relevance rule and the cut-offs and budgets of 06's metrics (:data:`design.METRICS`)."""
+class _RelevanceRule:
+    """The relevance rule's two keys of the ``metrics`` section (the rest are the metrics' own)."""
 
-    cutoff: int = param(10, "rank cut-off of cov-nDCG (the primary metric, cov-nDCG@10 at the default) and of nDCG: "
-                        "only the top cutoff chunks of each run list count", ge=1)
-    recall_k: int = param(50, "rank cut-off of recall: the share of gold spans covered (to span_frac) by the union "
-                          "of the top recall_k chunks", ge=1)
-    budgets: tuple[int, ...] = param((512, 1024, 2048), "token budgets of budget coverage, one metric each "
-                                     "(budget-cov@B): gold characters covered by the chunks that fit in B tokens "
-                                     "down the ranking, prefix tokens charged", ge=1, unique=True)
     span_frac: float = param(0.5, "relevance rule: a chunk is relevant to a gold span it overlaps when it holds at "
                              "least this share of the span's characters (or chunk_frac of its own); recall counts "
                              "a span once the top chunks together cover this share of it", gt=0, le=1)
     chunk_frac: float = param(0.8, "relevance rule: a chunk is relevant to a gold span it overlaps when at least "
                               "this share of its own characters lies in the span (or it holds span_frac of the "
                               "span)", gt=0, le=1)
-    budget_partial: Literal["truncate", "skip", "stop"] = param(
-        "truncate", "budget coverage, the first chunk that does not fit whole: truncate = its prefix is charged and "
-                    "its content counts up to the budget, which is then full; stop = it ends the walk; skip = it is "
-                    "left out and smaller later chunks may enter")
+
+
+class _Metrics:
+    """What the ``metrics`` record answers (the methods of :class:`MetricsParams`)."""
 
     @property
     def names(self) -> list[str]:
@@ -59,6 +52,38 @@ class MetricsParams:
             listed = m.parameter is not None and isinstance(getattr(self, m.parameter), (list, tuple))
             out.update(zip(m.names(vars(self)), values[m.key] if listed else [values[m.key]], strict=True))
         return out
+
+
+def _metrics_params() -> type:
+    """The ``metrics`` section's record: every parameter the registered metrics declare
+    (:func:`chunkstudy.design_metrics.parameter_fields`, in table order), then the relevance rule's. A metric whose
+    template names a parameter nobody declares is refused here, at import, naming it."""
+    hints = get_type_hints(_RelevanceRule)
+    rule = [(f.name, hints[f.name], override(_RelevanceRule, f.name)) for f in fields(_RelevanceRule)]
+    declared = design.parameter_fields() + rule
+    known = {name for name, _, _ in declared}
+    for m in design.METRICS:
+        if m.parameter is not None and m.parameter not in known:
+            raise TypeError(f"metric {m.key!r}: its template {m.template!r} names the parameter {m.parameter!r}, "
+                            f"which no metric declares (declare it in the class's Parameters)")
+    return make_dataclass("MetricsParams", declared, bases=(_Metrics,), frozen=True,
+                          namespace={"__doc__": _DOC, "__module__": __name__})
+
+
+_DOC = ("``metrics``: the relevance rule, and the parameters each metric declares in its own class "
+        "(:data:`design.METRICS`: cut-offs, budgets, ...), assembled into one section.")
+
+if TYPE_CHECKING:
+    @dataclass(frozen=True)
+    class MetricsParams(_Metrics):
+        """The ``metrics`` section (assembled at import; each metric's parameters are attributes of it)."""
+
+        span_frac: float = _RelevanceRule.span_frac
+        chunk_frac: float = _RelevanceRule.chunk_frac
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    MetricsParams = _metrics_params()
 
 
 # --------------------------------------------------------------------------------------------------------- stats

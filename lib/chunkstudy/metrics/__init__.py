@@ -63,11 +63,12 @@ Where it lives
 --------------
 * :mod:`.scoring`: the public entry points (:func:`score_runs`, :func:`coverage_walk`, :func:`rank_gains`,
   :func:`cell_means`, :func:`walk_example`);
-* :mod:`.measures`: each metric's computation, registered against its declaration in
-  :data:`chunkstudy.design.METRICS` (:data:`MEASURES`, checked complete at import);
+* :mod:`.measures`: what a metric's computation reads (:class:`~.measures.Lists`) and the call of every registered
+  metric (each metric's computation is its class in :mod:`chunkstudy.design_metrics`);
 * :mod:`.gains`: the ranking-free gains and greedy ideals, and the run rows' novelty gains;
 * :mod:`.inputs`: the input tables encoded as arrays (and the contract errors, naming the writer stage);
-* :mod:`.blocks`: vectorised building blocks (the log discount, novelty coverage);
+* :mod:`chunkstudy.metric_blocks` (the foundation): vectorised building blocks (the log discount, novelty
+  coverage, grouped sums, the join of gold targets with chunks);
 * :mod:`.paired`: the scores paired per query between two conditions (the deltas 07 averages);
 * :mod:`.drilldown`: the per-query drill-down table of the primary cell (its presentation is 08's,
   :mod:`chunkstudy.report.drilldown`).
@@ -77,10 +78,9 @@ The relevance rule itself is :mod:`chunkstudy.relevance` (shared with the BM25 d
 All functions are pure: they never mutate their inputs and never round.
 """
 
-from .blocks import discount, new_coverage
+from ..metric_blocks import discount, new_coverage
 from .inputs import MetricsInputError
-from .measures import MEASURES
 from .scoring import SCORE_COLUMNS, cell_means, coverage_walk, metric_names, rank_gains, score_runs, walk_example
 
-__all__ = ["MEASURES", "MetricsInputError", "SCORE_COLUMNS", "cell_means", "coverage_walk", "discount",
+__all__ = ["MetricsInputError", "SCORE_COLUMNS", "cell_means", "coverage_walk", "discount",
            "metric_names", "new_coverage", "rank_gains", "score_runs", "walk_example"]

@@ -65,7 +65,9 @@ def recipe_scores(runs: pd.DataFrame, chunks: pd.DataFrame, queries: pd.DataFram
     conditions = list(dict.fromkeys(s.condition for s in design.RECIPE))
     if not runs["condition"].isin(conditions).any():
         return pd.DataFrame(columns=stages.columns("recipe_scores"))
-    name = design.metric("recall").names({"recall_k": int(k)})[0]
+    recall = design.metric("recall")
+    at_k: dict[str, Any] = {str(recall.parameter): int(k)}
+    name = recall.names(at_k)[0]
     scored = score_runs(runs[runs["condition"].isin(conditions)], chunks[chunks["condition"].isin(conditions)],
-                        queries, replace(metrics_params, recall_k=int(k)), corpus)
+                        queries, replace(metrics_params, **at_k), corpus)
     return scored[scored["metric"] == name].reset_index(drop=True)

@@ -12,8 +12,8 @@ import pandas as pd
 
 from ..params import MetricsParams
 from ..relevance import rule
-from .blocks import discount, expand, group_sum, new_coverage, run_ids
-from .inputs import Chunks, Queries, Runs, join_targets
+from ..metric_blocks import discount, expand, group_sum, join_targets, new_coverage, run_ids
+from .inputs import Chunks, Queries, Runs
 
 
 @dataclass

@@ -12,7 +12,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import stages
-from .blocks import expand
 from ..errors import ChunkstudyError
 
 
@@ -161,26 +160,6 @@ def parse_chunks(chunks: pd.DataFrame, conds: np.ndarray, docs: np.ndarray) -> C
         hit = (group[1:] == group[:-1]) & (key_start[1:] < key_maxend[:-1])
         over[group[1:][hit]] = True
     return Chunks(cond, doc, start, end, n_content, n_prefix, chunk_id, key_start, key_maxend, over, big, n_docs)
-
-
-def join_targets(ch: Chunks, cond_codes: np.ndarray, t_q: np.ndarray, t_lo: np.ndarray, t_hi: np.ndarray,
-                  q_doc: np.ndarray) -> dict[str, np.ndarray]:
-    """Every (condition, target, chunk) whose chunk (of the target's document, in that condition) overlaps the
-    target interval. Returns arrays ``c, t, chunk, lo, hi`` (``[lo, hi)`` = the overlap)."""
-    n_t, n_c = len(t_q), len(cond_codes)
-    c = np.repeat(cond_codes.astype(np.int64), n_t)
-    t = np.tile(np.arange(n_t), n_c)
-    doc = q_doc[t_q][t]
-    lo, hi = t_lo[t], t_hi[t]
-    known = doc >= 0
-    group = c * ch.n_docs + np.where(known, doc, 0)
-    first = np.searchsorted(ch.key_maxend, group * ch.big + np.minimum(lo, ch.big - 1), side="right")
-    last = np.searchsorted(ch.key_start, group * ch.big + np.minimum(hi, ch.big), side="left")
-    idx, row = expand(first, np.where(known, last - first, 0))
-    olo = np.maximum(ch.start[idx], lo[row])
-    ohi = np.minimum(ch.end[idx], hi[row])
-    keep = ohi > olo
-    return {"c": c[row][keep], "t": t[row][keep], "chunk": idx[keep], "lo": olo[keep], "hi": ohi[keep]}
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 
 from .. import design, stages
 from ..params import MetricsParams
-from .blocks import discount, group_sum
+from ..metric_blocks import discount, group_sum
 from .gains import run_gains, static_gains
 from .inputs import (RUN_COLUMNS, Chunks, MetricsInputError, Queries, encode_runs, need, parse_chunks, parse_queries,
                      strings)

@@ -1,7 +1,11 @@
-"""Vectorised building blocks of the metrics (stage 06): the log discount, the novelty term and grouped sums.
-Offsets are half-open character indices; every function is pure."""
+"""Vectorised building blocks of the metrics: the log discount, the novelty term, grouped sums and the join of gold
+targets with the chunks that overlap them. Offsets are half-open character indices; every function is pure and
+needs only numpy, so the metrics' own computations (:mod:`chunkstudy.design_metrics`, beside their declarations)
+and stage 06's scoring (:mod:`chunkstudy.metrics`) share them from the foundation."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -62,3 +66,25 @@ def safe_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     out = np.zeros(len(num))
     np.divide(num, den, out=out, where=den > 0)
     return out
+
+
+def join_targets(ch: Any, cond_codes: np.ndarray, t_q: np.ndarray, t_lo: np.ndarray, t_hi: np.ndarray,
+                  q_doc: np.ndarray) -> dict[str, np.ndarray]:
+    """Every (condition, target, chunk) whose chunk (of the target's document, in that condition) overlaps the
+    target interval. Returns arrays ``c, t, chunk, lo, hi`` (``[lo, hi)`` = the overlap). ``ch`` is 06's parsed
+    chunks (:class:`chunkstudy.metrics.inputs.Chunks`: sorted by (condition, document, start), with the keys of that
+    order)."""
+    n_t, n_c = len(t_q), len(cond_codes)
+    c = np.repeat(cond_codes.astype(np.int64), n_t)
+    t = np.tile(np.arange(n_t), n_c)
+    doc = q_doc[t_q][t]
+    lo, hi = t_lo[t], t_hi[t]
+    known = doc >= 0
+    group = c * ch.n_docs + np.where(known, doc, 0)
+    first = np.searchsorted(ch.key_maxend, group * ch.big + np.minimum(lo, ch.big - 1), side="right")
+    last = np.searchsorted(ch.key_start, group * ch.big + np.minimum(hi, ch.big), side="left")
+    idx, row = expand(first, np.where(known, last - first, 0))
+    olo = np.maximum(ch.start[idx], lo[row])
+    ohi = np.minimum(ch.end[idx], hi[row])
+    keep = ohi > olo
+    return {"c": c[row][keep], "t": t[row][keep], "chunk": idx[keep], "lo": olo[keep], "hi": ohi[keep]}
