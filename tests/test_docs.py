@@ -200,6 +200,26 @@ def test_declared_tables_are_generated_from_the_registries():
             assert not designdoc.blocks_in(page.read_text(encoding="utf-8")), _rel(page)
 
 
+def test_the_generators_rewrite_the_pages_of_the_project_they_are_given(tmp_path, capsys):
+    """``--root`` points designdoc and paramdoc at another copy of the project (a clone; the walk-throughs' copy in
+    tests/test_extending.py): its stale pages are rewritten to what this checkout's pages hold, whatever the working
+    directory, and this checkout's pages are left as they are."""
+    pages = [paramdoc.PAGE, *designdoc.PAGES]
+    before = {page: (ROOT / page).read_bytes() for page in pages}
+    for page in pages:
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        text = (ROOT / page).read_text(encoding="utf-8")
+        stale = text.replace(text.split("\n")[-2], "a stale line") if page == paramdoc.PAGE else re.sub(
+            r"(-->\n\n\|.*\|\n\|[-|]+\|\n)\|.*\|\n", r"\1| a stale row |\n", text)
+        assert stale != text
+        (tmp_path / page).write_text(stale, encoding="utf-8")
+    assert designdoc.main(["--write", "--root", str(tmp_path)]) == 0
+    assert paramdoc.main(["--write", "--root", str(tmp_path)]) == 0
+    assert {page: (tmp_path / page).read_bytes() for page in pages} == before
+    assert {page: (ROOT / page).read_bytes() for page in pages} == before
+    assert str(tmp_path / "docs" / "corpus.md") in capsys.readouterr().out
+
+
 def test_declared_tables_show_every_declaration():
     """The generators are complete: a row per condition, prefix kind, contrast (with design.py's one wording of its
     question), metric family, corpus kind and recipe step; a page whose markers are missing or unknown is refused."""

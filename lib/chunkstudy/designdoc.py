@@ -11,6 +11,7 @@ rewrites them (as for ``docs/parameters.md``, :mod:`chunkstudy.paramdoc`, and th
 
     .venv/bin/python -m chunkstudy.designdoc --write        # rewrites every block of every page in PAGES
     .venv/bin/python -m chunkstudy.designdoc conditions     # prints one block
+    .venv/bin/python -m chunkstudy.designdoc --write --root ../clone   # the pages of another copy of the project
 """
 
 from __future__ import annotations
@@ -186,12 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.designdoc", description=__doc__.split("\n")[0])
     ap.add_argument("block", nargs="?", choices=list(BLOCKS), help="print this block")
     ap.add_argument("--write", action="store_true", help="rewrite every block of every page instead of printing")
+    ap.add_argument("--root", type=Path, default=None,
+                    help="the project whose pages --write rewrites (default: the nearest folder above the working "
+                         "directory holding pyproject.toml)")
     args = ap.parse_args(argv)
     if not args.write:
         for name in [args.block] if args.block else list(BLOCKS):
             sys.stdout.write(BLOCKS[name][1]() + "\n\n")
         return 0
-    root = config.find_root(Path.cwd())
+    root = args.root.resolve() if args.root is not None else config.find_root(Path.cwd())
     for page, names in PAGES.items():
         path = root / page
         text = rewrite(path.read_text(encoding="utf-8"), page, names)

@@ -11,6 +11,7 @@ differs from :func:`markdown`, naming the command that rewrites it::
 
     .venv/bin/python -m chunkstudy.paramdoc --write        # rewrites docs/parameters.md
     .venv/bin/python -m chunkstudy.paramdoc                # prints it
+    .venv/bin/python -m chunkstudy.paramdoc --write --root ../clone   # the page of another copy of the project
 """
 
 from __future__ import annotations
@@ -186,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.paramdoc", description=__doc__.split("\n")[0])
     ap.add_argument("--write", nargs="?", const=PAGE, metavar="PATH",
                     help=f"write the page (default: {PAGE}, relative to the project root) instead of printing it")
+    ap.add_argument("--root", type=Path, default=None,
+                    help="the project root a relative PATH is under (default: the nearest folder above the working "
+                         "directory holding pyproject.toml)")
     args = ap.parse_args(argv)
     text = markdown()
     if args.write is None:
@@ -193,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     path = Path(args.write)
     if not path.is_absolute():
-        path = config.find_root(Path.cwd()) / path
+        path = (args.root.resolve() if args.root is not None else config.find_root(Path.cwd())) / path
     with artifacts.atomic_path(path) as tmp:  # a killed write leaves the page as it was
         tmp.write_text(text, encoding="utf-8")
     print(f"paramdoc: wrote {path}")
