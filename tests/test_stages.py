@@ -370,6 +370,21 @@ def test_a_discover_call_counts_as_importing_every_module_of_its_package(tmp_pat
     assert _rel(codehash.module_closure(notebook, pkg), pkg) == {"__init__.py", "other.py"}
 
 
+def test_a_module_the_registry_discovers_is_in_its_stages_closure(tmp_path):
+    """The corpus registry finds its loaders by their files (``plugins.discover("chunkstudy.corpus", ...)``), with no
+    import statement naming one: a new kind's module is still code 01 runs, so it enters 01's library hash (an edit
+    of it reruns 01) and no other stage's."""
+    pkg = tmp_path / "chunkstudy"
+    shutil.copytree(ROOT / "lib" / "chunkstudy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    closure = _rel(codehash.module_closure(NOTEBOOKS["01_corpus"], pkg), pkg)
+    assert {"corpus/qasper.py", "corpus/mdtext.py", "corpus/loader.py"} <= closure
+    before = {n: codehash.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    (pkg / "corpus" / "plaintext.py").write_text("LOADER = None\n")
+    assert "corpus/plaintext.py" in _rel(codehash.module_closure(NOTEBOOKS["01_corpus"], pkg), pkg)
+    after = {n: codehash.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    assert [n for n in NOTEBOOKS if before[n] != after[n]] == ["01_corpus"]
+
+
 def test_every_package_data_file_belongs_to_a_module():
     pkg = ROOT / "lib" / "chunkstudy"
     owned = set().union(*(codehash.module_closure(p, pkg) for p in NOTEBOOKS.values()))
