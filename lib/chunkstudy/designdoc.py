@@ -124,7 +124,7 @@ def folder_kinds() -> str:
         if isinstance(loader, FolderLoader):
             files = ", ".join(f"`*{e}`" for e in loader.extensions)
             module = sys.modules[build.MODULES[kind]]
-            out.append(f"| `{kind}` | {files} | {_summary(module)} | {_cell(', '.join(loader.dropped))} |")
+            out.append(f"| `{kind}` | {files} | {_summary(module)} | {_cell(', '.join(loader.dropped) or 'nothing')} |")
     return "\n".join(out)
 
 
