@@ -3,6 +3,7 @@
 
 import bz2
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -350,50 +351,109 @@ def test_real_table_heavy_export_normalises_cleanly(shared_data):
 
 # ------------------------------------------------------------------------------------- corpus kinds (issue 15 §3b)
 
-def test_every_corpus_kind_has_the_same_entry_points_and_config_offers_exactly_those():
+def test_every_corpus_kind_is_a_loader_with_the_same_entry_points_in_name_order():
+    """The registry holds each module's ``LOADER``, the paper's corpora and the bundled kinds among them, in kind
+    order; each loader's two entry points take what build_corpus passes."""
     import inspect
 
-    assert tuple(build.KINDS) == params.CORPUS_KINDS == config.SCHEMA["corpus"]["kind"].choices
-    for name, kind in build.KINDS.items():
-        assert list(inspect.signature(kind.build).parameters) == ["cfg", "session", "warnings"], name
-        assert list(inspect.signature(kind.source_files).parameters) == ["cfg"], name
+    assert {"demo", "wikipedia", "qasper", "markdown", "html"} <= set(build.LOADERS)
+    assert build.kinds() == tuple(sorted(build.LOADERS))
+    for kind, loader in build.LOADERS.items():
+        assert loader.kind == kind and build.MODULES[kind].startswith("chunkstudy.corpus."), kind
+        assert list(inspect.signature(loader.build).parameters) == ["cfg", "session", "warnings"], kind
+        assert list(inspect.signature(loader.source_files).parameters) == ["cfg"], kind
+    assert config.SCHEMA["corpus"]["kind"].choices is None  # the parameter layer cannot know the loaders
+
+
+def test_two_modules_declaring_one_kind_fail_the_registry_naming_both(monkeypatch):
+    demo = build.LOADERS["demo"]
+    monkeypatch.setattr(build.plugins, "discover", lambda *args: [("chunkstudy.corpus.demo", demo),
+                                                                  ("chunkstudy.corpus.demo2", demo)])
+    with pytest.raises(ImportError, match=r"corpus.kind 'demo' is declared by chunkstudy.corpus.demo.LOADER and "
+                                          r"chunkstudy.corpus.demo2.LOADER"):
+        build._registry()
+
+
+def test_each_loaders_parameters_are_keys_of_the_corpus_section_and_every_key_has_its_kinds():
+    """A loader's ``parameters`` say which ``corpus`` keys are its own: each is a key of ``CorpusParams`` (a loader
+    naming another is refused when it is made, naming it), a key whose documentation line says it is one kind's
+    ("wikipedia filter: ...", "QASPER: ...") is that kind's, and every key is common or some kind's."""
+    import dataclasses
+    import re
+
+    from chunkstudy.corpus.loader import COMMON_PARAMETERS, CorpusLoader
+
+    keys = {f.name: config.SCHEMA["corpus"][f.name].doc for f in dataclasses.fields(params.CorpusParams)}
+    own = {kind: set(loader.parameters) for kind, loader in build.LOADERS.items()}
+    for kind, declared in own.items():
+        assert declared <= set(keys) and not declared & set(COMMON_PARAMETERS), kind
+    belongs = {key: m.group(1).lower() for key, doc in keys.items()
+               if (m := re.match(r"([A-Za-z]+)\b[^:;,(]{0,20}:", doc)) and m.group(1).lower() in build.LOADERS}
+    assert {"min_words": "wikipedia", "drop_numeric_only": "qasper", "evidence_annotators": "qasper"}.items() <= \
+        belongs.items()
+    assert [key for key, kind in belongs.items() if key not in own[kind]] == []
+    orphans = set(keys) - set(COMMON_PARAMETERS) - set().union(*own.values())
+    assert orphans == set(), f"corpus keys no loader reads: {sorted(orphans)}"
+    with pytest.raises(ValueError, match=r"CorpusLoader 'x': parameters \['min_word'\] are not keys of the corpus "
+                                         r"section .*'min_words'"):
+        CorpusLoader(kind="x", doc="files", parameters=("min_word",), build=build.LOADERS["demo"].build,
+                     source_files=build.LOADERS["demo"].source_files)
+    with pytest.raises(ValueError, match=r"lists \['mirror'\]: a key is listed once, and the common keys"):
+        CorpusLoader(kind="x", doc="files", parameters=("mirror",), build=build.LOADERS["demo"].build,
+                     source_files=build.LOADERS["demo"].source_files)
+
+
+def test_a_kind_no_loader_declares_is_refused_naming_the_file_the_key_and_every_kind(tmp_path):
+    """``corpus.kind`` is a plain name to the parameter layer; stage 01 (``kind_of``, through ``build_corpus`` and
+    ``source_files``) refuses one no loader declares, naming the file, the key, the value and the kinds there are;
+    a name that is not plain is refused at load."""
+    cfg = _params(tmp_path, "corpus:\n  kind: plaintxt\n")
+    listed = ", ".join(repr(k) for k in build.LOADERS)
+    for step in (build.build_corpus, build.source_files):
+        with pytest.raises(build.UnknownKind, match=re.escape(f"t.yaml: corpus.kind: 'plaintxt' is not one of "
+                                                              f"[{listed}]")):
+            step(cfg)
+    assert issubclass(build.UnknownKind, config.ConfigError)  # ./run_all.sh reports it as a bad parameter file
+    with pytest.raises(config.ConfigError, match="corpus.kind: '../x' is not a plain name"):
+        _params(tmp_path, "corpus:\n  kind: ../x\n")
 
 
 def test_build_corpus_only_dispatches_and_a_new_kind_plugs_in_through_the_registry(tmp_path, monkeypatch):
-    """A kind is its two entry points: build_corpus adds verification, warnings, fingerprints and an empty
-    harvested table (a kind without questions), whatever the kind."""
+    """A kind is its loader: build_corpus adds verification, warnings, fingerprints and an empty harvested table (a
+    kind without questions), whatever the kind, and a parameter file may name any kind the registry holds."""
+    from chunkstudy.corpus.loader import CorpusLoader
     from chunkstudy.corpus.model import DocumentBuilder
 
     src = tmp_path / "raw" / "one.txt"
     src.parent.mkdir()
     src.write_text("First.\n\nSecond.\n")
 
-    class Plain:
-        @staticmethod
-        def source_files(cfg):
-            return [("plain:file", src)]
+    def source_files(cfg):
+        return [("plain:file", src)]
 
-        @staticmethod
-        def build(cfg, session, warnings):
-            b = DocumentBuilder("one", "One")
-            for i, p in enumerate(src.read_text().split("\n\n")):
-                if i:
-                    b.heading(1, "Rest")
-                b.paragraph(p)
-            doc, paras, secs = b.build(source="plain")
-            warnings.append("plain: read one file")
-            import pandas as pd
-            return {"documents": pd.DataFrame([doc]), "paragraphs": paras, "sections_gold": secs,
-                    "corpus_funnel": pd.DataFrame([{"step": "files", "count": 1}]), "stats": {}}
+    def build_plain(cfg, session, warnings):
+        b = DocumentBuilder("one", "One")
+        for i, p in enumerate(src.read_text().split("\n\n")):
+            if i:
+                b.heading(1, "Rest")
+            b.paragraph(p)
+        doc, paras, secs = b.build(source="plain")
+        warnings.append("plain: read one file")
+        import pandas as pd
+        return {"documents": pd.DataFrame([doc]), "paragraphs": paras, "sections_gold": secs,
+                "corpus_funnel": pd.DataFrame([{"step": "files", "count": 1}]), "stats": {}}
 
-    monkeypatch.setitem(build.KINDS, "demo", Plain)
-    cfg = _params(tmp_path, "corpus:\n  kind: demo\n  mirror: raw\n")
+    monkeypatch.setitem(build.LOADERS, "plain", CorpusLoader(kind="plain", doc="one.txt", build=build_plain,
+                                                             source_files=source_files))
+    cfg = _params(tmp_path, "corpus:\n  kind: plain\n  mirror: raw\n")
     out = build.build_corpus(cfg)
     assert out["documents"]["text"].tolist() == ["First.\n\nSecond."]
     assert out["stats"]["verification_failures"] == {} and out["stats"]["warnings"] == ["plain: read one file"]
     assert [(f["role"], f["path"]) for f in out["stats"]["sources"]] == [("plain:file", "raw/one.txt")]
-    assert len(out["harvested"]) == 0 and "spans" in out["harvested"].columns
+    assert len(out["harvested"]) == 0 and "spans" in out["harvested"].columns and out["stats"]["kind"] == "plain"
     assert build.source_files(cfg) == [("plain:file", src)]
+    with pytest.raises(build.CorpusInputError, match="corpus.kind plain has no questions of its own"):
+        build.require_questions(cfg, out, "harvested")
 
 
 def test_each_kind_lists_only_the_files_it_reads(tmp_path):

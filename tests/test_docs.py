@@ -33,8 +33,8 @@ CODE = ("lib", "notebooks", "tests", "scripts", "bench", "params", "examples", "
 README_MAX_LINES = 250
 #: Files the docs tell a user to create (``cp params/markdown_example.yaml params/mydocs.yaml``): examples, not
 #: files of the repository.
-USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml",
-              "lib/chunkstudy/corpus/plaintext.py"}  # docs/extending.md's new corpus kind (tests/test_extending.py)
+USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml",  # docs/extending.md's new corpus kind and its test
+              "lib/chunkstudy/corpus/plaintext.py", "tests/test_corpus_plaintext.py"}  # (tests/test_extending.py)
 
 
 def _rel(p: Path) -> str:
@@ -200,10 +200,31 @@ def test_declared_tables_are_generated_from_the_registries():
             assert not designdoc.blocks_in(page.read_text(encoding="utf-8")), _rel(page)
 
 
+def test_the_generators_rewrite_the_pages_of_the_project_they_are_given(tmp_path, capsys):
+    """``--root`` points designdoc and paramdoc at another copy of the project (a clone; the walk-throughs' copy in
+    tests/test_extending.py): its stale pages are rewritten to what this checkout's pages hold, whatever the working
+    directory, and this checkout's pages are left as they are."""
+    pages = [paramdoc.PAGE, *designdoc.PAGES]
+    before = {page: (ROOT / page).read_bytes() for page in pages}
+    for page in pages:
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        text = (ROOT / page).read_text(encoding="utf-8")
+        stale = text.replace(text.split("\n")[-2], "a stale line") if page == paramdoc.PAGE else re.sub(
+            r"(-->\n\n\|.*\|\n\|[-|]+\|\n)\|.*\|\n", r"\1| a stale row |\n", text)
+        assert stale != text
+        (tmp_path / page).write_text(stale, encoding="utf-8")
+    assert designdoc.main(["--write", "--root", str(tmp_path)]) == 0
+    assert paramdoc.main(["--write", "--root", str(tmp_path)]) == 0
+    assert {page: (tmp_path / page).read_bytes() for page in pages} == before
+    assert {page: (ROOT / page).read_bytes() for page in pages} == before
+    assert str(tmp_path / "docs" / "corpus.md") in capsys.readouterr().out
+
+
 def test_declared_tables_show_every_declaration():
     """The generators are complete: a row per condition, prefix kind, contrast (with design.py's one wording of its
     question), metric family, corpus kind and recipe step; a page whose markers are missing or unknown is refused."""
     from chunkstudy.corpus import build
+    from chunkstudy.corpus.folder import FolderLoader
 
     def first_cells(block: str) -> list[str]:
         return [line.split("|")[1].strip() for line in block.splitlines()[2:] if line.startswith("|")]
@@ -214,7 +235,12 @@ def test_declared_tables_show_every_declaration():
     assert [(r[0], r[1]) for r in rows] == [(f"| {c.name} = {c.a} − {c.b}", c.question) for c in design.CONTRASTS]
     assert first_cells(designdoc.metrics()) == [f"`{m.template}`" for m in design.METRICS]
     assert "cov-nDCG@10" in designdoc.metrics() and "budget-cov@512, budget-cov@1024" in designdoc.metrics()
-    assert first_cells(designdoc.corpus_kinds()) == [f"`{k}`" for k in build.KINDS]
+    assert first_cells(designdoc.corpus_kinds()) == [f"`{k}`" for k in build.LOADERS]
+    folder_kinds = [k for k, loader in build.LOADERS.items() if isinstance(loader, FolderLoader)]
+    assert {"markdown", "html"} <= set(folder_kinds)
+    assert first_cells(designdoc.folder_kinds()) == [f"`{k}`" for k in folder_kinds]
+    wikipedia = next(r for r in designdoc.corpus_kinds().splitlines() if r.startswith("| `wikipedia`"))
+    assert "`min_words`" in wikipedia and "`drop_numeric_only`" not in wikipedia and "queries.source" in wikipedia
     assert first_cells(designdoc.recipe()) == [s.name for s in design.RECIPE]
     assert "35 %" in designdoc.recipe() and "49 %" in designdoc.recipe()  # the paper's citations, from paper.py
     with pytest.raises(ValueError, match="docs/x.md: opens the generated blocks"):
@@ -252,7 +278,7 @@ def test_notebooks_point_to_the_generated_tables_instead_of_listing_them():
         text = (ROOT / stage.notebook).read_text(encoding="utf-8")
         for cell in re.findall(r"^# %% \[markdown\]\n((?:#.*\n)*)", text, re.M):
             metrics = sorted(n for n in metric_names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w@])", cell))
-            kinds = sorted(k for k in build.KINDS if f"`{k}`" in cell)
+            kinds = sorted(k for k in build.LOADERS if f"`{k}`" in cell)
             lists += [f"{stage.notebook}: {found}" for found in (metrics, kinds) if len(found) > 1]
     assert not lists, f"notebook prose lists declared names; point to the generated table instead: {lists}"
 

@@ -1,10 +1,10 @@
 """docs/extending.md's walk-throughs "A metric" and "A corpus loader", performed exactly as the page shows them.
 
-Each section's code blocks (first line ``# lib/chunkstudy/<file>, <where>``) are applied to a copy of
-lib/chunkstudy at the place each one names, and the files they touch must be exactly the files the section's
-numbered list names: a walk-through that needs one file more fails here. A fresh Python then imports the copy
-(first on ``PYTHONPATH``) and runs the new metric, or the new corpus kind, through the stages' own code on a small
-input whose values are computed by hand below.
+Each section's code blocks (first line ``# lib/chunkstudy/<file>, <where>``, or ``# tests/<file>, a new module``
+for the extension's own test) are applied to a copy of lib/chunkstudy at the place each one names, and the files
+they touch must be exactly the files the section's numbered list names: a walk-through that needs one file more
+fails here. A fresh Python then imports the copy (first on ``PYTHONPATH``) and runs the new metric, or the new
+corpus kind, through the stages' own code on a small input whose values are computed by hand below.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from chunkstudy.corpus import build
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "extending.md"
 
@@ -35,8 +37,8 @@ def section(title: str) -> str:
 
 
 def listed_files(text: str) -> list[str]:
-    """The library files of a section's numbered list (``1. `lib/chunkstudy/...```)."""
-    return re.findall(r"^\d+\. `(lib/chunkstudy/[^`]+)`", text, re.M)
+    """The library and test files of a section's numbered list (``1. `lib/chunkstudy/...```, ``2. `tests/...```)."""
+    return re.findall(r"^\d+\. `((?:lib/chunkstudy|tests)/[^`]+)`", text, re.M)
 
 
 def code_blocks(text: str) -> list[tuple[str, str, str]]:
@@ -44,7 +46,7 @@ def code_blocks(text: str) -> list[tuple[str, str, str]]:
     out = []
     for block in re.findall(r"```python\n(.*?)```", text, re.S):
         head, _, code = block.partition("\n")
-        m = re.fullmatch(r"# (lib/chunkstudy/\S+), (.+)", head)
+        m = re.fullmatch(r"# ((?:lib/chunkstudy|tests)/\S+), (.+)", head)
         assert m, f"{PAGE.name}: a code block's first line names no file and place: {head!r}"
         out.append((m.group(1), m.group(2), code))
     return out
@@ -72,6 +74,7 @@ def apply(root: Path, file: str, where: str, code: str) -> None:
     path = root / file
     if where == "a new module":
         assert not path.exists(), f"{file} exists already"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(code, encoding="utf-8")
         return
     src = path.read_text(encoding="utf-8")
@@ -106,9 +109,16 @@ def apply(root: Path, file: str, where: str, code: str) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
+def _sources(root: Path) -> dict[str, bytes]:
+    """``{path relative to root: bytes}`` of the Python files of ``root``'s library and tests."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for folder in ("lib/chunkstudy", "tests")
+            for p in (root / folder).rglob("*.py")}
+
+
 def perform(title: str, tmp_path: Path) -> Path:
     """Apply the section's blocks to a copy of lib/chunkstudy; check that they touch exactly the listed files.
-    Returns the copy's ``lib`` folder (for ``PYTHONPATH``)."""
+    Returns the copy's ``lib`` folder (for ``PYTHONPATH``). A checkout where the walk-through was followed holds its
+    new modules already: the copy sets them aside first, so the page is performed on the library it starts from."""
     text = section(title)
     lib = tmp_path / "lib"
     shutil.copytree(ROOT / "lib" / "chunkstudy", lib / "chunkstudy",
@@ -116,16 +126,17 @@ def perform(title: str, tmp_path: Path) -> Path:
     blocks = code_blocks(text)
     assert blocks, f"{PAGE.name}: {title!r} shows no code"
     for file, where, code in blocks:
+        if where == "a new module" and (tmp_path / file).is_file() and (tmp_path / file).read_text() == code:
+            (tmp_path / file).unlink()
+    before = _sources(tmp_path)
+    for file, where, code in blocks:
         apply(tmp_path, file, where, code)
     touched = sorted({file for file, _, _ in blocks})
     listed = listed_files(text)
     assert len(listed) == len(touched) <= 3, (listed, touched)
     assert all(any(fnmatch.fnmatch(t, pat.replace("<kind>", "*")) for t in touched) for pat in listed), (
         listed, touched)
-    changed = [p.relative_to(tmp_path).as_posix() for p in (lib / "chunkstudy").rglob("*.py")
-               if not (ROOT / p.relative_to(tmp_path)).is_file()
-               or p.read_bytes() != (ROOT / p.relative_to(tmp_path)).read_bytes()]
-    assert sorted(changed) == touched
+    assert sorted(f for f, data in _sources(tmp_path).items() if before.get(f) != data) == touched
     return lib
 
 
@@ -211,18 +222,23 @@ def test_a_metric_with_a_parameter_as_the_page_walks_it(tmp_path):
 # ---- A corpus loader -------------------------------------------------------------------------------------------
 
 CORPUS_RUN = r'''
-import json, sys
+import contextlib, io, json, sys
 from pathlib import Path
+import pytest
 import chunkstudy
-from chunkstudy import config, stages
+from chunkstudy import config, designdoc, paramdoc, runner, stages
 from chunkstudy.corpus import build
 
 root = Path(sys.argv[1])
+nope = config.load(root / "params" / "nope.yaml", root=root)  # a plain name: the parameter layer cannot know it
 try:
-    config.load(root / "params" / "nope.yaml", root=root)
+    build.build_corpus(nope)  # 01
     refused = ""
-except Exception as e:
+except build.UnknownKind as e:
     refused = str(e)
+err = io.StringIO()
+with contextlib.redirect_stderr(err):  # ./run_all.sh nope: refused before the first stage
+    run_rc = runner.main([str(root / "params" / "nope.yaml"), "--root", str(root)])
 cfg = config.load(root / "params" / "texts.yaml", root=root)
 out = build.build_corpus(cfg)  # 01
 for table in ("documents", "paragraphs", "sections_gold", "harvested", "corpus_funnel"):
@@ -230,26 +246,43 @@ for table in ("documents", "paragraphs", "sections_gold", "harvested", "corpus_f
 build.require_verified(out)
 build.require_questions(cfg, out, "harvested")
 docs, secs = out["documents"], out["sections_gold"]
+designdoc.main(["--write", "--root", str(root)])  # the docs' tables, regenerated in the copy
+paramdoc.main(["--write", "--root", str(root)])
+page_test = io.StringIO()
+with contextlib.redirect_stdout(page_test):  # the page's own test, against the copy
+    test_rc = pytest.main([str(root / "tests"), "-q", "-p", "no:cacheprovider", "--basetemp", str(root / "pt")])
 print(json.dumps({
-    "imported": chunkstudy.__file__, "refused": refused,
+    "imported": chunkstudy.__file__, "refused": refused, "run_rc": int(run_rc), "run_err": err.getvalue(),
     "documents": docs[["doc_id", "title", "text", "source"]].to_dict("records"),
     "sections": [[d, t, int(lv)] for d, t, lv in zip(secs["doc_id"], secs["title"], secs["level"])],
     "harvested": [[q, d, [list(map(int, s)) for s in spans]] for q, d, spans in
                   zip(out["harvested"]["query_id"], out["harvested"]["doc_id"], out["harvested"]["spans"])],
     "sources": [[f["role"], f["path"]] for f in out["stats"]["sources"]], "kind": out["stats"]["kind"],
-    "warnings": out["stats"]["warnings"],
+    "warnings": out["stats"]["warnings"], "test_rc": int(test_rc), "test_out": page_test.getvalue(),
+    "kinds_block": designdoc.corpus_kinds(), "folder_block": designdoc.folder_kinds(),
 }))
 '''
 
 GUIDE = "# Guide\n\nWhat it is.\n\n## Install\n\nRun the installer,\nthen restart.\n\n## Use\n\nOpen it.\n"
 
 
+def _rows(block: str) -> list[str]:
+    """The first cells of a generated table (its kinds)."""
+    return [line.split("|")[1].strip() for line in block.splitlines()[2:]]
+
+
 def test_a_corpus_loader_as_the_page_walks_it(tmp_path):
-    """"A corpus loader": a plain-text folder kind written and registered in the three files the page names, named
-    by a parameter file and built through 01's code into tables that meet 01's data contracts, its heading becoming
-    the gold outline and its questions.jsonl harvested with exact spans; an unknown kind is refused, naming the
-    kinds there are (the new one among them)."""
+    """"A corpus loader": a plain-text folder kind written in the one library file the page names and tested by the
+    one test file it names, found by the registry without a list; named by a parameter file and built through 01's
+    code into tables that meet 01's data contracts, its heading becoming the gold outline and its questions.jsonl
+    harvested with exact spans; an unknown kind is refused by 01 and by the runner before the first stage, naming
+    the kinds there are (the new one among them); the page's test passes against the copy; and the regenerated docs
+    list the new kind in docs/corpus.md's tables and among corpus.kind's values, no other page changing."""
     lib = perform("A corpus loader", tmp_path)
+    assert len([f for f in listed_files(section("A corpus loader")) if f.startswith("lib/")]) == 1
+    for page in ("README.md", "docs"):  # the project's pages, which the generators rewrite
+        copy = shutil.copytree if page == "docs" else shutil.copy
+        copy(ROOT / page, tmp_path / page)
     texts = tmp_path / "texts"
     texts.mkdir()
     (texts / "guide.txt").write_text(GUIDE)
@@ -261,8 +294,10 @@ def test_a_corpus_loader_as_the_page_walks_it(tmp_path):
     (tmp_path / "params" / "texts.yaml").write_text("corpus:\n  kind: plaintext\n  mirror: ../texts\n")
     (tmp_path / "params" / "nope.yaml").write_text("corpus:\n  kind: nope\n")
     out = run_copy(lib, CORPUS_RUN, str(tmp_path))
-    assert "corpus.kind" in out["refused"] and "'nope'" in out["refused"]
-    assert all(f"'{k}'" in out["refused"] for k in ("demo", "markdown", "html", "plaintext"))
+    for message in (out["refused"], out["run_err"]):
+        assert "nope.yaml: corpus.kind: 'nope' is not one of [" in message
+        assert all(f"'{k}'" in message for k in ("demo", "markdown", "html", "plaintext")), message
+    assert out["run_rc"] == 1 and "run_all: FAILED" in out["run_err"] and not (tmp_path / "data").exists()
     guide = "What it is.\n\nRun the installer, then restart.\n\nOpen it."
     assert out["documents"] == [
         {"doc_id": "guide", "title": "Guide", "text": guide, "source": "guide.txt"},
@@ -273,3 +308,18 @@ def test_a_corpus_loader_as_the_page_walks_it(tmp_path):
     assert out["harvested"] == [["q1", "guide", [[start, start + len("Run the installer, then restart.")]]]]
     assert out["kind"] == "plaintext" and out["warnings"] == []
     assert [r for r, _ in out["sources"]] == ["plaintext:file", "plaintext:file", "questions.jsonl"]
+    assert out["test_rc"] == 0 and "1 passed" in out["test_out"], out["test_out"]
+    # the docs, regenerated in the copy: the new kind in both of corpus.md's tables and among corpus.kind's values
+    assert "`plaintext`" in _rows(out["kinds_block"]) and "`plaintext`" in _rows(out["folder_block"])
+    corpus_md = (tmp_path / "docs" / "corpus.md").read_text(encoding="utf-8")
+    assert out["kinds_block"] in corpus_md and out["folder_block"] in corpus_md
+    row = next(line for line in out["kinds_block"].splitlines() if line.startswith("| `plaintext`"))
+    assert "`chunkstudy.corpus.plaintext`" in row and "every `*.txt` file under `corpus.mirror`" in row
+    kind_row = next(line for line in (tmp_path / "docs" / "parameters.md").read_text(encoding="utf-8").splitlines()
+                    if line.startswith("| `kind` |"))
+    assert "`markdown`, `plaintext`, `qasper`" in kind_row
+    changed = sorted(p.relative_to(tmp_path).as_posix() for p in [tmp_path / "README.md",
+                                                                  *(tmp_path / "docs").rglob("*.md")]
+                     if p.read_bytes() != (ROOT / p.relative_to(tmp_path)).read_bytes())
+    followed = "plaintext" in build.LOADERS  # this checkout followed the page: its docs list the kind already
+    assert changed == ([] if followed else ["docs/corpus.md", "docs/parameters.md"])

@@ -359,6 +359,21 @@ def test_a_selected_stage_whose_notebook_is_missing_is_refused_before_the_run(pr
         runner.run(params, project, only="02", log=lambda *_: None)
 
 
+def test_a_corpus_kind_no_loader_declares_is_refused_before_any_stage(project, no_kernel):
+    """``corpus.kind`` is a plain name to the parameter layer (params cannot know the loaders of corpus/): the run
+    refuses a kind no loader declares at once, naming the file, the key and the kinds there are, whatever stages
+    are selected, before the lock or a stage; ./run_all.sh says so as a bad parameter file."""
+    from chunkstudy.corpus import build
+
+    params = project / "params" / "tiny.yaml"
+    params.write_text("corpus: {name: tiny, kind: markdwon}\n")
+    for selected in ({}, {"only": "02"}):
+        with pytest.raises(build.UnknownKind, match=r"tiny.yaml: corpus.kind: 'markdwon' is not one of \[.*'markdown'"):
+            runner.run(params, project, log=lambda *_: None, **selected)
+    assert not (project / "data").exists() and not (project / "build").exists()
+    assert runner.main([str(params), "--root", str(project)]) == 1
+
+
 def test_a_manifest_without_outputs_counts_as_absent(project, no_kernel):
     params = write_params(project)
     quiet = dict(log=lambda *_: None)

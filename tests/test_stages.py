@@ -350,6 +350,41 @@ def test_a_stage_hashes_only_the_modules_its_notebook_imports():
     assert "corpus/build.py" in closures["01_corpus"] and "corpus/__init__.py" in closures["01_corpus"]
 
 
+def test_a_discover_call_counts_as_importing_every_module_of_its_package(tmp_path):
+    """``plugins.discover("chunkstudy.ext", ...)`` imports each module of ``ext`` without an import statement naming
+    one: module_closure follows the call to all of them (sub-packages included, as discover imports them), so an
+    edit of any changes the hash; another function's call, or a package named by a variable, adds nothing."""
+    pkg = tmp_path / "chunkstudy"
+    for name, text in {"__init__.py": "", "plugins.py": "def discover(package, attribute, kind): ...\n",
+                       "registry.py": "from . import plugins\nFOUND = plugins.discover('chunkstudy.ext', 'X', object)\n",
+                       "other.py": "import runner\nrunner.discover('chunkstudy.lost')\nname = 'chunkstudy.lost'\n",
+                       "ext/__init__.py": "", "ext/a.py": "X = 1\n", "ext/b.py": "", "ext/sub/__init__.py": "",
+                       "lost/__init__.py": "", "lost/c.py": ""}.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    notebook = tmp_path / "nb.py"
+    notebook.write_text("from chunkstudy import registry\n")
+    assert _rel(codehash.module_closure(notebook, pkg), pkg) == {
+        "__init__.py", "plugins.py", "registry.py", "ext/__init__.py", "ext/a.py", "ext/b.py", "ext/sub/__init__.py"}
+    notebook.write_text("from chunkstudy import other\n")
+    assert _rel(codehash.module_closure(notebook, pkg), pkg) == {"__init__.py", "other.py"}
+
+
+def test_a_module_the_registry_discovers_is_in_its_stages_closure(tmp_path):
+    """The corpus registry finds its loaders by their files (``plugins.discover("chunkstudy.corpus", ...)``), with no
+    import statement naming one: a new kind's module is still code 01 runs, so it enters 01's library hash (an edit
+    of it reruns 01) and no other stage's."""
+    pkg = tmp_path / "chunkstudy"
+    shutil.copytree(ROOT / "lib" / "chunkstudy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    closure = _rel(codehash.module_closure(NOTEBOOKS["01_corpus"], pkg), pkg)
+    assert {"corpus/qasper.py", "corpus/mdtext.py", "corpus/loader.py"} <= closure
+    before = {n: codehash.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    (pkg / "corpus" / "plaintext.py").write_text("LOADER = None\n")
+    assert "corpus/plaintext.py" in _rel(codehash.module_closure(NOTEBOOKS["01_corpus"], pkg), pkg)
+    after = {n: codehash.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    assert [n for n in NOTEBOOKS if before[n] != after[n]] == ["01_corpus"]
+
+
 def test_every_package_data_file_belongs_to_a_module():
     pkg = ROOT / "lib" / "chunkstudy"
     owned = set().union(*(codehash.module_closure(p, pkg) for p in NOTEBOOKS.values()))

@@ -1,7 +1,9 @@
 """Which package files a notebook's code can run, and their hash: the library part of a stage's skip key
 (:mod:`chunkstudy.runner`). :func:`module_closure` follows every import (also one inside a function) from the
 notebook through the package, with the package data a module names; :func:`library_hash` hashes those files, so a
-change to ``figures.py`` reruns 08 only.
+change to ``figures.py`` reruns 08 only. A registry that finds its extensions by their files
+(``plugins.discover("chunkstudy.corpus", ...)``, :mod:`chunkstudy.plugins`) imports every module of that package
+without an import statement naming one: the call counts as importing each of them.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import pkgutil
 import re
 import sys
 from pathlib import Path
@@ -27,14 +30,37 @@ def _module_file(pkg: Path, dotted: str) -> Path | None:
     return init if init.is_file() else None
 
 
+#: The module and function (:func:`chunkstudy.plugins.discover`) that import every module of the package their
+#: first argument names.
+DISCOVER = ("plugins", "discover")
+
+
+def _discovered(node: ast.Call) -> str | None:
+    """``"corpus.*"`` for a call ``plugins.discover("chunkstudy.corpus", ...)`` (or ``discover(...)``, imported from
+    it): every module of that package is imported by it; None for any other call."""
+    func = node.func
+    module, name = DISCOVER
+    ours = (isinstance(func, ast.Name) and func.id == name) or (
+        isinstance(func, ast.Attribute) and func.attr == name and isinstance(func.value, ast.Name)
+        and func.value.id == module)
+    first = node.args[0] if node.args else None
+    if not ours or not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return None
+    top, _, below = first.value.partition(".")
+    return f"{below}.*" if top == PACKAGE and below else "*" if first.value == PACKAGE else None
+
+
 def _imported(tree: ast.AST, package: str) -> set[str]:
     """Names of the package that ``tree`` imports anywhere (also inside functions), dotted and relative to the
     package (``"corpus.build"``; ``""`` = the package); ``package`` is the importing module's own package, for
     relative imports. A name that is not a module (``SCHEMA`` of ``from .config import SCHEMA``) is kept too and
-    dropped by :func:`_module_file`."""
+    dropped by :func:`_module_file`. A :func:`chunkstudy.plugins.discover` call of a package gives ``"<package>.*"``
+    (:func:`_discovered`), which :func:`module_closure` expands to every module of it."""
     out: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and (found := _discovered(node)) is not None:
+            out.add(found)
+        elif isinstance(node, ast.Import):
             out |= {a.name.partition(".")[2] for a in node.names if a.name.split(".")[0] == PACKAGE}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -61,6 +87,9 @@ def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
     todo = ["", *_imports_of(notebook.read_bytes(), "")]
     while todo:
         dotted = todo.pop()
+        if dotted == "*" or dotted.endswith(".*"):  # a discovered package: each of its modules, as discover finds them
+            todo += _package_modules(pkg, dotted.removesuffix("*").rstrip("."))
+            continue
         path = _module_file(pkg, dotted)
         if path is None or path in seen:
             continue
@@ -72,6 +101,14 @@ def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
     named = set().union(*(_strings_of(p.read_bytes()) for p in seen))
     return sorted(seen | {d for d in package_data(pkg)
                           if d.name in named or str(d.relative_to(pkg)) in named})
+
+
+def _package_modules(pkg: Path, dotted: str) -> list[str]:
+    """The dotted names of the modules (and sub-packages) directly in package ``dotted`` under ``pkg``: what
+    :func:`chunkstudy.plugins.discover` imports (``pkgutil.iter_modules`` of the package's folder)."""
+    folder = pkg.joinpath(*dotted.split(".")) if dotted else pkg
+    prefix = f"{dotted}." if dotted else ""
+    return [prefix + info.name for info in pkgutil.iter_modules([str(folder)])]
 
 
 @functools.lru_cache(maxsize=1024)

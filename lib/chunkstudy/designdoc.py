@@ -1,6 +1,7 @@
 """The docs' tables of what the study declares, generated from the registries: the conditions, the prefix kinds,
-the pre-registered contrasts, the metrics and Anthropic's recipe (:mod:`chunkstudy.design`), the corpus kinds
-(:data:`chunkstudy.corpus.build.KINDS`) and the data contracts (:data:`chunkstudy.stages.DATA_CONTRACTS`).
+the pre-registered contrasts, the metrics and Anthropic's recipe (:mod:`chunkstudy.design`), the corpus kinds and
+the folder kinds among them (the loaders of :data:`chunkstudy.corpus.build.LOADERS`) and the data contracts
+(:data:`chunkstudy.stages.DATA_CONTRACTS`).
 
 A page holds a table as a block between a begin and an end marker naming it (:func:`begin`, :func:`end`);
 :data:`PAGES` says which blocks each page holds. The blocks are never edited by hand, so no page keeps a second
@@ -11,6 +12,7 @@ rewrites them (as for ``docs/parameters.md``, :mod:`chunkstudy.paramdoc`, and th
 
     .venv/bin/python -m chunkstudy.designdoc --write        # rewrites every block of every page in PAGES
     .venv/bin/python -m chunkstudy.designdoc conditions     # prints one block
+    .venv/bin/python -m chunkstudy.designdoc --write --root ../clone   # the pages of another copy of the project
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Callable
 
 from . import artifacts, config, design, paper, stages
 from .corpus import build
+from .corpus.folder import FolderLoader
 from .paramdoc import _cell
 from .stagedoc import replace_block
 
@@ -100,11 +103,28 @@ def _summary(module: object) -> str:
 
 
 def corpus_kinds() -> str:
-    """The corpus kinds (``corpus.kind``; :data:`chunkstudy.corpus.build.KINDS`): the module that builds each and
-    the first paragraph of its docstring."""
-    out = ["| `corpus.kind` | module | what it is |", "|---|---|---|"]
-    for kind, module in build.KINDS.items():
-        out.append(f"| `{kind}` | `{getattr(module, '__name__')}` | {_summary(module)} |")
+    """The corpus kinds (``corpus.kind``; the loaders of :data:`chunkstudy.corpus.build.LOADERS`, in kind order):
+    the module that declares each, what it reads (:attr:`~chunkstudy.corpus.loader.CorpusLoader.doc`), the
+    ``corpus`` keys that are its own (``parameters``) and where its questions come from."""
+    out = ["| `corpus.kind` | module | what it reads | its own `corpus` keys | its questions |", "|---|---|---|---|---|"]
+    for kind, loader in build.LOADERS.items():
+        keys = ", ".join(_code(k) for k in loader.parameters)
+        questions = loader.questions or "none: its queries are written (`queries.source: generated`)"
+        out.append(f"| `{kind}` | `{build.MODULES[kind]}` | {_cell(loader.doc)} | {keys} | {_cell(questions)} |")
+    return "\n".join(out)
+
+
+def folder_kinds() -> str:
+    """The folder kinds (the loaders that are :class:`chunkstudy.corpus.folder.FolderLoader`, in kind order): the
+    files each reads, what its module is (the first paragraph of its docstring) and the markup its parser drops and
+    counts, in the funnel's order."""
+    out = ["| `corpus.kind` | files | what it is | dropped (counted in the 01 funnel and `stats.json`) |",
+           "|---|---|---|---|"]
+    for kind, loader in build.LOADERS.items():
+        if isinstance(loader, FolderLoader):
+            files = ", ".join(f"`*{e}`" for e in loader.extensions)
+            module = sys.modules[build.MODULES[kind]]
+            out.append(f"| `{kind}` | {files} | {_summary(module)} | {_cell(', '.join(loader.dropped) or 'nothing')} |")
     return "\n".join(out)
 
 
@@ -141,7 +161,8 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "prefix kinds": ("lib/chunkstudy/design.py", prefix_kinds),
     "contrasts": ("lib/chunkstudy/design.py", contrasts),
     "metrics": ("lib/chunkstudy/design.py", metrics),
-    "corpus kinds": ("lib/chunkstudy/corpus/build.py", corpus_kinds),
+    "corpus kinds": ("lib/chunkstudy/corpus/", corpus_kinds),
+    "folder kinds": ("lib/chunkstudy/corpus/", folder_kinds),
     "recipe": ("lib/chunkstudy/design.py", recipe),
     "data contracts": ("lib/chunkstudy/stages.py", data_contracts),
 }
@@ -150,7 +171,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
 PAGES: dict[str, tuple[str, ...]] = {
     "README.md": ("contrasts",),
     "docs/design.md": ("conditions", "prefix kinds", "contrasts", "data contracts", "metrics"),
-    "docs/corpus.md": ("corpus kinds",),
+    "docs/corpus.md": ("corpus kinds", "folder kinds"),
     "docs/beyond.md": ("recipe",),
 }
 
@@ -186,12 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.designdoc", description=__doc__.split("\n")[0])
     ap.add_argument("block", nargs="?", choices=list(BLOCKS), help="print this block")
     ap.add_argument("--write", action="store_true", help="rewrite every block of every page instead of printing")
+    ap.add_argument("--root", type=Path, default=None,
+                    help="the project whose pages --write rewrites (default: the nearest folder above the working "
+                         "directory holding pyproject.toml)")
     args = ap.parse_args(argv)
     if not args.write:
         for name in [args.block] if args.block else list(BLOCKS):
             sys.stdout.write(BLOCKS[name][1]() + "\n\n")
         return 0
-    root = config.find_root(Path.cwd())
+    root = args.root.resolve() if args.root is not None else config.find_root(Path.cwd())
     for page, names in PAGES.items():
         path = root / page
         text = rewrite(path.read_text(encoding="utf-8"), page, names)

@@ -4,13 +4,15 @@ Every parameter a file may state is declared once, as a typed field of a record 
 :data:`chunkstudy.config.SCHEMA` is that declaration as the validator and the digests read it
 (:mod:`chunkstudy.paramspec`). :func:`markdown` renders it as one Markdown page: per section its record's docstring
 and a table of its keys (type, default, what the validator accepts, the declared documentation, and the stages whose
-skip key covers it, from :data:`chunkstudy.stages.STAGES` and the key's digest mode),
+skip key covers it, from :data:`chunkstudy.stages.STAGES` and the key's digest mode; for a key whose values are
+registered above the parameter layer, :func:`registered`, the names registered),
 then the cross-field rules (:data:`chunkstudy.config_rules.RULES`) and the renamed keys
 (:data:`chunkstudy.config.RENAMED`). The page is never edited by hand: ``tests/test_docs.py`` fails when it
 differs from :func:`markdown`, naming the command that rewrites it::
 
     .venv/bin/python -m chunkstudy.paramdoc --write        # rewrites docs/parameters.md
     .venv/bin/python -m chunkstudy.paramdoc                # prints it
+    .venv/bin/python -m chunkstudy.paramdoc --write --root ../clone   # the page of another copy of the project
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Mapping
 
 from . import artifacts, config, stages
 from .config_rules import RULES
+from .corpus import build as corpus_build
 from .paramspec import Group, Spec
 
 #: The page's path relative to the project root.
@@ -90,6 +93,13 @@ def _accepts(p: Spec) -> str:
     return "; ".join(parts)
 
 
+def registered() -> dict[str, tuple[tuple[str, ...], str]]:
+    """The keys whose valid values a registry above the parameter layer holds (:mod:`chunkstudy.params` sits below
+    it and declares them plain names), each with the names registered and what they are: ``corpus.kind``, the
+    corpus loaders (:data:`chunkstudy.corpus.build.LOADERS`)."""
+    return {"corpus.kind": (corpus_build.kinds(), "the registered corpus loaders")}
+
+
 def read_by(dotted: str) -> tuple[str, ...]:
     """The stages whose parameter digest covers the key ``dotted`` (its section, the key, or a group above it);
     an edit of the key reruns these (and what reads their outputs). None for a key declared ``digest: never``."""
@@ -135,7 +145,9 @@ def _section(dotted: str, spec: Group, out: list[str], nested: list[tuple[str, G
     for key, p in sorted(spec.items(), key=lambda kv: kv[0] in inherited):  # its own keys first
         full = f"{dotted}.{key}"
         if isinstance(p, Spec):
-            accepts = "; ".join([_accepts(p), *(r.doc for r in RULES if r.own_row and r.key == full)])
+            names, what = registered().get(full, ((), ""))
+            among = [f"one of {', '.join(f'`{n}`' for n in names)} ({what})"] if what else []
+            accepts = "; ".join([*among, _accepts(p), *(r.doc for r in RULES if r.own_row and r.key == full)])
             out.append(f"| `{key}` | {_type(p)} | `{_cell(_yaml(p.default))}` | {_cell(accepts)} | "
                        f"{_cell(p.doc)} | {' '.join(read_by(full)) or 'none: reruns nothing'} |")
         else:
@@ -186,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.paramdoc", description=__doc__.split("\n")[0])
     ap.add_argument("--write", nargs="?", const=PAGE, metavar="PATH",
                     help=f"write the page (default: {PAGE}, relative to the project root) instead of printing it")
+    ap.add_argument("--root", type=Path, default=None,
+                    help="the project root a relative PATH is under (default: the nearest folder above the working "
+                         "directory holding pyproject.toml)")
     args = ap.parse_args(argv)
     text = markdown()
     if args.write is None:
@@ -193,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     path = Path(args.write)
     if not path.is_absolute():
-        path = config.find_root(Path.cwd()) / path
+        path = (args.root.resolve() if args.root is not None else config.find_root(Path.cwd())) / path
     with artifacts.atomic_path(path) as tmp:  # a killed write leaves the page as it was
         tmp.write_text(text, encoding="utf-8")
     print(f"paramdoc: wrote {path}")

@@ -16,7 +16,7 @@ primary cell naming a declared embedder) are ``config_rules.RULES``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Literal, Mapping
 
 from . import design, paper
 from .paramspec import group, named, override, param
@@ -25,11 +25,6 @@ from .params_analysis import MetricsParams, MultiverseParams, QueryTypes, StatsP
 
 #: The study's fixed seed (the paper's seeded walk), the default of every seed parameter.
 SEED: int = paper.value("study", "design", "seed")
-
-CorpusKind = Literal["demo", "wikipedia", "qasper", "markdown", "html"]
-#: The corpus kinds (``corpus.kind``): one entry point each in :mod:`chunkstudy.corpus.build`'s registry, which
-#: checks on import that it serves exactly these (params stays below corpus/ in the import order).
-CORPUS_KINDS: tuple[str, ...] = get_args(CorpusKind)
 
 #: ``serve``: ``external`` = the server is the user's (a stage fails fast naming the URL when nothing answers);
 #: ``auto`` = ``./run_all.sh`` starts it at each local ``base_url`` that does not answer, when a stage first needs
@@ -50,8 +45,10 @@ class CorpusParams:
 
     name: str = param("demo", "results go to data/<name>/ and figures/<name>/; when the file that is run does not "
                       "state it, the file's name (params/foo.yaml -> foo); never inherited through base:", name=True)
-    kind: CorpusKind = param("demo", "the module that builds the corpus from its own inputs; each kind and what it "
-                             "reads: docs/corpus.md, \"Corpus kinds\"")
+    kind: str = param("demo", "which corpus loader builds the corpus from its own inputs, by its kind (a module of "
+                      "lib/chunkstudy/corpus/ that declares a loader adds one; what each reads and which keys of this "
+                      "section are its own: docs/corpus.md, \"Corpus kinds\"); a kind no loader declares is refused "
+                      "before the first stage runs", name=True)
     mirror: str | None = param(None, "folder holding upstream files; relative to the params file", anchor="params")
     sources: tuple[str, ...] = param((), "files to read, relative to mirror (wiki XML exports, QASPER archives); "
                                      "with no mirror, names of downloaded corpus.fetch_urls files", anchor="mirror")

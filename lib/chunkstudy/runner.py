@@ -57,6 +57,7 @@ from typing import Any, Iterator
 
 from . import artifacts, config, devices, imported, manifests, models, procs, progress, rerun, serving, stages
 from .codehash import foreign_library, library_files, library_hash, notebook_hash
+from .corpus import build as corpus_build
 from .errors import ChunkstudyError
 from .runlock import RunLocked, corpus_lock
 from .serving.check import problems as serve_problems
@@ -255,12 +256,10 @@ def source_fingerprints(cfg: config.Config, stage: str, previous: list[dict] | N
     :class:`chunkstudy.stages.SourceFiles`: 01, :func:`chunkstudy.corpus.build.source_files`); a file whose size and
     mtime match an entry of ``previous`` (default: the stage's last manifest's) keeps its recorded hash, so a
     multi-GB export is not hashed again."""
-    from .corpus import build
-
     if previous is None:
         m = artifacts.read_manifest(cfg, stage)
         previous = m.get("sources") if m else None
-    return build.fingerprint_sources(cfg, previous if isinstance(previous, list) else None)
+    return corpus_build.fingerprint_sources(cfg, previous if isinstance(previous, list) else None)
 
 
 def is_current(cfg: config.Config, stage: Stage, key: dict) -> bool:
@@ -507,7 +506,9 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
         only: str | None = None, force: bool = False, log=None, command: str | None = None,
         until: str | None = None) -> list[tuple[str, str, float]]:
     """Run the pipeline; return ``[(stage, "ran" | "skipped", seconds)]``. Raises :class:`StageFailed` (and
-    :class:`RunLocked` when another run of the corpus is working), or :class:`Interrupted` on Ctrl-C or SIGTERM.
+    :class:`RunLocked` when another run of the corpus is working), or :class:`Interrupted` on Ctrl-C or SIGTERM; a
+    parameter file it refuses raises :class:`chunkstudy.config.ConfigError` before anything runs (a ``corpus.kind``
+    no loader declares among them: :func:`chunkstudy.corpus.build.kind_of`).
     ``log`` prints one line per stage (default: stdout, flushed, so the lines stay in order with the progress lines
     of the stage's loops even when the output goes to a file). ``command``: how the run was started, for the lock
     file (default: this process's command line).
@@ -518,6 +519,7 @@ def run(params_file: Path, root: Path, notebooks_dir: Path | None = None, start:
     if (foreign := foreign_library(root)) is not None:
         raise StageFailed(foreign)
     cfg = config.load(params_file, root=root)
+    corpus_build.kind_of(cfg)  # a corpus.kind no loader declares: refused now (params cannot know the loaders)
     selected = discover(notebooks_dir or root / "notebooks")
     if only is not None:
         selected = [s for s in selected if s.number == only.zfill(2)[:2] or s.name == only]

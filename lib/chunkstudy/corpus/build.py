@@ -1,15 +1,17 @@
-"""Stage 01 in one call: :func:`build_corpus` builds the corpus named by the parameters, through the kind's entry
-point.
+"""Stage 01 in one call: :func:`build_corpus` builds the corpus named by the parameters, through its kind's loader.
 
-**Corpus kinds.** Each ``corpus.kind`` is one module in :data:`KINDS` with the same two entry points
-(:class:`CorpusKind`): ``build(cfg, session, warnings) -> tables`` reads the kind's own inputs and returns
-``{documents, paragraphs, sections_gold, corpus_funnel, stats}`` (plus ``harvested`` when the kind has questions
-with gold evidence), and ``source_files(cfg) -> [(role, path)]`` lists every file that build reads, resolved
-without reading them. This module only dispatches, then does what every kind shares: an empty corpus is an
-error, every gold structure is verified, and ``stats`` records the warnings, the kind and the fingerprints of the
-source files. The kinds are ``params.CORPUS_KINDS`` (the ``corpus.kind`` type; params sits below corpus/ in the
-import order, so the registry is checked against that list on import). A new kind is a module with the two entry
-points, its name in ``params.CorpusKind`` and an entry here.
+**Corpus kinds.** Each ``corpus.kind`` is one :class:`~chunkstudy.corpus.loader.CorpusLoader`, declared as
+``LOADER`` by the module of this package that builds it; :data:`LOADERS` collects them
+(:func:`chunkstudy.plugins.discover`), so a new kind is one new module and nothing else. A loader's ``build(cfg,
+session, warnings) -> tables`` reads the kind's own inputs and returns ``{documents, paragraphs, sections_gold,
+corpus_funnel, stats}`` (plus ``harvested`` when the kind has questions with gold evidence), and its
+``source_files(cfg) -> [(role, path)]`` lists every file that build reads, resolved without reading them. This
+module only dispatches, then does what every kind shares: an empty corpus is an error, every gold structure is
+verified, and ``stats`` records the warnings, the kind and the fingerprints of the source files.
+
+``corpus.kind`` is a plain name in the parameter layer (params sits below corpus/ in the import order and cannot
+know the loaders): :func:`kind_of` refuses a name no loader declares, naming the parameter file, the key and every
+registered kind, and the runner asks it before the first stage runs.
 
 :func:`fingerprint_sources` gives each source file's path, size and sha256: the runner puts them in stage 01's
 key, so a replaced archive or an edited ``questions.yaml`` reruns 01, and ``stats.json`` records them.
@@ -24,51 +26,66 @@ error.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
 
 import pandas as pd
 
-from .. import artifacts
-from ..config import Config
-from ..params import CORPUS_KINDS
-from . import demo, htmltext, mdtext, qasper, wikipedia
+from .. import artifacts, plugins
+from ..config import Config, ConfigError
+from .loader import CorpusLoader
 from .model import verify_corpus
+from .qasper import HARVESTED_COLUMNS
 from .sources import CorpusInputError, source_paths  # noqa: F401  (public names of stage 01)
 from ..errors import ChunkstudyError
 
-HARVESTED_EMPTY = pd.DataFrame({c: pd.Series(dtype="object") for c in qasper.HARVESTED_COLUMNS})
+HARVESTED_EMPTY = pd.DataFrame({c: pd.Series(dtype="object") for c in HARVESTED_COLUMNS})
 
 
-class CorpusKind(Protocol):
-    """The entry points of one corpus kind (a module of :mod:`chunkstudy.corpus`)."""
-
-    def build(self, cfg: Config, session, warnings: list[str]) -> dict: ...
-
-    def source_files(self, cfg: Config) -> list[tuple[str, Path]]: ...
-
-
-#: ``corpus.kind`` -> the module that builds it.
-KINDS: dict[str, CorpusKind] = {"demo": demo, "wikipedia": wikipedia, "qasper": qasper, "markdown": mdtext,
-                                "html": htmltext}
-if tuple(KINDS) != CORPUS_KINDS:  # pragma: no cover - a kind added on one side only
-    raise ImportError(f"chunkstudy.corpus.build.KINDS {list(KINDS)} differ from params.CORPUS_KINDS "
-                      f"{list(CORPUS_KINDS)}: add the kind to both")
+def _registry() -> list[tuple[str, CorpusLoader]]:
+    """``(module, loader)`` for every module of this package that declares ``LOADER``, in kind-name order (the order
+    of every list of kinds: the docs' tables, the parameter reference, the error messages). Two modules declaring
+    one kind fail the import, naming both."""
+    found = plugins.discover("chunkstudy.corpus", "LOADER", CorpusLoader)
+    by_kind: dict[str, str] = {}
+    for module, loader in found:
+        if loader.kind in by_kind:
+            raise ImportError(f"corpus.kind {loader.kind!r} is declared by {by_kind[loader.kind]}.LOADER and "
+                              f"{module}.LOADER: a kind is one loader")
+        by_kind[loader.kind] = module
+    return sorted(found, key=lambda registered: registered[1].kind)
 
 
-def kind_of(cfg: Config) -> CorpusKind:
-    """The entry points of ``cfg``'s ``corpus.kind``."""
+_REGISTERED = _registry()
+#: ``corpus.kind`` -> the loader that builds it (found in this package's modules: :func:`_registry`).
+LOADERS: dict[str, CorpusLoader] = {loader.kind: loader for _, loader in _REGISTERED}
+#: ``corpus.kind`` -> the module that declares its loader (``chunkstudy.corpus.mdtext``).
+MODULES: dict[str, str] = {loader.kind: module for module, loader in _REGISTERED}
+
+
+def kinds() -> tuple[str, ...]:
+    """The registered ``corpus.kind`` names, in name order: the values ``corpus.kind`` accepts."""
+    return tuple(LOADERS)
+
+
+class UnknownKind(ConfigError):
+    """``corpus.kind`` names no registered loader (the message names the file, the key and every kind)."""
+
+
+def kind_of(cfg: Config) -> CorpusLoader:
+    """The loader of ``cfg``'s ``corpus.kind``; :class:`UnknownKind` naming the parameter file, the key, the value
+    and every registered kind when no loader declares it."""
     kind = cfg.params("corpus").kind
-    if kind not in KINDS:
-        raise ValueError(f"{cfg.path}: corpus.kind {kind!r} is not one of {sorted(KINDS)}")
-    return KINDS[kind]
+    if kind not in LOADERS:
+        raise UnknownKind(f"{cfg.path}: corpus.kind: {kind!r} is not one of {list(LOADERS)} (the corpus loaders of "
+                          "lib/chunkstudy/corpus/; docs/corpus.md, \"Corpus kinds\")")
+    return LOADERS[kind]
 
 
 def source_files(cfg: Config) -> list[tuple[str, Path]]:
-    """``(role, path)`` of every file stage 01 reads, resolved without reading them (the kind's
-    ``source_files``). Roles: ``corpus.sources``, ``demo:documents.yaml``, ``demo:questions.yaml``,
-    ``demo:file``, ``corpus.featured_list``, ``corpus.api_revisions``, ``markdown:file``, ``html:file``,
-    ``questions.jsonl``. With no mirror, sources are the downloaded files of ``corpus.fetch_urls`` (they may
-    not be there yet)."""
+    """``(role, path)`` of every file stage 01 reads, resolved without reading them (the loader's
+    ``source_files``). A role is the key that names the file (``corpus.sources``, ``corpus.featured_list``), the
+    kind and what the file is (``demo:documents.yaml``, ``markdown:file``), or the file's own name
+    (``questions.jsonl``). With no mirror, sources are the downloaded files of ``corpus.fetch_urls`` (they may not
+    be there yet)."""
     return kind_of(cfg).source_files(cfg)
 
 
@@ -134,31 +151,26 @@ def skipped_records(out: dict) -> pd.DataFrame:
                         columns=["record", "skipped"])
 
 
-#: Where each corpus kind's questions come from, for the message of :func:`require_questions`.
-QUESTIONS_FROM = {"demo": "questions.yaml", "qasper": "the QASPER archives (corpus.sources)",
-                  "markdown": "questions.jsonl", "html": "questions.jsonl"}
-
-
 def require_questions(cfg: Config, out: dict, source: str) -> None:
     """Stop stage 01 when the queries are to be the corpus's own questions (``queries.source: harvested``) and
     none is usable: 01 is the stage that knows (03-04 would run, embeddings and all, and 05 fail on an empty
-    query table). The message names the parameter file, the corpus, where the questions came from and the
-    funnel's counts. ``source`` is ``queries.source``."""
+    query table). The message names the parameter file, the corpus, where the questions came from (the loader's
+    ``questions``) and the funnel's counts. ``source`` is ``queries.source``."""
     if source != "harvested" or len(out["harvested"]):
         return
-    kind = cfg.params("corpus").kind
+    loader = kind_of(cfg)
     head = f"{cfg.path.name}: corpus {cfg.corpus!r} has no usable question: "
     tail = "; queries.source is 'harvested' (set it to 'generated', with an llm backend, to write queries instead)"
-    if kind not in QUESTIONS_FROM:
-        raise CorpusInputError(head + f"corpus.kind {kind} has no questions of its own" + tail)
+    if loader.questions is None:
+        raise CorpusInputError(head + f"corpus.kind {loader.kind} has no questions of its own" + tail)
     q = out["stats"].get("questions") or {}
-    if kind in ("markdown", "html") and not q.get("file"):
-        raise CorpusInputError(head + "no questions.jsonl in corpus.mirror "
+    if "file" in q and not q["file"]:  # the loader looked for its questions file and found none
+        raise CorpusInputError(head + f"no {loader.questions} in corpus.mirror "
                                f"{cfg.resolve(cfg.params('corpus').mirror)}" + tail)
     dropped = {k: v for k, v in q.items() if k.startswith("dropped_") and isinstance(v, int) and v
                and k != "dropped_only_figure_table_or_unmatched_evidence"}  # a part of dropped_no_evidence
     why = ", ".join(f"{k.removeprefix('dropped_').replace('_', ' ')} {v}" for k, v in dropped.items())
-    raise CorpusInputError(head + f"{q.get('questions_read', 0)} read from {QUESTIONS_FROM[kind]}, 0 usable"
+    raise CorpusInputError(head + f"{q.get('questions_read', 0)} read from {loader.questions}, 0 usable"
                            + (f" (dropped: {why})" if why else "") + "; the warnings of 01_corpus/stats.json name "
                            "each one" + tail)
 

@@ -10,8 +10,9 @@ Articles go through the same canonical normaliser, filters and bucket walk as Wi
 nothing (e.g. a table caption naming no section) is reported and left out; a question left with no evidence is
 dropped and counted.
 
-The kind's entry points (:mod:`chunkstudy.corpus.build`'s registry): :func:`build` reads ``documents.yaml``, the
-files it names (inside ``corpus.mirror``) and ``questions.yaml``; :func:`source_files` lists them.
+The kind's loader, :data:`LOADER` (:mod:`chunkstudy.corpus.build`'s registry): :func:`build` reads
+``documents.yaml``, the files it names (inside ``corpus.mirror``) and ``questions.yaml``; :func:`source_files`
+lists them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pandas as pd
 
 from ..config import Config, read_yaml
 from ..params import CorpusParams
+from .loader import CorpusLoader
 from .qasper import HARVESTED_COLUMNS, EvidenceMatcher, _norm, harvest_funnel, harvest_stats
 from .sources import CorpusInputError, mirror_file, mirror_root, read_text
 from .wikipedia import build_wikipedia
@@ -231,3 +233,14 @@ def build(cfg: Config, session, warnings: list[str]) -> dict:
     out["stats"]["skipped_records"] = {"documents": skipped,
                                        "questions": int(out["stats"]["questions"].get("skipped_bad_records", 0))}
     return out
+
+
+#: ``corpus.kind: demo``. The articles go through Wikipedia's filters and seeded walk (their keys are its own too),
+#: the questions through QASPER's evidence matcher (``fuzzy_threshold``).
+LOADER = CorpusLoader(
+    kind="demo",
+    doc="`documents.yaml`, the wikitext files it names and `questions.yaml` in `corpus.mirror` (the bundled "
+        "`data/demo_raw/`)",
+    parameters=("require_featured", "min_words", "min_heading_depth", "min_sections", "drop_sections", "target_docs",
+                "max_per_bucket", "seed", "max_docs", "fuzzy_threshold"),
+    questions="questions.yaml", build=build, source_files=source_files)

@@ -49,6 +49,7 @@ import pandas as pd
 
 from ..config import Config
 from .demo import harvest_questions
+from .loader import CorpusLoader
 from .model import MAX_LEVEL, SECTION_COLUMNS, DocumentBuilder, depth
 from .qasper import harvest_funnel, harvest_stats
 from .sources import CorpusInputError, kept_documents, mirror_file, mirror_root, read_text
@@ -376,10 +377,26 @@ def build(cfg: Config, warnings: list[str], kind: str, extensions: tuple[str, ..
             "stats": stats}
 
 
-def entry_points(kind: str, extensions: tuple[str, ...], parse: Parser, drop_labels: dict[str, str]):
-    """The two entry points every corpus kind exposes (``source_files(cfg)`` and ``build(cfg, session,
-    warnings)``, :mod:`chunkstudy.corpus.build`), for a folder kind whose files ``parse`` reads: the Markdown and
-    HTML modules differ only in their parser."""
+#: The ``corpus`` keys every folder kind reads beyond the common ones: which files (``sources``, ``max_docs``,
+#: ``max_docs_from``, ``seed``) and how its questions' evidence is matched (``fuzzy_threshold``).
+PARAMETERS: tuple[str, ...] = ("sources", "max_docs", "max_docs_from", "seed", "fuzzy_threshold")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FolderLoader(CorpusLoader):
+    """The loader of a folder kind (:func:`loader`): what every loader carries, and the file extensions it reads
+    and the markup its parser drops and counts (``dropped``: the funnel's labels, in its order), which
+    docs/corpus.md's generated "Folder kinds" table shows."""
+
+    extensions: tuple[str, ...]
+    dropped: tuple[str, ...] = ()
+
+
+def loader(kind: str, extensions: tuple[str, ...], parse: Parser, drop_labels: dict[str, str]) -> FolderLoader:
+    """The :class:`FolderLoader` of a folder kind whose files ``parse`` reads (the Markdown and HTML modules differ
+    only in their parser): its entry points are :func:`source_files` and :func:`build` of this module, its ``doc``
+    says which files it reads, its parameters are :data:`PARAMETERS` and its questions come from
+    ``questions.jsonl``. ``drop_labels`` names the parser's drop counters in the funnel, in order."""
 
     def source_files_of_kind(cfg: Config) -> list[tuple[str, Path]]:
         return source_files(cfg, kind, extensions)
@@ -390,5 +407,9 @@ def entry_points(kind: str, extensions: tuple[str, ...], parse: Parser, drop_lab
     source_files_of_kind.__doc__ = (f"``(role, path)`` of every file the {kind} kind reads: each "
                                     f"{'/'.join(extensions)} file (``{kind}:file``) and ``questions.jsonl``.")
     build_kind.__doc__ = f"The {kind} folder of ``corpus.mirror`` (:func:`chunkstudy.corpus.folder.build`)."
-    return source_files_of_kind, build_kind
-
+    files = " / ".join(f"`*{e}`" for e in extensions)
+    return FolderLoader(kind=kind, doc=f"every {files} file under `corpus.mirror` (or the files `corpus.sources` "
+                                       f"names), and its `{QUESTIONS_FILE}`",
+                        parameters=PARAMETERS, questions=QUESTIONS_FILE, build=build_kind,
+                        source_files=source_files_of_kind, extensions=tuple(extensions),
+                        dropped=tuple(drop_labels.values()))

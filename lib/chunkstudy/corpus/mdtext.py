@@ -193,5 +193,5 @@ def parse(text: str, doc_id: str, source: str = "") -> tuple[dict, "object", "ob
     return doc, paras, secs, report
 
 
-#: The corpus-kind entry points (:mod:`chunkstudy.corpus.build`).
-source_files, build = folder.entry_points(KIND, EXTENSIONS, parse, DROPS)
+#: The kind's loader (:mod:`chunkstudy.corpus.build`'s registry): the folder kinds' files and questions, this parser.
+LOADER = folder.loader(KIND, EXTENSIONS, parse, DROPS)

@@ -52,7 +52,7 @@ section; docs/corpus.md, "The paper's corpora").
   non-boolean annotation's answer is only digits, punctuation and units-free symbols (``"3,044"``,
   ``"85.3%"``), the items the study leaves out. ``false`` keeps them: 1,310 usable on the test split (+12; one
   of the 13 then fails for lack of text evidence).
-* **The kind's entry points** (:mod:`chunkstudy.corpus.build`'s registry): :func:`build` reads the archives named
+* **The kind's loader**, :data:`LOADER` (:mod:`chunkstudy.corpus.build`'s registry): :func:`build` reads the archives named
   by ``corpus.sources`` (in ``corpus.mirror``, or downloaded from ``corpus.fetch_urls``); :func:`source_files`
   lists them.
 """
@@ -72,6 +72,7 @@ from rapidfuzz import fuzz, process
 
 from ..config import Config
 from ..params import CorpusParams
+from .loader import CorpusLoader
 from .model import SECTION_COLUMNS, DocumentBuilder
 from .sources import CorpusInputError, kept_documents, listed_sources, source_paths
 from ..errors import ChunkstudyError
@@ -565,3 +566,13 @@ def build(cfg: Config, session, warnings: list[str]) -> dict:
     except QasperReadError as e:
         raise CorpusInputError(f"{e} (corpus.allow_partial: true builds from the readable part)") from None
     return build_qasper(papers, c, warnings)
+
+
+#: ``corpus.kind: qasper``.
+LOADER = CorpusLoader(
+    kind="qasper",
+    doc="the official QASPER archives (or the JSON files inside them) that `corpus.sources` names, in "
+        "`corpus.mirror` or downloaded from `corpus.fetch_urls`",
+    parameters=("sources", "fetch_urls", "max_docs", "max_docs_from", "seed", "fuzzy_threshold", "drop_numeric_only",
+                "evidence_annotators"),
+    questions="the QASPER archives (corpus.sources)", build=build, source_files=source_files)

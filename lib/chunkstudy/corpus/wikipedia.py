@@ -20,8 +20,8 @@ biography 30, arts/media 22, science/nature 15, geography/places 13; :mod:`chunk
 table is not in its text. The keyword table here (:data:`TOPIC_BUCKETS`) is ours, so a run's bucket counts can
 differ from the paper's; notebook 01 prints them side by side.
 
-The kind's entry points (:mod:`chunkstudy.corpus.build`'s registry): :func:`build` resolves the sources (exports
-in ``corpus.mirror`` or downloaded, the Featured Article list, revision pins, the API) and builds;
+The kind's loader, :data:`LOADER` (:mod:`chunkstudy.corpus.build`'s registry): :func:`build` resolves the sources
+(exports in ``corpus.mirror`` or downloaded, the Featured Article list, revision pins, the API) and builds;
 :func:`source_files` lists the local files it reads.
 """
 
@@ -39,6 +39,7 @@ import pandas as pd
 from .. import artifacts
 from ..config import Config
 from ..params import CorpusParams
+from .loader import CorpusLoader
 from .model import SECTION_COLUMNS, DocumentBuilder, depth
 from .sources import CorpusInputError, listed_sources, read_text, resolve_in_mirror, source_paths, walk_order
 from .wikitext import categories as page_categories
@@ -535,3 +536,16 @@ def _build(cfg: Config, session, warnings: list[str]) -> dict:
                 inside = path.resolve().is_relative_to(cfg.root.resolve())  # stats.json stays portable
                 record[key] = str(path.resolve().relative_to(cfg.root.resolve()) if inside else path)
     return out
+
+
+#: ``corpus.kind: wikipedia``. It has no questions of its own: its queries are written (``queries.source:
+#: generated``).
+LOADER = CorpusLoader(
+    kind="wikipedia",
+    doc="MediaWiki XML exports (`.xml`, `.xml.bz2`) that `corpus.sources` names and/or pages of the MediaWiki API "
+        "(`corpus.api_titles`, or the Featured Article list of `corpus.featured_list`)",
+    parameters=("sources", "fetch_urls", "featured_list", "require_featured", "api_titles", "api_endpoint",
+                "api_rate_limit_s", "api_revisions", "api_user_agent", "api_batch_size", "api_fetch",
+                "api_revisions_out", "min_words", "min_heading_depth", "min_sections", "drop_sections", "target_docs",
+                "max_per_bucket", "seed", "max_docs"),
+    build=build, source_files=source_files)
