@@ -115,6 +115,21 @@ def _sources(root: Path) -> dict[str, bytes]:
             for p in (root / folder).rglob("*.py")}
 
 
+def undo(root: Path, blocks: list[tuple[str, str, str]]) -> None:
+    """Set aside, in the copy at ``root``, what the blocks add when a checkout where the walk-through was followed
+    holds it already (a new module with the block's text; a metric class the block appends), so the page is
+    performed on the library it starts from."""
+    for file, where, code in blocks:
+        path = root / file
+        if where == "a new module" and path.is_file() and path.read_text() == code:
+            path.unlink()
+        elif where == "after the other metrics" and path.is_file():
+            added = "\n\n" + code.rstrip("\n") + "\n"
+            text = path.read_text()
+            if added in text:
+                path.write_text(text.replace(added, "", 1))
+
+
 def perform(title: str, tmp_path: Path) -> Path:
     """Apply the section's blocks to a copy of lib/chunkstudy; check that they touch exactly the listed files.
     Returns the copy's ``lib`` folder (for ``PYTHONPATH``). A checkout where the walk-through was followed holds its
@@ -125,9 +140,7 @@ def perform(title: str, tmp_path: Path) -> Path:
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     blocks = code_blocks(text)
     assert blocks, f"{PAGE.name}: {title!r} shows no code"
-    for file, where, code in blocks:
-        if where == "a new module" and (tmp_path / file).is_file() and (tmp_path / file).read_text() == code:
-            (tmp_path / file).unlink()
+    undo(tmp_path, blocks)
     before = _sources(tmp_path)
     for file, where, code in blocks:
         apply(tmp_path, file, where, code)

@@ -23,14 +23,15 @@ from pathlib import Path
 
 import pandas as pd
 from conftest import seed_embeddings
-from test_extending import apply, code_blocks, section
+from test_extending import apply, code_blocks, section, undo
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The page's sections performed here (each one's code blocks, in page order).
 SECTIONS = ("A metric", "A corpus loader")
-#: The copy's own tests that read the declarations and the generated docs.
+#: The copy's own tests that read the declarations and the generated docs (with the test files the page adds).
 COPY_TESTS = ("tests/test_docs.py", "tests/test_design.py", "tests/test_import_layers.py",
-              "tests/test_typed_params.py")
+              "tests/test_typed_params.py", "tests/test_corpus_build.py", "tests/test_stages.py",
+              "tests/test_extending.py", "tests/test_config.py")
 
 
 def clone(into: Path) -> Path:
@@ -121,15 +122,17 @@ def test_the_walkthroughs_followed_in_a_clone_run_all_eight_stages_and_leave_its
                                                                                                tmp_path):
     tiny, _ = tiny_project
     project = clone(tmp_path / "clone")
-    for title in SECTIONS:
-        for file, where, code in code_blocks(section(title)):
-            apply(project, file, where, code)
+    blocks = [b for title in SECTIONS for b in code_blocks(section(title))]
+    undo(project, blocks)
+    for file, where, code in blocks:
+        apply(project, file, where, code)
     for tool in ("paramdoc", "designdoc", "stagedoc"):
         done = in_copy(project, "-m", f"chunkstudy.{tool}", "--write")
         assert done.returncode == 0, done.stderr[-3000:]
     # the regenerated pages carry the extensions (the copy's tests/test_docs.py, run below, checks they are current)
     assert "| `precision_k` |" in (project / "docs" / "parameters.md").read_text()
     assert "| `P@{precision_k}` |" in (project / "docs" / "design.md").read_text()
+    assert "`plaintext`" in (project / "docs" / "corpus.md").read_text()
     texts_from(tiny, "tiny", project / "data" / "texts")
     (project / "params" / "walk.yaml").write_text(PARAMS)
     seed_embeddings(tiny, "tiny", project, "walk")
@@ -149,6 +152,7 @@ def test_the_walkthroughs_followed_in_a_clone_run_all_eight_stages_and_leave_its
     assert any(c.startswith("P@2|") for c in out["cells"])
     assert "P@2" in out["report"]
 
-    checks = in_copy(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                     *COPY_TESTS)
+    pages_tests = sorted({file for file, _, _ in blocks if file.startswith("tests/")})
+    checks = in_copy(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-x",
+                     *COPY_TESTS, *pages_tests)
     assert checks.returncode == 0, checks.stdout[-6000:]
