@@ -35,6 +35,8 @@ README_MAX_LINES = 250
 #: files of the repository.
 USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml",
               "lib/chunkstudy/corpus/plaintext.py"}  # docs/extending.md's new corpus kind (tests/test_extending.py)
+#: docs/extending.md's new verdict and its test (tests/test_verdicts.py)
+USER_FILES |= {"lib/chunkstudy/stats/verdict/sign.py", "tests/test_sign.py"}
 
 
 def _rel(p: Path) -> str:

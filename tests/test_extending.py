@@ -1,8 +1,10 @@
-"""docs/extending.md's walk-throughs "A metric" and "A corpus loader", performed exactly as the page shows them.
+"""docs/extending.md's walk-throughs "A metric" and "A corpus loader", performed exactly as the page shows them
+("Another verdict" is performed the same way by tests/test_verdicts.py).
 
 Each section's code blocks (first line ``# lib/chunkstudy/<file>, <where>``) are applied to a copy of
 lib/chunkstudy at the place each one names, and the files they touch must be exactly the files the section's
-numbered list names: a walk-through that needs one file more fails here. A fresh Python then imports the copy
+numbered list names: a walk-through that needs one file more fails here. A block headed ``# tests/<file>, a new
+module`` is the walk-through's test file, written beside the copy (``tests/``) for the test to run. A fresh Python then imports the copy
 (first on ``PYTHONPATH``) and runs the new metric, or the new corpus kind, through the stages' own code on a small
 input whose values are computed by hand below.
 """
@@ -28,10 +30,12 @@ PAGE = ROOT / "docs" / "extending.md"
 # ---- the page's walk-through, read and applied -------------------------------------------------------------------
 
 def section(title: str) -> str:
-    """The text of the page's ``## title`` section, up to the next ``## `` heading."""
+    """The text of the page's ``## title`` (or ``### title``) section, up to the next heading of its level or
+    above."""
     text = PAGE.read_text(encoding="utf-8")
-    assert f"\n## {title}\n" in text, f"{PAGE.name}: no section {title!r}"
-    return re.split(r"\n## ", text.split(f"\n## {title}\n", 1)[1], maxsplit=1)[0]
+    m = re.search(rf"\n(##|###) {re.escape(title)}\n", text)
+    assert m, f"{PAGE.name}: no section {title!r}"
+    return re.split(rf"\n#{{2,{len(m.group(1))}}} ", text[m.end():], maxsplit=1)[0]
 
 
 def listed_files(text: str) -> list[str]:
@@ -44,7 +48,7 @@ def code_blocks(text: str) -> list[tuple[str, str, str]]:
     out = []
     for block in re.findall(r"```python\n(.*?)```", text, re.S):
         head, _, code = block.partition("\n")
-        m = re.fullmatch(r"# (lib/chunkstudy/\S+), (.+)", head)
+        m = re.fullmatch(r"# ((?:lib/chunkstudy|tests)/\S+), (.+)", head)
         assert m, f"{PAGE.name}: a code block's first line names no file and place: {head!r}"
         out.append((m.group(1), m.group(2), code))
     return out
@@ -72,6 +76,7 @@ def apply(root: Path, file: str, where: str, code: str) -> None:
     path = root / file
     if where == "a new module":
         assert not path.exists(), f"{file} exists already"
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(code, encoding="utf-8")
         return
     src = path.read_text(encoding="utf-8")
@@ -108,24 +113,29 @@ def apply(root: Path, file: str, where: str, code: str) -> None:
 
 def perform(title: str, tmp_path: Path) -> Path:
     """Apply the section's blocks to a copy of lib/chunkstudy; check that they touch exactly the listed files.
-    Returns the copy's ``lib`` folder (for ``PYTHONPATH``)."""
+    Returns the copy's ``lib`` folder (for ``PYTHONPATH``). A new module the page shows that this checkout holds
+    already, as shown (the walk-through followed in it), is left out of the copy: the copy is the library before
+    the walk-through."""
     text = section(title)
     lib = tmp_path / "lib"
     shutil.copytree(ROOT / "lib" / "chunkstudy", lib / "chunkstudy",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     blocks = code_blocks(text)
     assert blocks, f"{PAGE.name}: {title!r} shows no code"
+    new = {file for file, where, code in blocks if where == "a new module"}
     for file, where, code in blocks:
+        if file in new and (tmp_path / file).is_file() and (tmp_path / file).read_text(encoding="utf-8") == code:
+            (tmp_path / file).unlink()
         apply(tmp_path, file, where, code)
-    touched = sorted({file for file, _, _ in blocks})
+    touched = sorted({file for file, _, _ in blocks if file.startswith("lib/")})
     listed = listed_files(text)
     assert len(listed) == len(touched) <= 3, (listed, touched)
-    assert all(any(fnmatch.fnmatch(t, pat.replace("<kind>", "*")) for t in touched) for pat in listed), (
+    assert all(any(fnmatch.fnmatch(t, re.sub(r"<[^>]+>", "*", pat)) for t in touched) for pat in listed), (
         listed, touched)
-    changed = [p.relative_to(tmp_path).as_posix() for p in (lib / "chunkstudy").rglob("*.py")
+    changed = {p.relative_to(tmp_path).as_posix() for p in (lib / "chunkstudy").rglob("*.py")
                if not (ROOT / p.relative_to(tmp_path)).is_file()
-               or p.read_bytes() != (ROOT / p.relative_to(tmp_path)).read_bytes()]
-    assert sorted(changed) == touched
+               or p.read_bytes() != (ROOT / p.relative_to(tmp_path)).read_bytes()}
+    assert sorted(changed | (new & set(touched))) == touched
     return lib
 
 
