@@ -4,7 +4,7 @@ family (chunkstudy.stats.equivalence; docs/beyond.md, "Equivalence").
 TOST keeps the error of one equivalence claim at alpha; a family of m contrasts, each exactly at the bound
 (|δ| = sesoi, where both "equivalent" and "not equivalent" are false), gets at least one false "equivalent" in up to
 ``1 − (1 − alpha)^m`` of studies when each contrast is decided alone. 07 decides the family on Holm-adjusted
-p-values (:class:`chunkstudy.stats.equivalence.TostVerdict`). This prints both rates for families of 1, 4 (the
+p-values (:class:`chunkstudy.stats.verdict.tost.TostVerdict`). This prints both rates for families of 1, 4 (the
 confirmatory family), 6 and 10 contrasts, simulated by :func:`chunkstudy.stats.simulate.tost_family_rates`
 (independent contrasts clustered by document, each study with a bootstrap seed of its own).
 

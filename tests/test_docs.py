@@ -33,8 +33,11 @@ CODE = ("lib", "notebooks", "tests", "scripts", "bench", "params", "examples", "
 README_MAX_LINES = 250
 #: Files the docs tell a user to create (``cp params/markdown_example.yaml params/mydocs.yaml``): examples, not
 #: files of the repository.
-USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml",  # docs/extending.md's new corpus kind and its test
-              "lib/chunkstudy/corpus/plaintext.py", "tests/test_corpus_plaintext.py"}  # (tests/test_extending.py)
+USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml",
+              # docs/extending.md's new corpus kind and its test (tests/test_extending.py)
+              "lib/chunkstudy/corpus/plaintext.py", "tests/test_corpus_plaintext.py",
+              # docs/extending.md's new verdict and its test (tests/test_verdicts.py)
+              "lib/chunkstudy/stats/verdict/sign.py", "tests/test_sign.py"}
 
 
 def _rel(p: Path) -> str:

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chunkstudy.stats import equivalence as eq
+from chunkstudy.stats.verdict.tost import TostVerdict
 from chunkstudy.significance import cluster_bootstrap
 
 ALPHA = 0.05
@@ -58,13 +59,13 @@ def test_holm_holds_the_family_where_each_contrast_alone_would_be_called_equival
     alone = [eq.tost(f.replicates, sesoi, alpha=ALPHA) for f in family]
     assert [a.verdict for a in alone] == [eq.EQUIVALENT] * 4
     assert [a.p_tost for a in alone] == pytest.approx([0.02, 0.03, 0.04, 0.045])
-    rows = eq.TostVerdict(sesoi).decide(BootstrapTest(199, 1, ALPHA, 2), family)
+    rows = TostVerdict(sesoi).decide(BootstrapTest(199, 1, ALPHA, 2), family)
     assert [r["equivalence"] for r in rows] == [eq.INCONCLUSIVE] * 4
     want = multipletests([a.p_tost for a in alone], method="holm")[1]
     assert [r["p_tost_holm"] for r in rows] == pytest.approx(list(want))
     assert [r["p_tost"] for r in rows] == [a.p_tost for a in alone]
     # two of them alone: Holm 2 x 0.02 = 0.04 and max(0.04, 0.03) = 0.04, both equivalent
-    two = eq.TostVerdict(sesoi).decide(BootstrapTest(199, 1, ALPHA, 2), family[:2])
+    two = TostVerdict(sesoi).decide(BootstrapTest(199, 1, ALPHA, 2), family[:2])
     assert [r["equivalence"] for r in two] == [eq.EQUIVALENT] * 2
     assert [r["p_tost_holm"] for r in two] == pytest.approx([0.04, 0.04])
 
@@ -200,7 +201,7 @@ def test_the_tost_verdict_fills_its_columns_per_contrast_and_none_without_infere
     family = [NS(replicates=inside, inference=True), NS(replicates=far, inference=True),
               NS(replicates=inside, inference=False), NS(replicates=np.empty(0), inference=True)]
     test = BootstrapTest(2000, 1, 0.05, 2)
-    rows = eq.TostVerdict(0.02).decide(test, family)
+    rows = TostVerdict(0.02).decide(test, family)
     assert [tuple(r) for r in rows] == [eq.TOST_COLUMNS] * 4
     assert [r["equivalence"] for r in rows] == ["equivalent", "not equivalent", "", ""]
     e = eq.tost(inside, 0.02, alpha=0.05)
@@ -208,7 +209,7 @@ def test_the_tost_verdict_fills_its_columns_per_contrast_and_none_without_infere
     # the untested two count in the family (ranked last): 4 x the smallest p
     assert rows[0]["p_tost_holm"] == pytest.approx(min(1.0, 4 * e.p_tost))
     assert np.isnan(rows[2]["p_tost"]) and np.isnan(rows[2]["p_tost_holm"]) and rows[2]["sesoi"] == 0.02
-    blank = eq.TostVerdict(None).decide(test, family)  # no bound declared for this family's metric
+    blank = TostVerdict(None).decide(test, family)  # no bound declared for this family's metric
     assert [r["equivalence"] for r in blank] == [""] * 4 and all(np.isnan(r["sesoi"]) for r in blank)
     with pytest.raises(ValueError, match="sesoi"):
-        eq.TostVerdict(0.0)
+        TostVerdict(0.0)

@@ -402,6 +402,29 @@ def test_editing_figures_reruns_08_alone(tmp_path):
     assert all(codehash.library_hash(p, pkg) != after[n] for n, p in NOTEBOOKS.items())   # every stage imports it
 
 
+def test_a_module_found_by_its_file_belongs_to_every_stage_that_runs_its_registry(tmp_path):
+    """The verdicts are imported by the registry's discovery (plugins.discover on chunkstudy.stats.verdict), not by
+    an import statement: each verdict's file is in the closure of every stage whose closure holds the registry, and
+    editing one, or adding one, reruns those stages and no other (before, an edit of the calibrated verdict reran
+    nothing)."""
+    pkg = tmp_path / "chunkstudy"
+    shutil.copytree(ROOT / "lib" / "chunkstudy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    closures = {n: _rel(codehash.module_closure(p, pkg), pkg) for n, p in NOTEBOOKS.items()}
+    running = [n for n, c in closures.items() if "stats/verdicts.py" in c]
+    assert "07_stats" in running and "08_figures" in running
+    files = {f"stats/verdict/{m.name}" for m in (pkg / "stats" / "verdict").glob("*.py")}
+    assert {"stats/verdict/calibrated.py", "stats/verdict/tost.py"} <= files
+    assert [n for n, c in closures.items() if files <= c] == running
+    before = {n: codehash.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    calibrated = pkg / "stats" / "verdict" / "calibrated.py"
+    calibrated.write_text(calibrated.read_text() + "\n# an edit\n")
+    edited = {n: codehash.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    assert [n for n in NOTEBOOKS if edited[n] != before[n]] == running
+    (pkg / "stats" / "verdict" / "another.py").write_text('"""A verdict added by its file."""\n')
+    added = {n: codehash.library_hash(p, pkg) for n, p in NOTEBOOKS.items()}
+    assert [n for n in NOTEBOOKS if added[n] != edited[n]] == running
+
+
 # ------------------------------------------------------------------------------------------- the schema check
 
 def test_schema_check_names_table_column_kind_and_writer():

@@ -60,11 +60,11 @@ ALLOWED = {
     ("stats.contrasts", "user_family", "decision"): "None = the stats record's own rule (contrasts.decision is "
                                                     "passed when the user's family declares one)",
     ("stats.contrasts", "user_contrasts_table", "decision"): "None = the stats record's own rule (as user_family)",
-    ("stats.decision", "CalibratedVerdict.__init__", "decision"): "the registry's prototype (CALIBRATED_VERDICT); a "
-                                                                  "run's verdict is built from stats.decision",
-    ("stats.equivalence", "TostVerdict.__init__", "decision"): "the paper's percentile replicates for callers outside "
-                                                               "a run (power's simulated studies, tests); a run's "
-                                                               "verdict is built from stats.decision",
+    ("stats.verdict.calibrated", "CalibratedVerdict.__init__", "decision"):
+        "the registered prototype (VERDICT); a run's verdict is built from stats.decision",
+    ("stats.verdict.tost", "TostVerdict.__init__", "decision"): "the paper's percentile replicates for callers outside "
+                                                                "a run (power's simulated studies, tests); a run's "
+                                                                "verdict is built from stats.decision",
     # names that became schema keys with retrieve.bm25 (k1, b)
     ("queries.bm25", "build_index", "k1"): "bm25s's own default of the leakage diagnostic's index (03 passes "
                                            "queries.bm25_k1), not retrieve.bm25.k1",

@@ -1,143 +1,230 @@
-"""docs/extending.md, "Another verdict", performed exactly: a verdict beside Holm's is one class (its statistic,
-stats.verdict_protocols.VerdictStatistic, and how 08 prints it, VerdictRendering), one entry in
-stats.verdicts.VERDICTS and a test. Registered at run time,
-the toy verdict below runs through 07's contrast code on a small family, is printed by the report's table code
-with its column and note, and reaches what the goldens pin and the manifests record; nothing else is edited."""
+"""docs/extending.md, "Another verdict", performed exactly as the page shows it, and the registry that makes a
+verdict one file (chunkstudy.stats.verdicts over the modules of chunkstudy.stats.verdict).
+
+The page's two files are written into a copy of the repository (tests/test_extending.py's ``perform``): its one
+library file, a module of chunkstudy.stats.verdict, must be the only library file that changes. A fresh Python that
+imports the copy runs the new verdict through 07's contrast code and 08's table code on eight documents whose
+splits are set by hand, and the page's test file runs as written against the copy. The registry's order, the
+built-ins' places and its refusals (a missing member, a repeated order or column) are checked on the real package
+and on a package of planted modules.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+import pkgutil
 import re
-from dataclasses import dataclass
-from pathlib import Path
+import subprocess
+import sys
 
 import pytest
+from scipy.stats import binomtest
+from test_extending import perform, run_copy, section
 
+from chunkstudy.stats import verdict as verdict_package
+from chunkstudy.stats import verdicts
+from chunkstudy.stats.verdict import calibrated, tost
+
+VERDICT_RUN = r'''
+import json
+import types
+
+import pandas as pd
+
+import chunkstudy
 from chunkstudy import config, design, golden, stats
-from chunkstudy.report import tables
-from chunkstudy.stats import verdict_protocols, verdicts
+from chunkstudy.report import report, tables
+from chunkstudy.stats import verdicts
+
+# eight documents of two queries each, scored under the conditions of the paper's four contrasts; A3 scores 0.5
+# everywhere and each document's mean delta is set by hand: C1 = A3 - A1 gains in d1..d7 and loses in d8 (d1's
+# queries +0.3 and -0.1: its mean counts, not its queries), C2 = A3 - P gains in all eight, C3 = G3 - A3 gains in
+# d1..d4 and loses in d5..d8, C4 = A4 - A3 gains in d1..d3, loses in d4 and d5 and is unchanged in d6..d8
+docs = [f"d{i}" for i in range(1, 9)]
+a1 = {d: (0.4, 0.4) for d in docs} | {"d1": (0.2, 0.6), "d8": (0.6, 0.6)}
+g3 = {d: (0.7, 0.7) if i < 4 else (0.3, 0.3) for i, d in enumerate(docs)}
+a4 = {d: (0.6, 0.6) if i < 3 else (0.4, 0.4) if i < 5 else (0.5, 0.5) for i, d in enumerate(docs)}
+by_condition = {"A3": {d: (0.5, 0.5) for d in docs}, "A1": a1, "P": {d: (0.3, 0.3) for d in docs}, "G3": g3,
+                "A4": a4}
+scores = pd.DataFrame([{"corpus": "hand", "embedder": "strong", "reranker": "none", "condition": c,
+                        "query_id": f"{d}q{j}", "metric": "cov-nDCG@10", "value": v[d][j]}
+                       for c, v in by_condition.items() for d in docs for j in (0, 1)])
+queries = pd.DataFrame({"query_id": [f"{d}q{j}" for d in docs for j in (0, 1)],
+                        "doc_id": [d for d in docs for _ in (0, 1)], "qtype": "factoid"})
+p = config.record("stats", {"n_boot": 1000, "min_docs": 8})
+few = config.record("stats", {"n_boot": 1000, "min_docs": 9})
+bound = config.record("stats", {"n_boot": 1000, "min_docs": 8, "sesoi": 0.02})
+primary = design.PrimaryCell(p.primary_metric, "strong", p.primary_reranker)
+contrasts = stats.contrasts_table(scores, queries, p, primary, "hand")  # 07
+below = stats.contrasts_table(scores, queries, few, primary, "hand")
+with_tost = stats.contrasts_table(scores, queries, bound, primary, "hand")
+user = stats.user_contrasts_table(scores, queries, p, primary, "hand", {"U1": ["A3", "A1"]})
+t1 = tables.table1(contrasts)  # 08
+t1_below = tables.table1(below)
+shown = tables.user_contrasts(user, primary.name, "Declared before the run.")
+sign = ["contrast", "docs_up", "docs_down", "p_sign", "p_holm_sign", "reject_holm_sign"]
+print(json.dumps({
+    "imported": chunkstudy.__file__, "registered": list(verdicts.VERDICTS),
+    "columns": list(contrasts.columns), "columns_with_tost": list(with_tost.columns),
+    "rows": contrasts[sign].to_dict("records"), "below": below[sign].to_dict("records"),
+    "user": user[sign].to_dict("records"),
+    "table1": list(t1.display.columns), "table1_with_tost": list(tables.table1(with_tost).display.columns),
+    "printed": t1.display[["Contrast", "Docs +/-", "Sign Holm p"]].to_dict("records"),
+    "printed_below": t1_below.display[["Docs +/-", "Sign Holm p"]].to_dict("records"),
+    "user_printed": shown.display[["Contrast", "Docs +/-", "Sign Holm p"]].to_dict("records"),
+    "notes": list(t1.notes), "user_notes": list(shown.notes),
+    "sentences": report.verdict_sentences(types.SimpleNamespace(stats=p), contrasts, {}),
+    "optional": list(golden.optional()),
+    "golden": {v.golden_section: {r.contrast: v.golden(r) for r in contrasts.itertuples()}
+               for v in verdicts.carried(contrasts)},
+    "golden_user": [v.golden_user(r) for v in verdicts.carried(user) for r in user.itertuples()],
+    "records": verdicts.records(p),
+}))
+'''
 
 
-# ---- the page's example, verbatim: the module (its registration is the fixture below) ------------------------
-@dataclass(frozen=True)
-class SignVerdict:
-    """The sign the 95% CI shows: "+" (above 0), "-" (below 0) or "?" (it holds 0)."""
-
-    name = "sign"
-    columns = ("sign",)
-    record_name = "sign_declared"
-    golden_section = "sign"
-    sentence = "The sign column says which side of zero each 95% CI lies on."
-
-    # its statistic (VerdictStatistic): 07, the manifests, the goldens
-    def decide(self, test, family):            # one dict of its columns per contrast, in family order
-        return [{"sign": "+" if t.ci_low > 0 else "-" if t.ci_high < 0 else "?"} for t in family]
-
-    def for_cell(self, stats_params, metric):  # every cell has it, with no note
-        return self, ""
-
-    def carried(self, table):                  # a 07 contrast table has its columns
-        return table is not None and "sign" in table.columns
-
-    def record(self, stats_params):            # what each stage's manifest records of its declaration
-        return {"alpha": float(stats_params.alpha)}
-
-    def golden(self, row):
-        return {"sign": str(row.sign)}
-
-    def golden_user(self, row):
-        return {"sign": str(row.sign)}
-
-    # how 08 prints it (VerdictRendering)
-    def cells(self, table, ok, fmt):           # header -> cells, placed before dz
-        return {"Sign": [s if good else fmt.DASH for s, good in zip(table["sign"], ok)]}
-
-    def notes(self, table, fmt):
-        return ("Sign: the side of zero the 95% CI lies on (? = it holds zero).",)
-
-    def registration(self, stats_params, recorded):
-        return "Its alpha was declared before the run." if recorded else "Stage 01 recorded no alpha."
-
-
-#: The verdict as registered.
-SIGN = SignVerdict()
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture()
-def registered(monkeypatch):
-    monkeypatch.setitem(verdicts.VERDICTS, SIGN.name, SIGN)   # the page's edit of stats/verdicts.py, at run time
-
-
-def _family():
-    effects = {"A0": 0.0, "A1": 0.0, "A3": 0.08, "P": 0.0, "G3": 0.03, "A4": 0.08}
-    scores, queries = stats.simulate_scores(48, 192, effects, seed=5)  # above stats.min_docs: inference
-    p = config.record("stats", {"n_boot": 1000, "seed": 3})
-    return scores, queries, p, design.PrimaryCell(p.primary_metric, "strong", p.primary_reranker)
-
-
-def test_a_verdict_registered_at_run_time_runs_through_07_and_is_printed_by_08(registered):
-    scores, queries, p, primary = _family()
-    contrasts = stats.contrasts_table(scores, queries, p, primary, "sim")
-    # 07: its column after the declared ones (no TOST without a bound), decided from the same draws as the CI
-    assert list(contrasts.columns)[-1] == "sign" and "equivalence" not in contrasts
-    want = ["+" if lo > 0 else "-" if hi < 0 else "?" for lo, hi in zip(contrasts["ci_low"], contrasts["ci_high"])]
-    assert contrasts["sign"].tolist() == want and "+" in want and "?" in want
-    # 08: Table 1 prints it before dz, with its note; the user's table likewise
-    t1 = tables.table1(contrasts)
-    cols = list(t1.display.columns)
-    assert cols.index("Sign") == cols.index("dz") - 1
-    primary_rows = contrasts[contrasts["confirmatory"]]
-    assert t1.display["Sign"].tolist() == primary_rows["sign"].tolist()
-    assert "Sign: the side of zero the 95% CI lies on (? = it holds zero)." in t1.notes
-    assert "sign" in t1.data.columns
-    user = stats.user_contrasts_table(scores, queries, p, primary, "sim", {"U1": ["A3", "A0"]})
-    shown = tables.user_contrasts(user, primary.name, "Declared before the run.")
-    assert "Sign" in shown.display.columns and "Sign: the side" in " ".join(shown.notes)
-    # the goldens pin its section (optional in a file pinned before it), the manifests record its declaration
-    assert "sign" in golden.optional()
-    row = next(primary_rows.itertuples())
-    assert SignVerdict().golden(row) == {"sign": row.sign}
-    assert verdicts.records(p)["sign_declared"] == {"alpha": 0.05}
-    # 07 and the goldens see its statistic, 08 its rendering, both because the table carries its columns
-    assert SIGN in verdicts.carried(contrasts) and SIGN in verdicts.shown(contrasts)
-    assert verdicts.recorded(verdicts.records(p))["sign"] == {"alpha": 0.05}  # what 08's registration sentence reads
+def test_a_verdict_as_the_page_walks_it(tmp_path):
+    """"Another verdict": a sign test written as the page shows it — one module of chunkstudy.stats.verdict, the
+    only library file that changes — is found by its file, placed after the two built-ins by its order, decided by
+    07's contrast code in every family and printed by 08's tables, with by hand for C1..C4 the splits 7/1, 8/0, 4/4
+    and 3/2 of the documents' mean deltas (d1's queries split +0.3/-0.1, its mean +0.1: one document up), their
+    exact binomial p-values 18/256, 2/256, 1 and 1 (scipy's binomtest agrees) and Holm over the four."""
+    lib = perform("Another verdict", tmp_path)
+    text = section("Another verdict")
+    assert re.findall(r"^\d+\. `(tests/[^`]+)`", text, re.M) == ["tests/test_<your_verdict>.py"]
+    assert [p.relative_to(tmp_path).as_posix() for p in (tmp_path / "tests").iterdir()] == ["tests/test_sign.py"]
+    out = run_copy(lib, VERDICT_RUN)
+    # its place (order 30): after the calibrated test's (10) and TOST's (20), its five columns together
+    at = out["registered"].index
+    assert at("calibrated") < at("tost") < at("sign")
+    new = ["docs_up", "docs_down", "p_sign", "p_holm_sign", "reject_holm_sign"]
+    for cols, before in ((out["columns"], "significant"), (out["columns_with_tost"], "equivalence")):
+        assert cols[cols.index("docs_up"):cols.index("docs_up") + len(new)] == new
+        assert cols.index(before) < cols.index("docs_up")
+    p = [18 / 256, 2 / 256, 1.0, 1.0]
+    assert p == [binomtest(up, up + down).pvalue for up, down in ((7, 1), (8, 0), (4, 4), (3, 2))]
+    assert out["rows"] == [
+        {"contrast": "C1", "docs_up": 7, "docs_down": 1, "p_sign": p[0], "p_holm_sign": 3 * p[0],
+         "reject_holm_sign": False},
+        {"contrast": "C2", "docs_up": 8, "docs_down": 0, "p_sign": p[1], "p_holm_sign": 4 * p[1],
+         "reject_holm_sign": True},
+        {"contrast": "C3", "docs_up": 4, "docs_down": 4, "p_sign": 1.0, "p_holm_sign": 1.0,
+         "reject_holm_sign": False},
+        {"contrast": "C4", "docs_up": 3, "docs_down": 2, "p_sign": 1.0, "p_holm_sign": 1.0,
+         "reject_holm_sign": False}]
+    # below stats.min_docs the same p-values, but nothing is rejected and nothing printed
+    assert [r["p_holm_sign"] for r in out["below"]] == [r["p_holm_sign"] for r in out["rows"]]
+    assert not any(r["reject_holm_sign"] for r in out["below"])
+    # the user's family of one: Holm leaves its p alone
+    assert out["user"] == [{"contrast": "U1", "docs_up": 7, "docs_down": 1, "p_sign": p[0], "p_holm_sign": p[0],
+                            "reject_holm_sign": False}]
+    # 08: its cells before dz, after the calibrated test's (and TOST's, where declared); its note and sentence
+    for cols, before in ((out["table1"], "Decided by"), (out["table1_with_tost"], "TOST")):
+        assert cols.index(before) < cols.index("Docs +/-") == cols.index("Sign Holm p") - 1 < cols.index("dz")
+    assert out["printed"] == [{"Contrast": "C1", "Docs +/-": "7/1", "Sign Holm p": "0.211"},
+                              {"Contrast": "C2", "Docs +/-": "8/0", "Sign Holm p": "0.031"},
+                              {"Contrast": "C3", "Docs +/-": "4/4", "Sign Holm p": "1.000"},
+                              {"Contrast": "C4", "Docs +/-": "3/2", "Sign Holm p": "1.000"}]
+    assert [r["Sign Holm p"] for r in out["printed_below"]] == ["\u2014"] * 4
+    assert out["user_printed"] == [{"Contrast": "U1 \u00a7", "Docs +/-": "7/1", "Sign Holm p": "0.070"}]
+    note = ("Sign test: documents whose mean delta is above / below zero (ties left out); exact two-sided binomial "
+            "p, Holm within the family.")
+    assert note in out["notes"] and note in out["user_notes"]
+    assert [s for s in out["sentences"] if s.startswith("The sign test")] == [
+        "The sign test counts the documents whose mean delta is above and below zero (Docs +/-): whether more "
+        "gain than lose, whatever the size of each change. It has no parameter to declare."]
+    # what the goldens pin (a section a file pinned before it does not hold), and the manifests record nothing
+    assert "sign" in out["optional"]
+    assert out["golden"]["sign"] == {"C1": {"docs_up": 7, "docs_down": 1, "p_holm": 3 * p[0]},
+                                     "C2": {"docs_up": 8, "docs_down": 0, "p_holm": 4 * p[1]},
+                                     "C3": {"docs_up": 4, "docs_down": 4, "p_holm": 1.0},
+                                     "C4": {"docs_up": 3, "docs_down": 2, "p_holm": 1.0}}
+    assert out["golden_user"][-1] == {} and "sign_declared" not in out["records"]
 
 
-def test_without_the_registration_nothing_of_it_appears():
-    scores, queries, p, primary = _family()
-    contrasts = stats.contrasts_table(scores, queries, p, primary, "sim")
-    assert "sign" not in contrasts and "Sign" not in tables.table1(contrasts).display
-    assert "sign" not in golden.optional() and "sign_declared" not in verdicts.records(p)
+def test_the_pages_test_file_passes_as_written_against_the_copy(tmp_path):
+    """The page's second file, tests/test_<your_verdict>.py, is a test that runs: pytest passes it against the
+    copy with the page's module (its worked example, scipy's oracle and a family's Holm)."""
+    lib = perform("Another verdict", tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(lib), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                           "tests/test_sign.py"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert re.search(r"\b9 passed\b", done.stdout), done.stdout[-2000:]
 
 
-def _page_section() -> str:
-    page = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text(encoding="utf-8")
-    return page.split("### Another verdict", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+# ---- the registry ----------------------------------------------------------------------------------------------
+
+def test_every_verdict_module_is_registered_in_its_declared_order():
+    """Each module of chunkstudy.stats.verdict that declares VERDICT is registered, and nothing else; the registry
+    lists them by order, and their columns follow in that order. The two built-ins keep their places: the
+    calibrated test (10) before TOST (20), as 07's tables and the goldens have them."""
+    declaring = {m.name for m in pkgutil.iter_modules(verdict_package.__path__)
+                 if hasattr(importlib.import_module(f"{verdicts.PACKAGE}.{m.name}"), verdicts.ATTRIBUTE)}
+    registered = list(verdicts.VERDICTS.values())
+    assert {type(v).__module__.rsplit(".", 1)[1] for v in registered} == declaring >= {"calibrated", "tost"}
+    assert [v.order for v in registered] == sorted(v.order for v in registered)
+    assert verdicts.VERDICTS["calibrated"] is calibrated.VERDICT and verdicts.VERDICTS["tost"] is tost.VERDICT
+    assert (calibrated.VERDICT.order, tost.VERDICT.order) == (10, 20)
+    assert verdicts.columns() == tuple(c for v in registered for c in v.columns)
 
 
-def test_the_pages_verdict_module_runs_as_written_and_meets_both_halves():
-    """The page's verdict module, executed alone as a fresh module (its own imports, nothing of this file's), defines
-    a class that meets the statistic half and the rendering half (a missing import is a NameError here)."""
-    code = re.search(r"```python\n(.*?)```", _page_section(), flags=re.S).group(1)
-    namespace: dict = {"__name__": "your_verdict"}
-    exec(compile(code, "lib/chunkstudy/stats/<your_verdict>.py", "exec"), namespace)
-    made = namespace["SignVerdict"]()
-    assert isinstance(made, verdict_protocols.VerdictStatistic)
-    assert isinstance(made, verdict_protocols.VerdictRendering)
-    assert isinstance(made, verdict_protocols.RegisteredVerdict)
+HEAD = "from chunkstudy.stats.verdict.calibrated import CalibratedVerdict\n\n\n"
 
 
-def test_the_page_shows_this_verdict_and_names_the_files_it_touches():
-    """The page's verdict module is this file's (its import and the class), its registry edit registers that class,
-    and the files it names are the verdict's module, the registry and a test."""
-    section = _page_section()
-    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
-    mine = {ln.strip() for ln in Path(__file__).read_text(encoding="utf-8").splitlines()}
-    lines = [ln.strip() for ln in code.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    assert len(lines) > 25 and [ln for ln in lines if ln not in mine] == []
-    edit = re.search(r"```diff\n(.*?)```", section, flags=re.S).group(1)
-    added = [ln[1:].strip() for ln in edit.splitlines() if ln.startswith("+")]
-    assert "from . import decision, equivalence, sign" in added and "sign.SIGN.name: sign.SIGN}" in added
-    named = re.findall(r"^\d+\. `([^`]+)`", section, flags=re.M)
-    assert named == ["lib/chunkstudy/stats/<your_verdict>.py", "lib/chunkstudy/stats/verdicts.py",
-                     "tests/test_<your_verdict>.py"]
+def _planted(name: str, place: int, columns: tuple[str, ...], **more: str) -> str:
+    """A verdict module: the calibrated verdict under another name, order and columns (``more``: other members, as
+    source)."""
+    attrs = {"name": repr(name), "order": str(place), "columns": repr(columns), "record_name": repr(f"{name}_rec"),
+             "golden_section": repr(name), **more}
+    body = "".join(f"    {k} = {v}\n" for k, v in attrs.items())
+    return HEAD + f"class Planted(CalibratedVerdict):\n{body}\n\nVERDICT = Planted()\n"
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    """An importable package of verdict modules under tmp_path; returns (its name, a function writing a module)."""
+    name = f"planted_{abs(hash(tmp_path)) % 10**8}"
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name, lambda module, text: (tmp_path / name / f"{module}.py").write_text(text)
+    for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+        del sys.modules[mod]
+
+
+def test_the_registry_sorts_by_order_not_by_file_name(planted):
+    name, write = planted
+    write("a_late", _planted("late", 30, ("late_col",)))
+    write("z_early", _planted("early", 5, ("early_col",)))
+    write("helper", "def not_a_verdict():\n    return 1\n")
+    assert list(verdicts.discover(name)) == ["early", "late"]
+
+
+@pytest.mark.parametrize("second, said", [
+    (_planted("two", 10, ("two_col",)), "both declare the order 10"),
+    (_planted("one", 20, ("two_col",)), "both declare the name 'one'"),
+    (_planted("two", 20, ("one_col", "two_col")), "both declare the columns ['one_col']"),
+    (_planted("two", 20, ("two_col",), record_name="'one_rec'"), "both declare the record_name 'one_rec'"),
+])
+def test_two_verdicts_that_would_collide_are_refused_naming_both_modules(planted, second, said):
+    name, write = planted
+    write("first", _planted("one", 10, ("one_col",)))
+    write("second", second)
+    with pytest.raises(ValueError, match=rf"{name}\.second\.VERDICT and {name}\.first\.VERDICT {re.escape(said)}"):
+        verdicts.discover(name)
+
+
+def test_a_declaration_without_a_member_is_refused_naming_the_module_and_the_members(planted):
+    name, write = planted
+    write("bare", "class Bare:\n    name = 'bare'\n\n\nVERDICT = Bare()\n")
+    with pytest.raises(TypeError, match=rf"{name}\.bare\.VERDICT: a Bare lacks carried, cells, columns, .*order"):
+        verdicts.discover(name)
+
+
+def test_an_order_that_is_not_an_integer_is_refused_naming_the_module(planted):
+    name, write = planted
+    write("worded", _planted("worded", 0, ("x",), order="'first'"))
+    with pytest.raises(TypeError, match=rf"{name}\.worded\.VERDICT\.order: expected an integer .* got 'first'"):
+        verdicts.discover(name)

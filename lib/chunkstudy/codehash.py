@@ -1,9 +1,8 @@
 """Which package files a notebook's code can run, and their hash: the library part of a stage's skip key
 (:mod:`chunkstudy.runner`). :func:`module_closure` follows every import (also one inside a function) from the
-notebook through the package, with the package data a module names; :func:`library_hash` hashes those files, so a
-change to ``figures.py`` reruns 08 only. A registry that finds its extensions by their files
-(``plugins.discover("chunkstudy.corpus", ...)``, :mod:`chunkstudy.plugins`) imports every module of that package
-without an import statement naming one: the call counts as importing each of them.
+notebook through the package, every module of a package a module names by its dotted name (the extensions
+:func:`chunkstudy.plugins.discover` imports from their files, which no import statement names), and the package
+data a module names; :func:`library_hash` hashes those files, so a change to ``figures.py`` reruns 08 only.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import pkgutil
 import re
 import sys
 from pathlib import Path
@@ -30,37 +28,14 @@ def _module_file(pkg: Path, dotted: str) -> Path | None:
     return init if init.is_file() else None
 
 
-#: The module and function (:func:`chunkstudy.plugins.discover`) that import every module of the package their
-#: first argument names.
-DISCOVER = ("plugins", "discover")
-
-
-def _discovered(node: ast.Call) -> str | None:
-    """``"corpus.*"`` for a call ``plugins.discover("chunkstudy.corpus", ...)`` (or ``discover(...)``, imported from
-    it): every module of that package is imported by it; None for any other call."""
-    func = node.func
-    module, name = DISCOVER
-    ours = (isinstance(func, ast.Name) and func.id == name) or (
-        isinstance(func, ast.Attribute) and func.attr == name and isinstance(func.value, ast.Name)
-        and func.value.id == module)
-    first = node.args[0] if node.args else None
-    if not ours or not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
-        return None
-    top, _, below = first.value.partition(".")
-    return f"{below}.*" if top == PACKAGE and below else "*" if first.value == PACKAGE else None
-
-
 def _imported(tree: ast.AST, package: str) -> set[str]:
     """Names of the package that ``tree`` imports anywhere (also inside functions), dotted and relative to the
     package (``"corpus.build"``; ``""`` = the package); ``package`` is the importing module's own package, for
     relative imports. A name that is not a module (``SCHEMA`` of ``from .config import SCHEMA``) is kept too and
-    dropped by :func:`_module_file`. A :func:`chunkstudy.plugins.discover` call of a package gives ``"<package>.*"``
-    (:func:`_discovered`), which :func:`module_closure` expands to every module of it."""
+    dropped by :func:`_module_file`."""
     out: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and (found := _discovered(node)) is not None:
-            out.add(found)
-        elif isinstance(node, ast.Import):
+        if isinstance(node, ast.Import):
             out |= {a.name.partition(".")[2] for a in node.names if a.name.split(".")[0] == PACKAGE}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -79,7 +54,8 @@ def _imported(tree: ast.AST, package: str) -> set[str]:
 def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
     """The package files a notebook's code can run: the modules it imports, the modules those import
     (transitively; every import statement of a module counts, also one inside a function), every package
-    ``__init__`` on the way, and the package data a module among them loads (a non-Python file belongs to each
+    ``__init__`` on the way, every module of a package that a module among them names (:func:`_discovered`: the
+    verdicts of ``chunkstudy.stats.verdict``, found by their files), and the package data a module among them loads (a non-Python file belongs to each
     module with a string constant that names it, outside docstrings: ``TEMPLATE = "report.html.j2"`` of
     :mod:`chunkstudy.report.html` names ``report/templates/report.html.j2``). Sorted paths."""
     pkg = pkg or Path(__file__).resolve().parent
@@ -87,9 +63,6 @@ def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
     todo = ["", *_imports_of(notebook.read_bytes(), "")]
     while todo:
         dotted = todo.pop()
-        if dotted == "*" or dotted.endswith(".*"):  # a discovered package: each of its modules, as discover finds them
-            todo += _package_modules(pkg, dotted.removesuffix("*").rstrip("."))
-            continue
         path = _module_file(pkg, dotted)
         if path is None or path in seen:
             continue
@@ -98,17 +71,10 @@ def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
         todo += [".".join(parts[:i]) for i in range(len(parts))]  # the packages on the way
         package = dotted if path.name == "__init__.py" else ".".join(parts[:-1])
         todo += _imports_of(path.read_bytes(), package)
+        todo += _discovered(path.read_bytes(), pkg)
     named = set().union(*(_strings_of(p.read_bytes()) for p in seen))
     return sorted(seen | {d for d in package_data(pkg)
                           if d.name in named or str(d.relative_to(pkg)) in named})
-
-
-def _package_modules(pkg: Path, dotted: str) -> list[str]:
-    """The dotted names of the modules (and sub-packages) directly in package ``dotted`` under ``pkg``: what
-    :func:`chunkstudy.plugins.discover` imports (``pkgutil.iter_modules`` of the package's folder)."""
-    folder = pkg.joinpath(*dotted.split(".")) if dotted else pkg
-    prefix = f"{dotted}." if dotted else ""
-    return [prefix + info.name for info in pkgutil.iter_modules([str(folder)])]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -116,6 +82,25 @@ def _imports_of(source: bytes, package: str) -> tuple[str, ...]:
     """:func:`_imported` of a module's source, memoised on the source's bytes: the runner hashes every stage's
     closure, and the modules the eight closures share are parsed once per process, not once per stage."""
     return tuple(sorted(_imported(ast.parse(source.decode("utf-8")), package)))
+
+
+def _discovered(source: bytes, pkg: Path) -> list[str]:
+    """The modules (dotted, below the package) of each package of the library that ``source`` names in a string
+    constant, e.g. ``"chunkstudy.stats.verdict"``: a registry that finds its extensions by their files
+    (:func:`chunkstudy.plugins.discover`) imports every module there, though no import statement names one, so an
+    edit of one (or a new one) must rerun the stages that run the registry. A name that is a module, not a
+    package, is left to the imports."""
+    out = []
+    for name in _strings_of(source):
+        parts = name.split(".")
+        if parts[0] != PACKAGE or len(parts) < 2 or not all(p.isidentifier() for p in parts):
+            continue
+        folder = pkg.joinpath(*parts[1:])
+        if (folder / "__init__.py").is_file():
+            below = ".".join(parts[1:])
+            out += [f"{below}.{m.stem}" for m in sorted(folder.glob("*.py")) if m.stem != "__init__"]
+            out += [f"{below}.{m.parent.name}" for m in sorted(folder.glob("*/__init__.py"))]
+    return out
 
 
 @functools.lru_cache(maxsize=1024)

@@ -6,8 +6,10 @@ the files.
 
 Import order is name order, so registration is deterministic; an extension that must come before another (the
 order of its columns, say) declares that itself, and its registry sorts by it. A module that fails to import
-fails the registry's import, naming the module (Python's own error, unchanged, as its cause). This module imports
-nothing of the project.
+fails the registry's import, naming the module (Python's own error, unchanged, as its cause). A registry names
+its package as a string constant (``PACKAGE = "chunkstudy.stats.verdict"``): that is how :mod:`chunkstudy.codehash`,
+which reads no call, knows that a stage running the registry runs every module there, so that an edited or added
+extension reruns it. This module imports nothing of the project.
 """
 
 from __future__ import annotations

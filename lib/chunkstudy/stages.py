@@ -248,7 +248,8 @@ _BOOT = {"mean_delta": F, "ci_low": F, "ci_high": F, "p": F}
 #: 07's TOST columns (stats.sesoi declared; chunkstudy.stats.equivalence.TOST_COLUMNS)
 _TOST = {"sesoi": F, "tost_ci_low": F, "tost_ci_high": F, "p_tost": F, "p_tost_holm": F, "p_met": F, "p_met_holm": F,
          "equivalence": S}
-#: 07's calibrated test beside the percentile's and the test that decided (chunkstudy.stats.decision.CAL_COLUMNS)
+#: 07's calibrated test beside the percentile's and the test that decided
+#: (chunkstudy.stats.verdict.calibrated.CAL_COLUMNS)
 _CAL = {"p_cal": F, "p_holm_cal": F, "ci_low_cal": F, "ci_high_cal": F, "reject_holm_cal": B, "method_cal": S,
         "decision": S, "decided_by": S, "significant": B}
 _CONTRAST = {**_CELL, **_PAIR, **_BOOT, "p_holm": F, "reject_holm": B, "dz": F, "n_queries": I, "n_docs": I,

@@ -26,7 +26,8 @@ Where it lives: the test itself — resampling, statistic, CI, p, the inference 
 :class:`chunkstudy.significance.BootstrapTest` (a foundation module, because the parameter rules use it too; its
 building blocks are re-exported here); :mod:`.effects` (Cohen's dz, the cluster-robust SE), :mod:`.contrasts` (the confirmatory family in every cell, the user's family, the secondary MixedLM),
 :mod:`.exploratory` (dose-response, per-type cuts, per-condition means, reranker lift), :mod:`.simulate`
-(simulated scores with known effects), :mod:`.power` (how many documents each contrast needs; imported as
+(simulated scores with known effects), :mod:`.verdicts` (the verdicts beside Holm's, one module each in
+:mod:`.verdict`, found by their files), :mod:`.power` (how many documents each contrast needs; imported as
 ``chunkstudy.stats.power``) and :mod:`.multiverse` (each contrast's specification curve; imported as
 ``chunkstudy.stats.multiverse``).
 """

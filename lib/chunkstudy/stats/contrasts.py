@@ -97,10 +97,10 @@ def contrasts_table(scores: pd.DataFrame, queries: pd.DataFrame, stats_params: S
     over the paired queries. ``confirmatory`` is True only in the primary cell; ``label`` says "confirmatory" or
     "exploratory". A contrast whose conditions are missing from a cell gets NaN statistics and a ``note``. Every
     cell's family also carries the calibrated test beside the percentile bootstrap and the test that decides under
-    ``stats.decision`` (:class:`chunkstudy.stats.decision.CalibratedVerdict`: ``p_cal``, ``p_holm_cal``,
+    ``stats.decision`` (:class:`chunkstudy.stats.verdict.calibrated.CalibratedVerdict`: ``p_cal``, ``p_holm_cal``,
     ``ci_low_cal``, ``ci_high_cal``, ``reject_holm_cal``, ``decided_by``, ``significant``). With a further
     registered verdict beside Holm's declared (:data:`chunkstudy.stats.verdicts.VERDICTS`: the TOST of
-    :class:`chunkstudy.stats.equivalence.TostVerdict` when a bound is declared, ``stats.sesoi`` for the primary
+    :class:`chunkstudy.stats.verdict.tost.TostVerdict` when a bound is declared, ``stats.sesoi`` for the primary
     metric, ``stats.sesoi_by_metric`` for others) the test also carries that verdict, from the same draws and
     decided within the cell's family, with its columns after these (TOST's blank in a cell whose metric has no
     bound, with a ``note`` saying so).

@@ -64,19 +64,20 @@ def simulate_scores(n_docs: int, n_queries: int, effects: Mapping[str, float], *
 def tost_family_rates(test: Any, sesoi: float, m: int, *, n_docs: int, queries_per_doc: int, n_sims: int, seed: int,
                       doc_sd: float = 0.02, noise_sd: float = 0.05) -> dict[str, float]:
     """How often a family of ``m`` contrasts, every one at the equivalence bound, gets at least one false verdict:
-    the family-wise error that :class:`chunkstudy.stats.equivalence.TostVerdict` holds (docs/beyond.md,
+    the family-wise error that :class:`chunkstudy.stats.verdict.tost.TostVerdict` holds (docs/beyond.md,
     "Equivalence"; bench/bench_tost_family.py prints it).
 
     Each of ``n_sims`` studies draws, per contrast, ``n_docs`` documents of ``queries_per_doc`` paired deltas
     ``δ = ±sesoi + w_d + e_q`` (sign alternating over the contrasts, ``w_d ~ N(0, doc_sd²)``, ``e_q ~ N(0,
     noise_sd²)``: independent contrasts, clustered by document), tests each with ``test``
-    (:class:`chunkstudy.significance.BootstrapTest`, with a seed of the study's own) and decides the family with :class:`TostVerdict` at
-    ``sesoi``. At |δ| = sesoi both claims are false: "equivalent" (H0: |δ| ≥ sesoi holds) and "not equivalent"
+    (:class:`chunkstudy.significance.BootstrapTest`, with a seed of the study's own) and decides the family with
+    :class:`~chunkstudy.stats.verdict.tost.TostVerdict` at ``sesoi``. At |δ| = sesoi both claims are false: "equivalent" (H0: |δ| ≥ sesoi holds) and "not equivalent"
     (H0: |δ| ≤ sesoi holds). Returns the share of studies with at least one "equivalent" / "not equivalent"
     verdict (``holm_equivalent``, ``holm_not_equivalent``), the same from the unadjusted p-values of the same draws
     (``raw_equivalent``: any ``p_tost < alpha``, the rule before the family was held; ``raw_not_equivalent``), and
     the Monte Carlo standard error of a rate of alpha (``mc_se``)."""
-    from .equivalence import EQUIVALENT, NOT_EQUIVALENT, TostVerdict
+    from .equivalence import EQUIVALENT, NOT_EQUIVALENT
+    from .verdict.tost import TostVerdict
 
     rng = np.random.default_rng(seed)
     docs = np.repeat(np.arange(n_docs), queries_per_doc)

@@ -8,10 +8,10 @@
 * :class:`VerdictRendering`, how stage 08 prints it: its cells in a printed contrast table (``cells``), the notes
   under it (``notes``), and the report's text (``sentence``, ``registration``). Read only by 08.
 
-A registered verdict meets both (:class:`RegisteredVerdict`; one class in one file may do it, as the walk-through's
-does: docs/extending.md, "Another verdict"); the registry (:mod:`chunkstudy.stats.verdicts`) hands 07, the
-manifests and the goldens the statistic half and 08 the rendering half, so a type checker sees which member each
-reads. Tables are 07 contrast tables (the rows of one family); numbers are rounded only by the report's formatters,
+A registered verdict meets both and says where its columns go (:class:`RegisteredVerdict`: ``order``): one class in
+one module of :mod:`chunkstudy.stats.verdict`, which declares it as ``VERDICT`` (docs/extending.md, "Another
+verdict"). The registry (:mod:`chunkstudy.stats.verdicts`) finds it by that file and hands 07, the manifests and
+the goldens the statistic half and 08 the rendering half, so a type checker sees which member each reads. Tables are 07 contrast tables (the rows of one family); numbers are rounded only by the report's formatters,
 which 08 hands the rendering half (:class:`Formatting`: :mod:`chunkstudy.report.tables.formatting`).
 """
 
@@ -109,4 +109,12 @@ class VerdictRendering(Protocol):
 
 @runtime_checkable
 class RegisteredVerdict(VerdictStatistic, VerdictRendering, Protocol):
-    """What an entry of :data:`chunkstudy.stats.verdicts.VERDICTS` meets: both halves."""
+    """What a module of :mod:`chunkstudy.stats.verdict` declares as ``VERDICT`` (an entry of
+    :data:`chunkstudy.stats.verdicts.VERDICTS`): both halves, and its place among the verdicts."""
+
+    @property
+    def order(self) -> int:
+        """Its place among the verdicts, read only by the registry: the verdicts' columns follow one another in 07's
+        tables, and their cells in 08's, by ascending ``order`` (the calibrated test's is 10, TOST's 20; a new
+        verdict takes a number no other has: 30 after both, 15 between them)."""
+        ...

@@ -1,11 +1,16 @@
-"""The verdicts beside Holm's, registered once (docs/extending.md, "Another verdict"): each a
-:class:`~chunkstudy.stats.verdict_protocols.RegisteredVerdict`, its statistic
+"""The verdicts beside Holm's, found by their files (docs/extending.md, "Another verdict"): each module of
+:mod:`chunkstudy.stats.verdict` declares ``VERDICT``, a
+:class:`~chunkstudy.stats.verdict_protocols.RegisteredVerdict` — its statistic
 (:class:`~chunkstudy.stats.verdict_protocols.VerdictStatistic`: its columns, when a run has it, what the goldens pin
-and what the manifests record) and how the report prints it
-(:class:`~chunkstudy.stats.verdict_protocols.VerdictRendering`). 07's contrast code (:mod:`.contrasts`), the
-runner's manifests and :mod:`chunkstudy.golden` get the statistic half from the functions below, 08's tables and
-text (:mod:`chunkstudy.report`) the rendering half (:func:`shown`, :func:`recorded`); none names a verdict. Adding a
-verdict is its module, one entry here and a test.
+and what the manifests record), how the report prints it
+(:class:`~chunkstudy.stats.verdict_protocols.VerdictRendering`) and its ``order``. :data:`VERDICTS` lists them by
+``order``, which is the order of their columns in 07's and 08's tables; a new file in that package is the whole
+registration, and no list here can disagree with the files.
+
+07's contrast code (:mod:`.contrasts`), the runner's manifests and :mod:`chunkstudy.golden` get the statistic half
+from the functions below, 08's tables and text (:mod:`chunkstudy.report`) the rendering half (:func:`shown`,
+:func:`recorded`); none names a verdict. A declaration that lacks a member, or repeats another's name, order or
+column, golden section or manifest record, fails this module's import, naming the modules.
 """
 
 from __future__ import annotations
@@ -14,20 +19,57 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from .. import plugins
 from ..params import StatsParams
 from ..significance import Verdict
-from . import decision, equivalence
 from .verdict_protocols import RegisteredVerdict, VerdictRendering, VerdictStatistic
 
-#: Every verdict beside Holm's, by name, in the order its columns follow 07's and 08's: the calibrated test and which
-#: test decides (every run), then the equivalence test (a bound declared).
-VERDICTS: dict[str, RegisteredVerdict] = {decision.CALIBRATED_VERDICT.name: decision.CALIBRATED_VERDICT,
-                                          equivalence.TOST.name: equivalence.TOST}
+#: The package whose modules are the verdicts, and the module attribute each declares its verdict under.
+PACKAGE = "chunkstudy.stats.verdict"
+ATTRIBUTE = "VERDICT"
+#: What a declared verdict must have: every member of :class:`RegisteredVerdict`.
+MEMBERS = tuple(sorted(n for n in dir(RegisteredVerdict) if not n.startswith("_")))
+#: What no two verdicts share (nor any column): a name is its key, an order its place, a record name its key in the
+#: manifests and a golden section its key in a golden file.
+UNIQUE = ("name", "order", "record_name", "golden_section")
+
+
+def _checked(module: str, verdict: Any) -> RegisteredVerdict:
+    """``verdict`` as ``module`` declared it, when it has every member and an integer ``order``."""
+    missing = [m for m in MEMBERS if not hasattr(verdict, m)]
+    if missing:
+        raise TypeError(f"{module}.{ATTRIBUTE}: a {type(verdict).__name__} lacks {', '.join(missing)}, which a "
+                        "verdict declares (chunkstudy.stats.verdict_protocols.RegisteredVerdict)")
+    if not isinstance(verdict.order, int) or isinstance(verdict.order, bool):
+        raise TypeError(f"{module}.{ATTRIBUTE}.order: expected an integer (its place among the verdicts), got "
+                        f"{verdict.order!r}")
+    return verdict
+
+
+def discover(package: str = PACKAGE) -> dict[str, RegisteredVerdict]:
+    """Every verdict ``package``'s modules declare, by name, in ``order`` (module docstring). Two that share a
+    name, an order, a record name, a golden section or a column are refused, naming both modules."""
+    seen: dict[str, tuple[str, RegisteredVerdict]] = {}
+    for module, declared in plugins.discover(package, ATTRIBUTE, object):
+        v = _checked(module, declared)
+        for other, w in seen.values():
+            same = [f"the {a} {getattr(v, a)!r}" for a in UNIQUE if getattr(v, a) == getattr(w, a)]
+            shared = sorted(set(v.columns) & set(w.columns))
+            if same or shared:
+                what = same[0] if same else f"the columns {shared}"
+                raise ValueError(f"{module}.{ATTRIBUTE} and {other}.{ATTRIBUTE} both declare {what}: each verdict "
+                                 f"has its own {', '.join(UNIQUE)} and columns")
+        seen[v.name] = (module, v)
+    return {name: v for name, (_, v) in sorted(seen.items(), key=lambda kv: kv[1][1].order)}
+
+
+#: Every verdict beside Holm's, by name, in the order its columns follow in 07's and 08's tables: the calibrated
+#: test and which test decides (order 10, every run), then the equivalence test (order 20, a bound declared).
+VERDICTS: dict[str, RegisteredVerdict] = discover()
 
 
 def statistics() -> tuple[VerdictStatistic, ...]:
-    """Every registered verdict's statistic, in registered order (read when called: a verdict registered at run time
-    counts)."""
+    """Every registered verdict's statistic, in order."""
     return tuple(VERDICTS.values())
 
 
@@ -44,8 +86,8 @@ def declared(stats_params: StatsParams) -> tuple[VerdictStatistic, ...]:
 
 
 def for_cell(stats_params: StatsParams, metric: str) -> tuple[tuple[Verdict, ...], str]:
-    """The verdicts of one cell of ``metric`` beside Holm's, in registered order, and the note of its rows (each
-    verdict's, joined with "; ")."""
+    """The verdicts of one cell of ``metric`` beside Holm's, in order, and the note of its rows (each verdict's,
+    joined with "; ")."""
     found = [x for x in (v.for_cell(stats_params, metric) for v in statistics()) if x is not None]
     return tuple(v for v, _ in found), "; ".join(note for _, note in found if note)
 

@@ -1,5 +1,5 @@
 """The cost table (07's ``cost``, :func:`chunkstudy.stats.cost.cost_table`): docs/beyond.md, "Cost". The
-equivalence cells of Table 1 are TOST's own (:class:`chunkstudy.stats.equivalence.TostVerdict`, printed through
+equivalence cells of Table 1 are TOST's own (:class:`chunkstudy.stats.verdict.tost.TostVerdict`, printed through
 :func:`chunkstudy.report.tables.results.verdict_cells` as every registered verdict is)."""
 
 from __future__ import annotations

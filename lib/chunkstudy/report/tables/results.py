@@ -38,10 +38,10 @@ def table1(contrasts: pd.DataFrame, mixedlm: pd.DataFrame | None = None,
     one-document note) is among the table's notes. ``marks`` (contrast -> why, :func:`placebo_marks`) marks
     contrasts whose placebo is not clean with :data:`PLACEBO_MARK`. ``paired`` (07's ``mixedlm_paired``): the
     correctly specified secondary model, one note (:func:`paired_mixedlm_note`). The calibrated test's CI and Holm p
-    and the test that decided are the registered verdict's columns (:class:`chunkstudy.stats.decision.
-    CalibratedVerdict`); the star sits on the Holm p of the test that decided (:func:`percentile_stars`).
-    ``size_check`` (07's): the measured size of the tests at this run's structure, one note
-    (:func:`size_check_note`)."""
+    and the test that decided are the registered verdict's columns
+    (:class:`chunkstudy.stats.verdict.calibrated.CalibratedVerdict`); the star sits on the Holm p of the test that
+    decided (:func:`percentile_stars`). ``size_check`` (07's): the measured size of the tests at this run's
+    structure, one note (:func:`size_check_note`)."""
     _require(contrasts, ["contrast", "mean_delta", "ci_low", "ci_high", "p", "p_holm", "reject_holm", "dz", "n_queries",
                          "n_docs"], "contrasts")
     marks = dict(marks or {})
