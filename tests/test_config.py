@@ -351,7 +351,8 @@ def test_a_metric_s_rank_cut_off_is_at_most_retrieve_k_from_its_declaration(tmp_
     assert keys[:2] == ["metrics.cutoff", "metrics.recall_k"] and keys[-1] == "metrics.success_k"
     assert keys[:-1] == [f"metrics.{m.parameter}" for m in design.METRICS if m.rank_cut and m.key != "nDCG"]
     assert [r.key for r in config_rules.rank_cut_rules()] == [r.key for r in config_rules.RULES if r.own_row]
-    data = {"metrics": {"cutoff": 10, "recall_k": 50, "success_k": 500}, "retrieve": {"k": 50}}
+    defaults = {k: p.default for k, p in config.SCHEMA["metrics"].items()}  # every registered metric's
+    data = {"metrics": {**defaults, "cutoff": 10, "recall_k": 50, "success_k": 500}, "retrieve": {"k": 50}}
     with pytest.raises(config.ConfigError, match=r"^p\.yaml: metrics\.success_k: 500 must not exceed retrieve\.k \(50\)"):
         config.check_rules(data, "p.yaml", rules)
     config.check_rules({**data, "metrics": {**data["metrics"], "success_k": 50}}, "p.yaml", rules)

@@ -352,12 +352,14 @@ def test_a_stage_hashes_only_the_modules_its_notebook_imports():
 
 def test_a_discover_call_counts_as_importing_every_module_of_its_package(tmp_path):
     """``plugins.discover("chunkstudy.ext", ...)`` imports each module of ``ext`` without an import statement naming
-    one: module_closure follows the call to all of them (sub-packages included, as discover imports them), so an
-    edit of any changes the hash; another function's call, or a package named by a variable, adds nothing."""
+    one: module_closure follows the package's name to all of them (sub-packages included, as discover imports
+    them), so an edit of any changes the hash. Any string naming a package of the library counts (a registry's
+    ``PACKAGE`` constant as much as the call's argument: more reruns, never a stale one); a name that is no package
+    of it adds nothing."""
     pkg = tmp_path / "chunkstudy"
     for name, text in {"__init__.py": "", "plugins.py": "def discover(package, attribute, kind): ...\n",
                        "registry.py": "from . import plugins\nFOUND = plugins.discover('chunkstudy.ext', 'X', object)\n",
-                       "other.py": "import runner\nrunner.discover('chunkstudy.lost')\nname = 'chunkstudy.lost'\n",
+                       "other.py": "import runner\nrunner.discover('chunkstudy.nothere')\nname = 'chunkstudy.lost.c.x'\n",
                        "ext/__init__.py": "", "ext/a.py": "X = 1\n", "ext/b.py": "", "ext/sub/__init__.py": "",
                        "lost/__init__.py": "", "lost/c.py": ""}.items():
         (pkg / name).parent.mkdir(parents=True, exist_ok=True)

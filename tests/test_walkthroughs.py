@@ -5,7 +5,7 @@ parameter files, docs and tests); the generated docs are regenerated with the pr
 eight stages run through the runner, in a fresh Python that imports the copy, under one parameter file that uses
 every extension at once: the new corpus loader reads a folder of plain-text files (the tiny run's three documents
 and questions, written out as text), 06 scores the new metric under the parameter the file sets, 07 tests the
-contrasts in its cells and 08 prints it. No registry is patched: each extension is found the way the library finds
+contrasts in its cells and adds the new verdict beside Holm's in every cell, and 08 prints both. No registry is patched: each extension is found the way the library finds
 its own. Then the copy's own checks of its registries and generated docs pass (tests/test_docs.py and the tests
 that read the declarations), which is what "leaves ./run_tests.sh green" means for an extension.
 
@@ -27,7 +27,7 @@ from test_extending import apply, code_blocks, section, undo
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The page's sections performed here (each one's code blocks, in page order).
-SECTIONS = ("A metric", "A corpus loader")
+SECTIONS = ("A metric", "A corpus loader", "Another verdict")
 #: The copy's own tests that read the declarations and the generated docs (with the test files the page adds).
 COPY_TESTS = ("tests/test_docs.py", "tests/test_design.py", "tests/test_import_layers.py",
               "tests/test_typed_params.py", "tests/test_corpus_build.py", "tests/test_stages.py",
@@ -106,6 +106,7 @@ print(json.dumps({
     "p2": scores.loc[scores["metric"] == "P@2", "value"].tolist(),
     "cells": sorted(contrasts["cell"].unique()),
     "columns": list(contrasts.columns),
+    "sign": [[int(u), int(d)] for u, d in zip(contrasts.get("docs_up", []), contrasts.get("docs_down", []))],
     "report": (root / "figures" / "walk" / "report.md").read_text(encoding="utf-8"),
 }))
 '''
@@ -151,6 +152,10 @@ def test_the_walkthroughs_followed_in_a_clone_run_all_eight_stages_and_leave_its
     assert "P@2" in out["metrics"] and out["p2"] and all(v in (0.0, 0.5, 1.0) for v in out["p2"])
     assert any(c.startswith("P@2|") for c in out["cells"])
     assert "P@2" in out["report"]
+    # the verdict: its columns in 07's contrasts of every cell, its cells and note in 08's report
+    assert {"docs_up", "docs_down", "p_sign", "p_holm_sign", "reject_holm_sign"} <= set(out["columns"])
+    assert out["sign"] and all(u + d <= 3 for u, d in out["sign"])  # three documents: at most three split
+    assert "Sign Holm p" in out["report"] and "Sign test:" in out["report"]
 
     pages_tests = sorted({file for file, _, _ in blocks if file.startswith("tests/")})
     checks = in_copy(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-x",
