@@ -37,7 +37,9 @@ USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml",
               # docs/extending.md's new corpus kind and its test (tests/test_extending.py)
               "lib/chunkstudy/corpus/plaintext.py", "tests/test_corpus_plaintext.py",
               # docs/extending.md's new verdict and its test (tests/test_verdicts.py)
-              "lib/chunkstudy/stats/verdict/sign.py", "tests/test_sign.py"}
+              "lib/chunkstudy/stats/verdict/sign.py", "tests/test_sign.py",
+              # docs/extending.md's new metric's test (tests/test_extending.py)
+              "tests/test_metric_precision.py"}
 
 
 def _rel(p: Path) -> str:
