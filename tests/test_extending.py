@@ -158,11 +158,17 @@ def perform(title: str, tmp_path: Path) -> Path:
     return lib
 
 
+def in_copy(root: Path, *args: str, lib: Path | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run ``python args`` in ``root`` in a fresh interpreter that imports the copy's chunkstudy first (``lib``,
+    default ``root/lib``, first on ``PYTHONPATH``)."""
+    env = {**os.environ, "PYTHONPATH": str(lib or root / "lib"), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, *args], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def run_copy(lib: Path, script: str, *args: str) -> dict:
     """Run ``script`` in a fresh Python that imports ``lib``'s chunkstudy; its JSON line."""
-    env = {**os.environ, "PYTHONPATH": str(lib), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env,
-                          cwd=lib.parent, timeout=600)
+    done = in_copy(lib.parent, "-c", script, *args, lib=lib, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(out["imported"]).resolve() == (lib / "chunkstudy" / "__init__.py").resolve()

@@ -12,15 +12,13 @@ and on a package of planted modules.
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 import re
-import subprocess
 import sys
 
 import pytest
 from scipy.stats import binomtest
-from test_extending import perform, run_copy, section
+from test_extending import in_copy, perform, run_copy, section
 
 from chunkstudy.stats import verdict as verdict_package
 from chunkstudy.stats import verdicts
@@ -147,9 +145,8 @@ def test_the_pages_test_file_passes_as_written_against_the_copy(tmp_path):
     """The page's second file, tests/test_<your_verdict>.py, is a test that runs: pytest passes it against the
     copy with the page's module (its worked example, scipy's oracle and a family's Holm)."""
     lib = perform("Another verdict", tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(lib), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           "tests/test_sign.py"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    done = in_copy(tmp_path, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                   "tests/test_sign.py", lib=lib, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert re.search(r"\b9 passed\b", done.stdout), done.stdout[-2000:]
 

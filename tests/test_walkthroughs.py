@@ -15,15 +15,13 @@ About two minutes on 2 CPU cores (the tiny run's vectors are seeded, so only tex
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 from conftest import seed_embeddings
-from test_extending import apply, code_blocks, section, undo
+from test_extending import apply, code_blocks, in_copy, section, undo
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The page's sections performed here (each one's code blocks, in page order).
@@ -110,13 +108,6 @@ print(json.dumps({
     "report": (root / "figures" / "walk" / "report.md").read_text(encoding="utf-8"),
 }))
 '''
-
-
-def in_copy(project: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run ``python args`` in ``project`` with its own library first on the path (a fresh interpreter)."""
-    env = {**os.environ, "PYTHONPATH": str(project / "lib"), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, *args], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def test_the_walkthroughs_followed_in_a_clone_run_all_eight_stages_and_leave_its_checks_green(tiny_project,
