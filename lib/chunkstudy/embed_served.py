@@ -53,11 +53,8 @@ class ServedEmbeddings:
         self.max_tokens = max_tokens  # the embedder's resolved max_seq_length (truncation: start)
         self.api_key_env = spec.api_key_env
         self.after_served = after_served  # once the servers answer for this client's first request
-        self.pool = http.JsonPool(self.base_urls, "/embeddings", where=self.where, api_key_env=spec.api_key_env,
-                                  per_replica=spec.concurrency, max_retries=spec.max_retries,
-                                  retry_backoff_s=spec.retry_backoff_s, timeout_s=spec.timeout_s,
-                                  breaker_failures=spec.breaker_failures, retry_after_max_s=RETRY_AFTER_CAP_S,
-                                  sleep=sleep)
+        self.pool = http.JsonPool.of(spec, self.base_urls, "/embeddings", where=self.where,
+                                     retry_after_max_s=RETRY_AFTER_CAP_S, sleep=sleep)
         self._served = False
         self.dimension = 0  # the vectors' dimension, from the first reply
 

@@ -411,11 +411,8 @@ class ServedReranker:
         if not self.base_urls:
             raise ValueError(f"{self.where}: backend 'openai' needs base_url (e.g. http://host:8000/v1)")
         self.model, self.max_length, self.batch = spec.model, spec.max_length, spec.batch_size
-        self.pool = http.JsonPool(self.base_urls, "/rerank", where=self.where, api_key_env=spec.api_key_env,
-                                  per_replica=spec.concurrency, max_retries=spec.max_retries,
-                                  retry_backoff_s=spec.retry_backoff_s, timeout_s=spec.timeout_s,
-                                  breaker_failures=spec.breaker_failures, retry_after_max_s=RETRY_AFTER_CAP_S,
-                                  sleep=_sleep)
+        self.pool = http.JsonPool.of(spec, self.base_urls, "/rerank", where=self.where,
+                                     retry_after_max_s=RETRY_AFTER_CAP_S, sleep=_sleep)
         self._served = False
 
     def requests(self, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], dict]]:

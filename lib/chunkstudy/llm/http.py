@@ -261,6 +261,16 @@ class JsonPool:
         self._lock = threading.Lock()
         self._session: Any = None
 
+    @classmethod
+    def of(cls, client: Any, base_urls: Sequence[str], path: str, *, where: str, retry_after_max_s: float,
+           sleep: Callable[[float], Any]) -> "JsonPool":
+        """The pool of a served model's client, from the keys every such client declares
+        (:class:`chunkstudy.params.ServerClientParams`: ``api_key_env``, ``concurrency`` per replica,
+        ``max_retries``, ``retry_backoff_s``, ``timeout_s``, ``breaker_failures``)."""
+        return cls(base_urls, path, where=where, api_key_env=client.api_key_env, per_replica=client.concurrency,
+                   max_retries=client.max_retries, retry_backoff_s=client.retry_backoff_s, timeout_s=client.timeout_s,
+                   breaker_failures=client.breaker_failures, retry_after_max_s=retry_after_max_s, sleep=sleep)
+
     def session(self) -> Any:
         if self._session is None:
             import requests
