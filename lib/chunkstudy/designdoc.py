@@ -21,14 +21,13 @@ import argparse
 import inspect
 import re
 import sys
-from pathlib import Path
 from typing import Callable
 
-from . import artifacts, config, design, paper, stages
+from . import config, design, paper, stages
 from .corpus import build
 from .corpus.folder import FolderLoader
 from .paramdoc import _cell
-from .stagedoc import replace_block
+from .stagedoc import add_root, page_path, replace_block, write_page
 
 #: The command that rewrites every block (what the staleness test prints).
 COMMAND = ".venv/bin/python -m chunkstudy.designdoc --write"
@@ -207,20 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.designdoc", description=__doc__.split("\n")[0])
     ap.add_argument("block", nargs="?", choices=list(BLOCKS), help="print this block")
     ap.add_argument("--write", action="store_true", help="rewrite every block of every page instead of printing")
-    ap.add_argument("--root", type=Path, default=None,
-                    help="the project whose pages --write rewrites (default: the nearest folder above the working "
-                         "directory holding pyproject.toml)")
+    add_root(ap)
     args = ap.parse_args(argv)
     if not args.write:
         for name in [args.block] if args.block else list(BLOCKS):
             sys.stdout.write(BLOCKS[name][1]() + "\n\n")
         return 0
-    root = args.root.resolve() if args.root is not None else config.find_root(Path.cwd())
     for page, names in PAGES.items():
-        path = root / page
-        text = rewrite(path.read_text(encoding="utf-8"), page, names)
-        with artifacts.atomic_path(path) as tmp:  # a killed write leaves the page as it was
-            tmp.write_text(text, encoding="utf-8")
+        path = page_path(page, args.root)
+        write_page(path, rewrite(path.read_text(encoding="utf-8"), page, names))
         print(f"designdoc: rewrote {', '.join(names)} in {path}")
     return 0
 

@@ -22,13 +22,13 @@ import dataclasses
 import inspect
 import re
 import sys
-from pathlib import Path
 from typing import Any, Mapping
 
-from . import artifacts, config, stages
+from . import config, stages
 from .config_rules import RULES
 from .corpus import build as corpus_build
 from .paramspec import Group, Spec
+from .stagedoc import add_root, page_path, write_page
 
 #: The page's path relative to the project root.
 PAGE = "docs/parameters.md"
@@ -198,19 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.paramdoc", description=__doc__.split("\n")[0])
     ap.add_argument("--write", nargs="?", const=PAGE, metavar="PATH",
                     help=f"write the page (default: {PAGE}, relative to the project root) instead of printing it")
-    ap.add_argument("--root", type=Path, default=None,
-                    help="the project root a relative PATH is under (default: the nearest folder above the working "
-                         "directory holding pyproject.toml)")
+    add_root(ap)
     args = ap.parse_args(argv)
     text = markdown()
     if args.write is None:
         sys.stdout.write(text)
         return 0
-    path = Path(args.write)
-    if not path.is_absolute():
-        path = (args.root.resolve() if args.root is not None else config.find_root(Path.cwd())) / path
-    with artifacts.atomic_path(path) as tmp:  # a killed write leaves the page as it was
-        tmp.write_text(text, encoding="utf-8")
+    path = page_path(args.write, args.root)
+    write_page(path, text)
     print(f"paramdoc: wrote {path}")
     return 0
 

@@ -12,6 +12,11 @@ it differs from :func:`table`, naming the command that rewrites it (as for ``doc
 
     .venv/bin/python -m chunkstudy.stagedoc --write        # rewrites the table in docs/running.md
     .venv/bin/python -m chunkstudy.stagedoc                # prints it
+
+It also holds what the three docs generators (this one, :mod:`chunkstudy.paramdoc`, :mod:`chunkstudy.designdoc`)
+do alike: a generated block replaced between its markers (:func:`replace_block`), the ``--root`` option naming the
+project whose pages ``--write`` rewrites (:func:`add_root`, :func:`page_path`) and the atomic write
+(:func:`write_page`).
 """
 
 from __future__ import annotations
@@ -122,21 +127,39 @@ def rewrite(text: str, where: str = PAGE) -> str:
     return replace_block(text, BEGIN, END, table(), where)
 
 
+def add_root(ap: argparse.ArgumentParser) -> None:
+    """The ``--root`` option every docs generator takes (stagedoc, paramdoc, designdoc): the project whose pages
+    ``--write`` rewrites, e.g. a clone."""
+    ap.add_argument("--root", type=Path, default=None,
+                    help="the project whose pages --write rewrites, a relative PATH under it (default: the nearest "
+                         "folder above the working directory holding pyproject.toml)")
+
+
+def page_path(page: str | Path, root: Path | None) -> Path:
+    """``page`` (absolute, or relative to the project root ``root``, default the project above the working
+    directory)."""
+    path = Path(page)
+    return path if path.is_absolute() else (root.resolve() if root is not None else config.find_root(Path.cwd())) / path
+
+
+def write_page(path: Path, text: str) -> None:
+    """Write a generated page atomically: a killed write leaves the page as it was."""
+    with artifacts.atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chunkstudy.stagedoc", description=__doc__.split("\n")[0])
     ap.add_argument("--write", nargs="?", const=PAGE, metavar="PATH",
                     help=f"rewrite the table in the page (default: {PAGE}, relative to the project root) instead of "
                          "printing it")
+    add_root(ap)
     args = ap.parse_args(argv)
     if args.write is None:
         sys.stdout.write(table() + "\n")
         return 0
-    path = Path(args.write)
-    if not path.is_absolute():
-        path = config.find_root(Path.cwd()) / path
-    text = rewrite(path.read_text(encoding="utf-8"), str(path))
-    with artifacts.atomic_path(path) as tmp:  # a killed write leaves the page as it was
-        tmp.write_text(text, encoding="utf-8")
+    path = page_path(args.write, args.root)
+    write_page(path, rewrite(path.read_text(encoding="utf-8"), str(path)))
     print(f"stagedoc: rewrote the pipeline table in {path}")
     return 0
 
