@@ -23,15 +23,14 @@ of a list parameter (``budgets``), in the parameter's order.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import Field, dataclass, fields, is_dataclass
-from typing import Any, ClassVar, Literal, Mapping, Sequence, get_type_hints
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 import numpy as np
 
 from .errors import lookup
 from .metric_blocks import discount, expand, group_sum, join_targets, new_coverage, run_ids, safe_ratio
-from .paramspec import override, param
+from .paramspec import copied, param
 from .relevance import EPS
 
 
@@ -152,20 +151,15 @@ def _declared(m: Metric) -> list[str]:
 
 def parameter_fields() -> list[tuple[str, Any, Field]]:
     """``(name, type, field)`` of every ``metrics`` parameter the registered metrics declare, in table order: what
-    :class:`chunkstudy.params.MetricsParams` is assembled from. A template whose parameter no metric declares is
-    refused."""
-    out: list[tuple[str, Any, Field]] = []
-    for m in METRICS:
-        if m.Parameters is None:
-            continue
-        hints = get_type_hints(m.Parameters, vars(sys.modules[type(m).__module__]))
-        out.extend((f.name, hints[f.name], override(m.Parameters, f.name)) for f in fields(m.Parameters))
-    return out
+    :class:`chunkstudy.params.MetricsParams` is assembled from (with the relevance rule's keys)."""
+    return [f for m in METRICS if m.Parameters is not None for f in copied(m.Parameters)]
 
 
 def metric(key: str) -> Metric:
-    """The registered metric family ``key`` (``cov-nDCG``, ``recall``, ``MRR``, ``nDCG``, ``budget-cov``)."""
-    return lookup({m.key: m for m in METRICS}, key, "metric")
+    """The registered metric family ``key`` (``cov-nDCG``, ``recall``, ``MRR``, ``nDCG``, ``budget-cov``); read per
+    row of a scores table (:func:`is_metric`), so the registry is searched, not copied, on the way."""
+    found = next((m for m in METRICS if m.key == key), None)
+    return found if found is not None else lookup({m.key: m for m in METRICS}, key, "metric")
 
 
 def metric_names(metrics_params: Mapping[str, Any]) -> list[str]:
@@ -349,7 +343,7 @@ class BudgetCoverage(Metric):
 
 def _budget_kept(lst, chunk_row, ch: Any, budgets: tuple[int, ...], policy: str) -> list[np.ndarray]:
     """Per budget: content characters of each run row (rows sorted by list, rank) that enter a ``budget``-token
-    window (see the module docstring for the partial-chunk policy)."""
+    window (:attr:`BudgetCoverage.Parameters`' ``budget_partial`` decides the first chunk that does not fit)."""
     n = len(lst)
     if n == 0:
         return [np.zeros(0, dtype=np.int64) for _ in budgets]

@@ -6,11 +6,11 @@ type does not say), and re-exported there: ``chunkstudy.params.StatsParams`` is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, make_dataclass
-from typing import TYPE_CHECKING, Any, Literal, Mapping, get_type_hints
+from dataclasses import dataclass, make_dataclass
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from . import design, paper, significance
-from .paramspec import override, param
+from .paramspec import copied, param
 
 #: The study's fixed seed (the paper's seeded walk): the default of ``stats.seed`` (:data:`chunkstudy.params.SEED`
 #: is the same value, read from the same place).
@@ -54,13 +54,15 @@ class _Metrics:
         return out
 
 
+_DOC = ("``metrics``: the relevance rule, and the parameters each metric declares in its own class "
+        "(:data:`design.METRICS`: cut-offs, budgets, ...), assembled into one section.")
+
+
 def _metrics_params() -> type:
     """The ``metrics`` section's record: every parameter the registered metrics declare
     (:func:`chunkstudy.design_metrics.parameter_fields`, in table order), then the relevance rule's. A metric whose
     template names a parameter nobody declares is refused here, at import, naming it."""
-    hints = get_type_hints(_RelevanceRule)
-    rule = [(f.name, hints[f.name], override(_RelevanceRule, f.name)) for f in fields(_RelevanceRule)]
-    declared = design.parameter_fields() + rule
+    declared = design.parameter_fields() + copied(_RelevanceRule)
     known = {name for name, _, _ in declared}
     for m in design.METRICS:
         if m.parameter is not None and m.parameter not in known:
@@ -69,9 +71,6 @@ def _metrics_params() -> type:
     return make_dataclass("MetricsParams", declared, bases=(_Metrics,), frozen=True,
                           namespace={"__doc__": _DOC, "__module__": __name__})
 
-
-_DOC = ("``metrics``: the relevance rule, and the parameters each metric declares in its own class "
-        "(:data:`design.METRICS`: cut-offs, budgets, ...), assembled into one section.")
 
 if TYPE_CHECKING:
     @dataclass(frozen=True)

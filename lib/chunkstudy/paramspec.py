@@ -258,6 +258,14 @@ def override(record: type, key: str, default: Any = MISSING, *, digest: str | No
     return _field(default, spec if digest is None else replace(spec, digest=digest))
 
 
+def copied(record: type) -> list[tuple[str, Any, Any]]:
+    """``(name, type, field)`` of every key the record class ``record`` declares, each field a fresh copy of its
+    declaration (:func:`override`), its type resolved: what :func:`dataclasses.make_dataclass` takes to declare the
+    same keys in a record assembled from several (the ``metrics`` section, from each metric's ``Parameters``)."""
+    hints = get_type_hints(record)
+    return [(f.name, hints[f.name], override(record, f.name)) for f in fields(record)]
+
+
 def group(cls: type, digest: str = "always") -> Any:
     """A field holding a nested record (a section, ``queries.targets``): the record's own defaults. ``digest``:
     ``changed`` leaves the whole group out of every digest while it is at its default (:data:`DIGEST_MODES`)."""
