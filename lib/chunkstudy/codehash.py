@@ -70,8 +70,9 @@ def module_closure(notebook: Path, pkg: Path | None = None) -> list[Path]:
         parts = dotted.split(".") if dotted else []
         todo += [".".join(parts[:i]) for i in range(len(parts))]  # the packages on the way
         package = dotted if path.name == "__init__.py" else ".".join(parts[:-1])
-        todo += _imports_of(path.read_bytes(), package)
-        todo += _discovered(path.read_bytes(), pkg)
+        source = path.read_bytes()
+        todo += _imports_of(source, package)
+        todo += _discovered(source, pkg)
     named = set().union(*(_strings_of(p.read_bytes()) for p in seen))
     return sorted(seen | {d for d in package_data(pkg)
                           if d.name in named or str(d.relative_to(pkg)) in named})
