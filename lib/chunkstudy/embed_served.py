@@ -100,7 +100,8 @@ class ServedEmbeddings:
                            f"({sorted({len(v) if isinstance(v, list) else -1 for v in vecs})}); nothing of this "
                            "batch is stored")
         try:
-            arr = np.asarray([vecs[indices.index(i)] for i in range(n)], dtype=np.float64).reshape(n, -1)
+            # indices is a permutation of 0..n-1 (checked above): the reply's k-th vector is text indices[k]'s
+            arr = np.asarray(vecs, dtype=np.float64).reshape(n, -1)[np.argsort(indices)]
         except (TypeError, ValueError) as e:
             raise BadReply(f"{who} sent vectors that are not lists of numbers ({e}); nothing of this batch is "
                            "stored") from None
