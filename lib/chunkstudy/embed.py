@@ -106,13 +106,13 @@ def seq_length(spec: Any) -> tuple[int, str, int | None]:
     return ASSUMED_SEQ_LENGTH, "assumed: the model states none", None
 
 
-def length_note(key: str, length: int, source: str, own: int | None, own_source: str = "") -> str | None:
+def length_note(key: str, length: int, source: str, own: int | None) -> str | None:
     """The note 04 prints when a parameter file's ``max_seq_length`` is not the model's own (None when it is, or
     the model states none): which length applies and what the model says."""
     if source != "parameter file" or own is None or own == length:
         return None
     return (f"embed.embedders.{key}: max_seq_length {length} from the parameter file, where the model's own is {own}"
-            f"{f' ({own_source})' if own_source else ''}: texts are cut at {length} tokens")
+            f": texts are cut at {length} tokens")
 
 
 def resolve_dtype(spec: Any, where: str) -> str:

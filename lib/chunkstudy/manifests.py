@@ -79,7 +79,7 @@ def _cpu_model() -> str:
     return name or platform.processor() or platform.machine()
 
 
-def environment(library: Path | None = None) -> dict:
+def environment() -> dict:
     """Where a stage ran: Python, platform, CPU model, vendor (``cpu_vendor``: amd, intel, ...) and count, its
     hardware-bfloat16 feature (``cpu_bf16``: amx_bf16, avx512_bf16 on AMD, or None: what ``dtype: auto`` may use,
     :data:`chunkstudy.models.BF16_AUTO_RULES`; ``cpu_bf16_flags``: every bfloat16 flag the CPU has, used by auto or
@@ -106,7 +106,7 @@ def environment(library: Path | None = None) -> dict:
             env["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     except ImportError:
         pass
-    code = library or Path(__file__).resolve().parent  # the code that ran, wherever the data root is
+    code = Path(__file__).resolve().parent  # the code that ran, wherever the data root is
     env["git_commit"] = _git_commit(code)
     env["git_dirty"] = _git_dirty(code) if env["git_commit"] else None
     return env

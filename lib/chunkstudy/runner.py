@@ -262,12 +262,6 @@ def source_fingerprints(cfg: config.Config, stage: str, previous: list[dict] | N
     return corpus_build.fingerprint_sources(cfg, previous if isinstance(previous, list) else None)
 
 
-def is_current(cfg: config.Config, stage: Stage, key: dict) -> bool:
-    """Whether the stage's manifest holds ``key`` and every output it recorded is unchanged
-    (:func:`chunkstudy.rerun.reason` finds nothing)."""
-    return rerun.reason(cfg, stage.name, stage.notebook, key) is None
-
-
 def _nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
