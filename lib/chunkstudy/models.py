@@ -383,6 +383,12 @@ def encoder_positions(name: str) -> int | None:
     n = cfg.get("max_position_embeddings")
     if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
         return None
-    if cfg.get("model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer"):
-        n -= int(cfg.get("pad_token_id", 1) or 0) + 1
-    return n
+    return usable_positions(str(cfg.get("model_type", "")), n, cfg.get("pad_token_id", 1))
+
+
+def usable_positions(model_type: str, max_positions: int, pad_token_id: Any) -> int:
+    """The tokens an encoder can take from its ``max_position_embeddings``: a RoBERTa-family model counts its
+    positions from ``pad_token_id + 1``, so those first ids are no usable positions."""
+    if model_type in ("roberta", "xlm-roberta", "camembert", "longformer"):
+        return max_positions - (int(pad_token_id or 0) + 1)
+    return max_positions

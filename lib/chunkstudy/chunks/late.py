@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
-from .. import design
+from .. import design, models
 from .. import progress as _progress
 from ..errors import ChunkstudyError
 from ..embed import EmbedError, Embedder, precision_context, text_key
@@ -216,9 +216,7 @@ def encoder_window(embedder: Embedder) -> int:
     if not n:
         raise EmbedError(f"embed.embedders.{embedder.key}: the model declares no max_position_embeddings; state "
                          "the late-pooling window explicitly")
-    if getattr(cfg, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer"):
-        n -= int(getattr(cfg, "pad_token_id", 1) or 0) + 1
-    return int(n)
+    return int(models.usable_positions(str(getattr(cfg, "model_type", "")), n, getattr(cfg, "pad_token_id", 1)))
 
 
 @dataclass
