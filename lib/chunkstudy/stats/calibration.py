@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -49,6 +50,7 @@ from scipy import stats as sps
 from threadpoolctl import threadpool_limits
 
 from ..metrics.paired import pair, prepare_scores, wide_scores
+from ..significance import mc_p_two_sided
 from . import calibrated
 
 #: The procedures :func:`rates` measures, by name.
@@ -89,14 +91,14 @@ class Pool:
         return cls(tuple(names), labels, doc, np.where(moved, d - means, 0.0), means,
                    None if base is None else np.asarray(base, dtype=float))
 
-    @property
+    @cached_property
     def sums(self) -> np.ndarray:
         """``(D, m)`` per-document sums of the re-centred deltas."""
         out = np.zeros((self.docs.size, self.deltas.shape[1]))
         np.add.at(out, self.doc, self.deltas)
         return out
 
-    @property
+    @cached_property
     def counts(self) -> np.ndarray:
         """``(D,)`` queries per document."""
         return np.bincount(self.doc, minlength=self.docs.size).astype(float)
@@ -174,7 +176,7 @@ def percentile_block(sums: np.ndarray, counts: np.ndarray, n_boot: int, rng: np.
     w = np.bincount((idx + (np.arange(n_boot) * g)[:, None]).ravel(), minlength=n_boot * g).reshape(n_boot, g)
     r, n = w @ _flat(sums), w @ _flat(counts)
     le, ge = np.sum(r <= 0.0, axis=0), np.sum(r >= 0.0, axis=0)
-    p = np.minimum(1.0, 2.0 * (1.0 + np.minimum(le, ge)) / (1.0 + n_boot))
+    p = np.asarray(mc_p_two_sided(le, ge, n_boot))
     mean = r / n
     lo, hi = np.percentile(mean, [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
     out = {"p": p.reshape(s, m), "covers": ((lo <= 0.0) & (hi >= 0.0)).reshape(s, m)}
