@@ -43,8 +43,7 @@ def _title(s: pd.Series | None, contrast: str, a: str, b: str) -> str:
         return f"{contrast} = {a} \u2212 {b}"
     null = (f"{tables.fmt_p(s['null_p'], s['n_boot'])}, Stouffer Z {tables.fmt_p(s['stouffer_p'], s['n_boot'])}"
             if bool(s["inference"]) else tables.NO_INFERENCE)
-    sig = (f"{tables.fmt_pct(s['share_sig_positive'])} / {tables.fmt_pct(s['share_sig_negative'])}"
-           if not pd.isna(s["share_sig_positive"]) else tables.DASH)
+    sig = tables.sig_shares(s["share_sig_positive"], s["share_sig_negative"])
     analyses = f" ({tables.fmt_int(s['n_analyses'])} analyses)" if s["n_analyses"] != s["n_specs"] else ""
     return (f"{contrast} = {a} \u2212 {b}: {tables.fmt_int(s['n_specs'])} specifications{analyses}; same sign as "
             f"the primary {tables.fmt_pct(s['share_same_sign'])}; significant + / \u2212 {sig}\n"
@@ -65,8 +64,7 @@ def level_shares(axes: pd.DataFrame | None, contrast: str, rows: list[tuple[str,
         if r is None:
             out.append("")
             continue
-        sig = (f"{tables.fmt_pct(r['share_sig_positive'])} / {tables.fmt_pct(r['share_sig_negative'])}"
-               if not pd.isna(r["share_sig_positive"]) else tables.DASH)
+        sig = tables.sig_shares(r["share_sig_positive"], r["share_sig_negative"])
         out.append(f"sig {sig} \u00b7 same {tables.fmt_pct(r['share_same_sign'])}")
     return out
 

@@ -42,7 +42,8 @@ from .results import (  # noqa: F401
 )
 from .costs import cost  # noqa: F401
 from .modes import mode_retrievers, modes_contrasts, modes_per_type, recipe  # noqa: F401
-from .multiverse import AXIS_LABELS, CURVE_NOTE, SPEC_AXES, multiverse, multiverse_axes, multiverse_specs  # noqa: F401
+from .multiverse import (AXIS_LABELS, CURVE_NOTE, SPEC_AXES, multiverse, multiverse_axes,  # noqa: F401
+                         multiverse_specs, sig_shares)
 from .construction import (  # noqa: F401
     corpus_funnel, INDUCTION_ROWS, induction, query_funnel, size_matching, placebo, user_conditions,
 )
@@ -56,6 +57,6 @@ __all__ = [
     "query_funnel", "size_matching", "placebo", "USER_MARK", "USER_NOTE", "is_user_condition", "user_contrasts",
     "user_conditions", "cost", "paired_mixedlm_note", "verdict_cells", "verdict_notes", "percentile_stars",
     "size_check_note", "CURVE_NOTE", "SPEC_AXES",
-    "multiverse", "multiverse_specs", "AXIS_LABELS", "multiverse_axes", "mode_retrievers", "modes_contrasts",
+    "multiverse", "multiverse_specs", "sig_shares", "AXIS_LABELS", "multiverse_axes", "mode_retrievers", "modes_contrasts",
     "modes_per_type", "recipe",
 ]

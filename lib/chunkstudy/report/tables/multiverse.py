@@ -4,6 +4,8 @@ and every specification of one contrast for the report's drill-down."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from .common import NO_INFERENCE, _require, gated, inference_mask, row_notes
@@ -61,8 +63,7 @@ def multiverse(summary: pd.DataFrame, registration: str = "") -> Table:
         "Primary \u0394": d["primary_delta"].map(fmt_delta),
         "Median \u0394": d["median_delta"].map(fmt_delta),
         "Same sign": d["share_same_sign"].map(fmt_pct),
-        "Significant + / \u2212": [f"{fmt_pct(a)} / {fmt_pct(b)}" if not pd.isna(a) else DASH
-                                  for a, b in zip(d["share_sig_positive"], d["share_sig_negative"])],
+        "Significant + / \u2212": [sig_shares(a, b) for a, b in zip(d["share_sig_positive"], d["share_sig_negative"])],
         "Null p (median)": gated([fmt_p(p, b) + (f" (median 0: {fmt_int(z)} \u0394 = 0)" if m == 0 else "")
                                   for p, b, m, z in zip(d["null_p"], d["n_boot"], d["median_delta"], d["n_zero"])],
                                  ok),
@@ -80,17 +81,21 @@ def multiverse(summary: pd.DataFrame, registration: str = "") -> Table:
              "median of exactly 0 has p 1 by construction (every null median is as extreme), as when many "
              "specifications tie at \u0394 = 0; Stouffer's Z is unaffected by such ties. "
              f"{NO_INFERENCE}: below the floors (stats.min_docs documents, 1,000 resamples).",
-             *([_floor_note(d["n_boot"])] if _floor_note(d["n_boot"]) else []),
+             *[note for note in [_floor_note(d["n_boot"])] if note],
              *([registration] if registration else []), *row_notes(d["contrast"], d["note"]))
     return Table("multiverse", "Each contrast's specification curve (exploratory)", d, display, notes)
+
+
+def sig_shares(positive: Any, negative: Any) -> str:
+    """The shares of specifications significant in each direction, ``"64.0% / 0.0%"`` (a dash when none was
+    tested): the "significant + / \u2212" cell of every curve table, title and indicator row."""
+    return f"{fmt_pct(positive)} / {fmt_pct(negative)}" if not pd.isna(positive) else DASH
 
 
 def _axis_cell(r: pd.Series | None) -> str:
     if r is None:
         return ""
-    sig = (f"{fmt_pct(r['share_sig_positive'])} / {fmt_pct(r['share_sig_negative'])}"
-           if not pd.isna(r["share_sig_positive"]) else DASH)
-    return f"{sig} \u00b7 {fmt_pct(r['share_same_sign'])}"
+    return f"{sig_shares(r['share_sig_positive'], r['share_sig_negative'])} \u00b7 {fmt_pct(r['share_same_sign'])}"
 
 
 def _per_contrast(counts: list) -> str:
