@@ -439,11 +439,20 @@ def _spec_rows(corpus: str, name: str, a: str, b: str, paired: Sequence[Paired],
     return out.astype({"rank": int})
 
 
+def _primary_delta(specs: pd.DataFrame) -> float:
+    """The primary specification's Δ, NaN when it is not among ``specs``."""
+    prim = specs.loc[specs["primary"].astype(bool), "mean_delta"]
+    return float(prim.iat[0]) if len(prim) else math.nan
+
+
+def _sign(delta: float) -> float:
+    """The sign of a Δ (±1.0), NaN when it is 0 or NaN."""
+    return math.nan if math.isnan(delta) or delta == 0 else math.copysign(1.0, delta)
+
+
 def _primary_sign(specs: pd.DataFrame) -> float:
     """The sign of the primary specification's Δ (±1.0), NaN when it is 0 or not among ``specs``."""
-    prim = specs.loc[specs["primary"].astype(bool), "mean_delta"]
-    primary = float(prim.iat[0]) if len(prim) else math.nan
-    return math.nan if math.isnan(primary) or primary == 0 else math.copysign(1.0, primary)
+    return _sign(_primary_delta(specs))
 
 
 def _shares(d: np.ndarray, sig: np.ndarray, fit: np.ndarray, sign: float) -> dict[str, float]:
@@ -474,8 +483,7 @@ def summary_row(specs: pd.DataFrame, null: NullDraws, z: float, n_declared: int,
     under the null (:func:`null_draws`) and the observed Stouffer Z ``z`` (:func:`stouffer_z`); ``inference`` is the
     floors over the union of its documents."""
     d = specs["mean_delta"].to_numpy(float)
-    prim = specs.loc[specs["primary"], "mean_delta"]
-    primary = float(prim.iat[0]) if len(prim) else math.nan
+    primary = _primary_delta(specs)
     median = float(np.median(d)) if d.size else math.nan
     fit = specs["inference"].astype(bool).to_numpy()
     sig = specs["significant"].astype(bool).to_numpy()
@@ -487,7 +495,7 @@ def summary_row(specs: pd.DataFrame, null: NullDraws, z: float, n_declared: int,
     notes += [x for x in (_tie_note(median, n_zero, int(d.size)),) if x]
     problem = test.inference_problem(n_docs)
     return dict(n_declared=n_declared, n_specs=int(d.size), n_analyses=n_analyses(specs), primary_delta=primary,
-                median_delta=median, n_zero=n_zero, **_shares(d, sig, fit, _primary_sign(specs)),
+                median_delta=median, n_zero=n_zero, **_shares(d, sig, fit, _sign(primary)),
                 null_p=p, stouffer_z=z, stouffer_p=null_p(z, null.stouffer)[0], n_boot=n_valid, seed=test.seed,
                 n_docs=n_docs, inference=not problem, label=EXPLORATORY,
                 note="; ".join([*notes, problem] if problem else notes))
