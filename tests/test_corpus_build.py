@@ -369,8 +369,8 @@ def test_two_modules_declaring_one_kind_fail_the_registry_naming_both(monkeypatc
     demo = build.LOADERS["demo"]
     monkeypatch.setattr(build.plugins, "discover", lambda *args: [("chunkstudy.corpus.demo", demo),
                                                                   ("chunkstudy.corpus.demo2", demo)])
-    with pytest.raises(ImportError, match=r"corpus.kind 'demo' is declared by chunkstudy.corpus.demo.LOADER and "
-                                          r"chunkstudy.corpus.demo2.LOADER"):
+    with pytest.raises(ImportError, match=r"chunkstudy.corpus.demo2.LOADER and chunkstudy.corpus.demo.LOADER both "
+                                          r"declare the corpus.kind 'demo'"):
         build._registry()
 
 

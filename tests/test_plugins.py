@@ -46,3 +46,17 @@ def test_a_module_that_fails_to_import_is_named(package):
     (root / "broken.py").write_text("import no_such_module_here\n")
     with pytest.raises(ImportError, match=rf"{name}\.broken: an extension module of {name} failed to import"):
         plugins.discover(name, "EXT", __import__(name).Thing)
+
+
+def test_refuse_shared_names_both_modules_what_and_the_value():
+    """Every registry refuses two extensions that declare one key (a name, an order, a column) this way."""
+    found = [("pkg.a", {"name": "x", "cols": ["c1"]}), ("pkg.b", {"name": "y", "cols": ["c2", "c1"]})]
+
+    def keys(d):
+        return [("name", d["name"]), *(("column", c) for c in d["cols"])]
+
+    with pytest.raises(LookupError, match=r"^pkg\.b\.EXT and pkg\.a\.EXT both declare the column 'c1'"):
+        plugins.refuse_shared(found, "EXT", keys, LookupError)
+    plugins.refuse_shared(found[:1] + [("pkg.b", {"name": "y", "cols": ["c2"]})], "EXT", keys)  # nothing shared
+    with pytest.raises(ValueError, match=r"pkg\.b\.EXT and pkg\.a\.EXT both declare the name 'x'"):
+        plugins.refuse_shared(found[:1] + [("pkg.b", {"name": "x", "cols": []})], "EXT", keys)

@@ -202,7 +202,7 @@ def test_the_registry_sorts_by_order_not_by_file_name(planted):
 @pytest.mark.parametrize("second, said", [
     (_planted("two", 10, ("two_col",)), "both declare the order 10"),
     (_planted("one", 20, ("two_col",)), "both declare the name 'one'"),
-    (_planted("two", 20, ("one_col", "two_col")), "both declare the columns ['one_col']"),
+    (_planted("two", 20, ("one_col", "two_col")), "both declare the column 'one_col'"),
     (_planted("two", 20, ("two_col",), record_name="'one_rec'"), "both declare the record_name 'one_rec'"),
 ])
 def test_two_verdicts_that_would_collide_are_refused_naming_both_modules(planted, second, said):

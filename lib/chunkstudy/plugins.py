@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any
+from typing import Any, Callable, Iterable
 
 
 def discover(package: str, attribute: str, kind: type | tuple[type, ...]) -> list[tuple[str, Any]]:
@@ -40,3 +40,18 @@ def discover(package: str, attribute: str, kind: type | tuple[type, ...]) -> lis
                             f"{attribute} declares an extension of {package}")
         found.append((name, obj))
     return found
+
+
+def refuse_shared(found: list[tuple[str, Any]], attribute: str, keys: Callable[[Any], Iterable[tuple[str, Any]]],
+                  error: type[Exception] = ValueError) -> None:
+    """Refuse two of ``found`` (:func:`discover`'s ``(module, object)`` pairs) that declare the same key: ``keys``
+    gives an object's ``(what, value)`` pairs (``("name", "placebo")``, one ``("column", c)`` per column), and the
+    second module to declare a pair raises ``error`` naming both modules, what and the value. Every registry of
+    extensions refuses its duplicates this way."""
+    seen: dict[tuple[str, Any], str] = {}
+    for module, obj in found:
+        for what, value in keys(obj):
+            if (what, value) in seen:
+                raise error(f"{module}.{attribute} and {seen[(what, value)]}.{attribute} both declare the {what} "
+                            f"{value!r}: each extension has its own")
+            seen[(what, value)] = module

@@ -45,12 +45,7 @@ def _registry() -> list[tuple[str, CorpusLoader]]:
     of every list of kinds: the docs' tables, the parameter reference, the error messages). Two modules declaring
     one kind fail the import, naming both."""
     found = plugins.discover("chunkstudy.corpus", "LOADER", CorpusLoader)
-    by_kind: dict[str, str] = {}
-    for module, loader in found:
-        if loader.kind in by_kind:
-            raise ImportError(f"corpus.kind {loader.kind!r} is declared by {by_kind[loader.kind]}.LOADER and "
-                              f"{module}.LOADER: a kind is one loader")
-        by_kind[loader.kind] = module
+    plugins.refuse_shared(found, "LOADER", lambda loader: [("corpus.kind", loader.kind)], ImportError)
     return sorted(found, key=lambda registered: registered[1].kind)
 
 

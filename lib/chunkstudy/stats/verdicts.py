@@ -49,18 +49,10 @@ def _checked(module: str, verdict: Any) -> RegisteredVerdict:
 def discover(package: str = PACKAGE) -> dict[str, RegisteredVerdict]:
     """Every verdict ``package``'s modules declare, by name, in ``order`` (module docstring). Two that share a
     name, an order, a record name, a golden section or a column are refused, naming both modules."""
-    seen: dict[str, tuple[str, RegisteredVerdict]] = {}
-    for module, declared in plugins.discover(package, ATTRIBUTE, object):
-        v = _checked(module, declared)
-        for other, w in seen.values():
-            same = [f"the {a} {getattr(v, a)!r}" for a in UNIQUE if getattr(v, a) == getattr(w, a)]
-            shared = sorted(set(v.columns) & set(w.columns))
-            if same or shared:
-                what = same[0] if same else f"the columns {shared}"
-                raise ValueError(f"{module}.{ATTRIBUTE} and {other}.{ATTRIBUTE} both declare {what}: each verdict "
-                                 f"has its own {', '.join(UNIQUE)} and columns")
-        seen[v.name] = (module, v)
-    return {name: v for name, (_, v) in sorted(seen.items(), key=lambda kv: kv[1][1].order)}
+    found = [(module, _checked(module, declared)) for module, declared in plugins.discover(package, ATTRIBUTE, object)]
+    plugins.refuse_shared(found, ATTRIBUTE, lambda v: [*((a, getattr(v, a)) for a in UNIQUE),
+                                                       *(("column", c) for c in v.columns)])
+    return {v.name: v for _, v in sorted(found, key=lambda mv: mv[1].order)}
 
 
 #: Every verdict beside Holm's, by name, in the order its columns follow in 07's and 08's tables: the calibrated
