@@ -16,8 +16,9 @@
 # **Reads** `01_corpus/documents`, `paragraphs`, `sections_gold`; `02_induce/sections_induced` and, when a condition
 # has a context prefix (A1), `contexts_a1`.
 # **Writes** `04_chunk_embed/chunks` (every condition in `chunking.conditions` and `conditions.extra`),
-# `late_report` (late pooling's windows and tokens), `size_matching`, `placebo` and `placebo_buckets` (per placebo
-# condition; by depth bucket), `summary.json` (with the size-matching numbers), `embedding_report.json`, and
+# `late_report` (late pooling's windows and tokens), `size_matching`, the tables of the prefix kinds
+# (`design.prefix_tables()`: the placebo's `placebo` and `placebo_buckets`, per placebo condition; by depth bucket),
+# `summary.json` (with the size-matching numbers and what the kinds say of their tables), `embedding_report.json`, and
 # `embeddings/<embedder>.npy` (float32, one row per distinct
 # embedded text; `chunks.text_row` indexes it) with `embeddings/<embedder>.ids.parquet` (the row order).
 #
@@ -38,7 +39,7 @@
 params_file = "params/demo.yaml"
 
 # %%
-from chunkstudy import artifacts, config, devices, embed_store
+from chunkstudy import artifacts, config, design, devices, embed_store
 from chunkstudy.chunks import bounds_store, chunk_sets, chunking, late
 from chunkstudy.report import tables
 
@@ -54,8 +55,7 @@ store = embed_store.EmbeddingStore(artifacts.cache_dir(cfg, cfg.params("embed").
 out = chunk_sets.build_for_run(cfg, cfg.params().run_conditions, documents, paragraphs, sections_gold, sections_induced,
                                contexts_a1, store)
 artifacts.write(cfg, "size_matching", out["size_matching"])
-artifacts.write(cfg, "placebo", out["placebo"])
-artifacts.write(cfg, "placebo_buckets", out["placebo_buckets"])
+artifacts.write_each(cfg, design.prefix_tables(), out)  # each prefix kind's tables (the placebo's two)
 artifacts.write_json(cfg, "04_chunk_embed", "summary",
                      {**out["summary"], "sentence_bounds": chunking.segmentation_counts()})
 out["chunks"].groupby("condition", sort=False)[["n_content_tokens", "n_prefix_tokens"]].describe()

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from chunkstudy import artifacts, codehash, config, design, golden, runner, stats
-from chunkstudy.chunks import chunkers, chunking, prefixes
+from chunkstudy import prefix_kinds as prefixes
+from chunkstudy.chunks import chunkers, chunking
 from chunkstudy.metrics import paired
 from conftest import scratch_project, seed_embeddings
 

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkstudy import config, design, embed_store, paper, stats
-from chunkstudy.chunks import chunk_sets, chunkers, chunking, prefixes
+from chunkstudy import prefix_kinds as prefixes
+from chunkstudy.chunks import chunk_sets, chunkers, chunking
 from chunkstudy.corpus.model import heading_paths
 from test_conditions import PARAMS, TOKENIZER, make_corpus
 

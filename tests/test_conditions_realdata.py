@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkstudy import config, design
-from chunkstudy.chunks import chunk_sets, chunking, cuts, placebo
+from chunkstudy.chunks import chunk_sets, chunking, cuts
+from chunkstudy.prefix import placebo
 from chunkstudy.corpus import build
 from chunkstudy.corpus.model import sections_from_outline, verify_corpus
 

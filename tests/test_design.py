@@ -260,8 +260,9 @@ def test_no_module_holds_a_second_registry_of_conditions_or_metrics():
     assert found == []
 
 
-#: The prefix registry: the kinds' declaration and the function of each (everything else reads the declaration).
-PREFIX_REGISTRY = ("design.py", "chunks/prefixes.py")
+#: The prefix registry: the kinds' base and registry, and the one module of each kind (everything else reads the
+#: declaration).
+PREFIX_REGISTRY = ("design.py", "prefix_kinds.py", "prefix/")
 
 
 def _prefix_name_checks(source: str) -> list[str]:
@@ -301,15 +302,15 @@ def test_no_module_outside_the_prefix_registry_decides_by_a_prefix_kinds_name():
     side table) reads its declaration, design.PrefixKind, never its name: a kind added to design.PREFIX_KINDS is
     treated by what it declares. A table that happens to be called "placebo" is a table, not a kind."""
     found = [f"{path.relative_to(LIB)}:{hit}" for path in sorted(LIB.rglob("*.py"))
-             if str(path.relative_to(LIB)) not in PREFIX_REGISTRY
+             if not str(path.relative_to(LIB)).startswith(PREFIX_REGISTRY)
              for hit in _prefix_name_checks(path.read_text(encoding="utf-8"))]
     assert found == []
 
 
-#: Where a prefix kind's table names may be looked up: the kinds' declaration and their functions' registry, the
-#: placebo kind's own module (the functions its registry names), the stage graph that declares the tables, and the
-#: report, which renders the tables 04 wrote under the names 08's declared reads give them.
-KIND_TABLE_REGISTRY = ("design.py", "chunks/prefixes.py", "chunks/placebo.py", "stages.py")
+#: Where a prefix kind's table names may be looked up: the kinds' base and registry, each kind's own module (which
+#: declares its tables), and the report, which renders the tables 04 wrote under the names 08's declared reads give
+#: them.
+KIND_TABLE_REGISTRY = ("design.py", "prefix_kinds.py", "prefix/")
 ARTIFACT_READERS = ("report/",)
 
 
@@ -356,12 +357,12 @@ def test_the_kind_table_check_finds_what_it_looks_for():
 
 def test_no_module_outside_the_prefix_registry_decides_by_a_prefix_kind_s_table_name():
     """Which side tables 04 writes, which tables it derives from them and what its summary says of them are read from
-    the kinds' declarations (design.PrefixKind.side_table, derived_tables, summary) and their registered functions
-    (chunks/prefixes.py), never from a table's name: a kind added with a side table and a derived table gets both
+    the kinds' declarations (design.PrefixKind.side, derived, summary) and their methods (each kind's module of
+    lib/chunkstudy/prefix/), never from a table's name: a kind added with a side table and a derived table gets both
     written, and its summary, without code that names it (before, the placebo's buckets and residual summary were
     wired to the table called "placebo")."""
     found = [f"{rel}:{hit}" for path in sorted(LIB.rglob("*.py"))
-             if (rel := str(path.relative_to(LIB))) not in KIND_TABLE_REGISTRY and not rel.startswith(ARTIFACT_READERS)
+             if not (rel := str(path.relative_to(LIB))).startswith(KIND_TABLE_REGISTRY + ARTIFACT_READERS)
              for hit in _kind_table_checks(path.read_text(encoding="utf-8"))]
     assert found == []
 

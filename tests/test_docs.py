@@ -39,7 +39,9 @@ USER_FILES = {"params/mydocs.yaml", "params/my_variant.yaml",
               # docs/extending.md's new verdict and its test (tests/test_verdicts.py)
               "lib/chunkstudy/stats/verdict/sign.py", "tests/test_sign.py",
               # docs/extending.md's new metric's test (tests/test_extending.py)
-              "tests/test_metric_precision.py"}
+              "tests/test_metric_precision.py",
+              # docs/extending.md's new prefix kind and its test (tests/test_prefix_kinds.py)
+              "lib/chunkstudy/prefix/context_path.py", "tests/test_prefix_context_path.py"}
 
 
 def _rel(p: Path) -> str:
@@ -334,10 +336,15 @@ def _not_artifacts(stage: stages.Stage) -> set[str]:
 @pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.name)
 def test_notebook_header_names_what_the_stage_writes(stage: stages.Stage):
     """Each notebook's "**Writes**" header names every artifact its stage declares (``stages.py``) and no other (05
-    left out lexical_report.json, 07 the user's contrasts and power tables)."""
-    named = _written_names(stage, _writes_part(stage.name))
+    left out lexical_report.json, 07 the user's contrasts and power tables); 04 names the prefix kinds' tables by
+    their registry, ``design.prefix_tables()``."""
+    part = _writes_part(stage.name)
+    named = _written_names(stage, part)
     declared = {a.name for a in stage.writes}
-    assert not declared - named, f"notebooks/{stage.name}.py: its Writes header leaves out {sorted(declared - named)}"
+    # the prefix kinds' tables are named by their registry, which a new kind's table joins with no edit here
+    by_registry = {t.name for t in design.prefix_tables()} if "`design.prefix_tables()`" in part else set()
+    assert not declared - named - by_registry, \
+        f"notebooks/{stage.name}.py: its Writes header leaves out {sorted(declared - named - by_registry)}"
     assert not named - declared, (f"notebooks/{stage.name}.py: its Writes header names {sorted(named - declared)}, "
                                   "which the stage does not declare it writes")
 

@@ -20,7 +20,8 @@ import pytest
 matplotlib.use("Agg")
 
 from chunkstudy import design, induce, paper, significance, stats  # noqa: E402
-from chunkstudy.chunks import chunk_sets, placebo  # noqa: E402
+from chunkstudy.chunks import chunk_sets  # noqa: E402
+from chunkstudy.prefix import placebo  # noqa: E402
 from chunkstudy.chunks import cuts as chunk_cuts  # noqa: E402
 from chunkstudy import config as config_mod  # noqa: E402
 from chunkstudy import metrics, retrieve  # noqa: E402

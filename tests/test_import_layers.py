@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("foundation", frozenset({"errors", "significance", "design", "design_metrics", "paper", "params", "params_analysis",
                               "paramspec", "stages", "config", "config_rules", "artifacts",
                               "manifests", "codehash", "imported", "progress", "models", "devices", "relevance",
-                              "procs", "plugins", "metric_blocks"})),
+                              "procs", "plugins", "metric_blocks", "schema", "prefix_kinds", "prefix"})),
     ("model clients", frozenset({"llm", "identity", "embed_checks", "embed_served", "embed", "embed_store",
                                  "rerank"})),
     ("01 corpus", frozenset({"corpus"})),

@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from chunkstudy import artifacts, codehash, config, manifests, runner, stages
+from chunkstudy import artifacts, codehash, config, design, manifests, runner, stages
 from chunkstudy.report import report
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = {p.stem: p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))}
 
 READS = {"read": 1, "read_input": 2, "read_json": 2}      # function -> position of the artifact name
-WRITES = {"write": 1, "write_json": 2}
+WRITES = {"write": 1, "write_json": 2, "write_each": 1}
 VECTORS = {"read_vectors", "read_all_vectors", "write_vectors", "write_all_vectors"}
 
 
@@ -31,10 +31,23 @@ def _calls(tree: ast.AST, module: str):
             yield n.func.attr, n
 
 
+def _names_of(fn: str, arg: ast.expr) -> list[str] | None:
+    """The artifact names a call's name argument stands for: a literal; for ``write_each``, a declaration of
+    chunkstudy.design (``design.prefix_tables()``), evaluated; None for any other expression."""
+    if fn != "write_each":
+        return [arg.value] if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+    call = arg if isinstance(arg, ast.Call) and not arg.args else None
+    ref = call.func if call is not None else arg
+    if not (isinstance(ref, ast.Attribute) and isinstance(ref.value, ast.Name) and ref.value.id == "design"):
+        return None
+    declared = getattr(design, ref.attr)
+    return [t.name for t in (declared() if call is not None else declared)]
+
+
 def notebook_io(path: Path) -> dict[str, set]:
     """What a notebook reads and writes through chunkstudy.artifacts, from its source: artifact names of the
-    read*/write* calls (a name must be a literal), read_input's reads apart, and the stage named by the calls that
-    take one."""
+    read*/write* calls (a name must be a literal; ``write_each`` names a declaration of chunkstudy.design, which
+    is evaluated), read_input's reads apart, and the stage named by the calls that take one."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     out = {"read": set(), "read_input": set(), "write": set(), "stage_args": set(), "dynamic": set()}
     for fn, call in _calls(tree, "artifacts"):
@@ -44,16 +57,30 @@ def notebook_io(path: Path) -> dict[str, set]:
         pos = READS.get(fn, WRITES.get(fn))
         if pos is None:
             continue
-        arg = call.args[pos]
-        if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+        names = _names_of(fn, call.args[pos])
+        if names is None:
             out["dynamic"].add(f"{fn} at line {call.lineno}")
             continue
-        out["read_input" if fn == "read_input" else "read" if fn in READS else "write"].add(arg.value)
+        out["read_input" if fn == "read_input" else "read" if fn in READS else "write"].update(names)
         if pos == 2:
             out["stage_args"].add(call.args[1].value)
     if any(fn == "gather" for fn, _ in _calls(tree, "report")):   # 08 reads its declared inputs through gather
         out["read"] |= set(report.INPUT_TABLES) | {name for _, name in report.INPUT_JSON}
     return out
+
+
+def test_write_each_counts_the_tables_of_a_declaration_and_any_other_name_is_dynamic(tmp_path):
+    """04 writes the prefix kinds' tables with one ``artifacts.write_each(cfg, design.prefix_tables(), out)``: the
+    check evaluates the declaration and counts every table it holds; a name from anywhere else is still refused as
+    unchecked."""
+    nb = tmp_path / "nb.py"
+    nb.write_text('artifacts.write_each(cfg, design.prefix_tables(), out)\n'
+                  'artifacts.write_each(cfg, mine(), out)\n'
+                  'artifacts.write(cfg, "size_matching", out["size_matching"])\n'
+                  'artifacts.write(cfg, table.name, x)\n')
+    io = notebook_io(nb)
+    assert io["write"] == {t.name for t in design.prefix_tables()} | {"size_matching"}
+    assert io["dynamic"] == {"write_each at line 2", "write at line 4"}
 
 
 def test_every_stage_has_its_notebook_and_every_notebook_its_stage():
@@ -465,3 +492,18 @@ def test_artifacts_write_applies_the_check(demo_cfg):
     with pytest.raises(artifacts.SchemaError, match="'count' holds str, expected int"):
         artifacts.write(demo_cfg, "corpus_funnel", pd.DataFrame({"step": ["a"], "count": ["7"]}))
     assert not artifacts.exists(demo_cfg, "corpus_funnel")
+
+
+def test_write_each_writes_every_declared_table_checked_or_none_when_one_is_missing(tmp_path):
+    cfg = config.load(ROOT / "params" / "tiny.yaml", root=tmp_path)
+    tables = design.prefix_tables()
+    with pytest.raises(KeyError, match=r"tables \['placebo_buckets'\] are declared but the stage's outputs hold none"):
+        artifacts.write_each(cfg, tables, {"placebo": pd.DataFrame(columns=stages.columns("placebo"))})
+    assert not any(artifacts.exists(cfg, t.name) for t in tables)  # refused before any write
+    frames = {t.name: pd.DataFrame(columns=stages.columns(t.name)) for t in tables}
+    written = artifacts.write_each(cfg, tables, frames)
+    assert [p.stem for p in written] == [t.name for t in tables]
+    assert all(list(artifacts.read(cfg, t.name).columns) == stages.columns(t.name) for t in tables)
+    bad = pd.DataFrame({"condition": ["P"], "doc_id": ["d"], "depth": ["x"]})
+    with pytest.raises(artifacts.SchemaError, match="placebo: column 'depth' holds str, expected int"):
+        artifacts.write_each(cfg, tables[:1], {"placebo": bad})  # each table checked as artifacts.write checks it

@@ -25,11 +25,11 @@ from test_extending import apply, code_blocks, in_copy, section, undo
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The page's sections performed here (each one's code blocks, in page order).
-SECTIONS = ("A metric", "A corpus loader", "Another verdict")
+SECTIONS = ("A metric", "A prefix kind", "A corpus loader", "Another verdict")
 #: The copy's own tests that read the declarations and the generated docs (with the test files the page adds).
 COPY_TESTS = ("tests/test_docs.py", "tests/test_design.py", "tests/test_import_layers.py",
               "tests/test_typed_params.py", "tests/test_corpus_build.py", "tests/test_stages.py",
-              "tests/test_extending.py", "tests/test_config.py")
+              "tests/test_extending.py", "tests/test_config.py", "tests/test_prefix_kinds.py")
 
 
 def clone(into: Path) -> Path:
@@ -81,6 +81,9 @@ metrics:
   precision_k: 2
 stats:
   min_docs: 3
+conditions:
+  extra:
+    GCTX: {boundaries: gold, prefix: context_path, depth: 2}
 """
 
 RUN = r'''
@@ -94,6 +97,11 @@ results = runner.run(root / "params" / "walk.yaml", root, log=lambda *_: None)
 cfg = config.load(root / "params" / "walk.yaml", root=root)
 scores = artifacts.read(cfg, "scores")
 contrasts = artifacts.read(cfg, "contrasts")
+chunks = artifacts.read(cfg, "chunks")
+gctx, g2 = (chunks[chunks["condition"] == c].reset_index(drop=True) for c in ("GCTX", "G2"))
+side = artifacts.read(cfg, "context_paths")
+contexts = artifacts.read(cfg, "contexts_a1")
+cost = artifacts.read(cfg, "cost")
 print(json.dumps({
     "imported": chunkstudy.__file__,
     "stages": [[s, status] for s, status, _ in results],
@@ -106,6 +114,12 @@ print(json.dumps({
     "columns": list(contrasts.columns),
     "sign": [[int(u), int(d)] for u, d in zip(contrasts.get("docs_up", []), contrasts.get("docs_down", []))],
     "report": (root / "figures" / "walk" / "report.md").read_text(encoding="utf-8"),
+    "gctx": [int(len(gctx)), bool(gctx[["doc_id", "start", "end"]].equals(g2[["doc_id", "start", "end"]]))],
+    "gctx_prefixes": gctx["prefix"].tolist(),
+    "side": [sorted(set(side["condition"])), int(len(side)), list(side.columns)],
+    "context_sets": sorted(set(contexts["chunk_set"])),
+    "scored": sorted(set(scores["condition"])),
+    "costed": sorted(set(cost["condition"])),
 }))
 '''
 
@@ -147,6 +161,16 @@ def test_the_walkthroughs_followed_in_a_clone_run_all_eight_stages_and_leave_its
     assert {"docs_up", "docs_down", "p_sign", "p_holm_sign", "reject_holm_sign"} <= set(out["columns"])
     assert out["sign"] and all(u + d <= 3 for u, d in out["sign"])  # three documents: at most three split
     assert "Sign Holm p" in out["report"] and "Sign test:" in out["report"]
+    # the prefix kind: 02 situated G2's chunks for it, 04 rendered the path and the context on G2's offsets and
+    # wrote its side table, 06 scored it, 07 costed it, 08 reported it (what 07 charges a kind that reads contexts
+    # is checked by tests/test_prefix_kinds.py: this run's contexts are extractive, no LLM call is charged)
+    n, same = out["gctx"]
+    assert n > 0 and same and out["side"] == [["GCTX"], n, ["condition", "doc_id", "start", "path"]]
+    assert {"A0", "G2"} <= set(out["context_sets"])
+    assert all(p.startswith("[") and "]\n\n" in p for p in out["gctx_prefixes"])
+    assert sum(p.split("]\n\n", 1)[1] != "" for p in out["gctx_prefixes"]) > n // 2  # most carry a context
+    assert "GCTX" in out["scored"] and "GCTX" in out["costed"]
+    assert "GCTX" in out["report"]
 
     pages_tests = sorted({file for file, _, _ in blocks if file.startswith("tests/")})
     checks = in_copy(project, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-x",

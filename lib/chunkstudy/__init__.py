@@ -6,8 +6,9 @@ import each other (tests/test_import_layers.py holds the rule, and checks that t
 
 * foundation — the declarations everything else derives from: ``design`` (the conditions, prefix kinds, pre-registered
   contrasts and metrics; ``design_metrics`` holds each metric as one class, re-exported there, computed with the
-  numpy blocks of ``metric_blocks``), ``stages`` (the stage graph:
-  each stage's parameters, reads, writes and edges, the tables' columns, the one schema check), ``params``,
+  numpy blocks of ``metric_blocks``; ``prefix_kinds`` finds each prefix kind, one class per module of ``prefix``,
+  which renders it and declares its tables), ``schema`` (a table's columns and their kinds), ``stages`` (the stage
+  graph: each stage's parameters, reads, writes and edges, the tables' columns, the one schema check), ``params``,
   ``params_analysis`` (its metrics, stats and multiverse sections) and ``paramspec`` (one typed record per parameter
   section), ``paper`` (the paper's own numbers), ``significance`` (the study's one test of a contrast), ``relevance``
   (the span relevance rule); and the plumbing every stage uses: ``config`` and ``config_rules`` (loading and checking

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -235,6 +235,17 @@ def write(cfg: Config, table: str, df: pd.DataFrame) -> Path:
     with atomic_path(path) as tmp:
         df.reset_index(drop=True).to_parquet(tmp, index=False)
     return path
+
+
+def write_each(cfg: Config, tables: Iterable[stages.Table], frames: Mapping[str, pd.DataFrame]) -> list[Path]:
+    """Write every table of ``tables`` (declared records, e.g. :func:`chunkstudy.design.prefix_tables`) from
+    ``frames`` under its name, each as :func:`write` does: a stage that writes what a registry declares names the
+    registry, not each table (04: the prefix kinds' tables). A table ``frames`` lacks is an error naming it."""
+    tables = list(tables)
+    missing = [t.name for t in tables if t.name not in frames]
+    if missing:
+        raise KeyError(f"tables {missing} are declared but the stage's outputs hold none (they hold {list(frames)})")
+    return [write(cfg, t.name, frames[t.name]) for t in tables]
 
 
 def read(cfg: Config, table: str) -> pd.DataFrame:

@@ -10,8 +10,9 @@ the depth ladder of the dose-response (:mod:`chunkstudy.stats`), the metric name
 the figures' colours.
 
 This module sits at the bottom of the import floors: it imports nothing of the project but its metrics
-(:mod:`chunkstudy.design_metrics`, re-exported here) and :func:`chunkstudy.errors.lookup`, and every module may read
-it. A condition or metric named anywhere else is named by one of these records (a test scans the library for a
+(:mod:`chunkstudy.design_metrics`, re-exported here), its prefix kinds (:mod:`chunkstudy.prefix_kinds`, one class per
+module of :mod:`chunkstudy.prefix`), the table record (:mod:`chunkstudy.schema`) and :func:`chunkstudy.errors.lookup`,
+and every module may read it. A condition or metric named anywhere else is named by one of these records (a test scans the library for a
 second registry).
 """
 
@@ -20,12 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from . import design_metrics
+from . import design_metrics, prefix_kinds
 from .design_metrics import (  # noqa: F401  (the metrics are declared there; design is where they are read)
     METRICS, PRIMARY_METRIC, Metric, is_metric, metric_axis, metric_names, metric_of, metric_order_key,
     parameter_fields,
 )
 from .errors import lookup  # noqa: F401  (design.lookup: the one way a declared name is looked up)
+from .prefix_kinds import PrefixKind  # noqa: F401  (design.PrefixKind: what a prefix kind declares)
+from .schema import Table
 
 #: ``design.metric(key)``: the metric family declared under ``key`` (:func:`chunkstudy.design_metrics.metric`)
 metric = design_metrics.metric
@@ -62,71 +65,33 @@ BOUNDARIES: dict[str, Boundaries] = {
 }
 
 
-@dataclass(frozen=True)
-class PrefixKind:
-    """What is put before a chunk's content at embedding time, declared once; every decision about a kind reads
-    this record, never its name (a test scans the library for a comparison with a kind's name).
-
-    ``heading_path``: the prefix reads the heading path of the section the chunk's content starts in, cut to the
-    condition's depth (so it needs the condition's outline and has a depth); ``contexts``: it reads the situating
-    contexts 02 writes for the condition's chunk set (``02_induce/contexts_a1``; 02 situates that chunk set and
-    07 charges the LLM calls that wrote them to the condition); ``side_table``: the 04 table its side output goes
-    to, one part per condition, keyed by ``condition`` (``placebo``; declared with its columns in
-    :data:`chunkstudy.stages.STAGES`); ``text``: one line saying what it puts there; ``control``: a control, not a
-    structure of the chunk's own document (the placebo's path from another document: permuted with
-    ``chunking.placebo_seed`` or a condition's own ``placebo_seed``, drawn dashed in the figures, Figure 1's
-    placebo); ``derived_tables``: 04 tables computed from each condition's part of its side table, one part per
-    condition keyed by ``condition`` (the placebo's ``placebo_buckets``: its residuals per depth bucket), each by
-    its function in :data:`chunkstudy.chunks.prefixes.DERIVED` and declared among 04's writes; ``summary``: 04's
-    ``summary.json`` summarises its side table (the placebo's residuals and donors), pooled over the paper's
-    conditions of the kind and per user condition under ``extra``, by its functions in
-    :data:`chunkstudy.chunks.prefixes.SUMMARIES`. The function that renders each kind is
-    :data:`chunkstudy.chunks.prefixes.FUNCTIONS`; these registries are checked against this declaration on
-    import, so 04 writes what a kind declares without naming it."""
-
-    name: str
-    heading_path: bool
-    contexts: bool
-    side_table: str | None
-    text: str
-    control: bool = False
-    derived_tables: tuple[str, ...] = ()
-    summary: bool = False
-
-    def __post_init__(self) -> None:
-        if self.side_table is None and (self.derived_tables or self.summary):
-            raise ValueError(f"prefix kind {self.name}: derived tables {list(self.derived_tables)} and a summary "
-                             f"(summary={self.summary}) are computed from a side table, and it declares none")
-
-
 #: The kind that puts nothing before a chunk: a condition's prefix unless it names another.
 NO_PREFIX = "none"
 
-#: Every prefix kind, paper's and user's alike.
-PREFIX_KINDS: dict[str, PrefixKind] = {
-    NO_PREFIX: PrefixKind(NO_PREFIX, False, False, None, "nothing"),
-    "title": PrefixKind("title", False, False, None, "the document title alone: [Title]"),
-    "context": PrefixKind("context", False, True, None,
-                          "a situating context of the chunk in its document (A1; LLM or the extractive baseline)"),
-    "path": PrefixKind("path", True, False, None,
-                       "the real heading path of the chunk's section, [Title › Section › Subsection], cut to a "
-                       "depth"),
-    "placebo": PrefixKind("placebo", True, False, "placebo",
-                          "a real heading path of the same depth from another document (the placebo)", control=True,
-                          derived_tables=("placebo_buckets",), summary=True),
-}
+#: Every prefix kind, paper's and user's alike, in declared order: one class per module of
+#: :mod:`chunkstudy.prefix`, found there by its file (:mod:`chunkstudy.prefix_kinds`, where
+#: :class:`PrefixKind` says what a kind declares). Every decision about a kind reads its declaration, never its
+#: name (a test scans the library for a comparison with a kind's name).
+PREFIX_KINDS: dict[str, PrefixKind] = prefix_kinds.KINDS
+if NO_PREFIX not in PREFIX_KINDS:  # pragma: no cover - the default prefix's module removed
+    raise ImportError(f"chunkstudy.prefix declares no prefix kind {NO_PREFIX!r}, every condition's default")
 
 
 def side_tables() -> tuple[str, ...]:
-    """The 04 tables the prefix kinds' side outputs go to (:attr:`PrefixKind.side_table`), each once, in declared
-    order; read when called, so a kind added at run time is counted."""
-    return tuple(dict.fromkeys(k.side_table for k in PREFIX_KINDS.values() if k.side_table is not None))
+    """The 04 tables the prefix kinds' side outputs go to (:attr:`PrefixKind.side_table`), in declared order."""
+    return tuple(k.side_table for k in PREFIX_KINDS.values() if k.side_table is not None)
 
 
 def derived_tables() -> tuple[str, ...]:
-    """The 04 tables computed from the prefix kinds' side tables (:attr:`PrefixKind.derived_tables`), each once, in
-    declared order; read when called, so a kind added at run time is counted."""
-    return tuple(dict.fromkeys(t for k in PREFIX_KINDS.values() for t in k.derived_tables))
+    """The 04 tables computed from the prefix kinds' side tables (:attr:`PrefixKind.derived_tables`), in declared
+    order."""
+    return tuple(t for k in PREFIX_KINDS.values() for t in k.derived_tables)
+
+
+def prefix_tables() -> tuple[Table, ...]:
+    """Every 04 table the prefix kinds declare, with its columns (:func:`chunkstudy.prefix_kinds.tables`): what
+    04 writes beside its chunks, and what the stage graph gathers among its writes."""
+    return prefix_kinds.tables()
 
 
 #: The prefix kinds, in declared order (the parameters' choices).

@@ -157,9 +157,9 @@ def data_contracts() -> str:
 #: Each block's name -> the declaration it is generated from and the function that renders it.
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "conditions": ("lib/chunkstudy/design.py", conditions),
-    "prefix kinds": ("lib/chunkstudy/design.py", prefix_kinds),
+    "prefix kinds": ("lib/chunkstudy/prefix/", prefix_kinds),
     "contrasts": ("lib/chunkstudy/design.py", contrasts),
-    "metrics": ("lib/chunkstudy/design.py", metrics),
+    "metrics": ("lib/chunkstudy/design_metrics.py", metrics),
     "corpus kinds": ("lib/chunkstudy/corpus/", corpus_kinds),
     "folder kinds": ("lib/chunkstudy/corpus/", folder_kinds),
     "recipe": ("lib/chunkstudy/design.py", recipe),

@@ -12,10 +12,12 @@ A read may hold only under some parameters (``Read(..., when=...)``): 03 reads `
 BM25 diagnostic ranks an induced structure, so only then does a change of 02's outline rerun 03. The notebook
 reads such an input with :func:`chunkstudy.artifacts.read_input`, which returns None when the read is off.
 
-Column kinds (:data:`KINDS`): ``int``, ``float`` (an int column passes too), ``str``, ``bool``, ``list`` (a list,
-tuple or array per cell) and ``any``. A table may carry more columns than it declares; a column with no
-non-null value passes any kind (an empty table has no values to check). Like :mod:`chunkstudy.design`, this
-module sits at the bottom of the import floors (it imports only ``design`` and ``params``).
+Column kinds (:data:`KINDS`, declared with :class:`Table` in :mod:`chunkstudy.schema`): ``int``, ``float`` (an
+int column passes too), ``str``, ``bool``, ``list`` (a list, tuple or array per cell) and ``any``. A table may
+carry more columns than it declares; a column with no non-null value passes any kind (an empty table has no values
+to check). 04's side tables are declared by the prefix kinds that write them (:func:`chunkstudy.design.prefix_tables`)
+and gathered here among its writes. Like :mod:`chunkstudy.design`, this module sits at the bottom of the import
+floors (it imports only ``design``, ``params``, ``schema`` and ``errors``).
 
 Edges that are no artifact of the store are declared too, so the runner special-cases no stage by name: 01's
 source files (:class:`SourceFiles`), 04's user chunker code (:class:`UserCode`), 08's ``figures/`` folder
@@ -35,39 +37,14 @@ from typing import Any, Callable, Mapping, Sequence
 from . import design
 from .params import Params
 from .errors import ChunkstudyError
+from .schema import KINDS, A, B, F, I, L, S, Table  # noqa: F401,E741  (the column kinds and the table record)
 
-KINDS = ("int", "float", "str", "bool", "list", "any")
 ALL_PARAMS = "*"
 
 
 class SchemaError(ChunkstudyError, ValueError):
     """A table lacks a declared column or holds a column of another kind (the message names the table, the
     column, where the table came from and the stage that writes it)."""
-
-
-@dataclass(frozen=True)
-class Table:
-    """A parquet table ``data/<corpus>/<stage>/<name>.parquet``: the columns its writer writes and their kinds, in
-    order; ``required``: the contract every table of that name holds at least (docs/design.md, "Data contracts";
-    None = every column). A declared column that is present must hold its kind; extra columns are allowed."""
-
-    name: str
-    columns: Mapping[str, str]
-    doc: str = ""
-    required: tuple[str, ...] | None = None
-
-    def __post_init__(self):
-        bad = {c: k for c, k in self.columns.items() if k not in KINDS}
-        if bad:
-            raise ValueError(f"table {self.name}: unknown column kinds {bad}; kinds: {list(KINDS)}")
-        if self.required is not None and not set(self.required) <= set(self.columns):
-            raise ValueError(f"table {self.name}: required columns {sorted(set(self.required) - set(self.columns))} "
-                             "are not declared")
-
-    @property
-    def contract(self) -> tuple[str, ...]:
-        """The columns every table of this name must hold."""
-        return tuple(self.columns) if self.required is None else self.required
 
 
 @dataclass(frozen=True)
@@ -232,9 +209,6 @@ def _optional(name: str, what: str) -> Read:
     return Read(name, optional=f"{what} is left out")
 
 
-#: the column kinds of the schemas below, one letter each so that a table reads as one line
-I, F, S, B, L, A = "int", "float", "str", "bool", "list", "any"  # noqa: E741
-
 #: The model servers a stage may call (:attr:`Stage.services`): the LLM (``llm``), the embedders (``embed.embedders``
 #: with ``backend: openai``) and the rerankers (``retrieve.rerankers`` with ``backend: openai``).
 SERVICES = ("llm", "embed", "rerank")
@@ -355,13 +329,7 @@ STAGES: tuple[Stage, ...] = (
               "every condition's chunks; offsets are content-only",
               required=('condition', 'doc_id', 'chunk_id', 'start', 'end', 'prefix', 'n_content_tokens', 'n_prefix_tokens', 'route_key')),
         Table("size_matching", {"doc_id": S}, "per document: n_<set>, mean_<set> of each chunk set, A0's target"),
-        Table("placebo", {"condition": S, "doc_id": S, "depth": I, "path": L, "placebo_doc_id": S,
-                          "placebo_path": L, "same_doc": B, "same_path": B, "n_chunks": I},
-              "per placebo condition, one row per unique (document, path)", required=('condition', 'doc_id')),
-        Table("placebo_buckets", {"condition": S, "depth": S, "pairs": I, "documents": I, "same_doc": I,
-                                  "min_same_doc": I, "same_doc_chunks": I, "chunks": I, "same_path": I,
-                                  "donors_mean": F, "donors_min": F, "donors_max": F, "top_donor_share": F},
-              "per placebo condition, the placebo per depth bucket and in total (depth 'all')"),
+        *design.prefix_tables(),  # each prefix kind's side table and the tables derived from it
         Json("summary", "realised chunk counts and means, size matching, placebo residuals"),
         Json("embedding_report", "per embedder: model key, runtime, resolved dtype and its agreement check, "
              "texts embedded, seconds", manifest=True),

@@ -9,13 +9,11 @@ Layout:
   bounds, structural chunks of an outline, size-matched fixed windows (the A0 rule), the tiling check;
 * :mod:`.cuts` — the chunk sets of a run, one function per kind of boundaries (fixed, induced, gold, a user's
   chunker; :data:`cuts.FUNCTIONS`), and the chunks 02 writes situating contexts for;
-* :mod:`.prefixes` — what goes before a chunk's content, one function per prefix kind (:data:`prefixes.FUNCTIONS`:
-  none, title, context, path, placebo);
-* :mod:`.placebo` — the placebo's cross-document assignment of heading paths and its statistics;
 * :mod:`.chunkers` — your own chunker (chonkie, semchunk, langchain-text-splitters, ``module:function``) and the
   exact placement of its chunks on the text;
 * :mod:`.chunk_sets` — every condition's chunks (:func:`build_all`, the function 04 runs): paper and user
-  conditions alike (:class:`chunkstudy.design.Condition`), text rows, size matching and the summary.
+  conditions alike (:class:`chunkstudy.design.Condition`), each prefixed by its kind (one class per module of
+  :mod:`chunkstudy.prefix`: none, title, context, path, placebo), text rows, size matching and the summary.
 
 The package imports nothing itself: import the module you need (``from chunkstudy.chunks import chunking``).
 Stages 02 and 03 cut chunks with :mod:`.chunking` and :mod:`.cuts` too, and a stage's code hash covers every

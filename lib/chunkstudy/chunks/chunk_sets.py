@@ -1,6 +1,6 @@
 """Every condition's chunks (docs/design.md, "Conditions"; paper 3.2 and appendix E; :func:`build_all`, the
 function 04 runs): the paper's and the user's alike, each a :class:`chunkstudy.design.Condition` — the offsets of
-a chunk set (:mod:`.cuts`) and a prefix (:mod:`.prefixes`).
+a chunk set (:mod:`.cuts`) and a prefix (its kind's :meth:`~chunkstudy.prefix_kinds.PrefixKind.render`).
 
 =========  ==========================================  ==============================================
 condition  boundaries (chunk set)                      prefix at embedding time
@@ -31,10 +31,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from .. import design, paper, stages
+from .. import design, paper, prefix_kinds, stages
 from ..corpus import model as docmodel
 from ..params import ChunkingParams
-from . import chunkers, chunking, cuts, prefixes
+from . import chunkers, chunking, cuts
 from .chunking import ChunkingError, TokenCounter
 
 CHUNK_COLUMNS = stages.columns("chunks")
@@ -87,7 +87,8 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
               embed_fns: Mapping[str, chunkers.EmbedFn] | None = None, params_dir: Path | None = None) -> dict:
     """Build every condition of ``conditions`` (:class:`chunkstudy.design.Condition`; None = the paper's
     conditions in ``chunking_params.conditions``, the ``chunking`` record): cut each chunk set they name once
-    (:func:`cuts.cut_all`), then give each condition its prefixes (:func:`prefixes.render`). ``contexts_a1``: 02's
+    (:func:`cuts.cut_all`), then give each condition its prefixes (its kind's
+    :meth:`~chunkstudy.prefix_kinds.PrefixKind.render`). ``contexts_a1``: 02's
     situating contexts, keyed by ``(chunk_set, doc_id, start, end)`` (needed when a condition's prefix reads
     them); ``embed_fns`` and ``params_dir``: a user's semantic chunker's embedders and a ``file.py`` chunker's
     folder (:class:`cuts.CutInputs`).
@@ -104,13 +105,13 @@ def build_all(documents: pd.DataFrame, paragraphs: pd.DataFrame, sections_gold: 
     * ``"size_matching"``: per document, the A0 target (mean content tokens of its A2 chunks) and the realised
       chunk counts and means of the paper's chunk sets A0, A2 and G2, with ``gap_A0_A2 = mean_A0 - mean_A2``.
     * one entry per side table the prefix kinds declare (:func:`chunkstudy.design.side_tables`,
-      :attr:`~chunkstudy.design.PrefixKind.side_table`; the placebo's: :func:`prefixes.placebo`'s), each the side
+      :attr:`~chunkstudy.design.PrefixKind.side_table`; the placebo's ``placebo``), each the side
       outputs of its conditions keyed by ``condition`` (:func:`keyed`; empty when no condition of the run has it),
       then one per table derived from them (:func:`chunkstudy.design.derived_tables`; the placebo's
-      ``placebo_buckets``): its function (:data:`prefixes.DERIVED`) of each part whose kind declares it, keyed
+      ``placebo_buckets``): its kind's :meth:`~chunkstudy.prefix_kinds.PrefixKind.derive` of each part whose kind declares it, keyed
       likewise.
     * ``"summary"``: realised pooled means per paper chunk set, the A0-A2 gap, what the kinds that declare a
-      summary say of their side tables (:data:`prefixes.SUMMARIES`; the paper's placebo residuals), unique-text
+      summary say of their side tables (:meth:`~chunkstudy.prefix_kinds.PrefixKind.pooled`; the paper's placebo residuals), unique-text
       share, and under ``"extra"`` the facts of the user's conditions.
     """
     p = chunking_params
@@ -145,7 +146,7 @@ Sides = dict[str, dict[str, pd.DataFrame]]
 
 
 def _prefixed(conds: list[design.Condition], b: _Build) -> tuple[list[pd.DataFrame], Sides]:
-    """Each condition's rows with its prefixes (:func:`prefixes.render`), in order, and the side tables: per table
+    """Each condition's rows with its prefixes (its kind's ``render``), in order, and the side tables: per table
     the kinds declare (:func:`chunkstudy.design.side_tables`), condition -> its part. A condition that takes
     another whole (``of``) gets that one's rows and side-table parts under its own name."""
     titles = dict(zip(b.documents["doc_id"], b.documents["title"]))
@@ -167,15 +168,15 @@ def _prefixed(conds: list[design.Condition], b: _Build) -> tuple[list[pd.DataFra
             continue
         base = _frame(b.cut[c.chunk_set], c, b.documents, b.outlines)
         depth = c.prefix_depth(p.depths)
-        inputs = prefixes.PrefixInputs(c, titles, paths_of.get(str(c.outline), {}), depth,
-                                       _contexts_of(b.contexts, c.chunk_set) if c.prefix_kind.contexts else None,
-                                       p if c.placebo_seed is None else replace(p, placebo_seed=c.placebo_seed))
-        pre, side = prefixes.render(base, inputs)
+        inputs = prefix_kinds.PrefixInputs(c, titles, paths_of.get(str(c.outline), {}), depth,
+                                           _contexts_of(b.contexts, c.chunk_set) if c.prefix_kind.contexts else None,
+                                           p if c.placebo_seed is None else replace(p, placebo_seed=c.placebo_seed))
+        pre, side = c.prefix_kind.render(base, inputs)
         table = c.prefix_kind.side_table
-        if (side is None) != (table is None):
-            raise ChunkingError(f"prefix kind {c.prefix}: its function returned "
-                                f"{'no side table' if side is None else 'a side table'}, and design.PREFIX_KINDS "
-                                f"declares side_table={table!r}")
+        if (side is None) != (table is None) or len(pre) != len(base):
+            raise ChunkingError(f"prefix kind {c.prefix}: its render returned {len(pre)} prefixes for {len(base)} "
+                                f"chunks of {c.name} and {'no side table' if side is None else 'a side table'}; it "
+                                f"declares side={table!r}")
         if side is not None:
             sides[str(table)][c.name] = side
         df = base.copy()
@@ -190,7 +191,7 @@ def _prefixed(conds: list[design.Condition], b: _Build) -> tuple[list[pd.DataFra
 
 def _derived(conds: list[design.Condition], sides: Sides) -> Sides:
     """The tables derived from the side tables (:func:`chunkstudy.design.derived_tables`), condition -> its part:
-    for each condition whose kind declares the table, its function (:data:`prefixes.DERIVED`) of the condition's
+    for each condition whose kind declares the table, its kind's ``derive`` of the condition's
     side-table part (a condition that takes another whole has its kind and a copy of its part)."""
     out: Sides = {table: {} for table in design.derived_tables()}
     for c in conds:
@@ -198,7 +199,7 @@ def _derived(conds: list[design.Condition], sides: Sides) -> Sides:
         part = sides[str(kind.side_table)].get(c.name) if kind.side_table is not None else None
         for table in kind.derived_tables:
             if part is not None:
-                out[table][c.name] = prefixes.DERIVED[table](part)
+                out[table][c.name] = kind.derive(table, part)
     return out
 
 
@@ -234,7 +235,7 @@ def _summaries(conds: list[design.Condition], cut: Mapping[str, cuts.Cut], chunk
 def _kind_summaries(paper: list[design.Condition], sides: Sides, p: ChunkingParams) -> dict:
     """What each kind that declares a summary (:attr:`chunkstudy.design.PrefixKind.summary`; the placebo's
     residuals) says of its side table, pooled over the ``paper`` conditions of the kind that have a part
-    (:data:`prefixes.SUMMARIES`); nothing for a kind no paper condition of the run has."""
+    (its ``pooled``); nothing for a kind no paper condition of the run has."""
     out: dict[str, Any] = {}
     for kind in design.PREFIX_KINDS.values():
         if not kind.summary:
@@ -242,7 +243,7 @@ def _kind_summaries(paper: list[design.Condition], sides: Sides, p: ChunkingPara
         parts = sides.get(str(kind.side_table), {})
         mine = [parts[c.name] for c in paper if c.prefix_kind.name == kind.name and c.name in parts]
         if mine:
-            out.update(prefixes.SUMMARIES[kind.name].pooled(pd.concat(mine, ignore_index=True), p))
+            out.update(kind.pooled(pd.concat(mine, ignore_index=True), p))
     return out
 
 
@@ -355,7 +356,7 @@ def _user_facts(conds: list[design.Condition], cut: Mapping[str, cuts.Cut], chun
         kind = c.prefix_kind
         part = sides.get(str(kind.side_table), {}).get(c.name)
         if kind.summary and part is not None:
-            owner["sets"][c.name][str(kind.side_table)] = prefixes.SUMMARIES[kind.name].facts(part)
+            owner["sets"][c.name][str(kind.side_table)] = kind.facts(part)
         if c.twin_of is not None:
             owner["twin"] = c.name
             owner["size_gap"] = _size_gap(cut[str(c.cut.matched_to)].spans, cut[c.chunk_set].spans)

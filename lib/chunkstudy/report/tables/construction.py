@@ -149,7 +149,7 @@ def size_matching(summary: Mapping[str, Any], kind: str) -> Table:
 
 def placebo(buckets: pd.DataFrame, method: str) -> Table:
     """Placebo residuals and donors (guards C2; paper §3.2 and appendix E.3), formatted from 04's
-    ``placebo_buckets`` table (:func:`chunkstudy.chunks.placebo.placebo_buckets`, every number computed there once):
+    ``placebo_buckets`` table (:func:`chunkstudy.prefix.placebo.placebo_buckets`, every number computed there once):
     per placebo condition, per depth bucket and in total, unique (document, path) pairs, same-document residual
     assignments beside the minimum any within-bucket permutation allows, chunks carrying a residual path, foreign
     paths with identical headings, and the donor documents per document (mean, min, max) with the mean share of a
