@@ -519,10 +519,10 @@ class ExtraConditionParams:
                          "chunkstudy.chunks.chunkers; required for boundaries: chunker")
     options: Mapping[str, Any] = param({}, "keyword arguments of the chunker (sizes in chunking.tokenizer tokens "
                                        "for chonkie and semchunk)")
-    prefix: str = param("none", "a prefix kind of chunkstudy.design.PREFIX_KINDS: none, title ([Title]), context "
-                        "(a situating context, written by 02; not on a chunker's cut), path (the real heading path "
-                        "of the section the chunk starts in) or placebo (a real path of the same depth from another "
-                        "document)", choices=design.PREFIXES)
+    prefix: str = param("none", "what is put before each chunk's content at embedding time: a prefix kind of "
+                        "chunkstudy.design.PREFIX_KINDS (one class per module of lib/chunkstudy/prefix/; docs/design.md "
+                        "says what each puts there); a kind that reads 02's situating contexts (context) is not for "
+                        "a chunker's cut", choices=design.PREFIXES)
     depth: int | None = param(None, "heading levels a path/placebo prefix keeps; null = the deepest of "
                               "chunking.depths", ge=1)
     outline: Literal["induced", "gold"] = param("induced", "the outline heading paths come from for a chunker's "
