@@ -63,13 +63,13 @@ class CalibratedVerdict:
         return rows
 
     def for_cell(self, stats_params: StatsParams, metric: str) -> tuple[Verdict, str] | None:
-        return CalibratedVerdict(str(getattr(stats_params, "decision", "auto"))), ""
+        return CalibratedVerdict(str(stats_params.decision)), ""
 
     def carried(self, table: pd.DataFrame | None) -> bool:
         return table is not None and "p_holm_cal" in table.columns
 
     def record(self, stats_params: StatsParams) -> dict[str, Any] | None:
-        return {"decision": str(getattr(stats_params, "decision", "auto"))}
+        return {"decision": str(stats_params.decision)}
 
     def golden(self, row: Any) -> dict[str, Any]:
         return {"p": float(row.p_cal), "p_holm": float(row.p_holm_cal), "ci_low": float(row.ci_low_cal),
@@ -113,7 +113,7 @@ class CalibratedVerdict:
         return tuple(out)
 
     def registration(self, stats_params: StatsParams, recorded: Mapping[str, Any]) -> str:
-        declared = str(getattr(stats_params, "decision", "auto"))
+        declared = str(stats_params.decision)
         if not recorded:
             return (f"The rule (stats.decision: {declared}) is not in stage 01's manifest, which was written before "
                     "the rule was recorded.")

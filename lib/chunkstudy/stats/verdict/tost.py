@@ -86,7 +86,7 @@ class TostVerdict:
         if not declared:
             return None
         sesoi = declared.get(metric)
-        return (TostVerdict(None if sesoi is None else float(sesoi), str(getattr(stats_params, "decision", "auto"))),
+        return (TostVerdict(None if sesoi is None else float(sesoi), str(stats_params.decision)),
                 no_bound_note(stats_params, metric) if sesoi is None else "")
 
     def carried(self, table: pd.DataFrame | None) -> bool:
