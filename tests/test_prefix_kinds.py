@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_extending import ROOT, in_copy, perform, run_copy
 
-from chunkstudy import design, prefix_kinds, stages
+from chunkstudy import codehash, design, prefix_kinds, stages
 
 #: The kinds the project declares (where the page was already followed: context_path too, set aside by perform).
 PAPER_KINDS = [k for k in design.PREFIX_KINDS if k != "context_path"]
@@ -53,6 +53,21 @@ def test_the_paper_kinds_are_found_by_their_files_in_declared_order_with_their_t
     writes = stages.stage("04_chunk_embed").writes
     assert all(any(w is t for w in writes) for t in design.prefix_tables())
     assert stages.writer("placebo_buckets") == "04_chunk_embed"
+
+
+def test_every_kind_module_is_in_the_code_of_the_stages_that_read_the_kinds(tmp_path):
+    """The registry imports its package by name, not by an import statement: codehash counts that name as an
+    import of every module there, so an edited kind reruns 02 (it reads which kinds read contexts) and 04 (it
+    renders them), and a kind added as a new file changes their code hash too."""
+    kinds = {f"chunkstudy/prefix/{k}.py" for k in design.PREFIX_KINDS} | {"chunkstudy/prefix_kinds.py"}
+    for stage in ("02_induce", "04_chunk_embed"):
+        assert kinds <= set(codehash.library_files(ROOT / "notebooks" / f"{stage}.py")), stage
+    pkg = tmp_path / "chunkstudy"
+    shutil.copytree(ROOT / "lib" / "chunkstudy", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    before = codehash.library_hash(ROOT / "notebooks" / "04_chunk_embed.py", pkg)
+    (pkg / "prefix" / "mine.py").write_text(KIND_HEAD + _kind("Mine", "mine", 90))
+    assert "chunkstudy/prefix/mine.py" in codehash.library_files(ROOT / "notebooks" / "04_chunk_embed.py", pkg)
+    assert codehash.library_hash(ROOT / "notebooks" / "04_chunk_embed.py", pkg) != before
 
 
 def test_a_new_file_is_a_new_kind_and_the_registry_orders_by_the_declared_order(tmp_path, monkeypatch):
