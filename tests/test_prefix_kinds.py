@@ -249,6 +249,26 @@ class DepthPath(PrefixKind):
 KIND = DepthPath()
 '''
 
+#: A kind whose side output lacks a column its table declares.
+BAD_SIDE = '''import pandas as pd
+
+from ..prefix_kinds import PrefixKind
+from ..schema import I, S, Table
+
+
+class BadSide(PrefixKind):
+    name = "bad_side"
+    order = 80
+    text = "nothing, and a side table short of a column"
+    side = Table("bad_sides", {"condition": S, "doc_id": S, "n": I}, "per condition, nothing useful")
+
+    def render(self, chunks, inputs):
+        return [""] * len(chunks), pd.DataFrame({"doc_id": chunks["doc_id"].tolist()})
+
+
+KIND = BadSide()
+'''
+
 DERIVED_RUN = r'''
 import json, sys
 import chunkstudy
@@ -268,6 +288,12 @@ whole = design.Condition("ID-late", "induced", "depth_path", depth=1, family=des
 out = chunk_sets.build_all(docs, paras, gold, induced, None, rec, counter,
                            (*design.run_conditions(["A2", "G2", "P"]), paper_kind, mine, whole))
 ch, side, derived, summary = out["chunks"], out["depth_paths"], out["depth_counts"], out["summary"]
+try:
+    chunk_sets.build_all(docs, paras, gold, induced, None, rec, counter,
+                         (design.Condition("BS", "induced", "bad_side", family=design.EXTRA_FAMILY),))
+    refused = ""
+except chunking.ChunkingError as e:
+    refused = str(e)
 counts = {n: int((ch["condition"] == n).sum()) for n in ("GD", "ID", "ID-late")}
 print(json.dumps({
     "imported": chunkstudy.__file__,
@@ -283,6 +309,7 @@ print(json.dumps({
     "extra": summary["extra"]["ID"]["sets"]["ID"]["depth_paths"], "seed": rec.placebo_seed,
     "method": rec.placebo_method, "placebo_pairs": "placebo_pairs" in summary,
     "placebo_conditions": [sorted(set(out["placebo"]["condition"])), sorted(set(out["placebo_buckets"]["condition"]))],
+    "refused": refused,
 }))
 '''
 
@@ -292,10 +319,12 @@ def test_a_kind_with_a_derived_table_and_a_summary_gets_both_from_its_declaratio
     kind declares them (side, derived, summary) and defines derive, pooled and facts: a new module in the copy's
     lib/chunkstudy/prefix/ gets all three with no code naming it, one part per condition (also under a condition
     that takes one whole), its paper conditions' parts pooled in the summary and a user condition's under
-    ``extra``; the placebo's tables and summary keys are left as they were."""
+    ``extra``; the placebo's tables and summary keys are left as they were. A kind whose side output lacks a column
+    its table declares is refused, naming it."""
     lib = tmp_path / "lib"
     shutil.copytree(ROOT / "lib" / "chunkstudy", lib / "chunkstudy", ignore=shutil.ignore_patterns("__pycache__"))
     (lib / "chunkstudy" / "prefix" / "depth_path.py").write_text(DEPTH_PATH)
+    (lib / "chunkstudy" / "prefix" / "bad_side.py").write_text(BAD_SIDE)
     out = run_copy(lib, DERIVED_RUN, str(ROOT / "tests"))
     assert out["columns"] == [["condition", "doc_id", "depth"], ["condition", "depth", "chunks"]]
     assert out["side_conditions"] == out["derived_conditions"] == ["GD", "ID", "ID-late"]
@@ -306,6 +335,9 @@ def test_a_kind_with_a_derived_table_and_a_summary_gets_both_from_its_declaratio
                               "placebo_method": out["method"]}
     assert out["extra"] == {"rows": out["chunks"]["ID"]}
     assert out["placebo_pairs"] and out["placebo_conditions"] == [["P"], ["P"]]
+    # a side output short of a declared column is refused by 04, naming the kind, the condition and the columns
+    assert out["refused"] == "prefix kind bad_side: its side table for BS lacks the columns ['n'] it declares for " \
+                             "'bad_sides'"
 
 
 def test_a_kind_module_that_fails_to_import_fails_the_registry_naming_it(tmp_path):

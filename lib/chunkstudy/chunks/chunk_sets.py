@@ -178,6 +178,10 @@ def _prefixed(conds: list[design.Condition], b: _Build) -> tuple[list[pd.DataFra
                                 f"chunks of {c.name} and {'no side table' if side is None else 'a side table'}; it "
                                 f"declares side={table!r}")
         if side is not None:
+            lacking = [col for col in stages.columns(str(table)) if col != "condition" and col not in side.columns]
+            if lacking:
+                raise ChunkingError(f"prefix kind {c.prefix}: its side table for {c.name} lacks the columns "
+                                    f"{lacking} it declares for {table!r}")
             sides[str(table)][c.name] = side
         df = base.copy()
         df.insert(0, "condition", c.name)
