@@ -144,8 +144,10 @@ def build_synthetic_run(n_docs: int = 4, seed: int = 7, n_boot: int = 300) -> di
     out["reranker_lift"] = stats.reranker_lift(out["condition_means"], config_mod.record("stats", sp), PRIMARY)
     out["power_needed"] = power.needed_table(out["power"])
     # a run without user contrasts (contrasts.extra) writes their tables empty
-    out["user_contrasts"] = stats.user_contrasts_table(scores, queries, sp, PRIMARY, "synthetic", {})
-    out["user_power"] = power.user_power_table(scores, queries, sp, PRIMARY, "synthetic", {})
+    out["user_contrasts"] = stats.user_contrasts_table(scores, queries, config_mod.record("stats", sp), PRIMARY,
+                                                       "synthetic", {})
+    out["user_power"] = power.user_power_table(scores, queries, config_mod.record("stats", sp), PRIMARY, "synthetic",
+                                               {})
     out["user_power_needed"] = power.needed_table(out["user_power"])
     from chunkstudy.stats import cost, size_check
 
