@@ -112,7 +112,8 @@ def test_tail_gives_the_last_lines_indented_and_says_when_there_are_none(tmp_pat
 
 class _Scripted(ThreadingHTTPServer):
     """A loopback server whose ``GET /v1/models`` answers from a script, one reply per request, the last one
-    repeated: ``(status, model ids)``. It records each request's Authorization header."""
+    repeated: ``(status, model ids)``, or ``(status, body bytes)`` for a reply that is no model list. It records
+    each request's Authorization header."""
 
     def __init__(self, script: list[tuple[int, list[str]]]):
         self.script, self.seen = list(script), []
@@ -121,7 +122,8 @@ class _Scripted(ThreadingHTTPServer):
             def do_GET(handler) -> None:  # noqa: N805 - the server is `self` here
                 self.seen.append((handler.path, handler.headers.get("Authorization")))
                 status, ids = self.script.pop(0) if len(self.script) > 1 else self.script[0]
-                body = json.dumps({"object": "list", "data": [{"id": i} for i in ids]}).encode()
+                body = ids if isinstance(ids, bytes) else json.dumps(
+                    {"object": "list", "data": [{"id": i, "max_model_len": 512} for i in ids]}).encode()
                 handler.send_response(status)
                 handler.send_header("Content-Length", str(len(body)))
                 handler.end_headers()
@@ -190,3 +192,46 @@ def test_wait_served_names_what_answered_when_nothing_serves(scripted):
     r = procs.wait_served(server.url, "m", timeout_s=0, interval_s=0.5, probe_timeout_s=5, headers={},
                           exited=lambda seconds: False)
     assert (r.state, r.served, r.last) == ("timeout", None, "ConnectionError")
+
+
+def test_model_list_reads_a_reply_the_one_way_every_caller_reads_it(scripted):
+    """procs.model_list is the one reading of ``GET /models``: a list keeps each entry whole (vLLM's
+    ``max_model_len`` with it); a 200 reply without a list, or with an entry that names no model, is "no model
+    list" with its text kept; another status is named with its text; nothing listening is the transport error's
+    name. served_models (readiness), the LLM's pre-flight and a served model's entry read it."""
+    server = scripted([(200, ["a", "b"]), (200, b'{"object": "list"}'), (200, b'{"data": [{"object": "m"}]}'),
+                       (401, b'{"error": "bad key"}')])
+    ok = procs.model_list(server.url, {"Authorization": "Bearer k"}, 5)
+    assert (ok.url, ok.status, ok.ids, ok.why) == (server.url + "/models", 200, ["a", "b"], "listed")
+    assert ok.entries == [{"id": "a", "max_model_len": 512}, {"id": "b", "max_model_len": 512}]
+    for body in ('{"object": "list"}', '{"data": [{"object": "m"}]}'):
+        bad = procs.model_list(server.url, {}, 5)
+        assert (bad.status, bad.entries, bad.ids, bad.why, bad.text) == (200, None, None, "no model list", body)
+    denied = procs.model_list(server.url, {}, 5)
+    assert (denied.status, denied.entries, denied.why, denied.text) == (401, None, "HTTP 401", '{"error": "bad key"}')
+    assert server.seen[0] == ("/v1/models", "Bearer k")
+    server.shutdown()
+    server.server_close()
+    gone = procs.model_list(server.url, {}, 5)
+    assert (gone.status, gone.entries, gone.why) == (None, None, "ConnectionError")
+    assert procs.served_models(server.url, {}, 5) == (None, "ConnectionError")
+
+
+def test_a_served_models_entry_and_the_llm_preflight_read_model_list(scripted, tmp_path):
+    from chunkstudy import config, identity, llm
+
+    server = scripted([(200, ["served-model"]), (200, ["other"]), (403, b"forbidden"), (200, b"[]")])
+    assert identity.model_entry(server.url, "served-model", {}, 5) == {"id": "served-model", "max_model_len": 512}
+    assert identity.model_entry(server.url, "served-model", {}, 5) == {}  # listed without it: the canary tells
+    record = config.record("llm", {"backend": "openai", "base_url": server.url, "model": "served-model",
+                                   "api_key_env": "CHUNKSTUDY_TEST_NO_KEY"})
+    backend = llm.make_client(record, tmp_path).backend
+    with pytest.raises(llm.PreflightError, match=r"GET .*/v1/models answered HTTP 403: forbidden\. Is the API key "
+                                                 r"in \$CHUNKSTUDY_TEST_NO_KEY right\?"):
+        backend.preflight()
+    with pytest.raises(llm.PreflightError, match=r"GET .*/v1/models is not an OpenAI model list: \[\]"):
+        backend.preflight()
+    server.shutdown()
+    server.server_close()
+    with pytest.raises(identity.IdentityError, match=r"no server answers at .*/v1/models \(ConnectionError\)"):
+        identity.model_entry(server.url, "served-model", {}, 5)

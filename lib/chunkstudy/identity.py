@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from . import procs
 from .errors import ChunkstudyError
 
 #: the version of the canary sets below: a change of any of them is a new version, whose fingerprints are new
@@ -161,18 +162,10 @@ def model_entry(base_url: str, model: str, headers: dict, timeout_s: float) -> d
     time), so a dead server is named at once rather than after the canary request's retries; {} when the server
     answers without listing the model (an OpenAI-compatible server need not serve ``/models``; the canary request
     tells)."""
-    import requests
-
-    url = base_url.rstrip("/") + "/models"
-    try:
-        r = requests.get(url, headers=headers, timeout=timeout_s)
-    except requests.RequestException as e:
-        raise IdentityError(f"no server answers at {url} ({type(e).__name__})") from None
-    try:
-        entries = r.json().get("data", []) if r.status_code == 200 else []
-    except (ValueError, AttributeError):
-        entries = []
-    return next((dict(e) for e in entries if isinstance(e, dict) and e.get("id") == model), {})
+    listed = procs.model_list(base_url, headers, timeout_s)
+    if listed.status is None:
+        raise IdentityError(f"no server answers at {listed.url} ({listed.why})")
+    return next((e for e in listed.entries or [] if e.get("id") == model), {})
 
 
 def ask(where: str, url: str, model: str, headers: dict, timeout_s: float, post: Any, endpoint: str,

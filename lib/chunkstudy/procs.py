@@ -15,7 +15,8 @@ all ask here; nothing of theirs reads ``/proc`` itself, so no two of them can di
 * **Log tails** (:func:`tail`): the last lines of a log, indented for an error message.
 * **Readiness** (:func:`wait_served`): poll ``GET {url}/models`` of an OpenAI-compatible server until it lists
   the model, lists only others, its process exits, or a time limit passes; the caller turns the outcome into its
-  own error. Its users: the runner's servers (:meth:`chunkstudy.serving.lifecycle.Services.ensure`) and
+  own error. One reply is read one way (:func:`model_list`), also by the LLM's pre-flight and by a served model's
+  entry before its canary request. Its users: the runner's servers (:meth:`chunkstudy.serving.lifecycle.Services.ensure`) and
   ``scripts/serve_llm.sh`` (:func:`chunkstudy.gpu.wait_ready`). :mod:`chunkstudy.devicecheck` keeps a loop of its
   own: it runs on a lent GPU machine with torch and the standard library only (no psutil, no requests).
 """
@@ -27,7 +28,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import psutil
 
@@ -112,20 +113,55 @@ def tail(path: str | Path | None, n: int, indent: str = "    ") -> str:
 # --------------------------------------------------------------------------------------------------- readiness
 
 
-def served_models(url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[list[str] | None, str]:
-    """``GET {url}/models`` once: ``(the model ids it lists, "listed")``, or ``(None, why)`` when nothing answers
-    there with a model list (``why``: ``HTTP 503``, the exception's name, ``no model list``)."""
+@dataclass(frozen=True)
+class ModelList:
+    """One ``GET {url}/models`` of an OpenAI-compatible server (:func:`model_list`): the ``url`` asked, the HTTP
+    ``status`` (None: nothing answered), the ``entries`` of its model list (each a dict with at least ``id``; vLLM's
+    also hold ``max_model_len``; None unless a 200 reply held a list), ``why`` (``listed``, ``HTTP 503``, the
+    transport exception's name, ``no model list``) and the reply's ``text`` (for an error message)."""
+
+    url: str
+    status: int | None
+    entries: list[dict] | None
+    why: str
+    text: str = ""
+
+    @property
+    def ids(self) -> list[str] | None:
+        """The model ids listed, or None when there is no list."""
+        return None if self.entries is None else [str(e["id"]) for e in self.entries]
+
+
+def model_list(url: str, headers: Mapping[str, str], timeout_s: float,
+               get: Callable[..., Any] | None = None) -> ModelList:
+    """``GET {url}/models`` once, read the one way every caller reads it: readiness (:func:`served_models`), the LLM's
+    pre-flight (:meth:`chunkstudy.llm.backends.OpenAIBackend.preflight`) and a served model's entry before its
+    canary (:func:`chunkstudy.identity.model_entry`). ``get``: the client's ``requests``-style get (a session's,
+    to reuse its connections; default ``requests.get``)."""
     import requests
 
+    target = url.rstrip("/") + "/models"
     try:
-        r = requests.get(url.rstrip("/") + "/models", headers=dict(headers), timeout=timeout_s)
-        if r.status_code != 200:
-            return None, f"HTTP {r.status_code}"
-        return [str(m["id"]) for m in r.json().get("data", [])], "listed"
+        r = (get or requests.get)(target, headers=dict(headers), timeout=timeout_s)
     except requests.RequestException as e:
-        return None, type(e).__name__
+        return ModelList(target, None, None, type(e).__name__)
+    if r.status_code != 200:
+        return ModelList(target, r.status_code, None, f"HTTP {r.status_code}", r.text)
+    try:
+        entries = [dict(m) for m in r.json()["data"]]
     except (ValueError, KeyError, TypeError, AttributeError):
-        return None, "no model list"
+        entries = None
+    if entries is None or any("id" not in m for m in entries):  # every entry names its model
+        return ModelList(target, 200, None, "no model list", r.text)
+    return ModelList(target, 200, entries, "listed", r.text)
+
+
+def served_models(url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[list[str] | None, str]:
+    """``GET {url}/models`` once (:func:`model_list`): ``(the model ids it lists, "listed")``, or ``(None, why)``
+    when nothing answers there with a model list (``why``: ``HTTP 503``, the exception's name, ``no model
+    list``)."""
+    listed = model_list(url, headers, timeout_s)
+    return listed.ids, listed.why
 
 
 @dataclass(frozen=True)

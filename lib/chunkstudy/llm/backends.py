@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
+from .. import procs
 from ..params import LLMParams
 from . import http
 from .base import (PREFLIGHT_TIMEOUT_S, VLLM_COUNTERS, Call, Completion, LLMError, LLMUnavailable, PermanentError,
@@ -238,25 +239,21 @@ class OpenAIBackend(Backend):
         """The models the server serves (``GET {base_url}/models``, every replica asked); raises
         :class:`PreflightError`, naming the URL and what it serves, when one does not answer or does not serve
         ``self.model``."""
-        rq = self._requests
         served: list[str] = []
         for base in self.base_urls:
-            url = base + "/models"
-            try:
-                r = self._session().get(url, headers=self._headers(), timeout=timeout_s)
-            except rq.RequestException as e:
-                raise PreflightError(f"llm pre-flight: no server answers at {url} ({type(e).__name__}). Start it "
+            listed = procs.model_list(base, self._headers(), timeout_s, get=self._session().get)
+            url = listed.url
+            if listed.status is None:
+                raise PreflightError(f"llm pre-flight: no server answers at {url} ({listed.why}). Start it "
                                      f"(scripts/serve_llm.sh PARAMS; or llm.serve: auto, and ./run_all.sh starts it) "
-                                     f"or fix llm.base_url.") from None
-            if r.status_code != 200:
-                hint = (f" Is the API key in ${self.api_key_env} right?" if r.status_code in (401, 403) else "")
-                raise PreflightError(f"llm pre-flight: GET {url} answered HTTP {r.status_code}: {r.text[:200]}."
-                                     f"{hint}")
-            try:
-                served = [str(m["id"]) for m in r.json()["data"]]
-            except (ValueError, KeyError, TypeError):
-                raise PreflightError(f"llm pre-flight: GET {url} is not an OpenAI model list: {r.text[:200]}") \
-                    from None
+                                     f"or fix llm.base_url.")
+            if listed.status != 200:
+                hint = (f" Is the API key in ${self.api_key_env} right?" if listed.status in (401, 403) else "")
+                raise PreflightError(f"llm pre-flight: GET {url} answered HTTP {listed.status}: "
+                                     f"{listed.text[:200]}.{hint}")
+            if listed.ids is None:
+                raise PreflightError(f"llm pre-flight: GET {url} is not an OpenAI model list: {listed.text[:200]}")
+            served = listed.ids
             if self.model not in served:
                 raise PreflightError(f"llm pre-flight: the server at {url} serves {served}, not llm.model "
                                      f"{self.model!r}. Serve it under that name (vllm serve ... --served-model-name "
