@@ -1,5 +1,6 @@
 """docs/extending.md's walk-throughs "A metric" and "A corpus loader", performed exactly as the page shows them
-("Another verdict" is performed the same way by tests/test_verdicts.py).
+("Another verdict" is performed the same way by tests/test_verdicts.py, "A prefix kind" by
+tests/test_prefix_kinds.py).
 
 Each section's code blocks (first line ``# lib/chunkstudy/<file>, <where>``, or ``# tests/<file>, a new module``
 for the extension's own test) are applied to a copy of lib/chunkstudy (and its tests/) at the place each one names,

@@ -4,7 +4,8 @@ The page's code blocks are applied, at the places they name, to a copy of the pr
 parameter files, docs and tests); the generated docs are regenerated with the project's own commands; and all
 eight stages run through the runner, in a fresh Python that imports the copy, under one parameter file that uses
 every extension at once: the new corpus loader reads a folder of plain-text files (the tiny run's three documents
-and questions, written out as text), 06 scores the new metric under the parameter the file sets, 07 tests the
+and questions, written out as text), a user condition on the gold chunk set takes the new prefix kind (02 situates
+its chunks, 04 renders it and writes its side table), 06 scores the new metric under the parameter the file sets, 07 tests the
 contrasts in its cells and adds the new verdict beside Holm's in every cell, and 08 prints both. No registry is patched: each extension is found the way the library finds
 its own. Then the copy's own checks of its registries and generated docs pass (tests/test_docs.py and the tests
 that read the declarations), which is what "leaves ./run_tests.sh green" means for an extension.
