@@ -11,7 +11,7 @@ the figures' colours.
 
 This module sits at the bottom of the import floors: it imports nothing of the project but its metrics
 (:mod:`chunkstudy.design_metrics`, re-exported here), its prefix kinds (:mod:`chunkstudy.prefix_kinds`, one class per
-module of :mod:`chunkstudy.prefix`), the table record (:mod:`chunkstudy.schema`) and :func:`chunkstudy.errors.lookup`,
+module of :mod:`chunkstudy.prefix`) and :func:`chunkstudy.errors.lookup`,
 and every module may read it. A condition or metric named anywhere else is named by one of these records (a test scans the library for a
 second registry).
 """
@@ -28,7 +28,6 @@ from .design_metrics import (  # noqa: F401  (the metrics are declared there; de
 )
 from .errors import lookup  # noqa: F401  (design.lookup: the one way a declared name is looked up)
 from .prefix_kinds import PrefixKind  # noqa: F401  (design.PrefixKind: what a prefix kind declares)
-from .schema import Table
 
 #: ``design.metric(key)``: the metric family declared under ``key`` (:func:`chunkstudy.design_metrics.metric`)
 metric = design_metrics.metric
@@ -88,10 +87,10 @@ def derived_tables() -> tuple[str, ...]:
     return tuple(t for k in PREFIX_KINDS.values() for t in k.derived_tables)
 
 
-def prefix_tables() -> tuple[Table, ...]:
-    """Every 04 table the prefix kinds declare, with its columns (:func:`chunkstudy.prefix_kinds.tables`): what
-    04 writes beside its chunks, and what the stage graph gathers among its writes."""
-    return prefix_kinds.tables()
+#: ``design.prefix_tables()``: every 04 table the prefix kinds declare, with its columns
+#: (:func:`chunkstudy.prefix_kinds.tables`): what 04 writes beside its chunks, and what the stage graph gathers
+#: among its writes.
+prefix_tables = prefix_kinds.tables
 
 
 #: The prefix kinds, in declared order (the parameters' choices).

@@ -122,6 +122,11 @@ class PrefixKind:
     summary: ClassVar[bool] = False
 
     @property
+    def tables(self) -> tuple[Table, ...]:
+        """Its 04 tables: the side table, then those derived from it."""
+        return ((self.side,) if self.side is not None else ()) + self.derived
+
+    @property
     def side_table(self) -> str | None:
         """The name of the 04 table its side output goes to, or None."""
         return None if self.side is None else self.side.name
@@ -183,8 +188,7 @@ def _checked(module: str, kind: PrefixKind) -> PrefixKind:
         raise PrefixError(f"{where}: a prefix kind declares {missing}")
     if not _overrides(kind, "render"):
         raise PrefixError(f"{where}: prefix kind {kind.name} does not define render(chunks, inputs)")
-    tables = ([kind.side] if kind.side is not None else []) + list(kind.derived)
-    for t in tables:
+    for t in kind.tables:
         if next(iter(t.columns), None) != "condition":
             raise PrefixError(f"{where}: table {t.name}'s first column must be 'condition' (one part per condition)")
     if kind.side is None and (kind.derived or kind.summary):
@@ -202,8 +206,7 @@ def discover(package: str = PACKAGE) -> dict[str, PrefixKind]:
     name, an order or a table are refused, naming both modules."""
     found = [(m, _checked(m, k)) for m, k in plugins.discover(package, ATTRIBUTE, PrefixKind)]
     plugins.refuse_shared(found, ATTRIBUTE, lambda k: [("name", k.name), ("order", k.order),
-                                                       *(("table", t.name) for t in ((k.side,) if k.side else ())
-                                                         + k.derived)], PrefixError)
+                                                       *(("table", t.name) for t in k.tables)], PrefixError)
     return {k.name: k for _, k in sorted(found, key=lambda mk: mk[1].order)}
 
 
@@ -213,4 +216,4 @@ KINDS: dict[str, PrefixKind] = discover()
 
 def tables() -> tuple[Table, ...]:
     """The 04 tables the kinds declare, in declared order: each kind's side table, then the tables derived from it."""
-    return tuple(t for k in KINDS.values() for t in ((k.side,) if k.side is not None else ()) + k.derived)
+    return tuple(t for k in KINDS.values() for t in k.tables)

@@ -172,17 +172,18 @@ def _prefixed(conds: list[design.Condition], b: _Build) -> tuple[list[pd.DataFra
                                            _contexts_of(b.contexts, c.chunk_set) if c.prefix_kind.contexts else None,
                                            p if c.placebo_seed is None else replace(p, placebo_seed=c.placebo_seed))
         pre, side = c.prefix_kind.render(base, inputs)
-        table = c.prefix_kind.side_table
-        if (side is None) != (table is None) or len(pre) != len(base):
+        declared = c.prefix_kind.side
+        table = None if declared is None else declared.name
+        if (side is None) != (declared is None) or len(pre) != len(base):
             raise ChunkingError(f"prefix kind {c.prefix}: its render returned {len(pre)} prefixes for {len(base)} "
                                 f"chunks of {c.name} and {'no side table' if side is None else 'a side table'}; it "
                                 f"declares side={table!r}")
-        if side is not None:
-            lacking = [col for col in stages.columns(str(table)) if col != "condition" and col not in side.columns]
+        if side is not None and declared is not None:
+            lacking = [col for col in declared.columns if col != "condition" and col not in side.columns]
             if lacking:
                 raise ChunkingError(f"prefix kind {c.prefix}: its side table for {c.name} lacks the columns "
                                     f"{lacking} it declares for {table!r}")
-            sides[str(table)][c.name] = side
+            sides[declared.name][c.name] = side
         df = base.copy()
         df.insert(0, "condition", c.name)
         df["prefix"] = pre
